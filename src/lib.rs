@@ -1,0 +1,1 @@
+//! gpuboard: GPU sharing by memory and fraction, fair share between projects, and an operator console.
