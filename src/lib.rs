@@ -1,1 +1,3 @@
 //! gpuboard: GPU sharing by memory and fraction, fair share between projects, and an operator console.
+
+pub mod units;
