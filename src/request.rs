@@ -25,7 +25,7 @@ pub struct Milli(pub u64);
 
 impl fmt::Display for Milli {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0 % 1000 == 0 {
+        if self.0.is_multiple_of(1000) {
             write!(f, "{}", self.0 / 1000)
         } else {
             write!(f, "{}m", self.0)
@@ -628,7 +628,7 @@ fn milli(field: &str, v: &Value) -> Result<Milli, RequestError> {
         }
         _ => number(field, v, allowed)?,
     };
-    if !(cores > 0.0) || cores > f64::from(MAX_DEVICES * MAX_DEVICES) {
+    if cores.is_nan() || cores <= 0.0 || cores > f64::from(MAX_DEVICES * MAX_DEVICES) {
         return Err(out_of_range(field, allowed));
     }
     let m = (cores * 1000.0).round();
@@ -978,10 +978,10 @@ pub fn accelerator_key(name: &str) -> String {
     let upper = name.to_ascii_uppercase();
     let mut rest = upper.trim();
     for prefix in ["NVIDIA", "TESLA", "GEFORCE", "QUADRO"] {
-        rest = rest.trim_start_matches(|c: char| c == '_' || c == ' ' || c == '-');
+        rest = rest.trim_start_matches(['_', ' ', '-']);
         rest = rest.strip_prefix(prefix).unwrap_or(rest);
     }
-    rest.trim_start_matches(|c: char| c == '_' || c == ' ' || c == '-')
+    rest.trim_start_matches(['_', ' ', '-'])
         .split(['-', ' ', '_'])
         .next()
         .unwrap_or("")
@@ -990,7 +990,6 @@ pub fn accelerator_key(name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use serde_json::json;
 
