@@ -704,6 +704,17 @@ impl Fleet {
             self.claims.insert(id, (demand, old));
             return Err(MoveError::NothingToMove(id));
         }
+        // Holder lists are in placement order; a failed move must not reorder them.
+        let held: Vec<(usize, usize, Vec<ClaimId>)> = self
+            .by_name
+            .get(&old.node)
+            .map(|&n| {
+                self.parts_of(n, &old)
+                    .iter()
+                    .map(|&(d, _)| (n, d, self.nodes[n].devices[d].holders.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
         self.unapply(id, &old);
         match self.find(&demand, target.node.as_deref(), target.devices.as_deref()) {
             Ok(plan) => {
@@ -716,6 +727,9 @@ impl Fleet {
                 let n = self.by_name[&old.node];
                 let parts = self.parts_of(n, &old);
                 self.apply(id, &(n, parts), old.cpus, true);
+                for (n, d, holders) in held {
+                    self.nodes[n].devices[d].holders = holders;
+                }
                 self.claims.insert(id, (demand, old));
                 Err(MoveError::NoFit(e))
             }
@@ -988,7 +1002,8 @@ impl Fleet {
                     Some((Reason::NotPinned, None, None))
                 } else if demand.accelerator.as_deref().is_some_and(|a| a != dev.key) {
                     Some((Reason::WrongAccelerator, None, None))
-                } else if dev.spec.memory.is_none() {
+                } else if !dev.spec.memory.is_some_and(|m| m.0 > 0) {
+                    // Zero is as unschedulable as unknown (see `Device::schedulable`).
                     Some((Reason::UnknownMemory, None, None))
                 } else {
                     match form.per_device(dev.capacity()) {
@@ -1465,6 +1480,45 @@ mod tests {
         );
         assert!(f.set_cordon("a", 9, true).is_err());
         assert!(f.set_cordon("b", 0, true).is_err());
+    }
+
+    #[test]
+    fn a_zero_memory_device_is_no_reason_to_wait() {
+        let mut f = fleet(
+            Policy::Binpack,
+            vec![node(
+                "a",
+                vec![DeviceSpec {
+                    memory: Some(Bytes(0)),
+                    ..gpu(0, "A100", Bytes(0))
+                }],
+            )],
+        );
+        let e = f.claim(1, &req(json!({"num_gpus": 0.0001}))).unwrap_err();
+        assert!(e.infeasible, "{e}");
+        assert_eq!(
+            e.lines(),
+            vec!["node a: 1/1 GPUs memory unknown".to_string()]
+        );
+    }
+
+    #[test]
+    fn a_failed_move_keeps_holders_in_placement_order() {
+        let mut f = fleet(
+            Policy::Binpack,
+            vec![node("a", vec![gpu(0, "A100", Bytes::gib(40))])],
+        );
+        for id in 1..=3 {
+            f.claim(id, &req(json!({"num_gpus": 0.25}))).unwrap();
+        }
+        let before = f.nodes().to_vec();
+        let target = MoveTarget {
+            node: Some("nowhere".into()),
+            devices: None,
+        };
+        assert!(matches!(f.move_claim(1, &target), Err(MoveError::NoFit(_))));
+        assert_eq!(f.nodes(), &before[..]);
+        assert_eq!(f.nodes()[0].devices[0].holders, vec![1, 2, 3]);
     }
 
     #[test]
