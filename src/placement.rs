@@ -884,12 +884,25 @@ impl Fleet {
         if pins.is_some_and(|p| p.len() != count) {
             return None;
         }
+        // A named node is looked up, not searched for.
+        let range = match node {
+            Some(name) => match self.by_name.get(name) {
+                Some(&n) => n..n + 1,
+                None => return None,
+            },
+            None => 0..self.nodes.len(),
+        };
         let mut best: Option<(Bytes, Plan)> = None;
-        for (n, nd) in self.nodes.iter().enumerate() {
-            if node.is_some_and(|name| name != nd.name) || !self.cpu_ok(n, demand.cpus) {
+        // One buffer for every node, and the last normalization reused: nodes are
+        // mostly of one model, and this loop runs over the whole fleet.
+        let mut fitting: Vec<(usize, PerDevice, Bytes, Option<u32>)> = Vec::new();
+        let mut last: Option<(Bytes, Option<PerDevice>)> = None;
+        for n in range {
+            let nd = &self.nodes[n];
+            if nd.devices.len() < count || !self.cpu_ok(n, demand.cpus) {
                 continue;
             }
-            let mut fitting: Vec<(usize, PerDevice, Bytes, Option<u32>)> = Vec::new();
+            fitting.clear();
             for (d, dev) in nd.devices.iter().enumerate() {
                 if !dev.schedulable()
                     || pins.is_some_and(|p| !p.contains(&dev.spec.index))
@@ -897,7 +910,16 @@ impl Fleet {
                 {
                     continue;
                 }
-                if let Ok(need) = form.per_device(dev.capacity())
+                let capacity = dev.capacity();
+                let need = match last {
+                    Some((m, need)) if m == capacity => need,
+                    _ => {
+                        let need = form.per_device(capacity).ok();
+                        last = Some((capacity, need));
+                        need
+                    }
+                };
+                if let Some(need) = need
                     && dev.fits(&need)
                 {
                     fitting.push((
@@ -912,34 +934,32 @@ impl Fleet {
                 continue;
             }
             match self.policy {
-                Policy::Binpack => fitting.sort_by_key(|f| (f.2, f.0)),
-                Policy::Spread => fitting.sort_by_key(|f| (std::cmp::Reverse(f.2), f.0)),
+                Policy::Binpack => fitting.sort_unstable_by_key(|f| (f.2, f.0)),
+                Policy::Spread => fitting.sort_unstable_by_key(|f| (std::cmp::Reverse(f.2), f.0)),
             }
             // Prefer devices that share a link: the first group with enough fitting devices.
-            let mut groups: BTreeMap<u32, usize> = BTreeMap::new();
-            for f in &fitting {
-                if let Some(g) = f.3 {
-                    *groups.entry(g).or_default() += 1;
-                }
-            }
-            let group = fitting
-                .iter()
-                .filter_map(|f| f.3)
-                .find(|g| count > 1 && groups.get(g).copied().unwrap_or(0) >= count);
-            let chosen: Vec<_> = fitting
-                .iter()
-                .filter(|f| group.is_none() || f.3 == group)
-                .take(count)
-                .collect();
-            let left = chosen.iter().fold(Bytes(0), |a, f| a + f.2);
-            let plan = (n, chosen.iter().map(|f| (f.0, f.1)).collect());
+            let group = if count > 1 {
+                fitting
+                    .iter()
+                    .filter_map(|f| f.3)
+                    .find(|&g| fitting.iter().filter(|f| f.3 == Some(g)).count() >= count)
+            } else {
+                None
+            };
+            let chosen = || {
+                fitting
+                    .iter()
+                    .filter(|f| group.is_none() || f.3 == group)
+                    .take(count)
+            };
+            let left = chosen().fold(Bytes(0), |a, f| a + f.2);
             let better = match (&best, self.policy) {
                 (None, _) => true,
                 (Some((b, _)), Policy::Binpack) => left < *b,
                 (Some((b, _)), Policy::Spread) => left > *b,
             };
             if better {
-                best = Some((left, plan));
+                best = Some((left, (n, chosen().map(|f| (f.0, f.1)).collect())));
             }
         }
         best.map(|(_, p)| p)
@@ -1002,7 +1022,7 @@ impl Fleet {
                     Some((Reason::NotPinned, None, None))
                 } else if demand.accelerator.as_deref().is_some_and(|a| a != dev.key) {
                     Some((Reason::WrongAccelerator, None, None))
-                } else if !dev.spec.memory.is_some_and(|m| m.0 > 0) {
+                } else if dev.spec.memory.is_none_or(|m| m.0 == 0) {
                     // Zero is as unschedulable as unknown (see `Device::schedulable`).
                     Some((Reason::UnknownMemory, None, None))
                 } else {
