@@ -353,7 +353,7 @@ impl NoFit {
             "does not fit now"
         };
         if self.nodes.is_empty() {
-            return format!("{lead}: no node matches");
+            return format!("{lead}: no node matches (none named so, or none with GPUs)");
         }
         format!("{lead}: {}", self.lines().join(" | "))
     }
@@ -680,6 +680,13 @@ impl Fleet {
             }
             parts.push((d, need));
         }
+        if !self.cpu_ok(n, alloc.cpus) {
+            return Err(FleetError::DoesNotFit {
+                id,
+                node: alloc.node.clone(),
+                detail: "not enough free CPU".to_string(),
+            });
+        }
         self.apply(id, &(n, parts), alloc.cpus, true);
         self.claims.insert(id, (Demand::of(req), alloc.clone()));
         Ok(())
@@ -985,6 +992,10 @@ impl Fleet {
         let mut feasible_somewhere = false;
         for (n, nd) in self.nodes.iter().enumerate() {
             if node.is_some_and(|name| name != nd.name) {
+                continue;
+            }
+            // A CPU-only node says nothing useful about a GPU request.
+            if demand.gpu.is_some() && nd.devices.is_empty() {
                 continue;
             }
             let mut counts: BTreeMap<Reason, ReasonCount> = BTreeMap::new();
