@@ -1,3 +1,5 @@
 //! gpuboard: GPU sharing by memory and fraction, fair share between projects, and an operator console.
 
+pub mod attribution;
+pub mod telemetry;
 pub mod units;
