@@ -47,7 +47,7 @@ pub enum CoordinationError {
     },
     /// Not enough free GPUs.
     #[error(
-        "Could not get enough GPU resources. Asked for {wanted}, found {free} free among visible GPUs {visible:?}; held by live processes: {held}"
+        "Could not get enough GPU resources. Asked for {wanted}, found {free} free among visible GPUs {visible:?}; held: {held}"
     )]
     NotEnough {
         /// Asked for.

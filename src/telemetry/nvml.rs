@@ -82,7 +82,15 @@ impl NvmlBackend {
 pub fn classify_init_error(error: NvmlError, library: Option<&OsStr>) -> Unavailable {
     let asked = library.map_or(DEFAULT_LIBRARY.into(), OsStr::to_string_lossy);
     match error {
-        NvmlError::LibloadingError(e) => Unavailable::LibraryMissing(format!("{asked}: {e}")),
+        NvmlError::LibloadingError(e) => {
+            let said = e.to_string();
+            // The loader's message usually names the file already.
+            Unavailable::LibraryMissing(if said.contains(asked.as_ref()) {
+                said
+            } else {
+                format!("{asked}: {said}")
+            })
+        }
         NvmlError::LibraryNotFound => Unavailable::LibraryMissing(asked.into_owned()),
         NvmlError::FailedToLoadSymbol(symbol) => Unavailable::IncompleteLibrary(symbol),
         NvmlError::DriverNotLoaded => Unavailable::DriverNotLoaded,
