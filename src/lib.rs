@@ -3,10 +3,14 @@
 //! The domain (`units`, `request`, `placement`, `scheduler`) is plain synchronous Rust
 //! with no I/O; the server, the CLI, the console and the simulator all call it.
 
+pub mod attribution;
 pub mod clock;
+pub mod discovery;
+pub mod doctor;
 pub mod inventory;
 pub mod placement;
 pub mod request;
 pub mod scheduler;
 pub mod snapshot;
+pub mod telemetry;
 pub mod units;
