@@ -15,17 +15,23 @@ pub const SLOTS_PER_DEVICE: u32 = 100;
 pub const MAX_BYTES: u64 = 1 << 60;
 
 /// An amount of memory in bytes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(transparent)]
 pub struct Bytes(pub u64);
 
 /// Compute in units of 1e-4 of a device (`UNITS_PER_DEVICE` is one whole GPU).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(transparent)]
 pub struct Units(pub u32);
 
 /// Sharing slots on a device (`SLOTS_PER_DEVICE` per device).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(transparent)]
 pub struct Slots(pub u32);
 
@@ -98,16 +104,22 @@ impl fmt::Display for Slots {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QuantityError {
     /// Nothing was given.
-    #[error("empty memory quantity: give a number of bytes or a quantity such as 512Mi, 20Gi, 40G or 20GiB")]
+    #[error(
+        "empty memory quantity: give a number of bytes or a quantity such as 512Mi, 20Gi, 40G or 20GiB"
+    )]
     Empty,
     /// A minus sign.
     #[error("memory quantity `{0}` is negative: memory must be a positive amount")]
     Negative(String),
     /// The number part is not a number.
-    #[error("memory quantity `{0}` is not a number followed by a unit; allowed units: Ki Mi Gi Ti Pi Ei (also KiB..EiB), k M G T P E (also KB..EB), or none for bytes")]
+    #[error(
+        "memory quantity `{0}` is not a number followed by a unit; allowed units: Ki Mi Gi Ti Pi Ei (also KiB..EiB), k M G T P E (also KB..EB), or none for bytes"
+    )]
     Malformed(String),
     /// The suffix is not a unit we know.
-    #[error("memory quantity `{input}` has unknown unit `{unit}`; allowed units: Ki Mi Gi Ti Pi Ei (also KiB..EiB), k M G T P E (also KB..EB), or none for bytes")]
+    #[error(
+        "memory quantity `{input}` has unknown unit `{unit}`; allowed units: Ki Mi Gi Ti Pi Ei (also KiB..EiB), k M G T P E (also KB..EB), or none for bytes"
+    )]
     UnknownUnit {
         /// The whole input.
         input: String,
@@ -194,7 +206,9 @@ impl Bytes {
             if total > u128::from(MAX_BYTES) {
                 return Err(QuantityError::TooLarge(s.to_string()));
             }
-            return Ok(Bytes(u64::try_from(total).map_err(|_| QuantityError::TooLarge(s.to_string()))?));
+            return Ok(Bytes(
+                u64::try_from(total).map_err(|_| QuantityError::TooLarge(s.to_string()))?,
+            ));
         }
         let value: f64 = number
             .parse()
@@ -305,11 +319,26 @@ mod tests {
         let err = Bytes::parse("1e30").unwrap_err();
         assert!(err.to_string().contains("absurd"), "{err}");
         assert_eq!(Bytes::parse(""), Err(QuantityError::Empty));
-        assert!(matches!(Bytes::parse("Gi"), Err(QuantityError::Malformed(_))));
-        assert!(matches!(Bytes::parse("1.5"), Err(QuantityError::FractionalBytes(_))));
-        assert!(matches!(Bytes::parse("2Ei"), Err(QuantityError::TooLarge(_))));
-        assert!(matches!(Bytes::from_number(f64::NAN), Err(QuantityError::TooLarge(_))));
-        assert!(matches!(Bytes::from_number(-3.0), Err(QuantityError::Negative(_))));
+        assert!(matches!(
+            Bytes::parse("Gi"),
+            Err(QuantityError::Malformed(_))
+        ));
+        assert!(matches!(
+            Bytes::parse("1.5"),
+            Err(QuantityError::FractionalBytes(_))
+        ));
+        assert!(matches!(
+            Bytes::parse("2Ei"),
+            Err(QuantityError::TooLarge(_))
+        ));
+        assert!(matches!(
+            Bytes::from_number(f64::NAN),
+            Err(QuantityError::TooLarge(_))
+        ));
+        assert!(matches!(
+            Bytes::from_number(-3.0),
+            Err(QuantityError::Negative(_))
+        ));
     }
 
     #[test]
