@@ -49,18 +49,37 @@ count = 200
 }
 
 fn within(got: f64, want: f64, points: f64, what: &str) {
-    assert!((got - want).abs() <= points / 100.0, "{what}: got {:.2} %, want {:.2} %", got * 100.0, want * 100.0);
+    assert!(
+        (got - want).abs() <= points / 100.0,
+        "{what}: got {:.2} %, want {:.2} %",
+        got * 100.0,
+        want * 100.0
+    );
 }
 
 #[test]
 fn the_sources_example_comes_out_75_25_and_cpu_to_b() {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/assets/scenarios/boinc-example.toml")).unwrap();
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/assets/scenarios/boinc-example.toml"
+    ))
+    .unwrap();
     let report = run_scenario(&scenario(&text)).unwrap();
     assert_eq!(report.duration_s, 86_400.0);
     let cpu_b = report.total("B", "cpu").unwrap();
     assert!(cpu_b >= 0.97, "CPU used by B {:.2} %", cpu_b * 100.0);
-    within(report.total("A", "gpu:Example GPU").unwrap(), 0.75, 3.0, "GPU A");
-    within(report.total("B", "gpu:Example GPU").unwrap(), 0.25, 3.0, "GPU B");
+    within(
+        report.total("A", "gpu:Example GPU").unwrap(),
+        0.75,
+        3.0,
+        "GPU A",
+    );
+    within(
+        report.total("B", "gpu:Example GPU").unwrap(),
+        0.25,
+        3.0,
+        "GPU B",
+    );
     assert_eq!(report.total("A", "cpu"), Some(0.0));
     // The windows add up to the whole run.
     assert_eq!(report.windows.len(), 24);
@@ -71,7 +90,12 @@ fn other_speeds_give_the_split_equal_processing_implies() {
     for s in [1.5, 3.0, 4.0, 8.0] {
         let report = example(s, 100, 100);
         let want = (1.0 + s) / (2.0 * s);
-        within(report.total("A", "gpu:G").unwrap(), want, 3.0, &format!("GPU A at s={s}"));
+        within(
+            report.total("A", "gpu:G").unwrap(),
+            want,
+            3.0,
+            &format!("GPU A at s={s}"),
+        );
         assert!(report.total("B", "cpu").unwrap() >= 0.97);
     }
 }
@@ -85,7 +109,10 @@ fn unequal_shares_divide_processing_in_their_ratio() {
         let want = f64::from(share_a) / f64::from(share_b);
         // With A 3x B, A can take at most the whole GPU (2 of processing vs B's 1 on the CPU).
         let want = want.min(s);
-        assert!((a / b - want).abs() <= 0.06 * want, "s={s} shares {share_a}:{share_b}: processing A {a:.3} B {b:.3}");
+        assert!(
+            (a / b - want).abs() <= 0.06 * want,
+            "s={s} shares {share_a}:{share_b}: processing A {a:.3} B {b:.3}"
+        );
     }
 }
 
@@ -144,16 +171,33 @@ cpus = 1
 name = "A"
 "#;
     let cases = [
-        ("[[claims]]\nproject = \"Z\"\non = [\"cpu\"]\nduration_s = 1\n", "not in [[projects]]"),
-        ("[[claims]]\nproject = \"A\"\non = [\"gpu\"]\nduration_s = 1\n", "no host has `gpu`"),
-        ("[[claims]]\nproject = \"A\"\non = [\"cpu\"]\namount = 1.5\nduration_s = 1\n", "amount 1.5"),
-        ("[[claims]]\nproject = \"A\"\non = [\"cpu\"]\nduration_s = 0\n", "duration_s must be positive"),
-        ("[[claims]]\nproject = \"A\"\non = [\"cpu\"]\namount = 4\nduration_s = 1\n", "could never run"),
+        (
+            "[[claims]]\nproject = \"Z\"\non = [\"cpu\"]\nduration_s = 1\n",
+            "not in [[projects]]",
+        ),
+        (
+            "[[claims]]\nproject = \"A\"\non = [\"gpu\"]\nduration_s = 1\n",
+            "no host has `gpu`",
+        ),
+        (
+            "[[claims]]\nproject = \"A\"\non = [\"cpu\"]\namount = 1.5\nduration_s = 1\n",
+            "amount 1.5",
+        ),
+        (
+            "[[claims]]\nproject = \"A\"\non = [\"cpu\"]\nduration_s = 0\n",
+            "duration_s must be positive",
+        ),
+        (
+            "[[claims]]\nproject = \"A\"\non = [\"cpu\"]\namount = 4\nduration_s = 1\n",
+            "could never run",
+        ),
         ("[speeds]\n\"gpu:X\" = 2.0\n", "which no host has"),
         ("[speeds]\ncpu = -1.0\n", "speed -1"),
     ];
     for (extra, want) in cases {
-        let err = run_scenario(&scenario(&format!("{base}{extra}"))).unwrap_err().to_string();
+        let err = run_scenario(&scenario(&format!("{base}{extra}")))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains(want), "{extra}: {err}");
     }
     assert!(toml::from_str::<Scenario>(&format!("{base}bogus = 1\n")).is_err());

@@ -689,7 +689,7 @@ impl FairShare {
             }
         }
         ledger.events.clear();
-        ledger.stale = true;
+        ledger.divide();
         Ok(ledger)
     }
 
