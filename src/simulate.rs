@@ -213,7 +213,7 @@ impl Hosts {
                         devices: vec![(d, units.0)],
                     });
                 }
-            } else if units.0 % UNITS_PER_DEVICE == 0 {
+            } else if units.0.is_multiple_of(UNITS_PER_DEVICE) {
                 let need = (units.0 / UNITS_PER_DEVICE) as usize;
                 let whole: Vec<(usize, u32)> = devices
                     .iter()

@@ -161,7 +161,7 @@ mod tests {
             .collect();
         let low = waits.iter().cloned().fold(f64::MAX, f64::min);
         let high = waits.iter().cloned().fold(0.0, f64::max);
-        assert!(low >= 300.0 && low < 330.0, "{low}");
+        assert!((300.0..330.0).contains(&low), "{low}");
         assert!(high <= 900.0 && high > 870.0, "{high}");
     }
 

@@ -92,9 +92,9 @@ pub fn targets(resources: &[Capacity], demands: &[Demand]) -> Vec<Vec<f64>> {
     };
     let feasible = |net: &mut Network, frozen: &[Option<f64>], level: f64| {
         let mut wanted = 0.0;
-        for i in 0..n {
+        for (i, &edge) in source_edge.iter().enumerate() {
             let d = demand_at(frozen, i, level);
-            net.set_capacity(source_edge[i], d);
+            net.set_capacity(edge, d);
             wanted += d;
         }
         net.reset();
