@@ -7,7 +7,7 @@ use std::time::Duration;
 use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
 use gpuboard::fairshare::{
     Capacity, ClaimId, Demand, FairShare, FairShareConfig, PendingClaim, Placed, ProjectName,
-    ResourceDemand, ResourceId, ResourceType, Share, Speed, Timestamp, targets,
+    ResourceDemand, ResourceId, ResourceType, Share, Speed, Timestamp, TimestampExt, targets,
 };
 use gpuboard::units::Units;
 use rand::SeedableRng;

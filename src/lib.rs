@@ -1,5 +1,14 @@
 //! gpuboard: GPU sharing by memory and fraction, fair share between projects, and an operator console.
+//!
+//! The domain (`units`, `request`, `placement`, `scheduler`) is plain synchronous Rust
+//! with no I/O; the server, the CLI, the console and the simulator all call it.
 
+pub mod clock;
 pub mod fairshare;
+pub mod inventory;
+pub mod placement;
+pub mod request;
+pub mod scheduler;
 pub mod simulate;
+pub mod snapshot;
 pub mod units;

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::fairshare::{
     ClaimId, EventKind, FairShare, FairShareConfig, FairShareError, FairShareEvent, PendingClaim,
     Placed, ProjectName, ResourceDemand, ResourceId, ResourceType, Share, Speed, Timestamp,
+    TimestampExt,
 };
 use crate::units::{UNITS_PER_DEVICE, Units};
 
@@ -526,8 +527,8 @@ pub fn run_with(
         now = next;
         if now == window_end {
             windows.push(Window {
-                start_s: window_start.as_secs_f64(),
-                end_s: now.as_secs_f64(),
+                start_s: window_start.secs(),
+                end_s: now.secs(),
                 usage: usage_rows(
                     &names,
                     &resources,
@@ -566,7 +567,7 @@ pub fn run_with(
         });
     }
     Ok(SimReport {
-        duration_s: end.as_secs_f64(),
+        duration_s: end.secs(),
         resources: resources
             .iter()
             .map(|r| ResourceSummary {
@@ -576,7 +577,7 @@ pub fn run_with(
             })
             .collect(),
         windows,
-        totals: usage_rows(&names, &resources, &in_total, end.as_secs_f64()),
+        totals: usage_rows(&names, &resources, &in_total, end.secs()),
         debts,
         projects,
         backoff_events: events,
@@ -865,7 +866,7 @@ pub fn render(report: &SimReport) -> String {
             } => {
                 format!(
                     "{project} backed off on {resource} until {} (interval {interval_s:.0} s)",
-                    clock(until.as_secs_f64())
+                    clock(until.secs())
                 )
             }
             EventKind::BackoffCleared {
@@ -877,7 +878,7 @@ pub fn render(report: &SimReport) -> String {
             }
             other => format!("{other:?}"),
         };
-        let _ = writeln!(out, "  {} {what}", clock(e.at.as_secs_f64()));
+        let _ = writeln!(out, "  {} {what}", clock(e.at.secs()));
     }
     if report.backoff_events.len() > SHOWN {
         let _ = writeln!(

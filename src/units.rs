@@ -253,7 +253,7 @@ impl Bytes {
             return format!("{} B", self.0);
         }
         let scale = 1u64 << (10 * unit);
-        if self.0 % scale == 0 {
+        if self.0.is_multiple_of(scale) {
             return format!("{} {}", self.0 / scale, NAMES[unit]);
         }
         let value = self.0 as f64 / scale as f64;

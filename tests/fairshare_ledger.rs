@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use gpuboard::fairshare::{
     ClaimId, ClearCause, EventKind, FairShare, FairShareConfig, FairShareError, PendingClaim,
-    Placed, ProjectName, ResourceDemand, ResourceId, ResourceType, Share, Timestamp, WaitReason,
+    Placed, ProjectName, ResourceDemand, ResourceId, ResourceType, Share, Timestamp, TimestampExt,
+    WaitReason,
 };
 use gpuboard::units::Units;
 use rand::SeedableRng;

@@ -8,7 +8,7 @@ use rand::{Rng, RngExt};
 use serde::{Deserialize, Serialize};
 
 use super::FairShareError;
-use super::time::{Timestamp, opt_secs, secs};
+use super::time::{Timestamp, TimestampExt, opt_secs, secs};
 
 /// How backoffs grow. Defaults: 600 s first, doubling, capped at 86 400 s, jitter in [0.5, 1.5].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -26,7 +26,7 @@ pub use resource::{
 pub use rr::{RrOutcome, RunningUse, simulate as rr_simulate};
 pub use scheduler::{FairShare, FairShareConfig, Fetch, Fit, Placed, Trigger};
 pub use targets::{Capacity, Demand, targets};
-pub use time::{Timestamp, opt_secs, secs};
+pub use time::{Timestamp, TimestampExt, opt_secs, secs};
 pub use view::{
     AccountView, ClearCause, EventKind, FairShareEvent, FairShareState, FairShareView,
     ProjectState, ProjectView, ResourceView, WaitReason,

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::time::Timestamp;
+use super::time::{Timestamp, TimestampExt};
 use crate::units::Units;
 
 /// One running claim, as the simulation sees it.

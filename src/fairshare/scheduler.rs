@@ -15,7 +15,7 @@ use super::project::{Account, Gflop, InstanceSecs, ProjectName, Share};
 use super::resource::{ResourceId, ResourceType, instances_of};
 use super::rr::{RrOutcome, RunningUse, simulate};
 use super::targets::{Capacity, Demand, targets};
-use super::time::{Timestamp, secs};
+use super::time::{Timestamp, TimestampExt, secs};
 use super::view::{
     AccountView, ClearCause, EventKind, FairShareEvent, FairShareState, FairShareView,
     ProjectState, ProjectView, ResourceView, WaitReason,

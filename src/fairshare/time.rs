@@ -1,45 +1,37 @@
 //! Time as the scheduler sees it: plain values handed in by the caller, so a simulation
 //! can run a day of scheduling in milliseconds and tests never read a real clock.
 
-use std::fmt;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+pub use crate::clock::Timestamp;
 
-/// An absolute point in time in milliseconds: since the Unix epoch for a live endpoint,
-/// since the start of the run for a simulation.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
-#[serde(transparent)]
-pub struct Timestamp(pub u64);
-
-impl Timestamp {
+/// What the ledger needs of a [`Timestamp`] beyond the clock's own methods.
+pub trait TimestampExt {
     /// The time `secs` seconds after the origin.
-    pub const fn from_secs(secs: u64) -> Timestamp {
-        Timestamp(secs.saturating_mul(1000))
-    }
-
+    fn from_secs(secs: u64) -> Timestamp;
     /// This time plus a span (saturating).
-    pub fn after(self, span: Duration) -> Timestamp {
-        let ms = u64::try_from(span.as_millis()).unwrap_or(u64::MAX);
-        Timestamp(self.0.saturating_add(ms))
-    }
-
-    /// The span from `earlier` to `self`, zero if `earlier` is later.
-    pub fn since(self, earlier: Timestamp) -> Duration {
-        Duration::from_millis(self.0.saturating_sub(earlier.0))
-    }
-
-    /// Seconds since the origin, for display and reports.
-    pub fn as_secs_f64(self) -> f64 {
-        self.0 as f64 / 1000.0
-    }
+    fn after(self, span: Duration) -> Timestamp;
+    /// The span from `earlier` to this time, zero if `earlier` is later.
+    fn since(self, earlier: Timestamp) -> Duration;
+    /// Seconds since the origin, for reports.
+    fn secs(self) -> f64;
 }
 
-impl fmt::Display for Timestamp {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:.3}s", self.as_secs_f64())
+impl TimestampExt for Timestamp {
+    fn from_secs(secs: u64) -> Timestamp {
+        Timestamp(0).plus_secs(secs)
+    }
+
+    fn after(self, span: Duration) -> Timestamp {
+        self.plus_millis(u64::try_from(span.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    fn since(self, earlier: Timestamp) -> Duration {
+        Duration::from_millis(self.millis_since(earlier))
+    }
+
+    fn secs(self) -> f64 {
+        self.secs_since(Timestamp(0))
     }
 }
 

@@ -138,8 +138,10 @@ impl fmt::Display for WaitReason {
         match self {
             WaitReason::ShareZero => f.write_str("share is 0"),
             WaitReason::NoPendingWork => f.write_str("no pending work for this resource"),
-            WaitReason::BackedOff { until } => write!(f, "backed off until {until}"),
-            WaitReason::NothingFits { since } => write!(f, "no pending claim fits (since {since})"),
+            WaitReason::BackedOff { until } => write!(f, "backed off until {} ms", until.0),
+            WaitReason::NothingFits { since } => {
+                write!(f, "no pending claim fits (since {} ms)", since.0)
+            }
             WaitReason::NoCapacity => f.write_str("no idle capacity now or within the horizon"),
             WaitReason::Queued => f.write_str("waiting for its turn (others are owed more)"),
         }

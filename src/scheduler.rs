@@ -1,0 +1,808 @@
+//! The scheduler: claims with their owners, leases and queue over a placement `Fleet`,
+//! projects, audit events and a revision. Plain synchronous Rust with time passed in:
+//! `gpuboard serve` wraps it with SQLite and HTTP, the console embeds it in-process,
+//! and the simulator drives it on a simulated clock.
+//!
+//! Every mutation appends `Change`s to a journal that the owner drains with
+//! `take_changes` and persists before acknowledging anything.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Timestamp;
+use crate::placement::{
+    Allocation, ClaimId, Fleet, FleetError, MoveError, MoveTarget, NoFit, NodeSpec, Policy,
+};
+use crate::request::{ClaimRequest, accelerator_key};
+use crate::snapshot::{
+    self, AuditEvent, ClaimState, ClaimView, DeviceView, EndpointInfo, NodeView, ProjectView,
+    ResourceView, Snapshot,
+};
+
+/// A project's share when none was set.
+pub const DEFAULT_SHARE: u32 = 100;
+/// Audit events kept in memory for snapshots (all are persisted).
+const EVENTS_KEPT: usize = 500;
+
+/// How the scheduler behaves.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SchedulerConfig {
+    /// Endpoint name shown to operators.
+    pub name: String,
+    /// What kind of endpoint (`gpuboard`, `embedded`, `demo`).
+    pub kind: String,
+    /// Placement policy.
+    pub policy: Policy,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            name: "local".to_string(),
+            kind: "gpuboard".to_string(),
+            policy: Policy::Binpack,
+        }
+    }
+}
+
+/// A claim: its request, where it is (or why it waits), and its lease.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claim {
+    /// Id, stable across moves and restarts.
+    pub id: ClaimId,
+    /// The validated request, with its original form.
+    pub request: ClaimRequest,
+    /// Where it is, when placed.
+    pub allocation: Option<Allocation>,
+    /// When it was created.
+    pub created_at: Timestamp,
+    /// When its lease runs out, if it has a `ttl`.
+    pub lease_expires_at: Option<Timestamp>,
+    /// Why it waits (latest reasons), when pending.
+    #[serde(default)]
+    pub pending: Option<NoFit>,
+}
+
+impl Claim {
+    /// Placed or pending.
+    pub fn state(&self) -> ClaimState {
+        if self.allocation.is_some() {
+            ClaimState::Placed
+        } else {
+            ClaimState::Pending
+        }
+    }
+}
+
+/// One durable change, in the order it happened.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Change {
+    /// A claim was created or changed: store it whole.
+    Claim(Box<Claim>),
+    /// A claim is gone.
+    ClaimRemoved(ClaimId),
+    /// A device was cordoned or uncordoned.
+    Cordon {
+        /// Node.
+        node: String,
+        /// Device index.
+        index: u32,
+        /// New state.
+        cordoned: bool,
+    },
+    /// A project's share was set.
+    Share {
+        /// Project.
+        project: String,
+        /// Share.
+        share: u32,
+    },
+    /// An audit line.
+    Audit(AuditEvent),
+    /// The revision and the next claim id after this batch.
+    Counters {
+        /// Revision.
+        revision: u64,
+        /// Next claim id.
+        next_id: ClaimId,
+    },
+}
+
+/// Everything needed to resume after a restart.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Persisted {
+    /// Claims, placed and pending.
+    pub claims: Vec<Claim>,
+    /// Cordoned devices.
+    pub cordoned: Vec<(String, u32)>,
+    /// Project shares that were set.
+    pub shares: Vec<(String, u32)>,
+    /// Recent audit events, oldest first.
+    pub events: Vec<AuditEvent>,
+    /// Revision.
+    pub revision: u64,
+    /// Next claim id.
+    pub next_id: ClaimId,
+}
+
+/// What happened to a submitted claim.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Submitted {
+    /// Placed now.
+    Placed(Claim),
+    /// Queued: it asked to wait and does not fit now.
+    Pending(Claim),
+    /// Refused: it does not fit now (and did not ask to wait) or can never fit.
+    Refused(NoFit),
+}
+
+/// Why a renewal was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RenewError {
+    /// No such claim.
+    #[error("no claim {0}")]
+    UnknownClaim(ClaimId),
+    /// The claim has no lease and no ttl was given.
+    #[error("claim {0} has no lease to renew; give a ttl to start one")]
+    NoLease(ClaimId),
+}
+
+/// The scheduler's state.
+#[derive(Debug)]
+pub struct Scheduler {
+    config: SchedulerConfig,
+    fleet: Fleet,
+    claims: BTreeMap<ClaimId, Claim>,
+    shares: BTreeMap<String, u32>,
+    events: VecDeque<AuditEvent>,
+    revision: u64,
+    next_id: ClaimId,
+    journal: Vec<Change>,
+}
+
+impl Scheduler {
+    /// A scheduler over these nodes, with nothing claimed.
+    pub fn new(config: SchedulerConfig, nodes: Vec<NodeSpec>) -> Result<Scheduler, FleetError> {
+        let mut fleet = Fleet::new(config.policy);
+        for n in nodes {
+            fleet.add_node(n)?;
+        }
+        Ok(Scheduler {
+            config,
+            fleet,
+            claims: BTreeMap::new(),
+            shares: BTreeMap::new(),
+            events: VecDeque::new(),
+            revision: 0,
+            next_id: 1,
+            journal: Vec::new(),
+        })
+    }
+
+    /// Resumes from persisted state. A stored claim that no longer fits the inventory
+    /// (a GPU went away) is kept as pending, not dropped; each such case is returned as a warning.
+    pub fn restore(
+        config: SchedulerConfig,
+        nodes: Vec<NodeSpec>,
+        persisted: Persisted,
+    ) -> Result<(Scheduler, Vec<String>), FleetError> {
+        let mut s = Scheduler::new(config, nodes)?;
+        let mut warnings = Vec::new();
+        for (node, index) in &persisted.cordoned {
+            if let Err(e) = s.fleet.set_cordon(node, *index, true) {
+                warnings.push(format!("stored cordon of {node}:{index} ignored: {e}"));
+            }
+        }
+        s.shares = persisted.shares.into_iter().collect();
+        s.events = persisted.events.into_iter().collect();
+        s.revision = persisted.revision;
+        s.next_id = persisted.next_id.max(1);
+        for mut claim in persisted.claims {
+            s.next_id = s.next_id.max(claim.id + 1);
+            if let Some(alloc) = &claim.allocation
+                && let Err(e) = s.fleet.restore(claim.id, &claim.request, alloc)
+            {
+                warnings.push(format!(
+                    "claim {} was at {alloc} but {e}; it is pending again",
+                    claim.id
+                ));
+                claim.allocation = None;
+            }
+            s.claims.insert(claim.id, claim);
+        }
+        Ok((s, warnings))
+    }
+
+    /// The placement fleet, read-only.
+    pub fn fleet(&self) -> &Fleet {
+        &self.fleet
+    }
+
+    /// The current revision.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// A claim by id.
+    pub fn claim(&self, id: ClaimId) -> Option<&Claim> {
+        self.claims.get(&id)
+    }
+
+    /// All claims, by id.
+    pub fn claims(&self) -> impl Iterator<Item = &Claim> {
+        self.claims.values()
+    }
+
+    /// The changes since the last call, to persist before acknowledging.
+    pub fn take_changes(&mut self) -> Vec<Change> {
+        if self.journal.is_empty() {
+            return Vec::new();
+        }
+        self.journal.push(Change::Counters {
+            revision: self.revision,
+            next_id: self.next_id,
+        });
+        std::mem::take(&mut self.journal)
+    }
+
+    fn audit(&mut self, now: Timestamp, actor: &str, action: &str, target: String, detail: String) {
+        self.revision += 1;
+        let event = AuditEvent {
+            revision: self.revision,
+            at: now,
+            actor: actor.to_string(),
+            action: action.to_string(),
+            target,
+            detail,
+        };
+        if self.events.len() == EVENTS_KEPT {
+            self.events.pop_front();
+        }
+        self.events.push_back(event.clone());
+        self.journal.push(Change::Audit(event));
+    }
+
+    /// Where a request would go now, without placing it (the console's preview).
+    pub fn plan(&self, req: &ClaimRequest) -> Result<Allocation, NoFit> {
+        self.fleet.plan(req)
+    }
+
+    /// Places a claim, queues it (if it asked to wait), or refuses it with reasons.
+    pub fn submit(&mut self, req: ClaimRequest, actor: &str, now: Timestamp) -> Submitted {
+        let id = self.next_id;
+        let placed = self.fleet.claim(id, &req);
+        let (allocation, pending) = match placed {
+            Ok(a) => (Some(a), None),
+            Err(no) if req.wait && !no.infeasible => (None, Some(no)),
+            Err(no) => return Submitted::Refused(no),
+        };
+        self.next_id += 1;
+        let claim = Claim {
+            id,
+            lease_expires_at: req.ttl.map(|t| now.plus_secs(t)),
+            request: req,
+            allocation,
+            created_at: now,
+            pending,
+        };
+        let detail = match &claim.allocation {
+            Some(a) => format!("{} placed at {a}", claim.request.describe()),
+            None => format!("{} pending", claim.request.describe()),
+        };
+        self.claims.insert(id, claim.clone());
+        self.journal.push(Change::Claim(Box::new(claim.clone())));
+        self.audit(now, actor, "claim", format!("claim {id}"), detail);
+        if claim.allocation.is_some() {
+            Submitted::Placed(claim)
+        } else {
+            Submitted::Pending(claim)
+        }
+    }
+
+    /// Releases a claim, placed or pending. Idempotent: an unknown id returns `None`.
+    pub fn release(&mut self, id: ClaimId, actor: &str, now: Timestamp) -> Option<Claim> {
+        self.remove(id, actor, "release", "released", now)
+    }
+
+    fn remove(
+        &mut self,
+        id: ClaimId,
+        actor: &str,
+        action: &str,
+        why: &str,
+        now: Timestamp,
+    ) -> Option<Claim> {
+        let claim = self.claims.remove(&id)?;
+        self.fleet.release(id);
+        self.journal.push(Change::ClaimRemoved(id));
+        let place = claim
+            .allocation
+            .as_ref()
+            .map_or("pending".to_string(), ToString::to_string);
+        self.audit(
+            now,
+            actor,
+            action,
+            format!("claim {id}"),
+            format!("{why} ({place})"),
+        );
+        Some(claim)
+    }
+
+    /// Moves a placed claim atomically; it keeps its id. On failure nothing changes.
+    pub fn move_claim(
+        &mut self,
+        id: ClaimId,
+        target: &MoveTarget,
+        actor: &str,
+        now: Timestamp,
+    ) -> Result<Claim, MoveError> {
+        let Some(claim) = self.claims.get(&id) else {
+            return Err(MoveError::UnknownClaim(id));
+        };
+        if claim.allocation.is_none() {
+            return Err(MoveError::NothingToMove(id));
+        }
+        let old = claim.allocation.clone();
+        let new = self.fleet.move_claim(id, target)?;
+        let Some(claim) = self.claims.get_mut(&id) else {
+            return Err(MoveError::UnknownClaim(id));
+        };
+        claim.allocation = Some(new.clone());
+        let claim = claim.clone();
+        self.journal.push(Change::Claim(Box::new(claim.clone())));
+        let from = old.map_or_else(String::new, |a| a.to_string());
+        self.audit(
+            now,
+            actor,
+            "move",
+            format!("claim {id}"),
+            format!("moved from {from} to {new}"),
+        );
+        Ok(claim)
+    }
+
+    /// Extends a lease by `ttl` seconds from now (or by the claim's own ttl).
+    pub fn renew(
+        &mut self,
+        id: ClaimId,
+        ttl: Option<u64>,
+        actor: &str,
+        now: Timestamp,
+    ) -> Result<Claim, RenewError> {
+        let claim = self
+            .claims
+            .get_mut(&id)
+            .ok_or(RenewError::UnknownClaim(id))?;
+        let ttl = ttl.or(claim.request.ttl).ok_or(RenewError::NoLease(id))?;
+        claim.request.ttl = Some(ttl);
+        claim.lease_expires_at = Some(now.plus_secs(ttl));
+        let claim = claim.clone();
+        self.journal.push(Change::Claim(Box::new(claim.clone())));
+        self.audit(
+            now,
+            actor,
+            "renew",
+            format!("claim {id}"),
+            format!("lease extended by {ttl} s"),
+        );
+        Ok(claim)
+    }
+
+    /// Stops or resumes new claims on a device.
+    pub fn set_cordon(
+        &mut self,
+        node: &str,
+        index: u32,
+        cordoned: bool,
+        actor: &str,
+        now: Timestamp,
+    ) -> Result<(), FleetError> {
+        self.fleet.set_cordon(node, index, cordoned)?;
+        self.journal.push(Change::Cordon {
+            node: node.to_string(),
+            index,
+            cordoned,
+        });
+        let action = if cordoned { "cordon" } else { "uncordon" };
+        self.audit(
+            now,
+            actor,
+            action,
+            format!("{node}:{index}"),
+            format!("{action}ed"),
+        );
+        Ok(())
+    }
+
+    /// Sets a project's resource share.
+    pub fn set_share(&mut self, project: &str, share: u32, actor: &str, now: Timestamp) {
+        self.shares.insert(project.to_string(), share);
+        self.journal.push(Change::Share {
+            project: project.to_string(),
+            share,
+        });
+        self.audit(
+            now,
+            actor,
+            "share",
+            format!("project {project}"),
+            format!("share set to {share}"),
+        );
+    }
+
+    /// A project's share.
+    pub fn share(&self, project: &str) -> u32 {
+        self.shares.get(project).copied().unwrap_or(DEFAULT_SHARE)
+    }
+
+    /// Time passes: leases expire, claims of dead local owners are released, and
+    /// pending claims are placed where they now fit.
+    pub fn tick(&mut self, now: Timestamp, owner_alive: &dyn Fn(u32) -> bool) {
+        let expired: Vec<ClaimId> = self
+            .claims
+            .values()
+            .filter(|c| c.lease_expires_at.is_some_and(|t| t <= now))
+            .map(|c| c.id)
+            .collect();
+        for id in expired {
+            self.remove(id, "lease", "expire", "lease expired, released", now);
+        }
+        let orphaned: Vec<ClaimId> = self
+            .claims
+            .values()
+            .filter(|c| c.request.pid.is_some_and(|p| !owner_alive(p)))
+            .map(|c| c.id)
+            .collect();
+        for id in orphaned {
+            self.remove(
+                id,
+                "owner-check",
+                "owner-gone",
+                "owning process is gone, released",
+                now,
+            );
+        }
+        self.place_pending(now);
+    }
+
+    /// Oldest first; a claim that does not fit is skipped, so it never blocks smaller ones behind it.
+    fn place_pending(&mut self, now: Timestamp) {
+        let waiting: Vec<ClaimId> = self
+            .claims
+            .values()
+            .filter(|c| c.allocation.is_none())
+            .map(|c| c.id)
+            .collect();
+        for id in waiting {
+            let Some(claim) = self.claims.get(&id) else {
+                continue;
+            };
+            match self.fleet.claim(id, &claim.request) {
+                Ok(alloc) => {
+                    let Some(claim) = self.claims.get_mut(&id) else {
+                        continue;
+                    };
+                    claim.allocation = Some(alloc.clone());
+                    claim.pending = None;
+                    let claim = claim.clone();
+                    self.journal.push(Change::Claim(Box::new(claim)));
+                    self.audit(
+                        now,
+                        "scheduler",
+                        "place",
+                        format!("claim {id}"),
+                        format!("pending claim placed at {alloc}"),
+                    );
+                }
+                Err(no) => {
+                    if let Some(claim) = self.claims.get_mut(&id) {
+                        claim.pending = Some(no);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The state as a snapshot (without telemetry: the owner adds what it samples).
+    pub fn snapshot(&self, now: Timestamp) -> Snapshot {
+        let nodes = self
+            .fleet
+            .nodes()
+            .iter()
+            .map(|n| NodeView {
+                name: n.name.clone(),
+                cpus_milli: n.cpus.map(|c| c.0),
+                cpus_allocated_milli: n.cpus_allocated.0,
+                devices: n
+                    .devices
+                    .iter()
+                    .map(|d| DeviceView {
+                        index: d.spec.index,
+                        model: d.spec.model.clone(),
+                        uuid: d.spec.uuid.clone(),
+                        memory_capacity: d.spec.memory,
+                        memory_allocated: d.memory_allocated,
+                        memory_free: d.memory_free(),
+                        compute_allocated: d.compute_allocated,
+                        compute_free: d.compute_free(),
+                        slots_allocated: d.slots_allocated,
+                        slots_free: d.slots_free(),
+                        cordoned: d.cordoned,
+                        health: d.health.clone(),
+                        holders: d.holders.clone(),
+                        telemetry: None,
+                        unclaimed_memory: None,
+                    })
+                    .collect(),
+            })
+            .collect();
+        let claims = self.claims.values().map(claim_view).collect();
+        let mut projects: BTreeMap<String, ProjectView> = self
+            .shares
+            .iter()
+            .map(|(name, share)| {
+                (
+                    name.clone(),
+                    ProjectView {
+                        name: name.clone(),
+                        share: *share,
+                        ..ProjectView::default()
+                    },
+                )
+            })
+            .collect();
+        for c in self.claims.values() {
+            let p = projects
+                .entry(c.request.project.clone())
+                .or_insert_with(|| ProjectView {
+                    name: c.request.project.clone(),
+                    share: DEFAULT_SHARE,
+                    ..ProjectView::default()
+                });
+            match c.state() {
+                ClaimState::Placed => p.running += 1,
+                ClaimState::Pending => p.pending += 1,
+            }
+        }
+        Snapshot {
+            schema: snapshot::SCHEMA_VERSION,
+            endpoint: EndpointInfo {
+                name: self.config.name.clone(),
+                version: env!("CARGO_PKG_VERSION").to_string(),
+                kind: self.config.kind.clone(),
+                policy: match self.config.policy {
+                    Policy::Binpack => "binpack".to_string(),
+                    Policy::Spread => "spread".to_string(),
+                },
+                actions: true,
+                telemetry_note: None,
+            },
+            revision: self.revision,
+            taken_at: now,
+            nodes,
+            claims,
+            projects: projects.into_values().collect(),
+            resources: self.resources(),
+            coordination: Vec::new(),
+            host: None,
+            events: self.events.iter().cloned().collect(),
+        }
+    }
+
+    /// Resource types: one per GPU model, with instances and idle (wholly unallocated) devices.
+    fn resources(&self) -> Vec<ResourceView> {
+        let mut by_model: BTreeMap<String, ResourceView> = BTreeMap::new();
+        for d in self.fleet.nodes().iter().flat_map(|n| n.devices.iter()) {
+            let r = by_model
+                .entry(accelerator_key(&d.spec.model))
+                .or_insert_with(|| ResourceView {
+                    name: accelerator_key(&d.spec.model),
+                    speed: 1.0,
+                    ..ResourceView::default()
+                });
+            r.instances += 1.0;
+            if d.holders.is_empty() && d.schedulable() {
+                r.idle += 1.0;
+            }
+        }
+        by_model.into_values().collect()
+    }
+}
+
+/// A claim as the snapshot shows it.
+pub fn claim_view(c: &Claim) -> ClaimView {
+    let alloc = c.allocation.as_ref();
+    ClaimView {
+        id: c.id,
+        state: c.state(),
+        project: c.request.project.clone(),
+        holder: c.request.holder.clone(),
+        form: c.request.describe(),
+        request: c.request.clone(),
+        node: alloc.map(|a| a.node.clone()),
+        shares: alloc.map(|a| a.shares.clone()).unwrap_or_default(),
+        memory_reserved: alloc.map(Allocation::memory).unwrap_or_default(),
+        compute_reserved: alloc.map(Allocation::compute).unwrap_or_default(),
+        memory_used: None,
+        over_limit: false,
+        idle: false,
+        created_at: c.created_at,
+        lease_expires_at: c.lease_expires_at,
+        pending_reasons: c.pending.as_ref().map(NoFit::lines).unwrap_or_default(),
+        infeasible: c.pending.as_ref().is_some_and(|p| p.infeasible),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::placement::DeviceSpec;
+    use crate::units::Bytes;
+    use serde_json::json;
+
+    fn sched() -> Scheduler {
+        let node = NodeSpec {
+            name: "a".into(),
+            devices: (0..2)
+                .map(|i| DeviceSpec {
+                    index: i,
+                    model: "NVIDIA A100-SXM4-40GB".into(),
+                    uuid: None,
+                    memory: Some(Bytes::gib(40)),
+                    link_group: None,
+                })
+                .collect(),
+            cpus: None,
+        };
+        Scheduler::new(SchedulerConfig::default(), vec![node]).unwrap()
+    }
+
+    fn req(v: serde_json::Value) -> ClaimRequest {
+        ClaimRequest::from_json(&v).unwrap()
+    }
+
+    const T0: Timestamp = Timestamp(1_000_000);
+
+    #[test]
+    fn place_pend_refuse() {
+        let mut s = sched();
+        assert!(matches!(
+            s.submit(req(json!({"nvidia.com/gpu": 2})), "op", T0),
+            Submitted::Placed(_)
+        ));
+        assert!(matches!(
+            s.submit(req(json!({"num_gpus": 0.5})), "op", T0),
+            Submitted::Refused(_)
+        ));
+        let Submitted::Pending(p) = s.submit(req(json!({"num_gpus": 0.5, "wait": true})), "op", T0)
+        else {
+            panic!("expected pending")
+        };
+        assert_eq!(p.pending.as_ref().map(NoFit::lines).unwrap().len(), 1);
+        assert!(
+            matches!(s.submit(req(json!({"nvidia.com/gpu": 3, "wait": true})), "op", T0), Submitted::Refused(n) if n.infeasible)
+        );
+        s.release(1, "op", T0).unwrap();
+        s.tick(T0, &|_| true);
+        assert!(
+            s.claim(p.id).unwrap().allocation.is_some(),
+            "pending claim placed once capacity freed"
+        );
+        assert!(s.release(1, "op", T0).is_none(), "release is idempotent");
+    }
+
+    #[test]
+    fn leases_and_owners() {
+        let mut s = sched();
+        s.submit(req(json!({"num_gpus": 0.5, "ttl": 60})), "op", T0);
+        s.submit(req(json!({"num_gpus": 0.5, "pid": 4242})), "op", T0);
+        s.tick(T0.plus_secs(30), &|_| true);
+        s.renew(1, None, "op", T0.plus_secs(30)).unwrap();
+        s.tick(T0.plus_secs(80), &|_| true);
+        assert!(s.claim(1).is_some(), "renewed lease still valid");
+        s.tick(T0.plus_secs(91), &|pid| pid != 4242);
+        assert!(s.claim(1).is_none(), "expired");
+        assert!(s.claim(2).is_none(), "owner gone");
+        let actions: Vec<_> = s
+            .snapshot(T0)
+            .events
+            .iter()
+            .map(|e| e.action.clone())
+            .collect();
+        assert!(
+            actions.contains(&"expire".to_string()) && actions.contains(&"owner-gone".to_string()),
+            "{actions:?}"
+        );
+        assert_eq!(
+            s.fleet().node("a").unwrap().devices[0].memory_allocated,
+            Bytes(0)
+        );
+        assert_eq!(
+            s.renew(9, Some(5), "op", T0),
+            Err(RenewError::UnknownClaim(9))
+        );
+    }
+
+    #[test]
+    fn journal_round_trips_through_persisted_state() {
+        let mut s = sched();
+        s.submit(
+            req(json!({"gpu_memory": "10Gi", "project": "vision"})),
+            "op",
+            T0,
+        );
+        s.submit(req(json!({"nvidia.com/gpu": 2, "wait": true})), "op", T0);
+        s.set_cordon("a", 1, true, "op", T0).unwrap();
+        s.set_share("vision", 300, "op", T0);
+        let changes = s.take_changes();
+        assert!(matches!(
+            changes.last(),
+            Some(Change::Counters {
+                revision: 4,
+                next_id: 3
+            })
+        ));
+        assert!(s.take_changes().is_empty());
+        // Apply the journal the way a store would.
+        let mut p = Persisted::default();
+        for c in changes {
+            match c {
+                Change::Claim(c) => {
+                    p.claims.retain(|x| x.id != c.id);
+                    p.claims.push(*c);
+                }
+                Change::ClaimRemoved(id) => p.claims.retain(|x| x.id != id),
+                Change::Cordon {
+                    node,
+                    index,
+                    cordoned: true,
+                } => p.cordoned.push((node, index)),
+                Change::Cordon { .. } => {}
+                Change::Share { project, share } => p.shares.push((project, share)),
+                Change::Audit(e) => p.events.push(e),
+                Change::Counters { revision, next_id } => {
+                    p.revision = revision;
+                    p.next_id = next_id;
+                }
+            }
+        }
+        let node = NodeSpec {
+            name: "a".into(),
+            devices: s.fleet().nodes()[0]
+                .devices
+                .iter()
+                .map(|d| d.spec.clone())
+                .collect(),
+            cpus: None,
+        };
+        let (r, warnings) = Scheduler::restore(SchedulerConfig::default(), vec![node], p).unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let (a, b) = (s.snapshot(T0), r.snapshot(T0));
+        assert_eq!(a.claims, b.claims);
+        assert_eq!(a.nodes, b.nodes);
+        assert_eq!(a.revision, b.revision);
+        assert_eq!(r.share("vision"), 300);
+    }
+
+    #[test]
+    fn moves_keep_the_id_and_are_audited() {
+        let mut s = sched();
+        s.submit(req(json!({"num_gpus": 0.5, "devices": [0]})), "op", T0);
+        let c = s
+            .move_claim(
+                1,
+                &MoveTarget {
+                    node: None,
+                    devices: Some(vec![1]),
+                },
+                "op",
+                T0,
+            )
+            .unwrap();
+        assert_eq!(c.allocation.unwrap().shares[0].device, 1);
+        let last = s.snapshot(T0).events.last().cloned().unwrap();
+        assert_eq!(last.detail, "moved from a:0 to a:1");
+    }
+}
