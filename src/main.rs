@@ -4,10 +4,10 @@ use clap::{Parser, Subcommand};
 
 /// Share GPUs by memory and fraction, keep fair-share accounts, and operate it all from a terminal.
 #[derive(Parser, Debug)]
-#[command(name = "gpuboard", version)]
+#[command(name = "gpuboard", version, about)]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -16,13 +16,17 @@ enum Command {
     Discover(gpuboard::discovery::command::DiscoverArgs),
     /// Explain what GPUs this machine has and why none is seen.
     Doctor(gpuboard::doctor::DoctorArgs),
+    /// Run the fair-share scheduler on a simulated clock over a scenario file.
+    Simulate(gpuboard::simulate::SimulateArgs),
 }
 
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Discover(args) => gpuboard::discovery::command::run(args),
-        Command::Doctor(args) => gpuboard::doctor::run(args),
+        Some(Command::Discover(args)) => gpuboard::discovery::command::run(args),
+        Some(Command::Doctor(args)) => gpuboard::doctor::run(args),
+        Some(Command::Simulate(args)) => gpuboard::simulate::run(args),
+        None => Ok(0),
     };
     match result {
         Ok(code) => std::process::exit(code),
