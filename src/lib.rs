@@ -9,4 +9,5 @@ pub mod placement;
 pub mod request;
 pub mod scheduler;
 pub mod snapshot;
+pub mod sources;
 pub mod units;
