@@ -135,7 +135,7 @@ impl PrometheusSource {
     pub async fn fetch(&self) -> Result<Snapshot, SourceError> {
         let info_url = self.client.url("api/v1/status/buildinfo", &[])?;
         let info = self.client.get_json(&info_url).await?;
-        let version = check_envelope(&info, &info_url.to_string(), |data| {
+        let version = check_envelope(&info, info_url.as_str(), |data| {
             data.opt_field("version", |v| v.str())
         })?
         .flatten();
@@ -144,7 +144,7 @@ impl PrometheusSource {
         let answer = self.client.get_json(&query_url).await?;
         let url = query_url.to_string();
         let labels = NodeLabels::new(self.config.node_label.as_deref());
-        let samples = check_envelope(&answer, &url, |data| parse_result(data))?;
+        let samples = check_envelope(&answer, &url, parse_result)?;
         let samples = samples.ok_or_else(|| SourceError::Decode {
             url: url.clone(),
             what: "`data`: expected the query result, found nothing".to_string(),
@@ -257,7 +257,7 @@ impl Series {
 /// values and dcgm's blanks mean "no data".
 pub fn sample_value(text: &str) -> Option<f64> {
     let v: f64 = text.trim().parse().ok()?;
-    (v.is_finite() && v >= 0.0 && v < DCGM_BLANK_MIN).then_some(v)
+    (0.0..DCGM_BLANK_MIN).contains(&v).then_some(v)
 }
 
 fn sample(at: At<'_>) -> Result<(Timestamp, Option<f64>), ShapeError> {

@@ -342,8 +342,16 @@ struct WorkerGpus {
     job_id: String,
     pid: Option<u32>,
     direct: Vec<(u32, Units)>,
-    /// (placement group, bundle index when named, slots).
-    bundle: Option<(String, Option<u32>, Vec<(u32, Units)>)>,
+    bundle: Option<BundleUse>,
+}
+
+/// GPU a worker holds inside a placement group.
+#[derive(Clone, Debug)]
+struct BundleUse {
+    pg: String,
+    /// The bundle, when the resource name says.
+    index: Option<u32>,
+    slots: Vec<(u32, Units)>,
 }
 
 #[derive(Clone, Debug)]
@@ -389,10 +397,14 @@ fn parse_worker(w: At<'_>) -> Result<Option<WorkerGpus>, ShapeError> {
                     // The bundle-indexed name says more than the any-bundle one.
                     let better = match &gpus.bundle {
                         None => true,
-                        Some((_, known, _)) => known.is_none() && bundle.is_some(),
+                        Some(known) => known.index.is_none() && bundle.is_some(),
                     };
                     if better {
-                        gpus.bundle = Some((pg, bundle, s));
+                        gpus.bundle = Some(BundleUse {
+                            pg,
+                            index: bundle,
+                            slots: s,
+                        });
                     }
                 }
                 _ => {}
@@ -400,7 +412,8 @@ fn parse_worker(w: At<'_>) -> Result<Option<WorkerGpus>, ShapeError> {
             Ok(())
         })
     })?;
-    let holds = !gpus.direct.is_empty() || gpus.bundle.as_ref().is_some_and(|b| !b.2.is_empty());
+    let holds =
+        !gpus.direct.is_empty() || gpus.bundle.as_ref().is_some_and(|b| !b.slots.is_empty());
     Ok(holds.then_some(gpus))
 }
 
@@ -658,7 +671,7 @@ fn form_of(shares: &[(u32, Units)], total: Units) -> GpuForm {
         GpuForm::RayWhole {
             count: u32::try_from(shares.len()).unwrap_or(u32::MAX),
         }
-    } else if total.0 >= UNITS_PER_DEVICE && total.0 % UNITS_PER_DEVICE == 0 {
+    } else if total.0 >= UNITS_PER_DEVICE && total.0.is_multiple_of(UNITS_PER_DEVICE) {
         GpuForm::RayWhole {
             count: total.0 / UNITS_PER_DEVICE,
         }
@@ -935,7 +948,12 @@ pub fn snapshot(
                 }
                 claims.push(c);
             }
-            if let Some((pg, bundle, slots)) = &w.bundle {
+            if let Some(BundleUse {
+                pg,
+                index: bundle,
+                slots,
+            }) = &w.bundle
+            {
                 let group = group_by_id.get(pg.as_str());
                 // A member naming no bundle is in the group's only GPU bundle, if it has one.
                 let bundle = bundle.or_else(|| {
