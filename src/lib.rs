@@ -14,5 +14,6 @@ pub mod request;
 pub mod scheduler;
 pub mod simulate;
 pub mod snapshot;
+pub mod sources;
 pub mod telemetry;
 pub mod units;
