@@ -298,6 +298,18 @@ impl NoFit {
                     .iter()
                     .map(|r| {
                         let mut s = match r.reason {
+                            // Devices, not an amount: "only 1 of the 2 GPUs it needs fit".
+                            Reason::TooFewDevices | Reason::NotPinned
+                                if r.largest_free.is_some() =>
+                            {
+                                let have = r.largest_free.unwrap_or(0);
+                                let needs = r.needs.unwrap_or(0);
+                                return if r.reason == Reason::TooFewDevices {
+                                    format!("only {have} of the {needs} GPUs it needs fit")
+                                } else {
+                                    format!("{have} devices pinned, the form takes {needs}")
+                                };
+                            }
                             Reason::NoCpuCapacity
                             | Reason::InsufficientCpu
                             | Reason::TooFewDevices => r.reason.text().to_string(),
@@ -419,14 +431,21 @@ struct Demand {
     gpu: Option<GpuForm>,
     accelerator: Option<String>,
     cpus: Option<Milli>,
+    /// Only devices of this exact model (fair share places claims per resource type).
+    model: Option<String>,
 }
 
 impl Demand {
     fn of(req: &ClaimRequest) -> Demand {
+        Demand::on(req, None)
+    }
+
+    fn on(req: &ClaimRequest, model: Option<&str>) -> Demand {
         Demand {
             gpu: req.gpu,
             accelerator: req.accelerator_type.as_deref().map(accelerator_key),
             cpus: req.cpus,
+            model: model.map(str::to_string),
         }
     }
 }
@@ -445,6 +464,7 @@ pub struct MoveTarget {
 /// Devices of one model and memory size, indexed by free memory for fast fits.
 #[derive(Debug, Default)]
 struct Class {
+    model: String,
     key: String,
     capacity: Bytes,
     /// (free memory, node, device position) of schedulable devices.
@@ -582,15 +602,16 @@ impl Fleet {
         Ok(())
     }
 
-    fn class_for(&mut self, key: &str, capacity: Bytes) -> usize {
+    fn class_for(&mut self, model: &str, key: &str, capacity: Bytes) -> usize {
         if let Some(i) = self
             .classes
             .iter()
-            .position(|c| c.key == key && c.capacity == capacity)
+            .position(|c| c.model == model && c.capacity == capacity)
         {
             return i;
         }
         self.classes.push(Class {
+            model: model.to_string(),
             key: key.to_string(),
             capacity,
             free: BTreeSet::new(),
@@ -609,8 +630,8 @@ impl Fleet {
         if !dev.schedulable() {
             return;
         }
-        let (key, capacity) = (dev.key.clone(), dev.capacity());
-        let c = self.class_for(&key, capacity);
+        let (model, key, capacity) = (dev.spec.model.clone(), dev.key.clone(), dev.capacity());
+        let c = self.class_for(&model, &key, capacity);
         let entry = self.entry(n, d);
         self.classes[c].free.insert(entry);
         self.class_of.insert((n as u32, d as u32), c);
@@ -625,7 +646,13 @@ impl Fleet {
 
     /// Where the request would go now, without placing it.
     pub fn plan(&self, req: &ClaimRequest) -> Result<Allocation, NoFit> {
-        let demand = Demand::of(req);
+        self.plan_on(req, None)
+    }
+
+    /// Like [`Fleet::plan`], limited to devices of one exact model when `model` is given
+    /// (fair share places a claim on a resource type, and a type is one GPU model).
+    pub fn plan_on(&self, req: &ClaimRequest, model: Option<&str>) -> Result<Allocation, NoFit> {
+        let demand = Demand::on(req, model);
         let plan = self.find(&demand, req.node.as_deref(), req.devices.as_deref())?;
         Ok(self.allocation_of(&demand, &plan))
     }
@@ -633,13 +660,33 @@ impl Fleet {
     /// Places a claim, or says why it does not fit; nothing changes on failure.
     /// Ids are the caller's to keep unique; reusing a live id first releases the old claim.
     pub fn claim(&mut self, id: ClaimId, req: &ClaimRequest) -> Result<Allocation, NoFit> {
+        self.claim_on(id, req, None)
+    }
+
+    /// Like [`Fleet::claim`], limited to devices of one exact model when `model` is given.
+    pub fn claim_on(
+        &mut self,
+        id: ClaimId,
+        req: &ClaimRequest,
+        model: Option<&str>,
+    ) -> Result<Allocation, NoFit> {
         debug_assert!(!self.claims.contains_key(&id), "claim id {id} reused");
         self.release(id);
-        let demand = Demand::of(req);
+        let demand = Demand::on(req, model);
         let plan = self.find(&demand, req.node.as_deref(), req.devices.as_deref())?;
         let alloc = self.allocation_of(&demand, &plan);
         self.apply(id, &plan, demand.cpus, true);
-        self.claims.insert(id, (demand, alloc.clone()));
+        // A later move may go to any model: the restriction was for this placement only.
+        self.claims.insert(
+            id,
+            (
+                Demand {
+                    model: None,
+                    ..demand
+                },
+                alloc.clone(),
+            ),
+        );
         Ok(alloc)
     }
 
@@ -849,6 +896,7 @@ impl Fleet {
                 .accelerator
                 .as_deref()
                 .is_some_and(|a| a != class.key)
+                || demand.model.as_deref().is_some_and(|m| m != class.model)
             {
                 continue;
             }
@@ -914,6 +962,7 @@ impl Fleet {
                 if !dev.schedulable()
                     || pins.is_some_and(|p| !p.contains(&dev.spec.index))
                     || demand.accelerator.as_deref().is_some_and(|a| a != dev.key)
+                    || demand.model.as_deref().is_some_and(|m| m != dev.spec.model)
                 {
                     continue;
                 }
@@ -1031,7 +1080,9 @@ impl Fleet {
             for dev in &nd.devices {
                 let reason = if pins.is_some_and(|p| !p.contains(&dev.spec.index)) {
                     Some((Reason::NotPinned, None, None))
-                } else if demand.accelerator.as_deref().is_some_and(|a| a != dev.key) {
+                } else if demand.accelerator.as_deref().is_some_and(|a| a != dev.key)
+                    || demand.model.as_deref().is_some_and(|m| m != dev.spec.model)
+                {
                     Some((Reason::WrongAccelerator, None, None))
                 } else if dev.spec.memory.is_none_or(|m| m.0 == 0) {
                     // Zero is as unschedulable as unknown (see `Device::schedulable`).

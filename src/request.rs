@@ -471,7 +471,13 @@ impl ClaimRequest {
             None => BTreeMap::new(),
         };
         let project = match given.get(&Field::Project) {
-            Some(&(name, v)) => name_text(name, v)?,
+            Some(&(name, v)) => {
+                let text = name_text(name, v)?;
+                // The fair-share ledger keys accounts by project: same rule at the door.
+                crate::fairshare::ProjectName::new(&text)
+                    .map_err(|e| reject(Rule::OutOfRange, Some(name), format!("`{name}`: {e}")))?;
+                text
+            }
             None => DEFAULT_PROJECT.to_string(),
         };
         let wait = match given.get(&Field::Wait) {

@@ -6,27 +6,36 @@
 //! Every mutation appends `Change`s to a journal that the owner drains with
 //! `take_changes` and persists before acknowledging anything.
 
+mod fair;
+
 use std::collections::{BTreeMap, VecDeque};
 
+use rand::SeedableRng;
+use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
+use crate::fairshare::{
+    self, FairShare, FairShareConfig, FairShareError, FairShareState, ProjectName, Share,
+};
 use crate::placement::{
     Allocation, ClaimId, Fleet, FleetError, MoveError, MoveTarget, NoFit, NodeSpec, Policy,
 };
-use crate::request::{ClaimRequest, accelerator_key};
+use crate::request::ClaimRequest;
 use crate::snapshot::{
-    self, AuditEvent, ClaimState, ClaimView, DeviceView, EndpointInfo, NodeView, ProjectView,
-    ResourceView, Snapshot,
+    self, AuditEvent, ClaimState, ClaimView, DeviceView, EndpointInfo, NodeView, Snapshot,
 };
 
 /// A project's share when none was set.
 pub const DEFAULT_SHARE: u32 = 100;
 /// Audit events kept in memory for snapshots (all are persisted).
 const EVENTS_KEPT: usize = 500;
+/// How often the ledger (debts, backoffs) is persisted when nothing else changes it:
+/// a crash loses at most this much debt accrual, never a claim.
+const LEDGER_SAVE_MS: u64 = 30_000;
 
 /// How the scheduler behaves.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SchedulerConfig {
     /// Endpoint name shown to operators.
     pub name: String,
@@ -34,6 +43,27 @@ pub struct SchedulerConfig {
     pub kind: String,
     /// Placement policy.
     pub policy: Policy,
+    /// Fair-share backoffs and buffer horizon.
+    #[serde(default)]
+    pub fairshare: FairShareConfig,
+    /// Speeds (GFLOPS per instance) by resource type (`cpu`, `gpu:MODEL`) or model name,
+    /// overriding the built-in table.
+    #[serde(default)]
+    pub speeds: BTreeMap<String, f64>,
+    /// Seed of the backoff jitter.
+    #[serde(default)]
+    pub seed: u64,
+}
+
+/// Why a scheduler could not be built or an operator change was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SchedulerError {
+    /// The inventory is inconsistent.
+    #[error(transparent)]
+    Fleet(#[from] FleetError),
+    /// The fair-share configuration, a project name or a share is not valid.
+    #[error(transparent)]
+    FairShare(#[from] FairShareError),
 }
 
 impl Default for SchedulerConfig {
@@ -42,6 +72,9 @@ impl Default for SchedulerConfig {
             name: "local".to_string(),
             kind: "gpuboard".to_string(),
             policy: Policy::Binpack,
+            fairshare: FairShareConfig::default(),
+            speeds: BTreeMap::new(),
+            seed: 0,
         }
     }
 }
@@ -76,7 +109,7 @@ impl Claim {
 }
 
 /// One durable change, in the order it happened.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Change {
     /// A claim was created or changed: store it whole.
     Claim(Box<Claim>),
@@ -100,6 +133,8 @@ pub enum Change {
     },
     /// An audit line.
     Audit(AuditEvent),
+    /// The fair-share ledger (debts, flags, backoffs), whole.
+    Ledger(Box<FairShareState>),
     /// The revision and the next claim id after this batch.
     Counters {
         /// Revision.
@@ -110,7 +145,7 @@ pub enum Change {
 }
 
 /// Everything needed to resume after a restart.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Persisted {
     /// Claims, placed and pending.
     pub claims: Vec<Claim>,
@@ -124,6 +159,9 @@ pub struct Persisted {
     pub revision: u64,
     /// Next claim id.
     pub next_id: ClaimId,
+    /// The fair-share ledger as last saved; rebuilt from the claims when absent.
+    #[serde(default)]
+    pub ledger: Option<FairShareState>,
 }
 
 /// What happened to a submitted claim.
@@ -159,16 +197,21 @@ pub struct Scheduler {
     revision: u64,
     next_id: ClaimId,
     journal: Vec<Change>,
+    ledger: FairShare,
+    rng: StdRng,
+    ledger_saved_at: Option<Timestamp>,
 }
 
 impl Scheduler {
     /// A scheduler over these nodes, with nothing claimed.
-    pub fn new(config: SchedulerConfig, nodes: Vec<NodeSpec>) -> Result<Scheduler, FleetError> {
+    pub fn new(config: SchedulerConfig, nodes: Vec<NodeSpec>) -> Result<Scheduler, SchedulerError> {
         let mut fleet = Fleet::new(config.policy);
         for n in nodes {
             fleet.add_node(n)?;
         }
-        Ok(Scheduler {
+        let ledger = FairShare::new(config.fairshare.clone())?;
+        let rng = StdRng::seed_from_u64(config.seed);
+        let mut s = Scheduler {
             config,
             fleet,
             claims: BTreeMap::new(),
@@ -177,7 +220,18 @@ impl Scheduler {
             revision: 0,
             next_id: 1,
             journal: Vec::new(),
-        })
+            ledger,
+            rng,
+            ledger_saved_at: None,
+        };
+        s.register_resources(Timestamp(0));
+        Ok(s)
+    }
+
+    fn register_resources(&mut self, now: Timestamp) {
+        for t in fair::resource_types(&self.fleet, &self.config.speeds) {
+            self.ledger.set_resource(now, t);
+        }
     }
 
     /// Resumes from persisted state. A stored claim that no longer fits the inventory
@@ -186,7 +240,7 @@ impl Scheduler {
         config: SchedulerConfig,
         nodes: Vec<NodeSpec>,
         persisted: Persisted,
-    ) -> Result<(Scheduler, Vec<String>), FleetError> {
+    ) -> Result<(Scheduler, Vec<String>), SchedulerError> {
         let mut s = Scheduler::new(config, nodes)?;
         let mut warnings = Vec::new();
         for (node, index) in &persisted.cordoned {
@@ -211,7 +265,63 @@ impl Scheduler {
             }
             s.claims.insert(claim.id, claim);
         }
+        s.restore_ledger(persisted.ledger, &mut warnings);
         Ok((s, warnings))
+    }
+
+    /// The saved ledger, reconciled with the claims (the claims are the authority), or
+    /// a new one rebuilt from them.
+    fn restore_ledger(&mut self, saved: Option<FairShareState>, warnings: &mut Vec<String>) {
+        let now = saved.as_ref().and_then(|s| s.last_seen).unwrap_or_default();
+        let mut known = std::collections::BTreeSet::new();
+        if let Some(state) = saved {
+            known.extend(state.pending.iter().map(|c| c.id.0));
+            known.extend(state.running.iter().map(|c| c.id.0));
+            match FairShare::from_state(self.config.fairshare.clone(), state) {
+                Ok(l) => self.ledger = l,
+                Err(e) => {
+                    warnings.push(format!(
+                        "stored fair-share ledger ignored, rebuilt from the claims: {e}"
+                    ));
+                    known.clear();
+                }
+            }
+        }
+        self.register_resources(now);
+        for (project, share) in &self.shares {
+            if let (Ok(p), Ok(s)) = (ProjectName::new(project), Share::new(*share)) {
+                self.ledger.set_share(now, &p, s);
+            }
+        }
+        for id in &known {
+            if !self.claims.contains_key(id) {
+                self.ledger.released(now, fairshare::ClaimId(*id));
+            }
+        }
+        for claim in self.claims.values() {
+            if known.contains(&claim.id) {
+                continue;
+            }
+            match &claim.allocation {
+                Some(a) => fair::record_placed(
+                    &mut self.ledger,
+                    &self.fleet,
+                    now,
+                    claim.id,
+                    &claim.request,
+                    a,
+                ),
+                None => {
+                    fair::record_pending(
+                        &mut self.ledger,
+                        &self.fleet,
+                        now,
+                        claim.id,
+                        &claim.request,
+                    );
+                }
+            }
+        }
     }
 
     /// The placement fleet, read-only.
@@ -269,14 +379,35 @@ impl Scheduler {
     }
 
     /// Places a claim, queues it (if it asked to wait), or refuses it with reasons.
+    ///
+    /// A claim that asked to wait joins its project's queue whenever others are already
+    /// waiting, even if it would fit: work fetch, not arrival order, decides who goes
+    /// next. A claim that did not ask to wait is placed at once if it fits.
     pub fn submit(&mut self, req: ClaimRequest, actor: &str, now: Timestamp) -> Submitted {
         let id = self.next_id;
-        let placed = self.fleet.claim(id, &req);
+        let queue_busy = req.wait && self.claims.values().any(|c| c.allocation.is_none());
+        let placed = if queue_busy {
+            self.fleet.plan(&req).map(|_| None)
+        } else {
+            self.fleet.claim(id, &req).map(Some)
+        };
         let (allocation, pending) = match placed {
-            Ok(a) => (Some(a), None),
+            Ok(Some(a)) => (Some(a), None),
+            Ok(None) => (None, None),
             Err(no) if req.wait && !no.infeasible => (None, Some(no)),
             Err(no) => return Submitted::Refused(no),
         };
+        match &allocation {
+            Some(a) => fair::record_placed(&mut self.ledger, &self.fleet, now, id, &req, a),
+            None => {
+                if !fair::record_pending(&mut self.ledger, &self.fleet, now, id, &req) {
+                    return Submitted::Refused(pending.unwrap_or_else(|| NoFit {
+                        infeasible: true,
+                        nodes: Vec::new(),
+                    }));
+                }
+            }
+        }
         self.next_id += 1;
         let claim = Claim {
             id,
@@ -294,9 +425,14 @@ impl Scheduler {
         self.journal.push(Change::Claim(Box::new(claim.clone())));
         self.audit(now, actor, "claim", format!("claim {id}"), detail);
         if claim.allocation.is_some() {
-            Submitted::Placed(claim)
-        } else {
-            Submitted::Pending(claim)
+            return Submitted::Placed(claim);
+        }
+        // Work fetch may take it (or another waiting claim) right away.
+        self.place_pending(now);
+        match self.claims.get(&id) {
+            Some(c) if c.allocation.is_some() => Submitted::Placed(c.clone()),
+            Some(c) => Submitted::Pending(c.clone()),
+            None => Submitted::Pending(claim),
         }
     }
 
@@ -315,6 +451,7 @@ impl Scheduler {
     ) -> Option<Claim> {
         let claim = self.claims.remove(&id)?;
         self.fleet.release(id);
+        self.ledger.released(now, fairshare::ClaimId(id));
         self.journal.push(Change::ClaimRemoved(id));
         let place = claim
             .allocation
@@ -351,6 +488,9 @@ impl Scheduler {
         };
         claim.allocation = Some(new.clone());
         let claim = claim.clone();
+        // The claim may now hold another model, or another amount of it.
+        self.ledger.released(now, fairshare::ClaimId(id));
+        fair::record_placed(&mut self.ledger, &self.fleet, now, id, &claim.request, &new);
         self.journal.push(Change::Claim(Box::new(claim.clone())));
         let from = old.map_or_else(String::new, |a| a.to_string());
         self.audit(
@@ -416,9 +556,18 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Sets a project's resource share.
-    pub fn set_share(&mut self, project: &str, share: u32, actor: &str, now: Timestamp) {
+    /// Sets a project's resource share (0 to 1 000 000; 0 gets no work).
+    pub fn set_share(
+        &mut self,
+        project: &str,
+        share: u32,
+        actor: &str,
+        now: Timestamp,
+    ) -> Result<(), SchedulerError> {
+        let name = ProjectName::new(project)?;
+        self.ledger.set_share(now, &name, Share::new(share)?);
         self.shares.insert(project.to_string(), share);
+        self.save_ledger(now);
         self.journal.push(Change::Share {
             project: project.to_string(),
             share,
@@ -430,6 +579,57 @@ impl Scheduler {
             format!("project {project}"),
             format!("share set to {share}"),
         );
+        Ok(())
+    }
+
+    /// Clears a project's backoffs (or every project's), so it may get work at once.
+    pub fn clear_backoffs(
+        &mut self,
+        project: Option<&str>,
+        actor: &str,
+        now: Timestamp,
+    ) -> Result<(), SchedulerError> {
+        let name = project.map(ProjectName::new).transpose()?;
+        self.ledger.clear_backoffs(now, name.as_ref())?;
+        self.save_ledger(now);
+        let target = project.map_or("all projects".to_string(), |p| format!("project {p}"));
+        self.audit(
+            now,
+            actor,
+            "clear-backoff",
+            target,
+            "backoffs cleared".to_string(),
+        );
+        self.place_pending(now);
+        Ok(())
+    }
+
+    /// Sets a project's debts to zero and clears its backoffs (or every project's).
+    pub fn reset_project(
+        &mut self,
+        project: Option<&str>,
+        actor: &str,
+        now: Timestamp,
+    ) -> Result<(), SchedulerError> {
+        let name = project.map(ProjectName::new).transpose()?;
+        self.ledger.reset(now, name.as_ref())?;
+        self.save_ledger(now);
+        let target = project.map_or("all projects".to_string(), |p| format!("project {p}"));
+        self.audit(
+            now,
+            actor,
+            "reset",
+            target,
+            "debts and backoffs cleared".to_string(),
+        );
+        self.place_pending(now);
+        Ok(())
+    }
+
+    fn save_ledger(&mut self, now: Timestamp) {
+        self.journal
+            .push(Change::Ledger(Box::new(self.ledger.state())));
+        self.ledger_saved_at = Some(now);
     }
 
     /// A project's share.
@@ -464,11 +664,80 @@ impl Scheduler {
                 now,
             );
         }
+        self.ledger.tick(now);
         self.place_pending(now);
+        if self
+            .ledger_saved_at
+            .is_none_or(|t| now.millis_since(t) >= LEDGER_SAVE_MS || t > now)
+        {
+            self.save_ledger(now);
+        }
     }
 
-    /// Oldest first; a claim that does not fit is skipped, so it never blocks smaller ones behind it.
+    /// Work fetch: the ledger picks which project's claim goes next on which resource
+    /// type; placement finds the devices. A large claim that does not fit never holds
+    /// back smaller ones (the ledger passes over it). Then the reasons of those still
+    /// waiting are brought up to date.
     fn place_pending(&mut self, now: Timestamp) {
+        let waiting = self
+            .claims
+            .values()
+            .filter(|c| c.allocation.is_none())
+            .count();
+        let mut placed_any = false;
+        // Each round places one claim; the bound guards against a ledger and a placement that disagree.
+        for _ in 0..waiting {
+            let (claims, fleet) = (&self.claims, &self.fleet);
+            let mut fits = |c: &fairshare::PendingClaim, r: &fairshare::ResourceId, _| {
+                claims
+                    .get(&c.id.0)
+                    .is_some_and(|claim| fleet.plan_on(&claim.request, r.model()).is_ok())
+            };
+            let Some(fetch) = self.ledger.work_fetch(now, &mut fits, &mut self.rng) else {
+                break;
+            };
+            let id = fetch.claim.0;
+            let Some(req) = self.claims.get(&id).map(|c| c.request.clone()) else {
+                self.ledger.released(now, fetch.claim);
+                continue;
+            };
+            let Ok(alloc) = self.fleet.claim_on(id, &req, fetch.resource.model()) else {
+                break;
+            };
+            fair::record_placed(&mut self.ledger, &self.fleet, now, id, &req, &alloc);
+            let Some(claim) = self.claims.get_mut(&id) else {
+                continue;
+            };
+            claim.allocation = Some(alloc.clone());
+            claim.pending = None;
+            let claim = claim.clone();
+            self.journal.push(Change::Claim(Box::new(claim)));
+            let trigger = match fetch.trigger {
+                fairshare::Trigger::Idle => "idle",
+                fairshare::Trigger::Shortfall => "shortfall",
+            };
+            self.audit(
+                now,
+                "scheduler",
+                "place",
+                format!("claim {id}"),
+                format!(
+                    "work fetch ({trigger} {}) placed it at {alloc}",
+                    fetch.resource
+                ),
+            );
+            placed_any = true;
+        }
+        for event in self.ledger.drain_events() {
+            let detail = serde_json::to_string(&event.kind).unwrap_or_default();
+            self.audit(
+                event.at,
+                "fairshare",
+                "fairshare",
+                "ledger".to_string(),
+                detail,
+            );
+        }
         let waiting: Vec<ClaimId> = self
             .claims
             .values()
@@ -476,32 +745,15 @@ impl Scheduler {
             .map(|c| c.id)
             .collect();
         for id in waiting {
-            let Some(claim) = self.claims.get(&id) else {
-                continue;
-            };
-            match self.fleet.claim(id, &claim.request) {
-                Ok(alloc) => {
-                    let Some(claim) = self.claims.get_mut(&id) else {
-                        continue;
-                    };
-                    claim.allocation = Some(alloc.clone());
-                    claim.pending = None;
-                    let claim = claim.clone();
-                    self.journal.push(Change::Claim(Box::new(claim)));
-                    self.audit(
-                        now,
-                        "scheduler",
-                        "place",
-                        format!("claim {id}"),
-                        format!("pending claim placed at {alloc}"),
-                    );
-                }
-                Err(no) => {
-                    if let Some(claim) = self.claims.get_mut(&id) {
-                        claim.pending = Some(no);
-                    }
+            if let Some(claim) = self.claims.get(&id) {
+                let reasons = self.fleet.plan(&claim.request).err();
+                if let Some(claim) = self.claims.get_mut(&id) {
+                    claim.pending = reasons;
                 }
             }
+        }
+        if placed_any {
+            self.save_ledger(now);
         }
     }
 
@@ -538,34 +790,34 @@ impl Scheduler {
                     .collect(),
             })
             .collect();
-        let claims = self.claims.values().map(claim_view).collect();
-        let mut projects: BTreeMap<String, ProjectView> = self
-            .shares
-            .iter()
-            .map(|(name, share)| {
-                (
-                    name.clone(),
-                    ProjectView {
-                        name: name.clone(),
-                        share: *share,
-                        ..ProjectView::default()
-                    },
-                )
+        let (projects, resources) = fair::views(&self.ledger.view(now), now);
+        let claims = self
+            .claims
+            .values()
+            .map(|c| {
+                let mut view = claim_view(c);
+                if c.allocation.is_none() {
+                    // Placement says where it cannot go; the ledger says whose turn it is.
+                    if view.pending_reasons.is_empty() {
+                        view.pending_reasons.push(
+                            "fits now; waiting for its project's turn (fair share)".to_string(),
+                        );
+                    }
+                    let account_reasons = projects
+                        .iter()
+                        .filter(|p| p.name == c.request.project)
+                        .flat_map(|p| p.resources.iter())
+                        .filter(|a| a.pending > 0)
+                        .filter_map(|a| {
+                            a.reason
+                                .as_ref()
+                                .map(|r| format!("fair share on {}: {r}", a.resource))
+                        });
+                    view.pending_reasons.extend(account_reasons);
+                }
+                view
             })
             .collect();
-        for c in self.claims.values() {
-            let p = projects
-                .entry(c.request.project.clone())
-                .or_insert_with(|| ProjectView {
-                    name: c.request.project.clone(),
-                    share: DEFAULT_SHARE,
-                    ..ProjectView::default()
-                });
-            match c.state() {
-                ClaimState::Placed => p.running += 1,
-                ClaimState::Pending => p.pending += 1,
-            }
-        }
         Snapshot {
             schema: snapshot::SCHEMA_VERSION,
             endpoint: EndpointInfo {
@@ -583,31 +835,12 @@ impl Scheduler {
             taken_at: now,
             nodes,
             claims,
-            projects: projects.into_values().collect(),
-            resources: self.resources(),
+            projects,
+            resources,
             coordination: Vec::new(),
             host: None,
             events: self.events.iter().cloned().collect(),
         }
-    }
-
-    /// Resource types: one per GPU model, with instances and idle (wholly unallocated) devices.
-    fn resources(&self) -> Vec<ResourceView> {
-        let mut by_model: BTreeMap<String, ResourceView> = BTreeMap::new();
-        for d in self.fleet.nodes().iter().flat_map(|n| n.devices.iter()) {
-            let r = by_model
-                .entry(accelerator_key(&d.spec.model))
-                .or_insert_with(|| ResourceView {
-                    name: accelerator_key(&d.spec.model),
-                    speed: 1.0,
-                    ..ResourceView::default()
-                });
-            r.instances += 1.0;
-            if d.holders.is_empty() && d.schedulable() {
-                r.idle += 1.0;
-            }
-        }
-        by_model.into_values().collect()
     }
 }
 
@@ -735,7 +968,7 @@ mod tests {
         );
         s.submit(req(json!({"nvidia.com/gpu": 2, "wait": true})), "op", T0);
         s.set_cordon("a", 1, true, "op", T0).unwrap();
-        s.set_share("vision", 300, "op", T0);
+        s.set_share("vision", 300, "op", T0).unwrap();
         let changes = s.take_changes();
         assert!(matches!(
             changes.last(),
@@ -762,6 +995,7 @@ mod tests {
                 Change::Cordon { .. } => {}
                 Change::Share { project, share } => p.shares.push((project, share)),
                 Change::Audit(e) => p.events.push(e),
+                Change::Ledger(l) => p.ledger = Some(*l),
                 Change::Counters { revision, next_id } => {
                     p.revision = revision;
                     p.next_id = next_id;
@@ -777,8 +1011,12 @@ mod tests {
                 .collect(),
             cpus: None,
         };
-        let (r, warnings) = Scheduler::restore(SchedulerConfig::default(), vec![node], p).unwrap();
+        let (mut r, warnings) =
+            Scheduler::restore(SchedulerConfig::default(), vec![node], p).unwrap();
         assert!(warnings.is_empty(), "{warnings:?}");
+        // Volatile reasons ("nothing fits since...") come back at the first tick.
+        r.tick(T0, &|_| true);
+        s.tick(T0, &|_| true);
         let (a, b) = (s.snapshot(T0), r.snapshot(T0));
         assert_eq!(a.claims, b.claims);
         assert_eq!(a.nodes, b.nodes);
@@ -804,5 +1042,159 @@ mod tests {
         assert_eq!(c.allocation.unwrap().shares[0].device, 1);
         let last = s.snapshot(T0).events.last().cloned().unwrap();
         assert_eq!(last.detail, "moved from a:0 to a:1");
+    }
+
+    fn one_gpu() -> Scheduler {
+        let node = NodeSpec {
+            name: "a".into(),
+            devices: vec![DeviceSpec {
+                index: 0,
+                model: "NVIDIA A100-SXM4-40GB".into(),
+                uuid: None,
+                memory: Some(Bytes::gib(40)),
+                link_group: None,
+            }],
+            cpus: None,
+        };
+        Scheduler::new(SchedulerConfig::default(), vec![node]).unwrap()
+    }
+
+    #[test]
+    fn work_fetch_serves_the_project_that_is_owed_most() {
+        let mut s = one_gpu();
+        let whole = |p: &str| req(json!({"num_gpus": 1, "project": p, "wait": true}));
+        assert!(matches!(
+            s.submit(whole("a"), "op", T0),
+            Submitted::Placed(_)
+        ));
+        let Submitted::Pending(b) = s.submit(whole("b"), "op", T0) else {
+            panic!("b waits")
+        };
+        let Submitted::Pending(a2) = s.submit(whole("a"), "op", T0.plus_secs(1)) else {
+            panic!("a waits")
+        };
+        // An hour of A holding the GPU while B waited: B is owed, A is not.
+        s.tick(T0.plus_secs(3600), &|_| true);
+        let snap = s.snapshot(T0.plus_secs(3600));
+        let debt = |p: &str| {
+            snap.projects
+                .iter()
+                .find(|x| x.name == p)
+                .unwrap()
+                .resources[0]
+                .debt
+        };
+        assert!(
+            debt("b") > 0.0 && debt("a") < 0.0,
+            "a {} b {}",
+            debt("a"),
+            debt("b")
+        );
+        s.release(1, "op", T0.plus_secs(3600));
+        s.tick(T0.plus_secs(3601), &|_| true);
+        assert!(
+            s.claim(b.id).unwrap().allocation.is_some(),
+            "B, owed most, goes first"
+        );
+        assert!(s.claim(a2.id).unwrap().allocation.is_none());
+        let pending = s
+            .snapshot(T0.plus_secs(3601))
+            .claim(a2.id)
+            .cloned()
+            .unwrap();
+        assert!(
+            !pending.pending_reasons.is_empty(),
+            "a pending claim says why"
+        );
+    }
+
+    #[test]
+    fn a_large_waiting_claim_does_not_hold_back_small_ones() {
+        let mut s = sched();
+        s.submit(
+            req(json!({"num_gpus": 0.5, "devices": [0], "project": "x"})),
+            "op",
+            T0,
+        );
+        let Submitted::Pending(big) = s.submit(
+            req(json!({"nvidia.com/gpu": 2, "project": "big", "wait": true})),
+            "op",
+            T0,
+        ) else {
+            panic!("two whole GPUs cannot fit while one is shared")
+        };
+        let small = s.submit(
+            req(json!({"num_gpus": 0.25, "project": "small", "wait": true})),
+            "op",
+            T0.plus_secs(1),
+        );
+        assert!(matches!(small, Submitted::Placed(_)), "{small:?}");
+        assert!(s.claim(big.id).unwrap().allocation.is_none());
+    }
+
+    #[test]
+    fn shares_and_resets_are_validated_and_survive_a_restart() {
+        let mut s = one_gpu();
+        assert!(
+            s.set_share("a b", 10, "op", T0).is_err(),
+            "bad project name"
+        );
+        assert!(
+            s.set_share("a", 2_000_000, "op", T0).is_err(),
+            "share above the maximum"
+        );
+        s.set_share("a", 300, "op", T0).unwrap();
+        s.submit(req(json!({"num_gpus": 1, "project": "a"})), "op", T0);
+        s.submit(
+            req(json!({"num_gpus": 1, "project": "b", "wait": true})),
+            "op",
+            T0,
+        );
+        s.tick(T0.plus_secs(600), &|_| true);
+        let before = s.snapshot(T0.plus_secs(600)).projects;
+        let mut p = Persisted::default();
+        for c in s.take_changes() {
+            match c {
+                Change::Claim(c) => {
+                    p.claims.retain(|x| x.id != c.id);
+                    p.claims.push(*c);
+                }
+                Change::ClaimRemoved(id) => p.claims.retain(|x| x.id != id),
+                Change::Share { project, share } => p.shares.push((project, share)),
+                Change::Ledger(l) => p.ledger = Some(*l),
+                Change::Counters { revision, next_id } => {
+                    p.revision = revision;
+                    p.next_id = next_id;
+                }
+                Change::Cordon { .. } | Change::Audit(_) => {}
+            }
+        }
+        let node = NodeSpec {
+            name: "a".into(),
+            devices: s.fleet().nodes()[0]
+                .devices
+                .iter()
+                .map(|d| d.spec.clone())
+                .collect(),
+            cpus: None,
+        };
+        let (r, warnings) = Scheduler::restore(SchedulerConfig::default(), vec![node], p).unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let after = r.snapshot(T0.plus_secs(600)).projects;
+        let debts = |v: &[crate::snapshot::ProjectView]| {
+            v.iter()
+                .map(|p| (p.name.clone(), p.share, p.resources[0].debt))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(debts(&before), debts(&after));
+        s.reset_project(Some("b"), "op", T0.plus_secs(600)).unwrap();
+        let b = s
+            .snapshot(T0.plus_secs(600))
+            .projects
+            .into_iter()
+            .find(|p| p.name == "b")
+            .unwrap();
+        assert_eq!(b.resources[0].debt, 0.0);
+        assert!(s.reset_project(Some("nobody"), "op", T0).is_err());
     }
 }
