@@ -1105,15 +1105,15 @@ fn detail(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
         ]),
         Line::styled(
             format!(
-                "util {}%  mem-util {}%  temp {}C  power {}/{} W  sm {} MHz  mem {} MHz  fan {}%  ecc {}  mig {}",
-                na(t.and_then(|t| t.utilization_gpu)),
-                na(t.and_then(|t| t.utilization_memory)),
-                na(t.and_then(|t| t.temperature_c)),
+                "util {}  mem-util {}  temp {}  power {}/{}  sm {}  mem {}  fan {}  ecc {}  mig {}",
+                na(t.and_then(|t| t.utilization_gpu).map(|v| format!("{v}%"))),
+                na(t.and_then(|t| t.utilization_memory).map(|v| format!("{v}%"))),
+                na(t.and_then(|t| t.temperature_c).map(|v| format!("{v}C"))),
                 na(t.and_then(|t| t.power_mw).map(|p| p / 1000)),
-                na(t.and_then(|t| t.power_limit_mw).map(|p| p / 1000)),
-                na(t.and_then(|t| t.clock_sm_mhz)),
-                na(t.and_then(|t| t.clock_memory_mhz)),
-                na(t.and_then(|t| t.fan_pct)),
+                na(t.and_then(|t| t.power_limit_mw).map(|p| format!("{} W", p / 1000))),
+                na(t.and_then(|t| t.clock_sm_mhz).map(|v| format!("{v} MHz"))),
+                na(t.and_then(|t| t.clock_memory_mhz).map(|v| format!("{v} MHz"))),
+                na(t.and_then(|t| t.fan_pct).map(|v| format!("{v}%"))),
                 na(t.and_then(|t| t.ecc_uncorrected)),
                 na(t.and_then(|t| t.mig_enabled)),
             ),
@@ -1296,7 +1296,7 @@ fn popup(area: Rect, w: u16, h: u16) -> Rect {
 }
 
 fn help(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
-    let r = popup(area, 76, area.height.saturating_sub(2).max(6));
+    let r = popup(area, 130, area.height.saturating_sub(2).max(6));
     frame.render_widget(Clear, r);
     let mut lines = Vec::new();
     for (ctx, title) in [
@@ -1328,7 +1328,7 @@ fn help(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
     let blk = block(" Help (? or Esc closes) ", theme);
     let inner = blk.inner(r);
     frame.render_widget(blk, r);
-    if inner.width >= 70 && lines.len() > usize::from(inner.height) {
+    if inner.width >= 120 && lines.len() > usize::from(inner.height) {
         let half = lines.len().div_ceil(2);
         let right = lines.split_off(half);
         let [a, b] = Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)])

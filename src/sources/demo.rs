@@ -63,14 +63,14 @@ impl DemoWorld {
     /// The demo fleet with the default workload.
     pub fn new(seed: u64) -> anyhow::Result<DemoWorld> {
         let nodes = inventory::parse(DEMO_FLEET, "demo-fleet.toml")?;
-        DemoWorld::with_nodes(nodes, seed, 80, 72, false)
+        DemoWorld::with_nodes(nodes, seed, 60, 45, false)
     }
 
     /// The demo fleet with a frozen workload: no claims come or go and only the first
     /// device's telemetry moves (for measuring what one changing device costs).
     pub fn quiet(seed: u64) -> anyhow::Result<DemoWorld> {
         let nodes = inventory::parse(DEMO_FLEET, "demo-fleet.toml")?;
-        DemoWorld::with_nodes(nodes, seed, 80, 72, true)
+        DemoWorld::with_nodes(nodes, seed, 60, 45, true)
     }
 
     /// A synthetic fleet of `nodes` x `gpus` A100-80GB devices holding about `claims`
