@@ -34,7 +34,10 @@ fn every_view_at_two_sizes_in_two_themes() {
                 let mut st = lab_state();
                 st.size = (w, h);
                 show_view(&mut st, v);
-                insta::assert_snapshot!(format!("{}_{}_{w}x{h}_{t}", v.name(), "lab"), text(&st, &th, w, h));
+                insta::assert_snapshot!(
+                    format!("{}_{}_{w}x{h}_{t}", v.name(), "lab"),
+                    text(&st, &th, w, h)
+                );
             }
         }
     }
@@ -51,7 +54,9 @@ fn claim_form_release_confirm_help_and_down_source() {
         &mut st,
         Msg::Planned {
             source: 0,
-            result: Err(gpuboard::sources::SourceError::Refused("does not fit now: node lab-a: 2/2 GPUs insufficient memory".into())),
+            result: Err(gpuboard::sources::SourceError::Refused(
+                "does not fit now: node lab-a: 2/2 GPUs insufficient memory".into(),
+            )),
         },
     );
     let mut st = lab_state();
@@ -83,8 +88,17 @@ fn find(buf: &Buffer, needle: &str) -> (u16, u16) {
 #[test]
 fn over_limit_and_stale_cells_are_coloured() {
     for (name, check) in [
-        ("default", Box::new(|c: &ratatui::buffer::Cell| c.bg == Color::Red) as Box<dyn Fn(&ratatui::buffer::Cell) -> bool>),
-        ("mono", Box::new(|c: &ratatui::buffer::Cell| c.modifier.contains(Modifier::REVERSED) && c.bg == Color::Reset)),
+        (
+            "default",
+            Box::new(|c: &ratatui::buffer::Cell| c.bg == Color::Red)
+                as Box<dyn Fn(&ratatui::buffer::Cell) -> bool>,
+        ),
+        (
+            "mono",
+            Box::new(|c: &ratatui::buffer::Cell| {
+                c.modifier.contains(Modifier::REVERSED) && c.bg == Color::Reset
+            }),
+        ),
     ] {
         let th = theme(name);
         let mut st = lab_state();
@@ -96,17 +110,32 @@ fn over_limit_and_stale_cells_are_coloured() {
         let cell = buf.cell((x, y)).unwrap();
         assert!(check(cell), "{name}: over-limit cell is {cell:?}");
         let plain = buf.cell((x, y + 2)).unwrap();
-        assert!(!check(plain), "{name}: an ordinary cell is not styled as over-limit");
+        assert!(
+            !check(plain),
+            "{name}: an ordinary cell is not styled as over-limit"
+        );
 
         let st = with_down_source();
         let buf = render(&st, &th, 160, 48).unwrap();
         let (x, y) = find(&buf, "✖ DOWN");
         let cell = buf.cell((x, y)).unwrap();
         let want = th.stale;
-        assert_eq!(cell.bg, want.bg.unwrap_or(Color::Reset), "{name}: stale badge {cell:?}");
-        assert_eq!(cell.fg, want.fg.unwrap_or(Color::Reset), "{name}: stale badge {cell:?}");
+        assert_eq!(
+            cell.bg,
+            want.bg.unwrap_or(Color::Reset),
+            "{name}: stale badge {cell:?}"
+        );
+        assert_eq!(
+            cell.fg,
+            want.fg.unwrap_or(Color::Reset),
+            "{name}: stale badge {cell:?}"
+        );
         assert!(cell.modifier.contains(want.add_modifier), "{name}");
         let (x, y) = find(&buf, "stale");
-        assert_eq!(buf.cell((x, y)).unwrap().bg, want.bg.unwrap_or(Color::Reset), "{name}: stale flag");
+        assert_eq!(
+            buf.cell((x, y)).unwrap().bg,
+            want.bg.unwrap_or(Color::Reset),
+            "{name}: stale flag"
+        );
     }
 }

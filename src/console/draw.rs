@@ -1107,12 +1107,15 @@ fn detail(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
             format!(
                 "util {}  mem-util {}  temp {}  power {}/{}  sm {}  mem {}  fan {}  ecc {}  mig {}",
                 na(t.and_then(|t| t.utilization_gpu).map(|v| format!("{v}%"))),
-                na(t.and_then(|t| t.utilization_memory).map(|v| format!("{v}%"))),
+                na(t.and_then(|t| t.utilization_memory)
+                    .map(|v| format!("{v}%"))),
                 na(t.and_then(|t| t.temperature_c).map(|v| format!("{v}C"))),
                 na(t.and_then(|t| t.power_mw).map(|p| p / 1000)),
-                na(t.and_then(|t| t.power_limit_mw).map(|p| format!("{} W", p / 1000))),
+                na(t.and_then(|t| t.power_limit_mw)
+                    .map(|p| format!("{} W", p / 1000))),
                 na(t.and_then(|t| t.clock_sm_mhz).map(|v| format!("{v} MHz"))),
-                na(t.and_then(|t| t.clock_memory_mhz).map(|v| format!("{v} MHz"))),
+                na(t.and_then(|t| t.clock_memory_mhz)
+                    .map(|v| format!("{v} MHz"))),
                 na(t.and_then(|t| t.fan_pct).map(|v| format!("{v}%"))),
                 na(t.and_then(|t| t.ecc_uncorrected)),
                 na(t.and_then(|t| t.mig_enabled)),
