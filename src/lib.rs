@@ -3,12 +3,18 @@
 //! The domain (`units`, `request`, `placement`, `scheduler`) is plain synchronous Rust
 //! with no I/O; the server, the CLI, the console and the simulator all call it.
 
+pub mod attribution;
 pub mod clock;
 pub mod console;
+pub mod discovery;
+pub mod doctor;
+pub mod fairshare;
 pub mod inventory;
 pub mod placement;
 pub mod request;
 pub mod scheduler;
+pub mod simulate;
 pub mod snapshot;
 pub mod sources;
+pub mod telemetry;
 pub mod units;

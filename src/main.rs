@@ -1,4 +1,4 @@
-//! The `gpuboard` binary: the console by default, and the endpoint and client subcommands.
+//! The `gpuboard` command.
 
 use clap::{Parser, Subcommand};
 use gpuboard::console::ConsoleArgs;
@@ -17,14 +17,32 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Pick GPU indexes for a Flink worker (a drop-in discovery script).
+    Discover(gpuboard::discovery::command::DiscoverArgs),
+    /// Explain what GPUs this machine has and why none is seen.
+    Doctor(gpuboard::doctor::DoctorArgs),
+    /// Run the fair-share scheduler on a simulated clock over a scenario file.
+    Simulate(gpuboard::simulate::SimulateArgs),
     /// Print every source's state once (--once --json), or draw a view as text (--dump-screen VIEW).
     Status(StatusArgs),
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() {
     let cli = Cli::parse();
-    match &cli.command {
-        None => gpuboard::console::driver::run(&cli.console),
-        Some(Command::Status(args)) => gpuboard::console::headless::run(&cli.console, args),
+    let result = match cli.command {
+        Some(Command::Discover(args)) => gpuboard::discovery::command::run(args),
+        Some(Command::Doctor(args)) => gpuboard::doctor::run(args),
+        Some(Command::Simulate(args)) => gpuboard::simulate::run(args),
+        Some(Command::Status(args)) => {
+            gpuboard::console::headless::run(&cli.console, &args).map(|()| 0)
+        }
+        None => gpuboard::console::driver::run(&cli.console).map(|()| 0),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(error) => {
+            eprintln!("gpuboard: {error:#}");
+            std::process::exit(1);
+        }
     }
 }

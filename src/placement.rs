@@ -353,7 +353,7 @@ impl NoFit {
             "does not fit now"
         };
         if self.nodes.is_empty() {
-            return format!("{lead}: no node matches");
+            return format!("{lead}: no node matches (none named so, or none with GPUs)");
         }
         format!("{lead}: {}", self.lines().join(" | "))
     }
@@ -680,6 +680,13 @@ impl Fleet {
             }
             parts.push((d, need));
         }
+        if !self.cpu_ok(n, alloc.cpus) {
+            return Err(FleetError::DoesNotFit {
+                id,
+                node: alloc.node.clone(),
+                detail: "not enough free CPU".to_string(),
+            });
+        }
         self.apply(id, &(n, parts), alloc.cpus, true);
         self.claims.insert(id, (Demand::of(req), alloc.clone()));
         Ok(())
@@ -704,6 +711,17 @@ impl Fleet {
             self.claims.insert(id, (demand, old));
             return Err(MoveError::NothingToMove(id));
         }
+        // Holder lists are in placement order; a failed move must not reorder them.
+        let held: Vec<(usize, usize, Vec<ClaimId>)> = self
+            .by_name
+            .get(&old.node)
+            .map(|&n| {
+                self.parts_of(n, &old)
+                    .iter()
+                    .map(|&(d, _)| (n, d, self.nodes[n].devices[d].holders.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
         self.unapply(id, &old);
         match self.find(&demand, target.node.as_deref(), target.devices.as_deref()) {
             Ok(plan) => {
@@ -716,6 +734,9 @@ impl Fleet {
                 let n = self.by_name[&old.node];
                 let parts = self.parts_of(n, &old);
                 self.apply(id, &(n, parts), old.cpus, true);
+                for (n, d, holders) in held {
+                    self.nodes[n].devices[d].holders = holders;
+                }
                 self.claims.insert(id, (demand, old));
                 Err(MoveError::NoFit(e))
             }
@@ -870,12 +891,25 @@ impl Fleet {
         if pins.is_some_and(|p| p.len() != count) {
             return None;
         }
+        // A named node is looked up, not searched for.
+        let range = match node {
+            Some(name) => match self.by_name.get(name) {
+                Some(&n) => n..n + 1,
+                None => return None,
+            },
+            None => 0..self.nodes.len(),
+        };
         let mut best: Option<(Bytes, Plan)> = None;
-        for (n, nd) in self.nodes.iter().enumerate() {
-            if node.is_some_and(|name| name != nd.name) || !self.cpu_ok(n, demand.cpus) {
+        // One buffer for every node, and the last normalization reused: nodes are
+        // mostly of one model, and this loop runs over the whole fleet.
+        let mut fitting: Vec<(usize, PerDevice, Bytes, Option<u32>)> = Vec::new();
+        let mut last: Option<(Bytes, Option<PerDevice>)> = None;
+        for n in range {
+            let nd = &self.nodes[n];
+            if nd.devices.len() < count || !self.cpu_ok(n, demand.cpus) {
                 continue;
             }
-            let mut fitting: Vec<(usize, PerDevice, Bytes, Option<u32>)> = Vec::new();
+            fitting.clear();
             for (d, dev) in nd.devices.iter().enumerate() {
                 if !dev.schedulable()
                     || pins.is_some_and(|p| !p.contains(&dev.spec.index))
@@ -883,7 +917,16 @@ impl Fleet {
                 {
                     continue;
                 }
-                if let Ok(need) = form.per_device(dev.capacity())
+                let capacity = dev.capacity();
+                let need = match last {
+                    Some((m, need)) if m == capacity => need,
+                    _ => {
+                        let need = form.per_device(capacity).ok();
+                        last = Some((capacity, need));
+                        need
+                    }
+                };
+                if let Some(need) = need
                     && dev.fits(&need)
                 {
                     fitting.push((
@@ -898,34 +941,32 @@ impl Fleet {
                 continue;
             }
             match self.policy {
-                Policy::Binpack => fitting.sort_by_key(|f| (f.2, f.0)),
-                Policy::Spread => fitting.sort_by_key(|f| (std::cmp::Reverse(f.2), f.0)),
+                Policy::Binpack => fitting.sort_unstable_by_key(|f| (f.2, f.0)),
+                Policy::Spread => fitting.sort_unstable_by_key(|f| (std::cmp::Reverse(f.2), f.0)),
             }
             // Prefer devices that share a link: the first group with enough fitting devices.
-            let mut groups: BTreeMap<u32, usize> = BTreeMap::new();
-            for f in &fitting {
-                if let Some(g) = f.3 {
-                    *groups.entry(g).or_default() += 1;
-                }
-            }
-            let group = fitting
-                .iter()
-                .filter_map(|f| f.3)
-                .find(|g| count > 1 && groups.get(g).copied().unwrap_or(0) >= count);
-            let chosen: Vec<_> = fitting
-                .iter()
-                .filter(|f| group.is_none() || f.3 == group)
-                .take(count)
-                .collect();
-            let left = chosen.iter().fold(Bytes(0), |a, f| a + f.2);
-            let plan = (n, chosen.iter().map(|f| (f.0, f.1)).collect());
+            let group = if count > 1 {
+                fitting
+                    .iter()
+                    .filter_map(|f| f.3)
+                    .find(|&g| fitting.iter().filter(|f| f.3 == Some(g)).count() >= count)
+            } else {
+                None
+            };
+            let chosen = || {
+                fitting
+                    .iter()
+                    .filter(|f| group.is_none() || f.3 == group)
+                    .take(count)
+            };
+            let left = chosen().fold(Bytes(0), |a, f| a + f.2);
             let better = match (&best, self.policy) {
                 (None, _) => true,
                 (Some((b, _)), Policy::Binpack) => left < *b,
                 (Some((b, _)), Policy::Spread) => left > *b,
             };
             if better {
-                best = Some((left, plan));
+                best = Some((left, (n, chosen().map(|f| (f.0, f.1)).collect())));
             }
         }
         best.map(|(_, p)| p)
@@ -951,6 +992,10 @@ impl Fleet {
         let mut feasible_somewhere = false;
         for (n, nd) in self.nodes.iter().enumerate() {
             if node.is_some_and(|name| name != nd.name) {
+                continue;
+            }
+            // A CPU-only node says nothing useful about a GPU request.
+            if demand.gpu.is_some() && nd.devices.is_empty() {
                 continue;
             }
             let mut counts: BTreeMap<Reason, ReasonCount> = BTreeMap::new();
@@ -988,7 +1033,8 @@ impl Fleet {
                     Some((Reason::NotPinned, None, None))
                 } else if demand.accelerator.as_deref().is_some_and(|a| a != dev.key) {
                     Some((Reason::WrongAccelerator, None, None))
-                } else if dev.spec.memory.is_none() {
+                } else if dev.spec.memory.is_none_or(|m| m.0 == 0) {
+                    // Zero is as unschedulable as unknown (see `Device::schedulable`).
                     Some((Reason::UnknownMemory, None, None))
                 } else {
                     match form.per_device(dev.capacity()) {
@@ -1465,6 +1511,45 @@ mod tests {
         );
         assert!(f.set_cordon("a", 9, true).is_err());
         assert!(f.set_cordon("b", 0, true).is_err());
+    }
+
+    #[test]
+    fn a_zero_memory_device_is_no_reason_to_wait() {
+        let mut f = fleet(
+            Policy::Binpack,
+            vec![node(
+                "a",
+                vec![DeviceSpec {
+                    memory: Some(Bytes(0)),
+                    ..gpu(0, "A100", Bytes(0))
+                }],
+            )],
+        );
+        let e = f.claim(1, &req(json!({"num_gpus": 0.0001}))).unwrap_err();
+        assert!(e.infeasible, "{e}");
+        assert_eq!(
+            e.lines(),
+            vec!["node a: 1/1 GPUs memory unknown".to_string()]
+        );
+    }
+
+    #[test]
+    fn a_failed_move_keeps_holders_in_placement_order() {
+        let mut f = fleet(
+            Policy::Binpack,
+            vec![node("a", vec![gpu(0, "A100", Bytes::gib(40))])],
+        );
+        for id in 1..=3 {
+            f.claim(id, &req(json!({"num_gpus": 0.25}))).unwrap();
+        }
+        let before = f.nodes().to_vec();
+        let target = MoveTarget {
+            node: Some("nowhere".into()),
+            devices: None,
+        };
+        assert!(matches!(f.move_claim(1, &target), Err(MoveError::NoFit(_))));
+        assert_eq!(f.nodes(), &before[..]);
+        assert_eq!(f.nodes()[0].devices[0].holders, vec![1, 2, 3]);
     }
 
     #[test]

@@ -15,7 +15,7 @@ use gpuboard::console::state::{FormStage, Health, Mode, State, View};
 use gpuboard::console::update::{complete, show_view, update};
 use gpuboard::placement::{Allocation, MoveTarget, Share};
 use gpuboard::snapshot::Snapshot;
-use gpuboard::sources::{Action, Outcome, Source, SourceError};
+use gpuboard::sources::{Action, Failure, Outcome, Source};
 use gpuboard::units::{Bytes, Slots, Units};
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
@@ -179,7 +179,7 @@ fn claim_form_round_trip() {
         &mut st,
         vec![Msg::Planned {
             source: 0,
-            result: Err(SourceError::Refused(
+            result: Err(Failure::Refused(
                 "does not fit now: node lab-a: 2/2 GPUs insufficient memory".into(),
             )),
         }],
@@ -242,7 +242,7 @@ fn claim_form_round_trip() {
     let refused = Msg::Acted {
         source: 0,
         action: got[0].clone(),
-        result: Err(SourceError::Invalid(
+        result: Err(Failure::Invalid(
             "rule 7 (out of range): gpu_memory must be positive".into(),
         )),
     };
@@ -284,7 +284,7 @@ fn move_and_release_results() {
         vec![Msg::Acted {
             source: 0,
             action: action.clone(),
-            result: Err(SourceError::Refused(
+            result: Err(Failure::Refused(
                 "the target does not fit: node lab-a: 1/1 GPUs exclusive".into(),
             )),
         }],
@@ -312,7 +312,7 @@ fn move_and_release_results() {
         vec![Msg::Acted {
             source: 0,
             action: Action::Release { id: 4 },
-            result: Err(SourceError::Timeout(2000)),
+            result: Err(Failure::Timeout(2000)),
         }],
     );
     let f = st.flash.clone().unwrap();
@@ -341,7 +341,7 @@ fn source_results_errors_and_staleness() {
         vec![Msg::Fetched {
             source: 0,
             at: NOW.plus_secs(3),
-            result: Err(SourceError::Decode("expected value at line 1".into())),
+            result: Err(Failure::Decode("expected value at line 1".into())),
         }],
     );
     assert!(st.sources[0].data.is_some());
@@ -416,7 +416,7 @@ fn source_results_errors_and_staleness() {
         vec![Msg::Fetched {
             source: 9,
             at: NOW,
-            result: Err(SourceError::Timeout(1)),
+            result: Err(Failure::Timeout(1)),
         }],
     );
 }
@@ -491,13 +491,13 @@ impl Source for Counting {
     fn can_act(&self) -> bool {
         true
     }
-    fn fetch(&self) -> BoxFuture<'static, Result<Snapshot, SourceError>> {
+    fn fetch(&self) -> BoxFuture<'static, Result<Snapshot, Failure>> {
         Box::pin(async { Ok(Snapshot::default()) })
     }
-    fn plan(&self, _: serde_json::Value) -> BoxFuture<'static, Result<Allocation, SourceError>> {
-        Box::pin(async { Err(SourceError::Refused("no".into())) })
+    fn plan(&self, _: serde_json::Value) -> BoxFuture<'static, Result<Allocation, Failure>> {
+        Box::pin(async { Err(Failure::Refused("no".into())) })
     }
-    fn act(&self, action: Action) -> BoxFuture<'static, Result<Outcome, SourceError>> {
+    fn act(&self, action: Action) -> BoxFuture<'static, Result<Outcome, Failure>> {
         self.0.fetch_add(1, Ordering::SeqCst);
         Box::pin(async move {
             Ok(Outcome::Reset {
@@ -552,7 +552,7 @@ async fn the_executor_refuses_every_action_in_read_only_mode() {
             panic!()
         };
         assert!(
-            matches!(result, Err(SourceError::ReadOnly(_))),
+            matches!(result, Err(Failure::ReadOnly(_))),
             "{action:?}: {result:?}"
         );
     }

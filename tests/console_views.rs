@@ -54,7 +54,7 @@ fn claim_form_release_confirm_help_and_down_source() {
         &mut st,
         Msg::Planned {
             source: 0,
-            result: Err(gpuboard::sources::SourceError::Refused(
+            result: Err(gpuboard::sources::Failure::Refused(
                 "does not fit now: node lab-a: 2/2 GPUs insufficient memory".into(),
             )),
         },

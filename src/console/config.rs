@@ -8,7 +8,7 @@
 //! name = "gpu-01"
 //! url = "http://10.0.0.5:7070"
 //! token_file = "/etc/gpuboard/operator.token"
-//! kind = "gpuboard"        # the only kind so far
+//! kind = "gpuboard"        # or "ray", "prometheus" (read-only)
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -45,7 +45,7 @@ pub struct Endpoint {
     /// File holding the bearer token.
     #[serde(default)]
     pub token_file: Option<PathBuf>,
-    /// Source kind; only `gpuboard` is read so far.
+    /// Source kind: `gpuboard` (read and act), `ray` or `prometheus` (read-only).
     #[serde(default = "gpuboard_kind")]
     pub kind: String,
 }
@@ -94,9 +94,9 @@ impl Config {
     pub fn parse(text: &str) -> anyhow::Result<Config> {
         let cfg: Config = toml::from_str(text)?;
         for ep in &cfg.endpoints {
-            if ep.kind != "gpuboard" {
+            if !["gpuboard", "ray", "prometheus"].contains(&ep.kind.as_str()) {
                 anyhow::bail!(
-                    "endpoint {}: kind `{}` is not supported; supported: gpuboard",
+                    "endpoint {}: kind `{}` is not supported; supported: gpuboard, ray, prometheus",
                     ep.name,
                     ep.kind
                 );
@@ -121,9 +121,13 @@ mod tests {
         .unwrap();
         assert_eq!(c.endpoints[0].kind, "gpuboard");
         assert_eq!(c.refresh, Some(5.0));
-        let e = Config::parse("[[endpoints]]\nname = \"r\"\nurl = \"http://x\"\nkind = \"ray\"\n")
-            .unwrap_err();
-        assert!(e.to_string().contains("kind `ray` is not supported"), "{e}");
+        let e =
+            Config::parse("[[endpoints]]\nname = \"r\"\nurl = \"http://x\"\nkind = \"slurm\"\n")
+                .unwrap_err();
+        assert!(
+            e.to_string().contains("kind `slurm` is not supported"),
+            "{e}"
+        );
         assert!(Config::parse("colour = 1\n").is_err());
     }
 }

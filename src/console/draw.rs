@@ -767,7 +767,7 @@ fn claims(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
             if wide {
                 cells.push(Cell::from(c.holder.clone().unwrap_or_else(|| "-".into())));
             }
-            cells.push(Cell::from(crate::sources::http::place(c)));
+            cells.push(Cell::from(crate::sources::endpoint::place(c)));
             cells.push(Cell::from(Span::styled(
                 short_bytes(c.memory_reserved),
                 theme.allocated,

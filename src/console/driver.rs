@@ -17,7 +17,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::clock::{Clock, SystemClock};
-use crate::sources::{Source, SourceError};
+use crate::sources::{Failure, Source};
 
 use super::msg::{Effect, Msg};
 use super::state::State;
@@ -149,7 +149,7 @@ pub fn perform(
             tokio::spawn(async move {
                 let result = tokio::time::timeout(timeout, fut)
                     .await
-                    .unwrap_or(Err(SourceError::Timeout(limit)));
+                    .unwrap_or(Err(Failure::Timeout(limit)));
                 let _ = tx.send(Msg::Fetched {
                     source: i,
                     at: clock.now(),
@@ -165,7 +165,7 @@ pub fn perform(
             tokio::spawn(async move {
                 let result = tokio::time::timeout(timeout, fut)
                     .await
-                    .unwrap_or(Err(SourceError::Timeout(limit)));
+                    .unwrap_or(Err(Failure::Timeout(limit)));
                 let _ = tx.send(Msg::Planned { source, result });
             });
         }
@@ -179,7 +179,7 @@ pub fn perform(
                 let _ = tx.send(Msg::Acted {
                     source,
                     action,
-                    result: Err(SourceError::ReadOnly(
+                    result: Err(Failure::ReadOnly(
                         "the console was started with --readonly".to_string(),
                     )),
                 });
@@ -188,7 +188,7 @@ pub fn perform(
             if !src.can_act() {
                 let _ = tx.send(Msg::Acted {
                     source,
-                    result: Err(SourceError::ReadOnly(format!(
+                    result: Err(Failure::ReadOnly(format!(
                         "source {name} does not accept actions"
                     ))),
                     action,
@@ -199,7 +199,7 @@ pub fn perform(
             tokio::spawn(async move {
                 let result = tokio::time::timeout(timeout, fut)
                     .await
-                    .unwrap_or(Err(SourceError::Timeout(limit)));
+                    .unwrap_or(Err(Failure::Timeout(limit)));
                 let user = std::env::var("USER").unwrap_or_else(|_| "?".to_string());
                 match &result {
                     Ok(o) => {

@@ -239,7 +239,7 @@ pub fn with_down_source() -> State {
         Msg::Fetched {
             source: 1,
             at: Timestamp(NOW.0 - 60_000),
-            result: Err(crate::sources::SourceError::Unreachable(
+            result: Err(crate::sources::Failure::Unreachable(
                 "connection refused (127.0.0.1:7070)".into(),
             )),
         },

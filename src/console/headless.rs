@@ -190,7 +190,7 @@ async fn fetch_all(
     sources: &[Arc<dyn crate::sources::Source>],
     timeout: Duration,
     clock: &Arc<dyn Clock>,
-) -> Vec<(Timestamp, Result<Snapshot, crate::sources::SourceError>)> {
+) -> Vec<(Timestamp, Result<Snapshot, crate::sources::Failure>)> {
     let limit = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
     let futs = sources.iter().map(|s| {
         let f = s.fetch();
@@ -198,7 +198,7 @@ async fn fetch_all(
         async move {
             let r = tokio::time::timeout(timeout, f)
                 .await
-                .unwrap_or(Err(crate::sources::SourceError::Timeout(limit)));
+                .unwrap_or(Err(crate::sources::Failure::Timeout(limit)));
             (clock.now(), r)
         }
     });

@@ -28,7 +28,7 @@ use crate::clock::Clock;
 use crate::sources::Source;
 use crate::sources::demo::{Demo, DemoWorld};
 use crate::sources::embedded::Embedded;
-use crate::sources::http::Http;
+use crate::sources::endpoint::Http;
 
 /// The default refresh interval.
 pub const DEFAULT_REFRESH_MS: u64 = 2_000;
@@ -45,6 +45,12 @@ pub struct ConsoleArgs {
     /// A gpuboard endpoint to read (repeatable), e.g. http://127.0.0.1:7070.
     #[arg(long = "endpoint", value_name = "URL", global = true)]
     pub endpoints: Vec<String>,
+    /// A Ray dashboard to read (repeatable), e.g. http://head:8265; read-only.
+    #[arg(long = "ray", value_name = "URL", global = true)]
+    pub rays: Vec<String>,
+    /// A Prometheus server with dcgm-exporter metrics (repeatable); read-only.
+    #[arg(long = "prometheus", value_name = "URL", global = true)]
+    pub prometheuses: Vec<String>,
     /// Config file (default: ~/.config/gpuboard/config.toml when it exists).
     #[arg(long, value_name = "FILE", global = true)]
     pub config: Option<PathBuf>,
@@ -113,6 +119,24 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
         let name = format!("ep{}", i + 1);
         sources.push(Arc::new(Http::new(&name, url, None, timeout)?));
     }
+    for (i, url) in args.rays.iter().enumerate() {
+        sources.push(engine_source(
+            "ray",
+            &format!("ray{}", i + 1),
+            url,
+            None,
+            timeout,
+        )?);
+    }
+    for (i, url) in args.prometheuses.iter().enumerate() {
+        sources.push(engine_source(
+            "prometheus",
+            &format!("prom{}", i + 1),
+            url,
+            None,
+            timeout,
+        )?);
+    }
     for ep in &cfg.endpoints {
         let token = match &ep.token_file {
             Some(p) => Some(
@@ -129,7 +153,11 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
             ),
             None => None,
         };
-        sources.push(Arc::new(Http::new(&ep.name, &ep.url, token, timeout)?));
+        if ep.kind == "gpuboard" {
+            sources.push(Arc::new(Http::new(&ep.name, &ep.url, token, timeout)?));
+        } else {
+            sources.push(engine_source(&ep.kind, &ep.name, &ep.url, token, timeout)?);
+        }
     }
     if sources.is_empty() {
         sources.push(Arc::new(Embedded::local(Arc::clone(&clock))?));
@@ -141,6 +169,35 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
         refresh_ms,
         readonly: args.readonly,
         warnings,
+    })
+}
+
+/// A read-only engine source of this kind (`ray` or `prometheus`).
+fn engine_source(
+    kind: &str,
+    name: &str,
+    url: &str,
+    token: Option<String>,
+    timeout: Duration,
+) -> anyhow::Result<Arc<dyn Source>> {
+    use crate::sources::engine::Engine;
+    use crate::sources::prometheus::{PrometheusConfig, PrometheusSource};
+    use crate::sources::ray::{RayConfig, RaySource};
+    Ok(match kind {
+        "ray" => {
+            let mut c = RayConfig::new(url);
+            c.name = name.to_string();
+            c.token = token;
+            c.timeout = timeout;
+            Arc::new(Engine::ray(name, RaySource::new(c)?))
+        }
+        _ => {
+            let mut c = PrometheusConfig::new(url);
+            c.name = name.to_string();
+            c.auth = token.map(crate::sources::http::Auth::Bearer);
+            c.timeout = timeout;
+            Arc::new(Engine::prometheus(name, PrometheusSource::new(c)?))
+        }
     })
 }
 

@@ -6,7 +6,7 @@ use serde_json::Value;
 use crate::clock::Timestamp;
 use crate::placement::Allocation;
 use crate::snapshot::Snapshot;
-use crate::sources::{Action, Outcome, SourceError};
+use crate::sources::{Action, Failure, Outcome};
 
 /// Everything that can happen to the console.
 // A snapshot is moved through the channel once per fetch; boxing it would buy nothing.
@@ -31,14 +31,14 @@ pub enum Msg {
         /// When the fetch completed.
         at: Timestamp,
         /// The snapshot, or why not.
-        result: Result<Snapshot, SourceError>,
+        result: Result<Snapshot, Failure>,
     },
     /// A source answered a placement preview.
     Planned {
         /// The source.
         source: usize,
         /// Where the claim would go, or why it would not fit.
-        result: Result<Allocation, SourceError>,
+        result: Result<Allocation, Failure>,
     },
     /// A source carried out (or refused) an action.
     Acted {
@@ -47,7 +47,7 @@ pub enum Msg {
         /// What was asked.
         action: Action,
         /// What happened.
-        result: Result<Outcome, SourceError>,
+        result: Result<Outcome, Failure>,
     },
     /// A line from the console's own log.
     Log(String),

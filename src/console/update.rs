@@ -6,7 +6,7 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use crate::clock::Timestamp;
 use crate::placement::MoveTarget;
 use crate::snapshot::{ClaimState, Snapshot};
-use crate::sources::{Action, Outcome, SourceError};
+use crate::sources::{Action, Failure, Outcome};
 
 use super::keymap::{Context, KeyAction};
 use super::msg::{Effect, Msg};
@@ -174,7 +174,7 @@ fn same_content(a: &Snapshot, b: &Snapshot) -> bool {
         && a.endpoint == b.endpoint
 }
 
-fn fetched(state: &mut State, source: usize, at: Timestamp, result: Result<Snapshot, SourceError>) {
+fn fetched(state: &mut State, source: usize, at: Timestamp, result: Result<Snapshot, Failure>) {
     let refresh = state.refresh_ms;
     let frozen = state.frozen;
     let Some(slot) = state.sources.get_mut(source) else {
@@ -228,7 +228,7 @@ fn fetched(state: &mut State, source: usize, at: Timestamp, result: Result<Snaps
 fn planned(
     state: &mut State,
     source: usize,
-    result: Result<crate::placement::Allocation, SourceError>,
+    result: Result<crate::placement::Allocation, Failure>,
 ) {
     let Mode::Form(form) = &mut state.mode else {
         return;
@@ -258,7 +258,7 @@ fn acted(
     state: &mut State,
     source: usize,
     action: &Action,
-    result: Result<Outcome, SourceError>,
+    result: Result<Outcome, Failure>,
 ) -> Vec<Effect> {
     let name = state
         .sources
@@ -910,7 +910,7 @@ fn release(state: &mut State) -> Vec<Effect> {
     let Some((slot, c)) = state.claim(k) else {
         return Vec::new();
     };
-    let place = crate::sources::http::place(c);
+    let place = crate::sources::endpoint::place(c);
     let body = vec![
         format!("Release claim {} on {}?", c.id, slot.name),
         format!(
@@ -977,7 +977,7 @@ fn open_move(state: &mut State) {
         flash(state, text, true);
         return;
     }
-    let from = crate::sources::http::place(c);
+    let from = crate::sources::endpoint::place(c);
     let held: Vec<u32> = c.shares.iter().map(|s| s.device).collect();
     let node = c.node.clone().unwrap_or_default();
     let targets: Vec<(String, u32, String, String)> = slot

@@ -15,7 +15,7 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use serde_json::{Value, json};
 
-use super::{Action, Outcome, Source, SourceError, apply, plan_on};
+use super::{Action, Failure, Outcome, Source, apply, plan_on};
 use crate::clock::{Clock, Timestamp};
 use crate::inventory;
 use crate::placement::{Allocation, ClaimId, DeviceSpec, NodeSpec, Policy};
@@ -440,8 +440,8 @@ impl Demo {
     }
 }
 
-fn poisoned<T>(_: T) -> SourceError {
-    SourceError::Refused("demo state poisoned".to_string())
+fn poisoned<T>(_: T) -> Failure {
+    Failure::Refused("demo state poisoned".to_string())
 }
 
 impl Source for Demo {
@@ -454,7 +454,7 @@ impl Source for Demo {
     fn can_act(&self) -> bool {
         true
     }
-    fn fetch(&self) -> BoxFuture<'static, Result<Snapshot, SourceError>> {
+    fn fetch(&self) -> BoxFuture<'static, Result<Snapshot, Failure>> {
         let world = Arc::clone(&self.world);
         let now = self.clock.now();
         Box::pin(async move {
@@ -463,14 +463,14 @@ impl Source for Demo {
             Ok(w.snapshot(now))
         })
     }
-    fn plan(&self, request: Value) -> BoxFuture<'static, Result<Allocation, SourceError>> {
+    fn plan(&self, request: Value) -> BoxFuture<'static, Result<Allocation, Failure>> {
         let world = Arc::clone(&self.world);
         Box::pin(async move {
             let mut w = world.lock().map_err(poisoned)?;
             plan_on(w.scheduler_mut(), &request)
         })
     }
-    fn act(&self, action: Action) -> BoxFuture<'static, Result<Outcome, SourceError>> {
+    fn act(&self, action: Action) -> BoxFuture<'static, Result<Outcome, Failure>> {
         let world = Arc::clone(&self.world);
         let now = self.clock.now();
         Box::pin(async move {

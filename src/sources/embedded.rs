@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use futures::future::BoxFuture;
 use serde_json::Value;
 
-use super::{Action, Outcome, Source, SourceError, apply, plan_on};
+use super::{Action, Failure, Outcome, Source, apply, plan_on};
 use crate::clock::Clock;
 use crate::placement::{Allocation, NodeSpec, Policy};
 use crate::scheduler::{Scheduler, SchedulerConfig};
@@ -82,36 +82,36 @@ impl Source for Embedded {
     fn note(&self) -> Option<String> {
         self.note.clone()
     }
-    fn fetch(&self) -> BoxFuture<'static, Result<Snapshot, SourceError>> {
+    fn fetch(&self) -> BoxFuture<'static, Result<Snapshot, Failure>> {
         let sched = Arc::clone(&self.sched);
         let now = self.clock.now();
         let note = self.note.clone();
         Box::pin(async move {
             let mut s = sched
                 .lock()
-                .map_err(|_| SourceError::Refused("scheduler state poisoned".into()))?;
+                .map_err(|_| Failure::Refused("scheduler state poisoned".into()))?;
             s.tick(now, &pid_alive);
             let mut snap = s.snapshot(now);
             snap.endpoint.telemetry_note = note;
             Ok(snap)
         })
     }
-    fn plan(&self, request: Value) -> BoxFuture<'static, Result<Allocation, SourceError>> {
+    fn plan(&self, request: Value) -> BoxFuture<'static, Result<Allocation, Failure>> {
         let sched = Arc::clone(&self.sched);
         Box::pin(async move {
             let s = sched
                 .lock()
-                .map_err(|_| SourceError::Refused("scheduler state poisoned".into()))?;
+                .map_err(|_| Failure::Refused("scheduler state poisoned".into()))?;
             plan_on(&s, &request)
         })
     }
-    fn act(&self, action: Action) -> BoxFuture<'static, Result<Outcome, SourceError>> {
+    fn act(&self, action: Action) -> BoxFuture<'static, Result<Outcome, Failure>> {
         let sched = Arc::clone(&self.sched);
         let now = self.clock.now();
         Box::pin(async move {
             let mut s = sched
                 .lock()
-                .map_err(|_| SourceError::Refused("scheduler state poisoned".into()))?;
+                .map_err(|_| Failure::Refused("scheduler state poisoned".into()))?;
             let out = apply(&mut s, &action, "console", now);
             // In memory only: nothing to persist the journal to yet.
             s.take_changes();

@@ -1,225 +1,344 @@
-//! A gpuboard endpoint over HTTP (API v1): reads `GET /v1/snapshot`, acts through the
-//! claim, release, move, cordon and reset routes with a bearer token.
-//!
-//! The endpoint's own client (`client.rs`) is being written in parallel; this source
-//! speaks the documented API directly and should switch to that client once it lands.
+//! The HTTP edge shared by engine sources: one GET with a deadline and credentials, a
+//! bounded body, and every failure mapped to a `SourceError` that says what happened.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
-use serde_json::{Value, json};
+use reqwest::{StatusCode, Url};
+use serde_json::Value;
 
-use super::{Action, Outcome, Source, SourceError, plan_on_snapshot};
-use crate::placement::Allocation;
-use crate::snapshot::{ClaimView, SCHEMA_VERSION, Snapshot};
+use super::error::SourceError;
+use super::json::parse_body;
 
-/// Largest snapshot accepted, so a peer sending garbage cannot exhaust memory.
-const MAX_BODY: usize = 256 << 20;
+/// The largest body a source reads; a peer sending more is answering something else.
+pub const MAX_BODY: usize = 64 << 20;
 
-/// A gpuboard endpoint.
-pub struct Http {
-    name: String,
-    base: String,
-    token: Option<String>,
+/// Credentials sent with every request.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Auth {
+    /// `Authorization: Bearer <token>` (Ray token auth, Prometheus behind a proxy).
+    Bearer(String),
+    /// HTTP basic authentication (Prometheus `--web.config.file`).
+    Basic {
+        /// User name.
+        user: String,
+        /// Password.
+        password: String,
+    },
+}
+
+impl std::fmt::Debug for Auth {
+    /// Never prints the secret.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Auth::Bearer(_) => write!(f, "Bearer(..)"),
+            Auth::Basic { user, .. } => write!(f, "Basic({user}, ..)"),
+        }
+    }
+}
+
+/// What kind of peer a client talks to, for messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerKind {
+    /// A Ray dashboard.
+    Ray,
+    /// A Prometheus server.
+    Prometheus,
+}
+
+impl PeerKind {
+    fn name(self) -> &'static str {
+        match self {
+            PeerKind::Ray => "Ray dashboard",
+            PeerKind::Prometheus => "Prometheus server",
+        }
+    }
+
+    fn not_this(self, url: &Url, why: String) -> SourceError {
+        let url = url.to_string();
+        match self {
+            PeerKind::Ray => SourceError::NotRayDashboard { url, why },
+            PeerKind::Prometheus => SourceError::NotPrometheus { url, why },
+        }
+    }
+}
+
+/// A JSON-over-HTTP client for one peer.
+#[derive(Clone, Debug)]
+pub struct JsonClient {
     client: reqwest::Client,
-    last: Arc<Mutex<Option<Snapshot>>>,
+    base: Url,
+    auth: Option<Auth>,
+    timeout: Duration,
+    peer: PeerKind,
 }
 
-impl Http {
-    /// An endpoint at `url` (`http://host:port`), with an optional bearer token.
+impl JsonClient {
+    /// A client for the peer at `base` (an `http://` URL).
     pub fn new(
-        name: &str,
-        url: &str,
-        token: Option<String>,
+        base: &str,
+        auth: Option<Auth>,
         timeout: Duration,
-    ) -> anyhow::Result<Http> {
-        let base = url.trim_end_matches('/').to_string();
-        if !(base.starts_with("http://") || base.starts_with("https://")) {
-            anyhow::bail!("endpoint URL `{url}` must start with http:// or https://");
+        peer: PeerKind,
+    ) -> Result<JsonClient, SourceError> {
+        let bad = |why: &str| SourceError::BadUrl {
+            url: base.to_string(),
+            why: why.to_string(),
+        };
+        let mut url = Url::parse(base.trim()).map_err(|e| {
+            bad(&format!(
+                "{e}; give a full address such as http://127.0.0.1:8265"
+            ))
+        })?;
+        if url.scheme() != "http" {
+            return Err(bad(
+                "only http:// addresses are supported (this build has no TLS); put a TLS-terminating proxy in front, or use http:// on a trusted network",
+            ));
         }
-        let client = reqwest::Client::builder().timeout(timeout).build()?;
-        Ok(Http {
-            name: name.to_string(),
-            base,
-            token,
+        if url.host_str().is_none_or(str::is_empty) {
+            return Err(bad("the address has no host"));
+        }
+        if timeout.is_zero() {
+            return Err(bad("the timeout must be more than zero"));
+        }
+        // Paths are joined onto the base, so it must end in a slash (a dashboard behind a
+        // proxy prefix keeps that prefix).
+        if !url.path().ends_with('/') {
+            let path = format!("{}/", url.path());
+            url.set_path(&path);
+        }
+        url.set_query(None);
+        url.set_fragment(None);
+        let client = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout)
+            .build()
+            .map_err(|e| bad(&format!("cannot build an HTTP client: {e}")))?;
+        Ok(JsonClient {
             client,
-            last: Arc::new(Mutex::new(None)),
+            base: url,
+            auth,
+            timeout,
+            peer,
         })
     }
 
-    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        let b = self.client.request(method, format!("{}{path}", self.base));
-        match &self.token {
-            Some(t) => b.bearer_auth(t),
-            None => b,
+    /// The base address, for messages.
+    pub fn base(&self) -> &Url {
+        &self.base
+    }
+
+    /// The full address of `path` (relative, no leading slash) with `query` pairs.
+    pub fn url(&self, path: &str, query: &[(&str, &str)]) -> Result<Url, SourceError> {
+        let mut url = self.base.join(path).map_err(|e| SourceError::BadUrl {
+            url: self.base.to_string(),
+            why: format!("cannot append `{path}`: {e}"),
+        })?;
+        if !query.is_empty() {
+            url.query_pairs_mut().extend_pairs(query);
+        }
+        Ok(url)
+    }
+
+    /// GETs `url` and parses the body as JSON. HTML, non-JSON, oversized and truncated
+    /// bodies, HTTP errors, refusals and timeouts each give their own error.
+    pub async fn get_json(&self, url: &Url) -> Result<Value, SourceError> {
+        let fut = self.get_body(url);
+        // The client's timeout covers each phase; this bounds the whole exchange too, so
+        // a peer trickling bytes cannot hold a fetch forever.
+        let (status, html, body) =
+            tokio::time::timeout(self.timeout, fut)
+                .await
+                .map_err(|_| SourceError::Timeout {
+                    url: url.to_string(),
+                    timeout: self.timeout,
+                })??;
+        let text_start = || excerpt(&body);
+        if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
+            let advice = match (status, &self.auth) {
+                (StatusCode::UNAUTHORIZED, None) => {
+                    "the peer wants credentials; set a token for this endpoint"
+                }
+                (StatusCode::UNAUTHORIZED, Some(_)) => "the peer did not accept the credentials",
+                _ => "the credentials are not allowed here (wrong or expired token?)",
+            };
+            return Err(SourceError::Unauthorized {
+                url: url.to_string(),
+                status: status.as_u16(),
+                message: format!("{advice}; it said: {}", text_start()),
+            });
+        }
+        if html || looks_like_html(&body) {
+            return Err(self.peer.not_this(
+                url,
+                format!(
+                    "it answered an HTML page (HTTP {}) where the {} API answers JSON: {}",
+                    status.as_u16(),
+                    self.peer.name(),
+                    text_start()
+                ),
+            ));
+        }
+        let parsed = parse_body(&body);
+        if !status.is_success() {
+            // Ray and Prometheus both explain failures in a JSON body; show it whole.
+            return Err(SourceError::Http {
+                url: url.to_string(),
+                status: status.as_u16(),
+                message: text_start(),
+            });
+        }
+        parsed.map_err(|what| SourceError::Decode {
+            url: url.to_string(),
+            what,
+        })
+    }
+
+    async fn get_body(&self, url: &Url) -> Result<(StatusCode, bool, Vec<u8>), SourceError> {
+        let mut req = self
+            .client
+            .get(url.clone())
+            .header(reqwest::header::ACCEPT, "application/json");
+        req = match &self.auth {
+            Some(Auth::Bearer(token)) => req.bearer_auth(token),
+            Some(Auth::Basic { user, password }) => req.basic_auth(user, Some(password)),
+            None => req,
+        };
+        let mut resp = req.send().await.map_err(|e| self.transport(url, &e))?;
+        let status = resp.status();
+        let html = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.to_ascii_lowercase().starts_with("text/html"));
+        let mut body = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|e| self.transport(url, &e))? {
+            if body.len() + chunk.len() > MAX_BODY {
+                return Err(SourceError::Decode {
+                    url: url.to_string(),
+                    what: format!(
+                        "the answer is larger than {} MiB; this is not what the {} API sends",
+                        MAX_BODY >> 20,
+                        self.peer.name()
+                    ),
+                });
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok((status, html, body))
+    }
+
+    fn transport(&self, url: &Url, e: &reqwest::Error) -> SourceError {
+        if e.is_timeout() {
+            return SourceError::Timeout {
+                url: url.to_string(),
+                timeout: self.timeout,
+            };
+        }
+        let chain = error_chain(e);
+        if e.is_connect() && chain.to_ascii_lowercase().contains("refused") {
+            return SourceError::Refused {
+                url: self.base.to_string(),
+                peer: self.peer.name(),
+            };
+        }
+        if e.is_body() || e.is_decode() {
+            // The connection dropped mid-answer: what arrived is cut short.
+            return SourceError::Decode {
+                url: url.to_string(),
+                what: format!("the answer was cut off: {chain}"),
+            };
+        }
+        SourceError::Unreachable {
+            url: url.to_string(),
+            detail: chain,
         }
     }
 }
 
-fn transport(e: &reqwest::Error) -> SourceError {
-    if e.is_timeout() {
-        SourceError::Timeout(0)
-    } else {
-        SourceError::Unreachable(e.to_string())
+/// The error and its causes on one line.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        let s_text = s.to_string();
+        if !out.contains(&s_text) {
+            out.push_str(": ");
+            out.push_str(&s_text);
+        }
+        src = s.source();
     }
+    out
 }
 
-/// Reads a response: a JSON body on success, the endpoint's `{error, detail}` otherwise.
-async fn read(resp: reqwest::Response) -> Result<Value, SourceError> {
-    let status = resp.status();
-    if resp.content_length().is_some_and(|n| n > MAX_BODY as u64) {
-        return Err(SourceError::Decode(format!(
-            "answer of {} bytes is larger than the {MAX_BODY} accepted",
-            resp.content_length().unwrap_or_default()
-        )));
-    }
-    let bytes = resp.bytes().await.map_err(|e| transport(&e))?;
-    if bytes.len() > MAX_BODY {
-        return Err(SourceError::Decode("answer too large".into()));
-    }
-    let body: Option<Value> = serde_json::from_slice(&bytes).ok();
-    if status.is_success() {
-        return body.ok_or_else(|| SourceError::Decode("the answer is not JSON".into()));
-    }
-    let words = body
-        .as_ref()
-        .map(|b| {
-            let error = b.get("error").and_then(Value::as_str).unwrap_or_default();
-            let detail = b.get("detail").and_then(Value::as_str).unwrap_or_default();
-            match (error.is_empty(), detail.is_empty()) {
-                (false, false) => format!("{error}: {detail}"),
-                (false, true) => error.to_string(),
-                _ => detail.to_string(),
-            }
-        })
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| String::from_utf8_lossy(&bytes).chars().take(200).collect());
-    Err(match status.as_u16() {
-        401 | 403 => SourceError::Unauthorized(words),
-        422 => SourceError::Invalid(words),
-        409 => SourceError::Refused(words),
-        s => SourceError::Http {
-            status: s,
-            message: words,
-        },
-    })
+fn looks_like_html(body: &[u8]) -> bool {
+    let start = body
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .map_or(&body[..0], |i| &body[i..]);
+    let head: Vec<u8> = start.iter().take(15).map(u8::to_ascii_lowercase).collect();
+    head.starts_with(b"<!doctype html") || head.starts_with(b"<html") || head.starts_with(b"<head")
 }
 
-impl Source for Http {
-    fn name(&self) -> &str {
-        &self.name
+/// The start of a body as one line of text, for messages.
+pub fn excerpt(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let one_line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if one_line.is_empty() {
+        return "(empty body)".to_string();
     }
-    fn kind(&self) -> &str {
-        "gpuboard"
+    let mut out: String = one_line.chars().take(200).collect();
+    if one_line.chars().count() > 200 {
+        out.push_str("...");
     }
-    fn can_act(&self) -> bool {
-        true
-    }
-    fn fetch(&self) -> BoxFuture<'static, Result<Snapshot, SourceError>> {
-        let req = self.request(reqwest::Method::GET, "/v1/snapshot");
-        let last = Arc::clone(&self.last);
-        Box::pin(async move {
-            let resp = req.send().await.map_err(|e| transport(&e))?;
-            let body = read(resp).await?;
-            let snap: Snapshot =
-                serde_json::from_value(body).map_err(|e| SourceError::Decode(e.to_string()))?;
-            if snap.schema != SCHEMA_VERSION {
-                return Err(SourceError::Decode(format!(
-                    "snapshot schema {} is not the {SCHEMA_VERSION} this console reads",
-                    snap.schema
-                )));
-            }
-            if let Ok(mut l) = last.lock() {
-                *l = Some(snap.clone());
-            }
-            Ok(snap)
-        })
-    }
-    fn plan(&self, request: Value) -> BoxFuture<'static, Result<Allocation, SourceError>> {
-        let last = self.last.lock().ok().and_then(|l| l.clone());
-        Box::pin(async move {
-            let snap = last.ok_or_else(|| {
-                SourceError::Refused("no snapshot from this endpoint yet to plan against".into())
-            })?;
-            plan_on_snapshot(&snap, &request)
-        })
-    }
-    fn act(&self, action: Action) -> BoxFuture<'static, Result<Outcome, SourceError>> {
-        use reqwest::Method;
-        let from = match &action {
-            Action::Move { id, .. } => self
-                .last
-                .lock()
-                .ok()
-                .and_then(|l| l.as_ref().and_then(|s| s.claim(*id)).map(place)),
-            _ => None,
-        };
-        let req = match &action {
-            Action::Claim { request } => self.request(Method::POST, "/v1/claims").json(request),
-            Action::Release { id } => self.request(Method::DELETE, &format!("/v1/claims/{id}")),
-            Action::Move { id, target } => self
-                .request(Method::POST, &format!("/v1/claims/{id}/move"))
-                .json(target),
-            Action::Cordon {
-                node,
-                index,
-                cordoned,
-            } => self.request(
-                Method::POST,
-                &format!(
-                    "/v1/devices/{node}/{index}/{}",
-                    if *cordoned { "cordon" } else { "uncordon" }
-                ),
-            ),
-            Action::ResetProject { project } => self
-                .request(Method::POST, &format!("/v1/projects/{project}/reset"))
-                .json(&json!({})),
-        };
-        Box::pin(async move {
-            let resp = req.send().await.map_err(|e| transport(&e))?;
-            let body = read(resp).await?;
-            let claim = || -> Result<ClaimView, SourceError> {
-                let v = body.get("claim").cloned().unwrap_or_else(|| body.clone());
-                serde_json::from_value(v).map_err(|e| SourceError::Decode(e.to_string()))
-            };
-            Ok(match action {
-                Action::Claim { .. } => Outcome::Claimed(Box::new(claim()?)),
-                Action::Release { id } => Outcome::Released {
-                    id,
-                    place: claim().ok().map(|c| place(&c)),
-                },
-                Action::Move { id, .. } => Outcome::Moved {
-                    id,
-                    from: from.unwrap_or_default(),
-                    to: place(&claim()?),
-                },
-                Action::Cordon {
-                    node,
-                    index,
-                    cordoned,
-                } => Outcome::Cordoned {
-                    node,
-                    index,
-                    cordoned,
-                },
-                Action::ResetProject { project } => Outcome::Reset { project },
-            })
-        })
-    }
+    out
 }
 
-/// `node:0,1`, or `pending`.
-pub fn place(c: &ClaimView) -> String {
-    match &c.node {
-        Some(n) => format!(
-            "{n}:{}",
-            c.shares
-                .iter()
-                .map(|s| s.device.to_string())
-                .collect::<Vec<_>>()
-                .join(",")
-        ),
-        None => "pending".to_string(),
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_http_addresses_are_accepted() {
+        let t = Duration::from_secs(1);
+        let err = JsonClient::new("https://ray:8265", None, t, PeerKind::Ray).unwrap_err();
+        assert!(matches!(err, SourceError::BadUrl { .. }));
+        assert!(err.to_string().contains("only http://"), "{err}");
+        let err = JsonClient::new("ray:8265", None, t, PeerKind::Ray).unwrap_err();
+        assert!(matches!(err, SourceError::BadUrl { .. }), "{err}");
+        let err =
+            JsonClient::new("http://ray:8265", None, Duration::ZERO, PeerKind::Ray).unwrap_err();
+        assert!(err.to_string().contains("timeout"), "{err}");
+    }
+
+    #[test]
+    fn paths_join_under_a_proxy_prefix() {
+        let c = JsonClient::new(
+            "http://h:9090/prom?x=1",
+            None,
+            Duration::from_secs(1),
+            PeerKind::Prometheus,
+        )
+        .unwrap();
+        let u = c.url("api/v1/query", &[("query", "up{a=\"b\"}")]).unwrap();
+        assert_eq!(
+            u.as_str(),
+            "http://h:9090/prom/api/v1/query?query=up%7Ba%3D%22b%22%7D"
+        );
+    }
+
+    #[test]
+    fn html_is_recognised_and_secrets_are_not_printed() {
+        assert!(looks_like_html(b"\n  <!DOCTYPE html><html>"));
+        assert!(looks_like_html(b"<html><body>"));
+        assert!(!looks_like_html(b"{\"a\": \"<html>\"}"));
+        let a = Auth::Bearer("s3cret".into());
+        assert!(!format!("{a:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn excerpts_are_one_short_line() {
+        assert_eq!(excerpt(b""), "(empty body)");
+        assert_eq!(excerpt(b"a\n  b"), "a b");
+        assert_eq!(excerpt(&[b'x'; 300]).len(), 203);
     }
 }

@@ -1,15 +1,23 @@
 //! Where the console's data comes from: every source turns what it reads into a
-//! `Snapshot` and carries out the actions it owns.
+//! `Snapshot` and carries out the actions it owns. Engine sources (Ray, Prometheus) read
+//! other systems and refuse actions.
 //!
 //! A source is polled by the console's driver, one request in flight at a time, under a
 //! timeout; the console keeps each source's last good snapshot, its fetch time and its
 //! error, so a source that is down never blanks the others. Implementations: the
 //! embedded scheduler (`embedded`), the demo fleet with a synthetic workload (`demo`),
-//! and gpuboard HTTP endpoints (`http`).
+//! gpuboard HTTP endpoints (`endpoint`), and engine adapters (`ray`, `prometheus`, wrapped
+//! read-only by `engine`).
 
 pub mod demo;
 pub mod embedded;
+pub mod endpoint;
+pub mod engine;
+pub mod error;
 pub mod http;
+pub mod json;
+pub mod prometheus;
+pub mod ray;
 
 use futures::future::BoxFuture;
 use serde_json::Value;
@@ -22,7 +30,10 @@ use crate::snapshot::{ClaimView, Snapshot};
 
 /// Why a source could not answer, or refused an action. Messages are the source's words.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum SourceError {
+pub enum Failure {
+    /// An engine peer (Ray, Prometheus) failed, as its adapter describes it.
+    #[error(transparent)]
+    Peer(#[from] error::SourceError),
     /// No answer within the timeout.
     #[error("no answer within {0} ms")]
     Timeout(u64),
@@ -200,16 +211,16 @@ pub trait Source: Send + Sync {
         None
     }
     /// Reads the current state.
-    fn fetch(&self) -> BoxFuture<'static, Result<Snapshot, SourceError>>;
+    fn fetch(&self) -> BoxFuture<'static, Result<Snapshot, Failure>>;
     /// Where a claim request would be placed now, without placing it.
-    fn plan(&self, request: Value) -> BoxFuture<'static, Result<Allocation, SourceError>>;
+    fn plan(&self, request: Value) -> BoxFuture<'static, Result<Allocation, Failure>>;
     /// Carries out an action.
-    fn act(&self, action: Action) -> BoxFuture<'static, Result<Outcome, SourceError>>;
+    fn act(&self, action: Action) -> BoxFuture<'static, Result<Outcome, Failure>>;
 }
 
 /// Parses a wire request the way an endpoint would, with the validator's message.
-pub fn parse_request(request: &Value) -> Result<ClaimRequest, SourceError> {
-    ClaimRequest::from_json(request).map_err(|e| SourceError::Invalid(e.to_string()))
+pub fn parse_request(request: &Value) -> Result<ClaimRequest, Failure> {
+    ClaimRequest::from_json(request).map_err(|e| Failure::Invalid(e.to_string()))
 }
 
 /// Applies an action to an in-process scheduler (the embedded and demo sources).
@@ -218,7 +229,7 @@ pub fn apply(
     action: &Action,
     actor: &str,
     now: Timestamp,
-) -> Result<Outcome, SourceError> {
+) -> Result<Outcome, Failure> {
     match action {
         Action::Claim { request } => {
             let req = parse_request(request)?;
@@ -226,7 +237,7 @@ pub fn apply(
                 Submitted::Placed(c) | Submitted::Pending(c) => {
                     Ok(Outcome::Claimed(Box::new(crate::scheduler::claim_view(&c))))
                 }
-                Submitted::Refused(no) => Err(SourceError::Refused(no.summary())),
+                Submitted::Refused(no) => Err(Failure::Refused(no.summary())),
             }
         }
         Action::Release { id } => {
@@ -248,7 +259,7 @@ pub fn apply(
                 .unwrap_or_default();
             let moved = sched
                 .move_claim(*id, target, actor, now)
-                .map_err(|e| SourceError::Refused(e.to_string()))?;
+                .map_err(|e| Failure::Refused(e.to_string()))?;
             let to = moved
                 .allocation
                 .as_ref()
@@ -263,31 +274,31 @@ pub fn apply(
         } => {
             sched
                 .set_cordon(node, *index, *cordoned, actor, now)
-                .map_err(|e| SourceError::Refused(e.to_string()))?;
+                .map_err(|e| Failure::Refused(e.to_string()))?;
             Ok(Outcome::Cordoned {
                 node: node.clone(),
                 index: *index,
                 cordoned: *cordoned,
             })
         }
-        Action::ResetProject { project } => Err(SourceError::Refused(format!(
+        Action::ResetProject { project } => Err(Failure::Refused(format!(
             "project {project}: this scheduler keeps no fair-share ledger yet, so there is no backoff or debt to clear"
         ))),
     }
 }
 
 /// Plans a wire request on an in-process scheduler.
-pub fn plan_on(sched: &Scheduler, request: &Value) -> Result<Allocation, SourceError> {
+pub fn plan_on(sched: &Scheduler, request: &Value) -> Result<Allocation, Failure> {
     let req = parse_request(request)?;
     sched
         .plan(&req)
-        .map_err(|no| SourceError::Refused(no.summary()))
+        .map_err(|no| Failure::Refused(no.summary()))
 }
 
 /// Plans a request against a snapshot (for sources whose API has no planner): rebuilds
 /// the fleet from the snapshot's devices and placed claims, then asks placement. The
 /// owner re-checks when the claim is submitted, so this is a preview, not a promise.
-pub fn plan_on_snapshot(snapshot: &Snapshot, request: &Value) -> Result<Allocation, SourceError> {
+pub fn plan_on_snapshot(snapshot: &Snapshot, request: &Value) -> Result<Allocation, Failure> {
     use crate::placement::{DeviceSpec, Fleet, NodeSpec, Policy};
     let req = parse_request(request)?;
     let policy = if snapshot.endpoint.policy == "spread" {
@@ -314,17 +325,17 @@ pub fn plan_on_snapshot(snapshot: &Snapshot, request: &Value) -> Result<Allocati
         };
         fleet
             .add_node(spec)
-            .map_err(|e| SourceError::Decode(e.to_string()))?;
+            .map_err(|e| Failure::Decode(e.to_string()))?;
         for d in &n.devices {
             if d.cordoned {
                 fleet
                     .set_cordon(&n.name, d.index, true)
-                    .map_err(|e| SourceError::Decode(e.to_string()))?;
+                    .map_err(|e| Failure::Decode(e.to_string()))?;
             }
             if d.health != crate::placement::Health::Healthy {
                 fleet
                     .set_health(&n.name, d.index, d.health.clone())
-                    .map_err(|e| SourceError::Decode(e.to_string()))?;
+                    .map_err(|e| Failure::Decode(e.to_string()))?;
             }
         }
     }
@@ -337,10 +348,10 @@ pub fn plan_on_snapshot(snapshot: &Snapshot, request: &Value) -> Result<Allocati
             };
             fleet
                 .restore(c.id, &c.request, &alloc)
-                .map_err(|e| SourceError::Decode(e.to_string()))?;
+                .map_err(|e| Failure::Decode(e.to_string()))?;
         }
     }
     fleet
         .plan(&req)
-        .map_err(|no| SourceError::Refused(no.summary()))
+        .map_err(|no| Failure::Refused(no.summary()))
 }

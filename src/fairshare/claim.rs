@@ -1,0 +1,76 @@
+//! Claims as the fair-share layer sees them: pending ones waiting in their project's
+//! queue, and running ones holding part of one resource type.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::project::ProjectName;
+use super::resource::ResourceId;
+use super::time::{Timestamp, opt_secs};
+use crate::units::Units;
+
+/// A claim's identity, as the endpoint numbers its claims.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ClaimId(pub u64);
+
+impl fmt::Display for ClaimId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// What a claim would take on one resource type that could run it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceDemand {
+    /// The resource type.
+    pub resource: ResourceId,
+    /// The part of it the claim takes (10 000 per device or core).
+    pub units: Units,
+}
+
+/// A claim waiting in its project's queue for work fetch to place it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PendingClaim {
+    /// Its identity.
+    pub id: ClaimId,
+    /// The project it is for.
+    pub project: ProjectName,
+    /// The resource types that could run it and what it takes on each.
+    pub demand: Vec<ResourceDemand>,
+    /// How long it is expected to run once placed.
+    #[serde(with = "opt_secs", rename = "expected_duration_s", default)]
+    pub expected_duration: Option<Duration>,
+    /// When it was submitted (set by [`super::FairShare::submit`]).
+    #[serde(default)]
+    pub submitted: Timestamp,
+}
+
+impl PendingClaim {
+    /// What it takes on `resource`, if that type could run it.
+    pub fn units_on(&self, resource: &ResourceId) -> Option<Units> {
+        self.demand
+            .iter()
+            .find(|d| &d.resource == resource)
+            .map(|d| d.units)
+    }
+}
+
+/// A claim that holds part of one resource type.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunningClaim {
+    /// Its identity.
+    pub id: ClaimId,
+    /// The project it is for.
+    pub project: ProjectName,
+    /// Where it runs.
+    pub resource: ResourceId,
+    /// What it holds there.
+    pub units: Units,
+    /// When it was placed.
+    pub started: Timestamp,
+    /// When it is expected to end; `None` when unknown (taken to run past the horizon).
+    pub expected_end: Option<Timestamp>,
+}

@@ -1,0 +1,411 @@
+//! Targets y(P,R): how many instances of each resource type each project should hold
+//! now. The division is weighted max-min fair in processing (instances x speed): it
+//! raises every project's processing in proportion to its share until a resource or the
+//! project's own work stops it (progressive filling), freezes the projects that cannot
+//! grow, and goes on with the rest. Which projects can take what is a flow network
+//! (project -> resource type -> sink), so each step is a max-flow feasibility test.
+//!
+//! This is the correction DESIGN.md section 5 makes to the source: per-resource debts
+//! alone split the GPU 50/50 in the source's own example; accruing toward these targets
+//! gives the stated 75/25.
+
+use super::project::Share;
+use super::resource::Speed;
+
+/// One resource type as the division sees it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Capacity {
+    /// Instances available to the eligible projects (may be fractional).
+    pub instances: f64,
+    /// Processing per instance-second.
+    pub speed: Speed,
+}
+
+/// One project as the division sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Demand {
+    /// Its resource share; 0 gets nothing.
+    pub share: Share,
+    /// Per resource type (same order as the capacities): the most instances its running
+    /// and pending claims could use there; 0 where it is not eligible (D(P,R) false).
+    pub caps: Vec<f64>,
+}
+
+/// The weighted max-min fair division: `result[p][r]` is y(P,R) in instances.
+///
+/// Guarantees sum over P of y(P,R) <= instances(R) and y(P,R) <= caps[r], and that no
+/// project's processing per share can be raised without lowering that of a project whose
+/// processing per share is no larger.
+pub fn targets(resources: &[Capacity], demands: &[Demand]) -> Vec<Vec<f64>> {
+    let m = resources.len();
+    let mut result = vec![vec![0.0; m]; demands.len()];
+    // Only projects with a share and somewhere to run take part.
+    let active: Vec<usize> = (0..demands.len())
+        .filter(|&p| {
+            demands[p].share.get() > 0
+                && (0..m).any(|r| cap_of(&demands[p], r) > 0.0 && resources[r].instances > 0.0)
+        })
+        .collect();
+    if active.is_empty() {
+        return result;
+    }
+    let n = active.len();
+    let source = 0;
+    let sink = n + m + 1;
+    let mut net = Network::new(n + m + 2);
+    let mut total = 0.0;
+    let mut resource_edge = Vec::with_capacity(m);
+    for (r, res) in resources.iter().enumerate() {
+        let c = res.instances.max(0.0) * res.speed.gflops();
+        total += c;
+        resource_edge.push(net.add(n + 1 + r, sink, c));
+    }
+    let tol = 1e-9 * total.max(1.0);
+    let mut source_edge = Vec::with_capacity(n);
+    let mut project_edges: Vec<Vec<(usize, usize)>> = Vec::with_capacity(n);
+    let mut most = Vec::with_capacity(n);
+    let weight: Vec<f64> = active
+        .iter()
+        .map(|&p| f64::from(demands[p].share.get()))
+        .collect();
+    for (i, &p) in active.iter().enumerate() {
+        source_edge.push(net.add(source, i + 1, 0.0));
+        let mut edges = Vec::new();
+        let mut alone = 0.0;
+        for (r, res) in resources.iter().enumerate() {
+            let instances = cap_of(&demands[p], r).min(res.instances.max(0.0));
+            if instances > 0.0 {
+                let c = instances * res.speed.gflops();
+                alone += c;
+                edges.push((r, net.add(i + 1, n + 1 + r, c)));
+            }
+        }
+        most.push(alone);
+        project_edges.push(edges);
+    }
+    let _ = resource_edge;
+
+    // frozen[i]: the processing project i is held at; None while it still grows.
+    let mut frozen: Vec<Option<f64>> = vec![None; n];
+    let demand_at = |frozen: &[Option<f64>], i: usize, level: f64| {
+        frozen[i].unwrap_or((weight[i] * level).min(most[i]))
+    };
+    let feasible = |net: &mut Network, frozen: &[Option<f64>], level: f64| {
+        let mut wanted = 0.0;
+        for (i, &edge) in source_edge.iter().enumerate() {
+            let d = demand_at(frozen, i, level);
+            net.set_capacity(edge, d);
+            wanted += d;
+        }
+        net.reset();
+        net.max_flow(source, sink, tol) >= wanted - tol
+    };
+    let mut low = 0.0_f64;
+    while frozen.iter().any(Option::is_none) {
+        let high = (0..n)
+            .filter(|&i| frozen[i].is_none())
+            .map(|i| most[i] / weight[i])
+            .fold(low, f64::max);
+        if feasible(&mut net, &frozen, high) {
+            for i in 0..n {
+                frozen[i] = Some(demand_at(&frozen, i, high));
+            }
+            break;
+        }
+        let mut high = high;
+        for _ in 0..200 {
+            if high - low <= 1e-13 * high.max(f64::MIN_POSITIVE) {
+                break;
+            }
+            let mid = 0.5 * (low + high);
+            if feasible(&mut net, &frozen, mid) {
+                low = mid;
+            } else {
+                high = mid;
+            }
+        }
+        // At the level reached, the projects that cannot send more flow to the sink are
+        // bottlenecked: freeze them there.
+        feasible(&mut net, &frozen, low);
+        let reaches = net.reaches_sink(sink, tol);
+        let mut froze_any = false;
+        for i in 0..n {
+            if frozen[i].is_none() && (!reaches[i + 1] || weight[i] * low >= most[i]) {
+                frozen[i] = Some(demand_at(&frozen, i, low));
+                froze_any = true;
+            }
+        }
+        if !froze_any {
+            // Rounding left no clear bottleneck: the level is final for everyone.
+            for i in 0..n {
+                frozen[i] = Some(demand_at(&frozen, i, low));
+            }
+        }
+    }
+    feasible(&mut net, &frozen, low);
+    for (i, &p) in active.iter().enumerate() {
+        for &(r, edge) in &project_edges[i] {
+            let speed = resources[r].speed.gflops();
+            let instances = (net.flow(edge) / speed).max(0.0);
+            result[p][r] = instances.min(cap_of(&demands[p], r));
+        }
+    }
+    result
+}
+
+fn cap_of(demand: &Demand, r: usize) -> f64 {
+    demand
+        .caps
+        .get(r)
+        .copied()
+        .filter(|c| c.is_finite())
+        .unwrap_or(0.0)
+        .max(0.0)
+}
+
+/// A flow network with real capacities, solved by Dinic's algorithm.
+struct Network {
+    out: Vec<Vec<usize>>,
+    to: Vec<usize>,
+    capacity: Vec<f64>,
+    residual: Vec<f64>,
+    level: Vec<u32>,
+    next: Vec<usize>,
+}
+
+impl Network {
+    fn new(nodes: usize) -> Network {
+        Network {
+            out: vec![Vec::new(); nodes],
+            to: Vec::new(),
+            capacity: Vec::new(),
+            residual: Vec::new(),
+            level: vec![0; nodes],
+            next: vec![0; nodes],
+        }
+    }
+
+    /// Adds `from -> to` and its reverse; returns the forward edge.
+    fn add(&mut self, from: usize, to: usize, capacity: f64) -> usize {
+        let edge = self.to.len();
+        self.to.extend([to, from]);
+        self.capacity.extend([capacity, 0.0]);
+        self.residual.extend([capacity, 0.0]);
+        self.out[from].push(edge);
+        self.out[to].push(edge + 1);
+        edge
+    }
+
+    fn set_capacity(&mut self, edge: usize, capacity: f64) {
+        self.capacity[edge] = capacity;
+    }
+
+    fn reset(&mut self) {
+        self.residual.copy_from_slice(&self.capacity);
+    }
+
+    fn flow(&self, edge: usize) -> f64 {
+        self.capacity[edge] - self.residual[edge]
+    }
+
+    fn max_flow(&mut self, source: usize, sink: usize, tol: f64) -> f64 {
+        let mut total = 0.0;
+        while self.levels(source, sink, tol) {
+            self.next.iter_mut().for_each(|n| *n = 0);
+            loop {
+                let pushed = self.push(source, sink, f64::INFINITY, tol);
+                if pushed <= tol {
+                    break;
+                }
+                total += pushed;
+            }
+        }
+        total
+    }
+
+    fn levels(&mut self, source: usize, sink: usize, tol: f64) -> bool {
+        self.level.iter_mut().for_each(|l| *l = u32::MAX);
+        self.level[source] = 0;
+        let mut queue = std::collections::VecDeque::from([source]);
+        while let Some(u) = queue.pop_front() {
+            for &edge in &self.out[u] {
+                let v = self.to[edge];
+                if self.residual[edge] > tol && self.level[v] == u32::MAX {
+                    self.level[v] = self.level[u] + 1;
+                    queue.push_back(v);
+                }
+            }
+        }
+        self.level[sink] != u32::MAX
+    }
+
+    fn push(&mut self, u: usize, sink: usize, limit: f64, tol: f64) -> f64 {
+        if u == sink {
+            return limit;
+        }
+        while self.next[u] < self.out[u].len() {
+            let edge = self.out[u][self.next[u]];
+            let v = self.to[edge];
+            if self.residual[edge] > tol && self.level[v] == self.level[u] + 1 {
+                let pushed = self.push(v, sink, limit.min(self.residual[edge]), tol);
+                if pushed > tol {
+                    self.residual[edge] -= pushed;
+                    self.residual[edge ^ 1] += pushed;
+                    return pushed;
+                }
+            }
+            self.next[u] += 1;
+        }
+        0.0
+    }
+
+    /// Which nodes can still send flow to the sink in the residual network.
+    fn reaches_sink(&self, sink: usize, tol: f64) -> Vec<bool> {
+        let mut reaches = vec![false; self.out.len()];
+        reaches[sink] = true;
+        let mut queue = vec![sink];
+        while let Some(v) = queue.pop() {
+            for &edge in &self.out[v] {
+                // `edge` leaves v; its reverse enters v from `to[edge]`.
+                let u = self.to[edge];
+                if !reaches[u] && self.residual[edge ^ 1] > tol {
+                    reaches[u] = true;
+                    queue.push(u);
+                }
+            }
+        }
+        reaches
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn cap(instances: f64, speed: f64) -> Capacity {
+        Capacity {
+            instances,
+            speed: Speed::new(speed).unwrap(),
+        }
+    }
+
+    fn demand(share: u32, caps: &[f64]) -> Demand {
+        Demand {
+            share: Share::new(share).unwrap(),
+            caps: caps.to_vec(),
+        }
+    }
+
+    fn close(got: &[Vec<f64>], want: &[&[f64]]) {
+        assert_eq!(got.len(), want.len(), "{got:?}");
+        for (g, w) in got.iter().zip(want) {
+            for (a, b) in g.iter().zip(w.iter()) {
+                assert!((a - b).abs() < 1e-6, "got {got:?}, want {want:?}");
+            }
+        }
+    }
+
+    // Resources are [cpu, gpu] in these vectors.
+
+    #[test]
+    fn the_sources_example_is_75_25_and_cpu_to_b() {
+        let resources = [cap(1.0, 1.0), cap(1.0, 2.0)];
+        let demands = [demand(100, &[0.0, 1.0]), demand(100, &[1.0, 1.0])];
+        close(
+            &targets(&resources, &demands),
+            &[&[0.0, 0.75], &[1.0, 0.25]],
+        );
+    }
+
+    #[test]
+    fn gpu_four_times_as_fast_is_625_375() {
+        let resources = [cap(1.0, 1.0), cap(1.0, 4.0)];
+        let demands = [demand(100, &[0.0, 1.0]), demand(100, &[1.0, 1.0])];
+        close(
+            &targets(&resources, &demands),
+            &[&[0.0, 0.625], &[1.0, 0.375]],
+        );
+    }
+
+    #[test]
+    fn a_s_part_is_one_plus_s_over_two_s() {
+        for s in [1.0, 1.5, 3.0, 8.0, 100.0] {
+            let resources = [cap(1.0, 1.0), cap(1.0, s)];
+            let demands = [demand(100, &[0.0, 1.0]), demand(100, &[1.0, 1.0])];
+            let y = targets(&resources, &demands);
+            assert!(
+                (y[0][1] - (1.0 + s) / (2.0 * s)).abs() < 1e-6,
+                "s={s}: {y:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn unequal_shares_divide_processing_in_their_ratio() {
+        // B has twice A's share: A 1 of processing (0.5 GPU), B 2 (CPU + 0.5 GPU).
+        let resources = [cap(1.0, 1.0), cap(1.0, 2.0)];
+        let demands = [demand(100, &[0.0, 1.0]), demand(200, &[1.0, 1.0])];
+        close(&targets(&resources, &demands), &[&[0.0, 0.5], &[1.0, 0.5]]);
+        // A has twice B's share but can only use the GPU: it takes it whole, B the CPU.
+        let demands = [demand(200, &[0.0, 1.0]), demand(100, &[1.0, 1.0])];
+        close(&targets(&resources, &demands), &[&[0.0, 1.0], &[1.0, 0.0]]);
+    }
+
+    #[test]
+    fn a_project_capped_by_its_own_work_leaves_the_rest_to_others() {
+        // Four GPUs; A's claims could use only 0.5; B and C split the remaining 3.5.
+        let resources = [cap(0.0, 1.0), cap(4.0, 2.0)];
+        let demands = [
+            demand(100, &[0.0, 0.5]),
+            demand(100, &[0.0, 4.0]),
+            demand(100, &[0.0, 4.0]),
+        ];
+        close(
+            &targets(&resources, &demands),
+            &[&[0.0, 0.5], &[0.0, 1.75], &[0.0, 1.75]],
+        );
+    }
+
+    #[test]
+    fn ineligible_and_zero_share_projects_get_nothing_and_leftovers_stay_unassigned() {
+        let resources = [cap(2.0, 1.0), cap(1.0, 2.0)];
+        let demands = [
+            demand(0, &[2.0, 1.0]),
+            demand(100, &[0.0, 0.0]),
+            demand(100, &[1.0, 0.0]),
+        ];
+        let y = targets(&resources, &demands);
+        close(&y, &[&[0.0, 0.0], &[0.0, 0.0], &[1.0, 0.0]]);
+    }
+
+    #[test]
+    fn several_bottlenecks_fill_in_rounds() {
+        // cpu x2 speed 1, gpu x1 speed 6. A: cpu only; B: cpu only; C: gpu only; D: both.
+        // Level 1: A, B, D share the CPUs... C and D share the GPU. Max-min: C and D can
+        // reach higher through the GPU; A and B are frozen at the CPU level.
+        let resources = [cap(2.0, 1.0), cap(1.0, 6.0)];
+        let demands = [
+            demand(100, &[2.0, 0.0]),
+            demand(100, &[2.0, 0.0]),
+            demand(100, &[0.0, 1.0]),
+            demand(100, &[2.0, 1.0]),
+        ];
+        let y = targets(&resources, &demands);
+        // A and B take the CPUs (1 each), C and D take 3 GFLOP each from the GPU.
+        close(&y, &[&[1.0, 0.0], &[1.0, 0.0], &[0.0, 0.5], &[0.0, 0.5]]);
+        for r in 0..2 {
+            let used: f64 = y.iter().map(|row| row[r]).sum();
+            assert!(used <= resources[r].instances + 1e-9);
+        }
+    }
+
+    #[test]
+    fn empty_inputs() {
+        assert!(targets(&[], &[]).is_empty());
+        assert_eq!(
+            targets(&[cap(1.0, 1.0)], &[demand(100, &[])]),
+            vec![vec![0.0]]
+        );
+    }
+}

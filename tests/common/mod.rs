@@ -1,0 +1,172 @@
+//! Shared by the integration tests: the fake NVML library, free ports, a tiny canned HTTP
+//! server, the GPUBOARD_SKIP_PEERS switch, and processes stopped by pid.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::net::TcpListener as StdListener;
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::OnceLock;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// The gpuboard binary under test.
+pub fn gpuboard() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_gpuboard"))
+}
+
+/// Builds `tests/fake-nvml` (a no-op when up to date) and returns the library's path.
+pub fn fake_nvml_library() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let out_dir = gpuboard().parent().unwrap().to_path_buf();
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+        let mut build = Command::new(cargo);
+        build.args(["build", "--quiet", "-p", "fake-nvml", "--manifest-path"]);
+        build.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"));
+        if out_dir.ends_with("release") {
+            build.arg("--release");
+        }
+        let status = build
+            .status()
+            .expect("run cargo to build the fake NVML library");
+        assert!(status.success(), "building tests/fake-nvml failed");
+        let lib = out_dir.join("libfake_nvml.so");
+        assert!(lib.exists(), "{} missing after the build", lib.display());
+        lib
+    })
+}
+
+/// A directory holding the fake as `libnvidia-ml.so.1`, for `LD_LIBRARY_PATH`.
+pub fn fake_driver_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(fake_nvml_library(), dir.path().join("libnvidia-ml.so.1")).unwrap();
+    dir
+}
+
+/// The fixture file path inside `tests/fixtures`.
+pub fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+/// A port nothing listens on right now.
+pub fn free_port() -> u16 {
+    StdListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Whether `peer` (`ray`, `prometheus`) is listed in GPUBOARD_SKIP_PEERS. Only an explicit
+/// opt-out skips a real-peer test; a missing install otherwise fails it.
+pub fn skip_peer(peer: &str) -> bool {
+    std::env::var("GPUBOARD_SKIP_PEERS")
+        .map(|v| v.split(',').any(|p| p.trim() == peer))
+        .unwrap_or(false)
+}
+
+/// What the canned server answers for a path.
+#[derive(Clone)]
+pub enum Reply {
+    /// Status, content type, body (Content-Length matches the body).
+    Full(u16, &'static str, Vec<u8>),
+    /// Headers promising `promised` bytes, then only `body`, then the connection closes.
+    CutOff(Vec<u8>, usize),
+    /// Accept, read the request, never answer.
+    Silent,
+}
+
+/// Serves canned replies on 127.0.0.1 by request path (query ignored); `*` matches any
+/// path. Returns the base URL. The server lives until the test's runtime ends.
+pub async fn serve(routes: Vec<(&'static str, Reply)>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let routes: Arc<HashMap<&'static str, Reply>> = Arc::new(routes.into_iter().collect());
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            let routes = routes.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 8192];
+                let mut got = 0;
+                while !buf[..got].windows(4).any(|w| w == b"\r\n\r\n") && got < buf.len() {
+                    match sock.read(&mut buf[got..]).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got += n,
+                    }
+                }
+                let head = String::from_utf8_lossy(&buf[..got]).to_string();
+                let path = head.split_whitespace().nth(1).unwrap_or("/");
+                let path = path.split('?').next().unwrap_or(path);
+                let reply = routes.get(path).or_else(|| routes.get("*")).cloned();
+                let (status, ctype, body, promised) = match reply {
+                    Some(Reply::Full(s, c, b)) => (s, c, b.clone(), b.len()),
+                    Some(Reply::CutOff(b, n)) => (200, "application/json", b, n),
+                    Some(Reply::Silent) => {
+                        // Hold the connection open without answering.
+                        tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+                        return;
+                    }
+                    None => (404, "text/plain", b"404: Not Found".to_vec(), 14),
+                };
+                let reason = match status {
+                    200 => "OK",
+                    401 => "Unauthorized",
+                    403 => "Forbidden",
+                    404 => "Not Found",
+                    _ => "Other",
+                };
+                let header = format!(
+                    "HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {promised}\r\nConnection: close\r\n\r\n"
+                );
+                let _ = sock.write_all(header.as_bytes()).await;
+                let _ = sock.write_all(&body).await;
+                let _ = sock.shutdown().await;
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// A child process stopped (SIGTERM, then SIGKILL) by its pid when dropped.
+pub struct Stopper {
+    pub child: Child,
+    pub name: &'static str,
+}
+
+impl Stopper {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Stops the child: SIGTERM, a bounded wait, then SIGKILL.
+    pub fn stop(&mut self) {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
+        let pid = libc::pid_t::try_from(self.child.id()).unwrap();
+        // SAFETY: signalling a child we spawned and have not reaped.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        for _ in 0..100 {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Stopper {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
