@@ -527,7 +527,7 @@ pub struct State {
     pub dirty: bool,
     /// Leaving.
     pub quit: bool,
-    /// A theme warning or other note shown once at start.
+    /// The minute of `now` at the last tick: ages on screen change at most once a minute.
     pub minute: u64,
 }
 
