@@ -5,6 +5,7 @@
 
 pub mod attribution;
 pub mod clock;
+pub mod console;
 pub mod discovery;
 pub mod doctor;
 pub mod fairshare;

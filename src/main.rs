@@ -1,11 +1,16 @@
 //! The `gpuboard` command.
 
 use clap::{Parser, Subcommand};
+use gpuboard::console::ConsoleArgs;
+use gpuboard::console::headless::StatusArgs;
 
 /// Share GPUs by memory and fraction, keep fair-share accounts, and operate it all from a terminal.
 #[derive(Parser, Debug)]
 #[command(name = "gpuboard", version, about)]
 struct Cli {
+    /// Console flags (with no subcommand the console opens).
+    #[command(flatten)]
+    console: ConsoleArgs,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -18,6 +23,8 @@ enum Command {
     Doctor(gpuboard::doctor::DoctorArgs),
     /// Run the fair-share scheduler on a simulated clock over a scenario file.
     Simulate(gpuboard::simulate::SimulateArgs),
+    /// Print every source's state once (--once --json), or draw a view as text (--dump-screen VIEW).
+    Status(StatusArgs),
 }
 
 fn main() {
@@ -26,7 +33,10 @@ fn main() {
         Some(Command::Discover(args)) => gpuboard::discovery::command::run(args),
         Some(Command::Doctor(args)) => gpuboard::doctor::run(args),
         Some(Command::Simulate(args)) => gpuboard::simulate::run(args),
-        None => Ok(0),
+        Some(Command::Status(args)) => {
+            gpuboard::console::headless::run(&cli.console, &args).map(|()| 0)
+        }
+        None => gpuboard::console::driver::run(&cli.console).map(|()| 0),
     };
     match result {
         Ok(code) => std::process::exit(code),

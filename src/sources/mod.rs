@@ -1,7 +1,357 @@
-//! Console sources that read other engines: Ray clusters and Prometheus servers.
+//! Where the console's data comes from: every source turns what it reads into a
+//! `Snapshot` and carries out the actions it owns. Engine sources (Ray, Prometheus) read
+//! other systems and refuse actions.
+//!
+//! A source is polled by the console's driver, one request in flight at a time, under a
+//! timeout; the console keeps each source's last good snapshot, its fetch time and its
+//! error, so a source that is down never blanks the others. Implementations: the
+//! embedded scheduler (`embedded`), the demo fleet with a synthetic workload (`demo`),
+//! gpuboard HTTP endpoints (`endpoint`), and engine adapters (`ray`, `prometheus`, wrapped
+//! read-only by `engine`).
 
+pub mod demo;
+pub mod embedded;
+pub mod endpoint;
+pub mod engine;
 pub mod error;
 pub mod http;
 pub mod json;
 pub mod prometheus;
 pub mod ray;
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+
+use crate::clock::Timestamp;
+use crate::placement::{Allocation, ClaimId, MoveTarget};
+use crate::request::ClaimRequest;
+use crate::scheduler::{Scheduler, Submitted};
+use crate::snapshot::{ClaimView, Snapshot};
+
+/// Why a source could not answer, or refused an action. Messages are the source's words.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Failure {
+    /// An engine peer (Ray, Prometheus) failed, as its adapter describes it.
+    #[error(transparent)]
+    Peer(#[from] error::SourceError),
+    /// No answer within the timeout.
+    #[error("no answer within {0} ms")]
+    Timeout(u64),
+    /// Could not connect.
+    #[error("unreachable: {0}")]
+    Unreachable(String),
+    /// The token was missing or refused.
+    #[error("unauthorized: {0}")]
+    Unauthorized(String),
+    /// An HTTP error status with the endpoint's message.
+    #[error("HTTP {status}: {message}")]
+    Http {
+        /// Status code.
+        status: u16,
+        /// The endpoint's error text.
+        message: String,
+    },
+    /// The answer could not be read.
+    #[error("unreadable answer: {0}")]
+    Decode(String),
+    /// The request was invalid (a validation rule, in the validator's words).
+    #[error("{0}")]
+    Invalid(String),
+    /// The source refused the action, in its own words.
+    #[error("{0}")]
+    Refused(String),
+    /// The source cannot act at all (an engine adapter, a read-only endpoint, `--readonly`).
+    #[error("read-only: {0}")]
+    ReadOnly(String),
+}
+
+/// A change an operator asks a source to make.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Create a claim from a wire request (the same JSON as `POST /v1/claims`).
+    Claim {
+        /// The request.
+        request: Value,
+    },
+    /// Release a claim.
+    Release {
+        /// The claim.
+        id: ClaimId,
+    },
+    /// Reassign a placed claim.
+    Move {
+        /// The claim.
+        id: ClaimId,
+        /// Where to.
+        target: MoveTarget,
+    },
+    /// Stop or resume new claims on a device.
+    Cordon {
+        /// Node.
+        node: String,
+        /// Device index.
+        index: u32,
+        /// Cordon (true) or uncordon.
+        cordoned: bool,
+    },
+    /// Clear a project's backoffs and debts.
+    ResetProject {
+        /// The project.
+        project: String,
+    },
+}
+
+impl Action {
+    /// A short name for logs and messages.
+    pub fn verb(&self) -> &'static str {
+        match self {
+            Action::Claim { .. } => "claim",
+            Action::Release { .. } => "release",
+            Action::Move { .. } => "move",
+            Action::Cordon { cordoned: true, .. } => "cordon",
+            Action::Cordon { .. } => "uncordon",
+            Action::ResetProject { .. } => "reset",
+        }
+    }
+
+    /// What it acts on, in words.
+    pub fn target(&self) -> String {
+        match self {
+            Action::Claim { request } => request.to_string(),
+            Action::Release { id } | Action::Move { id, .. } => format!("claim {id}"),
+            Action::Cordon { node, index, .. } => format!("{node}:{index}"),
+            Action::ResetProject { project } => format!("project {project}"),
+        }
+    }
+}
+
+/// What an action did.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// A claim was created (placed or pending).
+    Claimed(Box<ClaimView>),
+    /// A claim was released; where it was.
+    Released {
+        /// The claim.
+        id: ClaimId,
+        /// Where it was (`node:devices`, or `pending`); `None` when it was already gone.
+        place: Option<String>,
+    },
+    /// A claim moved.
+    Moved {
+        /// The claim.
+        id: ClaimId,
+        /// The old place.
+        from: String,
+        /// The new place.
+        to: String,
+    },
+    /// A device was cordoned or uncordoned.
+    Cordoned {
+        /// Node.
+        node: String,
+        /// Index.
+        index: u32,
+        /// New state.
+        cordoned: bool,
+    },
+    /// A project's backoffs and debts were cleared.
+    Reset {
+        /// The project.
+        project: String,
+    },
+}
+
+impl Outcome {
+    /// The result in one line, for the status line and the events pane.
+    pub fn message(&self) -> String {
+        match self {
+            Outcome::Claimed(c) => match &c.node {
+                Some(node) => format!(
+                    "claim {} placed at {node}:{} ({})",
+                    c.id,
+                    c.shares
+                        .iter()
+                        .map(|s| s.device.to_string())
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    c.form
+                ),
+                None => format!("claim {} is pending ({})", c.id, c.form),
+            },
+            Outcome::Released { id, place: Some(p) } => format!("claim {id} released ({p})"),
+            Outcome::Released { id, place: None } => format!("claim {id} was already gone"),
+            Outcome::Moved { id, from, to } => format!("claim {id} moved from {from} to {to}"),
+            Outcome::Cordoned {
+                node,
+                index,
+                cordoned,
+            } => format!(
+                "{node}:{index} {}",
+                if *cordoned { "cordoned" } else { "uncordoned" }
+            ),
+            Outcome::Reset { project } => format!("project {project}: backoffs and debts cleared"),
+        }
+    }
+}
+
+/// A source of snapshots, and the executor of the actions it owns.
+///
+/// Methods return `'static` futures so the driver can run them on their own task under a
+/// timeout; implementations clone what they need out of `self`.
+pub trait Source: Send + Sync {
+    /// The name operators see.
+    fn name(&self) -> &str;
+    /// `embedded`, `demo`, `gpuboard`...
+    fn kind(&self) -> &str;
+    /// Whether it accepts actions at all.
+    fn can_act(&self) -> bool;
+    /// A note shown beside the source (why there are no GPUs, how to see the demo).
+    fn note(&self) -> Option<String> {
+        None
+    }
+    /// Reads the current state.
+    fn fetch(&self) -> BoxFuture<'static, Result<Snapshot, Failure>>;
+    /// Where a claim request would be placed now, without placing it.
+    fn plan(&self, request: Value) -> BoxFuture<'static, Result<Allocation, Failure>>;
+    /// Carries out an action.
+    fn act(&self, action: Action) -> BoxFuture<'static, Result<Outcome, Failure>>;
+}
+
+/// Parses a wire request the way an endpoint would, with the validator's message.
+pub fn parse_request(request: &Value) -> Result<ClaimRequest, Failure> {
+    ClaimRequest::from_json(request).map_err(|e| Failure::Invalid(e.to_string()))
+}
+
+/// Applies an action to an in-process scheduler (the embedded and demo sources).
+pub fn apply(
+    sched: &mut Scheduler,
+    action: &Action,
+    actor: &str,
+    now: Timestamp,
+) -> Result<Outcome, Failure> {
+    match action {
+        Action::Claim { request } => {
+            let req = parse_request(request)?;
+            match sched.submit(req, actor, now) {
+                Submitted::Placed(c) | Submitted::Pending(c) => {
+                    Ok(Outcome::Claimed(Box::new(crate::scheduler::claim_view(&c))))
+                }
+                Submitted::Refused(no) => Err(Failure::Refused(no.summary())),
+            }
+        }
+        Action::Release { id } => {
+            let gone = sched.release(*id, actor, now);
+            Ok(Outcome::Released {
+                id: *id,
+                place: gone.map(|c| {
+                    c.allocation
+                        .as_ref()
+                        .map_or_else(|| "pending".to_string(), ToString::to_string)
+                }),
+            })
+        }
+        Action::Move { id, target } => {
+            let from = sched
+                .claim(*id)
+                .and_then(|c| c.allocation.as_ref())
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            let moved = sched
+                .move_claim(*id, target, actor, now)
+                .map_err(|e| Failure::Refused(e.to_string()))?;
+            let to = moved
+                .allocation
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            Ok(Outcome::Moved { id: *id, from, to })
+        }
+        Action::Cordon {
+            node,
+            index,
+            cordoned,
+        } => {
+            sched
+                .set_cordon(node, *index, *cordoned, actor, now)
+                .map_err(|e| Failure::Refused(e.to_string()))?;
+            Ok(Outcome::Cordoned {
+                node: node.clone(),
+                index: *index,
+                cordoned: *cordoned,
+            })
+        }
+        Action::ResetProject { project } => Err(Failure::Refused(format!(
+            "project {project}: this scheduler keeps no fair-share ledger yet, so there is no backoff or debt to clear"
+        ))),
+    }
+}
+
+/// Plans a wire request on an in-process scheduler.
+pub fn plan_on(sched: &Scheduler, request: &Value) -> Result<Allocation, Failure> {
+    let req = parse_request(request)?;
+    sched
+        .plan(&req)
+        .map_err(|no| Failure::Refused(no.summary()))
+}
+
+/// Plans a request against a snapshot (for sources whose API has no planner): rebuilds
+/// the fleet from the snapshot's devices and placed claims, then asks placement. The
+/// owner re-checks when the claim is submitted, so this is a preview, not a promise.
+pub fn plan_on_snapshot(snapshot: &Snapshot, request: &Value) -> Result<Allocation, Failure> {
+    use crate::placement::{DeviceSpec, Fleet, NodeSpec, Policy};
+    let req = parse_request(request)?;
+    let policy = if snapshot.endpoint.policy == "spread" {
+        Policy::Spread
+    } else {
+        Policy::Binpack
+    };
+    let mut fleet = Fleet::new(policy);
+    for n in &snapshot.nodes {
+        let spec = NodeSpec {
+            name: n.name.clone(),
+            devices: n
+                .devices
+                .iter()
+                .map(|d| DeviceSpec {
+                    index: d.index,
+                    model: d.model.clone(),
+                    uuid: d.uuid.clone(),
+                    memory: d.memory_capacity,
+                    link_group: None,
+                })
+                .collect(),
+            cpus: n.cpus_milli.map(crate::request::Milli),
+        };
+        fleet
+            .add_node(spec)
+            .map_err(|e| Failure::Decode(e.to_string()))?;
+        for d in &n.devices {
+            if d.cordoned {
+                fleet
+                    .set_cordon(&n.name, d.index, true)
+                    .map_err(|e| Failure::Decode(e.to_string()))?;
+            }
+            if d.health != crate::placement::Health::Healthy {
+                fleet
+                    .set_health(&n.name, d.index, d.health.clone())
+                    .map_err(|e| Failure::Decode(e.to_string()))?;
+            }
+        }
+    }
+    for c in &snapshot.claims {
+        if let Some(node) = &c.node {
+            let alloc = Allocation {
+                node: node.clone(),
+                shares: c.shares.clone(),
+                cpus: c.request.cpus,
+            };
+            fleet
+                .restore(c.id, &c.request, &alloc)
+                .map_err(|e| Failure::Decode(e.to_string()))?;
+        }
+    }
+    fleet
+        .plan(&req)
+        .map_err(|no| Failure::Refused(no.summary()))
+}

@@ -1,0 +1,55 @@
+//! Drawing cost at scale: a demo fleet of 1 000 nodes x 8 GPUs with about 20 000 claims,
+//! GPUs and Claims views at 160x48 into ratatui's TestBackend (the same code path as the
+//! terminal, minus the write). Also the cost of rebuilding the sorted rows after a fetch.
+#![allow(clippy::unwrap_used)]
+
+use std::hint::black_box;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use gpuboard::console::draw::draw;
+use gpuboard::console::fixtures::scaled_state;
+use gpuboard::console::state::View;
+use gpuboard::console::theme::load_strict;
+use gpuboard::console::update::show_view;
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+
+fn render(c: &mut Criterion) {
+    let mut st = scaled_state(1_000, 8, 20_000).unwrap();
+    let claims = st.sources[0].data.as_ref().map_or(0, |d| d.claims.len());
+    let devices = st.rows_devices.len();
+    eprintln!("fleet: {devices} GPUs, {claims} claims");
+    let theme = load_strict("default", &[]).unwrap();
+    let mut term = Terminal::new(TestBackend::new(160, 48)).unwrap();
+    for view in [View::Gpus, View::Claims] {
+        show_view(&mut st, view);
+        // Put the selection in the middle of the list, as an operator scrolling would.
+        let mid = st.row_count() / 2;
+        st.cursor[view.position()].selected = mid;
+        c.bench_function(
+            &format!(
+                "draw {} 160x48 ({devices} GPUs, {claims} claims)",
+                view.name()
+            ),
+            |b| {
+                b.iter(|| {
+                    term.draw(|f| draw(f, black_box(&st), &theme)).unwrap();
+                });
+            },
+        );
+    }
+    c.bench_function("rebuild rows (filter + sort by free memory)", |b| {
+        st.sort[View::Gpus.position()] = 1;
+        b.iter(|| {
+            st.rebuild_rows();
+            black_box(st.rows_devices.len())
+        });
+    });
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(30);
+    targets = render
+}
+criterion_main!(benches);

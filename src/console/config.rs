@@ -1,0 +1,133 @@
+//! The console's config file: `~/.config/gpuboard/config.toml`, or `--config FILE`.
+//!
+//! ```toml
+//! theme = "light"          # a built-in name or a path
+//! refresh = 2              # seconds
+//! keymap = "/path/keys.toml"
+//! [[endpoints]]
+//! name = "gpu-01"
+//! url = "http://10.0.0.5:7070"
+//! token_file = "/etc/gpuboard/operator.token"
+//! kind = "gpuboard"        # or "ray", "prometheus" (read-only)
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use serde::Deserialize;
+
+/// The config file.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Theme name or path.
+    #[serde(default)]
+    pub theme: Option<String>,
+    /// Refresh interval, seconds.
+    #[serde(default)]
+    pub refresh: Option<f64>,
+    /// A keymap file overriding the built-in keys.
+    #[serde(default)]
+    pub keymap: Option<PathBuf>,
+    /// Endpoints to read.
+    #[serde(default)]
+    pub endpoints: Vec<Endpoint>,
+}
+
+/// One endpoint.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Endpoint {
+    /// Name shown in the console.
+    pub name: String,
+    /// Base URL.
+    pub url: String,
+    /// File holding the bearer token.
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+    /// Source kind: `gpuboard` (read and act), `ray` or `prometheus` (read-only).
+    #[serde(default = "gpuboard_kind")]
+    pub kind: String,
+}
+
+fn gpuboard_kind() -> String {
+    "gpuboard".to_string()
+}
+
+/// `~/.config/gpuboard`.
+pub fn config_dir() -> Option<PathBuf> {
+    dirs::config_dir().map(|d| d.join("gpuboard"))
+}
+
+/// Where user themes are looked up by name.
+pub fn theme_dirs() -> Vec<PathBuf> {
+    config_dir().map(|d| d.join("themes")).into_iter().collect()
+}
+
+/// Where the console's log goes: the state dir (or data dir) under `gpuboard/`.
+pub fn log_dir() -> PathBuf {
+    dirs::state_dir()
+        .or_else(dirs::data_dir)
+        .unwrap_or_else(std::env::temp_dir)
+        .join("gpuboard")
+}
+
+impl Config {
+    /// Reads `path`, or the default file when it exists, or nothing.
+    pub fn load(path: Option<&Path>) -> anyhow::Result<Config> {
+        let (path, required) = match path {
+            Some(p) => (p.to_path_buf(), true),
+            None => match config_dir() {
+                Some(d) => (d.join("config.toml"), false),
+                None => return Ok(Config::default()),
+            },
+        };
+        if !required && !path.exists() {
+            return Ok(Config::default());
+        }
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read config {}", path.display()))?;
+        Config::parse(&text).with_context(|| format!("config {}", path.display()))
+    }
+
+    /// Parses and checks config text.
+    pub fn parse(text: &str) -> anyhow::Result<Config> {
+        let cfg: Config = toml::from_str(text)?;
+        for ep in &cfg.endpoints {
+            if !["gpuboard", "ray", "prometheus"].contains(&ep.kind.as_str()) {
+                anyhow::bail!(
+                    "endpoint {}: kind `{}` is not supported; supported: gpuboard, ray, prometheus",
+                    ep.name,
+                    ep.kind
+                );
+            }
+            if ep.name.trim().is_empty() {
+                anyhow::bail!("an endpoint has an empty name");
+            }
+        }
+        Ok(cfg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_rejects() {
+        let c = Config::parse(
+            "theme = \"light\"\nrefresh = 5\n[[endpoints]]\nname = \"a\"\nurl = \"http://127.0.0.1:1\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.endpoints[0].kind, "gpuboard");
+        assert_eq!(c.refresh, Some(5.0));
+        let e =
+            Config::parse("[[endpoints]]\nname = \"r\"\nurl = \"http://x\"\nkind = \"slurm\"\n")
+                .unwrap_err();
+        assert!(
+            e.to_string().contains("kind `slurm` is not supported"),
+            "{e}"
+        );
+        assert!(Config::parse("colour = 1\n").is_err());
+    }
+}

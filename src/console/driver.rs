@@ -1,0 +1,327 @@
+//! The driver: owns the terminal, turns the outside world into messages, performs the
+//! effects `update` returns, and draws when the state is dirty, at most once per frame.
+
+use std::io::{self, Write};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratatui::Terminal;
+use ratatui::backend::CrosstermBackend;
+use ratatui::crossterm::event::{self, Event};
+use ratatui::crossterm::terminal::{
+    self, BeginSynchronizedUpdate, EndSynchronizedUpdate, EnterAlternateScreen,
+    LeaveAlternateScreen,
+};
+use ratatui::crossterm::{cursor, execute};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tokio::time::{Instant, MissedTickBehavior};
+
+use crate::clock::{Clock, SystemClock};
+use crate::sources::{Failure, Source};
+
+use super::msg::{Effect, Msg};
+use super::state::State;
+use super::theme::Theme;
+use super::update::update;
+use super::{ConsoleArgs, Setup, config, draw, initial_state, logging, setup};
+
+/// Minimum time between two frames (a 30 fps cap).
+pub const FRAME_MS: u64 = 33;
+/// How often time advances in the state.
+pub const TICK_MS: u64 = 1_000;
+
+/// Undoes every terminal mode the console enables; idempotent, also run from the panic hook.
+pub struct TerminalGuard {
+    active: bool,
+}
+
+/// Restores the terminal: leave the alternate screen, show the cursor, cooked mode.
+pub fn restore_terminal() {
+    let mut out = io::stdout();
+    let _ = execute!(
+        out,
+        EndSynchronizedUpdate,
+        LeaveAlternateScreen,
+        cursor::Show
+    );
+    let _ = terminal::disable_raw_mode();
+    let _ = out.flush();
+}
+
+impl TerminalGuard {
+    /// Enters raw mode and the alternate screen, and installs a panic hook that restores
+    /// the terminal before the panic message is printed.
+    pub fn enter() -> io::Result<TerminalGuard> {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            restore_terminal();
+            previous(info);
+        }));
+        terminal::enable_raw_mode()?;
+        let guard = TerminalGuard { active: true };
+        execute!(io::stdout(), EnterAlternateScreen, cursor::Hide)?;
+        Ok(guard)
+    }
+}
+
+impl Drop for TerminalGuard {
+    fn drop(&mut self) {
+        if self.active {
+            self.active = false;
+            restore_terminal();
+        }
+    }
+}
+
+/// Ends a synchronized update when dropped, so a failed draw never leaves the terminal
+/// holding its output.
+struct SyncGuard;
+
+impl SyncGuard {
+    fn begin() -> SyncGuard {
+        let _ = execute!(io::stdout(), BeginSynchronizedUpdate);
+        SyncGuard
+    }
+}
+
+impl Drop for SyncGuard {
+    fn drop(&mut self) {
+        let _ = execute!(io::stdout(), EndSynchronizedUpdate);
+    }
+}
+
+/// Reads the terminal on its own thread; a read error (EOF, EIO after an SSH drop) ends it.
+fn spawn_input(tx: UnboundedSender<Msg>) {
+    std::thread::spawn(move || {
+        loop {
+            let msg = match event::read() {
+                Ok(Event::Key(k)) => Msg::Key(k),
+                Ok(Event::Resize(width, height)) => Msg::Resize { width, height },
+                Ok(_) => continue,
+                Err(e) => {
+                    let _ = tx.send(Msg::InputClosed(e.to_string()));
+                    return;
+                }
+            };
+            if tx.send(msg).is_err() {
+                return;
+            }
+        }
+    });
+}
+
+fn spawn_signals(tx: &UnboundedSender<Msg>) -> io::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    for (kind, name) in [
+        (SignalKind::hangup(), "SIGHUP"),
+        (SignalKind::terminate(), "SIGTERM"),
+        (SignalKind::interrupt(), "SIGINT"),
+    ] {
+        let mut s = signal(kind)?;
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            if s.recv().await.is_some() {
+                let _ = tx.send(Msg::Signal(name.to_string()));
+            }
+        });
+    }
+    Ok(())
+}
+
+/// Performs one effect; results come back as messages. `readonly` is checked here too:
+/// whatever `update` asked, no action reaches a source in read-only mode.
+pub fn perform(
+    effect: Effect,
+    sources: &[Arc<dyn Source>],
+    readonly: bool,
+    timeout: Duration,
+    clock: &Arc<dyn Clock>,
+    tx: &UnboundedSender<Msg>,
+) {
+    let tx = tx.clone();
+    let clock = Arc::clone(clock);
+    let limit = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+    match effect {
+        Effect::Quit => {}
+        Effect::Fetch(i) => {
+            let Some(src) = sources.get(i) else { return };
+            let fut = src.fetch();
+            tokio::spawn(async move {
+                let result = tokio::time::timeout(timeout, fut)
+                    .await
+                    .unwrap_or(Err(Failure::Timeout(limit)));
+                let _ = tx.send(Msg::Fetched {
+                    source: i,
+                    at: clock.now(),
+                    result,
+                });
+            });
+        }
+        Effect::Plan { source, request } => {
+            let Some(src) = sources.get(source) else {
+                return;
+            };
+            let fut = src.plan(request);
+            tokio::spawn(async move {
+                let result = tokio::time::timeout(timeout, fut)
+                    .await
+                    .unwrap_or(Err(Failure::Timeout(limit)));
+                let _ = tx.send(Msg::Planned { source, result });
+            });
+        }
+        Effect::Act { source, action } => {
+            let Some(src) = sources.get(source) else {
+                return;
+            };
+            let name = src.name().to_string();
+            if readonly {
+                tracing::warn!(actor = "console", action = action.verb(), target = %action.target(), source = %name, "refused: read-only");
+                let _ = tx.send(Msg::Acted {
+                    source,
+                    action,
+                    result: Err(Failure::ReadOnly(
+                        "the console was started with --readonly".to_string(),
+                    )),
+                });
+                return;
+            }
+            if !src.can_act() {
+                let _ = tx.send(Msg::Acted {
+                    source,
+                    result: Err(Failure::ReadOnly(format!(
+                        "source {name} does not accept actions"
+                    ))),
+                    action,
+                });
+                return;
+            }
+            let fut = src.act(action.clone());
+            tokio::spawn(async move {
+                let result = tokio::time::timeout(timeout, fut)
+                    .await
+                    .unwrap_or(Err(Failure::Timeout(limit)));
+                let user = std::env::var("USER").unwrap_or_else(|_| "?".to_string());
+                match &result {
+                    Ok(o) => {
+                        tracing::info!(actor = %user, action = action.verb(), target = %action.target(), source = %name, "{}", o.message())
+                    }
+                    Err(e) => {
+                        tracing::warn!(actor = %user, action = action.verb(), target = %action.target(), source = %name, "refused: {e}")
+                    }
+                }
+                let _ = tx.send(Msg::Acted {
+                    source,
+                    action,
+                    result,
+                });
+            });
+        }
+    }
+}
+
+/// Runs the console until the operator quits, a signal arrives or the terminal goes away.
+pub fn run(args: &ConsoleArgs) -> anyhow::Result<()> {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let setup = setup(args, Arc::clone(&clock))?;
+    let (tx, rx) = unbounded_channel();
+    let log_dir = config::log_dir();
+    let _log_guard = match logging::start(&log_dir, tx.clone()) {
+        Ok(g) => Some(g),
+        Err(e) => {
+            eprintln!("gpuboard: logging to {} is off: {e}", log_dir.display());
+            None
+        }
+    };
+    tracing::info!(
+        sources = setup.sources.len(),
+        readonly = setup.readonly,
+        "console starting; log in {}",
+        log_dir.display()
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(event_loop(setup, clock, tx, rx))
+}
+
+async fn event_loop(
+    setup: Setup,
+    clock: Arc<dyn Clock>,
+    tx: UnboundedSender<Msg>,
+    mut rx: UnboundedReceiver<Msg>,
+) -> anyhow::Result<()> {
+    let mut state: State = initial_state(&setup);
+    let theme: Theme = setup.theme.clone();
+    let timeout = Duration::from_millis(setup.refresh_ms.clamp(1_000, 10_000));
+    let guard = TerminalGuard::enter()?;
+    let mut terminal = Terminal::new(CrosstermBackend::new(io::stdout()))?;
+    terminal.clear()?;
+    let size = terminal.size()?;
+    state.size = (size.width, size.height);
+    spawn_signals(&tx)?;
+    spawn_input(tx.clone());
+    {
+        let tx = tx.clone();
+        let clock = Arc::clone(&clock);
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_millis(TICK_MS));
+            every.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            loop {
+                every.tick().await;
+                if tx.send(Msg::Tick(clock.now())).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    let frame = Duration::from_millis(FRAME_MS);
+    let mut last_draw = Instant::now() - frame;
+    loop {
+        let msg = if state.dirty {
+            let deadline = last_draw + frame;
+            tokio::select! {
+                m = rx.recv() => m,
+                () = tokio::time::sleep_until(deadline) => {
+                    draw_now(&mut terminal, &mut state, &theme)?;
+                    last_draw = Instant::now();
+                    continue;
+                }
+            }
+        } else {
+            rx.recv().await
+        };
+        let Some(msg) = msg else { break };
+        // Drain everything pending, then draw once.
+        let mut batch = vec![msg];
+        while let Ok(m) = rx.try_recv() {
+            batch.push(m);
+        }
+        for m in batch {
+            for effect in update(&mut state, m) {
+                perform(effect, &setup.sources, setup.readonly, timeout, &clock, &tx);
+            }
+        }
+        if state.quit {
+            break;
+        }
+        if state.dirty && last_draw.elapsed() >= frame {
+            draw_now(&mut terminal, &mut state, &theme)?;
+            last_draw = Instant::now();
+        }
+    }
+    drop(terminal);
+    drop(guard);
+    tracing::info!("console stopped");
+    Ok(())
+}
+
+fn draw_now(
+    terminal: &mut Terminal<CrosstermBackend<io::Stdout>>,
+    state: &mut State,
+    theme: &Theme,
+) -> io::Result<()> {
+    let _sync = SyncGuard::begin();
+    terminal.draw(|f| draw::draw(f, state, theme))?;
+    state.dirty = false;
+    Ok(())
+}

@@ -1,0 +1,246 @@
+//! Headless modes from the same model: `gpuboard status --once --json` (every source's
+//! snapshot with its health, versioned, numbers only) and `--dump-screen VIEW` (the real
+//! view drawn into ratatui's `TestBackend`, printed as text).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use ratatui::buffer::Buffer;
+use serde::Serialize;
+
+use crate::clock::{Clock, SystemClock, Timestamp};
+use crate::snapshot::Snapshot;
+
+use super::msg::Msg;
+use super::state::{State, View};
+use super::theme::Theme;
+use super::update::update;
+use super::{ConsoleArgs, draw, initial_state, setup};
+
+/// Version of the `status --json` document.
+pub const STATUS_SCHEMA: u32 = 1;
+
+/// `gpuboard status` flags.
+#[derive(Args, Debug, Clone)]
+pub struct StatusArgs {
+    /// Print once and exit (without it, print every refresh until interrupted).
+    #[arg(long)]
+    pub once: bool,
+    /// JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Draw a view as text: overview, gpus, claims, fairshare, detail, events.
+    #[arg(long, value_name = "VIEW")]
+    pub dump_screen: Option<String>,
+    /// Screen size for --dump-screen, COLSxROWS.
+    #[arg(long, default_value = "120x40", value_name = "COLSxROWS")]
+    pub size: String,
+}
+
+/// One source in the status document.
+#[derive(Debug, Serialize)]
+pub struct SourceStatus {
+    /// Name.
+    pub name: String,
+    /// Kind.
+    pub kind: String,
+    /// `ok` or `down`.
+    pub health: &'static str,
+    /// The error, when down.
+    pub error: Option<String>,
+    /// Note (no GPUs, how to see the demo).
+    pub note: Option<String>,
+    /// When the snapshot arrived, Unix ms.
+    pub fetched_at: Option<u64>,
+    /// Its snapshot, when it answered.
+    pub snapshot: Option<Snapshot>,
+}
+
+/// The status document.
+#[derive(Debug, Serialize)]
+pub struct Status {
+    /// `STATUS_SCHEMA`.
+    pub schema: u32,
+    /// When it was made, Unix ms.
+    pub generated_at: u64,
+    /// Every source.
+    pub sources: Vec<SourceStatus>,
+}
+
+/// Parses `120x40`.
+pub fn parse_size(s: &str) -> anyhow::Result<(u16, u16)> {
+    let bad =
+        || anyhow::anyhow!("size `{s}` must be COLSxROWS with each from 20 to 1000, e.g. 120x40");
+    let (w, h) = s.split_once(['x', 'X']).ok_or_else(bad)?;
+    let (w, h): (u16, u16) = (
+        w.trim().parse().map_err(|_| bad())?,
+        h.trim().parse().map_err(|_| bad())?,
+    );
+    if !(20..=1000).contains(&w) || !(5..=1000).contains(&h) {
+        return Err(bad());
+    }
+    Ok((w, h))
+}
+
+/// The buffer's text, one line per row, trailing spaces trimmed.
+pub fn buffer_text(buf: &Buffer) -> String {
+    let mut out = String::new();
+    for y in 0..buf.area.height {
+        let mut line = String::new();
+        for x in 0..buf.area.width {
+            if let Some(c) = buf.cell((x, y)) {
+                line.push_str(c.symbol());
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Draws the state into a `TestBackend` of this size.
+pub fn render(state: &State, theme: &Theme, width: u16, height: u16) -> anyhow::Result<Buffer> {
+    let mut term = Terminal::new(TestBackend::new(width, height))?;
+    term.draw(|f| draw::draw(f, state, theme))?;
+    Ok(term.backend().buffer().clone())
+}
+
+/// Runs `gpuboard status`.
+pub fn run(console: &ConsoleArgs, args: &StatusArgs) -> anyhow::Result<()> {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let setup = setup(console, Arc::clone(&clock))?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let timeout = Duration::from_millis(setup.refresh_ms.clamp(1_000, 10_000));
+    if let Some(view) = &args.dump_screen {
+        let v = View::parse(view).with_context(|| {
+            format!(
+                "no view `{view}`; views: {}",
+                View::ALL.map(View::name).join(", ")
+            )
+        })?;
+        let (w, h) = parse_size(&args.size)?;
+        let mut state = initial_state(&setup);
+        state.size = (w, h);
+        let results = rt.block_on(fetch_all(&setup.sources, timeout, &clock));
+        update(&mut state, Msg::Tick(clock.now()));
+        for (i, (at, r)) in results.into_iter().enumerate() {
+            update(
+                &mut state,
+                Msg::Fetched {
+                    source: i,
+                    at,
+                    result: r,
+                },
+            );
+        }
+        super::update::show_view(&mut state, v);
+        let buf = render(&state, &setup.theme, w, h)?;
+        print!("{}", buffer_text(&buf));
+        return Ok(());
+    }
+    loop {
+        let results = rt.block_on(fetch_all(&setup.sources, timeout, &clock));
+        let status = Status {
+            schema: STATUS_SCHEMA,
+            generated_at: clock.now().0,
+            sources: setup
+                .sources
+                .iter()
+                .zip(results)
+                .map(|(s, (at, r))| {
+                    let (snapshot, error) = match r {
+                        Ok(snap) => (Some(snap), None),
+                        Err(e) => (None, Some(e.to_string())),
+                    };
+                    SourceStatus {
+                        name: s.name().to_string(),
+                        kind: s.kind().to_string(),
+                        health: if error.is_none() { "ok" } else { "down" },
+                        error,
+                        note: s.note(),
+                        fetched_at: snapshot.as_ref().map(|_| at.0),
+                        snapshot,
+                    }
+                })
+                .collect(),
+        };
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&status)?);
+        } else {
+            print!("{}", table(&status));
+        }
+        if args.once {
+            let down = status.sources.iter().all(|s| s.error.is_some());
+            if down {
+                anyhow::bail!("no source answered");
+            }
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(setup.refresh_ms));
+    }
+}
+
+async fn fetch_all(
+    sources: &[Arc<dyn crate::sources::Source>],
+    timeout: Duration,
+    clock: &Arc<dyn Clock>,
+) -> Vec<(Timestamp, Result<Snapshot, crate::sources::Failure>)> {
+    let limit = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+    let futs = sources.iter().map(|s| {
+        let f = s.fetch();
+        let clock = Arc::clone(clock);
+        async move {
+            let r = tokio::time::timeout(timeout, f)
+                .await
+                .unwrap_or(Err(crate::sources::Failure::Timeout(limit)));
+            (clock.now(), r)
+        }
+    });
+    futures::future::join_all(futs).await
+}
+
+/// A plain table of the sources and their totals.
+pub fn table(status: &Status) -> String {
+    let mut out =
+        String::from("SOURCE       KIND      HEALTH  GPUS  CLAIMS  PENDING  MEM-ALLOC/CAP\n");
+    for s in &status.sources {
+        let (g, c, p, a, cap) = s.snapshot.as_ref().map_or((0, 0, 0, 0, 0), |d| {
+            (
+                d.devices().count(),
+                d.claims.len(),
+                d.claims
+                    .iter()
+                    .filter(|c| c.state == crate::snapshot::ClaimState::Pending)
+                    .count(),
+                d.devices().map(|(_, x)| x.memory_allocated.0).sum::<u64>(),
+                d.devices()
+                    .map(|(_, x)| x.memory_capacity.unwrap_or_default().0)
+                    .sum::<u64>(),
+            )
+        });
+        out.push_str(&format!(
+            "{:<12} {:<9} {:<7} {:>4}  {:>6}  {:>7}  {}/{}\n",
+            s.name,
+            s.kind,
+            s.health,
+            g,
+            c,
+            p,
+            draw::short_bytes(crate::units::Bytes(a)),
+            draw::short_bytes(crate::units::Bytes(cap)),
+        ));
+        if let Some(e) = &s.error {
+            out.push_str(&format!("  error: {e}\n"));
+        }
+        if let Some(n) = &s.note {
+            out.push_str(&format!("  note: {n}\n"));
+        }
+    }
+    out
+}

@@ -1,0 +1,226 @@
+//! The operator console (ratatui + crossterm).
+//!
+//! One owner of state (`state::State`); every input is a `msg::Msg`; the pure
+//! `update::update` changes the state and returns `msg::Effect`s; the `driver` performs
+//! them (fetches, actions, quit) and draws with `draw::draw` only when something changed,
+//! at most `driver::FRAME_MS` apart. `headless` renders the same views without a terminal.
+
+pub mod config;
+pub mod draw;
+pub mod driver;
+pub mod fixtures;
+pub mod headless;
+pub mod keymap;
+pub mod logging;
+pub mod msg;
+pub mod state;
+pub mod theme;
+pub mod update;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+
+use crate::clock::Clock;
+use crate::sources::Source;
+use crate::sources::demo::{Demo, DemoWorld};
+use crate::sources::embedded::Embedded;
+use crate::sources::endpoint::Http;
+
+/// The default refresh interval.
+pub const DEFAULT_REFRESH_MS: u64 = 2_000;
+
+/// The console's flags (also accepted by `gpuboard status`).
+#[derive(Args, Debug, Clone, Default)]
+pub struct ConsoleArgs {
+    /// Show the demo fleet with a synthetic workload instead of this machine.
+    #[arg(long, global = true)]
+    pub demo: bool,
+    /// The demo with a frozen workload where only one GPU's telemetry moves (for measuring).
+    #[arg(long, global = true, hide = true)]
+    pub demo_quiet: bool,
+    /// A gpuboard endpoint to read (repeatable), e.g. http://127.0.0.1:7070.
+    #[arg(long = "endpoint", value_name = "URL", global = true)]
+    pub endpoints: Vec<String>,
+    /// A Ray dashboard to read (repeatable), e.g. http://head:8265; read-only.
+    #[arg(long = "ray", value_name = "URL", global = true)]
+    pub rays: Vec<String>,
+    /// A Prometheus server with dcgm-exporter metrics (repeatable); read-only.
+    #[arg(long = "prometheus", value_name = "URL", global = true)]
+    pub prometheuses: Vec<String>,
+    /// Config file (default: ~/.config/gpuboard/config.toml when it exists).
+    #[arg(long, value_name = "FILE", global = true)]
+    pub config: Option<PathBuf>,
+    /// Theme: default, light, high-contrast, ansi16, mono, or a path to a theme file.
+    #[arg(long, global = true)]
+    pub theme: Option<String>,
+    /// Refuse every action (claim, release, move, cordon, reset).
+    #[arg(long, global = true)]
+    pub readonly: bool,
+    /// Seed of the demo workload.
+    #[arg(long, default_value_t = 42, global = true)]
+    pub seed: u64,
+    /// Refresh interval in seconds (default 2).
+    #[arg(long, value_name = "SECONDS", global = true)]
+    pub refresh: Option<f64>,
+}
+
+/// Everything the console needs, resolved from flags and the config file.
+pub struct Setup {
+    /// The sources, in order.
+    pub sources: Vec<Arc<dyn Source>>,
+    /// The theme.
+    pub theme: theme::Theme,
+    /// The keymap.
+    pub keymap: keymap::Keymap,
+    /// Refresh interval, ms.
+    pub refresh_ms: u64,
+    /// Refuse actions.
+    pub readonly: bool,
+    /// Warnings to show once (bad theme, bad keymap...).
+    pub warnings: Vec<String>,
+}
+
+/// Resolves flags and config into sources, theme and keymap.
+pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup> {
+    let cfg = config::Config::load(args.config.as_deref())?;
+    let mut warnings = Vec::new();
+    let refresh_ms = match args.refresh.or(cfg.refresh) {
+        Some(s) if s.is_finite() && (0.1..=3600.0).contains(&s) => (s * 1000.0).round() as u64,
+        Some(s) => anyhow::bail!("refresh = {s} s is out of range: give 0.1 to 3600 seconds"),
+        None => DEFAULT_REFRESH_MS,
+    };
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    let theme_spec = args.theme.clone().or(cfg.theme.clone());
+    let (theme, warn) = theme::load(theme_spec.as_deref(), no_color, &config::theme_dirs());
+    warnings.extend(warn);
+    let keymap = match &cfg.keymap {
+        None => keymap::Keymap::builtin(),
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read keymap {}", p.display()))?;
+            keymap::Keymap::parse(&text).with_context(|| format!("keymap {}", p.display()))?
+        }
+    };
+    let timeout = Duration::from_millis(refresh_ms.clamp(1_000, 10_000));
+    let mut sources: Vec<Arc<dyn Source>> = Vec::new();
+    if args.demo || args.demo_quiet {
+        let world = if args.demo_quiet {
+            DemoWorld::quiet(args.seed)?
+        } else {
+            DemoWorld::new(args.seed)?
+        };
+        sources.push(Arc::new(Demo::new(world, Arc::clone(&clock))));
+    }
+    for (i, url) in args.endpoints.iter().enumerate() {
+        let name = format!("ep{}", i + 1);
+        sources.push(Arc::new(Http::new(&name, url, None, timeout)?));
+    }
+    for (i, url) in args.rays.iter().enumerate() {
+        sources.push(engine_source(
+            "ray",
+            &format!("ray{}", i + 1),
+            url,
+            None,
+            timeout,
+        )?);
+    }
+    for (i, url) in args.prometheuses.iter().enumerate() {
+        sources.push(engine_source(
+            "prometheus",
+            &format!("prom{}", i + 1),
+            url,
+            None,
+            timeout,
+        )?);
+    }
+    for ep in &cfg.endpoints {
+        let token = match &ep.token_file {
+            Some(p) => Some(
+                std::fs::read_to_string(p)
+                    .with_context(|| {
+                        format!(
+                            "endpoint {}: cannot read token_file {}",
+                            ep.name,
+                            p.display()
+                        )
+                    })?
+                    .trim()
+                    .to_string(),
+            ),
+            None => None,
+        };
+        if ep.kind == "gpuboard" {
+            sources.push(Arc::new(Http::new(&ep.name, &ep.url, token, timeout)?));
+        } else {
+            sources.push(engine_source(&ep.kind, &ep.name, &ep.url, token, timeout)?);
+        }
+    }
+    if sources.is_empty() {
+        sources.push(Arc::new(Embedded::local(Arc::clone(&clock))?));
+    }
+    Ok(Setup {
+        sources,
+        theme,
+        keymap,
+        refresh_ms,
+        readonly: args.readonly,
+        warnings,
+    })
+}
+
+/// A read-only engine source of this kind (`ray` or `prometheus`).
+fn engine_source(
+    kind: &str,
+    name: &str,
+    url: &str,
+    token: Option<String>,
+    timeout: Duration,
+) -> anyhow::Result<Arc<dyn Source>> {
+    use crate::sources::engine::Engine;
+    use crate::sources::prometheus::{PrometheusConfig, PrometheusSource};
+    use crate::sources::ray::{RayConfig, RaySource};
+    Ok(match kind {
+        "ray" => {
+            let mut c = RayConfig::new(url);
+            c.name = name.to_string();
+            c.token = token;
+            c.timeout = timeout;
+            Arc::new(Engine::ray(name, RaySource::new(c)?))
+        }
+        _ => {
+            let mut c = PrometheusConfig::new(url);
+            c.name = name.to_string();
+            c.auth = token.map(crate::sources::http::Auth::Bearer);
+            c.timeout = timeout;
+            Arc::new(Engine::prometheus(name, PrometheusSource::new(c)?))
+        }
+    })
+}
+
+/// The state for a setup's sources.
+pub fn initial_state(setup: &Setup) -> state::State {
+    let slots = setup
+        .sources
+        .iter()
+        .map(|s| state::SourceSlot::new(s.name(), s.kind(), s.can_act(), s.note()))
+        .collect();
+    let mut st = state::State::new(
+        slots,
+        setup.keymap.clone(),
+        setup.refresh_ms,
+        setup.readonly,
+    );
+    for w in &setup.warnings {
+        st.push_log(w.clone());
+        st.flash = Some(state::Flash {
+            text: w.clone(),
+            error: true,
+            at: st.now,
+        });
+    }
+    st
+}

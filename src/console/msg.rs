@@ -1,0 +1,81 @@
+//! Messages into the console's `update`, and the effects it asks the driver to perform.
+
+use ratatui::crossterm::event::KeyEvent;
+use serde_json::Value;
+
+use crate::clock::Timestamp;
+use crate::placement::Allocation;
+use crate::snapshot::Snapshot;
+use crate::sources::{Action, Failure, Outcome};
+
+/// Everything that can happen to the console.
+// A snapshot is moved through the channel once per fetch; boxing it would buy nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq)]
+pub enum Msg {
+    /// A key was pressed.
+    Key(KeyEvent),
+    /// The terminal changed size.
+    Resize {
+        /// Columns.
+        width: u16,
+        /// Rows.
+        height: u16,
+    },
+    /// Time passed; the console's notion of now.
+    Tick(Timestamp),
+    /// A source answered a fetch.
+    Fetched {
+        /// The source's position.
+        source: usize,
+        /// When the fetch completed.
+        at: Timestamp,
+        /// The snapshot, or why not.
+        result: Result<Snapshot, Failure>,
+    },
+    /// A source answered a placement preview.
+    Planned {
+        /// The source.
+        source: usize,
+        /// Where the claim would go, or why it would not fit.
+        result: Result<Allocation, Failure>,
+    },
+    /// A source carried out (or refused) an action.
+    Acted {
+        /// The source.
+        source: usize,
+        /// What was asked.
+        action: Action,
+        /// What happened.
+        result: Result<Outcome, Failure>,
+    },
+    /// A line from the console's own log.
+    Log(String),
+    /// A signal asking the console to stop (SIGHUP, SIGTERM).
+    Signal(String),
+    /// The terminal's input is gone (EOF or EIO after an SSH drop).
+    InputClosed(String),
+}
+
+/// Work for the driver: the only way `update` reaches the outside world.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Effect {
+    /// Fetch a snapshot from a source (the state already marked it in flight).
+    Fetch(usize),
+    /// Ask a source where a claim request would go.
+    Plan {
+        /// The source.
+        source: usize,
+        /// The wire request.
+        request: Value,
+    },
+    /// Ask a source to carry out an action.
+    Act {
+        /// The source.
+        source: usize,
+        /// The action.
+        action: Action,
+    },
+    /// Leave: restore the terminal and exit.
+    Quit,
+}
