@@ -54,6 +54,7 @@ pub fn lab_snapshot() -> Snapshot {
         name: "lab".into(),
         kind: "embedded".into(),
         policy: Policy::Binpack,
+        ..SchedulerConfig::default()
     };
     let Ok(mut s) = Scheduler::new(config, nodes) else {
         return Snapshot::default();

@@ -212,7 +212,7 @@ pub fn span(secs: u64) -> String {
 
 /// The ledger's projects and resource types as the snapshot shows them.
 pub fn views(view: &FairShareView, now: Timestamp) -> (Vec<ProjectView>, Vec<ResourceView>) {
-    let projects = view
+    let projects: Vec<ProjectView> = view
         .projects
         .iter()
         .map(|p| ProjectView {
@@ -240,6 +240,8 @@ pub fn views(view: &FairShareView, now: Timestamp) -> (Vec<ProjectView>, Vec<Res
                 .collect(),
         })
         .collect();
+    let mut projects: Vec<ProjectView> = projects;
+    projects.sort_by(|a, b| a.name.cmp(&b.name));
     let resources = view
         .resources
         .iter()

@@ -105,6 +105,7 @@ impl DemoWorld {
             name: "demo".to_string(),
             kind: "demo".to_string(),
             policy: Policy::Binpack,
+            ..SchedulerConfig::default()
         };
         Ok(DemoWorld {
             sched: Scheduler::new(config, nodes)?,

@@ -38,6 +38,7 @@ impl Embedded {
             name: name.to_string(),
             kind: "embedded".to_string(),
             policy: Policy::Binpack,
+            ..SchedulerConfig::default()
         };
         let sched = Scheduler::new(config, nodes)?;
         Ok(Embedded {

@@ -281,9 +281,14 @@ pub fn apply(
                 cordoned: *cordoned,
             })
         }
-        Action::ResetProject { project } => Err(Failure::Refused(format!(
-            "project {project}: this scheduler keeps no fair-share ledger yet, so there is no backoff or debt to clear"
-        ))),
+        Action::ResetProject { project } => {
+            sched
+                .reset_project(Some(project), actor, now)
+                .map_err(|e| Failure::Refused(e.to_string()))?;
+            Ok(Outcome::Reset {
+                project: project.clone(),
+            })
+        }
     }
 }
 
