@@ -4,9 +4,11 @@
 //! with no I/O; the server, the CLI, the console and the simulator all call it.
 
 pub mod clock;
+pub mod engine;
 pub mod inventory;
 pub mod placement;
 pub mod request;
 pub mod scheduler;
 pub mod snapshot;
+pub mod store;
 pub mod units;

@@ -432,6 +432,35 @@ impl Scheduler {
         );
     }
 
+    /// Clears a project's fair-share accounts (debts and backoffs) and audits it.
+    /// The ledger is not kept by this scheduler yet, so today this records the operator's
+    /// reset (and bumps the revision) for the fair-share layer to honour.
+    pub fn reset_project(&mut self, project: &str, actor: &str, now: Timestamp) {
+        self.audit(
+            now,
+            actor,
+            "reset",
+            format!("project {project}"),
+            "debts and backoffs cleared".to_string(),
+        );
+    }
+
+    /// Audit events kept in memory with a revision above `after`, oldest first, and
+    /// whether older ones were dropped (the watcher must then reload a snapshot).
+    pub fn events_since(&self, after: u64) -> (Vec<AuditEvent>, bool) {
+        let gap = self
+            .events
+            .front()
+            .is_some_and(|e| e.revision > after.saturating_add(1));
+        let events = self
+            .events
+            .iter()
+            .filter(|e| e.revision > after)
+            .cloned()
+            .collect();
+        (events, gap)
+    }
+
     /// A project's share.
     pub fn share(&self, project: &str) -> u32 {
         self.shares.get(project).copied().unwrap_or(DEFAULT_SHARE)
