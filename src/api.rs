@@ -66,6 +66,8 @@ impl ApiState {
 pub struct ApiError {
     status: StatusCode,
     body: Map<String, Value>,
+    /// The body was not read to its end, so the connection cannot carry another request.
+    close: bool,
 }
 
 impl ApiError {
@@ -73,7 +75,11 @@ impl ApiError {
         let mut body = Map::new();
         body.insert("error".into(), json!(error));
         body.insert("detail".into(), json!(detail.into()));
-        ApiError { status, body }
+        ApiError {
+            status,
+            body,
+            close: false,
+        }
     }
 
     fn invalid(rule: Rule, field: Option<&str>, detail: impl Into<String>) -> ApiError {
@@ -142,7 +148,12 @@ impl From<EngineError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, axum::Json(Value::Object(self.body))).into_response()
+        let mut r = (self.status, axum::Json(Value::Object(self.body))).into_response();
+        if self.close {
+            r.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        r
     }
 }
 
@@ -249,11 +260,13 @@ async fn authorize(State(st): State<ApiState>, req: Request, next: Next) -> Resp
 /// The body, at most `MAX_BODY` bytes.
 async fn body_bytes(body: Body) -> Result<Bytes, ApiError> {
     axum::body::to_bytes(body, MAX_BODY).await.map_err(|_| {
-        ApiError::new(
+        let mut e = ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "body_too_large",
             format!("the request body is larger than {MAX_BODY} bytes (or could not be read)"),
-        )
+        );
+        e.close = true;
+        e
     })
 }
 
