@@ -143,9 +143,7 @@ fn check(snap: &Value, model: &mut Model) {
     // Unanswered releases went either way; unanswered claims that did commit are real now.
     let in_flight = std::mem::take(&mut model.in_flight);
     for (id, place) in seen {
-        if !model.live.contains_key(&id) {
-            model.live.insert(id, place);
-        }
+        model.live.entry(id).or_insert(place);
     }
     for id in in_flight {
         if !model.live.contains_key(&id) {
