@@ -1,5 +1,5 @@
 //! Durable claim + release throughput over HTTP: a real endpoint (engine, SQLite store,
-//! axum) on 127.0.0.1 and 32 concurrent keep-alive clients, each looping claim then
+//! axum) on 127.0.0.1 and 32 concurrent keep-alive HTTP/1.1 clients, each looping claim then
 //! release. Prints pairs per second and p50/p99 latency of a pair, for `--sync full`
 //! (fsync per group commit) and `--sync normal`.
 //!
@@ -16,6 +16,53 @@ use gpuboard::auth::Tokens;
 use gpuboard::clock::SystemClock;
 use gpuboard::engine::{Engine, EngineConfig, LocalProcesses};
 use gpuboard::store::SyncMode;
+
+#[derive(serde::Deserialize)]
+struct IdOnly {
+    id: u64,
+}
+
+/// A minimal keep-alive HTTP/1.1 client, so that the load generator spends as little of
+/// the shared cores as it can (the endpoint is what is measured).
+struct Conn {
+    stream: tokio::io::BufReader<tokio::net::TcpStream>,
+}
+
+impl Conn {
+    async fn open(addr: &str) -> Conn {
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        Conn {
+            stream: tokio::io::BufReader::new(stream),
+        }
+    }
+
+    /// Sends one request and reads the answer: status and body (Content-Length framed).
+    async fn call(&mut self, request: &[u8]) -> (u16, Vec<u8>) {
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+        self.stream.get_mut().write_all(request).await.unwrap();
+        let mut line = String::new();
+        self.stream.read_line(&mut line).await.unwrap();
+        let status: u16 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        let mut length = 0;
+        loop {
+            line.clear();
+            self.stream.read_line(&mut line).await.unwrap();
+            let l = line.trim_end();
+            if l.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = l.split_once(':')
+                && k.eq_ignore_ascii_case("content-length")
+            {
+                length = v.trim().parse().unwrap();
+            }
+        }
+        let mut body = vec![0; length];
+        self.stream.read_exact(&mut body).await.unwrap();
+        (status, body)
+    }
+}
 
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -67,36 +114,32 @@ async fn run(sync: SyncMode, secs: u64, clients: u64) {
     let warmup = Duration::from_millis(500);
     let mut tasks = Vec::new();
     for _ in 0..clients {
-        let (url, token, stop) = (url.clone(), token.clone(), Arc::clone(&stop));
+        let (addr, token, stop) = (
+            url.trim_start_matches("http://").to_string(),
+            token.clone(),
+            Arc::clone(&stop),
+        );
         tasks.push(tokio::spawn(async move {
-            let http = reqwest::Client::builder()
-                .pool_max_idle_per_host(1)
-                .build()
-                .unwrap();
+            let mut conn = Conn::open(&addr).await;
             let body = r#"{"gpu_memory": "1Gi", "project": "bench"}"#;
+            let claim = format!(
+                "POST /v1/claims HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
+                 Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
             let started = Instant::now();
             let mut lat = Vec::new();
             while !stop.load(Ordering::Relaxed) {
                 let t = Instant::now();
-                let resp = http
-                    .post(format!("{url}/v1/claims"))
-                    .bearer_auth(&token)
-                    .header("content-type", "application/json")
-                    .body(body)
-                    .send()
-                    .await
-                    .unwrap();
-                assert_eq!(resp.status(), 201);
-                let v: serde_json::Value = resp.json().await.unwrap();
-                let id = v["id"].as_u64().unwrap();
-                let resp = http
-                    .delete(format!("{url}/v1/claims/{id}"))
-                    .bearer_auth(&token)
-                    .send()
-                    .await
-                    .unwrap();
-                assert_eq!(resp.status(), 200);
-                resp.bytes().await.unwrap();
+                let (status, answer) = conn.call(claim.as_bytes()).await;
+                assert_eq!(status, 201, "{}", String::from_utf8_lossy(&answer));
+                let v: IdOnly = serde_json::from_slice(&answer).unwrap();
+                let release = format!(
+                    "DELETE /v1/claims/{} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n",
+                    v.id
+                );
+                let (status, _) = conn.call(release.as_bytes()).await;
+                assert_eq!(status, 200);
                 if started.elapsed() > warmup {
                     lat.push(t.elapsed());
                 }

@@ -381,7 +381,18 @@ fn commit(conn: &mut Connection, group: &[Batch]) -> Result<Option<u64>, StoreEr
     let fail = |e: &dyn std::fmt::Display| StoreError::Commit(e.to_string());
     let tx = conn.transaction().map_err(|e| fail(&e))?;
     let mut revision = None;
+    // Counters only grow, so the group's last ones are all that need writing.
+    let last_counters = group
+        .iter()
+        .flat_map(|b| b.changes.iter())
+        .filter(|c| matches!(c, Change::Counters { .. }))
+        .last();
     for change in group.iter().flat_map(|b| b.changes.iter()) {
+        let superseded = matches!(change, Change::Counters { .. })
+            && last_counters.is_some_and(|last| !std::ptr::eq(change, last));
+        if superseded {
+            continue;
+        }
         apply(&tx, change, &mut revision).map_err(|e| fail(&e))?;
     }
     tx.commit().map_err(|e| fail(&e))?;
