@@ -337,22 +337,34 @@ async fn dispatch(cmd: Command) -> anyhow::Result<u8> {
         }
         Command::Cordon { node, index, conn } => {
             connect(&conn)?.cordon(&node, index).await?;
-            println!("{node}:{index} cordoned");
+            done(
+                &conn,
+                json!({"node": node, "index": index, "cordoned": true}),
+                || format!("{node}:{index} cordoned"),
+            )?;
             Ok(0)
         }
         Command::Uncordon { node, index, conn } => {
             connect(&conn)?.uncordon(&node, index).await?;
-            println!("{node}:{index} uncordoned");
+            done(
+                &conn,
+                json!({"node": node, "index": index, "cordoned": false}),
+                || format!("{node}:{index} uncordoned"),
+            )?;
             Ok(0)
         }
         Command::Project(ProjectCommand::Set { name, share, conn }) => {
             connect(&conn)?.set_share(&name, share).await?;
-            println!("project {name}: share {share}");
+            done(&conn, json!({"project": name, "share": share}), || {
+                format!("project {name}: share {share}")
+            })?;
             Ok(0)
         }
         Command::Project(ProjectCommand::Reset { name, conn }) => {
             connect(&conn)?.reset_project(&name).await?;
-            println!("project {name}: debts and backoffs cleared");
+            done(&conn, json!({"project": name, "reset": true}), || {
+                format!("project {name}: debts and backoffs cleared")
+            })?;
             Ok(0)
         }
         Command::Run(a) => run_command(a).await,
@@ -383,6 +395,16 @@ fn connect(conn: &Conn) -> anyhow::Result<Client> {
         token(conn)?,
         Duration::from_secs(conn.timeout.max(1)),
     )?)
+}
+
+/// Reports a finished action: `json` with `--json`, else the sentence.
+fn done(conn: &Conn, json: Value, sentence: impl FnOnce() -> String) -> anyhow::Result<()> {
+    if conn.json {
+        print_json(&json)
+    } else {
+        println!("{}", sentence());
+        Ok(())
+    }
 }
 
 fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {

@@ -385,8 +385,7 @@ fn commit(conn: &mut Connection, group: &[Batch]) -> Result<Option<u64>, StoreEr
     let last_counters = group
         .iter()
         .flat_map(|b| b.changes.iter())
-        .filter(|c| matches!(c, Change::Counters { .. }))
-        .last();
+        .rfind(|c| matches!(c, Change::Counters { .. }));
     for change in group.iter().flat_map(|b| b.changes.iter()) {
         let superseded = matches!(change, Change::Counters { .. })
             && last_counters.is_some_and(|last| !std::ptr::eq(change, last));
