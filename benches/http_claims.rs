@@ -3,7 +3,8 @@
 //! release. Prints pairs per second and p50/p99 latency of a pair, for `--sync full`
 //! (fsync per group commit) and `--sync normal`.
 //!
-//! `cargo bench --bench http_claims` (or `scripts/bench-endpoint`); `BENCH_SECS` sets the
+//! `cargo bench --bench http_claims`, or `scripts/bench-endpoint` which also measures Ray
+//! placement groups (scripts/bench-ray.py) and prints the ratio. `BENCH_SECS` sets the
 //! measuring time per mode (default 5), `BENCH_CLIENTS` the client count (default 32).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -195,5 +196,4 @@ fn main() {
         run(SyncMode::Full, secs, clients).await;
         run(SyncMode::Normal, secs, clients).await;
     });
-    println!("Ray placement-group comparison: not run (not implemented in this script)");
 }
