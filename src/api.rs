@@ -180,6 +180,13 @@ pub fn router(state: ApiState) -> Router {
         .fallback(|| async {
             ApiError::not_found("no such route; the API is under /v1 (see README, API section)")
         })
+        .method_not_allowed_fallback(|method: Method| async move {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                format!("{method} is not allowed on this path (see README, API section)"),
+            )
+        })
         .layer(middleware::from_fn_with_state(
             state.clone(),
             count_responses,

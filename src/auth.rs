@@ -3,7 +3,7 @@
 //! there, from `--token-file`, or from `GPUBOARD_TOKEN`. Compared in constant time.
 
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use subtle::ConstantTimeEq;
@@ -69,10 +69,15 @@ impl std::fmt::Debug for Tokens {
 impl Tokens {
     /// Reads the tokens from `dir`, creating each missing one (mode 0600).
     pub fn load_or_create(dir: &Path) -> Result<Tokens, TokenError> {
-        std::fs::create_dir_all(dir).map_err(|source| TokenError::Io {
-            path: dir.display().to_string(),
-            source,
-        })?;
+        // Private from the start: it holds the tokens and the state database.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|source| TokenError::Io {
+                path: dir.display().to_string(),
+                source,
+            })?;
         Ok(Tokens {
             operator: load_or_create(&dir.join(OPERATOR_TOKEN_FILE))?,
             read: load_or_create(&dir.join(READ_TOKEN_FILE))?,
@@ -151,16 +156,19 @@ mod tests {
 
     #[test]
     fn tokens_are_created_private_and_kept() {
-        let dir = tempfile::tempdir().unwrap();
-        let t = Tokens::load_or_create(dir.path()).unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("state");
+        let t = Tokens::load_or_create(&dir).unwrap();
         assert_eq!(t.operator.len(), 64);
+        let dir_mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+        assert_eq!(dir_mode & 0o777, 0o700);
         assert_ne!(t.operator, t.read);
-        let mode = std::fs::metadata(dir.path().join(OPERATOR_TOKEN_FILE))
+        let mode = std::fs::metadata(dir.join(OPERATOR_TOKEN_FILE))
             .unwrap()
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600);
-        let again = Tokens::load_or_create(dir.path()).unwrap();
+        let again = Tokens::load_or_create(&dir).unwrap();
         assert_eq!(again.operator, t.operator);
         assert_eq!(t.role(&t.operator), Some(Role::Operator));
         assert_eq!(t.role(&t.read), Some(Role::Reader));

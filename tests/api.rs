@@ -346,6 +346,9 @@ async fn every_status_code_with_its_body() {
         .send(Method::GET, "/healthz", None)
         .await;
     assert_eq!((s, v), (StatusCode::OK, json!("ok\n")));
+    let (s, v) = api.send(Method::GET, "/v1/claims", None).await;
+    assert_eq!(s, StatusCode::METHOD_NOT_ALLOWED);
+    assert_error(&v, "method_not_allowed");
     let (s, v) = api.send(Method::GET, "/v2/nothing", None).await;
     assert_eq!(s, StatusCode::NOT_FOUND);
     assert_error(&v, "not_found");
