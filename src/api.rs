@@ -39,6 +39,8 @@ use crate::snapshot::ClaimState;
 pub const DEFAULT_PORT: u16 = 7420;
 /// The largest request body accepted, in bytes.
 pub const MAX_BODY: usize = 64 * 1024;
+/// How long a request body may take to arrive.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the router needs.
 #[derive(Clone)]
@@ -264,9 +266,23 @@ async fn authorize(State(st): State<ApiState>, req: Request, next: Next) -> Resp
     }
 }
 
-/// The body, at most `MAX_BODY` bytes.
+/// The body, at most `MAX_BODY` bytes, read within `BODY_TIMEOUT` (a client that trickles
+/// its body does not hold a request open for ever).
 async fn body_bytes(body: Body) -> Result<Bytes, ApiError> {
-    axum::body::to_bytes(body, MAX_BODY).await.map_err(|_| {
+    let read = tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY));
+    let Ok(read) = read.await else {
+        let mut e = ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "body_timeout",
+            format!(
+                "the request body did not arrive within {} s",
+                BODY_TIMEOUT.as_secs()
+            ),
+        );
+        e.close = true;
+        return Err(e);
+    };
+    read.map_err(|_| {
         let mut e = ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "body_too_large",
