@@ -1,4 +1,6 @@
-//! The `gpuboard` command.
+//! The `gpuboard` command: the console by default, the endpoint, its client, and tools.
+
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use gpuboard::console::ConsoleArgs;
@@ -16,7 +18,11 @@ struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
+#[allow(clippy::large_enum_variant)] // parsed once at start-up
 enum Command {
+    /// The endpoint and its client: serve, claim, release, move, ls, renew, cordon, project, run.
+    #[command(flatten)]
+    Endpoint(gpuboard::cli::Command),
     /// Pick GPU indexes for a Flink worker (a drop-in discovery script).
     Discover(gpuboard::discovery::command::DiscoverArgs),
     /// Explain what GPUs this machine has and why none is seen.
@@ -27,9 +33,10 @@ enum Command {
     Status(StatusArgs),
 }
 
-fn main() {
+fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Some(Command::Endpoint(cmd)) => return gpuboard::cli::run(cmd),
         Some(Command::Discover(args)) => gpuboard::discovery::command::run(args),
         Some(Command::Doctor(args)) => gpuboard::doctor::run(args),
         Some(Command::Simulate(args)) => gpuboard::simulate::run(args),
@@ -39,10 +46,10 @@ fn main() {
         None => gpuboard::console::driver::run(&cli.console).map(|()| 0),
     };
     match result {
-        Ok(code) => std::process::exit(code),
+        Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Err(error) => {
             eprintln!("gpuboard: {error:#}");
-            std::process::exit(1);
+            ExitCode::FAILURE
         }
     }
 }

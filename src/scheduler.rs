@@ -632,6 +632,22 @@ impl Scheduler {
         self.ledger_saved_at = Some(now);
     }
 
+    /// Audit events kept in memory with a revision above `after`, oldest first, and
+    /// whether older ones were dropped (the watcher must then reload a snapshot).
+    pub fn events_since(&self, after: u64) -> (Vec<AuditEvent>, bool) {
+        let gap = self
+            .events
+            .front()
+            .is_some_and(|e| e.revision > after.saturating_add(1));
+        let events = self
+            .events
+            .iter()
+            .filter(|e| e.revision > after)
+            .cloned()
+            .collect();
+        (events, gap)
+    }
+
     /// A project's share.
     pub fn share(&self, project: &str) -> u32 {
         self.shares.get(project).copied().unwrap_or(DEFAULT_SHARE)

@@ -1,0 +1,745 @@
+//! The HTTP API v1 (DESIGN.md section 8) over an `Engine`: axum on tokio.
+//!
+//! Errors are JSON `{error, detail, rule?, rule_number?, field?}`; a claim that does not
+//! fit answers 409 with the reasons both as lines for people and as structured data.
+//! Requests are authenticated before their body is read; bodies are size-limited.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post, put};
+use futures::Stream;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use tokio::sync::watch;
+
+use crate::auth::{Role, Tokens};
+use crate::engine::{Engine, EngineError, MAX_SHARE};
+use crate::placement::{ClaimId, FleetError, MoveError, MoveTarget, NoFit};
+use crate::request::{ClaimRequest, MAX_DEVICES, MAX_SECONDS, RequestError, Rule};
+use crate::scheduler::{RenewError, Submitted, claim_view};
+use crate::snapshot::ClaimState;
+
+/// The default port of `gpuboard serve` (and of the CLI's default endpoint).
+pub const DEFAULT_PORT: u16 = 7420;
+/// The largest request body accepted, in bytes.
+pub const MAX_BODY: usize = 64 * 1024;
+/// How long a request body may take to arrive.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the router needs.
+#[derive(Clone)]
+pub struct ApiState {
+    engine: Engine,
+    tokens: Arc<Tokens>,
+    open_reads: bool,
+    responses: Family<Vec<(String, String)>, Counter>,
+}
+
+impl ApiState {
+    /// State for an endpoint over `engine`; `open_reads` lets reads through without a token.
+    pub fn new(engine: Engine, tokens: Tokens, open_reads: bool) -> ApiState {
+        ApiState {
+            engine,
+            tokens: Arc::new(tokens),
+            open_reads,
+            responses: Family::default(),
+        }
+    }
+}
+
+/// An error answer.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    body: Map<String, Value>,
+    /// The body was not read to its end, so the connection cannot carry another request.
+    close: bool,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, error: &str, detail: impl Into<String>) -> ApiError {
+        let mut body = Map::new();
+        body.insert("error".into(), json!(error));
+        body.insert("detail".into(), json!(detail.into()));
+        ApiError {
+            status,
+            body,
+            close: false,
+        }
+    }
+
+    fn invalid(rule: Rule, field: Option<&str>, detail: impl Into<String>) -> ApiError {
+        let mut e = ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", detail);
+        e.body.insert("rule".into(), json!(rule.code()));
+        e.body.insert("rule_number".into(), json!(rule.number()));
+        e.body.insert("field".into(), json!(field));
+        e
+    }
+
+    fn no_fit(no: &NoFit, lead: Option<String>) -> ApiError {
+        let detail = match lead {
+            Some(l) => format!("{l}: {}", no.summary()),
+            None => no.summary(),
+        };
+        let mut e = ApiError::new(StatusCode::CONFLICT, "does_not_fit", detail);
+        e.body.insert("reasons".into(), json!(no.lines()));
+        e.body.insert("infeasible".into(), json!(no.infeasible));
+        e.body.insert(
+            "no_fit".into(),
+            serde_json::to_value(no).unwrap_or(Value::Null),
+        );
+        e
+    }
+
+    fn not_found(detail: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, "not_found", detail)
+    }
+}
+
+impl From<RequestError> for ApiError {
+    fn from(e: RequestError) -> ApiError {
+        ApiError::invalid(e.rule, e.field.as_deref(), e.message)
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> ApiError {
+        match e {
+            EngineError::Move(MoveError::UnknownClaim(id))
+            | EngineError::Renew(RenewError::UnknownClaim(id)) => {
+                ApiError::not_found(format!("no claim {id}"))
+            }
+            EngineError::Move(MoveError::NoFit(no)) => {
+                ApiError::no_fit(&no, Some("the move target does not fit".into()))
+            }
+            EngineError::Move(e @ MoveError::NothingToMove(_)) => {
+                ApiError::new(StatusCode::CONFLICT, "nothing_to_move", e.to_string())
+            }
+            EngineError::Renew(e @ RenewError::NoLease(_)) => {
+                ApiError::new(StatusCode::CONFLICT, "no_lease", e.to_string())
+            }
+            EngineError::Fleet(
+                e @ (FleetError::UnknownNode(_) | FleetError::UnknownDevice { .. }),
+            ) => ApiError::not_found(e.to_string()),
+            EngineError::Fleet(e) => ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string()),
+            EngineError::Invalid(detail) => ApiError::invalid(Rule::OutOfRange, None, detail),
+            EngineError::Store(e) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_failed",
+                e.to_string(),
+            ),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut r = (self.status, axum::Json(Value::Object(self.body))).into_response();
+        if self.close {
+            r.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        r
+    }
+}
+
+type ApiResult = Result<Response, ApiError>;
+
+/// The router with every v1 route, auth and the request counter.
+pub fn router(state: ApiState) -> Router {
+    let guarded = Router::new()
+        .route("/v1/snapshot", get(snapshot))
+        .route("/v1/watch", get(watch_events))
+        .route("/v1/claims", post(create_claim))
+        .route("/v1/claims/{id}", delete(release_claim))
+        .route("/v1/claims/{id}/move", post(move_claim))
+        .route("/v1/claims/{id}/renew", post(renew_claim))
+        .route("/v1/devices/{node}/{index}/cordon", post(cordon))
+        .route("/v1/devices/{node}/{index}/uncordon", post(uncordon))
+        .route("/v1/projects/{name}", put(set_share))
+        .route("/v1/projects/{name}/reset", post(reset_project))
+        .route("/metrics", get(metrics))
+        .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .merge(guarded)
+        .fallback(|| async {
+            ApiError::not_found("no such route; the API is under /v1 (see README, API section)")
+        })
+        .method_not_allowed_fallback(|method: Method| async move {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                format!("{method} is not allowed on this path (see README, API section)"),
+            )
+        })
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            count_responses,
+        ))
+        .with_state(state)
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves; open streams get two seconds.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: ApiState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let (stop_tx, mut stop_rx) = watch::channel(false);
+    let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let mut server = std::pin::pin!(server.into_future());
+    tokio::select! {
+        r = &mut server => r,
+        _ = stop_rx.wait_for(|s| *s) => {
+            // Every acknowledged change is already durable; watch streams need not finish.
+            match tokio::time::timeout(Duration::from_secs(2), server).await {
+                Ok(r) => r,
+                Err(_) => Ok(()),
+            }
+        }
+    }
+}
+
+async fn count_responses(State(st): State<ApiState>, req: Request, next: Next) -> Response {
+    let resp = next.run(req).await;
+    st.responses
+        .get_or_create(&vec![(
+            "code".to_string(),
+            resp.status().as_u16().to_string(),
+        )])
+        .inc();
+    resp
+}
+
+async fn authorize(State(st): State<ApiState>, req: Request, next: Next) -> Response {
+    let mutation = req.method() != Method::GET && req.method() != Method::HEAD;
+    if !mutation && st.open_reads {
+        return next.run(req).await;
+    }
+    let presented = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let unauthorized = |detail: &str| {
+        let mut r = ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", detail).into_response();
+        r.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        r
+    };
+    let Some(presented) = presented else {
+        return unauthorized(
+            "this endpoint needs `Authorization: Bearer TOKEN`; the operator token is in \
+             operator.token and the read token in read.token in the endpoint's data directory",
+        );
+    };
+    match st.tokens.role(presented) {
+        None => unauthorized("the token is not valid for this endpoint"),
+        Some(Role::Reader) if mutation => ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "the read token cannot change state; use the operator token (operator.token)",
+        )
+        .into_response(),
+        Some(_) => next.run(req).await,
+    }
+}
+
+/// The body, at most `MAX_BODY` bytes, read within `BODY_TIMEOUT` (a client that trickles
+/// its body does not hold a request open for ever).
+async fn body_bytes(body: Body) -> Result<Bytes, ApiError> {
+    let read = tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY));
+    let Ok(read) = read.await else {
+        let mut e = ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "body_timeout",
+            format!(
+                "the request body did not arrive within {} s",
+                BODY_TIMEOUT.as_secs()
+            ),
+        );
+        e.close = true;
+        return Err(e);
+    };
+    read.map_err(|_| {
+        let mut e = ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("the request body is larger than {MAX_BODY} bytes (or could not be read)"),
+        );
+        e.close = true;
+        e
+    })
+}
+
+/// The body as JSON; an empty body is `{}` where `empty_ok`.
+async fn body_json(body: Body, empty_ok: bool) -> Result<Value, ApiError> {
+    let bytes = body_bytes(body).await?;
+    if empty_ok && bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Value::Object(Map::new()));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "malformed_json",
+            format!("the request body is not valid JSON: {e}"),
+        )
+    })
+}
+
+/// The body's fields, when it is an object of only `allowed` fields.
+fn fields<'a>(v: &'a Value, allowed: &[&str]) -> Result<&'a Map<String, Value>, ApiError> {
+    let Value::Object(map) = v else {
+        return Err(ApiError::invalid(
+            Rule::WrongType,
+            None,
+            format!(
+                "the body must be a JSON object with fields {}",
+                allowed.join(", ")
+            ),
+        ));
+    };
+    if let Some(k) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
+        return Err(ApiError::invalid(
+            Rule::UnknownField,
+            Some(k),
+            format!(
+                "unknown field `{k}`; allowed fields: {}",
+                allowed.join(", ")
+            ),
+        ));
+    }
+    Ok(map)
+}
+
+fn claim_id(raw: &str) -> Result<ClaimId, ApiError> {
+    raw.parse()
+        .map_err(|_| ApiError::not_found(format!("no claim `{raw}`: claim ids are whole numbers")))
+}
+
+fn json_status(status: StatusCode, v: &impl serde::Serialize) -> Response {
+    (status, axum::Json(v)).into_response()
+}
+
+async fn snapshot(State(st): State<ApiState>) -> Response {
+    json_status(StatusCode::OK, &st.engine.snapshot())
+}
+
+async fn create_claim(State(st): State<ApiState>, body: Body) -> ApiResult {
+    let v = body_json(body, false).await?;
+    let req = ClaimRequest::from_json(&v)?;
+    match st.engine.submit(req, "operator").await? {
+        Submitted::Placed(c) => {
+            let mut r = json_status(StatusCode::CREATED, &claim_view(&c));
+            if let Ok(loc) = HeaderValue::from_str(&format!("/v1/claims/{}", c.id)) {
+                r.headers_mut().insert(header::LOCATION, loc);
+            }
+            Ok(r)
+        }
+        Submitted::Pending(c) => Ok(json_status(StatusCode::ACCEPTED, &claim_view(&c))),
+        Submitted::Refused(no) => Err(ApiError::no_fit(&no, None)),
+    }
+}
+
+async fn release_claim(State(st): State<ApiState>, Path(id): Path<String>) -> ApiResult {
+    let id = claim_id(&id)?;
+    let released = st.engine.release(id, "operator").await?;
+    Ok(json_status(
+        StatusCode::OK,
+        &json!({
+            "id": id,
+            "released": released.is_some(),
+            "claim": released.as_ref().map(claim_view),
+        }),
+    ))
+}
+
+async fn move_claim(State(st): State<ApiState>, Path(id): Path<String>, body: Body) -> ApiResult {
+    let id = claim_id(&id)?;
+    let v = body_json(body, false).await?;
+    let map = fields(&v, &["node", "devices"])?;
+    let node = match map.get("node") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                Rule::WrongType,
+                Some("node"),
+                "`node` must be a node name",
+            ));
+        }
+    };
+    let devices = match map.get("devices") {
+        None | Some(Value::Null) => None,
+        Some(d) => Some(device_list(d)?),
+    };
+    if node.is_none() && devices.is_none() {
+        return Err(ApiError::invalid(
+            Rule::OutOfRange,
+            None,
+            "a move needs a target: `node`, `devices`, or both",
+        ));
+    }
+    let claim = st
+        .engine
+        .move_claim(id, MoveTarget { node, devices }, "operator")
+        .await?;
+    Ok(json_status(StatusCode::OK, &claim_view(&claim)))
+}
+
+fn device_list(v: &Value) -> Result<Vec<u32>, ApiError> {
+    let bad = || {
+        ApiError::invalid(
+            Rule::WrongType,
+            Some("devices"),
+            format!("`devices` must be a non-empty list of device indexes (at most {MAX_DEVICES})"),
+        )
+    };
+    let Value::Array(items) = v else {
+        return Err(bad());
+    };
+    if items.is_empty() || items.len() > MAX_DEVICES as usize {
+        return Err(bad());
+    }
+    items
+        .iter()
+        .map(|i| {
+            i.as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(bad)
+        })
+        .collect()
+}
+
+async fn renew_claim(State(st): State<ApiState>, Path(id): Path<String>, body: Body) -> ApiResult {
+    let id = claim_id(&id)?;
+    let v = body_json(body, true).await?;
+    let map = fields(&v, &["ttl"])?;
+    let ttl = match map.get("ttl") {
+        None | Some(Value::Null) => None,
+        Some(t) => Some(
+            t.as_u64()
+                .filter(|t| (1..=MAX_SECONDS).contains(t))
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        Rule::OutOfRange,
+                        Some("ttl"),
+                        format!("`ttl` must be whole seconds from 1 to {MAX_SECONDS}"),
+                    )
+                })?,
+        ),
+    };
+    let claim = st.engine.renew(id, ttl, "operator").await?;
+    Ok(json_status(StatusCode::OK, &claim_view(&claim)))
+}
+
+async fn set_cordon(st: &ApiState, node: &str, index: &str, cordoned: bool) -> ApiResult {
+    let index: u32 = index.parse().map_err(|_| {
+        ApiError::not_found(format!(
+            "node `{node}` has no device `{index}`: indexes are whole numbers"
+        ))
+    })?;
+    st.engine.cordon(node, index, cordoned, "operator").await?;
+    Ok(json_status(
+        StatusCode::OK,
+        &json!({"node": node, "index": index, "cordoned": cordoned}),
+    ))
+}
+
+async fn cordon(
+    State(st): State<ApiState>,
+    Path((node, index)): Path<(String, String)>,
+) -> ApiResult {
+    set_cordon(&st, &node, &index, true).await
+}
+
+async fn uncordon(
+    State(st): State<ApiState>,
+    Path((node, index)): Path<(String, String)>,
+) -> ApiResult {
+    set_cordon(&st, &node, &index, false).await
+}
+
+fn project_name(name: &str) -> Result<(), ApiError> {
+    crate::fairshare::ProjectName::new(name)
+        .map(|_| ())
+        .map_err(|e| ApiError::invalid(Rule::OutOfRange, Some("project"), e.to_string()))
+}
+
+async fn set_share(State(st): State<ApiState>, Path(name): Path<String>, body: Body) -> ApiResult {
+    project_name(&name)?;
+    let v = body_json(body, false).await?;
+    let map = fields(&v, &["share"])?;
+    let share = map
+        .get("share")
+        .and_then(Value::as_u64)
+        .and_then(|s| u32::try_from(s).ok())
+        .filter(|s| *s <= MAX_SHARE)
+        .ok_or_else(|| {
+            ApiError::invalid(
+                Rule::OutOfRange,
+                Some("share"),
+                format!("`share` must be a whole number from 0 to {MAX_SHARE} (default 100; 0 gets no work)"),
+            )
+        })?;
+    st.engine.set_share(&name, share, "operator").await?;
+    Ok(json_status(
+        StatusCode::OK,
+        &json!({"project": name, "share": share}),
+    ))
+}
+
+async fn reset_project(State(st): State<ApiState>, Path(name): Path<String>) -> ApiResult {
+    project_name(&name)?;
+    st.engine.reset_project(&name, "operator").await?;
+    Ok(json_status(
+        StatusCode::OK,
+        &json!({"project": name, "reset": true}),
+    ))
+}
+
+#[derive(Deserialize)]
+struct WatchQuery {
+    since: Option<String>,
+}
+
+async fn watch_events(
+    State(st): State<ApiState>,
+    Query(q): Query<WatchQuery>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let rx = st.engine.subscribe();
+    let since = match q.since.as_deref() {
+        None => *rx.borrow(),
+        Some(s) => s.parse::<u64>().map_err(|_| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_query",
+                format!("`since` must be a revision (a whole number), not `{s}`"),
+            )
+        })?,
+    };
+    let start = WatchState {
+        engine: st.engine.clone(),
+        rx,
+        last: since,
+        queue: VecDeque::new(),
+        hello: true,
+    };
+    let stream = futures::stream::unfold(start, |mut w| async move {
+        loop {
+            if let Some(ev) = w.queue.pop_front() {
+                return Some((Ok(ev), w));
+            }
+            let committed = *w.rx.borrow_and_update();
+            if w.hello || committed != w.last {
+                w.fill(committed);
+                continue;
+            }
+            if w.rx.changed().await.is_err() {
+                return None;
+            }
+        }
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+struct WatchState {
+    engine: Engine,
+    rx: watch::Receiver<u64>,
+    last: u64,
+    queue: VecDeque<Event>,
+    hello: bool,
+}
+
+impl WatchState {
+    /// Queues the events from `last` to `committed`, then a `revision` event.
+    fn fill(&mut self, committed: u64) {
+        self.hello = false;
+        let (events, gap) = self.engine.events_between(self.last, committed);
+        // A `since` from the future (another endpoint's revision) or events no longer in
+        // memory: the client must reload the snapshot.
+        if gap || self.last > committed {
+            self.queue.push_back(
+                Event::default()
+                    .event("resync")
+                    .data(json!({"revision": committed}).to_string()),
+            );
+        } else {
+            for e in events {
+                let data = serde_json::to_string(&e).unwrap_or_default();
+                self.queue.push_back(
+                    Event::default()
+                        .event("audit")
+                        .id(e.revision.to_string())
+                        .data(data),
+                );
+            }
+        }
+        self.queue.push_back(
+            Event::default()
+                .event("revision")
+                .id(committed.to_string())
+                .data(json!({"revision": committed}).to_string()),
+        );
+        self.last = committed;
+    }
+}
+
+type Labels = Vec<(String, String)>;
+
+async fn metrics(State(st): State<ApiState>) -> ApiResult {
+    let snap = st.engine.snapshot();
+    let mut reg = Registry::with_prefix("gpuboard");
+    let gauge = |reg: &mut Registry, name: &str, help: &str| {
+        let f = Family::<Labels, Gauge>::default();
+        reg.register(name, help, f.clone());
+        f
+    };
+    let mem_cap = gauge(
+        &mut reg,
+        "device_memory_capacity_bytes",
+        "Schedulable memory M",
+    );
+    let mem_alloc = gauge(
+        &mut reg,
+        "device_memory_allocated_bytes",
+        "Memory reserved by claims",
+    );
+    let mem_used = gauge(
+        &mut reg,
+        "device_memory_used_bytes",
+        "Memory in use (telemetry)",
+    );
+    let compute = gauge(
+        &mut reg,
+        "device_compute_allocated_units",
+        "Compute reserved, 10000 units per device",
+    );
+    let slots = gauge(
+        &mut reg,
+        "device_slots_allocated",
+        "Sharing slots taken, of 100",
+    );
+    let cordoned = gauge(
+        &mut reg,
+        "device_cordoned",
+        "1 when the device takes no new claims",
+    );
+    for (n, d) in snap.devices() {
+        let l = vec![
+            ("node".to_string(), n.name.clone()),
+            ("index".to_string(), d.index.to_string()),
+            ("model".to_string(), d.model.clone()),
+        ];
+        let set = |f: &Family<Labels, Gauge>, v: u64| {
+            f.get_or_create(&l)
+                .set(i64::try_from(v).unwrap_or(i64::MAX));
+        };
+        if let Some(c) = d.memory_capacity {
+            set(&mem_cap, c.0);
+        }
+        set(&mem_alloc, d.memory_allocated.0);
+        if let Some(u) = d.telemetry.as_ref().and_then(|t| t.memory_used) {
+            set(&mem_used, u.0);
+        }
+        set(&compute, u64::from(d.compute_allocated.0));
+        set(&slots, u64::from(d.slots_allocated.0));
+        set(&cordoned, u64::from(d.cordoned));
+    }
+    let claims = gauge(&mut reg, "claims", "Claims by state");
+    for state in [ClaimState::Placed, ClaimState::Pending] {
+        let n = snap.claims.iter().filter(|c| c.state == state).count();
+        let name = serde_json::to_value(state)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        claims
+            .get_or_create(&vec![("state".to_string(), name)])
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+    let debt = Family::<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+    reg.register(
+        "project_debt",
+        "Long-term debt per project and resource, instance-seconds",
+        debt.clone(),
+    );
+    let backoff = gauge(
+        &mut reg,
+        "project_backed_off",
+        "1 while the project is backed off for the resource",
+    );
+    for p in &snap.projects {
+        for r in &p.resources {
+            let l = vec![
+                ("project".to_string(), p.name.clone()),
+                ("resource".to_string(), r.resource.clone()),
+            ];
+            debt.get_or_create(&l).set(r.debt);
+            backoff
+                .get_or_create(&l)
+                .set(i64::from(r.backoff_until.is_some()));
+        }
+    }
+    let revision = Gauge::<i64>::default();
+    revision.set(i64::try_from(snap.revision).unwrap_or(i64::MAX));
+    reg.register("revision", "Revision of the endpoint's state", revision);
+    let stats = st.engine.store_stats();
+    let counter = |reg: &mut Registry, name: &str, help: &str, v: u64| {
+        let c = Counter::<u64>::default();
+        c.inc_by(v);
+        reg.register(name, help, c);
+    };
+    counter(
+        &mut reg,
+        "store_commits",
+        "Transactions committed (fsyncs)",
+        stats.commits.load(Ordering::Relaxed),
+    );
+    counter(
+        &mut reg,
+        "store_batches",
+        "Requests those commits carried",
+        stats.batches.load(Ordering::Relaxed),
+    );
+    counter(
+        &mut reg,
+        "store_changes",
+        "State changes written",
+        stats.changes.load(Ordering::Relaxed),
+    );
+    reg.register(
+        "http_responses",
+        "HTTP responses by status code",
+        st.responses.clone(),
+    );
+    let mut text = String::new();
+    encode(&mut text, &reg)
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "metrics", e.to_string()))?;
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    Ok((headers, text).into_response())
+}

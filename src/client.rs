@@ -1,0 +1,523 @@
+//! An async client of the HTTP API v1, with typed errors: the CLI and the console's
+//! endpoint sources use it. Every call has a timeout and a cap on the answer's size, so a
+//! peer that hangs or returns garbage yields an error, never a hang or a panic.
+//!
+//! Only `http://` endpoints work: this build compiles no TLS (reach remote endpoints
+//! through an SSH tunnel).
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode, Url};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::api::DEFAULT_PORT;
+use crate::placement::{ClaimId, MoveTarget, NoFit};
+use crate::snapshot::{ClaimView, Snapshot};
+
+/// The largest answer read, in bytes.
+const MAX_ANSWER: usize = 64 * 1024 * 1024;
+
+/// The default endpoint: the local `gpuboard serve`.
+pub fn default_endpoint() -> String {
+    format!("http://127.0.0.1:{DEFAULT_PORT}")
+}
+
+/// What went wrong talking to an endpoint.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ClientError {
+    /// The endpoint URL is not usable.
+    #[error("bad endpoint `{url}`: {detail}")]
+    BadEndpoint {
+        /// As given.
+        url: String,
+        /// Why.
+        detail: String,
+    },
+    /// No connection.
+    #[error("cannot reach {endpoint}: {detail}")]
+    Unreachable {
+        /// The endpoint.
+        endpoint: String,
+        /// Why.
+        detail: String,
+    },
+    /// No answer in time.
+    #[error("{endpoint} did not answer within {secs} s")]
+    Timeout {
+        /// The endpoint.
+        endpoint: String,
+        /// The timeout.
+        secs: u64,
+    },
+    /// 401: no token, or a wrong one.
+    #[error("unauthorized: {detail}")]
+    Unauthorized {
+        /// The endpoint's explanation.
+        detail: String,
+    },
+    /// 403: a read token on a mutation.
+    #[error("forbidden: {detail}")]
+    Forbidden {
+        /// The endpoint's explanation.
+        detail: String,
+    },
+    /// 400, 413 or 422: the request was refused as invalid.
+    #[error("invalid request{}: {detail}", rule.as_ref().map(|r| format!(" (rule {r})")).unwrap_or_default())]
+    Invalid {
+        /// The broken rule's code (`unknown-field`...), for 422.
+        rule: Option<String>,
+        /// Its number in DESIGN.md section 3.
+        rule_number: Option<u8>,
+        /// The field at fault.
+        field: Option<String>,
+        /// What was wrong and what is allowed.
+        detail: String,
+    },
+    /// 409 `does_not_fit`: no device can take it now (or ever, when `infeasible`).
+    #[error("{detail}")]
+    DoesNotFit {
+        /// The summary line.
+        detail: String,
+        /// One line per node.
+        reasons: Vec<String>,
+        /// Waiting will not help.
+        infeasible: bool,
+        /// The structured reasons, when the endpoint sent them.
+        no_fit: Option<NoFit>,
+    },
+    /// Another 409 (nothing to move, no lease...).
+    #[error("{detail}")]
+    Conflict {
+        /// The error code.
+        error: String,
+        /// The endpoint's explanation.
+        detail: String,
+    },
+    /// 404.
+    #[error("not found: {detail}")]
+    NotFound {
+        /// The endpoint's explanation.
+        detail: String,
+    },
+    /// 5xx or an unexpected status.
+    #[error("endpoint error (HTTP {status}): {detail}")]
+    Server {
+        /// The status code.
+        status: u16,
+        /// The endpoint's explanation.
+        detail: String,
+    },
+    /// The answer could not be read.
+    #[error("unreadable answer from {endpoint}: {detail}")]
+    Decode {
+        /// The endpoint.
+        endpoint: String,
+        /// Why.
+        detail: String,
+    },
+}
+
+impl ClientError {
+    /// The CLI's exit code for this error (README, "Exit codes").
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            ClientError::Invalid { .. } | ClientError::BadEndpoint { .. } => 3,
+            ClientError::DoesNotFit { .. } => 4,
+            ClientError::Unreachable { .. } | ClientError::Timeout { .. } => 5,
+            ClientError::Unauthorized { .. } | ClientError::Forbidden { .. } => 6,
+            ClientError::NotFound { .. } => 7,
+            ClientError::Conflict { .. } => 8,
+            ClientError::Server { .. } | ClientError::Decode { .. } => 1,
+        }
+    }
+}
+
+/// A created claim: placed now, or queued.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ClaimOutcome {
+    /// 201: it holds its devices.
+    Placed(ClaimView),
+    /// 202: it waits; `pending_reasons` says why.
+    Pending(ClaimView),
+}
+
+impl ClaimOutcome {
+    /// The claim either way.
+    pub fn claim(&self) -> &ClaimView {
+        match self {
+            ClaimOutcome::Placed(c) | ClaimOutcome::Pending(c) => c,
+        }
+    }
+}
+
+/// The answer to a release.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct Released {
+    /// The id asked for.
+    pub id: ClaimId,
+    /// False when there was no such claim (already released).
+    pub released: bool,
+    /// The claim as it was.
+    pub claim: Option<ClaimView>,
+}
+
+/// The JSON error body.
+#[derive(Default, Deserialize)]
+struct ErrorBody {
+    #[serde(default)]
+    error: String,
+    #[serde(default)]
+    detail: String,
+    #[serde(default)]
+    rule: Option<String>,
+    #[serde(default)]
+    rule_number: Option<u8>,
+    #[serde(default)]
+    field: Option<String>,
+    #[serde(default)]
+    reasons: Vec<String>,
+    #[serde(default)]
+    infeasible: bool,
+    #[serde(default)]
+    no_fit: Option<NoFit>,
+}
+
+/// A client of one endpoint.
+#[derive(Clone, Debug)]
+pub struct Client {
+    http: reqwest::Client,
+    base: Url,
+    token: Option<String>,
+    timeout: Duration,
+}
+
+impl Client {
+    /// A client of `endpoint` (`http://host:port`), sending `token` as a bearer token,
+    /// giving up on any call after `timeout`.
+    pub fn new(
+        endpoint: &str,
+        token: Option<String>,
+        timeout: Duration,
+    ) -> Result<Client, ClientError> {
+        let bad = |detail: &str| ClientError::BadEndpoint {
+            url: endpoint.to_string(),
+            detail: detail.to_string(),
+        };
+        let base = Url::parse(endpoint).map_err(|e| bad(&e.to_string()))?;
+        match base.scheme() {
+            "http" => {}
+            "https" => {
+                return Err(bad(
+                    "this build has no TLS; use http:// (reach remote endpoints through an SSH tunnel)",
+                ));
+            }
+            _ => return Err(bad("only http:// endpoints are supported")),
+        }
+        if base.cannot_be_a_base() || base.host().is_none() {
+            return Err(bad("expected http://HOST:PORT"));
+        }
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout.min(Duration::from_secs(5)))
+            .build()
+            .map_err(|e| bad(&e.to_string()))?;
+        Ok(Client {
+            http,
+            base,
+            token,
+            timeout,
+        })
+    }
+
+    /// The endpoint's base URL.
+    pub fn endpoint(&self) -> &str {
+        self.base.as_str()
+    }
+
+    fn url(&self, segments: &[&str]) -> Url {
+        let mut url = self.base.clone();
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty().extend(segments);
+        }
+        url
+    }
+
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        segments: &[&str],
+        body: Option<&Value>,
+    ) -> Result<(StatusCode, T), ClientError> {
+        let mut req = self.http.request(method, self.url(segments));
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        let mut resp = req.send().await.map_err(|e| self.transport(&e))?;
+        let status = resp.status();
+        let mut bytes = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|e| self.transport(&e))? {
+            if bytes.len() + chunk.len() > MAX_ANSWER {
+                return Err(self.decode(format!("answer larger than {MAX_ANSWER} bytes")));
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        if status.is_success() {
+            let value = serde_json::from_slice(&bytes).map_err(|e| self.decode(e.to_string()))?;
+            return Ok((status, value));
+        }
+        Err(error_from(status, &bytes))
+    }
+
+    fn transport(&self, e: &reqwest::Error) -> ClientError {
+        let endpoint = self.base.to_string();
+        if e.is_timeout() {
+            ClientError::Timeout {
+                endpoint,
+                secs: self.timeout.as_secs().max(1),
+            }
+        } else {
+            // The source chain carries the useful part ("connection refused").
+            let mut detail = e.to_string();
+            let mut src = std::error::Error::source(e);
+            while let Some(s) = src {
+                detail = format!("{detail}: {s}");
+                src = s.source();
+            }
+            ClientError::Unreachable { endpoint, detail }
+        }
+    }
+
+    fn decode(&self, detail: String) -> ClientError {
+        ClientError::Decode {
+            endpoint: self.base.to_string(),
+            detail,
+        }
+    }
+
+    /// `GET /healthz`: whether the endpoint answers.
+    pub async fn healthz(&self) -> Result<(), ClientError> {
+        let mut req = self.http.get(self.url(&["healthz"]));
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req.send().await.map_err(|e| self.transport(&e))?;
+        if resp.status().is_success() {
+            Ok(())
+        } else {
+            Err(ClientError::Server {
+                status: resp.status().as_u16(),
+                detail: "health check failed".to_string(),
+            })
+        }
+    }
+
+    /// `GET /v1/snapshot`.
+    pub async fn snapshot(&self) -> Result<Snapshot, ClientError> {
+        Ok(self.call(Method::GET, &["v1", "snapshot"], None).await?.1)
+    }
+
+    /// `POST /v1/claims` with a request in any of the accepted forms.
+    pub async fn claim(&self, request: &Value) -> Result<ClaimOutcome, ClientError> {
+        let (status, view) = self
+            .call(Method::POST, &["v1", "claims"], Some(request))
+            .await?;
+        Ok(if status == StatusCode::ACCEPTED {
+            ClaimOutcome::Pending(view)
+        } else {
+            ClaimOutcome::Placed(view)
+        })
+    }
+
+    /// `DELETE /v1/claims/{id}` (idempotent).
+    pub async fn release(&self, id: ClaimId) -> Result<Released, ClientError> {
+        let id = id.to_string();
+        Ok(self
+            .call(Method::DELETE, &["v1", "claims", &id], None)
+            .await?
+            .1)
+    }
+
+    /// `POST /v1/claims/{id}/move`.
+    pub async fn move_claim(
+        &self,
+        id: ClaimId,
+        target: &MoveTarget,
+    ) -> Result<ClaimView, ClientError> {
+        let id = id.to_string();
+        let body = json!({"node": target.node, "devices": target.devices});
+        Ok(self
+            .call(Method::POST, &["v1", "claims", &id, "move"], Some(&body))
+            .await?
+            .1)
+    }
+
+    /// `POST /v1/claims/{id}/renew`, by `ttl` seconds or the claim's own ttl.
+    pub async fn renew(&self, id: ClaimId, ttl: Option<u64>) -> Result<ClaimView, ClientError> {
+        let id = id.to_string();
+        let body = json!({"ttl": ttl});
+        Ok(self
+            .call(Method::POST, &["v1", "claims", &id, "renew"], Some(&body))
+            .await?
+            .1)
+    }
+
+    /// `POST /v1/devices/{node}/{index}/cordon`.
+    pub async fn cordon(&self, node: &str, index: u32) -> Result<(), ClientError> {
+        self.device_action(node, index, "cordon").await
+    }
+
+    /// `POST /v1/devices/{node}/{index}/uncordon`.
+    pub async fn uncordon(&self, node: &str, index: u32) -> Result<(), ClientError> {
+        self.device_action(node, index, "uncordon").await
+    }
+
+    async fn device_action(&self, node: &str, index: u32, action: &str) -> Result<(), ClientError> {
+        let index = index.to_string();
+        let _: Value = self
+            .call(Method::POST, &["v1", "devices", node, &index, action], None)
+            .await?
+            .1;
+        Ok(())
+    }
+
+    /// `PUT /v1/projects/{name}`: sets the project's share.
+    pub async fn set_share(&self, project: &str, share: u32) -> Result<(), ClientError> {
+        let _: Value = self
+            .call(
+                Method::PUT,
+                &["v1", "projects", project],
+                Some(&json!({"share": share})),
+            )
+            .await?
+            .1;
+        Ok(())
+    }
+
+    /// `POST /v1/projects/{name}/reset`: clears debts and backoffs.
+    pub async fn reset_project(&self, project: &str) -> Result<(), ClientError> {
+        let _: Value = self
+            .call(Method::POST, &["v1", "projects", project, "reset"], None)
+            .await?
+            .1;
+        Ok(())
+    }
+}
+
+fn error_from(status: StatusCode, bytes: &[u8]) -> ClientError {
+    let body: ErrorBody = serde_json::from_slice(bytes).unwrap_or_else(|_| ErrorBody {
+        detail: String::from_utf8_lossy(&bytes[..bytes.len().min(500)]).into_owned(),
+        ..ErrorBody::default()
+    });
+    let detail = if body.detail.is_empty() {
+        format!("HTTP {status}")
+    } else {
+        body.detail
+    };
+    match status {
+        StatusCode::UNAUTHORIZED => ClientError::Unauthorized { detail },
+        StatusCode::FORBIDDEN => ClientError::Forbidden { detail },
+        StatusCode::NOT_FOUND => ClientError::NotFound { detail },
+        StatusCode::BAD_REQUEST
+        | StatusCode::PAYLOAD_TOO_LARGE
+        | StatusCode::UNPROCESSABLE_ENTITY => ClientError::Invalid {
+            rule: body.rule,
+            rule_number: body.rule_number,
+            field: body.field,
+            detail,
+        },
+        StatusCode::CONFLICT if body.error == "does_not_fit" => ClientError::DoesNotFit {
+            detail,
+            reasons: body.reasons,
+            infeasible: body.infeasible,
+            no_fit: body.no_fit,
+        },
+        StatusCode::CONFLICT => ClientError::Conflict {
+            error: body.error,
+            detail,
+        },
+        s => ClientError::Server {
+            status: s.as_u16(),
+            detail,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_are_checked() {
+        let t = Duration::from_secs(1);
+        assert!(Client::new("http://127.0.0.1:7420", None, t).is_ok());
+        for bad in ["https://x:1", "ftp://x", "not a url", "http://"] {
+            let e = Client::new(bad, None, t).unwrap_err();
+            assert!(matches!(e, ClientError::BadEndpoint { .. }), "{bad}: {e}");
+            assert_eq!(e.exit_code(), 3);
+        }
+        let c = Client::new("http://h:1/base/", None, t).unwrap();
+        assert_eq!(
+            c.url(&["v1", "devices", "a b/c", "0"]).as_str(),
+            "http://h:1/base/v1/devices/a%20b%2Fc/0"
+        );
+    }
+
+    #[test]
+    fn error_bodies_map_to_typed_errors() {
+        let e = error_from(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            br#"{"error":"invalid_request","detail":"d","rule":"unknown-field","rule_number":8,"field":"x"}"#,
+        );
+        assert_eq!(
+            e,
+            ClientError::Invalid {
+                rule: Some("unknown-field".into()),
+                rule_number: Some(8),
+                field: Some("x".into()),
+                detail: "d".into()
+            }
+        );
+        let e = error_from(
+            StatusCode::CONFLICT,
+            br#"{"error":"does_not_fit","detail":"s","reasons":["node a: x"]}"#,
+        );
+        assert!(matches!(&e, ClientError::DoesNotFit { reasons, .. } if reasons.len() == 1));
+        assert_eq!(e.exit_code(), 4);
+        let e = error_from(StatusCode::BAD_GATEWAY, b"<html>garbage");
+        assert!(
+            matches!(&e, ClientError::Server { status: 502, detail } if detail.contains("garbage"))
+        );
+        assert_eq!(error_from(StatusCode::FORBIDDEN, b"{}").exit_code(), 6);
+    }
+
+    #[tokio::test]
+    async fn a_closed_port_is_unreachable() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        drop(l);
+        let c = Client::new(&format!("http://{addr}"), None, Duration::from_secs(2)).unwrap();
+        let e = c.snapshot().await.unwrap_err();
+        assert!(matches!(e, ClientError::Unreachable { .. }), "{e}");
+        assert_eq!(e.exit_code(), 5);
+    }
+
+    #[tokio::test]
+    async fn a_silent_peer_times_out() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        // Accepts and never answers.
+        let hold = tokio::spawn(async move {
+            let (_sock, _) = l.accept().await.unwrap();
+            std::future::pending::<()>().await;
+        });
+        let c = Client::new(&format!("http://{addr}"), None, Duration::from_millis(300)).unwrap();
+        let e = c.snapshot().await.unwrap_err();
+        assert!(matches!(e, ClientError::Timeout { .. }), "{e}");
+        hold.abort();
+    }
+}

@@ -1,0 +1,475 @@
+//! The engine: the one owner of a `Scheduler`, its durable `Store` and its `Clock`.
+//! `gpuboard serve` puts HTTP in front of it; the console embeds it in-process.
+//!
+//! Every mutation runs under a short lock: the scheduler changes, its journal is handed to
+//! the store's writer (a channel send, no I/O), the lock is dropped, and only then does the
+//! caller wait for the commit. Callers get their answer after their change is durable.
+//! Watchers see revisions only once they are committed.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::{oneshot, watch};
+
+use crate::clock::{Clock, Timestamp};
+use crate::placement::{Allocation, ClaimId, FleetError, MoveError, MoveTarget, NoFit, NodeSpec};
+use crate::request::ClaimRequest;
+use crate::scheduler::{Claim, RenewError, Scheduler, SchedulerConfig, Submitted};
+use crate::snapshot::{AuditEvent, Snapshot};
+use crate::store::{Store, StoreError, StoreStats, SyncMode};
+
+/// The largest project share accepted.
+pub const MAX_SHARE: u32 = crate::fairshare::Share::MAX;
+
+/// Whether a local process still runs: how claims with a `pid` find their owner gone.
+pub trait OwnerCheck: Send + Sync {
+    /// True while `pid` runs on this host.
+    fn alive(&self, pid: u32) -> bool;
+}
+
+/// Processes on this host, seen through `kill(pid, 0)` and `/proc` (a zombie counts as gone).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LocalProcesses;
+
+impl OwnerCheck for LocalProcesses {
+    fn alive(&self, pid: u32) -> bool {
+        let Ok(raw) = libc::pid_t::try_from(pid) else {
+            return false;
+        };
+        if raw <= 0 {
+            return false;
+        }
+        // SAFETY: signal 0 only checks that the process exists and may be signalled.
+        let rc = unsafe { libc::kill(raw, 0) };
+        let exists = rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+        if !exists {
+            return false;
+        }
+        // An exited child that was not reaped yet still answers kill(); it runs no more.
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Ok(stat) => stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .is_none_or(|state| state != "Z" && state != "X"),
+            Err(_) => true,
+        }
+    }
+}
+
+/// Why an engine operation failed. Nothing changed when it did, except for `Store`.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// A move was refused.
+    #[error(transparent)]
+    Move(#[from] MoveError),
+    /// A renewal was refused.
+    #[error(transparent)]
+    Renew(#[from] RenewError),
+    /// A cordon named no such node or device.
+    #[error(transparent)]
+    Fleet(#[from] FleetError),
+    /// A project name or share out of range.
+    #[error("{0}")]
+    Invalid(String),
+    /// The state could not be made durable; the endpoint stops accepting changes.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// How to build an engine.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Scheduler name, kind and policy.
+    pub scheduler: SchedulerConfig,
+    /// How often leases, owners and pending claims are checked.
+    pub tick: Duration,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            scheduler: SchedulerConfig::default(),
+            tick: Duration::from_secs(1),
+        }
+    }
+}
+
+struct Inner {
+    sched: Mutex<Scheduler>,
+    store: Store,
+    clock: Arc<dyn Clock>,
+    owners: Arc<dyn OwnerCheck>,
+    committed: watch::Receiver<u64>,
+    tick: Duration,
+}
+
+/// A cheap, cloneable handle to the one scheduler.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("store", &self.inner.store)
+            .finish()
+    }
+}
+
+/// Waits for a batch handed to the store.
+async fn durable(rx: oneshot::Receiver<Result<(), StoreError>>) -> Result<(), EngineError> {
+    rx.await.map_err(|_| StoreError::WriterGone)??;
+    Ok(())
+}
+
+impl Engine {
+    /// Opens the state in `data_dir` and resumes from it over `nodes`. Returns the engine
+    /// and warnings about stored state that no longer matches the inventory.
+    pub fn open(
+        config: EngineConfig,
+        nodes: Vec<NodeSpec>,
+        data_dir: &Path,
+        sync: SyncMode,
+        clock: Arc<dyn Clock>,
+        owners: Arc<dyn OwnerCheck>,
+    ) -> anyhow::Result<(Engine, Vec<String>)> {
+        let (store, persisted) = Store::open(data_dir, sync)?;
+        Self::build(config, nodes, store, persisted, clock, owners)
+    }
+
+    /// An engine whose state lives only in memory (the console's demo mode, tests).
+    pub fn in_memory(
+        config: EngineConfig,
+        nodes: Vec<NodeSpec>,
+        clock: Arc<dyn Clock>,
+        owners: Arc<dyn OwnerCheck>,
+    ) -> anyhow::Result<Engine> {
+        let (store, persisted) = Store::in_memory()?;
+        Ok(Self::build(config, nodes, store, persisted, clock, owners)?.0)
+    }
+
+    fn build(
+        config: EngineConfig,
+        nodes: Vec<NodeSpec>,
+        store: Store,
+        persisted: crate::scheduler::Persisted,
+        clock: Arc<dyn Clock>,
+        owners: Arc<dyn OwnerCheck>,
+    ) -> anyhow::Result<(Engine, Vec<String>)> {
+        let (sched, warnings) = Scheduler::restore(config.scheduler, nodes, persisted)?;
+        let committed = store.committed();
+        let engine = Engine {
+            inner: Arc::new(Inner {
+                sched: Mutex::new(sched),
+                store,
+                clock,
+                owners,
+                committed,
+                tick: config.tick,
+            }),
+        };
+        Ok((engine, warnings))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Scheduler> {
+        // A panic inside the scheduler would be a bug; keep serving what is there.
+        self.inner
+            .sched
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn now(&self) -> Timestamp {
+        self.inner.clock.now()
+    }
+
+    /// Runs `f` on the scheduler under the lock, hands its journal to the store, and waits
+    /// (without the lock) until that is durable. With nothing to write it still waits for
+    /// earlier writes, so an answer never rests on state that is not yet durable.
+    async fn mutate<T>(
+        &self,
+        f: impl FnOnce(&mut Scheduler, Timestamp) -> T,
+    ) -> Result<T, EngineError> {
+        let now = self.now();
+        let (out, pending) = {
+            let mut s = self.lock();
+            let out = f(&mut s, now);
+            let changes = s.take_changes();
+            (out, self.inner.store.write(changes))
+        };
+        durable(pending).await?;
+        Ok(out)
+    }
+
+    /// Places, queues or refuses a claim. `Refused` changed nothing.
+    pub async fn submit(&self, req: ClaimRequest, actor: &str) -> Result<Submitted, EngineError> {
+        self.mutate(|s, now| s.submit(req, actor, now)).await
+    }
+
+    /// Releases a claim; `None` when there was no such claim (release is idempotent).
+    pub async fn release(&self, id: ClaimId, actor: &str) -> Result<Option<Claim>, EngineError> {
+        self.mutate(|s, now| s.release(id, actor, now)).await
+    }
+
+    /// Moves a placed claim to other devices or another node of this endpoint; it keeps its id.
+    pub async fn move_claim(
+        &self,
+        id: ClaimId,
+        target: MoveTarget,
+        actor: &str,
+    ) -> Result<Claim, EngineError> {
+        Ok(self
+            .mutate(|s, now| s.move_claim(id, &target, actor, now))
+            .await??)
+    }
+
+    /// Extends a claim's lease by `ttl` seconds (or its own ttl) from now.
+    pub async fn renew(
+        &self,
+        id: ClaimId,
+        ttl: Option<u64>,
+        actor: &str,
+    ) -> Result<Claim, EngineError> {
+        Ok(self.mutate(|s, now| s.renew(id, ttl, actor, now)).await??)
+    }
+
+    /// Stops (`true`) or resumes new claims on a device.
+    pub async fn cordon(
+        &self,
+        node: &str,
+        index: u32,
+        cordoned: bool,
+        actor: &str,
+    ) -> Result<(), EngineError> {
+        Ok(self
+            .mutate(|s, now| s.set_cordon(node, index, cordoned, actor, now))
+            .await??)
+    }
+
+    /// Sets a project's resource share (0 to `MAX_SHARE`; 0 gets no work).
+    pub async fn set_share(
+        &self,
+        project: &str,
+        share: u32,
+        actor: &str,
+    ) -> Result<(), EngineError> {
+        self.mutate(|s, now| s.set_share(project, share, actor, now))
+            .await?
+            .map_err(|e| EngineError::Invalid(e.to_string()))
+    }
+
+    /// Clears a project's debts and backoffs.
+    pub async fn reset_project(&self, project: &str, actor: &str) -> Result<(), EngineError> {
+        self.mutate(|s, now| s.reset_project(Some(project), actor, now))
+            .await?
+            .map_err(|e| EngineError::Invalid(e.to_string()))
+    }
+
+    /// Expires leases, releases claims of dead local owners, places pending claims.
+    pub async fn tick(&self) -> Result<(), EngineError> {
+        let owners = Arc::clone(&self.inner.owners);
+        self.mutate(|s, now| s.tick(now, &|pid| owners.alive(pid)))
+            .await
+    }
+
+    /// Ticks every `EngineConfig::tick` until the engine's store fails; logs failures.
+    pub fn spawn_ticker(&self) -> tokio::task::JoinHandle<()> {
+        let engine = self.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(engine.inner.tick);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                every.tick().await;
+                if let Err(e) = engine.tick().await {
+                    tracing::error!("tick failed: {e}");
+                    if matches!(e, EngineError::Store(_)) {
+                        return;
+                    }
+                }
+            }
+        })
+    }
+
+    /// The whole state now (telemetry left empty: the caller adds what it samples).
+    pub fn snapshot(&self) -> Snapshot {
+        let now = self.now();
+        self.lock().snapshot(now)
+    }
+
+    /// Where a request would go now, without placing it (the console's claim preview).
+    pub fn plan(&self, req: &ClaimRequest) -> Result<Allocation, NoFit> {
+        self.lock().plan(req)
+    }
+
+    /// The latest durable revision, as it changes: the feed behind `GET /v1/watch`.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.inner.committed.clone()
+    }
+
+    /// Durable audit events after revision `after` (up to `upto`), and whether some were
+    /// dropped from memory (the watcher should then reload the snapshot).
+    pub fn events_between(&self, after: u64, upto: u64) -> (Vec<AuditEvent>, bool) {
+        let (mut events, gap) = self.lock().events_since(after);
+        events.retain(|e| e.revision <= upto);
+        (events, gap)
+    }
+
+    /// Commit counters of the store.
+    pub fn store_stats(&self) -> &StoreStats {
+        self.inner.store.stats()
+    }
+
+    /// The clock the engine reads.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.inner.clock
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::placement::DeviceSpec;
+    use crate::units::Bytes;
+    use serde_json::json;
+    use std::collections::BTreeSet;
+
+    /// Owners whose pids are listed are alive.
+    struct Alive(Mutex<BTreeSet<u32>>);
+    impl OwnerCheck for Alive {
+        fn alive(&self, pid: u32) -> bool {
+            self.0.lock().unwrap().contains(&pid)
+        }
+    }
+
+    fn nodes() -> Vec<NodeSpec> {
+        vec![NodeSpec {
+            name: "a".into(),
+            devices: (0..2)
+                .map(|i| DeviceSpec {
+                    index: i,
+                    model: "NVIDIA A100-SXM4-40GB".into(),
+                    uuid: None,
+                    memory: Some(Bytes::gib(40)),
+                    link_group: None,
+                })
+                .collect(),
+            cpus: None,
+        }]
+    }
+
+    fn req(v: serde_json::Value) -> ClaimRequest {
+        ClaimRequest::from_json(&v).unwrap()
+    }
+
+    #[tokio::test]
+    async fn leases_expire_and_dead_owners_release_on_an_injected_clock() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(Timestamp(1_000_000));
+        let alive = Arc::new(Alive(Mutex::new([77].into())));
+        let open = || {
+            Engine::open(
+                EngineConfig::default(),
+                nodes(),
+                dir.path(),
+                SyncMode::Full,
+                Arc::new(clock.clone()),
+                alive.clone(),
+            )
+            .unwrap()
+            .0
+        };
+        let engine = open();
+        let leased = engine
+            .submit(req(json!({"num_gpus": 0.5, "ttl": 60})), "op")
+            .await
+            .unwrap();
+        let owned = engine
+            .submit(req(json!({"num_gpus": 0.5, "pid": 77})), "op")
+            .await
+            .unwrap();
+        let (Submitted::Placed(leased), Submitted::Placed(owned)) = (leased, owned) else {
+            panic!("both fit")
+        };
+        clock.advance_millis(59_000);
+        engine.tick().await.unwrap();
+        assert!(
+            engine.snapshot().claim(leased.id).is_some(),
+            "lease still valid at 59 s"
+        );
+        engine.renew(leased.id, Some(10), "op").await.unwrap();
+        clock.advance_millis(9_000);
+        engine.tick().await.unwrap();
+        assert!(engine.snapshot().claim(leased.id).is_some(), "renewed");
+        clock.advance_millis(1_000);
+        engine.tick().await.unwrap();
+        assert!(
+            engine.snapshot().claim(leased.id).is_none(),
+            "expired at 10 s after renewal"
+        );
+        assert!(
+            engine.snapshot().claim(owned.id).is_some(),
+            "owner 77 alive"
+        );
+        alive.0.lock().unwrap().clear();
+        engine.tick().await.unwrap();
+        let snap = engine.snapshot();
+        assert!(snap.claim(owned.id).is_none(), "owner gone");
+        let actions: Vec<&str> = snap.events.iter().map(|e| e.action.as_str()).collect();
+        assert!(
+            actions.contains(&"expire") && actions.contains(&"owner-gone"),
+            "{actions:?}"
+        );
+        // Both releases are durable: a restarted engine has no claim and the same revision.
+        let rev = snap.revision;
+        drop(engine);
+        let again = open().snapshot();
+        assert!(again.claims.is_empty());
+        assert_eq!(again.revision, rev);
+        assert!(again.devices().all(|(_, d)| d.memory_allocated == Bytes(0)));
+    }
+
+    #[tokio::test]
+    async fn watchers_see_committed_revisions_and_events() {
+        let clock = ManualClock::new(Timestamp(5));
+        let engine = Engine::in_memory(
+            EngineConfig::default(),
+            nodes(),
+            Arc::new(clock),
+            Arc::new(LocalProcesses),
+        )
+        .unwrap();
+        let mut rx = engine.subscribe();
+        assert_eq!(*rx.borrow_and_update(), 0);
+        engine.cordon("a", 1, true, "op").await.unwrap();
+        engine.set_share("vision", 300, "op").await.unwrap();
+        assert!(rx.has_changed().unwrap());
+        assert_eq!(*rx.borrow_and_update(), 2);
+        let (events, gap) = engine.events_between(1, 2);
+        assert!(!gap);
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].action, "share");
+        assert!(matches!(
+            engine.cordon("nope", 0, true, "op").await,
+            Err(EngineError::Fleet(FleetError::UnknownNode(_)))
+        ));
+        assert!(matches!(
+            engine.set_share("vision", 0, "op").await,
+            Err(EngineError::Invalid(_))
+        ));
+        assert_eq!(engine.snapshot().revision, 2, "refusals change nothing");
+    }
+
+    #[test]
+    fn local_processes_tell_live_from_gone() {
+        let owners = LocalProcesses;
+        assert!(owners.alive(std::process::id()));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        assert!(!owners.alive(pid), "an exited, reaped child is gone");
+        assert!(!owners.alive(0));
+    }
+}

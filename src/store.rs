@@ -1,0 +1,572 @@
+//! Durable state: the scheduler's journal of `Change`s applied to SQLite (WAL) in a data
+//! directory, and the `Persisted` state read back on start.
+//!
+//! One writer thread owns the connection. Callers hand it batches and wait for the reply;
+//! the writer takes every batch that is queued, applies them in order in one transaction,
+//! commits (one fsync with `synchronous=FULL`), and only then answers each waiter. So many
+//! concurrent requests share one fsync, and nothing is acknowledged before it is durable.
+//! Batches are applied in the order they were handed over, which is the scheduler's order,
+//! so the database always holds a prefix of the scheduler's history.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use tokio::sync::{oneshot, watch};
+
+use crate::scheduler::{Change, Claim, Persisted};
+use crate::snapshot::AuditEvent;
+
+/// The database file inside the data directory.
+pub const DB_FILE: &str = "gpuboard.sqlite";
+/// The schema this build writes (SQLite `user_version`).
+const SCHEMA: i64 = 1;
+/// Audit events loaded on start (all stay in the database).
+const EVENTS_LOADED: i64 = 500;
+/// Most batches folded into one transaction.
+const MAX_GROUP: usize = 4096;
+
+/// The default data directory: `$XDG_DATA_HOME/gpuboard` (or the platform's equivalent).
+pub fn default_data_dir() -> PathBuf {
+    dirs::data_dir()
+        .unwrap_or_else(|| PathBuf::from("."))
+        .join("gpuboard")
+}
+
+/// How hard a commit waits for the disk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum SyncMode {
+    /// fsync the WAL on every commit: acknowledged claims survive `kill -9` and power loss.
+    #[default]
+    Full,
+    /// No fsync on commit (only at checkpoints): acknowledged claims survive `kill -9`
+    /// (the kernel holds the written pages) but the last commits may be lost on power loss.
+    Normal,
+}
+
+/// Why the store failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The data directory or database could not be opened or read.
+    #[error("cannot open state database {path}: {detail}")]
+    Open {
+        /// The database file.
+        path: String,
+        /// Why.
+        detail: String,
+    },
+    /// The database was written by a newer gpuboard.
+    #[error(
+        "state database {path} has schema {found}, newer than this build's {SCHEMA}; upgrade gpuboard"
+    )]
+    SchemaTooNew {
+        /// The database file.
+        path: String,
+        /// Its schema version.
+        found: i64,
+    },
+    /// A stored row could not be decoded.
+    #[error("state database {path} holds an unreadable {what}: {detail}")]
+    Corrupt {
+        /// The database file.
+        path: String,
+        /// Which row.
+        what: String,
+        /// The decoder's message.
+        detail: String,
+    },
+    /// A commit failed; the store refuses further writes because memory is now ahead of disk.
+    #[error(
+        "writing state failed ({0}); restart the endpoint to resume from the last durable state"
+    )]
+    Commit(String),
+    /// The writer thread is gone.
+    #[error("the state writer has stopped")]
+    WriterGone,
+}
+
+struct Batch {
+    changes: Vec<Change>,
+    reply: oneshot::Sender<Result<(), StoreError>>,
+}
+
+/// Counters about commits, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct StoreStats {
+    /// Transactions committed.
+    pub commits: AtomicU64,
+    /// Batches (requests) those transactions carried.
+    pub batches: AtomicU64,
+    /// Changes written.
+    pub changes: AtomicU64,
+}
+
+/// The durable store: a handle to the writer thread.
+pub struct Store {
+    tx: Option<mpsc::Sender<Batch>>,
+    writer: Option<JoinHandle<()>>,
+    committed: watch::Receiver<u64>,
+    stats: Arc<StoreStats>,
+    path: String,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).finish()
+    }
+}
+
+impl Store {
+    /// Opens (creating if needed) the database in `dir` and reads the persisted state.
+    pub fn open(dir: &Path, sync: SyncMode) -> Result<(Store, Persisted), StoreError> {
+        let path = dir.join(DB_FILE);
+        let shown = path.display().to_string();
+        std::fs::create_dir_all(dir).map_err(|e| StoreError::Open {
+            path: shown.clone(),
+            detail: format!("cannot create data directory {}: {e}", dir.display()),
+        })?;
+        let conn = Connection::open(&path).map_err(|e| open_err(&shown, &e))?;
+        Self::start(conn, sync, shown)
+    }
+
+    /// A store in memory: the same code path, nothing survives the process (demo mode).
+    pub fn in_memory() -> Result<(Store, Persisted), StoreError> {
+        let conn = Connection::open_in_memory().map_err(|e| open_err(":memory:", &e))?;
+        Self::start(conn, SyncMode::Normal, ":memory:".to_string())
+    }
+
+    fn start(
+        mut conn: Connection,
+        sync: SyncMode,
+        path: String,
+    ) -> Result<(Store, Persisted), StoreError> {
+        prepare(&conn, sync, &path)?;
+        let persisted = load(&mut conn, &path)?;
+        let (tx, rx) = mpsc::channel::<Batch>();
+        let (committed_tx, committed) = watch::channel(persisted.revision);
+        let stats = Arc::new(StoreStats::default());
+        let writer_stats = Arc::clone(&stats);
+        let writer = std::thread::Builder::new()
+            .name("gpuboard-store".to_string())
+            .spawn(move || write_loop(conn, &rx, &committed_tx, &writer_stats))
+            .map_err(|e| StoreError::Open {
+                path: path.clone(),
+                detail: format!("cannot start the writer thread: {e}"),
+            })?;
+        Ok((
+            Store {
+                tx: Some(tx),
+                writer: Some(writer),
+                committed,
+                stats,
+                path,
+            },
+            persisted,
+        ))
+    }
+
+    /// Hands a batch to the writer; the receiver answers once it is durable. An empty batch
+    /// is a barrier: it answers once everything handed over before it is durable.
+    pub fn write(&self, changes: Vec<Change>) -> oneshot::Receiver<Result<(), StoreError>> {
+        let (reply, rx) = oneshot::channel();
+        let batch = Batch { changes, reply };
+        match &self.tx {
+            Some(tx) => {
+                if let Err(mpsc::SendError(batch)) = tx.send(batch) {
+                    let _ = batch.reply.send(Err(StoreError::WriterGone));
+                }
+            }
+            None => {
+                let _ = batch.reply.send(Err(StoreError::WriterGone));
+            }
+        }
+        rx
+    }
+
+    /// The highest revision known durable, as it changes.
+    pub fn committed(&self) -> watch::Receiver<u64> {
+        self.committed.clone()
+    }
+
+    /// Commit counters.
+    pub fn stats(&self) -> &StoreStats {
+        &self.stats
+    }
+
+    /// The database file, for messages.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        // Closing the channel ends the writer once it has drained what was queued.
+        self.tx = None;
+        if let Some(w) = self.writer.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+fn open_err(path: &str, e: &rusqlite::Error) -> StoreError {
+    StoreError::Open {
+        path: path.to_string(),
+        detail: e.to_string(),
+    }
+}
+
+fn prepare(conn: &Connection, sync: SyncMode, path: &str) -> Result<(), StoreError> {
+    let err = |e: rusqlite::Error| open_err(path, &e);
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(err)?;
+    if version > SCHEMA {
+        return Err(StoreError::SchemaTooNew {
+            path: path.to_string(),
+            found: version,
+        });
+    }
+    // journal_mode answers with a row, so it is read rather than executed.
+    let _mode: String = conn
+        .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+        .map_err(err)?;
+    let sync = match sync {
+        SyncMode::Full => "FULL",
+        SyncMode::Normal => "NORMAL",
+    };
+    conn.execute_batch(&format!(
+        "PRAGMA synchronous={sync};
+         PRAGMA busy_timeout=5000;
+         CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+         CREATE TABLE IF NOT EXISTS claims(id INTEGER PRIMARY KEY, body TEXT NOT NULL);
+         CREATE TABLE IF NOT EXISTS cordons(node TEXT NOT NULL, idx INTEGER NOT NULL,
+                                            PRIMARY KEY(node, idx));
+         CREATE TABLE IF NOT EXISTS shares(project TEXT PRIMARY KEY, share INTEGER NOT NULL);
+         CREATE TABLE IF NOT EXISTS events(revision INTEGER PRIMARY KEY, body TEXT NOT NULL);
+         CREATE TABLE IF NOT EXISTS ledger(id INTEGER PRIMARY KEY CHECK (id = 1), body TEXT NOT NULL);
+         PRAGMA user_version={SCHEMA};"
+    ))
+    .map_err(err)
+}
+
+fn load(conn: &mut Connection, path: &str) -> Result<Persisted, StoreError> {
+    let err = |e: rusqlite::Error| open_err(path, &e);
+    let corrupt = |what: String, e: &dyn std::fmt::Display| StoreError::Corrupt {
+        path: path.to_string(),
+        what,
+        detail: e.to_string(),
+    };
+    let tx = conn.transaction().map_err(err)?;
+    let meta = |key: &str| -> Result<Option<i64>, StoreError> {
+        tx.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+            .optional()
+            .map_err(err)
+    };
+    let revision = meta("revision")?.unwrap_or(0);
+    let next_id = meta("next_id")?.unwrap_or(1);
+    let mut p = Persisted {
+        revision: u64::try_from(revision).map_err(|e| corrupt("revision".into(), &e))?,
+        next_id: u64::try_from(next_id).map_err(|e| corrupt("next claim id".into(), &e))?,
+        ..Persisted::default()
+    };
+    {
+        let mut q = tx
+            .prepare("SELECT id, body FROM claims ORDER BY id")
+            .map_err(err)?;
+        let rows = q
+            .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
+            .map_err(err)?;
+        for row in rows {
+            let (id, body) = row.map_err(err)?;
+            let claim: Claim =
+                serde_json::from_str(&body).map_err(|e| corrupt(format!("claim {id}"), &e))?;
+            p.claims.push(claim);
+        }
+        let mut q = tx
+            .prepare("SELECT node, idx FROM cordons ORDER BY node, idx")
+            .map_err(err)?;
+        let rows = q
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, u32>(1)?)))
+            .map_err(err)?;
+        for row in rows {
+            p.cordoned.push(row.map_err(err)?);
+        }
+        let mut q = tx
+            .prepare("SELECT project, share FROM shares ORDER BY project")
+            .map_err(err)?;
+        let rows = q
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, u32>(1)?)))
+            .map_err(err)?;
+        for row in rows {
+            p.shares.push(row.map_err(err)?);
+        }
+        let mut q = tx
+            .prepare("SELECT revision, body FROM events ORDER BY revision DESC LIMIT ?1")
+            .map_err(err)?;
+        let rows = q
+            .query_map([EVENTS_LOADED], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+            })
+            .map_err(err)?;
+        for row in rows {
+            let (rev, body) = row.map_err(err)?;
+            let event: AuditEvent = serde_json::from_str(&body)
+                .map_err(|e| corrupt(format!("audit event {rev}"), &e))?;
+            p.events.push(event);
+        }
+        p.events.reverse();
+        let ledger: Option<String> = tx
+            .query_row("SELECT body FROM ledger WHERE id = 1", [], |r| r.get(0))
+            .optional()
+            .map_err(err)?;
+        // The claims are the authority; a ledger that cannot be read is rebuilt from them.
+        p.ledger = ledger.and_then(|body| match serde_json::from_str(&body) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                tracing::warn!("{path}: stored fair-share ledger unreadable ({e}); rebuilding it from the claims");
+                None
+            }
+        });
+    }
+    tx.commit().map_err(err)?;
+    Ok(p)
+}
+
+fn write_loop(
+    mut conn: Connection,
+    rx: &mpsc::Receiver<Batch>,
+    committed: &watch::Sender<u64>,
+    stats: &StoreStats,
+) {
+    let mut failed: Option<StoreError> = None;
+    while let Ok(first) = rx.recv() {
+        let mut group = vec![first];
+        while group.len() < MAX_GROUP {
+            match rx.try_recv() {
+                Ok(b) => group.push(b),
+                Err(_) => break,
+            }
+        }
+        let result = match &failed {
+            Some(e) => Err(e.clone()),
+            None if group.iter().all(|b| b.changes.is_empty()) => Ok(None),
+            None => commit(&mut conn, &group),
+        };
+        match result {
+            Ok(revision) => {
+                stats
+                    .commits
+                    .fetch_add(u64::from(revision.is_some()), Ordering::Relaxed);
+                stats
+                    .batches
+                    .fetch_add(group.len() as u64, Ordering::Relaxed);
+                if let Some(rev) = revision {
+                    committed.send_if_modified(|r| {
+                        let newer = rev > *r;
+                        *r = (*r).max(rev);
+                        newer
+                    });
+                }
+                for b in group {
+                    stats
+                        .changes
+                        .fetch_add(b.changes.len() as u64, Ordering::Relaxed);
+                    let _ = b.reply.send(Ok(()));
+                }
+            }
+            Err(e) => {
+                tracing::error!("state commit failed: {e}");
+                failed = Some(e.clone());
+                for b in group {
+                    let _ = b.reply.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// Applies every batch of the group in one transaction; returns the last revision written.
+fn commit(conn: &mut Connection, group: &[Batch]) -> Result<Option<u64>, StoreError> {
+    let fail = |e: &dyn std::fmt::Display| StoreError::Commit(e.to_string());
+    let tx = conn.transaction().map_err(|e| fail(&e))?;
+    let mut revision = None;
+    // Counters only grow, so the group's last ones are all that need writing.
+    let last_counters = group
+        .iter()
+        .flat_map(|b| b.changes.iter())
+        .rfind(|c| matches!(c, Change::Counters { .. }));
+    // So does the ledger: each copy is whole.
+    let last_ledger = group
+        .iter()
+        .flat_map(|b| b.changes.iter())
+        .rfind(|c| matches!(c, Change::Ledger(_)));
+    for change in group.iter().flat_map(|b| b.changes.iter()) {
+        let superseded = (matches!(change, Change::Counters { .. })
+            && last_counters.is_some_and(|last| !std::ptr::eq(change, last)))
+            || (matches!(change, Change::Ledger(_))
+                && last_ledger.is_some_and(|last| !std::ptr::eq(change, last)));
+        if superseded {
+            continue;
+        }
+        apply(&tx, change, &mut revision).map_err(|e| fail(&e))?;
+    }
+    tx.commit().map_err(|e| fail(&e))?;
+    Ok(revision)
+}
+
+#[derive(Debug, thiserror::Error)]
+enum ApplyError {
+    #[error(transparent)]
+    Sql(#[from] rusqlite::Error),
+    #[error("cannot encode state: {0}")]
+    Encode(#[from] serde_json::Error),
+    #[error("value out of range for the database: {0}")]
+    Range(#[from] std::num::TryFromIntError),
+}
+
+fn apply(
+    tx: &rusqlite::Transaction<'_>,
+    change: &Change,
+    revision: &mut Option<u64>,
+) -> Result<(), ApplyError> {
+    match change {
+        Change::Claim(c) => {
+            let body = serde_json::to_string(c)?;
+            tx.prepare_cached("INSERT OR REPLACE INTO claims(id, body) VALUES (?1, ?2)")?
+                .execute(params![i64::try_from(c.id)?, body])?;
+        }
+        Change::ClaimRemoved(id) => {
+            tx.prepare_cached("DELETE FROM claims WHERE id = ?1")?
+                .execute([i64::try_from(*id)?])?;
+        }
+        Change::Cordon {
+            node,
+            index,
+            cordoned: true,
+        } => {
+            tx.prepare_cached("INSERT OR IGNORE INTO cordons(node, idx) VALUES (?1, ?2)")?
+                .execute(params![node, index])?;
+        }
+        Change::Cordon { node, index, .. } => {
+            tx.prepare_cached("DELETE FROM cordons WHERE node = ?1 AND idx = ?2")?
+                .execute(params![node, index])?;
+        }
+        Change::Share { project, share } => {
+            tx.prepare_cached("INSERT OR REPLACE INTO shares(project, share) VALUES (?1, ?2)")?
+                .execute(params![project, share])?;
+        }
+        Change::Ledger(l) => {
+            let body = serde_json::to_string(l)?;
+            tx.prepare_cached("INSERT OR REPLACE INTO ledger(id, body) VALUES (1, ?1)")?
+                .execute([body])?;
+        }
+        Change::Audit(e) => {
+            let body = serde_json::to_string(e)?;
+            tx.prepare_cached("INSERT OR REPLACE INTO events(revision, body) VALUES (?1, ?2)")?
+                .execute(params![i64::try_from(e.revision)?, body])?;
+        }
+        Change::Counters {
+            revision: rev,
+            next_id,
+        } => {
+            let mut q =
+                tx.prepare_cached("INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)")?;
+            q.execute(params!["revision", i64::try_from(*rev)?])?;
+            q.execute(params!["next_id", i64::try_from(*next_id)?])?;
+            *revision = Some(*rev);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::Timestamp;
+    use crate::placement::{DeviceSpec, NodeSpec};
+    use crate::request::ClaimRequest;
+    use crate::scheduler::{Scheduler, SchedulerConfig};
+    use crate::units::Bytes;
+    use serde_json::json;
+
+    fn nodes() -> Vec<NodeSpec> {
+        vec![NodeSpec {
+            name: "a".into(),
+            devices: (0..2)
+                .map(|i| DeviceSpec {
+                    index: i,
+                    model: "NVIDIA A100-SXM4-40GB".into(),
+                    uuid: None,
+                    memory: Some(Bytes::gib(40)),
+                    link_group: None,
+                })
+                .collect(),
+            cpus: None,
+        }]
+    }
+
+    #[tokio::test]
+    async fn changes_survive_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = Timestamp(1_000);
+        let mut s = Scheduler::new(SchedulerConfig::default(), nodes()).unwrap();
+        let before = {
+            let (store, p) = Store::open(dir.path(), SyncMode::Full).unwrap();
+            assert!(p.claims.is_empty() && p.revision == 0 && p.next_id == 1);
+            let req = |v| ClaimRequest::from_json(&v).unwrap();
+            s.submit(req(json!({"gpu_memory": "10Gi"})), "op", t);
+            s.submit(req(json!({"num_gpus": 0.5, "project": "x"})), "op", t);
+            store.write(s.take_changes()).await.unwrap().unwrap();
+            s.release(1, "op", t);
+            s.set_cordon("a", 1, true, "op", t).unwrap();
+            s.set_share("x", 250, "op", t).unwrap();
+            let second = store.write(s.take_changes());
+            // A barrier answers only after what was handed over before it.
+            store.write(Vec::new()).await.unwrap().unwrap();
+            second.await.unwrap().unwrap();
+            assert_eq!(*store.committed().borrow(), s.revision());
+            s.snapshot(t)
+        };
+        let (_store, p) = Store::open(dir.path(), SyncMode::Full).unwrap();
+        assert_eq!(p.claims.len(), 1);
+        assert_eq!(p.cordoned, vec![("a".to_string(), 1)]);
+        assert_eq!(p.shares, vec![("x".to_string(), 250)]);
+        assert_eq!(p.next_id, 3);
+        let (r, warnings) = Scheduler::restore(SchedulerConfig::default(), nodes(), p).unwrap();
+        assert!(warnings.is_empty());
+        let after = r.snapshot(t);
+        assert_eq!(before.claims, after.claims);
+        assert_eq!(before.nodes, after.nodes);
+        assert_eq!(before.events, after.events);
+        assert_eq!(before.revision, after.revision);
+    }
+
+    #[test]
+    fn newer_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+        conn.execute_batch("PRAGMA user_version=99").unwrap();
+        drop(conn);
+        let err = Store::open(dir.path(), SyncMode::Full).unwrap_err();
+        assert!(
+            matches!(err, StoreError::SchemaTooNew { found: 99, .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn corrupt_rows_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(Store::open(dir.path(), SyncMode::Normal).unwrap());
+        let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+        conn.execute("INSERT INTO claims(id, body) VALUES (7, 'garbage')", [])
+            .unwrap();
+        drop(conn);
+        let err = Store::open(dir.path(), SyncMode::Normal).unwrap_err();
+        assert!(err.to_string().contains("claim 7"), "{err}");
+    }
+}
