@@ -456,7 +456,7 @@ mod tests {
             Err(EngineError::Fleet(FleetError::UnknownNode(_)))
         ));
         assert!(matches!(
-            engine.set_share("vision", 0, "op").await,
+            engine.set_share("vision", 2_000_000, "op").await,
             Err(EngineError::Invalid(_))
         ));
         assert_eq!(engine.snapshot().revision, 2, "refusals change nothing");

@@ -33,15 +33,31 @@ enum Command {
     Status(StatusArgs),
 }
 
+/// Reports and tables end quietly when their reader goes away (`gpuboard status | head`)
+/// instead of panicking on a broken pipe. Only for commands that print and exit: the
+/// endpoint and the console keep Rust's default, where a closed socket is an error value.
+fn die_quietly_on_broken_pipe() {
+    // SAFETY: called first thing in main, before any thread exists; SIG_DFL is always valid.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if matches!(
+        cli.command,
+        Some(Command::Status(_) | Command::Simulate(_) | Command::Doctor(_) | Command::Discover(_))
+    ) {
+        die_quietly_on_broken_pipe();
+    }
     let result = match cli.command {
         Some(Command::Endpoint(cmd)) => return gpuboard::cli::run(cmd),
         Some(Command::Discover(args)) => gpuboard::discovery::command::run(args),
         Some(Command::Doctor(args)) => gpuboard::doctor::run(args),
         Some(Command::Simulate(args)) => gpuboard::simulate::run(args),
         Some(Command::Status(args)) => {
-            gpuboard::console::headless::run(&cli.console, &args).map(|()| 0)
+            gpuboard::console::headless::run(&args.console, &args).map(|()| 0)
         }
         None => gpuboard::console::driver::run(&cli.console).map(|()| 0),
     };

@@ -267,7 +267,11 @@ async fn every_status_code_with_its_body() {
         .await;
     assert_eq!(s, StatusCode::OK, "{v}");
     let (s, v) = api
-        .send(Method::PUT, "/v1/projects/vision", Some(r#"{"share": 0}"#))
+        .send(
+            Method::PUT,
+            "/v1/projects/vision",
+            Some(r#"{"share": 2000000}"#),
+        )
         .await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(v["field"], "share");

@@ -39,6 +39,9 @@ pub struct StatusArgs {
     /// Screen size for --dump-screen, COLSxROWS.
     #[arg(long, default_value = "120x40", value_name = "COLSxROWS")]
     pub size: String,
+    /// Which sources to read: the same flags as the console.
+    #[command(flatten)]
+    pub console: super::ConsoleArgs,
 }
 
 /// One source in the status document.

@@ -37,34 +37,34 @@ pub const DEFAULT_REFRESH_MS: u64 = 2_000;
 #[derive(Args, Debug, Clone, Default)]
 pub struct ConsoleArgs {
     /// Show the demo fleet with a synthetic workload instead of this machine.
-    #[arg(long, global = true)]
+    #[arg(long)]
     pub demo: bool,
     /// The demo with a frozen workload where only one GPU's telemetry moves (for measuring).
-    #[arg(long, global = true, hide = true)]
+    #[arg(long, hide = true)]
     pub demo_quiet: bool,
     /// A gpuboard endpoint to read (repeatable), e.g. http://127.0.0.1:7070.
-    #[arg(long = "endpoint", value_name = "URL", global = true)]
+    #[arg(long = "endpoint", value_name = "URL")]
     pub endpoints: Vec<String>,
     /// A Ray dashboard to read (repeatable), e.g. http://head:8265; read-only.
-    #[arg(long = "ray", value_name = "URL", global = true)]
+    #[arg(long = "ray", value_name = "URL")]
     pub rays: Vec<String>,
     /// A Prometheus server with dcgm-exporter metrics (repeatable); read-only.
-    #[arg(long = "prometheus", value_name = "URL", global = true)]
+    #[arg(long = "prometheus", value_name = "URL")]
     pub prometheuses: Vec<String>,
     /// Config file (default: ~/.config/gpuboard/config.toml when it exists).
-    #[arg(long, value_name = "FILE", global = true)]
+    #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Theme: default, light, high-contrast, ansi16, mono, or a path to a theme file.
-    #[arg(long, global = true)]
+    #[arg(long)]
     pub theme: Option<String>,
     /// Refuse every action (claim, release, move, cordon, reset).
-    #[arg(long, global = true)]
+    #[arg(long)]
     pub readonly: bool,
     /// Seed of the demo workload.
-    #[arg(long, default_value_t = 42, global = true)]
+    #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// Refresh interval in seconds (default 2).
-    #[arg(long, value_name = "SECONDS", global = true)]
+    #[arg(long, value_name = "SECONDS")]
     pub refresh: Option<f64>,
 }
 

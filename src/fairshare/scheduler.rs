@@ -189,8 +189,9 @@ pub struct FairShare {
     resource_index: HashMap<ResourceId, usize>,
     projects: Vec<Slot>,
     project_index: HashMap<ProjectName, usize>,
-    pending: HashMap<ClaimId, Waiting>,
-    running: HashMap<ClaimId, Holding>,
+    // Ordered maps: iteration order feeds float sums and choices, which must not vary run to run.
+    pending: BTreeMap<ClaimId, Waiting>,
+    running: BTreeMap<ClaimId, Holding>,
     next_seq: u64,
     last_seen: Option<Timestamp>,
     /// The targets no longer match the claims, shares or flags.
@@ -208,8 +209,8 @@ impl FairShare {
             resource_index: HashMap::new(),
             projects: Vec::new(),
             project_index: HashMap::new(),
-            pending: HashMap::new(),
-            running: HashMap::new(),
+            pending: BTreeMap::new(),
+            running: BTreeMap::new(),
             next_seq: 0,
             last_seen: None,
             stale: false,
