@@ -1023,8 +1023,8 @@ impl BoincSource {
     pub async fn fetch_answers(&self) -> Result<BoincAnswers, SourceError> {
         self.bounded(async {
             let mut rpc = self.open().await?;
-            let state = rpc.exchange(Answer::State.request()).await?;
-            let cc_status = rpc.exchange(Answer::CcStatus.request()).await?;
+            let state = rpc.request(Answer::State.request()).await?;
+            let cc_status = rpc.request(Answer::CcStatus.request()).await?;
             Ok(BoincAnswers { state, cc_status })
         })
         .await
@@ -1033,46 +1033,10 @@ impl BoincSource {
     /// Reads the client and turns its answers into a snapshot.
     pub async fn fetch(&self) -> Result<Snapshot, SourceError> {
         let answers = self.fetch_answers().await?;
-        // Login and error replies are told apart before parsing as state.
-        for (answer, text) in [
-            (Answer::State, &answers.state),
-            (Answer::CcStatus, &answers.cc_status),
-        ] {
-            self.check_reply(answer, text)?;
-        }
         snapshot(&answers, &self.config.name, self.clock.now()).map_err(|e| SourceError::Decode {
             url: self.address.clone(),
             what: e.to_string(),
         })
-    }
-
-    fn check_reply(&self, answer: Answer, text: &str) -> Result<(), SourceError> {
-        let Ok(root) = xml::parse(text) else {
-            return Err(SourceError::NotBoincClient {
-                url: self.address.clone(),
-                why: format!(
-                    "its reply to {} is not XML: {}",
-                    answer.request(),
-                    super::http::excerpt(text.as_bytes())
-                ),
-            });
-        };
-        if root.has("unauthorized") {
-            return Err(SourceError::LoginRefused {
-                url: self.address.clone(),
-                peer: "BOINC client",
-                message: "the client wants the GUI RPC password; set the endpoint's password file"
-                    .to_string(),
-            });
-        }
-        if let Some(e) = root.child("error") {
-            return Err(SourceError::Peer {
-                url: self.address.clone(),
-                peer: "BOINC client",
-                message: e.text.clone(),
-            });
-        }
-        Ok(())
     }
 
     /// "Update project": asks the client to contact the project at `master_url` now, which

@@ -142,7 +142,15 @@ impl GuiRpc {
         self.parse_reply(request, &raw)
     }
 
-    /// Sends one request and returns the reply's text as sent (the 0x03 removed).
+    /// Sends one request and returns the reply's text as sent (the 0x03 removed), once it
+    /// is known to be a well-formed reply that is neither `<unauthorized/>` nor `<error>`.
+    pub async fn request(&mut self, request: &str) -> Result<String, SourceError> {
+        let raw = self.exchange(request).await?;
+        self.parse_reply(request, &raw)?;
+        Ok(raw)
+    }
+
+    /// Sends one request and returns the reply's text as sent (the 0x03 removed), unchecked.
     pub async fn exchange(&mut self, request: &str) -> Result<String, SourceError> {
         let message =
             format!("<boinc_gui_rpc_request>\n{request}\n</boinc_gui_rpc_request>\n\u{3}");
@@ -185,6 +193,12 @@ impl GuiRpc {
                 .await
                 .map_err(|e| self.io_error(&e))?;
             if n == 0 {
+                if self.buf.starts_with(b"HTTP/") {
+                    return Err(self.not_boinc(
+                        "it answered HTTP; give the GUI RPC port (31416 by default), not a web port"
+                            .to_string(),
+                    ));
+                }
                 return Err(if self.buf.is_empty() {
                     SourceError::Unreachable {
                         url: self.address.clone(),
