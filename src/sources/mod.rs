@@ -3,6 +3,7 @@
 
 pub mod boinc;
 pub mod error;
+pub mod gres;
 pub mod guirpc;
 pub mod http;
 pub mod json;
