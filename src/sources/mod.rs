@@ -10,4 +10,5 @@ pub mod json;
 pub mod md5;
 pub mod prometheus;
 pub mod ray;
+pub mod slurm;
 pub mod xml;
