@@ -507,14 +507,13 @@ pub fn snapshot(
                         let n = idx.len() as u64;
                         for (k, &i) in idx.iter().enumerate() {
                             let here = g.count / n + u64::from((k as u64) < g.count % n);
-                            let compute = if per_gpu == 0 {
-                                Units(0)
-                            } else {
-                                Units(u32_of(
-                                    (u64::from(UNITS_PER_DEVICE) * here / per_gpu)
-                                        .min(u64::from(UNITS_PER_DEVICE)),
-                                ))
-                            };
+                            // Unknown shards per GPU (none configured): no compute counted.
+                            let compute = u64::from(UNITS_PER_DEVICE)
+                                .saturating_mul(here)
+                                .checked_div(per_gpu)
+                                .map_or(Units(0), |u| {
+                                    Units(u32_of(u.min(u64::from(UNITS_PER_DEVICE))))
+                                });
                             let e = shares.entry(i).or_insert((Units(0), Slots(0)));
                             e.0 += compute;
                             e.1 += Slots(u32_of(here.min(u64::from(SLOTS_PER_DEVICE))));
