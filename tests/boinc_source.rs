@@ -147,6 +147,20 @@ fn gpu_tasks_are_claims_on_their_device() {
 }
 
 #[test]
+fn console_fixture_has_backoffs_on_both_resources() {
+    let s = common::boinc_snapshot();
+    assert_eq!(s.endpoint.name, "boinc-host");
+    let p = &s.projects[0];
+    let backoffs: Vec<(&str, Option<u64>)> = p
+        .resources
+        .iter()
+        .map(|r| (r.resource.as_str(), r.backoff_interval_s))
+        .collect();
+    assert_eq!(backoffs, vec![("CPU", Some(600)), ("NVIDIA", Some(1200))]);
+    assert_eq!(s.claims.len(), 2);
+}
+
+#[test]
 fn malformed_answers_name_what_is_wrong() {
     let good = answers("state_backoff.xml", "cc_status_backoff.xml");
     let cases = [

@@ -31,14 +31,6 @@ fn json(name: &str) -> Value {
     serde_json::from_slice(&std::fs::read(fixture(&format!("slurm/{name}"))).unwrap()).unwrap()
 }
 
-fn captured(nodes: &str) -> Snapshot {
-    let a = SlurmAnswers {
-        nodes: json(nodes),
-        jobs: json("jobs.json"),
-    };
-    snapshot(&a, "cluster", TAKEN).unwrap()
-}
-
 /// The checks shared by the captured answers and the live cluster.
 fn check_cluster(s: &Snapshot) {
     assert_eq!(s.endpoint.kind, "slurm");
@@ -104,7 +96,7 @@ fn check_cluster(s: &Snapshot) {
 
 #[test]
 fn captured_cluster_is_read_whole() {
-    let s = captured("nodes.json");
+    let s = common::slurm_snapshot(false);
     check_cluster(&s);
     assert!(s.nodes[0].devices.iter().all(|d| !d.cordoned));
     assert_eq!(s.projects.len(), 2);
@@ -115,7 +107,7 @@ fn captured_cluster_is_read_whole() {
 
 #[test]
 fn captured_drain_is_a_cordon() {
-    let s = captured("nodes_draining.json");
+    let s = common::slurm_snapshot(true);
     let d = &s.nodes[0].devices[0];
     assert!(d.cordoned);
     assert_eq!(d.health, Health::Healthy);
