@@ -271,6 +271,10 @@ pub struct ProjectView {
     pub pending: u32,
     /// Overall debt: per-resource debts weighted by speed.
     pub overall_debt: f64,
+    /// The engine's own scheduling priority, when it has one (BOINC's `sched_priority`:
+    /// higher runs and fetches first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<f64>,
     /// Per resource type.
     pub resources: Vec<ProjectResourceView>,
 }

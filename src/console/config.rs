@@ -8,7 +8,7 @@
 //! name = "gpu-01"
 //! url = "http://10.0.0.5:7070"
 //! token_file = "/etc/gpuboard/operator.token"
-//! kind = "gpuboard"        # or "ray", "prometheus" (read-only)
+//! kind = "gpuboard"        # or "ray", "prometheus", "slurm" (read-only), "boinc" (update project only)
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -45,7 +45,8 @@ pub struct Endpoint {
     /// File holding the bearer token.
     #[serde(default)]
     pub token_file: Option<PathBuf>,
-    /// Source kind: `gpuboard` (read and act), `ray` or `prometheus` (read-only).
+    /// Source kind: `gpuboard` (read and act), `ray`, `prometheus` or `slurm` (read-only),
+    /// `boinc` (url is the GUI RPC `host:port`, token_file its password file).
     #[serde(default = "gpuboard_kind")]
     pub kind: String,
 }
@@ -94,9 +95,9 @@ impl Config {
     pub fn parse(text: &str) -> anyhow::Result<Config> {
         let cfg: Config = toml::from_str(text)?;
         for ep in &cfg.endpoints {
-            if !["gpuboard", "ray", "prometheus"].contains(&ep.kind.as_str()) {
+            if !["gpuboard", "ray", "prometheus", "slurm", "boinc"].contains(&ep.kind.as_str()) {
                 anyhow::bail!(
-                    "endpoint {}: kind `{}` is not supported; supported: gpuboard, ray, prometheus",
+                    "endpoint {}: kind `{}` is not supported; supported: gpuboard, ray, prometheus, slurm, boinc",
                     ep.name,
                     ep.kind
                 );
@@ -121,11 +122,12 @@ mod tests {
         .unwrap();
         assert_eq!(c.endpoints[0].kind, "gpuboard");
         assert_eq!(c.refresh, Some(5.0));
-        let e =
-            Config::parse("[[endpoints]]\nname = \"r\"\nurl = \"http://x\"\nkind = \"slurm\"\n")
-                .unwrap_err();
+        let e = Config::parse(
+            "[[endpoints]]\nname = \"r\"\nurl = \"http://x\"\nkind = \"kubernetes\"\n",
+        )
+        .unwrap_err();
         assert!(
-            e.to_string().contains("kind `slurm` is not supported"),
+            e.to_string().contains("kind `kubernetes` is not supported"),
             "{e}"
         );
         assert!(Config::parse("colour = 1\n").is_err());

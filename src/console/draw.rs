@@ -565,6 +565,9 @@ fn gpus(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
             let t = d.telemetry.as_ref();
             let used = t.and_then(|t| t.memory_used);
             let flags = device_flags(d);
+            // A telemetry-only source knows nothing of allocation: show that, not zeros.
+            let sched = !super::state::TELEMETRY_KINDS.contains(&slot.kind.as_str());
+            let unknown = |known: String| if sched { known } else { "n/a".to_string() };
             let mut cells: Vec<Cell> = Vec::new();
             if multi {
                 cells.push(Cell::from(slot.name.clone()));
@@ -576,7 +579,7 @@ fn gpus(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
             cells.push(Cell::from(Span::styled(
                 format!(
                     "{}/{}",
-                    short_bytes(d.memory_allocated),
+                    unknown(short_bytes(d.memory_allocated)),
                     d.memory_capacity.map_or_else(|| "?".into(), short_bytes)
                 ),
                 theme.allocated,
@@ -590,13 +593,19 @@ fn gpus(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
                 },
             )));
             cells.push(Cell::from(Span::styled(
-                short_bytes(d.memory_free),
+                match d.memory_capacity {
+                    None => "?".to_string(),
+                    Some(_) => unknown(short_bytes(d.memory_free)),
+                },
                 theme.free,
             )));
-            cells.push(Cell::from(Span::styled(pct(d.compute_free), theme.free)));
+            cells.push(Cell::from(Span::styled(
+                unknown(pct(d.compute_free)),
+                theme.free,
+            )));
             if wide {
-                cells.push(Cell::from(format!("{} GPU", d.compute_allocated)));
-                cells.push(Cell::from(d.holders.len().to_string()));
+                cells.push(Cell::from(unknown(format!("{} GPU", d.compute_allocated))));
+                cells.push(Cell::from(unknown(d.holders.len().to_string())));
             }
             cells.push(Cell::from(
                 t.and_then(|t| t.utilization_gpu)
@@ -794,7 +803,12 @@ fn claims(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
                     }
                 },
             )));
-            cells.push(Cell::from(short_age(state.now.millis_since(c.created_at))));
+            // Engines that give no start time (Ray actors) leave it at 0: unknown, not 55 years.
+            cells.push(Cell::from(if c.created_at.0 == 0 {
+                "-".to_string()
+            } else {
+                short_age(state.now.millis_since(c.created_at))
+            }));
             let mut row = Row::new(cells);
             if i == cur.selected {
                 row = row.style(theme.selection);

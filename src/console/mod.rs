@@ -125,6 +125,7 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
             &format!("ray{}", i + 1),
             url,
             None,
+            None,
             timeout,
         )?);
     }
@@ -133,6 +134,7 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
             "prometheus",
             &format!("prom{}", i + 1),
             url,
+            None,
             None,
             timeout,
         )?);
@@ -156,7 +158,14 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
         if ep.kind == "gpuboard" {
             sources.push(Arc::new(Http::new(&ep.name, &ep.url, token, timeout)?));
         } else {
-            sources.push(engine_source(&ep.kind, &ep.name, &ep.url, token, timeout)?);
+            sources.push(engine_source(
+                &ep.kind,
+                &ep.name,
+                &ep.url,
+                token,
+                ep.token_file.as_deref(),
+                timeout,
+            )?);
         }
     }
     if sources.is_empty() {
@@ -172,17 +181,20 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
     })
 }
 
-/// A read-only engine source of this kind (`ray` or `prometheus`).
+/// An engine source of this kind (`ray`, `prometheus`, `slurm` or `boinc`).
 fn engine_source(
     kind: &str,
     name: &str,
     url: &str,
     token: Option<String>,
+    password_file: Option<&std::path::Path>,
     timeout: Duration,
 ) -> anyhow::Result<Arc<dyn Source>> {
+    use crate::sources::boinc::{BoincConfig, BoincSource};
     use crate::sources::engine::Engine;
     use crate::sources::prometheus::{PrometheusConfig, PrometheusSource};
     use crate::sources::ray::{RayConfig, RaySource};
+    use crate::sources::slurm::{SlurmConfig, SlurmSource};
     Ok(match kind {
         "ray" => {
             let mut c = RayConfig::new(url);
@@ -190,6 +202,20 @@ fn engine_source(
             c.token = token;
             c.timeout = timeout;
             Arc::new(Engine::ray(name, RaySource::new(c)?))
+        }
+        "slurm" => {
+            let mut c = SlurmConfig::new(url);
+            c.name = name.to_string();
+            c.token = token;
+            c.timeout = timeout;
+            Arc::new(Engine::slurm(name, SlurmSource::new(c)?))
+        }
+        "boinc" => {
+            let mut c = BoincConfig::new(url);
+            c.name = name.to_string();
+            c.password_file = password_file.map(Into::into);
+            c.timeout = timeout;
+            Arc::new(Engine::boinc(name, BoincSource::new(c)?))
         }
         _ => {
             let mut c = PrometheusConfig::new(url);

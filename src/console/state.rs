@@ -111,6 +111,49 @@ pub struct SourceSlot {
     pub failures: u32,
     /// Data that arrived while the display was frozen.
     pub held: Option<(Snapshot, Timestamp)>,
+    /// The snapshot as the source sent it, kept when remote telemetry is joined into
+    /// `data` so each join starts from what the source said.
+    pub raw: Option<Snapshot>,
+}
+
+/// Kinds whose snapshots are telemetry for other sources' devices.
+pub const TELEMETRY_KINDS: &[&str] = &["prometheus"];
+
+impl State {
+    /// Stores a source's snapshot and joins remote telemetry (Prometheus dcgm series)
+    /// into the devices of the other sources, by UUID or by node name and index.
+    pub fn store_snapshot(&mut self, source: usize, snap: Snapshot) {
+        let joining = self
+            .sources
+            .iter()
+            .any(|s| TELEMETRY_KINDS.contains(&s.kind.as_str()));
+        let Some(slot) = self.sources.get_mut(source) else {
+            return;
+        };
+        if !joining {
+            slot.data = Some(snap);
+            return;
+        }
+        if !TELEMETRY_KINDS.contains(&slot.kind.as_str()) {
+            slot.raw = Some(snap.clone());
+        }
+        slot.data = Some(snap);
+        let telemetry: Vec<Snapshot> = self
+            .sources
+            .iter()
+            .filter(|s| TELEMETRY_KINDS.contains(&s.kind.as_str()))
+            .filter_map(|s| s.data.clone())
+            .collect();
+        for slot in &mut self.sources {
+            if let Some(raw) = &slot.raw {
+                let mut joined = raw.clone();
+                for t in &telemetry {
+                    crate::sources::prometheus::join_telemetry(&mut joined, t);
+                }
+                slot.data = Some(joined);
+            }
+        }
+    }
 }
 
 /// A source's health, as shown.

@@ -191,13 +191,17 @@ fn fetched(state: &mut State, source: usize, at: Timestamp, result: Result<Snaps
                 slot.held = Some((snap, at));
                 return;
             }
-            let changed = slot.data.as_ref().is_none_or(|d| !same_content(d, &snap));
+            let changed = slot
+                .raw
+                .as_ref()
+                .or(slot.data.as_ref())
+                .is_none_or(|d| !same_content(d, &snap));
             let was_stale = slot
                 .fetched_at
                 .is_none_or(|t| at.millis_since(t) > refresh * super::state::STALE_AFTER_INTERVALS);
-            slot.data = Some(snap);
             slot.fetched_at = Some(at);
             let name = slot.name.clone();
+            state.store_snapshot(source, snap);
             if recovered {
                 state.push_log(format!("source {name}: answering again"));
             }
@@ -685,10 +689,10 @@ fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
             state.frozen = !state.frozen;
             if !state.frozen {
                 let mut changed = false;
-                for s in &mut state.sources {
-                    if let Some((snap, at)) = s.held.take() {
-                        s.data = Some(snap);
-                        s.fetched_at = Some(at);
+                for i in 0..state.sources.len() {
+                    if let Some((snap, at)) = state.sources[i].held.take() {
+                        state.sources[i].fetched_at = Some(at);
+                        state.store_snapshot(i, snap);
                         changed = true;
                     }
                 }

@@ -221,6 +221,7 @@ pub fn views(view: &FairShareView, now: Timestamp) -> (Vec<ProjectView>, Vec<Res
             running: u32::try_from(p.running).unwrap_or(u32::MAX),
             pending: u32::try_from(p.pending).unwrap_or(u32::MAX),
             overall_debt: p.overall_debt.0,
+            priority: None,
             resources: p
                 .resources
                 .iter()

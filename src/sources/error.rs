@@ -63,6 +63,32 @@ pub enum SourceError {
         /// What it answered instead.
         why: String,
     },
+    /// The peer answers, but it is not a BOINC client's GUI RPC.
+    #[error("{url} is not a BOINC client's GUI RPC: {why}")]
+    NotBoincClient {
+        /// The address tried.
+        url: String,
+        /// What it answered instead.
+        why: String,
+    },
+    /// The peer answers, but it is not slurmrestd.
+    #[error("{url} is not slurmrestd: {why}")]
+    NotSlurm {
+        /// The address tried.
+        url: String,
+        /// What it answered instead.
+        why: String,
+    },
+    /// A peer that logs in outside HTTP (the BOINC GUI RPC) refused our credentials.
+    #[error("{url}: the {peer} refused the login: {message}")]
+    LoginRefused {
+        /// The address tried.
+        url: String,
+        /// Which kind of peer.
+        peer: &'static str,
+        /// What to do about it.
+        message: String,
+    },
     /// Any other HTTP error status.
     #[error("{url}: HTTP {status}: {message}")]
     Http {

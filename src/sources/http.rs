@@ -17,6 +17,14 @@ pub const MAX_BODY: usize = 64 << 20;
 pub enum Auth {
     /// `Authorization: Bearer <token>` (Ray token auth, Prometheus behind a proxy).
     Bearer(String),
+    /// Slurm's JWT: `X-SLURM-USER-TOKEN`, and `X-SLURM-USER-NAME` when given (slurmrestd
+    /// with `rest_auth/jwt`).
+    SlurmToken {
+        /// The user the token was issued to, when the token does not say.
+        user: Option<String>,
+        /// The token (`scontrol token`).
+        token: String,
+    },
     /// HTTP basic authentication (Prometheus `--web.config.file`).
     Basic {
         /// User name.
@@ -31,6 +39,7 @@ impl std::fmt::Debug for Auth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Auth::Bearer(_) => write!(f, "Bearer(..)"),
+            Auth::SlurmToken { user, .. } => write!(f, "SlurmToken({user:?}, ..)"),
             Auth::Basic { user, .. } => write!(f, "Basic({user}, ..)"),
         }
     }
@@ -43,6 +52,8 @@ pub enum PeerKind {
     Ray,
     /// A Prometheus server.
     Prometheus,
+    /// Slurm's REST daemon.
+    Slurm,
 }
 
 impl PeerKind {
@@ -50,6 +61,7 @@ impl PeerKind {
         match self {
             PeerKind::Ray => "Ray dashboard",
             PeerKind::Prometheus => "Prometheus server",
+            PeerKind::Slurm => "slurmrestd",
         }
     }
 
@@ -58,6 +70,7 @@ impl PeerKind {
         match self {
             PeerKind::Ray => SourceError::NotRayDashboard { url, why },
             PeerKind::Prometheus => SourceError::NotPrometheus { url, why },
+            PeerKind::Slurm => SourceError::NotSlurm { url, why },
         }
     }
 }
@@ -76,6 +89,34 @@ impl JsonClient {
     /// A client for the peer at `base` (an `http://` URL).
     pub fn new(
         base: &str,
+        auth: Option<Auth>,
+        timeout: Duration,
+        peer: PeerKind,
+    ) -> Result<JsonClient, SourceError> {
+        JsonClient::build(base, None, auth, timeout, peer)
+    }
+
+    /// A client for a peer listening on the unix socket at `socket` (slurmrestd with
+    /// `rest_auth/local`); request paths are joined onto `http://localhost/`.
+    pub fn unix(
+        socket: &std::path::Path,
+        auth: Option<Auth>,
+        timeout: Duration,
+        peer: PeerKind,
+    ) -> Result<JsonClient, SourceError> {
+        if !socket.is_absolute() {
+            return Err(SourceError::BadUrl {
+                url: format!("unix:{}", socket.display()),
+                why: "give the socket's absolute path, such as unix:/run/slurmrestd.sock"
+                    .to_string(),
+            });
+        }
+        JsonClient::build("http://localhost/", Some(socket), auth, timeout, peer)
+    }
+
+    fn build(
+        base: &str,
+        socket: Option<&std::path::Path>,
         auth: Option<Auth>,
         timeout: Duration,
         peer: PeerKind,
@@ -108,9 +149,13 @@ impl JsonClient {
         }
         url.set_query(None);
         url.set_fragment(None);
-        let client = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .timeout(timeout)
-            .connect_timeout(timeout)
+            .connect_timeout(timeout);
+        if let Some(path) = socket {
+            builder = builder.unix_socket(path);
+        }
+        let client = builder
             .build()
             .map_err(|e| bad(&format!("cannot build an HTTP client: {e}")))?;
         Ok(JsonClient {
@@ -201,6 +246,13 @@ impl JsonClient {
         req = match &self.auth {
             Some(Auth::Bearer(token)) => req.bearer_auth(token),
             Some(Auth::Basic { user, password }) => req.basic_auth(user, Some(password)),
+            Some(Auth::SlurmToken { user, token }) => {
+                let req = req.header("X-SLURM-USER-TOKEN", token);
+                match user {
+                    Some(u) => req.header("X-SLURM-USER-NAME", u),
+                    None => req,
+                }
+            }
             None => req,
         };
         let mut resp = req.send().await.map_err(|e| self.transport(url, &e))?;

@@ -6,18 +6,24 @@
 //! timeout; the console keeps each source's last good snapshot, its fetch time and its
 //! error, so a source that is down never blanks the others. Implementations: the
 //! embedded scheduler (`embedded`), the demo fleet with a synthetic workload (`demo`),
-//! gpuboard HTTP endpoints (`endpoint`), and engine adapters (`ray`, `prometheus`, wrapped
-//! read-only by `engine`).
+//! gpuboard HTTP endpoints (`endpoint`), and engine adapters (`ray`, `prometheus`, `slurm`,
+//! `boinc`, wrapped read-only by `engine`).
 
+pub mod boinc;
 pub mod demo;
 pub mod embedded;
 pub mod endpoint;
 pub mod engine;
 pub mod error;
+pub mod gres;
+pub mod guirpc;
 pub mod http;
 pub mod json;
+pub mod md5;
 pub mod prometheus;
 pub mod ray;
+pub mod slurm;
+pub mod xml;
 
 use futures::future::BoxFuture;
 use serde_json::Value;

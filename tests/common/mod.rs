@@ -270,3 +270,44 @@ pub fn http() -> reqwest::Client {
         .build()
         .unwrap()
 }
+
+/// A BOINC client as the console sees it, from captured GUI RPC replies (BOINC 7.20.5):
+/// one project backed off on CPU and on NVIDIA, two A100s, a task running on device 1 and
+/// one waiting. For the Fair share and GPUs views' snapshot tests.
+pub fn boinc_snapshot() -> gpuboard::snapshot::Snapshot {
+    let read = |n: &str| std::fs::read_to_string(fixture(&format!("boinc/{n}"))).unwrap();
+    let answers = gpuboard::sources::boinc::BoincAnswers {
+        state: read("state_gpu_edited.xml"),
+        cc_status: read("cc_status_backoff.xml"),
+    };
+    gpuboard::sources::boinc::snapshot(
+        &answers,
+        "boinc-host",
+        gpuboard::clock::Timestamp(1_795_317_020_000),
+    )
+    .unwrap()
+}
+
+/// A Slurm cluster as the console sees it, from captured slurmrestd answers (Slurm
+/// 22.05.8): one node with four a100 GPUs and 16 shards, a job on GPUs 0-1, a job on three
+/// shards of GPU 2, one job pending for resources. `draining` picks the capture taken with
+/// the node set to DRAIN.
+pub fn slurm_snapshot(draining: bool) -> gpuboard::snapshot::Snapshot {
+    let read = |n: &str| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(fixture(&format!("slurm/{n}"))).unwrap()).unwrap()
+    };
+    let answers = gpuboard::sources::slurm::SlurmAnswers {
+        nodes: read(if draining {
+            "nodes_draining.json"
+        } else {
+            "nodes.json"
+        }),
+        jobs: read("jobs.json"),
+    };
+    gpuboard::sources::slurm::snapshot(
+        &answers,
+        "slurm",
+        gpuboard::clock::Timestamp(1_795_317_400_000),
+    )
+    .unwrap()
+}

@@ -1,0 +1,167 @@
+//! Snapshot tests of the console with engine sources present: the GPUs and Claims views
+//! with a Ray source and a Prometheus source, the Fair share view with a BOINC client,
+//! and the GPUs view with a Slurm cluster (drained and not). All from captured answers of
+//! the real peers (tests/fixtures), at fixed sizes and a fixed `now`.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::Path;
+
+use gpuboard::clock::Timestamp;
+use gpuboard::console::headless::{buffer_text, render};
+use gpuboard::console::keymap::Keymap;
+use gpuboard::console::msg::Msg;
+use gpuboard::console::state::{SourceSlot, State, View};
+use gpuboard::console::theme::load_strict;
+use gpuboard::console::update::{show_view, update};
+use gpuboard::snapshot::{EndpointInfo, Snapshot};
+use gpuboard::sources::json::At;
+use gpuboard::sources::prometheus::{self, NodeLabels};
+use gpuboard::sources::ray::{self, RayAnswers};
+use serde_json::Value;
+
+fn json(path: &str) -> Value {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(path);
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+const NOW: Timestamp = Timestamp(1_795_317_500_000);
+
+fn ray_snapshot() -> Snapshot {
+    let answers = RayAnswers {
+        version: json("ray/version.json"),
+        nodes: json("ray/nodes_summary.json"),
+        cluster_status: json("ray/cluster_status.json"),
+        tasks: json("ray/tasks.json"),
+        actors: json("ray/actors.json"),
+        placement_groups: json("ray/placement_groups.json"),
+    };
+    ray::snapshot(&answers, "ray", Timestamp(NOW.0 - 2_000)).unwrap()
+}
+
+fn prometheus_snapshot() -> Snapshot {
+    let doc = json("prometheus/query_range.json");
+    let series = At::root(&doc)
+        .field("data", prometheus::parse_result)
+        .unwrap();
+    let endpoint = EndpointInfo {
+        name: "prom".into(),
+        kind: "prometheus".into(),
+        ..EndpointInfo::default()
+    };
+    prometheus::telemetry_snapshot(
+        &series,
+        &NodeLabels::new(None),
+        endpoint,
+        Timestamp(NOW.0 - 2_000),
+    )
+    .unwrap()
+}
+
+/// A console over these (kind, snapshot) sources, all fetched a second ago.
+fn state(sources: Vec<(&str, &str, Snapshot)>) -> State {
+    let slots = sources
+        .iter()
+        .map(|(name, kind, _)| SourceSlot::new(name, kind, false, None))
+        .collect();
+    let mut st = State::new(slots, Keymap::builtin(), 2_000, false);
+    let _ = update(&mut st, Msg::Tick(NOW));
+    for (i, (_, _, snap)) in sources.into_iter().enumerate() {
+        st.sources[i].in_flight = true;
+        let _ = update(
+            &mut st,
+            Msg::Fetched {
+                source: i,
+                at: Timestamp(NOW.0 - 1_000),
+                result: Ok(snap),
+            },
+        );
+    }
+    st
+}
+
+fn text(st: &mut State, view: View, w: u16, h: u16) -> String {
+    st.size = (w, h);
+    show_view(st, view);
+    buffer_text(&render(st, &load_strict("default", &[]).unwrap(), w, h).unwrap())
+}
+
+#[test]
+fn gpus_and_claims_with_ray_and_prometheus() {
+    let mut st = state(vec![
+        ("ray", "ray", ray_snapshot()),
+        ("prom", "prometheus", prometheus_snapshot()),
+    ]);
+    let gpus = text(&mut st, View::Gpus, 160, 48);
+    assert!(gpus.contains("ray") && gpus.contains("node-a"), "{gpus}");
+    insta::assert_snapshot!("engines_gpus_160x48", gpus);
+    let claims = text(&mut st, View::Claims, 160, 48);
+    insta::assert_snapshot!("engines_claims_160x48", claims);
+    insta::assert_snapshot!("engines_gpus_80x24", text(&mut st, View::Gpus, 80, 24));
+}
+
+#[test]
+fn prometheus_telemetry_joins_the_devices_of_other_sources() {
+    // A gpuboard endpoint serving node-a's GPUs without telemetry of its own.
+    let prom = prometheus_snapshot();
+    let mut own = prom.clone();
+    own.endpoint = EndpointInfo {
+        name: "lab".into(),
+        kind: "gpuboard".into(),
+        actions: true,
+        ..EndpointInfo::default()
+    };
+    own.nodes.retain(|n| n.name == "node-a");
+    for d in own.nodes.iter_mut().flat_map(|n| n.devices.iter_mut()) {
+        d.telemetry = None;
+        d.uuid = None;
+    }
+    let st = state(vec![
+        ("lab", "gpuboard", own.clone()),
+        ("prom", "prometheus", prom),
+    ]);
+    let joined = st.sources[0].data.as_ref().unwrap();
+    let with = joined
+        .devices()
+        .filter(|(_, d)| d.telemetry.is_some())
+        .count();
+    assert_eq!(
+        with,
+        own.devices().count(),
+        "every node-a GPU got its dcgm telemetry"
+    );
+    assert!(
+        st.sources[0]
+            .raw
+            .as_ref()
+            .unwrap()
+            .devices()
+            .all(|(_, d)| d.telemetry.is_none())
+    );
+}
+
+#[test]
+fn fair_share_with_a_boinc_client() {
+    let mut st = state(vec![("boinc", "boinc", common::boinc_snapshot())]);
+    let fs = text(&mut st, View::FairShare, 160, 48);
+    insta::assert_snapshot!("boinc_fairshare_160x48", fs);
+    insta::assert_snapshot!(
+        "boinc_fairshare_80x24",
+        text(&mut st, View::FairShare, 80, 24)
+    );
+}
+
+#[test]
+fn gpus_with_a_slurm_cluster() {
+    let mut st = state(vec![("slurm", "slurm", common::slurm_snapshot(false))]);
+    insta::assert_snapshot!("slurm_gpus_160x48", text(&mut st, View::Gpus, 160, 48));
+    insta::assert_snapshot!("slurm_claims_160x48", text(&mut st, View::Claims, 160, 48));
+    let mut drained = state(vec![("slurm", "slurm", common::slurm_snapshot(true))]);
+    insta::assert_snapshot!(
+        "slurm_drained_gpus_160x48",
+        text(&mut drained, View::Gpus, 160, 48)
+    );
+}
