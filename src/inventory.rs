@@ -167,6 +167,24 @@ pub fn parse(text: &str, origin: &str) -> Result<Vec<NodeSpec>, InventoryError> 
     Ok(nodes)
 }
 
+/// A node of `n` A100 40 GiB GPUs: a fixture the modules' tests share.
+#[cfg(test)]
+pub(crate) fn a100_node(name: &str, n: u32) -> NodeSpec {
+    NodeSpec {
+        name: name.to_string(),
+        devices: (0..n)
+            .map(|index| DeviceSpec {
+                index,
+                model: "NVIDIA A100-SXM4-40GB".to_string(),
+                uuid: None,
+                memory: Some(Bytes::gib(40)),
+                link_group: None,
+            })
+            .collect(),
+        cpus: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -582,28 +582,6 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Clears a project's backoffs (or every project's), so it may get work at once.
-    pub fn clear_backoffs(
-        &mut self,
-        project: Option<&str>,
-        actor: &str,
-        now: Timestamp,
-    ) -> Result<(), SchedulerError> {
-        let name = project.map(ProjectName::new).transpose()?;
-        self.ledger.clear_backoffs(now, name.as_ref())?;
-        self.save_ledger(now);
-        let target = project.map_or("all projects".to_string(), |p| format!("project {p}"));
-        self.audit(
-            now,
-            actor,
-            "clear-backoff",
-            target,
-            "backoffs cleared".to_string(),
-        );
-        self.place_pending(now);
-        Ok(())
-    }
-
     /// Sets a project's debts to zero and clears its backoffs (or every project's).
     pub fn reset_project(
         &mut self,
@@ -887,25 +865,12 @@ pub fn claim_view(c: &Claim) -> ClaimView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::placement::DeviceSpec;
+    use crate::inventory::a100_node;
     use crate::units::Bytes;
     use serde_json::json;
 
     fn sched() -> Scheduler {
-        let node = NodeSpec {
-            name: "a".into(),
-            devices: (0..2)
-                .map(|i| DeviceSpec {
-                    index: i,
-                    model: "NVIDIA A100-SXM4-40GB".into(),
-                    uuid: None,
-                    memory: Some(Bytes::gib(40)),
-                    link_group: None,
-                })
-                .collect(),
-            cpus: None,
-        };
-        Scheduler::new(SchedulerConfig::default(), vec![node]).unwrap()
+        Scheduler::new(SchedulerConfig::default(), vec![a100_node("a", 2)]).unwrap()
     }
 
     fn req(v: serde_json::Value) -> ClaimRequest {
@@ -1061,18 +1026,7 @@ mod tests {
     }
 
     fn one_gpu() -> Scheduler {
-        let node = NodeSpec {
-            name: "a".into(),
-            devices: vec![DeviceSpec {
-                index: 0,
-                model: "NVIDIA A100-SXM4-40GB".into(),
-                uuid: None,
-                memory: Some(Bytes::gib(40)),
-                link_group: None,
-            }],
-            cpus: None,
-        };
-        Scheduler::new(SchedulerConfig::default(), vec![node]).unwrap()
+        Scheduler::new(SchedulerConfig::default(), vec![a100_node("a", 1)]).unwrap()
     }
 
     #[test]

@@ -487,26 +487,13 @@ fn apply(
 mod tests {
     use super::*;
     use crate::clock::Timestamp;
-    use crate::placement::{DeviceSpec, NodeSpec};
+    use crate::placement::NodeSpec;
     use crate::request::ClaimRequest;
     use crate::scheduler::{Scheduler, SchedulerConfig};
-    use crate::units::Bytes;
     use serde_json::json;
 
     fn nodes() -> Vec<NodeSpec> {
-        vec![NodeSpec {
-            name: "a".into(),
-            devices: (0..2)
-                .map(|i| DeviceSpec {
-                    index: i,
-                    model: "NVIDIA A100-SXM4-40GB".into(),
-                    uuid: None,
-                    memory: Some(Bytes::gib(40)),
-                    link_group: None,
-                })
-                .collect(),
-            cpus: None,
-        }]
+        vec![crate::inventory::a100_node("a", 2)]
     }
 
     #[tokio::test]
