@@ -268,7 +268,10 @@ mod tests {
                 detail: "read only".into(),
             },
         );
-        assert!(matches!(&f, Failure::Unauthorized(m) if m.contains("read token")), "{f}");
+        assert!(
+            matches!(&f, Failure::Unauthorized(m) if m.contains("read token")),
+            "{f}"
+        );
     }
 
     #[test]
@@ -285,7 +288,9 @@ mod tests {
         );
         assert_eq!(
             f,
-            Failure::Invalid("unknown field `colour` (rule 8 `unknown-field`, field `colour`)".into())
+            Failure::Invalid(
+                "unknown field `colour` (rule 8 `unknown-field`, field `colour`)".into()
+            )
         );
         let f = failure(
             "lab",
