@@ -19,6 +19,16 @@ fn source(server: &Server, token: Option<String>) -> Http {
     Http::new("lab", &server.url, token, TIMEOUT).unwrap()
 }
 
+fn claim(request: serde_json::Value) -> Action {
+    Action::Claim { request }
+}
+
+fn reset(project: &str) -> Action {
+    Action::ResetProject {
+        project: project.into(),
+    }
+}
+
 #[tokio::test]
 async fn every_action_goes_through_the_endpoint() {
     let dir = tempfile::tempdir().unwrap();
@@ -43,13 +53,13 @@ async fn every_action_goes_through_the_endpoint() {
     let preview = src.plan(request.clone()).await.unwrap();
     assert_eq!(preview.node, "g5-a10g");
 
-    let Outcome::Claimed(claim) = src.act(Action::Claim { request }).await.unwrap() else {
+    let Outcome::Claimed(made) = src.act(claim(request)).await.unwrap() else {
         panic!("not a claim");
     };
-    assert_eq!(claim.node.as_deref(), Some("g5-a10g"));
-    assert_eq!(claim.project, "vision");
-    let id = claim.id;
-    let first = claim.shares[0].device;
+    assert_eq!(made.node.as_deref(), Some("g5-a10g"));
+    assert_eq!(made.project, "vision");
+    let id = made.id;
+    let first = made.shares[0].device;
 
     // The endpoint holds it: the next snapshot shows it where the outcome said.
     let snap = src.fetch().await.unwrap();
@@ -109,12 +119,7 @@ async fn every_action_goes_through_the_endpoint() {
     .unwrap();
     assert!(!cordoned(&src.fetch().await.unwrap()));
 
-    let out = src
-        .act(Action::ResetProject {
-            project: "vision".into(),
-        })
-        .await
-        .unwrap();
+    let out = src.act(reset("vision")).await.unwrap();
     assert_eq!(
         out,
         Outcome::Reset {
@@ -144,9 +149,7 @@ async fn refusals_carry_the_endpoints_words() {
 
     // 422: the broken rule and the field are in the message.
     let e = src
-        .act(Action::Claim {
-            request: json!({"gpu_memory": "1Gi", "colour": "red"}),
-        })
+        .act(claim(json!({"gpu_memory": "1Gi", "colour": "red"})))
         .await
         .unwrap_err();
     let Failure::Invalid(m) = &e else {
@@ -156,18 +159,11 @@ async fn refusals_carry_the_endpoints_words() {
     assert!(m.contains("field `colour`"), "{m}");
 
     // 409: pin one GPU of the A10G node, then ask for all four of it.
-    src.act(Action::Claim {
-        request: json!({"gpu_memory": "20Gi", "node": "g5-a10g"}),
-    })
-    .await
-    .unwrap();
-    let full = json!({"nvidia.com/gpu": 4, "node": "g5-a10g"});
-    let e = src
-        .act(Action::Claim {
-            request: full.clone(),
-        })
+    src.act(claim(json!({"gpu_memory": "20Gi", "node": "g5-a10g"})))
         .await
-        .unwrap_err();
+        .unwrap();
+    let full = json!({"nvidia.com/gpu": 4, "node": "g5-a10g"});
+    let e = src.act(claim(full.clone())).await.unwrap_err();
     let Failure::Refused(m) = &e else {
         panic!("not refused: {e:?}");
     };
@@ -237,12 +233,7 @@ async fn tokens_and_a_stopped_endpoint() {
     // A read token reads, but cannot act.
     let reader = source(&server, Some(server.read_token()));
     reader.fetch().await.unwrap();
-    let e = reader
-        .act(Action::ResetProject {
-            project: "vision".into(),
-        })
-        .await
-        .unwrap_err();
+    let e = reader.act(reset("vision")).await.unwrap_err();
     assert!(
         matches!(&e, Failure::Unauthorized(m) if m.contains("holds a read token")),
         "{e:?}"
