@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use crate::api::DEFAULT_PORT;
 use crate::placement::{ClaimId, MoveTarget, NoFit};
-use crate::snapshot::{ClaimView, Snapshot};
+use crate::snapshot::{ClaimView, SCHEMA_VERSION, Snapshot};
 
 /// The largest answer read, in bytes.
 const MAX_ANSWER: usize = 64 * 1024 * 1024;
@@ -316,9 +316,16 @@ impl Client {
         }
     }
 
-    /// `GET /v1/snapshot`.
+    /// `GET /v1/snapshot`, refused as unreadable when its schema is not this build's.
     pub async fn snapshot(&self) -> Result<Snapshot, ClientError> {
-        Ok(self.call(Method::GET, &["v1", "snapshot"], None).await?.1)
+        let snap: Snapshot = self.call(Method::GET, &["v1", "snapshot"], None).await?.1;
+        if snap.schema != SCHEMA_VERSION {
+            return Err(self.decode(format!(
+                "snapshot schema {} is not the {SCHEMA_VERSION} this build reads",
+                snap.schema
+            )));
+        }
+        Ok(snap)
     }
 
     /// `POST /v1/claims` with a request in any of the accepted forms.

@@ -1,109 +1,137 @@
-//! A gpuboard endpoint over HTTP (API v1): reads `GET /v1/snapshot`, acts through the
-//! claim, release, move, cordon and reset routes with a bearer token.
-//!
-//! The endpoint's own client (`client.rs`) is being written in parallel; this source
-//! speaks the documented API directly and should switch to that client once it lands.
+//! A gpuboard endpoint (API v1) as a console source: reads and acts through
+//! `client::Client`, and turns the client's typed errors into the console's `Failure`
+//! keeping the endpoint's own words (the broken rule, the reasons a claim does not fit),
+//! with a hint about the token file when the endpoint refuses the token.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::{Action, Failure, Outcome, Source, plan_on_snapshot};
+use crate::client::{Client, ClientError};
 use crate::placement::Allocation;
-use crate::snapshot::{ClaimView, SCHEMA_VERSION, Snapshot};
-
-/// Largest snapshot accepted, so a peer sending garbage cannot exhaust memory.
-const MAX_BODY: usize = 256 << 20;
+use crate::snapshot::{ClaimView, Snapshot};
 
 /// A gpuboard endpoint.
 pub struct Http {
     name: String,
-    base: String,
-    token: Option<String>,
-    client: reqwest::Client,
+    client: Client,
+    /// Whether a token was configured, to say what to fix when it is refused.
+    has_token: bool,
     last: Arc<Mutex<Option<Snapshot>>>,
 }
 
 impl Http {
-    /// An endpoint at `url` (`http://host:port`), with an optional bearer token.
+    /// An endpoint at `url` (`http://host:port`), with an optional bearer token (read
+    /// from the endpoint's `token_file` in the console config).
     pub fn new(
         name: &str,
         url: &str,
         token: Option<String>,
         timeout: Duration,
     ) -> anyhow::Result<Http> {
-        let base = url.trim_end_matches('/').to_string();
-        if !(base.starts_with("http://") || base.starts_with("https://")) {
-            anyhow::bail!("endpoint URL `{url}` must start with http:// or https://");
-        }
-        let client = reqwest::Client::builder().timeout(timeout).build()?;
+        let has_token = token.is_some();
+        let client = Client::new(url, token, timeout)
+            .map_err(|e| anyhow::anyhow!("endpoint {name}: {e}"))?;
         Ok(Http {
             name: name.to_string(),
-            base,
-            token,
             client,
+            has_token,
             last: Arc::new(Mutex::new(None)),
         })
     }
 
-    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        let b = self.client.request(method, format!("{}{path}", self.base));
-        match &self.token {
-            Some(t) => b.bearer_auth(t),
-            None => b,
+    fn failure(&self) -> impl Fn(ClientError) -> Failure + Send + 'static {
+        let name = self.name.clone();
+        let has_token = self.has_token;
+        move |e| failure(&name, has_token, e)
+    }
+}
+
+/// The console's view of a client error: the endpoint's words, plus what to do about a
+/// refused token.
+fn failure(source: &str, has_token: bool, e: ClientError) -> Failure {
+    match e {
+        ClientError::BadEndpoint { url, detail } => {
+            Failure::Unreachable(format!("bad endpoint `{url}`: {detail}"))
         }
-    }
-}
-
-fn transport(e: &reqwest::Error) -> Failure {
-    if e.is_timeout() {
-        Failure::Timeout(0)
-    } else {
-        Failure::Unreachable(e.to_string())
-    }
-}
-
-/// Reads a response: a JSON body on success, the endpoint's `{error, detail}` otherwise.
-async fn read(resp: reqwest::Response) -> Result<Value, Failure> {
-    let status = resp.status();
-    if resp.content_length().is_some_and(|n| n > MAX_BODY as u64) {
-        return Err(Failure::Decode(format!(
-            "answer of {} bytes is larger than the {MAX_BODY} accepted",
-            resp.content_length().unwrap_or_default()
-        )));
-    }
-    let bytes = resp.bytes().await.map_err(|e| transport(&e))?;
-    if bytes.len() > MAX_BODY {
-        return Err(Failure::Decode("answer too large".into()));
-    }
-    let body: Option<Value> = serde_json::from_slice(&bytes).ok();
-    if status.is_success() {
-        return body.ok_or_else(|| Failure::Decode("the answer is not JSON".into()));
-    }
-    let words = body
-        .as_ref()
-        .map(|b| {
-            let error = b.get("error").and_then(Value::as_str).unwrap_or_default();
-            let detail = b.get("detail").and_then(Value::as_str).unwrap_or_default();
-            match (error.is_empty(), detail.is_empty()) {
-                (false, false) => format!("{error}: {detail}"),
-                (false, true) => error.to_string(),
-                _ => detail.to_string(),
+        ClientError::Unreachable { endpoint, detail } => {
+            Failure::Unreachable(format!("{endpoint}: {detail}"))
+        }
+        ClientError::Timeout { secs, .. } => Failure::Timeout(secs.saturating_mul(1000)),
+        ClientError::Unauthorized { detail } => {
+            let hint = if has_token {
+                format!(
+                    "the token in the token_file of endpoint `{source}` in the console config \
+                     is not one this endpoint issued; copy its operator.token there"
+                )
+            } else {
+                format!(
+                    "no token is configured for `{source}`: add it under [[endpoints]] in the \
+                     console config with token_file = the endpoint's operator.token"
+                )
+            };
+            Failure::Unauthorized(format!("{detail} ({hint})"))
+        }
+        ClientError::Forbidden { detail } => Failure::Unauthorized(format!(
+            "{detail} (the token_file of endpoint `{source}` holds a read token; actions need \
+             the operator token)"
+        )),
+        ClientError::Invalid {
+            rule,
+            rule_number,
+            field,
+            detail,
+        } => {
+            let mut at = Vec::new();
+            match (rule, rule_number) {
+                (Some(r), Some(n)) => at.push(format!("rule {n} `{r}`")),
+                (Some(r), None) => at.push(format!("rule `{r}`")),
+                _ => {}
             }
-        })
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| String::from_utf8_lossy(&bytes).chars().take(200).collect());
-    Err(match status.as_u16() {
-        401 | 403 => Failure::Unauthorized(words),
-        422 => Failure::Invalid(words),
-        409 => Failure::Refused(words),
-        s => Failure::Http {
-            status: s,
-            message: words,
+            if let Some(f) = field {
+                at.push(format!("field `{f}`"));
+            }
+            Failure::Invalid(if at.is_empty() {
+                detail
+            } else {
+                format!("{detail} ({})", at.join(", "))
+            })
+        }
+        ClientError::DoesNotFit {
+            detail, reasons, ..
+        } => {
+            // The summary usually lists the reasons already; add any it leaves out.
+            let missing: Vec<&String> = reasons
+                .iter()
+                .filter(|r| !detail.contains(r.as_str()))
+                .collect();
+            Failure::Refused(if missing.is_empty() {
+                detail
+            } else {
+                format!(
+                    "{detail} | {}",
+                    missing
+                        .iter()
+                        .map(|r| r.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" | ")
+                )
+            })
+        }
+        ClientError::Conflict { detail, .. } => Failure::Refused(detail),
+        ClientError::NotFound { detail } => Failure::Http {
+            status: 404,
+            message: detail,
         },
-    })
+        ClientError::Server { status, detail } => Failure::Http {
+            status,
+            message: detail,
+        },
+        ClientError::Decode { detail, .. } => Failure::Decode(detail),
+    }
 }
 
 impl Source for Http {
@@ -117,36 +145,38 @@ impl Source for Http {
         true
     }
     fn fetch(&self) -> BoxFuture<'static, Result<Snapshot, Failure>> {
-        let req = self.request(reqwest::Method::GET, "/v1/snapshot");
+        let client = self.client.clone();
+        let fail = self.failure();
         let last = Arc::clone(&self.last);
         Box::pin(async move {
-            let resp = req.send().await.map_err(|e| transport(&e))?;
-            let body = read(resp).await?;
-            let snap: Snapshot =
-                serde_json::from_value(body).map_err(|e| Failure::Decode(e.to_string()))?;
-            if snap.schema != SCHEMA_VERSION {
-                return Err(Failure::Decode(format!(
-                    "snapshot schema {} is not the {SCHEMA_VERSION} this console reads",
-                    snap.schema
-                )));
-            }
+            let snap = client.snapshot().await.map_err(fail)?;
             if let Ok(mut l) = last.lock() {
                 *l = Some(snap.clone());
             }
             Ok(snap)
         })
     }
+    /// A preview on the fleet rebuilt from the last snapshot (API v1 has no planning
+    /// route): the endpoint re-checks the claim when it is submitted, and may place it
+    /// elsewhere or refuse it if the fleet changed since.
     fn plan(&self, request: Value) -> BoxFuture<'static, Result<Allocation, Failure>> {
         let last = self.last.lock().ok().and_then(|l| l.clone());
         Box::pin(async move {
             let snap = last.ok_or_else(|| {
-                Failure::Refused("no snapshot from this endpoint yet to plan against".into())
+                Failure::Refused("no snapshot from this endpoint yet to preview against".into())
             })?;
-            plan_on_snapshot(&snap, &request)
+            plan_on_snapshot(&snap, &request).map_err(|e| match e {
+                Failure::Refused(why) => Failure::Refused(format!(
+                    "preview on the last snapshot: {why} (the endpoint re-checks when you claim)"
+                )),
+                other => other,
+            })
         })
     }
     fn act(&self, action: Action) -> BoxFuture<'static, Result<Outcome, Failure>> {
-        use reqwest::Method;
+        let client = self.client.clone();
+        let fail = self.failure();
+        // API v1 answers a move with the new place only; the old one is the last seen.
         let from = match &action {
             Action::Move { id, .. } => self
                 .last
@@ -155,55 +185,48 @@ impl Source for Http {
                 .and_then(|l| l.as_ref().and_then(|s| s.claim(*id)).map(place)),
             _ => None,
         };
-        let req = match &action {
-            Action::Claim { request } => self.request(Method::POST, "/v1/claims").json(request),
-            Action::Release { id } => self.request(Method::DELETE, &format!("/v1/claims/{id}")),
-            Action::Move { id, target } => self
-                .request(Method::POST, &format!("/v1/claims/{id}/move"))
-                .json(target),
-            Action::Cordon {
-                node,
-                index,
-                cordoned,
-            } => self.request(
-                Method::POST,
-                &format!(
-                    "/v1/devices/{node}/{index}/{}",
-                    if *cordoned { "cordon" } else { "uncordon" }
-                ),
-            ),
-            Action::ResetProject { project } => self
-                .request(Method::POST, &format!("/v1/projects/{project}/reset"))
-                .json(&json!({})),
-        };
         Box::pin(async move {
-            let resp = req.send().await.map_err(|e| transport(&e))?;
-            let body = read(resp).await?;
-            let claim = || -> Result<ClaimView, Failure> {
-                let v = body.get("claim").cloned().unwrap_or_else(|| body.clone());
-                serde_json::from_value(v).map_err(|e| Failure::Decode(e.to_string()))
-            };
             Ok(match action {
-                Action::Claim { .. } => Outcome::Claimed(Box::new(claim()?)),
-                Action::Release { id } => Outcome::Released {
-                    id,
-                    place: claim().ok().map(|c| place(&c)),
-                },
-                Action::Move { id, .. } => Outcome::Moved {
-                    id,
-                    from: from.unwrap_or_default(),
-                    to: place(&claim()?),
-                },
+                Action::Claim { request } => {
+                    let made = client.claim(&request).await.map_err(fail)?;
+                    Outcome::Claimed(Box::new(made.claim().clone()))
+                }
+                Action::Release { id } => {
+                    let gone = client.release(id).await.map_err(fail)?;
+                    Outcome::Released {
+                        id,
+                        place: gone.claim.filter(|_| gone.released).map(|c| place(&c)),
+                    }
+                }
+                Action::Move { id, target } => {
+                    let moved = client.move_claim(id, &target).await.map_err(fail)?;
+                    Outcome::Moved {
+                        id,
+                        from: from.unwrap_or_else(|| "its old place".to_string()),
+                        to: place(&moved),
+                    }
+                }
                 Action::Cordon {
                     node,
                     index,
                     cordoned,
-                } => Outcome::Cordoned {
-                    node,
-                    index,
-                    cordoned,
-                },
-                Action::ResetProject { project } => Outcome::Reset { project },
+                } => {
+                    if cordoned {
+                        client.cordon(&node, index).await
+                    } else {
+                        client.uncordon(&node, index).await
+                    }
+                    .map_err(fail)?;
+                    Outcome::Cordoned {
+                        node,
+                        index,
+                        cordoned,
+                    }
+                }
+                Action::ResetProject { project } => {
+                    client.reset_project(&project).await.map_err(fail)?;
+                    Outcome::Reset { project }
+                }
             })
         })
     }
@@ -221,5 +244,86 @@ pub fn place(c: &ClaimView) -> String {
                 .join(",")
         ),
         None => "pending".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refused_tokens_say_what_to_fix() {
+        let e = ClientError::Unauthorized {
+            detail: "the token is not valid for this endpoint".into(),
+        };
+        let f = failure("lab", true, e.clone()).to_string();
+        assert!(f.starts_with("unauthorized: the token is not valid"), "{f}");
+        assert!(f.contains("token_file of endpoint `lab`"), "{f}");
+        let f = failure("lab", false, e).to_string();
+        assert!(f.contains("no token is configured for `lab`"), "{f}");
+        let f = failure(
+            "lab",
+            true,
+            ClientError::Forbidden {
+                detail: "read only".into(),
+            },
+        );
+        assert!(
+            matches!(&f, Failure::Unauthorized(m) if m.contains("read token")),
+            "{f}"
+        );
+    }
+
+    #[test]
+    fn rules_and_reasons_stay_in_the_message() {
+        let f = failure(
+            "lab",
+            true,
+            ClientError::Invalid {
+                rule: Some("unknown-field".into()),
+                rule_number: Some(8),
+                field: Some("colour".into()),
+                detail: "unknown field `colour`".into(),
+            },
+        );
+        assert_eq!(
+            f,
+            Failure::Invalid(
+                "unknown field `colour` (rule 8 `unknown-field`, field `colour`)".into()
+            )
+        );
+        let f = failure(
+            "lab",
+            true,
+            ClientError::DoesNotFit {
+                detail: "does not fit now: node a: full".into(),
+                reasons: vec!["node a: full".into(), "node b: cordoned".into()],
+                infeasible: false,
+                no_fit: None,
+            },
+        );
+        assert_eq!(
+            f,
+            Failure::Refused("does not fit now: node a: full | node b: cordoned".into())
+        );
+        let f = failure(
+            "lab",
+            true,
+            ClientError::Timeout {
+                endpoint: "http://h:1/".into(),
+                secs: 2,
+            },
+        );
+        assert_eq!(f, Failure::Timeout(2000));
+    }
+
+    #[test]
+    fn only_http_urls_make_a_source() {
+        let t = Duration::from_secs(1);
+        assert!(Http::new("a", "http://127.0.0.1:7420", None, t).is_ok());
+        let Err(e) = Http::new("a", "ftp://h", None, t) else {
+            panic!("ftp accepted");
+        };
+        assert!(e.to_string().contains("only http://"), "{e}");
     }
 }
