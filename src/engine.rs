@@ -354,6 +354,11 @@ impl Engine {
         snap
     }
 
+    /// A claim as it stands now.
+    pub fn claim(&self, id: ClaimId) -> Option<Claim> {
+        self.lock().claim(id).cloned()
+    }
+
     /// Where a request would go now, without placing it (the console's claim preview).
     pub fn plan(&self, req: &ClaimRequest) -> Result<Allocation, NoFit> {
         self.lock().plan(req)
