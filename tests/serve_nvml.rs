@@ -174,6 +174,30 @@ async fn serve_takes_gpus_from_nvml_and_attributes_a_run_claims_process() {
     assert_eq!(claim["idle"], false);
     let other = device(&snap, 1 - on as usize);
     assert_eq!(other["unclaimed_memory"].as_u64(), Some(0));
+    // The same through /metrics: used beside allocated, and the unclaimed use.
+    let text = common::http()
+        .get(format!("{}/metrics", server.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let labels = format!(
+        "{{node=\"{}\",index=\"{on}\",model=\"NVIDIA L4\"}}",
+        host.trim()
+    );
+    for (series, value) in [
+        ("device_memory_used_bytes", 1_073_741_824u64),
+        (
+            "device_memory_allocated_bytes",
+            d["memory_allocated"].as_u64().unwrap(),
+        ),
+        ("device_memory_unclaimed_bytes", 536_870_912),
+    ] {
+        let line = format!("gpuboard_{series}{labels} {value}");
+        assert!(text.lines().any(|l| l == line), "{line} in {text}");
+    }
     drop(run);
 }
 
