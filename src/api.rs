@@ -631,6 +631,11 @@ async fn metrics(State(st): State<ApiState>) -> ApiResult {
         "device_memory_used_bytes",
         "Memory in use (telemetry)",
     );
+    let mem_unclaimed = gauge(
+        &mut reg,
+        "device_memory_unclaimed_bytes",
+        "Memory used by processes of no claim (telemetry)",
+    );
     let compute = gauge(
         &mut reg,
         "device_compute_allocated_units",
@@ -663,6 +668,9 @@ async fn metrics(State(st): State<ApiState>) -> ApiResult {
         if let Some(u) = d.telemetry.as_ref().and_then(|t| t.memory_used) {
             set(&mem_used, u.0);
         }
+        if let Some(u) = d.unclaimed_memory {
+            set(&mem_unclaimed, u.0);
+        }
         set(&compute, u64::from(d.compute_allocated.0));
         set(&slots, u64::from(d.slots_allocated.0));
         set(&cordoned, u64::from(d.cordoned));
@@ -689,6 +697,36 @@ async fn metrics(State(st): State<ApiState>) -> ApiResult {
         "project_backed_off",
         "1 while the project is backed off for the resource",
     );
+    let float = |reg: &mut Registry, name: &str, help: &str| {
+        let f = Family::<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        reg.register(name, help, f.clone());
+        f
+    };
+    let backoff_left = float(
+        &mut reg,
+        "project_backoff_remaining_seconds",
+        "Seconds until the project's backoff for the resource ends (0 when not backed off)",
+    );
+    let eligible = gauge(
+        &mut reg,
+        "project_eligible",
+        "1 while the project has work the resource could run (it accrues debt)",
+    );
+    let pending = gauge(
+        &mut reg,
+        "project_claims_pending",
+        "Pending claims per project",
+    );
+    let idle = float(
+        &mut reg,
+        "resource_idle_instances",
+        "Idle instances per resource type",
+    );
+    let shortfall = float(
+        &mut reg,
+        "resource_shortfall_seconds",
+        "Shortfall over the buffer horizon per resource type, instance-seconds",
+    );
     for p in &snap.projects {
         for r in &p.resources {
             let l = vec![
@@ -699,7 +737,20 @@ async fn metrics(State(st): State<ApiState>) -> ApiResult {
             backoff
                 .get_or_create(&l)
                 .set(i64::from(r.backoff_until.is_some()));
+            let left_ms = r
+                .backoff_until
+                .map_or(0, |until| until.0.saturating_sub(snap.taken_at.0));
+            backoff_left.get_or_create(&l).set(left_ms as f64 / 1000.0);
+            eligible.get_or_create(&l).set(i64::from(r.eligible));
         }
+        pending
+            .get_or_create(&vec![("project".to_string(), p.name.clone())])
+            .set(i64::from(p.pending));
+    }
+    for r in &snap.resources {
+        let l = vec![("resource".to_string(), r.name.clone())];
+        idle.get_or_create(&l).set(r.idle);
+        shortfall.get_or_create(&l).set(r.shortfall);
     }
     let revision = Gauge::<i64>::default();
     revision.set(i64::try_from(snap.revision).unwrap_or(i64::MAX));

@@ -172,6 +172,15 @@ pub struct ServeArgs {
     /// Milliseconds between lease, owner and pending checks.
     #[arg(long, default_value_t = 1000)]
     pub tick_ms: u64,
+    /// NVML library to load instead of the driver's libnvidia-ml.so.1 (a path).
+    #[arg(long)]
+    pub nvml_lib: Option<PathBuf>,
+    /// Memory kept back from each GPU found through NVML (e.g. 1GiB).
+    #[arg(long)]
+    pub memory_headroom: Option<String>,
+    /// Flink GPU coordination file whose records the snapshot lists.
+    #[arg(long, default_value = crate::discovery::coordination::DEFAULT_COORDINATION_FILE)]
+    pub coordination_file: PathBuf,
 }
 
 /// `gpuboard claim`.
@@ -570,16 +579,45 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .try_init();
-    let Some(inventory) = &a.inventory else {
-        anyhow::bail!(
-            "no GPUs to serve: NVML discovery is not built into this endpoint yet, so give an \
-             inventory file with --inventory FILE (for example assets/demo-fleet.toml)"
-        );
+    let headroom = match &a.memory_headroom {
+        Some(text) => {
+            Bytes::parse(text).map_err(|e| anyhow::anyhow!("--memory-headroom {text}: {e}"))?
+        }
+        None => Bytes(0),
     };
-    let nodes = crate::inventory::load(inventory)?;
-    if nodes.iter().all(|n| n.devices.is_empty()) {
-        anyhow::bail!("inventory {} lists no GPU", inventory.display());
-    }
+    let host = crate::live::hostname();
+    // NVML is opened in both cases: with an inventory it still gives telemetry.
+    let (core, first) = crate::live::open_local(
+        a.nvml_lib.as_deref(),
+        crate::telemetry::SamplerConfig::default(),
+    );
+    let nodes = match &a.inventory {
+        Some(inventory) => {
+            let nodes = crate::inventory::load(inventory)?;
+            if nodes.iter().all(|n| n.devices.is_empty()) {
+                anyhow::bail!("inventory {} lists no GPU", inventory.display());
+            }
+            nodes
+        }
+        None => {
+            let node = crate::live::inventory(&first, &host, headroom);
+            if node.devices.is_empty() {
+                let why = match &first.backend {
+                    crate::telemetry::BackendStatus::Unavailable { reason, .. } => {
+                        reason.to_string()
+                    }
+                    crate::telemetry::BackendStatus::Ready { .. } => {
+                        "NVML is running but lists no GPU".to_string()
+                    }
+                };
+                anyhow::bail!(
+                    "no GPUs to serve: {why}. Give an inventory file with --inventory FILE \
+                     (for example assets/demo-fleet.toml), or run `gpuboard --demo` to see the demo fleet"
+                );
+            }
+            vec![node]
+        }
+    };
     let dir = a.data_dir.clone().unwrap_or_else(default_data_dir);
     let name = a.name.clone().unwrap_or_else(|| {
         std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -612,6 +650,16 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     for w in warnings {
         eprintln!("gpuboard serve: warning: {w}");
     }
+    let live = crate::live::LiveConfig {
+        coordination_file: Some(a.coordination_file.clone()),
+        ..crate::live::LiveConfig::local(&host)
+    };
+    engine.attach_telemetry(
+        core,
+        Some(first),
+        Arc::new(crate::telemetry::SystemClock),
+        live,
+    )?;
     if !a.listen.ip().is_loopback() {
         eprintln!(
             "gpuboard serve: warning: listening on {} (not loopback) over plain HTTP; tokens travel unencrypted",

@@ -7,17 +7,19 @@
 //! Watchers see revisions only once they are committed.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::{oneshot, watch};
 
 use crate::clock::{Clock, Timestamp};
+use crate::live::{LiveConfig, LiveFeed, LiveRound};
 use crate::placement::{Allocation, ClaimId, FleetError, MoveError, MoveTarget, NoFit, NodeSpec};
 use crate::request::ClaimRequest;
 use crate::scheduler::{Claim, RenewError, Scheduler, SchedulerConfig, Submitted};
 use crate::snapshot::{AuditEvent, Snapshot};
 use crate::store::{Store, StoreError, StoreStats, SyncMode};
+use crate::telemetry::{Sampler, SamplerCore, TelemetrySnapshot};
 
 /// The largest project share accepted.
 pub const MAX_SHARE: u32 = crate::fairshare::Share::MAX;
@@ -102,6 +104,8 @@ struct Inner {
     owners: Arc<dyn OwnerCheck>,
     committed: watch::Receiver<u64>,
     tick: Duration,
+    live: OnceLock<Arc<LiveFeed>>,
+    sampler: Mutex<Option<Sampler>>,
 }
 
 /// A cheap, cloneable handle to the one scheduler.
@@ -168,6 +172,8 @@ impl Engine {
                 owners,
                 committed,
                 tick: config.tick,
+                live: OnceLock::new(),
+                sampler: Mutex::new(None),
             }),
         };
         Ok((engine, warnings))
@@ -267,11 +273,57 @@ impl Engine {
             .map_err(|e| EngineError::Invalid(e.to_string()))
     }
 
-    /// Expires leases, releases claims of dead local owners, places pending claims.
+    /// Expires leases, releases claims of dead local owners, places pending claims, and
+    /// feeds the latest telemetry round to the idle tracker.
     pub async fn tick(&self) -> Result<(), EngineError> {
         let owners = Arc::clone(&self.inner.owners);
         self.mutate(|s, now| s.tick(now, &|pid| owners.alive(pid)))
-            .await
+            .await?;
+        if let Some(feed) = self.inner.live.get() {
+            let snap = self.lock().snapshot(self.now());
+            feed.track_idle(&snap);
+        }
+        Ok(())
+    }
+
+    /// Joins live telemetry in: `first` (a round already taken, e.g. for the inventory)
+    /// is published now, then `core` samples on its own thread, each round completed with
+    /// process origins and coordination records there. Snapshots only read the latest
+    /// round. A second call is refused.
+    pub fn attach_telemetry(
+        &self,
+        core: SamplerCore,
+        first: Option<TelemetrySnapshot>,
+        clock: Arc<dyn crate::telemetry::Clock>,
+        config: LiveConfig,
+    ) -> anyhow::Result<()> {
+        let feed = Arc::new(LiveFeed::new(config));
+        if self.inner.live.set(Arc::clone(&feed)).is_err() {
+            anyhow::bail!("telemetry is already attached to this engine");
+        }
+        if let Some(first) = first {
+            feed.publish(LiveRound::gather(first, feed.config()));
+        }
+        let sink_feed = Arc::clone(&feed);
+        let sampler = Sampler::spawn(
+            core,
+            clock,
+            Box::new(move |round| {
+                let round = LiveRound::gather(round, sink_feed.config());
+                sink_feed.publish(round);
+            }),
+        )?;
+        *self
+            .inner
+            .sampler
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(sampler);
+        Ok(())
+    }
+
+    /// The live feed, when telemetry is attached.
+    pub fn telemetry(&self) -> Option<&Arc<LiveFeed>> {
+        self.inner.live.get()
     }
 
     /// Ticks every `EngineConfig::tick` until the engine's store fails; logs failures.
@@ -292,10 +344,19 @@ impl Engine {
         })
     }
 
-    /// The whole state now (telemetry left empty: the caller adds what it samples).
+    /// The whole state now, with the latest telemetry round joined in when attached.
     pub fn snapshot(&self) -> Snapshot {
         let now = self.now();
-        self.lock().snapshot(now)
+        let mut snap = self.lock().snapshot(now);
+        if let Some(feed) = self.inner.live.get() {
+            feed.merge_into(&mut snap);
+        }
+        snap
+    }
+
+    /// A claim as it stands now.
+    pub fn claim(&self, id: ClaimId) -> Option<Claim> {
+        self.lock().claim(id).cloned()
     }
 
     /// Where a request would go now, without placing it (the console's claim preview).

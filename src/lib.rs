@@ -15,6 +15,7 @@ pub mod doctor;
 pub mod engine;
 pub mod fairshare;
 pub mod inventory;
+pub mod live;
 pub mod placement;
 pub mod request;
 pub mod scheduler;

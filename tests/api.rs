@@ -346,6 +346,54 @@ async fn every_status_code_with_its_body() {
     );
     assert!(text.contains("gpuboard_device_memory_allocated_bytes{node=\"g5-a10g\""));
     assert!(text.contains("gpuboard_http_responses_total{code=\"409\"}"));
+    // Fair-share series: every project and resource of the snapshot has its line.
+    let snap = api.snapshot().await;
+    for p in snap["projects"].as_array().unwrap() {
+        let name = p["name"].as_str().unwrap();
+        let line = format!(
+            "gpuboard_project_claims_pending{{project=\"{name}\"}} {}",
+            p["pending"]
+        );
+        assert!(text.contains(&line), "{line} in {text}");
+        for r in p["resources"].as_array().unwrap() {
+            let l = format!(
+                "project=\"{name}\",resource=\"{}\"",
+                r["resource"].as_str().unwrap()
+            );
+            let eligible = u8::from(r["eligible"].as_bool().unwrap());
+            assert!(
+                text.contains(&format!("gpuboard_project_eligible{{{l}}} {eligible}")),
+                "{l}"
+            );
+            assert!(
+                text.contains(&format!("gpuboard_project_debt{{{l}}} ")),
+                "{l}"
+            );
+            let left = format!("gpuboard_project_backoff_remaining_seconds{{{l}}} ");
+            let value: f64 = text
+                .lines()
+                .find_map(|x| x.strip_prefix(&left))
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert_eq!(value > 0.0, !r["backoff_until"].is_null(), "{l}");
+        }
+    }
+    for r in snap["resources"].as_array().unwrap() {
+        let name = r["name"].as_str().unwrap();
+        let idle = format!("gpuboard_resource_idle_instances{{resource=\"{name}\"}} ");
+        let value: f64 = text
+            .lines()
+            .find_map(|x| x.strip_prefix(&idle))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(value, r["idle"].as_f64().unwrap(), "{name}");
+        assert!(text.contains(&format!(
+            "gpuboard_resource_shortfall_seconds{{resource=\"{name}\"}} "
+        )));
+    }
+    assert!(!snap["projects"].as_array().unwrap().is_empty());
     let (s, v) = Api::new(&server, None)
         .send(Method::GET, "/healthz", None)
         .await;

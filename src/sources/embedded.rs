@@ -1,73 +1,97 @@
-//! The embedded source: the scheduler in-process, over this machine's GPUs.
+//! The embedded source: the engine in-process, over this machine's GPUs as NVML reports
+//! them, with live telemetry, and state kept in the data directory across runs.
 //!
-//! This build has no GPU discovery yet, so it serves zero local GPUs and says so, with
-//! how to see the demo. Its state lives in memory only; when the endpoint's persistent
-//! engine lands, this source wraps that instead.
+//! Without a GPU it serves none and says why (the same reason `gpuboard doctor` gives)
+//! and how to see the demo.
 
-use std::sync::{Arc, Mutex};
+use std::path::Path;
+use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use serde_json::Value;
 
-use super::{Action, Failure, Outcome, Source, apply, plan_on};
+use super::{Action, Failure, Outcome, Source, parse_request};
 use crate::clock::Clock;
-use crate::placement::{Allocation, NodeSpec, Policy};
-use crate::scheduler::{Scheduler, SchedulerConfig};
+use crate::engine::{Engine, EngineConfig, EngineError, LocalProcesses};
+use crate::live::{LiveConfig, hostname};
+use crate::placement::{Allocation, Policy};
+use crate::scheduler::{SchedulerConfig, Submitted, claim_view};
 use crate::snapshot::Snapshot;
+use crate::store::SyncMode;
+use crate::telemetry::{BackendStatus, SamplerConfig, SystemClock};
+use crate::units::Bytes;
 
-/// Why there are no GPUs, shown in the console.
-pub const NO_GPU_NOTE: &str = "no GPUs on this machine: this build has no GPU discovery (NVML) yet, so the embedded scheduler serves none; run `gpuboard --demo` to see a demo fleet";
+/// What the console adds when this machine has no GPU.
+pub const DEMO_HINT: &str = "run `gpuboard --demo` to see the demo fleet";
 
-/// The in-process scheduler over local nodes.
+/// The in-process engine over local nodes.
 pub struct Embedded {
     name: String,
     note: Option<String>,
-    sched: Arc<Mutex<Scheduler>>,
-    clock: Arc<dyn Clock>,
+    engine: Engine,
 }
 
 impl Embedded {
-    /// A source over these nodes (none when no GPU was found: then `note` says why).
-    pub fn new(
-        name: &str,
-        nodes: Vec<NodeSpec>,
-        note: Option<String>,
-        clock: Arc<dyn Clock>,
-    ) -> anyhow::Result<Embedded> {
-        let config = SchedulerConfig {
-            name: name.to_string(),
-            kind: "embedded".to_string(),
-            policy: Policy::Binpack,
-            ..SchedulerConfig::default()
-        };
-        let sched = Scheduler::new(config, nodes)?;
-        Ok(Embedded {
+    /// A source over an engine already built (`note`: why it has no GPU, if it has none).
+    pub fn new(name: &str, engine: Engine, note: Option<String>) -> Embedded {
+        Embedded {
             name: name.to_string(),
             note,
-            sched: Arc::new(Mutex::new(sched)),
-            clock,
-        })
+            engine,
+        }
     }
 
-    /// This machine: no discovery yet, so no GPUs and the note that says so.
-    pub fn local(clock: Arc<dyn Clock>) -> anyhow::Result<Embedded> {
+    /// This machine: GPUs and telemetry from NVML, state in `data_dir`.
+    pub fn local(clock: Arc<dyn Clock>, data_dir: &Path) -> anyhow::Result<Embedded> {
         let host = hostname();
-        Embedded::new(&host, Vec::new(), Some(NO_GPU_NOTE.to_string()), clock)
+        let (core, first) = crate::live::open_local(None, SamplerConfig::default());
+        let node = crate::live::inventory(&first, &host, Bytes(0));
+        let note = if node.devices.is_empty() {
+            let why = match &first.backend {
+                BackendStatus::Unavailable { reason, .. } => reason.to_string(),
+                BackendStatus::Ready { .. } => "NVML is running but lists no GPU".to_string(),
+            };
+            Some(format!("no GPUs on this machine: {why}; {DEMO_HINT}"))
+        } else {
+            None
+        };
+        let nodes = if node.devices.is_empty() {
+            Vec::new()
+        } else {
+            vec![node]
+        };
+        let config = EngineConfig {
+            scheduler: SchedulerConfig {
+                name: host.clone(),
+                kind: "embedded".to_string(),
+                policy: Policy::Binpack,
+                ..SchedulerConfig::default()
+            },
+            ..EngineConfig::default()
+        };
+        let (engine, warnings) = Engine::open(
+            config,
+            nodes,
+            data_dir,
+            SyncMode::Full,
+            clock,
+            Arc::new(LocalProcesses),
+        )?;
+        for w in warnings {
+            tracing::warn!("embedded state: {w}");
+        }
+        engine.attach_telemetry(
+            core,
+            Some(first),
+            Arc::new(SystemClock),
+            LiveConfig::local(&host),
+        )?;
+        Ok(Embedded::new(&host, engine, note))
     }
 }
 
-/// The host name, or `local` when it cannot be read.
-pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "local".to_string())
-}
-
-/// Whether a local process is still running.
-pub fn pid_alive(pid: u32) -> bool {
-    std::path::Path::new(&format!("/proc/{pid}")).exists()
+fn refused(e: EngineError) -> Failure {
+    Failure::Refused(e.to_string())
 }
 
 impl Source for Embedded {
@@ -84,39 +108,92 @@ impl Source for Embedded {
         self.note.clone()
     }
     fn fetch(&self) -> BoxFuture<'static, Result<Snapshot, Failure>> {
-        let sched = Arc::clone(&self.sched);
-        let now = self.clock.now();
+        let engine = self.engine.clone();
         let note = self.note.clone();
         Box::pin(async move {
-            let mut s = sched
-                .lock()
-                .map_err(|_| Failure::Refused("scheduler state poisoned".into()))?;
-            s.tick(now, &pid_alive);
-            let mut snap = s.snapshot(now);
-            snap.endpoint.telemetry_note = note;
+            engine.tick().await.map_err(refused)?;
+            let mut snap = engine.snapshot();
+            if note.is_some() {
+                snap.endpoint.telemetry_note = note;
+            }
             Ok(snap)
         })
     }
     fn plan(&self, request: Value) -> BoxFuture<'static, Result<Allocation, Failure>> {
-        let sched = Arc::clone(&self.sched);
+        let engine = self.engine.clone();
         Box::pin(async move {
-            let s = sched
-                .lock()
-                .map_err(|_| Failure::Refused("scheduler state poisoned".into()))?;
-            plan_on(&s, &request)
+            let req = parse_request(&request)?;
+            engine
+                .plan(&req)
+                .map_err(|no| Failure::Refused(no.summary()))
         })
     }
     fn act(&self, action: Action) -> BoxFuture<'static, Result<Outcome, Failure>> {
-        let sched = Arc::clone(&self.sched);
-        let now = self.clock.now();
-        Box::pin(async move {
-            let mut s = sched
-                .lock()
-                .map_err(|_| Failure::Refused("scheduler state poisoned".into()))?;
-            let out = apply(&mut s, &action, "console", now);
-            // In memory only: nothing to persist the journal to yet.
-            s.take_changes();
-            out
-        })
+        let engine = self.engine.clone();
+        Box::pin(async move { act(&engine, action, "console").await })
+    }
+}
+
+/// Carries out an action on the engine, durably.
+async fn act(engine: &Engine, action: Action, actor: &str) -> Result<Outcome, Failure> {
+    match action {
+        Action::Claim { request } => {
+            let req = parse_request(&request)?;
+            match engine.submit(req, actor).await.map_err(refused)? {
+                Submitted::Placed(c) | Submitted::Pending(c) => {
+                    Ok(Outcome::Claimed(Box::new(claim_view(&c))))
+                }
+                Submitted::Refused(no) => Err(Failure::Refused(no.summary())),
+            }
+        }
+        Action::Release { id } => {
+            let gone = engine.release(id, actor).await.map_err(refused)?;
+            Ok(Outcome::Released {
+                id,
+                place: gone.map(|c| {
+                    c.allocation
+                        .as_ref()
+                        .map_or_else(|| "pending".to_string(), ToString::to_string)
+                }),
+            })
+        }
+        Action::Move { id, target } => {
+            let from = engine
+                .claim(id)
+                .and_then(|c| c.allocation.as_ref().map(ToString::to_string))
+                .unwrap_or_default();
+            let moved = engine
+                .move_claim(id, target, actor)
+                .await
+                .map_err(refused)?;
+            let to = moved
+                .allocation
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            Ok(Outcome::Moved { id, from, to })
+        }
+        Action::Cordon {
+            node,
+            index,
+            cordoned,
+        } => {
+            engine
+                .cordon(&node, index, cordoned, actor)
+                .await
+                .map_err(refused)?;
+            Ok(Outcome::Cordoned {
+                node,
+                index,
+                cordoned,
+            })
+        }
+        Action::ResetProject { project } => {
+            engine
+                .reset_project(&project, actor)
+                .await
+                .map_err(refused)?;
+            Ok(Outcome::Reset { project })
+        }
     }
 }

@@ -189,10 +189,23 @@ impl Server {
     /// Starts serve over `inventory` with state in `dir`, plus `extra` flags, and waits
     /// for it to print the address it bound.
     pub fn start(dir: &Path, inventory: &Path, extra: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_gpuboard"))
-            .arg("serve")
-            .arg("--inventory")
-            .arg(inventory)
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpuboard"));
+        cmd.arg("serve").arg("--inventory").arg(inventory);
+        Server::spawn(cmd, dir, extra)
+    }
+
+    /// Starts serve over the GPUs the fake NVML library reports from `fixture` (no
+    /// inventory file), with state in `dir`.
+    pub fn start_nvml(dir: &Path, driver_dir: &Path, fixture: &Path, extra: &[&str]) -> Server {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpuboard"));
+        cmd.env("LD_LIBRARY_PATH", driver_dir)
+            .env("GPUBOARD_FAKE_NVML_FIXTURE", fixture)
+            .arg("serve");
+        Server::spawn(cmd, dir, extra)
+    }
+
+    fn spawn(mut cmd: Command, dir: &Path, extra: &[&str]) -> Server {
+        let mut child = cmd
             .arg("--data-dir")
             .arg(dir)
             .args(["--listen", "127.0.0.1:0"])

@@ -80,6 +80,10 @@ struct Device {
     mig_devices: Vec<MigDevice>,
     #[serde(default)]
     processes: Vec<Process>,
+    /// A TOML file of `[[processes]]` read at every listing instead of `processes`, so a
+    /// test can put processes it started on the GPU while the library runs (absent file:
+    /// no processes).
+    processes_file: Option<PathBuf>,
     /// The device answers GPU_IS_LOST once this file exists.
     lost_when_exists: Option<PathBuf>,
     /// The device answers GPU_IS_LOST after this many calls on it.
@@ -98,6 +102,13 @@ struct MigDevice {
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
+struct ProcessFile {
+    #[serde(default)]
+    processes: Vec<Process>,
+}
+
+#[derive(Clone, Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
 struct Process {
     pid: c_uint,
     /// Absent: NVML cannot tell (NVML_VALUE_NOT_AVAILABLE).
@@ -106,6 +117,23 @@ struct Process {
     #[serde(default)]
     graphics: bool,
     gpu_instance_id: Option<c_uint>,
+}
+
+/// The processes on a device now: from its processes file when it names one.
+fn device_processes(device: &Device) -> Vec<Process> {
+    let Some(path) = &device.processes_file else {
+        return device.processes.clone();
+    };
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    match toml::from_str::<ProcessFile>(&text) {
+        Ok(file) => file.processes,
+        Err(e) => {
+            eprintln!("fake-nvml: bad processes file {}: {e}", path.display());
+            Vec::new()
+        }
+    }
 }
 
 struct State {
@@ -334,7 +362,7 @@ pub unsafe extern "C" fn nvmlSystemGetProcessName(
             .fixture
             .devices
             .iter()
-            .flat_map(|d| &d.processes)
+            .flat_map(device_processes)
             .find(|p| p.pid == pid)
             .and_then(|p| p.name.clone())
             .ok_or(NOT_FOUND)?;
@@ -662,7 +690,7 @@ unsafe fn processes(
     }
     let list = gpu(h, |d| {
         Some(
-            d.processes
+            device_processes(d)
                 .iter()
                 .filter(|p| p.graphics == graphics)
                 .map(|p| ProcessInfo {
