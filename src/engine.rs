@@ -392,7 +392,6 @@ impl Engine {
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
-    use crate::placement::DeviceSpec;
     use crate::units::Bytes;
     use serde_json::json;
     use std::collections::BTreeSet;
@@ -406,19 +405,7 @@ mod tests {
     }
 
     fn nodes() -> Vec<NodeSpec> {
-        vec![NodeSpec {
-            name: "a".into(),
-            devices: (0..2)
-                .map(|i| DeviceSpec {
-                    index: i,
-                    model: "NVIDIA A100-SXM4-40GB".into(),
-                    uuid: None,
-                    memory: Some(Bytes::gib(40)),
-                    link_group: None,
-                })
-                .collect(),
-            cpus: None,
-        }]
+        vec![crate::inventory::a100_node("a", 2)]
     }
 
     fn req(v: serde_json::Value) -> ClaimRequest {

@@ -1402,6 +1402,17 @@ fn form(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
         FormStage::Planning => lines.push(Line::styled("asking for a placement…", theme.dim)),
         FormStage::Preview(p) => {
             lines.push(Line::styled(format!("would place at {p}"), theme.ok));
+            // A remote endpoint's preview is planned on its last snapshot, here.
+            if state
+                .sources
+                .get(f.source)
+                .is_some_and(|s| s.kind == "gpuboard")
+            {
+                lines.push(Line::styled(
+                    "(preview on the last snapshot; the endpoint re-checks when you claim)",
+                    theme.dim,
+                ));
+            }
             lines.push(Line::styled(
                 "Enter: claim it · edit to change · Esc: cancel",
                 theme.accent,
