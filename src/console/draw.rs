@@ -977,7 +977,8 @@ fn fairshare(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
         Constraint::Length(4),
         Constraint::Length(4),
         Constraint::Length(7),
-        Constraint::Length(10),
+        // Wide enough for `A100-SXM4-40GB` and `H100 80GB HBM3`: the model tells types apart.
+        Constraint::Length(14),
         Constraint::Length(7),
         Constraint::Length(6),
         Constraint::Length(5),
@@ -1032,7 +1033,12 @@ fn resource_cells(
         _ => Cell::from("-"),
     };
     vec![
-        Cell::from(r.resource.clone()),
+        // `gpu:NVIDIA A100-SXM4-80GB` -> `A100-SXM4-80GB`: the model is what tells types apart.
+        Cell::from(
+            r.resource
+                .strip_prefix("gpu:")
+                .map_or_else(|| r.resource.clone(), short_model),
+        ),
         Cell::from(Span::styled(
             format!("{:.0}", r.debt),
             if r.debt < 0.0 { theme.warn } else { theme.text },
