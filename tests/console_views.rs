@@ -67,6 +67,16 @@ fn claim_form_release_confirm_help_and_down_source() {
     key(&mut st, KeyCode::Char('?'));
     insta::assert_snapshot!("help_160x48", text(&st, &th, 160, 48));
     insta::assert_snapshot!("help_80x24", text(&st, &th, 80, 24));
+    // At 80x24 the help does not fit: it scrolls to its last lines, and no further.
+    st.size = (80, 24);
+    assert!(!text(&st, &th, 80, 24).contains("clear the selected project"));
+    for _ in 0..3 {
+        key(&mut st, KeyCode::PageDown);
+    }
+    let scrolled = text(&st, &th, 80, 24);
+    assert!(scrolled.contains("clear the selected project"), "{scrolled}");
+    key(&mut st, KeyCode::Char('g'));
+    assert!(text(&st, &th, 80, 24).contains("quit the console"));
     let mut st = with_down_source();
     show_view(&mut st, View::Overview);
     insta::assert_snapshot!("down_source_overview_120x30", text(&st, &th, 120, 30));

@@ -1348,7 +1348,7 @@ fn help(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
         theme.dim,
     ));
     // Two columns when wide enough.
-    let blk = block(" Help (? or Esc closes) ", theme);
+    let blk = block(" Help (? or Esc closes, j/k scroll) ", theme);
     let inner = blk.inner(r);
     frame.render_widget(blk, r);
     if inner.width >= 120 && lines.len() > usize::from(inner.height) {
@@ -1359,7 +1359,14 @@ fn help(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
         frame.render_widget(Paragraph::new(lines), a);
         frame.render_widget(Paragraph::new(right), b);
     } else {
-        frame.render_widget(Paragraph::new(lines), inner);
+        // Scrolls (j/k, PgUp/PgDn) when it does not fit; never past its last line.
+        let last = u16::try_from(lines.len())
+            .unwrap_or(u16::MAX)
+            .saturating_sub(inner.height);
+        frame.render_widget(
+            Paragraph::new(lines).scroll((state.help_scroll.min(last), 0)),
+            inner,
+        );
     }
 }
 

@@ -542,6 +542,8 @@ pub struct State {
     pub view: View,
     /// Keyboard mode.
     pub mode: Mode,
+    /// First help line shown (the help scrolls on small terminals).
+    pub help_scroll: u16,
     /// Filter text (applies to every list).
     pub filter: String,
     /// Sort column per view (index into `View::sort_columns`).
@@ -586,6 +588,7 @@ impl State {
             source_filter: None,
             view: View::Gpus,
             mode: Mode::Normal,
+            help_scroll: 0,
             filter: String::new(),
             sort: [0; 6],
             sort_reverse: [false; 6],

@@ -326,11 +326,28 @@ fn key(state: &mut State, ev: KeyEvent) -> Vec<Effect> {
         Mode::Normal => normal_key(state, ev),
         Mode::Help => {
             let a = state.keymap.action(Context::Normal, &ev);
-            if matches!(a, Some(KeyAction::Help | KeyAction::Back | KeyAction::Quit))
-                || ev.code == KeyCode::Esc
-            {
-                state.mode = Mode::Normal;
+            let page = state.size.1.saturating_sub(4).max(1);
+            match a {
+                Some(KeyAction::Help | KeyAction::Back | KeyAction::Quit) => {
+                    state.mode = Mode::Normal;
+                    state.help_scroll = 0;
+                }
+                _ if ev.code == KeyCode::Esc => {
+                    state.mode = Mode::Normal;
+                    state.help_scroll = 0;
+                }
+                Some(KeyAction::Down) => state.help_scroll = state.help_scroll.saturating_add(1),
+                Some(KeyAction::Up) => state.help_scroll = state.help_scroll.saturating_sub(1),
+                Some(KeyAction::PageDown) => {
+                    state.help_scroll = state.help_scroll.saturating_add(page);
+                }
+                Some(KeyAction::PageUp) => {
+                    state.help_scroll = state.help_scroll.saturating_sub(page);
+                }
+                Some(KeyAction::Top) => state.help_scroll = 0,
+                _ => {}
             }
+            state.dirty = true;
             Vec::new()
         }
         Mode::Filter(text) => {
