@@ -200,6 +200,8 @@ pub struct Scheduler {
     ledger: FairShare,
     rng: StdRng,
     ledger_saved_at: Option<Timestamp>,
+    /// The revision at which waiting claims' reasons were last worked out.
+    reasons_at: Option<u64>,
 }
 
 impl Scheduler {
@@ -223,6 +225,7 @@ impl Scheduler {
             ledger,
             rng,
             ledger_saved_at: None,
+            reasons_at: None,
         };
         s.register_resources(Timestamp(0));
         Ok(s)
@@ -732,6 +735,15 @@ impl Scheduler {
                 detail,
             );
         }
+        // Reasons only change when the state does: skip the scan (one explanation per
+        // waiting claim, linear in devices) on ticks where nothing happened.
+        if self.reasons_at == Some(self.revision) {
+            if placed_any {
+                self.save_ledger(now);
+            }
+            return;
+        }
+        self.reasons_at = Some(self.revision);
         let waiting: Vec<ClaimId> = self
             .claims
             .values()

@@ -74,7 +74,10 @@ fn claim_form_release_confirm_help_and_down_source() {
         key(&mut st, KeyCode::PageDown);
     }
     let scrolled = text(&st, &th, 80, 24);
-    assert!(scrolled.contains("clear the selected project"), "{scrolled}");
+    assert!(
+        scrolled.contains("clear the selected project"),
+        "{scrolled}"
+    );
     key(&mut st, KeyCode::Char('g'));
     assert!(text(&st, &th, 80, 24).contains("quit the console"));
     let mut st = with_down_source();
