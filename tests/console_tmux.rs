@@ -55,7 +55,7 @@ fn claim_and_release_in_the_demo_then_quit() {
     let home = tempfile::tempdir().unwrap();
     let name = format!("gpuboard-test-{}", std::process::id());
     let script = format!(
-        "env HOME={h} XDG_CONFIG_HOME={h}/config XDG_STATE_HOME={h}/state {bin} --demo; echo EXIT=$?; stty -a | tr ' ' '\\n' | grep -x -- '-\\?icanon'; sleep 60",
+        "env HOME={h} XDG_CONFIG_HOME={h}/config XDG_STATE_HOME={h}/state {bin} --demo; echo EXIT=$?; stty -a | tr ' ' '\\n' | grep -x -- '-\\?icanon'; echo CHECKED; sleep 60",
         h = home.path().display()
     );
     let s = Session(name.clone());
@@ -101,7 +101,9 @@ fn claim_and_release_in_the_demo_then_quit() {
     s.wait_for("released");
     s.wait_for("Claims (0)");
     s.keys(&["q"]);
-    let screen = s.wait_for("EXIT=0");
+    // Wait for the line after the terminal check, so its output is on screen too.
+    let screen = s.wait_for("CHECKED");
+    assert!(screen.contains("EXIT=0"), "{screen}");
     assert!(
         !screen.contains("1 Overview"),
         "alternate screen left:\n{screen}"
