@@ -341,6 +341,20 @@ pub struct AuditEvent {
     pub detail: String,
 }
 
+impl EndpointInfo {
+    /// An engine that gpuboard reads but does not schedule for (Ray, Slurm, BOINC...).
+    pub fn engine(name: &str, kind: &str, version: String) -> EndpointInfo {
+        EndpointInfo {
+            name: name.to_string(),
+            version,
+            kind: kind.to_string(),
+            policy: String::new(),
+            actions: false,
+            telemetry_note: None,
+        }
+    }
+}
+
 impl Snapshot {
     /// Every device with its node, in node order.
     pub fn devices(&self) -> impl Iterator<Item = (&NodeView, &DeviceView)> {

@@ -902,18 +902,11 @@ pub fn snapshot(
     });
     Ok(Snapshot {
         schema: SCHEMA_VERSION,
-        endpoint: EndpointInfo {
-            name: if name.is_empty() {
-                node_name.clone()
-            } else {
-                name.to_string()
-            },
-            version: format!("boinc {}", st.version),
-            kind: "boinc".to_string(),
-            policy: String::new(),
-            actions: false,
-            telemetry_note: None,
-        },
+        endpoint: EndpointInfo::engine(
+            if name.is_empty() { &node_name } else { name },
+            "boinc",
+            format!("boinc {}", st.version),
+        ),
         revision: 0,
         taken_at,
         nodes: vec![NodeView {

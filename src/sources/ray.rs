@@ -1174,14 +1174,7 @@ pub fn snapshot(
 
     Ok(Snapshot {
         schema: SCHEMA_VERSION,
-        endpoint: EndpointInfo {
-            name: name.to_string(),
-            version: format!("ray {version}"),
-            kind: "ray".to_string(),
-            policy: String::new(),
-            actions: false,
-            telemetry_note: None,
-        },
+        endpoint: EndpointInfo::engine(name, "ray", format!("ray {version}")),
         revision: 0,
         taken_at,
         nodes,

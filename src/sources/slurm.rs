@@ -677,14 +677,7 @@ pub fn snapshot(
     });
     Ok(Snapshot {
         schema: SCHEMA_VERSION,
-        endpoint: EndpointInfo {
-            name: name.to_string(),
-            version: format!("slurm {release}"),
-            kind: "slurm".to_string(),
-            policy: String::new(),
-            actions: false,
-            telemetry_note: None,
-        },
+        endpoint: EndpointInfo::engine(name, "slurm", format!("slurm {release}")),
         revision: 0,
         taken_at,
         nodes,
