@@ -646,13 +646,7 @@ fn gpus(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
                 ftext,
                 if stale { theme.stale } else { flag_style },
             )));
-            let mut row = Row::new(cells);
-            if i == cur.selected {
-                row = row.style(theme.selection);
-            } else if stale {
-                row = row.style(theme.dim);
-            }
-            Some(row)
+            Some(list_row(cells, i == cur.selected, stale, theme))
         })
         .collect();
     let mut widths = Vec::new();
@@ -723,6 +717,18 @@ fn empty_note(frame: &mut Frame, area: Rect, state: &State, theme: &Theme, what:
 }
 
 /// `NVIDIA A100-SXM4-40GB` -> `A100-SXM4-40GB`.
+/// A table row: the selection highlighted, a stale source's rows dimmed.
+fn list_row<'a>(cells: Vec<Cell<'a>>, selected: bool, stale: bool, theme: &Theme) -> Row<'a> {
+    let row = Row::new(cells);
+    if selected {
+        row.style(theme.selection)
+    } else if stale {
+        row.style(theme.dim)
+    } else {
+        row
+    }
+}
+
 fn short_model(m: &str) -> String {
     m.strip_prefix("NVIDIA ").unwrap_or(m).to_string()
 }
@@ -809,13 +815,7 @@ fn claims(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
             } else {
                 short_age(state.now.millis_since(c.created_at))
             }));
-            let mut row = Row::new(cells);
-            if i == cur.selected {
-                row = row.style(theme.selection);
-            } else if stale {
-                row = row.style(theme.dim);
-            }
-            Some(row)
+            Some(list_row(cells, i == cur.selected, stale, theme))
         })
         .collect();
     let mut widths = Vec::new();
@@ -939,11 +939,7 @@ fn fairshare(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
             }
             cells.extend((0..5).map(|_| Cell::from("")));
             cells.extend(resource_cells(Some(r), state.now, theme));
-            let mut row = Row::new(cells);
-            if sel {
-                row = row.style(theme.selection);
-            }
-            rows.push(row);
+            rows.push(list_row(cells, sel, false, theme));
         }
     }
     let len = rows.len();
