@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
 use gpuboard::fairshare::{
-    Capacity, ClaimId, Demand, FairShare, FairShareConfig, PendingClaim, Placed, ProjectName,
-    ResourceDemand, ResourceId, ResourceType, Share, Speed, Timestamp, TimestampExt, targets,
+    Capacity, Demand, Ledger, LedgerConfig, PendingClaim, Placed, ProjectName, ResourceDemand,
+    ResourceId, ResourceType, Share, Speed, Timestamp, TimestampExt, targets,
 };
+use gpuboard::ids::ClaimId;
 use gpuboard::units::Units;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -26,8 +27,8 @@ fn resource(r: usize) -> ResourceId {
 
 /// `projects` projects with 50 pending claims each, each claim runnable on one or two
 /// of 16 resource types; about 3/4 of every type held by running claims.
-fn ledger(projects: usize) -> FairShare {
-    let mut ledger = FairShare::new(FairShareConfig::default()).unwrap();
+fn ledger(projects: usize) -> Ledger {
+    let mut ledger = Ledger::new(LedgerConfig::default()).unwrap();
     let t0 = Timestamp(0);
     for r in 0..RESOURCES {
         ledger.set_resource(t0, ResourceType::new(resource(r), INSTANCES));

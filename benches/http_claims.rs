@@ -12,11 +12,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use gpuboard::api::{self, ApiState};
-use gpuboard::auth::Tokens;
 use gpuboard::clock::SystemClock;
-use gpuboard::engine::{Engine, EngineConfig, LocalProcesses};
-use gpuboard::store::SyncMode;
+use gpuboard::endpoint::api::{self, ApiState};
+use gpuboard::endpoint::auth::Tokens;
+use gpuboard::endpoint::engine::{Engine, EngineConfig, LocalProcesses};
+use gpuboard::endpoint::store::SyncMode;
 
 #[derive(serde::Deserialize)]
 struct IdOnly {

@@ -8,6 +8,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use gpuboard::ids::ClaimId;
 use gpuboard::placement::{DeviceSpec, Fleet, NodeSpec, Policy};
 use gpuboard::request::ClaimRequest;
 use gpuboard::units::Bytes;
@@ -66,7 +67,7 @@ fn busy_fleet(nodes: usize) -> Fleet {
     // One small claim on every node first, so no node is wholly free.
     for n in 0..nodes {
         let r = req(json!({"num_gpus": 0.05, "node": format!("node-{n:05}")}));
-        fleet.claim(n as u64, &r).unwrap();
+        fleet.claim(ClaimId(n as u64), &r).unwrap();
     }
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let want = nodes * CLAIMS_PER_NODE;
@@ -91,7 +92,7 @@ fn busy_fleet(nodes: usize) -> Fleet {
             _ => json!({"num_gpus": "0.1"}),
         };
         id += 1;
-        let _ = fleet.claim(id, &req(r));
+        let _ = fleet.claim(ClaimId(id), &req(r));
     }
     assert_eq!(fleet.claim_count(), want, "the fleet could not be filled");
     fleet
@@ -121,8 +122,8 @@ fn placement(c: &mut Criterion) {
             assert_eq!(fits, *name != "no_fit", "{name} at {nodes} nodes");
             group.bench_with_input(BenchmarkId::new(*name, nodes), &r, |b, r| {
                 b.iter(|| {
-                    let placed = fleet.claim(u64::MAX, black_box(r));
-                    fleet.release(u64::MAX);
+                    let placed = fleet.claim(ClaimId(u64::MAX), black_box(r));
+                    fleet.release(ClaimId(u64::MAX));
                     black_box(placed)
                 });
             });

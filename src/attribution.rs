@@ -9,25 +9,16 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
+use crate::ids::ClaimId;
 use crate::telemetry::ProcessSample;
+use crate::telemetry::procfs::ProcessOrigin;
 use crate::units::Bytes;
-
-/// Where a process comes from, as read from /proc by `telemetry::procfs::process_origin`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ProcessOrigin {
-    /// The process.
-    pub pid: u32,
-    /// Its parent, grandparent, ... nearest first.
-    pub ancestors: Vec<u32>,
-    /// `GPUBOARD_CLAIM_ID` from its environment, if readable and set.
-    pub claim_id: Option<u64>,
-}
 
 /// A claim's hold on one device (a claim over several devices has one per device).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Holding {
     /// The claim.
-    pub claim_id: u64,
+    pub claim_id: ClaimId,
     /// Local device index.
     pub device: u32,
     /// Memory the claim reserved on this device.
@@ -51,7 +42,7 @@ pub struct DeviceObservation<'a> {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClaimUsage {
     /// The claim.
-    pub claim_id: u64,
+    pub claim_id: ClaimId,
     /// Local device index.
     pub device: u32,
     /// Memory reserved on the device.
@@ -88,7 +79,7 @@ pub struct Attribution {
 
 impl Attribution {
     /// The usage of `claim_id` on `device`, if it holds it.
-    pub fn claim(&self, claim_id: u64, device: u32) -> Option<&ClaimUsage> {
+    pub fn claim(&self, claim_id: ClaimId, device: u32) -> Option<&ClaimUsage> {
         self.claims
             .iter()
             .find(|c| c.claim_id == claim_id && c.device == device)
@@ -128,7 +119,7 @@ pub fn attribute(
     holdings: &[Holding],
 ) -> Attribution {
     let origins: HashMap<u32, &ProcessOrigin> = origins.iter().map(|o| (o.pid, o)).collect();
-    let mut usage: BTreeMap<(u64, u32), ClaimUsage> = holdings
+    let mut usage: BTreeMap<(ClaimId, u32), ClaimUsage> = holdings
         .iter()
         .map(|h| {
             (
@@ -209,7 +200,7 @@ impl Default for IdlePolicy {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IdleClaim {
     /// The claim.
-    pub claim_id: u64,
+    pub claim_id: ClaimId,
     /// Since when it has been idle (the caller's clock, milliseconds).
     pub idle_since_ms: u64,
 }
@@ -218,7 +209,7 @@ pub struct IdleClaim {
 #[derive(Clone, Debug, Default)]
 pub struct IdleTracker {
     policy: IdlePolicy,
-    idle_since: HashMap<u64, u64>,
+    idle_since: HashMap<ClaimId, u64>,
 }
 
 impl IdleTracker {
@@ -240,7 +231,7 @@ impl IdleTracker {
         attribution: &Attribution,
         devices: &[DeviceObservation<'_>],
     ) -> Vec<IdleClaim> {
-        let mut idle_now: BTreeMap<u64, bool> = BTreeMap::new();
+        let mut idle_now: BTreeMap<ClaimId, bool> = BTreeMap::new();
         for usage in &attribution.claims {
             let busy_device = devices
                 .iter()
@@ -284,7 +275,7 @@ mod tests {
 
     fn holding(claim_id: u64, device: u32, reserved_mib: u64, pids: &[u32]) -> Holding {
         Holding {
-            claim_id,
+            claim_id: ClaimId(claim_id),
             device,
             reserved: Bytes::mib(reserved_mib),
             pids: pids.to_vec(),
@@ -311,7 +302,7 @@ mod tests {
             ProcessOrigin {
                 pid: 300,
                 ancestors: vec![1],
-                claim_id: Some(3),
+                claim_id: Some(ClaimId(3)),
             },
         ];
         let holdings = [
@@ -320,9 +311,18 @@ mod tests {
             holding(3, 0, 1024, &[]),
         ];
         let a = attribute(&[obs(0, &procs, Some(50))], &origins, &holdings);
-        assert_eq!(a.claim(1, 0).map(|c| c.used), Some(Bytes::mib(500)));
-        assert_eq!(a.claim(2, 0).map(|c| c.pids.clone()), Some(vec![201]));
-        assert_eq!(a.claim(3, 0).map(|c| c.used), Some(Bytes::mib(100)));
+        assert_eq!(
+            a.claim(ClaimId(1), 0).map(|c| c.used),
+            Some(Bytes::mib(500))
+        );
+        assert_eq!(
+            a.claim(ClaimId(2), 0).map(|c| c.pids.clone()),
+            Some(vec![201])
+        );
+        assert_eq!(
+            a.claim(ClaimId(3), 0).map(|c| c.used),
+            Some(Bytes::mib(100))
+        );
         assert_eq!(a.device(0).map(|d| d.unclaimed), Some(Bytes(0)));
     }
 
@@ -331,10 +331,10 @@ mod tests {
         let procs = [p(10, Some(600)), p(11, Some(500)), p(20, Some(1024))];
         let holdings = [holding(1, 0, 1024, &[10, 11]), holding(2, 0, 1024, &[20])];
         let a = attribute(&[obs(0, &procs, None)], &[], &holdings);
-        let one = a.claim(1, 0).expect("claim 1");
+        let one = a.claim(ClaimId(1), 0).expect("claim 1");
         assert_eq!(one.used, Bytes::mib(1100));
         assert!(one.over_limit);
-        let two = a.claim(2, 0).expect("claim 2");
+        let two = a.claim(ClaimId(2), 0).expect("claim 2");
         assert!(!two.over_limit, "exactly at the limit is within it");
     }
 
@@ -349,7 +349,10 @@ mod tests {
         assert_eq!(d0.unclaimed, Bytes::mib(2048));
         assert_eq!(d0.unclaimed_pids, vec![66, 67]);
         assert_eq!(a.device(1).map(|d| d.unclaimed), Some(Bytes::mib(100)));
-        assert_eq!(a.claim(1, 0).map(|c| c.used), Some(Bytes::mib(100)));
+        assert_eq!(
+            a.claim(ClaimId(1), 0).map(|c| c.used),
+            Some(Bytes::mib(100))
+        );
     }
 
     #[test]
@@ -358,7 +361,7 @@ mod tests {
         let origins = [ProcessOrigin {
             pid: 10,
             ancestors: vec![],
-            claim_id: Some(9),
+            claim_id: Some(ClaimId(9)),
         }];
         let holdings = [holding(1, 0, 1024, &[10])];
         let a = attribute(&[obs(0, &procs, None)], &origins, &holdings);
@@ -366,14 +369,14 @@ mod tests {
             a.device(0).map(|d| d.unclaimed_pids.clone()),
             Some(vec![10])
         );
-        assert!(a.claim(1, 0).is_some_and(|c| c.pids.is_empty()));
+        assert!(a.claim(ClaimId(1), 0).is_some_and(|c| c.pids.is_empty()));
     }
 
     #[test]
     fn unknown_memory_marks_the_sum_incomplete_and_never_over_limit_by_guess() {
         let procs = [p(10, None)];
         let a = attribute(&[obs(0, &procs, None)], &[], &[holding(1, 0, 1, &[10])]);
-        let c = a.claim(1, 0).expect("claim");
+        let c = a.claim(ClaimId(1), 0).expect("claim");
         assert!(c.used_incomplete);
         assert!(!c.over_limit);
     }
@@ -400,7 +403,7 @@ mod tests {
         assert_eq!(
             round(&mut tracker, 1001, 0, &busy),
             vec![IdleClaim {
-                claim_id: 1,
+                claim_id: ClaimId(1),
                 idle_since_ms: 0
             }]
         );
@@ -410,7 +413,7 @@ mod tests {
         assert_eq!(
             round(&mut tracker, 3001, 0, &[]),
             vec![IdleClaim {
-                claim_id: 1,
+                claim_id: ClaimId(1),
                 idle_since_ms: 2000
             },]
         );

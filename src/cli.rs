@@ -13,15 +13,16 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
 
-use crate::api::{self, ApiState, DEFAULT_PORT};
-use crate::auth::{self, Tokens};
 use crate::client::{ClaimOutcome, Client, ClientError, default_endpoint};
 use crate::clock::{Clock, SystemClock, Timestamp};
-use crate::engine::{Engine, EngineConfig, LocalProcesses};
-use crate::placement::{ClaimId, MoveTarget, Policy};
+use crate::endpoint::api::{self, ApiState, DEFAULT_PORT};
+use crate::endpoint::auth::{self, Tokens};
+use crate::endpoint::engine::{Engine, EngineConfig, LocalProcesses};
+use crate::endpoint::store::{SyncMode, default_data_dir};
+use crate::ids::ClaimId;
+use crate::placement::{MoveTarget, Policy};
 use crate::scheduler::SchedulerConfig;
 use crate::snapshot::{ClaimState, ClaimView};
-use crate::store::{SyncMode, default_data_dir};
 use crate::units::Bytes;
 
 /// Exit code: the request was invalid (422, 400, 413, bad flags or endpoint URL).
@@ -585,9 +586,9 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         }
         None => Bytes(0),
     };
-    let host = crate::live::hostname();
+    let host = crate::endpoint::live::hostname();
     // NVML is opened in both cases: with an inventory it still gives telemetry.
-    let (core, first) = crate::live::open_local(
+    let (core, first) = crate::endpoint::live::open_local(
         a.nvml_lib.as_deref(),
         crate::telemetry::SamplerConfig::default(),
     );
@@ -600,7 +601,7 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
             nodes
         }
         None => {
-            let node = crate::live::inventory(&first, &host, headroom);
+            let node = crate::endpoint::live::inventory(&first, &host, headroom);
             if node.devices.is_empty() {
                 let why = match &first.backend {
                     crate::telemetry::BackendStatus::Unavailable { reason, .. } => {
@@ -650,9 +651,9 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     for w in warnings {
         eprintln!("gpuboard serve: warning: {w}");
     }
-    let live = crate::live::LiveConfig {
+    let live = crate::endpoint::live::LiveConfig {
         coordination_file: Some(a.coordination_file.clone()),
-        ..crate::live::LiveConfig::local(&host)
+        ..crate::endpoint::live::LiveConfig::local(&host)
     };
     engine.attach_telemetry(
         core,

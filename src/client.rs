@@ -12,8 +12,9 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::api::DEFAULT_PORT;
-use crate::placement::{ClaimId, MoveTarget, NoFit};
+use crate::endpoint::api::DEFAULT_PORT;
+use crate::ids::ClaimId;
+use crate::placement::{MoveTarget, NoFit};
 use crate::snapshot::{ClaimView, SCHEMA_VERSION, Snapshot};
 
 /// The largest answer read, in bytes.

@@ -1,27 +1,30 @@
 //! gpuboard: GPU sharing by memory and fraction, fair share between projects, and an operator console.
 //!
-//! The domain (`units`, `request`, `placement`, `scheduler`) is plain synchronous Rust
-//! with no I/O; the server, the CLI, the console and the simulator all call it.
+//! Layers, lowest first; a module imports only from its own layer or below:
+//! - **Domain, no I/O**: `units`, `clock`, `ids`, `fairshare`, `request`, `placement`,
+//!   `scheduler`, `snapshot` (the read model), `wire` (the HTTP contract), `inventory`,
+//!   `attribution`, `simulate`.
+//! - **Edges**: `telemetry` (NVML), `discovery` (Flink), `endpoint` (what `gpuboard serve`
+//!   is), `client` (its HTTP client), `sources` (where the console's data comes from), `doctor`.
+//! - **Front ends**: `console` (the terminal UI) and `cli` (the subcommands).
 
-pub mod api;
 pub mod attribution;
-pub mod auth;
 pub mod cli;
 pub mod client;
 pub mod clock;
 pub mod console;
 pub mod discovery;
 pub mod doctor;
-pub mod engine;
+pub mod endpoint;
 pub mod fairshare;
+pub mod ids;
 pub mod inventory;
-pub mod live;
 pub mod placement;
 pub mod request;
 pub mod scheduler;
 pub mod simulate;
 pub mod snapshot;
 pub mod sources;
-pub mod store;
 pub mod telemetry;
 pub mod units;
+pub mod wire;

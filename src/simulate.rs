@@ -16,10 +16,10 @@ use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 
 use crate::fairshare::{
-    ClaimId, EventKind, FairShare, FairShareConfig, FairShareError, FairShareEvent, PendingClaim,
-    Placed, ProjectName, ResourceDemand, ResourceId, ResourceType, Share, Speed, Timestamp,
-    TimestampExt,
+    EventKind, FairShareError, FairShareEvent, Ledger, LedgerConfig, PendingClaim, Placed,
+    ProjectName, ResourceDemand, ResourceId, ResourceType, Share, Speed, Timestamp, TimestampExt,
 };
+use crate::ids::ClaimId;
 use crate::units::{UNITS_PER_DEVICE, Units};
 
 /// A scenario file.
@@ -36,7 +36,7 @@ pub struct Scenario {
     pub seed: u64,
     /// Backoff policy and buffer horizon.
     #[serde(default)]
-    pub fairshare: FairShareConfig,
+    pub fairshare: LedgerConfig,
     /// Speeds in GFLOPS per instance, by resource type (`cpu`, `gpu:MODEL`), overriding
     /// the defaults.
     #[serde(default)]
@@ -119,7 +119,7 @@ pub enum ScenarioError {
     Invalid(String),
     /// The fair-share layer refused something.
     #[error("scenario: {0}")]
-    FairShare(#[from] FairShareError),
+    Ledger(#[from] FairShareError),
 }
 
 fn invalid(why: impl Into<String>) -> ScenarioError {
@@ -395,7 +395,7 @@ pub fn run_with(
         return Err(invalid("report_every_s must be positive"));
     }
     let resources = resource_types(scenario)?;
-    let mut ledger = FairShare::new(scenario.fairshare.clone())?;
+    let mut ledger = Ledger::new(scenario.fairshare.clone())?;
     let start = Timestamp(0);
     for res in &resources {
         ledger.set_resource(start, res.clone());

@@ -10,7 +10,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
-use crate::placement::{ClaimId, Health, Share};
+use crate::ids::ClaimId;
+use crate::placement::{Health, Share};
 use crate::request::ClaimRequest;
 use crate::units::{Bytes, Slots, Units};
 

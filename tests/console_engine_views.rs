@@ -146,12 +146,9 @@ fn prometheus_telemetry_joins_the_devices_of_other_sources() {
 #[test]
 fn fair_share_with_a_boinc_client() {
     let mut st = state(vec![("boinc", "boinc", common::boinc_snapshot())]);
-    let fs = text(&mut st, View::FairShare, 160, 48);
+    let fs = text(&mut st, View::Ledger, 160, 48);
     insta::assert_snapshot!("boinc_fairshare_160x48", fs);
-    insta::assert_snapshot!(
-        "boinc_fairshare_80x24",
-        text(&mut st, View::FairShare, 80, 24)
-    );
+    insta::assert_snapshot!("boinc_fairshare_80x24", text(&mut st, View::Ledger, 80, 24));
 }
 
 #[test]

@@ -13,6 +13,7 @@ use gpuboard::console::fixtures::{NOW, lab_snapshot, lab_state};
 use gpuboard::console::msg::{Effect, Msg};
 use gpuboard::console::state::{FormStage, Health, Mode, State, View};
 use gpuboard::console::update::{complete, show_view, update};
+use gpuboard::ids::ClaimId;
 use gpuboard::placement::{Allocation, MoveTarget, Share};
 use gpuboard::snapshot::Snapshot;
 use gpuboard::sources::{Action, Failure, Outcome, Source};
@@ -52,7 +53,7 @@ fn actions_produce_the_right_effects() {
             "release needs OK focused",
             View::Claims,
             vec![k('r'), code(KeyCode::Tab), code(KeyCode::Enter)],
-            Some(Action::Release { id: 1 }),
+            Some(Action::Release { id: ClaimId(1) }),
         ),
         (
             "release: Enter on the focused Cancel does nothing",
@@ -76,7 +77,7 @@ fn actions_produce_the_right_effects() {
             View::Claims,
             vec![k('m'), code(KeyCode::Enter)],
             Some(Action::Move {
-                id: 1,
+                id: ClaimId(1),
                 target: MoveTarget {
                     node: Some("lab-a".into()),
                     devices: Some(vec![1]),
@@ -124,7 +125,7 @@ fn actions_produce_the_right_effects() {
         ),
         (
             "clear a project's backoff",
-            View::FairShare,
+            View::Ledger,
             vec![k('j'), k('j'), k('b')],
             Some(Action::ResetProject {
                 project: "robotics".into(),
@@ -255,7 +256,7 @@ fn claim_form_round_trip() {
     );
     // Success closes the form, says where it went, and refetches.
     let mut view = lab_snapshot().claims[0].clone();
-    view.id = 9;
+    view.id = ClaimId(9);
     let eff = run(
         &mut st,
         vec![Msg::Acted {
@@ -299,7 +300,7 @@ fn move_and_release_results() {
             source: 0,
             action,
             result: Ok(Outcome::Moved {
-                id: 1,
+                id: ClaimId(1),
                 from: "lab-a:0".into(),
                 to: "lab-b:0".into(),
             }),
@@ -311,7 +312,7 @@ fn move_and_release_results() {
         &mut st,
         vec![Msg::Acted {
             source: 0,
-            action: Action::Release { id: 4 },
+            action: Action::Release { id: ClaimId(4) },
             result: Err(Failure::Timeout(2000)),
         }],
     );
@@ -446,7 +447,7 @@ fn quitting_filtering_commands_and_sources() {
     );
     assert_eq!(st.mode, Mode::Command("fairshare ".into()));
     run(&mut st, vec![code(KeyCode::Enter)]);
-    assert_eq!(st.view, View::FairShare);
+    assert_eq!(st.view, View::Ledger);
     assert_eq!(
         complete(&st, "cl"),
         "cl",
@@ -469,7 +470,7 @@ fn quitting_filtering_commands_and_sources() {
     show_view(&mut st, View::Claims);
     run(&mut st, vec![k('s'), k('s')]);
     let first = st.claim(st.rows_claims[0]).unwrap().1.id;
-    assert_eq!(first, 4);
+    assert_eq!(first, ClaimId(4));
     // A read-only source refuses with a message, without a round trip.
     let mut st = lab_state();
     st.sources[0].can_act = false;
@@ -517,9 +518,9 @@ async fn the_executor_refuses_every_action_in_read_only_mode() {
         Action::Claim {
             request: serde_json::json!({"gpu_memory": "1Gi"}),
         },
-        Action::Release { id: 1 },
+        Action::Release { id: ClaimId(1) },
         Action::Move {
-            id: 1,
+            id: ClaimId(1),
             target: MoveTarget::default(),
         },
         Action::Cordon {

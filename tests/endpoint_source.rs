@@ -8,6 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::{Server, demo_fleet};
+use gpuboard::ids::ClaimId;
 use gpuboard::placement::MoveTarget;
 use gpuboard::sources::endpoint::Http;
 use gpuboard::sources::{Action, Failure, Outcome, Source};
@@ -182,7 +183,7 @@ async fn refusals_carry_the_endpoints_words() {
     // 404: moving a claim the endpoint never made.
     let e = src
         .act(Action::Move {
-            id: 9999,
+            id: ClaimId(9999),
             target: MoveTarget {
                 node: Some("hgx-h100".into()),
                 devices: None,
@@ -245,6 +246,9 @@ async fn tokens_and_a_stopped_endpoint() {
     let e = src.fetch().await.unwrap_err();
     assert!(matches!(&e, Failure::Unreachable(_)), "{e:?}");
     assert!(e.to_string().contains(&server.url), "{e}");
-    let e = src.act(Action::Release { id: 1 }).await.unwrap_err();
+    let e = src
+        .act(Action::Release { id: ClaimId(1) })
+        .await
+        .unwrap_err();
     assert!(matches!(&e, Failure::Unreachable(_)), "{e:?}");
 }

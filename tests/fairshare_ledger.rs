@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use gpuboard::fairshare::{
-    ClaimId, ClearCause, EventKind, FairShare, FairShareConfig, FairShareError, PendingClaim,
-    Placed, ProjectName, ResourceDemand, ResourceId, ResourceType, Share, Timestamp, TimestampExt,
-    WaitReason,
+    ClearCause, EventKind, FairShareError, Ledger, LedgerConfig, PendingClaim, Placed, ProjectName,
+    ResourceDemand, ResourceId, ResourceType, Share, Timestamp, TimestampExt, WaitReason,
 };
+use gpuboard::ids::ClaimId;
 use gpuboard::units::Units;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -34,8 +34,8 @@ fn claim(id: u64, project: &str, units: u32) -> PendingClaim {
 }
 
 /// Two A100s; `free` units of them are free (one device's worth at most fits one claim).
-fn ledger() -> FairShare {
-    let mut ledger = FairShare::new(FairShareConfig::default()).unwrap();
+fn ledger() -> Ledger {
+    let mut ledger = Ledger::new(LedgerConfig::default()).unwrap();
     ledger.set_resource(Timestamp(0), ResourceType::new(gpu(), 2));
     ledger
 }
@@ -44,7 +44,7 @@ fn at(secs: u64) -> Timestamp {
     Timestamp::from_secs(secs)
 }
 
-fn backoffs(ledger: &mut FairShare) -> Vec<(String, f64)> {
+fn backoffs(ledger: &mut Ledger) -> Vec<(String, f64)> {
     ledger
         .drain_events()
         .into_iter()
@@ -60,7 +60,7 @@ fn backoffs(ledger: &mut FairShare) -> Vec<(String, f64)> {
 }
 
 /// A placed claim holding a whole device, so one device stays free.
-fn occupy_one(ledger: &mut FairShare) {
+fn occupy_one(ledger: &mut Ledger) {
     let placed = Placed {
         id: ClaimId(999),
         project: name("other"),
@@ -299,8 +299,8 @@ fn state_survives_a_round_trip() {
     ledger.tick(at(50));
     let state = ledger.state();
     let json = serde_json::to_string(&state).unwrap();
-    let restored = FairShare::from_state(
-        FairShareConfig::default(),
+    let restored = Ledger::from_state(
+        LedgerConfig::default(),
         serde_json::from_str(&json).unwrap(),
     )
     .unwrap();
@@ -309,7 +309,7 @@ fn state_survives_a_round_trip() {
 
     let mut broken = state.clone();
     broken.projects.push(broken.projects[0].clone());
-    let err = FairShare::from_state(FairShareConfig::default(), broken).unwrap_err();
+    let err = Ledger::from_state(LedgerConfig::default(), broken).unwrap_err();
     assert!(err.to_string().contains("appears twice"), "{err}");
 }
 

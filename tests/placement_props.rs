@@ -7,8 +7,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use gpuboard::ids::ClaimId;
 use gpuboard::placement::{
-    Allocation, ClaimId, DeviceSpec, Fleet, Health, MoveError, MoveTarget, Node, NodeSpec, Policy,
+    Allocation, DeviceSpec, Fleet, Health, MoveError, MoveTarget, Node, NodeSpec, Policy,
 };
 use gpuboard::request::{ClaimRequest, Milli, accelerator_key};
 use gpuboard::units::{Bytes, SLOTS_PER_DEVICE, Slots, UNITS_PER_DEVICE, Units};
@@ -569,7 +570,7 @@ fn snapshot(fleet: &Fleet) -> (Vec<Node>, BTreeMap<ClaimId, Allocation>) {
 fn run(nodes: &[NodeGen], policy: Policy, ops: &[Op]) -> Result<(Fleet, Model), TestCaseError> {
     let (mut fleet, mut model) = build(nodes, policy);
     model.check_books(&fleet).map_err(TestCaseError::fail)?;
-    let mut next_id: ClaimId = 1;
+    let mut next_id = ClaimId::FIRST;
     for op in ops {
         match op {
             Op::Claim(g) => {
@@ -581,7 +582,7 @@ fn run(nodes: &[NodeGen], policy: Policy, ops: &[Op]) -> Result<(Fleet, Model), 
                 let planned = fleet.plan(&req);
                 let before = snapshot(&fleet);
                 let id = next_id;
-                next_id += 1;
+                next_id = next_id.next();
                 let got = fleet.claim(id, &req);
                 prop_assert_eq!(&planned, &got, "plan and claim disagree for {}", json);
                 match got {
@@ -620,7 +621,7 @@ fn run(nodes: &[NodeGen], policy: Policy, ops: &[Op]) -> Result<(Fleet, Model), 
             }
             Op::Release(i) => {
                 let Some(&id) = model.claims.keys().nth(i % model.claims.len().max(1)) else {
-                    prop_assert_eq!(fleet.release(12345), None);
+                    prop_assert_eq!(fleet.release(ClaimId(12345)), None);
                     continue;
                 };
                 let (_, a) = model.claims.remove(&id).unwrap();

@@ -47,7 +47,7 @@ pub fn draw(frame: &mut Frame, state: &State, theme: &Theme) {
         View::Overview => overview(frame, body, state, theme),
         View::Gpus => gpus(frame, body, state, theme),
         View::Claims => claims(frame, body, state, theme),
-        View::FairShare => fairshare(frame, body, state, theme),
+        View::Ledger => fairshare(frame, body, state, theme),
         View::Detail => detail(frame, body, state, theme),
         View::Events => events(frame, body, state, theme),
     }
@@ -279,7 +279,7 @@ fn draw_hints(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
                     KeyAction::Move,
                     KeyAction::Open,
                 ]),
-                View::FairShare => acts.push(KeyAction::ClearBackoff),
+                View::Ledger => acts.push(KeyAction::ClearBackoff),
                 _ => {}
             }
             acts.extend([KeyAction::SortNext, KeyAction::Freeze, KeyAction::Quit]);
@@ -893,7 +893,7 @@ fn claims(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
 
 fn fairshare(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
     let height = usize::from(area.height.saturating_sub(3));
-    let cur = state.cursor[View::FairShare.position()];
+    let cur = state.cursor[View::Ledger.position()];
     let multi = state.shown_sources().count() > 1;
     let mut rows = Vec::new();
     let mut selected_line = 0usize;

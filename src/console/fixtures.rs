@@ -5,6 +5,7 @@
 use serde_json::json;
 
 use crate::clock::Timestamp;
+use crate::ids::ClaimId;
 use crate::placement::{DeviceSpec, NodeSpec, Policy};
 use crate::request::ClaimRequest;
 use crate::scheduler::{Scheduler, SchedulerConfig};
@@ -75,7 +76,7 @@ pub fn lab_snapshot() -> Snapshot {
     let _ = s.set_cordon("lab-b", 1, true, "operator", CREATED.plus_secs(60));
     let mut snap = s.snapshot(NOW);
     // Memory use per claim (percent of its reservation) and utilization it drives.
-    let usage = |id: u64| match id {
+    let usage = |id: ClaimId| match id.0 {
         1 => (120, 70), // over its limit
         2 => (60, 45),
         3 => (10, 0), // idle
@@ -99,7 +100,7 @@ pub fn lab_snapshot() -> Snapshot {
                 used += m;
                 util = (util + u).min(100);
                 processes.push(ProcessView {
-                    pid: 3000 + u32::try_from(*id).unwrap_or(0),
+                    pid: 3000 + u32::try_from(id.0).unwrap_or(0),
                     name: Some(format!("train-{id}")),
                     used_memory: Some(m),
                     claim: Some(*id),
@@ -153,7 +154,7 @@ pub fn lab_snapshot() -> Snapshot {
             });
         }
     }
-    let used_by: std::collections::BTreeMap<u64, Bytes> = snap
+    let used_by: std::collections::BTreeMap<ClaimId, Bytes> = snap
         .devices()
         .flat_map(|(_, d)| d.telemetry.iter().flat_map(|t| t.processes.iter()))
         .filter_map(|p| Some((p.claim?, p.used_memory?)))

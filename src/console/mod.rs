@@ -170,7 +170,7 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
     }
     if sources.is_empty() {
         // Its own directory: a `gpuboard serve` may use the data directory itself.
-        let dir = crate::store::default_data_dir().join("embedded");
+        let dir = crate::endpoint::store::default_data_dir().join("embedded");
         sources.push(Arc::new(Embedded::local(Arc::clone(&clock), &dir)?));
     }
     Ok(Setup {

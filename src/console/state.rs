@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 
 use crate::clock::Timestamp;
-use crate::placement::ClaimId;
+use crate::ids::ClaimId;
 use crate::snapshot::{ClaimState, ClaimView, DeviceView, NodeView, ProjectView, Snapshot};
 use crate::sources::Action;
 
@@ -26,7 +26,7 @@ pub enum View {
     /// Claims.
     Claims,
     /// Projects' fair-share accounts.
-    FairShare,
+    Ledger,
     /// One device in depth.
     Detail,
     /// Audit events and the console log.
@@ -39,7 +39,7 @@ impl View {
         View::Overview,
         View::Gpus,
         View::Claims,
-        View::FairShare,
+        View::Ledger,
         View::Detail,
         View::Events,
     ];
@@ -49,7 +49,7 @@ impl View {
             View::Overview => "Overview",
             View::Gpus => "GPUs",
             View::Claims => "Claims",
-            View::FairShare => "Fair share",
+            View::Ledger => "Fair share",
             View::Detail => "GPU detail",
             View::Events => "Events",
         }
@@ -60,7 +60,7 @@ impl View {
             View::Overview => "overview",
             View::Gpus => "gpus",
             View::Claims => "claims",
-            View::FairShare => "fairshare",
+            View::Ledger => "fairshare",
             View::Detail => "detail",
             View::Events => "events",
         }
@@ -78,7 +78,7 @@ impl View {
         match self {
             View::Gpus => &["node", "free", "used", "util", "allocated", "sharers"],
             View::Claims => &["id", "project", "memory", "used", "age", "state"],
-            View::FairShare => &["project", "debt", "pending", "share"],
+            View::Ledger => &["project", "debt", "pending", "share"],
             _ => &[],
         }
     }
@@ -644,7 +644,7 @@ impl State {
         match self.view {
             View::Gpus => self.rows_devices.len(),
             View::Claims => self.rows_claims.len(),
-            View::FairShare => self.rows_projects.len(),
+            View::Ledger => self.rows_projects.len(),
             View::Detail => self
                 .detail_device()
                 .and_then(|(_, _, d)| d.telemetry.as_ref())
@@ -688,7 +688,7 @@ impl State {
     /// The selected project row, if any.
     pub fn selected_project(&self) -> Option<ProjKey> {
         self.rows_projects
-            .get(self.cursor[View::FairShare.position()].selected)
+            .get(self.cursor[View::Ledger.position()].selected)
             .copied()
     }
 
@@ -748,7 +748,7 @@ impl State {
         self.rows_devices = devs;
         self.rows_claims = claims;
         self.rows_projects = projects;
-        for v in [View::Gpus, View::Claims, View::FairShare] {
+        for v in [View::Gpus, View::Claims, View::Ledger] {
             let n = match v {
                 View::Gpus => self.rows_devices.len(),
                 View::Claims => self.rows_claims.len(),
@@ -808,13 +808,13 @@ impl State {
             Some("state") => {
                 claims.sort_by_key(|k| claim(k).map(|c| (c.state != ClaimState::Pending, c.id)))
             }
-            _ => claims.sort_by_key(|k| (k.source, claim(k).map_or(0, |c| c.id))),
+            _ => claims.sort_by_key(|k| (k.source, claim(k).map(|c| c.id))),
         }
         if self.sort_reverse[View::Claims.position()] {
             claims.reverse();
         }
         let proj = |k: &ProjKey| self.project(*k).map(|(_, p)| p);
-        match col(View::FairShare) {
+        match col(View::Ledger) {
             Some("debt") => projects.sort_by(|a, b| {
                 let x = proj(a).map_or(0.0, |p| p.overall_debt);
                 let y = proj(b).map_or(0.0, |p| p.overall_debt);
@@ -828,7 +828,7 @@ impl State {
             }
             _ => {}
         }
-        if self.sort_reverse[View::FairShare.position()] {
+        if self.sort_reverse[View::Ledger.position()] {
             projects.reverse();
         }
     }

@@ -660,7 +660,7 @@ fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
         KeyAction::ViewOverview => return set_view(state, View::Overview),
         KeyAction::ViewGpus => return set_view(state, View::Gpus),
         KeyAction::ViewClaims => return set_view(state, View::Claims),
-        KeyAction::ViewFairShare => return set_view(state, View::FairShare),
+        KeyAction::ViewFairShare => return set_view(state, View::Ledger),
         KeyAction::ViewDetail => return set_view(state, View::Detail),
         KeyAction::ViewEvents => return set_view(state, View::Events),
         KeyAction::Up => move_cursor(state, -1),

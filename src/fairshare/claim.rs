@@ -1,7 +1,6 @@
 //! Claims as the fair-share layer sees them: pending ones waiting in their project's
 //! queue, and running ones holding part of one resource type.
 
-use std::fmt;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -9,18 +8,8 @@ use serde::{Deserialize, Serialize};
 use super::project::ProjectName;
 use super::resource::ResourceId;
 use super::time::{Timestamp, opt_secs};
+use crate::ids::ClaimId;
 use crate::units::Units;
-
-/// A claim's identity, as the endpoint numbers its claims.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct ClaimId(pub u64);
-
-impl fmt::Display for ClaimId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
 
 /// What a claim would take on one resource type that could run it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,7 +32,7 @@ pub struct PendingClaim {
     /// How long it is expected to run once placed.
     #[serde(with = "opt_secs", rename = "expected_duration_s", default)]
     pub expected_duration: Option<Duration>,
-    /// When it was submitted (set by [`super::FairShare::submit`]).
+    /// When it was submitted (set by [`super::Ledger::submit`]).
     #[serde(default)]
     pub submitted: Timestamp,
 }

@@ -9,22 +9,24 @@
 
 mod backoff;
 mod claim;
+mod ledger;
 mod project;
 mod resource;
 mod rr;
-mod scheduler;
 mod targets;
 mod time;
 mod view;
 
+use crate::ids::ClaimId;
+
 pub use backoff::{Backoff, BackoffPolicy};
-pub use claim::{ClaimId, PendingClaim, ResourceDemand, RunningClaim};
+pub use claim::{PendingClaim, ResourceDemand, RunningClaim};
+pub use ledger::{Fetch, Fit, Ledger, LedgerConfig, Placed, Trigger};
 pub use project::{Account, Gflop, InstanceSecs, ProjectName, Share};
 pub use resource::{
     CPU_CORE_GFLOPS, KNOWN_GPUS, ResourceId, ResourceType, Speed, UNKNOWN_GPU_GFLOPS, default_speed,
 };
 pub use rr::{RrOutcome, RunningUse, simulate as rr_simulate};
-pub use scheduler::{FairShare, FairShareConfig, Fetch, Fit, Placed, Trigger};
 pub use targets::{Capacity, Demand, targets};
 pub use time::{Timestamp, TimestampExt, opt_secs, secs};
 pub use view::{

@@ -27,7 +27,8 @@ use super::error::SourceError;
 use super::guirpc::{GuiRpc, check_address};
 use super::xml::{self, Element};
 use crate::clock::{Clock, SystemClock, Timestamp};
-use crate::placement::{ClaimId, Share};
+use crate::ids::ClaimId;
+use crate::placement::Share;
 use crate::request::{ClaimRequest, GpuForm, Milli};
 use crate::snapshot::{
     ClaimState, ClaimView, DeviceView, EndpointInfo, NodeView, ProjectResourceView, ProjectView,
@@ -522,12 +523,7 @@ fn device_numbers(resources: &str) -> Vec<u32> {
 
 /// FNV-1a of the task name, so a task keeps its claim id across fetches.
 fn claim_id(project: &str, task: &str) -> ClaimId {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in project.bytes().chain([b'/']).chain(task.bytes()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
+    ClaimId::of_name(&format!("{project}/{task}"))
 }
 
 fn units(fraction: f64) -> Units {

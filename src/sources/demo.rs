@@ -17,8 +17,9 @@ use serde_json::{Value, json};
 
 use super::{Action, Failure, Outcome, Source, apply, plan_on};
 use crate::clock::{Clock, Timestamp};
+use crate::ids::ClaimId;
 use crate::inventory;
-use crate::placement::{Allocation, ClaimId, DeviceSpec, NodeSpec, Policy};
+use crate::placement::{Allocation, DeviceSpec, NodeSpec, Policy};
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::snapshot::{DeviceTelemetry, ProcessView, Snapshot};
 use crate::units::Bytes;
@@ -356,7 +357,7 @@ impl DemoWorld {
                         *claim_used.entry(*id).or_default() += m;
                     }
                     processes.push(ProcessView {
-                        pid: 20_000 + u32::try_from(*id % 40_000).unwrap_or(0),
+                        pid: 20_000 + u32::try_from(id.0 % 40_000).unwrap_or(0),
                         name: Some("python3".to_string()),
                         used_memory: mem,
                         claim: Some(*id),

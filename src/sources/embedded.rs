@@ -12,12 +12,12 @@ use serde_json::Value;
 
 use super::{Action, Failure, Outcome, Source, parse_request};
 use crate::clock::Clock;
-use crate::engine::{Engine, EngineConfig, EngineError, LocalProcesses};
-use crate::live::{LiveConfig, hostname};
+use crate::endpoint::engine::{Engine, EngineConfig, EngineError, LocalProcesses};
+use crate::endpoint::live::{LiveConfig, hostname};
+use crate::endpoint::store::SyncMode;
 use crate::placement::{Allocation, Policy};
 use crate::scheduler::{SchedulerConfig, Submitted, claim_view};
 use crate::snapshot::Snapshot;
-use crate::store::SyncMode;
 use crate::telemetry::{BackendStatus, SamplerConfig, SystemClock};
 use crate::units::Bytes;
 
@@ -44,8 +44,8 @@ impl Embedded {
     /// This machine: GPUs and telemetry from NVML, state in `data_dir`.
     pub fn local(clock: Arc<dyn Clock>, data_dir: &Path) -> anyhow::Result<Embedded> {
         let host = hostname();
-        let (core, first) = crate::live::open_local(None, SamplerConfig::default());
-        let node = crate::live::inventory(&first, &host, Bytes(0));
+        let (core, first) = crate::endpoint::live::open_local(None, SamplerConfig::default());
+        let node = crate::endpoint::live::inventory(&first, &host, Bytes(0));
         let note = if node.devices.is_empty() {
             let why = match &first.backend {
                 BackendStatus::Unavailable { reason, .. } => reason.to_string(),

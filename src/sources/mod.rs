@@ -29,7 +29,8 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 use crate::clock::Timestamp;
-use crate::placement::{Allocation, ClaimId, MoveTarget};
+use crate::ids::ClaimId;
+use crate::placement::{Allocation, MoveTarget};
 use crate::request::ClaimRequest;
 use crate::scheduler::{Scheduler, Submitted};
 use crate::snapshot::{ClaimView, Snapshot};

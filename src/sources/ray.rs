@@ -25,7 +25,8 @@ use super::error::SourceError;
 use super::http::{Auth, JsonClient, PeerKind};
 use super::json::{At, ShapeError};
 use crate::clock::{Clock, SystemClock, Timestamp};
-use crate::placement::{ClaimId, Share};
+use crate::ids::ClaimId;
+use crate::placement::Share;
 use crate::request::{ClaimRequest, GpuForm};
 use crate::snapshot::{
     ClaimState, ClaimView, DeviceView, EndpointInfo, NodeView, SCHEMA_VERSION, Snapshot,
@@ -249,12 +250,7 @@ fn units(amount: f64) -> Units {
 
 /// A stable claim id for a Ray object (FNV-1a of its kind and id).
 fn claim_id(kind: &str, id: &str) -> ClaimId {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in kind.bytes().chain([b'/']).chain(id.bytes()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
+    ClaimId::of_name(&format!("{kind}/{id}"))
 }
 
 /// Ray's `{"result": true, "msg": ..., "data": ...}` envelope: the data, or why not.
@@ -1349,7 +1345,7 @@ mod tests {
         assert_eq!(claim_id("task", "ab"), claim_id("task", "ab"));
         assert_ne!(claim_id("task", "ab"), claim_id("actor", "ab"));
         // FNV-1a of "task/ab": a fixed value, so ids survive restarts and upgrades.
-        assert_eq!(claim_id("task", "ab"), 0x55e8_0e57_0187_6a9e);
+        assert_eq!(claim_id("task", "ab"), ClaimId(0x55e8_0e57_0187_6a9e));
     }
 
     #[test]

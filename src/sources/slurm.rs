@@ -27,7 +27,8 @@ use super::gres::{self, Gres};
 use super::http::{Auth, JsonClient, PeerKind};
 use super::json::{At, ShapeError};
 use crate::clock::{Clock, SystemClock, Timestamp};
-use crate::placement::{ClaimId, Health, Share};
+use crate::ids::ClaimId;
+use crate::placement::{Health, Share};
 use crate::request::{ClaimRequest, GpuForm};
 use crate::snapshot::{
     ClaimState, ClaimView, DeviceView, EndpointInfo, NodeView, ProjectView, ResourceView,
@@ -362,12 +363,7 @@ fn explain(reason: &str) -> String {
 }
 
 fn claim_id(job: u64, node: &str) -> ClaimId {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in format!("slurm-job/{job}/{node}").bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
+    ClaimId::of_name(&format!("slurm-job/{job}/{node}"))
 }
 
 fn u32_of(n: u64) -> u32 {

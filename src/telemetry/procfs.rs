@@ -3,12 +3,23 @@
 
 use std::path::Path;
 
-use crate::attribution::ProcessOrigin;
+use crate::ids::ClaimId;
 
 /// The environment variable `gpuboard run` sets on the command it starts.
 pub const CLAIM_ID_ENV: &str = "GPUBOARD_CLAIM_ID";
 /// Parent chains longer than this are cut (pid namespaces nest, but not this deep).
 const MAX_ANCESTORS: usize = 64;
+
+/// Where a process comes from, as read from /proc by [`process_origin`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcessOrigin {
+    /// The process.
+    pub pid: u32,
+    /// Its parent, grandparent, ... nearest first.
+    pub ancestors: Vec<u32>,
+    /// `GPUBOARD_CLAIM_ID` from its environment, if readable and set.
+    pub claim_id: Option<ClaimId>,
+}
 
 /// Reads where a process comes from under `proc_root` (normally `/proc`): its ancestors,
 /// nearest first, and any claim id in its environment. Unreadable parts are left empty:
@@ -49,7 +60,7 @@ fn parse_ppid(status: &str) -> Option<u32> {
 }
 
 /// Finds `GPUBOARD_CLAIM_ID=<number>` in a NUL-separated environment block.
-pub fn claim_id_from_environ(environ: &[u8]) -> Option<u64> {
+pub fn claim_id_from_environ(environ: &[u8]) -> Option<ClaimId> {
     let prefix = format!("{CLAIM_ID_ENV}=");
     environ
         .split(|b| *b == 0)
@@ -79,7 +90,7 @@ mod tests {
     #[test]
     fn claim_id_is_found_among_other_variables() {
         let env = b"PATH=/bin\0GPUBOARD_CLAIM_ID=42\0HOME=/root\0";
-        assert_eq!(claim_id_from_environ(env), Some(42));
+        assert_eq!(claim_id_from_environ(env), Some(ClaimId(42)));
         assert_eq!(claim_id_from_environ(b"GPUBOARD_CLAIM_ID=abc\0"), None);
         assert_eq!(claim_id_from_environ(b"XGPUBOARD_CLAIM_ID=1\0"), None);
         assert_eq!(claim_id_from_environ(b""), None);
@@ -96,7 +107,7 @@ mod tests {
         std::fs::write(root.path().join("30/environ"), b"GPUBOARD_CLAIM_ID=7\0").unwrap();
         let origin = process_origin(root.path(), 30);
         assert_eq!(origin.ancestors, vec![20, 10, 1]);
-        assert_eq!(origin.claim_id, Some(7));
+        assert_eq!(origin.claim_id, Some(ClaimId(7)));
     }
 
     #[test]

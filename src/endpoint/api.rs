@@ -28,9 +28,10 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
-use crate::auth::{Role, Tokens};
-use crate::engine::{Engine, EngineError, MAX_SHARE};
-use crate::placement::{ClaimId, FleetError, MoveError, MoveTarget, NoFit};
+use crate::endpoint::auth::{Role, Tokens};
+use crate::endpoint::engine::{Engine, EngineError, MAX_SHARE};
+use crate::ids::ClaimId;
+use crate::placement::{FleetError, MoveError, MoveTarget, NoFit};
 use crate::request::{ClaimRequest, MAX_DEVICES, MAX_SECONDS, RequestError, Rule};
 use crate::scheduler::{RenewError, Submitted, claim_view};
 use crate::snapshot::ClaimState;

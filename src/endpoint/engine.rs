@@ -13,12 +13,13 @@ use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 
 use crate::clock::{Clock, Timestamp};
-use crate::live::{LiveConfig, LiveFeed, LiveRound};
-use crate::placement::{Allocation, ClaimId, FleetError, MoveError, MoveTarget, NoFit, NodeSpec};
+use crate::endpoint::live::{LiveConfig, LiveFeed, LiveRound};
+use crate::endpoint::store::{Store, StoreError, StoreStats, SyncMode};
+use crate::ids::ClaimId;
+use crate::placement::{Allocation, FleetError, MoveError, MoveTarget, NoFit, NodeSpec};
 use crate::request::ClaimRequest;
 use crate::scheduler::{Claim, RenewError, Scheduler, SchedulerConfig, Submitted};
 use crate::snapshot::{AuditEvent, Snapshot};
-use crate::store::{Store, StoreError, StoreStats, SyncMode};
 use crate::telemetry::{Sampler, SamplerCore, TelemetrySnapshot};
 
 /// The largest project share accepted.

@@ -9,12 +9,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::attribution::{
-    Attribution, DeviceObservation, Holding, IdlePolicy, IdleTracker, ProcessOrigin, attribute,
+    Attribution, DeviceObservation, Holding, IdlePolicy, IdleTracker, attribute,
 };
 use crate::clock::Timestamp;
 use crate::discovery::coordination::read_records;
-use crate::placement::{ClaimId, DeviceSpec, NodeSpec};
+use crate::ids::ClaimId;
+use crate::placement::{DeviceSpec, NodeSpec};
 use crate::snapshot::{self, ClaimState, CoordinationRecord, HostView, ProcessView, Snapshot};
+use crate::telemetry::procfs::ProcessOrigin;
 use crate::telemetry::{BackendStatus, TelemetrySnapshot, procfs};
 use crate::units::Bytes;
 
@@ -433,7 +435,7 @@ pub fn open_local(
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
-    use crate::engine::{Engine, EngineConfig, LocalProcesses};
+    use crate::endpoint::engine::{Engine, EngineConfig, LocalProcesses};
     use crate::scheduler::Submitted;
     use crate::telemetry::fake::{FakeBackend, FakeGpu};
     use crate::telemetry::{
@@ -563,7 +565,7 @@ mod tests {
         )
         .await;
         let two = claim(&engine, json!({"gpu_memory": "1GiB", "devices": [1]})).await;
-        assert_eq!((one, two), (1, 2));
+        assert_eq!((one, two), (ClaimId(1), ClaimId(2)));
         let feed = LiveFeed::new(config(proc_root.path()));
         feed.publish(LiveRound::gather(snapshot, feed.config()));
         let mut snap = engine.snapshot();
@@ -577,16 +579,19 @@ mod tests {
         assert_eq!(t0.sampled_at, Timestamp(5_000));
         assert_eq!(t0.history_utilization, vec![90]);
         let claims: Vec<_> = t0.processes.iter().map(|p| (p.pid, p.claim)).collect();
-        assert_eq!(claims, vec![(100, Some(1)), (666, None)]);
+        assert_eq!(claims, vec![(100, Some(ClaimId(1))), (666, None)]);
         assert_eq!(d0.unclaimed_memory, Some(Bytes::mib(700)));
         let d1 = &snap.nodes[0].devices[1];
-        assert_eq!(d1.telemetry.as_ref().unwrap().processes[0].claim, Some(2));
+        assert_eq!(
+            d1.telemetry.as_ref().unwrap().processes[0].claim,
+            Some(ClaimId(2))
+        );
         assert_eq!(d1.unclaimed_memory, Some(Bytes(0)));
 
-        let c1 = snap.claim(1).unwrap();
+        let c1 = snap.claim(ClaimId(1)).unwrap();
         assert_eq!(c1.memory_used, Some(Bytes::mib(3000)));
         assert!(c1.over_limit, "3000 MiB used of 2 GiB reserved");
-        let c2 = snap.claim(2).unwrap();
+        let c2 = snap.claim(ClaimId(2)).unwrap();
         assert_eq!(c2.memory_used, Some(Bytes::mib(100)));
         assert!(!c2.over_limit);
         let host = snap.host.as_ref().unwrap();

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::FairShareError;
 use super::backoff::BackoffPolicy;
-use super::claim::{ClaimId, PendingClaim, RunningClaim};
+use super::claim::{PendingClaim, RunningClaim};
 use super::project::{Account, Gflop, InstanceSecs, ProjectName, Share};
 use super::resource::{ResourceId, ResourceType, instances_of};
 use super::rr::{RrOutcome, RunningUse, simulate};
@@ -20,9 +20,10 @@ use super::view::{
     AccountView, ClearCause, EventKind, FairShareEvent, FairShareState, FairShareView,
     ProjectState, ProjectView, ResourceView, WaitReason,
 };
+use crate::ids::ClaimId;
 use crate::units::Units;
 
-/// Events kept for [`FairShare::drain_events`]; older ones are dropped beyond this.
+/// Events kept for [`Ledger::drain_events`]; older ones are dropped beyond this.
 const MAX_EVENTS: usize = 10_000;
 /// The persisted state's format version.
 const STATE_VERSION: u32 = 1;
@@ -30,7 +31,7 @@ const STATE_VERSION: u32 = 1;
 /// How the ledger behaves.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct FairShareConfig {
+pub struct LedgerConfig {
     /// How backoffs grow.
     pub backoff: BackoffPolicy,
     /// The work-buffer horizon over which shortfall is counted (default 3600 s).
@@ -38,16 +39,16 @@ pub struct FairShareConfig {
     pub horizon: Duration,
 }
 
-impl Default for FairShareConfig {
-    fn default() -> FairShareConfig {
-        FairShareConfig {
+impl Default for LedgerConfig {
+    fn default() -> LedgerConfig {
+        LedgerConfig {
             backoff: BackoffPolicy::default(),
             horizon: Duration::from_secs(3_600),
         }
     }
 }
 
-impl FairShareConfig {
+impl LedgerConfig {
     /// Refuses a configuration that cannot work, naming the rule.
     pub fn validate(&self) -> Result<(), FairShareError> {
         self.backoff.validate()?;
@@ -82,7 +83,7 @@ pub enum Trigger {
 }
 
 /// A work-fetch decision: place this claim on this resource type. The caller places it
-/// and then calls [`FairShare::placed`].
+/// and then calls [`Ledger::placed`].
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Fetch {
     /// The claim to place.
@@ -183,8 +184,8 @@ struct Holding {
 
 /// The fair-share ledger and scheduler of one endpoint.
 #[derive(Clone, Debug)]
-pub struct FairShare {
-    config: FairShareConfig,
+pub struct Ledger {
+    config: LedgerConfig,
     resources: Vec<ResourceType>,
     resource_index: HashMap<ResourceId, usize>,
     projects: Vec<Slot>,
@@ -199,11 +200,11 @@ pub struct FairShare {
     events: VecDeque<FairShareEvent>,
 }
 
-impl FairShare {
+impl Ledger {
     /// An empty ledger.
-    pub fn new(config: FairShareConfig) -> Result<FairShare, FairShareError> {
+    pub fn new(config: LedgerConfig) -> Result<Ledger, FairShareError> {
         config.validate()?;
-        Ok(FairShare {
+        Ok(Ledger {
             config,
             resources: Vec::new(),
             resource_index: HashMap::new(),
@@ -219,7 +220,7 @@ impl FairShare {
     }
 
     /// Its configuration.
-    pub fn config(&self) -> &FairShareConfig {
+    pub fn config(&self) -> &LedgerConfig {
         &self.config
     }
 
@@ -527,7 +528,7 @@ impl FairShare {
         )
     }
 
-    /// The ledger at `now` for the snapshot and the console. Call [`FairShare::tick`]
+    /// The ledger at `now` for the snapshot and the console. Call [`Ledger::tick`]
     /// first for up-to-date debts.
     pub fn view(&self, now: Timestamp) -> FairShareView {
         let outcome = self.rr(now);
@@ -616,9 +617,9 @@ impl FairShare {
 
     /// Resumes from persisted state, checking that it hangs together.
     pub fn from_state(
-        config: FairShareConfig,
+        config: LedgerConfig,
         state: FairShareState,
-    ) -> Result<FairShare, FairShareError> {
+    ) -> Result<Ledger, FairShareError> {
         let bad = |why: String| Err(FairShareError::BadState(why));
         if state.version != STATE_VERSION {
             return bad(format!(
@@ -626,7 +627,7 @@ impl FairShare {
                 state.version
             ));
         }
-        let mut ledger = FairShare::new(config)?;
+        let mut ledger = Ledger::new(config)?;
         for res in state.resources {
             if ledger.resource_index.contains_key(&res.id) {
                 return bad(format!("resource type `{}` appears twice", res.id));

@@ -6,7 +6,7 @@
 //! Every mutation appends `Change`s to a journal that the owner drains with
 //! `take_changes` and persists before acknowledging anything.
 
-mod fair;
+mod accounting;
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -16,10 +16,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
 use crate::fairshare::{
-    self, FairShare, FairShareConfig, FairShareError, FairShareState, ProjectName, Share,
+    self, FairShareError, FairShareState, Ledger, LedgerConfig, ProjectName, Share,
 };
+use crate::ids::ClaimId;
 use crate::placement::{
-    Allocation, ClaimId, Fleet, FleetError, MoveError, MoveTarget, NoFit, NodeSpec, Policy,
+    Allocation, Fleet, FleetError, MoveError, MoveTarget, NoFit, NodeSpec, Policy,
 };
 use crate::request::ClaimRequest;
 use crate::snapshot::{
@@ -45,7 +46,7 @@ pub struct SchedulerConfig {
     pub policy: Policy,
     /// Fair-share backoffs and buffer horizon.
     #[serde(default)]
-    pub fairshare: FairShareConfig,
+    pub fairshare: LedgerConfig,
     /// Speeds (GFLOPS per instance) by resource type (`cpu`, `gpu:MODEL`) or model name,
     /// overriding the built-in table.
     #[serde(default)]
@@ -63,7 +64,7 @@ pub enum SchedulerError {
     Fleet(#[from] FleetError),
     /// The fair-share configuration, a project name or a share is not valid.
     #[error(transparent)]
-    FairShare(#[from] FairShareError),
+    Ledger(#[from] FairShareError),
 }
 
 impl Default for SchedulerConfig {
@@ -72,7 +73,7 @@ impl Default for SchedulerConfig {
             name: "local".to_string(),
             kind: "gpuboard".to_string(),
             policy: Policy::Binpack,
-            fairshare: FairShareConfig::default(),
+            fairshare: LedgerConfig::default(),
             speeds: BTreeMap::new(),
             seed: 0,
         }
@@ -197,7 +198,7 @@ pub struct Scheduler {
     revision: u64,
     next_id: ClaimId,
     journal: Vec<Change>,
-    ledger: FairShare,
+    ledger: Ledger,
     rng: StdRng,
     ledger_saved_at: Option<Timestamp>,
     /// The revision at which waiting claims' reasons were last worked out.
@@ -211,7 +212,7 @@ impl Scheduler {
         for n in nodes {
             fleet.add_node(n)?;
         }
-        let ledger = FairShare::new(config.fairshare.clone())?;
+        let ledger = Ledger::new(config.fairshare.clone())?;
         let rng = StdRng::seed_from_u64(config.seed);
         let mut s = Scheduler {
             config,
@@ -220,7 +221,7 @@ impl Scheduler {
             shares: BTreeMap::new(),
             events: VecDeque::new(),
             revision: 0,
-            next_id: 1,
+            next_id: ClaimId::FIRST,
             journal: Vec::new(),
             ledger,
             rng,
@@ -232,7 +233,7 @@ impl Scheduler {
     }
 
     fn register_resources(&mut self, now: Timestamp) {
-        for t in fair::resource_types(&self.fleet, &self.config.speeds) {
+        for t in accounting::resource_types(&self.fleet, &self.config.speeds) {
             self.ledger.set_resource(now, t);
         }
     }
@@ -254,9 +255,9 @@ impl Scheduler {
         s.shares = persisted.shares.into_iter().collect();
         s.events = persisted.events.into_iter().collect();
         s.revision = persisted.revision;
-        s.next_id = persisted.next_id.max(1);
+        s.next_id = persisted.next_id.max(ClaimId::FIRST);
         for mut claim in persisted.claims {
-            s.next_id = s.next_id.max(claim.id + 1);
+            s.next_id = s.next_id.max(claim.id.next());
             if let Some(alloc) = &claim.allocation
                 && let Err(e) = s.fleet.restore(claim.id, &claim.request, alloc)
             {
@@ -278,9 +279,9 @@ impl Scheduler {
         let now = saved.as_ref().and_then(|s| s.last_seen).unwrap_or_default();
         let mut known = std::collections::BTreeSet::new();
         if let Some(state) = saved {
-            known.extend(state.pending.iter().map(|c| c.id.0));
-            known.extend(state.running.iter().map(|c| c.id.0));
-            match FairShare::from_state(self.config.fairshare.clone(), state) {
+            known.extend(state.pending.iter().map(|c| c.id));
+            known.extend(state.running.iter().map(|c| c.id));
+            match Ledger::from_state(self.config.fairshare.clone(), state) {
                 Ok(l) => self.ledger = l,
                 Err(e) => {
                     warnings.push(format!(
@@ -298,7 +299,7 @@ impl Scheduler {
         }
         for id in &known {
             if !self.claims.contains_key(id) {
-                self.ledger.released(now, fairshare::ClaimId(*id));
+                self.ledger.released(now, *id);
             }
         }
         for claim in self.claims.values() {
@@ -306,7 +307,7 @@ impl Scheduler {
                 continue;
             }
             match &claim.allocation {
-                Some(a) => fair::record_placed(
+                Some(a) => accounting::record_placed(
                     &mut self.ledger,
                     &self.fleet,
                     now,
@@ -315,7 +316,7 @@ impl Scheduler {
                     a,
                 ),
                 None => {
-                    fair::record_pending(
+                    accounting::record_pending(
                         &mut self.ledger,
                         &self.fleet,
                         now,
@@ -401,9 +402,9 @@ impl Scheduler {
             Err(no) => return Submitted::Refused(no),
         };
         match &allocation {
-            Some(a) => fair::record_placed(&mut self.ledger, &self.fleet, now, id, &req, a),
+            Some(a) => accounting::record_placed(&mut self.ledger, &self.fleet, now, id, &req, a),
             None => {
-                if !fair::record_pending(&mut self.ledger, &self.fleet, now, id, &req) {
+                if !accounting::record_pending(&mut self.ledger, &self.fleet, now, id, &req) {
                     return Submitted::Refused(pending.unwrap_or_else(|| NoFit {
                         infeasible: true,
                         nodes: Vec::new(),
@@ -411,7 +412,7 @@ impl Scheduler {
                 }
             }
         }
-        self.next_id += 1;
+        self.next_id = self.next_id.next();
         let claim = Claim {
             id,
             lease_expires_at: req.ttl.map(|t| now.plus_secs(t)),
@@ -454,7 +455,7 @@ impl Scheduler {
     ) -> Option<Claim> {
         let claim = self.claims.remove(&id)?;
         self.fleet.release(id);
-        self.ledger.released(now, fairshare::ClaimId(id));
+        self.ledger.released(now, id);
         self.journal.push(Change::ClaimRemoved(id));
         let place = claim
             .allocation
@@ -492,8 +493,8 @@ impl Scheduler {
         claim.allocation = Some(new.clone());
         let claim = claim.clone();
         // The claim may now hold another model, or another amount of it.
-        self.ledger.released(now, fairshare::ClaimId(id));
-        fair::record_placed(&mut self.ledger, &self.fleet, now, id, &claim.request, &new);
+        self.ledger.released(now, id);
+        accounting::record_placed(&mut self.ledger, &self.fleet, now, id, &claim.request, &new);
         self.journal.push(Change::Claim(Box::new(claim.clone())));
         let from = old.map_or_else(String::new, |a| a.to_string());
         self.audit(
@@ -687,13 +688,13 @@ impl Scheduler {
             let (claims, fleet) = (&self.claims, &self.fleet);
             let mut fits = |c: &fairshare::PendingClaim, r: &fairshare::ResourceId, _| {
                 claims
-                    .get(&c.id.0)
+                    .get(&c.id)
                     .is_some_and(|claim| fleet.plan_on(&claim.request, r.model()).is_ok())
             };
             let Some(fetch) = self.ledger.work_fetch(now, &mut fits, &mut self.rng) else {
                 break;
             };
-            let id = fetch.claim.0;
+            let id = fetch.claim;
             let Some(req) = self.claims.get(&id).map(|c| c.request.clone()) else {
                 self.ledger.released(now, fetch.claim);
                 continue;
@@ -701,7 +702,7 @@ impl Scheduler {
             let Ok(alloc) = self.fleet.claim_on(id, &req, fetch.resource.model()) else {
                 break;
             };
-            fair::record_placed(&mut self.ledger, &self.fleet, now, id, &req, &alloc);
+            accounting::record_placed(&mut self.ledger, &self.fleet, now, id, &req, &alloc);
             let Some(claim) = self.claims.get_mut(&id) else {
                 continue;
             };
@@ -796,7 +797,7 @@ impl Scheduler {
                     .collect(),
             })
             .collect();
-        let (projects, resources) = fair::views(&self.ledger.view(now), now);
+        let (projects, resources) = accounting::views(&self.ledger.view(now), now);
         let claims = self
             .claims
             .values()
@@ -910,13 +911,16 @@ mod tests {
         assert!(
             matches!(s.submit(req(json!({"nvidia.com/gpu": 3, "wait": true})), "op", T0), Submitted::Refused(n) if n.infeasible)
         );
-        s.release(1, "op", T0).unwrap();
+        s.release(ClaimId(1), "op", T0).unwrap();
         s.tick(T0, &|_| true);
         assert!(
             s.claim(p.id).unwrap().allocation.is_some(),
             "pending claim placed once capacity freed"
         );
-        assert!(s.release(1, "op", T0).is_none(), "release is idempotent");
+        assert!(
+            s.release(ClaimId(1), "op", T0).is_none(),
+            "release is idempotent"
+        );
     }
 
     #[test]
@@ -925,12 +929,12 @@ mod tests {
         s.submit(req(json!({"num_gpus": 0.5, "ttl": 60})), "op", T0);
         s.submit(req(json!({"num_gpus": 0.5, "pid": 4242})), "op", T0);
         s.tick(T0.plus_secs(30), &|_| true);
-        s.renew(1, None, "op", T0.plus_secs(30)).unwrap();
+        s.renew(ClaimId(1), None, "op", T0.plus_secs(30)).unwrap();
         s.tick(T0.plus_secs(80), &|_| true);
-        assert!(s.claim(1).is_some(), "renewed lease still valid");
+        assert!(s.claim(ClaimId(1)).is_some(), "renewed lease still valid");
         s.tick(T0.plus_secs(91), &|pid| pid != 4242);
-        assert!(s.claim(1).is_none(), "expired");
-        assert!(s.claim(2).is_none(), "owner gone");
+        assert!(s.claim(ClaimId(1)).is_none(), "expired");
+        assert!(s.claim(ClaimId(2)).is_none(), "owner gone");
         let actions: Vec<_> = s
             .snapshot(T0)
             .events
@@ -946,8 +950,8 @@ mod tests {
             Bytes(0)
         );
         assert_eq!(
-            s.renew(9, Some(5), "op", T0),
-            Err(RenewError::UnknownClaim(9))
+            s.renew(ClaimId(9), Some(5), "op", T0),
+            Err(RenewError::UnknownClaim(ClaimId(9)))
         );
     }
 
@@ -967,7 +971,7 @@ mod tests {
             changes.last(),
             Some(Change::Counters {
                 revision: 4,
-                next_id: 3
+                next_id: ClaimId(3)
             })
         ));
         assert!(s.take_changes().is_empty());
@@ -1023,7 +1027,7 @@ mod tests {
         s.submit(req(json!({"num_gpus": 0.5, "devices": [0]})), "op", T0);
         let c = s
             .move_claim(
-                1,
+                ClaimId(1),
                 &MoveTarget {
                     node: None,
                     devices: Some(vec![1]),
@@ -1072,7 +1076,7 @@ mod tests {
             debt("a"),
             debt("b")
         );
-        s.release(1, "op", T0.plus_secs(3600));
+        s.release(ClaimId(1), "op", T0.plus_secs(3600));
         s.tick(T0.plus_secs(3601), &|_| true);
         assert!(
             s.claim(b.id).unwrap().allocation.is_some(),

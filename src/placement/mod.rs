@@ -9,11 +9,9 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::ids::ClaimId;
 use crate::request::{ClaimRequest, GpuForm, Milli, PerDevice, accelerator_key};
 use crate::units::{Bytes, SLOTS_PER_DEVICE, Slots, Units};
-
-/// A claim's identity, stable across moves and restarts.
-pub type ClaimId = u64;
 
 /// How to choose among devices that fit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -1265,10 +1263,10 @@ mod tests {
             ],
         );
         let r = req(json!({"gpu_memory": "20Gi", "node": "a100-40"}));
-        let a = f.claim(1, &r).unwrap();
+        let a = f.claim(ClaimId(1), &r).unwrap();
         assert_eq!(a.shares[0].compute, Units(5000));
         let r = req(json!({"gpu_memory": "20Gi", "node": "a100-80"}));
-        let a = f.claim(2, &r).unwrap();
+        let a = f.claim(ClaimId(2), &r).unwrap();
         assert_eq!(a.shares[0].compute, Units(2500));
         assert_eq!(a.shares[0].memory, Bytes::gib(20));
         f.check_invariants().unwrap();
@@ -1284,7 +1282,7 @@ mod tests {
             ],
         );
         let r = req(json!({"gpu_memory": "30Gi", "accelerator_type": "NVIDIA_TESLA_A10G"}));
-        let e = f.claim(1, &r).unwrap_err();
+        let e = f.claim(ClaimId(1), &r).unwrap_err();
         assert!(e.infeasible);
         let text = e.to_string();
         assert!(
@@ -1310,11 +1308,19 @@ mod tests {
                 ],
             )],
         );
-        f.claim(1, &req(json!({"gpu_memory": "30Gi", "devices": [0]})))
-            .unwrap();
-        f.claim(2, &req(json!({"gpu_memory": "30Gi", "devices": [1]})))
-            .unwrap();
-        let e = f.claim(3, &req(json!({"gpu_memory": "15Gi"}))).unwrap_err();
+        f.claim(
+            ClaimId(1),
+            &req(json!({"gpu_memory": "30Gi", "devices": [0]})),
+        )
+        .unwrap();
+        f.claim(
+            ClaimId(2),
+            &req(json!({"gpu_memory": "30Gi", "devices": [1]})),
+        )
+        .unwrap();
+        let e = f
+            .claim(ClaimId(3), &req(json!({"gpu_memory": "15Gi"})))
+            .unwrap_err();
         assert!(!e.infeasible);
         assert_eq!(
             e.lines(),
@@ -1336,10 +1342,15 @@ mod tests {
         );
         f.set_cordon("a", 3, true).unwrap();
         for (id, d) in [(1, 0), (2, 1), (3, 2)] {
-            f.claim(id, &req(json!({"gpu_memory": "37Gi", "devices": [d]})))
-                .unwrap();
+            f.claim(
+                ClaimId(id),
+                &req(json!({"gpu_memory": "37Gi", "devices": [d]})),
+            )
+            .unwrap();
         }
-        let e = f.claim(9, &req(json!({"gpu_memory": "20Gi"}))).unwrap_err();
+        let e = f
+            .claim(ClaimId(9), &req(json!({"gpu_memory": "20Gi"})))
+            .unwrap_err();
         assert_eq!(
             e.lines(),
             vec!["node a: 3/4 GPUs insufficient memory (largest free 3 GiB, needs 20 GiB); 1/4 cordoned".to_string()]
@@ -1364,7 +1375,7 @@ mod tests {
         );
         let a = f
             .claim(
-                1,
+                ClaimId(1),
                 &req(json!({"gpu-memory": "4Gi", "gpu-core": 100, "gpu.shared": 2})),
             )
             .unwrap();
@@ -1378,7 +1389,7 @@ mod tests {
         }
         let e = f
             .claim(
-                2,
+                ClaimId(2),
                 &req(json!({"gpu-memory": "4Gi", "gpu.shared": 2, "node": "one"})),
             )
             .unwrap_err();
@@ -1398,9 +1409,11 @@ mod tests {
                     ],
                 )],
             );
-            f.claim(1, &req(json!({"num_gpus": 0.25, "devices": [1]})))
+            f.claim(ClaimId(1), &req(json!({"num_gpus": 0.25, "devices": [1]})))
                 .unwrap();
-            let a = f.claim(2, &req(json!({"num_gpus": 0.25}))).unwrap();
+            let a = f
+                .claim(ClaimId(2), &req(json!({"num_gpus": 0.25})))
+                .unwrap();
             assert_eq!(a.shares[0].device, want, "{policy:?}");
         }
     }
@@ -1415,7 +1428,7 @@ mod tests {
             ],
         );
         assert_eq!(
-            f.claim(1, &req(json!({"gpu_memory": "20Gi"})))
+            f.claim(ClaimId(1), &req(json!({"gpu_memory": "20Gi"})))
                 .unwrap()
                 .node,
             "small"
@@ -1434,16 +1447,26 @@ mod tests {
                 ],
             )],
         );
-        f.claim(1, &req(json!({"num_gpus": 0.0001, "devices": [0]})))
+        f.claim(
+            ClaimId(1),
+            &req(json!({"num_gpus": 0.0001, "devices": [0]})),
+        )
+        .unwrap();
+        let a = f
+            .claim(ClaimId(2), &req(json!({"nvidia.com/gpu": 1})))
             .unwrap();
-        let a = f.claim(2, &req(json!({"nvidia.com/gpu": 1}))).unwrap();
         assert_eq!(a.shares[0].device, 1);
         assert_eq!(a.shares[0].slots, Slots::FULL);
-        let e = f.claim(3, &req(json!({"num_gpus": 1}))).unwrap_err();
+        let e = f
+            .claim(ClaimId(3), &req(json!({"num_gpus": 1})))
+            .unwrap_err();
         assert!(!e.infeasible);
-        f.release(1);
+        f.release(ClaimId(1));
         assert_eq!(
-            f.claim(3, &req(json!({"num_gpus": 1}))).unwrap().shares[0].device,
+            f.claim(ClaimId(3), &req(json!({"num_gpus": 1})))
+                .unwrap()
+                .shares[0]
+                .device,
             0
         );
     }
@@ -1455,11 +1478,17 @@ mod tests {
             vec![node("a", vec![gpu(0, "A100", Bytes::gib(40))])],
         );
         for id in 0..100 {
-            f.claim(id, &req(json!({"gpu-memory": "1Mi", "gpu.shared": 1})))
-                .unwrap();
+            f.claim(
+                ClaimId(id),
+                &req(json!({"gpu-memory": "1Mi", "gpu.shared": 1})),
+            )
+            .unwrap();
         }
         let e = f
-            .claim(100, &req(json!({"gpu-memory": "1Mi", "gpu.shared": 1})))
+            .claim(
+                ClaimId(100),
+                &req(json!({"gpu-memory": "1Mi", "gpu.shared": 1})),
+            )
             .unwrap_err();
         assert_eq!(e.lines(), vec!["node a: 1/1 GPUs no free slot".to_string()]);
     }
@@ -1471,13 +1500,13 @@ mod tests {
             vec![node("a", vec![gpu(0, "A100", Bytes::gib(40))])],
         );
         f.claim(
-            1,
+            ClaimId(1),
             &req(json!({"gpu-memory": "1Gi", "gpu-core": 80, "gpu.shared": 1})),
         )
         .unwrap();
         let e = f
             .claim(
-                2,
+                ClaimId(2),
                 &req(json!({"gpu-memory": "1Gi", "gpu-core": 30, "gpu.shared": 1})),
             )
             .unwrap_err();
@@ -1502,30 +1531,39 @@ mod tests {
                 ],
             )],
         );
-        f.claim(7, &req(json!({"gpu_memory": "30Gi", "devices": [0]})))
-            .unwrap();
-        f.claim(8, &req(json!({"gpu_memory": "20Gi", "devices": [1]})))
-            .unwrap();
+        f.claim(
+            ClaimId(7),
+            &req(json!({"gpu_memory": "30Gi", "devices": [0]})),
+        )
+        .unwrap();
+        f.claim(
+            ClaimId(8),
+            &req(json!({"gpu_memory": "20Gi", "devices": [1]})),
+        )
+        .unwrap();
         let target = MoveTarget {
             node: None,
             devices: Some(vec![1]),
         };
-        let before = f.allocation(7).cloned();
-        assert!(matches!(f.move_claim(7, &target), Err(MoveError::NoFit(_))));
+        let before = f.allocation(ClaimId(7)).cloned();
+        assert!(matches!(
+            f.move_claim(ClaimId(7), &target),
+            Err(MoveError::NoFit(_))
+        ));
         assert_eq!(
-            f.allocation(7).cloned(),
+            f.allocation(ClaimId(7)).cloned(),
             before,
             "a failed move leaves the claim in place"
         );
         f.check_invariants().unwrap();
-        f.release(8);
-        let a = f.move_claim(7, &target).unwrap();
+        f.release(ClaimId(8));
+        let a = f.move_claim(ClaimId(7), &target).unwrap();
         assert_eq!(a.shares[0].device, 1);
         assert_eq!(f.node("a").unwrap().devices[0].memory_allocated, Bytes(0));
-        assert_eq!(f.allocation(7).unwrap().shares[0].device, 1);
+        assert_eq!(f.allocation(ClaimId(7)).unwrap().shares[0].device, 1);
         assert!(matches!(
-            f.move_claim(99, &target),
-            Err(MoveError::UnknownClaim(99))
+            f.move_claim(ClaimId(99), &target),
+            Err(MoveError::UnknownClaim(ClaimId(99)))
         ));
         f.check_invariants().unwrap();
     }
@@ -1549,7 +1587,9 @@ mod tests {
         f.set_cordon("a", 0, true).unwrap();
         f.set_health("a", 1, Health::Unhealthy("XID 79".into()))
             .unwrap();
-        let e = f.claim(1, &req(json!({"num_gpus": 0.5}))).unwrap_err();
+        let e = f
+            .claim(ClaimId(1), &req(json!({"num_gpus": 0.5})))
+            .unwrap_err();
         assert!(!e.infeasible, "cordons and health can change");
         assert_eq!(
             e.lines(),
@@ -1557,7 +1597,10 @@ mod tests {
         );
         f.set_cordon("a", 0, false).unwrap();
         assert_eq!(
-            f.claim(1, &req(json!({"num_gpus": 0.5}))).unwrap().shares[0].device,
+            f.claim(ClaimId(1), &req(json!({"num_gpus": 0.5})))
+                .unwrap()
+                .shares[0]
+                .device,
             0
         );
         assert!(f.set_cordon("a", 9, true).is_err());
@@ -1576,7 +1619,9 @@ mod tests {
                 }],
             )],
         );
-        let e = f.claim(1, &req(json!({"num_gpus": 0.0001}))).unwrap_err();
+        let e = f
+            .claim(ClaimId(1), &req(json!({"num_gpus": 0.0001})))
+            .unwrap_err();
         assert!(e.infeasible, "{e}");
         assert_eq!(
             e.lines(),
@@ -1591,16 +1636,23 @@ mod tests {
             vec![node("a", vec![gpu(0, "A100", Bytes::gib(40))])],
         );
         for id in 1..=3 {
-            f.claim(id, &req(json!({"num_gpus": 0.25}))).unwrap();
+            f.claim(ClaimId(id), &req(json!({"num_gpus": 0.25})))
+                .unwrap();
         }
         let before = f.nodes().to_vec();
         let target = MoveTarget {
             node: Some("nowhere".into()),
             devices: None,
         };
-        assert!(matches!(f.move_claim(1, &target), Err(MoveError::NoFit(_))));
+        assert!(matches!(
+            f.move_claim(ClaimId(1), &target),
+            Err(MoveError::NoFit(_))
+        ));
         assert_eq!(f.nodes(), &before[..]);
-        assert_eq!(f.nodes()[0].devices[0].holders, vec![1, 2, 3]);
+        assert_eq!(
+            f.nodes()[0].devices[0].holders,
+            vec![ClaimId(1), ClaimId(2), ClaimId(3)]
+        );
     }
 
     #[test]
@@ -1616,9 +1668,11 @@ mod tests {
                 vec![linked(0, 0), linked(1, 1), linked(2, 1), linked(3, 0)],
             )],
         );
-        f.claim(1, &req(json!({"num_gpus": 0.5, "devices": [0]})))
+        f.claim(ClaimId(1), &req(json!({"num_gpus": 0.5, "devices": [0]})))
             .unwrap();
-        let a = f.claim(2, &req(json!({"nvidia.com/gpu": 2}))).unwrap();
+        let a = f
+            .claim(ClaimId(2), &req(json!({"nvidia.com/gpu": 2})))
+            .unwrap();
         assert_eq!(a.visible_devices(), "1,2");
     }
 
@@ -1630,14 +1684,14 @@ mod tests {
             ..node("cpu", vec![])
         })
         .unwrap();
-        f.claim(1, &req(json!({"cpus": 3}))).unwrap();
-        let e = f.claim(2, &req(json!({"cpus": 2}))).unwrap_err();
+        f.claim(ClaimId(1), &req(json!({"cpus": 3}))).unwrap();
+        let e = f.claim(ClaimId(2), &req(json!({"cpus": 2}))).unwrap_err();
         assert_eq!(
             e.lines(),
             vec!["node cpu: insufficient CPU (largest free 1, needs 2)".to_string()]
         );
-        assert!(f.claim(3, &req(json!({"cpus": "500m"}))).is_ok());
-        let e = f.claim(4, &req(json!({"cpus": 8}))).unwrap_err();
+        assert!(f.claim(ClaimId(3), &req(json!({"cpus": "500m"}))).is_ok());
+        let e = f.claim(ClaimId(4), &req(json!({"cpus": 8}))).unwrap_err();
         assert!(e.infeasible);
     }
 
@@ -1649,13 +1703,13 @@ mod tests {
         );
         let r = req(json!({"gpu_memory": "30Gi"}));
         let a = f.plan(&r).unwrap();
-        f.restore(1, &r, &a).unwrap();
+        f.restore(ClaimId(1), &r, &a).unwrap();
         assert!(matches!(
-            f.restore(1, &r, &a),
-            Err(FleetError::DuplicateClaim(1))
+            f.restore(ClaimId(1), &r, &a),
+            Err(FleetError::DuplicateClaim(ClaimId(1)))
         ));
         assert!(matches!(
-            f.restore(2, &r, &a),
+            f.restore(ClaimId(2), &r, &a),
             Err(FleetError::DoesNotFit { .. })
         ));
         f.check_invariants().unwrap();

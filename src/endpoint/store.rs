@@ -17,6 +17,7 @@ use std::thread::JoinHandle;
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::{oneshot, watch};
 
+use crate::ids::ClaimId;
 use crate::scheduler::{Change, Claim, Persisted};
 use crate::snapshot::AuditEvent;
 
@@ -270,7 +271,7 @@ fn load(conn: &mut Connection, path: &str) -> Result<Persisted, StoreError> {
     let next_id = meta("next_id")?.unwrap_or(1);
     let mut p = Persisted {
         revision: u64::try_from(revision).map_err(|e| corrupt("revision".into(), &e))?,
-        next_id: u64::try_from(next_id).map_err(|e| corrupt("next claim id".into(), &e))?,
+        next_id: ClaimId(u64::try_from(next_id).map_err(|e| corrupt("next claim id".into(), &e))?),
         ..Persisted::default()
     };
     {
@@ -437,11 +438,11 @@ fn apply(
         Change::Claim(c) => {
             let body = serde_json::to_string(c)?;
             tx.prepare_cached("INSERT OR REPLACE INTO claims(id, body) VALUES (?1, ?2)")?
-                .execute(params![i64::try_from(c.id)?, body])?;
+                .execute(params![i64::try_from(c.id.0)?, body])?;
         }
         Change::ClaimRemoved(id) => {
             tx.prepare_cached("DELETE FROM claims WHERE id = ?1")?
-                .execute([i64::try_from(*id)?])?;
+                .execute([i64::try_from(id.0)?])?;
         }
         Change::Cordon {
             node,
@@ -476,7 +477,7 @@ fn apply(
             let mut q =
                 tx.prepare_cached("INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)")?;
             q.execute(params!["revision", i64::try_from(*rev)?])?;
-            q.execute(params!["next_id", i64::try_from(*next_id)?])?;
+            q.execute(params!["next_id", i64::try_from(next_id.0)?])?;
             *revision = Some(*rev);
         }
     }
@@ -503,12 +504,12 @@ mod tests {
         let mut s = Scheduler::new(SchedulerConfig::default(), nodes()).unwrap();
         let before = {
             let (store, p) = Store::open(dir.path(), SyncMode::Full).unwrap();
-            assert!(p.claims.is_empty() && p.revision == 0 && p.next_id == 1);
+            assert!(p.claims.is_empty() && p.revision == 0 && p.next_id == ClaimId(1));
             let req = |v| ClaimRequest::from_json(&v).unwrap();
             s.submit(req(json!({"gpu_memory": "10Gi"})), "op", t);
             s.submit(req(json!({"num_gpus": 0.5, "project": "x"})), "op", t);
             store.write(s.take_changes()).await.unwrap().unwrap();
-            s.release(1, "op", t);
+            s.release(ClaimId(1), "op", t);
             s.set_cordon("a", 1, true, "op", t).unwrap();
             s.set_share("x", 250, "op", t).unwrap();
             let second = store.write(s.take_changes());
@@ -522,7 +523,7 @@ mod tests {
         assert_eq!(p.claims.len(), 1);
         assert_eq!(p.cordoned, vec![("a".to_string(), 1)]);
         assert_eq!(p.shares, vec![("x".to_string(), 250)]);
-        assert_eq!(p.next_id, 3);
+        assert_eq!(p.next_id, ClaimId(3));
         let (r, warnings) = Scheduler::restore(SchedulerConfig::default(), nodes(), p).unwrap();
         assert!(warnings.is_empty());
         let after = r.snapshot(t);

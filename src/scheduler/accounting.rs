@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use crate::clock::Timestamp;
 use crate::fairshare::{
-    self, FairShare, FairShareView, PendingClaim, Placed, ProjectName, ResourceDemand, ResourceId,
+    FairShareView, Ledger, PendingClaim, Placed, ProjectName, ResourceDemand, ResourceId,
     ResourceType, Speed, WaitReason,
 };
-use crate::placement::{Allocation, ClaimId, Fleet};
+use crate::ids::ClaimId;
+use crate::placement::{Allocation, Fleet};
 use crate::request::{ClaimRequest, accelerator_key};
 use crate::snapshot::{ProjectResourceView, ProjectView, ResourceView};
 use crate::units::{Bytes, UNITS_PER_DEVICE, Units};
@@ -133,7 +134,7 @@ pub fn demand(fleet: &Fleet, req: &ClaimRequest) -> Vec<ResourceDemand> {
 
 /// Tells the ledger a claim now holds its allocation.
 pub fn record_placed(
-    ledger: &mut FairShare,
+    ledger: &mut Ledger,
     fleet: &Fleet,
     now: Timestamp,
     id: ClaimId,
@@ -146,7 +147,7 @@ pub fn record_placed(
         return;
     };
     let placed = Placed {
-        id: fairshare::ClaimId(id),
+        id: id,
         project,
         resource,
         units,
@@ -159,7 +160,7 @@ pub fn record_placed(
 
 /// Queues a claim in the ledger; `false` when no resource type could ever run it.
 pub fn record_pending(
-    ledger: &mut FairShare,
+    ledger: &mut Ledger,
     fleet: &Fleet,
     now: Timestamp,
     id: ClaimId,
@@ -169,7 +170,7 @@ pub fn record_pending(
         return false;
     };
     let pending = PendingClaim {
-        id: fairshare::ClaimId(id),
+        id: id,
         project,
         demand: demand(fleet, req),
         expected_duration: req.expected_duration.map(Duration::from_secs),
@@ -322,7 +323,7 @@ mod tests {
         let req =
             ClaimRequest::from_json(&json!({"nvidia.com/gpu": 1, "accelerator_type": "A10G"}))
                 .unwrap();
-        let alloc = f.claim(1, &req).unwrap();
+        let alloc = f.claim(ClaimId(1), &req).unwrap();
         let (r, u) = usage(&f, &alloc).unwrap();
         assert_eq!((r.as_str(), u), ("gpu:NVIDIA A10G", Units(10_000)));
     }

@@ -1,0 +1,10 @@
+//! What `gpuboard serve` is: the engine (scheduler + durable store + ticker + live
+//! telemetry), the SQLite store under it, the HTTP API over it and its bearer tokens.
+//!
+//! Start at [`engine::Engine`] for behaviour, at [`api::router`] for the routes.
+
+pub mod api;
+pub mod auth;
+pub mod engine;
+pub mod live;
+pub mod store;
