@@ -7,9 +7,10 @@
 mod common;
 
 use std::fmt::Write;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use gpuboard::clock::Timestamp;
 use gpuboard::telemetry::nvml::NvmlBackend;
 use gpuboard::telemetry::{HostSource, SamplerConfig, SamplerCore, SysinfoHost};
 
@@ -54,7 +55,7 @@ fn bench(c: &mut Criterion) {
     };
     let mut core = SamplerCore::new(Box::new(backend), None, config);
     let mut t = 0u64;
-    let snap = core.round(UNIX_EPOCH);
+    let snap = core.round(Timestamp(0));
     assert_eq!(snap.devices.len(), 8);
     assert_eq!(
         snap.devices
@@ -71,14 +72,14 @@ fn bench(c: &mut Criterion) {
     group.bench_function("with_processes", |b| {
         b.iter(|| {
             t += 2;
-            core.round(UNIX_EPOCH + Duration::from_secs(t))
+            core.round(Timestamp(0).plus_secs(t))
         })
     });
     group.bench_function("metrics_only", |b| {
         b.iter(|| {
             // 1 ms steps never reach the 2 s process interval within one sample.
             t += 1;
-            core.round(UNIX_EPOCH + Duration::from_secs(1_000_000) + Duration::from_millis(t))
+            core.round(Timestamp(0).plus_secs(1_000_000).plus_millis(t))
         })
     });
     group.finish();

@@ -655,12 +655,7 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         coordination_file: Some(a.coordination_file.clone()),
         ..crate::endpoint::live::LiveConfig::local(&host)
     };
-    engine.attach_telemetry(
-        core,
-        Some(first),
-        Arc::new(crate::telemetry::SystemClock),
-        live,
-    )?;
+    engine.attach_telemetry(core, Some(first), Arc::new(crate::clock::SystemClock), live)?;
     if !a.listen.ip().is_loopback() {
         eprintln!(
             "gpuboard serve: warning: listening on {} (not loopback) over plain HTTP; tokens travel unencrypted",

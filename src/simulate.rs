@@ -126,10 +126,10 @@ fn invalid(why: impl Into<String>) -> ScenarioError {
     ScenarioError::Invalid(why.into())
 }
 
-/// The simulation's capacity: whether a claim of `units` fits a resource type now, and
+/// What the simulator places on: whether a claim of `units` fits a resource type now, and
 /// taking and giving it back. [`Hosts`] models devices and cores; placement's fleet can
 /// stand in.
-pub trait Capacity {
+pub trait SimHosts {
     /// Whether `units` of `resource` fit now.
     fn fits(&self, resource: &ResourceId, units: Units) -> bool;
     /// Takes `units` of `resource` for `claim`; false if it does not fit.
@@ -237,7 +237,7 @@ impl Hosts {
     }
 }
 
-impl Capacity for Hosts {
+impl SimHosts for Hosts {
     fn fits(&self, resource: &ResourceId, units: Units) -> bool {
         self.plan(resource, units).is_some()
     }
@@ -384,7 +384,7 @@ struct Arrival {
 /// Runs a scenario on the given capacity (whose resource types must be the hosts').
 pub fn run_with(
     scenario: &Scenario,
-    capacity: &mut impl Capacity,
+    capacity: &mut impl SimHosts,
 ) -> Result<SimReport, ScenarioError> {
     if scenario.duration_s == 0 || scenario.duration_s > MAX_DURATION_S {
         return Err(invalid(format!(

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
 use crate::ids::ClaimId;
-use crate::placement::{Health, Share};
+use crate::placement::{DeviceShare, Health};
 use crate::request::ClaimRequest;
 use crate::units::{Bytes, Slots, Units};
 
@@ -210,7 +210,7 @@ pub struct ClaimView {
     /// Node, when placed.
     pub node: Option<String>,
     /// Per-device shares, when placed.
-    pub shares: Vec<Share>,
+    pub shares: Vec<DeviceShare>,
     /// Memory reserved across devices, bytes.
     pub memory_reserved: Bytes,
     /// Compute reserved across devices, units.

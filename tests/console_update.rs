@@ -11,10 +11,10 @@ use futures::future::BoxFuture;
 use gpuboard::clock::{Clock, ManualClock, Timestamp};
 use gpuboard::console::fixtures::{NOW, lab_snapshot, lab_state};
 use gpuboard::console::msg::{Effect, Msg};
-use gpuboard::console::state::{FormStage, Health, Mode, State, View};
+use gpuboard::console::state::{FormStage, Mode, SourceHealth, State, View};
 use gpuboard::console::update::{complete, show_view, update};
 use gpuboard::ids::ClaimId;
-use gpuboard::placement::{Allocation, MoveTarget, Share};
+use gpuboard::placement::{Allocation, DeviceShare, MoveTarget};
 use gpuboard::snapshot::Snapshot;
 use gpuboard::sources::{Action, Failure, Outcome, Source};
 use gpuboard::units::{Bytes, Slots, Units};
@@ -201,7 +201,7 @@ fn claim_form_round_trip() {
             source: 0,
             result: Ok(Allocation {
                 node: "lab-a".into(),
-                shares: vec![Share {
+                shares: vec![DeviceShare {
                     device: 0,
                     memory: Bytes::gib(10),
                     compute: Units(2500),
@@ -330,7 +330,7 @@ fn move_and_release_results() {
 fn source_results_errors_and_staleness() {
     let refresh = 2_000;
     let mut st = lab_state();
-    assert_eq!(st.sources[0].health(st.now, refresh), Health::Ok);
+    assert_eq!(st.sources[0].health(st.now, refresh), SourceHealth::Ok);
     // Due sources are fetched, one request in flight each.
     let eff = run(&mut st, vec![Msg::Tick(NOW.plus_secs(2))]);
     assert_eq!(eff, vec![Effect::Fetch(0)]);
@@ -347,7 +347,7 @@ fn source_results_errors_and_staleness() {
     );
     assert!(st.sources[0].data.is_some());
     assert!(
-        matches!(st.sources[0].health(st.now, refresh), Health::Down { ref message, .. } if message.contains("line 1"))
+        matches!(st.sources[0].health(st.now, refresh), SourceHealth::Down { ref message, .. } if message.contains("line 1"))
     );
     assert_eq!(st.rows_devices.len(), 4, "rows stay");
     assert!(st.log.iter().any(|l| l.contains("unreadable answer")));
@@ -364,14 +364,17 @@ fn source_results_errors_and_staleness() {
             result: Ok(lab_snapshot()),
         }],
     );
-    assert_eq!(st.sources[0].health(NOW.plus_secs(8), refresh), Health::Ok);
+    assert_eq!(
+        st.sources[0].health(NOW.plus_secs(8), refresh),
+        SourceHealth::Ok
+    );
     // No answer for three intervals: stale, and the screen is redrawn to say so.
     st.dirty = false;
     st.sources[0].in_flight = true;
     run(&mut st, vec![Msg::Tick(NOW.plus_secs(15))]);
     assert!(matches!(
         st.sources[0].health(st.now, refresh),
-        Health::Stale { .. }
+        SourceHealth::Stale { .. }
     ));
     assert!(st.dirty);
     // Unchanged data does not redraw.

@@ -7,7 +7,6 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, UNIX_EPOCH};
 
 use gpuboard::telemetry::nvml::NvmlBackend;
 use gpuboard::telemetry::{
@@ -158,8 +157,8 @@ fn not_supported_fields_are_absent_never_zero() {
     assert!(json["power_mw"].is_null());
 }
 
-fn at(secs: u64) -> std::time::SystemTime {
-    UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs)
+fn at(secs: u64) -> gpuboard::clock::Timestamp {
+    gpuboard::clock::Timestamp(0).plus_secs(1_800_000_000 + secs)
 }
 
 #[test]

@@ -9,12 +9,12 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Cell, Clear, Paragraph, Row, Sparkline, Table, Wrap};
 
 use crate::clock::Timestamp;
-use crate::placement::Health as DevHealth;
+use crate::placement::Health;
 use crate::snapshot::{ClaimState, DeviceView};
 use crate::units::{Bytes, Units};
 
 use super::keymap::{Context, KeyAction};
-use super::state::{FormField, FormStage, Health, Mode, SourceSlot, State, View};
+use super::state::{FormField, FormStage, Mode, SourceHealth, SourceSlot, State, View};
 use super::theme::Theme;
 
 /// Smallest size the views are drawn at; below it a notice is shown.
@@ -113,13 +113,13 @@ fn na<T: ToString>(v: Option<T>) -> String {
 /// The source's health as a short badge and its style.
 pub fn badge(slot: &SourceSlot, now: Timestamp, refresh: u64, theme: &Theme) -> (String, Style) {
     match slot.health(now, refresh) {
-        Health::Loading => ("… loading".to_string(), theme.dim),
-        Health::Ok => ("● live".to_string(), theme.ok),
-        Health::Stale { since } => (
+        SourceHealth::Loading => ("… loading".to_string(), theme.dim),
+        SourceHealth::Ok => ("● live".to_string(), theme.ok),
+        SourceHealth::Stale { since } => (
             format!("◌ STALE {}", short_age(now.millis_since(since))),
             theme.stale,
         ),
-        Health::Down { since, .. } => (
+        SourceHealth::Down { since, .. } => (
             format!("✖ DOWN {}", short_age(now.millis_since(since))),
             theme.stale,
         ),
@@ -161,9 +161,9 @@ pub fn device_flags(d: &DeviceView) -> Vec<&'static str> {
         f.push("cordon");
     }
     match &d.health {
-        DevHealth::Healthy => {}
-        DevHealth::Unhealthy(_) => f.push("unhealthy"),
-        DevHealth::Lost => f.push("lost"),
+        Health::Healthy => {}
+        Health::Unhealthy(_) => f.push("unhealthy"),
+        Health::Lost => f.push("lost"),
     }
     if d.telemetry.as_ref().is_some_and(|t| t.lost) {
         f.push("lost");
@@ -340,7 +340,7 @@ fn overview(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
         for (_, dev) in d.devices() {
             gpus += 1;
             cordoned += usize::from(dev.cordoned);
-            bad += usize::from(dev.health != DevHealth::Healthy);
+            bad += usize::from(dev.health != Health::Healthy);
             cap += dev.memory_capacity.unwrap_or_default().0;
             alloc += dev.memory_allocated.0;
             free += dev.memory_free.0;

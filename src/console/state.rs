@@ -158,7 +158,7 @@ impl State {
 
 /// A source's health, as shown.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Health {
+pub enum SourceHealth {
     /// No answer yet.
     Loading,
     /// Fresh data.
@@ -190,25 +190,28 @@ impl SourceSlot {
     }
 
     /// Its health now.
-    pub fn health(&self, now: Timestamp, refresh_ms: u64) -> Health {
+    pub fn health(&self, now: Timestamp, refresh_ms: u64) -> SourceHealth {
         if let (Some(message), Some(since)) = (&self.error, self.error_since) {
-            return Health::Down {
+            return SourceHealth::Down {
                 message: message.clone(),
                 since,
             };
         }
         match self.fetched_at {
-            None => Health::Loading,
+            None => SourceHealth::Loading,
             Some(t) if now.millis_since(t) > refresh_ms * STALE_AFTER_INTERVALS => {
-                Health::Stale { since: t }
+                SourceHealth::Stale { since: t }
             }
-            Some(_) => Health::Ok,
+            Some(_) => SourceHealth::Ok,
         }
     }
 
     /// Whether its data on screen is not fresh.
     pub fn is_stale(&self, now: Timestamp, refresh_ms: u64) -> bool {
-        !matches!(self.health(now, refresh_ms), Health::Ok | Health::Loading)
+        !matches!(
+            self.health(now, refresh_ms),
+            SourceHealth::Ok | SourceHealth::Loading
+        )
     }
 }
 

@@ -11,8 +11,8 @@ use crate::sources::{Action, Failure, Outcome};
 use super::keymap::{Context, KeyAction};
 use super::msg::{Effect, Msg};
 use super::state::{
-    ClaimForm, Confirm, FLASH_MS, Flash, FormField, FormKind, FormStage, Health, Mode, MovePick,
-    State, View,
+    ClaimForm, Confirm, FLASH_MS, Flash, FormField, FormKind, FormStage, Mode, MovePick,
+    SourceHealth, State, View,
 };
 
 /// Longest backoff between fetches of a failing source, in refresh intervals.
@@ -110,10 +110,10 @@ fn health_signature(state: &State) -> Vec<u8> {
         .sources
         .iter()
         .map(|s| match s.health(state.now, state.refresh_ms) {
-            Health::Loading => 0,
-            Health::Ok => 1,
-            Health::Stale { .. } => 2,
-            Health::Down { .. } => 3,
+            SourceHealth::Loading => 0,
+            SourceHealth::Ok => 1,
+            SourceHealth::Stale { .. } => 2,
+            SourceHealth::Down { .. } => 3,
         })
         .collect()
 }
@@ -133,7 +133,7 @@ fn tick(state: &mut State, now: Timestamp) -> Vec<Effect> {
     if state
         .sources
         .iter()
-        .any(|s| !matches!(s.health(now, state.refresh_ms), Health::Ok))
+        .any(|s| !matches!(s.health(now, state.refresh_ms), SourceHealth::Ok))
     {
         state.dirty = true;
     }

@@ -295,7 +295,7 @@ impl Engine {
         &self,
         core: SamplerCore,
         first: Option<TelemetrySnapshot>,
-        clock: Arc<dyn crate::telemetry::Clock>,
+        clock: Arc<dyn Clock>,
         config: LiveConfig,
     ) -> anyhow::Result<()> {
         let feed = Arc::new(LiveFeed::new(config));

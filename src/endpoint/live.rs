@@ -322,7 +322,7 @@ pub fn merge(snap: &mut Snapshot, round: &LiveRound, local_node: &str, idle: &BT
 }
 
 fn device_telemetry(
-    t: &crate::telemetry::DeviceTelemetry,
+    t: &crate::telemetry::DeviceReading,
     sampled_at: Timestamp,
     attribution: &Attribution,
 ) -> snapshot::DeviceTelemetry {
@@ -427,7 +427,7 @@ pub fn open_local(
         Some(Box::new(crate::telemetry::SysinfoHost::new())),
         config,
     );
-    let first = core.round(std::time::SystemTime::now());
+    let first = core.round(crate::clock::Clock::now(&crate::clock::SystemClock));
     (core, first)
 }
 
@@ -443,7 +443,6 @@ mod tests {
         SamplerCore, Unavailable,
     };
     use serde_json::json;
-    use std::time::{Duration, UNIX_EPOCH};
 
     fn gpu(index: u32, util: Option<u32>, processes: Vec<ProcessSample>) -> FakeGpu {
         FakeGpu {
@@ -478,7 +477,7 @@ mod tests {
 
     fn round(fake: &FakeBackend, secs: u64) -> TelemetrySnapshot {
         let mut core = SamplerCore::new(Box::new(fake.clone()), None, SamplerConfig::default());
-        let mut snap = core.round(UNIX_EPOCH + Duration::from_secs(secs));
+        let mut snap = core.round(Timestamp(0).plus_secs(secs));
         snap.host = Some(HostSample {
             cpu_percent: Some(12.5),
             cpu_count: 2,

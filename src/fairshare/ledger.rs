@@ -18,7 +18,7 @@ use super::targets::{Capacity, Demand, targets};
 use super::time::{Timestamp, TimestampExt, secs};
 use super::view::{
     AccountView, ClearCause, EventKind, FairShareEvent, FairShareState, FairShareView,
-    ProjectState, ProjectView, ResourceView, WaitReason,
+    LedgerProject, LedgerResource, ProjectState, WaitReason,
 };
 use crate::ids::ClaimId;
 use crate::units::Units;
@@ -537,7 +537,7 @@ impl Ledger {
             .resources
             .iter()
             .enumerate()
-            .map(|(r, res)| ResourceView {
+            .map(|(r, res)| LedgerResource {
                 id: res.id.clone(),
                 instances: res.instances,
                 speed: res.speed,
@@ -550,7 +550,7 @@ impl Ledger {
             .projects
             .iter()
             .enumerate()
-            .map(|(p, slot)| ProjectView {
+            .map(|(p, slot)| LedgerProject {
                 name: slot.name.clone(),
                 share: slot.share,
                 overall_debt: self.overall_debt(p),

@@ -31,7 +31,7 @@ pub use targets::{Capacity, Demand, targets};
 pub use time::{Timestamp, TimestampExt, opt_secs, secs};
 pub use view::{
     AccountView, ClearCause, EventKind, FairShareEvent, FairShareState, FairShareView,
-    ProjectState, ProjectView, ResourceView, WaitReason,
+    LedgerProject, LedgerResource, ProjectState, WaitReason,
 };
 
 /// What the fair-share layer refuses, naming what was wrong and what is allowed.

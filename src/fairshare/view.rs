@@ -45,14 +45,14 @@ pub struct FairShareView {
     /// The time it describes.
     pub at: Timestamp,
     /// Per resource type.
-    pub resources: Vec<ResourceView>,
+    pub resources: Vec<LedgerResource>,
     /// Per project.
-    pub projects: Vec<ProjectView>,
+    pub projects: Vec<LedgerProject>,
 }
 
 /// One resource type in the view.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ResourceView {
+pub struct LedgerResource {
     /// Its name.
     pub id: ResourceId,
     /// Its instances.
@@ -69,7 +69,7 @@ pub struct ResourceView {
 
 /// One project in the view.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ProjectView {
+pub struct LedgerProject {
     /// Its name.
     pub name: ProjectName,
     /// Its resource share.

@@ -147,7 +147,7 @@ impl Node {
 
 /// One device's part of a claim.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Share {
+pub struct DeviceShare {
     /// Device index on the claim's node.
     pub device: u32,
     /// Memory reserved there.
@@ -164,7 +164,7 @@ pub struct Allocation {
     /// The node.
     pub node: String,
     /// Its shares, one per device, in device order.
-    pub shares: Vec<Share>,
+    pub shares: Vec<DeviceShare>,
     /// CPU reserved on the node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpus: Option<Milli>,
@@ -812,9 +812,9 @@ impl Fleet {
 
     fn allocation_of(&self, demand: &Demand, (n, parts): &Plan) -> Allocation {
         let node = &self.nodes[*n];
-        let mut shares: Vec<Share> = parts
+        let mut shares: Vec<DeviceShare> = parts
             .iter()
-            .map(|(d, p)| Share {
+            .map(|(d, p)| DeviceShare {
                 device: node.devices[*d].spec.index,
                 memory: p.memory,
                 compute: p.compute,

@@ -28,7 +28,7 @@ use super::guirpc::{GuiRpc, check_address};
 use super::xml::{self, Element};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::ids::ClaimId;
-use crate::placement::Share;
+use crate::placement::DeviceShare;
 use crate::request::{ClaimRequest, GpuForm, Milli};
 use crate::snapshot::{
     ClaimState, ClaimView, DeviceView, EndpointInfo, NodeView, ProjectResourceView, ProjectView,
@@ -641,7 +641,7 @@ pub fn snapshot(
                 nums.push(0);
             }
             for n in nums.into_iter().filter(|n| *n < count) {
-                shares.push(Share {
+                shares.push(DeviceShare {
                     device: first + n,
                     memory: Bytes(0),
                     compute: per_device,

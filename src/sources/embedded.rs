@@ -12,13 +12,14 @@ use serde_json::Value;
 
 use super::{Action, Failure, Outcome, Source, parse_request};
 use crate::clock::Clock;
+use crate::clock::SystemClock;
 use crate::endpoint::engine::{Engine, EngineConfig, EngineError, LocalProcesses};
 use crate::endpoint::live::{LiveConfig, hostname};
 use crate::endpoint::store::SyncMode;
 use crate::placement::{Allocation, Policy};
 use crate::scheduler::{SchedulerConfig, Submitted, claim_view};
 use crate::snapshot::Snapshot;
-use crate::telemetry::{BackendStatus, SamplerConfig, SystemClock};
+use crate::telemetry::{BackendStatus, SamplerConfig};
 use crate::units::Bytes;
 
 /// What the console adds when this machine has no GPU.

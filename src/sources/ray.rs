@@ -26,7 +26,7 @@ use super::http::{Auth, JsonClient, PeerKind};
 use super::json::{At, ShapeError};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::ids::ClaimId;
-use crate::placement::Share;
+use crate::placement::DeviceShare;
 use crate::request::{ClaimRequest, GpuForm};
 use crate::snapshot::{
     ClaimState, ClaimView, DeviceView, EndpointInfo, NodeView, SCHEMA_VERSION, Snapshot,
@@ -725,10 +725,10 @@ fn claim(spec: ClaimSpec) -> ClaimView {
     if let Some(note) = &spec.note {
         form_text = format!("{form_text} ({note})");
     }
-    let shares: Vec<Share> = spec
+    let shares: Vec<DeviceShare> = spec
         .slots
         .iter()
-        .map(|&(device, compute)| Share {
+        .map(|&(device, compute)| DeviceShare {
             device,
             memory: Bytes(0),
             compute,

@@ -28,7 +28,7 @@ use super::http::{Auth, JsonClient, PeerKind};
 use super::json::{At, ShapeError};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::ids::ClaimId;
-use crate::placement::{Health, Share};
+use crate::placement::{DeviceShare, Health};
 use crate::request::{ClaimRequest, GpuForm};
 use crate::snapshot::{
     ClaimState, ClaimView, DeviceView, EndpointInfo, NodeView, ProjectView, ResourceView,
@@ -521,9 +521,9 @@ pub fn snapshot(
             if shares.is_empty() {
                 continue;
             }
-            let shares: Vec<Share> = shares
+            let shares: Vec<DeviceShare> = shares
                 .into_iter()
-                .map(|(device, (compute, slots))| Share {
+                .map(|(device, (compute, slots))| DeviceShare {
                     device,
                     memory: Bytes(0),
                     compute,

@@ -18,7 +18,7 @@ use crate::units::Bytes;
 
 pub use history::{DeviceHistory, History};
 pub use host::{HostSample, HostSource, LoadAverage, SysinfoHost};
-pub use sampler::{Clock, Sampler, SamplerConfig, SamplerCore, Sink, SystemClock};
+pub use sampler::{Sampler, SamplerConfig, SamplerCore, Sink};
 
 /// Facts about a device that do not change while it is plugged in: read once.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -158,7 +158,7 @@ pub enum DeviceState {
 
 /// Everything known about one local GPU at one sampling round.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct DeviceTelemetry {
+pub struct DeviceReading {
     /// NVML index (what `CUDA_VISIBLE_DEVICES` means without `CUDA_DEVICE_ORDER` tricks).
     pub index: u32,
     /// Static facts (read once).
@@ -177,7 +177,7 @@ pub struct DeviceTelemetry {
     pub history: DeviceHistory,
 }
 
-impl DeviceTelemetry {
+impl DeviceReading {
     /// True when the device stopped answering.
     pub fn is_lost(&self) -> bool {
         matches!(self.state, DeviceState::Lost { .. })
@@ -287,7 +287,7 @@ pub struct TelemetrySnapshot {
     /// Ready, or why no GPU is seen.
     pub backend: BackendStatus,
     /// Devices by NVML index, lost ones included.
-    pub devices: Vec<DeviceTelemetry>,
+    pub devices: Vec<DeviceReading>,
     /// Host CPU, memory and load.
     pub host: Option<HostSample>,
     /// Recent host CPU percent for a sparkline.

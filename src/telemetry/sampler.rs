@@ -5,32 +5,18 @@
 use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
+
+use crate::clock::{Clock, SystemClock, Timestamp};
 
 use super::history::{DEFAULT_HISTORY_LEN, DeviceHistory, History};
 use super::host::{HostSource, SysinfoHost};
 use super::{
-    DeviceError, DeviceMetrics, DeviceState, DeviceTelemetry, TelemetryBackend, TelemetrySnapshot,
+    DeviceError, DeviceMetrics, DeviceReading, DeviceState, TelemetryBackend, TelemetrySnapshot,
 };
 
 /// Where snapshots go. A channel sender fits: `Box::new(move |s| { let _ = tx.send(s); })`.
 pub type Sink = Box<dyn FnMut(TelemetrySnapshot) + Send>;
-
-/// Wall-clock time, injectable so tests decide what "now" is.
-pub trait Clock: Send + Sync {
-    /// The current time.
-    fn now(&self) -> SystemTime;
-}
-
-/// The system's clock.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> SystemTime {
-        SystemTime::now()
-    }
-}
 
 /// Sampling rates and sizes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,7 +45,7 @@ impl Default for SamplerConfig {
 
 #[derive(Debug)]
 struct Slot {
-    telemetry: DeviceTelemetry,
+    telemetry: DeviceReading,
     info_read: bool,
 }
 
@@ -70,14 +56,8 @@ pub struct SamplerCore {
     host: Option<Box<dyn HostSource>>,
     config: SamplerConfig,
     slots: Vec<Slot>,
-    last_processes: Option<SystemTime>,
+    last_processes: Option<Timestamp>,
     host_cpu_history: History,
-}
-
-/// Milliseconds since the Unix epoch (0 for times before it).
-pub fn unix_ms(time: SystemTime) -> u64 {
-    time.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 impl SamplerCore {
@@ -98,18 +78,19 @@ impl SamplerCore {
         }
     }
 
-    fn processes_due(&self, now: SystemTime) -> bool {
+    fn processes_due(&self, now: Timestamp) -> bool {
         match self.last_processes {
             None => true,
             // A clock that went backwards makes the listing due rather than stuck.
-            Some(last) => now
-                .duration_since(last)
-                .map_or(true, |elapsed| elapsed >= self.config.process_interval),
+            Some(last) if now < last => true,
+            Some(last) => {
+                Duration::from_millis(now.millis_since(last)) >= self.config.process_interval
+            }
         }
     }
 
     /// Reads everything that is due at `now` and returns the complete picture.
-    pub fn round(&mut self, now: SystemTime) -> TelemetrySnapshot {
+    pub fn round(&mut self, now: Timestamp) -> TelemetrySnapshot {
         let status = self.backend.status();
         let known = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
         // If the count itself cannot be read, keep asking the devices we know.
@@ -119,14 +100,14 @@ impl SamplerCore {
             0
         };
         let processes_due = self.processes_due(now);
-        let now_ms = unix_ms(now);
+        let now_ms = now.0;
         for index in 0..count.max(known) {
             if index >= known {
                 self.slots.push(Slot {
-                    telemetry: DeviceTelemetry {
+                    telemetry: DeviceReading {
                         index,
                         history: DeviceHistory::new(self.config.history_len),
-                        ..DeviceTelemetry::default()
+                        ..DeviceReading::default()
                     },
                     info_read: false,
                 });
@@ -333,8 +314,8 @@ mod tests {
         }
     }
 
-    fn at(secs: u64) -> SystemTime {
-        UNIX_EPOCH + Duration::from_secs(1_700_000_000 + secs)
+    fn at(secs: u64) -> Timestamp {
+        Timestamp(0).plus_secs(1_700_000_000 + secs)
     }
 
     struct FixedHost(u32);
