@@ -13,17 +13,19 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
 
-use crate::client::{ClaimOutcome, Client, ClientError, default_endpoint};
+use crate::client::{ClaimOutcome, Client, ClientError};
 use crate::clock::{Clock, SystemClock, Timestamp};
-use crate::endpoint::api::{self, ApiState, DEFAULT_PORT};
+use crate::endpoint::api::{self, ApiState};
 use crate::endpoint::auth::{self, Tokens};
 use crate::endpoint::engine::{Engine, EngineConfig, LocalProcesses};
 use crate::endpoint::store::{SyncMode, default_data_dir};
 use crate::ids::ClaimId;
 use crate::placement::{MoveTarget, Policy};
+use crate::request::ClaimRequest;
 use crate::scheduler::SchedulerConfig;
 use crate::snapshot::{ClaimState, ClaimView};
 use crate::units::Bytes;
+use crate::wire::{ClaimDraft, DEFAULT_PORT, default_endpoint};
 
 /// Exit code: the request was invalid (422, 400, 413, bad flags or endpoint URL).
 pub const EXIT_INVALID: u8 = 3;
@@ -512,51 +514,53 @@ fn user() -> Option<String> {
     std::env::var("USER").ok().filter(|u| !u.is_empty())
 }
 
-/// The claim request the flags describe (the server validates it).
-fn claim_body(a: &ClaimArgs) -> anyhow::Result<Value> {
-    let mut m = match &a.request {
-        Some(text) => match serde_json::from_str(text)
-            .with_context(|| format!("--request is not valid JSON: {text}"))?
-        {
-            Value::Object(m) => m,
-            _ => anyhow::bail!(
-                "--request must be a JSON object, e.g. '{{\"gpu_memory\": \"10Gi\"}}'"
-            ),
-        },
-        None => Map::new(),
-    };
-    let koord = a.shared.is_some() || a.core.is_some() || a.ratio.is_some();
-    if let Some(mem) = &a.memory {
-        let key = if koord { "gpu-memory" } else { "gpu_memory" };
-        m.insert(key.into(), json!(mem));
+/// The flags as typed; `wire::ClaimDraft` decides which wire field each becomes.
+fn claim_draft(a: &ClaimArgs) -> ClaimDraft {
+    ClaimDraft {
+        memory: a.memory.clone(),
+        fraction: a.fraction.map(|f| f.to_string()),
+        gpus: a.gpus.map(|g| g.to_string()),
+        ratio: a.ratio.map(|r| r.to_string()),
+        core: a.core.map(|c| c.to_string()),
+        shared: a.shared.map(|s| s.to_string()),
+        cpus: a.cpus.map(|c| c.to_string()),
+        accelerator_type: a.accelerator.clone(),
+        project: a.project.clone(),
+        holder: a.holder.clone().or_else(user),
+        ttl: a.ttl.map(|t| t.to_string()),
+        node: a.node.clone(),
+        devices: a.devices.clone(),
+        wait: a.wait,
+        koordinator: false,
     }
-    let mut put = |k: &str, v: Option<Value>| {
-        if let Some(v) = v {
-            m.insert(k.to_string(), v);
-        }
+}
+
+/// The `--request` JSON object the flags are added to.
+fn base_request(a: &ClaimArgs) -> anyhow::Result<Map<String, Value>> {
+    let Some(text) = &a.request else {
+        return Ok(Map::new());
     };
-    put("num_gpus", a.fraction.map(|f| json!(f)));
-    put("nvidia.com/gpu", a.gpus.map(|g| json!(g)));
-    put("gpu-memory-ratio", a.ratio.map(|r| json!(r)));
-    put("gpu-core", a.core.map(|c| json!(c)));
-    put("gpu.shared", a.shared.map(|s| json!(s)));
-    put("cpus", a.cpus.map(|c| json!(c)));
-    put("project", a.project.clone().map(Value::from));
-    put("holder", a.holder.clone().or_else(user).map(Value::from));
-    put("ttl", a.ttl.map(|t| json!(t)));
-    put("node", a.node.clone().map(Value::from));
-    put("devices", a.devices.clone().map(|d| json!(d)));
-    put("accelerator_type", a.accelerator.clone().map(Value::from));
-    if a.wait {
-        put("wait", Some(json!(true)));
+    match serde_json::from_str(text)
+        .with_context(|| format!("--request is not valid JSON: {text}"))?
+    {
+        Value::Object(m) => Ok(m),
+        _ => anyhow::bail!("--request must be a JSON object, e.g. '{{\"gpu_memory\": \"10Gi\"}}'"),
     }
-    Ok(Value::Object(m))
+}
+
+/// The validated request the flags describe: refused here, by the endpoint's own
+/// validator, before anything is sent.
+fn claim_request(a: &ClaimArgs) -> anyhow::Result<ClaimRequest> {
+    let base = base_request(a)?;
+    claim_draft(a)
+        .to_request(base)
+        .map_err(|e| ClientError::from(e).into())
 }
 
 async fn claim(a: ClaimArgs) -> anyhow::Result<()> {
-    let body = claim_body(&a)?;
+    let request = claim_request(&a)?;
     let c = connect(&a.conn)?;
-    match c.claim(&body).await {
+    match c.claim(&request).await {
         Ok(ClaimOutcome::Placed(v) | ClaimOutcome::Pending(v)) => print_claim(&v, a.conn.json),
         Err(e @ ClientError::DoesNotFit { .. }) if !a.conn.json => {
             // One node a line, then the typed error for the exit code.
@@ -731,27 +735,26 @@ async fn run_command(a: RunArgs) -> anyhow::Result<u8> {
     })?;
     let ttl = a.ttl.max(3);
     let c = connect(&a.conn)?;
-    let mut body = json!({
-        "gpu_memory": a.memory,
-        "ttl": ttl,
-        "labels": {"command": a.cmd.first().cloned().unwrap_or_default()},
-    });
-    let fields = [
-        ("project", a.project.clone()),
-        ("holder", a.holder.clone().or_else(user)),
-        ("node", a.node.clone()),
-        ("accelerator_type", a.accelerator.clone()),
-    ];
-    for (k, v) in fields {
-        if let Some(v) = v {
-            body[k] = json!(v);
-        }
-    }
+    let mut base = Map::new();
+    base.insert(
+        "labels".into(),
+        json!({"command": a.cmd.first().cloned().unwrap_or_default()}),
+    );
     // On this host the endpoint also releases the claim if this process dies.
     if endpoint_is_local(&a.conn.endpoint) {
-        body["pid"] = json!(std::process::id());
+        base.insert("pid".into(), json!(std::process::id()));
     }
-    let claim = match c.claim(&body).await? {
+    let draft = ClaimDraft {
+        memory: Some(a.memory.clone()),
+        ttl: Some(ttl.to_string()),
+        project: a.project.clone(),
+        holder: a.holder.clone().or_else(user),
+        node: a.node.clone(),
+        accelerator_type: a.accelerator.clone(),
+        ..ClaimDraft::default()
+    };
+    let request = draft.to_request(base).map_err(ClientError::from)?;
+    let claim = match c.claim(&request).await? {
         ClaimOutcome::Placed(v) => v,
         ClaimOutcome::Pending(v) => {
             let _ = c.release(v.id).await;
@@ -878,17 +881,17 @@ mod tests {
             v.extend_from_slice(extra);
             <T as clap::Parser>::parse_from(v).a
         };
-        let b = claim_body(&args(&["--memory", "20GiB", "--holder", "h"])).unwrap();
+        let body = |a: ClaimArgs| claim_draft(&a).to_json(base_request(&a).unwrap());
+        let b = body(args(&["--memory", "20GiB", "--holder", "h"]));
         assert_eq!(b, json!({"gpu_memory": "20GiB", "holder": "h"}));
-        let b = claim_body(&args(&[
+        let b = body(args(&[
             "--memory", "20GiB", "--shared", "2", "--holder", "h",
-        ]))
-        .unwrap();
+        ]));
         assert_eq!(
             b,
             json!({"gpu-memory": "20GiB", "gpu.shared": 2, "holder": "h"})
         );
-        let b = claim_body(&args(&[
+        let b = body(args(&[
             "--gpus",
             "2",
             "--devices",
@@ -896,12 +899,14 @@ mod tests {
             "--wait",
             "--holder",
             "h",
-        ]))
-        .unwrap();
+        ]));
         assert_eq!(
             b,
             json!({"nvidia.com/gpu": 2, "devices": [0, 1], "wait": true, "holder": "h"})
         );
-        assert!(claim_body(&args(&["--request", "[1]"])).is_err());
+        assert!(claim_request(&args(&["--request", "[1]"])).is_err());
+        let e = claim_request(&args(&["--memory", "lots", "--holder", "h"])).unwrap_err();
+        let e = e.downcast_ref::<ClientError>().unwrap();
+        assert_eq!(e.exit_code(), 3, "refused locally as invalid: {e}");
     }
 }

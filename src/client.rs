@@ -8,22 +8,18 @@
 use std::time::Duration;
 
 use reqwest::{Method, StatusCode, Url};
-use serde::Deserialize;
+use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::endpoint::api::DEFAULT_PORT;
 use crate::ids::ClaimId;
 use crate::placement::{MoveTarget, NoFit};
+use crate::request::{ClaimRequest, RequestError};
 use crate::snapshot::{ClaimView, SCHEMA_VERSION, Snapshot};
+use crate::wire::{self, ErrorBody, MoveBody, Released, RenewBody, ShareBody, paths};
 
 /// The largest answer read, in bytes.
 const MAX_ANSWER: usize = 64 * 1024 * 1024;
-
-/// The default endpoint: the local `gpuboard serve`.
-pub fn default_endpoint() -> String {
-    format!("http://127.0.0.1:{DEFAULT_PORT}")
-}
 
 /// What went wrong talking to an endpoint.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -135,6 +131,18 @@ impl ClientError {
     }
 }
 
+impl From<RequestError> for ClientError {
+    /// A request refused before it was sent, by the same validator the endpoint runs.
+    fn from(e: RequestError) -> ClientError {
+        ClientError::Invalid {
+            rule: Some(e.rule.code().to_string()),
+            rule_number: Some(e.rule.number()),
+            field: e.field,
+            detail: e.message,
+        }
+    }
+}
+
 /// A created claim: placed now, or queued.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ClaimOutcome {
@@ -151,38 +159,6 @@ impl ClaimOutcome {
             ClaimOutcome::Placed(c) | ClaimOutcome::Pending(c) => c,
         }
     }
-}
-
-/// The answer to a release.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-pub struct Released {
-    /// The id asked for.
-    pub id: ClaimId,
-    /// False when there was no such claim (already released).
-    pub released: bool,
-    /// The claim as it was.
-    pub claim: Option<ClaimView>,
-}
-
-/// The JSON error body.
-#[derive(Default, Deserialize)]
-struct ErrorBody {
-    #[serde(default)]
-    error: String,
-    #[serde(default)]
-    detail: String,
-    #[serde(default)]
-    rule: Option<String>,
-    #[serde(default)]
-    rule_number: Option<u8>,
-    #[serde(default)]
-    field: Option<String>,
-    #[serde(default)]
-    reasons: Vec<String>,
-    #[serde(default)]
-    infeasible: bool,
-    #[serde(default)]
-    no_fit: Option<NoFit>,
 }
 
 /// A client of one endpoint.
@@ -237,21 +213,21 @@ impl Client {
         self.base.as_str()
     }
 
-    fn url(&self, segments: &[&str]) -> Url {
+    /// The URL of a `wire::paths` path under this endpoint's base (which may have a prefix).
+    fn url(&self, path: &str) -> Url {
         let mut url = self.base.clone();
-        if let Ok(mut path) = url.path_segments_mut() {
-            path.pop_if_empty().extend(segments);
-        }
+        let joined = format!("{}{path}", self.base.path().trim_end_matches('/'));
+        url.set_path(&joined);
         url
     }
 
     async fn call<T: DeserializeOwned>(
         &self,
         method: Method,
-        segments: &[&str],
-        body: Option<&Value>,
+        path: &str,
+        body: Option<&(impl Serialize + ?Sized)>,
     ) -> Result<(StatusCode, T), ClientError> {
-        let mut req = self.http.request(method, self.url(segments));
+        let mut req = self.http.request(method, self.url(path));
         if let Some(t) = &self.token {
             req = req.bearer_auth(t);
         }
@@ -302,7 +278,7 @@ impl Client {
 
     /// `GET /healthz`: whether the endpoint answers.
     pub async fn healthz(&self) -> Result<(), ClientError> {
-        let mut req = self.http.get(self.url(&["healthz"]));
+        let mut req = self.http.get(self.url(paths::HEALTHZ));
         if let Some(t) = &self.token {
             req = req.bearer_auth(t);
         }
@@ -319,7 +295,10 @@ impl Client {
 
     /// `GET /v1/snapshot`, refused as unreadable when its schema is not this build's.
     pub async fn snapshot(&self) -> Result<Snapshot, ClientError> {
-        let snap: Snapshot = self.call(Method::GET, &["v1", "snapshot"], None).await?.1;
+        let snap: Snapshot = self
+            .call(Method::GET, paths::SNAPSHOT, None::<&Value>)
+            .await?
+            .1;
         if snap.schema != SCHEMA_VERSION {
             return Err(self.decode(format!(
                 "snapshot schema {} is not the {SCHEMA_VERSION} this build reads",
@@ -329,11 +308,10 @@ impl Client {
         Ok(snap)
     }
 
-    /// `POST /v1/claims` with a request in any of the accepted forms.
-    pub async fn claim(&self, request: &Value) -> Result<ClaimOutcome, ClientError> {
-        let (status, view) = self
-            .call(Method::POST, &["v1", "claims"], Some(request))
-            .await?;
+    /// `POST /v1/claims` with a validated request, written in its canonical wire form.
+    pub async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, ClientError> {
+        let body = wire::claim_body(request);
+        let (status, view) = self.call(Method::POST, paths::CLAIMS, Some(&body)).await?;
         Ok(if status == StatusCode::ACCEPTED {
             ClaimOutcome::Pending(view)
         } else {
@@ -343,9 +321,8 @@ impl Client {
 
     /// `DELETE /v1/claims/{id}` (idempotent).
     pub async fn release(&self, id: ClaimId) -> Result<Released, ClientError> {
-        let id = id.to_string();
         Ok(self
-            .call(Method::DELETE, &["v1", "claims", &id], None)
+            .call(Method::DELETE, &paths::claim(id), None::<&Value>)
             .await?
             .1)
     }
@@ -356,38 +333,45 @@ impl Client {
         id: ClaimId,
         target: &MoveTarget,
     ) -> Result<ClaimView, ClientError> {
-        let id = id.to_string();
-        let body = json!({"node": target.node, "devices": target.devices});
+        let body = MoveBody {
+            node: target.node.clone(),
+            devices: target.devices.clone(),
+        };
         Ok(self
-            .call(Method::POST, &["v1", "claims", &id, "move"], Some(&body))
+            .call(Method::POST, &paths::claim_move(id), Some(&body))
             .await?
             .1)
     }
 
     /// `POST /v1/claims/{id}/renew`, by `ttl` seconds or the claim's own ttl.
     pub async fn renew(&self, id: ClaimId, ttl: Option<u64>) -> Result<ClaimView, ClientError> {
-        let id = id.to_string();
-        let body = json!({"ttl": ttl});
         Ok(self
-            .call(Method::POST, &["v1", "claims", &id, "renew"], Some(&body))
+            .call(
+                Method::POST,
+                &paths::claim_renew(id),
+                Some(&RenewBody { ttl }),
+            )
             .await?
             .1)
     }
 
     /// `POST /v1/devices/{node}/{index}/cordon`.
     pub async fn cordon(&self, node: &str, index: u32) -> Result<(), ClientError> {
-        self.device_action(node, index, "cordon").await
+        self.device_action(node, index, true).await
     }
 
     /// `POST /v1/devices/{node}/{index}/uncordon`.
     pub async fn uncordon(&self, node: &str, index: u32) -> Result<(), ClientError> {
-        self.device_action(node, index, "uncordon").await
+        self.device_action(node, index, false).await
     }
 
-    async fn device_action(&self, node: &str, index: u32, action: &str) -> Result<(), ClientError> {
-        let index = index.to_string();
-        let _: Value = self
-            .call(Method::POST, &["v1", "devices", node, &index, action], None)
+    async fn device_action(&self, node: &str, index: u32, cordon: bool) -> Result<(), ClientError> {
+        let _: wire::Cordoned = self
+            .call(
+                Method::POST,
+                &paths::cordon(node, index, cordon),
+                None::<&Value>,
+            )
             .await?
             .1;
         Ok(())
@@ -395,11 +379,11 @@ impl Client {
 
     /// `PUT /v1/projects/{name}`: sets the project's share.
     pub async fn set_share(&self, project: &str, share: u32) -> Result<(), ClientError> {
-        let _: Value = self
+        let _: wire::ShareSet = self
             .call(
                 Method::PUT,
-                &["v1", "projects", project],
-                Some(&json!({"share": share})),
+                &paths::project(project),
+                Some(&ShareBody { share }),
             )
             .await?
             .1;
@@ -408,8 +392,8 @@ impl Client {
 
     /// `POST /v1/projects/{name}/reset`: clears debts and backoffs.
     pub async fn reset_project(&self, project: &str) -> Result<(), ClientError> {
-        let _: Value = self
-            .call(Method::POST, &["v1", "projects", project, "reset"], None)
+        let _: wire::ProjectReset = self
+            .call(Method::POST, &paths::project_reset(project), None::<&Value>)
             .await?
             .1;
         Ok(())
@@ -440,8 +424,8 @@ fn error_from(status: StatusCode, bytes: &[u8]) -> ClientError {
         },
         StatusCode::CONFLICT if body.error == "does_not_fit" => ClientError::DoesNotFit {
             detail,
-            reasons: body.reasons,
-            infeasible: body.infeasible,
+            reasons: body.reasons.unwrap_or_default(),
+            infeasible: body.infeasible.unwrap_or(false),
             no_fit: body.no_fit,
         },
         StatusCode::CONFLICT => ClientError::Conflict {
@@ -470,8 +454,9 @@ mod tests {
         }
         let c = Client::new("http://h:1/base/", None, t).unwrap();
         assert_eq!(
-            c.url(&["v1", "devices", "a b/c", "0"]).as_str(),
-            "http://h:1/base/v1/devices/a%20b%2Fc/0"
+            c.url(&crate::wire::paths::cordon("a b/c", 0, true))
+                .as_str(),
+            "http://h:1/base/v1/devices/a%20b%2Fc/0/cordon"
         );
     }
 

@@ -15,6 +15,7 @@ use gpuboard::console::state::{FormStage, Mode, SourceHealth, State, View};
 use gpuboard::console::update::{complete, show_view, update};
 use gpuboard::ids::ClaimId;
 use gpuboard::placement::{Allocation, DeviceShare, MoveTarget};
+use gpuboard::request::{ClaimRequest, GpuForm};
 use gpuboard::snapshot::Snapshot;
 use gpuboard::sources::{Action, Failure, Outcome, Source};
 use gpuboard::units::{Bytes, Slots, Units};
@@ -174,7 +175,12 @@ fn claim_form_round_trip() {
     let [Effect::Plan { source: 0, request }] = eff.as_slice() else {
         panic!("{eff:?}")
     };
-    assert_eq!(request["gpu_memory"], "10Gi");
+    assert_eq!(
+        request.gpu,
+        Some(GpuForm::RayMemory {
+            memory: Bytes::gib(10)
+        })
+    );
     // A refusal from the planner is shown in the form in its words.
     run(
         &mut st,
@@ -236,7 +242,7 @@ fn claim_form_round_trip() {
     let eff = run(&mut st, vec![code(KeyCode::Enter)]);
     let got = acts(&eff);
     assert!(
-        matches!(&got[..], [Action::Claim { request }] if request["gpu_memory"] == "10Gi"),
+        matches!(&got[..], [Action::Claim { request }] if request.gpu == Some(GpuForm::RayMemory { memory: Bytes::gib(10) })),
         "{got:?}"
     );
     // The source's refusal goes back into the form, in its words.
@@ -498,7 +504,7 @@ impl Source for Counting {
     fn fetch(&self) -> BoxFuture<'static, Result<Snapshot, Failure>> {
         Box::pin(async { Ok(Snapshot::default()) })
     }
-    fn plan(&self, _: serde_json::Value) -> BoxFuture<'static, Result<Allocation, Failure>> {
+    fn plan(&self, _: ClaimRequest) -> BoxFuture<'static, Result<Allocation, Failure>> {
         Box::pin(async { Err(Failure::Refused("no".into())) })
     }
     fn act(&self, action: Action) -> BoxFuture<'static, Result<Outcome, Failure>> {
@@ -519,7 +525,7 @@ async fn the_executor_refuses_every_action_in_read_only_mode() {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let all = [
         Action::Claim {
-            request: serde_json::json!({"gpu_memory": "1Gi"}),
+            request: ClaimRequest::memory(Bytes::gib(1), "default"),
         },
         Action::Release { id: ClaimId(1) },
         Action::Move {

@@ -10,6 +10,7 @@ use std::time::Duration;
 use common::{Server, demo_fleet};
 use gpuboard::ids::ClaimId;
 use gpuboard::placement::MoveTarget;
+use gpuboard::request::ClaimRequest;
 use gpuboard::sources::endpoint::Http;
 use gpuboard::sources::{Action, Failure, Outcome, Source};
 use serde_json::json;
@@ -20,8 +21,14 @@ fn source(server: &Server, token: Option<String>) -> Http {
     Http::new("lab", &server.url, token, TIMEOUT).unwrap()
 }
 
+fn req(v: serde_json::Value) -> ClaimRequest {
+    ClaimRequest::from_json(&v).unwrap()
+}
+
 fn claim(request: serde_json::Value) -> Action {
-    Action::Claim { request }
+    Action::Claim {
+        request: req(request),
+    }
 }
 
 fn reset(project: &str) -> Action {
@@ -37,7 +44,10 @@ async fn every_action_goes_through_the_endpoint() {
     let src = source(&server, Some(server.operator_token()));
 
     // Planning needs a snapshot to preview against.
-    let e = src.plan(json!({"gpu_memory": "20Gi"})).await.unwrap_err();
+    let e = src
+        .plan(req(json!({"gpu_memory": "20Gi"})))
+        .await
+        .unwrap_err();
     assert!(
         matches!(&e, Failure::Refused(m) if m.contains("no snapshot")),
         "{e}"
@@ -51,7 +61,7 @@ async fn every_action_goes_through_the_endpoint() {
 
     let request =
         json!({"gpu_memory": "20Gi", "project": "vision", "holder": "ana", "node": "g5-a10g"});
-    let preview = src.plan(request.clone()).await.unwrap();
+    let preview = src.plan(req(request.clone())).await.unwrap();
     assert_eq!(preview.node, "g5-a10g");
 
     let Outcome::Claimed(made) = src.act(claim(request)).await.unwrap() else {
@@ -173,7 +183,7 @@ async fn refusals_carry_the_endpoints_words() {
 
     // The preview on the last snapshot refuses it too, and says it is a preview.
     src.fetch().await.unwrap();
-    let e = src.plan(full).await.unwrap_err();
+    let e = src.plan(req(full)).await.unwrap_err();
     assert!(
         matches!(&e, Failure::Refused(m) if m.starts_with("preview on the last snapshot: does not fit now")
             && m.contains("re-checks")),

@@ -1402,7 +1402,10 @@ fn form(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
         ]));
     }
     lines.push(Line::raw(""));
-    lines.push(Line::styled(format!("request {}", f.request()), theme.dim));
+    lines.push(Line::styled(
+        format!("request {}", f.draft().to_json(serde_json::Map::new())),
+        theme.dim,
+    ));
     match &f.stage {
         FormStage::Editing => lines.push(Line::styled(
             "Enter: show where it would go · Esc: cancel",

@@ -1,10 +1,10 @@
 //! Messages into the console's `update`, and the effects it asks the driver to perform.
 
 use ratatui::crossterm::event::KeyEvent;
-use serde_json::Value;
 
 use crate::clock::Timestamp;
 use crate::placement::Allocation;
+use crate::request::ClaimRequest;
 use crate::snapshot::Snapshot;
 use crate::sources::{Action, Failure, Outcome};
 
@@ -66,8 +66,8 @@ pub enum Effect {
     Plan {
         /// The source.
         source: usize,
-        /// The wire request.
-        request: Value,
+        /// The validated request.
+        request: ClaimRequest,
     },
     /// Ask a source to carry out an action.
     Act {

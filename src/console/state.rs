@@ -4,8 +4,10 @@ use std::collections::VecDeque;
 
 use crate::clock::Timestamp;
 use crate::ids::ClaimId;
+use crate::request::{ClaimRequest, RequestError};
 use crate::snapshot::{ClaimState, ClaimView, DeviceView, NodeView, ProjectView, Snapshot};
 use crate::sources::Action;
+use crate::wire::ClaimDraft;
 
 use super::keymap::Keymap;
 
@@ -413,63 +415,43 @@ impl ClaimForm {
             .collect()
     }
 
-    /// The wire request (the same JSON as `POST /v1/claims`). Numbers that do not parse
-    /// are sent as typed, so the validator names the problem in its own words.
-    pub fn request(&self) -> serde_json::Value {
-        use serde_json::{Map, Value, json};
-        let num = |s: &str| -> Value {
-            let t = s.trim();
-            t.parse::<u64>()
-                .map(Value::from)
-                .or_else(|_| t.parse::<f64>().map(Value::from))
-                .unwrap_or_else(|_| Value::from(t))
-        };
-        let mut m = Map::new();
-        let amount = self.field(FormField::Amount).trim();
-        match self.kind {
-            FormKind::Memory => {
-                m.insert("gpu_memory".into(), json!(amount));
-            }
-            FormKind::Fraction => {
-                m.insert("num_gpus".into(), num(amount));
-            }
-            FormKind::Whole => {
-                m.insert("nvidia.com/gpu".into(), num(amount));
-            }
-            FormKind::Share => {
-                if let Some(r) = amount.strip_suffix('%') {
-                    m.insert("gpu-memory-ratio".into(), num(r));
-                } else {
-                    m.insert("gpu-memory".into(), json!(amount));
-                }
-                let core = self.field(FormField::Core).trim();
-                if !core.is_empty() {
-                    m.insert("gpu-core".into(), num(core));
-                }
-                let shared = self.field(FormField::Shared).trim();
-                if !shared.is_empty() {
-                    m.insert("gpu.shared".into(), num(shared));
-                }
-            }
-        }
-        for (f, key) in [
-            (FormField::Project, "project"),
-            (FormField::Holder, "holder"),
-            (FormField::Node, "node"),
-        ] {
+    /// The operator's entries as a draft: the form picks the request form, the draft
+    /// decides the wire fields.
+    pub fn draft(&self) -> ClaimDraft {
+        let text = |f: FormField| {
             let v = self.field(f).trim();
-            if !v.is_empty() {
-                m.insert(key.into(), json!(v));
+            (!v.is_empty()).then(|| v.to_string())
+        };
+        let amount = text(FormField::Amount);
+        let mut d = ClaimDraft {
+            project: text(FormField::Project),
+            holder: text(FormField::Holder),
+            node: text(FormField::Node),
+            ttl: text(FormField::Ttl),
+            wait: self.wait,
+            ..ClaimDraft::default()
+        };
+        match self.kind {
+            FormKind::Memory => d.memory = Some(amount.unwrap_or_default()),
+            FormKind::Fraction => d.fraction = Some(amount.unwrap_or_default()),
+            FormKind::Whole => d.gpus = Some(amount.unwrap_or_default()),
+            FormKind::Share => {
+                let amount = amount.unwrap_or_default();
+                match amount.strip_suffix('%') {
+                    Some(r) => d.ratio = Some(r.to_string()),
+                    None => d.memory = Some(amount),
+                }
+                d.core = text(FormField::Core);
+                d.shared = text(FormField::Shared);
+                d.koordinator = true;
             }
         }
-        let ttl = self.field(FormField::Ttl).trim();
-        if !ttl.is_empty() {
-            m.insert("ttl".into(), num(ttl));
-        }
-        if self.wait {
-            m.insert("wait".into(), json!(true));
-        }
-        Value::Object(m)
+        d
+    }
+
+    /// The validated request, or the validator's words on what is wrong.
+    pub fn request(&self) -> Result<ClaimRequest, RequestError> {
+        self.draft().to_request(serde_json::Map::new())
     }
 }
 

@@ -875,7 +875,14 @@ fn form_key(state: &mut State, mut form: ClaimForm, ev: KeyEvent) -> Vec<Effect>
         }
         Some(KeyAction::Confirm) => match &form.stage {
             FormStage::Preview(_) => {
-                let request = form.request();
+                let request = match form.request() {
+                    Ok(r) => r,
+                    Err(e) => {
+                        form.stage = FormStage::Editing;
+                        form.error = Some(e.to_string());
+                        return effects;
+                    }
+                };
                 let src = form.source;
                 effects = act(state, src, Action::Claim { request });
                 if effects.is_empty() {
@@ -885,14 +892,22 @@ fn form_key(state: &mut State, mut form: ClaimForm, ev: KeyEvent) -> Vec<Effect>
                     form.stage = FormStage::Submitting;
                 }
             }
-            _ => {
-                form.error = None;
-                form.stage = FormStage::Planning;
-                effects.push(Effect::Plan {
-                    source: form.source,
-                    request: form.request(),
-                });
-            }
+            // The validator runs here, before any source is asked: its message names
+            // the field at fault.
+            _ => match form.request() {
+                Ok(request) => {
+                    form.error = None;
+                    form.stage = FormStage::Planning;
+                    effects.push(Effect::Plan {
+                        source: form.source,
+                        request,
+                    });
+                }
+                Err(e) => {
+                    form.stage = FormStage::Editing;
+                    form.error = Some(e.to_string());
+                }
+            },
         },
         _ => {
             if matches!(focus_field, FormField::Kind | FormField::Wait) {

@@ -35,9 +35,9 @@ use crate::placement::{FleetError, MoveError, MoveTarget, NoFit};
 use crate::request::{ClaimRequest, MAX_DEVICES, MAX_SECONDS, RequestError, Rule};
 use crate::scheduler::{RenewError, Submitted, claim_view};
 use crate::snapshot::ClaimState;
+use crate::wire::{Cordoned, ErrorBody, ProjectReset, Released, ShareSet, paths};
 
 /// The default port of `gpuboard serve` (and of the CLI's default endpoint).
-pub const DEFAULT_PORT: u16 = 7420;
 /// The largest request body accepted, in bytes.
 pub const MAX_BODY: usize = 64 * 1024;
 /// How long a request body may take to arrive.
@@ -68,44 +68,35 @@ impl ApiState {
 #[derive(Debug)]
 pub struct ApiError {
     status: StatusCode,
-    body: Map<String, Value>,
+    // Boxed: every handler returns `Result<_, ApiError>`, and the body is large.
+    body: Box<ErrorBody>,
     /// The body was not read to its end, so the connection cannot carry another request.
     close: bool,
 }
 
 impl ApiError {
-    fn new(status: StatusCode, error: &str, detail: impl Into<String>) -> ApiError {
-        let mut body = Map::new();
-        body.insert("error".into(), json!(error));
-        body.insert("detail".into(), json!(detail.into()));
+    fn with(status: StatusCode, body: ErrorBody) -> ApiError {
         ApiError {
             status,
-            body,
+            body: Box::new(body),
             close: false,
         }
     }
 
-    fn invalid(rule: Rule, field: Option<&str>, detail: impl Into<String>) -> ApiError {
-        let mut e = ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", detail);
-        e.body.insert("rule".into(), json!(rule.code()));
-        e.body.insert("rule_number".into(), json!(rule.number()));
-        e.body.insert("field".into(), json!(field));
-        e
+    fn new(status: StatusCode, error: &str, detail: impl Into<String>) -> ApiError {
+        ApiError::with(status, ErrorBody::new(error, detail))
     }
 
-    fn no_fit(no: &NoFit, lead: Option<String>) -> ApiError {
-        let detail = match lead {
-            Some(l) => format!("{l}: {}", no.summary()),
-            None => no.summary(),
-        };
-        let mut e = ApiError::new(StatusCode::CONFLICT, "does_not_fit", detail);
-        e.body.insert("reasons".into(), json!(no.lines()));
-        e.body.insert("infeasible".into(), json!(no.infeasible));
-        e.body.insert(
-            "no_fit".into(),
-            serde_json::to_value(no).unwrap_or(Value::Null),
-        );
-        e
+    fn invalid(rule: Rule, field: Option<&str>, detail: impl Into<String>) -> ApiError {
+        ApiError::from(RequestError {
+            rule,
+            field: field.map(str::to_string),
+            message: detail.into(),
+        })
+    }
+
+    fn no_fit(no: &NoFit, lead: Option<&str>) -> ApiError {
+        ApiError::with(StatusCode::CONFLICT, ErrorBody::no_fit(no, lead))
     }
 
     fn not_found(detail: impl Into<String>) -> ApiError {
@@ -115,7 +106,7 @@ impl ApiError {
 
 impl From<RequestError> for ApiError {
     fn from(e: RequestError) -> ApiError {
-        ApiError::invalid(e.rule, e.field.as_deref(), e.message)
+        ApiError::with(StatusCode::UNPROCESSABLE_ENTITY, ErrorBody::invalid(&e))
     }
 }
 
@@ -127,7 +118,7 @@ impl From<EngineError> for ApiError {
                 ApiError::not_found(format!("no claim {id}"))
             }
             EngineError::Move(MoveError::NoFit(no)) => {
-                ApiError::no_fit(&no, Some("the move target does not fit".into()))
+                ApiError::no_fit(&no, Some("the move target does not fit"))
             }
             EngineError::Move(e @ MoveError::NothingToMove(_)) => {
                 ApiError::new(StatusCode::CONFLICT, "nothing_to_move", e.to_string())
@@ -151,7 +142,7 @@ impl From<EngineError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut r = (self.status, axum::Json(Value::Object(self.body))).into_response();
+        let mut r = (self.status, axum::Json(*self.body)).into_response();
         if self.close {
             r.headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -165,9 +156,9 @@ type ApiResult = Result<Response, ApiError>;
 /// The router with every v1 route, auth and the request counter.
 pub fn router(state: ApiState) -> Router {
     let guarded = Router::new()
-        .route("/v1/snapshot", get(snapshot))
-        .route("/v1/watch", get(watch_events))
-        .route("/v1/claims", post(create_claim))
+        .route(paths::SNAPSHOT, get(snapshot))
+        .route(paths::WATCH, get(watch_events))
+        .route(paths::CLAIMS, post(create_claim))
         .route("/v1/claims/{id}", delete(release_claim))
         .route("/v1/claims/{id}/move", post(move_claim))
         .route("/v1/claims/{id}/renew", post(renew_claim))
@@ -175,10 +166,10 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/devices/{node}/{index}/uncordon", post(uncordon))
         .route("/v1/projects/{name}", put(set_share))
         .route("/v1/projects/{name}/reset", post(reset_project))
-        .route("/metrics", get(metrics))
+        .route(paths::METRICS, get(metrics))
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
     Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route(paths::HEALTHZ, get(|| async { "ok\n" }))
         .merge(guarded)
         .fallback(|| async {
             ApiError::not_found("no such route; the API is under /v1 (see README, API section)")
@@ -368,11 +359,11 @@ async fn release_claim(State(st): State<ApiState>, Path(id): Path<String>) -> Ap
     let released = st.engine.release(id, "operator").await?;
     Ok(json_status(
         StatusCode::OK,
-        &json!({
-            "id": id,
-            "released": released.is_some(),
-            "claim": released.as_ref().map(claim_view),
-        }),
+        &Released {
+            id,
+            released: released.is_some(),
+            claim: released.as_ref().map(claim_view),
+        },
     ))
 }
 
@@ -464,7 +455,11 @@ async fn set_cordon(st: &ApiState, node: &str, index: &str, cordoned: bool) -> A
     st.engine.cordon(node, index, cordoned, "operator").await?;
     Ok(json_status(
         StatusCode::OK,
-        &json!({"node": node, "index": index, "cordoned": cordoned}),
+        &Cordoned {
+            node: node.to_string(),
+            index,
+            cordoned,
+        },
     ))
 }
 
@@ -507,7 +502,10 @@ async fn set_share(State(st): State<ApiState>, Path(name): Path<String>, body: B
     st.engine.set_share(&name, share, "operator").await?;
     Ok(json_status(
         StatusCode::OK,
-        &json!({"project": name, "share": share}),
+        &ShareSet {
+            project: name,
+            share,
+        },
     ))
 }
 
@@ -516,7 +514,10 @@ async fn reset_project(State(st): State<ApiState>, Path(name): Path<String>) -> 
     st.engine.reset_project(&name, "operator").await?;
     Ok(json_status(
         StatusCode::OK,
-        &json!({"project": name, "reset": true}),
+        &ProjectReset {
+            project: name,
+            reset: true,
+        },
     ))
 }
 

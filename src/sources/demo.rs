@@ -20,6 +20,7 @@ use crate::clock::{Clock, Timestamp};
 use crate::ids::ClaimId;
 use crate::inventory;
 use crate::placement::{Allocation, DeviceSpec, NodeSpec, Policy};
+use crate::request::ClaimRequest;
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::snapshot::{DeviceTelemetry, ProcessView, Snapshot};
 use crate::units::Bytes;
@@ -465,7 +466,7 @@ impl Source for Demo {
             Ok(w.snapshot(now))
         })
     }
-    fn plan(&self, request: Value) -> BoxFuture<'static, Result<Allocation, Failure>> {
+    fn plan(&self, request: ClaimRequest) -> BoxFuture<'static, Result<Allocation, Failure>> {
         let world = Arc::clone(&self.world);
         Box::pin(async move {
             let mut w = world.lock().map_err(poisoned)?;

@@ -8,15 +8,15 @@ use std::path::Path;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use serde_json::Value;
 
-use super::{Action, Failure, Outcome, Source, parse_request};
+use super::{Action, Failure, Outcome, Source};
 use crate::clock::Clock;
 use crate::clock::SystemClock;
 use crate::endpoint::engine::{Engine, EngineConfig, EngineError, LocalProcesses};
 use crate::endpoint::live::{LiveConfig, hostname};
 use crate::endpoint::store::SyncMode;
 use crate::placement::{Allocation, Policy};
+use crate::request::ClaimRequest;
 use crate::scheduler::{SchedulerConfig, Submitted, claim_view};
 use crate::snapshot::Snapshot;
 use crate::telemetry::{BackendStatus, SamplerConfig};
@@ -120,12 +120,11 @@ impl Source for Embedded {
             Ok(snap)
         })
     }
-    fn plan(&self, request: Value) -> BoxFuture<'static, Result<Allocation, Failure>> {
+    fn plan(&self, request: ClaimRequest) -> BoxFuture<'static, Result<Allocation, Failure>> {
         let engine = self.engine.clone();
         Box::pin(async move {
-            let req = parse_request(&request)?;
             engine
-                .plan(&req)
+                .plan(&request)
                 .map_err(|no| Failure::Refused(no.summary()))
         })
     }
@@ -138,15 +137,12 @@ impl Source for Embedded {
 /// Carries out an action on the engine, durably.
 async fn act(engine: &Engine, action: Action, actor: &str) -> Result<Outcome, Failure> {
     match action {
-        Action::Claim { request } => {
-            let req = parse_request(&request)?;
-            match engine.submit(req, actor).await.map_err(refused)? {
-                Submitted::Placed(c) | Submitted::Pending(c) => {
-                    Ok(Outcome::Claimed(Box::new(claim_view(&c))))
-                }
-                Submitted::Refused(no) => Err(Failure::Refused(no.summary())),
+        Action::Claim { request } => match engine.submit(request, actor).await.map_err(refused)? {
+            Submitted::Placed(c) | Submitted::Pending(c) => {
+                Ok(Outcome::Claimed(Box::new(claim_view(&c))))
             }
-        }
+            Submitted::Refused(no) => Err(Failure::Refused(no.summary())),
+        },
         Action::Release { id } => {
             let gone = engine.release(id, actor).await.map_err(refused)?;
             Ok(Outcome::Released {

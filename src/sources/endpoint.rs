@@ -6,8 +6,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::request::ClaimRequest;
 use futures::future::BoxFuture;
-use serde_json::Value;
 
 use super::{Action, Failure, Outcome, Source, plan_on_snapshot};
 use crate::client::{Client, ClientError};
@@ -159,7 +159,7 @@ impl Source for Http {
     /// A preview on the fleet rebuilt from the last snapshot (API v1 has no planning
     /// route): the endpoint re-checks the claim when it is submitted, and may place it
     /// elsewhere or refuse it if the fleet changed since.
-    fn plan(&self, request: Value) -> BoxFuture<'static, Result<Allocation, Failure>> {
+    fn plan(&self, request: ClaimRequest) -> BoxFuture<'static, Result<Allocation, Failure>> {
         let last = self.last.lock().ok().and_then(|l| l.clone());
         Box::pin(async move {
             let snap = last.ok_or_else(|| {

@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
+use crate::request::ClaimRequest;
 use futures::future::BoxFuture;
-use serde_json::Value;
 
 use super::boinc::BoincSource;
 use super::prometheus::PrometheusSource;
@@ -97,7 +97,7 @@ impl Source for Engine {
             }
         }
     }
-    fn plan(&self, _request: Value) -> BoxFuture<'static, Result<Allocation, Failure>> {
+    fn plan(&self, _request: ClaimRequest) -> BoxFuture<'static, Result<Allocation, Failure>> {
         let why = format!(
             "{} is a {} source: it places nothing",
             self.name,

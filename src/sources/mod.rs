@@ -26,7 +26,6 @@ pub mod slurm;
 pub mod xml;
 
 use futures::future::BoxFuture;
-use serde_json::Value;
 
 use crate::clock::Timestamp;
 use crate::ids::ClaimId;
@@ -75,10 +74,10 @@ pub enum Failure {
 /// A change an operator asks a source to make.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
-    /// Create a claim from a wire request (the same JSON as `POST /v1/claims`).
+    /// Create a claim.
     Claim {
-        /// The request.
-        request: Value,
+        /// The validated request.
+        request: ClaimRequest,
     },
     /// Release a claim.
     Release {
@@ -124,7 +123,7 @@ impl Action {
     /// What it acts on, in words.
     pub fn target(&self) -> String {
         match self {
-            Action::Claim { request } => request.to_string(),
+            Action::Claim { request } => request.describe(),
             Action::Release { id } | Action::Move { id, .. } => format!("claim {id}"),
             Action::Cordon { node, index, .. } => format!("{node}:{index}"),
             Action::ResetProject { project } => format!("project {project}"),
@@ -220,14 +219,9 @@ pub trait Source: Send + Sync {
     /// Reads the current state.
     fn fetch(&self) -> BoxFuture<'static, Result<Snapshot, Failure>>;
     /// Where a claim request would be placed now, without placing it.
-    fn plan(&self, request: Value) -> BoxFuture<'static, Result<Allocation, Failure>>;
+    fn plan(&self, request: ClaimRequest) -> BoxFuture<'static, Result<Allocation, Failure>>;
     /// Carries out an action.
     fn act(&self, action: Action) -> BoxFuture<'static, Result<Outcome, Failure>>;
-}
-
-/// Parses a wire request the way an endpoint would, with the validator's message.
-pub fn parse_request(request: &Value) -> Result<ClaimRequest, Failure> {
-    ClaimRequest::from_json(request).map_err(|e| Failure::Invalid(e.to_string()))
 }
 
 /// Applies an action to an in-process scheduler (the embedded and demo sources).
@@ -238,15 +232,12 @@ pub fn apply(
     now: Timestamp,
 ) -> Result<Outcome, Failure> {
     match action {
-        Action::Claim { request } => {
-            let req = parse_request(request)?;
-            match sched.submit(req, actor, now) {
-                Submitted::Placed(c) | Submitted::Pending(c) => {
-                    Ok(Outcome::Claimed(Box::new(crate::scheduler::claim_view(&c))))
-                }
-                Submitted::Refused(no) => Err(Failure::Refused(no.summary())),
+        Action::Claim { request } => match sched.submit(request.clone(), actor, now) {
+            Submitted::Placed(c) | Submitted::Pending(c) => {
+                Ok(Outcome::Claimed(Box::new(crate::scheduler::claim_view(&c))))
             }
-        }
+            Submitted::Refused(no) => Err(Failure::Refused(no.summary())),
+        },
         Action::Release { id } => {
             let gone = sched.release(*id, actor, now);
             Ok(Outcome::Released {
@@ -300,19 +291,20 @@ pub fn apply(
 }
 
 /// Plans a wire request on an in-process scheduler.
-pub fn plan_on(sched: &Scheduler, request: &Value) -> Result<Allocation, Failure> {
-    let req = parse_request(request)?;
+pub fn plan_on(sched: &Scheduler, request: &ClaimRequest) -> Result<Allocation, Failure> {
     sched
-        .plan(&req)
+        .plan(request)
         .map_err(|no| Failure::Refused(no.summary()))
 }
 
 /// Plans a request against a snapshot (for sources whose API has no planner): rebuilds
 /// the fleet from the snapshot's devices and placed claims, then asks placement. The
 /// owner re-checks when the claim is submitted, so this is a preview, not a promise.
-pub fn plan_on_snapshot(snapshot: &Snapshot, request: &Value) -> Result<Allocation, Failure> {
+pub fn plan_on_snapshot(
+    snapshot: &Snapshot,
+    request: &ClaimRequest,
+) -> Result<Allocation, Failure> {
     use crate::placement::{DeviceSpec, Fleet, NodeSpec, Policy};
-    let req = parse_request(request)?;
     let policy = if snapshot.endpoint.policy == "spread" {
         Policy::Spread
     } else {
@@ -364,6 +356,6 @@ pub fn plan_on_snapshot(snapshot: &Snapshot, request: &Value) -> Result<Allocati
         }
     }
     fleet
-        .plan(&req)
+        .plan(request)
         .map_err(|no| Failure::Refused(no.summary()))
 }
