@@ -25,20 +25,25 @@ use crate::units::Bytes;
 /// What the console adds when this machine has no GPU.
 pub const DEMO_HINT: &str = "run `gpuboard --demo` to see the demo fleet";
 
-/// The in-process engine over local nodes.
+/// The in-process engine over local nodes. It ticks on its own timer (leases expire,
+/// waiting claims are placed) like `gpuboard serve`; reading it changes nothing.
 pub struct Embedded {
     name: String,
     note: Option<String>,
     engine: Engine,
+    /// Started by the first fetch, which runs inside the console's runtime.
+    ticker: std::sync::OnceLock<tokio::task::JoinHandle<()>>,
 }
 
 impl Embedded {
     /// A source over an engine already built (`note`: why it has no GPU, if it has none).
+    /// The engine's ticker starts with the first fetch and stops with the source.
     pub fn new(name: &str, engine: Engine, note: Option<String>) -> Embedded {
         Embedded {
             name: name.to_string(),
             note,
             engine,
+            ticker: std::sync::OnceLock::new(),
         }
     }
 
@@ -91,6 +96,14 @@ impl Embedded {
     }
 }
 
+impl Drop for Embedded {
+    fn drop(&mut self) {
+        if let Some(t) = self.ticker.get() {
+            t.abort();
+        }
+    }
+}
+
 fn refused(e: EngineError) -> Failure {
     Failure::Refused(e.to_string())
 }
@@ -109,10 +122,12 @@ impl Source for Embedded {
         self.note.clone()
     }
     fn fetch(&self) -> BoxFuture<'static, Result<Snapshot, Failure>> {
+        if tokio::runtime::Handle::try_current().is_ok() {
+            self.ticker.get_or_init(|| self.engine.spawn_ticker());
+        }
         let engine = self.engine.clone();
         let note = self.note.clone();
         Box::pin(async move {
-            engine.tick().await.map_err(refused)?;
             let mut snap = engine.snapshot();
             if note.is_some() {
                 snap.endpoint.telemetry_note = note;
