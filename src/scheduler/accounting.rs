@@ -147,7 +147,7 @@ pub fn record_placed(
         return;
     };
     let placed = Placed {
-        id: id,
+        id,
         project,
         resource,
         units,
@@ -170,7 +170,7 @@ pub fn record_pending(
         return false;
     };
     let pending = PendingClaim {
-        id: id,
+        id,
         project,
         demand: demand(fleet, req),
         expected_duration: req.expected_duration.map(Duration::from_secs),
