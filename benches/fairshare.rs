@@ -5,9 +5,10 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
+use gpuboard::clock::Timestamp;
 use gpuboard::fairshare::{
     Capacity, Demand, Ledger, LedgerConfig, PendingClaim, Placed, ProjectName, ResourceDemand,
-    ResourceId, ResourceType, Share, Speed, Timestamp, TimestampExt, targets,
+    ResourceId, ResourceType, Share, Speed, TimestampExt, targets,
 };
 use gpuboard::ids::ClaimId;
 use gpuboard::units::Units;

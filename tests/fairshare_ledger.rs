@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
+use gpuboard::clock::Timestamp;
 use gpuboard::fairshare::{
     ClearCause, EventKind, FairShareError, Ledger, LedgerConfig, PendingClaim, Placed, ProjectName,
-    ResourceDemand, ResourceId, ResourceType, Share, Timestamp, TimestampExt, WaitReason,
+    ResourceDemand, ResourceId, ResourceType, Share, TimestampExt, WaitReason,
 };
 use gpuboard::ids::ClaimId;
 use gpuboard::units::Units;

@@ -8,7 +8,8 @@ use rand::{Rng, RngExt};
 use serde::{Deserialize, Serialize};
 
 use super::FairShareError;
-use super::time::{Timestamp, TimestampExt, opt_secs, secs};
+use super::time::{TimestampExt, opt_secs, secs};
+use crate::clock::Timestamp;
 
 /// How backoffs grow. Defaults: 600 s first, doubling, capped at 86 400 s, jitter in [0.5, 1.5].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use super::project::ProjectName;
 use super::resource::ResourceId;
-use super::time::{Timestamp, opt_secs};
+use super::time::opt_secs;
+use crate::clock::Timestamp;
 use crate::ids::ClaimId;
 use crate::units::Units;
 

@@ -7,32 +7,37 @@
 //! Plain synchronous code with no I/O: the caller hands in the time and the random
 //! source, and decides through [`Fit`] whether a claim fits now, so placement plugs in.
 
+mod accrual;
 mod backoff;
 mod claim;
+mod inspect;
 mod ledger;
+mod persist;
 mod project;
 mod resource;
 mod rr;
 mod targets;
 mod time;
 mod view;
+mod workfetch;
 
 use crate::ids::ClaimId;
 
 pub use backoff::{Backoff, BackoffPolicy};
 pub use claim::{PendingClaim, ResourceDemand, RunningClaim};
-pub use ledger::{Fetch, Fit, Ledger, LedgerConfig, Placed, Trigger};
+pub use ledger::{Ledger, LedgerConfig};
 pub use project::{Account, Gflop, InstanceSecs, ProjectName, Share};
 pub use resource::{
     CPU_CORE_GFLOPS, KNOWN_GPUS, ResourceId, ResourceType, Speed, UNKNOWN_GPU_GFLOPS, default_speed,
 };
 pub use rr::{RrOutcome, RunningUse, simulate as rr_simulate};
 pub use targets::{Capacity, Demand, targets};
-pub use time::{Timestamp, TimestampExt, opt_secs, secs};
+pub use time::{TimestampExt, opt_secs, secs};
 pub use view::{
     AccountView, ClearCause, EventKind, FairShareEvent, FairShareState, FairShareView,
     LedgerProject, LedgerResource, ProjectState, WaitReason,
 };
+pub use workfetch::{Fetch, Fit, Placed, Trigger};
 
 /// What the fair-share layer refuses, naming what was wrong and what is allowed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -7,7 +7,8 @@
 
 use std::time::Duration;
 
-use super::time::{Timestamp, TimestampExt};
+use super::time::TimestampExt;
+use crate::clock::Timestamp;
 use crate::units::Units;
 
 /// One running claim, as the simulation sees it.

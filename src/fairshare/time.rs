@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-pub use crate::clock::Timestamp;
+use crate::clock::Timestamp;
 
 /// What the ledger needs of a [`Timestamp`] beyond the clock's own methods.
 pub trait TimestampExt {

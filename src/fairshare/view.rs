@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::claim::{PendingClaim, RunningClaim};
 use super::project::{Account, Gflop, InstanceSecs, ProjectName, Share};
 use super::resource::{ResourceId, ResourceType, Speed};
-use super::time::Timestamp;
+use crate::clock::Timestamp;
 
 /// Everything the ledger needs to resume after a restart; serialize it as it is.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -1,0 +1,110 @@
+//! Debt accrual: between two changes every project with D(P,R) set accrues its target
+//! share minus what it runs, and the targets y(P,R) are the max-min fair division of
+//! each resource type over the projects that want it.
+
+use super::ledger::Ledger;
+use super::project::Gflop;
+use super::resource::instances_of;
+use super::targets::{Capacity, Demand, targets};
+use super::time::TimestampExt;
+use super::view::EventKind;
+use crate::clock::Timestamp;
+
+impl Ledger {
+    /// Accrues debt from the last time seen to `now`; a clock that went backwards
+    /// clears every backoff instead, since their absolute ends mean nothing any more.
+    pub(super) fn advance(&mut self, now: Timestamp) {
+        let Some(last) = self.last_seen else {
+            self.last_seen = Some(now);
+            return;
+        };
+        if now < last {
+            for slot in &mut self.projects {
+                slot.accounts.iter_mut().for_each(|a| {
+                    a.backoff.clear();
+                });
+            }
+            self.push_event(
+                now,
+                EventKind::ClockWentBack {
+                    from: last,
+                    to: now,
+                },
+            );
+            self.last_seen = Some(now);
+            return;
+        }
+        if now == last {
+            return;
+        }
+        if self.stale {
+            self.divide();
+        }
+        let dt = now.since(last).as_secs_f64();
+        for slot in &mut self.projects {
+            for r in 0..slot.accounts.len() {
+                let account = &mut slot.accounts[r];
+                if account.accrue {
+                    account.ltd.0 += (slot.target[r] - instances_of(slot.running_units[r])) * dt;
+                }
+            }
+        }
+        self.last_seen = Some(now);
+    }
+
+    /// Recomputes the targets y(P,R) over the projects with D(P,R) true and a share.
+    pub(super) fn divide(&mut self) {
+        let m = self.resources.len();
+        // Capacity held by projects outside the division is not theirs to divide.
+        let mut outside = vec![0u64; m];
+        for slot in &self.projects {
+            for (r, used) in outside.iter_mut().enumerate() {
+                if slot.share.get() == 0 || !slot.accounts[r].accrue {
+                    *used += slot.running_units[r];
+                }
+            }
+        }
+        let capacities: Vec<Capacity> = self
+            .resources
+            .iter()
+            .zip(&outside)
+            .map(|(res, &held)| Capacity {
+                instances: instances_of(res.capacity().saturating_sub(held)),
+                speed: res.speed,
+            })
+            .collect();
+        let demands: Vec<Demand> = self
+            .projects
+            .iter()
+            .map(|slot| Demand {
+                share: slot.share,
+                caps: (0..m)
+                    .map(|r| {
+                        if slot.accounts[r].accrue {
+                            instances_of(slot.running_units[r] + slot.pending_units[r])
+                        } else {
+                            0.0
+                        }
+                    })
+                    .collect(),
+            })
+            .collect();
+        let division = targets(&capacities, &demands);
+        for (slot, row) in self.projects.iter_mut().zip(division) {
+            slot.target = row;
+        }
+        self.stale = false;
+    }
+
+    /// A project's debts over all resource types, weighted by their speed.
+    pub(super) fn overall_debt(&self, p: usize) -> Gflop {
+        let slot = &self.projects[p];
+        Gflop(
+            slot.accounts
+                .iter()
+                .zip(&self.resources)
+                .map(|(a, res)| a.ltd.0 * res.speed.gflops())
+                .sum(),
+        )
+    }
+}

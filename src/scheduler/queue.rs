@@ -1,0 +1,127 @@
+//! The pending queue: work fetch places waiting claims (the ledger picks whose turn it
+//! is and on which resource type, placement finds the devices), and the claims still
+//! waiting are told why.
+
+use super::{Change, Scheduler, accounting};
+use crate::clock::Timestamp;
+use crate::fairshare::{self, PendingClaim, ResourceId};
+use crate::ids::ClaimId;
+
+/// How one round of work fetch ended.
+enum Round {
+    /// A claim was placed.
+    Placed,
+    /// The chosen claim could not be taken; try again.
+    Skipped,
+    /// Nothing more can be placed now.
+    Done,
+}
+
+impl Scheduler {
+    /// Work fetch: the ledger picks which project's claim goes next on which resource
+    /// type; placement finds the devices. A large claim that does not fit never holds
+    /// back smaller ones (the ledger passes over it). Then the reasons of those still
+    /// waiting are brought up to date.
+    pub(super) fn place_pending(&mut self, now: Timestamp) {
+        let waiting = self
+            .claims
+            .values()
+            .filter(|c| c.allocation.is_none())
+            .count();
+        let mut placed_any = false;
+        // Each round places one claim; the bound guards against a ledger and a placement that disagree.
+        for _ in 0..waiting {
+            match self.place_next(now) {
+                Round::Placed => placed_any = true,
+                Round::Skipped => {}
+                Round::Done => break,
+            }
+        }
+        self.audit_ledger_events();
+        // Reasons only change when the state does: skip the scan (one explanation per
+        // waiting claim, linear in devices) on ticks where nothing happened.
+        if self.reasons_at != Some(self.revision) {
+            self.reasons_at = Some(self.revision);
+            self.refresh_reasons();
+        }
+        if placed_any {
+            self.save_ledger(now);
+        }
+    }
+
+    /// One work-fetch decision, carried out.
+    fn place_next(&mut self, now: Timestamp) -> Round {
+        let (claims, fleet) = (&self.claims, &self.fleet);
+        let mut fits = |c: &PendingClaim, r: &ResourceId, _| {
+            claims
+                .get(&c.id)
+                .is_some_and(|claim| fleet.plan_on(&claim.request, r.model()).is_ok())
+        };
+        let Some(fetch) = self.ledger.work_fetch(now, &mut fits, &mut self.rng) else {
+            return Round::Done;
+        };
+        let id = fetch.claim;
+        let Some(req) = self.claims.get(&id).map(|c| c.request.clone()) else {
+            self.ledger.released(now, fetch.claim);
+            return Round::Skipped;
+        };
+        let Ok(alloc) = self.fleet.claim_on(id, &req, fetch.resource.model()) else {
+            return Round::Done;
+        };
+        accounting::record_placed(&mut self.ledger, &self.fleet, now, id, &req, &alloc);
+        let Some(claim) = self.claims.get_mut(&id) else {
+            return Round::Skipped;
+        };
+        claim.allocation = Some(alloc.clone());
+        claim.pending = None;
+        let claim = claim.clone();
+        self.journal.push(Change::Claim(Box::new(claim)));
+        let trigger = match fetch.trigger {
+            fairshare::Trigger::Idle => "idle",
+            fairshare::Trigger::Shortfall => "shortfall",
+        };
+        self.audit(
+            now,
+            "scheduler",
+            "place",
+            format!("claim {id}"),
+            format!(
+                "work fetch ({trigger} {}) placed it at {alloc}",
+                fetch.resource
+            ),
+        );
+        Round::Placed
+    }
+
+    /// The ledger's own events (backoffs, resets), as audit lines.
+    fn audit_ledger_events(&mut self) {
+        for event in self.ledger.drain_events() {
+            let detail = serde_json::to_string(&event.kind).unwrap_or_default();
+            self.audit(
+                event.at,
+                "fairshare",
+                "fairshare",
+                "ledger".to_string(),
+                detail,
+            );
+        }
+    }
+
+    /// Works out again where each waiting claim cannot go.
+    fn refresh_reasons(&mut self) {
+        let waiting: Vec<ClaimId> = self
+            .claims
+            .values()
+            .filter(|c| c.allocation.is_none())
+            .map(|c| c.id)
+            .collect();
+        for id in waiting {
+            if let Some(claim) = self.claims.get(&id) {
+                let reasons = self.fleet.plan(&claim.request).err();
+                if let Some(claim) = self.claims.get_mut(&id) {
+                    claim.pending = reasons;
+                }
+            }
+        }
+    }
+}

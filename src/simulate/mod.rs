@@ -1,0 +1,48 @@
+//! `gpuboard simulate SCENARIO.toml`: runs the fair-share scheduler on a simulated clock
+//! over a scenario (projects and shares, hosts, arriving claims with durations) and
+//! reports each project's share of each resource type over time, the debts at the end
+//! and the backoff events. The scheduler code is the one the endpoint runs; only the
+//! clock and the capacity are simulated.
+//!
+//! Where things live: the scenario file in `scenario`, the simulated capacity in
+//! `hosts`, the loop in `run`, the report and its text in `report`.
+
+mod hosts;
+mod report;
+mod run;
+mod scenario;
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+
+pub use hosts::{Hosts, SimHosts};
+pub use report::{DebtRow, ProjectOutcome, ResourceSummary, SimReport, Usage, Window, render};
+pub use run::{run_scenario, run_with};
+pub use scenario::{ClaimStream, HostSpec, ProjectSpec, Scenario, ScenarioError};
+
+/// `gpuboard simulate`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct SimulateArgs {
+    /// The scenario file (TOML; see assets/scenarios/).
+    pub scenario: PathBuf,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `gpuboard simulate`; returns the exit status.
+pub fn run(args: SimulateArgs) -> anyhow::Result<i32> {
+    let path = args.scenario.display().to_string();
+    let text = std::fs::read_to_string(&args.scenario)
+        .with_context(|| format!("reading scenario {path}"))?;
+    let scenario: Scenario =
+        toml::from_str(&text).with_context(|| format!("reading scenario {path}"))?;
+    let report = run_scenario(&scenario).with_context(|| format!("running scenario {path}"))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", render(&report));
+    }
+    Ok(0)
+}
