@@ -1,5 +1,6 @@
 //! The code map holds: each top-level module imports only from layers below it, and no
 //! source file grows past what a newcomer can read (README, "Code map").
+#![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -119,7 +120,11 @@ fn imports_only_go_down_the_layers() {
     }
     upward.sort();
     upward.dedup();
-    assert!(upward.is_empty(), "imports up or across the layers:\n{}", upward.join("\n"));
+    assert!(
+        upward.is_empty(),
+        "imports up or across the layers:\n{}",
+        upward.join("\n")
+    );
 }
 
 #[test]

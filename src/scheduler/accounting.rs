@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::clock::Timestamp;
+use crate::clock::{Timestamp, age};
 use crate::fairshare::{
     FairShareView, Ledger, PendingClaim, Placed, ProjectName, ResourceDemand, ResourceId,
     ResourceType, Speed, WaitReason,
@@ -190,25 +190,16 @@ pub fn reason_text(reason: &WaitReason, now: Timestamp) -> Option<String> {
     Some(match reason {
         WaitReason::Queued => return None,
         WaitReason::BackedOff { until } => {
-            format!("backed off for {}", span(until.millis_since(now) / 1000))
+            format!("backed off for {}", age(until.millis_since(now)))
         }
         WaitReason::NothingFits { since } => {
             format!(
                 "no pending claim fits (for {})",
-                span(now.millis_since(*since) / 1000)
+                age(now.millis_since(*since))
             )
         }
         other => other.to_string(),
     })
-}
-
-/// `95 s`, `12 min`, `3 h 20 min`.
-pub fn span(secs: u64) -> String {
-    match secs {
-        0..120 => format!("{secs} s"),
-        120..7200 => format!("{} min", secs / 60),
-        _ => format!("{} h {} min", secs / 3600, secs % 3600 / 60),
-    }
 }
 
 /// The ledger's projects and resource types as the snapshot shows them.
@@ -326,12 +317,5 @@ mod tests {
         let alloc = f.claim(ClaimId(1), &req).unwrap();
         let (r, u) = usage(&f, &alloc).unwrap();
         assert_eq!((r.as_str(), u), ("gpu:NVIDIA A10G", Units(10_000)));
-    }
-
-    #[test]
-    fn spans_read_naturally() {
-        assert_eq!(span(95), "95 s");
-        assert_eq!(span(720), "12 min");
-        assert_eq!(span(12_000), "3 h 20 min");
     }
 }
