@@ -119,7 +119,7 @@ fn work_fetch(c: &mut Criterion) {
                         (l, fetch)
                     },
                     BatchSize::LargeInput,
-                )
+                );
             },
         );
     }

@@ -1,4 +1,4 @@
-//! Durable claim + release throughput over HTTP: a real endpoint (engine, SQLite store,
+//! Durable claim + release throughput over HTTP: a real endpoint (engine, `SQLite` store,
 //! axum) on 127.0.0.1 and 32 concurrent keep-alive HTTP/1.1 clients, each looping claim then
 //! release. Prints pairs per second and p50/p99 latency of a pair, for `--sync full`
 //! (fsync per group commit) and `--sync normal`.

@@ -1,6 +1,6 @@
 //! One sampling round through the real nvml-wrapper path against the fake NVML library:
 //! 8 GPUs and 200 processes. CPU per second of sampling at the default rates is
-//! metrics_only + (with_processes - metrics_only) / 2 + host, per second.
+//! `metrics_only` + (`with_processes` - `metrics_only`) / 2 + host, per second.
 #![allow(clippy::unwrap_used)]
 
 #[path = "../tests/common/mod.rs"]
@@ -73,14 +73,14 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             t += 2;
             core.round(Timestamp(0).plus_secs(t))
-        })
+        });
     });
     group.bench_function("metrics_only", |b| {
         b.iter(|| {
             // 1 ms steps never reach the 2 s process interval within one sample.
             t += 1;
             core.round(Timestamp(0).plus_secs(1_000_000).plus_millis(t))
-        })
+        });
     });
     group.finish();
 

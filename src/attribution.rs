@@ -147,20 +147,17 @@ pub fn attribute(
             ..DeviceAttribution::default()
         };
         for process in observed.processes {
-            match owner(process.pid, origins.get(&process.pid).copied(), &on_device) {
-                Some(h) => {
-                    if let Some(u) = usage.get_mut(&(h.claim_id, h.device)) {
-                        match process.used_memory {
-                            Some(bytes) => u.used += bytes,
-                            None => u.used_incomplete = true,
-                        }
-                        u.pids.push(process.pid);
+            if let Some(h) = owner(process.pid, origins.get(&process.pid).copied(), &on_device) {
+                if let Some(u) = usage.get_mut(&(h.claim_id, h.device)) {
+                    match process.used_memory {
+                        Some(bytes) => u.used += bytes,
+                        None => u.used_incomplete = true,
                     }
+                    u.pids.push(process.pid);
                 }
-                None => {
-                    device.unclaimed += process.used_memory.unwrap_or_default();
-                    device.unclaimed_pids.push(process.pid);
-                }
+            } else {
+                device.unclaimed += process.used_memory.unwrap_or_default();
+                device.unclaimed_pids.push(process.pid);
             }
         }
         per_device.push(device);

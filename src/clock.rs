@@ -15,10 +15,12 @@ pub struct Timestamp(pub u64);
 
 impl Timestamp {
     /// `secs` seconds later.
+    #[must_use]
     pub fn plus_secs(self, secs: u64) -> Timestamp {
         Timestamp(self.0.saturating_add(secs.saturating_mul(1000)))
     }
     /// `ms` milliseconds later.
+    #[must_use]
     pub fn plus_millis(self, ms: u64) -> Timestamp {
         Timestamp(self.0.saturating_add(ms))
     }

@@ -376,7 +376,7 @@ fn human(report: &DoctorReport) -> String {
             line(format!("CUDA (driver):  {}", na(cuda_version)));
         }
         BackendStatus::Unavailable { reason, .. } => {
-            line(format!("NVML:           unavailable: {reason}"))
+            line(format!("NVML:           unavailable: {reason}"));
         }
     }
     line(format!(

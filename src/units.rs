@@ -265,6 +265,7 @@ impl Bytes {
     }
 
     /// `ceil(self * num / den)` without overflow; `den` must not be zero.
+    #[must_use]
     pub fn mul_div_ceil(self, num: u64, den: u64) -> Bytes {
         let wide = u128::from(self.0) * u128::from(num);
         let den = u128::from(den.max(1));

@@ -25,6 +25,8 @@ pub fn default_endpoint() -> String {
 
 /// Request paths, relative to the endpoint's base URL.
 pub mod paths {
+    use std::fmt::Write as _;
+
     use crate::ids::ClaimId;
 
     /// `GET`: liveness, no token needed.
@@ -71,7 +73,7 @@ pub mod paths {
             if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
                 out.push(char::from(b));
             } else {
-                out.push_str(&format!("%{b:02X}"));
+                let _ = write!(out, "%{b:02X}");
             }
         }
         out

@@ -1,6 +1,6 @@
 //! The HTTP API against a real `gpuboard serve` process on 127.0.0.1: every status code
 //! with its body, auth, bad input, a fuzz of random bodies, watch, leases and dead owners.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 

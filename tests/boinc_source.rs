@@ -4,9 +4,9 @@
 //! project, its share, priority and the backoffs exactly as the client's raw `get_state`
 //! says, and "update project" must clear them.
 //!
-//! Needs Debian's `boinc-client` (scripts/test installs it); GPUBOARD_SKIP_PEERS=boinc
+//! Needs Debian's `boinc-client` (scripts/test installs it); `GPUBOARD_SKIP_PEERS=boinc`
 //! skips the real-client test.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
@@ -227,7 +227,7 @@ async fn fake_peer(reply: Option<&'static [u8]>) -> String {
                         let _ = sock.write_all(r).await;
                         let _ = sock.shutdown().await;
                     }
-                    None => tokio::time::sleep(Duration::from_secs(3600)).await,
+                    None => tokio::time::sleep(Duration::from_hours(1)).await,
                 }
             });
         }
@@ -350,7 +350,7 @@ fn raw_after(xml: &str, after: &str, tag: &str) -> Option<String> {
     Some(rest[start..start + end].trim().to_string())
 }
 
-/// The CPU backoff (time, interval) as the client's raw get_state writes it.
+/// The CPU backoff (time, interval) as the client's raw `get_state` writes it.
 fn raw_cpu_backoff(state: &str) -> (f64, f64) {
     let t = raw_after(state, "<rsc_backoff_time>", "value").unwrap();
     let i = raw_after(state, "<rsc_backoff_interval>", "value").unwrap();
@@ -501,7 +501,7 @@ async fn real_client_backoffs_priority_and_update() {
     // "Update project" contacts the project now; the client clears the backoff.
     let before = posts.load(Ordering::SeqCst);
     source.update_project(&url).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_mins(1);
     loop {
         assert!(
             Instant::now() < deadline,

@@ -2,7 +2,7 @@
 //! at a random moment, restart on the same data directory, and check that every claim
 //! acknowledged before the kill is there (where it was placed), every acknowledged release
 //! stayed released, no id is duplicated and no device is over-committed. 24 kills.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
@@ -59,58 +59,55 @@ async fn client(url: String, token: String, model: Arc<Mutex<Model>>, seed: u64)
                 None
             }
         };
-        match release {
-            Some(id) => {
-                let Ok(resp) = http
-                    .delete(format!("{url}/v1/claims/{id}"))
-                    .bearer_auth(&token)
-                    .send()
-                    .await
-                else {
-                    return;
-                };
-                if resp.status() != 200 || resp.bytes().await.is_err() {
-                    return;
-                }
-                let mut m = model.lock().unwrap();
-                m.in_flight.remove(&id);
-                m.released.insert(id);
+        if let Some(id) = release {
+            let Ok(resp) = http
+                .delete(format!("{url}/v1/claims/{id}"))
+                .bearer_auth(&token)
+                .send()
+                .await
+            else {
+                return;
+            };
+            if resp.status() != 200 || resp.bytes().await.is_err() {
+                return;
             }
-            None => {
-                let body = match rng.random_range(0..3) {
-                    0 => json!({"num_gpus": 0.25}),
-                    1 => json!({"gpu_memory": "10Gi"}),
-                    _ => json!({"gpu-memory-ratio": 50, "gpu.shared": 2}),
-                };
-                let Ok(resp) = http
-                    .post(format!("{url}/v1/claims"))
-                    .bearer_auth(&token)
-                    .json(&body)
-                    .send()
-                    .await
-                else {
-                    return;
-                };
-                let status = resp.status().as_u16();
-                let Ok(v) = resp.json::<Value>().await else {
-                    return;
-                };
-                match status {
-                    201 => {
-                        let id = v["id"].as_u64().unwrap();
-                        let mut m = model.lock().unwrap();
-                        assert!(
-                            !m.released.contains(&id),
-                            "id {id} reused after its release"
-                        );
-                        assert!(
-                            m.live.insert(id, place_of(&v)).is_none(),
-                            "id {id} given twice"
-                        );
-                    }
-                    409 => {}
-                    other => panic!("unexpected {other}: {v}"),
+            let mut m = model.lock().unwrap();
+            m.in_flight.remove(&id);
+            m.released.insert(id);
+        } else {
+            let body = match rng.random_range(0..3) {
+                0 => json!({"num_gpus": 0.25}),
+                1 => json!({"gpu_memory": "10Gi"}),
+                _ => json!({"gpu-memory-ratio": 50, "gpu.shared": 2}),
+            };
+            let Ok(resp) = http
+                .post(format!("{url}/v1/claims"))
+                .bearer_auth(&token)
+                .json(&body)
+                .send()
+                .await
+            else {
+                return;
+            };
+            let status = resp.status().as_u16();
+            let Ok(v) = resp.json::<Value>().await else {
+                return;
+            };
+            match status {
+                201 => {
+                    let id = v["id"].as_u64().unwrap();
+                    let mut m = model.lock().unwrap();
+                    assert!(
+                        !m.released.contains(&id),
+                        "id {id} reused after its release"
+                    );
+                    assert!(
+                        m.live.insert(id, place_of(&v)).is_none(),
+                        "id {id} given twice"
+                    );
                 }
+                409 => {}
+                other => panic!("unexpected {other}: {v}"),
             }
         }
     }

@@ -1,5 +1,10 @@
 //! `gpuboard discover` as Flink runs it: many workers at once on one coordination file.
-#![allow(clippy::unwrap_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::items_after_statements,
+    clippy::panic
+)]
 
 mod common;
 

@@ -1,7 +1,7 @@
 //! The console's endpoint source against a real `gpuboard serve` on 127.0.0.1: every
 //! action kind through `Source::act`, snapshots through `Source::fetch`, and each kind of
 //! refusal mapped to the console's `Failure` in the endpoint's words.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 

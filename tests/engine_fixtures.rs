@@ -1,7 +1,7 @@
 //! The Ray and Prometheus adapters on answers captured from real peers (Ray 2.60.0's
-//! dashboard holding the driver in tests/peers/ray_driver.py; Prometheus 2.42 scraping
+//! dashboard holding the driver in `tests/peers/ray_driver.py`; Prometheus 2.42 scraping
 //! the dcgm-exporter text in tests/fixtures/prometheus).
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::Path;
 
@@ -173,7 +173,7 @@ fn ray_wrong_types_name_the_answer_and_path() {
 #[test]
 fn ray_failures_and_foreign_json_are_told_apart() {
     let e = ray_error(|a| {
-        a.nodes = serde_json::json!({"result": false, "msg": "Unknown view bogus", "data": {}})
+        a.nodes = serde_json::json!({"result": false, "msg": "Unknown view bogus", "data": {}});
     });
     assert_eq!(e.error, AnswerError::Failed("Unknown view bogus".into()));
     let e = ray_error(|a| a.version = serde_json::json!({"status": "success"}));

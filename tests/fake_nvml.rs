@@ -1,6 +1,6 @@
 //! The real NVML code path (nvml-wrapper, `NvmlBackend`, the sampler, the binary) against
 //! the fake NVML library built from `tests/fake-nvml`.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
@@ -20,7 +20,9 @@ use gpuboard::units::Bytes;
 static NVML: Mutex<()> = Mutex::new(());
 
 fn open_with(fixture: &Path) -> (MutexGuard<'static, ()>, NvmlBackend) {
-    let guard = NVML.lock().unwrap_or_else(|p| p.into_inner());
+    let guard = NVML
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     // SAFETY: every test of this binary that reads this variable holds the lock above;
     // nothing else in the process reads it.
     unsafe { std::env::set_var("GPUBOARD_FAKE_NVML_FIXTURE", fixture) };

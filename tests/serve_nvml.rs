@@ -1,6 +1,6 @@
 //! `gpuboard serve` without an inventory: its GPUs, telemetry and process attribution come
-//! from the fake NVML library loaded through LD_LIBRARY_PATH, as a real driver would be.
-#![allow(clippy::unwrap_used)]
+//! from the fake NVML library loaded through `LD_LIBRARY_PATH`, as a real driver would be.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 

@@ -1,6 +1,6 @@
 //! Peers that answer garbage, hang, refuse or want credentials, on real sockets: each gives
 //! its own error, within the timeout, and nothing panics.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 

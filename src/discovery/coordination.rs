@@ -104,7 +104,7 @@ fn lock(path: &Path, timeout: Duration) -> Result<Locked, CoordinationError> {
         }
         let error = std::io::Error::last_os_error();
         match error.raw_os_error() {
-            Some(libc::EWOULDBLOCK) | Some(libc::EINTR) => {}
+            Some(libc::EWOULDBLOCK | libc::EINTR) => {}
             _ => return Err(io_err(path)(error)),
         }
         if started.elapsed() >= timeout {

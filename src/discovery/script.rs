@@ -1,4 +1,4 @@
-//! Running a discovery script as Flink's GPUDriver does: AMOUNT as the first argument,
+//! Running a discovery script as Flink's `GPUDriver` does: AMOUNT as the first argument,
 //! the configured arguments after it; stdout holds comma-separated GPU indexes; a
 //! non-zero exit or too few indexes is an error. A hung script is killed at the timeout.
 

@@ -2,6 +2,7 @@
 //! the endpoint's first start into the data directory (mode 0600), read by the CLI from
 //! there, from `--token-file`, or from `GPUBOARD_TOKEN`. Compared in constant time.
 
+use std::fmt::Write as _;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -106,7 +107,10 @@ fn load_or_create(path: &Path) -> Result<String, TokenError> {
     };
     let mut bytes = [0u8; TOKEN_BYTES];
     rand::fill(&mut bytes);
-    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let token = bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    });
     match std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

@@ -1,5 +1,5 @@
 //! What `gpuboard serve` is: the engine (scheduler + durable store + ticker + live
-//! telemetry), the SQLite store under it, the HTTP API over it and its bearer tokens.
+//! telemetry), the `SQLite` store under it, the HTTP API over it and its bearer tokens.
 //!
 //! Start at [`engine::Engine`] for behaviour, at [`api::router`] for the routes.
 

@@ -1,4 +1,4 @@
-//! Durable state: the scheduler's journal of `Change`s applied to SQLite (WAL) in a data
+//! Durable state: the scheduler's journal of `Change`s applied to `SQLite` (WAL) in a data
 //! directory, and the `Persisted` state read back on start.
 //!
 //! One writer thread owns the connection. Callers hand it batches and wait for the reply;
@@ -23,7 +23,7 @@ use crate::snapshot::AuditEvent;
 
 /// The database file inside the data directory.
 pub const DB_FILE: &str = "gpuboard.sqlite";
-/// The schema this build writes (SQLite `user_version`).
+/// The schema this build writes (`SQLite` `user_version`).
 const SCHEMA: i64 = 1;
 /// Audit events loaded on start (all stay in the database).
 const EVENTS_LOADED: i64 = 500;
@@ -116,7 +116,9 @@ pub struct Store {
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("path", &self.path).finish()
+        f.debug_struct("Store")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
     }
 }
 

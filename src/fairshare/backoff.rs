@@ -32,8 +32,8 @@ pub struct BackoffPolicy {
 impl Default for BackoffPolicy {
     fn default() -> BackoffPolicy {
         BackoffPolicy {
-            min: Duration::from_secs(600),
-            max: Duration::from_secs(86_400),
+            min: Duration::from_mins(10),
+            max: Duration::from_hours(24),
             factor: 2.0,
             jitter_min: 0.5,
             jitter_max: 1.5,
@@ -141,7 +141,7 @@ mod tests {
             assert!(backoff.active(now) && !backoff.active(until));
             expected = (expected * 2.0).min(86_400.0);
         }
-        assert_eq!(backoff.interval, Some(Duration::from_secs(86_400)));
+        assert_eq!(backoff.interval, Some(Duration::from_hours(24)));
         assert!(backoff.clear());
         assert!(!backoff.active(now));
         assert!(!backoff.clear());
@@ -160,8 +160,8 @@ mod tests {
                     .as_secs_f64()
             })
             .collect();
-        let low = waits.iter().cloned().fold(f64::MAX, f64::min);
-        let high = waits.iter().cloned().fold(0.0, f64::max);
+        let low = waits.iter().copied().fold(f64::MAX, f64::min);
+        let high = waits.iter().copied().fold(0.0, f64::max);
         assert!((300.0..330.0).contains(&low), "{low}");
         assert!(high <= 900.0 && high > 870.0, "{high}");
     }

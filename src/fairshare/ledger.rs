@@ -39,7 +39,7 @@ impl Default for LedgerConfig {
     fn default() -> LedgerConfig {
         LedgerConfig {
             backoff: BackoffPolicy::default(),
-            horizon: Duration::from_secs(3_600),
+            horizon: Duration::from_hours(1),
         }
     }
 }
@@ -48,7 +48,7 @@ impl LedgerConfig {
     /// Refuses a configuration that cannot work, naming the rule.
     pub fn validate(&self) -> Result<(), FairShareError> {
         self.backoff.validate()?;
-        if self.horizon.is_zero() || self.horizon > Duration::from_secs(604_800) {
+        if self.horizon.is_zero() || self.horizon > Duration::from_hours(168) {
             return Err(FairShareError::BadHorizon(self.horizon.as_secs_f64()));
         }
         Ok(())
@@ -177,14 +177,13 @@ impl Ledger {
     /// Adds a resource type or updates its instances and speed (devices appear and go).
     pub fn set_resource(&mut self, now: Timestamp, resource: ResourceType) {
         self.advance(now);
-        match self.resource_index.get(&resource.id) {
-            Some(&r) => self.resources[r] = resource,
-            None => {
-                self.resource_index
-                    .insert(resource.id.clone(), self.resources.len());
-                self.resources.push(resource);
-                self.projects.iter_mut().for_each(Slot::grow);
-            }
+        if let Some(&r) = self.resource_index.get(&resource.id) {
+            self.resources[r] = resource
+        } else {
+            self.resource_index
+                .insert(resource.id.clone(), self.resources.len());
+            self.resources.push(resource);
+            self.projects.iter_mut().for_each(Slot::grow);
         }
         self.stale = true;
     }

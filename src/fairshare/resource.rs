@@ -177,6 +177,7 @@ impl ResourceType {
     }
 
     /// The same type at a configured speed.
+    #[must_use]
     pub fn with_speed(mut self, speed: Speed) -> ResourceType {
         self.speed = speed;
         self

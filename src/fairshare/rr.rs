@@ -93,7 +93,7 @@ mod tests {
                 expected_end: Some(Timestamp::from_secs(50)),
             },
         ];
-        let out = simulate(now, Duration::from_secs(3_600), 2, 2, running);
+        let out = simulate(now, Duration::from_hours(1), 2, 2, running);
         assert_eq!(out.in_use, vec![15_000, 2_500]);
         // 1 instance for 1800 s, plus 0.5 for the whole hour.
         assert!((out.busy[0] - (1_800.0 + 1_800.0)).abs() < 1e-9);

@@ -21,7 +21,7 @@ pub struct DeviceSpec {
     pub uuid: Option<String>,
     /// Schedulable memory M; `None` makes the device unschedulable.
     pub memory: Option<Bytes>,
-    /// Devices with the same group share NVLink or a PCIe switch.
+    /// Devices with the same group share `NVLink` or a `PCIe` switch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link_group: Option<u32>,
 }

@@ -15,7 +15,7 @@ pub enum Rule {
     CoreWithoutMemory,
     /// 4: a memory form without `gpu.shared` (after mutation).
     MemoryWithoutShared,
-    /// 5: `num_gpus` with `gpu_memory` (Ray's ValueError).
+    /// 5: `num_gpus` with `gpu_memory` (Ray's `ValueError`).
     NumGpusWithGpuMemory,
     /// 6: a fractional `num_gpus` above 1.
     FractionAboveOne,

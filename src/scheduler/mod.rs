@@ -1,6 +1,6 @@
 //! The scheduler: claims with their owners, leases and queue over a placement `Fleet`,
 //! projects, audit events and a revision. Plain synchronous Rust with time passed in:
-//! `gpuboard serve` wraps it with SQLite and HTTP, the console embeds it in-process,
+//! `gpuboard serve` wraps it with `SQLite` and HTTP, the console embeds it in-process,
 //! and the simulator drives it on a simulated clock.
 //!
 //! Every mutation appends `Change`s to a journal that the owner drains with

@@ -192,8 +192,8 @@ fn render_debts(out: &mut String, report: &SimReport) {
 
 /// The backoff events, the first few of them in full.
 fn render_events(out: &mut String, report: &SimReport) {
-    let _ = writeln!(out, "\nbackoff events: {}", report.backoff_events.len());
     const SHOWN: usize = 40;
+    let _ = writeln!(out, "\nbackoff events: {}", report.backoff_events.len());
     for e in report.backoff_events.iter().take(SHOWN) {
         let what = match &e.kind {
             EventKind::BackedOff {

@@ -80,7 +80,7 @@ impl FakeBackend {
         // A test that panicked while holding the lock left plain data behind: still usable.
         self.state
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn with_gpu<T>(

@@ -115,8 +115,8 @@ pub fn loaded_library_path(prefix: &str) -> Option<PathBuf> {
         .map(Path::to_path_buf)
 }
 
-/// A field read: lost ends the device's round, any other failure (NotSupported,
-/// NoPermission, ...) makes just this field absent.
+/// A field read: lost ends the device's round, any other failure (`NotSupported`,
+/// `NoPermission`, ...) makes just this field absent.
 fn field<T>(result: Result<T, NvmlError>) -> Result<Option<T>, DeviceError> {
     match result {
         Ok(value) => Ok(Some(value)),

@@ -1,7 +1,7 @@
 //! Shared by the integration tests: a real `gpuboard serve` on a free port, the fake NVML
-//! library, free ports, a tiny canned HTTP server, the GPUBOARD_SKIP_PEERS switch, and
+//! library, free ports, a tiny canned HTTP server, the `GPUBOARD_SKIP_PEERS` switch, and
 //! processes stopped by pid.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
@@ -63,12 +63,10 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// Whether `peer` (`ray`, `prometheus`) is listed in GPUBOARD_SKIP_PEERS. Only an explicit
+/// Whether `peer` (`ray`, `prometheus`) is listed in `GPUBOARD_SKIP_PEERS`. Only an explicit
 /// opt-out skips a real-peer test; a missing install otherwise fails it.
 pub fn skip_peer(peer: &str) -> bool {
-    std::env::var("GPUBOARD_SKIP_PEERS")
-        .map(|v| v.split(',').any(|p| p.trim() == peer))
-        .unwrap_or(false)
+    std::env::var("GPUBOARD_SKIP_PEERS").is_ok_and(|v| v.split(',').any(|p| p.trim() == peer))
 }
 
 /// What the canned server answers for a path.
@@ -112,7 +110,7 @@ pub async fn serve(routes: Vec<(&'static str, Reply)>) -> String {
                     Some(Reply::CutOff(b, n)) => (200, "application/json", b, n),
                     Some(Reply::Silent) => {
                         // Hold the connection open without answering.
-                        tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+                        tokio::time::sleep(std::time::Duration::from_hours(1)).await;
                         return;
                     }
                     None => (404, "text/plain", b"404: Not Found".to_vec(), 14),
