@@ -1,0 +1,216 @@
+//! `gpuboard run`: claim GPU memory, run a command with its devices in
+//! `CUDA_VISIBLE_DEVICES` (and the memory limit in its environment), renew the lease while
+//! it runs, forward signals to it, and release the claim when it exits.
+
+use std::time::Duration;
+
+use clap::Args;
+use serde_json::{Map, json};
+
+use super::claims::devices_of;
+use super::{Conn, connect, user};
+use crate::client::{ClaimOutcome, Client, ClientError};
+use crate::ids::ClaimId;
+use crate::units::Bytes;
+use crate::wire::ClaimDraft;
+
+/// `gpuboard run`.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// GPU memory per device (20GiB, 512Mi, 40G).
+    #[arg(long)]
+    pub memory: String,
+    /// Lease in seconds, renewed every third of it while CMD runs.
+    #[arg(long, default_value_t = 60)]
+    pub ttl: u64,
+    /// Project to account.
+    #[arg(long)]
+    pub project: Option<String>,
+    /// Holder name (default: the user).
+    #[arg(long)]
+    pub holder: Option<String>,
+    /// Only this node.
+    #[arg(long)]
+    pub node: Option<String>,
+    /// Only this accelerator type.
+    #[arg(long)]
+    pub accelerator: Option<String>,
+    #[command(flatten)]
+    pub conn: Conn,
+    /// The command and its arguments.
+    #[arg(last = true, required = true)]
+    pub cmd: Vec<String>,
+}
+
+/// Whether the endpoint runs on this host, so that a pid means something to it.
+fn endpoint_is_local(endpoint: &str) -> bool {
+    reqwest::Url::parse(endpoint).ok().is_some_and(|u| {
+        let host = u.host_str().unwrap_or_default();
+        host == "localhost"
+            || host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    })
+}
+
+/// `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` for `count` visible devices each limited to `limit`:
+/// `0=20G,1=20G` (ordinals as CMD sees them; whole GiB as `G`, else MiB as `M`, rounded down
+/// so that the limit never exceeds the reservation).
+pub fn mps_limit(count: usize, limit: Bytes) -> String {
+    let value = if limit.0.is_multiple_of(1 << 30) {
+        format!("{}G", limit.0 >> 30)
+    } else {
+        format!("{}M", limit.0 >> 20)
+    };
+    (0..count)
+        .map(|i| format!("{i}={value}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// `gpuboard run ... -- CMD`: the exit code is CMD's (128 + signal when a signal ended it).
+pub(super) async fn run_command(a: RunArgs) -> anyhow::Result<u8> {
+    Bytes::parse(&a.memory).map_err(|e| ClientError::Invalid {
+        rule: None,
+        rule_number: None,
+        field: Some("memory".into()),
+        detail: format!("--memory {}: {e}", a.memory),
+    })?;
+    let ttl = a.ttl.max(3);
+    let c = connect(&a.conn)?;
+    let mut base = Map::new();
+    base.insert(
+        "labels".into(),
+        json!({"command": a.cmd.first().cloned().unwrap_or_default()}),
+    );
+    // On this host the endpoint also releases the claim if this process dies.
+    if endpoint_is_local(&a.conn.endpoint) {
+        base.insert("pid".into(), json!(std::process::id()));
+    }
+    let draft = ClaimDraft {
+        memory: Some(a.memory.clone()),
+        ttl: Some(ttl.to_string()),
+        project: a.project.clone(),
+        holder: a.holder.clone().or_else(user),
+        node: a.node.clone(),
+        accelerator_type: a.accelerator.clone(),
+        ..ClaimDraft::default()
+    };
+    let request = draft.to_request(base).map_err(ClientError::from)?;
+    let claim = match c.claim(&request).await? {
+        ClaimOutcome::Placed(v) => v,
+        ClaimOutcome::Pending(v) => {
+            let _ = c.release(v.id).await;
+            anyhow::bail!("claim {} was queued instead of placed; released it", v.id);
+        }
+    };
+    let limit = claim
+        .shares
+        .iter()
+        .map(|s| s.memory)
+        .min()
+        .unwrap_or_default();
+    let visible = devices_of(&claim);
+    let mut child = tokio::process::Command::new(&a.cmd[0]);
+    child
+        .args(&a.cmd[1..])
+        .env("CUDA_VISIBLE_DEVICES", &visible)
+        .env("GPUBOARD_MEMORY_LIMIT", limit.0.to_string())
+        .env(
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+            mps_limit(claim.shares.len(), limit),
+        )
+        .env("GPUBOARD_CLAIM_ID", claim.id.to_string())
+        .env("GPUBOARD_ENDPOINT", &a.conn.endpoint);
+    let status = match child.spawn() {
+        Ok(mut child) => supervise(&c, claim.id, ttl, &mut child).await,
+        Err(e) => Err(anyhow::anyhow!("cannot start `{}`: {e}", a.cmd[0])),
+    };
+    release_with_retry(&c, claim.id).await;
+    let status = status?;
+    Ok(exit_code_of(status))
+}
+
+/// Waits for CMD, renewing the lease every third of `ttl` and forwarding SIGTERM/SIGINT/SIGHUP.
+async fn supervise(
+    c: &Client,
+    id: ClaimId,
+    ttl: u64,
+    child: &mut tokio::process::Child,
+) -> anyhow::Result<std::process::ExitStatus> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut renew = tokio::time::interval(Duration::from_secs((ttl / 3).max(1)));
+    renew.tick().await;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    loop {
+        let sig = tokio::select! {
+            status = child.wait() => return Ok(status?),
+            _ = renew.tick() => {
+                if let Err(e) = c.renew(id, Some(ttl)).await {
+                    eprintln!("gpuboard run: renewing claim {id} failed: {e}");
+                }
+                continue;
+            }
+            _ = term.recv() => libc::SIGTERM,
+            _ = int.recv() => libc::SIGINT,
+            _ = hup.recv() => libc::SIGHUP,
+        };
+        if let Some(pid) = child.id().and_then(|p| libc::pid_t::try_from(p).ok()) {
+            // SAFETY: sending a signal to our own child process.
+            unsafe {
+                libc::kill(pid, sig);
+            }
+        }
+    }
+}
+
+async fn release_with_retry(c: &Client, id: ClaimId) {
+    for attempt in 0..3 {
+        match c.release(id).await {
+            Ok(_) => return,
+            Err(e) if attempt == 2 => {
+                eprintln!(
+                    "gpuboard run: could not release claim {id}: {e} (its lease will expire)"
+                );
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+fn exit_code_of(status: std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code).unwrap_or(1),
+        (None, Some(sig)) => u8::try_from(128 + sig).unwrap_or(1),
+        (None, None) => 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mps_limits_are_per_visible_device() {
+        assert_eq!(mps_limit(1, Bytes::gib(20)), "0=20G");
+        assert_eq!(mps_limit(2, Bytes::gib(20)), "0=20G,1=20G");
+        assert_eq!(
+            mps_limit(1, Bytes(Bytes::gib(1).0 + (1 << 20) + 5)),
+            "0=1025M"
+        );
+    }
+
+    #[test]
+    fn local_endpoints_are_recognised() {
+        assert!(endpoint_is_local("http://127.0.0.1:7420"));
+        assert!(endpoint_is_local("http://localhost:1"));
+        assert!(endpoint_is_local("http://[::1]:1"));
+        assert!(!endpoint_is_local("http://10.0.0.1:7420"));
+        assert!(!endpoint_is_local("garbage"));
+    }
+}

@@ -1,0 +1,202 @@
+//! `gpuboard serve`: the endpoint on this host. Finds the GPUs to serve (an inventory
+//! file, else NVML), opens the state and tokens in the data directory, and serves the
+//! HTTP API until SIGTERM or SIGINT.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+
+use crate::clock::SystemClock;
+use crate::endpoint::api::{self, ApiState};
+use crate::endpoint::auth::{self, Tokens};
+use crate::endpoint::engine::{Engine, EngineConfig, LocalProcesses};
+use crate::endpoint::store::{SyncMode, default_data_dir};
+use crate::placement::{NodeSpec, Policy};
+use crate::scheduler::SchedulerConfig;
+use crate::telemetry::TelemetrySnapshot;
+use crate::units::Bytes;
+use crate::wire::DEFAULT_PORT;
+
+/// `gpuboard serve`.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Inventory file of nodes and GPUs (TOML; see assets/demo-fleet.toml).
+    #[arg(long)]
+    pub inventory: Option<PathBuf>,
+    /// Where state and tokens live.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Address to listen on; port 0 picks a free one (the bound address is printed).
+    #[arg(long, default_value_t = SocketAddr::from(([127, 0, 0, 1], DEFAULT_PORT)))]
+    pub listen: SocketAddr,
+    /// Let reads (snapshot, watch, metrics) through without a token.
+    #[arg(long)]
+    pub open_reads: bool,
+    /// Placement policy: binpack (fullest device that fits) or spread.
+    #[arg(long, default_value = "binpack", value_parser = ["binpack", "spread"])]
+    pub policy: String,
+    /// full: every acknowledged change survives power loss; normal: survives a crash
+    /// of gpuboard (kill -9) but not of the machine.
+    #[arg(long, value_enum, default_value_t = SyncMode::Full)]
+    pub sync: SyncMode,
+    /// Endpoint name shown to operators (default: the host name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Milliseconds between lease, owner and pending checks.
+    #[arg(long, default_value_t = 1000)]
+    pub tick_ms: u64,
+    /// NVML library to load instead of the driver's libnvidia-ml.so.1 (a path).
+    #[arg(long)]
+    pub nvml_lib: Option<PathBuf>,
+    /// Memory kept back from each GPU found through NVML (e.g. 1GiB).
+    #[arg(long)]
+    pub memory_headroom: Option<String>,
+    /// Flink GPU coordination file whose records the snapshot lists.
+    #[arg(long, default_value = crate::discovery::coordination::DEFAULT_COORDINATION_FILE)]
+    pub coordination_file: PathBuf,
+}
+
+/// `gpuboard serve`: runs the endpoint until SIGTERM or SIGINT.
+pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    let headroom = match &a.memory_headroom {
+        Some(text) => {
+            Bytes::parse(text).map_err(|e| anyhow::anyhow!("--memory-headroom {text}: {e}"))?
+        }
+        None => Bytes(0),
+    };
+    let host = crate::endpoint::live::hostname();
+    // NVML is opened in both cases: with an inventory it still gives telemetry.
+    let (core, first) = crate::endpoint::live::open_local(
+        a.nvml_lib.as_deref(),
+        crate::telemetry::SamplerConfig::default(),
+    );
+    let nodes = nodes_to_serve(&a, &first, &host, headroom)?;
+    let dir = a.data_dir.clone().unwrap_or_else(default_data_dir);
+    let config = engine_config(&a);
+    let tokens = Tokens::load_or_create(&dir)?;
+    let (engine, warnings) = Engine::open(
+        config,
+        nodes,
+        &dir,
+        a.sync,
+        Arc::new(SystemClock),
+        Arc::new(LocalProcesses),
+    )
+    .with_context(|| format!("cannot open the state in {}", dir.display()))?;
+    for w in warnings {
+        eprintln!("gpuboard serve: warning: {w}");
+    }
+    let live = crate::endpoint::live::LiveConfig {
+        coordination_file: Some(a.coordination_file.clone()),
+        ..crate::endpoint::live::LiveConfig::local(&host)
+    };
+    engine.attach_telemetry(core, Some(first), Arc::new(crate::clock::SystemClock), live)?;
+    if !a.listen.ip().is_loopback() {
+        eprintln!(
+            "gpuboard serve: warning: listening on {} (not loopback) over plain HTTP; tokens travel unencrypted",
+            a.listen
+        );
+    }
+    let listener = tokio::net::TcpListener::bind(a.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", a.listen))?;
+    let addr = listener.local_addr()?;
+    let ticker = engine.spawn_ticker();
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(
+            out,
+            "gpuboard serve: listening on http://{addr} (data dir {}, tokens {} and {})",
+            dir.display(),
+            auth::OPERATOR_TOKEN_FILE,
+            auth::READ_TOKEN_FILE
+        )?;
+        out.flush()?;
+    }
+    let state = ApiState::new(engine, tokens, a.open_reads);
+    api::serve(listener, state, shutdown_signal()).await?;
+    ticker.abort();
+    Ok(())
+}
+
+/// The nodes to serve: the inventory file's, else this host's GPUs as NVML's first round
+/// found them (less `headroom` each). Having no GPU at all is an error that says why.
+fn nodes_to_serve(
+    a: &ServeArgs,
+    first: &TelemetrySnapshot,
+    host: &str,
+    headroom: Bytes,
+) -> anyhow::Result<Vec<NodeSpec>> {
+    match &a.inventory {
+        Some(inventory) => {
+            let nodes = crate::inventory::load(inventory)?;
+            if nodes.iter().all(|n| n.devices.is_empty()) {
+                anyhow::bail!("inventory {} lists no GPU", inventory.display());
+            }
+            Ok(nodes)
+        }
+        None => {
+            let node = crate::endpoint::live::inventory(first, host, headroom);
+            if node.devices.is_empty() {
+                let why = match &first.backend {
+                    crate::telemetry::BackendStatus::Unavailable { reason, .. } => {
+                        reason.to_string()
+                    }
+                    crate::telemetry::BackendStatus::Ready { .. } => {
+                        "NVML is running but lists no GPU".to_string()
+                    }
+                };
+                anyhow::bail!(
+                    "no GPUs to serve: {why}. Give an inventory file with --inventory FILE \
+                     (for example assets/demo-fleet.toml), or run `gpuboard --demo` to see the demo fleet"
+                );
+            }
+            Ok(vec![node])
+        }
+    }
+}
+
+/// The engine's settings from the flags: name (default: the host name), policy, tick.
+fn engine_config(a: &ServeArgs) -> EngineConfig {
+    let name = a.name.clone().unwrap_or_else(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "gpuboard".to_string())
+    });
+    EngineConfig {
+        scheduler: SchedulerConfig {
+            name,
+            kind: "gpuboard".to_string(),
+            policy: if a.policy == "spread" {
+                Policy::Spread
+            } else {
+                Policy::Binpack
+            },
+            ..SchedulerConfig::default()
+        },
+        tick: Duration::from_millis(a.tick_ms.max(10)),
+    }
+}
+
+/// Resolves on the first SIGTERM or SIGINT (never, for one that cannot be watched).
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).ok();
+    let mut int = signal(SignalKind::interrupt()).ok();
+    tokio::select! {
+        _ = async { if let Some(s) = term.as_mut() { s.recv().await; } else { std::future::pending::<()>().await } } => {}
+        _ = async { if let Some(s) = int.as_mut() { s.recv().await; } else { std::future::pending::<()>().await } } => {}
+    }
+}
