@@ -7,6 +7,9 @@
 //! `serve` (the endpoint), `claims` (claim, release, move, ls, renew), `admin` (cordon,
 //! project) and `run` (a command under a claim).
 
+// clap turns the flags' doc comments into `--help` text, where backticks would show.
+#![allow(clippy::doc_markdown)]
+
 mod admin;
 mod claims;
 mod run;

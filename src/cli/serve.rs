@@ -139,32 +139,27 @@ fn nodes_to_serve(
     host: &str,
     headroom: Bytes,
 ) -> anyhow::Result<Vec<NodeSpec>> {
-    match &a.inventory {
-        Some(inventory) => {
-            let nodes = crate::inventory::load(inventory)?;
-            if nodes.iter().all(|n| n.devices.is_empty()) {
-                anyhow::bail!("inventory {} lists no GPU", inventory.display());
-            }
-            Ok(nodes)
+    if let Some(inventory) = &a.inventory {
+        let nodes = crate::inventory::load(inventory)?;
+        if nodes.iter().all(|n| n.devices.is_empty()) {
+            anyhow::bail!("inventory {} lists no GPU", inventory.display());
         }
-        None => {
-            let node = crate::endpoint::live::inventory(first, host, headroom);
-            if node.devices.is_empty() {
-                let why = match &first.backend {
-                    crate::telemetry::BackendStatus::Unavailable { reason, .. } => {
-                        reason.to_string()
-                    }
-                    crate::telemetry::BackendStatus::Ready { .. } => {
-                        "NVML is running but lists no GPU".to_string()
-                    }
-                };
-                anyhow::bail!(
-                    "no GPUs to serve: {why}. Give an inventory file with --inventory FILE \
-                     (for example assets/demo-fleet.toml), or run `gpuboard --demo` to see the demo fleet"
-                );
-            }
-            Ok(vec![node])
+        Ok(nodes)
+    } else {
+        let node = crate::endpoint::live::inventory(first, host, headroom);
+        if node.devices.is_empty() {
+            let why = match &first.backend {
+                crate::telemetry::BackendStatus::Unavailable { reason, .. } => reason.to_string(),
+                crate::telemetry::BackendStatus::Ready { .. } => {
+                    "NVML is running but lists no GPU".to_string()
+                }
+            };
+            anyhow::bail!(
+                "no GPUs to serve: {why}. Give an inventory file with --inventory FILE \
+                 (for example assets/demo-fleet.toml), or run `gpuboard --demo` to see the demo fleet"
+            );
         }
+        Ok(vec![node])
     }
 }
 
@@ -172,8 +167,7 @@ fn nodes_to_serve(
 fn engine_config(a: &ServeArgs) -> EngineConfig {
     let name = a.name.clone().unwrap_or_else(|| {
         std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_string())
-            .unwrap_or_else(|_| "gpuboard".to_string())
+            .map_or_else(|_| "gpuboard".to_string(), |h| h.trim().to_string())
     });
     EngineConfig {
         scheduler: SchedulerConfig {
@@ -196,7 +190,7 @@ async fn shutdown_signal() {
     let mut term = signal(SignalKind::terminate()).ok();
     let mut int = signal(SignalKind::interrupt()).ok();
     tokio::select! {
-        _ = async { if let Some(s) = term.as_mut() { s.recv().await; } else { std::future::pending::<()>().await } } => {}
-        _ = async { if let Some(s) = int.as_mut() { s.recv().await; } else { std::future::pending::<()>().await } } => {}
+        () = async { if let Some(s) = term.as_mut() { s.recv().await; } else { std::future::pending::<()>().await } } => {}
+        () = async { if let Some(s) = int.as_mut() { s.recv().await; } else { std::future::pending::<()>().await } } => {}
     }
 }
