@@ -64,7 +64,7 @@ fn captured_backoff_is_reported_per_resource() {
     assert_eq!(cpu.target, 2.0);
     assert_eq!(
         cpu.reason.as_deref(),
-        Some("CPU work fetch backed off for 10m56s (interval 10m00s)")
+        Some("CPU work fetch backed off for 10m56s (interval 10m)")
     );
 }
 

@@ -193,7 +193,6 @@ fn engine_source(
     timeout: Duration,
 ) -> anyhow::Result<Arc<dyn Source>> {
     use crate::sources::boinc::{BoincConfig, BoincSource};
-    use crate::sources::engine::Engine;
     use crate::sources::prometheus::{PrometheusConfig, PrometheusSource};
     use crate::sources::ray::{RayConfig, RaySource};
     use crate::sources::slurm::{SlurmConfig, SlurmSource};
@@ -203,28 +202,28 @@ fn engine_source(
             c.name = name.to_string();
             c.token = token;
             c.timeout = timeout;
-            Arc::new(Engine::ray(name, RaySource::new(c)?))
+            Arc::new(RaySource::new(c)?)
         }
         "slurm" => {
             let mut c = SlurmConfig::new(url);
             c.name = name.to_string();
             c.token = token;
             c.timeout = timeout;
-            Arc::new(Engine::slurm(name, SlurmSource::new(c)?))
+            Arc::new(SlurmSource::new(c)?)
         }
         "boinc" => {
             let mut c = BoincConfig::new(url);
             c.name = name.to_string();
             c.password_file = password_file.map(Into::into);
             c.timeout = timeout;
-            Arc::new(Engine::boinc(name, BoincSource::new(c)?))
+            Arc::new(BoincSource::new(c)?)
         }
         _ => {
             let mut c = PrometheusConfig::new(url);
             c.name = name.to_string();
             c.auth = token.map(crate::sources::http::Auth::Bearer);
             c.timeout = timeout;
-            Arc::new(Engine::prometheus(name, PrometheusSource::new(c)?))
+            Arc::new(PrometheusSource::new(c)?)
         }
     })
 }

@@ -1,19 +1,19 @@
 //! Where the console's data comes from: every source turns what it reads into a
-//! `Snapshot` and carries out the actions it owns. Engine sources (Ray, Prometheus) read
-//! other systems and refuse actions.
+//! `Snapshot` and carries out the actions it owns. Engine sources (Ray, Prometheus, Slurm,
+//! BOINC) read other systems and refuse actions (BOINC takes one: "update project").
 //!
 //! A source is polled by the console's driver, one request in flight at a time, under a
 //! timeout; the console keeps each source's last good snapshot, its fetch time and its
 //! error, so a source that is down never blanks the others. Implementations: the
 //! embedded scheduler (`embedded`), the demo fleet with a synthetic workload (`demo`),
 //! gpuboard HTTP endpoints (`endpoint`), and engine adapters (`ray`, `prometheus`, `slurm`,
-//! `boinc`, wrapped read-only by `engine`).
+//! `boinc`), each implementing `Source` on the shared shell in `adapter`.
 
+mod adapter;
 pub mod boinc;
 pub mod demo;
 pub mod embedded;
 pub mod endpoint;
-pub mod engine;
 pub mod error;
 pub mod gres;
 pub mod guirpc;

@@ -10,12 +10,17 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use serde_json::Value;
 
+use super::adapter::{self, Shell};
 use super::error::SourceError;
 use super::http::{Auth, JsonClient, PeerKind};
 use super::json::{At, ShapeError};
-use crate::clock::{Clock, SystemClock, Timestamp};
+use super::{Action, Failure, Outcome, Source};
+use crate::clock::{Clock, Timestamp};
+use crate::placement::Allocation;
+use crate::request::ClaimRequest;
 use crate::snapshot::{
     DeviceTelemetry, DeviceView, EndpointInfo, NodeView, SCHEMA_VERSION, Snapshot,
 };
@@ -78,15 +83,14 @@ impl PrometheusConfig {
 /// A Prometheus server as a console source.
 #[derive(Clone)]
 pub struct PrometheusSource {
-    config: PrometheusConfig,
-    client: JsonClient,
-    clock: Arc<dyn Clock>,
+    shell: Shell<PrometheusConfig, JsonClient>,
 }
 
 impl std::fmt::Debug for PrometheusSource {
+    /// The config's `auth` hides its secrets itself.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PrometheusSource")
-            .field("config", &self.config)
+            .field("config", &self.shell.config)
             .finish_non_exhaustive()
     }
 }
@@ -99,7 +103,7 @@ pub fn selector() -> String {
 impl PrometheusSource {
     /// A source reading the server in `config`, on the wall clock.
     pub fn new(config: PrometheusConfig) -> Result<PrometheusSource, SourceError> {
-        PrometheusSource::with_clock(config, Arc::new(SystemClock))
+        PrometheusSource::with_clock(config, adapter::wall_clock())
     }
 
     /// A source on an injected clock (tests).
@@ -120,44 +124,35 @@ impl PrometheusSource {
             PeerKind::Prometheus,
         )?;
         Ok(PrometheusSource {
-            config,
-            client,
-            clock,
+            shell: Shell::new(config, client, clock),
         })
     }
 
     /// The configuration.
     pub fn config(&self) -> &PrometheusConfig {
-        &self.config
+        &self.shell.config
     }
 
     /// Reads the server's version and the dcgm series, and turns them into a snapshot.
     pub async fn fetch(&self) -> Result<Snapshot, SourceError> {
-        let info_url = self.client.url("api/v1/status/buildinfo", &[])?;
-        let info = self.client.get_json(&info_url).await?;
+        let (config, client) = (&self.shell.config, &self.shell.peer);
+        let info_url = client.url("api/v1/status/buildinfo", &[])?;
+        let info = client.get_json(&info_url).await?;
         let version = check_envelope(&info, info_url.as_str(), |data| {
             data.opt_field("version", |v| v.str())
         })?
         .flatten();
-        let query = format!("{}[{}s]", selector(), self.config.window.as_secs());
-        let query_url = self.client.url("api/v1/query", &[("query", &query)])?;
-        let answer = self.client.get_json(&query_url).await?;
+        let query = format!("{}[{}s]", selector(), config.window.as_secs());
+        let query_url = client.url("api/v1/query", &[("query", &query)])?;
+        let answer = client.get_json(&query_url).await?;
         let url = query_url.to_string();
-        let labels = NodeLabels::new(self.config.node_label.as_deref());
+        let labels = NodeLabels::new(config.node_label.as_deref());
         let samples = check_envelope(&answer, &url, parse_result)?;
         let samples = samples.ok_or_else(|| SourceError::Decode {
             url: url.clone(),
             what: "`data`: expected the query result, found nothing".to_string(),
         })?;
-        let name = if self.config.name.is_empty() {
-            self.client
-                .base()
-                .host_str()
-                .unwrap_or_default()
-                .to_string()
-        } else {
-            self.config.name.clone()
-        };
+        let name = adapter::name_or_host(&config.name, client.base());
         let endpoint = EndpointInfo {
             name,
             version: version
@@ -167,8 +162,36 @@ impl PrometheusSource {
             actions: false,
             telemetry_note: None,
         };
-        telemetry_snapshot(&samples, &labels, endpoint, self.clock.now())
+        telemetry_snapshot(&samples, &labels, endpoint, self.shell.now())
             .map_err(|what| SourceError::Decode { url, what })
+    }
+}
+
+/// Read-only telemetry: every action is refused, naming where it must be done instead.
+impl Source for PrometheusSource {
+    fn name(&self) -> &str {
+        &self.shell.config.name
+    }
+    fn kind(&self) -> &str {
+        "prometheus"
+    }
+    fn can_act(&self) -> bool {
+        false
+    }
+    fn fetch(&self) -> BoxFuture<'static, Result<Snapshot, Failure>> {
+        let source = self.clone();
+        Box::pin(async move { Ok(PrometheusSource::fetch(&source).await?) })
+    }
+    fn plan(&self, _request: ClaimRequest) -> BoxFuture<'static, Result<Allocation, Failure>> {
+        adapter::plan_refused(self.name(), self.kind())
+    }
+    fn act(&self, action: Action) -> BoxFuture<'static, Result<Outcome, Failure>> {
+        adapter::act_refused(format!(
+            "{} reads telemetry only; {} {} must be done where the GPUs are scheduled",
+            self.name(),
+            action.verb(),
+            action.target()
+        ))
     }
 }
 

@@ -1,0 +1,112 @@
+//! What every engine adapter (Ray, Prometheus, Slurm, BOINC) shares: the shell holding
+//! its configuration, its way to the peer and its clock; the secret-hiding `Debug` helper;
+//! the refusal messages; and the `Source` answers of an adapter that places nothing.
+//!
+//! Each adapter implements `Source` itself, with these helpers: engines own their
+//! scheduling, so `plan` always refuses and `act` refuses in the engine's own words.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+use super::error::SourceError;
+use super::{Failure, Outcome};
+use crate::clock::{Clock, SystemClock, Timestamp};
+use crate::placement::Allocation;
+
+/// An engine adapter's fixed parts: the configuration the operator gave, how the peer is
+/// reached (an HTTP client, a checked address), and the clock that stamps snapshots.
+#[derive(Clone)]
+pub struct Shell<C, P> {
+    /// The configuration.
+    pub config: C,
+    /// The way to the peer.
+    pub peer: P,
+    clock: Arc<dyn Clock>,
+}
+
+impl<C, P> Shell<C, P> {
+    /// A shell on `clock` (`wall_clock()` outside tests).
+    pub fn new(config: C, peer: P, clock: Arc<dyn Clock>) -> Shell<C, P> {
+        Shell {
+            config,
+            peer,
+            clock,
+        }
+    }
+
+    /// The time a snapshot taken now carries.
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+}
+
+/// The wall clock, for the adapters' `new`.
+pub fn wall_clock() -> Arc<dyn Clock> {
+    Arc::new(SystemClock)
+}
+
+/// Shows whether a secret is set, never the secret itself (`Some("..")` or `None`), for
+/// `Debug` output.
+pub fn hidden<T>(secret: Option<&T>) -> Option<&'static str> {
+    secret.map(|_| "..")
+}
+
+/// The display name: the configured one, or the peer's host when none was given.
+pub fn name_or_host(name: &str, base: &reqwest::Url) -> String {
+    if name.is_empty() {
+        base.host_str().unwrap_or_default().to_string()
+    } else {
+        name.to_string()
+    }
+}
+
+/// Runs `work` within `timeout`; past it, a timeout error naming `url`.
+pub async fn within<T>(
+    timeout: Duration,
+    url: String,
+    work: impl Future<Output = Result<T, SourceError>>,
+) -> Result<T, SourceError> {
+    tokio::time::timeout(timeout, work)
+        .await
+        .map_err(|_| SourceError::Timeout { url, timeout })?
+}
+
+/// What an engine says when asked to act where it owns the work: who owns it, that
+/// gpuboard cannot do `action`, and how to do it instead.
+pub fn refusal(owner: &str, action: &str, instead: &str) -> String {
+    format!("{owner}; gpuboard cannot {action} here. {instead}")
+}
+
+/// `Source::plan` of an engine source: it places nothing.
+pub fn plan_refused(name: &str, kind: &str) -> BoxFuture<'static, Result<Allocation, Failure>> {
+    let why = format!("{name} is a {kind} source: it places nothing");
+    Box::pin(async move { Err(Failure::ReadOnly(why)) })
+}
+
+/// `Source::act` refusing with the engine's words.
+pub fn act_refused(why: String) -> BoxFuture<'static, Result<Outcome, Failure>> {
+    Box::pin(async move { Err(Failure::ReadOnly(why)) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_never_show() {
+        let token = Some("s3cret".to_string());
+        assert_eq!(format!("{:?}", hidden(token.as_ref())), "Some(\"..\")");
+        assert_eq!(hidden::<String>(None), None);
+    }
+
+    #[test]
+    fn refusals_name_owner_action_and_way() {
+        assert_eq!(
+            refusal("X owns these GPUs", "move claim 3", "Use X."),
+            "X owns these GPUs; gpuboard cannot move claim 3 here. Use X."
+        );
+    }
+}

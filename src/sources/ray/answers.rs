@@ -1,0 +1,183 @@
+//! The dashboard's answers: which requests one fetch makes, what was wrong with an
+//! answer, and the envelopes (`{"result": ..., "data": ...}`, the state API's lists) the
+//! readers of each section open.
+
+use serde_json::Value;
+
+use crate::sources::json::{At, ShapeError};
+
+/// The dashboard answers one fetch reads.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RayAnswers {
+    /// `/api/version`.
+    pub version: Value,
+    /// `/nodes?view=summary`.
+    pub nodes: Value,
+    /// `/api/cluster_status`.
+    pub cluster_status: Value,
+    /// `/api/v0/tasks` (not finished, not failed, with detail).
+    pub tasks: Value,
+    /// `/api/v0/actors` (not dead, with detail).
+    pub actors: Value,
+    /// `/api/v0/placement_groups` (not removed, with detail).
+    pub placement_groups: Value,
+}
+
+/// Which answer something was wrong with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// `/api/version`.
+    Version,
+    /// `/nodes?view=summary`.
+    Nodes,
+    /// `/api/cluster_status`.
+    ClusterStatus,
+    /// `/api/v0/tasks`.
+    Tasks,
+    /// `/api/v0/actors`.
+    Actors,
+    /// `/api/v0/placement_groups`.
+    PlacementGroups,
+}
+
+impl Answer {
+    /// Path and query of the request, relative to the dashboard's base address.
+    pub fn request(self) -> (&'static str, &'static [(&'static str, &'static str)]) {
+        const NOT_DONE: &[(&str, &str)] = &[
+            ("detail", "1"),
+            ("limit", "10000"),
+            ("filter_keys", "state"),
+            ("filter_predicates", "!="),
+            ("filter_values", "FINISHED"),
+            ("filter_keys", "state"),
+            ("filter_predicates", "!="),
+            ("filter_values", "FAILED"),
+        ];
+        match self {
+            Answer::Version => ("api/version", &[]),
+            Answer::Nodes => ("nodes", &[("view", "summary")]),
+            Answer::ClusterStatus => ("api/cluster_status", &[]),
+            Answer::Tasks => ("api/v0/tasks", NOT_DONE),
+            Answer::Actors => (
+                "api/v0/actors",
+                &[
+                    ("detail", "1"),
+                    ("limit", "10000"),
+                    ("filter_keys", "state"),
+                    ("filter_predicates", "!="),
+                    ("filter_values", "DEAD"),
+                ],
+            ),
+            Answer::PlacementGroups => (
+                "api/v0/placement_groups",
+                &[
+                    ("detail", "1"),
+                    ("limit", "10000"),
+                    ("filter_keys", "state"),
+                    ("filter_predicates", "!="),
+                    ("filter_values", "REMOVED"),
+                ],
+            ),
+        }
+    }
+}
+
+/// What was wrong with one answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AnswerError {
+    /// It is not what a Ray dashboard answers.
+    NotRay(String),
+    /// Ray answered `"result": false` with this message.
+    Failed(String),
+    /// It has the wrong shape.
+    Shape(String),
+}
+
+/// The answer and what was wrong with it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{answer:?}: {error:?}")]
+pub struct RayParseError {
+    /// Which answer.
+    pub answer: Answer,
+    /// What was wrong.
+    pub error: AnswerError,
+}
+
+/// Ray's `{"result": true, "msg": ..., "data": ...}` envelope: the data, or why not.
+fn envelope(doc: &Value) -> Result<At<'_>, AnswerError> {
+    let Value::Object(map) = doc else {
+        return Err(AnswerError::NotRay(format!(
+            "it answered {}, not the dashboard's {{\"result\": ..., \"data\": ...}} object",
+            At::root(doc).wrong("").found
+        )));
+    };
+    match map.get("result") {
+        Some(Value::Bool(true)) => {}
+        Some(Value::Bool(false)) => {
+            let msg = map
+                .get("msg")
+                .and_then(Value::as_str)
+                .unwrap_or("(no message)");
+            return Err(AnswerError::Failed(msg.to_string()));
+        }
+        _ => {
+            return Err(AnswerError::NotRay(
+                "its JSON has no boolean `result`, which every dashboard answer carries"
+                    .to_string(),
+            ));
+        }
+    }
+    let root = At::root(doc);
+    match map.get("data") {
+        Some(Value::Object(_)) => Ok(root),
+        _ => Err(AnswerError::Shape(
+            root.field("data", |d| Err::<(), _>(d.wrong("an object")))
+                .err()
+                .map_or_else(String::new, |e| e.to_string()),
+        )),
+    }
+}
+
+/// Maps a shape error to the answer it was found in.
+fn shape(answer: Answer) -> impl Fn(ShapeError) -> RayParseError {
+    move |e| RayParseError {
+        answer,
+        error: AnswerError::Shape(e.to_string()),
+    }
+}
+
+/// Opens the envelope of `answer` and reads its `data` with `f`.
+pub(super) fn in_envelope<T>(
+    answer: Answer,
+    doc: &Value,
+    f: impl FnOnce(At<'_>) -> Result<T, ShapeError>,
+) -> Result<T, RayParseError> {
+    let root = envelope(doc).map_err(|error| RayParseError { answer, error })?;
+    root.field("data", f).map_err(shape(answer))
+}
+
+/// The state API's list, under `data.result.result`.
+pub(super) fn state_list<T>(
+    answer: Answer,
+    doc: &Value,
+    f: impl FnMut(At<'_>) -> Result<T, ShapeError>,
+) -> Result<Vec<T>, RayParseError> {
+    in_envelope(answer, doc, |data| {
+        data.field("result", |r| r.field("result", |list| list.each(f)))
+    })
+}
+
+/// Reads `/api/version`: Ray's version, or why this is not a Ray dashboard.
+pub fn parse_version(doc: &Value) -> Result<String, RayParseError> {
+    let not_ray = |why: &str| RayParseError {
+        answer: Answer::Version,
+        error: AnswerError::NotRay(why.to_string()),
+    };
+    let Value::Object(map) = doc else {
+        return Err(not_ray("`/api/version` did not answer a JSON object"));
+    };
+    match map.get("ray_version") {
+        Some(Value::String(v)) if !v.is_empty() => Ok(v.clone()),
+        _ => Err(not_ray("`/api/version` has no `ray_version`")),
+    }
+}

@@ -1,0 +1,177 @@
+//! The work Ray knows about: tasks, actors and placement groups from the state API, and
+//! the pending resource demands of `/api/cluster_status`.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::answers::{Answer, RayParseError, in_envelope, state_list};
+use super::resources::{RayResource, canonical_shape, classify_resource};
+use crate::sources::json::{At, ShapeError};
+
+/// A task from the state API (actor creation tasks included).
+#[derive(Clone, Debug)]
+pub(super) struct RayTask {
+    pub(super) id: String,
+    pub(super) name: String,
+    pub(super) state: String,
+    pub(super) kind: String,
+    pub(super) job_id: String,
+    pub(super) worker_id: Option<String>,
+    pub(super) required: Vec<(RayResource, f64)>,
+    pub(super) created_ms: Option<u64>,
+}
+
+/// A task's `required_resources`, classified.
+fn required(at: At<'_>) -> Result<Vec<(RayResource, f64)>, ShapeError> {
+    Ok(at
+        .opt_field("required_resources", |r| {
+            r.entries(|k, v| Ok((classify_resource(k), v.f64()?)))
+        })?
+        .unwrap_or_default())
+}
+
+/// A millisecond time, clamped at zero.
+fn millis(at: At<'_>) -> Result<u64, ShapeError> {
+    Ok(at.f64()?.max(0.0) as u64)
+}
+
+/// Reads `/api/v0/tasks`.
+pub(super) fn parse_tasks(doc: &Value) -> Result<Vec<RayTask>, RayParseError> {
+    state_list(Answer::Tasks, doc, |t| {
+        Ok(RayTask {
+            id: t.field("task_id", |v| v.str())?,
+            name: t.opt_field("name", |v| v.str())?.unwrap_or_default(),
+            state: t.opt_field("state", |v| v.str())?.unwrap_or_default(),
+            kind: t.opt_field("type", |v| v.str())?.unwrap_or_default(),
+            job_id: t.opt_field("job_id", |v| v.str())?.unwrap_or_default(),
+            worker_id: t.opt_field("worker_id", |v| v.str())?,
+            required: required(t)?,
+            created_ms: t.opt_field("creation_time_ms", millis)?,
+        })
+    })
+}
+
+/// An actor from the state API.
+#[derive(Clone, Debug)]
+pub(super) struct RayActor {
+    pub(super) id: String,
+    pub(super) name: String,
+    pub(super) class: String,
+    pub(super) job_id: String,
+}
+
+/// Reads `/api/v0/actors`.
+pub(super) fn parse_actors(doc: &Value) -> Result<Vec<RayActor>, RayParseError> {
+    state_list(Answer::Actors, doc, |a| {
+        Ok(RayActor {
+            id: a.field("actor_id", |v| v.str())?,
+            name: a.opt_field("name", |v| v.str())?.unwrap_or_default(),
+            class: a.opt_field("class_name", |v| v.str())?.unwrap_or_default(),
+            job_id: a.opt_field("job_id", |v| v.str())?.unwrap_or_default(),
+        })
+    })
+}
+
+/// A placement-group bundle: its index, the GPU it reserves, its node once placed.
+#[derive(Clone, Debug)]
+pub(super) struct RayBundle {
+    pub(super) index: u32,
+    pub(super) gpu: f64,
+    pub(super) node_id: Option<String>,
+}
+
+/// A placement group from the state API.
+#[derive(Clone, Debug)]
+pub(super) struct RayPlacementGroup {
+    pub(super) id: String,
+    pub(super) name: String,
+    pub(super) state: String,
+    pub(super) job_id: String,
+    pub(super) created_ms: Option<u64>,
+    pub(super) bundles: Vec<RayBundle>,
+}
+
+/// Reads `/api/v0/placement_groups`.
+pub(super) fn parse_placement_groups(doc: &Value) -> Result<Vec<RayPlacementGroup>, RayParseError> {
+    state_list(Answer::PlacementGroups, doc, |p| {
+        let bundles = p
+            .opt_field("bundles", |bs| {
+                bs.each(|b| {
+                    let gpu = b
+                        .opt_field("unit_resources", |r| {
+                            r.entries(|k, v| Ok((classify_resource(k), v.f64()?)))
+                        })?
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter(|(r, _)| *r == RayResource::Gpu)
+                        .map(|(_, v)| v)
+                        .sum();
+                    Ok(RayBundle {
+                        index: b.field("bundle_id", |id| id.field("bundle_index", |i| i.u32()))?,
+                        gpu,
+                        node_id: b.opt_field("node_id", |n| n.str())?,
+                    })
+                })
+            })?
+            .unwrap_or_default();
+        let created_ns = p.opt_field("stats", |s| {
+            s.opt_field("creation_request_received_ns", |n| n.f64())
+        })?;
+        Ok(RayPlacementGroup {
+            id: p
+                .field("placement_group_id", |v| v.str())?
+                .to_ascii_lowercase(),
+            name: p.opt_field("name", |v| v.str())?.unwrap_or_default(),
+            state: p.opt_field("state", |v| v.str())?.unwrap_or_default(),
+            job_id: p
+                .opt_field("creator_job_id", |v| v.str())?
+                .unwrap_or_default(),
+            created_ms: created_ns.flatten().map(|ns| (ns / 1e6) as u64),
+            bundles,
+        })
+    })
+}
+
+/// A resource demand: canonical resources and how many requests want that shape.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Demand {
+    pub(super) shape: BTreeMap<String, f64>,
+    pub(super) count: u32,
+}
+
+/// Reads the pending demands of `/api/cluster_status`; none while the autoscaler has not reported.
+pub(super) fn parse_demands(doc: &Value) -> Result<Vec<Demand>, RayParseError> {
+    let demands = in_envelope(Answer::ClusterStatus, doc, |data| {
+        data.opt_field("clusterStatus", |cs| {
+            cs.opt_field("loadMetricsReport", |lm| {
+                let mut out = Vec::new();
+                for key in ["resourceDemand", "pgDemand"] {
+                    let list = lm.opt_field(key, |d| {
+                        d.each(|pair| {
+                            let Value::Array(items) = pair.value() else {
+                                return Err(pair.wrong("a [resources, count] pair"));
+                            };
+                            let (Some(res), Some(count)) = (items.first(), items.get(1)) else {
+                                return Err(pair.wrong("a [resources, count] pair"));
+                            };
+                            let res =
+                                At::root(res).entries(|k, v| Ok((classify_resource(k), v.f64()?)));
+                            let res = res.map_err(|_| pair.wrong("a [resources, count] pair"))?;
+                            let count = At::root(count)
+                                .u32()
+                                .map_err(|_| pair.wrong("a [resources, count] pair"))?;
+                            Ok(Demand {
+                                shape: canonical_shape(&res),
+                                count,
+                            })
+                        })
+                    })?;
+                    out.extend(list.unwrap_or_default());
+                }
+                Ok(out)
+            })
+        })
+    })?;
+    Ok(demands.flatten().unwrap_or_default())
+}
