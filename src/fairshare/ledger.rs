@@ -178,7 +178,7 @@ impl Ledger {
     pub fn set_resource(&mut self, now: Timestamp, resource: ResourceType) {
         self.advance(now);
         if let Some(&r) = self.resource_index.get(&resource.id) {
-            self.resources[r] = resource
+            self.resources[r] = resource;
         } else {
             self.resource_index
                 .insert(resource.id.clone(), self.resources.len());

@@ -448,10 +448,10 @@ fn poisoned<T>(_: T) -> Failure {
 }
 
 impl Source for Demo {
-    fn name(&self) -> &str {
+    fn name(&self) -> &'static str {
         "demo"
     }
-    fn kind(&self) -> &str {
+    fn kind(&self) -> &'static str {
         "demo"
     }
     fn can_act(&self) -> bool {

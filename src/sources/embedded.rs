@@ -112,7 +112,7 @@ impl Source for Embedded {
     fn name(&self) -> &str {
         &self.name
     }
-    fn kind(&self) -> &str {
+    fn kind(&self) -> &'static str {
         "embedded"
     }
     fn can_act(&self) -> bool {

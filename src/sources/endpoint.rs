@@ -138,7 +138,7 @@ impl Source for Http {
     fn name(&self) -> &str {
         &self.name
     }
-    fn kind(&self) -> &str {
+    fn kind(&self) -> &'static str {
         "gpuboard"
     }
     fn can_act(&self) -> bool {

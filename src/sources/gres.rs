@@ -274,12 +274,11 @@ fn expand(tokens: &[&str]) -> Option<Vec<u32>> {
     }
     let mut out = Vec::new();
     for t in tokens {
-        let (a, b) = match t.split_once('-') {
-            Some((a, b)) => (a.parse::<u32>().ok()?, b.parse::<u32>().ok()?),
-            None => {
-                let n = t.parse::<u32>().ok()?;
-                (n, n)
-            }
+        let (a, b) = if let Some((a, b)) = t.split_once('-') {
+            (a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)
+        } else {
+            let n = t.parse::<u32>().ok()?;
+            (n, n)
         };
         if b < a || (b - a) as usize >= MAX_LISTED - out.len().min(MAX_LISTED) {
             return None;

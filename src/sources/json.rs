@@ -96,7 +96,7 @@ impl<'a> At<'a> {
     /// Where this value is.
     pub fn path(&self) -> String {
         self.parent
-            .map_or_else(|| "(root)".to_string(), |p| p.to_string())
+            .map_or_else(|| "(root)".to_string(), std::string::ToString::to_string)
     }
 
     /// An error at this value.

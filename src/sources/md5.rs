@@ -1,6 +1,8 @@
 //! MD5 (RFC 1321), for the BOINC GUI RPC login only: the client asks for
 //! `md5(nonce + password)` in hex. It is the peer's protocol, not a security choice.
 
+use std::fmt::Write as _;
+
 /// Per-round left-rotation amounts.
 const SHIFTS: [u32; 64] = [
     7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22, 5, 9, 14, 20, 5, 9, 14, 20, 5, 9,
@@ -64,7 +66,12 @@ pub fn digest(data: &[u8]) -> [u8; 16] {
 
 /// The MD5 digest of `data` as 32 lower-case hex digits.
 pub fn hex_digest(data: &[u8]) -> String {
-    digest(data).iter().map(|b| format!("{b:02x}")).collect()
+    digest(data)
+        .iter()
+        .fold(String::with_capacity(32), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
 }
 
 #[cfg(test)]

@@ -75,7 +75,7 @@ impl PrometheusConfig {
             auth: None,
             timeout: Duration::from_secs(5),
             node_label: None,
-            window: Duration::from_secs(300),
+            window: Duration::from_mins(5),
         }
     }
 }
@@ -95,7 +95,7 @@ impl std::fmt::Debug for PrometheusSource {
     }
 }
 
-/// The PromQL selector for every dcgm series read.
+/// The `PromQL` selector for every dcgm series read.
 pub fn selector() -> String {
     format!("{{__name__=~\"{}\"}}", SERIES.join("|"))
 }
@@ -172,7 +172,7 @@ impl Source for PrometheusSource {
     fn name(&self) -> &str {
         &self.shell.config.name
     }
-    fn kind(&self) -> &str {
+    fn kind(&self) -> &'static str {
         "prometheus"
     }
     fn can_act(&self) -> bool {

@@ -66,15 +66,12 @@ fn decode(raw: &str) -> String {
                 .and_then(Result::ok)
                 .and_then(char::from_u32),
         };
-        match ch {
-            Some(c) => {
-                out.push(c);
-                rest = &tail[end + 1..];
-            }
-            None => {
-                out.push('&');
-                rest = &tail[1..];
-            }
+        if let Some(c) = ch {
+            out.push(c);
+            rest = &tail[end + 1..];
+        } else {
+            out.push('&');
+            rest = &tail[1..];
         }
     }
     out.push_str(rest);

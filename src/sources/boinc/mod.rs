@@ -246,7 +246,7 @@ impl Source for BoincSource {
     fn name(&self) -> &str {
         &self.shell.config.name
     }
-    fn kind(&self) -> &str {
+    fn kind(&self) -> &'static str {
         "boinc"
     }
     fn can_act(&self) -> bool {

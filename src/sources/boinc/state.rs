@@ -30,6 +30,8 @@ fn coproc_kind(tag: &str, el: &Element) -> Option<String> {
 }
 
 /// One project's state, as the client reports it.
+// Mirrors the client's own flags, one bool each.
+#[allow(clippy::struct_excessive_bools)]
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(super) struct Project {
     pub(super) url: String,
@@ -208,7 +210,7 @@ pub(super) fn parse_state(text: &str) -> Result<ClientState, BoincParseError> {
         match el.name.as_str() {
             "project" => {
                 let p = parse_project(a, el)?;
-                current = p.url.clone();
+                current.clone_from(&p.url);
                 st.projects.push(p);
             }
             "app_version" => st.app_versions.push(parse_app_version(el, &current)?),

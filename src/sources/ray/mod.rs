@@ -171,7 +171,7 @@ impl Source for RaySource {
     fn name(&self) -> &str {
         &self.shell.config.name
     }
-    fn kind(&self) -> &str {
+    fn kind(&self) -> &'static str {
         "ray"
     }
     fn can_act(&self) -> bool {

@@ -130,6 +130,8 @@ fn label(name: &str, id: &str) -> String {
 }
 
 /// Who holds a worker's GPU, as its claim names it.
+// `holder` is the claim's holder field, named as in the snapshot.
+#[allow(clippy::struct_field_names)]
 struct Holder {
     kind: &'static str,
     ray_id: String,

@@ -2,6 +2,7 @@
 //! on, a pending job asking for them is a pending claim with Slurm's reason, explained.
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 
 use super::answers::SlurmJob;
 use crate::clock::Timestamp;
@@ -202,7 +203,7 @@ fn wanted(wants: &str) -> (u64, u64, Option<String>) {
                 _ => continue,
             }
             if out.2.is_none() {
-                out.2 = g.kind.clone();
+                out.2.clone_from(&g.kind);
             }
         }
     }
@@ -262,10 +263,10 @@ fn show_gres(g: &Gres) -> String {
         s.push(':');
         s.push_str(k);
     }
-    s.push_str(&format!(":{}", g.count));
+    let _ = write!(s, ":{}", g.count);
     if let Some(idx) = &g.indexes {
         let list: Vec<String> = idx.iter().map(u32::to_string).collect();
-        s.push_str(&format!("(IDX:{})", list.join(",")));
+        let _ = write!(s, "(IDX:{})", list.join(","));
     }
     s
 }

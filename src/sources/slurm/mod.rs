@@ -1,4 +1,4 @@
-//! A Slurm cluster read through slurmrestd (OpenAPI `v0.0.38`, Slurm 22.05), as a
+//! A Slurm cluster read through slurmrestd (`OpenAPI` `v0.0.38`, Slurm 22.05), as a
 //! read-only console source.
 //!
 //! Two GETs per fetch: `/slurm/v0.0.38/nodes` and `/slurm/v0.0.38/jobs`. slurmrestd is
@@ -41,7 +41,7 @@ use crate::placement::Allocation;
 use crate::request::ClaimRequest;
 use crate::snapshot::Snapshot;
 
-/// The OpenAPI version this source reads.
+/// The `OpenAPI` version this source reads.
 pub const API: &str = "v0.0.38";
 
 /// How to reach slurmrestd.
@@ -201,6 +201,7 @@ impl SlurmSource {
         }
     }
 
+    #[allow(clippy::trivially_copy_pass_by_ref)] // an answer kind reads as a reference here
     fn relabel(&self, e: SourceError, answer: &Answer) -> SourceError {
         let url = format!("{}/{}", self.shown(), answer.path());
         match e {
@@ -233,7 +234,7 @@ impl Source for SlurmSource {
     fn name(&self) -> &str {
         &self.shell.config.name
     }
-    fn kind(&self) -> &str {
+    fn kind(&self) -> &'static str {
         "slurm"
     }
     fn can_act(&self) -> bool {
