@@ -3,13 +3,16 @@
 //! in read-only mode whatever it is asked.
 #![allow(clippy::unwrap_used)]
 
+#[path = "common/console_fixtures.rs"]
+mod console_fixtures;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use console_fixtures::{NOW, lab_snapshot, lab_state};
 use futures::future::BoxFuture;
 use gpuboard::clock::{Clock, ManualClock, Timestamp};
-use gpuboard::console::fixtures::{NOW, lab_snapshot, lab_state};
 use gpuboard::console::msg::{Effect, Msg};
 use gpuboard::console::state::{FormStage, Mode, SourceHealth, State, View};
 use gpuboard::console::update::{complete, show_view, update};

@@ -3,7 +3,10 @@
 //! source that is down; and colour checks of the over-limit and stale cells.
 #![allow(clippy::unwrap_used)]
 
-use gpuboard::console::fixtures::{lab_state, with_down_source};
+#[path = "common/console_fixtures.rs"]
+mod console_fixtures;
+
+use console_fixtures::{lab_state, with_down_source};
 use gpuboard::console::headless::{buffer_text, render};
 use gpuboard::console::msg::Msg;
 use gpuboard::console::state::{State, View};
