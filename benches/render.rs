@@ -3,14 +3,17 @@
 //! terminal, minus the write). Also the cost of rebuilding the sorted rows after a fetch.
 #![allow(clippy::unwrap_used)]
 
+#[path = "../tests/common/console_fixtures.rs"]
+mod console_fixtures;
+
 use std::hint::black_box;
 
+use console_fixtures::scaled_state;
 use criterion::{Criterion, criterion_group, criterion_main};
-use gpuboard::console::draw::draw;
-use gpuboard::console::fixtures::scaled_state;
 use gpuboard::console::state::View;
 use gpuboard::console::theme::load_strict;
 use gpuboard::console::update::show_view;
+use gpuboard::console::views::draw;
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 

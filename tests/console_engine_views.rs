@@ -2,7 +2,7 @@
 //! with a Ray source and a Prometheus source, the Fair share view with a BOINC client,
 //! and the GPUs view with a Slurm cluster (drained and not). All from captured answers of
 //! the real peers (tests/fixtures), at fixed sizes and a fixed `now`.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 

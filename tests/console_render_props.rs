@@ -1,7 +1,10 @@
 //! Drawing any view, with any overlay, at any size from 20x5 to 300x100 never panics.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use gpuboard::console::fixtures::{lab_state, with_down_source};
+#[path = "common/console_fixtures.rs"]
+mod console_fixtures;
+
+use console_fixtures::{lab_state, with_down_source};
 use gpuboard::console::headless::render;
 use gpuboard::console::msg::Msg;
 use gpuboard::console::state::View;

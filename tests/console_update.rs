@@ -1,15 +1,18 @@
 //! Table-driven tests of the pure `update`: every action, every source result (including
 //! errors and stale data), read-only refusals; and the driver's executor refusing actions
 //! in read-only mode whatever it is asked.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "common/console_fixtures.rs"]
+mod console_fixtures;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use console_fixtures::{NOW, lab_snapshot, lab_state};
 use futures::future::BoxFuture;
 use gpuboard::clock::{Clock, ManualClock, Timestamp};
-use gpuboard::console::fixtures::{NOW, lab_snapshot, lab_state};
 use gpuboard::console::msg::{Effect, Msg};
 use gpuboard::console::state::{FormStage, Mode, SourceHealth, State, View};
 use gpuboard::console::update::{complete, show_view, update};

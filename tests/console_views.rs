@@ -1,9 +1,12 @@
 //! Snapshot tests of every view on fixture data, at 80x24 and 160x48, in the default and
 //! mono themes; plus the claim form, the release confirmation, the help overlay and a
 //! source that is down; and colour checks of the over-limit and stale cells.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use gpuboard::console::fixtures::{lab_state, with_down_source};
+#[path = "common/console_fixtures.rs"]
+mod console_fixtures;
+
+use console_fixtures::{lab_state, with_down_source};
 use gpuboard::console::headless::{buffer_text, render};
 use gpuboard::console::msg::Msg;
 use gpuboard::console::state::{State, View};

@@ -158,16 +158,12 @@ async fn refusals_carry_the_endpoints_words() {
     let server = Server::start(dir.path(), &demo_fleet(), &[]);
     let src = source(&server, Some(server.operator_token()));
 
-    // 422: the broken rule and the field are in the message.
-    let e = src
-        .act(claim(json!({"gpu_memory": "1Gi", "colour": "red"})))
-        .await
-        .unwrap_err();
-    let Failure::Invalid(m) = &e else {
-        panic!("not invalid: {e:?}");
-    };
-    assert!(m.contains("rule 8 `unknown-field`"), "{m}");
-    assert!(m.contains("field `colour`"), "{m}");
+    // An invalid request never reaches the endpoint: actions carry a validated request,
+    // and the validator (the endpoint's own) names the rule and the field.
+    let e = ClaimRequest::from_json(&json!({"gpu_memory": "1Gi", "colour": "red"})).unwrap_err();
+    let m = e.to_string();
+    assert!(m.contains("rule 8: unknown-field"), "{m}");
+    assert_eq!(e.field.as_deref(), Some("colour"));
 
     // 409: pin one GPU of the A10G node, then ask for all four of it.
     src.act(claim(json!({"gpu_memory": "20Gi", "node": "g5-a10g"})))

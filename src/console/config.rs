@@ -46,7 +46,7 @@ pub struct Endpoint {
     #[serde(default)]
     pub token_file: Option<PathBuf>,
     /// Source kind: `gpuboard` (read and act), `ray`, `prometheus` or `slurm` (read-only),
-    /// `boinc` (url is the GUI RPC `host:port`, token_file its password file).
+    /// `boinc` (url is the GUI RPC `host:port`, `token_file` its password file).
     #[serde(default = "gpuboard_kind")]
     pub kind: String,
 }

@@ -23,7 +23,7 @@ use super::msg::{Effect, Msg};
 use super::state::State;
 use super::theme::Theme;
 use super::update::update;
-use super::{ConsoleArgs, Setup, config, draw, initial_state, logging, setup};
+use super::{ConsoleArgs, Setup, config, initial_state, logging, setup, views};
 
 /// Minimum time between two frames (a 30 fps cap).
 pub const FRAME_MS: u64 = 33;
@@ -321,7 +321,7 @@ fn draw_now(
     theme: &Theme,
 ) -> io::Result<()> {
     let _sync = SyncGuard::begin();
-    terminal.draw(|f| draw::draw(f, state, theme))?;
+    terminal.draw(|f| views::draw(f, state, theme))?;
     state.dirty = false;
     Ok(())
 }

@@ -19,12 +19,14 @@ use super::msg::Msg;
 use super::state::{State, View};
 use super::theme::Theme;
 use super::update::update;
-use super::{ConsoleArgs, draw, initial_state, setup};
+use super::{ConsoleArgs, initial_state, setup, views};
 
 /// Version of the `status --json` document.
 pub const STATUS_SCHEMA: u32 = 1;
 
 /// `gpuboard status` flags.
+// clap turns these doc comments into `--help` text, where backticks would show.
+#[allow(clippy::doc_markdown)]
 #[derive(Args, Debug, Clone)]
 pub struct StatusArgs {
     /// Print once and exit (without it, print every refresh until interrupted).
@@ -108,7 +110,7 @@ pub fn buffer_text(buf: &Buffer) -> String {
 /// Draws the state into a `TestBackend` of this size.
 pub fn render(state: &State, theme: &Theme, width: u16, height: u16) -> anyhow::Result<Buffer> {
     let mut term = Terminal::new(TestBackend::new(width, height))?;
-    term.draw(|f| draw::draw(f, state, theme))?;
+    term.draw(|f| views::draw(f, state, theme))?;
     Ok(term.backend().buffer().clone())
 }
 
@@ -235,8 +237,8 @@ pub fn table(status: &Status) -> String {
             g,
             c,
             p,
-            draw::short_bytes(crate::units::Bytes(a)),
-            draw::short_bytes(crate::units::Bytes(cap)),
+            views::short_bytes(crate::units::Bytes(a)),
+            views::short_bytes(crate::units::Bytes(cap)),
         ));
         if let Some(e) = &s.error {
             out.push_str(&format!("  error: {e}\n"));

@@ -2,13 +2,11 @@
 //!
 //! One owner of state (`state::State`); every input is a `msg::Msg`; the pure
 //! `update::update` changes the state and returns `msg::Effect`s; the `driver` performs
-//! them (fetches, actions, quit) and draws with `draw::draw` only when something changed,
+//! them (fetches, actions, quit) and draws with `views::draw` only when something changed,
 //! at most `driver::FRAME_MS` apart. `headless` renders the same views without a terminal.
 
 pub mod config;
-pub mod draw;
 pub mod driver;
-pub mod fixtures;
 pub mod headless;
 pub mod keymap;
 pub mod logging;
@@ -16,6 +14,7 @@ pub mod msg;
 pub mod state;
 pub mod theme;
 pub mod update;
+pub mod views;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -34,6 +33,8 @@ use crate::sources::endpoint::Http;
 pub const DEFAULT_REFRESH_MS: u64 = 2_000;
 
 /// The console's flags (also accepted by `gpuboard status`).
+// clap turns these doc comments into `--help` text, where backticks would show.
+#[allow(clippy::doc_markdown)]
 #[derive(Args, Debug, Clone, Default)]
 pub struct ConsoleArgs {
     /// Show the demo fleet with a synthetic workload instead of this machine.

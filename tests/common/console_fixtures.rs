@@ -1,21 +1,22 @@
-//! Fixed data for snapshot tests, benchmarks and documentation: generator functions over
-//! a real scheduler with telemetry set by hand, at a fixed `now`. Everything here is
-//! deterministic.
+//! Fixed data for the console's snapshot tests and benchmarks: generator functions over
+//! a real scheduler with telemetry set by hand, at a fixed `now`, dates in UTC.
+//! Everything here is deterministic and uses only the crate's public API. Included with
+//! `#[path]` by each test or bench that needs it, so not every user calls everything.
+#![allow(dead_code)]
 
 use serde_json::json;
 
-use crate::clock::Timestamp;
-use crate::ids::ClaimId;
-use crate::placement::{DeviceSpec, NodeSpec, Policy};
-use crate::request::ClaimRequest;
-use crate::scheduler::{Scheduler, SchedulerConfig};
-use crate::snapshot::{DeviceTelemetry, ProcessView, ProjectResourceView, Snapshot};
-use crate::units::Bytes;
-
-use super::keymap::Keymap;
-use super::msg::Msg;
-use super::state::{SourceSlot, State};
-use super::update::update;
+use gpuboard::clock::Timestamp;
+use gpuboard::console::keymap::Keymap;
+use gpuboard::console::msg::Msg;
+use gpuboard::console::state::{SourceSlot, State};
+use gpuboard::console::update::update;
+use gpuboard::ids::ClaimId;
+use gpuboard::placement::{DeviceSpec, NodeSpec, Policy};
+use gpuboard::request::ClaimRequest;
+use gpuboard::scheduler::{Scheduler, SchedulerConfig};
+use gpuboard::snapshot::{DeviceTelemetry, ProcessView, ProjectResourceView, Snapshot};
+use gpuboard::units::Bytes;
 
 /// The fixtures' `now`: 2024-03-01 12:00:00 UTC.
 pub const NOW: Timestamp = Timestamp(1_709_294_400_000);
@@ -201,7 +202,7 @@ pub fn lab_snapshot() -> Snapshot {
     snap
 }
 
-/// The fixture state: the lab source fresh at `NOW`, on the GPUs view.
+/// The fixture state: the lab source fresh at `NOW`, on the GPUs view, dates in UTC.
 pub fn lab_state() -> State {
     let mut st = State::new(
         vec![SourceSlot::new("lab", "embedded", true, None)],
@@ -209,6 +210,7 @@ pub fn lab_state() -> State {
         2_000,
         false,
     );
+    st.zone = jiff::tz::TimeZone::UTC;
     let _ = update(&mut st, Msg::Tick(NOW));
     feed(&mut st, 0, lab_snapshot(), NOW.0 - 1_000);
     st
@@ -226,6 +228,7 @@ pub fn with_down_source() -> State {
         2_000,
         false,
     );
+    st.zone = jiff::tz::TimeZone::UTC;
     let _ = update(&mut st, Msg::Tick(Timestamp(NOW.0 - 180_000)));
     let mut far = lab_snapshot();
     far.endpoint.name = "far".into();
@@ -241,7 +244,7 @@ pub fn with_down_source() -> State {
         Msg::Fetched {
             source: 1,
             at: Timestamp(NOW.0 - 60_000),
-            result: Err(crate::sources::Failure::Unreachable(
+            result: Err(gpuboard::sources::Failure::Unreachable(
                 "connection refused (127.0.0.1:7070)".into(),
             )),
         },
@@ -268,7 +271,7 @@ fn feed(st: &mut State, source: usize, snap: Snapshot, at: u64) {
 /// A state over a demo world at scale (for benchmarks): `nodes` x `gpus` devices and
 /// about `claims` claims, fetched at `NOW`.
 pub fn scaled_state(nodes: usize, gpus: u32, claims: usize) -> anyhow::Result<State> {
-    let mut world = crate::sources::demo::DemoWorld::scaled(nodes, gpus, claims, 7)?;
+    let mut world = gpuboard::sources::demo::DemoWorld::scaled(nodes, gpus, claims, 7)?;
     world.advance(NOW);
     let snap = world.snapshot(NOW);
     let mut st = State::new(
@@ -278,6 +281,7 @@ pub fn scaled_state(nodes: usize, gpus: u32, claims: usize) -> anyhow::Result<St
         false,
     );
     st.size = (160, 48);
+    st.zone = jiff::tz::TimeZone::UTC;
     let _ = update(&mut st, Msg::Tick(NOW));
     feed(&mut st, 0, snap, NOW.0);
     Ok(st)

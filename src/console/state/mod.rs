@@ -1,0 +1,307 @@
+//! The console's state: one owner, changed only by `update`, read by drawing.
+
+mod form;
+mod rows;
+mod sources;
+mod view;
+
+use std::collections::VecDeque;
+
+use crate::clock::Timestamp;
+use crate::ids::ClaimId;
+use crate::snapshot::{ClaimView, DeviceView, NodeView, ProjectView};
+use crate::sources::Action;
+
+use super::keymap::Keymap;
+
+pub use form::{ClaimForm, FormField, FormKind, FormStage};
+pub use sources::{STALE_AFTER_INTERVALS, SourceHealth, SourceSlot, TELEMETRY_KINDS};
+pub use view::View;
+
+/// Console log lines kept for the Events view.
+pub const LOG_KEPT: usize = 500;
+/// How long a status-line message stays.
+pub const FLASH_MS: u64 = 8_000;
+
+/// A device row: source, node position, device position.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DevKey {
+    /// Source.
+    pub source: usize,
+    /// Node position in the snapshot.
+    pub node: usize,
+    /// Device position on the node.
+    pub dev: usize,
+}
+
+/// A claim row: source and position in its snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ClaimKey {
+    /// Source.
+    pub source: usize,
+    /// Position in the snapshot's claims.
+    pub idx: usize,
+}
+
+/// A project row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ProjKey {
+    /// Source.
+    pub source: usize,
+    /// Position in the snapshot's projects.
+    pub idx: usize,
+}
+
+/// Selection and scroll in a list.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cursor {
+    /// Selected row.
+    pub selected: usize,
+    /// First row shown.
+    pub offset: usize,
+}
+
+/// A message on the status line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Flash {
+    /// The text.
+    pub text: String,
+    /// An error (styled as such).
+    pub error: bool,
+    /// When it appeared.
+    pub at: Timestamp,
+}
+
+/// A confirmation dialog for a destructive action; Cancel is focused when it opens.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Confirm {
+    /// The source that will act.
+    pub source: usize,
+    /// The action waiting for confirmation.
+    pub action: Action,
+    /// Title.
+    pub title: String,
+    /// What will happen, in lines.
+    pub body: Vec<String>,
+    /// The OK button is focused (false: Cancel is).
+    pub ok_focused: bool,
+}
+
+/// Picking where to move a claim.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MovePick {
+    /// The source owning the claim.
+    pub source: usize,
+    /// The claim.
+    pub id: ClaimId,
+    /// Where it is now.
+    pub from: String,
+    /// Candidate devices: node, index, model, free memory text.
+    pub targets: Vec<(String, u32, String, String)>,
+    /// Selected target.
+    pub selected: usize,
+    /// The move was sent; waiting for the answer.
+    pub sent: bool,
+    /// The source's refusal, in its words.
+    pub error: Option<String>,
+}
+
+/// What has the keyboard.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Mode {
+    /// Browsing.
+    Normal,
+    /// Typing a filter.
+    Filter(String),
+    /// Typing a command.
+    Command(String),
+    /// The help overlay.
+    Help,
+    /// The claim form.
+    Form(Box<ClaimForm>),
+    /// A confirmation dialog.
+    Confirm(Box<Confirm>),
+    /// Picking a move target.
+    Move(Box<MovePick>),
+}
+
+/// The console's whole state.
+#[derive(Clone, Debug, PartialEq)]
+pub struct State {
+    /// Now, from ticks: drawing reads this, never the clock.
+    pub now: Timestamp,
+    /// Refresh interval, ms.
+    pub refresh_ms: u64,
+    /// Refuse every action.
+    pub readonly: bool,
+    /// The keymap (help and hints are generated from it).
+    pub keymap: Keymap,
+    /// Sources in order.
+    pub sources: Vec<SourceSlot>,
+    /// The source shown alone, or all of them.
+    pub source_filter: Option<usize>,
+    /// Current view.
+    pub view: View,
+    /// Keyboard mode.
+    pub mode: Mode,
+    /// First help line shown (the help scrolls on small terminals).
+    pub help_scroll: u16,
+    /// Filter text (applies to every list).
+    pub filter: String,
+    /// Sort column per view (index into `View::sort_columns`).
+    pub sort: [usize; 6],
+    /// Reverse sort per view.
+    pub sort_reverse: [bool; 6],
+    /// Cursor per view.
+    pub cursor: [Cursor; 6],
+    /// Display frozen.
+    pub frozen: bool,
+    /// Status-line message.
+    pub flash: Option<Flash>,
+    /// Console log lines (newest last).
+    pub log: VecDeque<String>,
+    /// The device shown in detail: source, node name, device index.
+    pub detail: Option<(usize, String, u32)>,
+    /// Device rows, filtered and sorted.
+    pub rows_devices: Vec<DevKey>,
+    /// Claim rows, filtered and sorted.
+    pub rows_claims: Vec<ClaimKey>,
+    /// Project rows, filtered and sorted.
+    pub rows_projects: Vec<ProjKey>,
+    /// Terminal size.
+    pub size: (u16, u16),
+    /// Something visible changed since the last draw.
+    pub dirty: bool,
+    /// Leaving.
+    pub quit: bool,
+    /// `now` in the unit the shown ages change in (seconds or minutes) at the last tick.
+    pub age_step: u64,
+    /// The zone dates are shown in: the operator's own (tests set UTC).
+    pub zone: jiff::tz::TimeZone,
+}
+
+impl State {
+    /// A state over these sources, showing dates in the system's time zone.
+    pub fn new(sources: Vec<SourceSlot>, keymap: Keymap, refresh_ms: u64, readonly: bool) -> State {
+        State {
+            now: Timestamp(0),
+            refresh_ms: refresh_ms.max(100),
+            readonly,
+            keymap,
+            sources,
+            source_filter: None,
+            view: View::Gpus,
+            mode: Mode::Normal,
+            help_scroll: 0,
+            filter: String::new(),
+            sort: [0; 6],
+            sort_reverse: [false; 6],
+            cursor: [Cursor::default(); 6],
+            frozen: false,
+            flash: None,
+            log: VecDeque::new(),
+            detail: None,
+            rows_devices: Vec::new(),
+            rows_claims: Vec::new(),
+            rows_projects: Vec::new(),
+            size: (80, 24),
+            dirty: true,
+            quit: false,
+            age_step: 0,
+            zone: jiff::tz::TimeZone::system(),
+        }
+    }
+
+    /// A device by row key.
+    pub fn device(&self, k: DevKey) -> Option<(&SourceSlot, &NodeView, &DeviceView)> {
+        let s = self.sources.get(k.source)?;
+        let n = s.data.as_ref()?.nodes.get(k.node)?;
+        Some((s, n, n.devices.get(k.dev)?))
+    }
+
+    /// A claim by row key.
+    pub fn claim(&self, k: ClaimKey) -> Option<(&SourceSlot, &ClaimView)> {
+        let s = self.sources.get(k.source)?;
+        Some((s, s.data.as_ref()?.claims.get(k.idx)?))
+    }
+
+    /// A project by row key.
+    pub fn project(&self, k: ProjKey) -> Option<(&SourceSlot, &ProjectView)> {
+        let s = self.sources.get(k.source)?;
+        Some((s, s.data.as_ref()?.projects.get(k.idx)?))
+    }
+
+    /// The device shown in the detail view.
+    pub fn detail_device(&self) -> Option<(usize, &NodeView, &DeviceView)> {
+        let (src, node, index) = self.detail.as_ref()?;
+        let snap = self.sources.get(*src)?.data.as_ref()?;
+        let n = snap.nodes.iter().find(|n| &n.name == node)?;
+        Some((*src, n, n.devices.iter().find(|d| d.index == *index)?))
+    }
+
+    /// Cursor of the current view.
+    pub fn cur(&self) -> Cursor {
+        self.cursor[self.view.position()]
+    }
+
+    /// Rows in the current view's list.
+    pub fn row_count(&self) -> usize {
+        match self.view {
+            View::Gpus => self.rows_devices.len(),
+            View::Claims => self.rows_claims.len(),
+            View::Ledger => self.rows_projects.len(),
+            View::Detail => self
+                .detail_device()
+                .and_then(|(_, _, d)| d.telemetry.as_ref())
+                .map_or(0, |t| t.processes.len()),
+            View::Events => self.event_count(),
+            View::Overview => self.sources.len(),
+        }
+    }
+
+    /// Audit events across shown sources plus console log lines.
+    pub fn event_count(&self) -> usize {
+        self.shown_sources()
+            .filter_map(|(_, s)| s.data.as_ref())
+            .map(|d| d.events.len())
+            .sum::<usize>()
+            + self.log.len()
+    }
+
+    /// Sources in view (all, or the selected one), with positions.
+    pub fn shown_sources(&self) -> impl Iterator<Item = (usize, &SourceSlot)> {
+        self.sources
+            .iter()
+            .enumerate()
+            .filter(move |(i, _)| self.source_filter.is_none_or(|f| f == *i))
+    }
+
+    /// The selected device row (GPUs view), if any.
+    pub fn selected_device(&self) -> Option<DevKey> {
+        self.rows_devices
+            .get(self.cursor[View::Gpus.position()].selected)
+            .copied()
+    }
+
+    /// The selected claim row (Claims view), if any.
+    pub fn selected_claim(&self) -> Option<ClaimKey> {
+        self.rows_claims
+            .get(self.cursor[View::Claims.position()].selected)
+            .copied()
+    }
+
+    /// The selected project row, if any.
+    pub fn selected_project(&self) -> Option<ProjKey> {
+        self.rows_projects
+            .get(self.cursor[View::Ledger.position()].selected)
+            .copied()
+    }
+
+    /// Adds a line to the console log ring.
+    pub fn push_log(&mut self, line: String) {
+        if self.log.len() == LOG_KEPT {
+            self.log.pop_front();
+        }
+        self.log.push_back(line);
+    }
+}

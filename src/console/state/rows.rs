@@ -1,0 +1,148 @@
+//! The filtered and sorted rows of the list views, rebuilt when data, filter or sort change.
+
+use crate::snapshot::ClaimState;
+
+use super::{ClaimKey, DevKey, ProjKey, State, View};
+
+impl State {
+    /// Recomputes the filtered and sorted rows from the sources' data.
+    pub fn rebuild_rows(&mut self) {
+        let needle = self.filter.to_lowercase();
+        let matches = |hay: &[&str]| {
+            needle.is_empty() || hay.iter().any(|h| h.to_lowercase().contains(&needle))
+        };
+        let mut devs = Vec::new();
+        let mut claims = Vec::new();
+        let mut projects = Vec::new();
+        for (si, s) in self.shown_sources() {
+            let Some(d) = &s.data else { continue };
+            for (ni, n) in d.nodes.iter().enumerate() {
+                for (di, dev) in n.devices.iter().enumerate() {
+                    let idx = dev.index.to_string();
+                    if matches(&[&n.name, &dev.model, &idx, &s.name]) {
+                        devs.push(DevKey {
+                            source: si,
+                            node: ni,
+                            dev: di,
+                        });
+                    }
+                }
+            }
+            for (ci, c) in d.claims.iter().enumerate() {
+                let id = c.id.to_string();
+                let state = match c.state {
+                    ClaimState::Placed => "placed",
+                    ClaimState::Pending => "pending",
+                };
+                if matches(&[
+                    &id,
+                    &c.project,
+                    c.holder.as_deref().unwrap_or(""),
+                    c.node.as_deref().unwrap_or(""),
+                    &c.form,
+                    state,
+                ]) {
+                    claims.push(ClaimKey {
+                        source: si,
+                        idx: ci,
+                    });
+                }
+            }
+            for (pi, p) in d.projects.iter().enumerate() {
+                if matches(&[&p.name]) {
+                    projects.push(ProjKey {
+                        source: si,
+                        idx: pi,
+                    });
+                }
+            }
+        }
+        self.sort_rows(&mut devs, &mut claims, &mut projects);
+        self.rows_devices = devs;
+        self.rows_claims = claims;
+        self.rows_projects = projects;
+        for v in [View::Gpus, View::Claims, View::Ledger] {
+            let n = match v {
+                View::Gpus => self.rows_devices.len(),
+                View::Claims => self.rows_claims.len(),
+                _ => self.rows_projects.len(),
+            };
+            let c = &mut self.cursor[v.position()];
+            c.selected = c.selected.min(n.saturating_sub(1));
+            c.offset = c.offset.min(c.selected);
+        }
+    }
+
+    fn sort_rows(&self, devs: &mut [DevKey], claims: &mut [ClaimKey], projects: &mut [ProjKey]) {
+        let col = |v: View| v.sort_columns().get(self.sort[v.position()]).copied();
+        let dev = |k: &DevKey| self.device(*k);
+        match col(View::Gpus) {
+            Some("free") => devs
+                .sort_by_key(|k| std::cmp::Reverse(dev(k).map_or(0, |(_, _, d)| d.memory_free.0))),
+            Some("used") => devs.sort_by_key(|k| {
+                std::cmp::Reverse(dev(k).map_or(0, |(_, _, d)| {
+                    d.telemetry
+                        .as_ref()
+                        .and_then(|t| t.memory_used)
+                        .map_or(0, |b| b.0)
+                }))
+            }),
+            Some("util") => devs.sort_by_key(|k| {
+                std::cmp::Reverse(dev(k).map_or(0, |(_, _, d)| {
+                    d.telemetry
+                        .as_ref()
+                        .and_then(|t| t.utilization_gpu)
+                        .unwrap_or(0)
+                }))
+            }),
+            Some("allocated") => devs.sort_by_key(|k| {
+                std::cmp::Reverse(dev(k).map_or(0, |(_, _, d)| d.memory_allocated.0))
+            }),
+            Some("sharers") => devs
+                .sort_by_key(|k| std::cmp::Reverse(dev(k).map_or(0, |(_, _, d)| d.holders.len()))),
+            _ => {}
+        }
+        if self.sort_reverse[View::Gpus.position()] {
+            devs.reverse();
+        }
+        let claim = |k: &ClaimKey| self.claim(*k).map(|(_, c)| c);
+        match col(View::Claims) {
+            Some("project") => claims.sort_by(|a, b| {
+                let (x, y) = (claim(a), claim(b));
+                x.map(|c| (&c.project, c.id))
+                    .cmp(&y.map(|c| (&c.project, c.id)))
+            }),
+            Some("memory") => claims
+                .sort_by_key(|k| std::cmp::Reverse(claim(k).map_or(0, |c| c.memory_reserved.0))),
+            Some("used") => claims.sort_by_key(|k| {
+                std::cmp::Reverse(claim(k).and_then(|c| c.memory_used).map_or(0, |b| b.0))
+            }),
+            Some("age") => claims.sort_by_key(|k| claim(k).map_or(0, |c| c.created_at.0)),
+            Some("state") => {
+                claims.sort_by_key(|k| claim(k).map(|c| (c.state != ClaimState::Pending, c.id)))
+            }
+            _ => claims.sort_by_key(|k| (k.source, claim(k).map(|c| c.id))),
+        }
+        if self.sort_reverse[View::Claims.position()] {
+            claims.reverse();
+        }
+        let proj = |k: &ProjKey| self.project(*k).map(|(_, p)| p);
+        match col(View::Ledger) {
+            Some("debt") => projects.sort_by(|a, b| {
+                let x = proj(a).map_or(0.0, |p| p.overall_debt);
+                let y = proj(b).map_or(0.0, |p| p.overall_debt);
+                y.total_cmp(&x)
+            }),
+            Some("pending") => {
+                projects.sort_by_key(|k| std::cmp::Reverse(proj(k).map_or(0, |p| p.pending)));
+            }
+            Some("share") => {
+                projects.sort_by_key(|k| std::cmp::Reverse(proj(k).map_or(0, |p| p.share)));
+            }
+            _ => {}
+        }
+        if self.sort_reverse[View::Ledger.position()] {
+            projects.reverse();
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! One source as the console holds it (last good data, errors, backoff), its health as
+//! shown, and remote telemetry joined into the other sources' devices.
+
+use crate::clock::Timestamp;
+use crate::snapshot::Snapshot;
+
+use super::State;
+
+/// A source whose data is older than this many refresh intervals is stale.
+pub const STALE_AFTER_INTERVALS: u64 = 3;
+
+/// One source as the console knows it: last good data, its age, and its error.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SourceSlot {
+    /// Name.
+    pub name: String,
+    /// Kind (`embedded`, `demo`, `gpuboard`...).
+    pub kind: String,
+    /// Accepts actions.
+    pub can_act: bool,
+    /// A note to show (why no GPUs, how to see the demo).
+    pub note: Option<String>,
+    /// Last good snapshot.
+    pub data: Option<Snapshot>,
+    /// When the last good snapshot arrived.
+    pub fetched_at: Option<Timestamp>,
+    /// The last fetch's error, if it failed.
+    pub error: Option<String>,
+    /// Failing since.
+    pub error_since: Option<Timestamp>,
+    /// A fetch is in flight.
+    pub in_flight: bool,
+    /// When to fetch next.
+    pub next_fetch: Timestamp,
+    /// Consecutive failures (for backoff).
+    pub failures: u32,
+    /// Data that arrived while the display was frozen.
+    pub held: Option<(Snapshot, Timestamp)>,
+    /// The snapshot as the source sent it, kept when remote telemetry is joined into
+    /// `data` so each join starts from what the source said.
+    pub raw: Option<Snapshot>,
+}
+
+/// Kinds whose snapshots are telemetry for other sources' devices.
+pub const TELEMETRY_KINDS: &[&str] = &["prometheus"];
+
+impl State {
+    /// Stores a source's snapshot and joins remote telemetry (Prometheus dcgm series)
+    /// into the devices of the other sources, by UUID or by node name and index.
+    pub fn store_snapshot(&mut self, source: usize, snap: Snapshot) {
+        let joining = self
+            .sources
+            .iter()
+            .any(|s| TELEMETRY_KINDS.contains(&s.kind.as_str()));
+        let Some(slot) = self.sources.get_mut(source) else {
+            return;
+        };
+        if !joining {
+            slot.data = Some(snap);
+            return;
+        }
+        if !TELEMETRY_KINDS.contains(&slot.kind.as_str()) {
+            slot.raw = Some(snap.clone());
+        }
+        slot.data = Some(snap);
+        let telemetry: Vec<Snapshot> = self
+            .sources
+            .iter()
+            .filter(|s| TELEMETRY_KINDS.contains(&s.kind.as_str()))
+            .filter_map(|s| s.data.clone())
+            .collect();
+        for slot in &mut self.sources {
+            if let Some(raw) = &slot.raw {
+                let mut joined = raw.clone();
+                for t in &telemetry {
+                    crate::sources::prometheus::join_telemetry(&mut joined, t);
+                }
+                slot.data = Some(joined);
+            }
+        }
+    }
+}
+
+/// A source's health, as shown.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SourceHealth {
+    /// No answer yet.
+    Loading,
+    /// Fresh data.
+    Ok,
+    /// The data is older than it should be.
+    Stale {
+        /// Data from.
+        since: Timestamp,
+    },
+    /// The last fetch failed (data, if any, is kept and marked stale).
+    Down {
+        /// The error.
+        message: String,
+        /// Failing since.
+        since: Timestamp,
+    },
+}
+
+impl SourceSlot {
+    /// A slot for a source, not yet fetched.
+    pub fn new(name: &str, kind: &str, can_act: bool, note: Option<String>) -> SourceSlot {
+        SourceSlot {
+            name: name.to_string(),
+            kind: kind.to_string(),
+            can_act,
+            note,
+            ..SourceSlot::default()
+        }
+    }
+
+    /// Its health now.
+    pub fn health(&self, now: Timestamp, refresh_ms: u64) -> SourceHealth {
+        if let (Some(message), Some(since)) = (&self.error, self.error_since) {
+            return SourceHealth::Down {
+                message: message.clone(),
+                since,
+            };
+        }
+        match self.fetched_at {
+            None => SourceHealth::Loading,
+            Some(t) if now.millis_since(t) > refresh_ms * STALE_AFTER_INTERVALS => {
+                SourceHealth::Stale { since: t }
+            }
+            Some(_) => SourceHealth::Ok,
+        }
+    }
+
+    /// Whether its data on screen is not fresh.
+    pub fn is_stale(&self, now: Timestamp, refresh_ms: u64) -> bool {
+        !matches!(
+            self.health(now, refresh_ms),
+            SourceHealth::Ok | SourceHealth::Loading
+        )
+    }
+}

@@ -1,0 +1,69 @@
+//! The views, in tab order: titles, command-line names and sortable columns.
+
+/// The views, in tab order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum View {
+    /// Cluster totals and sources.
+    Overview,
+    /// One row per device.
+    Gpus,
+    /// Claims.
+    Claims,
+    /// Projects' fair-share accounts.
+    Ledger,
+    /// One device in depth.
+    Detail,
+    /// Audit events and the console log.
+    Events,
+}
+
+impl View {
+    /// All views in tab order.
+    pub const ALL: [View; 6] = [
+        View::Overview,
+        View::Gpus,
+        View::Claims,
+        View::Ledger,
+        View::Detail,
+        View::Events,
+    ];
+    /// Tab title.
+    pub fn title(self) -> &'static str {
+        match self {
+            View::Overview => "Overview",
+            View::Gpus => "GPUs",
+            View::Claims => "Claims",
+            View::Ledger => "Fair share",
+            View::Detail => "GPU detail",
+            View::Events => "Events",
+        }
+    }
+    /// Name on the command line and for `--dump-screen`.
+    pub fn name(self) -> &'static str {
+        match self {
+            View::Overview => "overview",
+            View::Gpus => "gpus",
+            View::Claims => "claims",
+            View::Ledger => "fairshare",
+            View::Detail => "detail",
+            View::Events => "events",
+        }
+    }
+    /// Position in `ALL`.
+    pub fn position(self) -> usize {
+        View::ALL.iter().position(|v| *v == self).unwrap_or(0)
+    }
+    /// Parses a view name.
+    pub fn parse(s: &str) -> Option<View> {
+        View::ALL.into_iter().find(|v| v.name() == s)
+    }
+    /// The columns it can be sorted by.
+    pub fn sort_columns(self) -> &'static [&'static str] {
+        match self {
+            View::Gpus => &["node", "free", "used", "util", "allocated", "sharers"],
+            View::Claims => &["id", "project", "memory", "used", "age", "state"],
+            View::Ledger => &["project", "debt", "pending", "share"],
+            _ => &[],
+        }
+    }
+}

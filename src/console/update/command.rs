@@ -1,0 +1,236 @@
+//! The `:` command line: its commands, Tab completion, and switching views.
+
+use crate::sources::Action;
+
+use super::actions::cordon;
+use super::keys::normal_action;
+use super::{act, flash, quit};
+use crate::console::keymap::{Context, KeyAction};
+use crate::console::msg::Effect;
+use crate::console::state::{Mode, State, View};
+
+/// The commands the `:` line accepts (beyond view names and key actions).
+pub const COMMANDS: &[&str] = &[
+    "overview",
+    "gpus",
+    "claims",
+    "fairshare",
+    "detail",
+    "events",
+    "quit",
+    "help",
+    "claim",
+    "release",
+    "move",
+    "cordon",
+    "uncordon",
+    "reset",
+    "freeze",
+    "refresh",
+    "source",
+    "sort",
+    "filter",
+];
+
+/// Completes the command line: the longest common prefix of the matching commands.
+pub fn complete(state: &State, text: &str) -> String {
+    let (head, arg) = match text.split_once(' ') {
+        Some((h, a)) => (h, Some(a)),
+        None => (text, None),
+    };
+    let options: Vec<String> = match arg {
+        None => COMMANDS
+            .iter()
+            .map(|c| (*c).to_string())
+            .chain(
+                crate::console::keymap::KeyAction::ALL
+                    .iter()
+                    .filter(|a| a.context() == Context::Normal)
+                    .filter(|a| !(state.readonly && a.mutates()))
+                    .map(|a| a.name().to_string()),
+            )
+            .filter(|c| c.starts_with(head))
+            .collect(),
+        Some(a) => {
+            let args: Vec<String> = match head {
+                "source" => std::iter::once("all".to_string())
+                    .chain(state.sources.iter().map(|s| s.name.clone()))
+                    .collect(),
+                "sort" => state
+                    .view
+                    .sort_columns()
+                    .iter()
+                    .map(|c| (*c).to_string())
+                    .collect(),
+                "reset" => state
+                    .rows_projects
+                    .iter()
+                    .filter_map(|k| state.project(*k).map(|(_, p)| p.name.clone()))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            args.into_iter()
+                .filter(|x| x.starts_with(a))
+                .map(|x| format!("{head} {x}"))
+                .collect()
+        }
+    };
+    let mut options = options;
+    options.sort();
+    options.dedup();
+    match options.as_slice() {
+        [] => text.to_string(),
+        [one] => {
+            if arg.is_none() {
+                format!("{one} ")
+            } else {
+                one.clone()
+            }
+        }
+        many => {
+            let first = &many[0];
+            let mut n = first.len();
+            for o in &many[1..] {
+                n = n.min(
+                    first
+                        .chars()
+                        .zip(o.chars())
+                        .take_while(|(a, b)| a == b)
+                        .count(),
+                );
+            }
+            first.chars().take(n.max(text.len())).collect()
+        }
+    }
+}
+
+/// Runs a `:` command line.
+pub(super) fn command(state: &mut State, text: &str) -> Vec<Effect> {
+    let mut words = text.split_whitespace();
+    let Some(head) = words.next() else {
+        return Vec::new();
+    };
+    let arg = words.collect::<Vec<_>>().join(" ");
+    if let Some(v) = View::parse(head) {
+        return set_view(state, v);
+    }
+    match head {
+        "quit" | "q" => quit(state),
+        "help" => {
+            state.mode = Mode::Help;
+            Vec::new()
+        }
+        "source" => {
+            if arg.is_empty() || arg == "all" {
+                state.source_filter = None;
+            } else if let Some(i) = state.sources.iter().position(|s| s.name == arg) {
+                state.source_filter = Some(i);
+            } else {
+                let names: Vec<&str> = state.sources.iter().map(|s| s.name.as_str()).collect();
+                flash(
+                    state,
+                    format!("no source `{arg}`; sources: all, {}", names.join(", ")),
+                    true,
+                );
+                return Vec::new();
+            }
+            state.rebuild_rows();
+            Vec::new()
+        }
+        "sort" => {
+            let cols = state.view.sort_columns();
+            match cols.iter().position(|c| *c == arg) {
+                Some(i) => {
+                    state.sort[state.view.position()] = i;
+                    state.rebuild_rows();
+                }
+                None if cols.is_empty() => {
+                    flash(
+                        state,
+                        format!("the {} view has no sort", state.view.title()),
+                        true,
+                    );
+                }
+                None => flash(
+                    state,
+                    format!("no column `{arg}` here; sort by: {}", cols.join(", ")),
+                    true,
+                ),
+            }
+            Vec::new()
+        }
+        "filter" => {
+            state.filter = arg;
+            state.rebuild_rows();
+            Vec::new()
+        }
+        "cordon" | "uncordon" => cordon(state, Some(head == "cordon")),
+        "reset" => {
+            if arg.is_empty() {
+                return normal_action(state, KeyAction::ClearBackoff);
+            }
+            let found = state
+                .rows_projects
+                .iter()
+                .filter_map(|k| state.project(*k).map(|(s, p)| (k.source, s, p)))
+                .find(|(_, _, p)| p.name == arg)
+                .map(|(i, _, _)| i);
+            match found {
+                Some(src) => act(state, src, Action::ResetProject { project: arg }),
+                None => {
+                    flash(state, format!("no project `{arg}` in view"), true);
+                    Vec::new()
+                }
+            }
+        }
+        other => match crate::console::keymap::KeyAction::ALL
+            .iter()
+            .find(|a| a.name() == other && a.context() == Context::Normal)
+        {
+            Some(a) => normal_action(state, *a),
+            None => {
+                flash(
+                    state,
+                    format!("unknown command `{other}`; Tab completes, `help` lists the keys"),
+                    true,
+                );
+                Vec::new()
+            }
+        },
+    }
+}
+
+/// Shows a view; the detail view opens on the selected GPU (or the selected claim's).
+pub fn show_view(state: &mut State, v: View) {
+    set_view(state, v);
+    state.dirty = true;
+}
+
+/// Switches to a view (the detail view on the selection when none is open).
+pub(super) fn set_view(state: &mut State, v: View) -> Vec<Effect> {
+    if v == View::Detail && state.detail.is_none() {
+        open_detail(state);
+    }
+    state.view = v;
+    Vec::new()
+}
+
+/// Points the detail view at the selected GPU, or the selected claim's first GPU.
+pub(super) fn open_detail(state: &mut State) {
+    let key = match state.view {
+        View::Claims => state.selected_claim().and_then(|k| {
+            let (_, c) = state.claim(k)?;
+            let node = c.node.clone()?;
+            let dev = c.shares.first()?.device;
+            Some((k.source, node, dev))
+        }),
+        _ => state.selected_device().and_then(|k| {
+            let (_, n, d) = state.device(k)?;
+            Some((k.source, n.name.clone(), d.index))
+        }),
+    };
+    if key.is_some() {
+        state.detail = key;
+        state.cursor[View::Detail.position()] = Default::default();
+    }
+}

@@ -1,0 +1,249 @@
+//! Keys, one handler per mode: browsing (the key actions), help, filter and command
+//! lines; the dialogs' handlers live with their dialogs.
+
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+use crate::sources::Action;
+
+use super::actions::{confirm_key, cordon, move_key, open_move, release};
+use super::command::{command, complete, open_detail, set_view};
+use super::form::{form_key, open_form};
+use super::sources::due_fetches;
+use super::{act, flash, quit};
+use crate::console::keymap::{Context, KeyAction};
+use crate::console::msg::Effect;
+use crate::console::state::{Mode, State, View};
+
+/// A key press, handled by whatever has the keyboard.
+pub(super) fn key(state: &mut State, ev: KeyEvent) -> Vec<Effect> {
+    match state.mode.clone() {
+        Mode::Normal => normal_key(state, ev),
+        Mode::Help => {
+            let a = state.keymap.action(Context::Normal, &ev);
+            let page = state.size.1.saturating_sub(4).max(1);
+            match a {
+                Some(KeyAction::Help | KeyAction::Back | KeyAction::Quit) => {
+                    state.mode = Mode::Normal;
+                    state.help_scroll = 0;
+                }
+                _ if ev.code == KeyCode::Esc => {
+                    state.mode = Mode::Normal;
+                    state.help_scroll = 0;
+                }
+                Some(KeyAction::Down) => state.help_scroll = state.help_scroll.saturating_add(1),
+                Some(KeyAction::Up) => state.help_scroll = state.help_scroll.saturating_sub(1),
+                Some(KeyAction::PageDown) => {
+                    state.help_scroll = state.help_scroll.saturating_add(page);
+                }
+                Some(KeyAction::PageUp) => {
+                    state.help_scroll = state.help_scroll.saturating_sub(page);
+                }
+                Some(KeyAction::Top) => state.help_scroll = 0,
+                _ => {}
+            }
+            state.dirty = true;
+            Vec::new()
+        }
+        Mode::Filter(text) => {
+            let text = edit_line(text, &ev);
+            match ev.code {
+                KeyCode::Esc => {
+                    state.filter.clear();
+                    state.mode = Mode::Normal;
+                }
+                KeyCode::Enter => state.mode = Mode::Normal,
+                _ => {
+                    state.filter.clone_from(&text);
+                    state.mode = Mode::Filter(text);
+                }
+            }
+            state.rebuild_rows();
+            Vec::new()
+        }
+        Mode::Command(text) => match ev.code {
+            KeyCode::Esc => {
+                state.mode = Mode::Normal;
+                Vec::new()
+            }
+            KeyCode::Enter => {
+                state.mode = Mode::Normal;
+                command(state, &text)
+            }
+            KeyCode::Tab => {
+                state.mode = Mode::Command(complete(state, &text));
+                Vec::new()
+            }
+            _ => {
+                state.mode = Mode::Command(edit_line(text, &ev));
+                Vec::new()
+            }
+        },
+        Mode::Form(form) => form_key(state, *form, ev),
+        Mode::Confirm(c) => confirm_key(state, *c, ev),
+        Mode::Move(m) => move_key(state, *m, ev),
+    }
+}
+
+/// Text editing for one-line inputs: characters, backspace, ctrl-u.
+pub(super) fn edit_line(mut text: String, ev: &KeyEvent) -> String {
+    match ev.code {
+        KeyCode::Backspace => {
+            text.pop();
+        }
+        KeyCode::Char('u') if ev.modifiers.contains(KeyModifiers::CONTROL) => text.clear(),
+        KeyCode::Char(c) if !ev.modifiers.contains(KeyModifiers::CONTROL) => text.push(c),
+        _ => {}
+    }
+    text
+}
+
+fn normal_key(state: &mut State, ev: KeyEvent) -> Vec<Effect> {
+    match state.keymap.action(Context::Normal, &ev) {
+        Some(a) => normal_action(state, a),
+        None => Vec::new(),
+    }
+}
+
+fn move_cursor(state: &mut State, delta: isize) {
+    let n = state.row_count();
+    let page = usize::from(state.size.1.saturating_sub(6)).max(1);
+    let c = &mut state.cursor[state.view.position()];
+    let last = n.saturating_sub(1);
+    c.selected = if delta == isize::MIN {
+        0
+    } else if delta == isize::MAX {
+        last
+    } else if delta < 0 {
+        c.selected.saturating_sub(delta.unsigned_abs())
+    } else {
+        c.selected.saturating_add(delta.unsigned_abs()).min(last)
+    };
+    if c.selected < c.offset {
+        c.offset = c.selected;
+    } else if c.selected >= c.offset + page {
+        c.offset = c.selected + 1 - page;
+    }
+}
+
+/// A key action while browsing (also reached from the command line).
+pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
+    if a.mutates() && state.readonly {
+        flash(
+            state,
+            format!(
+                "read-only: `{}` is refused (started with --readonly)",
+                a.name()
+            ),
+            true,
+        );
+        return Vec::new();
+    }
+    let page = isize::try_from(state.size.1.saturating_sub(6).max(1)).unwrap_or(10);
+    match a {
+        KeyAction::Quit => return quit(state),
+        KeyAction::Help => state.mode = Mode::Help,
+        KeyAction::NextView | KeyAction::PrevView => {
+            let n = View::ALL.len();
+            let i = state.view.position();
+            let j = if a == KeyAction::NextView {
+                (i + 1) % n
+            } else {
+                (i + n - 1) % n
+            };
+            return set_view(state, View::ALL[j]);
+        }
+        KeyAction::ViewOverview => return set_view(state, View::Overview),
+        KeyAction::ViewGpus => return set_view(state, View::Gpus),
+        KeyAction::ViewClaims => return set_view(state, View::Claims),
+        KeyAction::ViewFairShare => return set_view(state, View::Ledger),
+        KeyAction::ViewDetail => return set_view(state, View::Detail),
+        KeyAction::ViewEvents => return set_view(state, View::Events),
+        KeyAction::Up => move_cursor(state, -1),
+        KeyAction::Down => move_cursor(state, 1),
+        KeyAction::PageUp => move_cursor(state, -page),
+        KeyAction::PageDown => move_cursor(state, page),
+        KeyAction::Top => move_cursor(state, isize::MIN),
+        KeyAction::Bottom => move_cursor(state, isize::MAX),
+        KeyAction::Open => {
+            if matches!(state.view, View::Gpus | View::Claims) {
+                open_detail(state);
+                if state.detail.is_some() {
+                    state.view = View::Detail;
+                }
+            }
+        }
+        KeyAction::Back => {
+            if state.flash.is_some() {
+                state.flash = None;
+            } else if state.view == View::Detail {
+                state.view = View::Gpus;
+            } else if !state.filter.is_empty() {
+                state.filter.clear();
+                state.rebuild_rows();
+            }
+        }
+        KeyAction::Filter => state.mode = Mode::Filter(state.filter.clone()),
+        KeyAction::Command => state.mode = Mode::Command(String::new()),
+        KeyAction::SortNext => {
+            let cols = state.view.sort_columns();
+            if !cols.is_empty() {
+                let p = state.view.position();
+                state.sort[p] = (state.sort[p] + 1) % cols.len();
+                state.rebuild_rows();
+            }
+        }
+        KeyAction::SortReverse => {
+            let p = state.view.position();
+            state.sort_reverse[p] = !state.sort_reverse[p];
+            state.rebuild_rows();
+        }
+        KeyAction::Freeze => {
+            state.frozen = !state.frozen;
+            if !state.frozen {
+                let mut changed = false;
+                for i in 0..state.sources.len() {
+                    if let Some((snap, at)) = state.sources[i].held.take() {
+                        state.sources[i].fetched_at = Some(at);
+                        state.store_snapshot(i, snap);
+                        changed = true;
+                    }
+                }
+                if changed {
+                    state.rebuild_rows();
+                }
+            }
+        }
+        KeyAction::NextSource => {
+            let n = state.sources.len();
+            state.source_filter = match state.source_filter {
+                None if n > 1 => Some(0),
+                Some(i) if i + 1 < n => Some(i + 1),
+                _ => None,
+            };
+            state.rebuild_rows();
+        }
+        KeyAction::Refresh => return due_fetches(state, true),
+        KeyAction::Claim => open_form(state),
+        KeyAction::Release => return release(state),
+        KeyAction::Move => open_move(state),
+        KeyAction::Cordon => return cordon(state, None),
+        KeyAction::ClearBackoff => {
+            let Some(k) = state.selected_project() else {
+                flash(state, "select a project in the Fair share view first", true);
+                return Vec::new();
+            };
+            let Some((_, p)) = state.project(k) else {
+                return Vec::new();
+            };
+            let project = p.name.clone();
+            return act(state, k.source, Action::ResetProject { project });
+        }
+        KeyAction::Confirm
+        | KeyAction::Cancel
+        | KeyAction::NextField
+        | KeyAction::PrevField
+        | KeyAction::ChoiceLeft
+        | KeyAction::ChoiceRight => {}
+    }
+    Vec::new()
+}

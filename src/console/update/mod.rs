@@ -1,0 +1,119 @@
+//! The pure update: `update(&mut State, Msg) -> Vec<Effect>`. No I/O, no clock: time
+//! arrives in `Msg::Tick`, data in `Msg::Fetched`, results in `Msg::Planned`/`Msg::Acted`.
+//! Keys go through `keys` (one handler per mode), the `:` line through `command`, the
+//! claim form through `form`, release/move/cordon through `actions`; what the sources
+//! send back through `sources`.
+
+mod actions;
+mod command;
+mod form;
+mod keys;
+mod sources;
+
+use ratatui::crossterm::event::KeyEventKind;
+
+use crate::sources::Action;
+
+use super::msg::{Effect, Msg};
+use super::state::{Flash, State, View};
+
+pub use command::{COMMANDS, complete, show_view};
+
+/// Applies one message; returns the effects for the driver.
+pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
+    match msg {
+        Msg::Tick(now) => sources::tick(state, now),
+        Msg::Resize { width, height } => {
+            state.size = (width, height);
+            state.dirty = true;
+            Vec::new()
+        }
+        Msg::Key(ev) => {
+            // Some terminals report releases and repeats too; act on presses only.
+            if ev.kind != KeyEventKind::Press {
+                return Vec::new();
+            }
+            state.dirty = true;
+            keys::key(state, ev)
+        }
+        Msg::Fetched { source, at, result } => {
+            sources::fetched(state, source, at, result);
+            Vec::new()
+        }
+        Msg::Planned { source, result } => {
+            sources::planned(state, source, result);
+            Vec::new()
+        }
+        Msg::Acted {
+            source,
+            action,
+            result,
+        } => sources::acted(state, source, &action, result),
+        Msg::Log(line) => {
+            state.push_log(line);
+            if state.view == View::Events {
+                state.dirty = true;
+            }
+            Vec::new()
+        }
+        Msg::Signal(name) => {
+            state.push_log(format!("{name}: leaving"));
+            quit(state)
+        }
+        Msg::InputClosed(why) => {
+            state.push_log(format!("terminal input closed ({why}): leaving"));
+            quit(state)
+        }
+    }
+}
+
+/// Leaves the console.
+pub(super) fn quit(state: &mut State) -> Vec<Effect> {
+    state.quit = true;
+    vec![Effect::Quit]
+}
+
+/// Shows a message on the status line and logs it.
+pub(super) fn flash(state: &mut State, text: impl Into<String>, error: bool) {
+    let text = text.into();
+    state.push_log(text.clone());
+    state.flash = Some(Flash {
+        text,
+        error,
+        at: state.now,
+    });
+    state.dirty = true;
+}
+
+/// Sends an action to its source, unless the console is read-only or the source cannot act.
+pub(super) fn act(state: &mut State, source: usize, action: Action) -> Vec<Effect> {
+    let Some(slot) = state.sources.get(source) else {
+        return Vec::new();
+    };
+    if state.readonly {
+        flash(
+            state,
+            format!("read-only: {} {} refused", action.verb(), action.target()),
+            true,
+        );
+        return Vec::new();
+    }
+    if !slot.can_act {
+        let text = format!(
+            "{}: this {} source is read-only; {} {} refused",
+            slot.name,
+            slot.kind,
+            action.verb(),
+            action.target()
+        );
+        flash(state, text, true);
+        return Vec::new();
+    }
+    state.push_log(format!(
+        "{}: {} {} sent",
+        slot.name,
+        action.verb(),
+        action.target()
+    ));
+    vec![Effect::Act { source, action }]
+}

@@ -1,0 +1,209 @@
+//! The Claims view: one row per claim (state, place, reservation, use, lease, age) and
+//! the selected claim's shares or why it is pending.
+
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Cell, Paragraph, Row, Table, Wrap};
+
+use crate::clock;
+use crate::console::state::{ClaimKey, SourceSlot, State, View};
+use crate::console::theme::Theme;
+use crate::snapshot::{ClaimState, ClaimView};
+use crate::units::Bytes;
+
+use super::common::{block, empty_note, list_row, short_bytes, title_with, window};
+
+/// The columns shown: a source column with several sources, more columns when wide.
+#[derive(Clone, Copy)]
+struct Columns {
+    multi: bool,
+    wide: bool,
+}
+
+impl Columns {
+    fn header(self) -> Vec<&'static str> {
+        let Columns { multi, wide } = self;
+        let mut header = Vec::new();
+        if multi {
+            header.push("SRC");
+        }
+        header.extend(["ID", "STATE", "PROJECT"]);
+        if wide {
+            header.push("HOLDER");
+        }
+        header.extend(["PLACE", "RESERVED", "USED"]);
+        if wide {
+            header.extend(["FRACTION", "FORM"]);
+        }
+        header.extend(["LEASE", "AGE"]);
+        header
+    }
+
+    fn widths(self) -> Vec<Constraint> {
+        let Columns { multi, wide } = self;
+        let mut widths = Vec::new();
+        if multi {
+            widths.push(Constraint::Length(8));
+        }
+        widths.extend([
+            Constraint::Length(6),
+            Constraint::Length(7),
+            Constraint::Length(10),
+        ]);
+        if wide {
+            widths.push(Constraint::Length(10));
+        }
+        widths.extend([
+            Constraint::Length(if wide { 20 } else { 16 }),
+            Constraint::Length(8),
+            Constraint::Length(7),
+        ]);
+        if wide {
+            widths.extend([Constraint::Length(10), Constraint::Fill(1)]);
+        }
+        // Lease and age, in two units: `59m59s`.
+        widths.extend([Constraint::Length(7), Constraint::Length(6)]);
+        widths
+    }
+}
+
+/// The claim list, and below it (when tall enough) the selected claim in words.
+pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
+    let cols = Columns {
+        wide: area.width >= 140,
+        multi: state.shown_sources().count() > 1,
+    };
+    let detail_h = if area.height >= 16 { 5 } else { 0 };
+    let [table_area, info] =
+        Layout::vertical([Constraint::Min(3), Constraint::Length(detail_h)]).areas(area);
+    let height = usize::from(table_area.height.saturating_sub(3));
+    let cur = state.cursor[View::Claims.position()];
+    let len = state.rows_claims.len();
+    let off = window(cur.selected, cur.offset, height, len);
+    let rows: Vec<Row> = state
+        .rows_claims
+        .iter()
+        .enumerate()
+        .skip(off)
+        .take(height)
+        .filter_map(|(i, k)| claim_row(state, *k, i == cur.selected, cols, theme))
+        .collect();
+    let t = Table::new(rows, cols.widths())
+        .header(Row::new(cols.header()).style(theme.header))
+        .block(block(title_with(state, "Claims", len, theme), theme));
+    frame.render_widget(t, table_area);
+    if len == 0 {
+        empty_note(frame, table_area, state, theme, "no claims");
+    }
+    if detail_h > 0
+        && let Some((slot, c)) = state.selected_claim().and_then(|k| state.claim(k))
+    {
+        selected_info(frame, info, slot, c, theme);
+    }
+}
+
+/// One claim's row; `None` when the key no longer names a claim.
+fn claim_row(
+    state: &State,
+    k: ClaimKey,
+    selected: bool,
+    cols: Columns,
+    theme: &Theme,
+) -> Option<Row<'static>> {
+    let Columns { multi, wide } = cols;
+    let (slot, c) = state.claim(k)?;
+    let stale = slot.is_stale(state.now, state.refresh_ms);
+    let mut cells: Vec<Cell> = Vec::new();
+    if multi {
+        cells.push(Cell::from(slot.name.clone()));
+    }
+    cells.push(Cell::from(c.id.to_string()));
+    cells.push(match c.state {
+        ClaimState::Placed if c.idle => Cell::from(Span::styled("idle", theme.idle)),
+        ClaimState::Placed => Cell::from(Span::styled("placed", theme.ok)),
+        ClaimState::Pending if c.infeasible => Cell::from(Span::styled("never", theme.critical)),
+        ClaimState::Pending => Cell::from(Span::styled("pending", theme.pending)),
+    });
+    cells.push(Cell::from(c.project.clone()));
+    if wide {
+        cells.push(Cell::from(c.holder.clone().unwrap_or_else(|| "-".into())));
+    }
+    cells.push(Cell::from(crate::sources::endpoint::place(c)));
+    cells.push(Cell::from(Span::styled(
+        short_bytes(c.memory_reserved),
+        theme.allocated,
+    )));
+    cells.push(match c.memory_used {
+        Some(u) if c.over_limit => Cell::from(Span::styled(
+            format!("{}!", short_bytes(u)),
+            theme.over_limit,
+        )),
+        Some(u) => Cell::from(Span::styled(short_bytes(u), theme.used)),
+        None => Cell::from(Span::styled("n/a", theme.dim)),
+    });
+    if wide {
+        cells.push(Cell::from(format!("{} GPU", c.compute_reserved)));
+        cells.push(Cell::from(c.form.clone()));
+    }
+    cells.push(Cell::from(c.lease_expires_at.map_or_else(
+        || "-".into(),
+        |t| {
+            if t <= state.now {
+                "expired".to_string()
+            } else {
+                clock::age(t.millis_since(state.now))
+            }
+        },
+    )));
+    // Engines that give no start time (Ray actors) leave it at 0: unknown, not 55 years.
+    cells.push(Cell::from(if c.created_at.0 == 0 {
+        "-".to_string()
+    } else {
+        clock::age(state.now.millis_since(c.created_at))
+    }));
+    Some(list_row(cells, selected, stale, theme))
+}
+
+/// The selected claim: its form, and its shares (or why it is pending).
+fn selected_info(frame: &mut Frame, info: Rect, slot: &SourceSlot, c: &ClaimView, theme: &Theme) {
+    let mut lines = vec![Line::from(vec![
+        Span::styled(format!("claim {} ", c.id), theme.title),
+        Span::styled(format!("on {}: ", slot.name), theme.dim),
+        Span::styled(c.form.clone(), theme.text),
+    ])];
+    if c.state == ClaimState::Pending {
+        if c.pending_reasons.is_empty() {
+            lines.push(Line::styled(
+                "waiting; no reason recorded yet",
+                theme.pending,
+            ));
+        }
+        for r in &c.pending_reasons {
+            lines.push(Line::styled(format!("why pending: {r}"), theme.pending));
+        }
+    } else {
+        let per: Vec<String> = c
+            .shares
+            .iter()
+            .map(|s| format!("GPU {}: {} / {} GPU", s.device, s.memory.iec(), s.compute))
+            .collect();
+        lines.push(Line::styled(per.join("  "), theme.allocated));
+        if c.over_limit {
+            lines.push(Line::styled(
+                format!(
+                    "over its limit: uses {} of {} reserved",
+                    c.memory_used.map_or_else(|| "?".into(), Bytes::iec),
+                    c.memory_reserved.iec()
+                ),
+                theme.over_limit,
+            ));
+        }
+    }
+    frame.render_widget(
+        Paragraph::new(lines)
+            .wrap(Wrap { trim: true })
+            .block(block(" Selected ", theme)),
+        info,
+    );
+}

@@ -1,0 +1,213 @@
+//! What every view shares: narrow-column formatters, the source badge, device flags,
+//! and the table pieces (bordered blocks, titles, scrolling windows, rows, notes, popups).
+
+use ratatui::Frame;
+use ratatui::layout::Rect;
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Cell, Paragraph, Row, Wrap};
+
+use crate::clock::{self, Timestamp};
+use crate::placement::Health;
+use crate::snapshot::DeviceView;
+use crate::units::{Bytes, Units};
+
+use crate::console::state::{SourceHealth, SourceSlot, State};
+use crate::console::theme::Theme;
+
+// ---------- formatting ----------
+
+/// Memory in a narrow column: `39.5G`, `512M`, `80G`.
+pub fn short_bytes(b: Bytes) -> String {
+    const GIB: f64 = (1u64 << 30) as f64;
+    const MIB: f64 = (1u64 << 20) as f64;
+    let v = b.0 as f64;
+    if b.0 == 0 {
+        "0".to_string()
+    } else if v >= 1024.0 * GIB {
+        format!("{:.1}T", v / (1024.0 * GIB))
+    } else if v >= 100.0 * GIB || b.0.is_multiple_of(1 << 30) {
+        format!("{:.0}G", v / GIB)
+    } else if v >= GIB {
+        format!("{:.1}G", v / GIB)
+    } else {
+        format!("{:.0}M", v / MIB)
+    }
+}
+
+/// A fraction of a GPU as a percentage.
+pub(super) fn pct(u: Units) -> String {
+    format!("{:.0}%", u.as_fraction() * 100.0)
+}
+
+/// The value, or `n/a` when it is not known.
+pub(super) fn na<T: ToString>(v: Option<T>) -> String {
+    v.map_or_else(|| "n/a".to_string(), |x| x.to_string())
+}
+
+/// `NVIDIA A100-SXM4-40GB` -> `A100-SXM4-40GB`.
+pub(super) fn short_model(m: &str) -> String {
+    m.strip_prefix("NVIDIA ").unwrap_or(m).to_string()
+}
+
+/// The source's health as a short badge and its style.
+pub fn badge(slot: &SourceSlot, now: Timestamp, refresh: u64, theme: &Theme) -> (String, Style) {
+    match slot.health(now, refresh) {
+        SourceHealth::Loading => ("… loading".to_string(), theme.dim),
+        SourceHealth::Ok => ("● live".to_string(), theme.ok),
+        SourceHealth::Stale { since } => (
+            format!("◌ STALE {}", clock::age(now.millis_since(since))),
+            theme.stale,
+        ),
+        SourceHealth::Down { since, .. } => (
+            format!("✖ DOWN {}", clock::age(now.millis_since(since))),
+            theme.stale,
+        ),
+    }
+}
+
+// ---------- devices ----------
+
+/// Device flags: what an operator should notice about it.
+pub fn device_flags(d: &DeviceView) -> Vec<&'static str> {
+    let mut f = Vec::new();
+    if d.cordoned {
+        f.push("cordon");
+    }
+    match &d.health {
+        Health::Healthy => {}
+        Health::Unhealthy(_) => f.push("unhealthy"),
+        Health::Lost => f.push("lost"),
+    }
+    if d.telemetry.as_ref().is_some_and(|t| t.lost) {
+        f.push("lost");
+    }
+    if d.memory_capacity.is_none() {
+        f.push("no-mem-info");
+    }
+    if allocated_but_idle(d) {
+        f.push("idle");
+    }
+    if d.unclaimed_memory.is_some_and(|b| b.0 > 0) {
+        f.push("unclaimed");
+    }
+    f
+}
+
+/// Memory is reserved but the GPU has done nothing for the whole recent history.
+pub fn allocated_but_idle(d: &DeviceView) -> bool {
+    let Some(t) = &d.telemetry else { return false };
+    if d.memory_allocated.0 == 0 {
+        return false;
+    }
+    let recent: Vec<u32> = t
+        .history_utilization
+        .iter()
+        .rev()
+        .take(30)
+        .copied()
+        .collect();
+    t.utilization_gpu == Some(0) && recent.iter().all(|u| *u == 0)
+}
+
+// ---------- table pieces ----------
+
+/// A bordered block with a styled title.
+pub(super) fn block<'a>(title: impl Into<Line<'a>>, theme: &Theme) -> Block<'a> {
+    Block::bordered()
+        .title(title.into().style(theme.title))
+        .border_style(theme.border)
+}
+
+/// First row to show so that `selected` is visible in `height` rows, starting from `offset`.
+pub(super) fn window(selected: usize, offset: usize, height: usize, len: usize) -> usize {
+    let height = height.max(1);
+    let mut off = offset.min(len.saturating_sub(1));
+    if selected < off {
+        off = selected;
+    } else if selected >= off + height {
+        off = selected + 1 - height;
+    }
+    off
+}
+
+/// A list's title: name, row count, sort column and filter.
+pub(super) fn title_with(state: &State, name: &str, count: usize, theme: &Theme) -> Line<'static> {
+    let mut spans = vec![Span::styled(format!(" {name} ({count}) "), theme.title)];
+    let cols = state.view.sort_columns();
+    if let Some(c) = cols.get(state.sort[state.view.position()]) {
+        let arrow = if state.sort_reverse[state.view.position()] {
+            "↑"
+        } else {
+            "↓"
+        };
+        spans.push(Span::styled(format!("sort:{c}{arrow} "), theme.dim));
+    }
+    if !state.filter.is_empty() {
+        spans.push(Span::styled(
+            format!("filter:{} ", state.filter),
+            theme.accent,
+        ));
+    }
+    Line::from(spans)
+}
+
+/// A table row: the selection highlighted, a stale source's rows dimmed.
+pub(super) fn list_row<'a>(
+    cells: Vec<Cell<'a>>,
+    selected: bool,
+    stale: bool,
+    theme: &Theme,
+) -> Row<'a> {
+    let row = Row::new(cells);
+    if selected {
+        row.style(theme.selection)
+    } else if stale {
+        row.style(theme.dim)
+    } else {
+        row
+    }
+}
+
+/// Why a list is empty: the filter, the sources' notes and errors.
+pub(super) fn empty_note(frame: &mut Frame, area: Rect, state: &State, theme: &Theme, what: &str) {
+    let mut lines = vec![Line::styled(
+        if state.filter.is_empty() {
+            what.to_string()
+        } else {
+            format!("{what} match the filter `{}`", state.filter)
+        },
+        theme.dim,
+    )];
+    for (_, s) in state.shown_sources() {
+        if let Some(n) = s.note.clone().or_else(|| {
+            s.data
+                .as_ref()
+                .and_then(|d| d.endpoint.telemetry_note.clone())
+        }) {
+            lines.push(Line::styled(format!("{}: {n}", s.name), theme.warn));
+        }
+        if let Some(e) = &s.error {
+            lines.push(Line::styled(format!("{}: {e}", s.name), theme.critical));
+        }
+    }
+    let inner = Rect {
+        x: area.x + 2,
+        y: area.y + 2,
+        width: area.width.saturating_sub(4),
+        height: area.height.saturating_sub(3),
+    };
+    frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: true }), inner);
+}
+
+/// A centered rectangle of at most `w` x `h` inside `area`, for overlays.
+pub(super) fn popup(area: Rect, w: u16, h: u16) -> Rect {
+    let w = w.min(area.width);
+    let h = h.min(area.height);
+    Rect {
+        x: area.x + (area.width - w) / 2,
+        y: area.y + (area.height - h) / 2,
+        width: w,
+        height: h,
+    }
+}

@@ -1,0 +1,176 @@
+//! The Fair share view: projects' accounts per resource (debt, target, use, backoff) and
+//! why a project is not served now.
+
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Rect};
+use ratatui::text::Span;
+use ratatui::widgets::{Cell, Paragraph, Row, Table, Wrap};
+
+use crate::clock::{self, Timestamp};
+use crate::console::state::{State, View};
+use crate::console::theme::Theme;
+use crate::snapshot::ProjectResourceView;
+
+use super::common::{block, empty_note, list_row, short_model, title_with, window};
+
+/// Per project: share, running, pending, debt; then one line per resource account.
+pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
+    let height = usize::from(area.height.saturating_sub(3));
+    let cur = state.cursor[View::Ledger.position()];
+    let multi = state.shown_sources().count() > 1;
+    let mut rows = Vec::new();
+    let mut selected_line = 0usize;
+    for (i, k) in state.rows_projects.iter().enumerate() {
+        let Some((slot, p)) = state.project(*k) else {
+            continue;
+        };
+        if i == cur.selected {
+            selected_line = rows.len();
+        }
+        let sel = i == cur.selected;
+        let first = |r: Option<&ProjectResourceView>| {
+            let mut cells: Vec<Cell> = Vec::new();
+            if multi {
+                cells.push(Cell::from(slot.name.clone()));
+            }
+            cells.extend([
+                Cell::from(p.name.clone()),
+                Cell::from(p.share.to_string()),
+                Cell::from(p.running.to_string()),
+                Cell::from(Span::styled(
+                    p.pending.to_string(),
+                    if p.pending > 0 {
+                        theme.pending
+                    } else {
+                        theme.text
+                    },
+                )),
+                Cell::from(format!("{:.0}", p.overall_debt)),
+            ]);
+            cells.extend(resource_cells(r, state.now, theme));
+            cells
+        };
+        let mut row = Row::new(first(p.resources.first()));
+        if sel {
+            row = row.style(theme.selection);
+        }
+        rows.push(row);
+        for r in p.resources.iter().skip(1) {
+            let mut cells: Vec<Cell> = Vec::new();
+            if multi {
+                cells.push(Cell::from(""));
+            }
+            cells.extend((0..5).map(|_| Cell::from("")));
+            cells.extend(resource_cells(Some(r), state.now, theme));
+            rows.push(list_row(cells, sel, false, theme));
+        }
+    }
+    let len = rows.len();
+    let off = window(selected_line, cur.offset, height, len);
+    let rows: Vec<Row> = rows.into_iter().skip(off).take(height).collect();
+    let mut header = Vec::new();
+    if multi {
+        header.push("SRC");
+    }
+    header.extend([
+        "PROJECT",
+        "SHARE",
+        "RUN",
+        "PEND",
+        "DEBT",
+        "RESOURCE",
+        "DEBT",
+        "TARGET",
+        "USED",
+        "D",
+        "BACKOFF",
+        "WHY NOT NOW",
+    ]);
+    let mut widths = Vec::new();
+    if multi {
+        widths.push(Constraint::Length(8));
+    }
+    widths.extend([
+        Constraint::Length(10),
+        Constraint::Length(5),
+        Constraint::Length(4),
+        Constraint::Length(4),
+        Constraint::Length(7),
+        // Wide enough for `A100-SXM4-40GB` and `H100 80GB HBM3`: the model tells types apart.
+        Constraint::Length(14),
+        Constraint::Length(7),
+        Constraint::Length(6),
+        Constraint::Length(5),
+        Constraint::Length(1),
+        // `11m56s/20m`: time left and interval.
+        Constraint::Length(10),
+        Constraint::Fill(1),
+    ]);
+    let t = Table::new(rows, widths)
+        .header(Row::new(header).style(theme.header))
+        .block(block(
+            title_with(state, "Fair share", state.rows_projects.len(), theme),
+            theme,
+        ));
+    frame.render_widget(t, area);
+    let no_accounts = state
+        .rows_projects
+        .iter()
+        .filter_map(|k| state.project(*k))
+        .all(|(_, p)| p.resources.is_empty());
+    if state.rows_projects.is_empty() {
+        empty_note(frame, area, state, theme, "no projects");
+    } else if no_accounts && area.height > 6 {
+        let y = area.y + 2 + u16::try_from(state.rows_projects.len().min(height)).unwrap_or(0);
+        if y + 1 < area.y + area.height {
+            frame.render_widget(
+                Paragraph::new("no per-resource accounts from these sources (debts, backoffs): their fair-share ledger is not reported")
+                    .style(theme.dim)
+                    .wrap(Wrap { trim: true }),
+                Rect { x: area.x + 2, y, width: area.width.saturating_sub(4), height: (area.y + area.height - 1).saturating_sub(y) },
+            );
+        }
+    }
+}
+
+/// A resource account's cells: model, debt, target, use, eligibility, backoff, reason.
+fn resource_cells(
+    r: Option<&ProjectResourceView>,
+    now: Timestamp,
+    theme: &Theme,
+) -> Vec<Cell<'static>> {
+    let Some(r) = r else {
+        return (0..7).map(|_| Cell::from("")).collect();
+    };
+    let backoff = match (r.backoff_until, r.backoff_interval_s) {
+        (Some(t), i) if t > now => Cell::from(Span::styled(
+            format!(
+                "{}/{}",
+                clock::age(t.millis_since(now)),
+                i.map_or_else(|| "?".into(), |s| clock::age(s * 1000))
+            ),
+            theme.warn,
+        )),
+        _ => Cell::from("-"),
+    };
+    vec![
+        // `gpu:NVIDIA A100-SXM4-80GB` -> `A100-SXM4-80GB`: the model is what tells types apart.
+        Cell::from(
+            r.resource
+                .strip_prefix("gpu:")
+                .map_or_else(|| r.resource.clone(), short_model),
+        ),
+        Cell::from(Span::styled(
+            format!("{:.0}", r.debt),
+            if r.debt < 0.0 { theme.warn } else { theme.text },
+        )),
+        Cell::from(format!("{:.2}", r.target)),
+        Cell::from(format!("{:.2}", r.used)),
+        Cell::from(if r.eligible { "D" } else { "-" }),
+        backoff,
+        Cell::from(Span::styled(
+            r.reason.clone().unwrap_or_default(),
+            theme.dim,
+        )),
+    ]
+}

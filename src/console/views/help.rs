@@ -1,0 +1,64 @@
+//! The help overlay: every key action with its keys, in one or two columns, scrolling.
+
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Clear, Paragraph};
+
+use super::common::{block, popup};
+use crate::console::keymap::{Context, KeyAction};
+use crate::console::state::State;
+use crate::console::theme::Theme;
+
+/// The keys, generated from the keymap (mutating ones hidden when read-only).
+pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
+    let r = popup(area, 130, area.height.saturating_sub(2).max(6));
+    frame.render_widget(Clear, r);
+    let mut lines = Vec::new();
+    for (ctx, title) in [
+        (Context::Normal, "Keys"),
+        (Context::Dialog, "In forms and dialogs"),
+    ] {
+        lines.push(Line::styled(title, theme.header));
+        for a in KeyAction::ALL
+            .iter()
+            .filter(|a| a.context() == ctx && !(state.readonly && a.mutates()))
+        {
+            lines.push(Line::from(vec![
+                Span::styled(format!("{:<14}", state.keymap.keys_of(*a)), theme.accent),
+                Span::styled(a.help().to_string(), theme.text),
+            ]));
+        }
+    }
+    if state.readonly {
+        lines.push(Line::styled(
+            "read-only: claim, release, move, cordon and reset are off",
+            theme.warn,
+        ));
+    }
+    lines.push(Line::styled(
+        ": commands: view names, source NAME|all, sort COL, filter TEXT, cordon, uncordon, reset PROJECT, quit",
+        theme.dim,
+    ));
+    // Two columns when wide enough.
+    let blk = block(" Help (? or Esc closes, j/k scroll) ", theme);
+    let inner = blk.inner(r);
+    frame.render_widget(blk, r);
+    if inner.width >= 120 && lines.len() > usize::from(inner.height) {
+        let half = lines.len().div_ceil(2);
+        let right = lines.split_off(half);
+        let [a, b] = Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)])
+            .areas(inner);
+        frame.render_widget(Paragraph::new(lines), a);
+        frame.render_widget(Paragraph::new(right), b);
+    } else {
+        // Scrolls (j/k, PgUp/PgDn) when it does not fit; never past its last line.
+        let last = u16::try_from(lines.len())
+            .unwrap_or(u16::MAX)
+            .saturating_sub(inner.height);
+        frame.render_widget(
+            Paragraph::new(lines).scroll((state.help_scroll.min(last), 0)),
+            inner,
+        );
+    }
+}

@@ -1,0 +1,72 @@
+//! Drawing: reads the state and the theme, never the clock or the network. Only the
+//! rows in view are built, so a fleet of thousands of devices draws in the same time as
+//! a screenful. One file per view and per overlay; `common` holds what they share.
+
+mod chrome;
+mod claims;
+mod common;
+mod confirm;
+mod detail;
+mod events;
+mod fairshare;
+mod form;
+mod gpus;
+mod help;
+mod movepick;
+mod overview;
+
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout};
+use ratatui::widgets::{Block, Paragraph, Wrap};
+
+use super::state::{Mode, State, View};
+use super::theme::Theme;
+
+pub use common::{allocated_but_idle, badge, device_flags, short_bytes};
+
+/// Smallest size the views are drawn at; below it a notice is shown.
+pub const MIN_SIZE: (u16, u16) = (40, 8);
+
+/// Draws the whole screen.
+pub fn draw(frame: &mut Frame, state: &State, theme: &Theme) {
+    let area = frame.area();
+    frame.render_widget(Block::default().style(theme.text), area);
+    if area.width < MIN_SIZE.0 || area.height < MIN_SIZE.1 {
+        let p = Paragraph::new(format!(
+            "gpuboard: terminal too small ({}x{}); needs {}x{}",
+            area.width, area.height, MIN_SIZE.0, MIN_SIZE.1
+        ))
+        .style(theme.warn)
+        .wrap(Wrap { trim: true });
+        frame.render_widget(p, area);
+        return;
+    }
+    let hints = area.height >= 12;
+    let [tabs, body, hint, status] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Min(1),
+        Constraint::Length(u16::from(hints)),
+        Constraint::Length(1),
+    ])
+    .areas(area);
+    chrome::tabs(frame, tabs, state, theme);
+    match state.view {
+        View::Overview => overview::draw(frame, body, state, theme),
+        View::Gpus => gpus::draw(frame, body, state, theme),
+        View::Claims => claims::draw(frame, body, state, theme),
+        View::Ledger => fairshare::draw(frame, body, state, theme),
+        View::Detail => detail::draw(frame, body, state, theme),
+        View::Events => events::draw(frame, body, state, theme),
+    }
+    if hints {
+        chrome::hints(frame, hint, state, theme);
+    }
+    chrome::status(frame, status, state, theme);
+    match &state.mode {
+        Mode::Help => help::draw(frame, area, state, theme),
+        Mode::Form(_) => form::draw(frame, area, state, theme),
+        Mode::Confirm(_) => confirm::draw(frame, area, state, theme),
+        Mode::Move(_) => movepick::draw(frame, area, state, theme),
+        _ => {}
+    }
+}

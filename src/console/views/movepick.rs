@@ -1,0 +1,54 @@
+//! The move overlay: pick the GPU a claim moves to.
+
+use ratatui::Frame;
+use ratatui::layout::Rect;
+use ratatui::text::Line;
+use ratatui::widgets::{Clear, Paragraph, Wrap};
+
+use super::common::{block, popup, short_model, window};
+use crate::console::state::{Mode, State};
+use crate::console::theme::Theme;
+
+/// The move target picker: the other GPUs of the claim's source.
+pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
+    let Mode::Move(m) = &state.mode else { return };
+    let r = popup(area, 72, 18);
+    frame.render_widget(Clear, r);
+    let blk = block(format!(" Move claim {} from {} ", m.id, m.from), theme);
+    let inner = blk.inner(r);
+    frame.render_widget(blk, r);
+    let h = usize::from(inner.height.saturating_sub(3));
+    let off = window(m.selected, 0, h, m.targets.len());
+    let mut lines: Vec<Line> = m
+        .targets
+        .iter()
+        .enumerate()
+        .skip(off)
+        .take(h)
+        .map(|(i, (node, idx, model, free))| {
+            Line::styled(
+                format!("{node}:{idx}  {}  {free}", short_model(model)),
+                if i == m.selected {
+                    theme.selection
+                } else {
+                    theme.text
+                },
+            )
+        })
+        .collect();
+    if m.targets.is_empty() {
+        lines.push(Line::styled("no other GPU on this source", theme.dim));
+    }
+    lines.push(Line::styled(
+        if m.sent {
+            "moving…"
+        } else {
+            "↑/↓ pick · Enter move · Esc cancel"
+        },
+        theme.dim,
+    ));
+    if let Some(e) = &m.error {
+        lines.push(Line::styled(e.clone(), theme.flash_error));
+    }
+    frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: true }), inner);
+}

@@ -1,0 +1,273 @@
+//! The Overview view: fleet totals (memory, compute, claims, waste) over the shown
+//! sources, and one row per source with its health.
+
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Cell, Paragraph, Row, Table, Wrap};
+
+use crate::placement::Health;
+use crate::snapshot::ClaimState;
+use crate::units::Bytes;
+
+use super::common::{allocated_but_idle, badge, block, short_bytes};
+use crate::console::state::State;
+use crate::console::theme::Theme;
+
+/// Totals over the shown sources' devices and claims.
+#[derive(Clone, Copy, Default)]
+struct Totals {
+    gpus: usize,
+    cordoned: usize,
+    bad: usize,
+    cap: u64,
+    alloc: u64,
+    used: u64,
+    free: u64,
+    stranded: u64,
+    used_known: bool,
+    compute: u64,
+    unclaimed: u64,
+    idle_devs: usize,
+    placed: usize,
+    pending: usize,
+    over: usize,
+    idle: usize,
+}
+
+/// Totals at the top, the sources below, and long source notes under the table.
+pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
+    let [top, bottom] = Layout::vertical([Constraint::Length(9), Constraint::Min(3)]).areas(area);
+    frame.render_widget(Paragraph::new(total_lines(&totals(state), theme)), top);
+    sources_table(frame, bottom, state, theme);
+    source_notes(frame, bottom, state, theme);
+}
+
+fn totals(state: &State) -> Totals {
+    let mut t = Totals::default();
+    for (_, s) in state.shown_sources() {
+        let Some(d) = &s.data else { continue };
+        for (_, dev) in d.devices() {
+            t.gpus += 1;
+            t.cordoned += usize::from(dev.cordoned);
+            t.bad += usize::from(dev.health != Health::Healthy);
+            t.cap += dev.memory_capacity.unwrap_or_default().0;
+            t.alloc += dev.memory_allocated.0;
+            t.free += dev.memory_free.0;
+            t.compute += u64::from(dev.compute_allocated.0);
+            if let Some(u) = dev.telemetry.as_ref().and_then(|t| t.memory_used) {
+                t.used += u.0;
+                t.used_known = true;
+            }
+            t.unclaimed += dev.unclaimed_memory.unwrap_or_default().0;
+            t.idle_devs += usize::from(allocated_but_idle(dev));
+            // Free memory nobody can claim: no compute or slots left, or cordoned.
+            if dev.cordoned || dev.compute_free.0 == 0 || dev.slots_free.0 == 0 {
+                t.stranded += dev.memory_free.0;
+            }
+        }
+        for c in &d.claims {
+            match c.state {
+                ClaimState::Placed => t.placed += 1,
+                ClaimState::Pending => t.pending += 1,
+            }
+            t.over += usize::from(c.over_limit);
+            t.idle += usize::from(c.idle);
+        }
+    }
+    t
+}
+
+fn pct_of(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 * 100.0 / b as f64
+    }
+}
+
+fn total_lines(t: &Totals, theme: &Theme) -> Vec<Line<'static>> {
+    let Totals {
+        gpus,
+        cordoned,
+        bad,
+        cap,
+        alloc,
+        used,
+        free,
+        stranded,
+        used_known,
+        compute,
+        unclaimed,
+        idle_devs,
+        placed,
+        pending,
+        over,
+        idle,
+    } = *t;
+    let kv = |k: &str, v: String, style: Style| {
+        Line::from(vec![
+            Span::styled(format!("{k:<18}"), theme.dim),
+            Span::styled(v, style),
+        ])
+    };
+    vec![
+        kv(
+            "GPUs",
+            format!("{gpus} ({cordoned} cordoned, {bad} unhealthy or lost)"),
+            theme.text,
+        ),
+        kv(
+            "Memory allocated",
+            format!(
+                "{} of {} ({:.0}%)",
+                short_bytes(Bytes(alloc)),
+                short_bytes(Bytes(cap)),
+                pct_of(alloc, cap)
+            ),
+            theme.allocated,
+        ),
+        kv(
+            "Memory used",
+            if used_known {
+                format!("{} ({:.0}%)", short_bytes(Bytes(used)), pct_of(used, cap))
+            } else {
+                "n/a (no telemetry)".to_string()
+            },
+            theme.used,
+        ),
+        kv(
+            "Memory free",
+            format!(
+                "{} ({} stranded)",
+                short_bytes(Bytes(free)),
+                short_bytes(Bytes(stranded))
+            ),
+            theme.free,
+        ),
+        kv(
+            "Compute allocated",
+            format!(
+                "{:.2} of {gpus} GPUs",
+                compute as f64 / f64::from(crate::units::UNITS_PER_DEVICE)
+            ),
+            theme.allocated,
+        ),
+        kv(
+            "Claims",
+            format!("{placed} placed, {pending} pending"),
+            if pending > 0 {
+                theme.pending
+            } else {
+                theme.text
+            },
+        ),
+        kv(
+            "Over limit",
+            format!("{over} claims"),
+            if over > 0 {
+                theme.over_limit
+            } else {
+                theme.text
+            },
+        ),
+        kv(
+            "Idle",
+            format!("{idle} claims, {idle_devs} GPUs allocated but idle"),
+            if idle > 0 { theme.idle } else { theme.text },
+        ),
+        kv(
+            "Unclaimed use",
+            short_bytes(Bytes(unclaimed)),
+            if unclaimed > 0 {
+                theme.rogue
+            } else {
+                theme.text
+            },
+        ),
+    ]
+}
+
+/// One row per source: kind, health badge, counts and its note or error.
+fn sources_table(frame: &mut Frame, bottom: Rect, state: &State, theme: &Theme) {
+    let header =
+        Row::new(["SOURCE", "KIND", "HEALTH", "GPUS", "CLAIMS", "NOTE"]).style(theme.header);
+    let rows: Vec<Row> = state
+        .sources
+        .iter()
+        .map(|s| {
+            let (b, style) = badge(s, state.now, state.refresh_ms, theme);
+            let (g, c) = s
+                .data
+                .as_ref()
+                .map_or((0, 0), |d| (d.devices().count(), d.claims.len()));
+            let note = s
+                .error
+                .clone()
+                .or_else(|| s.note.clone())
+                .or_else(|| {
+                    s.data
+                        .as_ref()
+                        .and_then(|d| d.endpoint.telemetry_note.clone())
+                })
+                .unwrap_or_default();
+            Row::new(vec![
+                Cell::from(s.name.clone()),
+                Cell::from(s.kind.clone()),
+                Cell::from(Span::styled(b, style)),
+                Cell::from(g.to_string()),
+                Cell::from(c.to_string()),
+                Cell::from(Span::styled(
+                    note,
+                    if s.error.is_some() {
+                        theme.critical
+                    } else {
+                        theme.dim
+                    },
+                )),
+            ])
+        })
+        .collect();
+    let t = Table::new(
+        rows,
+        [
+            Constraint::Length(12),
+            Constraint::Length(9),
+            // `◌ STALE 59m59s`.
+            Constraint::Length(14),
+            Constraint::Length(5),
+            Constraint::Length(7),
+            Constraint::Fill(1),
+        ],
+    )
+    .header(header)
+    .block(block(" Sources ", theme));
+    frame.render_widget(t, bottom);
+}
+
+/// A long note (no GPUs here, how to see the demo) wraps below the table when it fits.
+fn source_notes(frame: &mut Frame, bottom: Rect, state: &State, theme: &Theme) {
+    let notes: Vec<String> = state
+        .sources
+        .iter()
+        .filter_map(|s| s.note.clone().map(|n| format!("{}: {n}", s.name)))
+        .collect();
+    let need = u16::try_from(state.sources.len())
+        .unwrap_or(u16::MAX)
+        .saturating_add(3);
+    if !notes.is_empty() && bottom.height > need + 1 {
+        let r = Rect {
+            x: bottom.x + 1,
+            y: bottom.y + need,
+            width: bottom.width.saturating_sub(2),
+            height: bottom.height.saturating_sub(need + 1),
+        };
+        frame.render_widget(
+            Paragraph::new(notes.join("\n"))
+                .style(theme.warn)
+                .wrap(Wrap { trim: true }),
+            r,
+        );
+    }
+}
