@@ -1,5 +1,5 @@
 //! Drawing cost at scale: a demo fleet of 1 000 nodes x 8 GPUs with about 20 000 claims,
-//! GPUs and Claims views at 160x48 into ratatui's TestBackend (the same code path as the
+//! GPUs and Claims views at 160x48 into ratatui's `TestBackend` (the same code path as the
 //! terminal, minus the write). Also the cost of rebuilding the sorted rows after a fetch.
 #![allow(clippy::unwrap_used)]
 

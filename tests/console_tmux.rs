@@ -1,7 +1,12 @@
 //! Drives the real binary in tmux with `--demo`: open the claim form, claim 10 GiB, see
 //! it in Claims, release it with confirmation, quit, and check the terminal was restored.
 //! `scripts/test` installs tmux.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::unused_self
+)]
 
 use std::process::Command;
 use std::time::{Duration, Instant};

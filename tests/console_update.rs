@@ -495,10 +495,10 @@ fn quitting_filtering_commands_and_sources() {
 struct Counting(AtomicUsize);
 
 impl Source for Counting {
-    fn name(&self) -> &str {
+    fn name(&self) -> &'static str {
         "counting"
     }
-    fn kind(&self) -> &str {
+    fn kind(&self) -> &'static str {
         "test"
     }
     fn can_act(&self) -> bool {

@@ -1,6 +1,11 @@
 //! The fair-share scheduler on a simulated clock: the source's example and its
 //! variations, bounded debts, and no starvation.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::format_push_string
+)]
 
 use gpuboard::simulate::{Scenario, SimReport, run_scenario};
 use proptest::prelude::*;

@@ -1,6 +1,11 @@
 //! The real NVML code path (nvml-wrapper, `NvmlBackend`, the sampler, the binary) against
 //! the fake NVML library built from `tests/fake-nvml`.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::match_wildcard_for_single_variants
+)]
 
 mod common;
 

@@ -7,7 +7,13 @@
 //! Needs Debian's `slurm-wlm`, `slurmrestd` and `munge` (scripts/test installs them) and
 //! root (the daemons run as root; slurmrestd drops to `nobody`, as it must).
 //! `GPUBOARD_SKIP_PEERS=slurm` skips the real-cluster test.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::format_collect,
+    clippy::items_after_statements
+)]
 
 mod common;
 

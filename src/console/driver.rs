@@ -203,10 +203,10 @@ pub fn perform(
                 let user = std::env::var("USER").unwrap_or_else(|_| "?".to_string());
                 match &result {
                     Ok(o) => {
-                        tracing::info!(actor = %user, action = action.verb(), target = %action.target(), source = %name, "{}", o.message())
+                        tracing::info!(actor = %user, action = action.verb(), target = %action.target(), source = %name, "{}", o.message());
                     }
                     Err(e) => {
-                        tracing::warn!(actor = %user, action = action.verb(), target = %action.target(), source = %name, "refused: {e}")
+                        tracing::warn!(actor = %user, action = action.verb(), target = %action.target(), source = %name, "refused: {e}");
                     }
                 }
                 let _ = tx.send(Msg::Acted {

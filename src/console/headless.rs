@@ -2,6 +2,7 @@
 //! snapshot with its health, versioned, numbers only) and `--dump-screen VIEW` (the real
 //! view drawn into ratatui's `TestBackend`, printed as text).
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -229,8 +230,9 @@ pub fn table(status: &Status) -> String {
                     .sum::<u64>(),
             )
         });
-        out.push_str(&format!(
-            "{:<12} {:<9} {:<7} {:>4}  {:>6}  {:>7}  {}/{}\n",
+        let _ = writeln!(
+            out,
+            "{:<12} {:<9} {:<7} {:>4}  {:>6}  {:>7}  {}/{}",
             s.name,
             s.kind,
             s.health,
@@ -239,12 +241,12 @@ pub fn table(status: &Status) -> String {
             p,
             views::short_bytes(crate::units::Bytes(a)),
             views::short_bytes(crate::units::Bytes(cap)),
-        ));
+        );
         if let Some(e) = &s.error {
-            out.push_str(&format!("  error: {e}\n"));
+            let _ = writeln!(out, "  error: {e}");
         }
         if let Some(n) = &s.note {
-            out.push_str(&format!("  note: {n}\n"));
+            let _ = writeln!(out, "  note: {n}");
         }
     }
     out

@@ -260,7 +260,11 @@ fn find(spec: &str, dirs: &[PathBuf]) -> Result<(String, String), ThemeError> {
         return Ok(((*name).to_string(), (*text).to_string()));
     }
     let as_path = Path::new(spec);
-    let candidates: Vec<PathBuf> = if spec.contains('/') || spec.ends_with(".toml") {
+    let candidates: Vec<PathBuf> = if spec.contains('/')
+        || Path::new(spec)
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("toml"))
+    {
         vec![as_path.to_path_buf()]
     } else {
         dirs.iter()

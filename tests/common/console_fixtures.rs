@@ -159,7 +159,7 @@ pub fn lab_snapshot() -> Snapshot {
         .devices()
         .flat_map(|(_, d)| d.telemetry.iter().flat_map(|t| t.processes.iter()))
         .filter_map(|p| Some((p.claim?, p.used_memory?)))
-        .fold(Default::default(), |mut m, (id, b)| {
+        .fold(std::collections::BTreeMap::default(), |mut m, (id, b)| {
             *m.entry(id).or_insert(Bytes(0)) += b;
             m
         });

@@ -126,6 +126,8 @@ pub enum Mode {
 }
 
 /// The console's whole state.
+// Independent switches (read-only, dirty, quitting...), not a state machine.
+#[allow(clippy::struct_excessive_bools)]
 #[derive(Clone, Debug, PartialEq)]
 pub struct State {
     /// Now, from ticks: drawing reads this, never the clock.

@@ -119,7 +119,7 @@ impl State {
             }),
             Some("age") => claims.sort_by_key(|k| claim(k).map_or(0, |c| c.created_at.0)),
             Some("state") => {
-                claims.sort_by_key(|k| claim(k).map(|c| (c.state != ClaimState::Pending, c.id)))
+                claims.sort_by_key(|k| claim(k).map(|c| (c.state != ClaimState::Pending, c.id)));
             }
             _ => claims.sort_by_key(|k| (k.source, claim(k).map(|c| c.id))),
         }

@@ -7,7 +7,7 @@ use super::keys::normal_action;
 use super::{act, flash, quit};
 use crate::console::keymap::{Context, KeyAction};
 use crate::console::msg::Effect;
-use crate::console::state::{Mode, State, View};
+use crate::console::state::{Cursor, Mode, State, View};
 
 /// The commands the `:` line accepts (beyond view names and key actions).
 pub const COMMANDS: &[&str] = &[
@@ -175,20 +175,20 @@ pub(super) fn command(state: &mut State, text: &str) -> Vec<Effect> {
                 .filter_map(|k| state.project(*k).map(|(s, p)| (k.source, s, p)))
                 .find(|(_, _, p)| p.name == arg)
                 .map(|(i, _, _)| i);
-            match found {
-                Some(src) => act(state, src, Action::ResetProject { project: arg }),
-                None => {
-                    flash(state, format!("no project `{arg}` in view"), true);
-                    Vec::new()
-                }
+            if let Some(src) = found {
+                act(state, src, Action::ResetProject { project: arg })
+            } else {
+                flash(state, format!("no project `{arg}` in view"), true);
+                Vec::new()
             }
         }
-        other => match crate::console::keymap::KeyAction::ALL
-            .iter()
-            .find(|a| a.name() == other && a.context() == Context::Normal)
-        {
-            Some(a) => normal_action(state, *a),
-            None => {
+        other => {
+            if let Some(a) = crate::console::keymap::KeyAction::ALL
+                .iter()
+                .find(|a| a.name() == other && a.context() == Context::Normal)
+            {
+                normal_action(state, *a)
+            } else {
                 flash(
                     state,
                     format!("unknown command `{other}`; Tab completes, `help` lists the keys"),
@@ -196,7 +196,7 @@ pub(super) fn command(state: &mut State, text: &str) -> Vec<Effect> {
                 );
                 Vec::new()
             }
-        },
+        }
     }
 }
 
@@ -231,6 +231,6 @@ pub(super) fn open_detail(state: &mut State) {
     };
     if key.is_some() {
         state.detail = key;
-        state.cursor[View::Detail.position()] = Default::default();
+        state.cursor[View::Detail.position()] = Cursor::default();
     }
 }
