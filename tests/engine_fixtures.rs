@@ -9,7 +9,7 @@ use gpuboard::clock::Timestamp;
 use gpuboard::snapshot::{ClaimState, EndpointInfo, Snapshot};
 use gpuboard::sources::json::At;
 use gpuboard::sources::prometheus::{self, NodeLabels, join_telemetry};
-use gpuboard::sources::ray::{self, Answer, AnswerError, RayAnswers};
+use gpuboard::sources::ray::{self, RayAnswerError, RayAnswerKind, RayAnswers};
 use gpuboard::units::{Bytes, Units};
 use serde_json::Value;
 
@@ -154,8 +154,8 @@ fn ray_wrong_types_name_the_answer_and_path() {
         a.nodes["data"]["summary"][0]["raylet"]["coreWorkersStats"][0]["usedResources"]["GPU"]["resourceSlots"]
             [0]["allocation"] = Value::String("a quarter".into());
     });
-    assert_eq!(e.answer, Answer::Nodes);
-    let AnswerError::Shape(msg) = e.error else {
+    assert_eq!(e.answer, RayAnswerKind::Nodes);
+    let RayAnswerError::Shape(msg) = e.error else {
         panic!("{e:?}")
     };
     assert_eq!(
@@ -163,9 +163,9 @@ fn ray_wrong_types_name_the_answer_and_path() {
         "`data.summary[0].raylet.coreWorkersStats[0].usedResources.GPU.resourceSlots[0].allocation`: expected a number, found a string \"a quarter\""
     );
     let e = ray_error(|a| a.tasks["data"]["result"]["result"] = Value::Bool(true));
-    assert_eq!(e.answer, Answer::Tasks);
+    assert_eq!(e.answer, RayAnswerKind::Tasks);
     assert!(
-        matches!(e.error, AnswerError::Shape(ref m) if m.contains("data.result.result")),
+        matches!(e.error, RayAnswerError::Shape(ref m) if m.contains("data.result.result")),
         "{e:?}"
     );
 }
@@ -175,13 +175,13 @@ fn ray_failures_and_foreign_json_are_told_apart() {
     let e = ray_error(|a| {
         a.nodes = serde_json::json!({"result": false, "msg": "Unknown view bogus", "data": {}});
     });
-    assert_eq!(e.error, AnswerError::Failed("Unknown view bogus".into()));
+    assert_eq!(e.error, RayAnswerError::Failed("Unknown view bogus".into()));
     let e = ray_error(|a| a.version = serde_json::json!({"status": "success"}));
-    assert_eq!(e.answer, Answer::Version);
-    assert!(matches!(e.error, AnswerError::NotRay(_)));
+    assert_eq!(e.answer, RayAnswerKind::Version);
+    assert!(matches!(e.error, RayAnswerError::NotRay(_)));
     let e = ray_error(|a| a.actors = serde_json::json!([1, 2]));
     assert!(
-        matches!(e.error, AnswerError::NotRay(ref m) if m.contains("an array of 2")),
+        matches!(e.error, RayAnswerError::NotRay(ref m) if m.contains("an array of 2")),
         "{e:?}"
     );
 }

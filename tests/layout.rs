@@ -146,3 +146,35 @@ fn no_source_file_is_too_long_to_read() {
         long.join("\n")
     );
 }
+
+#[test]
+fn no_two_public_types_share_a_name() {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        for line in shipped(&text).lines() {
+            let t = line.trim_start();
+            for kind in ["pub struct ", "pub enum ", "pub trait ", "pub type "] {
+                if let Some(rest) = t.strip_prefix(kind) {
+                    let name: String = rest
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    seen.entry(name).or_default().push(f.display().to_string());
+                }
+            }
+        }
+    }
+    let twice: Vec<String> = seen
+        .iter()
+        .filter(|(_, at)| at.len() > 1)
+        .map(|(name, at)| format!("{name}: {}", at.join(", ")))
+        .collect();
+    assert!(
+        twice.is_empty(),
+        "one name per concept; these public types share a name:\n{}",
+        twice.join("\n")
+    );
+}

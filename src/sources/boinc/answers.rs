@@ -14,18 +14,18 @@ pub struct BoincAnswers {
 
 /// Which answer something was wrong with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Answer {
+pub enum BoincAnswerKind {
     /// `<get_state/>`.
     State,
     /// `<get_cc_status/>`.
     CcStatus,
 }
 
-impl Answer {
+impl BoincAnswerKind {
     pub(super) fn request(self) -> &'static str {
         match self {
-            Answer::State => "<get_state/>",
-            Answer::CcStatus => "<get_cc_status/>",
+            BoincAnswerKind::State => "<get_state/>",
+            BoincAnswerKind::CcStatus => "<get_cc_status/>",
         }
     }
 }
@@ -35,13 +35,13 @@ impl Answer {
 #[error("reply to {}: {what}", answer.request())]
 pub struct BoincParseError {
     /// Which answer.
-    pub answer: Answer,
+    pub answer: BoincAnswerKind,
     /// What was wrong, naming the element.
     pub what: String,
 }
 
 /// A parse error in `answer`.
-pub(super) fn bad(answer: Answer, what: impl Into<String>) -> BoincParseError {
+pub(super) fn bad(answer: BoincAnswerKind, what: impl Into<String>) -> BoincParseError {
     BoincParseError {
         answer,
         what: what.into(),
@@ -50,7 +50,7 @@ pub(super) fn bad(answer: Answer, what: impl Into<String>) -> BoincParseError {
 
 /// Reads an optional number; present but not a finite number is an error naming the element.
 pub(super) fn num(
-    answer: Answer,
+    answer: BoincAnswerKind,
     el: &Element,
     name: &str,
     at: &str,
@@ -79,7 +79,7 @@ pub(super) fn seconds_to_ms(s: f64) -> u64 {
 }
 
 /// The reply's root, checked to be `<boinc_gui_rpc_reply>`.
-pub(super) fn parse_reply(answer: Answer, text: &str) -> Result<Element, BoincParseError> {
+pub(super) fn parse_reply(answer: BoincAnswerKind, text: &str) -> Result<Element, BoincParseError> {
     let root = xml::parse(text).map_err(|e| bad(answer, e.to_string()))?;
     if root.name != "boinc_gui_rpc_reply" {
         return Err(bad(

@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-pub use answers::{Answer, BoincAnswers, BoincParseError};
+pub use answers::{BoincAnswerKind, BoincAnswers, BoincParseError};
 pub use snapshot::snapshot;
 pub use state::project_url;
 
@@ -167,8 +167,8 @@ impl BoincSource {
     pub async fn fetch_answers(&self) -> Result<BoincAnswers, SourceError> {
         self.bounded(async {
             let mut rpc = self.open().await?;
-            let state = rpc.request(Answer::State.request()).await?;
-            let cc_status = rpc.request(Answer::CcStatus.request()).await?;
+            let state = rpc.request(BoincAnswerKind::State.request()).await?;
+            let cc_status = rpc.request(BoincAnswerKind::CcStatus.request()).await?;
             Ok(BoincAnswers { state, cc_status })
         })
         .await

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::answers::{Answer, BoincParseError, bad, flag, num, parse_reply};
+use super::answers::{BoincAnswerKind, BoincParseError, bad, flag, num, parse_reply};
 use crate::sources::xml::Element;
 
 /// A coprocessor type the client reports.
@@ -99,7 +99,7 @@ pub(super) struct ClientState {
 }
 
 /// A `<project>`: share, priority, backoffs per resource, flags, excluded resources.
-fn parse_project(a: Answer, p: &Element) -> Result<Project, BoincParseError> {
+fn parse_project(a: BoincAnswerKind, p: &Element) -> Result<Project, BoincParseError> {
     let at = "client_state/project";
     let url = p
         .text_of("master_url")
@@ -182,7 +182,7 @@ pub fn project_url(state: &str, project: &str) -> Result<Option<String>, BoincPa
 
 /// Reads `<get_state/>`.
 pub(super) fn parse_state(text: &str) -> Result<ClientState, BoincParseError> {
-    let a = Answer::State;
+    let a = BoincAnswerKind::State;
     let root = parse_reply(a, text)?;
     let cs = root
         .child("client_state")
@@ -232,7 +232,7 @@ pub(super) fn parse_state(text: &str) -> Result<ClientState, BoincParseError> {
 
 /// `<host_info>`: the host's name, CPUs and coprocessors.
 fn parse_host(h: &Element, st: &mut ClientState) -> Result<(), BoincParseError> {
-    let a = Answer::State;
+    let a = BoincAnswerKind::State;
     st.host = h.text_of("domain_name").unwrap_or_default().to_string();
     st.ncpus = num(a, h, "p_ncpus", "host_info")?.map_or(0, |v| v.clamp(0.0, 1e6) as u32);
     st.cpu_flops = num(a, h, "p_fpops", "host_info")?.filter(|f| *f > 0.0);
@@ -259,7 +259,7 @@ fn parse_host(h: &Element, st: &mut ClientState) -> Result<(), BoincParseError> 
 
 /// An `<app_version>` of the project `current`.
 fn parse_app_version(el: &Element, current: &str) -> Result<AppVersion, BoincParseError> {
-    let a = Answer::State;
+    let a = BoincAnswerKind::State;
     let at = "client_state/app_version";
     let gpu = match el.child("coproc") {
         Some(c) => {
@@ -287,7 +287,7 @@ fn parse_task(
     current: &str,
     workunits: &BTreeMap<(String, String), String>,
 ) -> Result<Task, BoincParseError> {
-    let a = Answer::State;
+    let a = BoincAnswerKind::State;
     let at = "client_state/result";
     let project = el
         .text_of("project_url")
@@ -337,7 +337,7 @@ pub(super) struct CcStatus {
 
 /// Reads `<get_cc_status/>`.
 pub(super) fn parse_cc_status(text: &str) -> Result<CcStatus, BoincParseError> {
-    let a = Answer::CcStatus;
+    let a = BoincAnswerKind::CcStatus;
     let root = parse_reply(a, text)?;
     let cc = root
         .child("cc_status")

@@ -25,7 +25,7 @@ pub struct RayAnswers {
 
 /// Which answer something was wrong with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Answer {
+pub enum RayAnswerKind {
     /// `/api/version`.
     Version,
     /// `/nodes?view=summary`.
@@ -40,7 +40,7 @@ pub enum Answer {
     PlacementGroups,
 }
 
-impl Answer {
+impl RayAnswerKind {
     /// Path and query of the request, relative to the dashboard's base address.
     pub fn request(self) -> (&'static str, &'static [(&'static str, &'static str)]) {
         const NOT_DONE: &[(&str, &str)] = &[
@@ -54,11 +54,11 @@ impl Answer {
             ("filter_values", "FAILED"),
         ];
         match self {
-            Answer::Version => ("api/version", &[]),
-            Answer::Nodes => ("nodes", &[("view", "summary")]),
-            Answer::ClusterStatus => ("api/cluster_status", &[]),
-            Answer::Tasks => ("api/v0/tasks", NOT_DONE),
-            Answer::Actors => (
+            RayAnswerKind::Version => ("api/version", &[]),
+            RayAnswerKind::Nodes => ("nodes", &[("view", "summary")]),
+            RayAnswerKind::ClusterStatus => ("api/cluster_status", &[]),
+            RayAnswerKind::Tasks => ("api/v0/tasks", NOT_DONE),
+            RayAnswerKind::Actors => (
                 "api/v0/actors",
                 &[
                     ("detail", "1"),
@@ -68,7 +68,7 @@ impl Answer {
                     ("filter_values", "DEAD"),
                 ],
             ),
-            Answer::PlacementGroups => (
+            RayAnswerKind::PlacementGroups => (
                 "api/v0/placement_groups",
                 &[
                     ("detail", "1"),
@@ -84,7 +84,7 @@ impl Answer {
 
 /// What was wrong with one answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum AnswerError {
+pub enum RayAnswerError {
     /// It is not what a Ray dashboard answers.
     NotRay(String),
     /// Ray answered `"result": false` with this message.
@@ -98,15 +98,15 @@ pub enum AnswerError {
 #[error("{answer:?}: {error:?}")]
 pub struct RayParseError {
     /// Which answer.
-    pub answer: Answer,
+    pub answer: RayAnswerKind,
     /// What was wrong.
-    pub error: AnswerError,
+    pub error: RayAnswerError,
 }
 
 /// Ray's `{"result": true, "msg": ..., "data": ...}` envelope: the data, or why not.
-fn envelope(doc: &Value) -> Result<At<'_>, AnswerError> {
+fn envelope(doc: &Value) -> Result<At<'_>, RayAnswerError> {
     let Value::Object(map) = doc else {
-        return Err(AnswerError::NotRay(format!(
+        return Err(RayAnswerError::NotRay(format!(
             "it answered {}, not the dashboard's {{\"result\": ..., \"data\": ...}} object",
             At::root(doc).wrong("").found
         )));
@@ -118,10 +118,10 @@ fn envelope(doc: &Value) -> Result<At<'_>, AnswerError> {
                 .get("msg")
                 .and_then(Value::as_str)
                 .unwrap_or("(no message)");
-            return Err(AnswerError::Failed(msg.to_string()));
+            return Err(RayAnswerError::Failed(msg.to_string()));
         }
         _ => {
-            return Err(AnswerError::NotRay(
+            return Err(RayAnswerError::NotRay(
                 "its JSON has no boolean `result`, which every dashboard answer carries"
                     .to_string(),
             ));
@@ -130,7 +130,7 @@ fn envelope(doc: &Value) -> Result<At<'_>, AnswerError> {
     let root = At::root(doc);
     match map.get("data") {
         Some(Value::Object(_)) => Ok(root),
-        _ => Err(AnswerError::Shape(
+        _ => Err(RayAnswerError::Shape(
             root.field("data", |d| Err::<(), _>(d.wrong("an object")))
                 .err()
                 .map_or_else(String::new, |e| e.to_string()),
@@ -139,16 +139,16 @@ fn envelope(doc: &Value) -> Result<At<'_>, AnswerError> {
 }
 
 /// Maps a shape error to the answer it was found in.
-fn shape(answer: Answer) -> impl Fn(ShapeError) -> RayParseError {
+fn shape(answer: RayAnswerKind) -> impl Fn(ShapeError) -> RayParseError {
     move |e| RayParseError {
         answer,
-        error: AnswerError::Shape(e.to_string()),
+        error: RayAnswerError::Shape(e.to_string()),
     }
 }
 
 /// Opens the envelope of `answer` and reads its `data` with `f`.
 pub(super) fn in_envelope<T>(
-    answer: Answer,
+    answer: RayAnswerKind,
     doc: &Value,
     f: impl FnOnce(At<'_>) -> Result<T, ShapeError>,
 ) -> Result<T, RayParseError> {
@@ -158,7 +158,7 @@ pub(super) fn in_envelope<T>(
 
 /// The state API's list, under `data.result.result`.
 pub(super) fn state_list<T>(
-    answer: Answer,
+    answer: RayAnswerKind,
     doc: &Value,
     f: impl FnMut(At<'_>) -> Result<T, ShapeError>,
 ) -> Result<Vec<T>, RayParseError> {
@@ -170,8 +170,8 @@ pub(super) fn state_list<T>(
 /// Reads `/api/version`: Ray's version, or why this is not a Ray dashboard.
 pub fn parse_version(doc: &Value) -> Result<String, RayParseError> {
     let not_ray = |why: &str| RayParseError {
-        answer: Answer::Version,
-        error: AnswerError::NotRay(why.to_string()),
+        answer: RayAnswerKind::Version,
+        error: RayAnswerError::NotRay(why.to_string()),
     };
     let Value::Object(map) = doc else {
         return Err(not_ray("`/api/version` did not answer a JSON object"));

@@ -32,7 +32,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
-pub use answers::{Answer, AnswerError, RayAnswers, RayParseError, parse_version};
+pub use answers::{RayAnswerError, RayAnswerKind, RayAnswers, RayParseError, parse_version};
 pub use resources::{RayResource, classify_resource};
 pub use snapshot::snapshot;
 
@@ -119,16 +119,16 @@ impl RaySource {
     /// Reads the dashboard's raw answers, one request at a time, within the timeout.
     pub async fn fetch_answers(&self) -> Result<RayAnswers, SourceError> {
         let all = async {
-            let version = self.get(Answer::Version).await?;
+            let version = self.get(RayAnswerKind::Version).await?;
             // Check the version answer first: a wrong address fails on one request.
             parse_version(&version).map_err(|e| self.error(e))?;
             Ok::<_, SourceError>(RayAnswers {
                 version,
-                nodes: self.get(Answer::Nodes).await?,
-                cluster_status: self.get(Answer::ClusterStatus).await?,
-                tasks: self.get(Answer::Tasks).await?,
-                actors: self.get(Answer::Actors).await?,
-                placement_groups: self.get(Answer::PlacementGroups).await?,
+                nodes: self.get(RayAnswerKind::Nodes).await?,
+                cluster_status: self.get(RayAnswerKind::ClusterStatus).await?,
+                tasks: self.get(RayAnswerKind::Tasks).await?,
+                actors: self.get(RayAnswerKind::Actors).await?,
+                placement_groups: self.get(RayAnswerKind::PlacementGroups).await?,
             })
         };
         let base = self.shell.peer.base().to_string();
@@ -142,7 +142,7 @@ impl RaySource {
         snapshot(&answers, &name, self.shell.now()).map_err(|e| self.error(e))
     }
 
-    async fn get(&self, answer: Answer) -> Result<Value, SourceError> {
+    async fn get(&self, answer: RayAnswerKind) -> Result<Value, SourceError> {
         let (path, query) = answer.request();
         let url = self.shell.peer.url(path, query)?;
         self.shell.peer.get_json(&url).await
@@ -155,13 +155,13 @@ impl RaySource {
             .url(path, query)
             .map_or_else(|_| client.base().to_string(), |u| u.to_string());
         match e.error {
-            AnswerError::NotRay(why) => SourceError::NotRayDashboard { url, why },
-            AnswerError::Failed(message) => SourceError::Peer {
+            RayAnswerError::NotRay(why) => SourceError::NotRayDashboard { url, why },
+            RayAnswerError::Failed(message) => SourceError::Peer {
                 url,
                 peer: "Ray dashboard",
                 message,
             },
-            AnswerError::Shape(what) => SourceError::Decode { url, what },
+            RayAnswerError::Shape(what) => SourceError::Decode { url, what },
         }
     }
 }

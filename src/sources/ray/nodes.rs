@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::answers::{Answer, RayParseError, in_envelope};
+use super::answers::{RayAnswerKind, RayParseError, in_envelope};
 use super::resources::{RayResource, classify_resource, units};
 use crate::sources::json::{At, ShapeError};
 use crate::units::Units;
@@ -103,7 +103,7 @@ fn parse_worker(w: At<'_>) -> Result<Option<WorkerGpus>, ShapeError> {
 
 /// Reads `/nodes?view=summary`: every node with its totals and GPU-holding workers.
 pub(super) fn parse_nodes(doc: &Value) -> Result<Vec<RayNode>, RayParseError> {
-    in_envelope(Answer::Nodes, doc, |data| {
+    in_envelope(RayAnswerKind::Nodes, doc, |data| {
         data.field("summary", |summary| {
             summary.each(|n| {
                 n.field("raylet", |r| {

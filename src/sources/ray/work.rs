@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::answers::{Answer, RayParseError, in_envelope, state_list};
+use super::answers::{RayAnswerKind, RayParseError, in_envelope, state_list};
 use super::resources::{RayResource, canonical_shape, classify_resource};
 use crate::sources::json::{At, ShapeError};
 
@@ -38,7 +38,7 @@ fn millis(at: At<'_>) -> Result<u64, ShapeError> {
 
 /// Reads `/api/v0/tasks`.
 pub(super) fn parse_tasks(doc: &Value) -> Result<Vec<RayTask>, RayParseError> {
-    state_list(Answer::Tasks, doc, |t| {
+    state_list(RayAnswerKind::Tasks, doc, |t| {
         Ok(RayTask {
             id: t.field("task_id", |v| v.str())?,
             name: t.opt_field("name", |v| v.str())?.unwrap_or_default(),
@@ -63,7 +63,7 @@ pub(super) struct RayActor {
 
 /// Reads `/api/v0/actors`.
 pub(super) fn parse_actors(doc: &Value) -> Result<Vec<RayActor>, RayParseError> {
-    state_list(Answer::Actors, doc, |a| {
+    state_list(RayAnswerKind::Actors, doc, |a| {
         Ok(RayActor {
             id: a.field("actor_id", |v| v.str())?,
             name: a.opt_field("name", |v| v.str())?.unwrap_or_default(),
@@ -94,7 +94,7 @@ pub(super) struct RayPlacementGroup {
 
 /// Reads `/api/v0/placement_groups`.
 pub(super) fn parse_placement_groups(doc: &Value) -> Result<Vec<RayPlacementGroup>, RayParseError> {
-    state_list(Answer::PlacementGroups, doc, |p| {
+    state_list(RayAnswerKind::PlacementGroups, doc, |p| {
         let bundles = p
             .opt_field("bundles", |bs| {
                 bs.each(|b| {
@@ -142,7 +142,7 @@ pub(super) struct Demand {
 
 /// Reads the pending demands of `/api/cluster_status`; none while the autoscaler has not reported.
 pub(super) fn parse_demands(doc: &Value) -> Result<Vec<Demand>, RayParseError> {
-    let demands = in_envelope(Answer::ClusterStatus, doc, |data| {
+    let demands = in_envelope(RayAnswerKind::ClusterStatus, doc, |data| {
         data.opt_field("clusterStatus", |cs| {
             cs.opt_field("loadMetricsReport", |lm| {
                 let mut out = Vec::new();

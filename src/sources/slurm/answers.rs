@@ -20,26 +20,26 @@ pub struct SlurmAnswers {
 
 /// Which answer something was wrong with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Answer {
+pub enum SlurmAnswerKind {
     /// The nodes.
     Nodes,
     /// The jobs.
     Jobs,
 }
 
-impl Answer {
+impl SlurmAnswerKind {
     /// The request path, relative to slurmrestd's root.
     pub fn path(self) -> String {
         match self {
-            Answer::Nodes => format!("slurm/{API}/nodes"),
-            Answer::Jobs => format!("slurm/{API}/jobs"),
+            SlurmAnswerKind::Nodes => format!("slurm/{API}/nodes"),
+            SlurmAnswerKind::Jobs => format!("slurm/{API}/jobs"),
         }
     }
 }
 
 /// What was wrong with one answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum AnswerError {
+pub enum SlurmAnswerError {
     /// It is not what slurmrestd answers.
     NotSlurm(String),
     /// slurmrestd listed errors.
@@ -53,30 +53,30 @@ pub enum AnswerError {
 #[error("{answer:?}: {error:?}")]
 pub struct SlurmParseError {
     /// Which answer.
-    pub answer: Answer,
+    pub answer: SlurmAnswerKind,
     /// What was wrong.
-    pub error: AnswerError,
+    pub error: SlurmAnswerError,
 }
 
 /// Maps a shape error to the answer it was found in.
-fn shape(answer: Answer) -> impl Fn(ShapeError) -> SlurmParseError {
+fn shape(answer: SlurmAnswerKind) -> impl Fn(ShapeError) -> SlurmParseError {
     move |e| SlurmParseError {
         answer,
-        error: AnswerError::Shape(e.to_string()),
+        error: SlurmAnswerError::Shape(e.to_string()),
     }
 }
 
 /// Checks slurmrestd's envelope (`meta`, `errors`) and returns Slurm's release.
-fn envelope(answer: Answer, doc: &Value) -> Result<String, SlurmParseError> {
+fn envelope(answer: SlurmAnswerKind, doc: &Value) -> Result<String, SlurmParseError> {
     let fail = |error| SlurmParseError { answer, error };
     let Value::Object(map) = doc else {
-        return Err(fail(AnswerError::NotSlurm(format!(
+        return Err(fail(SlurmAnswerError::NotSlurm(format!(
             "it answered {}, not slurmrestd's {{\"meta\": ..., \"errors\": ...}} object",
             At::root(doc).wrong("").found
         ))));
     };
     if !map.contains_key("meta") {
-        return Err(fail(AnswerError::NotSlurm(
+        return Err(fail(SlurmAnswerError::NotSlurm(
             "its JSON has no `meta`, which every slurmrestd answer carries".to_string(),
         )));
     }
@@ -97,7 +97,7 @@ fn envelope(answer: Answer, doc: &Value) -> Result<String, SlurmParseError> {
         .map_err(shape(answer))?
         .unwrap_or_default();
     if !errors.is_empty() {
-        return Err(fail(AnswerError::Failed(errors.join("; "))));
+        return Err(fail(SlurmAnswerError::Failed(errors.join("; "))));
     }
     let release = root
         .field("meta", |m| {
@@ -133,7 +133,7 @@ fn gres_at(at: At<'_>) -> Result<Vec<Gres>, ShapeError> {
 
 /// Reads the nodes answer: Slurm's release and the nodes.
 pub(super) fn parse_nodes(doc: &Value) -> Result<(String, Vec<SlurmNode>), SlurmParseError> {
-    let release = envelope(Answer::Nodes, doc)?;
+    let release = envelope(SlurmAnswerKind::Nodes, doc)?;
     let nodes = At::root(doc)
         .field("nodes", |ns| {
             ns.each(|n| {
@@ -153,7 +153,7 @@ pub(super) fn parse_nodes(doc: &Value) -> Result<(String, Vec<SlurmNode>), Slurm
                 })
             })
         })
-        .map_err(shape(Answer::Nodes))?;
+        .map_err(shape(SlurmAnswerKind::Nodes))?;
     Ok((release, nodes))
 }
 
@@ -177,7 +177,7 @@ pub(super) struct SlurmJob {
 
 /// Reads the jobs answer.
 pub(super) fn parse_jobs(doc: &Value) -> Result<Vec<SlurmJob>, SlurmParseError> {
-    envelope(Answer::Jobs, doc)?;
+    envelope(SlurmAnswerKind::Jobs, doc)?;
     At::root(doc)
         .field("jobs", |js| {
             js.each(|j| {
@@ -238,5 +238,5 @@ pub(super) fn parse_jobs(doc: &Value) -> Result<Vec<SlurmJob>, SlurmParseError> 
                 })
             })
         })
-        .map_err(shape(Answer::Jobs))
+        .map_err(shape(SlurmAnswerKind::Jobs))
 }

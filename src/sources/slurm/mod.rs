@@ -29,7 +29,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
-pub use answers::{Answer, AnswerError, SlurmAnswers, SlurmParseError};
+pub use answers::{SlurmAnswerError, SlurmAnswerKind, SlurmAnswers, SlurmParseError};
 pub use snapshot::snapshot;
 
 use super::adapter::{self, Shell};
@@ -162,8 +162,8 @@ impl SlurmSource {
     pub async fn fetch_answers(&self) -> Result<SlurmAnswers, SourceError> {
         let all = async {
             Ok::<_, SourceError>(SlurmAnswers {
-                nodes: self.get(Answer::Nodes).await?,
-                jobs: self.get(Answer::Jobs).await?,
+                nodes: self.get(SlurmAnswerKind::Nodes).await?,
+                jobs: self.get(SlurmAnswerKind::Jobs).await?,
             })
         };
         adapter::within(self.shell.config.timeout, self.shown(), all).await
@@ -180,18 +180,18 @@ impl SlurmSource {
         snapshot(&answers, &name, self.shell.now()).map_err(|e| {
             let url = format!("{}{}", self.shown(), e.answer.path());
             match e.error {
-                AnswerError::NotSlurm(why) => SourceError::NotSlurm { url, why },
-                AnswerError::Failed(message) => SourceError::Peer {
+                SlurmAnswerError::NotSlurm(why) => SourceError::NotSlurm { url, why },
+                SlurmAnswerError::Failed(message) => SourceError::Peer {
                     url,
                     peer: "slurmrestd",
                     message,
                 },
-                AnswerError::Shape(what) => SourceError::Decode { url, what },
+                SlurmAnswerError::Shape(what) => SourceError::Decode { url, what },
             }
         })
     }
 
-    async fn get(&self, answer: Answer) -> Result<Value, SourceError> {
+    async fn get(&self, answer: SlurmAnswerKind) -> Result<Value, SourceError> {
         let url = self.shell.peer.url(&answer.path(), &[])?;
         let result = self.shell.peer.get_json(&url).await;
         // Over the socket, name the socket rather than the placeholder host.
@@ -202,7 +202,7 @@ impl SlurmSource {
     }
 
     #[allow(clippy::trivially_copy_pass_by_ref)] // an answer kind reads as a reference here
-    fn relabel(&self, e: SourceError, answer: &Answer) -> SourceError {
+    fn relabel(&self, e: SourceError, answer: &SlurmAnswerKind) -> SourceError {
         let url = format!("{}/{}", self.shown(), answer.path());
         match e {
             SourceError::Refused { peer, .. } => SourceError::Refused { url, peer },
