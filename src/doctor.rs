@@ -20,7 +20,12 @@ pub struct DoctorArgs {
     #[arg(long)]
     pub json: bool,
     /// Load NVML from this file instead of the driver's `libnvidia-ml.so.1`.
-    #[arg(long, env = "GPUBOARD_NVML_LIBRARY", value_name = "PATH")]
+    #[arg(
+        long = "nvml-lib",
+        alias = "nvml-library",
+        env = "GPUBOARD_NVML_LIBRARY",
+        value_name = "PATH"
+    )]
     pub nvml_library: Option<PathBuf>,
     /// Also check this configuration file (gpuboard TOML or flink-conf.yaml).
     #[arg(long, value_name = "PATH")]

@@ -28,8 +28,8 @@ pub struct ServeArgs {
     /// Inventory file of nodes and GPUs (TOML; see assets/demo-fleet.toml).
     #[arg(long)]
     pub inventory: Option<PathBuf>,
-    /// Where state and tokens live.
-    #[arg(long)]
+    /// Where state and tokens live (default: the user's data directory, gpuboard/).
+    #[arg(long, env = "GPUBOARD_DATA_DIR", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
     /// Address to listen on; port 0 picks a free one (the bound address is printed).
     #[arg(long, default_value_t = SocketAddr::from(([127, 0, 0, 1], DEFAULT_PORT)))]
@@ -51,7 +51,12 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1000)]
     pub tick_ms: u64,
     /// NVML library to load instead of the driver's libnvidia-ml.so.1 (a path).
-    #[arg(long)]
+    #[arg(
+        long,
+        alias = "nvml-library",
+        env = "GPUBOARD_NVML_LIBRARY",
+        value_name = "PATH"
+    )]
     pub nvml_lib: Option<PathBuf>,
     /// Memory kept back from each GPU found through NVML (e.g. 1GiB).
     #[arg(long)]

@@ -43,7 +43,12 @@ pub struct DiscoverArgs {
     #[arg(long)]
     pub pid: Option<u32>,
     /// Load NVML from this file instead of the driver's `libnvidia-ml.so.1`.
-    #[arg(long, env = "GPUBOARD_NVML_LIBRARY", value_name = "PATH")]
+    #[arg(
+        long = "nvml-lib",
+        alias = "nvml-library",
+        env = "GPUBOARD_NVML_LIBRARY",
+        value_name = "PATH"
+    )]
     pub nvml_library: Option<PathBuf>,
     /// Longest wait for another process's lock on the coordination file, in seconds.
     #[arg(long, default_value_t = 30, value_name = "SECONDS")]

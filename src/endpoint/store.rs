@@ -30,8 +30,12 @@ const EVENTS_LOADED: i64 = 500;
 /// Most batches folded into one transaction.
 const MAX_GROUP: usize = 4096;
 
-/// The default data directory: `$XDG_DATA_HOME/gpuboard` (or the platform's equivalent).
+/// The default data directory: `$GPUBOARD_DATA_DIR`, else `$XDG_DATA_HOME/gpuboard` (or the
+/// platform's equivalent).
 pub fn default_data_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("GPUBOARD_DATA_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
     dirs::data_dir()
         .unwrap_or_else(|| PathBuf::from("."))
         .join("gpuboard")
