@@ -80,11 +80,21 @@ fn ledger(projects: usize) -> Ledger {
     ledger
 }
 
+/// `cargo bench` passes `--bench`; `cargo test` runs each bench once as a smoke test, at
+/// the smallest size only, so the test suite stays quick.
+fn project_counts() -> Vec<usize> {
+    if std::env::args().any(|a| a == "--bench") {
+        vec![100, 1_000]
+    } else {
+        vec![100]
+    }
+}
+
 fn work_fetch(c: &mut Criterion) {
     let now = Timestamp::from_secs(60);
     let mut group = c.benchmark_group("work_fetch");
     group.sample_size(30);
-    for projects in [100, 1_000] {
+    for projects in project_counts() {
         let mut ledger = ledger(projects);
         let mut rng = StdRng::seed_from_u64(1);
         // Typical: the first project asked has a claim that fits.
@@ -129,7 +139,7 @@ fn work_fetch(c: &mut Criterion) {
 fn division(c: &mut Criterion) {
     let mut group = c.benchmark_group("targets");
     group.sample_size(10);
-    for projects in [100, 1_000] {
+    for projects in project_counts() {
         let resources: Vec<Capacity> = (0..RESOURCES)
             .map(|r| Capacity {
                 instances: f64::from(INSTANCES),

@@ -15,6 +15,16 @@ use gpuboard::units::Bytes;
 use serde_json::{Value, json};
 
 const SIZES: [usize; 3] = [100, 1_000, 4_000];
+
+/// `cargo bench` passes `--bench`; `cargo test` runs each bench once as a smoke test, at
+/// the smallest size only, so the test suite stays quick.
+fn sizes() -> &'static [usize] {
+    if std::env::args().any(|a| a == "--bench") {
+        &SIZES
+    } else {
+        &SIZES[..1]
+    }
+}
 const CLAIMS_PER_NODE: usize = 20;
 const MODELS: [(&str, u64); 4] = [
     ("NVIDIA A100-SXM4-40GB", 40),
@@ -114,7 +124,7 @@ fn placement(c: &mut Criterion) {
         .sample_size(50)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    for nodes in SIZES {
+    for &nodes in sizes() {
         let mut fleet = busy_fleet(nodes);
         for (name, v) in &cases {
             let r = req(v.clone());
