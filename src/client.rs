@@ -65,7 +65,7 @@ pub enum ClientError {
     Invalid {
         /// The broken rule's code (`unknown-field`...), for 422.
         rule: Option<String>,
-        /// Its number in DESIGN.md section 3.
+        /// Its number in docs/design.md#3-validation-rules.
         rule_number: Option<u8>,
         /// The field at fault.
         field: Option<String>,

@@ -1,4 +1,4 @@
-//! The HTTP API v1 (DESIGN.md section 8) over an `Engine`: axum on tokio.
+//! The HTTP API v1 (docs/design.md#8-http-api) over an `Engine`: axum on tokio.
 //!
 //! Errors are JSON `{error, detail, rule?, rule_number?, field?}`; a claim that does not
 //! fit answers 409 with the reasons both as lines for people and as structured data.

@@ -1,4 +1,4 @@
-//! Fair share between projects, after BOINC's GPU work fetch (DESIGN.md section 5): per
+//! Fair share between projects, after BOINC's GPU work fetch (docs/design.md#5-fair-share): per
 //! (project, resource type) long-term debts accruing toward max-min fair targets, the
 //! accrual flag D(P,R), speed-weighted overall debt, idle capacity and shortfall from a
 //! simulation of running claims, work fetch in the source's order, and per-(project,

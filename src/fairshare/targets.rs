@@ -5,7 +5,7 @@
 //! grow, and goes on with the rest. Which projects can take what is a flow network
 //! (project -> resource type -> sink), so each step is a max-flow feasibility test.
 //!
-//! This is the correction DESIGN.md section 5 makes to the source: per-resource debts
+//! This is the correction described in docs/design.md#5-fair-share: per-resource debts
 //! alone split the GPU 50/50 in the source's own example; accruing toward these targets
 //! gives the stated 75/25.
 

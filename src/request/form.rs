@@ -90,7 +90,7 @@ impl GpuForm {
         matches!(self, GpuForm::RayWhole { .. } | GpuForm::Vendor { .. })
     }
 
-    /// Normalizes the form on a device of schedulable memory `m` (DESIGN.md section 3).
+    /// Normalizes the form on a device of schedulable memory `m` (docs/design.md#2-request-forms).
     pub fn per_device(&self, m: Bytes) -> Result<PerDevice, TooLarge> {
         let shared = |memory: Bytes, compute: Units| PerDevice {
             memory,

@@ -1,4 +1,4 @@
-//! Claim requests: the four request forms of DESIGN.md section 3 (Ray fraction, Ray
+//! Claim requests: the four request forms of docs/design.md#2-request-forms (Ray fraction, Ray
 //! memory, Koordinator share, vendor whole GPUs), read from JSON or TOML under both
 //! Kubernetes-style and Ray-style names, mutated as the Koordinator webhook does, and
 //! validated against the nine rules. Every rejection names its rule and what is allowed.

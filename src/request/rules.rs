@@ -1,9 +1,9 @@
-//! The validation rules of DESIGN.md section 3 and the error that names the broken one,
+//! The validation rules of docs/design.md#3-validation-rules and the error that names the broken one,
 //! the field at fault and what is allowed.
 
 use serde::{Deserialize, Serialize};
 
-/// The validation rules of DESIGN.md section 3, plus the type check every field gets.
+/// The validation rules of docs/design.md#3-validation-rules, plus the type check every field gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Rule {
@@ -30,7 +30,7 @@ pub enum Rule {
 }
 
 impl Rule {
-    /// The rule's number in DESIGN.md section 3 (0 for the type check).
+    /// The rule's number in docs/design.md#3-validation-rules (0 for the type check).
     pub fn number(self) -> u8 {
         match self {
             Rule::OneForm => 1,
