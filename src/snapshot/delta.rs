@@ -49,7 +49,7 @@ pub enum Change {
     /// A claim, whole: replaces the claim of that id, or is appended.
     Claim {
         /// The claim.
-        claim: ClaimView,
+        claim: Box<ClaimView>,
     },
     /// The claim of this id is gone.
     ClaimRemoved {
@@ -111,7 +111,9 @@ pub fn diff(old: &Snapshot, new: &Snapshot) -> Vec<Change> {
         &old.claims,
         &new.claims,
         |c| c.id,
-        |claim| Change::Claim { claim },
+        |claim| Change::Claim {
+            claim: Box::new(claim),
+        },
         |id| Change::ClaimRemoved { id },
         |claims| Change::Claims { claims },
         &mut out,

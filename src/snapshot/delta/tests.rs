@@ -195,9 +195,11 @@ proptest! {
 
 #[test]
 fn a_changed_claim_travels_alone() {
-    let mut old = Snapshot::default();
-    old.nodes = (0..100).map(|i| node(&format!("n{i}"), 8, 0)).collect();
-    old.claims = (1..=1000).map(|i| claim(i, "p", Some("n1"))).collect();
+    let old = Snapshot {
+        nodes: (0..100).map(|i| node(&format!("n{i}"), 8, 0)).collect(),
+        claims: (1..=1000).map(|i| claim(i, "p", Some("n1"))).collect(),
+        ..Snapshot::default()
+    };
     let mut new = old.clone();
     new.claims[500].node = Some("n2".into());
     new.revision = 1;
@@ -211,8 +213,10 @@ fn a_changed_claim_travels_alone() {
 
 #[test]
 fn events_are_appended_not_resent() {
-    let mut old = Snapshot::default();
-    old.events = (1..=5).map(event).collect();
+    let old = Snapshot {
+        events: (1..=5).map(event).collect(),
+        ..Snapshot::default()
+    };
     let mut new = old.clone();
     new.events.remove(0);
     new.events.push(event(6));
