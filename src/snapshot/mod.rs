@@ -7,6 +7,8 @@
 //! millicores, times in Unix milliseconds, durations in seconds. Fields that a source
 //! does not know are `null`, never 0.
 
+mod delta;
+
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
@@ -14,6 +16,8 @@ use crate::ids::ClaimId;
 use crate::placement::{DeviceShare, Health};
 use crate::request::ClaimRequest;
 use crate::units::{Bytes, Slots, Units};
+
+pub use delta::{Change, apply, diff};
 
 /// The schema version; bumped on any incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
