@@ -3,11 +3,14 @@
 //! peer that hangs or returns garbage yields an error, never a hang or a panic.
 //!
 //! Only `http://` endpoints work: this build compiles no TLS (reach remote endpoints
-//! through an SSH tunnel).
+//! through an SSH tunnel). Answers are gzip-compressed when the endpoint can.
+
+mod sse;
 
 use std::time::Duration;
 
-use reqwest::{Method, StatusCode, Url};
+use futures::stream::{BoxStream, StreamExt};
+use reqwest::{Method, StatusCode, Url, header};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -16,7 +19,9 @@ use crate::ids::ClaimId;
 use crate::placement::{MoveTarget, NoFit};
 use crate::request::{ClaimRequest, RequestError};
 use crate::snapshot::{ClaimView, SCHEMA_VERSION, Snapshot};
-use crate::wire::{self, ErrorBody, MoveBody, Released, RenewBody, ShareBody, paths};
+use crate::wire::{
+    self, ErrorBody, MoveBody, Released, RenewBody, ShareBody, SnapshotVersion, WatchEvent, paths,
+};
 
 /// The largest answer read, in bytes.
 const MAX_ANSWER: usize = 64 * 1024 * 1024;
@@ -161,6 +166,28 @@ impl ClaimOutcome {
     }
 }
 
+/// The answer to a conditional snapshot read.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Conditional {
+    /// 304: the endpoint is still at the version the caller knows.
+    NotModified,
+    /// The snapshot, with its version from the `ETag` (`None` from an endpoint that sends
+    /// none).
+    Fresh {
+        /// The state.
+        snapshot: Box<Snapshot>,
+        /// Its version.
+        version: Option<SnapshotVersion>,
+    },
+}
+
+/// The events of a delta watch; it ends with an error item, never hangs.
+pub type WatchStream = BoxStream<'static, Result<WatchEvent, ClientError>>;
+
+/// A request that waits for ever as far as reqwest knows: the watch stream keeps its own
+/// idle timeout instead.
+const UNBOUNDED: Duration = Duration::from_hours(365 * 24);
+
 /// A client of one endpoint.
 #[derive(Clone, Debug)]
 pub struct Client {
@@ -234,8 +261,18 @@ impl Client {
         if let Some(b) = body {
             req = req.json(b);
         }
-        let mut resp = req.send().await.map_err(|e| self.transport(&e))?;
+        let resp = req.send().await.map_err(|e| self.transport(&e))?;
         let status = resp.status();
+        let bytes = self.body(resp).await?;
+        if status.is_success() {
+            let value = serde_json::from_slice(&bytes).map_err(|e| self.decode(e.to_string()))?;
+            return Ok((status, value));
+        }
+        Err(error_from(status, &bytes))
+    }
+
+    /// The answer's body, at most `MAX_ANSWER` bytes.
+    async fn body(&self, mut resp: reqwest::Response) -> Result<Vec<u8>, ClientError> {
         let mut bytes = Vec::new();
         while let Some(chunk) = resp.chunk().await.map_err(|e| self.transport(&e))? {
             if bytes.len() + chunk.len() > MAX_ANSWER {
@@ -243,11 +280,7 @@ impl Client {
             }
             bytes.extend_from_slice(&chunk);
         }
-        if status.is_success() {
-            let value = serde_json::from_slice(&bytes).map_err(|e| self.decode(e.to_string()))?;
-            return Ok((status, value));
-        }
-        Err(error_from(status, &bytes))
+        Ok(bytes)
     }
 
     fn transport(&self, e: &reqwest::Error) -> ClientError {
@@ -299,6 +332,10 @@ impl Client {
             .call(Method::GET, paths::SNAPSHOT, None::<&Value>)
             .await?
             .1;
+        self.check_schema(snap)
+    }
+
+    fn check_schema(&self, snap: Snapshot) -> Result<Snapshot, ClientError> {
         if snap.schema != SCHEMA_VERSION {
             return Err(self.decode(format!(
                 "snapshot schema {} is not the {SCHEMA_VERSION} this build reads",
@@ -306,6 +343,84 @@ impl Client {
             )));
         }
         Ok(snap)
+    }
+
+    /// `GET /v1/snapshot` with `If-None-Match: "known"`: `NotModified` while the endpoint
+    /// is still at `known`, else the snapshot and its version.
+    pub async fn snapshot_if_changed(
+        &self,
+        known: Option<SnapshotVersion>,
+    ) -> Result<Conditional, ClientError> {
+        let mut req = self.http.get(self.url(paths::SNAPSHOT));
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(v) = known {
+            req = req.header(header::IF_NONE_MATCH, format!("\"{v}\""));
+        }
+        let resp = req.send().await.map_err(|e| self.transport(&e))?;
+        let status = resp.status();
+        if status == StatusCode::NOT_MODIFIED {
+            return Ok(Conditional::NotModified);
+        }
+        let version = resp
+            .headers()
+            .get(header::ETAG)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim_start_matches("W/").trim_matches('"').parse().ok());
+        let bytes = self.body(resp).await?;
+        if !status.is_success() {
+            return Err(error_from(status, &bytes));
+        }
+        let snap = serde_json::from_slice(&bytes).map_err(|e| self.decode(e.to_string()))?;
+        Ok(Conditional::Fresh {
+            snapshot: Box::new(self.check_schema(snap)?),
+            version,
+        })
+    }
+
+    /// `GET /v1/watch?deltas=1[&since=V]`: the endpoint's changes as they happen (see
+    /// `WatchEvent`). The answer must start within the client's timeout; the stream then
+    /// ends with an error item after 3 x `wire::HEARTBEAT` without a byte, when the
+    /// connection drops, or on an unreadable event. An endpoint without the delta watch
+    /// answers `NotFound` (or `Invalid`), at once or as the stream's first item.
+    pub async fn watch(&self, since: Option<SnapshotVersion>) -> Result<WatchStream, ClientError> {
+        let mut url = self.url(paths::WATCH);
+        url.set_query(Some(&paths::watch_deltas_query(since)));
+        let mut req = self
+            .http
+            .get(url)
+            .header(header::ACCEPT, "text/event-stream")
+            .timeout(UNBOUNDED);
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        let resp = match tokio::time::timeout(self.timeout, req.send()).await {
+            Err(_) => {
+                return Err(ClientError::Timeout {
+                    endpoint: self.base.to_string(),
+                    secs: self.timeout.as_secs().max(1),
+                });
+            }
+            Ok(sent) => sent.map_err(|e| self.transport(&e))?,
+        };
+        let status = resp.status();
+        if !status.is_success() {
+            let bytes = tokio::time::timeout(self.timeout, self.body(resp))
+                .await
+                .unwrap_or_else(|_| Ok(Vec::new()))?;
+            return Err(error_from(status, &bytes));
+        }
+        let this = self.clone();
+        let bytes = resp
+            .bytes_stream()
+            .map(move |chunk| chunk.map(|b| b.to_vec()).map_err(|e| this.transport(&e)))
+            .boxed();
+        Ok(sse::watch_events(
+            bytes,
+            3 * wire::HEARTBEAT,
+            self.base.to_string(),
+        ))
     }
 
     /// `POST /v1/claims` with a validated request, written in its canonical wire form.

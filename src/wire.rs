@@ -6,13 +6,15 @@
 //! [`ClaimRequest`], written to the wire by [`claim_body`] and read by
 //! [`ClaimRequest::from_json`], the one validator.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::ids::ClaimId;
 use crate::placement::NoFit;
 use crate::request::{ClaimRequest, GpuForm, RequestError, ShareMemory};
-use crate::snapshot::ClaimView;
+use crate::snapshot::{Change, ClaimView, Snapshot};
 use crate::units::UNITS_PER_DEVICE;
 
 /// The port `gpuboard serve` listens on unless told otherwise.
@@ -35,6 +37,14 @@ pub mod paths {
     pub const SNAPSHOT: &str = "/v1/snapshot";
     /// `GET`: server-sent events as the state changes.
     pub const WATCH: &str = "/v1/watch";
+    /// The query of `GET` [`WATCH`] that asks for the delta watch, resuming after `since`
+    /// when given.
+    pub fn watch_deltas_query(since: Option<super::SnapshotVersion>) -> String {
+        match since {
+            Some(v) => format!("deltas=1&since={v}"),
+            None => "deltas=1".to_string(),
+        }
+    }
     /// `POST`: create a claim.
     pub const CLAIMS: &str = "/v1/claims";
     /// `GET`: Prometheus metrics.
@@ -208,6 +218,125 @@ pub struct ProjectReset {
     pub project: String,
     /// Always true: its backoffs and debts were cleared.
     pub reset: bool,
+}
+
+/// How often a delta watch (`GET /v1/watch?deltas=1`) says it is alive when nothing else
+/// was sent; a client that hears nothing for 3 x this long counts the stream as dead.
+pub const HEARTBEAT: Duration = Duration::from_secs(10);
+
+/// A version of one endpoint's snapshot, written `"EPOCH.SEQ"` on the wire (`ETag`, SSE
+/// ids, `since`). `epoch` is drawn at random when the endpoint starts (a new one means a
+/// restart: nothing from before can be resumed); `seq` counts the snapshots it built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SnapshotVersion {
+    /// Random per endpoint process.
+    pub epoch: u64,
+    /// One more for each new snapshot of that process.
+    pub seq: u64,
+}
+
+impl std::fmt::Display for SnapshotVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.epoch, self.seq)
+    }
+}
+
+/// Why a text is not a `SnapshotVersion`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not a snapshot version (EPOCH.SEQ, two whole numbers)")]
+pub struct BadVersion(pub String);
+
+impl std::str::FromStr for SnapshotVersion {
+    type Err = BadVersion;
+
+    fn from_str(s: &str) -> Result<SnapshotVersion, BadVersion> {
+        let bad = || BadVersion(s.chars().take(64).collect());
+        let number = |t: &str| {
+            if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(bad());
+            }
+            t.parse::<u64>().map_err(|_| bad())
+        };
+        let (epoch, seq) = s.split_once('.').ok_or_else(bad)?;
+        Ok(SnapshotVersion {
+            epoch: number(epoch)?,
+            seq: number(seq)?,
+        })
+    }
+}
+
+impl Serialize for SnapshotVersion {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for SnapshotVersion {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<SnapshotVersion, D::Error> {
+        let text = std::borrow::Cow::<'de, str>::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Event names of the delta watch (`GET /v1/watch?deltas=1`), as its SSE `event:` lines say.
+pub mod watch_events {
+    /// The whole snapshot (data: snapshot schema v1; id: its version).
+    pub const SNAPSHOT: &str = "snapshot";
+    /// The changes from one version to the next (data: [`super::DeltaBody`]).
+    pub const DELTA: &str = "delta";
+    /// `since` cannot be resumed (data: [`super::ResyncBody`]); a `snapshot` follows.
+    pub const RESYNC: &str = "resync";
+    /// Nothing changed (data: [`super::HeartbeatBody`]).
+    pub const HEARTBEAT: &str = "heartbeat";
+}
+
+/// The data of a `delta` event: the changes that turn version `from` into `to`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeltaBody {
+    /// The version the changes apply to (the one sent before).
+    pub from: SnapshotVersion,
+    /// The version they make.
+    pub to: SnapshotVersion,
+    /// In order; see [`crate::snapshot::apply`].
+    pub changes: Vec<Change>,
+}
+
+/// The data of a `resync` event.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResyncBody {
+    /// Why `since` could not be resumed, in words.
+    pub reason: String,
+}
+
+/// The data of a `heartbeat` event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeartbeatBody {
+    /// The version the watcher is at.
+    pub version: SnapshotVersion,
+}
+
+/// One event of a delta watch, as the client reads it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WatchEvent {
+    /// The whole state: replaces what the watcher had.
+    Snapshot {
+        /// Its version.
+        version: SnapshotVersion,
+        /// The state.
+        snapshot: Box<Snapshot>,
+    },
+    /// Changes from the version the watcher is at to the next.
+    Delta(DeltaBody),
+    /// The watcher's version cannot be resumed; a `Snapshot` follows.
+    Resync {
+        /// Why.
+        reason: String,
+    },
+    /// Still alive, nothing changed.
+    Heartbeat {
+        /// The version the watcher is at.
+        version: SnapshotVersion,
+    },
 }
 
 /// The body of `POST /v1/claims` for a request: its form under the canonical field
@@ -392,6 +521,47 @@ mod tests {
 
     fn draft() -> ClaimDraft {
         ClaimDraft::default()
+    }
+
+    #[test]
+    fn snapshot_versions_print_and_parse_as_epoch_dot_seq() {
+        let v = SnapshotVersion {
+            epoch: 18_446_744_073_709_551_615,
+            seq: 7,
+        };
+        assert_eq!(v.to_string(), "18446744073709551615.7");
+        assert_eq!(v.to_string().parse::<SnapshotVersion>(), Ok(v));
+        assert_eq!("12.0".parse(), Ok(SnapshotVersion { epoch: 12, seq: 0 }));
+        for bad in [
+            "",
+            "12",
+            "12.",
+            ".3",
+            "1.2.3",
+            "+1.2",
+            "1.-2",
+            " 1.2",
+            "1.2 ",
+            "a.b",
+            "1e3.2",
+            "18446744073709551616.1",
+        ] {
+            assert!(bad.parse::<SnapshotVersion>().is_err(), "{bad:?}");
+        }
+        let json = serde_json::to_string(&HeartbeatBody { version: v }).unwrap();
+        assert_eq!(json, r#"{"version":"18446744073709551615.7"}"#);
+        assert_eq!(
+            serde_json::from_str::<HeartbeatBody>(&json)
+                .unwrap()
+                .version,
+            v
+        );
+        assert!(serde_json::from_str::<HeartbeatBody>(r#"{"version":"1"}"#).is_err());
+        assert!(serde_json::from_str::<HeartbeatBody>(r#"{"version":3}"#).is_err());
+        assert_eq!(
+            paths::watch_deltas_query(Some(SnapshotVersion { epoch: 5, seq: 9 })),
+            "deltas=1&since=5.9"
+        );
     }
 
     #[test]

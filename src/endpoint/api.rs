@@ -4,38 +4,35 @@
 //! fit answers 409 with the reasons both as lines for people and as structured data.
 //! Requests are authenticated before their body is read; bodies are size-limited.
 
-use std::collections::VecDeque;
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
-use futures::Stream;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use tokio::sync::watch;
+use tower_http::compression::CompressionLayer;
 
 use crate::endpoint::auth::{Role, Tokens};
 use crate::endpoint::engine::{Engine, EngineError, MAX_SHARE};
+use crate::endpoint::versions::SnapshotVersions;
 use crate::ids::ClaimId;
 use crate::placement::{FleetError, MoveError, MoveTarget, NoFit};
 use crate::request::{ClaimRequest, MAX_DEVICES, MAX_SECONDS, RequestError, Rule};
 use crate::scheduler::{RenewError, Submitted, claim_view};
 use crate::snapshot::ClaimState;
-use crate::wire::{Cordoned, ErrorBody, ProjectReset, Released, ShareSet, paths};
+use crate::wire::{self, Cordoned, ErrorBody, ProjectReset, Released, ShareSet, paths};
 
 /// The default port of `gpuboard serve` (and of the CLI's default endpoint).
 /// The largest request body accepted, in bytes.
@@ -46,21 +43,35 @@ pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// What the router needs.
 #[derive(Clone)]
 pub struct ApiState {
-    engine: Engine,
+    pub(crate) engine: Engine,
     tokens: Arc<Tokens>,
     open_reads: bool,
     responses: Family<Vec<(String, String)>, Counter>,
+    /// The snapshot versions every reader shares.
+    pub(crate) versions: Arc<SnapshotVersions>,
+    /// How long a delta watch stays silent before a heartbeat.
+    pub(crate) heartbeat: Duration,
 }
 
 impl ApiState {
     /// State for an endpoint over `engine`; `open_reads` lets reads through without a token.
+    /// Snapshot versions get a random epoch: a restarted endpoint has another.
     pub fn new(engine: Engine, tokens: Tokens, open_reads: bool) -> ApiState {
         ApiState {
+            versions: Arc::new(SnapshotVersions::new(engine.clone(), rand::random())),
             engine,
             tokens: Arc::new(tokens),
             open_reads,
             responses: Family::default(),
+            heartbeat: wire::HEARTBEAT,
         }
+    }
+
+    /// The same with another heartbeat interval for delta watches (tests use a short one).
+    #[must_use]
+    pub fn with_heartbeat(mut self, heartbeat: Duration) -> ApiState {
+        self.heartbeat = heartbeat;
+        self
     }
 }
 
@@ -83,7 +94,7 @@ impl ApiError {
         }
     }
 
-    fn new(status: StatusCode, error: &str, detail: impl Into<String>) -> ApiError {
+    pub(crate) fn new(status: StatusCode, error: &str, detail: impl Into<String>) -> ApiError {
         ApiError::with(status, ErrorBody::new(error, detail))
     }
 
@@ -157,7 +168,7 @@ type ApiResult = Result<Response, ApiError>;
 pub fn router(state: ApiState) -> Router {
     let guarded = Router::new()
         .route(paths::SNAPSHOT, get(snapshot))
-        .route(paths::WATCH, get(watch_events))
+        .route(paths::WATCH, get(super::watch::watch))
         .route(paths::CLAIMS, post(create_claim))
         .route("/v1/claims/{id}", delete(release_claim))
         .route("/v1/claims/{id}/move", post(move_claim))
@@ -185,6 +196,8 @@ pub fn router(state: ApiState) -> Router {
             state.clone(),
             count_responses,
         ))
+        // gzip when asked; the default predicate leaves event streams and small answers be.
+        .layer(CompressionLayer::new())
         .with_state(state)
 }
 
@@ -334,8 +347,40 @@ fn json_status(status: StatusCode, v: &impl serde::Serialize) -> Response {
     (status, axum::Json(v)).into_response()
 }
 
-async fn snapshot(State(st): State<ApiState>) -> Response {
-    json_status(StatusCode::OK, &st.engine.snapshot())
+/// The current version's cached JSON, with its `ETag`; `304` when `If-None-Match` has it.
+async fn snapshot(State(st): State<ApiState>, headers: HeaderMap) -> ApiResult {
+    let built = st.versions.current().await.map_err(serialize_failed)?;
+    let etag = format!("\"{}\"", built.version);
+    let known = headers
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|t| t.trim().trim_start_matches("W/"))
+        .any(|t| t == etag || t == "*");
+    let etag = HeaderValue::from_str(&etag).map_err(|e| serialize_failed(e.to_string()))?;
+    if known {
+        return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response());
+    }
+    Ok((
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            ),
+            (header::ETAG, etag),
+        ],
+        Body::from(built.json.clone()),
+    )
+        .into_response())
+}
+
+fn serialize_failed(e: impl std::fmt::Display) -> ApiError {
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "snapshot_failed",
+        format!("the snapshot could not be written: {e}"),
+    )
 }
 
 async fn create_claim(State(st): State<ApiState>, body: Body) -> ApiResult {
@@ -521,97 +566,11 @@ async fn reset_project(State(st): State<ApiState>, Path(name): Path<String>) -> 
     ))
 }
 
-#[derive(Deserialize)]
-struct WatchQuery {
-    since: Option<String>,
-}
-
-async fn watch_events(
-    State(st): State<ApiState>,
-    Query(q): Query<WatchQuery>,
-) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    let rx = st.engine.subscribe();
-    let since = match q.since.as_deref() {
-        None => *rx.borrow(),
-        Some(s) => s.parse::<u64>().map_err(|_| {
-            ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "bad_query",
-                format!("`since` must be a revision (a whole number), not `{s}`"),
-            )
-        })?,
-    };
-    let start = WatchState {
-        engine: st.engine.clone(),
-        rx,
-        last: since,
-        queue: VecDeque::new(),
-        hello: true,
-    };
-    let stream = futures::stream::unfold(start, |mut w| async move {
-        loop {
-            if let Some(ev) = w.queue.pop_front() {
-                return Some((Ok(ev), w));
-            }
-            let committed = *w.rx.borrow_and_update();
-            if w.hello || committed != w.last {
-                w.fill(committed);
-                continue;
-            }
-            if w.rx.changed().await.is_err() {
-                return None;
-            }
-        }
-    });
-    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
-}
-
-struct WatchState {
-    engine: Engine,
-    rx: watch::Receiver<u64>,
-    last: u64,
-    queue: VecDeque<Event>,
-    hello: bool,
-}
-
-impl WatchState {
-    /// Queues the events from `last` to `committed`, then a `revision` event.
-    fn fill(&mut self, committed: u64) {
-        self.hello = false;
-        let (events, gap) = self.engine.events_between(self.last, committed);
-        // A `since` from the future (another endpoint's revision) or events no longer in
-        // memory: the client must reload the snapshot.
-        if gap || self.last > committed {
-            self.queue.push_back(
-                Event::default()
-                    .event("resync")
-                    .data(json!({"revision": committed}).to_string()),
-            );
-        } else {
-            for e in events {
-                let data = serde_json::to_string(&e).unwrap_or_default();
-                self.queue.push_back(
-                    Event::default()
-                        .event("audit")
-                        .id(e.revision.to_string())
-                        .data(data),
-                );
-            }
-        }
-        self.queue.push_back(
-            Event::default()
-                .event("revision")
-                .id(committed.to_string())
-                .data(json!({"revision": committed}).to_string()),
-        );
-        self.last = committed;
-    }
-}
-
 type Labels = Vec<(String, String)>;
 
 async fn metrics(State(st): State<ApiState>) -> ApiResult {
-    let snap = st.engine.snapshot();
+    let built = st.versions.current().await.map_err(serialize_failed)?;
+    let snap = &built.snapshot;
     let mut reg = Registry::with_prefix("gpuboard");
     let gauge = |reg: &mut Registry, name: &str, help: &str| {
         let f = Family::<Labels, Gauge>::default();

@@ -109,6 +109,52 @@ struct Inner {
     sampler: Mutex<Option<Sampler>>,
 }
 
+/// What a snapshot of the engine is built from, besides the clock: the committed revision
+/// and the live feed's generation. Equal keys give the same snapshot (but for its time).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct StateKey {
+    /// The latest durable revision.
+    pub revision: u64,
+    /// The live feed's generation (0 without telemetry).
+    pub telemetry: u64,
+}
+
+/// Wakes its holder when the engine's `StateKey` may have changed.
+#[derive(Debug)]
+pub struct StateKeyWatch {
+    revision: watch::Receiver<u64>,
+    telemetry: Option<watch::Receiver<u64>>,
+}
+
+impl StateKeyWatch {
+    /// Returns once the key may have changed since the last call (or since this watch was
+    /// made); never once nothing can change any more.
+    pub async fn changed(&mut self) {
+        let StateKeyWatch {
+            revision,
+            telemetry,
+        } = self;
+        let revision = async {
+            if revision.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        let telemetry = async {
+            let alive = match telemetry {
+                Some(t) => t.changed().await.is_ok(),
+                None => false,
+            };
+            if !alive {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            () = revision => {}
+            () = telemetry => {}
+        }
+    }
+}
+
 /// A cheap, cloneable handle to the one scheduler.
 #[derive(Clone)]
 pub struct Engine {
@@ -368,6 +414,25 @@ impl Engine {
     /// The latest durable revision, as it changes: the feed behind `GET /v1/watch`.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.inner.committed.clone()
+    }
+
+    /// What the next snapshot would be built from: cheap to read, to know whether a cached
+    /// snapshot is still current.
+    pub fn state_key(&self) -> StateKey {
+        StateKey {
+            revision: *self.inner.committed.borrow(),
+            telemetry: self.inner.live.get().map_or(0, |feed| feed.generation()),
+        }
+    }
+
+    /// Wakes when `state_key` may have changed (a commit, a telemetry round).
+    pub fn state_changes(&self) -> StateKeyWatch {
+        let mut revision = self.inner.committed.clone();
+        revision.borrow_and_update();
+        StateKeyWatch {
+            revision,
+            telemetry: self.inner.live.get().map(|feed| feed.subscribe()),
+        }
     }
 
     /// Durable audit events after revision `after` (up to `upto`), and whether some were

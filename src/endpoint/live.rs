@@ -8,6 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use tokio::sync::watch;
+
 use crate::attribution::{
     Attribution, DeviceObservation, Holding, IdlePolicy, IdleTracker, attribute,
 };
@@ -102,12 +104,14 @@ impl LiveRound {
 
 /// The latest round and the idle tracker, shared by the sampler thread (writer), the
 /// engine's tick (idle flags) and snapshots (readers). Locks are held only to swap or
-/// clone an `Arc`.
+/// clone an `Arc`. Its generation counts what it adds to snapshots (rounds published,
+/// idle flags changed), so the endpoint knows when its cached snapshot is out of date.
 #[derive(Debug)]
 pub struct LiveFeed {
     config: LiveConfig,
     latest: Mutex<Option<Arc<LiveRound>>>,
     idle: Mutex<IdleState>,
+    generation: watch::Sender<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -128,6 +132,7 @@ impl LiveFeed {
                 tracker,
                 ..IdleState::default()
             }),
+            generation: watch::Sender::new(0),
         }
     }
 
@@ -136,9 +141,20 @@ impl LiveFeed {
         &self.config
     }
 
-    /// Replaces the latest round.
+    /// Replaces the latest round, and wakes those waiting for the next generation.
     pub fn publish(&self, round: LiveRound) {
         *self.latest.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(round));
+        self.generation.send_modify(|g| *g += 1);
+    }
+
+    /// How many times what the feed adds to snapshots changed (rounds, idle flags).
+    pub fn generation(&self) -> u64 {
+        *self.generation.borrow()
+    }
+
+    /// The generation, as it changes.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.generation.subscribe()
     }
 
     /// The latest round, if any.
@@ -171,12 +187,17 @@ impl LiveFeed {
         let joined = Join::new(snap, &round, &self.config.node);
         let observations = joined.observations(&round);
         let attribution = attribute(&observations, &round.origins, &joined.holdings);
-        idle.flagged = idle
+        let flagged: BTreeSet<ClaimId> = idle
             .tracker
             .update(round.telemetry.fetched_unix_ms, &attribution, &observations)
             .into_iter()
             .map(|c| c.claim_id)
             .collect();
+        if flagged != idle.flagged {
+            idle.flagged = flagged;
+            drop(idle);
+            self.generation.send_modify(|g| *g += 1);
+        }
     }
 
     /// Joins the latest round into `snap` (see `merge`).

@@ -8,3 +8,5 @@ pub mod auth;
 pub mod engine;
 pub mod live;
 pub mod store;
+pub mod versions;
+mod watch;

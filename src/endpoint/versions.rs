@@ -1,0 +1,244 @@
+//! Snapshot versions: one snapshot per state of the engine, built when first asked for
+//! and shared by every reader (with its JSON, serialized once), and the ring of the last
+//! deltas between consecutive versions, each computed and serialized once. What
+//! `GET /v1/snapshot` and the delta watch serve; nothing is rebuilt while nothing changes.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use tokio::sync::Mutex;
+
+use crate::endpoint::engine::{Engine, StateKey};
+use crate::snapshot::{Snapshot, diff};
+use crate::wire::{DeltaBody, SnapshotVersion};
+
+/// How many deltas are kept: a watcher further behind gets a `resync`.
+pub const DELTA_RING: usize = 256;
+
+/// One version: the snapshot, its JSON and its version.
+#[derive(Debug)]
+pub struct BuiltSnapshot {
+    /// `EPOCH.SEQ`.
+    pub version: SnapshotVersion,
+    /// The state.
+    pub snapshot: Arc<Snapshot>,
+    /// The state as `GET /v1/snapshot` sends it.
+    pub json: Bytes,
+}
+
+/// One delta of the ring: the changes from a version to the next, serialized.
+#[derive(Debug)]
+pub struct StoredDelta {
+    /// The version it applies to.
+    pub from: SnapshotVersion,
+    /// The version it makes.
+    pub to: SnapshotVersion,
+    /// A `wire::DeltaBody` as JSON.
+    pub json: String,
+}
+
+/// Why a watcher's version cannot be resumed; the text is the `resync` reason.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ResumeGap {
+    /// From another process of the endpoint.
+    #[error("version {0} is from before the endpoint restarted (epoch {1} now)")]
+    Restarted(SnapshotVersion, u64),
+    /// Older than the ring.
+    #[error("version {0} is older than the {DELTA_RING} versions kept")]
+    TooOld(SnapshotVersion),
+    /// Ahead of the endpoint.
+    #[error("version {0} is newer than the endpoint's {1}")]
+    Future(SnapshotVersion, SnapshotVersion),
+}
+
+#[derive(Debug, Default)]
+struct Cache {
+    key: Option<StateKey>,
+    current: Option<Arc<BuiltSnapshot>>,
+    ring: VecDeque<Arc<StoredDelta>>,
+}
+
+/// The versions of one endpoint process.
+#[derive(Debug)]
+pub struct SnapshotVersions {
+    engine: Engine,
+    epoch: u64,
+    cache: Mutex<Cache>,
+}
+
+impl SnapshotVersions {
+    /// Versions of `engine`'s state under `epoch` (random per process start).
+    pub fn new(engine: Engine, epoch: u64) -> SnapshotVersions {
+        SnapshotVersions {
+            engine,
+            epoch,
+            cache: Mutex::new(Cache::default()),
+        }
+    }
+
+    /// This process's epoch.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The engine the versions are of.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The current version: the cached one while the engine's state key is unchanged,
+    /// else a new one (its delta from the previous kept in the ring).
+    pub async fn current(&self) -> Result<Arc<BuiltSnapshot>, serde_json::Error> {
+        let key = self.engine.state_key();
+        let mut cache = self.cache.lock().await;
+        if cache.key == Some(key)
+            && let Some(current) = &cache.current
+        {
+            return Ok(Arc::clone(current));
+        }
+        let snapshot = self.engine.snapshot();
+        let json = Bytes::from(serde_json::to_vec(&snapshot)?);
+        let version = SnapshotVersion {
+            epoch: self.epoch,
+            seq: cache.current.as_ref().map_or(1, |c| c.version.seq + 1),
+        };
+        if let Some(previous) = &cache.current {
+            let body = DeltaBody {
+                from: previous.version,
+                to: version,
+                changes: diff(&previous.snapshot, &snapshot),
+            };
+            let delta = StoredDelta {
+                from: body.from,
+                to: body.to,
+                json: serde_json::to_string(&body)?,
+            };
+            cache.ring.push_back(Arc::new(delta));
+            while cache.ring.len() > DELTA_RING {
+                cache.ring.pop_front();
+            }
+        }
+        let built = Arc::new(BuiltSnapshot {
+            version,
+            snapshot: Arc::new(snapshot),
+            json,
+        });
+        cache.key = Some(key);
+        cache.current = Some(Arc::clone(&built));
+        Ok(built)
+    }
+
+    /// The deltas from `since` up to `upto` (a version built here), in order; empty when
+    /// `since` is `upto`.
+    pub async fn deltas(
+        &self,
+        since: SnapshotVersion,
+        upto: SnapshotVersion,
+    ) -> Result<Vec<Arc<StoredDelta>>, ResumeGap> {
+        if since.epoch != self.epoch {
+            return Err(ResumeGap::Restarted(since, self.epoch));
+        }
+        if since.seq > upto.seq {
+            return Err(ResumeGap::Future(since, upto));
+        }
+        let cache = self.cache.lock().await;
+        let out: Vec<Arc<StoredDelta>> = cache
+            .ring
+            .iter()
+            .filter(|d| d.from.seq >= since.seq && d.to.seq <= upto.seq)
+            .cloned()
+            .collect();
+        let complete =
+            out.first().is_none_or(|d| d.from == since) && out.len() as u64 == upto.seq - since.seq;
+        if complete {
+            Ok(out)
+        } else {
+            Err(ResumeGap::TooOld(since))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{ManualClock, Timestamp};
+    use crate::endpoint::engine::{EngineConfig, LocalProcesses};
+
+    fn versions() -> SnapshotVersions {
+        let engine = Engine::in_memory(
+            EngineConfig::default(),
+            vec![crate::inventory::a100_node("a", 2)],
+            Arc::new(ManualClock::new(Timestamp(1_000))),
+            Arc::new(LocalProcesses),
+        )
+        .unwrap();
+        SnapshotVersions::new(engine, 42)
+    }
+
+    #[tokio::test]
+    async fn one_build_per_state_and_one_delta_per_version() {
+        let v = versions();
+        let first = v.current().await.unwrap();
+        assert_eq!(first.version, SnapshotVersion { epoch: 42, seq: 1 });
+        let again = v.current().await.unwrap();
+        assert!(
+            Arc::ptr_eq(&first, &again),
+            "nothing changed, nothing rebuilt"
+        );
+        v.engine().cordon("a", 1, true, "op").await.unwrap();
+        let second = v.current().await.unwrap();
+        assert_eq!(second.version.seq, 2);
+        let deltas = v.deltas(first.version, second.version).await.unwrap();
+        assert_eq!(deltas.len(), 1);
+        let body: DeltaBody = serde_json::from_str(&deltas[0].json).unwrap();
+        let mut model = (*first.snapshot).clone();
+        crate::snapshot::apply(&mut model, &body.changes);
+        assert_eq!(model, *second.snapshot);
+        assert!(
+            v.deltas(second.version, second.version)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        let other = SnapshotVersion { epoch: 7, seq: 1 };
+        assert!(matches!(
+            v.deltas(other, second.version).await,
+            Err(ResumeGap::Restarted(..))
+        ));
+        let ahead = SnapshotVersion { epoch: 42, seq: 9 };
+        assert!(matches!(
+            v.deltas(ahead, second.version).await,
+            Err(ResumeGap::Future(..))
+        ));
+        let never = SnapshotVersion { epoch: 42, seq: 0 };
+        assert!(matches!(
+            v.deltas(never, second.version).await,
+            Err(ResumeGap::TooOld(..))
+        ));
+    }
+
+    #[tokio::test]
+    async fn the_ring_keeps_the_last_versions_only() {
+        let v = versions();
+        let first = v.current().await.unwrap();
+        for i in 0..=DELTA_RING {
+            v.engine().cordon("a", 0, i % 2 == 0, "op").await.unwrap();
+            v.current().await.unwrap();
+        }
+        let last = v.current().await.unwrap();
+        assert_eq!(last.version.seq, DELTA_RING as u64 + 2);
+        assert!(matches!(
+            v.deltas(first.version, last.version).await,
+            Err(ResumeGap::TooOld(_))
+        ));
+        let kept = SnapshotVersion {
+            epoch: 42,
+            seq: last.version.seq - DELTA_RING as u64,
+        };
+        assert_eq!(
+            v.deltas(kept, last.version).await.unwrap().len(),
+            DELTA_RING
+        );
+    }
+}

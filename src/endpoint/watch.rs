@@ -1,0 +1,236 @@
+//! `GET /v1/watch`: server-sent events as the state changes. Without `deltas=1`, the
+//! original revision feed (`audit`, `revision`, `resync` events). With it, the delta watch
+//! of the README's "Watch with deltas": a `snapshot`, then one `delta` per version (from
+//! the shared ring, never recomputed per watcher), `resync` when `since` cannot be
+//! resumed, and a `heartbeat` whenever nothing else was sent for a while.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::Stream;
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::endpoint::api::{ApiError, ApiState};
+use crate::endpoint::engine::{Engine, StateKeyWatch};
+use crate::endpoint::versions::{BuiltSnapshot, SnapshotVersions};
+use crate::wire::{HeartbeatBody, ResyncBody, SnapshotVersion, watch_events};
+
+/// How long a watcher waits after a change before reading the new version, so a burst of
+/// commits makes one version.
+const COALESCE: Duration = Duration::from_millis(20);
+
+#[derive(Deserialize)]
+pub(crate) struct WatchQuery {
+    since: Option<String>,
+    deltas: Option<String>,
+}
+
+/// Both watches on one path: `deltas=1` (or `true`) picks the delta watch.
+pub(crate) async fn watch(State(st): State<ApiState>, Query(q): Query<WatchQuery>) -> Response {
+    if matches!(q.deltas.as_deref(), Some("1" | "true")) {
+        let session = DeltaSession::new(Arc::clone(&st.versions), q.since.as_deref(), st.heartbeat);
+        let stream = futures::stream::unfold(session, |mut s| async move {
+            s.next().await.map(|ev| (Ok::<Event, Infallible>(ev), s))
+        });
+        return Sse::new(stream).into_response();
+    }
+    match revisions(&st.engine, q.since.as_deref()) {
+        Ok(sse) => sse.into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// One delta watcher: where it is, and what is queued for it.
+struct DeltaSession {
+    versions: Arc<SnapshotVersions>,
+    changes: StateKeyWatch,
+    /// The version the watcher has (`None`: it needs a snapshot).
+    at: Option<SnapshotVersion>,
+    queue: VecDeque<Event>,
+    heartbeat: Duration,
+    last_sent: Instant,
+}
+
+impl DeltaSession {
+    fn new(versions: Arc<SnapshotVersions>, since: Option<&str>, heartbeat: Duration) -> Self {
+        let changes = versions.engine().state_changes();
+        let mut session = DeltaSession {
+            versions,
+            changes,
+            at: None,
+            queue: VecDeque::new(),
+            heartbeat,
+            last_sent: Instant::now(),
+        };
+        match since.map(str::parse::<SnapshotVersion>) {
+            None => {}
+            Some(Ok(v)) => session.at = Some(v),
+            Some(Err(e)) => session.resync(&e.to_string()),
+        }
+        session
+    }
+
+    /// The next event to send; `None` ends the stream (the snapshot could not be written).
+    async fn next(&mut self) -> Option<Event> {
+        loop {
+            if let Some(ev) = self.queue.pop_front() {
+                self.last_sent = Instant::now();
+                return Some(ev);
+            }
+            let current = match self.versions.current().await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::error!("cannot serialize the snapshot for a watcher: {e}");
+                    return None;
+                }
+            };
+            match self.at {
+                None => self.send_snapshot(&current),
+                Some(at) if at == current.version => {
+                    let due = self.last_sent + self.heartbeat;
+                    tokio::select! {
+                        () = self.changes.changed() => tokio::time::sleep(COALESCE).await,
+                        () = tokio::time::sleep_until(due) => self.queue.push_back(
+                            event(watch_events::HEARTBEAT, Some(at))
+                                .data(json_text(&HeartbeatBody { version: at })),
+                        ),
+                    }
+                }
+                Some(at) => match self.versions.deltas(at, current.version).await {
+                    Ok(deltas) => {
+                        for d in deltas {
+                            self.queue
+                                .push_back(event(watch_events::DELTA, Some(d.to)).data(&d.json));
+                        }
+                        self.at = Some(current.version);
+                    }
+                    Err(gap) => {
+                        self.resync(&gap.to_string());
+                        self.send_snapshot(&current);
+                    }
+                },
+            }
+        }
+    }
+
+    fn resync(&mut self, reason: &str) {
+        let body = ResyncBody {
+            reason: reason.to_string(),
+        };
+        self.queue
+            .push_back(event(watch_events::RESYNC, None).data(json_text(&body)));
+        self.at = None;
+    }
+
+    fn send_snapshot(&mut self, current: &BuiltSnapshot) {
+        // serde_json writes UTF-8; the check only avoids a panic path.
+        let text = String::from_utf8_lossy(&current.json);
+        self.queue
+            .push_back(event(watch_events::SNAPSHOT, Some(current.version)).data(text.as_ref()));
+        self.at = Some(current.version);
+    }
+}
+
+fn event(name: &str, id: Option<SnapshotVersion>) -> Event {
+    let ev = Event::default().event(name);
+    match id {
+        Some(v) => ev.id(v.to_string()),
+        None => ev,
+    }
+}
+
+fn json_text(v: &impl serde::Serialize) -> String {
+    serde_json::to_string(v).unwrap_or_default()
+}
+
+/// The original watch: `audit` events after revision `since`, then `revision`.
+fn revisions(
+    engine: &Engine,
+    since: Option<&str>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>> + use<>>, ApiError> {
+    let rx = engine.subscribe();
+    let since = match since {
+        None => *rx.borrow(),
+        Some(s) => s.parse::<u64>().map_err(|_| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_query",
+                format!("`since` must be a revision (a whole number), not `{s}`"),
+            )
+        })?,
+    };
+    let start = RevisionWatch {
+        engine: engine.clone(),
+        rx,
+        last: since,
+        queue: VecDeque::new(),
+        hello: true,
+    };
+    let stream = futures::stream::unfold(start, |mut w| async move {
+        loop {
+            if let Some(ev) = w.queue.pop_front() {
+                return Some((Ok(ev), w));
+            }
+            let committed = *w.rx.borrow_and_update();
+            if w.hello || committed != w.last {
+                w.fill(committed);
+                continue;
+            }
+            if w.rx.changed().await.is_err() {
+                return None;
+            }
+        }
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+struct RevisionWatch {
+    engine: Engine,
+    rx: watch::Receiver<u64>,
+    last: u64,
+    queue: VecDeque<Event>,
+    hello: bool,
+}
+
+impl RevisionWatch {
+    /// Queues the events from `last` to `committed`, then a `revision` event.
+    fn fill(&mut self, committed: u64) {
+        self.hello = false;
+        let (events, gap) = self.engine.events_between(self.last, committed);
+        // A `since` from the future (another endpoint's revision) or events no longer in
+        // memory: the client must reload the snapshot.
+        if gap || self.last > committed {
+            self.queue.push_back(
+                Event::default()
+                    .event("resync")
+                    .data(json!({"revision": committed}).to_string()),
+            );
+        } else {
+            for e in events {
+                let data = serde_json::to_string(&e).unwrap_or_default();
+                self.queue.push_back(
+                    Event::default()
+                        .event("audit")
+                        .id(e.revision.to_string())
+                        .data(data),
+                );
+            }
+        }
+        self.queue.push_back(
+            Event::default()
+                .event("revision")
+                .id(committed.to_string())
+                .data(json!({"revision": committed}).to_string()),
+        );
+        self.last = committed;
+    }
+}
