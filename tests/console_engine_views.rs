@@ -76,7 +76,7 @@ fn state(sources: Vec<(&str, &str, Snapshot)>) -> State {
             Msg::Fetched {
                 source: i,
                 at: Timestamp(NOW.0 - 1_000),
-                result: Ok(snap),
+                result: Ok(snap.into()),
             },
         );
     }

@@ -20,7 +20,7 @@ use gpuboard::ids::ClaimId;
 use gpuboard::placement::{Allocation, DeviceShare, MoveTarget};
 use gpuboard::request::{ClaimRequest, GpuForm};
 use gpuboard::snapshot::Snapshot;
-use gpuboard::sources::{Action, Failure, Outcome, Source};
+use gpuboard::sources::{Action, Failure, Fetched, Outcome, Source};
 use gpuboard::units::{Bytes, Slots, Units};
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
@@ -370,7 +370,7 @@ fn source_results_errors_and_staleness() {
         vec![Msg::Fetched {
             source: 0,
             at: NOW.plus_secs(8),
-            result: Ok(lab_snapshot()),
+            result: Ok(lab_snapshot().into()),
         }],
     );
     assert_eq!(
@@ -393,7 +393,7 @@ fn source_results_errors_and_staleness() {
         vec![Msg::Fetched {
             source: 0,
             at: NOW.plus_secs(15),
-            result: Ok(lab_snapshot()),
+            result: Ok(lab_snapshot().into()),
         }],
     );
     st.dirty = false;
@@ -403,7 +403,7 @@ fn source_results_errors_and_staleness() {
         vec![Msg::Fetched {
             source: 0,
             at: NOW.plus_secs(16),
-            result: Ok(lab_snapshot()),
+            result: Ok(lab_snapshot().into()),
         }],
     );
     assert!(!st.dirty, "same content, fresh source: nothing to draw");
@@ -417,7 +417,7 @@ fn source_results_errors_and_staleness() {
         vec![Msg::Fetched {
             source: 0,
             at: NOW.plus_secs(17),
-            result: Ok(changed),
+            result: Ok(changed.into()),
         }],
     );
     assert_eq!(st.rows_claims.len(), 6, "frozen");
@@ -432,6 +432,115 @@ fn source_results_errors_and_staleness() {
             result: Err(Failure::Timeout(1)),
         }],
     );
+}
+
+#[test]
+fn unchanged_marks_fresh_and_rebuilds_nothing() {
+    let refresh = 2_000;
+    let mut st = lab_state();
+    run(&mut st, vec![Msg::Tick(NOW.plus_secs(8))]);
+    assert!(matches!(
+        st.sources[0].health(st.now, refresh),
+        SourceHealth::Stale { .. }
+    ));
+    // Rows are only rebuilt from data: tampered rows stay as they are after `Unchanged`.
+    let rows = st.rows_devices.len();
+    st.rows_devices.truncate(1);
+    st.sources[0].in_flight = true;
+    st.dirty = false;
+    let eff = run(
+        &mut st,
+        vec![Msg::Fetched {
+            source: 0,
+            at: NOW.plus_secs(8),
+            result: Ok(Fetched::Unchanged),
+        }],
+    );
+    assert!(eff.is_empty(), "{eff:?}");
+    assert_eq!(st.sources[0].health(st.now, refresh), SourceHealth::Ok);
+    assert_eq!(st.sources[0].fetched_at, Some(NOW.plus_secs(8)));
+    assert!(!st.sources[0].in_flight);
+    assert!(st.dirty, "stale to fresh is redrawn");
+    assert_eq!(st.rows_devices.len(), 1, "no rebuild on Unchanged");
+    // A fresh source answering Unchanged again: nothing to draw.
+    st.dirty = false;
+    st.sources[0].in_flight = true;
+    run(
+        &mut st,
+        vec![Msg::Fetched {
+            source: 0,
+            at: NOW.plus_secs(9),
+            result: Ok(Fetched::Unchanged),
+        }],
+    );
+    assert!(!st.dirty);
+    // Unchanged after a failure clears it.
+    st.sources[0].in_flight = true;
+    run(
+        &mut st,
+        vec![Msg::Fetched {
+            source: 0,
+            at: NOW.plus_secs(10),
+            result: Err(Failure::Unreachable("watch stream closed".into())),
+        }],
+    );
+    assert!(st.sources[0].is_stale(st.now, refresh));
+    st.sources[0].in_flight = true;
+    run(
+        &mut st,
+        vec![Msg::Fetched {
+            source: 0,
+            at: NOW.plus_secs(10),
+            result: Ok(Fetched::Unchanged),
+        }],
+    );
+    assert!(!st.sources[0].is_stale(NOW.plus_secs(10), refresh));
+    assert!(st.log.iter().any(|l| l.contains("answering again")));
+    // Changed data rebuilds.
+    st.sources[0].in_flight = true;
+    let mut fewer = lab_snapshot();
+    fewer.nodes.truncate(1);
+    run(
+        &mut st,
+        vec![Msg::Fetched {
+            source: 0,
+            at: NOW.plus_secs(11),
+            result: Ok(fewer.into()),
+        }],
+    );
+    assert_ne!(st.rows_devices.len(), 1);
+    assert!(st.rows_devices.len() < rows);
+}
+
+#[test]
+fn a_reported_change_is_fetched_at_once_one_at_a_time() {
+    let mut st = lab_state();
+    st.sources[0].in_flight = false;
+    let eff = run(&mut st, vec![Msg::Changed(0)]);
+    assert_eq!(eff, vec![Effect::Fetch(0)]);
+    // Another change while that fetch is in flight: fetched right after it.
+    let eff = run(&mut st, vec![Msg::Changed(0), Msg::Changed(0)]);
+    assert!(eff.is_empty(), "single flight: {eff:?}");
+    let eff = run(
+        &mut st,
+        vec![Msg::Fetched {
+            source: 0,
+            at: NOW,
+            result: Ok(Fetched::Unchanged),
+        }],
+    );
+    assert_eq!(eff, vec![Effect::Fetch(0)]);
+    assert!(st.sources[0].in_flight);
+    let eff = run(
+        &mut st,
+        vec![Msg::Fetched {
+            source: 0,
+            at: NOW,
+            result: Ok(Fetched::Unchanged),
+        }],
+    );
+    assert!(eff.is_empty(), "{eff:?}");
+    assert!(run(&mut st, vec![Msg::Changed(9)]).is_empty());
 }
 
 #[test]
@@ -504,8 +613,8 @@ impl Source for Counting {
     fn can_act(&self) -> bool {
         true
     }
-    fn fetch(&self) -> BoxFuture<'static, Result<Snapshot, Failure>> {
-        Box::pin(async { Ok(Snapshot::default()) })
+    fn fetch(&self) -> BoxFuture<'static, Result<Fetched, Failure>> {
+        Box::pin(async { Ok(Snapshot::default().into()) })
     }
     fn plan(&self, _: ClaimRequest) -> BoxFuture<'static, Result<Allocation, Failure>> {
         Box::pin(async { Err(Failure::Refused("no".into())) })

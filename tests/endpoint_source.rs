@@ -11,14 +11,27 @@ use common::{Server, demo_fleet};
 use gpuboard::ids::ClaimId;
 use gpuboard::placement::MoveTarget;
 use gpuboard::request::ClaimRequest;
+use gpuboard::snapshot::Snapshot;
 use gpuboard::sources::endpoint::Http;
-use gpuboard::sources::{Action, Failure, Outcome, Source};
+use gpuboard::sources::{Action, Failure, Fetched, Outcome, Source};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 
 fn source(server: &Server, token: Option<String>) -> Http {
     Http::new("lab", &server.url, token, TIMEOUT).unwrap()
+}
+
+/// The next changed snapshot: fetches until one comes (a change may reach the source a
+/// moment after the action that made it).
+async fn changed(src: &Http) -> Snapshot {
+    for _ in 0..100 {
+        if let Fetched::Snapshot(s) = src.fetch().await.unwrap() {
+            return *s;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no change reached the source in 5 s");
 }
 
 fn req(v: serde_json::Value) -> ClaimRequest {
@@ -53,7 +66,7 @@ async fn every_action_goes_through_the_endpoint() {
         "{e}"
     );
 
-    let snap = src.fetch().await.unwrap();
+    let snap = changed(&src).await;
     assert_eq!(snap.nodes.len(), 4);
     assert!(snap.claims.is_empty());
     let a10g = snap.nodes.iter().find(|n| n.name == "g5-a10g").unwrap();
@@ -73,7 +86,7 @@ async fn every_action_goes_through_the_endpoint() {
     let first = made.shares[0].device;
 
     // The endpoint holds it: the next snapshot shows it where the outcome said.
-    let snap = src.fetch().await.unwrap();
+    let snap = changed(&src).await;
     let seen = snap.claim(id).unwrap();
     assert_eq!(seen.shares[0].device, first);
 
@@ -108,7 +121,7 @@ async fn every_action_goes_through_the_endpoint() {
         .await
         .unwrap();
     assert_eq!(out.message(), format!("g5-a10g:{first} cordoned"));
-    let snap = src.fetch().await.unwrap();
+    let snap = changed(&src).await;
     let cordoned = |s: &gpuboard::snapshot::Snapshot| {
         s.nodes
             .iter()
@@ -128,7 +141,7 @@ async fn every_action_goes_through_the_endpoint() {
     })
     .await
     .unwrap();
-    assert!(!cordoned(&src.fetch().await.unwrap()));
+    assert!(!cordoned(&changed(&src).await));
 
     let out = src.act(reset("vision")).await.unwrap();
     assert_eq!(
@@ -149,7 +162,9 @@ async fn every_action_goes_through_the_endpoint() {
     );
     let out = src.act(Action::Release { id }).await.unwrap();
     assert_eq!(out, Outcome::Released { id, place: None });
-    assert!(src.fetch().await.unwrap().claims.is_empty());
+    assert!(changed(&src).await.claims.is_empty());
+    // Nothing changed since: the source says so instead of sending it all again.
+    assert_eq!(src.fetch().await.unwrap(), Fetched::Unchanged);
 }
 
 #[tokio::test]

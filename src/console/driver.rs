@@ -110,6 +110,25 @@ fn spawn_input(tx: UnboundedSender<Msg>) {
     });
 }
 
+/// Forwards each source's change notices as `Msg::Changed`, so a change reaches the
+/// screen without waiting for the next refresh (`update` keeps one fetch in flight).
+fn spawn_change_watchers(sources: &[Arc<dyn Source>], tx: &UnboundedSender<Msg>) {
+    for (i, src) in sources.iter().enumerate() {
+        let Some(notify) = src.changed() else {
+            continue;
+        };
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            loop {
+                notify.notified().await;
+                if tx.send(Msg::Changed(i)).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
 fn spawn_signals(tx: &UnboundedSender<Msg>) -> io::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     for (kind, name) in [
@@ -260,6 +279,7 @@ async fn event_loop(
     state.size = (size.width, size.height);
     spawn_signals(&tx)?;
     spawn_input(tx.clone());
+    spawn_change_watchers(&setup.sources, &tx);
     {
         let tx = tx.clone();
         let clock = Arc::clone(&clock);

@@ -15,6 +15,7 @@ use serde::Serialize;
 
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::snapshot::Snapshot;
+use crate::sources::Fetched;
 
 use super::msg::Msg;
 use super::state::{State, View};
@@ -150,8 +151,21 @@ pub fn run(console: &ConsoleArgs, args: &StatusArgs) -> anyhow::Result<()> {
         print!("{}", buffer_text(&buf));
         return Ok(());
     }
+    rt.block_on(print_status(&setup, args, timeout, &clock))
+}
+
+/// Prints the status once, or at every refresh until interrupted. Runs inside the runtime
+/// throughout, so sources that follow their endpoint (the watch task) keep up between
+/// prints; a source that answers `Unchanged` is shown with its last snapshot.
+async fn print_status(
+    setup: &super::Setup,
+    args: &StatusArgs,
+    timeout: Duration,
+    clock: &Arc<dyn Clock>,
+) -> anyhow::Result<()> {
+    let mut last: Vec<Option<Snapshot>> = vec![None; setup.sources.len()];
     loop {
-        let results = rt.block_on(fetch_all(&setup.sources, timeout, &clock));
+        let results = fetch_all(&setup.sources, timeout, clock).await;
         let status = Status {
             schema: STATUS_SCHEMA,
             generated_at: clock.now().0,
@@ -159,9 +173,14 @@ pub fn run(console: &ConsoleArgs, args: &StatusArgs) -> anyhow::Result<()> {
                 .sources
                 .iter()
                 .zip(results)
-                .map(|(s, (at, r))| {
+                .zip(last.iter_mut())
+                .map(|((s, (at, r)), last)| {
                     let (snapshot, error) = match r {
-                        Ok(snap) => (Some(snap), None),
+                        Ok(Fetched::Snapshot(snap)) => {
+                            *last = Some(*snap);
+                            (last.clone(), None)
+                        }
+                        Ok(Fetched::Unchanged) => (last.clone(), None),
                         Err(e) => (None, Some(e.to_string())),
                     };
                     SourceStatus {
@@ -188,7 +207,7 @@ pub fn run(console: &ConsoleArgs, args: &StatusArgs) -> anyhow::Result<()> {
             }
             return Ok(());
         }
-        std::thread::sleep(Duration::from_millis(setup.refresh_ms));
+        tokio::time::sleep(Duration::from_millis(setup.refresh_ms)).await;
     }
 }
 
@@ -196,7 +215,7 @@ async fn fetch_all(
     sources: &[Arc<dyn crate::sources::Source>],
     timeout: Duration,
     clock: &Arc<dyn Clock>,
-) -> Vec<(Timestamp, Result<Snapshot, crate::sources::Failure>)> {
+) -> Vec<(Timestamp, Result<Fetched, crate::sources::Failure>)> {
     let limit = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
     let futs = sources.iter().map(|s| {
         let f = s.fetch();

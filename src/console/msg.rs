@@ -5,11 +5,11 @@ use ratatui::crossterm::event::KeyEvent;
 use crate::clock::Timestamp;
 use crate::placement::Allocation;
 use crate::request::ClaimRequest;
-use crate::snapshot::Snapshot;
-use crate::sources::{Action, Failure, Outcome};
+use crate::sources::{Action, Failure, Fetched, Outcome};
 
 /// Everything that can happen to the console.
-// A snapshot is moved through the channel once per fetch; boxing it would buy nothing.
+// An action (with its claim request) is moved through the channel once per operator
+// action; boxing it would buy nothing.
 #[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum Msg {
@@ -30,9 +30,11 @@ pub enum Msg {
         source: usize,
         /// When the fetch completed.
         at: Timestamp,
-        /// The snapshot, or why not.
-        result: Result<Snapshot, Failure>,
+        /// The snapshot (or that nothing changed), or why not.
+        result: Result<Fetched, Failure>,
     },
+    /// A source reported that its data changed: fetch it now.
+    Changed(usize),
     /// A source answered a placement preview.
     Planned {
         /// The source.

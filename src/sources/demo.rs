@@ -15,7 +15,7 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use serde_json::{Value, json};
 
-use super::{Action, Failure, Outcome, Source, apply, plan_on};
+use super::{Action, Failure, Fetched, Outcome, Source, apply, plan_on};
 use crate::clock::{Clock, Timestamp};
 use crate::ids::ClaimId;
 use crate::inventory;
@@ -457,13 +457,13 @@ impl Source for Demo {
     fn can_act(&self) -> bool {
         true
     }
-    fn fetch(&self) -> BoxFuture<'static, Result<Snapshot, Failure>> {
+    fn fetch(&self) -> BoxFuture<'static, Result<Fetched, Failure>> {
         let world = Arc::clone(&self.world);
         let now = self.clock.now();
         Box::pin(async move {
             let mut w = world.lock().map_err(poisoned)?;
             w.advance(now);
-            Ok(w.snapshot(now))
+            Ok(w.snapshot(now).into())
         })
     }
     fn plan(&self, request: ClaimRequest) -> BoxFuture<'static, Result<Allocation, Failure>> {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
-use super::{Action, Failure, Outcome, Source};
+use super::{Action, Failure, Fetched, Outcome, Source};
 use crate::clock::Clock;
 use crate::clock::SystemClock;
 use crate::endpoint::engine::{Engine, EngineConfig, EngineError, LocalProcesses};
@@ -18,7 +18,6 @@ use crate::endpoint::store::SyncMode;
 use crate::placement::{Allocation, Policy};
 use crate::request::ClaimRequest;
 use crate::scheduler::{SchedulerConfig, Submitted, claim_view};
-use crate::snapshot::Snapshot;
 use crate::telemetry::{BackendStatus, SamplerConfig};
 use crate::units::Bytes;
 
@@ -121,7 +120,7 @@ impl Source for Embedded {
     fn note(&self) -> Option<String> {
         self.note.clone()
     }
-    fn fetch(&self) -> BoxFuture<'static, Result<Snapshot, Failure>> {
+    fn fetch(&self) -> BoxFuture<'static, Result<Fetched, Failure>> {
         if tokio::runtime::Handle::try_current().is_ok() {
             self.ticker.get_or_init(|| self.engine.spawn_ticker());
         }
@@ -132,7 +131,7 @@ impl Source for Embedded {
             if note.is_some() {
                 snap.endpoint.telemetry_note = note;
             }
-            Ok(snap)
+            Ok(snap.into())
         })
     }
     fn plan(&self, request: ClaimRequest) -> BoxFuture<'static, Result<Allocation, Failure>> {

@@ -1,18 +1,22 @@
-//! A gpuboard endpoint (API v1) as a console source: reads and acts through
-//! `client::Client`, and turns the client's typed errors into the console's `Failure`
-//! keeping the endpoint's own words (the broken rule, the reasons a claim does not fit),
-//! with a hint about the token file when the endpoint refuses the token.
+//! A gpuboard endpoint (API v1) as a console source: its state mirrored through the delta
+//! watch (`watch::Mirror`), actions through `client::Client`; the client's typed errors
+//! become the console's `Failure` keeping the endpoint's own words (the broken rule, the
+//! reasons a claim does not fit), with a hint about the token file when the endpoint
+//! refuses the token.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::request::ClaimRequest;
 use futures::future::BoxFuture;
+use tokio::sync::Notify;
 
-use super::{Action, Failure, Outcome, Source, plan_on_snapshot};
+use super::watch::{Mirror, RealPace};
+use super::{Action, Failure, Fetched, Outcome, Source, plan_on_snapshot};
 use crate::client::{Client, ClientError};
+use crate::clock::SystemClock;
 use crate::placement::Allocation;
-use crate::snapshot::{ClaimView, Snapshot};
+use crate::snapshot::ClaimView;
 
 /// A gpuboard endpoint.
 pub struct Http {
@@ -20,7 +24,7 @@ pub struct Http {
     client: Client,
     /// Whether a token was configured, to say what to fix when it is refused.
     has_token: bool,
-    last: Arc<Mutex<Option<Snapshot>>>,
+    mirror: Mirror,
 }
 
 impl Http {
@@ -35,11 +39,19 @@ impl Http {
         let has_token = token.is_some();
         let client = Client::new(url, token, timeout)
             .map_err(|e| anyhow::anyhow!("endpoint {name}: {e}"))?;
+        let words = name.to_string();
+        let mirror = Mirror::new(
+            name,
+            Arc::new(client.clone()),
+            Box::new(move |e| failure(&words, has_token, e)),
+            Arc::new(SystemClock),
+            Arc::new(RealPace),
+        );
         Ok(Http {
             name: name.to_string(),
             client,
             has_token,
-            last: Arc::new(Mutex::new(None)),
+            mirror,
         })
     }
 
@@ -144,23 +156,17 @@ impl Source for Http {
     fn can_act(&self) -> bool {
         true
     }
-    fn fetch(&self) -> BoxFuture<'static, Result<Snapshot, Failure>> {
-        let client = self.client.clone();
-        let fail = self.failure();
-        let last = Arc::clone(&self.last);
-        Box::pin(async move {
-            let snap = client.snapshot().await.map_err(fail)?;
-            if let Ok(mut l) = last.lock() {
-                *l = Some(snap.clone());
-            }
-            Ok(snap)
-        })
+    fn fetch(&self) -> BoxFuture<'static, Result<Fetched, Failure>> {
+        self.mirror.fetch()
+    }
+    fn changed(&self) -> Option<Arc<Notify>> {
+        Some(self.mirror.changed())
     }
     /// A preview on the fleet rebuilt from the last snapshot (API v1 has no planning
     /// route): the endpoint re-checks the claim when it is submitted, and may place it
     /// elsewhere or refuse it if the fleet changed since.
     fn plan(&self, request: ClaimRequest) -> BoxFuture<'static, Result<Allocation, Failure>> {
-        let last = self.last.lock().ok().and_then(|l| l.clone());
+        let last = self.mirror.last();
         Box::pin(async move {
             let snap = last.ok_or_else(|| {
                 Failure::Refused("no snapshot from this endpoint yet to preview against".into())
@@ -178,11 +184,7 @@ impl Source for Http {
         let fail = self.failure();
         // API v1 answers a move with the new place only; the old one is the last seen.
         let from = match &action {
-            Action::Move { id, .. } => self
-                .last
-                .lock()
-                .ok()
-                .and_then(|l| l.as_ref().and_then(|s| s.claim(*id)).map(place)),
+            Action::Move { id, .. } => self.mirror.with_last(|s| s.claim(*id).map(place)).flatten(),
             _ => None,
         };
         Box::pin(async move {

@@ -3,10 +3,11 @@
 //! BOINC) read other systems and refuse actions (BOINC takes one: "update project").
 //!
 //! A source is polled by the console's driver, one request in flight at a time, under a
-//! timeout; the console keeps each source's last good snapshot, its fetch time and its
-//! error, so a source that is down never blanks the others. Implementations: the
-//! embedded scheduler (`embedded`), the demo fleet with a synthetic workload (`demo`),
-//! gpuboard HTTP endpoints (`endpoint`), and engine adapters (`ray`, `prometheus`, `slurm`,
+//! timeout, and fetched at once when it reports a change (`Source::changed`); a fetch
+//! answers `Fetched::Unchanged` when the source knows nothing changed. The console keeps
+//! each source's last good snapshot, its fetch time and its error, so a source that is
+//! down never blanks the others. Implementations: the embedded scheduler (`embedded`), the demo fleet with a synthetic workload (`demo`),
+//! gpuboard HTTP endpoints (`endpoint`, kept in sync by `watch` over a `feed`), and engine adapters (`ray`, `prometheus`, `slurm`,
 //! `boinc`), each implementing `Source` on the shared shell in `adapter`.
 
 mod adapter;
@@ -15,6 +16,7 @@ pub mod demo;
 pub mod embedded;
 pub mod endpoint;
 pub mod error;
+mod feed;
 pub mod gres;
 pub mod guirpc;
 pub mod http;
@@ -23,7 +25,10 @@ pub mod md5;
 pub mod prometheus;
 pub mod ray;
 pub mod slurm;
+mod watch;
 pub mod xml;
+
+use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
@@ -69,6 +74,32 @@ pub enum Failure {
     /// The source cannot act at all (an engine adapter, a read-only endpoint, `--readonly`).
     #[error("read-only: {0}")]
     ReadOnly(String),
+}
+
+/// What a fetch found.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Fetched {
+    /// The source's state, changed since the last fetch (or the first one).
+    Snapshot(Box<Snapshot>),
+    /// The source is live and nothing changed since the last fetch: the console marks it
+    /// fresh and rebuilds nothing.
+    Unchanged,
+}
+
+impl Fetched {
+    /// The snapshot, when one came.
+    pub fn snapshot(self) -> Option<Snapshot> {
+        match self {
+            Fetched::Snapshot(s) => Some(*s),
+            Fetched::Unchanged => None,
+        }
+    }
+}
+
+impl From<Snapshot> for Fetched {
+    fn from(s: Snapshot) -> Fetched {
+        Fetched::Snapshot(Box::new(s))
+    }
 }
 
 /// A change an operator asks a source to make.
@@ -216,8 +247,14 @@ pub trait Source: Send + Sync {
     fn note(&self) -> Option<String> {
         None
     }
-    /// Reads the current state.
-    fn fetch(&self) -> BoxFuture<'static, Result<Snapshot, Failure>>;
+    /// Reads the current state: a snapshot when it changed since the last fetch (always
+    /// for the first), `Fetched::Unchanged` when the source knows nothing changed.
+    fn fetch(&self) -> BoxFuture<'static, Result<Fetched, Failure>>;
+    /// Woken when the source's data changed, so the driver fetches it at once instead of
+    /// at the next refresh; `None` (the default) for sources that are only polled.
+    fn changed(&self) -> Option<Arc<tokio::sync::Notify>> {
+        None
+    }
     /// Where a claim request would be placed now, without placing it.
     fn plan(&self, request: ClaimRequest) -> BoxFuture<'static, Result<Allocation, Failure>>;
     /// Carries out an action.

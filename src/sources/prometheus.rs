@@ -17,7 +17,7 @@ use super::adapter::{self, Shell};
 use super::error::SourceError;
 use super::http::{Auth, JsonClient, PeerKind};
 use super::json::{At, ShapeError};
-use super::{Action, Failure, Outcome, Source};
+use super::{Action, Failure, Fetched, Outcome, Source};
 use crate::clock::{Clock, Timestamp};
 use crate::placement::Allocation;
 use crate::request::ClaimRequest;
@@ -178,9 +178,9 @@ impl Source for PrometheusSource {
     fn can_act(&self) -> bool {
         false
     }
-    fn fetch(&self) -> BoxFuture<'static, Result<Snapshot, Failure>> {
+    fn fetch(&self) -> BoxFuture<'static, Result<Fetched, Failure>> {
         let source = self.clone();
-        Box::pin(async move { Ok(PrometheusSource::fetch(&source).await?) })
+        Box::pin(async move { Ok(PrometheusSource::fetch(&source).await?.into()) })
     }
     fn plan(&self, _request: ClaimRequest) -> BoxFuture<'static, Result<Allocation, Failure>> {
         adapter::plan_refused(self.name(), self.kind())

@@ -263,7 +263,7 @@ fn feed(st: &mut State, source: usize, snap: Snapshot, at: u64) {
         Msg::Fetched {
             source,
             at: Timestamp(at),
-            result: Ok(snap),
+            result: Ok(snap.into()),
         },
     );
 }

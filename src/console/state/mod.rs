@@ -3,6 +3,7 @@
 mod form;
 mod rows;
 mod sources;
+mod totals;
 mod view;
 
 use std::collections::VecDeque;
@@ -16,6 +17,7 @@ use super::keymap::Keymap;
 
 pub use form::{ClaimForm, FormField, FormKind, FormStage};
 pub use sources::{STALE_AFTER_INTERVALS, SourceHealth, SourceSlot, TELEMETRY_KINDS};
+pub use totals::FleetTotals;
 pub use view::View;
 
 /// Console log lines kept for the Events view.
@@ -170,6 +172,8 @@ pub struct State {
     pub rows_claims: Vec<ClaimKey>,
     /// Project rows, filtered and sorted.
     pub rows_projects: Vec<ProjKey>,
+    /// Totals over the shown sources, for the Overview.
+    pub totals: FleetTotals,
     /// Terminal size.
     pub size: (u16, u16),
     /// Something visible changed since the last draw.
@@ -206,6 +210,7 @@ impl State {
             rows_devices: Vec::new(),
             rows_claims: Vec::new(),
             rows_projects: Vec::new(),
+            totals: FleetTotals::default(),
             size: (80, 24),
             dirty: true,
             quit: false,

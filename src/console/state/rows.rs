@@ -5,8 +5,11 @@ use crate::snapshot::ClaimState;
 use super::{ClaimKey, DevKey, ProjKey, State, View};
 
 impl State {
-    /// Recomputes the filtered and sorted rows from the sources' data.
+    /// Recomputes the filtered and sorted rows and the totals from the sources' data.
+    /// Called when the data, the filter, the sort or the shown sources change; drawing
+    /// only reads the result.
     pub fn rebuild_rows(&mut self) {
+        self.recompute_totals();
         let needle = self.filter.to_lowercase();
         let matches = |hay: &[&str]| {
             needle.is_empty() || hay.iter().any(|h| h.to_lowercase().contains(&needle))

@@ -30,6 +30,8 @@ pub struct SourceSlot {
     pub error_since: Option<Timestamp>,
     /// A fetch is in flight.
     pub in_flight: bool,
+    /// The source reported a change while a fetch was in flight: fetch again after it.
+    pub wanted: bool,
     /// When to fetch next.
     pub next_fetch: Timestamp,
     /// Consecutive failures (for backoff).

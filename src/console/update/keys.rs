@@ -46,6 +46,7 @@ pub(super) fn key(state: &mut State, ev: KeyEvent) -> Vec<Effect> {
         }
         Mode::Filter(text) => {
             let text = edit_line(text, &ev);
+            let before = state.filter.clone();
             match ev.code {
                 KeyCode::Esc => {
                     state.filter.clear();
@@ -57,7 +58,9 @@ pub(super) fn key(state: &mut State, ev: KeyEvent) -> Vec<Effect> {
                     state.mode = Mode::Filter(text);
                 }
             }
-            state.rebuild_rows();
+            if state.filter != before {
+                state.rebuild_rows();
+            }
             Vec::new()
         }
         Mode::Command(text) => match ev.code {

@@ -1,5 +1,5 @@
 //! The pure update: `update(&mut State, Msg) -> Vec<Effect>`. No I/O, no clock: time
-//! arrives in `Msg::Tick`, data in `Msg::Fetched`, results in `Msg::Planned`/`Msg::Acted`.
+//! arrives in `Msg::Tick`, data in `Msg::Fetched` (announced by `Msg::Changed`), results in `Msg::Planned`/`Msg::Acted`.
 //! Keys go through `keys` (one handler per mode), the `:` line through `command`, the
 //! claim form through `form`, release/move/cordon through `actions`; what the sources
 //! send back through `sources`.
@@ -36,10 +36,8 @@ pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
             state.dirty = true;
             keys::key(state, ev)
         }
-        Msg::Fetched { source, at, result } => {
-            sources::fetched(state, source, at, result);
-            Vec::new()
-        }
+        Msg::Fetched { source, at, result } => sources::fetched(state, source, at, result),
+        Msg::Changed(source) => sources::changed(state, source),
         Msg::Planned { source, result } => {
             sources::planned(state, source, result);
             Vec::new()

@@ -3,7 +3,7 @@
 
 use crate::clock::Timestamp;
 use crate::snapshot::Snapshot;
-use crate::sources::{Action, Failure, Outcome};
+use crate::sources::{Action, Failure, Fetched, Outcome};
 
 use super::flash;
 use crate::console::msg::Effect;
@@ -90,65 +90,115 @@ fn same_content(a: &Snapshot, b: &Snapshot) -> bool {
         && a.endpoint == b.endpoint
 }
 
-/// A fetch answered: keep the data (or hold it while frozen), or record the failure and back off.
+/// A source reported a change: fetch it now, or right after the fetch in flight.
+pub(super) fn changed(state: &mut State, source: usize) -> Vec<Effect> {
+    let Some(slot) = state.sources.get_mut(source) else {
+        return Vec::new();
+    };
+    if slot.in_flight {
+        slot.wanted = true;
+        return Vec::new();
+    }
+    slot.in_flight = true;
+    vec![Effect::Fetch(source)]
+}
+
+/// A fetch answered: keep the data (or hold it while frozen), or record the failure and
+/// back off. `Unchanged` only marks the source fresh: no rows, sorts or totals are rebuilt.
+/// Fetches again at once when the source reported a change meanwhile.
 pub(super) fn fetched(
     state: &mut State,
     source: usize,
     at: Timestamp,
-    result: Result<Snapshot, Failure>,
-) {
+    result: Result<Fetched, Failure>,
+) -> Vec<Effect> {
+    let Some(slot) = state.sources.get_mut(source) else {
+        return Vec::new();
+    };
+    slot.in_flight = false;
+    let again = std::mem::take(&mut slot.wanted);
+    match result {
+        Ok(fetched) => answered(state, source, at, fetched),
+        Err(e) => failed(state, source, at, &e),
+    }
+    match state.sources.get_mut(source) {
+        Some(slot) if again && !slot.in_flight => {
+            slot.in_flight = true;
+            vec![Effect::Fetch(source)]
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// A good answer: the source is fresh; a changed snapshot is stored and the rows rebuilt.
+fn answered(state: &mut State, source: usize, at: Timestamp, fetched: Fetched) {
     let refresh = state.refresh_ms;
     let frozen = state.frozen;
     let Some(slot) = state.sources.get_mut(source) else {
         return;
     };
-    slot.in_flight = false;
-    match result {
-        Ok(snap) => {
-            let recovered = slot.error.take().is_some();
-            slot.error_since = None;
-            slot.failures = 0;
-            slot.next_fetch = at.plus_millis(refresh);
-            if frozen {
-                slot.held = Some((snap, at));
-                return;
+    let recovered = slot.error.take().is_some();
+    slot.error_since = None;
+    slot.failures = 0;
+    slot.next_fetch = at.plus_millis(refresh);
+    let was_stale = slot
+        .fetched_at
+        .is_none_or(|t| at.millis_since(t) > refresh * STALE_AFTER_INTERVALS);
+    let name = slot.name.clone();
+    let changed = match fetched {
+        Fetched::Unchanged => {
+            match &mut slot.held {
+                Some((_, held_at)) if frozen => *held_at = at,
+                _ => slot.fetched_at = Some(at),
             }
+            false
+        }
+        Fetched::Snapshot(snap) if frozen => {
+            slot.held = Some((*snap, at));
+            return;
+        }
+        Fetched::Snapshot(snap) => {
             let changed = slot
                 .raw
                 .as_ref()
                 .or(slot.data.as_ref())
                 .is_none_or(|d| !same_content(d, &snap));
-            let was_stale = slot
-                .fetched_at
-                .is_none_or(|t| at.millis_since(t) > refresh * STALE_AFTER_INTERVALS);
             slot.fetched_at = Some(at);
-            let name = slot.name.clone();
-            state.store_snapshot(source, snap);
-            if recovered {
-                state.push_log(format!("source {name}: answering again"));
-            }
             if changed {
-                state.rebuild_rows();
+                state.store_snapshot(source, *snap);
             }
-            if changed || recovered || was_stale {
-                state.dirty = true;
-            }
+            changed
         }
-        Err(e) => {
-            slot.failures = slot.failures.saturating_add(1);
-            let backoff = 1u64 << slot.failures.min(4);
-            slot.next_fetch = at.plus_millis(refresh * backoff.min(MAX_BACKOFF_INTERVALS));
-            let message = e.to_string();
-            let first = slot.error.as_deref() != Some(message.as_str());
-            slot.error = Some(message.clone());
-            slot.error_since = slot.error_since.or(Some(at));
-            let name = slot.name.clone();
-            if first {
-                state.push_log(format!("source {name}: {message}"));
-            }
-            state.dirty = true;
-        }
+    };
+    if recovered {
+        state.push_log(format!("source {name}: answering again"));
     }
+    if changed {
+        state.rebuild_rows();
+    }
+    if changed || recovered || was_stale {
+        state.dirty = true;
+    }
+}
+
+/// A failed fetch: keep the data, show the error, back off.
+fn failed(state: &mut State, source: usize, at: Timestamp, e: &Failure) {
+    let refresh = state.refresh_ms;
+    let Some(slot) = state.sources.get_mut(source) else {
+        return;
+    };
+    slot.failures = slot.failures.saturating_add(1);
+    let backoff = 1u64 << slot.failures.min(4);
+    slot.next_fetch = at.plus_millis(refresh * backoff.min(MAX_BACKOFF_INTERVALS));
+    let message = e.to_string();
+    let first = slot.error.as_deref() != Some(message.as_str());
+    slot.error = Some(message.clone());
+    slot.error_since = slot.error_since.or(Some(at));
+    let name = slot.name.clone();
+    if first {
+        state.push_log(format!("source {name}: {message}"));
+    }
+    state.dirty = true;
 }
 
 /// The claim form's placement preview arrived.

@@ -1,5 +1,5 @@
 //! The Fair share view: projects' accounts per resource (debt, target, use, backoff) and
-//! why a project is not served now.
+//! why a project is not served now; only the projects in view are formatted.
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Rect};
@@ -7,7 +7,7 @@ use ratatui::text::Span;
 use ratatui::widgets::{Cell, Paragraph, Row, Table, Wrap};
 
 use crate::clock::{self, Timestamp};
-use crate::console::state::{State, View};
+use crate::console::state::{ProjKey, State, View};
 use crate::console::theme::Theme;
 use crate::snapshot::ProjectResourceView;
 
@@ -18,15 +18,38 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     let height = usize::from(area.height.saturating_sub(3));
     let cur = state.cursor[View::Ledger.position()];
     let multi = state.shown_sources().count() > 1;
-    let mut rows = Vec::new();
+    // Each project takes one line per resource account (at least one): count them, then
+    // format only the projects in view.
+    let lines_of = |k: &ProjKey| {
+        state
+            .project(*k)
+            .map_or(0, |(_, p)| p.resources.len().max(1))
+    };
+    let mut len = 0usize;
     let mut selected_line = 0usize;
     for (i, k) in state.rows_projects.iter().enumerate() {
+        if i == cur.selected {
+            selected_line = len;
+        }
+        len += lines_of(k);
+    }
+    let off = window(selected_line, cur.offset, height, len);
+    let mut rows = Vec::new();
+    let mut line = 0usize;
+    for (i, k) in state.rows_projects.iter().enumerate() {
+        if line >= off + height {
+            break;
+        }
+        let n = lines_of(k);
+        let first_line = line;
+        line += n;
+        if line <= off {
+            continue;
+        }
         let Some((slot, p)) = state.project(*k) else {
             continue;
         };
-        if i == cur.selected {
-            selected_line = rows.len();
-        }
+        let mut lines = Vec::with_capacity(n);
         let sel = i == cur.selected;
         let first = |r: Option<&ProjectResourceView>| {
             let mut cells: Vec<Cell> = Vec::new();
@@ -54,7 +77,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
         if sel {
             row = row.style(theme.selection);
         }
-        rows.push(row);
+        lines.push(row);
         for r in p.resources.iter().skip(1) {
             let mut cells: Vec<Cell> = Vec::new();
             if multi {
@@ -62,12 +85,11 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
             }
             cells.extend((0..5).map(|_| Cell::from("")));
             cells.extend(resource_cells(Some(r), state.now, theme));
-            rows.push(list_row(cells, sel, false, theme));
+            lines.push(list_row(cells, sel, false, theme));
         }
+        rows.extend(lines.into_iter().skip(off.saturating_sub(first_line)));
     }
-    let len = rows.len();
-    let off = window(selected_line, cur.offset, height, len);
-    let rows: Vec<Row> = rows.into_iter().skip(off).take(height).collect();
+    rows.truncate(height);
     let mut header = Vec::new();
     if multi {
         header.push("SRC");

@@ -1,5 +1,6 @@
 //! The Overview view: fleet totals (memory, compute, claims, waste) over the shown
-//! sources, and one row per source with its health.
+//! sources, computed when the data changes (`State::totals`), and one row per source with
+//! its health.
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -7,76 +8,18 @@ use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Cell, Paragraph, Row, Table, Wrap};
 
-use crate::placement::Health;
-use crate::snapshot::ClaimState;
 use crate::units::Bytes;
 
-use super::common::{allocated_but_idle, badge, block, short_bytes};
-use crate::console::state::State;
+use super::common::{badge, block, short_bytes};
+use crate::console::state::{FleetTotals, State};
 use crate::console::theme::Theme;
-
-/// Totals over the shown sources' devices and claims.
-#[derive(Clone, Copy, Default)]
-struct Totals {
-    gpus: usize,
-    cordoned: usize,
-    bad: usize,
-    cap: u64,
-    alloc: u64,
-    used: u64,
-    free: u64,
-    stranded: u64,
-    used_known: bool,
-    compute: u64,
-    unclaimed: u64,
-    idle_devs: usize,
-    placed: usize,
-    pending: usize,
-    over: usize,
-    idle: usize,
-}
 
 /// Totals at the top, the sources below, and long source notes under the table.
 pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
     let [top, bottom] = Layout::vertical([Constraint::Length(9), Constraint::Min(3)]).areas(area);
-    frame.render_widget(Paragraph::new(total_lines(&totals(state), theme)), top);
+    frame.render_widget(Paragraph::new(total_lines(&state.totals, theme)), top);
     sources_table(frame, bottom, state, theme);
     source_notes(frame, bottom, state, theme);
-}
-
-fn totals(state: &State) -> Totals {
-    let mut t = Totals::default();
-    for (_, s) in state.shown_sources() {
-        let Some(d) = &s.data else { continue };
-        for (_, dev) in d.devices() {
-            t.gpus += 1;
-            t.cordoned += usize::from(dev.cordoned);
-            t.bad += usize::from(dev.health != Health::Healthy);
-            t.cap += dev.memory_capacity.unwrap_or_default().0;
-            t.alloc += dev.memory_allocated.0;
-            t.free += dev.memory_free.0;
-            t.compute += u64::from(dev.compute_allocated.0);
-            if let Some(u) = dev.telemetry.as_ref().and_then(|t| t.memory_used) {
-                t.used += u.0;
-                t.used_known = true;
-            }
-            t.unclaimed += dev.unclaimed_memory.unwrap_or_default().0;
-            t.idle_devs += usize::from(allocated_but_idle(dev));
-            // Free memory nobody can claim: no compute or slots left, or cordoned.
-            if dev.cordoned || dev.compute_free.0 == 0 || dev.slots_free.0 == 0 {
-                t.stranded += dev.memory_free.0;
-            }
-        }
-        for c in &d.claims {
-            match c.state {
-                ClaimState::Placed => t.placed += 1,
-                ClaimState::Pending => t.pending += 1,
-            }
-            t.over += usize::from(c.over_limit);
-            t.idle += usize::from(c.idle);
-        }
-    }
-    t
 }
 
 fn pct_of(a: u64, b: u64) -> f64 {
@@ -87,8 +30,8 @@ fn pct_of(a: u64, b: u64) -> f64 {
     }
 }
 
-fn total_lines(t: &Totals, theme: &Theme) -> Vec<Line<'static>> {
-    let Totals {
+fn total_lines(t: &FleetTotals, theme: &Theme) -> Vec<Line<'static>> {
+    let FleetTotals {
         gpus,
         cordoned,
         bad,

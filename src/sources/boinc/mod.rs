@@ -41,7 +41,7 @@ pub use state::project_url;
 use super::adapter::{self, Shell};
 use super::error::SourceError;
 use super::guirpc::{GuiRpc, check_address};
-use super::{Action, Failure, Outcome, Source};
+use super::{Action, Failure, Fetched, Outcome, Source};
 use crate::clock::Clock;
 use crate::placement::Allocation;
 use crate::request::ClaimRequest;
@@ -253,9 +253,9 @@ impl Source for BoincSource {
         // One action (update project); `act` refuses the rest with a message.
         true
     }
-    fn fetch(&self) -> BoxFuture<'static, Result<Snapshot, Failure>> {
+    fn fetch(&self) -> BoxFuture<'static, Result<Fetched, Failure>> {
         let source = self.clone();
-        Box::pin(async move { Ok(BoincSource::fetch(&source).await?) })
+        Box::pin(async move { Ok(BoincSource::fetch(&source).await?.into()) })
     }
     fn plan(&self, _request: ClaimRequest) -> BoxFuture<'static, Result<Allocation, Failure>> {
         adapter::plan_refused(self.name(), self.kind())

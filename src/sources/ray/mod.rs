@@ -39,7 +39,7 @@ pub use snapshot::snapshot;
 use super::adapter::{self, Shell};
 use super::error::SourceError;
 use super::http::{Auth, JsonClient, PeerKind};
-use super::{Action, Failure, Outcome, Source};
+use super::{Action, Failure, Fetched, Outcome, Source};
 use crate::clock::Clock;
 use crate::placement::Allocation;
 use crate::request::ClaimRequest;
@@ -177,9 +177,9 @@ impl Source for RaySource {
     fn can_act(&self) -> bool {
         false
     }
-    fn fetch(&self) -> BoxFuture<'static, Result<Snapshot, Failure>> {
+    fn fetch(&self) -> BoxFuture<'static, Result<Fetched, Failure>> {
         let source = self.clone();
-        Box::pin(async move { Ok(RaySource::fetch(&source).await?) })
+        Box::pin(async move { Ok(RaySource::fetch(&source).await?.into()) })
     }
     fn plan(&self, _request: ClaimRequest) -> BoxFuture<'static, Result<Allocation, Failure>> {
         adapter::plan_refused(self.name(), self.kind())

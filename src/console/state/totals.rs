@@ -1,0 +1,82 @@
+//! Fleet totals over the shown sources (the Overview's figures), recomputed with the rows
+//! when the data or the shown sources change, never per frame.
+
+use crate::placement::Health;
+use crate::snapshot::ClaimState;
+
+use super::State;
+use crate::console::views::allocated_but_idle;
+
+/// Totals over the shown sources' devices and claims.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FleetTotals {
+    /// Devices.
+    pub gpus: usize,
+    /// Cordoned devices.
+    pub cordoned: usize,
+    /// Devices not healthy (unhealthy or lost).
+    pub bad: usize,
+    /// Memory capacity, bytes.
+    pub cap: u64,
+    /// Memory allocated, bytes.
+    pub alloc: u64,
+    /// Memory used (telemetry), bytes.
+    pub used: u64,
+    /// Memory free to claim, bytes.
+    pub free: u64,
+    /// Free memory nobody can claim (no compute or slots left, or cordoned), bytes.
+    pub stranded: u64,
+    /// Some device reported its used memory.
+    pub used_known: bool,
+    /// Compute allocated, in thousandths of a GPU.
+    pub compute: u64,
+    /// Memory used outside any claim, bytes.
+    pub unclaimed: u64,
+    /// Devices allocated but idle.
+    pub idle_devs: usize,
+    /// Placed claims.
+    pub placed: usize,
+    /// Pending claims.
+    pub pending: usize,
+    /// Claims over their memory limit.
+    pub over: usize,
+    /// Idle claims.
+    pub idle: usize,
+}
+
+impl State {
+    /// Recomputes the fleet totals from the shown sources' data.
+    pub fn recompute_totals(&mut self) {
+        let mut t = FleetTotals::default();
+        for (_, s) in self.shown_sources() {
+            let Some(d) = &s.data else { continue };
+            for (_, dev) in d.devices() {
+                t.gpus += 1;
+                t.cordoned += usize::from(dev.cordoned);
+                t.bad += usize::from(dev.health != Health::Healthy);
+                t.cap += dev.memory_capacity.unwrap_or_default().0;
+                t.alloc += dev.memory_allocated.0;
+                t.free += dev.memory_free.0;
+                t.compute += u64::from(dev.compute_allocated.0);
+                if let Some(u) = dev.telemetry.as_ref().and_then(|t| t.memory_used) {
+                    t.used += u.0;
+                    t.used_known = true;
+                }
+                t.unclaimed += dev.unclaimed_memory.unwrap_or_default().0;
+                t.idle_devs += usize::from(allocated_but_idle(dev));
+                if dev.cordoned || dev.compute_free.0 == 0 || dev.slots_free.0 == 0 {
+                    t.stranded += dev.memory_free.0;
+                }
+            }
+            for c in &d.claims {
+                match c.state {
+                    ClaimState::Placed => t.placed += 1,
+                    ClaimState::Pending => t.pending += 1,
+                }
+                t.over += usize::from(c.over_limit);
+                t.idle += usize::from(c.idle);
+            }
+        }
+        self.totals = t;
+    }
+}
