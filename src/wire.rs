@@ -14,7 +14,7 @@ use serde_json::{Map, Value, json};
 use crate::ids::ClaimId;
 use crate::placement::NoFit;
 use crate::request::{ClaimRequest, GpuForm, RequestError, ShareMemory};
-use crate::snapshot::{Change, ClaimView, Snapshot};
+use crate::snapshot::{ClaimView, Snapshot, SnapshotChange};
 use crate::units::UNITS_PER_DEVICE;
 
 /// The port `gpuboard serve` listens on unless told otherwise.
@@ -298,7 +298,7 @@ pub struct DeltaBody {
     /// The version they make.
     pub to: SnapshotVersion,
     /// In order; see [`crate::snapshot::apply`].
-    pub changes: Vec<Change>,
+    pub changes: Vec<SnapshotChange>,
 }
 
 /// The data of a `resync` event.

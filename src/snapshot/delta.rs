@@ -21,7 +21,7 @@ use crate::ids::ClaimId;
 /// One change from a snapshot to the next.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
-pub enum Change {
+pub enum SnapshotChange {
     /// Who produced the snapshot, its revision and when it was taken.
     Header {
         /// The endpoint.
@@ -96,45 +96,45 @@ pub enum Change {
 }
 
 /// The changes that turn `old` into `new`; empty when they are equal.
-pub fn diff(old: &Snapshot, new: &Snapshot) -> Vec<Change> {
+pub fn diff(old: &Snapshot, new: &Snapshot) -> Vec<SnapshotChange> {
     let mut out = Vec::new();
     keyed(
         &old.nodes,
         &new.nodes,
         |n| n.name.clone(),
-        |node| Change::Node { node },
-        |name| Change::NodeRemoved { name },
-        |nodes| Change::Nodes { nodes },
+        |node| SnapshotChange::Node { node },
+        |name| SnapshotChange::NodeRemoved { name },
+        |nodes| SnapshotChange::Nodes { nodes },
         &mut out,
     );
     keyed(
         &old.claims,
         &new.claims,
         |c| c.id,
-        |claim| Change::Claim {
+        |claim| SnapshotChange::Claim {
             claim: Box::new(claim),
         },
-        |id| Change::ClaimRemoved { id },
-        |claims| Change::Claims { claims },
+        |id| SnapshotChange::ClaimRemoved { id },
+        |claims| SnapshotChange::Claims { claims },
         &mut out,
     );
     if old.projects != new.projects {
-        out.push(Change::Projects {
+        out.push(SnapshotChange::Projects {
             projects: new.projects.clone(),
         });
     }
     if old.resources != new.resources {
-        out.push(Change::Resources {
+        out.push(SnapshotChange::Resources {
             resources: new.resources.clone(),
         });
     }
     if old.coordination != new.coordination {
-        out.push(Change::Coordination {
+        out.push(SnapshotChange::Coordination {
             records: new.coordination.clone(),
         });
     }
     if old.host != new.host {
-        out.push(Change::Host {
+        out.push(SnapshotChange::Host {
             host: new.host.clone(),
         });
     }
@@ -147,7 +147,7 @@ pub fn diff(old: &Snapshot, new: &Snapshot) -> Vec<Change> {
     if header_changed || !out.is_empty() {
         out.insert(
             0,
-            Change::Header {
+            SnapshotChange::Header {
                 endpoint: new.endpoint.clone(),
                 revision: new.revision,
                 taken_at: new.taken_at,
@@ -163,10 +163,10 @@ fn keyed<T: Clone + PartialEq, K: Eq + Hash + Clone>(
     old: &[T],
     new: &[T],
     key: impl Fn(&T) -> K,
-    upsert: impl Fn(T) -> Change,
-    removed: impl Fn(K) -> Change,
-    whole: impl Fn(Vec<T>) -> Change,
-    out: &mut Vec<Change>,
+    upsert: impl Fn(T) -> SnapshotChange,
+    removed: impl Fn(K) -> SnapshotChange,
+    whole: impl Fn(Vec<T>) -> SnapshotChange,
+    out: &mut Vec<SnapshotChange>,
 ) {
     if old == new {
         return;
@@ -195,12 +195,12 @@ fn keyed<T: Clone + PartialEq, K: Eq + Hash + Clone>(
     }
 }
 
-fn events(old: &[AuditEvent], new: &[AuditEvent]) -> Change {
-    let whole = || Change::Events {
+fn events(old: &[AuditEvent], new: &[AuditEvent]) -> SnapshotChange {
+    let whole = || SnapshotChange::Events {
         events: new.to_vec(),
     };
     let Some(last) = old.last() else {
-        return Change::EventsAppended {
+        return SnapshotChange::EventsAppended {
             events: new.to_vec(),
             keep: new.len(),
         };
@@ -213,19 +213,19 @@ fn events(old: &[AuditEvent], new: &[AuditEvent]) -> Change {
     if head.len() > old.len() || old[old.len() - head.len()..] != *head {
         return whole();
     }
-    Change::EventsAppended {
+    SnapshotChange::EventsAppended {
         events: new[at + 1..].to_vec(),
         keep: new.len(),
     }
 }
 
 /// Applies `changes` (one delta, in order) to `snap`.
-pub fn apply(snap: &mut Snapshot, changes: &[Change]) {
+pub fn apply(snap: &mut Snapshot, changes: &[SnapshotChange]) {
     let mut nodes: Option<HashMap<String, usize>> = None;
     let mut claims: Option<HashMap<ClaimId, usize>> = None;
     for change in changes {
         match change {
-            Change::Header {
+            SnapshotChange::Header {
                 endpoint,
                 revision,
                 taken_at,
@@ -234,40 +234,40 @@ pub fn apply(snap: &mut Snapshot, changes: &[Change]) {
                 snap.revision = *revision;
                 snap.taken_at = *taken_at;
             }
-            Change::Node { node } => {
+            SnapshotChange::Node { node } => {
                 let index = nodes.get_or_insert_with(|| index_of(&snap.nodes, |n| n.name.clone()));
                 upsert(&mut snap.nodes, index, node.name.clone(), node);
             }
-            Change::NodeRemoved { name } => {
+            SnapshotChange::NodeRemoved { name } => {
                 snap.nodes.retain(|n| n.name != *name);
                 nodes = None;
             }
-            Change::Nodes { nodes: all } => {
+            SnapshotChange::Nodes { nodes: all } => {
                 snap.nodes.clone_from(all);
                 nodes = None;
             }
-            Change::Claim { claim } => {
+            SnapshotChange::Claim { claim } => {
                 let index = claims.get_or_insert_with(|| index_of(&snap.claims, |c| c.id));
                 upsert(&mut snap.claims, index, claim.id, claim);
             }
-            Change::ClaimRemoved { id } => {
+            SnapshotChange::ClaimRemoved { id } => {
                 snap.claims.retain(|c| c.id != *id);
                 claims = None;
             }
-            Change::Claims { claims: all } => {
+            SnapshotChange::Claims { claims: all } => {
                 snap.claims.clone_from(all);
                 claims = None;
             }
-            Change::Projects { projects } => snap.projects.clone_from(projects),
-            Change::Resources { resources } => snap.resources.clone_from(resources),
-            Change::Coordination { records } => snap.coordination.clone_from(records),
-            Change::Host { host } => snap.host.clone_from(host),
-            Change::EventsAppended { events, keep } => {
+            SnapshotChange::Projects { projects } => snap.projects.clone_from(projects),
+            SnapshotChange::Resources { resources } => snap.resources.clone_from(resources),
+            SnapshotChange::Coordination { records } => snap.coordination.clone_from(records),
+            SnapshotChange::Host { host } => snap.host.clone_from(host),
+            SnapshotChange::EventsAppended { events, keep } => {
                 snap.events.extend(events.iter().cloned());
                 let drop = snap.events.len().saturating_sub(*keep);
                 snap.events.drain(..drop);
             }
-            Change::Events { events } => snap.events.clone_from(events),
+            SnapshotChange::Events { events } => snap.events.clone_from(events),
         }
     }
 }

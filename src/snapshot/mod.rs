@@ -17,7 +17,7 @@ use crate::placement::{DeviceShare, Health};
 use crate::request::ClaimRequest;
 use crate::units::{Bytes, Slots, Units};
 
-pub use delta::{Change, apply, diff};
+pub use delta::{SnapshotChange, apply, diff};
 
 /// The schema version; bumped on any incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;

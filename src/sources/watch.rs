@@ -20,9 +20,8 @@ use super::{Failure, Fetched};
 use crate::client::ClientError;
 use crate::clock::{Clock, Timestamp};
 use crate::snapshot::{Snapshot, apply};
+use crate::wire::HEARTBEAT;
 
-/// How often an idle endpoint sends a heartbeat (the protocol's `wire::HEARTBEAT`).
-pub const HEARTBEAT: Duration = Duration::from_secs(10);
 /// Silence after which the stream counts as down.
 pub const SILENT_AFTER: Duration = Duration::from_secs(3 * HEARTBEAT.as_secs());
 /// The first wait before reconnecting.

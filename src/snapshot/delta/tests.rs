@@ -170,7 +170,7 @@ fn step(s: &mut Snapshot, op: &Op) {
 }
 
 /// A delta goes over the wire as JSON: apply what the other side would read.
-fn over_the_wire(changes: &[Change]) -> Vec<Change> {
+fn over_the_wire(changes: &[SnapshotChange]) -> Vec<SnapshotChange> {
     let text = serde_json::to_string(changes).unwrap();
     serde_json::from_str(&text).unwrap()
 }
@@ -205,7 +205,7 @@ fn a_changed_claim_travels_alone() {
     new.revision = 1;
     let changes = diff(&old, &new);
     assert_eq!(changes.len(), 2, "{changes:?}");
-    assert!(matches!(&changes[1], Change::Claim { claim } if claim.id == ClaimId(501)));
+    assert!(matches!(&changes[1], SnapshotChange::Claim { claim } if claim.id == ClaimId(501)));
     let mut got = old;
     apply(&mut got, &changes);
     assert_eq!(got, new);
@@ -223,7 +223,7 @@ fn events_are_appended_not_resent() {
     let changes = diff(&old, &new);
     assert_eq!(
         changes[1],
-        Change::EventsAppended {
+        SnapshotChange::EventsAppended {
             events: vec![event(6)],
             keep: 5
         }
@@ -232,7 +232,7 @@ fn events_are_appended_not_resent() {
 
 #[test]
 fn the_wire_form_names_each_change() {
-    let c = Change::ClaimRemoved { id: ClaimId(7) };
+    let c = SnapshotChange::ClaimRemoved { id: ClaimId(7) };
     assert_eq!(
         serde_json::to_value(&c).unwrap(),
         serde_json::json!({"op": "claim_removed", "id": 7})
