@@ -264,7 +264,17 @@ async fn tokens_and_a_stopped_endpoint() {
     let src = source(&server, Some(server.operator_token()));
     src.fetch().await.unwrap();
     server.kill9();
-    let e = src.fetch().await.unwrap_err();
+    // The watch notices the dropped stream, then every fetch says why, naming the endpoint.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let e = loop {
+        match src.fetch().await {
+            Err(e) => break e,
+            Ok(_) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Ok(f) => panic!("still {f:?} 5 s after the endpoint was killed"),
+        }
+    };
     assert!(matches!(&e, Failure::Unreachable(_)), "{e:?}");
     assert!(e.to_string().contains(&server.url), "{e}");
     let e = src
