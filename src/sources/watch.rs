@@ -405,12 +405,20 @@ fn deliver(s: &mut Shared) -> Result<Fetched, Failure> {
     Ok(Fetched::Snapshot(Box::new(snap.clone())))
 }
 
+/// Connections being opened at once across every endpoint source of the process (until
+/// each one's first event, usually the whole snapshot, has arrived): a console started on
+/// a hundred endpoints loads them a few at a time instead of all at once.
+pub const MAX_CONNECTING: usize = 16;
+static CONNECTING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_CONNECTING);
+
 /// The watch task: connects, applies events, and reconnects after a wait when the stream
 /// ends; switches the mirror to polling when the endpoint has no delta watch.
 async fn follow(inner: Arc<Inner>) {
     let mut backoff = ReconnectDelay::default();
     loop {
         let since = inner.lock().model.since();
+        // Held until the first event arrives; a closed semaphore cannot happen (static).
+        let mut permit = CONNECTING.acquire().await.ok();
         match inner.feed.watch(since).await {
             Err(ClientError::NotFound { .. } | ClientError::Invalid { .. }) => {
                 tracing::info!(source = %inner.name, "no delta watch: polling instead");
@@ -425,6 +433,7 @@ async fn follow(inner: Arc<Inner>) {
             Ok(mut stream) => loop {
                 match stream.next().await {
                     Some(Ok(event)) => {
+                        drop(permit.take());
                         backoff.reset();
                         let step = inner.lock().model.apply(event);
                         inner.heard(&step);
@@ -447,6 +456,7 @@ async fn follow(inner: Arc<Inner>) {
                 }
             },
         }
+        drop(permit);
         let wait = backoff.next(inner.pace.jitter());
         inner.pace.sleep(wait).await;
     }
