@@ -18,7 +18,11 @@ use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 
 fn render(c: &mut Criterion) {
-    let mut st = scaled_state(1_000, 8, 20_000).unwrap();
+    // `cargo bench` passes `--bench`: the full fleet. `cargo test` runs this once as a smoke
+    // test, on a small fleet, so the test suite stays quick.
+    let full = std::env::args().any(|a| a == "--bench");
+    let (nodes, claims) = if full { (1_000, 20_000) } else { (20, 400) };
+    let mut st = scaled_state(nodes, 8, claims).unwrap();
     let claims = st.sources[0].data.as_ref().map_or(0, |d| d.claims.len());
     let devices = st.rows_devices.len();
     eprintln!("fleet: {devices} GPUs, {claims} claims");

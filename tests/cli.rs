@@ -170,6 +170,14 @@ fn client_commands_and_exit_codes() {
     assert!(text(&out.stdout).contains("released"));
     let out = gpuboard(&server, &["release", &id]);
     assert!(text(&out.stdout).contains("already released"), "idempotent");
+    // An id the endpoint never issued is a mistake, not a no-op: 404, exit 7.
+    let out = gpuboard(&server, &["release", "999999"]);
+    assert_eq!(out.status.code(), Some(7), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("never issued"),
+        "{}",
+        text(&out.stderr)
+    );
 
     // 5: unreachable.
     let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -194,6 +202,35 @@ fn serve_without_an_inventory_says_what_to_do() {
     assert!(!out.status.success());
     assert!(
         text(&out.stderr).contains("--inventory"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn usage_errors_exit_2_with_what_is_allowed() {
+    for args in [
+        &["status", "--dump-screen", "gpu"][..],
+        &["status", "--dump-screen", "gpus", "--size", "9x9"][..],
+        &["claim", "--no-such-flag"][..],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_gpuboard"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_gpuboard"))
+        .args(["status", "--dump-screen", "gpu"])
+        .output()
+        .unwrap();
+    assert!(
+        text(&out.stderr).contains("views: overview"),
         "{}",
         text(&out.stderr)
     );

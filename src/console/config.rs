@@ -6,7 +6,7 @@
 //! keymap = "/path/keys.toml"
 //! [[endpoints]]
 //! name = "gpu-01"
-//! url = "http://10.0.0.5:7070"
+//! url = "http://10.0.0.5:7420"
 //! token_file = "/etc/gpuboard/operator.token"
 //! kind = "gpuboard"        # or "ray", "prometheus", "slurm" (read-only), "boinc" (update project only)
 //! ```

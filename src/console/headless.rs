@@ -38,10 +38,10 @@ pub struct StatusArgs {
     #[arg(long)]
     pub json: bool,
     /// Draw a view as text: overview, gpus, claims, fairshare, detail, events.
-    #[arg(long, value_name = "VIEW")]
+    #[arg(long, value_name = "VIEW", value_parser = view_name)]
     pub dump_screen: Option<String>,
     /// Screen size for --dump-screen, COLSxROWS.
-    #[arg(long, default_value = "120x40", value_name = "COLSxROWS")]
+    #[arg(long, default_value = "120x40", value_name = "COLSxROWS", value_parser = size_text)]
     pub size: String,
     /// Which sources to read: the same flags as the console.
     #[command(flatten)]
@@ -76,6 +76,24 @@ pub struct Status {
     pub generated_at: u64,
     /// Every source.
     pub sources: Vec<SourceStatus>,
+}
+
+/// Checks `--dump-screen` while the command line is read, so a wrong view is a usage
+/// error (exit 2) like any other.
+fn view_name(s: &str) -> Result<String, String> {
+    View::parse(s).map(|_| s.to_string()).ok_or_else(|| {
+        format!(
+            "no view `{s}`; views: {}",
+            View::ALL.map(View::name).join(", ")
+        )
+    })
+}
+
+/// Checks `--size` while the command line is read (exit 2 when wrong).
+fn size_text(s: &str) -> Result<String, String> {
+    parse_size(s)
+        .map(|_| s.to_string())
+        .map_err(|e| e.to_string())
 }
 
 /// Parses `120x40`.

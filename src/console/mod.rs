@@ -43,7 +43,7 @@ pub struct ConsoleArgs {
     /// The demo with a frozen workload where only one GPU's telemetry moves (for measuring).
     #[arg(long, hide = true)]
     pub demo_quiet: bool,
-    /// A gpuboard endpoint to read (repeatable), e.g. http://127.0.0.1:7070.
+    /// A gpuboard endpoint to read (repeatable), e.g. http://127.0.0.1:7420.
     #[arg(long = "endpoint", value_name = "URL")]
     pub endpoints: Vec<String>,
     /// A Ray dashboard to read (repeatable), e.g. http://head:8265; read-only.

@@ -401,6 +401,13 @@ async fn create_claim(State(st): State<ApiState>, body: Body) -> ApiResult {
 
 async fn release_claim(State(st): State<ApiState>, Path(id): Path<String>) -> ApiResult {
     let id = claim_id(&id)?;
+    // Idempotent for a claim that existed (already released: 200, `released: false`); an
+    // id this endpoint never handed out is a mistake worth saying (404).
+    if !st.engine.issued(id) {
+        return Err(ApiError::not_found(format!(
+            "no claim {id}: this endpoint never issued that id"
+        )));
+    }
     let released = st.engine.release(id, "operator").await?;
     Ok(json_status(
         StatusCode::OK,

@@ -401,6 +401,11 @@ impl Engine {
         snap
     }
 
+    /// Whether `id` was ever handed out by this endpoint.
+    pub fn issued(&self, id: ClaimId) -> bool {
+        self.lock().issued(id)
+    }
+
     /// A claim as it stands now.
     pub fn claim(&self, id: ClaimId) -> Option<Claim> {
         self.lock().claim(id).cloned()

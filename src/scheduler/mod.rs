@@ -153,6 +153,11 @@ impl Scheduler {
         self.revision
     }
 
+    /// Whether `id` was ever handed out here (ids are never reused).
+    pub fn issued(&self, id: ClaimId) -> bool {
+        id >= ClaimId::FIRST && id < self.next_id
+    }
+
     /// A claim by id.
     pub fn claim(&self, id: ClaimId) -> Option<&Claim> {
         self.claims.get(&id)
