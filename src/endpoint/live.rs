@@ -112,7 +112,14 @@ pub struct LiveFeed {
     latest: Mutex<Option<Arc<LiveRound>>>,
     idle: Mutex<IdleState>,
     generation: watch::Sender<u64>,
+    /// When (the round's own clock, ms) the host figures last made a new generation.
+    host_shown_ms: std::sync::atomic::AtomicU64,
 }
+
+/// Host figures (CPU, memory, load) change every round; alone they make a new generation
+/// (and so a new snapshot version sent to every watching console) at most this often.
+/// GPU readings, processes and coordination records make one whenever they change.
+pub const HOST_REFRESH_MS: u64 = 60_000;
 
 #[derive(Debug, Default)]
 struct IdleState {
@@ -133,6 +140,7 @@ impl LiveFeed {
                 ..IdleState::default()
             }),
             generation: watch::Sender::new(0),
+            host_shown_ms: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -141,10 +149,28 @@ impl LiveFeed {
         &self.config
     }
 
-    /// Replaces the latest round, and wakes those waiting for the next generation.
+    /// Replaces the latest round; when what it shows changed, starts a new generation and
+    /// wakes those waiting for it (host figures alone: at most every `HOST_REFRESH_MS`).
     pub fn publish(&self, round: LiveRound) {
-        *self.latest.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(round));
-        self.generation.send_modify(|g| *g += 1);
+        use std::sync::atomic::Ordering;
+        let now = round.telemetry.fetched_unix_ms;
+        let mut latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
+        let host_due =
+            now.saturating_sub(self.host_shown_ms.load(Ordering::Relaxed)) >= HOST_REFRESH_MS;
+        let shown_changed = latest.as_deref().is_none_or(|prev| {
+            prev.telemetry.backend != round.telemetry.backend
+                || prev.telemetry.devices != round.telemetry.devices
+                || prev.origins != round.origins
+                || prev.coordination != round.coordination
+                || prev.coordination_error != round.coordination_error
+                || (host_due && prev.telemetry.host != round.telemetry.host)
+        });
+        *latest = Some(Arc::new(round));
+        drop(latest);
+        if shown_changed {
+            self.host_shown_ms.store(now, Ordering::Relaxed);
+            self.generation.send_modify(|g| *g += 1);
+        }
     }
 
     /// How many times what the feed adds to snapshots changed (rounds, idle flags).
@@ -617,6 +643,36 @@ mod tests {
         let host = snap.host.as_ref().unwrap();
         assert_eq!((host.hostname.as_str(), host.cpu_pct), ("host", Some(12.5)));
         assert_eq!(snap.endpoint.telemetry_note, None);
+    }
+
+    #[test]
+    fn host_figures_alone_make_a_generation_at_most_every_minute() {
+        let proc_root = tempfile::tempdir().unwrap();
+        let feed = LiveFeed::new(config(proc_root.path()));
+        let no_gpu = FakeBackend::new(vec![]);
+        let busy = |secs: u64, cpu: f32| {
+            let mut t = round(&no_gpu, secs);
+            if let Some(h) = t.host.as_mut() {
+                h.cpu_percent = Some(cpu);
+            }
+            LiveRound::gather(t, feed.config())
+        };
+        feed.publish(busy(0, 10.0));
+        assert_eq!(feed.generation(), 1, "the first round is news");
+        feed.publish(busy(1, 11.0));
+        feed.publish(busy(59, 12.0));
+        assert_eq!(feed.generation(), 1, "host figures within the minute wait");
+        feed.publish(busy(60, 13.0));
+        assert_eq!(feed.generation(), 2, "then they show");
+        let latest = feed.latest().unwrap();
+        assert_eq!(
+            latest.telemetry.host.as_ref().unwrap().cpu_percent,
+            Some(13.0)
+        );
+
+        let gpu = FakeBackend::new(vec![gpu(0, Some(5), vec![])]);
+        feed.publish(LiveRound::gather(round(&gpu, 61), feed.config()));
+        assert_eq!(feed.generation(), 3, "a GPU appearing is news at once");
     }
 
     #[tokio::test]
