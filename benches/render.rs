@@ -1,6 +1,7 @@
 //! Drawing cost at scale: a demo fleet of 1 000 nodes x 8 GPUs with about 20 000 claims,
 //! GPUs and Claims views at 160x48 into ratatui's `TestBackend` (the same code path as the
-//! terminal, minus the write). Also the cost of rebuilding the sorted rows after a fetch.
+//! terminal, minus the write). Also the cost of rebuilding the sorted rows after a fetch, and
+//! of a key that re-sorts the Claims view until its next frame.
 #![allow(clippy::unwrap_used)]
 
 #[path = "../tests/common/console_fixtures.rs"]
@@ -10,12 +11,14 @@ use std::hint::black_box;
 
 use console_fixtures::scaled_state;
 use criterion::{Criterion, criterion_group, criterion_main};
+use gpuboard::console::msg::Msg;
 use gpuboard::console::state::View;
 use gpuboard::console::theme::load_strict;
-use gpuboard::console::update::show_view;
+use gpuboard::console::update::{show_view, update};
 use gpuboard::console::views::draw;
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 fn render(c: &mut Criterion) {
     // `cargo bench` passes `--bench`: the full fleet. `cargo test` runs this once as a smoke
@@ -45,6 +48,15 @@ fn render(c: &mut Criterion) {
             },
         );
     }
+    // What an operator waits for: a key that re-sorts 20 000 claims, then the next frame.
+    show_view(&mut st, View::Claims);
+    let sort = KeyEvent::new(KeyCode::Char('s'), KeyModifiers::NONE);
+    c.bench_function("key to frame: sort Claims (s), then draw", |b| {
+        b.iter(|| {
+            let _ = update(&mut st, Msg::Key(sort));
+            term.draw(|f| draw(f, black_box(&st), &theme)).unwrap();
+        });
+    });
     c.bench_function("rebuild rows (filter + sort by free memory)", |b| {
         st.sort[View::Gpus.position()] = 1;
         b.iter(|| {
