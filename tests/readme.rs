@@ -3,7 +3,12 @@
 //! and quit on `q`), and a line this walk does not know fails the test, so the README and
 //! the walk stay together. Runs on 127.0.0.1:7420 (the default address the README uses)
 //! with the data directory, home and state in a temporary directory.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::format_push_string
+)]
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
