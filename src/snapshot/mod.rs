@@ -372,4 +372,18 @@ impl Snapshot {
     pub fn claim(&self, id: ClaimId) -> Option<&ClaimView> {
         self.claims.iter().find(|c| c.id == id)
     }
+
+    /// Whether `other` differs from this snapshot in nothing but when it was taken.
+    pub fn same_but_time(&self, other: &Snapshot) -> bool {
+        self.schema == other.schema
+            && self.revision == other.revision
+            && self.endpoint == other.endpoint
+            && self.nodes == other.nodes
+            && self.claims == other.claims
+            && self.projects == other.projects
+            && self.resources == other.resources
+            && self.coordination == other.coordination
+            && self.host == other.host
+            && self.events == other.events
+    }
 }

@@ -168,7 +168,7 @@ impl Model {
         };
         let same = match (&self.snapshot, version, self.version) {
             (Some(_), Some(new), Some(old)) => new == old,
-            (Some(old), None, _) => same_but_time(old, &snapshot),
+            (Some(old), None, _) => old.same_but_time(&snapshot),
             _ => false,
         };
         self.version = version;
@@ -177,20 +177,6 @@ impl Model {
         }
         !same
     }
-}
-
-/// Whether two snapshots differ in nothing but when they were taken.
-fn same_but_time(a: &Snapshot, b: &Snapshot) -> bool {
-    a.schema == b.schema
-        && a.revision == b.revision
-        && a.endpoint == b.endpoint
-        && a.nodes == b.nodes
-        && a.claims == b.claims
-        && a.projects == b.projects
-        && a.resources == b.resources
-        && a.coordination == b.coordination
-        && a.host == b.host
-        && a.events == b.events
 }
 
 /// How the mirror follows the endpoint.

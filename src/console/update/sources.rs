@@ -2,7 +2,6 @@
 //! sources), fetched snapshots, placement previews and action results.
 
 use crate::clock::Timestamp;
-use crate::snapshot::Snapshot;
 use crate::sources::{Action, Failure, Fetched, Outcome};
 
 use super::flash;
@@ -77,19 +76,6 @@ pub(super) fn due_fetches(state: &mut State, force: bool) -> Vec<Effect> {
     out
 }
 
-/// Whether two snapshots differ in anything but when they were taken.
-fn same_content(a: &Snapshot, b: &Snapshot) -> bool {
-    a.revision == b.revision
-        && a.nodes == b.nodes
-        && a.claims == b.claims
-        && a.projects == b.projects
-        && a.resources == b.resources
-        && a.events == b.events
-        && a.coordination == b.coordination
-        && a.host == b.host
-        && a.endpoint == b.endpoint
-}
-
 /// A source reported a change: fetch it now, or right after the fetch in flight.
 pub(super) fn changed(state: &mut State, source: usize) -> Vec<Effect> {
     let Some(slot) = state.sources.get_mut(source) else {
@@ -162,7 +148,7 @@ fn answered(state: &mut State, source: usize, at: Timestamp, fetched: Fetched) {
                 .raw
                 .as_ref()
                 .or(slot.data.as_ref())
-                .is_none_or(|d| !same_content(d, &snap));
+                .is_none_or(|d| !d.same_but_time(&snap));
             slot.fetched_at = Some(at);
             if changed {
                 state.store_snapshot(source, *snap);
