@@ -18,10 +18,10 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Args;
 
+use super::fleet_config::FleetConfig as Config;
 use super::snapcache::SnapshotCache;
 use super::{Conn, token};
 use crate::client::{ClaimOutcome, Client, ClientError};
-use crate::console::config::Config;
 use crate::endpoint::auth;
 use crate::ids::ClaimId;
 use crate::placement::{Fleet, Policy, rank_hosts};
@@ -171,12 +171,12 @@ impl fmt::Display for ClaimRef {
 /// The endpoints `conn` names, each with its client.
 pub(super) fn members(conn: &Conn) -> anyhow::Result<Members> {
     let timeout = Duration::from_secs(conn.timeout.max(1));
-    let mut config: Option<Config> = None;
-    let mut load = || -> anyhow::Result<Config> {
+    let mut config: Option<std::rc::Rc<Config>> = None;
+    let mut load = || -> anyhow::Result<std::rc::Rc<Config>> {
         if let Some(c) = &config {
             return Ok(c.clone());
         }
-        let c = Config::load(conn.config.as_deref())?;
+        let c = std::rc::Rc::new(Config::load(conn.config.as_deref())?);
         config = Some(c.clone());
         Ok(c)
     };

@@ -13,6 +13,7 @@
 mod admin;
 mod claims;
 mod fleet;
+mod fleet_config;
 mod fleet_move;
 mod run;
 mod serve;
