@@ -1,4 +1,5 @@
-//! The claim form: its request forms, fields, round-trip stage, and the draft it makes.
+//! The claim form: its request forms, fields, round-trip stage, and the draft it makes;
+//! and the rows of the move picker.
 
 use crate::request::{ClaimRequest, RequestError};
 use crate::wire::ClaimDraft;
@@ -190,4 +191,20 @@ impl ClaimForm {
     pub fn request(&self) -> Result<ClaimRequest, RequestError> {
         self.draft().to_request(serde_json::Map::new())
     }
+}
+
+/// One GPU the move picker offers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MoveRow {
+    /// Node.
+    pub node: String,
+    /// Device index.
+    pub index: u32,
+    /// Model name.
+    pub model: String,
+    /// Free memory and compute, in words.
+    pub free: String,
+    /// Whether one of the claim's per-device shares fits in what is free (the source
+    /// re-checks; rows that fit are listed first).
+    pub fits: bool,
 }

@@ -10,7 +10,7 @@ use crate::sources::Action;
 use super::{act, flash};
 use crate::console::keymap::{Context, KeyAction};
 use crate::console::msg::Effect;
-use crate::console::state::{Confirm, Mode, MovePick, State, View};
+use crate::console::state::{Confirm, Mode, MovePick, MoveRow, State, View};
 
 /// Opens the release confirmation for the selected claim (Claims view only).
 pub(super) fn release(state: &mut State) -> Vec<Effect> {
@@ -101,26 +101,51 @@ pub(super) fn open_move(state: &mut State) {
     let from = crate::sources::endpoint::place(c);
     let held: Vec<u32> = c.shares.iter().map(|s| s.device).collect();
     let node = c.node.clone().unwrap_or_default();
-    let targets: Vec<(String, u32, String, String)> = slot
+    // The largest per-device share: a target must take it.
+    let need = c
+        .shares
+        .iter()
+        .copied()
+        .max_by_key(|s| (s.memory, s.compute));
+    let mut targets: Vec<MoveRow> = slot
         .data
         .iter()
         .flat_map(|d| d.nodes.iter())
         .flat_map(|n| n.devices.iter().map(move |d| (n, d)))
         .filter(|(n, d)| !(d.cordoned || (n.name == node && held.contains(&d.index))))
-        .map(|(n, d)| {
-            (
-                n.name.clone(),
-                d.index,
-                d.model.clone(),
-                format!("{} free, {} GPU free", d.memory_free.iec(), d.compute_free),
-            )
+        .map(|(n, d)| MoveRow {
+            node: n.name.clone(),
+            index: d.index,
+            model: d.model.clone(),
+            free: format!("{} free, {} GPU free", d.memory_free.iec(), d.compute_free),
+            fits: need.is_none_or(|s| {
+                s.memory <= d.memory_free && s.compute <= d.compute_free && s.slots <= d.slots_free
+            }),
         })
         .collect();
+    // Where it fits first, then the emptiest: a full GPU is the last thing to offer.
+    let free_of = |r: &MoveRow| {
+        slot.data
+            .iter()
+            .flat_map(|d| d.nodes.iter())
+            .find(|n| n.name == r.node)
+            .and_then(|n| n.devices.iter().find(|d| d.index == r.index))
+            .map(|d| d.memory_free)
+    };
+    targets.sort_by_key(|r| {
+        (
+            !r.fits,
+            std::cmp::Reverse(free_of(r)),
+            r.node.clone(),
+            r.index,
+        )
+    });
     let pick = MovePick {
         source: k.source,
         id: c.id,
         from,
         targets,
+        holds: c.shares.len().max(1),
         selected: 0,
         sent: false,
         error: None,
@@ -128,11 +153,19 @@ pub(super) fn open_move(state: &mut State) {
     state.mode = Mode::Move(Box::new(pick));
 }
 
-/// Keys in the move picker: pick a target, send the move, or cancel.
+/// Keys in the move picker: pick a target (arrows, Tab, or the normal up/down keys such as
+/// j/k: the picker has no text to type into), send the move, or cancel.
 pub(super) fn move_key(state: &mut State, mut m: MovePick, ev: KeyEvent) -> Vec<Effect> {
     let n = m.targets.len();
     let mut out = Vec::new();
-    match state.keymap.action(Context::Dialog, &ev) {
+    let action = state.keymap.action(Context::Dialog, &ev).or_else(|| {
+        match state.keymap.action(Context::Normal, &ev) {
+            Some(KeyAction::Down) => Some(KeyAction::NextField),
+            Some(KeyAction::Up) => Some(KeyAction::PrevField),
+            _ => None,
+        }
+    });
+    match action {
         Some(KeyAction::Cancel) => {
             state.mode = Mode::Normal;
             return out;
@@ -144,24 +177,50 @@ pub(super) fn move_key(state: &mut State, mut m: MovePick, ev: KeyEvent) -> Vec<
         Some(KeyAction::PrevField | KeyAction::ChoiceLeft) if n > 0 => {
             m.selected = (m.selected + n - 1) % n;
         }
-        Some(KeyAction::Confirm) => {
-            if let Some((node, index, _, _)) = m.targets.get(m.selected).cloned() {
-                let action = Action::Move {
-                    id: m.id,
-                    target: MoveTarget {
-                        node: Some(node),
-                        devices: Some(vec![index]),
-                    },
-                };
+        Some(KeyAction::Confirm) => match move_target(&m) {
+            Ok(Some(target)) => {
+                let action = Action::Move { id: m.id, target };
                 out = act(state, m.source, action);
                 m.sent = !out.is_empty();
                 m.error = None;
             }
-        }
+            Ok(None) => {}
+            Err(why) => m.error = Some(why),
+        },
         _ => {}
     }
     state.mode = Mode::Move(Box::new(m));
     out
+}
+
+/// Where the picked row sends the claim: as many devices as it holds, the picked one and
+/// then the next rows of the same node in the list's order (those it fits on first).
+fn move_target(m: &MovePick) -> Result<Option<MoveTarget>, String> {
+    let Some(first) = m.targets.get(m.selected) else {
+        return Ok(None);
+    };
+    let mut devices = vec![first.index];
+    devices.extend(
+        m.targets
+            .iter()
+            .filter(|r| r.node == first.node && r.index != first.index)
+            .map(|r| r.index)
+            .take(m.holds.saturating_sub(1)),
+    );
+    if devices.len() < m.holds {
+        return Err(format!(
+            "claim {} holds {} GPUs; {} has only {} to move to",
+            m.id,
+            m.holds,
+            first.node,
+            devices.len()
+        ));
+    }
+    devices.sort_unstable();
+    Ok(Some(MoveTarget {
+        node: Some(first.node.clone()),
+        devices: Some(devices),
+    }))
 }
 
 /// Cordons (`Some(true)`), uncordons (`Some(false)`) or toggles (`None`) the selected GPU.

@@ -9,7 +9,7 @@ use super::common::{block, popup, short_model, window};
 use crate::console::state::{Mode, State};
 use crate::console::theme::Theme;
 
-/// The move target picker: the other GPUs of the claim's source.
+/// The move target picker: the other GPUs of the claim's source, those it fits on first.
 pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
     let Mode::Move(m) = &state.mode else { return };
     let r = popup(area, 72, 18);
@@ -25,13 +25,22 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
         .enumerate()
         .skip(off)
         .take(h)
-        .map(|(i, (node, idx, model, free))| {
+        .map(|(i, row)| {
             Line::styled(
-                format!("{node}:{idx}  {}  {free}", short_model(model)),
+                format!(
+                    "{}:{}  {}  {}{}",
+                    row.node,
+                    row.index,
+                    short_model(&row.model),
+                    row.free,
+                    if row.fits { "" } else { "  (too full)" }
+                ),
                 if i == m.selected {
                     theme.selection
-                } else {
+                } else if row.fits {
                     theme.text
+                } else {
+                    theme.dim
                 },
             )
         })
@@ -42,8 +51,10 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     lines.push(Line::styled(
         if m.sent {
             "moving…"
+        } else if m.holds > 1 {
+            "↑/↓ j/k pick the first GPU (the next ones on its node follow) · Enter move · Esc cancel"
         } else {
-            "↑/↓ pick · Enter move · Esc cancel"
+            "↑/↓ j/k pick · Enter move · Esc cancel"
         },
         theme.dim,
     ));
