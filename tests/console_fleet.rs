@@ -14,7 +14,7 @@ use gpuboard::placement::{DeviceSpec, MoveTarget, NodeSpec, Policy};
 use gpuboard::request::ClaimRequest;
 use gpuboard::scheduler::{Scheduler, SchedulerConfig};
 use gpuboard::snapshot::Snapshot;
-use gpuboard::sources::Action;
+use gpuboard::sources::{Action, Failure, Outcome};
 use gpuboard::units::Bytes;
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use serde_json::json;
@@ -250,5 +250,140 @@ fn the_claim_form_previews_across_sources_and_sends_where_it_said() {
     assert!(
         e.starts_with("fits on none of the 3 sources: a: infeasible"),
         "{e}"
+    );
+}
+
+/// Sources `a` (claim 1: 20 GiB on na:0; na:1 taken whole) and `b` (empty), with the
+/// picker opened on claim 1 and Enter pressed on the first row.
+fn moved_to_b() -> (State, Vec<Effect>) {
+    let a = snapshot(
+        "a",
+        "na",
+        2,
+        &[
+            json!({"gpu_memory": "20Gi", "project": "p", "holder": "h", "ttl": 600, "node": "na", "devices": [0]}),
+            json!({"nvidia.com/gpu": 1, "node": "na", "devices": [1]}),
+        ],
+    );
+    let b = snapshot("b", "nb", 2, &[]);
+    let mut st = console(vec![("a", a), ("b", b)]);
+    show_view(&mut st, View::Claims);
+    run(&mut st, vec![k('m')]);
+    assert_eq!(picker(&st).0, vec!["nb:0", "nb:1", "na:1 full"]);
+    let eff = run(&mut st, vec![code(KeyCode::Enter)]);
+    (st, eff)
+}
+
+fn flash(st: &State) -> String {
+    st.flash
+        .as_ref()
+        .map(|f| f.text.clone())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_move_to_another_source_claims_there_then_releases_here() {
+    let (mut st, eff) = moved_to_b();
+    let [
+        Effect::Act {
+            source: 1,
+            action: claim @ Action::Claim { request },
+        },
+    ] = eff.as_slice()
+    else {
+        panic!("{eff:?}")
+    };
+    assert_eq!(request.node.as_deref(), Some("nb"));
+    assert_eq!(request.devices, Some(vec![0]));
+    assert_eq!((request.project.as_str(), request.ttl), ("p", Some(600)));
+    // b took it: now the release on a.
+    let new = snapshot(
+        "b",
+        "nb",
+        2,
+        &[json!({"gpu_memory": "20Gi", "project": "p"})],
+    )
+    .claims[0]
+        .clone();
+    let eff = run(
+        &mut st,
+        vec![Msg::Acted {
+            source: 1,
+            action: claim.clone(),
+            result: Ok(Outcome::Claimed(Box::new(new))),
+        }],
+    );
+    assert!(
+        eff.contains(&Effect::Act {
+            source: 0,
+            action: Action::Release { id: ClaimId(1) },
+        }),
+        "{eff:?}"
+    );
+    assert!(matches!(st.mode, Mode::Move(_)), "still under way");
+    run(
+        &mut st,
+        vec![Msg::Acted {
+            source: 0,
+            action: Action::Release { id: ClaimId(1) },
+            result: Ok(Outcome::Released {
+                id: ClaimId(1),
+                place: Some("na:0".into()),
+            }),
+        }],
+    );
+    assert_eq!(st.mode, Mode::Normal);
+    assert_eq!(flash(&st), "claim a/1 moved to b/1");
+}
+
+#[test]
+fn a_move_to_another_source_that_fails_says_what_is_held() {
+    // The target refuses: nothing changed, the picker says so.
+    let (mut st, eff) = moved_to_b();
+    let Effect::Act { action, .. } = &eff[0] else {
+        panic!()
+    };
+    let eff = run(
+        &mut st,
+        vec![Msg::Acted {
+            source: 1,
+            action: action.clone(),
+            result: Err(Failure::Refused("does not fit now".into())),
+        }],
+    );
+    assert!(eff.is_empty());
+    let Mode::Move(m) = &st.mode else { panic!() };
+    assert_eq!(
+        m.error.as_deref(),
+        Some("b refused the claim; nothing changed: does not fit now")
+    );
+    // The release fails after the claim: both claims are named.
+    let (mut st, eff) = moved_to_b();
+    let Effect::Act { action, .. } = &eff[0] else {
+        panic!()
+    };
+    let new = snapshot("b", "nb", 2, &[json!({"gpu_memory": "20Gi"})]).claims[0].clone();
+    run(
+        &mut st,
+        vec![
+            Msg::Acted {
+                source: 1,
+                action: action.clone(),
+                result: Ok(Outcome::Claimed(Box::new(new))),
+            },
+            Msg::Acted {
+                source: 0,
+                action: Action::Release { id: ClaimId(1) },
+                result: Err(Failure::Timeout(2000)),
+            },
+        ],
+    );
+    assert_eq!(st.mode, Mode::Normal);
+    let f = st.flash.clone().unwrap();
+    assert!(f.error);
+    assert!(
+        f.text.starts_with("claimed b/1 but releasing a/1 failed: no answer within 2000 ms; both claims hold GPUs now"),
+        "{}",
+        f.text
     );
 }

@@ -12,7 +12,7 @@ use super::fleet::Members;
 use super::print_json;
 use crate::client::{ClaimOutcome, ClientError};
 use crate::ids::ClaimId;
-use crate::request::ClaimRequest;
+use crate::placement::moved_request;
 use crate::snapshot::{ClaimState, ClaimView};
 
 /// What a cross-endpoint move did.
@@ -40,22 +40,6 @@ pub(super) enum Moved {
         /// Why the release failed.
         error: ClientError,
     },
-}
-
-/// The request the target receives: the source claim's own, pinned where asked, never
-/// queued (a move happens now or not at all), and without the pid (it names a process
-/// of the source host).
-pub(super) fn moved_request(
-    old: &ClaimRequest,
-    node: Option<String>,
-    devices: Option<Vec<u32>>,
-) -> ClaimRequest {
-    let mut r = old.clone();
-    r.node = node;
-    r.devices = devices;
-    r.wait = false;
-    r.pid = None;
-    r
 }
 
 /// A fresh move id: time, process and chance, so two moves never share one.
@@ -223,22 +207,9 @@ fn place(c: &ClaimView) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
-    fn the_moved_request_keeps_the_form_and_lease_and_drops_the_pid() {
-        let old = ClaimRequest::from_json(&json!({
-            "gpu-memory": "20Gi", "gpu.shared": 2, "project": "p", "holder": "h",
-            "ttl": 600, "pid": 42, "wait": true, "node": "a", "labels": {"k": "v"}
-        }))
-        .unwrap();
-        let r = moved_request(&old, Some("b".into()), None);
-        assert_eq!(r.gpu, old.gpu);
-        assert_eq!((r.project.as_str(), r.holder.as_deref()), ("p", Some("h")));
-        assert_eq!(r.ttl, Some(600));
-        assert_eq!(r.labels, old.labels);
-        assert_eq!(r.node.as_deref(), Some("b"));
-        assert_eq!((r.pid, r.wait, r.devices), (None, false, None));
+    fn move_ids_differ_and_are_valid_headers() {
         assert_ne!(new_move_id(), new_move_id());
         assert!(crate::wire::move_actor(Some(&new_move_id())).is_ok());
     }

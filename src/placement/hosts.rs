@@ -111,6 +111,22 @@ fn score(host: usize, fleet: &Fleet, allocation: Allocation) -> HostFit {
     }
 }
 
+/// The request a claim moved to another host is made with: the old claim's own (form,
+/// project, holder, labels, lease length), pinned where asked, never queued (a move
+/// happens now or not at all), and without the pid (it names a process of the old host).
+pub fn moved_request(
+    old: &ClaimRequest,
+    node: Option<String>,
+    devices: Option<Vec<u32>>,
+) -> ClaimRequest {
+    let mut r = old.clone();
+    r.node = node;
+    r.devices = devices;
+    r.wait = false;
+    r.pid = None;
+    r
+}
+
 /// `part / whole` in ppm (0 for an empty whole).
 fn ratio(part: u64, whole: u64) -> u64 {
     if whole == 0 {
@@ -216,6 +232,21 @@ mod tests {
             Policy::Binpack,
         );
         assert_eq!(r.fits.iter().map(|f| f.host).collect::<Vec<_>>(), vec![2]);
+    }
+
+    #[test]
+    fn the_moved_request_keeps_the_form_and_lease_and_drops_the_pid() {
+        let old = req(json!({
+            "gpu-memory": "20Gi", "gpu.shared": 2, "project": "p", "holder": "h",
+            "ttl": 600, "pid": 42, "wait": true, "node": "a", "labels": {"k": "v"}
+        }));
+        let r = moved_request(&old, Some("b".into()), None);
+        assert_eq!(r.gpu, old.gpu);
+        assert_eq!((r.project.as_str(), r.holder.as_deref()), ("p", Some("h")));
+        assert_eq!(r.ttl, Some(600));
+        assert_eq!(r.labels, old.labels);
+        assert_eq!(r.node.as_deref(), Some("b"));
+        assert_eq!((r.pid, r.wait, r.devices), (None, false, None));
     }
 
     #[test]

@@ -24,7 +24,7 @@ mod tests;
 
 pub use explain::{NoFit, NodeReasons, Reason, ReasonCount};
 pub use fleet::{Fleet, FleetError};
-pub use hosts::{HostFit, HostRanking, rank_hosts};
+pub use hosts::{HostFit, HostRanking, moved_request, rank_hosts};
 pub use model::{Allocation, Device, DeviceShare, DeviceSpec, Health, Node, NodeSpec};
 pub use moves::{MoveError, MoveTarget};
 

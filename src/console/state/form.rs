@@ -196,6 +196,9 @@ impl ClaimForm {
 /// One GPU the move picker offers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MoveRow {
+    /// The source it belongs to (another acting source than the claim's: a move across
+    /// sources, claimed there first and then released here).
+    pub source: usize,
     /// Node.
     pub node: String,
     /// Device index.
@@ -207,4 +210,14 @@ pub struct MoveRow {
     /// Whether one of the claim's per-device shares fits in what is free (the source
     /// re-checks; rows that fit are listed first).
     pub fits: bool,
+}
+
+/// A move to another source in flight: claimed on the target first, then released on
+/// the claim's own source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MoveAcross {
+    /// The target source.
+    pub target: usize,
+    /// The new claim's id there, once the target took it (the release is then sent).
+    pub claimed: Option<crate::ids::ClaimId>,
 }

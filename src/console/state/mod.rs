@@ -15,7 +15,7 @@ use crate::sources::Action;
 
 use super::keymap::Keymap;
 
-pub use form::{ClaimForm, FormField, FormKind, FormStage, MoveRow};
+pub use form::{ClaimForm, FormField, FormKind, FormStage, MoveAcross, MoveRow};
 pub use sources::{STALE_AFTER_INTERVALS, SourceHealth, SourceSlot, TELEMETRY_KINDS};
 pub use totals::FleetTotals;
 pub use view::View;
@@ -108,6 +108,8 @@ pub struct MovePick {
     pub sent: bool,
     /// The source's refusal, in its words.
     pub error: Option<String>,
+    /// A move to another source, while it is under way.
+    pub across: Option<MoveAcross>,
 }
 
 /// What has the keyboard.

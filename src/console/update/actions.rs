@@ -3,14 +3,13 @@
 
 use ratatui::crossterm::event::KeyEvent;
 
-use crate::placement::MoveTarget;
 use crate::snapshot::ClaimState;
 use crate::sources::Action;
 
-use super::{act, flash};
+use super::{act, flash, move_across};
 use crate::console::keymap::{Context, KeyAction};
 use crate::console::msg::Effect;
-use crate::console::state::{Confirm, Mode, MovePick, MoveRow, State, View};
+use crate::console::state::{Confirm, Mode, MovePick, State, View};
 
 /// Opens the release confirmation for the selected claim (Claims view only).
 pub(super) fn release(state: &mut State) -> Vec<Effect> {
@@ -76,7 +75,8 @@ pub(super) fn confirm_key(state: &mut State, mut c: Confirm, ev: KeyEvent) -> Ve
     Vec::new()
 }
 
-/// Opens the move picker for the selected placed claim, listing its source's other GPUs.
+/// Opens the move picker for the selected placed claim, listing the GPUs of every acting
+/// source it could move to.
 pub(super) fn open_move(state: &mut State) {
     let Some(k) = (if state.view == View::Claims {
         state.selected_claim()
@@ -90,7 +90,7 @@ pub(super) fn open_move(state: &mut State) {
         );
         return;
     };
-    let Some((slot, c)) = state.claim(k) else {
+    let Some((_, c)) = state.claim(k) else {
         return;
     };
     if c.state != ClaimState::Placed {
@@ -99,56 +99,19 @@ pub(super) fn open_move(state: &mut State) {
         return;
     }
     let from = crate::sources::endpoint::place(c);
-    let held: Vec<u32> = c.shares.iter().map(|s| s.device).collect();
-    let node = c.node.clone().unwrap_or_default();
-    // The largest per-device share: a target must take it.
-    let need = c
-        .shares
-        .iter()
-        .copied()
-        .max_by_key(|s| (s.memory, s.compute));
-    let mut targets: Vec<MoveRow> = slot
-        .data
-        .iter()
-        .flat_map(|d| d.nodes.iter())
-        .flat_map(|n| n.devices.iter().map(move |d| (n, d)))
-        .filter(|(n, d)| !(d.cordoned || (n.name == node && held.contains(&d.index))))
-        .map(|(n, d)| MoveRow {
-            node: n.name.clone(),
-            index: d.index,
-            model: d.model.clone(),
-            free: format!("{} free, {} GPU free", d.memory_free.iec(), d.compute_free),
-            fits: need.is_none_or(|s| {
-                s.memory <= d.memory_free && s.compute <= d.compute_free && s.slots <= d.slots_free
-            }),
-        })
-        .collect();
-    // Where it fits first, then the emptiest: a full GPU is the last thing to offer.
-    let free_of = |r: &MoveRow| {
-        slot.data
-            .iter()
-            .flat_map(|d| d.nodes.iter())
-            .find(|n| n.name == r.node)
-            .and_then(|n| n.devices.iter().find(|d| d.index == r.index))
-            .map(|d| d.memory_free)
-    };
-    targets.sort_by_key(|r| {
-        (
-            !r.fits,
-            std::cmp::Reverse(free_of(r)),
-            r.node.clone(),
-            r.index,
-        )
-    });
+    let holds = c.shares.len().max(1);
+    let id = c.id;
+    let targets = move_across::rows(state, k.source, c);
     let pick = MovePick {
         source: k.source,
-        id: c.id,
+        id,
         from,
         targets,
-        holds: c.shares.len().max(1),
+        holds,
         selected: 0,
         sent: false,
         error: None,
+        across: None,
     };
     state.mode = Mode::Move(Box::new(pick));
 }
@@ -177,8 +140,11 @@ pub(super) fn move_key(state: &mut State, mut m: MovePick, ev: KeyEvent) -> Vec<
         Some(KeyAction::PrevField | KeyAction::ChoiceLeft) if n > 0 => {
             m.selected = (m.selected + n - 1) % n;
         }
-        Some(KeyAction::Confirm) => match move_target(&m) {
-            Ok(Some(target)) => {
+        Some(KeyAction::Confirm) => match move_across::target(&m) {
+            Ok(Some((to, target))) if to != m.source => {
+                out = move_across::start(state, &mut m, to, target);
+            }
+            Ok(Some((_, target))) => {
                 let action = Action::Move { id: m.id, target };
                 out = act(state, m.source, action);
                 m.sent = !out.is_empty();
@@ -191,36 +157,6 @@ pub(super) fn move_key(state: &mut State, mut m: MovePick, ev: KeyEvent) -> Vec<
     }
     state.mode = Mode::Move(Box::new(m));
     out
-}
-
-/// Where the picked row sends the claim: as many devices as it holds, the picked one and
-/// then the next rows of the same node in the list's order (those it fits on first).
-fn move_target(m: &MovePick) -> Result<Option<MoveTarget>, String> {
-    let Some(first) = m.targets.get(m.selected) else {
-        return Ok(None);
-    };
-    let mut devices = vec![first.index];
-    devices.extend(
-        m.targets
-            .iter()
-            .filter(|r| r.node == first.node && r.index != first.index)
-            .map(|r| r.index)
-            .take(m.holds.saturating_sub(1)),
-    );
-    if devices.len() < m.holds {
-        return Err(format!(
-            "claim {} holds {} GPUs; {} has only {} to move to",
-            m.id,
-            m.holds,
-            first.node,
-            devices.len()
-        ));
-    }
-    devices.sort_unstable();
-    Ok(Some(MoveTarget {
-        node: Some(first.node.clone()),
-        devices: Some(devices),
-    }))
 }
 
 /// Cordons (`Some(true)`), uncordons (`Some(false)`) or toggles (`None`) the selected GPU.
