@@ -195,6 +195,9 @@ pub struct Client {
     base: Url,
     token: Option<String>,
     timeout: Duration,
+    /// Sent as `wire::MOVE_HEADER` on mutations: the id of the cross-endpoint move they
+    /// belong to, so both endpoints audit it.
+    move_id: Option<String>,
 }
 
 impl Client {
@@ -232,7 +235,18 @@ impl Client {
             base,
             token,
             timeout,
+            move_id: None,
         })
+    }
+
+    /// The same client, its mutations marked as part of the cross-endpoint move `id`
+    /// (both endpoints audit it as `operator (move ID)`).
+    #[must_use]
+    pub fn for_move(&self, id: &str) -> Client {
+        Client {
+            move_id: Some(id.to_string()),
+            ..self.clone()
+        }
     }
 
     /// The endpoint's base URL.
@@ -260,6 +274,9 @@ impl Client {
         }
         if let Some(b) = body {
             req = req.json(b);
+        }
+        if let Some(m) = &self.move_id {
+            req = req.header(wire::MOVE_HEADER, m);
         }
         let resp = req.send().await.map_err(|e| self.transport(&e))?;
         let status = resp.status();

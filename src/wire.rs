@@ -220,6 +220,30 @@ pub struct ProjectReset {
     pub reset: bool,
 }
 
+/// The header a cross-endpoint move sends with its claim on the target and its release
+/// on the source: both endpoints audit the same move id (`operator (move ID)`).
+pub const MOVE_HEADER: &str = "x-gpuboard-move";
+
+/// The audit actor of a mutation that came with `MOVE_HEADER` (or without one): a move id
+/// is 1 to 64 ASCII letters, digits, `-` or `_`; anything else is refused with why.
+pub fn move_actor(move_id: Option<&str>) -> Result<String, String> {
+    let Some(id) = move_id else {
+        return Ok("operator".to_string());
+    };
+    let ok = (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if ok {
+        Ok(format!("operator (move {id})"))
+    } else {
+        Err(format!(
+            "header {MOVE_HEADER} must be 1 to 64 letters, digits, `-` or `_`; got `{}`",
+            id.chars().take(80).collect::<String>()
+        ))
+    }
+}
+
 /// How often a delta watch (`GET /v1/watch?deltas=1`) says it is alive when nothing else
 /// was sent; a client that hears nothing for 3 x this long counts the stream as dead.
 pub const HEARTBEAT: Duration = Duration::from_secs(10);

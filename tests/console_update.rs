@@ -80,11 +80,13 @@ fn actions_produce_the_right_effects() {
             "move to the first other GPU",
             View::Claims,
             vec![k('m'), code(KeyCode::Enter)],
+            // Neither other GPU can take its 10 GiB: the emptiest comes first, not
+            // lab-a:1, which a whole-GPU claim fills.
             Some(Action::Move {
                 id: ClaimId(1),
                 target: MoveTarget {
-                    node: Some("lab-a".into()),
-                    devices: Some(vec![1]),
+                    node: Some("lab-b".into()),
+                    devices: Some(vec![0]),
                 },
             }),
         ),

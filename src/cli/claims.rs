@@ -1,15 +1,17 @@
 //! The claim subcommands: `gpuboard claim` (flags to a validated request through
-//! `wire::ClaimDraft`), `release`, `move`, `renew` and `ls`, with how a claim and the
-//! claims table print.
+//! `wire::ClaimDraft`, placed across the fleet by `fleet`), `release`, `move` (across
+//! endpoints by `fleet_move`), `renew` and `ls`, with how a claim, a refusal and the claims
+//! table print.
 
 use anyhow::Context;
 use clap::Args;
 use serde_json::{Map, Value, json};
 
-use super::{Conn, EXIT_INVALID, connect, print_json, user};
-use crate::client::{ClaimOutcome, ClientError};
+use super::fleet::{ClaimRef, PlaceArgs, members, place, read_all};
+use super::snapcache::SnapshotCache;
+use super::{Conn, EXIT_DOES_NOT_FIT, EXIT_INVALID, fleet_move, print_json, user};
+use crate::client::ClientError;
 use crate::clock::{Clock, SystemClock, Timestamp};
-use crate::ids::ClaimId;
 use crate::placement::MoveTarget;
 use crate::request::ClaimRequest;
 use crate::snapshot::{ClaimState, ClaimView};
@@ -64,18 +66,26 @@ pub struct ClaimArgs {
     #[arg(long)]
     pub request: Option<String>,
     #[command(flatten)]
+    pub place: PlaceArgs,
+    #[command(flatten)]
     pub conn: Conn,
 }
 
-/// `gpuboard release ID...`: one line per claim, or one JSON array.
-pub(super) async fn release(ids: Vec<ClaimId>, conn: &Conn) -> anyhow::Result<u8> {
-    let c = connect(conn)?;
+/// `gpuboard release ID...`: one line per claim, or one JSON array. Every id is resolved
+/// to its endpoint before anything is released.
+pub(super) async fn release(ids: Vec<ClaimRef>, conn: &Conn) -> anyhow::Result<u8> {
+    let members = members(conn)?;
+    let targets = ids
+        .iter()
+        .map(|r| members.resolve(r).map(|m| (m, r.id)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let mut out = Vec::new();
-    for id in ids {
-        let r = c.release(id).await?;
+    for (m, id) in targets {
+        let r = members.list[m].client.release(id).await?;
+        let label = members.label(m, id);
         if !conn.json {
             println!(
-                "claim {id}: {}",
+                "claim {label}: {}",
                 if r.released {
                     "released"
                 } else {
@@ -83,7 +93,11 @@ pub(super) async fn release(ids: Vec<ClaimId>, conn: &Conn) -> anyhow::Result<u8
                 }
             );
         }
-        out.push(json!({"id": r.id, "released": r.released}));
+        let mut v = json!({"id": r.id, "released": r.released});
+        if members.many() {
+            v["endpoint"] = json!(members.list[m].name);
+        }
+        out.push(v);
     }
     if conn.json {
         print_json(&out)?;
@@ -91,59 +105,196 @@ pub(super) async fn release(ids: Vec<ClaimId>, conn: &Conn) -> anyhow::Result<u8
     Ok(0)
 }
 
-/// `gpuboard move ID --node/--devices`: at least one target is required.
+/// `gpuboard move ID --node/--devices`, or `move ENDPOINT/ID --to OTHER[/NODE]` across
+/// endpoints: at least one target is required.
 pub(super) async fn move_claim(
-    id: ClaimId,
-    node: Option<String>,
+    r: &ClaimRef,
+    to: Option<&str>,
+    mut node: Option<String>,
     devices: Option<Vec<u32>>,
     conn: &Conn,
 ) -> anyhow::Result<u8> {
+    let members = members(conn)?;
+    let from = members.resolve(r)?;
+    if let Some(to) = to {
+        let (other, to_node) = match to.split_once('/') {
+            Some((o, n)) if !n.is_empty() => (o, Some(n.to_string())),
+            Some((o, _)) => (o, None),
+            None => (to, None),
+        };
+        let target = members.named(other)?;
+        if to_node.is_some() && node.is_some() {
+            eprintln!("gpuboard move: give the node once, as --to {other}/NODE or --node");
+            return Ok(EXIT_INVALID);
+        }
+        if target != from {
+            let to_node = to_node.or(node);
+            let moved =
+                fleet_move::across(&members, (from, r.id), (target, to_node), devices).await;
+            return fleet_move::report(&members, moved, conn.json);
+        }
+        node = to_node.or(node);
+    }
     if node.is_none() && devices.is_none() {
-        eprintln!("gpuboard move: give --node, --devices, or both");
+        eprintln!("gpuboard move: give --node, --devices, --to, or several");
         return Ok(EXIT_INVALID);
     }
-    let c = connect(conn)?;
-    let view = c.move_claim(id, &MoveTarget { node, devices }).await?;
-    print_claim(&view, conn.json)?;
-    Ok(0)
+    let c = &members.list[from].client;
+    match c.move_claim(r.id, &MoveTarget { node, devices }).await {
+        Ok(view) => {
+            print_claim(
+                &view,
+                members.many().then(|| members.list[from].name.as_str()),
+                conn.json,
+            )?;
+            Ok(0)
+        }
+        Err(e) => refused(e, conn.json),
+    }
 }
 
-/// `gpuboard ls`: the claims table, or the claims as JSON.
+/// `gpuboard ls`: the claims table, or the claims as JSON; over the fleet with several
+/// endpoints (ids as `ENDPOINT/ID`). An endpoint that cannot be read is named on stderr
+/// and the exit code is its error's; the others are still listed.
 pub(super) async fn ls(conn: &Conn) -> anyhow::Result<u8> {
-    let c = connect(conn)?;
-    let snap = c.snapshot().await?;
-    if conn.json {
-        print_json(&snap.claims)?;
-    } else {
-        print!("{}", claims_table(&snap.claims, SystemClock.now()));
+    let members = members(conn)?;
+    if !members.many() {
+        let snap = members.single()?.client.snapshot().await?;
+        if conn.json {
+            print_json(&snap.claims)?;
+        } else {
+            let rows: Vec<(String, &ClaimView)> =
+                snap.claims.iter().map(|c| (c.id.to_string(), c)).collect();
+            print!("{}", claims_table(&rows, SystemClock.now()));
+        }
+        return Ok(0);
     }
-    Ok(0)
+    let reads = read_all(&members, &SnapshotCache::user()).await;
+    let mut code = 0;
+    let mut snaps = Vec::new();
+    let mut errors = Vec::new();
+    for (m, r) in reads.into_iter().enumerate() {
+        match r {
+            Ok(s) => snaps.push((m, s)),
+            Err(e) => {
+                eprintln!("gpuboard: endpoint {}: {e}", members.list[m].name);
+                if code == 0 {
+                    code = e.exit_code();
+                }
+                errors.push(e);
+            }
+        }
+    }
+    if snaps.is_empty()
+        && let Some(e) = errors.into_iter().next()
+    {
+        return Err(e.into());
+    }
+    if conn.json {
+        let mut all = Vec::new();
+        for (m, s) in &snaps {
+            for c in &s.claims {
+                all.push(with_endpoint(c, &members.list[*m].name)?);
+            }
+        }
+        print_json(&all)?;
+    } else {
+        let rows: Vec<(String, &ClaimView)> = snaps
+            .iter()
+            .flat_map(|(m, s)| s.claims.iter().map(|c| (members.label(*m, c.id), c)))
+            .collect();
+        print!("{}", claims_table(&rows, SystemClock.now()));
+    }
+    Ok(code)
 }
 
 /// `gpuboard renew ID [--ttl]`.
-pub(super) async fn renew(id: ClaimId, ttl: Option<u64>, conn: &Conn) -> anyhow::Result<u8> {
-    let c = connect(conn)?;
-    let view = c.renew(id, ttl).await?;
-    print_claim(&view, conn.json)?;
+pub(super) async fn renew(r: &ClaimRef, ttl: Option<u64>, conn: &Conn) -> anyhow::Result<u8> {
+    let members = members(conn)?;
+    let m = members.resolve(r)?;
+    let view = members.list[m].client.renew(r.id, ttl).await?;
+    print_claim(
+        &view,
+        members.many().then(|| members.list[m].name.as_str()),
+        conn.json,
+    )?;
     Ok(0)
 }
 
-/// One claim as a sentence (placed where, or pending and why), or as JSON.
-fn print_claim(c: &ClaimView, as_json: bool) -> anyhow::Result<()> {
-    if as_json {
-        return print_json(c);
+/// A claim as JSON with the endpoint it lives on.
+pub(super) fn with_endpoint(c: &ClaimView, endpoint: &str) -> anyhow::Result<Value> {
+    let mut v = serde_json::to_value(c)?;
+    if let Value::Object(m) = &mut v {
+        m.insert("endpoint".to_string(), json!(endpoint));
     }
+    Ok(v)
+}
+
+/// A refusal: a 409 that does not fit says its lead and then each reason once, one a line,
+/// on stderr, and exits with the does-not-fit code; other errors go up as they are.
+pub(super) fn refused(e: ClientError, as_json: bool) -> anyhow::Result<u8> {
+    match e {
+        ClientError::DoesNotFit {
+            detail,
+            reasons,
+            infeasible,
+            ..
+        } if !as_json => {
+            eprintln!("gpuboard: {}:", fit_lead(&detail, &reasons, infeasible));
+            for r in &reasons {
+                eprintln!("  {r}");
+            }
+            Ok(EXIT_DOES_NOT_FIT)
+        }
+        e => Err(e.into()),
+    }
+}
+
+/// The summary of a 409 without the reasons it repeats (they are listed under it).
+fn fit_lead(detail: &str, reasons: &[String], infeasible: bool) -> String {
+    let Some(first) = reasons.first() else {
+        return detail.to_string();
+    };
+    match detail.find(first.as_str()) {
+        Some(at) => detail[..at].trim_end().trim_end_matches(':').to_string(),
+        None if detail.is_empty() => {
+            if infeasible {
+                "infeasible (no device could ever hold it)".to_string()
+            } else {
+                "does not fit now".to_string()
+            }
+        }
+        None => detail.to_string(),
+    }
+}
+
+/// One claim as a sentence (placed where, or pending and why), or as JSON; `endpoint`
+/// is named when more than one endpoint is in play.
+pub(super) fn print_claim(
+    c: &ClaimView,
+    endpoint: Option<&str>,
+    as_json: bool,
+) -> anyhow::Result<()> {
+    if as_json {
+        return match endpoint {
+            Some(e) => print_json(&with_endpoint(c, e)?),
+            None => print_json(c),
+        };
+    }
+    let (id, at) = match endpoint {
+        Some(e) => (format!("{e}/{}", c.id), format!("endpoint {e}, node ")),
+        None => (c.id.to_string(), String::new()),
+    };
     match c.state {
         ClaimState::Placed => println!(
-            "claim {} placed on {}:{} ({} memory, {} GPU)",
-            c.id,
+            "claim {id} placed on {at}{}:{} ({} memory, {} GPU)",
             c.node.as_deref().unwrap_or("?"),
             devices_of(c),
             c.memory_reserved.iec(),
             c.compute_reserved
         ),
         ClaimState::Pending => {
-            println!("claim {} pending:", c.id);
+            println!("claim {id} pending:");
             for r in &c.pending_reasons {
                 println!("  {r}");
             }
@@ -161,15 +312,16 @@ pub(super) fn devices_of(c: &ClaimView) -> String {
         .join(",")
 }
 
-/// The `ls` table: one row per claim, columns padded to their widest cell.
-fn claims_table(claims: &[ClaimView], now: Timestamp) -> String {
+/// The `ls` table: one row per claim (its id as labelled), columns padded to their
+/// widest cell.
+fn claims_table(claims: &[(String, &ClaimView)], now: Timestamp) -> String {
     let mut rows = vec![
         [
             "ID", "STATE", "PROJECT", "HOLDER", "WHERE", "FORM", "MEMORY", "GPU", "LEASE", "AGE",
         ]
         .map(str::to_string),
     ];
-    for c in claims {
+    for (label, c) in claims {
         let place = match (&c.node, c.state) {
             (Some(n), _) => format!("{n}:{}", devices_of(c)),
             (None, _) => "-".to_string(),
@@ -178,7 +330,7 @@ fn claims_table(claims: &[ClaimView], now: Timestamp) -> String {
             format!("{}s", t.millis_since(now) / 1000)
         });
         rows.push([
-            c.id.to_string(),
+            label.clone(),
             match c.state {
                 ClaimState::Placed => "placed".to_string(),
                 ClaimState::Pending => "pending".to_string(),
@@ -258,24 +410,25 @@ fn claim_request(a: &ClaimArgs) -> anyhow::Result<ClaimRequest> {
         .map_err(|e| ClientError::from(e).into())
 }
 
-/// `gpuboard claim`: places or queues the claim; a claim that does not fit lists each
-/// node's reason on stderr (unless `--json`) and fails with the does-not-fit exit code.
-pub(super) async fn claim(a: ClaimArgs) -> anyhow::Result<()> {
+/// `gpuboard claim`: places or queues the claim, on the best endpoint of the fleet when
+/// there are several (endpoints skipped on the way are named on stderr); a claim that does
+/// not fit lists each node's reason once on stderr (unless `--json`) and exits with the
+/// does-not-fit code.
+pub(super) async fn claim(a: ClaimArgs) -> anyhow::Result<u8> {
     let request = claim_request(&a)?;
-    let c = connect(&a.conn)?;
-    match c.claim(&request).await {
-        Ok(ClaimOutcome::Placed(v) | ClaimOutcome::Pending(v)) => print_claim(&v, a.conn.json),
-        Err(e @ ClientError::DoesNotFit { .. }) if !a.conn.json => {
-            // One node a line, then the typed error for the exit code.
-            if let ClientError::DoesNotFit { reasons, .. } = &e {
-                eprintln!("does not fit:");
-                for r in reasons {
-                    eprintln!("  {r}");
+    let members = members(&a.conn)?;
+    match place(&members, &request, &a.place, &SnapshotCache::user()).await {
+        Ok(p) => {
+            if !a.conn.json {
+                for s in &p.skipped {
+                    eprintln!("gpuboard: skipped {s}");
                 }
             }
-            Err(e.into())
+            let name = members.many().then(|| members.list[p.member].name.as_str());
+            print_claim(p.outcome.claim(), name, a.conn.json)?;
+            Ok(0)
         }
-        Err(e) => Err(e.into()),
+        Err(e) => refused(e, a.conn.json),
     }
 }
 

@@ -12,13 +12,16 @@
 
 mod admin;
 mod claims;
+mod fleet;
+mod fleet_config;
+mod fleet_move;
 mod run;
 mod serve;
+mod snapcache;
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use serde_json::Value;
@@ -26,11 +29,10 @@ use serde_json::Value;
 use crate::client::{Client, ClientError};
 use crate::endpoint::auth;
 use crate::endpoint::store::default_data_dir;
-use crate::ids::ClaimId;
-use crate::wire::default_endpoint;
 
 pub use admin::ProjectCommand;
 pub use claims::ClaimArgs;
+pub use fleet::{ClaimRef, PlaceArgs};
 pub use run::{RunArgs, mps_limit};
 pub use serve::ServeArgs;
 
@@ -52,16 +54,20 @@ pub enum Command {
     Claim(ClaimArgs),
     /// Release claims (idempotent).
     Release {
-        /// Claim ids.
+        /// Claim ids (`ENDPOINT/ID` when more than one endpoint is in play).
         #[arg(required = true)]
-        ids: Vec<ClaimId>,
+        ids: Vec<ClaimRef>,
         #[command(flatten)]
         conn: Conn,
     },
-    /// Move a claim to other devices or another node of its endpoint.
+    /// Move a claim to other devices, another node, or another endpoint (`--to`).
     Move {
-        /// Claim id.
-        id: ClaimId,
+        /// Claim id (`ENDPOINT/ID` when more than one endpoint is in play).
+        id: ClaimRef,
+        /// Another endpoint, `OTHER` or `OTHER/NODE`: claim there first (same form,
+        /// project, holder and lease), then release this claim.
+        #[arg(long, value_name = "OTHER[/NODE]")]
+        to: Option<String>,
         /// Target node.
         #[arg(long)]
         node: Option<String>,
@@ -78,8 +84,8 @@ pub enum Command {
     },
     /// Extend a claim's lease.
     Renew {
-        /// Claim id.
-        id: ClaimId,
+        /// Claim id (`ENDPOINT/ID` when more than one endpoint is in play).
+        id: ClaimRef,
         /// New lease length in seconds (default: the claim's own ttl).
         #[arg(long)]
         ttl: Option<u64>,
@@ -114,9 +120,15 @@ pub enum Command {
 /// How to reach an endpoint.
 #[derive(Args, Debug, Clone)]
 pub struct Conn {
-    /// Endpoint URL (http:// only: this build has no TLS).
-    #[arg(long, env = "GPUBOARD_ENDPOINT", default_value_t = default_endpoint())]
-    pub endpoint: String,
+    /// Endpoint: a URL (http:// only: this build has no TLS), NAME=URL, or the name of
+    /// an [[endpoints]] entry of the config. Repeat it (or separate with commas) for a
+    /// fleet. Default: the config's gpuboard endpoints, else http://127.0.0.1:7420.
+    #[arg(long, env = "GPUBOARD_ENDPOINT", value_delimiter = ',')]
+    pub endpoint: Vec<String>,
+    /// The config file whose [[endpoints]] (with their token files) the fleet comes from
+    /// (default: ~/.config/gpuboard/config.toml, the console's).
+    #[arg(long, env = "GPUBOARD_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// File holding the bearer token (default: operator.token in the data directory;
     /// the GPUBOARD_TOKEN environment variable takes precedence over the default).
     #[arg(long)]
@@ -160,16 +172,17 @@ pub fn run(cmd: Command) -> ExitCode {
 async fn dispatch(cmd: Command) -> anyhow::Result<u8> {
     match cmd {
         Command::Serve(a) => serve::serve(a).await.map(|()| 0),
-        Command::Claim(a) => claims::claim(a).await.map(|()| 0),
+        Command::Claim(a) => claims::claim(a).await,
         Command::Release { ids, conn } => claims::release(ids, &conn).await,
         Command::Move {
             id,
+            to,
             node,
             devices,
             conn,
-        } => claims::move_claim(id, node, devices, &conn).await,
+        } => claims::move_claim(&id, to.as_deref(), node, devices, &conn).await,
         Command::Ls { conn } => claims::ls(&conn).await,
-        Command::Renew { id, ttl, conn } => claims::renew(id, ttl, &conn).await,
+        Command::Renew { id, ttl, conn } => claims::renew(&id, ttl, &conn).await,
         Command::Cordon { node, index, conn } => admin::cordon(node, index, &conn).await,
         Command::Uncordon { node, index, conn } => admin::uncordon(node, index, &conn).await,
         Command::Project(cmd) => admin::project(cmd).await,
@@ -178,7 +191,7 @@ async fn dispatch(cmd: Command) -> anyhow::Result<u8> {
 }
 
 /// The token: `--token-file`, else `GPUBOARD_TOKEN`, else the data directory's operator token.
-fn token(conn: &Conn) -> anyhow::Result<Option<String>> {
+pub(super) fn token(conn: &Conn) -> anyhow::Result<Option<String>> {
     if let Some(path) = &conn.token_file {
         return Ok(Some(auth::read_token_file(path)?));
     }
@@ -195,13 +208,9 @@ fn token(conn: &Conn) -> anyhow::Result<Option<String>> {
     Ok(None)
 }
 
-/// A client for `conn`'s endpoint, with its token and timeout.
+/// A client for `conn`'s one endpoint, with its token and timeout.
 fn connect(conn: &Conn) -> anyhow::Result<Client> {
-    Ok(Client::new(
-        &conn.endpoint,
-        token(conn)?,
-        Duration::from_secs(conn.timeout.max(1)),
-    )?)
+    Ok(fleet::members(conn)?.single()?.client.clone())
 }
 
 /// Reports a finished action: `json` with `--json`, else the sentence.

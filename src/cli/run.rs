@@ -7,8 +7,10 @@ use std::time::Duration;
 use clap::Args;
 use serde_json::{Map, json};
 
-use super::claims::devices_of;
-use super::{Conn, connect, user};
+use super::claims::{devices_of, refused};
+use super::fleet::{PlaceArgs, members, place};
+use super::snapcache::SnapshotCache;
+use super::{Conn, user};
 use crate::client::{ClaimOutcome, Client, ClientError};
 use crate::ids::ClaimId;
 use crate::units::Bytes;
@@ -35,6 +37,8 @@ pub struct RunArgs {
     /// Only this accelerator type.
     #[arg(long)]
     pub accelerator: Option<String>,
+    #[command(flatten)]
+    pub place: PlaceArgs,
     #[command(flatten)]
     pub conn: Conn,
     /// The command and its arguments.
@@ -79,14 +83,18 @@ pub(super) async fn run_command(a: RunArgs) -> anyhow::Result<u8> {
         detail: format!("--memory {}: {e}", a.memory),
     })?;
     let ttl = a.ttl.max(3);
-    let c = connect(&a.conn)?;
+    let members = members(&a.conn)?;
     let mut base = Map::new();
     base.insert(
         "labels".into(),
         json!({"command": a.cmd.first().cloned().unwrap_or_default()}),
     );
     // On this host the endpoint also releases the claim if this process dies.
-    if endpoint_is_local(&a.conn.endpoint) {
+    if members
+        .list
+        .iter()
+        .all(|m| endpoint_is_local(m.client.endpoint()))
+    {
         base.insert("pid".into(), json!(std::process::id()));
     }
     let draft = ClaimDraft {
@@ -99,7 +107,12 @@ pub(super) async fn run_command(a: RunArgs) -> anyhow::Result<u8> {
         ..ClaimDraft::default()
     };
     let request = draft.to_request(base).map_err(ClientError::from)?;
-    let claim = match c.claim(&request).await? {
+    let placed = match place(&members, &request, &a.place, &SnapshotCache::user()).await {
+        Ok(p) => p,
+        Err(e) => return refused(e, false),
+    };
+    let c = &members.list[placed.member].client;
+    let claim = match placed.outcome {
         ClaimOutcome::Placed(v) => v,
         ClaimOutcome::Pending(v) => {
             let _ = c.release(v.id).await;
@@ -123,12 +136,20 @@ pub(super) async fn run_command(a: RunArgs) -> anyhow::Result<u8> {
             mps_limit(claim.shares.len(), limit),
         )
         .env("GPUBOARD_CLAIM_ID", claim.id.to_string())
-        .env("GPUBOARD_ENDPOINT", &a.conn.endpoint);
+        .env("GPUBOARD_ENDPOINT", c.endpoint());
+    if members.many() {
+        eprintln!(
+            "gpuboard run: claim {} on endpoint {}, node {}",
+            members.label(placed.member, claim.id),
+            members.list[placed.member].name,
+            claim.node.as_deref().unwrap_or("?")
+        );
+    }
     let status = match child.spawn() {
-        Ok(mut child) => supervise(&c, claim.id, ttl, &mut child).await,
+        Ok(mut child) => supervise(c, claim.id, ttl, &mut child).await,
         Err(e) => Err(anyhow::anyhow!("cannot start `{}`: {e}", a.cmd[0])),
     };
-    release_with_retry(&c, claim.id).await;
+    release_with_retry(c, claim.id).await;
     let status = status?;
     Ok(exit_code_of(status))
 }

@@ -383,10 +383,11 @@ fn serialize_failed(e: impl std::fmt::Display) -> ApiError {
     )
 }
 
-async fn create_claim(State(st): State<ApiState>, body: Body) -> ApiResult {
+async fn create_claim(State(st): State<ApiState>, headers: HeaderMap, body: Body) -> ApiResult {
+    let actor = actor(&headers)?;
     let v = body_json(body, false).await?;
     let req = ClaimRequest::from_json(&v)?;
-    match st.engine.submit(req, "operator").await? {
+    match st.engine.submit(req, &actor).await? {
         Submitted::Placed(c) => {
             let mut r = json_status(StatusCode::CREATED, &claim_view(&c));
             if let Ok(loc) = HeaderValue::from_str(&format!("/v1/claims/{}", c.id)) {
@@ -399,7 +400,20 @@ async fn create_claim(State(st): State<ApiState>, body: Body) -> ApiResult {
     }
 }
 
-async fn release_claim(State(st): State<ApiState>, Path(id): Path<String>) -> ApiResult {
+/// Who the audit names: the operator, with the move id of a cross-endpoint move.
+fn actor(headers: &HeaderMap) -> Result<String, ApiError> {
+    let raw = headers
+        .get(wire::MOVE_HEADER)
+        .map(|v| v.to_str().unwrap_or("\u{fffd}"));
+    wire::move_actor(raw).map_err(|e| ApiError::invalid(Rule::WrongType, None, e))
+}
+
+async fn release_claim(
+    State(st): State<ApiState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult {
+    let actor = actor(&headers)?;
     let id = claim_id(&id)?;
     // Idempotent for a claim that existed (already released: 200, `released: false`); an
     // id this endpoint never handed out is a mistake worth saying (404).
@@ -408,7 +422,7 @@ async fn release_claim(State(st): State<ApiState>, Path(id): Path<String>) -> Ap
             "no claim {id}: this endpoint never issued that id"
         )));
     }
-    let released = st.engine.release(id, "operator").await?;
+    let released = st.engine.release(id, &actor).await?;
     Ok(json_status(
         StatusCode::OK,
         &Released {

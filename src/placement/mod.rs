@@ -6,13 +6,15 @@
 //!
 //! Where things live: `model` (nodes, devices, allocations), `fleet` (the fleet and its
 //! bookkeeping), `index` (the free-memory index and the searches for a fit), `explain`
-//! (why a request does not fit), `moves` (atomic moves). Everything public is re-exported
+//! (why a request does not fit), `moves` (atomic moves), `hosts` (ranking the
+//! endpoints of a fleet for a request). Everything public is re-exported
 //! here: use `crate::placement::X`.
 
 use serde::{Deserialize, Serialize};
 
 mod explain;
 mod fleet;
+mod hosts;
 mod index;
 mod model;
 mod moves;
@@ -22,6 +24,7 @@ mod tests;
 
 pub use explain::{NoFit, NodeReasons, Reason, ReasonCount};
 pub use fleet::{Fleet, FleetError};
+pub use hosts::{HostFit, HostRanking, moved_request, rank_hosts};
 pub use model::{Allocation, Device, DeviceShare, DeviceSpec, Health, Node, NodeSpec};
 pub use moves::{MoveError, MoveTarget};
 

@@ -341,6 +341,14 @@ pub fn plan_on_snapshot(
     snapshot: &Snapshot,
     request: &ClaimRequest,
 ) -> Result<Allocation, Failure> {
+    fleet_of_snapshot(snapshot)?
+        .plan(request)
+        .map_err(|no| Failure::Refused(no.summary()))
+}
+
+/// The placement fleet a snapshot describes: its devices (cordons and health included)
+/// with its placed claims booked, under the endpoint's policy.
+pub fn fleet_of_snapshot(snapshot: &Snapshot) -> Result<crate::placement::Fleet, Failure> {
     use crate::placement::{DeviceSpec, Fleet, NodeSpec, Policy};
     let policy = if snapshot.endpoint.policy == "spread" {
         Policy::Spread
@@ -392,7 +400,5 @@ pub fn plan_on_snapshot(
                 .map_err(|e| Failure::Decode(e.to_string()))?;
         }
     }
-    fleet
-        .plan(request)
-        .map_err(|no| Failure::Refused(no.summary()))
+    Ok(fleet)
 }

@@ -1,4 +1,5 @@
-//! The claim form: its request forms, fields, round-trip stage, and the draft it makes.
+//! The claim form: its request forms, fields, round-trip stage, and the draft it makes;
+//! and the rows of the move picker.
 
 use crate::request::{ClaimRequest, RequestError};
 use crate::wire::ClaimDraft;
@@ -190,4 +191,33 @@ impl ClaimForm {
     pub fn request(&self) -> Result<ClaimRequest, RequestError> {
         self.draft().to_request(serde_json::Map::new())
     }
+}
+
+/// One GPU the move picker offers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MoveRow {
+    /// The source it belongs to (another acting source than the claim's: a move across
+    /// sources, claimed there first and then released here).
+    pub source: usize,
+    /// Node.
+    pub node: String,
+    /// Device index.
+    pub index: u32,
+    /// Model name.
+    pub model: String,
+    /// Free memory and compute, in words.
+    pub free: String,
+    /// Whether one of the claim's per-device shares fits in what is free (the source
+    /// re-checks; rows that fit are listed first).
+    pub fits: bool,
+}
+
+/// A move to another source in flight: claimed on the target first, then released on
+/// the claim's own source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MoveAcross {
+    /// The target source.
+    pub target: usize,
+    /// The new claim's id there, once the target took it (the release is then sent).
+    pub claimed: Option<crate::ids::ClaimId>,
 }

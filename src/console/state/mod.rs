@@ -15,7 +15,7 @@ use crate::sources::Action;
 
 use super::keymap::Keymap;
 
-pub use form::{ClaimForm, FormField, FormKind, FormStage};
+pub use form::{ClaimForm, FormField, FormKind, FormStage, MoveAcross, MoveRow};
 pub use sources::{STALE_AFTER_INTERVALS, SourceHealth, SourceSlot, TELEMETRY_KINDS};
 pub use totals::FleetTotals;
 pub use view::View;
@@ -98,14 +98,18 @@ pub struct MovePick {
     pub id: ClaimId,
     /// Where it is now.
     pub from: String,
-    /// Candidate devices: node, index, model, free memory text.
-    pub targets: Vec<(String, u32, String, String)>,
+    /// Candidate devices, those the claim fits on first, the emptiest first.
+    pub targets: Vec<MoveRow>,
+    /// How many devices the claim holds: a move takes as many.
+    pub holds: usize,
     /// Selected target.
     pub selected: usize,
     /// The move was sent; waiting for the answer.
     pub sent: bool,
     /// The source's refusal, in its words.
     pub error: Option<String>,
+    /// A move to another source, while it is under way.
+    pub across: Option<MoveAcross>,
 }
 
 /// What has the keyboard.

@@ -3,11 +3,10 @@
 
 use ratatui::crossterm::event::KeyEvent;
 
-use crate::placement::MoveTarget;
 use crate::snapshot::ClaimState;
 use crate::sources::Action;
 
-use super::{act, flash};
+use super::{act, flash, move_across};
 use crate::console::keymap::{Context, KeyAction};
 use crate::console::msg::Effect;
 use crate::console::state::{Confirm, Mode, MovePick, State, View};
@@ -76,7 +75,8 @@ pub(super) fn confirm_key(state: &mut State, mut c: Confirm, ev: KeyEvent) -> Ve
     Vec::new()
 }
 
-/// Opens the move picker for the selected placed claim, listing its source's other GPUs.
+/// Opens the move picker for the selected placed claim, listing the GPUs of every acting
+/// source it could move to.
 pub(super) fn open_move(state: &mut State) {
     let Some(k) = (if state.view == View::Claims {
         state.selected_claim()
@@ -90,7 +90,7 @@ pub(super) fn open_move(state: &mut State) {
         );
         return;
     };
-    let Some((slot, c)) = state.claim(k) else {
+    let Some((_, c)) = state.claim(k) else {
         return;
     };
     if c.state != ClaimState::Placed {
@@ -99,40 +99,36 @@ pub(super) fn open_move(state: &mut State) {
         return;
     }
     let from = crate::sources::endpoint::place(c);
-    let held: Vec<u32> = c.shares.iter().map(|s| s.device).collect();
-    let node = c.node.clone().unwrap_or_default();
-    let targets: Vec<(String, u32, String, String)> = slot
-        .data
-        .iter()
-        .flat_map(|d| d.nodes.iter())
-        .flat_map(|n| n.devices.iter().map(move |d| (n, d)))
-        .filter(|(n, d)| !(d.cordoned || (n.name == node && held.contains(&d.index))))
-        .map(|(n, d)| {
-            (
-                n.name.clone(),
-                d.index,
-                d.model.clone(),
-                format!("{} free, {} GPU free", d.memory_free.iec(), d.compute_free),
-            )
-        })
-        .collect();
+    let holds = c.shares.len().max(1);
+    let id = c.id;
+    let targets = move_across::rows(state, k.source, c);
     let pick = MovePick {
         source: k.source,
-        id: c.id,
+        id,
         from,
         targets,
+        holds,
         selected: 0,
         sent: false,
         error: None,
+        across: None,
     };
     state.mode = Mode::Move(Box::new(pick));
 }
 
-/// Keys in the move picker: pick a target, send the move, or cancel.
+/// Keys in the move picker: pick a target (arrows, Tab, or the normal up/down keys such as
+/// j/k: the picker has no text to type into), send the move, or cancel.
 pub(super) fn move_key(state: &mut State, mut m: MovePick, ev: KeyEvent) -> Vec<Effect> {
     let n = m.targets.len();
     let mut out = Vec::new();
-    match state.keymap.action(Context::Dialog, &ev) {
+    let action = state.keymap.action(Context::Dialog, &ev).or_else(|| {
+        match state.keymap.action(Context::Normal, &ev) {
+            Some(KeyAction::Down) => Some(KeyAction::NextField),
+            Some(KeyAction::Up) => Some(KeyAction::PrevField),
+            _ => None,
+        }
+    });
+    match action {
         Some(KeyAction::Cancel) => {
             state.mode = Mode::Normal;
             return out;
@@ -144,20 +140,19 @@ pub(super) fn move_key(state: &mut State, mut m: MovePick, ev: KeyEvent) -> Vec<
         Some(KeyAction::PrevField | KeyAction::ChoiceLeft) if n > 0 => {
             m.selected = (m.selected + n - 1) % n;
         }
-        Some(KeyAction::Confirm) => {
-            if let Some((node, index, _, _)) = m.targets.get(m.selected).cloned() {
-                let action = Action::Move {
-                    id: m.id,
-                    target: MoveTarget {
-                        node: Some(node),
-                        devices: Some(vec![index]),
-                    },
-                };
+        Some(KeyAction::Confirm) => match move_across::target(&m) {
+            Ok(Some((to, target))) if to != m.source => {
+                out = move_across::start(state, &mut m, to, target);
+            }
+            Ok(Some((_, target))) => {
+                let action = Action::Move { id: m.id, target };
                 out = act(state, m.source, action);
                 m.sent = !out.is_empty();
                 m.error = None;
             }
-        }
+            Ok(None) => {}
+            Err(why) => m.error = Some(why),
+        },
         _ => {}
     }
     state.mode = Mode::Move(Box::new(m));

@@ -1,8 +1,11 @@
-//! The claim form: which source it goes to, and its keys (edit, choose, preview, claim).
+//! The claim form: which source it goes to (the best of every acting source, by the
+//! placement preview across them), and its keys (edit, choose, preview, claim).
 
 use ratatui::crossterm::event::{KeyCode, KeyEvent};
 
-use crate::sources::Action;
+use crate::placement::{Fleet, Policy, rank_hosts};
+use crate::request::ClaimRequest;
+use crate::sources::{Action, fleet_of_snapshot};
 
 use super::keys::edit_line;
 use super::{act, flash};
@@ -30,6 +33,69 @@ fn claim_source(state: &State) -> Option<usize> {
         } else {
             Some(0)
         })
+}
+
+/// The placement preview across every acting source with data, when there are several
+/// and no one source is shown alone: each source's last snapshot is planned on, the
+/// sources that could take it are ranked by the placement policy across hosts (spread
+/// when every source spreads, else binpack), and the best is where the claim goes. The
+/// source re-checks when it is sent. `None` leaves the preview to the one source's own
+/// planner.
+fn fleet_preview(state: &State, request: &ClaimRequest) -> Option<Result<(usize, String), String>> {
+    if state.source_filter.is_some() {
+        return None;
+    }
+    let mut fleets = Vec::new();
+    let mut of_fleet = Vec::new();
+    let mut spread_all = true;
+    for (i, s) in state.sources.iter().enumerate() {
+        if !s.can_act {
+            continue;
+        }
+        let Some(snap) = &s.data else { continue };
+        if let Ok(f) = fleet_of_snapshot(snap) {
+            spread_all &= f.policy() == Policy::Spread;
+            fleets.push(f);
+            of_fleet.push(i);
+        }
+    }
+    if fleets.len() < 2 {
+        return None;
+    }
+    let policy = if spread_all {
+        Policy::Spread
+    } else {
+        Policy::Binpack
+    };
+    let refs: Vec<&Fleet> = fleets.iter().collect();
+    let ranking = rank_hosts(&refs, request, policy);
+    let name = |h: usize| state.sources[of_fleet[h]].name.as_str();
+    let Some(best) = ranking.fits.first() else {
+        let lines: Vec<String> = ranking
+            .refused
+            .iter()
+            .map(|(h, no)| format!("{}: {}", name(*h), no.summary()))
+            .collect();
+        return Some(Err(format!(
+            "fits on none of the {} sources: {}",
+            fleets.len(),
+            lines.join(" · ")
+        )));
+    };
+    let policy = match policy {
+        Policy::Binpack => "binpack",
+        Policy::Spread => "spread",
+    };
+    Some(Ok((
+        of_fleet[best.host],
+        format!(
+            "{} {} (best of {} that fit among {} sources, {policy})",
+            name(best.host),
+            best.allocation,
+            ranking.fits.len(),
+            fleets.len()
+        ),
+    )))
 }
 
 /// Opens the claim form on the claim source, unless that source is read-only.
@@ -123,11 +189,23 @@ pub(super) fn form_key(state: &mut State, mut form: ClaimForm, ev: KeyEvent) -> 
             _ => match form.request() {
                 Ok(request) => {
                     form.error = None;
-                    form.stage = FormStage::Planning;
-                    effects.push(Effect::Plan {
-                        source: form.source,
-                        request,
-                    });
+                    match fleet_preview(state, &request) {
+                        Some(Ok((source, text))) => {
+                            form.source = source;
+                            form.stage = FormStage::Preview(text);
+                        }
+                        Some(Err(why)) => {
+                            form.stage = FormStage::Editing;
+                            form.error = Some(why);
+                        }
+                        None => {
+                            form.stage = FormStage::Planning;
+                            effects.push(Effect::Plan {
+                                source: form.source,
+                                request,
+                            });
+                        }
+                    }
                 }
                 Err(e) => {
                     form.stage = FormStage::Editing;

@@ -8,6 +8,7 @@ mod actions;
 mod command;
 mod form;
 mod keys;
+mod move_across;
 mod sources;
 
 use ratatui::crossterm::event::KeyEventKind;

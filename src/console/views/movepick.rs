@@ -9,7 +9,7 @@ use super::common::{block, popup, short_model, window};
 use crate::console::state::{Mode, State};
 use crate::console::theme::Theme;
 
-/// The move target picker: the other GPUs of the claim's source.
+/// The move target picker: the GPUs of every acting source, those the claim fits on first.
 pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
     let Mode::Move(m) = &state.mode else { return };
     let r = popup(area, 72, 18);
@@ -25,13 +25,31 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
         .enumerate()
         .skip(off)
         .take(h)
-        .map(|(i, (node, idx, model, free))| {
+        .map(|(i, row)| {
+            // Another source's GPU is named with its source: a move there is claim-then-release.
+            let src = if row.source == m.source {
+                String::new()
+            } else {
+                state
+                    .sources
+                    .get(row.source)
+                    .map_or_else(String::new, |s| format!("{}/", s.name))
+            };
             Line::styled(
-                format!("{node}:{idx}  {}  {free}", short_model(model)),
+                format!(
+                    "{src}{}:{}  {}  {}{}",
+                    row.node,
+                    row.index,
+                    short_model(&row.model),
+                    row.free,
+                    if row.fits { "" } else { "  (too full)" }
+                ),
                 if i == m.selected {
                     theme.selection
-                } else {
+                } else if row.fits {
                     theme.text
+                } else {
+                    theme.dim
                 },
             )
         })
@@ -40,10 +58,16 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
         lines.push(Line::styled("no other GPU on this source", theme.dim));
     }
     lines.push(Line::styled(
-        if m.sent {
+        if m.sent && m.across.as_ref().is_some_and(|a| a.claimed.is_some()) {
+            "claimed on the target; releasing the old claim…"
+        } else if m.sent && m.across.is_some() {
+            "claiming on the target source first…"
+        } else if m.sent {
             "moving…"
+        } else if m.holds > 1 {
+            "↑/↓ j/k pick the first GPU (the next ones on its node follow) · Enter move · Esc cancel"
         } else {
-            "↑/↓ pick · Enter move · Esc cancel"
+            "↑/↓ j/k pick · Enter move · Esc cancel"
         },
         theme.dim,
     ));

@@ -1,0 +1,174 @@
+//! A fleet claim end to end: `gpuboard claim --memory 1GiB` (the real binary, a fresh
+//! process each time) against N endpoints of 8 GPUs each (real engines, `SQLite` stores
+//! with `--sync full`, axum on 127.0.0.1, all in this process), named in a config's
+//! `[[endpoints]]` with their token files. The claim reads every endpoint, ranks them,
+//! and claims on the best; the bench then releases it (not timed). Prints p50/p90 per N,
+//! with the snapshot cache cold (every read a full one) and warm (the endpoints that did
+//! not change since the last claim answer 304).
+//!
+//! `cargo bench --bench fleet_claim` (N = 1, 10, 50, 100; `BENCH_ITERS` claims each,
+//! default 30); `cargo test --benches` runs it with N = 3 and 3 claims as a smoke test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gpuboard::clock::SystemClock;
+use gpuboard::endpoint::api::{self, ApiState};
+use gpuboard::endpoint::auth::Tokens;
+use gpuboard::endpoint::engine::{Engine, EngineConfig, LocalProcesses};
+use gpuboard::endpoint::store::SyncMode;
+
+/// One endpoint with one node of 8 x 80 GiB, on its own thread and runtime until the
+/// bench ends; returns its URL and token file.
+fn start(root: &Path, i: usize) -> (String, String) {
+    let dir = root.join(format!("e{i}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let inv = dir.join("inventory.toml");
+    std::fs::write(
+        &inv,
+        format!(
+            "[[nodes]]\nname = \"host-{i}\"\n[[nodes.gpus]]\nmodel = \"NVIDIA A100-SXM4-80GB\"\nmemory = \"80GiB\"\ncount = 8\n"
+        ),
+    )
+    .unwrap();
+    let nodes = gpuboard::inventory::load(&inv).unwrap();
+    let tokens = Tokens::load_or_create(&dir).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let token_file = dir.join("operator.token").display().to_string();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let (engine, _) = Engine::open(
+                EngineConfig::default(),
+                nodes,
+                &dir,
+                SyncMode::Full,
+                Arc::new(SystemClock),
+                Arc::new(LocalProcesses),
+            )
+            .unwrap();
+            let state = ApiState::new(engine, tokens, false);
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            api::serve(listener, state, std::future::pending())
+                .await
+                .unwrap();
+        });
+    });
+    (url, token_file)
+}
+
+fn pct(sorted: &[Duration], p: usize) -> Duration {
+    sorted[(sorted.len() * p / 100).min(sorted.len() - 1)]
+}
+
+/// `iters` claims against the first `n` endpoints; the cache dir is emptied before each
+/// claim when `cold`. Returns the sorted latencies.
+fn measure(
+    root: &Path,
+    eps: &[(String, String)],
+    n: usize,
+    iters: usize,
+    cold: bool,
+) -> Vec<Duration> {
+    let config = root.join(format!("config-{n}.toml"));
+    let mut text = String::new();
+    for (i, (url, token)) in eps.iter().take(n).enumerate() {
+        writeln!(
+            text,
+            "[[endpoints]]\nname = \"e{i}\"\nurl = \"{url}\"\ntoken_file = \"{token}\""
+        )
+        .unwrap();
+    }
+    std::fs::write(&config, text).unwrap();
+    let cache = root.join(format!("cache-{n}-{cold}"));
+    let mut lat = Vec::new();
+    // One claim first (not counted), so that a warm run starts warm.
+    for k in 0..=iters {
+        if cold {
+            let _ = std::fs::remove_dir_all(&cache);
+        }
+        let t = Instant::now();
+        let out = Command::new(env!("CARGO_BIN_EXE_gpuboard"))
+            .args(["claim", "--memory", "1GiB", "--json", "--config"])
+            .arg(&config)
+            .env("GPUBOARD_CACHE_DIR", &cache)
+            .env_remove("GPUBOARD_ENDPOINT")
+            .env_remove("GPUBOARD_TOKEN")
+            .output()
+            .unwrap();
+        let took = t.elapsed();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let id = v["id"].as_u64().unwrap();
+        // Release it where it landed (with several endpoints the answer names it).
+        let at = v["endpoint"]
+            .as_str()
+            .and_then(|e| e.strip_prefix('e'))
+            .map_or(0, |i| i.parse::<usize>().unwrap());
+        let out = Command::new(env!("CARGO_BIN_EXE_gpuboard"))
+            .args([
+                "release",
+                &id.to_string(),
+                "--endpoint",
+                &eps[at].0,
+                "--token-file",
+                &eps[at].1,
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if k > 0 {
+            lat.push(took);
+        }
+    }
+    lat.sort();
+    lat
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --benches` runs it briefly.
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let (sizes, iters): (Vec<usize>, usize) = if quick {
+        (vec![3], 3)
+    } else {
+        let iters = std::env::var("BENCH_ITERS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(30);
+        (vec![1, 10, 50, 100], iters)
+    };
+    let root = tempfile::tempdir().unwrap();
+    let max = sizes.iter().copied().max().unwrap_or(1);
+    let eps: Vec<_> = (0..max).map(|i| start(root.path(), i)).collect();
+    println!(
+        "fleet claim: `gpuboard claim --memory 1GiB` over N endpoints x 8 GPUs, {iters} claims each"
+    );
+    for &n in &sizes {
+        for cold in [true, false] {
+            let lat = measure(root.path(), &eps, n, iters, cold);
+            println!(
+                "  N = {n:>3}, cache {:<4}: p50 {:>6.1} ms, p90 {:>6.1} ms",
+                if cold { "cold" } else { "warm" },
+                pct(&lat, 50).as_secs_f64() * 1e3,
+                pct(&lat, 90).as_secs_f64() * 1e3
+            );
+        }
+    }
+}

@@ -1,0 +1,396 @@
+//! The endpoints a client command acts on, and placing a claim across them.
+//!
+//! `--endpoint` is repeatable: a URL, `NAME=URL`, or the name of a `[[endpoints]]` entry
+//! of the config file (the console's, with its token files). With no `--endpoint` the
+//! config's gpuboard endpoints are the fleet, else the default local endpoint. Claim ids
+//! read and print as `ENDPOINT/ID` when more than one endpoint is in play.
+//!
+//! A claim with more than one endpoint reads every endpoint's snapshot (conditionally,
+//! through the snapshot cache), ranks the endpoints that could take it with the
+//! placement policy across hosts (`placement::rank_hosts`), sends it to the best and, on
+//! a 409 (the endpoint filled up since it was read: it re-checks, being the authority),
+//! to the next, at most `--tries` endpoints.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+
+use super::fleet_config::FleetConfig as Config;
+use super::snapcache::SnapshotCache;
+use super::{Conn, token};
+use crate::client::{ClaimOutcome, Client, ClientError};
+use crate::endpoint::auth;
+use crate::ids::ClaimId;
+use crate::placement::{Fleet, Policy, rank_hosts};
+use crate::request::ClaimRequest;
+use crate::snapshot::Snapshot;
+use crate::sources::fleet_of_snapshot;
+use crate::wire::default_endpoint;
+
+/// How a claim is placed across several endpoints.
+#[derive(Args, Debug, Clone)]
+pub struct PlaceArgs {
+    /// Across endpoints: `binpack` (fill the fullest GPU that fits) or `spread` (the
+    /// emptiest host). Default: spread when every endpoint spreads, else binpack.
+    #[arg(long, value_parser = parse_policy)]
+    pub policy: Option<Policy>,
+    /// Endpoints to try, best first, when the best one refuses (409).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub tries: u32,
+}
+
+impl Default for PlaceArgs {
+    fn default() -> PlaceArgs {
+        PlaceArgs {
+            policy: None,
+            tries: 3,
+        }
+    }
+}
+
+fn parse_policy(s: &str) -> Result<Policy, String> {
+    match s {
+        "binpack" => Ok(Policy::Binpack),
+        "spread" => Ok(Policy::Spread),
+        _ => Err(format!("`{s}` is not a policy; use binpack or spread")),
+    }
+}
+
+/// One endpoint of the fleet.
+#[derive(Clone, Debug)]
+pub(super) struct Member {
+    /// Its name: the config's, the one given as `NAME=URL`, else `HOST:PORT`.
+    pub name: String,
+    /// Its client, with its token.
+    pub client: Client,
+}
+
+/// The endpoints of one command.
+#[derive(Clone, Debug)]
+pub(super) struct Members {
+    pub list: Vec<Member>,
+}
+
+impl Members {
+    /// Whether ids need their endpoint to be told apart.
+    pub fn many(&self) -> bool {
+        self.list.len() > 1
+    }
+
+    /// How a claim of `member` is written: `NAME/ID` with several endpoints, else `ID`.
+    pub fn label(&self, member: usize, id: ClaimId) -> String {
+        match self.list.get(member) {
+            Some(m) if self.many() => format!("{}/{id}", m.name),
+            _ => id.to_string(),
+        }
+    }
+
+    /// The member named `name`.
+    pub fn named(&self, name: &str) -> anyhow::Result<usize> {
+        self.list
+            .iter()
+            .position(|m| m.name == name)
+            .with_context(|| {
+                format!(
+                    "no endpoint named `{name}`; the fleet has: {}",
+                    self.names()
+                )
+            })
+    }
+
+    fn names(&self) -> String {
+        self.list
+            .iter()
+            .map(|m| m.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The member and id a claim reference points at.
+    pub fn resolve(&self, r: &ClaimRef) -> anyhow::Result<usize> {
+        match &r.endpoint {
+            Some(name) => self.named(name),
+            None if self.many() => anyhow::bail!(
+                "claim {} is ambiguous with {} endpoints: write ENDPOINT/{} (endpoints: {})",
+                r.id,
+                self.list.len(),
+                r.id,
+                self.names()
+            ),
+            None => Ok(0),
+        }
+    }
+
+    /// The one endpoint of a command that acts on one.
+    pub fn single(&self) -> anyhow::Result<&Member> {
+        match self.list.as_slice() {
+            [one] => Ok(one),
+            _ => anyhow::bail!(
+                "this command acts on one endpoint; name it with --endpoint (the fleet has: {})",
+                self.names()
+            ),
+        }
+    }
+}
+
+/// A claim as the user names it: `ID`, or `ENDPOINT/ID`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimRef {
+    /// The endpoint's name, when given.
+    pub endpoint: Option<String>,
+    /// The id on that endpoint.
+    pub id: ClaimId,
+}
+
+impl FromStr for ClaimRef {
+    type Err = String;
+    fn from_str(s: &str) -> Result<ClaimRef, String> {
+        let (endpoint, id) = match s.rsplit_once('/') {
+            Some((e, id)) if !e.is_empty() => (Some(e.to_string()), id),
+            _ => (None, s),
+        };
+        let id = id.parse().map_err(|_| {
+            format!("`{s}` is not a claim: write ID or ENDPOINT/ID (ids are whole numbers)")
+        })?;
+        Ok(ClaimRef { endpoint, id })
+    }
+}
+
+impl fmt::Display for ClaimRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.endpoint {
+            Some(e) => write!(f, "{e}/{}", self.id),
+            None => write!(f, "{}", self.id),
+        }
+    }
+}
+
+/// The endpoints `conn` names, each with its client.
+pub(super) fn members(conn: &Conn) -> anyhow::Result<Members> {
+    let timeout = Duration::from_secs(conn.timeout.max(1));
+    let mut config: Option<std::rc::Rc<Config>> = None;
+    let mut load = || -> anyhow::Result<std::rc::Rc<Config>> {
+        if let Some(c) = &config {
+            return Ok(c.clone());
+        }
+        let c = std::rc::Rc::new(Config::load(conn.config.as_deref())?);
+        config = Some(c.clone());
+        Ok(c)
+    };
+    let mut list: Vec<Member> = Vec::new();
+    let given: Vec<&str> = conn
+        .endpoint
+        .iter()
+        .map(|e| e.trim())
+        .filter(|e| !e.is_empty())
+        .collect();
+    let from_flags = !given.is_empty();
+    let mut specs: Vec<(String, String, Option<std::path::PathBuf>)> = Vec::new();
+    for e in given {
+        if let Some((name, url)) = e.split_once('=') {
+            specs.push((name.trim().to_string(), url.trim().to_string(), None));
+        } else if e.contains("://") {
+            specs.push((host_port(e), e.to_string(), None));
+        } else {
+            let cfg = load()?;
+            let Some(ep) = cfg.endpoints.iter().find(|ep| ep.name == e) else {
+                let known: Vec<&str> = cfg.endpoints.iter().map(|ep| ep.name.as_str()).collect();
+                anyhow::bail!(
+                    "--endpoint {e}: not a URL and no [[endpoints]] entry of the config has that name (known: {})",
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                );
+            };
+            if ep.kind != "gpuboard" {
+                anyhow::bail!(
+                    "endpoint {e} is a {} source: only gpuboard endpoints take claims",
+                    ep.kind
+                );
+            }
+            specs.push((ep.name.clone(), ep.url.clone(), ep.token_file.clone()));
+        }
+    }
+    if !from_flags {
+        let cfg = load()?;
+        for ep in cfg.endpoints.iter().filter(|ep| ep.kind == "gpuboard") {
+            specs.push((ep.name.clone(), ep.url.clone(), ep.token_file.clone()));
+        }
+        if specs.is_empty() {
+            let url = default_endpoint();
+            specs.push((host_port(&url), url, None));
+        }
+    }
+    for (name, url, token_file) in specs {
+        if name.is_empty() || name.contains('/') {
+            anyhow::bail!("endpoint name `{name}` ({url}): names are non-empty and have no `/`");
+        }
+        if list.iter().any(|m| m.name == name) {
+            anyhow::bail!("endpoint `{name}` is named twice");
+        }
+        let tok = match &token_file {
+            Some(path) => Some(auth::read_token_file(path)?),
+            None => token(conn)?,
+        };
+        let client = Client::new(&url, tok, timeout)?;
+        list.push(Member { name, client });
+    }
+    Ok(Members { list })
+}
+
+/// `HOST:PORT` of a URL, as the name of an endpoint given by URL only.
+fn host_port(url: &str) -> String {
+    reqwest::Url::parse(url).ok().map_or_else(
+        || url.to_string(),
+        |u| match (u.host_str(), u.port_or_known_default()) {
+            (Some(h), Some(p)) => format!("{h}:{p}"),
+            (Some(h), None) => h.to_string(),
+            _ => url.to_string(),
+        },
+    )
+}
+
+/// Every member's snapshot, read concurrently (through the cache), in member order.
+pub(super) async fn read_all(
+    members: &Members,
+    cache: &SnapshotCache,
+) -> Vec<Result<Snapshot, ClientError>> {
+    futures::future::join_all(members.list.iter().map(|m| cache.read(&m.client))).await
+}
+
+/// A claim sent somewhere in the fleet.
+#[derive(Debug)]
+pub(super) struct Placed {
+    /// The member that took it.
+    pub member: usize,
+    /// Its answer.
+    pub outcome: ClaimOutcome,
+    /// Endpoints skipped on the way (unreadable, or refusing), one line each.
+    pub skipped: Vec<String>,
+}
+
+/// Sends `request` to the best endpoint of `members` for it, falling back to the next on
+/// a 409 or an unreachable endpoint, at most `args.tries` endpoints. With one endpoint it
+/// is sent there directly. A claim that fits nowhere fails with `DoesNotFit` whose reasons
+/// are each endpoint's lines prefixed with its name; with `wait` it is queued on the first
+/// endpoint where it could fit later.
+pub(super) async fn place(
+    members: &Members,
+    request: &ClaimRequest,
+    args: &PlaceArgs,
+    cache: &SnapshotCache,
+) -> Result<Placed, ClientError> {
+    if let [one] = members.list.as_slice() {
+        let outcome = one.client.claim(request).await?;
+        return Ok(Placed {
+            member: 0,
+            outcome,
+            skipped: Vec::new(),
+        });
+    }
+    let reads = read_all(members, cache).await;
+    let mut skipped = Vec::new();
+    let mut fleets: Vec<Fleet> = Vec::new();
+    let mut of_fleet: Vec<usize> = Vec::new();
+    let mut spread_all = true;
+    for (i, r) in reads.into_iter().enumerate() {
+        let name = &members.list[i].name;
+        match r.map_err(|e| e.to_string()).and_then(|s| {
+            spread_all &= s.endpoint.policy == "spread";
+            fleet_of_snapshot(&s).map_err(|e| format!("unreadable snapshot: {e}"))
+        }) {
+            Ok(f) => {
+                fleets.push(f);
+                of_fleet.push(i);
+            }
+            Err(e) => {
+                skipped.push(format!("{name}: {e}"));
+            }
+        }
+    }
+    if fleets.is_empty() {
+        return Err(ClientError::Unreachable {
+            endpoint: members.names(),
+            detail: format!("no endpoint could be read: {}", skipped.join("; ")),
+        });
+    }
+    let policy = args.policy.unwrap_or(if spread_all {
+        Policy::Spread
+    } else {
+        Policy::Binpack
+    });
+    let refs: Vec<&Fleet> = fleets.iter().collect();
+    let ranking = rank_hosts(&refs, request, policy);
+    let mut reasons = Vec::new();
+    let mut infeasible = true;
+    for (h, no) in &ranking.refused {
+        let name = &members.list[of_fleet[*h]].name;
+        infeasible &= no.infeasible;
+        reasons.extend(no.lines().into_iter().map(|l| format!("{name}: {l}")));
+        if no.nodes.is_empty() {
+            reasons.push(format!("{name}: no node matches"));
+        }
+    }
+    let tries = usize::try_from(args.tries).unwrap_or(usize::MAX);
+    for fit in ranking.fits.iter().take(tries) {
+        let member = of_fleet[fit.host];
+        let name = &members.list[member].name;
+        match members.list[member].client.claim(request).await {
+            Ok(outcome) => {
+                return Ok(Placed {
+                    member,
+                    outcome,
+                    skipped,
+                });
+            }
+            Err(ClientError::DoesNotFit {
+                reasons: r,
+                infeasible: inf,
+                ..
+            }) => {
+                infeasible &= inf;
+                let line = format!("{name}: refused since it was read ({})", r.join(" | "));
+                skipped.push(line.clone());
+                reasons.push(line);
+            }
+            Err(e @ (ClientError::Unreachable { .. } | ClientError::Timeout { .. })) => {
+                skipped.push(format!("{name}: {e}"));
+                reasons.push(format!("{name}: {e}"));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if request.wait
+        && let Some(h) = ranking.could_wait()
+    {
+        let member = of_fleet[h];
+        let outcome = members.list[member].client.claim(request).await?;
+        return Ok(Placed {
+            member,
+            outcome,
+            skipped,
+        });
+    }
+    let tried = ranking.fits.len().min(tries);
+    let detail = if tried > 0 {
+        format!(
+            "does not fit now: {tried} endpoint(s) refused it since they were read, {} cannot take it",
+            ranking.refused.len()
+        )
+    } else if infeasible {
+        "infeasible (no device of any endpoint could ever hold it)".to_string()
+    } else {
+        "does not fit now on any endpoint".to_string()
+    };
+    Err(ClientError::DoesNotFit {
+        detail,
+        reasons,
+        infeasible: infeasible && tried == 0,
+        no_fit: None,
+    })
+}

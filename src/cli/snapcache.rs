@@ -1,0 +1,163 @@
+//! The CLI's snapshot cache: the last snapshot read from each endpoint and its version,
+//! one file per endpoint URL under the user's cache directory (`GPUBOARD_CACHE_DIR`, else
+//! `~/.cache/gpuboard/snapshots`). A fleet claim reads every endpoint with
+//! `If-None-Match`, so an endpoint that has not changed since the last command answers
+//! 304 and sends nothing. The cache is only a saving: a missing, unreadable or foreign file
+//! is read again from the endpoint, and a file that cannot be written is skipped.
+
+use std::io::Write as _;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::client::{Client, ClientError, Conditional};
+use crate::snapshot::Snapshot;
+use crate::wire::SnapshotVersion;
+
+/// One cached read.
+#[derive(Serialize, Deserialize)]
+struct Entry {
+    url: String,
+    version: SnapshotVersion,
+    snapshot: Snapshot,
+}
+
+/// Where the cached snapshots live; `None` turns caching off.
+#[derive(Clone, Debug)]
+pub(super) struct SnapshotCache {
+    dir: Option<PathBuf>,
+}
+
+impl SnapshotCache {
+    /// The user's cache: `GPUBOARD_CACHE_DIR`, else the platform cache directory.
+    pub(super) fn user() -> SnapshotCache {
+        let dir = std::env::var_os("GPUBOARD_CACHE_DIR")
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| dirs::cache_dir().map(|d| d.join("gpuboard").join("snapshots")));
+        SnapshotCache { dir }
+    }
+
+    /// No cache: every read is a full one.
+    #[cfg(test)]
+    pub(super) fn off() -> SnapshotCache {
+        SnapshotCache { dir: None }
+    }
+
+    /// A cache in `dir`.
+    #[cfg(test)]
+    pub(super) fn at(dir: &Path) -> SnapshotCache {
+        SnapshotCache {
+            dir: Some(dir.to_path_buf()),
+        }
+    }
+
+    fn file(&self, url: &str) -> Option<PathBuf> {
+        let name: String = url
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .take(200)
+            .collect();
+        self.dir.as_ref().map(|d| d.join(format!("{name}.json")))
+    }
+
+    fn load(&self, url: &str) -> Option<Entry> {
+        let bytes = std::fs::read(self.file(url)?).ok()?;
+        let e: Entry = serde_json::from_slice(&bytes).ok()?;
+        // Two URLs may sanitise to one name: only the one written for this URL counts.
+        (e.url == url).then_some(e)
+    }
+
+    fn store(&self, entry: &Entry) {
+        let Some(path) = self.file(&entry.url) else {
+            return;
+        };
+        // Best effort: a read-only or full cache directory only costs the next full read.
+        let _ = write_private(&path, entry);
+    }
+
+    /// The endpoint's snapshot: the cached one when the endpoint answers 304, else the
+    /// fresh one (cached for the next command when it came with a version).
+    pub(super) async fn read(&self, client: &Client) -> Result<Snapshot, ClientError> {
+        let url = client.endpoint().to_string();
+        let cached = self.load(&url);
+        match client
+            .snapshot_if_changed(cached.as_ref().map(|e| e.version))
+            .await?
+        {
+            Conditional::NotModified => match cached {
+                Some(e) => Ok(e.snapshot),
+                // 304 to a request that named no version: read it whole.
+                None => client.snapshot().await,
+            },
+            Conditional::Fresh { snapshot, version } => {
+                let snapshot = *snapshot;
+                match version {
+                    Some(version) if self.dir.is_some() => {
+                        let entry = Entry {
+                            url,
+                            version,
+                            snapshot,
+                        };
+                        self.store(&entry);
+                        Ok(entry.snapshot)
+                    }
+                    _ => Ok(snapshot),
+                }
+            }
+        }
+    }
+}
+
+/// Writes `entry` to `path` through a temporary file, readable by the user only (a
+/// snapshot names holders and projects).
+fn write_private(path: &Path, entry: &Entry) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    serde_json::to_writer(&mut f, entry)?;
+    f.flush()?;
+    drop(f);
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip_and_foreign_files_are_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = SnapshotCache::at(dir.path());
+        let url = "http://127.0.0.1:1/";
+        assert!(cache.load(url).is_none());
+        let entry = Entry {
+            url: url.to_string(),
+            version: "7.3".parse().unwrap(),
+            snapshot: Snapshot {
+                revision: 9,
+                ..Snapshot::default()
+            },
+        };
+        cache.store(&entry);
+        let back = cache.load(url).unwrap();
+        assert_eq!(back.version, entry.version);
+        assert_eq!(back.snapshot.revision, 9);
+        // Another URL that sanitises to the same file name is not served this entry.
+        assert!(cache.load("http://127.0.0.1_1/").is_none());
+        // Garbage in the file is a miss, not an error.
+        std::fs::write(cache.file(url).unwrap(), b"{not json").unwrap();
+        assert!(cache.load(url).is_none());
+        let off = SnapshotCache::off();
+        off.store(&entry);
+        assert!(off.load(url).is_none());
+    }
+}
