@@ -10,6 +10,7 @@
 // clap turns the flags' doc comments into `--help` text, where backticks would show.
 #![allow(clippy::doc_markdown)]
 
+mod act;
 mod admin;
 mod claims;
 mod run;
@@ -29,6 +30,7 @@ use crate::endpoint::store::default_data_dir;
 use crate::ids::ClaimId;
 use crate::wire::default_endpoint;
 
+pub use act::{ActArgs, EXIT_ENGINE_REFUSED};
 pub use admin::ProjectCommand;
 pub use claims::ClaimArgs;
 pub use run::{RunArgs, mps_limit};
@@ -109,6 +111,9 @@ pub enum Command {
     Project(ProjectCommand),
     /// Claim GPU memory, run CMD with the devices in its environment, release when it exits.
     Run(RunArgs),
+    /// Act on an engine (Slurm, BOINC, Ray) of the config: cancel a job, set BOINC's GPU
+    /// mode, stop a Ray job... (`gpuboard act SOURCE --list`).
+    Act(ActArgs),
 }
 
 /// How to reach an endpoint.
@@ -174,6 +179,7 @@ async fn dispatch(cmd: Command) -> anyhow::Result<u8> {
         Command::Uncordon { node, index, conn } => admin::uncordon(node, index, &conn).await,
         Command::Project(cmd) => admin::project(cmd).await,
         Command::Run(a) => run::run_command(a).await,
+        Command::Act(a) => act::act(a).await,
     }
 }
 
