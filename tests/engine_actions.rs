@@ -13,6 +13,8 @@
     clippy::items_after_statements
 )]
 
+#[path = "common/boinc_client.rs"]
+mod boinc_client;
 mod common;
 #[path = "common/slurm_cluster.rs"]
 mod slurm_cluster;
@@ -328,7 +330,131 @@ async fn slurm_actions_on_a_real_cluster() {
         "{log}"
     );
     assert!(
-        log.contains("action=cancel target=job 999999 refused:") && log.contains("Unable to find JobId"),
+        log.contains("action=cancel target=job 999999 refused:")
+            && log.contains("Unable to find JobId"),
+        "{log}"
+    );
+}
+
+/// The block of `boinccmd` output after the line `header` (up to the next blank line).
+fn section(out: &str, header: &str) -> String {
+    out.split(header)
+        .nth(1)
+        .unwrap_or_default()
+        .split("\n\n")
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn boinc_actions_on_a_real_client() {
+    if skip_peer("boinc") {
+        eprintln!("GPUBOARD_SKIP_PEERS has boinc: skipped");
+        return;
+    }
+    let client = boinc_client::Client::start().await;
+    let state = tempfile::tempdir().unwrap();
+    let config = state.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[endpoints]]\nname = \"cruncher\"\nkind = \"boinc\"\nurl = \"{}\"\ntoken_file = \"{}\"\n",
+            client.addr,
+            client.password_file().display()
+        ),
+    )
+    .unwrap();
+    let act_ok = |args: &[&str]| {
+        let o = act(&config, state.path(), args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", text(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+
+    // GPU mode: the client reports each new mode.
+    // boinccmd words "auto" as "according to prefs".
+    for (mode, shown) in [
+        ("never", "never"),
+        ("always", "always"),
+        ("auto", "according to prefs"),
+    ] {
+        let out = act_ok(&["cruncher", "gpu-mode", mode, "--yes"]);
+        assert!(out.contains(&format!("GPU mode is now {mode}")), "{out}");
+        let cc = client.boinccmd(&["--get_cc_status"]);
+        let gpu = section(&cc, "GPU status");
+        assert!(
+            gpu.lines()
+                .any(|l| l.trim() == format!("current mode: {shown}")),
+            "{mode}: {cc}"
+        );
+    }
+
+    // The project, named as the console shows it: suspend, resume, no new tasks, allow.
+    let project = "gpuboard test project";
+    let flag = |what: &str| {
+        let out = client.boinccmd(&["--get_project_status"]);
+        out.lines()
+            .find(|l| l.trim().starts_with(what))
+            .unwrap_or_else(|| panic!("no `{what}` in {out}"))
+            .trim()
+            .ends_with("yes")
+    };
+    act_ok(&["cruncher", "suspend-project", project, "--yes"]);
+    assert!(flag("suspended via GUI:"));
+    act_ok(&["cruncher", "resume-project", project, "--yes"]);
+    assert!(!flag("suspended via GUI:"));
+    act_ok(&["cruncher", "no-new-tasks", &client.project_url, "--yes"]);
+    assert!(flag("don't request more work:"));
+    act_ok(&["cruncher", "allow-new-tasks", project, "--yes"]);
+    assert!(!flag("don't request more work:"));
+
+    // Failures in the engine's words, nothing changed: an unknown project and task.
+    let o = act(
+        &config,
+        state.path(),
+        &["cruncher", "suspend-project", "SETI", "--yes"],
+    );
+    assert_eq!(o.status.code(), Some(8), "{}", text(&o));
+    assert!(
+        text(&o).contains("not attached to a project named `SETI`"),
+        "{}",
+        text(&o)
+    );
+    assert!(!flag("suspended via GUI:"));
+    let o = act(
+        &config,
+        state.path(),
+        &["cruncher", "abort-task", "wu_7_0", "--yes"],
+    );
+    assert_eq!(o.status.code(), Some(8), "{}", text(&o));
+    assert!(text(&o).contains("no task named `wu_7_0`"), "{}", text(&o));
+
+    // A wrong password: the client's refusal, exit 6, the mode unchanged.
+    let wrong = state.path().join("wrong.cfg");
+    std::fs::write(&wrong, "not-it\n").unwrap();
+    let bad = state.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        format!(
+            "[[endpoints]]\nname = \"cruncher\"\nkind = \"boinc\"\nurl = \"{}\"\ntoken_file = \"{}\"\n",
+            client.addr,
+            wrong.display()
+        ),
+    )
+    .unwrap();
+    let o = act(
+        &bad,
+        state.path(),
+        &["cruncher", "gpu-mode", "never", "--yes"],
+    );
+    assert_eq!(o.status.code(), Some(6), "{}", text(&o));
+    assert!(text(&o).contains("password"), "{}", text(&o));
+    let gpu = section(&client.boinccmd(&["--get_cc_status"]), "GPU status");
+    assert!(gpu.contains("current mode: according to prefs"), "{gpu}");
+
+    let log = audit_log(state.path());
+    assert!(
+        log.contains("actor=tester source=cruncher action=gpu-mode target=GPU mode never done: the client's GPU mode is now never"),
         "{log}"
     );
 }
