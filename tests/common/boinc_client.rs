@@ -87,7 +87,7 @@ impl Client {
             project_url,
         };
         c.boinccmd(&["--project_attach", &c.project_url, "0123456789abcdef"]);
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + Duration::from_mins(1);
         while !c
             .boinccmd(&["--get_project_status"])
             .contains("gpuboard test project")
