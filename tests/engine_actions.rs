@@ -16,6 +16,8 @@
 #[path = "common/boinc_client.rs"]
 mod boinc_client;
 mod common;
+#[path = "common/ray_head.rs"]
+mod ray_head;
 #[path = "common/slurm_cluster.rs"]
 mod slurm_cluster;
 
@@ -457,4 +459,138 @@ async fn boinc_actions_on_a_real_client() {
         log.contains("actor=tester source=cruncher action=gpu-mode target=GPU mode never done: the client's GPU mode is now never"),
         "{log}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ray_stop_job_frees_its_gpus() {
+    use gpuboard::sources::ray::{RayConfig, RaySource};
+    if skip_peer("ray") {
+        eprintln!("GPUBOARD_SKIP_PEERS has ray: skipped");
+        return;
+    }
+    let head = ray_head::Head::start();
+    let mut cfg = RayConfig::new(head.url.clone());
+    cfg.timeout = Duration::from_secs(10);
+    cfg.token = Some(ray_head::TOKEN.to_string());
+    let source = RaySource::new(cfg).unwrap();
+    let deadline = Instant::now() + Duration::from_mins(3);
+    while !source
+        .fetch()
+        .await
+        .is_ok_and(|s| s.nodes.iter().any(|n| n.devices.len() == 4))
+    {
+        assert!(Instant::now() < deadline, "no dashboard:\n{}", head.log());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // A job submitted through the Jobs API holds two GPUs with an actor.
+    let script = head.tmp.path().join("job.py");
+    std::fs::write(
+        &script,
+        "import time, ray\nray.init()\n@ray.remote(num_gpus=2)\nclass Holder:\n    \
+         def ping(self):\n        return 1\nh = Holder.remote()\nray.get(h.ping.remote())\n\
+         time.sleep(600)\n",
+    )
+    .unwrap();
+    let http = reqwest::Client::new();
+    let submitted: serde_json::Value = http
+        .post(format!("{}/api/jobs/", head.url))
+        .bearer_auth(ray_head::TOKEN)
+        .json(&serde_json::json!({
+            "entrypoint": format!("{} {}", ray_head::venv().join("bin/python").display(), script.display()),
+            "submission_id": "gpuboard-holder",
+        }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(submitted["submission_id"], "gpuboard-holder", "{submitted}");
+    let used = |s: &Snapshot| -> Units {
+        s.nodes
+            .iter()
+            .flat_map(|n| &n.devices)
+            .map(|d| d.compute_allocated)
+            .fold(Units(0), |a, b| Units(a.0 + b.0))
+    };
+    let deadline = Instant::now() + Duration::from_mins(4);
+    loop {
+        let s = source.fetch().await.unwrap();
+        if used(&s) == Units(20_000) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the job's actor holds no GPUs: {:#?}\n{}",
+            s.claims,
+            head.log()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    let state = tempfile::tempdir().unwrap();
+    let token = state.path().join("ray.token");
+    std::fs::write(&token, ray_head::TOKEN).unwrap();
+    let config = state.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[endpoints]]\nname = \"head\"\nkind = \"ray\"\nurl = \"{}\"\ntoken_file = \"{}\"\n",
+            head.url,
+            token.display()
+        ),
+    )
+    .unwrap();
+    // A job Ray does not know: its words, exit 7, the holder keeps its GPUs.
+    let o = act(
+        &config,
+        state.path(),
+        &["head", "stop-job", "nosuch", "--yes"],
+    );
+    assert_eq!(o.status.code(), Some(7), "{}", text(&o));
+    assert!(
+        text(&o).contains("Job nosuch does not exist"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(used(&source.fetch().await.unwrap()), Units(20_000));
+
+    let o = act(
+        &config,
+        state.path(),
+        &["head", "stop-job", "gpuboard-holder", "--yes"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        text(&o).contains("Ray stopped job gpuboard-holder"),
+        "{}",
+        text(&o)
+    );
+    let deadline = Instant::now() + Duration::from_mins(2);
+    loop {
+        let s = source.fetch().await.unwrap();
+        if used(&s) == Units(0) {
+            assert!(
+                s.claims.iter().all(|c| c.state != ClaimState::Placed),
+                "{:#?}",
+                s.claims
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "GPUs still held: {:#?}",
+            s.claims
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // Stopping it again: Ray says it had ended.
+    let o = act(
+        &config,
+        state.path(),
+        &["head", "stop-job", "gpuboard-holder", "--yes"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("already ended"), "{}", text(&o));
 }

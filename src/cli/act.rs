@@ -24,6 +24,8 @@ use crate::sources::ray::{RayConfig, RaySource};
 use crate::sources::slurm::{SlurmConfig, SlurmSource};
 use crate::sources::{Action, Failure, Outcome, Source};
 
+/// Exit code: the engine does not know the target (HTTP 404).
+pub const EXIT_NOT_FOUND: u8 = 7;
 /// Exit code: the engine refused the action in its own words (job gone, not pending).
 pub const EXIT_ENGINE_REFUSED: u8 = 8;
 
@@ -195,6 +197,7 @@ fn exit_code(e: &Failure) -> u8 {
             SourceError::Unauthorized { .. } | SourceError::LoginRefused { .. } => EXIT_AUTH,
             SourceError::BadUrl { .. } => EXIT_INVALID,
             SourceError::Peer { .. } => EXIT_ENGINE_REFUSED,
+            SourceError::Http { status: 404, .. } => EXIT_NOT_FOUND,
             _ => 1,
         },
         Failure::Http { .. } | Failure::Decode(_) => 1,
