@@ -214,6 +214,32 @@ pub fn offers(kind: &str) -> Vec<EngineVerb> {
         .collect()
 }
 
+/// What `?` says of a source kind's engine actions: what it offers, and each verb it does
+/// not with why (the reason up to its advice). Empty for kinds that are not engines.
+pub fn help_lines(kind: &str) -> Vec<String> {
+    let verbs = offers(kind);
+    if verbs.is_empty() {
+        return Vec::new();
+    }
+    let on: Vec<&str> = verbs
+        .iter()
+        .filter(|v| v.unavailable().is_none())
+        .map(|v| v.name())
+        .collect();
+    let mut out = vec![format!("{kind} (E, :act VERB [TARGET]): {}", on.join(", "))];
+    for v in verbs.iter().filter(|v| v.unavailable().is_some()) {
+        let why = v.unavailable().unwrap_or_default();
+        out.push(format!(
+            "  {v}: not offered: {}",
+            why.split(';').next().unwrap_or(why)
+        ));
+    }
+    if kind == "ray" {
+        out.push("  tasks, actors, placement groups: read-only; stop their job".to_string());
+    }
+    out
+}
+
 /// What Ray's holders other than submitted jobs are, and why they stay read-only.
 pub const RAY_READ_ONLY: &str = "Ray tasks, actors and placement groups of a job are stopped \
      with their job (stop-job); the dashboard's Jobs API has no call to kill one of them, and \
