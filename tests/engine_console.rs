@@ -169,3 +169,45 @@ fn a_failed_engine_action_shows_the_engines_words() {
     assert!(st.flash.as_ref().unwrap().text.contains(words));
     assert!(st.log.iter().any(|l| l.contains(words)), "{:?}", st.log);
 }
+
+#[test]
+fn act_with_a_target_needs_no_claim() {
+    let mut st = State::new(
+        vec![
+            SourceSlot::new("lab", "embedded", true, None),
+            SourceSlot::new("cruncher", "boinc", true, None),
+        ],
+        Keymap::builtin(),
+        2_000,
+        false,
+    );
+    let _ = update(&mut st, Msg::Tick(NOW));
+    command(&mut st, "act gpu-mode never");
+    match &st.mode {
+        Mode::Confirm(c) => {
+            assert_eq!(c.source, 1);
+            assert_eq!(
+                c.action,
+                Action::Engine(EngineAction::new(EngineVerb::BoincGpuMode, "never").unwrap())
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    key(&mut st, KeyCode::Esc);
+    command(&mut st, "act gpu-mode sometimes");
+    assert!(
+        st.flash
+            .as_ref()
+            .unwrap()
+            .text
+            .contains("never, auto or always")
+    );
+    command(&mut st, "act cancel 4");
+    assert!(
+        st.flash
+            .as_ref()
+            .unwrap()
+            .text
+            .contains("no source shown has")
+    );
+}

@@ -36,9 +36,15 @@ fn open(state: &mut State, verb: Option<&str>, target: Option<&str>) -> Vec<Effe
                 .map(|(s, c)| (k.source, s.kind.clone(), s.name.clone(), c.clone()))
         });
     let Some((source, kind, name, claim)) = picked else {
+        // With verb and target, no claim is needed: the shown source, or the only one
+        // offering the verb (BOINC's GPU mode, a job id typed out).
+        if let (Some(v), Some(t)) = (verb, target) {
+            return without_claim(state, v, t);
+        }
         flash(
             state,
-            "select a claim of a Slurm, BOINC or Ray source in the Claims view first",
+            "select a claim of a Slurm, BOINC or Ray source in the Claims view first, \
+             or give :act VERB TARGET",
             true,
         );
         return Vec::new();
@@ -83,6 +89,57 @@ fn open(state: &mut State, verb: Option<&str>, target: Option<&str>) -> Vec<Effe
         action: Action::Engine(action),
         title: format!("{kind}: {verb}"),
         body,
+        ok_focused: false,
+    }));
+    Vec::new()
+}
+
+/// `:act VERB TARGET` with no claim selected: the source shown (`o`), else the only
+/// source whose kind has the verb.
+fn without_claim(state: &mut State, verb: &str, target: &str) -> Vec<Effect> {
+    let fits: Vec<usize> = (0..state.sources.len())
+        .filter(|i| state.source_filter.is_none_or(|f| f == *i))
+        .filter(|i| EngineVerb::parse(&state.sources[*i].kind, verb).is_ok())
+        .collect();
+    let [source] = fits[..] else {
+        let why = if fits.is_empty() {
+            format!("no source shown has the engine action `{verb}`")
+        } else {
+            format!(
+                "{} sources have `{verb}`: pick one with `o` first",
+                fits.len()
+            )
+        };
+        flash(state, why, true);
+        return Vec::new();
+    };
+    let slot = &state.sources[source];
+    let (kind, name) = (slot.kind.clone(), slot.name.clone());
+    let action = match EngineVerb::parse(&kind, verb).and_then(|v| {
+        if let Some(why) = v.unavailable() {
+            return Err(crate::sources::actions::EngineActionError::BadTarget {
+                verb: v,
+                target: target.to_string(),
+                why: format!("not offered: {why}"),
+            });
+        }
+        EngineAction::new(v, target)
+    }) {
+        Ok(a) => a,
+        Err(e) => {
+            flash(state, e.to_string(), true);
+            return Vec::new();
+        }
+    };
+    let verb = action.verb;
+    state.mode = Mode::Confirm(Box::new(Confirm {
+        source,
+        body: vec![
+            format!("{verb} {} on {name}?", action.describe_target()),
+            format!("The engine {}.", verb.effect()),
+        ],
+        action: Action::Engine(action),
+        title: format!("{kind}: {verb}"),
         ok_focused: false,
     }));
     Vec::new()
