@@ -10,6 +10,7 @@
 // clap turns the flags' doc comments into `--help` text, where backticks would show.
 #![allow(clippy::doc_markdown)]
 
+mod act;
 mod admin;
 mod claims;
 mod fleet;
@@ -30,6 +31,7 @@ use crate::client::{Client, ClientError};
 use crate::endpoint::auth;
 use crate::endpoint::store::default_data_dir;
 
+pub use act::{ActArgs, EXIT_ENGINE_REFUSED};
 pub use admin::ProjectCommand;
 pub use claims::ClaimArgs;
 pub use fleet::{ClaimRef, PlaceArgs};
@@ -115,6 +117,9 @@ pub enum Command {
     Project(ProjectCommand),
     /// Claim GPU memory, run CMD with the devices in its environment, release when it exits.
     Run(RunArgs),
+    /// Act on an engine (Slurm, BOINC, Ray) of the config: cancel a job, set BOINC's GPU
+    /// mode, stop a Ray job... (`gpuboard act SOURCE --list`).
+    Act(ActArgs),
 }
 
 /// How to reach an endpoint.
@@ -187,6 +192,7 @@ async fn dispatch(cmd: Command) -> anyhow::Result<u8> {
         Command::Uncordon { node, index, conn } => admin::uncordon(node, index, &conn).await,
         Command::Project(cmd) => admin::project(cmd).await,
         Command::Run(a) => run::run_command(a).await,
+        Command::Act(a) => act::act(a).await,
     }
 }
 

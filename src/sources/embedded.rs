@@ -151,6 +151,7 @@ impl Source for Embedded {
 /// Carries out an action on the engine, durably.
 async fn act(engine: &Engine, action: Action, actor: &str) -> Result<Outcome, Failure> {
     match action {
+        Action::Engine(a) => Err(Failure::ReadOnly(super::not_an_engine(&a.verb))),
         Action::Claim { request } => match engine.submit(request, actor).await.map_err(refused)? {
             Submitted::Placed(c) | Submitted::Pending(c) => {
                 Ok(Outcome::Claimed(Box::new(claim_view(&c))))

@@ -189,6 +189,9 @@ impl Source for Http {
         };
         Box::pin(async move {
             Ok(match action {
+                Action::Engine(a) => {
+                    return Err(Failure::ReadOnly(super::not_an_engine(&a.verb)));
+                }
                 Action::Claim { request } => {
                     let made = client.claim(&request).await.map_err(fail)?;
                     Outcome::Claimed(Box::new(made.claim().clone()))

@@ -238,6 +238,104 @@ impl JsonClient {
         })
     }
 
+    /// Sends `method` to `url` with an optional JSON `body`, for the engine actions, and
+    /// returns the status with the answer parsed as JSON (`Value::Null` for an empty
+    /// body). Unlike `get_json`, an error status with a JSON body is returned, not turned
+    /// into an error, so the caller can show the engine's own words (slurmrestd explains a
+    /// failure in the `errors` of a 500). Refused credentials, HTML and non-JSON bodies,
+    /// refusals and timeouts are errors as in `get_json`.
+    pub async fn send_json(
+        &self,
+        method: reqwest::Method,
+        url: &Url,
+        body: Option<&Value>,
+    ) -> Result<(StatusCode, Value), SourceError> {
+        let mut req = self
+            .client
+            .request(method, url.clone())
+            .header(reqwest::header::ACCEPT, "application/json");
+        if let Some(b) = body {
+            req = req
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(b.to_string());
+        }
+        let req = self.authorize(req);
+        let send = async {
+            let mut resp = req.send().await.map_err(|e| self.transport(url, &e))?;
+            let status = resp.status();
+            let mut bytes = Vec::new();
+            while let Some(chunk) = resp.chunk().await.map_err(|e| self.transport(url, &e))? {
+                if bytes.len() + chunk.len() > MAX_BODY {
+                    return Err(SourceError::Decode {
+                        url: url.to_string(),
+                        what: format!("the answer is larger than {} MiB", MAX_BODY >> 20),
+                    });
+                }
+                bytes.extend_from_slice(&chunk);
+            }
+            Ok::<_, SourceError>((status, bytes))
+        };
+        let (status, bytes) = tokio::time::timeout(self.timeout, send)
+            .await
+            .map_err(|_| SourceError::Timeout {
+                url: url.to_string(),
+                timeout: self.timeout,
+            })??;
+        if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
+            return Err(SourceError::Unauthorized {
+                url: url.to_string(),
+                status: status.as_u16(),
+                message: format!(
+                    "the credentials are not allowed to act here; it said: {}",
+                    excerpt(&bytes)
+                ),
+            });
+        }
+        if looks_like_html(&bytes) {
+            return Err(self.peer.not_this(
+                url,
+                format!(
+                    "it answered an HTML page (HTTP {}) where the {} API answers JSON: {}",
+                    status.as_u16(),
+                    self.peer.name(),
+                    excerpt(&bytes)
+                ),
+            ));
+        }
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok((status, Value::Null));
+        }
+        match serde_json::from_slice::<Value>(&bytes) {
+            Ok(v) => Ok((status, v)),
+            // A failure explained in plain text (Ray's aiohttp errors) keeps its words.
+            Err(_) if !status.is_success() => Err(SourceError::Http {
+                url: url.to_string(),
+                status: status.as_u16(),
+                message: excerpt(&bytes),
+            }),
+            Err(e) => Err(SourceError::Decode {
+                url: url.to_string(),
+                what: format!("the answer is not JSON ({e}): {}", excerpt(&bytes)),
+            }),
+        }
+    }
+
+    /// Adds the configured credentials to a request.
+    fn authorize(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.auth {
+            Some(Auth::Bearer(token)) => req.bearer_auth(token),
+            Some(Auth::Basic { user, password }) => req.basic_auth(user, Some(password)),
+            Some(Auth::SlurmToken { user, token }) => {
+                let req = req.header("X-SLURM-USER-TOKEN", token);
+                match user {
+                    Some(u) => req.header("X-SLURM-USER-NAME", u),
+                    None => req,
+                }
+            }
+            None => req,
+        }
+    }
+
     async fn get_body(&self, url: &Url) -> Result<(StatusCode, bool, Vec<u8>), SourceError> {
         let mut req = self
             .client

@@ -10,6 +10,7 @@
 //! gpuboard HTTP endpoints (`endpoint`, kept in sync by `watch` over a `feed`), and engine adapters (`ray`, `prometheus`, `slurm`,
 //! `boinc`), each implementing `Source` on the shared shell in `adapter`.
 
+pub mod actions;
 mod adapter;
 pub mod boinc;
 pub mod demo;
@@ -136,6 +137,8 @@ pub enum Action {
         /// The project.
         project: String,
     },
+    /// An action on the engine itself (Slurm, BOINC, Ray): `actions`.
+    Engine(actions::EngineAction),
 }
 
 impl Action {
@@ -148,6 +151,7 @@ impl Action {
             Action::Cordon { cordoned: true, .. } => "cordon",
             Action::Cordon { .. } => "uncordon",
             Action::ResetProject { .. } => "reset",
+            Action::Engine(a) => a.verb.name(),
         }
     }
 
@@ -158,6 +162,7 @@ impl Action {
             Action::Release { id } | Action::Move { id, .. } => format!("claim {id}"),
             Action::Cordon { node, index, .. } => format!("{node}:{index}"),
             Action::ResetProject { project } => format!("project {project}"),
+            Action::Engine(a) => a.describe_target(),
         }
     }
 }
@@ -197,6 +202,8 @@ pub enum Outcome {
         /// The project.
         project: String,
     },
+    /// An engine carried out an action; its answer.
+    Engine(actions::EngineDone),
 }
 
 impl Outcome {
@@ -228,6 +235,12 @@ impl Outcome {
                 if *cordoned { "cordoned" } else { "uncordoned" }
             ),
             Outcome::Reset { project } => format!("project {project}: backoffs and debts cleared"),
+            Outcome::Engine(done) => format!(
+                "{} {}: {}",
+                done.action.verb,
+                done.action.describe_target(),
+                done.answer
+            ),
         }
     }
 }
@@ -316,6 +329,7 @@ pub fn apply(
                 cordoned: *cordoned,
             })
         }
+        Action::Engine(a) => Err(Failure::ReadOnly(not_an_engine(&a.verb))),
         Action::ResetProject { project } => {
             sched
                 .reset_project(Some(project), actor, now)
@@ -325,6 +339,15 @@ pub fn apply(
             })
         }
     }
+}
+
+/// Why a gpuboard scheduler (embedded, demo, an endpoint) refuses an engine action.
+pub fn not_an_engine(verb: &actions::EngineVerb) -> String {
+    format!(
+        "`{verb}` is a {} action; this source is a gpuboard scheduler, not a {} engine",
+        verb.kind(),
+        verb.kind()
+    )
 }
 
 /// Plans a wire request on an in-process scheduler.

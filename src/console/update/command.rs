@@ -25,6 +25,7 @@ pub const COMMANDS: &[&str] = &[
     "cordon",
     "uncordon",
     "reset",
+    "act",
     "freeze",
     "refresh",
     "source",
@@ -165,6 +166,7 @@ pub(super) fn command(state: &mut State, text: &str) -> Vec<Effect> {
             Vec::new()
         }
         "cordon" | "uncordon" => cordon(state, Some(head == "cordon")),
+        "act" => super::engine::engine_command(state, &arg),
         "reset" => {
             if arg.is_empty() {
                 return normal_action(state, KeyAction::ClearBackoff);

@@ -230,6 +230,7 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
         KeyAction::Release => return release(state),
         KeyAction::Move => open_move(state),
         KeyAction::Cordon => return cordon(state, None),
+        KeyAction::EngineAct => return super::engine::engine_key(state),
         KeyAction::ClearBackoff => {
             let Some(k) = state.selected_project() else {
                 flash(state, "select a project in the Fair share view first", true);

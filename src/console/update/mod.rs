@@ -6,6 +6,7 @@
 
 mod actions;
 mod command;
+mod engine;
 mod form;
 mod keys;
 mod move_across;

@@ -36,8 +36,17 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
             theme.warn,
         ));
     }
+    // Engine actions of the kinds present, and why the absent ones are absent.
+    let mut kinds: Vec<&str> = state.sources.iter().map(|s| s.kind.as_str()).collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    for kind in kinds.iter().filter(|_| !state.readonly) {
+        for l in crate::sources::actions::help_lines(kind) {
+            lines.push(Line::styled(l, theme.dim));
+        }
+    }
     lines.push(Line::styled(
-        ": commands: view names, source NAME|all, sort COL, filter TEXT, cordon, uncordon, reset PROJECT, quit",
+        ": commands: view names, source NAME|all, sort COL, filter TEXT, cordon, uncordon, reset PROJECT, act VERB [TARGET], quit",
         theme.dim,
     ));
     // Two columns when wide enough.

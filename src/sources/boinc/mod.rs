@@ -22,6 +22,7 @@
 //! into structs), `tasks` (tasks as claims), `projects` (resource types and projects),
 //! `snapshot` (the sections assembled).
 
+mod actions;
 mod answers;
 mod projects;
 mod snapshot;
@@ -268,6 +269,10 @@ impl Source for BoincSource {
                     source.update_project_named(&project).await?;
                     Ok(Outcome::Reset { project })
                 })
+            }
+            Action::Engine(a) => {
+                let source = self.clone();
+                Box::pin(async move { Ok(Outcome::Engine(source.engine_act(&a).await?)) })
             }
             other => adapter::act_refused(refuse_action(other.verb())),
         }

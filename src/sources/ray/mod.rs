@@ -19,6 +19,7 @@
 //! resource names), `nodes` and `work` (the readers of each answer), `claims` (a holder as
 //! a claim), `snapshot` (the sections assembled).
 
+mod actions;
 mod answers;
 mod claims;
 mod nodes;
@@ -175,7 +176,8 @@ impl Source for RaySource {
         "ray"
     }
     fn can_act(&self) -> bool {
-        false
+        // Stop a submitted job (`actions`); `act` refuses the rest with a message.
+        true
     }
     fn fetch(&self) -> BoxFuture<'static, Result<Fetched, Failure>> {
         let source = self.clone();
@@ -185,7 +187,13 @@ impl Source for RaySource {
         adapter::plan_refused(self.name(), self.kind())
     }
     fn act(&self, action: Action) -> BoxFuture<'static, Result<Outcome, Failure>> {
-        adapter::act_refused(refuse_action(action.verb()))
+        match action {
+            Action::Engine(a) => {
+                let source = self.clone();
+                Box::pin(async move { Ok(Outcome::Engine(source.engine_act(&a).await?)) })
+            }
+            other => adapter::act_refused(refuse_action(other.verb())),
+        }
     }
 }
 

@@ -18,6 +18,7 @@
 //! Where things live: `answers` (the requests, the envelope, the readers of each answer),
 //! `jobs` (a job as claims), `snapshot` (the sections assembled).
 
+mod actions;
 mod answers;
 mod jobs;
 mod snapshot;
@@ -238,7 +239,8 @@ impl Source for SlurmSource {
         "slurm"
     }
     fn can_act(&self) -> bool {
-        false
+        // Engine actions only (`actions`); `act` refuses the rest with a message.
+        true
     }
     fn fetch(&self) -> BoxFuture<'static, Result<Fetched, Failure>> {
         let source = self.clone();
@@ -248,7 +250,13 @@ impl Source for SlurmSource {
         adapter::plan_refused(self.name(), self.kind())
     }
     fn act(&self, action: Action) -> BoxFuture<'static, Result<Outcome, Failure>> {
-        adapter::act_refused(refuse_action(action.verb()))
+        match action {
+            Action::Engine(a) => {
+                let source = self.clone();
+                Box::pin(async move { Ok(Outcome::Engine(source.engine_act(&a).await?)) })
+            }
+            other => adapter::act_refused(refuse_action(other.verb())),
+        }
     }
 }
 

@@ -1,0 +1,596 @@
+//! Engine actions against the real engines on 127.0.0.1: `gpuboard act` and
+//! `Source::act(Action::Engine)` on a real Slurm cluster (slurmrestd v0.0.38), a real BOINC
+//! client and a real Ray head. Each action's effect is read back from the engine itself
+//! (squeue, boinccmd, Ray's Jobs API) and from the source's next snapshot; each failing
+//! action (job gone, not permitted, peer down) reports the engine's words and changes
+//! nothing; `--readonly` refuses every action kind before anything is sent.
+//!
+//! `GPUBOARD_SKIP_PEERS=slurm,boinc,ray` skips the real-engine tests.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::items_after_statements
+)]
+
+#[path = "common/boinc_client.rs"]
+mod boinc_client;
+mod common;
+#[path = "common/ray_head.rs"]
+mod ray_head;
+#[path = "common/slurm_cluster.rs"]
+mod slurm_cluster;
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use common::{gpuboard, skip_peer};
+use gpuboard::snapshot::{ClaimState, Snapshot};
+use gpuboard::sources::actions::{EngineAction, EngineVerb, offers};
+use gpuboard::sources::slurm::{SlurmConfig, SlurmSource};
+use gpuboard::sources::{Action, Failure, Outcome, Source};
+use gpuboard::units::Units;
+
+/// Runs `gpuboard act --config CONFIG ARGS` with its audit log under `state`.
+fn act(config: &Path, state: &Path, args: &[&str]) -> Output {
+    Command::new(gpuboard())
+        .arg("act")
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .env("XDG_STATE_HOME", state)
+        .env("USER", "tester")
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn audit_log(state: &Path) -> String {
+    std::fs::read_to_string(state.join("gpuboard/console.log")).unwrap_or_default()
+}
+
+/// Fetches until `ok` holds for the snapshot (the engine applies some actions a moment
+/// later); panics with the last snapshot's claims.
+async fn snapshot_until(
+    source: &SlurmSource,
+    what: &str,
+    ok: impl Fn(&Snapshot) -> bool,
+) -> Snapshot {
+    let deadline = Instant::now() + Duration::from_mins(1);
+    loop {
+        let s = source.fetch().await.unwrap();
+        if ok(&s) {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {:#?}",
+            s.claims
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+fn job_claim(s: &Snapshot, id: u32) -> Option<&gpuboard::snapshot::ClaimView> {
+    s.claims
+        .iter()
+        .find(|c| c.request.labels.get("slurm.job_id") == Some(&id.to_string()))
+}
+
+#[test]
+fn read_only_refuses_every_action_kind_before_sending() {
+    // Unreachable addresses: a refusal that tried to send would fail differently (exit 5).
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "[[endpoints]]\nname = \"s\"\nkind = \"slurm\"\nurl = \"unix:/nonexistent/s.sock\"\n\
+         [[endpoints]]\nname = \"b\"\nkind = \"boinc\"\nurl = \"127.0.0.1:1\"\n\
+         [[endpoints]]\nname = \"r\"\nkind = \"ray\"\nurl = \"http://127.0.0.1:1\"\n",
+    )
+    .unwrap();
+    let mut seen = 0;
+    for verb in EngineVerb::ALL {
+        let source = match verb.kind() {
+            "slurm" => "s",
+            "boinc" => "b",
+            _ => "r",
+        };
+        let target = match verb.target_kind() {
+            "JOB_ID" => "42",
+            "never|auto|always" => "never",
+            _ => "x1",
+        };
+        let o = act(
+            &config,
+            dir.path(),
+            &[source, verb.name(), target, "--yes", "--readonly"],
+        );
+        assert_eq!(o.status.code(), Some(6), "{verb}: {}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("read-only"),
+            "{verb}: {}",
+            text(&o)
+        );
+        seen += 1;
+    }
+    assert_eq!(seen, EngineVerb::ALL.len());
+    let log = audit_log(dir.path());
+    for verb in EngineVerb::ALL {
+        assert!(
+            log.contains("actor=tester source=") && log.contains(&format!("action={verb} ")),
+            "{verb} not audited:\n{log}"
+        );
+    }
+    assert_eq!(
+        log.matches("refused: read-only").count(),
+        EngineVerb::ALL.len()
+    );
+}
+
+#[test]
+fn bad_actions_are_named_with_what_is_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "theme = \"light\"\n[[endpoints]]\nname = \"s\"\nkind = \"slurm\"\nurl = \"unix:/nonexistent/s.sock\"\n\
+         [[endpoints]]\nname = \"p\"\nkind = \"prometheus\"\nurl = \"http://127.0.0.1:1\"\n",
+    )
+    .unwrap();
+    for (args, code, words) in [
+        (vec!["s", "kill", "4"], 3, "it has: cancel, hold, release"),
+        (vec!["s", "cancel", "four", "--yes"], 3, "whole number"),
+        (
+            vec!["s", "requeue", "4", "--yes"],
+            3,
+            "no requeue operation",
+        ),
+        (
+            vec!["s", "drain", "gpunode", "--yes"],
+            3,
+            "cannot update nodes",
+        ),
+        (vec!["nope", "cancel", "4"], 3, "no source `nope`"),
+        (vec!["p", "cancel", "4"], 3, "takes no engine actions"),
+        // No terminal and no --yes: nothing is sent.
+        (vec!["s", "cancel", "4"], 3, "add --yes"),
+        // The peer is down: the engine's words, exit 5.
+        (vec!["s", "cancel", "4", "--yes"], 5, "/nonexistent/s.sock"),
+    ] {
+        let o = act(&config, dir.path(), &args);
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {}", text(&o));
+        assert!(text(&o).contains(words), "{args:?}: {}", text(&o));
+    }
+    let o = act(&config, dir.path(), &["slurm", "--list"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for v in offers("slurm") {
+        assert!(out.contains(v.name()), "{out}");
+    }
+    assert!(
+        out.contains("drain") && out.contains("not offered"),
+        "{out}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slurm_actions_on_a_real_cluster() {
+    if skip_peer("slurm") {
+        eprintln!("GPUBOARD_SKIP_PEERS has slurm: skipped");
+        return;
+    }
+    let cluster = tokio::task::spawn_blocking(slurm_cluster::Cluster::start)
+        .await
+        .unwrap();
+    // GPUs 0-1: train; three shards of GPU 2: infer; GPU 3: root's job; big (3 GPUs) waits.
+    let train = cluster.submit("nobody", "train", "gpu:a100:2");
+    let infer = cluster.submit("nobody", "infer", "shard:a100:3");
+    let rootjob = cluster.submit("root", "rootjob", "gpu:a100:1");
+    let big = cluster.submit("nobody", "big", "gpu:a100:3");
+    cluster.wait_for("three running jobs and one pending", || {
+        cluster.job(train).starts_with("RUNNING")
+            && cluster.job(infer).starts_with("RUNNING")
+            && cluster.job(rootjob).starts_with("RUNNING")
+            && cluster.job(big).starts_with("PENDING")
+    });
+    let state = tempfile::tempdir().unwrap();
+    let config = state.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[endpoints]]\nname = \"cluster\"\nkind = \"slurm\"\nurl = \"{}\"\n",
+            cluster.url()
+        ),
+    )
+    .unwrap();
+    let mut cfg = SlurmConfig::new(cluster.url());
+    cfg.name = "cluster".into();
+    let source = SlurmSource::new(cfg).unwrap();
+    assert!(source.can_act());
+
+    // Hold the pending job, through the command: Slurm holds it, the snapshot says so.
+    let o = act(
+        &config,
+        state.path(),
+        &["cluster", "hold", &big.to_string(), "--yes"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(cluster.job(big), "PENDING JobHeldUser");
+    let s = source.fetch().await.unwrap();
+    let reasons = &job_claim(&s, big).unwrap().pending_reasons;
+    assert!(
+        reasons.iter().any(|r| r.contains("JobHeldUser")),
+        "{reasons:?}"
+    );
+
+    // A running job cannot be held: Slurm would take it and do nothing; nothing changes.
+    let o = act(
+        &config,
+        state.path(),
+        &["cluster", "hold", &train.to_string(), "--yes"],
+    );
+    assert_eq!(o.status.code(), Some(8), "{}", text(&o));
+    assert!(
+        text(&o).contains("is RUNNING; only a pending job can be held"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(cluster.job(train), "RUNNING None");
+
+    // Root's job: slurmrestd acts as nobody; Slurm's refusal is shown, the job runs on.
+    let e = source
+        .act(Action::Engine(
+            EngineAction::new(EngineVerb::SlurmCancel, &rootjob.to_string()).unwrap(),
+        ))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Failure::Peer(_)), "{e}");
+    assert!(e.to_string().contains("Access/permission denied"), "{e}");
+    assert!(cluster.job(rootjob).starts_with("RUNNING"));
+
+    // Cancel the two-GPU job: its GPUs come free in the next snapshots.
+    let before = source.fetch().await.unwrap();
+    assert_eq!(before.nodes[0].devices[0].compute_allocated, Units::FULL);
+    let done = source
+        .act(Action::Engine(
+            EngineAction::new(EngineVerb::SlurmCancel, &train.to_string()).unwrap(),
+        ))
+        .await
+        .unwrap();
+    let Outcome::Engine(done) = done else {
+        panic!("{done:?}")
+    };
+    assert!(
+        done.answer.contains(&format!("cancelled job {train}")),
+        "{}",
+        done.answer
+    );
+    let s = snapshot_until(&source, "GPUs 0 and 1 free", |s| {
+        s.nodes[0].devices[0].compute_allocated == Units(0)
+            && s.nodes[0].devices[1].compute_allocated == Units(0)
+    })
+    .await;
+    assert!(job_claim(&s, train).is_none());
+    // The held job stays held although two GPUs came free; the others run on.
+    assert_eq!(cluster.job(big), "PENDING JobHeldUser");
+    assert_eq!(s.nodes[0].devices[3].compute_allocated, Units::FULL);
+
+    // Cancel the shard job through the command: GPU 2's shards come free.
+    let o = act(
+        &config,
+        state.path(),
+        &["cluster", "cancel", &infer.to_string(), "--yes"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    snapshot_until(&source, "GPU 2's shards free", |s| {
+        s.nodes[0].devices[2].compute_allocated == Units(0)
+    })
+    .await;
+
+    // Release the held job: it may start now (three GPUs are free) and does.
+    let o = act(
+        &config,
+        state.path(),
+        &["cluster", "release", &big.to_string(), "--yes"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let s = snapshot_until(&source, "big placed", |s| {
+        job_claim(s, big).is_some_and(|c| c.state == ClaimState::Placed)
+    })
+    .await;
+    assert_eq!(job_claim(&s, big).unwrap().shares.len(), 3);
+
+    // A job that is gone: slurmrestd's words, exit 8, nothing changes.
+    let o = act(
+        &config,
+        state.path(),
+        &["cluster", "cancel", "999999", "--yes"],
+    );
+    assert_eq!(o.status.code(), Some(8), "{}", text(&o));
+    assert!(
+        text(&o).contains("Unable to find JobId=999999"),
+        "{}",
+        text(&o)
+    );
+    assert!(cluster.job(big).starts_with("RUNNING"));
+
+    let log = audit_log(state.path());
+    assert!(
+        log.contains(&format!(
+            "actor=tester source=cluster action=hold target=job {big} done: slurmrestd held job {big}"
+        )),
+        "{log}"
+    );
+    assert!(
+        log.contains("action=cancel target=job 999999 refused:")
+            && log.contains("Unable to find JobId"),
+        "{log}"
+    );
+}
+
+/// The block of `boinccmd` output after the line `header` (up to the next blank line).
+fn section(out: &str, header: &str) -> String {
+    out.split(header)
+        .nth(1)
+        .unwrap_or_default()
+        .split("\n\n")
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn boinc_actions_on_a_real_client() {
+    if skip_peer("boinc") {
+        eprintln!("GPUBOARD_SKIP_PEERS has boinc: skipped");
+        return;
+    }
+    let client = boinc_client::Client::start().await;
+    let state = tempfile::tempdir().unwrap();
+    let config = state.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[endpoints]]\nname = \"cruncher\"\nkind = \"boinc\"\nurl = \"{}\"\ntoken_file = \"{}\"\n",
+            client.addr,
+            client.password_file().display()
+        ),
+    )
+    .unwrap();
+    let act_ok = |args: &[&str]| {
+        let o = act(&config, state.path(), args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", text(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+
+    // GPU mode: the client reports each new mode.
+    // boinccmd words "auto" as "according to prefs".
+    for (mode, shown) in [
+        ("never", "never"),
+        ("always", "always"),
+        ("auto", "according to prefs"),
+    ] {
+        let out = act_ok(&["cruncher", "gpu-mode", mode, "--yes"]);
+        assert!(out.contains(&format!("GPU mode is now {mode}")), "{out}");
+        let cc = client.boinccmd(&["--get_cc_status"]);
+        let gpu = section(&cc, "GPU status");
+        assert!(
+            gpu.lines()
+                .any(|l| l.trim() == format!("current mode: {shown}")),
+            "{mode}: {cc}"
+        );
+    }
+
+    // The project, named as the console shows it: suspend, resume, no new tasks, allow.
+    let project = "gpuboard test project";
+    let flag = |what: &str| {
+        let out = client.boinccmd(&["--get_project_status"]);
+        out.lines()
+            .find(|l| l.trim().starts_with(what))
+            .unwrap_or_else(|| panic!("no `{what}` in {out}"))
+            .trim()
+            .ends_with("yes")
+    };
+    act_ok(&["cruncher", "suspend-project", project, "--yes"]);
+    assert!(flag("suspended via GUI:"));
+    act_ok(&["cruncher", "resume-project", project, "--yes"]);
+    assert!(!flag("suspended via GUI:"));
+    act_ok(&["cruncher", "no-new-tasks", &client.project_url, "--yes"]);
+    assert!(flag("don't request more work:"));
+    act_ok(&["cruncher", "allow-new-tasks", project, "--yes"]);
+    assert!(!flag("don't request more work:"));
+
+    // Failures in the engine's words, nothing changed: an unknown project and task.
+    let o = act(
+        &config,
+        state.path(),
+        &["cruncher", "suspend-project", "SETI", "--yes"],
+    );
+    assert_eq!(o.status.code(), Some(8), "{}", text(&o));
+    assert!(
+        text(&o).contains("not attached to a project named `SETI`"),
+        "{}",
+        text(&o)
+    );
+    assert!(!flag("suspended via GUI:"));
+    let o = act(
+        &config,
+        state.path(),
+        &["cruncher", "abort-task", "wu_7_0", "--yes"],
+    );
+    assert_eq!(o.status.code(), Some(8), "{}", text(&o));
+    assert!(text(&o).contains("no task named `wu_7_0`"), "{}", text(&o));
+
+    // A wrong password: the client's refusal, exit 6, the mode unchanged.
+    let wrong = state.path().join("wrong.cfg");
+    std::fs::write(&wrong, "not-it\n").unwrap();
+    let bad = state.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        format!(
+            "[[endpoints]]\nname = \"cruncher\"\nkind = \"boinc\"\nurl = \"{}\"\ntoken_file = \"{}\"\n",
+            client.addr,
+            wrong.display()
+        ),
+    )
+    .unwrap();
+    let o = act(
+        &bad,
+        state.path(),
+        &["cruncher", "gpu-mode", "never", "--yes"],
+    );
+    assert_eq!(o.status.code(), Some(6), "{}", text(&o));
+    assert!(text(&o).contains("password"), "{}", text(&o));
+    let gpu = section(&client.boinccmd(&["--get_cc_status"]), "GPU status");
+    assert!(gpu.contains("current mode: according to prefs"), "{gpu}");
+
+    let log = audit_log(state.path());
+    assert!(
+        log.contains("actor=tester source=cruncher action=gpu-mode target=GPU mode never done: the client's GPU mode is now never"),
+        "{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ray_stop_job_frees_its_gpus() {
+    use gpuboard::sources::ray::{RayConfig, RaySource};
+    if skip_peer("ray") {
+        eprintln!("GPUBOARD_SKIP_PEERS has ray: skipped");
+        return;
+    }
+    let head = ray_head::Head::start();
+    let mut cfg = RayConfig::new(head.url.clone());
+    cfg.timeout = Duration::from_secs(10);
+    cfg.token = Some(ray_head::TOKEN.to_string());
+    let source = RaySource::new(cfg).unwrap();
+    let deadline = Instant::now() + Duration::from_mins(3);
+    while !source
+        .fetch()
+        .await
+        .is_ok_and(|s| s.nodes.iter().any(|n| n.devices.len() == 4))
+    {
+        assert!(Instant::now() < deadline, "no dashboard:\n{}", head.log());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // A job submitted through the Jobs API holds two GPUs with an actor.
+    let script = head.tmp.path().join("job.py");
+    std::fs::write(
+        &script,
+        "import time, ray\nray.init()\n@ray.remote(num_gpus=2)\nclass Holder:\n    \
+         def ping(self):\n        return 1\nh = Holder.remote()\nray.get(h.ping.remote())\n\
+         time.sleep(600)\n",
+    )
+    .unwrap();
+    let http = reqwest::Client::new();
+    let submitted: serde_json::Value = http
+        .post(format!("{}/api/jobs/", head.url))
+        .bearer_auth(ray_head::TOKEN)
+        .json(&serde_json::json!({
+            "entrypoint": format!("{} {}", ray_head::venv().join("bin/python").display(), script.display()),
+            "submission_id": "gpuboard-holder",
+        }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(submitted["submission_id"], "gpuboard-holder", "{submitted}");
+    let used = |s: &Snapshot| -> Units {
+        s.nodes
+            .iter()
+            .flat_map(|n| &n.devices)
+            .map(|d| d.compute_allocated)
+            .fold(Units(0), |a, b| Units(a.0 + b.0))
+    };
+    let deadline = Instant::now() + Duration::from_mins(4);
+    loop {
+        let s = source.fetch().await.unwrap();
+        if used(&s) == Units(20_000) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the job's actor holds no GPUs: {:#?}\n{}",
+            s.claims,
+            head.log()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    let state = tempfile::tempdir().unwrap();
+    let token = state.path().join("ray.token");
+    std::fs::write(&token, ray_head::TOKEN).unwrap();
+    let config = state.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[endpoints]]\nname = \"head\"\nkind = \"ray\"\nurl = \"{}\"\ntoken_file = \"{}\"\n",
+            head.url,
+            token.display()
+        ),
+    )
+    .unwrap();
+    // A job Ray does not know: its words, exit 7, the holder keeps its GPUs.
+    let o = act(
+        &config,
+        state.path(),
+        &["head", "stop-job", "nosuch", "--yes"],
+    );
+    assert_eq!(o.status.code(), Some(7), "{}", text(&o));
+    assert!(
+        text(&o).contains("Job nosuch does not exist"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(used(&source.fetch().await.unwrap()), Units(20_000));
+
+    let o = act(
+        &config,
+        state.path(),
+        &["head", "stop-job", "gpuboard-holder", "--yes"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        text(&o).contains("Ray stopped job gpuboard-holder"),
+        "{}",
+        text(&o)
+    );
+    let deadline = Instant::now() + Duration::from_mins(2);
+    loop {
+        let s = source.fetch().await.unwrap();
+        if used(&s) == Units(0) {
+            assert!(
+                s.claims.iter().all(|c| c.state != ClaimState::Placed),
+                "{:#?}",
+                s.claims
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "GPUs still held: {:#?}",
+            s.claims
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // Stopping it again: Ray says it had ended.
+    let o = act(
+        &config,
+        state.path(),
+        &["head", "stop-job", "gpuboard-holder", "--yes"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("already ended"), "{}", text(&o));
+}

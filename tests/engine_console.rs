@@ -1,0 +1,213 @@
+//! Engine actions in the console's pure update: `E` and `:act` on a claim of a Slurm
+//! source open the confirmation of an `Action::Engine` with the claim's job id; confirming
+//! asks the driver to act; read-only sends nothing; verbs the engine's API lacks are
+//! refused with why; a failed engine action shows the engine's words in the Events log.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use gpuboard::clock::Timestamp;
+use gpuboard::console::keymap::Keymap;
+use gpuboard::console::msg::{Effect, Msg};
+use gpuboard::console::state::{Mode, SourceSlot, State, View};
+use gpuboard::console::update::{show_view, update};
+use gpuboard::snapshot::ClaimState;
+use gpuboard::sources::actions::{EngineAction, EngineVerb};
+use gpuboard::sources::error::SourceError;
+use gpuboard::sources::{Action, Failure};
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+const NOW: Timestamp = Timestamp(1_795_317_400_000);
+
+fn slurm_state(readonly: bool) -> State {
+    let mut st = State::new(
+        vec![SourceSlot::new("cluster", "slurm", true, None)],
+        Keymap::builtin(),
+        2_000,
+        readonly,
+    );
+    let _ = update(&mut st, Msg::Tick(NOW));
+    st.sources[0].in_flight = true;
+    let _ = update(
+        &mut st,
+        Msg::Fetched {
+            source: 0,
+            at: NOW,
+            result: Ok(common::slurm_snapshot(false).into()),
+        },
+    );
+    show_view(&mut st, View::Claims);
+    st
+}
+
+fn key(st: &mut State, code: KeyCode) -> Vec<Effect> {
+    update(st, Msg::Key(KeyEvent::new(code, KeyModifiers::NONE)))
+}
+
+fn command(st: &mut State, text: &str) -> Vec<Effect> {
+    let mut out = key(st, KeyCode::Char(':'));
+    for c in text.chars() {
+        out.extend(key(st, KeyCode::Char(c)));
+    }
+    out.extend(key(st, KeyCode::Enter));
+    out
+}
+
+/// Selects the first claim in `state` and returns its Slurm job id.
+fn select(st: &mut State, state: ClaimState) -> String {
+    let at = (0..st.rows_claims.len())
+        .find(|i| {
+            st.claim(st.rows_claims[*i])
+                .is_some_and(|(_, c)| c.state == state)
+        })
+        .unwrap();
+    st.cursor[View::Claims.position()].selected = at;
+    let (_, c) = st.claim(st.rows_claims[at]).unwrap();
+    c.request.labels["slurm.job_id"].clone()
+}
+
+fn confirm_action(st: &State) -> Action {
+    match &st.mode {
+        Mode::Confirm(c) => c.action.clone(),
+        other => panic!("no confirmation: {other:?}"),
+    }
+}
+
+#[test]
+fn e_cancels_a_running_job_and_holds_a_pending_one_after_confirming() {
+    let mut st = slurm_state(false);
+    let job = select(&mut st, ClaimState::Placed);
+    assert!(key(&mut st, KeyCode::Char('E')).is_empty());
+    let want = Action::Engine(EngineAction::new(EngineVerb::SlurmCancel, &job).unwrap());
+    assert_eq!(confirm_action(&st), want);
+    // Cancel is focused first: Enter alone sends nothing.
+    assert!(key(&mut st, KeyCode::Enter).is_empty());
+    assert_eq!(st.mode, Mode::Normal);
+    key(&mut st, KeyCode::Char('E'));
+    key(&mut st, KeyCode::Tab);
+    let fx = key(&mut st, KeyCode::Enter);
+    assert_eq!(
+        fx,
+        vec![Effect::Act {
+            source: 0,
+            action: want
+        }]
+    );
+
+    let pending = select(&mut st, ClaimState::Pending);
+    key(&mut st, KeyCode::Char('E'));
+    assert_eq!(
+        confirm_action(&st),
+        Action::Engine(EngineAction::new(EngineVerb::SlurmHold, &pending).unwrap())
+    );
+}
+
+#[test]
+fn act_command_takes_any_offered_verb_and_says_why_not_the_rest() {
+    let mut st = slurm_state(false);
+    let job = select(&mut st, ClaimState::Pending);
+    command(&mut st, "act release");
+    assert_eq!(
+        confirm_action(&st),
+        Action::Engine(EngineAction::new(EngineVerb::SlurmRelease, &job).unwrap())
+    );
+    key(&mut st, KeyCode::Esc);
+    command(&mut st, "act cancel 77");
+    assert_eq!(
+        confirm_action(&st),
+        Action::Engine(EngineAction::new(EngineVerb::SlurmCancel, "77").unwrap())
+    );
+    key(&mut st, KeyCode::Esc);
+    let fx = command(&mut st, "act drain");
+    assert!(fx.is_empty());
+    assert_eq!(st.mode, Mode::Normal);
+    let flash = st.flash.as_ref().unwrap();
+    assert!(flash.text.contains("cannot update nodes"), "{}", flash.text);
+    command(&mut st, "act gpu-mode never");
+    assert!(
+        st.flash
+            .as_ref()
+            .unwrap()
+            .text
+            .contains("slurm has no action `gpu-mode`")
+    );
+}
+
+#[test]
+fn read_only_sends_no_engine_action() {
+    let mut st = slurm_state(true);
+    select(&mut st, ClaimState::Placed);
+    let mut fx = key(&mut st, KeyCode::Char('E'));
+    fx.extend(key(&mut st, KeyCode::Tab));
+    fx.extend(key(&mut st, KeyCode::Enter));
+    fx.extend(command(&mut st, "act cancel 77"));
+    fx.extend(key(&mut st, KeyCode::Tab));
+    fx.extend(key(&mut st, KeyCode::Enter));
+    assert!(
+        !fx.iter().any(|e| matches!(e, Effect::Act { .. })),
+        "{fx:?}"
+    );
+}
+
+#[test]
+fn a_failed_engine_action_shows_the_engines_words() {
+    let mut st = slurm_state(false);
+    let action = Action::Engine(EngineAction::new(EngineVerb::SlurmCancel, "5").unwrap());
+    let words = "unable to kill JobId=5 with signal 9: Access/permission denied";
+    update(
+        &mut st,
+        Msg::Acted {
+            source: 0,
+            action,
+            result: Err(Failure::Peer(SourceError::Peer {
+                url: "unix:/run/slurmrestd.sock".into(),
+                peer: "slurmrestd",
+                message: words.into(),
+            })),
+        },
+    );
+    assert!(st.flash.as_ref().unwrap().text.contains(words));
+    assert!(st.log.iter().any(|l| l.contains(words)), "{:?}", st.log);
+}
+
+#[test]
+fn act_with_a_target_needs_no_claim() {
+    let mut st = State::new(
+        vec![
+            SourceSlot::new("lab", "embedded", true, None),
+            SourceSlot::new("cruncher", "boinc", true, None),
+        ],
+        Keymap::builtin(),
+        2_000,
+        false,
+    );
+    let _ = update(&mut st, Msg::Tick(NOW));
+    command(&mut st, "act gpu-mode never");
+    match &st.mode {
+        Mode::Confirm(c) => {
+            assert_eq!(c.source, 1);
+            assert_eq!(
+                c.action,
+                Action::Engine(EngineAction::new(EngineVerb::BoincGpuMode, "never").unwrap())
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    key(&mut st, KeyCode::Esc);
+    command(&mut st, "act gpu-mode sometimes");
+    assert!(
+        st.flash
+            .as_ref()
+            .unwrap()
+            .text
+            .contains("never, auto or always")
+    );
+    command(&mut st, "act cancel 4");
+    assert!(
+        st.flash
+            .as_ref()
+            .unwrap()
+            .text
+            .contains("no source shown has")
+    );
+}
