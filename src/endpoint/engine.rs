@@ -100,6 +100,11 @@ impl Default for EngineConfig {
 
 struct Inner {
     sched: Mutex<Scheduler>,
+    /// What the scheduler was built from, to rebuild it from disk after a failed commit.
+    config: SchedulerConfig,
+    nodes: Vec<NodeSpec>,
+    /// Set once, by the first failed commit: no change applies after it.
+    frozen: OnceLock<String>,
     store: Store,
     clock: Arc<dyn Clock>,
     owners: Arc<dyn OwnerCheck>,
@@ -169,6 +174,14 @@ impl std::fmt::Debug for Engine {
     }
 }
 
+/// The reason a failed store gives, without the advice to restart (said where it is shown).
+fn failure_reason(e: StoreError) -> String {
+    match e {
+        StoreError::Commit(reason) => reason,
+        other => other.to_string(),
+    }
+}
+
 /// Waits for a batch handed to the store.
 async fn durable(rx: oneshot::Receiver<Result<(), StoreError>>) -> Result<(), EngineError> {
     rx.await.map_err(|_| StoreError::WriterGone)??;
@@ -209,11 +222,15 @@ impl Engine {
         clock: Arc<dyn Clock>,
         owners: Arc<dyn OwnerCheck>,
     ) -> anyhow::Result<(Engine, Vec<String>)> {
-        let (sched, warnings) = Scheduler::restore(config.scheduler, nodes, persisted)?;
+        let (sched, warnings) =
+            Scheduler::restore(config.scheduler.clone(), nodes.clone(), persisted)?;
         let committed = store.committed();
         let engine = Engine {
             inner: Arc::new(Inner {
                 sched: Mutex::new(sched),
+                config: config.scheduler,
+                nodes,
+                frozen: OnceLock::new(),
                 store,
                 clock,
                 owners,
@@ -241,6 +258,8 @@ impl Engine {
     /// Runs `f` on the scheduler under the lock, hands its journal to the store, and waits
     /// (without the lock) until that is durable. With nothing to write it still waits for
     /// earlier writes, so an answer never rests on state that is not yet durable.
+    ///
+    /// Once a commit has failed nothing runs: the answer is that failure.
     async fn mutate<T>(
         &self,
         f: impl FnOnce(&mut Scheduler, Timestamp) -> T,
@@ -248,12 +267,50 @@ impl Engine {
         let now = self.now();
         let (out, pending) = {
             let mut s = self.lock();
+            if let Some(reason) = self.inner.frozen.get() {
+                return Err(StoreError::Commit(reason.clone()).into());
+            }
             let out = f(&mut s, now);
             let changes = s.take_changes();
             (out, self.inner.store.write(changes))
         };
-        durable(pending).await?;
+        if let Err(e) = durable(pending).await {
+            self.freeze();
+            return Err(e);
+        }
         Ok(out)
+    }
+
+    /// After a failed commit: puts the scheduler back to what the database holds (the
+    /// writer read it back before answering anyone) and refuses every later change. Runs
+    /// its work once; later calls find it done.
+    fn freeze(&self) {
+        let mut s = self.lock();
+        if self.inner.frozen.get().is_some() {
+            return;
+        }
+        let reason = self.inner.store.failure().map_or_else(
+            || "the state writer has stopped".to_string(),
+            failure_reason,
+        );
+        match self.inner.store.take_recovered() {
+            Some(Ok(persisted)) => match Scheduler::restore(
+                self.inner.config.clone(),
+                self.inner.nodes.clone(),
+                persisted,
+            ) {
+                Ok((restored, _)) => *s = restored,
+                Err(e) => tracing::error!("cannot return to the durable state: {e}"),
+            },
+            Some(Err(e)) => tracing::error!("cannot read back the durable state: {e}"),
+            None => {}
+        }
+        let _ = self.inner.frozen.set(reason);
+    }
+
+    /// Why the endpoint stopped accepting changes, once a commit has failed.
+    pub fn failure(&self) -> Option<&str> {
+        self.inner.frozen.get().map(String::as_str)
     }
 
     /// Places, queues or refuses a claim. `Refused` changed nothing.
@@ -391,7 +448,32 @@ impl Engine {
         })
     }
 
-    /// The whole state now, with the latest telemetry round joined in when attached.
+    /// The whole durable state: taken in memory, answered only once everything it shows
+    /// is on disk, so no client sees a claim or revision a crash could take back. After a
+    /// failed commit it is the state read back from disk.
+    pub async fn durable_snapshot(&self) -> Snapshot {
+        let now = self.now();
+        let (mut snap, barrier) = {
+            let s = self.lock();
+            let snap = s.snapshot(now);
+            // The barrier is queued behind every batch the snapshot includes.
+            let settled = self.inner.frozen.get().is_some() || self.inner.store.all_durable();
+            (snap, (!settled).then(|| self.inner.store.write(Vec::new())))
+        };
+        if let Some(barrier) = barrier
+            && durable(barrier).await.is_err()
+        {
+            self.freeze();
+            snap = self.lock().snapshot(now);
+        }
+        if let Some(feed) = self.inner.live.get() {
+            feed.merge_into(&mut snap);
+        }
+        snap
+    }
+
+    /// The whole state in memory now, with the latest telemetry round joined in when
+    /// attached; it may include changes still being committed (in-process readers).
     pub fn snapshot(&self) -> Snapshot {
         let now = self.now();
         let mut snap = self.lock().snapshot(now);

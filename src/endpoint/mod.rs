@@ -5,8 +5,10 @@
 
 pub mod api;
 pub mod auth;
+pub mod datadir;
 pub mod engine;
 pub mod live;
+mod metrics;
 pub mod store;
 pub mod versions;
 mod watch;

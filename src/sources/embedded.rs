@@ -127,6 +127,11 @@ impl Source for Embedded {
         let engine = self.engine.clone();
         let note = self.note.clone();
         Box::pin(async move {
+            if let Some(reason) = engine.failure() {
+                return Err(Failure::Refused(format!(
+                    "writing state failed ({reason}); restart to resume from the last durable state"
+                )));
+            }
             let mut snap = engine.snapshot();
             if note.is_some() {
                 snap.endpoint.telemetry_note = note;
