@@ -31,32 +31,61 @@ pub trait OwnerCheck: Send + Sync {
     fn alive(&self, pid: u32) -> bool;
 }
 
+/// The variable `gpuboard run` sets in its command's environment to its own pid: the
+/// command's processes (children included) own the claim `run` made as long as they run.
+pub const RUN_PID_ENV: &str = "GPUBOARD_RUN_PID";
+
 /// Processes on this host, seen through `kill(pid, 0)` and `/proc` (a zombie counts as gone).
+/// A pid is alive while it runs, or while any process whose environment names it in
+/// `GPUBOARD_RUN_PID` runs (what `gpuboard run` started, even once `run` itself is gone).
+/// Processes of other users whose environment cannot be read are not seen.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct LocalProcesses;
 
 impl OwnerCheck for LocalProcesses {
     fn alive(&self, pid: u32) -> bool {
-        let Ok(raw) = libc::pid_t::try_from(pid) else {
-            return false;
-        };
-        if raw <= 0 {
-            return false;
-        }
-        // SAFETY: signal 0 only checks that the process exists and may be signalled.
-        let rc = unsafe { libc::kill(raw, 0) };
-        let exists = rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
-        if !exists {
-            return false;
-        }
-        // An exited child that was not reaped yet still answers kill(); it runs no more.
-        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            Ok(stat) => stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().next())
-                .is_none_or(|state| state != "Z" && state != "X"),
-            Err(_) => true,
-        }
+        runs(pid) || started_by(pid)
+    }
+}
+
+/// Whether a process whose environment has `GPUBOARD_RUN_PID=pid` still runs.
+fn started_by(pid: u32) -> bool {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    let marker = format!("{RUN_PID_ENV}={pid}");
+    procs
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| *p != pid)
+        .any(|p| {
+            std::fs::read(format!("/proc/{p}/environ"))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|var| var == marker.as_bytes()))
+                && runs(p)
+        })
+}
+
+/// Whether `pid` exists and is not a zombie.
+fn runs(pid: u32) -> bool {
+    let Ok(raw) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    if raw <= 0 {
+        return false;
+    }
+    // SAFETY: signal 0 only checks that the process exists and may be signalled.
+    let rc = unsafe { libc::kill(raw, 0) };
+    let exists = rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    if !exists {
+        return false;
+    }
+    // An exited child that was not reaped yet still answers kill(); it runs no more.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_none_or(|state| state != "Z" && state != "X"),
+        Err(_) => true,
     }
 }
 
