@@ -692,6 +692,54 @@ mod tests {
         assert_eq!(engine.snapshot().revision, 2, "refusals change nothing");
     }
 
+    #[tokio::test]
+    async fn a_restored_waiting_claim_says_why_before_the_first_tick() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = || {
+            Engine::open(
+                EngineConfig::default(),
+                nodes(),
+                dir.path(),
+                SyncMode::Normal,
+                Arc::new(ManualClock::new(Timestamp(1_000))),
+                Arc::new(LocalProcesses),
+            )
+            .unwrap()
+            .0
+        };
+        let engine = open();
+        engine
+            .submit(req(json!({"num_gpus": 2})), "op")
+            .await
+            .unwrap();
+        let waiting = engine
+            .submit(req(json!({"num_gpus": 1, "wait": true})), "op")
+            .await
+            .unwrap();
+        let Submitted::Pending(waiting) = waiting else {
+            panic!("both devices are taken: {waiting:?}")
+        };
+        drop(engine);
+        // Stored without reasons, as a claim is that queued behind others while it still
+        // fitted (reasons found later live only in memory).
+        let db =
+            rusqlite::Connection::open(dir.path().join(crate::endpoint::store::DB_FILE)).unwrap();
+        db.execute(
+            "UPDATE claims SET body = json_set(body, '$.pending', json('null')) WHERE id = ?1",
+            [i64::try_from(waiting.id.0).unwrap()],
+        )
+        .unwrap();
+        drop(db);
+        let snap = open().durable_snapshot().await;
+        let view = snap.claim(waiting.id).unwrap();
+        assert!(!view.pending_reasons.is_empty());
+        assert!(
+            view.pending_reasons.iter().all(|r| !r.contains("fits now")),
+            "{:?}",
+            view.pending_reasons
+        );
+    }
+
     #[test]
     fn local_processes_tell_live_from_gone() {
         let owners = LocalProcesses;
