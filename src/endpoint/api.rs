@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
@@ -21,6 +21,7 @@ use tokio::sync::watch;
 use tower_http::compression::CompressionLayer;
 
 use crate::endpoint::auth::{Role, Tokens};
+use crate::endpoint::body::body_json;
 use crate::endpoint::engine::{Engine, EngineError, MAX_SHARE};
 use crate::endpoint::versions::SnapshotVersions;
 use crate::ids::ClaimId;
@@ -91,6 +92,14 @@ impl ApiError {
 
     pub(crate) fn new(status: StatusCode, error: &str, detail: impl Into<String>) -> ApiError {
         ApiError::with(status, ErrorBody::new(error, detail))
+    }
+
+    /// The same, closing the connection after the answer (its body was not read to its end).
+    pub(crate) fn closing(status: StatusCode, error: &str, detail: impl Into<String>) -> ApiError {
+        ApiError {
+            close: true,
+            ..ApiError::new(status, error, detail)
+        }
     }
 
     fn invalid(rule: Rule, field: Option<&str>, detail: impl Into<String>) -> ApiError {
@@ -279,48 +288,6 @@ async fn authorize(State(st): State<ApiState>, req: Request, next: Next) -> Resp
         .into_response(),
         Some(_) => next.run(req).await,
     }
-}
-
-/// The body, at most `MAX_BODY` bytes, read within `BODY_TIMEOUT` (a client that trickles
-/// its body does not hold a request open for ever).
-async fn body_bytes(body: Body) -> Result<Bytes, ApiError> {
-    let read = tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY));
-    let Ok(read) = read.await else {
-        let mut e = ApiError::new(
-            StatusCode::REQUEST_TIMEOUT,
-            "body_timeout",
-            format!(
-                "the request body did not arrive within {} s",
-                BODY_TIMEOUT.as_secs()
-            ),
-        );
-        e.close = true;
-        return Err(e);
-    };
-    read.map_err(|_| {
-        let mut e = ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body_too_large",
-            format!("the request body is larger than {MAX_BODY} bytes (or could not be read)"),
-        );
-        e.close = true;
-        e
-    })
-}
-
-/// The body as JSON; an empty body is `{}` where `empty_ok`.
-async fn body_json(body: Body, empty_ok: bool) -> Result<Value, ApiError> {
-    let bytes = body_bytes(body).await?;
-    if empty_ok && bytes.iter().all(u8::is_ascii_whitespace) {
-        return Ok(Value::Object(Map::new()));
-    }
-    serde_json::from_slice(&bytes).map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "malformed_json",
-            format!("the request body is not valid JSON: {e}"),
-        )
-    })
 }
 
 /// The body's fields, when it is an object of only `allowed` fields.

@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod auth;
+mod body;
 pub mod datadir;
 pub mod engine;
 pub mod live;
