@@ -1,7 +1,9 @@
-//! Crash test: concurrent claim/release clients against a real `gpuboard serve`, `kill -9`
-//! at a random moment, restart on the same data directory, and check that every claim
-//! acknowledged before the kill is there (where it was placed), every acknowledged release
-//! stayed released, no id is duplicated and no device is over-committed. 24 kills.
+//! Crash campaign: concurrent claim/release clients and snapshot readers against a real
+//! `gpuboard serve`, `kill -9` at a random (seeded) moment, restart on the same data
+//! directory, and check that every claim acknowledged before the kill is there (where it
+//! was placed), every acknowledged release stayed released, no id is duplicated, no device
+//! is over-committed, and everything a reader saw (revisions, audit events, claims) is on
+//! disk, so no revision is handed out twice. 30 kills.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -14,8 +16,9 @@ use common::{Server, demo_fleet, http};
 use rand::{RngExt, SeedableRng};
 use serde_json::{Value, json};
 
-const KILLS: u64 = 24;
+const KILLS: u64 = 30;
 const CLIENTS: u64 = 8;
+const READERS: u64 = 2;
 
 /// Where a claim was placed: node and device indexes.
 type Place = (String, Vec<u64>);
@@ -29,6 +32,97 @@ struct Model {
     in_flight: BTreeSet<u64>,
     /// Acknowledged releases.
     released: BTreeSet<u64>,
+}
+
+/// What the snapshot readers were shown.
+#[derive(Default)]
+struct Seen {
+    /// The highest revision of any snapshot read.
+    revision: u64,
+    /// Audit events read, by revision.
+    events: BTreeMap<u64, Value>,
+    /// Claims read.
+    claims: BTreeSet<u64>,
+}
+
+async fn reader(url: String, token: String, seen: Arc<Mutex<Seen>>) {
+    let http = http();
+    loop {
+        let Ok(resp) = http
+            .get(format!("{url}/v1/snapshot"))
+            .bearer_auth(&token)
+            .send()
+            .await
+        else {
+            return;
+        };
+        if resp.status() != 200 {
+            return;
+        }
+        let Ok(v) = resp.json::<Value>().await else {
+            return;
+        };
+        let mut s = seen.lock().unwrap();
+        s.revision = s.revision.max(v["revision"].as_u64().unwrap());
+        for e in v["events"].as_array().unwrap() {
+            let rev = e["revision"].as_u64().unwrap();
+            let before = s.events.insert(rev, e.clone());
+            assert!(
+                before.is_none_or(|b| &b == e),
+                "revision {rev} shown as two different events"
+            );
+        }
+        for c in v["claims"].as_array().unwrap() {
+            s.claims.insert(c["id"].as_u64().unwrap());
+        }
+    }
+}
+
+/// With the server dead: the database holds every revision, event and claim a reader saw
+/// (a claim seen may since have been released, durably).
+fn check_seen_is_durable(dir: &std::path::Path, seen: &Seen) {
+    let db = rusqlite::Connection::open(dir.join("gpuboard.sqlite")).unwrap();
+    let revision: i64 = db
+        .query_row("SELECT value FROM meta WHERE key = 'revision'", [], |r| {
+            r.get(0)
+        })
+        .unwrap_or(0);
+    let revision = u64::try_from(revision).unwrap();
+    assert!(
+        revision >= seen.revision,
+        "a reader saw revision {} but the disk holds {revision}: it would be reused",
+        seen.revision
+    );
+    let mut events = BTreeMap::new();
+    let mut q = db.prepare("SELECT revision, body FROM events").unwrap();
+    for row in q
+        .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
+        .unwrap()
+    {
+        let (rev, body) = row.unwrap();
+        events.insert(
+            u64::try_from(rev).unwrap(),
+            serde_json::from_str::<Value>(&body).unwrap(),
+        );
+    }
+    for (rev, e) in &seen.events {
+        assert_eq!(events.get(rev), Some(e), "event {rev} a reader saw");
+    }
+    let mut held = BTreeSet::new();
+    let mut q = db.prepare("SELECT id FROM claims").unwrap();
+    for id in q.query_map([], |r| r.get::<_, i64>(0)).unwrap() {
+        held.insert(u64::try_from(id.unwrap()).unwrap());
+    }
+    for id in &seen.claims {
+        let target = format!("claim {id}");
+        let gone = events
+            .values()
+            .any(|e| e["target"] == target.as_str() && e["action"] == "release");
+        assert!(
+            held.contains(id) || gone,
+            "claim {id} a reader saw vanished without a release"
+        );
+    }
 }
 
 fn place_of(claim: &Value) -> Place {
@@ -184,6 +278,7 @@ fn check(snap: &Value, model: &mut Model) {
 async fn acknowledged_state_survives_kill_9() {
     let dir = tempfile::tempdir().unwrap();
     let model = Arc::new(Mutex::new(Model::default()));
+    let seen = Arc::new(Mutex::new(Seen::default()));
     let mut rng = rand::rngs::StdRng::seed_from_u64(42);
     let mut acknowledged = 0;
     for round in 0..KILLS {
@@ -210,11 +305,15 @@ async fn acknowledged_state_survives_kill_9() {
                 ))
             })
             .collect();
+        let readers: Vec<_> = (0..READERS)
+            .map(|_| tokio::spawn(reader(server.url.clone(), token.clone(), Arc::clone(&seen))))
+            .collect();
         tokio::time::sleep(Duration::from_millis(rng.random_range(30..250))).await;
         server.kill9();
-        for t in tasks {
+        for t in tasks.into_iter().chain(readers) {
             t.await.unwrap();
         }
+        check_seen_is_durable(dir.path(), &seen.lock().unwrap());
         let m = model.lock().unwrap();
         acknowledged = m.live.len() + m.released.len();
     }
@@ -232,5 +331,11 @@ async fn acknowledged_state_survives_kill_9() {
     assert!(
         acknowledged > 100,
         "the clients got work done: {acknowledged}"
+    );
+    let seen = seen.lock().unwrap();
+    assert!(
+        seen.revision > 100 && !seen.claims.is_empty(),
+        "the readers saw the work: revision {}",
+        seen.revision
     );
 }

@@ -1,6 +1,11 @@
 //! `gpuboard run`: claim GPU memory, run a command with its devices in
 //! `CUDA_VISIBLE_DEVICES` (and the memory limit in its environment), renew the lease while
 //! it runs, forward signals to it, and release the claim when it exits.
+//!
+//! The command never outlives `run`: it gets its own process group (signals go to the
+//! whole group, and what is left of the group when the command exits is ended) and a
+//! parent-death signal, so a `kill -9` of `run` kills it too. Its processes carry
+//! `GPUBOARD_RUN_PID`, by which a local endpoint keeps the claim while any of them runs.
 
 use std::time::Duration;
 
@@ -136,7 +141,12 @@ pub(super) async fn run_command(a: RunArgs) -> anyhow::Result<u8> {
             mps_limit(claim.shares.len(), limit),
         )
         .env("GPUBOARD_CLAIM_ID", claim.id.to_string())
-        .env("GPUBOARD_ENDPOINT", c.endpoint());
+        .env("GPUBOARD_ENDPOINT", c.endpoint())
+        .env(
+            crate::endpoint::engine::RUN_PID_ENV,
+            std::process::id().to_string(),
+        )
+        .process_group(0);
     if members.many() {
         eprintln!(
             "gpuboard run: claim {} on endpoint {}, node {}",
@@ -145,8 +155,29 @@ pub(super) async fn run_command(a: RunArgs) -> anyhow::Result<u8> {
             claim.node.as_deref().unwrap_or("?")
         );
     }
+    let parent = libc::pid_t::try_from(std::process::id()).unwrap_or(0);
+    // SAFETY: between fork and exec, only async-signal-safe calls (prctl, getppid, kill).
+    unsafe {
+        child.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // `run` may have died before the signal was armed.
+            if libc::getppid() != parent {
+                libc::kill(libc::getpid(), libc::SIGKILL);
+            }
+            Ok(())
+        });
+    }
     let status = match child.spawn() {
-        Ok(mut child) => supervise(c, claim.id, ttl, &mut child).await,
+        Ok(mut child) => {
+            let group = child.id().and_then(|p| libc::pid_t::try_from(p).ok());
+            let status = supervise(c, claim.id, ttl, &mut child, group).await;
+            if let Some(group) = group {
+                end_group(group).await;
+            }
+            status
+        }
         Err(e) => Err(anyhow::anyhow!("cannot start `{}`: {e}", a.cmd[0])),
     };
     release_with_retry(c, claim.id).await;
@@ -160,6 +191,7 @@ async fn supervise(
     id: ClaimId,
     ttl: u64,
     child: &mut tokio::process::Child,
+    group: Option<libc::pid_t>,
 ) -> anyhow::Result<std::process::ExitStatus> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut renew = tokio::time::interval(Duration::from_secs((ttl / 3).max(1)));
@@ -180,13 +212,35 @@ async fn supervise(
             _ = int.recv() => libc::SIGINT,
             _ = hup.recv() => libc::SIGHUP,
         };
-        if let Some(pid) = child.id().and_then(|p| libc::pid_t::try_from(p).ok()) {
-            // SAFETY: sending a signal to our own child process.
+        if let Some(group) = group {
+            // SAFETY: signalling the process group of our own child.
             unsafe {
-                libc::kill(pid, sig);
+                libc::kill(-group, sig);
             }
         }
     }
+}
+
+/// How long what is left of the command's group gets after SIGTERM, before SIGKILL.
+const GROUP_GRACE: Duration = Duration::from_secs(2);
+
+/// Ends what the command left running in its process group (background children), so
+/// that nothing keeps using the devices after the claim is released: SIGTERM, then
+/// SIGKILL after `GROUP_GRACE`.
+async fn end_group(group: libc::pid_t) {
+    // SAFETY: signal 0 and signals to the process group of our own child.
+    let signal = |sig| unsafe { libc::kill(-group, sig) == 0 };
+    if !signal(libc::SIGTERM) {
+        return;
+    }
+    let until = tokio::time::Instant::now() + GROUP_GRACE;
+    while tokio::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if !signal(0) {
+            return;
+        }
+    }
+    signal(libc::SIGKILL);
 }
 
 async fn release_with_retry(c: &Client, id: ClaimId) {

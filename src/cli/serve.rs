@@ -74,6 +74,8 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        // A failing stderr (`2>/dev/full`) loses log lines, never the thread that logs.
+        .log_internal_errors(false)
         .try_init();
     let headroom = match &a.memory_headroom {
         Some(text) => {
@@ -90,6 +92,10 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let nodes = nodes_to_serve(&a, &first, &host, headroom)?;
     let dir = a.data_dir.clone().unwrap_or_else(default_data_dir);
     let config = engine_config(&a);
+    let (mut lock, private) = crate::endpoint::datadir::DataDirLock::acquire(&dir, "")?;
+    for w in &private {
+        warn(w);
+    }
     let tokens = Tokens::load_or_create(&dir)?;
     let (engine, warnings) = Engine::open(
         config,
@@ -100,24 +106,24 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         Arc::new(LocalProcesses),
     )
     .with_context(|| format!("cannot open the state in {}", dir.display()))?;
-    for w in warnings {
-        eprintln!("gpuboard serve: warning: {w}");
+    for w in &warnings {
+        warn(w);
     }
     let live = crate::endpoint::live::LiveConfig {
         coordination_file: Some(a.coordination_file.clone()),
         ..crate::endpoint::live::LiveConfig::local(&host)
     };
     engine.attach_telemetry(core, Some(first), Arc::new(crate::clock::SystemClock), live)?;
-    if !a.listen.ip().is_loopback() {
-        eprintln!(
-            "gpuboard serve: warning: listening on {} (not loopback) over plain HTTP; tokens travel unencrypted",
-            a.listen
-        );
-    }
     let listener = tokio::net::TcpListener::bind(a.listen)
         .await
         .with_context(|| format!("cannot listen on {}", a.listen))?;
     let addr = listener.local_addr()?;
+    if !addr.ip().is_loopback() {
+        warn(&format!(
+            "listening on {addr} (not loopback) over plain HTTP; tokens travel unencrypted"
+        ));
+    }
+    lock.set_address(&format!("http://{addr}"))?;
     let ticker = engine.spawn_ticker();
     {
         let mut out = std::io::stdout().lock();
@@ -133,7 +139,13 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let state = ApiState::new(engine, tokens, a.open_reads);
     api::serve(listener, state, shutdown_signal()).await?;
     ticker.abort();
+    drop(lock);
     Ok(())
+}
+
+/// A warning on stderr; one that cannot be written is dropped.
+fn warn(w: &str) {
+    let _ = writeln!(std::io::stderr(), "gpuboard serve: warning: {w}");
 }
 
 /// The nodes to serve: the inventory file's, else this host's GPUs as NVML's first round

@@ -5,33 +5,29 @@
 //! Requests are authenticated before their body is read; bodies are size-limited.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
-use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
 use serde_json::{Map, Value};
 use tokio::sync::watch;
 use tower_http::compression::CompressionLayer;
 
 use crate::endpoint::auth::{Role, Tokens};
+use crate::endpoint::body::body_json;
 use crate::endpoint::engine::{Engine, EngineError, MAX_SHARE};
 use crate::endpoint::versions::SnapshotVersions;
 use crate::ids::ClaimId;
 use crate::placement::{FleetError, MoveError, MoveTarget, NoFit};
 use crate::request::{ClaimRequest, MAX_DEVICES, MAX_SECONDS, RequestError, Rule};
 use crate::scheduler::{RenewError, Submitted, claim_view};
-use crate::snapshot::ClaimState;
 use crate::wire::{self, Cordoned, ErrorBody, ProjectReset, Released, ShareSet, paths};
 
 /// The default port of `gpuboard serve` (and of the CLI's default endpoint).
@@ -46,7 +42,7 @@ pub struct ApiState {
     pub(crate) engine: Engine,
     tokens: Arc<Tokens>,
     open_reads: bool,
-    responses: Family<Vec<(String, String)>, Counter>,
+    pub(crate) responses: Family<Vec<(String, String)>, Counter>,
     /// The snapshot versions every reader shares.
     pub(crate) versions: Arc<SnapshotVersions>,
     /// How long a delta watch stays silent before a heartbeat.
@@ -96,6 +92,14 @@ impl ApiError {
 
     pub(crate) fn new(status: StatusCode, error: &str, detail: impl Into<String>) -> ApiError {
         ApiError::with(status, ErrorBody::new(error, detail))
+    }
+
+    /// The same, closing the connection after the answer (its body was not read to its end).
+    pub(crate) fn closing(status: StatusCode, error: &str, detail: impl Into<String>) -> ApiError {
+        ApiError {
+            close: true,
+            ..ApiError::new(status, error, detail)
+        }
     }
 
     fn invalid(rule: Rule, field: Option<&str>, detail: impl Into<String>) -> ApiError {
@@ -177,10 +181,10 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/devices/{node}/{index}/uncordon", post(uncordon))
         .route("/v1/projects/{name}", put(set_share))
         .route("/v1/projects/{name}/reset", post(reset_project))
-        .route(paths::METRICS, get(metrics))
+        .route(paths::METRICS, get(super::metrics::metrics))
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
     Router::new()
-        .route(paths::HEALTHZ, get(|| async { "ok\n" }))
+        .route(paths::HEALTHZ, get(healthz))
         .merge(guarded)
         .fallback(|| async {
             ApiError::not_found("no such route; the API is under /v1 (see README, API section)")
@@ -222,6 +226,21 @@ pub async fn serve(
                 Err(_) => Ok(()),
             }
         }
+    }
+}
+
+/// `ok` while the endpoint accepts changes; 503 with the reason once a commit has failed.
+async fn healthz(State(st): State<ApiState>) -> Response {
+    match st.engine.failure() {
+        None => "ok\n".into_response(),
+        Some(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "failed: writing state failed ({reason}); the endpoint refuses changes until it \
+                 is restarted\n"
+            ),
+        )
+            .into_response(),
     }
 }
 
@@ -269,48 +288,6 @@ async fn authorize(State(st): State<ApiState>, req: Request, next: Next) -> Resp
         .into_response(),
         Some(_) => next.run(req).await,
     }
-}
-
-/// The body, at most `MAX_BODY` bytes, read within `BODY_TIMEOUT` (a client that trickles
-/// its body does not hold a request open for ever).
-async fn body_bytes(body: Body) -> Result<Bytes, ApiError> {
-    let read = tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY));
-    let Ok(read) = read.await else {
-        let mut e = ApiError::new(
-            StatusCode::REQUEST_TIMEOUT,
-            "body_timeout",
-            format!(
-                "the request body did not arrive within {} s",
-                BODY_TIMEOUT.as_secs()
-            ),
-        );
-        e.close = true;
-        return Err(e);
-    };
-    read.map_err(|_| {
-        let mut e = ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body_too_large",
-            format!("the request body is larger than {MAX_BODY} bytes (or could not be read)"),
-        );
-        e.close = true;
-        e
-    })
-}
-
-/// The body as JSON; an empty body is `{}` where `empty_ok`.
-async fn body_json(body: Body, empty_ok: bool) -> Result<Value, ApiError> {
-    let bytes = body_bytes(body).await?;
-    if empty_ok && bytes.iter().all(u8::is_ascii_whitespace) {
-        return Ok(Value::Object(Map::new()));
-    }
-    serde_json::from_slice(&bytes).map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "malformed_json",
-            format!("the request body is not valid JSON: {e}"),
-        )
-    })
 }
 
 /// The body's fields, when it is an object of only `allowed` fields.
@@ -375,7 +352,7 @@ async fn snapshot(State(st): State<ApiState>, headers: HeaderMap) -> ApiResult {
         .into_response())
 }
 
-fn serialize_failed(e: impl std::fmt::Display) -> ApiError {
+pub(crate) fn serialize_failed(e: impl std::fmt::Display) -> ApiError {
     ApiError::new(
         StatusCode::INTERNAL_SERVER_ERROR,
         "snapshot_failed",
@@ -585,194 +562,4 @@ async fn reset_project(State(st): State<ApiState>, Path(name): Path<String>) -> 
             reset: true,
         },
     ))
-}
-
-type Labels = Vec<(String, String)>;
-
-async fn metrics(State(st): State<ApiState>) -> ApiResult {
-    let built = st.versions.current().await.map_err(serialize_failed)?;
-    let snap = &built.snapshot;
-    let mut reg = Registry::with_prefix("gpuboard");
-    let gauge = |reg: &mut Registry, name: &str, help: &str| {
-        let f = Family::<Labels, Gauge>::default();
-        reg.register(name, help, f.clone());
-        f
-    };
-    let mem_cap = gauge(
-        &mut reg,
-        "device_memory_capacity_bytes",
-        "Schedulable memory M",
-    );
-    let mem_alloc = gauge(
-        &mut reg,
-        "device_memory_allocated_bytes",
-        "Memory reserved by claims",
-    );
-    let mem_used = gauge(
-        &mut reg,
-        "device_memory_used_bytes",
-        "Memory in use (telemetry)",
-    );
-    let mem_unclaimed = gauge(
-        &mut reg,
-        "device_memory_unclaimed_bytes",
-        "Memory used by processes of no claim (telemetry)",
-    );
-    let compute = gauge(
-        &mut reg,
-        "device_compute_allocated_units",
-        "Compute reserved, 10000 units per device",
-    );
-    let slots = gauge(
-        &mut reg,
-        "device_slots_allocated",
-        "Sharing slots taken, of 100",
-    );
-    let cordoned = gauge(
-        &mut reg,
-        "device_cordoned",
-        "1 when the device takes no new claims",
-    );
-    for (n, d) in snap.devices() {
-        let l = vec![
-            ("node".to_string(), n.name.clone()),
-            ("index".to_string(), d.index.to_string()),
-            ("model".to_string(), d.model.clone()),
-        ];
-        let set = |f: &Family<Labels, Gauge>, v: u64| {
-            f.get_or_create(&l)
-                .set(i64::try_from(v).unwrap_or(i64::MAX));
-        };
-        if let Some(c) = d.memory_capacity {
-            set(&mem_cap, c.0);
-        }
-        set(&mem_alloc, d.memory_allocated.0);
-        if let Some(u) = d.telemetry.as_ref().and_then(|t| t.memory_used) {
-            set(&mem_used, u.0);
-        }
-        if let Some(u) = d.unclaimed_memory {
-            set(&mem_unclaimed, u.0);
-        }
-        set(&compute, u64::from(d.compute_allocated.0));
-        set(&slots, u64::from(d.slots_allocated.0));
-        set(&cordoned, u64::from(d.cordoned));
-    }
-    let claims = gauge(&mut reg, "claims", "Claims by state");
-    for state in [ClaimState::Placed, ClaimState::Pending] {
-        let n = snap.claims.iter().filter(|c| c.state == state).count();
-        let name = serde_json::to_value(state)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default();
-        claims
-            .get_or_create(&vec![("state".to_string(), name)])
-            .set(i64::try_from(n).unwrap_or(i64::MAX));
-    }
-    let debt = Family::<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
-    reg.register(
-        "project_debt",
-        "Long-term debt per project and resource, instance-seconds",
-        debt.clone(),
-    );
-    let backoff = gauge(
-        &mut reg,
-        "project_backed_off",
-        "1 while the project is backed off for the resource",
-    );
-    let float = |reg: &mut Registry, name: &str, help: &str| {
-        let f = Family::<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
-        reg.register(name, help, f.clone());
-        f
-    };
-    let backoff_left = float(
-        &mut reg,
-        "project_backoff_remaining_seconds",
-        "Seconds until the project's backoff for the resource ends (0 when not backed off)",
-    );
-    let eligible = gauge(
-        &mut reg,
-        "project_eligible",
-        "1 while the project has work the resource could run (it accrues debt)",
-    );
-    let pending = gauge(
-        &mut reg,
-        "project_claims_pending",
-        "Pending claims per project",
-    );
-    let idle = float(
-        &mut reg,
-        "resource_idle_instances",
-        "Idle instances per resource type",
-    );
-    let shortfall = float(
-        &mut reg,
-        "resource_shortfall_seconds",
-        "Shortfall over the buffer horizon per resource type, instance-seconds",
-    );
-    for p in &snap.projects {
-        for r in &p.resources {
-            let l = vec![
-                ("project".to_string(), p.name.clone()),
-                ("resource".to_string(), r.resource.clone()),
-            ];
-            debt.get_or_create(&l).set(r.debt);
-            backoff
-                .get_or_create(&l)
-                .set(i64::from(r.backoff_until.is_some()));
-            let left_ms = r
-                .backoff_until
-                .map_or(0, |until| until.0.saturating_sub(snap.taken_at.0));
-            backoff_left.get_or_create(&l).set(left_ms as f64 / 1000.0);
-            eligible.get_or_create(&l).set(i64::from(r.eligible));
-        }
-        pending
-            .get_or_create(&vec![("project".to_string(), p.name.clone())])
-            .set(i64::from(p.pending));
-    }
-    for r in &snap.resources {
-        let l = vec![("resource".to_string(), r.name.clone())];
-        idle.get_or_create(&l).set(r.idle);
-        shortfall.get_or_create(&l).set(r.shortfall);
-    }
-    let revision = Gauge::<i64>::default();
-    revision.set(i64::try_from(snap.revision).unwrap_or(i64::MAX));
-    reg.register("revision", "Revision of the endpoint's state", revision);
-    let stats = st.engine.store_stats();
-    let counter = |reg: &mut Registry, name: &str, help: &str, v: u64| {
-        let c = Counter::<u64>::default();
-        c.inc_by(v);
-        reg.register(name, help, c);
-    };
-    counter(
-        &mut reg,
-        "store_commits",
-        "Transactions committed (fsyncs)",
-        stats.commits.load(Ordering::Relaxed),
-    );
-    counter(
-        &mut reg,
-        "store_batches",
-        "Requests those commits carried",
-        stats.batches.load(Ordering::Relaxed),
-    );
-    counter(
-        &mut reg,
-        "store_changes",
-        "State changes written",
-        stats.changes.load(Ordering::Relaxed),
-    );
-    reg.register(
-        "http_responses",
-        "HTTP responses by status code",
-        st.responses.clone(),
-    );
-    let mut text = String::new();
-    encode(&mut text, &reg)
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "metrics", e.to_string()))?;
-    let mut headers = HeaderMap::new();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
-    );
-    Ok((headers, text).into_response())
 }

@@ -31,32 +31,61 @@ pub trait OwnerCheck: Send + Sync {
     fn alive(&self, pid: u32) -> bool;
 }
 
+/// The variable `gpuboard run` sets in its command's environment to its own pid: the
+/// command's processes (children included) own the claim `run` made as long as they run.
+pub const RUN_PID_ENV: &str = "GPUBOARD_RUN_PID";
+
 /// Processes on this host, seen through `kill(pid, 0)` and `/proc` (a zombie counts as gone).
+/// A pid is alive while it runs, or while any process whose environment names it in
+/// `GPUBOARD_RUN_PID` runs (what `gpuboard run` started, even once `run` itself is gone).
+/// Processes of other users whose environment cannot be read are not seen.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct LocalProcesses;
 
 impl OwnerCheck for LocalProcesses {
     fn alive(&self, pid: u32) -> bool {
-        let Ok(raw) = libc::pid_t::try_from(pid) else {
-            return false;
-        };
-        if raw <= 0 {
-            return false;
-        }
-        // SAFETY: signal 0 only checks that the process exists and may be signalled.
-        let rc = unsafe { libc::kill(raw, 0) };
-        let exists = rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
-        if !exists {
-            return false;
-        }
-        // An exited child that was not reaped yet still answers kill(); it runs no more.
-        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            Ok(stat) => stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().next())
-                .is_none_or(|state| state != "Z" && state != "X"),
-            Err(_) => true,
-        }
+        runs(pid) || started_by(pid)
+    }
+}
+
+/// Whether a process whose environment has `GPUBOARD_RUN_PID=pid` still runs.
+fn started_by(pid: u32) -> bool {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    let marker = format!("{RUN_PID_ENV}={pid}");
+    procs
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| *p != pid)
+        .any(|p| {
+            std::fs::read(format!("/proc/{p}/environ"))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|var| var == marker.as_bytes()))
+                && runs(p)
+        })
+}
+
+/// Whether `pid` exists and is not a zombie.
+fn runs(pid: u32) -> bool {
+    let Ok(raw) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    if raw <= 0 {
+        return false;
+    }
+    // SAFETY: signal 0 only checks that the process exists and may be signalled.
+    let rc = unsafe { libc::kill(raw, 0) };
+    let exists = rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    if !exists {
+        return false;
+    }
+    // An exited child that was not reaped yet still answers kill(); it runs no more.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_none_or(|state| state != "Z" && state != "X"),
+        Err(_) => true,
     }
 }
 
@@ -100,6 +129,11 @@ impl Default for EngineConfig {
 
 struct Inner {
     sched: Mutex<Scheduler>,
+    /// What the scheduler was built from, to rebuild it from disk after a failed commit.
+    config: SchedulerConfig,
+    nodes: Vec<NodeSpec>,
+    /// Set once, by the first failed commit: no change applies after it.
+    frozen: OnceLock<String>,
     store: Store,
     clock: Arc<dyn Clock>,
     owners: Arc<dyn OwnerCheck>,
@@ -169,6 +203,14 @@ impl std::fmt::Debug for Engine {
     }
 }
 
+/// The reason a failed store gives, without the advice to restart (said where it is shown).
+fn failure_reason(e: StoreError) -> String {
+    match e {
+        StoreError::Commit(reason) => reason,
+        other => other.to_string(),
+    }
+}
+
 /// Waits for a batch handed to the store.
 async fn durable(rx: oneshot::Receiver<Result<(), StoreError>>) -> Result<(), EngineError> {
     rx.await.map_err(|_| StoreError::WriterGone)??;
@@ -209,11 +251,15 @@ impl Engine {
         clock: Arc<dyn Clock>,
         owners: Arc<dyn OwnerCheck>,
     ) -> anyhow::Result<(Engine, Vec<String>)> {
-        let (sched, warnings) = Scheduler::restore(config.scheduler, nodes, persisted)?;
+        let (sched, warnings) =
+            Scheduler::restore(config.scheduler.clone(), nodes.clone(), persisted)?;
         let committed = store.committed();
         let engine = Engine {
             inner: Arc::new(Inner {
                 sched: Mutex::new(sched),
+                config: config.scheduler,
+                nodes,
+                frozen: OnceLock::new(),
                 store,
                 clock,
                 owners,
@@ -241,6 +287,8 @@ impl Engine {
     /// Runs `f` on the scheduler under the lock, hands its journal to the store, and waits
     /// (without the lock) until that is durable. With nothing to write it still waits for
     /// earlier writes, so an answer never rests on state that is not yet durable.
+    ///
+    /// Once a commit has failed nothing runs: the answer is that failure.
     async fn mutate<T>(
         &self,
         f: impl FnOnce(&mut Scheduler, Timestamp) -> T,
@@ -248,12 +296,50 @@ impl Engine {
         let now = self.now();
         let (out, pending) = {
             let mut s = self.lock();
+            if let Some(reason) = self.inner.frozen.get() {
+                return Err(StoreError::Commit(reason.clone()).into());
+            }
             let out = f(&mut s, now);
             let changes = s.take_changes();
             (out, self.inner.store.write(changes))
         };
-        durable(pending).await?;
+        if let Err(e) = durable(pending).await {
+            self.freeze();
+            return Err(e);
+        }
         Ok(out)
+    }
+
+    /// After a failed commit: puts the scheduler back to what the database holds (the
+    /// writer read it back before answering anyone) and refuses every later change. Runs
+    /// its work once; later calls find it done.
+    fn freeze(&self) {
+        let mut s = self.lock();
+        if self.inner.frozen.get().is_some() {
+            return;
+        }
+        let reason = self.inner.store.failure().map_or_else(
+            || "the state writer has stopped".to_string(),
+            failure_reason,
+        );
+        match self.inner.store.take_recovered() {
+            Some(Ok(persisted)) => match Scheduler::restore(
+                self.inner.config.clone(),
+                self.inner.nodes.clone(),
+                persisted,
+            ) {
+                Ok((restored, _)) => *s = restored,
+                Err(e) => tracing::error!("cannot return to the durable state: {e}"),
+            },
+            Some(Err(e)) => tracing::error!("cannot read back the durable state: {e}"),
+            None => {}
+        }
+        let _ = self.inner.frozen.set(reason);
+    }
+
+    /// Why the endpoint stopped accepting changes, once a commit has failed.
+    pub fn failure(&self) -> Option<&str> {
+        self.inner.frozen.get().map(String::as_str)
     }
 
     /// Places, queues or refuses a claim. `Refused` changed nothing.
@@ -391,7 +477,32 @@ impl Engine {
         })
     }
 
-    /// The whole state now, with the latest telemetry round joined in when attached.
+    /// The whole durable state: taken in memory, answered only once everything it shows
+    /// is on disk, so no client sees a claim or revision a crash could take back. After a
+    /// failed commit it is the state read back from disk.
+    pub async fn durable_snapshot(&self) -> Snapshot {
+        let now = self.now();
+        let (mut snap, barrier) = {
+            let s = self.lock();
+            let snap = s.snapshot(now);
+            // The barrier is queued behind every batch the snapshot includes.
+            let settled = self.inner.frozen.get().is_some() || self.inner.store.all_durable();
+            (snap, (!settled).then(|| self.inner.store.write(Vec::new())))
+        };
+        if let Some(barrier) = barrier
+            && durable(barrier).await.is_err()
+        {
+            self.freeze();
+            snap = self.lock().snapshot(now);
+        }
+        if let Some(feed) = self.inner.live.get() {
+            feed.merge_into(&mut snap);
+        }
+        snap
+    }
+
+    /// The whole state in memory now, with the latest telemetry round joined in when
+    /// attached; it may include changes still being committed (in-process readers).
     pub fn snapshot(&self) -> Snapshot {
         let now = self.now();
         let mut snap = self.lock().snapshot(now);
@@ -579,6 +690,54 @@ mod tests {
             Err(EngineError::Invalid(_))
         ));
         assert_eq!(engine.snapshot().revision, 2, "refusals change nothing");
+    }
+
+    #[tokio::test]
+    async fn a_restored_waiting_claim_says_why_before_the_first_tick() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = || {
+            Engine::open(
+                EngineConfig::default(),
+                nodes(),
+                dir.path(),
+                SyncMode::Normal,
+                Arc::new(ManualClock::new(Timestamp(1_000))),
+                Arc::new(LocalProcesses),
+            )
+            .unwrap()
+            .0
+        };
+        let engine = open();
+        engine
+            .submit(req(json!({"num_gpus": 2})), "op")
+            .await
+            .unwrap();
+        let waiting = engine
+            .submit(req(json!({"num_gpus": 1, "wait": true})), "op")
+            .await
+            .unwrap();
+        let Submitted::Pending(waiting) = waiting else {
+            panic!("both devices are taken: {waiting:?}")
+        };
+        drop(engine);
+        // Stored without reasons, as a claim is that queued behind others while it still
+        // fitted (reasons found later live only in memory).
+        let db =
+            rusqlite::Connection::open(dir.path().join(crate::endpoint::store::DB_FILE)).unwrap();
+        db.execute(
+            "UPDATE claims SET body = json_set(body, '$.pending', json('null')) WHERE id = ?1",
+            [i64::try_from(waiting.id.0).unwrap()],
+        )
+        .unwrap();
+        drop(db);
+        let snap = open().durable_snapshot().await;
+        let view = snap.claim(waiting.id).unwrap();
+        assert!(!view.pending_reasons.is_empty());
+        assert!(
+            view.pending_reasons.iter().all(|r| !r.contains("fits now")),
+            "{:?}",
+            view.pending_reasons
+        );
     }
 
     #[test]

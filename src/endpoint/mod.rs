@@ -5,8 +5,11 @@
 
 pub mod api;
 pub mod auth;
+mod body;
+pub mod datadir;
 pub mod engine;
 pub mod live;
+mod metrics;
 pub mod store;
 pub mod versions;
 mod watch;

@@ -9,9 +9,9 @@
 //! so the database always holds a prefix of the scheduler's history.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use rusqlite::{Connection, OptionalExtension, params};
@@ -109,12 +109,27 @@ pub struct StoreStats {
     pub changes: AtomicU64,
 }
 
+/// What the writer tells its handle besides the replies: how far it got, and what it read
+/// back from the database after a failed commit.
+#[derive(Debug, Default)]
+struct Progress {
+    /// Non-empty batches handed over (counted under the caller's ordering).
+    handed: AtomicU64,
+    /// Non-empty batches made durable.
+    durable: AtomicU64,
+    /// After a failed commit: the state the database holds (the last durable one).
+    recovered: Mutex<Option<Result<Persisted, StoreError>>>,
+    /// The first commit failure; the store writes nothing after it.
+    failure: Mutex<Option<StoreError>>,
+}
+
 /// The durable store: a handle to the writer thread.
 pub struct Store {
     tx: Option<mpsc::Sender<Batch>>,
     writer: Option<JoinHandle<()>>,
     committed: watch::Receiver<u64>,
     stats: Arc<StoreStats>,
+    progress: Arc<Progress>,
     path: String,
 }
 
@@ -155,10 +170,25 @@ impl Store {
         let (tx, rx) = mpsc::channel::<Batch>();
         let (committed_tx, committed) = watch::channel(persisted.revision);
         let stats = Arc::new(StoreStats::default());
-        let writer_stats = Arc::clone(&stats);
+        let progress = Arc::new(Progress::default());
+        let writer = {
+            let stats = Arc::clone(&stats);
+            let progress = Arc::clone(&progress);
+            let path = path.clone();
+            move || {
+                let mut w = Writer {
+                    conn,
+                    committed: committed_tx,
+                    stats,
+                    progress,
+                    path,
+                };
+                w.run(&rx);
+            }
+        };
         let writer = std::thread::Builder::new()
             .name("gpuboard-store".to_string())
-            .spawn(move || write_loop(conn, &rx, &committed_tx, &writer_stats))
+            .spawn(writer)
             .map_err(|e| StoreError::Open {
                 path: path.clone(),
                 detail: format!("cannot start the writer thread: {e}"),
@@ -169,6 +199,7 @@ impl Store {
                 writer: Some(writer),
                 committed,
                 stats,
+                progress,
                 path,
             },
             persisted,
@@ -177,8 +208,13 @@ impl Store {
 
     /// Hands a batch to the writer; the receiver answers once it is durable. An empty batch
     /// is a barrier: it answers once everything handed over before it is durable.
+    ///
+    /// Callers that need `all_durable` to be exact hand batches over under one lock.
     pub fn write(&self, changes: Vec<Change>) -> oneshot::Receiver<Result<(), StoreError>> {
         let (reply, rx) = oneshot::channel();
+        if !changes.is_empty() {
+            self.progress.handed.fetch_add(1, Ordering::SeqCst);
+        }
         let batch = Batch { changes, reply };
         match &self.tx {
             Some(tx) => {
@@ -196,6 +232,30 @@ impl Store {
     /// The highest revision known durable, as it changes.
     pub fn committed(&self) -> watch::Receiver<u64> {
         self.committed.clone()
+    }
+
+    /// Whether every batch handed over so far is durable (no commit is outstanding).
+    pub fn all_durable(&self) -> bool {
+        self.progress.durable.load(Ordering::SeqCst) == self.progress.handed.load(Ordering::SeqCst)
+    }
+
+    /// The commit failure that stopped the store, if one did.
+    pub fn failure(&self) -> Option<StoreError> {
+        self.progress
+            .failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// After a failed commit: the state the database still holds, read back once by the
+    /// writer before it answered the failed batches (taken by the first caller).
+    pub fn take_recovered(&self) -> Option<Result<Persisted, StoreError>> {
+        self.progress
+            .recovered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
     }
 
     /// Commit counters.
@@ -343,56 +403,89 @@ fn load(conn: &mut Connection, path: &str) -> Result<Persisted, StoreError> {
     Ok(p)
 }
 
-fn write_loop(
-    mut conn: Connection,
-    rx: &mpsc::Receiver<Batch>,
-    committed: &watch::Sender<u64>,
-    stats: &StoreStats,
-) {
-    let mut failed: Option<StoreError> = None;
-    while let Ok(first) = rx.recv() {
-        let mut group = vec![first];
-        while group.len() < MAX_GROUP {
-            match rx.try_recv() {
-                Ok(b) => group.push(b),
-                Err(_) => break,
-            }
-        }
-        let result = match &failed {
-            Some(e) => Err(e.clone()),
-            None if group.iter().all(|b| b.changes.is_empty()) => Ok(None),
-            None => commit(&mut conn, &group),
-        };
-        match result {
-            Ok(revision) => {
-                stats
-                    .commits
-                    .fetch_add(u64::from(revision.is_some()), Ordering::Relaxed);
-                stats
-                    .batches
-                    .fetch_add(group.len() as u64, Ordering::Relaxed);
-                if let Some(rev) = revision {
-                    committed.send_if_modified(|r| {
-                        let newer = rev > *r;
-                        *r = (*r).max(rev);
-                        newer
-                    });
-                }
-                for b in group {
-                    stats
-                        .changes
-                        .fetch_add(b.changes.len() as u64, Ordering::Relaxed);
-                    let _ = b.reply.send(Ok(()));
+/// The writer thread's state.
+struct Writer {
+    conn: Connection,
+    committed: watch::Sender<u64>,
+    stats: Arc<StoreStats>,
+    progress: Arc<Progress>,
+    path: String,
+}
+
+impl Writer {
+    fn run(&mut self, rx: &mpsc::Receiver<Batch>) {
+        let mut failed: Option<StoreError> = None;
+        while let Ok(first) = rx.recv() {
+            let mut group = vec![first];
+            while group.len() < MAX_GROUP {
+                match rx.try_recv() {
+                    Ok(b) => group.push(b),
+                    Err(_) => break,
                 }
             }
-            Err(e) => {
-                tracing::error!("state commit failed: {e}");
-                failed = Some(e.clone());
-                for b in group {
-                    let _ = b.reply.send(Err(e.clone()));
+            let result = match &failed {
+                Some(e) => Err(e.clone()),
+                None if group.iter().all(|b| b.changes.is_empty()) => Ok(None),
+                None => commit(&mut self.conn, &group),
+            };
+            match result {
+                Ok(revision) => self.committed_group(group, revision),
+                Err(e) => {
+                    if failed.is_none() {
+                        self.stop(&e);
+                        failed = Some(e.clone());
+                    }
+                    for b in group {
+                        let _ = b.reply.send(Err(e.clone()));
+                    }
                 }
             }
         }
+    }
+
+    fn committed_group(&self, group: Vec<Batch>, revision: Option<u64>) {
+        let stats = &self.stats;
+        stats
+            .commits
+            .fetch_add(u64::from(revision.is_some()), Ordering::Relaxed);
+        stats
+            .batches
+            .fetch_add(group.len() as u64, Ordering::Relaxed);
+        let written = group.iter().filter(|b| !b.changes.is_empty()).count() as u64;
+        // Counted durable before the revision is published and the waiters answered.
+        self.progress.durable.fetch_add(written, Ordering::SeqCst);
+        if let Some(rev) = revision {
+            tracing::debug!(revision = rev, batches = group.len(), "state committed");
+            self.committed.send_if_modified(|r| {
+                let newer = rev > *r;
+                *r = (*r).max(rev);
+                newer
+            });
+        }
+        for b in group {
+            stats
+                .changes
+                .fetch_add(b.changes.len() as u64, Ordering::Relaxed);
+            let _ = b.reply.send(Ok(()));
+        }
+    }
+
+    /// The first failure: reads back what the database holds (the failed transaction was
+    /// rolled back) so the engine can return to it, and records why, before any waiter
+    /// hears of the failure.
+    fn stop(&mut self, e: &StoreError) {
+        let recovered = load(&mut self.conn, &self.path);
+        *self
+            .progress
+            .recovered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(recovered);
+        *self
+            .progress
+            .failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(e.clone());
+        tracing::error!("state commit failed: {e}");
     }
 }
 

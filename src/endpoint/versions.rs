@@ -106,16 +106,22 @@ impl SnapshotVersions {
         let key = self.engine.state_key();
         let mut cache = self.cache.lock().await;
         if let (Some(cached), Some(current)) = (cache.key, &cache.current) {
-            let telemetry_only = cached.revision == key.revision;
+            // The cached state may be ahead of the published revision (it waited for its
+            // own commit); it is current until a newer revision is published.
+            let revision_current = cached.revision >= key.revision;
             let too_soon = cache
                 .built
                 .is_some_and(|(at, cost)| at.elapsed() < telemetry_spacing(cost));
-            if cached == key || (telemetry_only && too_soon) {
+            if revision_current && (cached.telemetry == key.telemetry || too_soon) {
                 return Ok(Arc::clone(current));
             }
         }
         let started = std::time::Instant::now();
-        let snapshot = self.engine.snapshot();
+        let snapshot = self.engine.durable_snapshot().await;
+        let key = StateKey {
+            revision: snapshot.revision,
+            ..key
+        };
         let json = Bytes::from(serde_json::to_vec(&snapshot)?);
         let version = SnapshotVersion {
             epoch: self.epoch,

@@ -100,6 +100,10 @@ impl Scheduler {
             s.claims.insert(claim.id, claim);
         }
         s.restore_ledger(persisted.ledger, &mut warnings);
+        // Stored reasons may predate the last placements: a waiting claim must not read
+        // "fits now" on a full device before the first tick.
+        s.refresh_reasons();
+        s.reasons_at = Some(s.revision);
         Ok((s, warnings))
     }
 

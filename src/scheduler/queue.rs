@@ -108,7 +108,7 @@ impl Scheduler {
     }
 
     /// Works out again where each waiting claim cannot go.
-    fn refresh_reasons(&mut self) {
+    pub(super) fn refresh_reasons(&mut self) {
         let waiting: Vec<ClaimId> = self
             .claims
             .values()

@@ -32,6 +32,8 @@ pub struct Embedded {
     engine: Engine,
     /// Started by the first fetch, which runs inside the console's runtime.
     ticker: std::sync::OnceLock<tokio::task::JoinHandle<()>>,
+    /// The hold on the data directory, for an engine with one (dropped after the engine).
+    lock: Option<crate::endpoint::datadir::DataDirLock>,
 }
 
 impl Embedded {
@@ -43,6 +45,7 @@ impl Embedded {
             note,
             engine,
             ticker: std::sync::OnceLock::new(),
+            lock: None,
         }
     }
 
@@ -74,6 +77,14 @@ impl Embedded {
             },
             ..EngineConfig::default()
         };
+        // One process per data directory: a running `serve` (or console) keeps it.
+        let (lock, private) = crate::endpoint::datadir::DataDirLock::acquire(
+            data_dir,
+            crate::endpoint::datadir::EMBEDDED,
+        )?;
+        for w in private {
+            tracing::warn!("data directory: {w}");
+        }
         let (engine, warnings) = Engine::open(
             config,
             nodes,
@@ -91,7 +102,9 @@ impl Embedded {
             Arc::new(SystemClock),
             LiveConfig::local(&host),
         )?;
-        Ok(Embedded::new(&host, engine, note))
+        let mut embedded = Embedded::new(&host, engine, note);
+        embedded.lock = Some(lock);
+        Ok(embedded)
     }
 }
 
@@ -127,6 +140,11 @@ impl Source for Embedded {
         let engine = self.engine.clone();
         let note = self.note.clone();
         Box::pin(async move {
+            if let Some(reason) = engine.failure() {
+                return Err(Failure::Refused(format!(
+                    "writing state failed ({reason}); restart to resume from the last durable state"
+                )));
+            }
             let mut snap = engine.snapshot();
             if note.is_some() {
                 snap.endpoint.telemetry_note = note;
