@@ -314,6 +314,53 @@ impl Bytes {
         Ok(Bytes(total as u64))
     }
 
+    /// The shortest quantity that reads back as exactly these bytes (a request's
+    /// rounding included): `10MB`, `49.8GiB`, `20GiB`, `12345B`. Shows a request the way
+    /// it was written rather than converted (`10MB`, not `9.5 MiB`).
+    pub fn quantity(self) -> String {
+        const UNITS: [(&str, u128); 13] = [
+            ("EiB", 1 << 60),
+            ("EB", 1_000_000_000_000_000_000),
+            ("PiB", 1 << 50),
+            ("PB", 1_000_000_000_000_000),
+            ("TiB", 1 << 40),
+            ("TB", 1_000_000_000_000),
+            ("GiB", 1 << 30),
+            ("GB", 1_000_000_000),
+            ("MiB", 1 << 20),
+            ("MB", 1_000_000),
+            ("KiB", 1 << 10),
+            ("kB", 1_000),
+            ("B", 1),
+        ];
+        let b = u128::from(self.0);
+        let mut best: Option<String> = None;
+        for (name, unit) in UNITS {
+            for decimals in 0..=3u32 {
+                let scale = 10u128.pow(decimals);
+                // The largest d with ceil(d x unit / scale) <= b; it reads back as b when
+                // d x unit / scale > b - 1.
+                let d = b * scale / unit;
+                if d == 0 || d * unit <= b.saturating_sub(1) * scale {
+                    continue;
+                }
+                let whole = d / scale;
+                let text = if decimals == 0 {
+                    format!("{whole}{name}")
+                } else {
+                    let frac = d % scale;
+                    let width = usize::try_from(decimals).unwrap_or(3);
+                    format!("{whole}.{frac:0width$}{name}")
+                };
+                if best.as_ref().is_none_or(|t| text.len() < t.len()) {
+                    best = Some(text);
+                }
+                break;
+            }
+        }
+        best.unwrap_or_else(|| "0B".to_string())
+    }
+
     /// IEC display with one decimal where it matters: `3.1 GiB`, `512 MiB`, `12 B`.
     pub fn iec(self) -> String {
         const NAMES: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
@@ -472,6 +519,30 @@ mod tests {
             Bytes::parse_capacity("1152921504606846976.5"),
             Ok(Bytes(1 << 60))
         );
+    }
+
+    #[test]
+    fn a_quantity_reads_back_as_the_same_bytes() {
+        let cases = [
+            ("10MB", "10MB"),
+            ("10Gi", "10GiB"),
+            ("49.8GiB", "49.8GiB"),
+            ("8.2G", "8.2GB"),
+            ("2.01G", "2.01GB"),
+            ("1.5Gi", "1.5GiB"),
+            ("12345", "12345B"),
+            ("0", "0B"),
+            ("1Ei", "1EiB"),
+        ];
+        for (written, shown) in cases {
+            let b = Bytes::parse(written).unwrap();
+            assert_eq!(b.quantity(), shown, "{written}");
+            assert_eq!(Bytes::parse(&b.quantity()), Ok(b), "{written} reads back");
+        }
+        // Every byte count reads back, whatever its spelling.
+        for n in [1u64, 999, 1000, 1023, 1025, 53_472_342_835, (1 << 40) + 1] {
+            assert_eq!(Bytes::parse(&Bytes(n).quantity()), Ok(Bytes(n)), "{n}");
+        }
     }
 
     #[test]
