@@ -206,11 +206,33 @@ fn check_config(path: &Path) -> ConfigCheck {
                 ),
                 None => format!("{} GPU(s) per worker, discovered through NVML", gpu.amount),
             });
+            check.error = gpu.script_path.as_deref().and_then(script_problem);
         }
         Ok(None) => check.gpu = Some("no GPU resource configured".to_string()),
         Err(e) => check.error = Some(e),
     }
     check
+}
+
+/// Why a configured discovery script cannot run (missing, not a file, not executable);
+/// a relative path is Flink's, under `$FLINK_HOME`.
+fn script_problem(script: &Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let full = match std::env::var_os("FLINK_HOME") {
+        Some(home) if script.is_relative() => PathBuf::from(home).join(script),
+        _ => script.to_path_buf(),
+    };
+    let shown = full.display();
+    match std::fs::metadata(&full) {
+        Err(e) => Some(format!(
+            "the discovery script {shown} cannot be used ({e}): Flink workers will fail to start with GPUs; fix external-resource.gpu.param.discovery-script.path"
+        )),
+        Ok(m) if !m.is_file() => Some(format!("the discovery script {shown} is not a file")),
+        Ok(m) if m.permissions().mode() & 0o111 == 0 => Some(format!(
+            "the discovery script {shown} is not executable (chmod +x it)"
+        )),
+        Ok(_) => None,
+    }
 }
 
 fn config_paths(extra: Option<&Path>) -> Vec<PathBuf> {
@@ -475,6 +497,56 @@ mod tests {
         );
         let text = human(&report);
         assert!(text.contains("kernel module:  not loaded"), "{text}");
+    }
+
+    #[test]
+    fn a_missing_or_unrunnable_flink_discovery_script_is_noticed() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let runnable = dir.path().join("ok.sh");
+        std::fs::write(&runnable, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&runnable, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let plain = dir.path().join("plain.sh");
+        std::fs::write(&plain, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let missing = dir.path().join("missing.sh");
+        // (script, words in the summary, none when it is fine)
+        let cases = [
+            (&missing, Some("cannot be used")),
+            (&plain, Some("not executable")),
+            (&runnable, None),
+        ];
+        for (script, words) in cases {
+            let conf = dir.path().join("flink-conf.yaml");
+            std::fs::write(
+                &conf,
+                format!(
+                    "external-resource.gpu.amount: 1\nexternal-resource.gpu.param.discovery-script.path: {}\n",
+                    script.display()
+                ),
+            )
+            .unwrap();
+            let report = examine(
+                Some(Path::new("/nonexistent/libnvidia-ml.so.1")),
+                Some(&conf),
+                dir.path(),
+                dir.path(),
+            );
+            let unusable = report.summary.iter().find(|s| s.contains("unusable"));
+            match words {
+                Some(w) => {
+                    assert!(
+                        unusable.is_some_and(
+                            |s| s.contains(w) && s.contains(&script.display().to_string())
+                        ),
+                        "{}: {:?}",
+                        script.display(),
+                        report.summary
+                    )
+                }
+                None => assert!(unusable.is_none(), "{:?}", report.summary),
+            }
+        }
     }
 
     #[test]

@@ -124,7 +124,7 @@ pub fn parse(text: &str, origin: &str) -> Result<Vec<NodeSpec>, InventoryError> 
         let mut next_index = 0u32;
         for g in n.gpus {
             let memory = match &g.memory {
-                toml::Value::String(s) => Bytes::parse(s),
+                toml::Value::String(s) => Bytes::parse_capacity(s),
                 toml::Value::Integer(i) => Bytes::from_number(*i as f64),
                 other => {
                     return Err(invalid(format!(
@@ -225,5 +225,16 @@ mod tests {
         assert!(e.to_string().contains("colour"), "{e}");
         let e = parse("", "t").unwrap_err();
         assert!(e.to_string().contains("at least one node"), "{e}");
+    }
+
+    #[test]
+    fn a_decimal_capacity_rounds_down_to_a_byte() {
+        let nodes = parse(
+            "[[nodes]]\nname = \"a\"\n[[nodes.gpus]]\nmodel = \"A100\"\nmemory = \"79.2GiB\"\n",
+            "t",
+        )
+        .unwrap();
+        // 79.2 x 2^30 = 85 040 352 460.8 bytes.
+        assert_eq!(nodes[0].devices[0].memory, Some(Bytes(85_040_352_460)));
     }
 }

@@ -57,7 +57,7 @@ fn main() -> ExitCode {
         Some(Command::Doctor(args)) => gpuboard::doctor::run(args),
         Some(Command::Simulate(args)) => gpuboard::simulate::run(args),
         Some(Command::Status(args)) => {
-            gpuboard::console::headless::run(&args.console, &args).map(|()| 0)
+            gpuboard::console::headless::run(&cli.console, &args).map(|()| 0)
         }
         None => gpuboard::console::driver::run(&cli.console).map(|()| 0),
     };

@@ -129,9 +129,81 @@ pub enum QuantityError {
     /// More than 1 EiB, or not a finite number.
     #[error("memory quantity `{0}` is absurd: the most accepted is 1 EiB")]
     TooLarge(String),
-    /// A fraction of a byte.
+    /// A fraction of a byte in a plain number (a JSON or TOML number, not a quantity).
     #[error("memory quantity `{0}` is not a whole number of bytes")]
     FractionalBytes(String),
+    /// More significant digits than any memory size needs.
+    #[error("memory quantity `{0}` has more than 20 significant digits; write it shorter")]
+    TooPrecise(String),
+}
+
+/// Which way a fraction of a byte goes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Round {
+    /// To the next byte (requests).
+    Up,
+    /// To the byte below (capacities).
+    Down,
+}
+
+/// Most significant digits read from a quantity: 10^20 x the largest unit (10^18) still
+/// fits a u128.
+const MAX_DIGITS: usize = 20;
+
+/// `number` (`49.8`, `8.2`, `1e9`, `1.5E3`) times `multiplier`, in whole bytes, computed
+/// exactly: the digits are an integer, the decimal point and exponent a power of ten.
+fn exact_decimal(
+    number: &str,
+    multiplier: u64,
+    round: Round,
+    shown: &str,
+) -> Result<u128, QuantityError> {
+    let malformed = || QuantityError::Malformed(shown.to_string());
+    let (mantissa, exponent) = match number.find(['e', 'E']) {
+        Some(at) => (&number[..at], Some(&number[at + 1..])),
+        None => (number, None),
+    };
+    let exponent: u32 = match exponent {
+        None => 0,
+        Some(e) if !e.is_empty() && e.chars().all(|c| c.is_ascii_digit()) => e
+            .parse()
+            .map_err(|_| QuantityError::TooLarge(shown.to_string()))?,
+        Some(_) => return Err(malformed()),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let all_digits = |p: &str| p.chars().all(|c| c.is_ascii_digit());
+    if (int.is_empty() && frac.is_empty()) || !all_digits(int) || !all_digits(frac) {
+        return Err(malformed());
+    }
+    let digits = format!("{int}{frac}");
+    let significant = digits.trim_start_matches('0');
+    if significant.is_empty() {
+        return Ok(0);
+    }
+    if significant.len() > MAX_DIGITS {
+        return Err(QuantityError::TooPrecise(shown.to_string()));
+    }
+    let value: u128 = significant.parse().map_err(|_| malformed())?;
+    let numerator = value * u128::from(multiplier);
+    // numerator x 10^exponent / 10^frac_len
+    let frac_len = u32::try_from(frac.len()).map_err(|_| malformed())?;
+    if exponent >= frac_len {
+        let scale = 10u128
+            .checked_pow(exponent - frac_len)
+            .ok_or_else(|| QuantityError::TooLarge(shown.to_string()))?;
+        return numerator
+            .checked_mul(scale)
+            .ok_or_else(|| QuantityError::TooLarge(shown.to_string()));
+    }
+    let (whole, remainder) = match 10u128.checked_pow(frac_len - exponent) {
+        Some(denominator) => (numerator / denominator, numerator % denominator),
+        // Smaller than any byte.
+        None => (0, numerator),
+    };
+    Ok(match round {
+        Round::Up if remainder > 0 => whole + 1,
+        _ => whole,
+    })
 }
 
 impl Bytes {
@@ -148,11 +220,23 @@ impl Bytes {
         Bytes(n << 30)
     }
 
-    /// Parses a Kubernetes quantity (`512Mi`, `20Gi`, `40G`, `1e9`, `1.5Gi`) or a
-    /// `GiB`/`GB` spelling. `G`/`GB` are powers of ten, `Gi`/`GiB` powers of two, as in
-    /// Kubernetes. Lowercase `k`, `m` for milli, and fractions that leave part of a byte
-    /// are refused with a message naming what is allowed.
+    /// Parses a requested amount: a Kubernetes quantity (`512Mi`, `20Gi`, `40G`, `1e9`,
+    /// `1.5Gi`, `49.8GiB`) or a `GiB`/`GB` spelling. `G`/`GB` are powers of ten,
+    /// `Gi`/`GiB` powers of two, as in Kubernetes. Decimals are exact (integer decimal
+    /// arithmetic, no floating point); a fraction of a byte rounds up to the next byte, as
+    /// Kubernetes does for requests. Unknown units and `m` (milli) are refused with a
+    /// message naming what is allowed.
     pub fn parse(input: &str) -> Result<Bytes, QuantityError> {
+        Bytes::parse_rounding(input, Round::Up)
+    }
+
+    /// Parses a capacity (a GPU's memory in an inventory): as `parse`, but a fraction of a
+    /// byte rounds down, so a device never offers more than it has.
+    pub fn parse_capacity(input: &str) -> Result<Bytes, QuantityError> {
+        Bytes::parse_rounding(input, Round::Down)
+    }
+
+    fn parse_rounding(input: &str, round: Round) -> Result<Bytes, QuantityError> {
         let s = input.trim();
         if s.is_empty() {
             return Err(QuantityError::Empty);
@@ -197,23 +281,13 @@ impl Bytes {
         if number.is_empty() {
             return Err(QuantityError::Malformed(s.to_string()));
         }
-        // Integers are exact; only decimals and exponents go through a float.
-        if number.chars().all(|c| c.is_ascii_digit()) {
-            let n: u128 = number
-                .parse()
-                .map_err(|_| QuantityError::TooLarge(s.to_string()))?;
-            let total = n.saturating_mul(u128::from(multiplier));
-            if total > u128::from(MAX_BYTES) {
-                return Err(QuantityError::TooLarge(s.to_string()));
-            }
-            return Ok(Bytes(
-                u64::try_from(total).map_err(|_| QuantityError::TooLarge(s.to_string()))?,
-            ));
+        let total = exact_decimal(number, multiplier, round, s)?;
+        if total > u128::from(MAX_BYTES) {
+            return Err(QuantityError::TooLarge(s.to_string()));
         }
-        let value: f64 = number
-            .parse()
-            .map_err(|_| QuantityError::Malformed(s.to_string()))?;
-        Bytes::from_f64(value * multiplier as f64, s)
+        u64::try_from(total)
+            .map(Bytes)
+            .map_err(|_| QuantityError::TooLarge(s.to_string()))
     }
 
     /// A byte count that arrived as a JSON/TOML number.
@@ -238,6 +312,53 @@ impl Bytes {
         // Checked above: finite, non-negative, integral and at most 2^60.
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         Ok(Bytes(total as u64))
+    }
+
+    /// The shortest quantity that reads back as exactly these bytes (a request's
+    /// rounding included): `10MB`, `49.8GiB`, `20GiB`, `12345B`. Shows a request the way
+    /// it was written rather than converted (`10MB`, not `9.5 MiB`).
+    pub fn quantity(self) -> String {
+        const UNITS: [(&str, u128); 13] = [
+            ("EiB", 1 << 60),
+            ("EB", 1_000_000_000_000_000_000),
+            ("PiB", 1 << 50),
+            ("PB", 1_000_000_000_000_000),
+            ("TiB", 1 << 40),
+            ("TB", 1_000_000_000_000),
+            ("GiB", 1 << 30),
+            ("GB", 1_000_000_000),
+            ("MiB", 1 << 20),
+            ("MB", 1_000_000),
+            ("KiB", 1 << 10),
+            ("kB", 1_000),
+            ("B", 1),
+        ];
+        let b = u128::from(self.0);
+        let mut best: Option<String> = None;
+        for (name, unit) in UNITS {
+            for decimals in 0..=3u32 {
+                let scale = 10u128.pow(decimals);
+                // The largest d with ceil(d x unit / scale) <= b; it reads back as b when
+                // d x unit / scale > b - 1.
+                let d = b * scale / unit;
+                if d == 0 || d * unit <= b.saturating_sub(1) * scale {
+                    continue;
+                }
+                let whole = d / scale;
+                let text = if decimals == 0 {
+                    format!("{whole}{name}")
+                } else {
+                    let frac = d % scale;
+                    let width = usize::try_from(decimals).unwrap_or(3);
+                    format!("{whole}.{frac:0width$}{name}")
+                };
+                if best.as_ref().is_none_or(|t| text.len() < t.len()) {
+                    best = Some(text);
+                }
+                break;
+            }
+        }
+        best.unwrap_or_else(|| "0B".to_string())
     }
 
     /// IEC display with one decimal where it matters: `3.1 GiB`, `512 MiB`, `12 B`.
@@ -325,8 +446,16 @@ mod tests {
             Err(QuantityError::Malformed(_))
         ));
         assert!(matches!(
-            Bytes::parse("1.5"),
-            Err(QuantityError::FractionalBytes(_))
+            Bytes::parse("1.2.3Gi"),
+            Err(QuantityError::Malformed(_))
+        ));
+        assert!(matches!(
+            Bytes::parse("1.5e"),
+            Err(QuantityError::UnknownUnit { .. })
+        ));
+        assert!(matches!(
+            Bytes::parse("1.000000000000000000001Gi"),
+            Err(QuantityError::TooPrecise(_))
         ));
         assert!(matches!(
             Bytes::parse("2Ei"),
@@ -340,6 +469,80 @@ mod tests {
             Bytes::from_number(-3.0),
             Err(QuantityError::Negative(_))
         ));
+    }
+
+    #[test]
+    fn decimals_are_exact_requests_round_up_capacities_down() {
+        // (input, as a request, as a capacity)
+        let cases: [(&str, u64, u64); 14] = [
+            // Not representable in binary floating point, exact here.
+            ("8.2G", 8_200_000_000, 8_200_000_000),
+            ("2.01G", 2_010_000_000, 2_010_000_000),
+            ("0.1G", 100_000_000, 100_000_000),
+            ("1.1e9", 1_100_000_000, 1_100_000_000),
+            ("1.5E3", 1_500, 1_500),
+            // 49.8 x 2^30 = 53 472 342 835.2, 79.2 x 2^30 = 85 040 352 460.8: up for a
+            // request, down for a capacity.
+            ("49.8GiB", 53_472_342_836, 53_472_342_835),
+            ("79.2GiB", 85_040_352_461, 85_040_352_460),
+            // Exactly on a byte: no rounding either way.
+            ("1.5Gi", 3 << 29, 3 << 29),
+            ("0.5Ki", 512, 512),
+            // Just under and over a byte.
+            ("1.5", 2, 1),
+            ("0.001K", 1, 1),
+            ("0.0001K", 1, 0),
+            ("0.000", 0, 0),
+            (".5Ki", 512, 512),
+        ];
+        for (input, up, down) in cases {
+            assert_eq!(Bytes::parse(input), Ok(Bytes(up)), "request {input}");
+            assert_eq!(
+                Bytes::parse_capacity(input),
+                Ok(Bytes(down)),
+                "capacity {input}"
+            );
+        }
+        // The largest accepted amount, and one byte more.
+        assert_eq!(Bytes::parse("1Ei"), Ok(Bytes(1 << 60)));
+        assert_eq!(Bytes::parse("1.0Ei"), Ok(Bytes(1 << 60)));
+        assert!(matches!(
+            Bytes::parse("1152921504606846977"),
+            Err(QuantityError::TooLarge(_))
+        ));
+        // A sliver above 1 EiB rounds up past the limit; as a capacity it is 1 EiB.
+        assert!(matches!(
+            Bytes::parse("1152921504606846976.5"),
+            Err(QuantityError::TooLarge(_))
+        ));
+        assert_eq!(
+            Bytes::parse_capacity("1152921504606846976.5"),
+            Ok(Bytes(1 << 60))
+        );
+    }
+
+    #[test]
+    fn a_quantity_reads_back_as_the_same_bytes() {
+        let cases = [
+            ("10MB", "10MB"),
+            ("10Gi", "10GiB"),
+            ("49.8GiB", "49.8GiB"),
+            ("8.2G", "8.2GB"),
+            ("2.01G", "2.01GB"),
+            ("1.5Gi", "1.5GiB"),
+            ("12345", "12345B"),
+            ("0", "0B"),
+            ("1Ei", "1EiB"),
+        ];
+        for (written, shown) in cases {
+            let b = Bytes::parse(written).unwrap();
+            assert_eq!(b.quantity(), shown, "{written}");
+            assert_eq!(Bytes::parse(&b.quantity()), Ok(b), "{written} reads back");
+        }
+        // Every byte count reads back, whatever its spelling.
+        for n in [1u64, 999, 1000, 1023, 1025, 53_472_342_835, (1 << 40) + 1] {
+            assert_eq!(Bytes::parse(&Bytes(n).quantity()), Ok(Bytes(n)), "{n}");
+        }
     }
 
     #[test]

@@ -91,7 +91,7 @@ fn claim_and_release_in_the_demo_then_quit() {
     s.keys(&["Enter"]);
     s.wait_for("would place at");
     s.keys(&["Enter"]);
-    let screen = s.wait_for("gpu_memory=10 GiB)");
+    let screen = s.wait_for("gpu_memory=10GiB)");
     assert!(screen.contains("placed at"), "{screen}");
     s.keys(&["/", "default", "Enter"]);
     let screen = s.wait_for("Claims (1)");

@@ -77,11 +77,16 @@ fn actions_produce_the_right_effects() {
             None,
         ),
         (
-            "move to the first other GPU",
+            "move to the first other GPU, confirmed",
             View::Claims,
-            vec![k('m'), code(KeyCode::Enter)],
             // Neither other GPU can take its 10 GiB: the emptiest comes first, not
             // lab-a:1, which a whole-GPU claim fills.
+            vec![
+                k('m'),
+                code(KeyCode::Enter),
+                code(KeyCode::Tab),
+                code(KeyCode::Enter),
+            ],
             Some(Action::Move {
                 id: ClaimId(1),
                 target: MoveTarget {
@@ -91,9 +96,9 @@ fn actions_produce_the_right_effects() {
             }),
         ),
         (
-            "cordon the selected GPU",
+            "cordon the selected GPU, confirmed",
             View::Gpus,
-            vec![k('x')],
+            vec![k('x'), code(KeyCode::Tab), code(KeyCode::Enter)],
             Some(Action::Cordon {
                 node: "lab-a".into(),
                 index: 0,
@@ -101,9 +106,9 @@ fn actions_produce_the_right_effects() {
             }),
         ),
         (
-            "uncordon a cordoned GPU",
+            "uncordon a cordoned GPU, confirmed",
             View::Gpus,
-            vec![k('G'), k('x')],
+            vec![k('G'), k('x'), code(KeyCode::Tab), code(KeyCode::Enter)],
             Some(Action::Cordon {
                 node: "lab-b".into(),
                 index: 1,
@@ -122,6 +127,8 @@ fn actions_produce_the_right_effects() {
                 k('o'),
                 k('n'),
                 code(KeyCode::Enter),
+                code(KeyCode::Tab),
+                code(KeyCode::Enter),
             ],
             Some(Action::Cordon {
                 node: "lab-a".into(),
@@ -130,9 +137,15 @@ fn actions_produce_the_right_effects() {
             }),
         ),
         (
-            "clear a project's backoff",
+            "clear a project's backoff, confirmed",
             View::Ledger,
-            vec![k('j'), k('j'), k('b')],
+            vec![
+                k('j'),
+                k('j'),
+                k('b'),
+                code(KeyCode::Tab),
+                code(KeyCode::Enter),
+            ],
             Some(Action::ResetProject {
                 project: "robotics".into(),
             }),
@@ -159,9 +172,9 @@ fn actions_produce_the_right_effects() {
         show_view(&mut ro, view);
         let again: Vec<Msg> = match name {
             "release needs OK focused" => vec![k('r'), code(KeyCode::Tab), code(KeyCode::Enter)],
-            "move to the first other GPU" => vec![k('m'), code(KeyCode::Enter)],
-            "cordon the selected GPU" => vec![k('x')],
-            "clear a project's backoff" => vec![k('j'), k('j'), k('b')],
+            "move to the first other GPU, confirmed" => vec![k('m'), code(KeyCode::Enter)],
+            "cordon the selected GPU, confirmed" => vec![k('x')],
+            "clear a project's backoff, confirmed" => vec![k('j'), k('j'), k('b')],
             _ => continue,
         };
         assert!(acts(&run(&mut ro, again)).is_empty(), "{name} in read-only");
@@ -289,7 +302,15 @@ fn claim_form_round_trip() {
 fn move_and_release_results() {
     let mut st = lab_state();
     show_view(&mut st, View::Claims);
-    let eff = run(&mut st, vec![k('m'), code(KeyCode::Enter)]);
+    let eff = run(
+        &mut st,
+        vec![
+            k('m'),
+            code(KeyCode::Enter),
+            code(KeyCode::Tab),
+            code(KeyCode::Enter),
+        ],
+    );
     let action = acts(&eff).remove(0);
     run(
         &mut st,

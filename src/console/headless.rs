@@ -134,8 +134,33 @@ pub fn render(state: &State, theme: &Theme, width: u16, height: u16) -> anyhow::
     Ok(term.backend().buffer().clone())
 }
 
-/// Runs `gpuboard status`.
-pub fn run(console: &ConsoleArgs, args: &StatusArgs) -> anyhow::Result<()> {
+/// The console flags `status` reads: those written after `status`, joined with those
+/// written before it (`gpuboard --demo status` shows the demo): switches are on when
+/// either has them, sources from both, a value after `status` wins.
+pub fn merged_flags(before: &ConsoleArgs, after: &ConsoleArgs) -> ConsoleArgs {
+    let join = |a: &Vec<String>, b: &Vec<String>| a.iter().chain(b).cloned().collect();
+    ConsoleArgs {
+        demo: before.demo || after.demo,
+        demo_quiet: before.demo_quiet || after.demo_quiet,
+        endpoints: join(&before.endpoints, &after.endpoints),
+        rays: join(&before.rays, &after.rays),
+        prometheuses: join(&before.prometheuses, &after.prometheuses),
+        config: after.config.clone().or_else(|| before.config.clone()),
+        theme: after.theme.clone().or_else(|| before.theme.clone()),
+        readonly: before.readonly || after.readonly,
+        // clap fills the default seed (42) in both: one that differs was written.
+        seed: if after.seed == 42 {
+            before.seed
+        } else {
+            after.seed
+        },
+        refresh: after.refresh.or(before.refresh),
+    }
+}
+
+/// Runs `gpuboard status`; `before` are the console flags written before `status`.
+pub fn run(before: &ConsoleArgs, args: &StatusArgs) -> anyhow::Result<()> {
+    let console = &merged_flags(before, &args.console);
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let setup = setup(console, Arc::clone(&clock))?;
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -242,6 +242,7 @@ pub fn initial_state(setup: &Setup) -> state::State {
         setup.refresh_ms,
         setup.readonly,
     );
+    st.operator = std::env::var("USER").ok().filter(|u| !u.is_empty());
     for w in &setup.warnings {
         st.push_log(w.clone());
         st.flash = Some(state::Flash {

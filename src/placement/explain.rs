@@ -212,7 +212,10 @@ fn device_reason(
     if pins.is_some_and(|p| !p.contains(&dev.spec.index)) {
         return (Some((Reason::NotPinned, None, None)), false);
     }
-    if demand.accelerator.as_deref().is_some_and(|a| a != dev.key)
+    if demand
+        .accelerator
+        .as_ref()
+        .is_some_and(|a| !a.matches(&dev.spec.model, dev.spec.memory))
         || demand.model.as_deref().is_some_and(|m| m != dev.spec.model)
     {
         return (Some((Reason::WrongAccelerator, None, None)), false);

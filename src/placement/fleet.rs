@@ -8,7 +8,7 @@ use super::explain::NoFit;
 use super::index::Class;
 use super::model::{Allocation, Device, DeviceShare, Health, Node, NodeSpec};
 use crate::ids::ClaimId;
-use crate::request::{ClaimRequest, GpuForm, Milli, PerDevice, accelerator_key};
+use crate::request::{AcceleratorWanted, ClaimRequest, GpuForm, Milli, PerDevice, accelerator_key};
 use crate::units::{Bytes, SLOTS_PER_DEVICE, Slots, Units};
 
 /// Why a fleet change was refused.
@@ -56,8 +56,8 @@ pub enum FleetError {
 pub(super) struct Demand {
     /// The GPU form, if any.
     pub(super) gpu: Option<GpuForm>,
-    /// The normalized accelerator type asked for.
-    pub(super) accelerator: Option<String>,
+    /// The accelerator type asked for: family and, where named, memory size.
+    pub(super) accelerator: Option<AcceleratorWanted>,
     /// CPU asked for.
     pub(super) cpus: Option<Milli>,
     /// Only devices of this exact model (fair share places claims per resource type).
@@ -72,7 +72,10 @@ impl Demand {
     fn on(req: &ClaimRequest, model: Option<&str>) -> Demand {
         Demand {
             gpu: req.gpu,
-            accelerator: req.accelerator_type.as_deref().map(accelerator_key),
+            accelerator: req
+                .accelerator_type
+                .as_deref()
+                .map(AcceleratorWanted::parse),
             cpus: req.cpus,
             model: model.map(str::to_string),
         }

@@ -15,14 +15,13 @@ use crate::units::Bytes;
 #[derive(Debug, Default)]
 pub(super) struct Class {
     model: String,
-    key: String,
     capacity: Bytes,
     /// (free memory, node, device position) of schedulable devices.
     free: BTreeSet<(Bytes, u32, u32)>,
 }
 
 impl Fleet {
-    fn class_for(&mut self, model: &str, key: &str, capacity: Bytes) -> usize {
+    fn class_for(&mut self, model: &str, capacity: Bytes) -> usize {
         if let Some(i) = self
             .classes
             .iter()
@@ -32,7 +31,6 @@ impl Fleet {
         }
         self.classes.push(Class {
             model: model.to_string(),
-            key: key.to_string(),
             capacity,
             free: BTreeSet::new(),
         });
@@ -51,8 +49,8 @@ impl Fleet {
         if !dev.schedulable() {
             return;
         }
-        let (model, key, capacity) = (dev.spec.model.clone(), dev.key.clone(), dev.capacity());
-        let c = self.class_for(&model, &key, capacity);
+        let (model, capacity) = (dev.spec.model.clone(), dev.capacity());
+        let c = self.class_for(&model, capacity);
         let entry = self.entry(n, d);
         self.classes[c].free.insert(entry);
         self.class_of.insert((n as u32, d as u32), c);
@@ -96,8 +94,8 @@ impl Fleet {
         for class in &self.classes {
             if demand
                 .accelerator
-                .as_deref()
-                .is_some_and(|a| a != class.key)
+                .as_ref()
+                .is_some_and(|a| !a.matches(&class.model, Some(class.capacity)))
                 || demand.model.as_deref().is_some_and(|m| m != class.model)
             {
                 continue;
@@ -163,7 +161,10 @@ impl Fleet {
             for (d, dev) in nd.devices.iter().enumerate() {
                 if !dev.schedulable()
                     || pins.is_some_and(|p| !p.contains(&dev.spec.index))
-                    || demand.accelerator.as_deref().is_some_and(|a| a != dev.key)
+                    || demand
+                        .accelerator
+                        .as_ref()
+                        .is_some_and(|a| !a.matches(&dev.spec.model, dev.spec.memory))
                     || demand.model.as_deref().is_some_and(|m| m != dev.spec.model)
                 {
                     continue;

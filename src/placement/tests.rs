@@ -522,3 +522,50 @@ fn duplicate_nodes_and_devices_are_refused() {
         Err(FleetError::DuplicateDevice { .. })
     ));
 }
+
+#[test]
+fn accelerator_type_matches_each_device_on_model_and_memory_size() {
+    // One mixed node: a 40 GB and an 80 GB A100, both empty.
+    let mixed = || {
+        fleet(
+            Policy::Binpack,
+            vec![node(
+                "mixed",
+                vec![
+                    gpu(0, "NVIDIA A100-SXM4-40GB", Bytes::gib(40)),
+                    gpu(1, "NVIDIA A100-SXM4-80GB", Bytes::gib(80)),
+                ],
+            )],
+        )
+    };
+    // (accelerator_type, form, the only device it may land on)
+    let cases = [
+        ("NVIDIA A100-SXM4-80GB", json!({"gpu_memory": "10Gi"}), 1),
+        ("A100-80G", json!({"gpu_memory": "10Gi"}), 1),
+        ("NVIDIA A100-SXM4-40GB", json!({"gpu_memory": "10Gi"}), 0),
+        ("A100-40GB", json!({"num_gpus": 0.5}), 0),
+        ("A100-80GB", json!({"nvidia.com/gpu": 1}), 1),
+        ("NVIDIA A100-SXM4-40GB", json!({"nvidia.com/gpu": 1}), 0),
+    ];
+    for (accel, mut form, want) in cases {
+        form["accelerator_type"] = json!(accel);
+        // Binpack prefers the smaller card and spread the emptier: either way only the
+        // right size may take it.
+        for policy in [Policy::Binpack, Policy::Spread] {
+            let mut f = mixed();
+            f.policy = policy;
+            let a = f.claim(ClaimId(1), &req(form.clone())).unwrap();
+            let got: Vec<u32> = a.shares.iter().map(|s| s.device).collect();
+            assert_eq!(got, vec![want], "{accel} {form} {policy:?}");
+        }
+    }
+    // Two 80 GB cards wanted where one exists: never filled with the 40 GB card.
+    let mut f = mixed();
+    let r = req(json!({"nvidia.com/gpu": 2, "accelerator_type": "A100-80GB"}));
+    let e = f.claim(ClaimId(2), &r).unwrap_err();
+    assert!(e.to_string().contains("other accelerator type"), "{e}");
+    // Without a size, the family matches both.
+    let mut f = mixed();
+    let r = req(json!({"nvidia.com/gpu": 2, "accelerator_type": "NVIDIA_TESLA_A100"}));
+    assert_eq!(f.claim(ClaimId(3), &r).unwrap().shares.len(), 2);
+}

@@ -155,7 +155,7 @@ impl fmt::Display for GpuForm {
         match *self {
             GpuForm::RayFraction { fraction } => write!(f, "num_gpus={fraction}"),
             GpuForm::RayWhole { count } => write!(f, "num_gpus={count}"),
-            GpuForm::RayMemory { memory } => write!(f, "gpu_memory={memory}"),
+            GpuForm::RayMemory { memory } => write!(f, "gpu_memory={}", memory.quantity()),
             GpuForm::Vendor { count } => write!(f, "nvidia.com/gpu={count}"),
             GpuForm::KoordinatorShare {
                 memory,
@@ -167,7 +167,7 @@ impl fmt::Display for GpuForm {
                     return write!(f, "koordinator.sh/gpu={r} (gpu.shared={shared})");
                 }
                 match memory {
-                    ShareMemory::Bytes(b) => write!(f, "gpu-memory={b}")?,
+                    ShareMemory::Bytes(b) => write!(f, "gpu-memory={}", b.quantity())?,
                     ShareMemory::Ratio(r) => write!(f, "gpu-memory-ratio={r}")?,
                 }
                 if let Some(c) = core {

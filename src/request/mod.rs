@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::units::Bytes;
 
+mod accelerator;
 mod form;
 mod parse;
 mod rules;
@@ -25,6 +26,7 @@ mod values;
 #[cfg(test)]
 mod tests;
 
+pub use accelerator::{AcceleratorWanted, stated_memory_gb};
 pub use form::{GpuForm, PerDevice, ShareMemory, TooLarge};
 pub use rules::{RequestError, Rule};
 

@@ -303,7 +303,26 @@ fn stored_form_round_trips() {
     let text = serde_json::to_string(&r).unwrap();
     let back: ClaimRequest = serde_json::from_str(&text).unwrap();
     assert_eq!(r, back);
-    assert_eq!(r.describe(), "gpu-memory=4 GiB gpu-core=100 gpu.shared=2");
+    assert_eq!(r.describe(), "gpu-memory=4GiB gpu-core=100 gpu.shared=2");
+}
+
+#[test]
+fn the_form_is_shown_as_written() {
+    // (written, shown): decimal units stay decimal, binary stay binary, no conversion.
+    let cases = [
+        (json!({"gpu_memory": "10MB"}), "gpu_memory=10MB"),
+        (json!({"gpu_memory": "49.8GiB"}), "gpu_memory=49.8GiB"),
+        (json!({"gpu_memory": "8.2G"}), "gpu_memory=8.2GB"),
+        (
+            json!({"gpu-memory": "20G", "gpu.shared": 2}),
+            "gpu-memory=20GB gpu.shared=2",
+        ),
+    ];
+    for (mut v, shown) in cases {
+        v["project"] = json!("p");
+        let r = parse(v).unwrap();
+        assert_eq!(r.describe(), shown);
+    }
 }
 
 #[test]

@@ -12,7 +12,7 @@ use crate::fairshare::{
 };
 use crate::ids::ClaimId;
 use crate::placement::{Allocation, Fleet};
-use crate::request::{ClaimRequest, accelerator_key};
+use crate::request::{AcceleratorWanted, ClaimRequest};
 use crate::snapshot::{ProjectResourceView, ProjectView, ResourceView};
 use crate::units::{Bytes, UNITS_PER_DEVICE, Units};
 
@@ -107,7 +107,10 @@ pub fn demand(fleet: &Fleet, req: &ClaimRequest) -> Vec<ResourceDemand> {
             .into_iter()
             .collect();
     };
-    let wanted = req.accelerator_type.as_deref().map(accelerator_key);
+    let wanted = req
+        .accelerator_type
+        .as_deref()
+        .map(AcceleratorWanted::parse);
     // The largest device of each model decides whether the model could ever serve it.
     let mut models: BTreeMap<&str, Bytes> = BTreeMap::new();
     for d in fleet.nodes().iter().flat_map(|n| n.devices.iter()) {
@@ -116,10 +119,10 @@ pub fn demand(fleet: &Fleet, req: &ClaimRequest) -> Vec<ResourceDemand> {
     }
     models
         .into_iter()
-        .filter(|(model, _)| {
+        .filter(|(model, capacity)| {
             wanted
-                .as_deref()
-                .is_none_or(|w| w == accelerator_key(model))
+                .as_ref()
+                .is_none_or(|w| w.matches(model, Some(*capacity)))
         })
         .filter_map(|(model, capacity)| {
             let need = form.per_device(capacity).ok()?;

@@ -202,7 +202,8 @@ pub fn lab_snapshot() -> Snapshot {
     snap
 }
 
-/// The fixture state: the lab source fresh at `NOW`, on the GPUs view, dates in UTC.
+/// The fixture state: the lab source fresh at `NOW`, on the GPUs view, dates in UTC; the
+/// operator is `alice` (the holder of claim 1).
 pub fn lab_state() -> State {
     let mut st = State::new(
         vec![SourceSlot::new("lab", "embedded", true, None)],
@@ -211,6 +212,7 @@ pub fn lab_state() -> State {
         false,
     );
     st.zone = jiff::tz::TimeZone::UTC;
+    st.operator = Some("alice".to_string());
     let _ = update(&mut st, Msg::Tick(NOW));
     feed(&mut st, 0, lab_snapshot(), NOW.0 - 1_000);
     st
@@ -254,7 +256,8 @@ pub fn with_down_source() -> State {
     st
 }
 
-fn feed(st: &mut State, source: usize, snap: Snapshot, at: u64) {
+/// Delivers a snapshot from `source` fetched at `at`, as the driver would.
+pub fn feed(st: &mut State, source: usize, snap: Snapshot, at: u64) {
     if let Some(s) = st.sources.get_mut(source) {
         s.in_flight = true;
     }

@@ -2,6 +2,7 @@
 
 mod form;
 mod rows;
+mod selection;
 mod sources;
 mod totals;
 mod view;
@@ -16,6 +17,7 @@ use crate::sources::Action;
 use super::keymap::Keymap;
 
 pub use form::{ClaimForm, FormField, FormKind, FormStage, MoveAcross, MoveRow};
+pub use selection::Picked;
 pub use sources::{STALE_AFTER_INTERVALS, SourceHealth, SourceSlot, TELEMETRY_KINDS};
 pub use totals::FleetTotals;
 pub use view::View;
@@ -74,7 +76,9 @@ pub struct Flash {
     pub at: Timestamp,
 }
 
-/// A confirmation dialog for a destructive action; Cancel is focused when it opens.
+/// The one confirmation dialog every mutating action goes through: it names the target as
+/// shown, opens with Cancel focused, and may ask the operator to type a word (a claim's
+/// id) before OK acts.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Confirm {
     /// The source that will act.
@@ -87,6 +91,46 @@ pub struct Confirm {
     pub body: Vec<String>,
     /// The OK button is focused (false: Cancel is).
     pub ok_focused: bool,
+    /// What the operator must type before OK acts (none: OK alone is enough).
+    pub type_to_confirm: Option<String>,
+    /// What the operator typed so far.
+    pub typed: String,
+    /// Why the last OK did nothing (the typed text did not match).
+    pub error: Option<String>,
+    /// Where Cancel returns to (none: browsing).
+    pub back: Option<Box<Mode>>,
+    /// Where the console goes once the action is sent (none: browsing).
+    pub then: Option<Box<Mode>>,
+}
+
+impl Confirm {
+    /// A dialog for `action` on `source`, Cancel focused, returning to browsing.
+    pub fn new(
+        source: usize,
+        action: Action,
+        title: impl Into<String>,
+        body: Vec<String>,
+    ) -> Confirm {
+        Confirm {
+            source,
+            action,
+            title: title.into(),
+            body,
+            ok_focused: false,
+            type_to_confirm: None,
+            typed: String::new(),
+            error: None,
+            back: None,
+            then: None,
+        }
+    }
+
+    /// The typed text allows OK (nothing to type, or typed exactly).
+    pub fn typed_ok(&self) -> bool {
+        self.type_to_confirm
+            .as_deref()
+            .is_none_or(|want| self.typed.trim() == want)
+    }
 }
 
 /// Picking where to move a claim.
@@ -162,6 +206,8 @@ pub struct State {
     pub sort_reverse: [bool; 6],
     /// Cursor per view.
     pub cursor: [Cursor; 6],
+    /// What the operator picked per list view, by identity (the cursor follows it).
+    pub picked: [Option<Picked>; 6],
     /// Display frozen.
     pub frozen: bool,
     /// Status-line message.
@@ -186,6 +232,9 @@ pub struct State {
     pub quit: bool,
     /// `now` in the unit the shown ages change in (seconds or minutes) at the last tick.
     pub age_step: u64,
+    /// The holder this console acts as (`$USER`): releasing another holder's claim asks
+    /// for its id to be typed.
+    pub operator: Option<String>,
     /// The zone dates are shown in: the operator's own (tests set UTC).
     pub zone: jiff::tz::TimeZone,
 }
@@ -207,6 +256,7 @@ impl State {
             sort: [0; 6],
             sort_reverse: [false; 6],
             cursor: [Cursor::default(); 6],
+            picked: Default::default(),
             frozen: false,
             flash: None,
             log: VecDeque::new(),
@@ -219,6 +269,7 @@ impl State {
             dirty: true,
             quit: false,
             age_step: 0,
+            operator: None,
             zone: jiff::tz::TimeZone::system(),
         }
     }
@@ -285,27 +336,6 @@ impl State {
             .iter()
             .enumerate()
             .filter(move |(i, _)| self.source_filter.is_none_or(|f| f == *i))
-    }
-
-    /// The selected device row (GPUs view), if any.
-    pub fn selected_device(&self) -> Option<DevKey> {
-        self.rows_devices
-            .get(self.cursor[View::Gpus.position()].selected)
-            .copied()
-    }
-
-    /// The selected claim row (Claims view), if any.
-    pub fn selected_claim(&self) -> Option<ClaimKey> {
-        self.rows_claims
-            .get(self.cursor[View::Claims.position()].selected)
-            .copied()
-    }
-
-    /// The selected project row, if any.
-    pub fn selected_project(&self) -> Option<ProjKey> {
-        self.rows_projects
-            .get(self.cursor[View::Ledger.position()].selected)
-            .copied()
     }
 
     /// Adds a line to the console log ring.

@@ -74,6 +74,7 @@ impl State {
             c.selected = c.selected.min(n.saturating_sub(1));
             c.offset = c.offset.min(c.selected);
         }
+        self.follow_picks();
     }
 
     fn sort_rows(&self, devs: &mut [DevKey], claims: &mut [ClaimKey], projects: &mut [ProjKey]) {

@@ -1,27 +1,42 @@
-//! Actions on a picked target: release (behind a confirmation), move (with a target
-//! picker) and cordon.
+//! Actions on a picked target: release, move (with a target picker), cordon and project
+//! reset, each asked through the one confirmation dialog (`confirm`). An action names
+//! its target by identity; when the picked item is gone it is refused with a message.
 
 use ratatui::crossterm::event::KeyEvent;
 
 use crate::snapshot::ClaimState;
 use crate::sources::Action;
 
+use super::confirm::ask;
 use super::{act, flash, move_across};
 use crate::console::keymap::{Context, KeyAction};
 use crate::console::msg::Effect;
-use crate::console::state::{Confirm, Mode, MovePick, State, View};
+use crate::console::state::{Confirm, Mode, MovePick, ProjKey, State, View};
 
-/// Opens the release confirmation for the selected claim (Claims view only).
+/// Refuses an action whose picked item is gone, or says where to select one.
+fn nothing_selected(state: &mut State, view: View, verb: &str, hint: &str) {
+    let text = match state.pick_gone(view) {
+        Some(what) if state.view == view => format!(
+            "{what} is gone (released, moved or filtered out since you selected it): \
+             nothing to {verb}; select again"
+        ),
+        _ => hint.to_string(),
+    };
+    flash(state, text, true);
+}
+
+/// Opens the release confirmation for the selected claim (Claims view only); releasing
+/// another holder's claim asks for its id to be typed.
 pub(super) fn release(state: &mut State) -> Vec<Effect> {
-    let Some(k) = (if state.view == View::Claims {
-        state.selected_claim()
-    } else {
-        None
-    }) else {
-        flash(
+    let Some(k) = state
+        .selected_claim()
+        .filter(|_| state.view == View::Claims)
+    else {
+        nothing_selected(
             state,
+            View::Claims,
+            "release",
             "select a claim in the Claims view to release it",
-            true,
         );
         return Vec::new();
     };
@@ -40,53 +55,35 @@ pub(super) fn release(state: &mut State) -> Vec<Effect> {
         format!("at {place}, {} reserved", c.memory_reserved.iec()),
         "Its processes lose their reservation.".to_string(),
     ];
-    let confirm = Confirm {
-        source: k.source,
-        action: Action::Release { id: c.id },
-        title: "Release claim".to_string(),
+    let mut confirm = Confirm::new(
+        k.source,
+        Action::Release { id: c.id },
+        "Release claim",
         body,
-        ok_focused: false,
-    };
-    state.mode = Mode::Confirm(Box::new(confirm));
-    Vec::new()
-}
-
-/// Keys in the confirmation dialog: switch buttons, confirm or cancel.
-pub(super) fn confirm_key(state: &mut State, mut c: Confirm, ev: KeyEvent) -> Vec<Effect> {
-    match state.keymap.action(Context::Dialog, &ev) {
-        Some(KeyAction::Cancel) => state.mode = Mode::Normal,
-        Some(
-            KeyAction::ChoiceLeft
-            | KeyAction::ChoiceRight
-            | KeyAction::NextField
-            | KeyAction::PrevField,
-        ) => {
-            c.ok_focused = !c.ok_focused;
-            state.mode = Mode::Confirm(Box::new(c));
-        }
-        Some(KeyAction::Confirm) => {
-            state.mode = Mode::Normal;
-            if c.ok_focused {
-                return act(state, c.source, c.action);
-            }
-        }
-        _ => state.mode = Mode::Confirm(Box::new(c)),
+    );
+    let foreign = c
+        .holder
+        .as_deref()
+        .is_some_and(|h| state.operator.as_deref() != Some(h));
+    if foreign {
+        confirm.type_to_confirm = Some(c.id.to_string());
     }
+    ask(state, confirm);
     Vec::new()
 }
 
 /// Opens the move picker for the selected placed claim, listing the GPUs of every acting
 /// source it could move to.
 pub(super) fn open_move(state: &mut State) {
-    let Some(k) = (if state.view == View::Claims {
-        state.selected_claim()
-    } else {
-        None
-    }) else {
-        flash(
+    let Some(k) = state
+        .selected_claim()
+        .filter(|_| state.view == View::Claims)
+    else {
+        nothing_selected(
             state,
+            View::Claims,
+            "move",
             "select a placed claim in the Claims view to move it",
-            true,
         );
         return;
     };
@@ -131,7 +128,7 @@ pub(super) fn move_key(state: &mut State, mut m: MovePick, ev: KeyEvent) -> Vec<
     match action {
         Some(KeyAction::Cancel) => {
             state.mode = Mode::Normal;
-            return out;
+            return Vec::new();
         }
         _ if m.sent => {}
         Some(KeyAction::NextField | KeyAction::ChoiceRight) if n > 0 => {
@@ -145,10 +142,32 @@ pub(super) fn move_key(state: &mut State, mut m: MovePick, ev: KeyEvent) -> Vec<
                 out = move_across::start(state, &mut m, to, target);
             }
             Ok(Some((_, target))) => {
+                let place = format!(
+                    "{}:{}",
+                    target.node.as_deref().unwrap_or("?"),
+                    target
+                        .devices
+                        .as_ref()
+                        .map(|d| d.iter().map(u32::to_string).collect::<Vec<_>>().join(","))
+                        .unwrap_or_default()
+                );
+                let model = m
+                    .targets
+                    .get(m.selected)
+                    .map(|r| r.model.clone())
+                    .unwrap_or_default();
                 let action = Action::Move { id: m.id, target };
-                out = act(state, m.source, action);
-                m.sent = !out.is_empty();
                 m.error = None;
+                let body = vec![
+                    format!("Move claim {} from {} to {place} ({model})?", m.id, m.from),
+                    "Its processes must be restarted on the new GPU.".to_string(),
+                ];
+                let mut confirm = Confirm::new(m.source, action, "Move claim", body);
+                confirm.back = Some(Box::new(Mode::Move(Box::new(m.clone()))));
+                m.sent = true;
+                confirm.then = Some(Box::new(Mode::Move(Box::new(m))));
+                ask(state, confirm);
+                return Vec::new();
             }
             Ok(None) => {}
             Err(why) => m.error = Some(why),
@@ -159,32 +178,110 @@ pub(super) fn move_key(state: &mut State, mut m: MovePick, ev: KeyEvent) -> Vec<
     out
 }
 
-/// Cordons (`Some(true)`), uncordons (`Some(false)`) or toggles (`None`) the selected GPU.
+/// Cordons (`Some(true)`), uncordons (`Some(false)`) or toggles (`None`) the selected GPU,
+/// after confirmation.
 pub(super) fn cordon(state: &mut State, to: Option<bool>) -> Vec<Effect> {
     let key = match state.view {
         View::Detail => state
             .detail_device()
-            .map(|(s, n, d)| (s, n.name.clone(), d.index, d.cordoned)),
+            .map(|(s, n, d)| (s, n.name.clone(), d.index, d.cordoned, d.model.clone())),
         _ => state
             .selected_device()
             .filter(|_| state.view == View::Gpus)
             .and_then(|k| {
                 let (_, n, d) = state.device(k)?;
-                Some((k.source, n.name.clone(), d.index, d.cordoned))
+                Some((
+                    k.source,
+                    n.name.clone(),
+                    d.index,
+                    d.cordoned,
+                    d.model.clone(),
+                ))
             }),
     };
-    let Some((source, node, index, now_cordoned)) = key else {
-        flash(state, "select a GPU in the GPUs view to cordon it", true);
+    let Some((source, node, index, now_cordoned, model)) = key else {
+        nothing_selected(
+            state,
+            View::Gpus,
+            "cordon",
+            "select a GPU in the GPUs view to cordon it",
+        );
         return Vec::new();
     };
     let cordoned = to.unwrap_or(!now_cordoned);
-    act(
-        state,
-        source,
-        Action::Cordon {
-            node,
-            index,
-            cordoned,
+    let src = state.sources.get(source).map_or("", |s| s.name.as_str());
+    let (title, what, then) = if cordoned {
+        (
+            "Cordon GPU",
+            "Cordon",
+            "No new claim is placed on it; claims there keep running.",
+        )
+    } else {
+        (
+            "Uncordon GPU",
+            "Uncordon",
+            "New claims may be placed on it again.",
+        )
+    };
+    let body = vec![
+        format!("{what} GPU {node}:{index} ({model}) on {src}?"),
+        then.to_string(),
+    ];
+    let action = Action::Cordon {
+        node,
+        index,
+        cordoned,
+    };
+    ask(state, Confirm::new(source, action, title, body));
+    Vec::new()
+}
+
+/// Asks to clear the selected project's backoffs and debts (Fair share view).
+pub(super) fn reset_project(state: &mut State) -> Vec<Effect> {
+    let Some(k) = state
+        .selected_project()
+        .filter(|_| state.view == View::Ledger)
+    else {
+        nothing_selected(
+            state,
+            View::Ledger,
+            "reset",
+            "select a project in the Fair share view first",
+        );
+        return Vec::new();
+    };
+    ask_reset(state, k)
+}
+
+/// Asks to clear one project's backoffs and debts.
+pub(super) fn ask_reset(state: &mut State, k: ProjKey) -> Vec<Effect> {
+    let Some((slot, p)) = state.project(k) else {
+        return Vec::new();
+    };
+    let backoffs: Vec<String> = p
+        .resources
+        .iter()
+        .filter(|r| r.backoff_until.is_some())
+        .map(|r| r.resource.clone())
+        .collect();
+    let body = vec![
+        format!(
+            "Clear project {}'s backoffs and debts on {}?",
+            p.name, slot.name
+        ),
+        if backoffs.is_empty() {
+            "It is backed off on no resource now.".to_string()
+        } else {
+            format!("Backed off now on: {}.", backoffs.join(", "))
         },
-    )
+        format!(
+            "Its debt ({:.0}) goes back to zero: it loses its place in line.",
+            p.overall_debt
+        ),
+    ];
+    let action = Action::ResetProject {
+        project: p.name.clone(),
+    };
+    ask(state, Confirm::new(k.source, action, "Reset project", body));
+    Vec::new()
 }

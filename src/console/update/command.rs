@@ -1,10 +1,8 @@
 //! The `:` command line: its commands, Tab completion, and switching views.
 
-use crate::sources::Action;
-
-use super::actions::cordon;
+use super::actions::{ask_reset, cordon};
 use super::keys::normal_action;
-use super::{act, flash, quit};
+use super::{flash, quit};
 use crate::console::keymap::{Context, KeyAction};
 use crate::console::msg::Effect;
 use crate::console::state::{Cursor, Mode, State, View};
@@ -135,7 +133,7 @@ pub(super) fn command(state: &mut State, text: &str) -> Vec<Effect> {
                 );
                 return Vec::new();
             }
-            state.rebuild_rows();
+            state.reshape_rows();
             Vec::new()
         }
         "sort" => {
@@ -143,7 +141,7 @@ pub(super) fn command(state: &mut State, text: &str) -> Vec<Effect> {
             match cols.iter().position(|c| *c == arg) {
                 Some(i) => {
                     state.sort[state.view.position()] = i;
-                    state.rebuild_rows();
+                    state.reshape_rows();
                 }
                 None if cols.is_empty() => {
                     flash(
@@ -162,7 +160,7 @@ pub(super) fn command(state: &mut State, text: &str) -> Vec<Effect> {
         }
         "filter" => {
             state.filter = arg;
-            state.rebuild_rows();
+            state.reshape_rows();
             Vec::new()
         }
         "cordon" | "uncordon" => cordon(state, Some(head == "cordon")),
@@ -174,11 +172,10 @@ pub(super) fn command(state: &mut State, text: &str) -> Vec<Effect> {
             let found = state
                 .rows_projects
                 .iter()
-                .filter_map(|k| state.project(*k).map(|(s, p)| (k.source, s, p)))
-                .find(|(_, _, p)| p.name == arg)
-                .map(|(i, _, _)| i);
-            if let Some(src) = found {
-                act(state, src, Action::ResetProject { project: arg })
+                .find(|k| state.project(**k).is_some_and(|(_, p)| p.name == arg))
+                .copied();
+            if let Some(k) = found {
+                ask_reset(state, k)
             } else {
                 flash(state, format!("no project `{arg}` in view"), true);
                 Vec::new()

@@ -3,13 +3,12 @@
 
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
-use crate::sources::Action;
-
-use super::actions::{confirm_key, cordon, move_key, open_move, release};
+use super::actions::{cordon, move_key, open_move, release, reset_project};
 use super::command::{command, complete, open_detail, set_view};
+use super::confirm::confirm_key;
 use super::form::{form_key, open_form};
 use super::sources::due_fetches;
-use super::{act, flash, quit};
+use super::{flash, quit};
 use crate::console::keymap::{Context, KeyAction};
 use crate::console::msg::Effect;
 use crate::console::state::{Mode, State, View};
@@ -59,7 +58,7 @@ pub(super) fn key(state: &mut State, ev: KeyEvent) -> Vec<Effect> {
                 }
             }
             if state.filter != before {
-                state.rebuild_rows();
+                state.reshape_rows();
             }
             Vec::new()
         }
@@ -126,6 +125,7 @@ fn move_cursor(state: &mut State, delta: isize) {
     } else if c.selected >= c.offset + page {
         c.offset = c.selected + 1 - page;
     }
+    state.pick_under_cursor(state.view);
 }
 
 /// A key action while browsing (also reached from the command line).
@@ -182,7 +182,7 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
                 state.view = View::Gpus;
             } else if !state.filter.is_empty() {
                 state.filter.clear();
-                state.rebuild_rows();
+                state.reshape_rows();
             }
         }
         KeyAction::Filter => state.mode = Mode::Filter(state.filter.clone()),
@@ -192,13 +192,13 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
             if !cols.is_empty() {
                 let p = state.view.position();
                 state.sort[p] = (state.sort[p] + 1) % cols.len();
-                state.rebuild_rows();
+                state.reshape_rows();
             }
         }
         KeyAction::SortReverse => {
             let p = state.view.position();
             state.sort_reverse[p] = !state.sort_reverse[p];
-            state.rebuild_rows();
+            state.reshape_rows();
         }
         KeyAction::Freeze => {
             state.frozen = !state.frozen;
@@ -223,7 +223,7 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
                 Some(i) if i + 1 < n => Some(i + 1),
                 _ => None,
             };
-            state.rebuild_rows();
+            state.reshape_rows();
         }
         KeyAction::Refresh => return due_fetches(state, true),
         KeyAction::Claim => open_form(state),
@@ -231,17 +231,7 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
         KeyAction::Move => open_move(state),
         KeyAction::Cordon => return cordon(state, None),
         KeyAction::EngineAct => return super::engine::engine_key(state),
-        KeyAction::ClearBackoff => {
-            let Some(k) = state.selected_project() else {
-                flash(state, "select a project in the Fair share view first", true);
-                return Vec::new();
-            };
-            let Some((_, p)) = state.project(k) else {
-                return Vec::new();
-            };
-            let project = p.name.clone();
-            return act(state, k.source, Action::ResetProject { project });
-        }
+        KeyAction::ClearBackoff => return reset_project(state),
         KeyAction::Confirm
         | KeyAction::Cancel
         | KeyAction::NextField

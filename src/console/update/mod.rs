@@ -6,6 +6,7 @@
 
 mod actions;
 mod command;
+mod confirm;
 mod engine;
 mod form;
 mod keys;
@@ -85,33 +86,40 @@ pub(super) fn flash(state: &mut State, text: impl Into<String>, error: bool) {
     state.dirty = true;
 }
 
-/// Sends an action to its source, unless the console is read-only or the source cannot act.
-pub(super) fn act(state: &mut State, source: usize, action: Action) -> Vec<Effect> {
-    let Some(slot) = state.sources.get(source) else {
-        return Vec::new();
-    };
+/// Why an action cannot be sent: the console is read-only or the source cannot act.
+pub(super) fn refusal(state: &State, source: usize, action: &Action) -> Option<String> {
+    let slot = state.sources.get(source)?;
     if state.readonly {
-        flash(
-            state,
-            format!("read-only: {} {} refused", action.verb(), action.target()),
-            true,
-        );
-        return Vec::new();
+        return Some(format!(
+            "read-only: {} {} refused",
+            action.verb(),
+            action.target()
+        ));
     }
     if !slot.can_act {
-        let text = format!(
+        return Some(format!(
             "{}: this {} source is read-only; {} {} refused",
             slot.name,
             slot.kind,
             action.verb(),
             action.target()
-        );
+        ));
+    }
+    None
+}
+
+/// Sends an action to its source, unless the console is read-only or the source cannot act.
+pub(super) fn act(state: &mut State, source: usize, action: Action) -> Vec<Effect> {
+    let Some(slot) = state.sources.get(source) else {
+        return Vec::new();
+    };
+    let name = slot.name.clone();
+    if let Some(text) = refusal(state, source, &action) {
         flash(state, text, true);
         return Vec::new();
     }
     state.push_log(format!(
-        "{}: {} {} sent",
-        slot.name,
+        "{name}: {} {} sent",
         action.verb(),
         action.target()
     ));

@@ -81,13 +81,14 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     let cur = state.cursor[View::Claims.position()];
     let len = state.rows_claims.len();
     let off = window(cur.selected, cur.offset, height, len);
+    let picked = state.selected_row(View::Claims);
     let rows: Vec<Row> = state
         .rows_claims
         .iter()
         .enumerate()
         .skip(off)
         .take(height)
-        .filter_map(|(i, k)| claim_row(state, *k, i == cur.selected, cols, theme))
+        .filter_map(|(i, k)| claim_row(state, *k, Some(i) == picked, cols, theme))
         .collect();
     let t = Table::new(rows, cols.widths())
         .header(Row::new(cols.header()).style(theme.header))

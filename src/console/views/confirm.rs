@@ -1,4 +1,5 @@
-//! The confirmation overlay for destructive actions (release).
+//! The one confirmation overlay for every mutating action: what will happen, the id to
+//! type where asked, Cancel and OK.
 
 use ratatui::Frame;
 use ratatui::layout::Rect;
@@ -17,7 +18,13 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     let r = popup(
         area,
         64,
-        u16::try_from(c.body.len()).unwrap_or(4).saturating_add(5),
+        u16::try_from(
+            c.body.len()
+                + 2 * usize::from(c.type_to_confirm.is_some())
+                + usize::from(c.error.is_some()),
+        )
+        .unwrap_or(4)
+        .saturating_add(5),
     );
     frame.render_widget(Clear, r);
     let blk = block(format!(" {} ", c.title), theme);
@@ -28,6 +35,16 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
         .iter()
         .map(|l| Line::styled(l.clone(), theme.text))
         .collect();
+    if let Some(want) = &c.type_to_confirm {
+        lines.push(Line::raw(""));
+        lines.push(Line::from(vec![
+            Span::styled(format!("Type {want} to confirm: "), theme.warn),
+            Span::styled(format!("{}_", c.typed), theme.accent),
+        ]));
+    }
+    if let Some(e) = &c.error {
+        lines.push(Line::styled(e.clone(), theme.critical));
+    }
     lines.push(Line::raw(""));
     let (cancel, ok) = if c.ok_focused {
         (theme.text, theme.selection)

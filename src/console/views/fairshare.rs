@@ -34,6 +34,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
         len += lines_of(k);
     }
     let off = window(selected_line, cur.offset, height, len);
+    let picked = state.selected_row(View::Ledger);
     let mut rows = Vec::new();
     let mut line = 0usize;
     for (i, k) in state.rows_projects.iter().enumerate() {
@@ -50,7 +51,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
             continue;
         };
         let mut lines = Vec::with_capacity(n);
-        let sel = i == cur.selected;
+        let sel = Some(i) == picked;
         let first = |r: Option<&ProjectResourceView>| {
             let mut cells: Vec<Cell> = Vec::new();
             if multi {

@@ -84,13 +84,14 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     let cur = state.cursor[View::Gpus.position()];
     let len = state.rows_devices.len();
     let off = window(cur.selected, cur.offset, height, len);
+    let picked = state.selected_row(View::Gpus);
     let rows: Vec<Row> = state
         .rows_devices
         .iter()
         .enumerate()
         .skip(off)
         .take(height)
-        .filter_map(|(i, k)| device_row(state, *k, i == cur.selected, cols, theme))
+        .filter_map(|(i, k)| device_row(state, *k, Some(i) == picked, cols, theme))
         .collect();
     let empty = len == 0;
     let t = Table::new(rows, cols.widths())

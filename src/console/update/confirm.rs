@@ -1,0 +1,77 @@
+//! The one confirmation dialog: every mutating action (release, move, cordon, project
+//! reset, and any engine action) is asked through `ask` and sent only from `confirm_key`,
+//! once OK is focused and, where asked, the target's id typed.
+
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+use super::{act, flash, refusal};
+use crate::console::keymap::{Context, KeyAction};
+use crate::console::msg::Effect;
+use crate::console::state::{Confirm, Mode, State};
+
+/// Opens the confirmation for an action, unless the console is read-only or the source
+/// cannot act (refused at once, with the words `act` would use).
+pub(super) fn ask(state: &mut State, confirm: Confirm) {
+    if let Some(text) = refusal(state, confirm.source, &confirm.action) {
+        flash(state, text, true);
+        return;
+    }
+    state.mode = Mode::Confirm(Box::new(confirm));
+}
+
+/// Keys in the confirmation dialog: type the id (when asked), switch buttons, confirm or
+/// cancel. Cancel is focused when it opens; Enter on Cancel closes it.
+pub(super) fn confirm_key(state: &mut State, mut c: Confirm, ev: KeyEvent) -> Vec<Effect> {
+    let typing = c.type_to_confirm.is_some();
+    let plain = !ev
+        .modifiers
+        .intersects(KeyModifiers::CONTROL | KeyModifiers::ALT);
+    match ev.code {
+        KeyCode::Char(ch) if typing && plain => {
+            c.typed.push(ch);
+            c.error = None;
+            state.mode = Mode::Confirm(Box::new(c));
+            return Vec::new();
+        }
+        KeyCode::Backspace if typing => {
+            c.typed.pop();
+            state.mode = Mode::Confirm(Box::new(c));
+            return Vec::new();
+        }
+        _ => {}
+    }
+    match state.keymap.action(Context::Dialog, &ev) {
+        Some(KeyAction::Cancel) => state.mode = c.back.map_or(Mode::Normal, |m| *m),
+        Some(
+            KeyAction::ChoiceLeft
+            | KeyAction::ChoiceRight
+            | KeyAction::NextField
+            | KeyAction::PrevField,
+        ) => {
+            c.ok_focused = !c.ok_focused;
+            state.mode = Mode::Confirm(Box::new(c));
+        }
+        Some(KeyAction::Confirm) if !c.ok_focused => {
+            state.mode = c.back.map_or(Mode::Normal, |m| *m);
+        }
+        Some(KeyAction::Confirm) if !c.typed_ok() => {
+            let want = c.type_to_confirm.clone().unwrap_or_default();
+            c.error = Some(format!(
+                "type `{want}` to {} {}",
+                c.action.verb(),
+                c.action.target()
+            ));
+            state.mode = Mode::Confirm(Box::new(c));
+        }
+        Some(KeyAction::Confirm) => {
+            let sent = act(state, c.source, c.action);
+            state.mode = match c.then {
+                Some(m) if !sent.is_empty() => *m,
+                _ => c.back.map_or(Mode::Normal, |m| *m),
+            };
+            return sent;
+        }
+        _ => state.mode = Mode::Confirm(Box::new(c)),
+    }
+    Vec::new()
+}
