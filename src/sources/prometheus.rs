@@ -161,6 +161,7 @@ impl PrometheusSource {
             policy: String::new(),
             actions: false,
             telemetry_note: None,
+            warnings: Vec::new(),
         };
         telemetry_snapshot(&samples, &labels, endpoint, self.shell.now())
             .map_err(|what| SourceError::Decode { url, what })

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::answers::{RayAnswerKind, RayParseError, in_envelope};
+use super::answers::{RayAnswerError, RayAnswerKind, RayParseError, in_envelope};
 use super::resources::{RayResource, classify_resource, units};
 use crate::sources::json::{At, ShapeError};
 use crate::units::Units;
@@ -101,11 +101,17 @@ fn parse_worker(w: At<'_>) -> Result<Option<WorkerGpus>, ShapeError> {
     Ok(holds.then_some(gpus))
 }
 
-/// Reads `/nodes?view=summary`: every node with its totals and GPU-holding workers.
-pub(super) fn parse_nodes(doc: &Value) -> Result<Vec<RayNode>, RayParseError> {
-    in_envelope(RayAnswerKind::Nodes, doc, |data| {
+/// Reads `/nodes?view=summary`: every node with its totals and GPU-holding workers. A
+/// node or worker that cannot be read is skipped, its error in `skipped`; the answer fails
+/// only when its list cannot be read, or nodes are listed and none of them can be.
+pub(super) fn parse_nodes(
+    doc: &Value,
+    skipped: &mut Vec<ShapeError>,
+) -> Result<Vec<RayNode>, RayParseError> {
+    let mut bad_nodes = Vec::new();
+    let nodes = in_envelope(RayAnswerKind::Nodes, doc, |data| {
         data.field("summary", |summary| {
-            summary.each(|n| {
+            summary.each_or_skip(&mut bad_nodes, |n| {
                 n.field("raylet", |r| {
                     let totals: BTreeMap<String, f64> = r
                         .opt_field("resourcesTotal", |t| {
@@ -148,7 +154,9 @@ pub(super) fn parse_nodes(doc: &Value) -> Result<Vec<RayNode>, RayParseError> {
                             .unwrap_or_default(),
                     };
                     let workers = r
-                        .opt_field("coreWorkersStats", |ws| ws.each(parse_worker))?
+                        .opt_field("coreWorkersStats", |ws| {
+                            ws.each_or_skip(skipped, parse_worker)
+                        })?
                         .unwrap_or_default()
                         .into_iter()
                         .flatten()
@@ -165,5 +173,15 @@ pub(super) fn parse_nodes(doc: &Value) -> Result<Vec<RayNode>, RayParseError> {
                 })
             })
         })
-    })
+    })?;
+    if nodes.is_empty()
+        && let Some(first) = bad_nodes.first()
+    {
+        return Err(RayParseError {
+            answer: RayAnswerKind::Nodes,
+            error: RayAnswerError::Shape(first.clone()),
+        });
+    }
+    skipped.extend(bad_nodes);
+    Ok(nodes)
 }
