@@ -45,6 +45,9 @@ pub(super) struct RayNode {
     pub(super) gpus: u32,
     pub(super) accelerator: Option<String>,
     pub(super) workers: Vec<WorkerGpus>,
+    /// Where its workers' stats should be, when the dashboard agent has not reported them
+    /// (a node that just started, a busy agent): which GPU each worker holds is unknown.
+    pub(super) unreported: Option<String>,
 }
 
 /// A used resource's `resourceSlots`: amount per GPU index, by index.
@@ -153,14 +156,13 @@ pub(super) fn parse_nodes(
                             .or(r.opt_field("nodeManagerAddress", |h| h.str())?)
                             .unwrap_or_default(),
                     };
-                    let workers = r
-                        .opt_field("coreWorkersStats", |ws| {
-                            ws.each_or_skip(skipped, parse_worker)
-                        })?
-                        .unwrap_or_default()
-                        .into_iter()
-                        .flatten()
-                        .collect();
+                    let workers = r.opt_field("coreWorkersStats", |ws| {
+                        ws.each_or_skip(skipped, parse_worker)
+                    })?;
+                    let unreported = workers
+                        .is_none()
+                        .then(|| format!("{}.coreWorkersStats", r.path()));
+                    let workers = workers.unwrap_or_default().into_iter().flatten().collect();
                     Ok(RayNode {
                         id: r.field("nodeId", |v| v.str())?,
                         hostname,
@@ -169,6 +171,7 @@ pub(super) fn parse_nodes(
                         totals: canonical,
                         accelerator,
                         workers,
+                        unreported,
                     })
                 })
             })

@@ -19,6 +19,7 @@ use crate::clock::Timestamp;
 use crate::ids::ClaimId;
 use crate::snapshot::{
     ClaimState, ClaimView, DeviceView, EndpointInfo, NodeView, SCHEMA_VERSION, Snapshot,
+    SourceWarning,
 };
 use crate::sources::json::ShapeError;
 use crate::sources::sections::Sections;
@@ -63,6 +64,19 @@ pub fn snapshot(
     let mut sections = Sections::new();
     let mut skipped = Vec::new();
     let ray_nodes = parse_nodes(&answers.nodes, &mut skipped)?;
+    for path in ray_nodes
+        .iter()
+        .filter(|n| n.alive)
+        .filter_map(|n| n.unreported.as_ref())
+    {
+        sections.warn(SourceWarning {
+            section: "/nodes".to_string(),
+            path: path.clone(),
+            found: "nothing: the dashboard agent has not reported this node's workers yet"
+                .to_string(),
+            left_out: "which GPU each worker on the node holds".to_string(),
+        });
+    }
     sections.extend(
         skipped
             .drain(..)
