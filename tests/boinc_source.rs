@@ -163,7 +163,9 @@ fn console_fixture_has_backoffs_on_both_resources() {
 #[test]
 fn malformed_answers_name_what_is_wrong() {
     let good = answers("state_backoff.xml", "cc_status_backoff.xml");
-    let cases = [
+    // A project that cannot be read is a warning; the host and its GPUs stay.
+    let whole = snapshot(&good, "", TAKEN).unwrap();
+    let warned = [
         (
             good.state
                 .replace("<value>600.000000</value>", "<value>lots</value>"),
@@ -174,6 +176,22 @@ fn malformed_answers_name_what_is_wrong() {
                 .replace("<master_url>http://127.0.0.1:18778/</master_url>", ""),
             "has no <master_url>",
         ),
+    ];
+    for (state, want) in warned {
+        let a = BoincAnswers {
+            state,
+            cc_status: good.cc_status.clone(),
+        };
+        let s = snapshot(&a, "", TAKEN).unwrap();
+        assert_eq!(s.nodes.len(), whole.nodes.len());
+        assert_eq!(s.devices().count(), whole.devices().count());
+        let w = &s.endpoint.warnings[0];
+        assert_eq!(w.path, "client_state/project[0]");
+        assert_eq!(w.left_out, "this project, its apps and tasks");
+        assert!(w.found.contains(want), "{w} lacks {want}");
+        assert!(s.projects.is_empty() && s.claims.is_empty());
+    }
+    let cases = [
         (good.state[..good.state.len() / 2].to_string(), "cut off"),
         (
             "<html><body>hi</body></html>".to_string(),

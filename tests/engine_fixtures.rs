@@ -149,25 +149,41 @@ fn ray_error(edit: impl FnOnce(&mut RayAnswers)) -> ray::RayParseError {
 }
 
 #[test]
-fn ray_wrong_types_name_the_answer_and_path() {
-    let e = ray_error(|a| {
-        a.nodes["data"]["summary"][0]["raylet"]["coreWorkersStats"][0]["usedResources"]["GPU"]["resourceSlots"]
-            [0]["allocation"] = Value::String("a quarter".into());
-    });
+fn ray_wrong_types_are_warnings_naming_the_answer_and_path() {
+    let mut answers = ray_answers();
+    answers.nodes["data"]["summary"][0]["raylet"]["coreWorkersStats"][0]["usedResources"]["GPU"]
+        ["resourceSlots"][0]["allocation"] = Value::String("a quarter".into());
+    answers.tasks["data"]["result"]["result"] = Value::Bool(true);
+    let whole = ray::snapshot(&ray_answers(), "x", Timestamp(0)).unwrap();
+    let s = ray::snapshot(&answers, "x", Timestamp(0)).unwrap();
+    // The core is still read: every node and GPU.
+    assert_eq!(s.nodes.len(), whole.nodes.len());
+    assert_eq!(s.devices().count(), whole.devices().count());
+    let w = &s.endpoint.warnings;
+    assert_eq!(w.len(), 2, "{w:?}");
+    assert_eq!(w[0].section, "/nodes");
+    assert_eq!(
+        w[0].path,
+        "data.summary[0].raylet.coreWorkersStats[0].usedResources.GPU.resourceSlots[0].allocation"
+    );
+    assert_eq!(
+        w[0].found,
+        "expected a number, found a string \"a quarter\""
+    );
+    assert_eq!(w[1].section, "/api/v0/tasks");
+    assert_eq!(w[1].path, "data.result.result");
+    assert_eq!(w[1].found, "expected an array, found the boolean true");
+    assert_eq!(w[1].left_out, "the whole list");
+}
+
+#[test]
+fn ray_unreadable_nodes_take_the_source_down() {
+    let e = ray_error(|a| a.nodes["data"]["summary"] = Value::Bool(true));
     assert_eq!(e.answer, RayAnswerKind::Nodes);
-    let RayAnswerError::Shape(msg) = e.error else {
+    let RayAnswerError::Shape(err) = e.error else {
         panic!("{e:?}")
     };
-    assert_eq!(
-        msg,
-        "`data.summary[0].raylet.coreWorkersStats[0].usedResources.GPU.resourceSlots[0].allocation`: expected a number, found a string \"a quarter\""
-    );
-    let e = ray_error(|a| a.tasks["data"]["result"]["result"] = Value::Bool(true));
-    assert_eq!(e.answer, RayAnswerKind::Tasks);
-    assert!(
-        matches!(e.error, RayAnswerError::Shape(ref m) if m.contains("data.result.result")),
-        "{e:?}"
-    );
+    assert_eq!(err.path, "data.summary");
 }
 
 #[test]
@@ -179,10 +195,19 @@ fn ray_failures_and_foreign_json_are_told_apart() {
     let e = ray_error(|a| a.version = serde_json::json!({"status": "success"}));
     assert_eq!(e.answer, RayAnswerKind::Version);
     assert!(matches!(e.error, RayAnswerError::NotRay(_)));
-    let e = ray_error(|a| a.actors = serde_json::json!([1, 2]));
+    let e = ray_error(|a| a.nodes = serde_json::json!([1, 2]));
     assert!(
         matches!(e.error, RayAnswerError::NotRay(ref m) if m.contains("an array of 2")),
         "{e:?}"
+    );
+    // Foreign JSON in an optional answer is a warning.
+    let mut answers = ray_answers();
+    answers.actors = serde_json::json!([1, 2]);
+    let s = ray::snapshot(&answers, "x", Timestamp(0)).unwrap();
+    assert!(
+        s.endpoint.warnings[0].found.contains("an array of 2"),
+        "{:?}",
+        s.endpoint.warnings
     );
 }
 

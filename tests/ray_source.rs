@@ -1,7 +1,9 @@
 //! The Ray source against a real Ray 2.60 head on 127.0.0.1 (token auth on), holding
-//! actors, tasks and a placement-group bundle with 0.25 and 0.5 GPU and one infeasible
-//! task: the source must report exactly the GPU index each holder sees through
-//! `ray.get_gpu_ids()`, the totals, availability and the pending demand.
+//! actors, tasks and a placement-group bundle with 0.25 and 0.5 GPU, one infeasible task
+//! and one placement group waiting for GPUs (`STRICT_PACK`, 2 bundles of 2 GPUs): the source
+//! must stay live with no warning and report exactly the GPU index each holder sees
+//! through `ray.get_gpu_ids()`, the totals, availability, the pending demand and the
+//! waiting group with its strategy and bundles.
 //!
 //! Needs the virtual environment scripts/test installs (`ray[default]==2.60.0`), at
 //! $`GPUBOARD_RAY_VENV` or ~/.cache/gpuboard/venv-ray-2.60.0. Without it the test fails;
@@ -307,6 +309,9 @@ async fn ray_source_reports_what_ray_tasks_see() {
             && s.claims.iter().any(|c| c.state == ClaimState::Pending)
             && s.claims
                 .iter()
+                .any(|c| c.request.labels.contains_key("ray.strategy"))
+            && s.claims
+                .iter()
                 .any(|c| c.holder.as_deref() == Some("placement group pg-half bundle 0"))
         {
             break r.unwrap();
@@ -357,11 +362,59 @@ async fn ray_source_reports_what_ray_tasks_see() {
             d.index
         );
     }
+    // Everything was read: the source is live, with no warning.
+    assert!(
+        snapshot.endpoint.warnings.is_empty(),
+        "{:?}",
+        snapshot.endpoint.warnings
+    );
+    // The waiting placement group: one pending claim per bundle, with its strategy and
+    // bundles, and Ray's own reason (no resources now, not infeasible).
+    let waiting_id = report["waiting"]["id"].as_str().unwrap();
+    let groups: Vec<_> = snapshot
+        .claims
+        .iter()
+        .filter(|c| {
+            c.request
+                .labels
+                .get("ray.placement_group")
+                .map(String::as_str)
+                == Some(waiting_id)
+        })
+        .collect();
+    assert_eq!(groups.len(), 2, "{groups:?}");
+    for (i, g) in groups.iter().enumerate() {
+        assert_eq!(g.state, ClaimState::Pending);
+        assert_eq!(
+            g.holder.as_deref(),
+            Some(format!("placement group pg-waiting bundle {i}").as_str())
+        );
+        assert_eq!(g.request.labels["ray.strategy"], "STRICT_PACK");
+        assert_eq!(g.request.labels["ray.bundles"], "2 × {GPU: 2}");
+        assert!(!g.infeasible);
+        assert!(
+            g.pending_reasons
+                .iter()
+                .any(|r| r.contains("(PENDING, NO_RESOURCES)")),
+            "{:?}",
+            g.pending_reasons
+        );
+        assert!(
+            g.pending_reasons.iter().any(|r| r.starts_with(
+                "Ray pgDemand 2 × {GPU: 2} STRICT_PACK: 1 pending group(s)"
+            )),
+            "{:?}",
+            g.pending_reasons
+        );
+    }
     // The infeasible task: pending, with Ray's reason.
     let pending: Vec<_> = snapshot
         .claims
         .iter()
-        .filter(|c| c.state == ClaimState::Pending)
+        .filter(|c| {
+            c.state == ClaimState::Pending
+                && c.request.labels.get("ray.kind").map(String::as_str) == Some("task")
+        })
         .collect();
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].holder.as_deref(), Some("task task-infeasible"));

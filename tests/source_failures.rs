@@ -111,6 +111,7 @@ async fn truncated_json_is_a_decode_error() {
 
 #[tokio::test]
 async fn wrong_types_name_the_field() {
+    // In an optional answer: the source stays live, the task is a warning naming the field.
     let tasks = String::from_utf8(fixture("ray/tasks.json"))
         .unwrap()
         .replacen(
@@ -118,15 +119,31 @@ async fn wrong_types_name_the_field() {
             "\"task_id\": 42",
             1,
         );
-    let e = ray_against(ray_routes("/api/v0/tasks", json(tasks)), None).await;
+    let url = serve(ray_routes("/api/v0/tasks", json(tasks))).await;
+    let s = RaySource::new(RayConfig::new(url))
+        .unwrap()
+        .fetch()
+        .await
+        .unwrap();
+    assert!(!s.nodes.is_empty());
+    let w = &s.endpoint.warnings;
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert_eq!(w[0].section, "/api/v0/tasks");
+    assert_eq!(w[0].path, "data.result.result[0].task_id");
+    assert_eq!(w[0].found, "expected a string, found the number 42");
+    // In the core: the source is down, naming the field.
+    let nodes = String::from_utf8(fixture("ray/nodes_summary.json"))
+        .unwrap()
+        .replacen("\"summary\": [", "\"summary\": 7, \"x\": [", 1);
+    let e = ray_against(ray_routes("/nodes", json(nodes)), None).await;
     let SourceError::Decode { what, .. } = &e else {
         panic!("{e:?}")
     };
     assert_eq!(
         what,
-        "`data.result.result[0].task_id`: expected a string, found the number 42"
+        "`data.summary`: expected an array, found the number 7"
     );
-    assert!(e.to_string().contains("/api/v0/tasks"), "{e}");
+    assert!(e.to_string().contains("/nodes"), "{e}");
 }
 
 #[tokio::test]

@@ -14,7 +14,7 @@ use ratatui::buffer::Buffer;
 use serde::Serialize;
 
 use crate::clock::{Clock, SystemClock, Timestamp};
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Snapshot, SourceWarning};
 use crate::sources::Fetched;
 
 use super::msg::Msg;
@@ -61,6 +61,8 @@ pub struct SourceStatus {
     pub error: Option<String>,
     /// Note (no GPUs, how to see the demo).
     pub note: Option<String>,
+    /// Sections of the peer's answer that could not be read (the source stays `ok`).
+    pub warnings: Vec<SourceWarning>,
     /// When the snapshot arrived, Unix ms.
     pub fetched_at: Option<u64>,
     /// Its snapshot, when it answered.
@@ -232,6 +234,10 @@ async fn print_status(
                         health: if error.is_none() { "ok" } else { "down" },
                         error,
                         note: s.note(),
+                        warnings: snapshot
+                            .as_ref()
+                            .map(|s| s.endpoint.warnings.clone())
+                            .unwrap_or_default(),
                         fetched_at: snapshot.as_ref().map(|_| at.0),
                         snapshot,
                     }

@@ -38,6 +38,7 @@ impl Scheduler {
             },
             actions: true,
             telemetry_note: None,
+            warnings: Vec::new(),
         }
     }
 

@@ -70,6 +70,33 @@ pub struct EndpointInfo {
     /// Why the local GPUs are not visible, when they are not (no driver, no library...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub telemetry_note: Option<String>,
+    /// Parts of the peer's answer that could not be read; everything else is live.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<SourceWarning>,
+}
+
+/// A section of a peer's answer that a source could not read and left out: where it was
+/// and what was found there. The rest of the snapshot is still the peer's.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceWarning {
+    /// The answer it was in (`/api/cluster_status`, `get_state`).
+    pub section: String,
+    /// Where in that answer, as `data.clusterStatus.loadMetricsReport.pgDemand[0]`.
+    pub path: String,
+    /// What was wrong, in the reader's words (what was expected, what was found).
+    pub found: String,
+    /// What is missing from the snapshot because of it.
+    pub left_out: String,
+}
+
+impl std::fmt::Display for SourceWarning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} `{}`: {}; left out: {}",
+            self.section, self.path, self.found, self.left_out
+        )
+    }
 }
 
 /// A node and its devices.
@@ -356,6 +383,7 @@ impl EndpointInfo {
             policy: String::new(),
             actions: false,
             telemetry_note: None,
+            warnings: Vec::new(),
         }
     }
 }

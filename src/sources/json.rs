@@ -5,6 +5,8 @@ use std::fmt;
 
 use serde_json::Value;
 
+use crate::snapshot::SourceWarning;
+
 /// A JSON value that was not what a source expected.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("`{path}`: expected {expected}, found {found}")]
@@ -15,6 +17,25 @@ pub struct ShapeError {
     pub expected: &'static str,
     /// What was there (its type, and a short excerpt).
     pub found: String,
+}
+
+impl ShapeError {
+    /// The same error, at `path` (for a value read out of its document).
+    #[must_use]
+    pub fn at(mut self, path: &str) -> ShapeError {
+        self.path = path.to_string();
+        self
+    }
+
+    /// This error as a warning on a source: in `section`, leaving out `left_out`.
+    pub fn warning(&self, section: &str, left_out: &str) -> SourceWarning {
+        SourceWarning {
+            section: section.to_string(),
+            path: self.path.clone(),
+            found: format!("expected {}, found {}", self.expected, self.found),
+            left_out: left_out.to_string(),
+        }
+    }
 }
 
 /// Parses a body as JSON, saying whether it was cut short or malformed.
@@ -171,6 +192,58 @@ impl<'a> At<'a> {
                 value: v,
                 parent: Some(&path),
             })?);
+        }
+        Ok(out)
+    }
+
+    /// Calls `f` with element `i` of an array of exactly `len` elements; `expected` says
+    /// what the whole array should have been.
+    pub fn item<T>(
+        &self,
+        i: usize,
+        len: usize,
+        expected: &'static str,
+        f: impl FnOnce(At<'_>) -> Result<T, ShapeError>,
+    ) -> Result<T, ShapeError> {
+        let Value::Array(items) = self.value else {
+            return Err(self.wrong(expected));
+        };
+        let Some(v) = items.get(i).filter(|_| items.len() == len) else {
+            return Err(self.wrong(expected));
+        };
+        let path = Path {
+            parent: self.parent,
+            step: Step::Index(i),
+        };
+        f(At {
+            value: v,
+            parent: Some(&path),
+        })
+    }
+
+    /// Calls `f` on each element of an array, skipping the elements it cannot read: their
+    /// errors go to `skipped`, so one odd element never hides the others.
+    pub fn each_or_skip<T>(
+        &self,
+        skipped: &mut Vec<ShapeError>,
+        mut f: impl FnMut(At<'_>) -> Result<T, ShapeError>,
+    ) -> Result<Vec<T>, ShapeError> {
+        let Value::Array(items) = self.value else {
+            return Err(self.wrong("an array"));
+        };
+        let mut out = Vec::with_capacity(items.len());
+        for (i, v) in items.iter().enumerate() {
+            let path = Path {
+                parent: self.parent,
+                step: Step::Index(i),
+            };
+            match f(At {
+                value: v,
+                parent: Some(&path),
+            }) {
+                Ok(t) => out.push(t),
+                Err(e) => skipped.push(e),
+            }
         }
         Ok(out)
     }

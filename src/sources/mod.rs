@@ -25,6 +25,7 @@ pub mod json;
 pub mod md5;
 pub mod prometheus;
 pub mod ray;
+pub mod sections;
 pub mod slurm;
 mod watch;
 pub mod xml;

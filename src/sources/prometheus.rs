@@ -17,12 +17,13 @@ use super::adapter::{self, Shell};
 use super::error::SourceError;
 use super::http::{Auth, JsonClient, PeerKind};
 use super::json::{At, ShapeError};
+use super::sections::Sections;
 use super::{Action, Failure, Fetched, Outcome, Source};
 use crate::clock::{Clock, Timestamp};
 use crate::placement::Allocation;
 use crate::request::ClaimRequest;
 use crate::snapshot::{
-    DeviceTelemetry, DeviceView, EndpointInfo, NodeView, SCHEMA_VERSION, Snapshot,
+    DeviceTelemetry, DeviceView, EndpointInfo, NodeView, SCHEMA_VERSION, Snapshot, SourceWarning,
 };
 use crate::units::Bytes;
 
@@ -137,17 +138,47 @@ impl PrometheusSource {
     pub async fn fetch(&self) -> Result<Snapshot, SourceError> {
         let (config, client) = (&self.shell.config, &self.shell.peer);
         let info_url = client.url("api/v1/status/buildinfo", &[])?;
-        let info = client.get_json(&info_url).await?;
-        let version = check_envelope(&info, info_url.as_str(), |data| {
-            data.opt_field("version", |v| v.str())
-        })?
-        .flatten();
+        let mut sections = Sections::new();
+        // The version is optional: a server that answers the query but not buildinfo
+        // (a proxy, another TSDB) is still read, with a warning.
+        let version = match client.get_json(&info_url).await {
+            Ok(info) => check_envelope(&info, info_url.as_str(), |data| {
+                data.opt_field("version", |v| v.str())
+            })
+            .map(Option::flatten),
+            Err(e) => Err(e),
+        };
+        let version = match version {
+            Ok(v) => v,
+            Err(
+                e @ (SourceError::Refused { .. }
+                | SourceError::Unreachable { .. }
+                | SourceError::Timeout { .. }
+                | SourceError::Unauthorized { .. }
+                | SourceError::BadUrl { .. }),
+            ) => return Err(e),
+            Err(e) => {
+                sections.warn(SourceWarning {
+                    section: "/api/v1/status/buildinfo".to_string(),
+                    path: "data.version".to_string(),
+                    found: e.to_string(),
+                    left_out: "the server's version".to_string(),
+                });
+                None
+            }
+        };
         let query = format!("{}[{}s]", selector(), config.window.as_secs());
         let query_url = client.url("api/v1/query", &[("query", &query)])?;
         let answer = client.get_json(&query_url).await?;
         let url = query_url.to_string();
         let labels = NodeLabels::new(config.node_label.as_deref());
-        let samples = check_envelope(&answer, &url, parse_result)?;
+        let mut skipped = Vec::new();
+        let samples = check_envelope(&answer, &url, |data| read_result(data, &mut skipped))?;
+        sections.extend(
+            skipped
+                .iter()
+                .map(|e| e.warning("/api/v1/query", "this series")),
+        );
         let samples = samples.ok_or_else(|| SourceError::Decode {
             url: url.clone(),
             what: "`data`: expected the query result, found nothing".to_string(),
@@ -161,6 +192,7 @@ impl PrometheusSource {
             policy: String::new(),
             actions: false,
             telemetry_note: None,
+            warnings: sections.into_warnings(),
         };
         telemetry_snapshot(&samples, &labels, endpoint, self.shell.now())
             .map_err(|what| SourceError::Decode { url, what })
@@ -300,7 +332,19 @@ fn sample(at: At<'_>) -> Result<(Timestamp, Option<f64>), ShapeError> {
 }
 
 /// Reads the `data` of a query answer: a matrix (range query) or a vector (instant query).
+/// Any series that cannot be read fails the whole answer (`read_result` skips it instead).
 pub fn parse_result(data: At<'_>) -> Result<Vec<Series>, ShapeError> {
+    let mut skipped = Vec::new();
+    let series = read_result(data, &mut skipped)?;
+    match skipped.into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok(series),
+    }
+}
+
+/// Reads the `data` of a query answer; a series that cannot be read is skipped, its error
+/// in `skipped`.
+fn read_result(data: At<'_>, skipped: &mut Vec<ShapeError>) -> Result<Vec<Series>, ShapeError> {
     let kind = data.field("resultType", |t| t.str())?;
     let matrix = match kind.as_str() {
         "matrix" => true,
@@ -310,7 +354,7 @@ pub fn parse_result(data: At<'_>) -> Result<Vec<Series>, ShapeError> {
         }
     };
     data.field("result", |r| {
-        r.each(|s| {
+        r.each_or_skip(skipped, |s| {
             let labels = s.field("metric", |m| {
                 m.entries(|k, v| Ok((k.to_string(), v.str()?)))
             })?;

@@ -3,8 +3,9 @@
 Usage: ray_driver.py ADDRESS OUT_JSON
 
 Connects to the head at ADDRESS, starts actors and tasks holding 0.25 and 0.5 GPU, a
-placement group with a GPU bundle and a task inside it, and one task asking for 8 GPUs
-(infeasible on a 4-GPU head). Each holder reports what `ray.get_gpu_ids()` says inside it;
+placement group with a GPU bundle and a task inside it, one task asking for 8 GPUs
+(infeasible on a 4-GPU head), and a STRICT_PACK placement group of 2 bundles of 2 GPUs
+that fits the head but not what is free (pending). Each holder reports what `ray.get_gpu_ids()` says inside it;
 the driver writes them all to OUT_JSON (atomically), then holds everything until stdin
 closes or the process is terminated.
 """
@@ -78,6 +79,8 @@ def main():
     )
     # Can never run here: the head has 4 GPUs.
     infeasible = hold.options(num_gpus=8, num_cpus=0, name="task-infeasible").remote("task-infeasible", started_dir)
+    # Fits the head's 4 GPUs, not what the holders leave free: waits.
+    waiting = placement_group([{"GPU": 2}, {"GPU": 2}], strategy="STRICT_PACK", name="pg-waiting")
 
     holders = [ray.get(a.where.remote(), timeout=120) for a in actors.values()]
     want = {"task-quarter", "task-half", "task-in-pg"}
@@ -97,6 +100,7 @@ def main():
         "holders": holders,
         "placement_group": {"id": pg.id.hex(), "bundles": [{"GPU": 0.5}]},
         "infeasible": {"name": "task-infeasible", "gpus": 8},
+        "waiting": {"id": waiting.id.hex(), "strategy": "STRICT_PACK", "bundles": [{"GPU": 2}, {"GPU": 2}]},
     }
     tmp = out + ".tmp"
     with open(tmp, "w") as f:
@@ -104,7 +108,7 @@ def main():
     os.replace(tmp, out)
     # Hold everything until told to stop.
     sys.stdin.read()
-    del infeasible
+    del infeasible, waiting
 
 
 if __name__ == "__main__":

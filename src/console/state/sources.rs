@@ -133,6 +133,19 @@ impl SourceSlot {
         }
     }
 
+    /// A short note on the sections of the peer's answer its last snapshot left out:
+    /// `2 parts unread: /api/cluster_status `data.x`: ...`; `None` when all was read.
+    pub fn warning_note(&self) -> Option<String> {
+        let warnings = &self.data.as_ref()?.endpoint.warnings;
+        let first = warnings.first()?;
+        let what = if warnings.len() == 1 {
+            "1 part unread".to_string()
+        } else {
+            format!("{} parts unread", warnings.len())
+        };
+        Some(format!("{what}: {first}"))
+    }
+
     /// Whether its data on screen is not fresh.
     pub fn is_stale(&self, now: Timestamp, refresh_ms: u64) -> bool {
         !matches!(

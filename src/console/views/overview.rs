@@ -145,9 +145,12 @@ fn sources_table(frame: &mut Frame, bottom: Rect, state: &State, theme: &Theme) 
                 .data
                 .as_ref()
                 .map_or((0, 0), |d| (d.devices().count(), d.claims.len()));
+            let warning = s.error.is_none().then(|| s.warning_note()).flatten();
+            let warned = warning.is_some();
             let note = s
                 .error
                 .clone()
+                .or(warning)
                 .or_else(|| s.note.clone())
                 .or_else(|| {
                     s.data
@@ -165,6 +168,8 @@ fn sources_table(frame: &mut Frame, bottom: Rect, state: &State, theme: &Theme) 
                     note,
                     if s.error.is_some() {
                         theme.critical
+                    } else if warned {
+                        theme.warn
                     } else {
                         theme.dim
                     },

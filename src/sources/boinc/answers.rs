@@ -1,6 +1,7 @@
 //! The client's answers: which requests one fetch sends, what was wrong with a reply, and
 //! the small readers every section uses (numbers, flags, the reply's root).
 
+use crate::snapshot::SourceWarning;
 use crate::sources::xml::{self, Element};
 
 /// The client's answers one fetch reads, as XML text.
@@ -38,6 +39,18 @@ pub struct BoincParseError {
     pub answer: BoincAnswerKind,
     /// What was wrong, naming the element.
     pub what: String,
+}
+
+impl BoincParseError {
+    /// This error as a warning on the source: at `path` in its reply, leaving out `left_out`.
+    pub fn warning(&self, path: &str, left_out: &str) -> SourceWarning {
+        SourceWarning {
+            section: self.answer.request().to_string(),
+            path: path.to_string(),
+            found: self.what.clone(),
+            left_out: left_out.to_string(),
+        }
+    }
 }
 
 /// A parse error in `answer`.

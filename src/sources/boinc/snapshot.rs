@@ -10,6 +10,7 @@ use crate::clock::Timestamp;
 use crate::snapshot::{
     ClaimState, ClaimView, DeviceView, EndpointInfo, NodeView, SCHEMA_VERSION, Snapshot,
 };
+use crate::sources::sections::Sections;
 use crate::units::{Slots, Units};
 
 /// Turns the client's answers into a snapshot. `name` is the endpoint's display name
@@ -19,8 +20,22 @@ pub fn snapshot(
     name: &str,
     taken_at: Timestamp,
 ) -> Result<Snapshot, BoincParseError> {
-    let st = parse_state(&answers.state)?;
-    let cc = parse_cc_status(&answers.cc_status)?;
+    // The core is the state reply with its host; the rest is optional, item by item.
+    let mut sections = Sections::new();
+    let mut skipped = Vec::new();
+    let st = parse_state(&answers.state, &mut skipped)?;
+    sections.extend(skipped.iter().map(|(path, e)| {
+        let left_out = if path.contains("/project[") {
+            "this project, its apps and tasks"
+        } else {
+            "this element"
+        };
+        e.warning(path, left_out)
+    }));
+    let cc = sections.optional(
+        parse_cc_status(&answers.cc_status)
+            .map_err(|e| e.warning("cc_status", "the client's suspend reasons and GPU mode")),
+    );
     let node_name = if st.host.is_empty() {
         "localhost".to_string()
     } else {
@@ -40,13 +55,15 @@ pub fn snapshot(
             &b.holder,
         ))
     });
+    let mut endpoint = EndpointInfo::engine(
+        if name.is_empty() { &node_name } else { name },
+        "boinc",
+        format!("boinc {}", st.version),
+    );
+    endpoint.warnings = sections.into_warnings();
     Ok(Snapshot {
         schema: SCHEMA_VERSION,
-        endpoint: EndpointInfo::engine(
-            if name.is_empty() { &node_name } else { name },
-            "boinc",
-            format!("boinc {}", st.version),
-        ),
+        endpoint,
         revision: 0,
         taken_at,
         nodes: vec![NodeView {

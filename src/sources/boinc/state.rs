@@ -172,7 +172,7 @@ fn parse_project(a: BoincAnswerKind, p: &Element) -> Result<Project, BoincParseE
 
 /// The master URL of the project named `project` (by name or by URL) in a `get_state` reply.
 pub fn project_url(state: &str, project: &str) -> Result<Option<String>, BoincParseError> {
-    let st = parse_state(state)?;
+    let st = parse_state(state, &mut Vec::new())?;
     Ok(st
         .projects
         .into_iter()
@@ -180,8 +180,13 @@ pub fn project_url(state: &str, project: &str) -> Result<Option<String>, BoincPa
         .map(|p| p.url))
 }
 
-/// Reads `<get_state/>`.
-pub(super) fn parse_state(text: &str) -> Result<ClientState, BoincParseError> {
+/// Reads `<get_state/>`. The core is the reply itself and its `<host_info>`; a project,
+/// app version or task that cannot be read is skipped, with where it was, in `skipped`
+/// (a skipped project takes its apps and tasks with it).
+pub(super) fn parse_state(
+    text: &str,
+    skipped: &mut Vec<(String, BoincParseError)>,
+) -> Result<ClientState, BoincParseError> {
     let a = BoincAnswerKind::State;
     let root = parse_reply(a, text)?;
     let cs = root
@@ -198,32 +203,52 @@ pub(super) fn parse_state(text: &str) -> Result<ClientState, BoincParseError> {
         ver("core_client_minor_version"),
         ver("core_client_release")
     );
-    st.now = cs
+    st.now = match cs
         .child("time_stats")
         .map(|t| num(a, t, "now", "time_stats"))
-        .transpose()?
-        .flatten()
-        .unwrap_or(0.0);
+        .transpose()
+    {
+        Ok(now) => now.flatten().unwrap_or(0.0),
+        Err(e) => {
+            skipped.push(("client_state/time_stats".to_string(), e));
+            0.0
+        }
+    };
     // The client lists each project's apps, versions, workunits and tasks after it.
     let mut current = String::new();
+    // After a project that could not be read, its apps and tasks are left out with it.
+    let mut orphan = false;
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
     for el in &cs.children {
+        let i = seen.entry(el.name.as_str()).or_default();
+        let at = format!("client_state/{}[{i}]", el.name);
+        *i += 1;
         match el.name.as_str() {
-            "project" => {
-                let p = parse_project(a, el)?;
-                current.clone_from(&p.url);
-                st.projects.push(p);
-            }
-            "app_version" => st.app_versions.push(parse_app_version(el, &current)?),
-            "workunit" => {
+            "project" => match parse_project(a, el) {
+                Ok(p) => {
+                    current.clone_from(&p.url);
+                    orphan = false;
+                    st.projects.push(p);
+                }
+                Err(e) => {
+                    skipped.push((at, e));
+                    orphan = true;
+                }
+            },
+            "app_version" if !orphan => match parse_app_version(el, &current) {
+                Ok(v) => st.app_versions.push(v),
+                Err(e) => skipped.push((at, e)),
+            },
+            "workunit" if !orphan => {
                 if let (Some(n), Some(app)) = (el.text_of("name"), el.text_of("app_name")) {
                     st.workunits
                         .insert((current.clone(), n.to_string()), app.to_string());
                 }
             }
-            "result" => {
-                let task = parse_task(el, &current, &st.workunits)?;
-                st.tasks.push(task);
-            }
+            "result" if !orphan => match parse_task(el, &current, &st.workunits) {
+                Ok(t) => st.tasks.push(t),
+                Err(e) => skipped.push((at, e)),
+            },
             _ => {}
         }
     }

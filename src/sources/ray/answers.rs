@@ -4,6 +4,7 @@
 
 use serde_json::Value;
 
+use crate::snapshot::SourceWarning;
 use crate::sources::json::{At, ShapeError};
 
 /// The dashboard answers one fetch reads.
@@ -90,7 +91,7 @@ pub enum RayAnswerError {
     /// Ray answered `"result": false` with this message.
     Failed(String),
     /// It has the wrong shape.
-    Shape(String),
+    Shape(ShapeError),
 }
 
 /// The answer and what was wrong with it.
@@ -101,6 +102,28 @@ pub struct RayParseError {
     pub answer: RayAnswerKind,
     /// What was wrong.
     pub error: RayAnswerError,
+}
+
+impl RayParseError {
+    /// This error as a warning on the source, leaving out `left_out`.
+    pub fn warning(&self, left_out: &str) -> SourceWarning {
+        let section = format!("/{}", self.answer.request().0);
+        match &self.error {
+            RayAnswerError::Shape(e) => e.warning(&section, left_out),
+            RayAnswerError::NotRay(why) => SourceWarning {
+                section,
+                path: "(root)".to_string(),
+                found: why.clone(),
+                left_out: left_out.to_string(),
+            },
+            RayAnswerError::Failed(msg) => SourceWarning {
+                section,
+                path: "result".to_string(),
+                found: format!("Ray answered `result: false`: {msg}"),
+                left_out: left_out.to_string(),
+            },
+        }
+    }
 }
 
 /// Ray's `{"result": true, "msg": ..., "data": ...}` envelope: the data, or why not.
@@ -130,11 +153,14 @@ fn envelope(doc: &Value) -> Result<At<'_>, RayAnswerError> {
     let root = At::root(doc);
     match map.get("data") {
         Some(Value::Object(_)) => Ok(root),
-        _ => Err(RayAnswerError::Shape(
-            root.field("data", |d| Err::<(), _>(d.wrong("an object")))
-                .err()
-                .map_or_else(String::new, |e| e.to_string()),
+        Some(other) => Err(RayAnswerError::Shape(
+            At::root(other).wrong("an object").at("data"),
         )),
+        None => Err(RayAnswerError::Shape(ShapeError {
+            path: "data".to_string(),
+            expected: "an object",
+            found: "nothing (missing or null)".to_string(),
+        })),
     }
 }
 
@@ -142,7 +168,7 @@ fn envelope(doc: &Value) -> Result<At<'_>, RayAnswerError> {
 fn shape(answer: RayAnswerKind) -> impl Fn(ShapeError) -> RayParseError {
     move |e| RayParseError {
         answer,
-        error: RayAnswerError::Shape(e.to_string()),
+        error: RayAnswerError::Shape(e),
     }
 }
 
@@ -157,13 +183,17 @@ pub(super) fn in_envelope<T>(
 }
 
 /// The state API's list, under `data.result.result`.
+/// An element that cannot be read is skipped, its error in `skipped`.
 pub(super) fn state_list<T>(
     answer: RayAnswerKind,
     doc: &Value,
+    skipped: &mut Vec<ShapeError>,
     f: impl FnMut(At<'_>) -> Result<T, ShapeError>,
 ) -> Result<Vec<T>, RayParseError> {
     in_envelope(answer, doc, |data| {
-        data.field("result", |r| r.field("result", |list| list.each(f)))
+        data.field("result", |r| {
+            r.field("result", |list| list.each_or_skip(skipped, f))
+        })
     })
 }
 

@@ -17,12 +17,14 @@
 //!
 //! Where things live: `answers` (the requests and their envelopes), `resources` (Ray's
 //! resource names), `nodes` and `work` (the readers of each answer), `claims` (a holder as
-//! a claim), `snapshot` (the sections assembled).
+//! a claim), `pending` (pending tasks and placement groups), `snapshot` (the sections
+//! assembled; a section that cannot be read is a warning, only the nodes are core).
 
 mod actions;
 mod answers;
 mod claims;
 mod nodes;
+mod pending;
 mod resources;
 mod snapshot;
 mod work;
@@ -162,7 +164,10 @@ impl RaySource {
                 peer: "Ray dashboard",
                 message,
             },
-            RayAnswerError::Shape(what) => SourceError::Decode { url, what },
+            RayAnswerError::Shape(what) => SourceError::Decode {
+                url,
+                what: what.to_string(),
+            },
         }
     }
 }

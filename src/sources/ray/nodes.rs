@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::answers::{RayAnswerKind, RayParseError, in_envelope};
+use super::answers::{RayAnswerError, RayAnswerKind, RayParseError, in_envelope};
 use super::resources::{RayResource, classify_resource, units};
 use crate::sources::json::{At, ShapeError};
 use crate::units::Units;
@@ -45,6 +45,9 @@ pub(super) struct RayNode {
     pub(super) gpus: u32,
     pub(super) accelerator: Option<String>,
     pub(super) workers: Vec<WorkerGpus>,
+    /// Where its workers' stats should be, when the dashboard agent has not reported them
+    /// (a node that just started, a busy agent): which GPU each worker holds is unknown.
+    pub(super) unreported: Option<String>,
 }
 
 /// A used resource's `resourceSlots`: amount per GPU index, by index.
@@ -101,11 +104,17 @@ fn parse_worker(w: At<'_>) -> Result<Option<WorkerGpus>, ShapeError> {
     Ok(holds.then_some(gpus))
 }
 
-/// Reads `/nodes?view=summary`: every node with its totals and GPU-holding workers.
-pub(super) fn parse_nodes(doc: &Value) -> Result<Vec<RayNode>, RayParseError> {
-    in_envelope(RayAnswerKind::Nodes, doc, |data| {
+/// Reads `/nodes?view=summary`: every node with its totals and GPU-holding workers. A
+/// node or worker that cannot be read is skipped, its error in `skipped`; the answer fails
+/// only when its list cannot be read, or nodes are listed and none of them can be.
+pub(super) fn parse_nodes(
+    doc: &Value,
+    skipped: &mut Vec<ShapeError>,
+) -> Result<Vec<RayNode>, RayParseError> {
+    let mut bad_nodes = Vec::new();
+    let nodes = in_envelope(RayAnswerKind::Nodes, doc, |data| {
         data.field("summary", |summary| {
-            summary.each(|n| {
+            summary.each_or_skip(&mut bad_nodes, |n| {
                 n.field("raylet", |r| {
                     let totals: BTreeMap<String, f64> = r
                         .opt_field("resourcesTotal", |t| {
@@ -147,12 +156,13 @@ pub(super) fn parse_nodes(doc: &Value) -> Result<Vec<RayNode>, RayParseError> {
                             .or(r.opt_field("nodeManagerAddress", |h| h.str())?)
                             .unwrap_or_default(),
                     };
-                    let workers = r
-                        .opt_field("coreWorkersStats", |ws| ws.each(parse_worker))?
-                        .unwrap_or_default()
-                        .into_iter()
-                        .flatten()
-                        .collect();
+                    let workers = r.opt_field("coreWorkersStats", |ws| {
+                        ws.each_or_skip(skipped, parse_worker)
+                    })?;
+                    let unreported = workers
+                        .is_none()
+                        .then(|| format!("{}.coreWorkersStats", r.path()));
+                    let workers = workers.unwrap_or_default().into_iter().flatten().collect();
                     Ok(RayNode {
                         id: r.field("nodeId", |v| v.str())?,
                         hostname,
@@ -161,9 +171,20 @@ pub(super) fn parse_nodes(doc: &Value) -> Result<Vec<RayNode>, RayParseError> {
                         totals: canonical,
                         accelerator,
                         workers,
+                        unreported,
                     })
                 })
             })
         })
-    })
+    })?;
+    if nodes.is_empty()
+        && let Some(first) = bad_nodes.first()
+    {
+        return Err(RayParseError {
+            answer: RayAnswerKind::Nodes,
+            error: RayAnswerError::Shape(first.clone()),
+        });
+    }
+    skipped.extend(bad_nodes);
+    Ok(nodes)
 }

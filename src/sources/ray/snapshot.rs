@@ -6,23 +6,27 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::answers::{RayAnswers, RayParseError, parse_version};
-use super::claims::{ClaimSpec, claim, pending_reasons, short};
+use super::answers::{RayAnswerKind, RayAnswers, RayParseError, parse_version};
+use super::claims::{ClaimSpec, claim, short};
 use super::nodes::{BundleUse, RayNode, WorkerGpus, parse_nodes};
-use super::resources::{canonical_shape, units};
+use super::pending::{pending_group_claims, pending_task_claims};
+use super::resources::units;
 use super::work::{
-    Demand, RayActor, RayPlacementGroup, RayTask, parse_actors, parse_demands,
-    parse_placement_groups, parse_tasks,
+    RayActor, RayPlacementGroup, RayTask, parse_actors, parse_demands, parse_placement_groups,
+    parse_tasks,
 };
 use crate::clock::Timestamp;
 use crate::ids::ClaimId;
 use crate::snapshot::{
     ClaimState, ClaimView, DeviceView, EndpointInfo, NodeView, SCHEMA_VERSION, Snapshot,
+    SourceWarning,
 };
+use crate::sources::json::ShapeError;
+use crate::sources::sections::Sections;
 use crate::units::{Slots, Units};
 
 /// Live nodes under the names operators see.
-type Named<'a> = [(String, &'a RayNode)];
+pub(super) type Named<'a> = [(String, &'a RayNode)];
 
 /// The claims found so far and what they take from each device.
 #[derive(Default)]
@@ -55,12 +59,47 @@ pub fn snapshot(
     name: &str,
     taken_at: Timestamp,
 ) -> Result<Snapshot, RayParseError> {
+    // The core: is it Ray, and its nodes with their GPUs. Everything else is optional.
     let version = parse_version(&answers.version)?;
-    let ray_nodes = parse_nodes(&answers.nodes)?;
-    let demands = parse_demands(&answers.cluster_status)?;
-    let tasks = parse_tasks(&answers.tasks)?;
-    let actors = parse_actors(&answers.actors)?;
-    let groups = parse_placement_groups(&answers.placement_groups)?;
+    let mut sections = Sections::new();
+    let mut skipped = Vec::new();
+    let ray_nodes = parse_nodes(&answers.nodes, &mut skipped)?;
+    for path in ray_nodes
+        .iter()
+        .filter(|n| n.alive)
+        .filter_map(|n| n.unreported.as_ref())
+    {
+        sections.warn(SourceWarning {
+            section: "/nodes".to_string(),
+            path: path.clone(),
+            found: "nothing: the dashboard agent has not reported this node's workers yet"
+                .to_string(),
+            left_out: "which GPU each worker on the node holds".to_string(),
+        });
+    }
+    sections.extend(
+        skipped
+            .drain(..)
+            .map(|e| e.warning("/nodes", "this node or worker")),
+    );
+    let demands = sections.optional(
+        parse_demands(&answers.cluster_status, &mut skipped)
+            .map_err(|e| e.warning("Ray's pending demands")),
+    );
+    sections.extend(
+        skipped
+            .drain(..)
+            .map(|e| e.warning("/api/cluster_status", "this pending demand")),
+    );
+    let tasks = state_section(&mut sections, RayAnswerKind::Tasks, |s| {
+        parse_tasks(&answers.tasks, s)
+    });
+    let actors = state_section(&mut sections, RayAnswerKind::Actors, |s| {
+        parse_actors(&answers.actors, s)
+    });
+    let groups = state_section(&mut sections, RayAnswerKind::PlacementGroups, |s| {
+        parse_placement_groups(&answers.placement_groups, s)
+    });
 
     let named = name_nodes(&ray_nodes);
     let mut book = Book::default();
@@ -70,8 +109,8 @@ pub fn snapshot(
     for (node, device, id) in std::mem::take(&mut book.member_holders) {
         book.usage.entry((node, device)).or_default().2.push(id);
     }
-    pending_task_claims(&tasks, &demands, &named, &mut book.claims);
-    pending_group_claims(&groups, &demands, &named, &mut book.claims);
+    pending_task_claims(&tasks, &demands.tasks, &named, &mut book.claims);
+    pending_group_claims(&groups, &demands.groups, &named, &mut book.claims);
 
     let nodes = node_views(&named, &book.usage);
     let mut claims = book.claims;
@@ -87,15 +126,30 @@ pub fn snapshot(
         key(a).cmp(&key(b))
     });
 
+    let mut endpoint = EndpointInfo::engine(name, "ray", format!("ray {version}"));
+    endpoint.warnings = sections.into_warnings();
     Ok(Snapshot {
         schema: SCHEMA_VERSION,
-        endpoint: EndpointInfo::engine(name, "ray", format!("ray {version}")),
+        endpoint,
         revision: 0,
         taken_at,
         nodes,
         claims,
         ..Snapshot::default()
     })
+}
+
+/// A state API list: items that cannot be read are warnings, as is the whole list.
+fn state_section<T>(
+    sections: &mut Sections,
+    answer: RayAnswerKind,
+    read: impl FnOnce(&mut Vec<ShapeError>) -> Result<Vec<T>, RayParseError>,
+) -> Vec<T> {
+    let mut skipped = Vec::new();
+    let got = sections.optional(read(&mut skipped).map_err(|e| e.warning("the whole list")));
+    let section = format!("/{}", answer.request().0);
+    sections.extend(skipped.iter().map(|e| e.warning(&section, "this item")));
+    got
 }
 
 /// Node names: host names, told apart by node id where two raylets share a host.
@@ -121,7 +175,7 @@ fn name_nodes(ray_nodes: &[RayNode]) -> Vec<(String, &RayNode)> {
 }
 
 /// A name, or the short id when there is none.
-fn label(name: &str, id: &str) -> String {
+pub(super) fn label(name: &str, id: &str) -> String {
     if name.is_empty() {
         short(id).to_string()
     } else {
@@ -331,75 +385,6 @@ fn bundle_claims(named: &Named<'_>, groups: &[RayPlacementGroup], book: &mut Boo
                 pending: None,
             });
             book.count(node, c);
-        }
-    }
-}
-
-/// Pending tasks and actors that want GPU.
-fn pending_task_claims(
-    tasks: &[RayTask],
-    demands: &[Demand],
-    named: &Named<'_>,
-    claims: &mut Vec<ClaimView>,
-) {
-    for t in tasks.iter().filter(|t| {
-        t.state.starts_with("PENDING")
-            && (t.kind == "NORMAL_TASK" || t.kind == "ACTOR_CREATION_TASK")
-    }) {
-        let want = canonical_shape(&t.required);
-        let Some(&gpu) = want.get("GPU") else {
-            continue;
-        };
-        let (reasons, infeasible) = pending_reasons(&t.state, &want, demands, named);
-        let kind = if t.kind == "ACTOR_CREATION_TASK" {
-            "actor"
-        } else {
-            "task"
-        };
-        claims.push(claim(ClaimSpec {
-            kind,
-            ray_id: t.id.clone(),
-            holder: format!("{kind} {}", label(&t.name, &t.id)),
-            job_id: t.job_id.clone(),
-            node: None,
-            slots: Vec::new(),
-            gpu_total: units(gpu),
-            note: None,
-            placement_group: None,
-            created_ms: t.created_ms,
-            pending: Some((reasons, infeasible)),
-        }));
-    }
-}
-
-/// Bundles of pending (or rescheduling) placement groups that want GPU.
-fn pending_group_claims(
-    groups: &[RayPlacementGroup],
-    demands: &[Demand],
-    named: &Named<'_>,
-    claims: &mut Vec<ClaimView>,
-) {
-    for g in groups
-        .iter()
-        .filter(|g| g.state == "PENDING" || g.state == "RESCHEDULING")
-    {
-        let label = label(&g.name, &g.id);
-        for b in g.bundles.iter().filter(|b| b.gpu > 0.0) {
-            let want = BTreeMap::from([("GPU".to_string(), b.gpu)]);
-            let (reasons, infeasible) = pending_reasons(&g.state, &want, demands, named);
-            claims.push(claim(ClaimSpec {
-                kind: "bundle",
-                ray_id: format!("{}:{}", g.id, b.index),
-                holder: format!("placement group {label} bundle {}", b.index),
-                job_id: g.job_id.clone(),
-                node: None,
-                slots: Vec::new(),
-                gpu_total: units(b.gpu),
-                note: None,
-                placement_group: Some(g.id.clone()),
-                created_ms: g.created_ms,
-                pending: Some((reasons, infeasible)),
-            }));
         }
     }
 }

@@ -37,8 +37,11 @@ fn millis(at: At<'_>) -> Result<u64, ShapeError> {
 }
 
 /// Reads `/api/v0/tasks`.
-pub(super) fn parse_tasks(doc: &Value) -> Result<Vec<RayTask>, RayParseError> {
-    state_list(RayAnswerKind::Tasks, doc, |t| {
+pub(super) fn parse_tasks(
+    doc: &Value,
+    skipped: &mut Vec<ShapeError>,
+) -> Result<Vec<RayTask>, RayParseError> {
+    state_list(RayAnswerKind::Tasks, doc, skipped, |t| {
         Ok(RayTask {
             id: t.field("task_id", |v| v.str())?,
             name: t.opt_field("name", |v| v.str())?.unwrap_or_default(),
@@ -62,8 +65,11 @@ pub(super) struct RayActor {
 }
 
 /// Reads `/api/v0/actors`.
-pub(super) fn parse_actors(doc: &Value) -> Result<Vec<RayActor>, RayParseError> {
-    state_list(RayAnswerKind::Actors, doc, |a| {
+pub(super) fn parse_actors(
+    doc: &Value,
+    skipped: &mut Vec<ShapeError>,
+) -> Result<Vec<RayActor>, RayParseError> {
+    state_list(RayAnswerKind::Actors, doc, skipped, |a| {
         Ok(RayActor {
             id: a.field("actor_id", |v| v.str())?,
             name: a.opt_field("name", |v| v.str())?.unwrap_or_default(),
@@ -78,6 +84,8 @@ pub(super) fn parse_actors(doc: &Value) -> Result<Vec<RayActor>, RayParseError> 
 pub(super) struct RayBundle {
     pub(super) index: u32,
     pub(super) gpu: f64,
+    /// Everything it asks for, canonical names, zero amounts left out.
+    pub(super) shape: BTreeMap<String, f64>,
     pub(super) node_id: Option<String>,
 }
 
@@ -90,26 +98,35 @@ pub(super) struct RayPlacementGroup {
     pub(super) job_id: String,
     pub(super) created_ms: Option<u64>,
     pub(super) bundles: Vec<RayBundle>,
+    /// Why Ray has not placed it (`stats.scheduling_state`: `NO_RESOURCES`, `INFEASIBLE`...).
+    pub(super) scheduling: Option<String>,
 }
 
 /// Reads `/api/v0/placement_groups`.
-pub(super) fn parse_placement_groups(doc: &Value) -> Result<Vec<RayPlacementGroup>, RayParseError> {
-    state_list(RayAnswerKind::PlacementGroups, doc, |p| {
+pub(super) fn parse_placement_groups(
+    doc: &Value,
+    skipped: &mut Vec<ShapeError>,
+) -> Result<Vec<RayPlacementGroup>, RayParseError> {
+    state_list(RayAnswerKind::PlacementGroups, doc, skipped, |p| {
         let bundles = p
             .opt_field("bundles", |bs| {
                 bs.each(|b| {
-                    let gpu = b
+                    let resources = b
                         .opt_field("unit_resources", |r| {
                             r.entries(|k, v| Ok((classify_resource(k), v.f64()?)))
                         })?
-                        .unwrap_or_default()
-                        .into_iter()
+                        .unwrap_or_default();
+                    let gpu = resources
+                        .iter()
                         .filter(|(r, _)| *r == RayResource::Gpu)
                         .map(|(_, v)| v)
                         .sum();
+                    let mut shape = canonical_shape(&resources);
+                    shape.retain(|_, v| *v > 0.0);
                     Ok(RayBundle {
                         index: b.field("bundle_id", |id| id.field("bundle_index", |i| i.u32()))?,
                         gpu,
+                        shape,
                         node_id: b.opt_field("node_id", |n| n.str())?,
                     })
                 })
@@ -118,6 +135,9 @@ pub(super) fn parse_placement_groups(doc: &Value) -> Result<Vec<RayPlacementGrou
         let created_ns = p.opt_field("stats", |s| {
             s.opt_field("creation_request_received_ns", |n| n.f64())
         })?;
+        let scheduling = p
+            .opt_field("stats", |s| s.opt_field("scheduling_state", |n| n.str()))?
+            .flatten();
         Ok(RayPlacementGroup {
             id: p
                 .field("placement_group_id", |v| v.str())?
@@ -129,6 +149,7 @@ pub(super) fn parse_placement_groups(doc: &Value) -> Result<Vec<RayPlacementGrou
                 .unwrap_or_default(),
             created_ms: created_ns.flatten().map(|ns| (ns / 1e6) as u64),
             bundles,
+            scheduling,
         })
     })
 }
@@ -140,36 +161,73 @@ pub(super) struct Demand {
     pub(super) count: u32,
 }
 
-/// Reads the pending demands of `/api/cluster_status`; none while the autoscaler has not reported.
-pub(super) fn parse_demands(doc: &Value) -> Result<Vec<Demand>, RayParseError> {
+/// A pending placement group's demand (`pgDemand`): its bundles (shape, how many of it),
+/// its strategy, and how many pending groups ask for exactly this.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct PgDemand {
+    pub(super) bundles: Vec<(BTreeMap<String, f64>, u32)>,
+    pub(super) strategy: String,
+    pub(super) count: u32,
+}
+
+/// The pending demands of `/api/cluster_status`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(super) struct Demands {
+    /// Tasks and actors (`resourceDemand`).
+    pub(super) tasks: Vec<Demand>,
+    /// Placement groups (`pgDemand`).
+    pub(super) groups: Vec<PgDemand>,
+}
+
+/// A resource map, canonical names.
+fn shape_of(at: At<'_>) -> Result<BTreeMap<String, f64>, ShapeError> {
+    let res = at.entries(|k, v| Ok((classify_resource(k), v.f64()?)))?;
+    Ok(canonical_shape(&res))
+}
+
+/// A `[value, count]` pair: `value` read with `f`.
+fn pair<T>(
+    at: At<'_>,
+    f: impl FnOnce(At<'_>) -> Result<T, ShapeError>,
+) -> Result<(T, u32), ShapeError> {
+    const PAIR: &str = "a [value, count] pair";
+    Ok((at.item(0, 2, PAIR, f)?, at.item(1, 2, PAIR, |c| c.u32())?))
+}
+
+/// One `pgDemand` entry: `[{"bundles": [[{"GPU": 2.0}, 2]], "strategy": "PACK"}, 1]`.
+fn pg_demand(at: At<'_>) -> Result<PgDemand, ShapeError> {
+    let ((bundles, strategy), count) = pair(at, |g| {
+        let bundles = g.field("bundles", |bs| bs.each(|b| pair(b, shape_of)))?;
+        let strategy = g.opt_field("strategy", |s| s.str())?.unwrap_or_default();
+        Ok((bundles, strategy))
+    })?;
+    Ok(PgDemand {
+        bundles,
+        strategy,
+        count,
+    })
+}
+
+/// Reads the pending demands of `/api/cluster_status`; none while the autoscaler has not
+/// reported. An entry that cannot be read is skipped, its error in `skipped`.
+pub(super) fn parse_demands(
+    doc: &Value,
+    skipped: &mut Vec<ShapeError>,
+) -> Result<Demands, RayParseError> {
     let demands = in_envelope(RayAnswerKind::ClusterStatus, doc, |data| {
         data.opt_field("clusterStatus", |cs| {
             cs.opt_field("loadMetricsReport", |lm| {
-                let mut out = Vec::new();
-                for key in ["resourceDemand", "pgDemand"] {
-                    let list = lm.opt_field(key, |d| {
-                        d.each(|pair| {
-                            let Value::Array(items) = pair.value() else {
-                                return Err(pair.wrong("a [resources, count] pair"));
-                            };
-                            let (Some(res), Some(count)) = (items.first(), items.get(1)) else {
-                                return Err(pair.wrong("a [resources, count] pair"));
-                            };
-                            let res =
-                                At::root(res).entries(|k, v| Ok((classify_resource(k), v.f64()?)));
-                            let res = res.map_err(|_| pair.wrong("a [resources, count] pair"))?;
-                            let count = At::root(count)
-                                .u32()
-                                .map_err(|_| pair.wrong("a [resources, count] pair"))?;
-                            Ok(Demand {
-                                shape: canonical_shape(&res),
-                                count,
-                            })
-                        })
-                    })?;
-                    out.extend(list.unwrap_or_default());
-                }
-                Ok(out)
+                let tasks = lm.opt_field("resourceDemand", |d| {
+                    d.each_or_skip(skipped, |p| {
+                        let (shape, count) = pair(p, shape_of)?;
+                        Ok(Demand { shape, count })
+                    })
+                })?;
+                let groups = lm.opt_field("pgDemand", |d| d.each_or_skip(skipped, pg_demand))?;
+                Ok(Demands {
+                    tasks: tasks.unwrap_or_default(),
+                    groups: groups.unwrap_or_default(),
+                })
             })
         })
     })?;

@@ -4,6 +4,7 @@
 
 use serde_json::Value;
 
+use crate::snapshot::SourceWarning;
 use crate::sources::gres::{self, Gres};
 use crate::sources::json::{At, ShapeError};
 
@@ -45,7 +46,7 @@ pub enum SlurmAnswerError {
     /// slurmrestd listed errors.
     Failed(String),
     /// It has the wrong shape, or a GRES string in it could not be read.
-    Shape(String),
+    Shape(ShapeError),
 }
 
 /// The answer and what was wrong with it.
@@ -58,11 +59,31 @@ pub struct SlurmParseError {
     pub error: SlurmAnswerError,
 }
 
+impl SlurmParseError {
+    /// This error as a warning on the source, leaving out `left_out`.
+    pub fn warning(&self, left_out: &str) -> SourceWarning {
+        let section = format!("/{}", self.answer.path());
+        let (path, found) = match &self.error {
+            SlurmAnswerError::Shape(e) => return e.warning(&section, left_out),
+            SlurmAnswerError::NotSlurm(why) => ("(root)", why.clone()),
+            SlurmAnswerError::Failed(errors) => {
+                ("errors", format!("slurmrestd listed errors: {errors}"))
+            }
+        };
+        SourceWarning {
+            section,
+            path: path.to_string(),
+            found,
+            left_out: left_out.to_string(),
+        }
+    }
+}
+
 /// Maps a shape error to the answer it was found in.
 fn shape(answer: SlurmAnswerKind) -> impl Fn(ShapeError) -> SlurmParseError {
     move |e| SlurmParseError {
         answer,
-        error: SlurmAnswerError::Shape(e.to_string()),
+        error: SlurmAnswerError::Shape(e),
     }
 }
 
@@ -131,12 +152,18 @@ fn gres_at(at: At<'_>) -> Result<Vec<Gres>, ShapeError> {
     })
 }
 
-/// Reads the nodes answer: Slurm's release and the nodes.
-pub(super) fn parse_nodes(doc: &Value) -> Result<(String, Vec<SlurmNode>), SlurmParseError> {
+/// Reads the nodes answer: Slurm's release and the nodes. A node that cannot be read is
+/// skipped, its error in `skipped`; the answer fails when the list cannot be read, or
+/// nodes are listed and none of them can be.
+pub(super) fn parse_nodes(
+    doc: &Value,
+    skipped: &mut Vec<ShapeError>,
+) -> Result<(String, Vec<SlurmNode>), SlurmParseError> {
     let release = envelope(SlurmAnswerKind::Nodes, doc)?;
+    let mut bad = Vec::new();
     let nodes = At::root(doc)
         .field("nodes", |ns| {
-            ns.each(|n| {
+            ns.each_or_skip(&mut bad, |n| {
                 Ok(SlurmNode {
                     name: n.field("name", |v| v.str())?,
                     state: n
@@ -154,6 +181,12 @@ pub(super) fn parse_nodes(doc: &Value) -> Result<(String, Vec<SlurmNode>), Slurm
             })
         })
         .map_err(shape(SlurmAnswerKind::Nodes))?;
+    if nodes.is_empty()
+        && let Some(first) = bad.first()
+    {
+        return Err(shape(SlurmAnswerKind::Nodes)(first.clone()));
+    }
+    skipped.extend(bad);
     Ok((release, nodes))
 }
 
@@ -175,12 +208,15 @@ pub(super) struct SlurmJob {
     pub(super) submit_s: u64,
 }
 
-/// Reads the jobs answer.
-pub(super) fn parse_jobs(doc: &Value) -> Result<Vec<SlurmJob>, SlurmParseError> {
+/// Reads the jobs answer; a job that cannot be read is skipped, its error in `skipped`.
+pub(super) fn parse_jobs(
+    doc: &Value,
+    skipped: &mut Vec<ShapeError>,
+) -> Result<Vec<SlurmJob>, SlurmParseError> {
     envelope(SlurmAnswerKind::Jobs, doc)?;
     At::root(doc)
         .field("jobs", |js| {
-            js.each(|j| {
+            js.each_or_skip(skipped, |j| {
                 let details = j
                     .opt_field("gres_detail", |d| d.each(gres_at))?
                     .unwrap_or_default();

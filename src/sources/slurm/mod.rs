@@ -187,7 +187,10 @@ impl SlurmSource {
                     peer: "slurmrestd",
                     message,
                 },
-                SlurmAnswerError::Shape(what) => SourceError::Decode { url, what },
+                SlurmAnswerError::Shape(what) => SourceError::Decode {
+                    url,
+                    what: what.to_string(),
+                },
             }
         })
     }

@@ -4,7 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use super::answers::{SlurmAnswers, SlurmNode, SlurmParseError, parse_jobs, parse_nodes};
+use super::answers::{
+    SlurmAnswerKind, SlurmAnswers, SlurmNode, SlurmParseError, parse_jobs, parse_nodes,
+};
 use super::jobs::{ShardsPerGpu, job_claims, u32_of};
 use crate::clock::Timestamp;
 use crate::placement::Health;
@@ -12,6 +14,7 @@ use crate::snapshot::{
     ClaimState, ClaimView, DeviceView, EndpointInfo, NodeView, ProjectView, ResourceView,
     SCHEMA_VERSION, Snapshot,
 };
+use crate::sources::sections::Sections;
 use crate::units::{Slots, Units};
 
 /// Each node's GPUs by node name: (model per index, shards per GPU).
@@ -23,8 +26,20 @@ pub fn snapshot(
     name: &str,
     taken_at: Timestamp,
 ) -> Result<Snapshot, SlurmParseError> {
-    let (release, slurm_nodes) = parse_nodes(&answers.nodes)?;
-    let jobs = parse_jobs(&answers.jobs)?;
+    // The core is the nodes answer; the jobs are optional, job by job.
+    let mut sections = Sections::new();
+    let mut skipped = Vec::new();
+    let (release, slurm_nodes) = parse_nodes(&answers.nodes, &mut skipped)?;
+    let nodes_path = format!("/{}", SlurmAnswerKind::Nodes.path());
+    sections.extend(
+        skipped
+            .drain(..)
+            .map(|e| e.warning(&nodes_path, "this node")),
+    );
+    let jobs = sections
+        .optional(parse_jobs(&answers.jobs, &mut skipped).map_err(|e| e.warning("every job")));
+    let jobs_path = format!("/{}", SlurmAnswerKind::Jobs.path());
+    sections.extend(skipped.drain(..).map(|e| e.warning(&jobs_path, "this job")));
     let gpus: GpusByNode<'_> = slurm_nodes
         .iter()
         .map(|n| (n.name.as_str(), gpus_of(n)))
@@ -51,9 +66,11 @@ pub fn snapshot(
                 b.id,
             ))
     });
+    let mut endpoint = EndpointInfo::engine(name, "slurm", format!("slurm {release}"));
+    endpoint.warnings = sections.into_warnings();
     Ok(Snapshot {
         schema: SCHEMA_VERSION,
-        endpoint: EndpointInfo::engine(name, "slurm", format!("slurm {release}")),
+        endpoint,
         revision: 0,
         taken_at,
         nodes,

@@ -1,0 +1,351 @@
+//! The engine adapters on the corpus of real answers in tests/corpus (recorded by
+//! `scripts/record-corpus`, see tests/corpus/README.md): every recorded answer reads with no
+//! warning and says what the peer was holding; and mutated answers (a field dropped, a
+//! value of another type, unknown fields added, an array cut short) never panic, never take
+//! the source down unless the core (nodes and their GPUs) was hit, and leave the core read.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use gpuboard::clock::Timestamp;
+use gpuboard::snapshot::{ClaimState, ClaimView, Snapshot};
+use gpuboard::sources::ray::{self, RayAnswers};
+use proptest::prelude::*;
+use proptest::sample::Index;
+use serde_json::{Value, json};
+
+fn corpus(path: &str) -> Value {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/corpus")
+        .join(path);
+    serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
+}
+
+/// The Ray answers recorded as `case` (a folder of tests/corpus/ray).
+fn ray_answers(case: &str) -> RayAnswers {
+    let at = |name: &str| corpus(&format!("ray/{case}/{name}.json"));
+    RayAnswers {
+        version: at("version"),
+        nodes: at("nodes_summary"),
+        cluster_status: at("cluster_status"),
+        tasks: at("tasks"),
+        actors: at("actors"),
+        placement_groups: at("placement_groups"),
+    }
+}
+
+/// The Ray cases: every one is mutated.
+const RAY_CASES: [&str; 2] = ["busy", "no-worker-stats"];
+
+fn ray_snapshot(a: &RayAnswers) -> Result<Snapshot, ray::RayParseError> {
+    ray::snapshot(a, "corpus", Timestamp(1))
+}
+
+fn by_holder<'a>(s: &'a Snapshot, holder: &str) -> Vec<&'a ClaimView> {
+    s.claims
+        .iter()
+        .filter(|c| c.holder.as_deref() == Some(holder))
+        .collect()
+}
+
+#[test]
+fn ray_corpus_reads_whole_with_no_warning() {
+    let s = ray_snapshot(&ray_answers("busy")).unwrap();
+    assert!(s.endpoint.warnings.is_empty(), "{:?}", s.endpoint.warnings);
+    assert_eq!(s.endpoint.version, "ray 2.60.0");
+    let node = &s.nodes[0];
+    assert_eq!(node.devices.len(), 4);
+    // The custom accelerator type names the GPUs.
+    assert!(node.devices.iter().all(|d| d.model == "L4"), "{node:?}");
+
+    // Each holder on the GPU indices Ray's own workers reported (`ray.get_gpu_ids()`).
+    let report = corpus("ray/busy/driver_report.json");
+    let seen = |label: &str| -> Vec<u32> {
+        report["gpu_ids"][label]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| u32::try_from(g.as_u64().unwrap()).unwrap())
+            .collect()
+    };
+    for (holder, label, per_gpu) in [
+        ("actor actor-two-gpus", "actor-two-gpus", 10_000),
+        ("actor actor-detached", "actor-detached", 2_500),
+        ("task task-l4", "task-l4", 2_500),
+        ("task task-in-pg", "task-in-pg", 2_500),
+    ] {
+        let c = by_holder(&s, holder);
+        assert_eq!(c.len(), 1, "{holder}: {c:?}");
+        let devices: Vec<u32> = c[0].shares.iter().map(|s| s.device).collect();
+        assert_eq!(devices, seen(label), "{holder}");
+        assert!(
+            c[0].shares.iter().all(|s| s.compute.0 == per_gpu),
+            "{holder}: {:?}",
+            c[0].shares
+        );
+    }
+    // The killed actor is gone; the Jobs API job's task holds its quarter.
+    assert!(by_holder(&s, "actor actor-killed").is_empty());
+    assert!(
+        s.claims.iter().any(|c| c.state == ClaimState::Placed
+            && c.form == "num_gpus=0.25"
+            && c.holder.as_deref().is_some_and(|h| h.contains("lambda"))),
+        "{:#?}",
+        s.claims
+            .iter()
+            .map(|c| (&c.holder, &c.form))
+            .collect::<Vec<_>>()
+    );
+
+    // Pending groups: one claim per bundle, with strategy, bundles and Ray's reason.
+    let group = |name: &str| -> Vec<&ClaimView> {
+        s.claims
+            .iter()
+            .filter(|c| {
+                c.holder
+                    .as_deref()
+                    .is_some_and(|h| h.starts_with(&format!("placement group {name} bundle")))
+            })
+            .collect()
+    };
+    for name in [
+        "pg-pending-pack",
+        "pg-pending-spread",
+        "pg-pending-strict_pack",
+    ] {
+        let g = group(name);
+        assert_eq!(g.len(), 2, "{name}");
+        for c in g {
+            assert_eq!(c.state, ClaimState::Pending);
+            assert!(!c.infeasible, "{name}");
+            assert_eq!(c.request.labels["ray.bundles"], "2 × {GPU: 2}");
+            // Ray's report names no group, and these three ask for the same bundles.
+            assert_eq!(
+                c.request.labels["ray.strategy"],
+                "PACK or SPREAD or STRICT_PACK"
+            );
+            assert!(
+                c.pending_reasons
+                    .iter()
+                    .any(|r| r.contains("(PENDING, NO_RESOURCES)")),
+                "{:?}",
+                c.pending_reasons
+            );
+        }
+    }
+    for (name, strategy, bundles) in [
+        ("pg-infeasible-pack", "PACK", "1 × {GPU: 8}"),
+        (
+            "pg-infeasible-strict-spread",
+            "STRICT_SPREAD",
+            "2 × {GPU: 1}",
+        ),
+    ] {
+        let g = group(name);
+        assert!(!g.is_empty(), "{name}");
+        for c in g {
+            assert!(c.infeasible, "{name}");
+            assert_eq!(c.request.labels["ray.strategy"], strategy);
+            assert_eq!(c.request.labels["ray.bundles"], bundles);
+            assert!(
+                c.pending_reasons[0].contains("(PENDING, INFEASIBLE)"),
+                "{:?}",
+                c.pending_reasons
+            );
+        }
+    }
+    // Tasks: one queued on the full node (it fits the cluster), one never.
+    let queued = by_holder(&s, "task task-queued");
+    assert_eq!(queued.len(), 1);
+    assert_eq!(queued[0].state, ClaimState::Pending);
+    assert!(!queued[0].infeasible);
+    let never = by_holder(&s, "task task-infeasible");
+    assert!(never[0].infeasible);
+}
+
+#[test]
+fn ray_without_worker_stats_is_live_with_a_warning() {
+    // Recorded while the dashboard agent had not reported the workers yet: the nodes, their
+    // GPUs and the pending work are read; which GPU each worker holds is a warning.
+    let s = ray_snapshot(&ray_answers("no-worker-stats")).unwrap();
+    assert_eq!(s.nodes[0].devices.len(), 4);
+    let w = &s.endpoint.warnings;
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert_eq!(w[0].section, "/nodes");
+    assert_eq!(w[0].path, "data.summary[0].raylet.coreWorkersStats");
+    assert_eq!(w[0].left_out, "which GPU each worker on the node holds");
+    let pending = s
+        .claims
+        .iter()
+        .filter(|c| c.state == ClaimState::Pending)
+        .count();
+    // 3 pending groups of 2 bundles, 2 infeasible groups (1 and 2 bundles), 2 tasks.
+    assert_eq!(pending, 3 * 2 + 3 + 2);
+}
+
+/// One step of a path into a JSON document.
+#[derive(Clone, Debug)]
+enum Step {
+    Key(String),
+    Index(usize),
+}
+
+/// Every path in `v`, the root included.
+fn paths(v: &Value, here: &mut Vec<Step>, out: &mut Vec<Vec<Step>>) {
+    out.push(here.clone());
+    match v {
+        Value::Object(m) => {
+            for (k, c) in m {
+                here.push(Step::Key(k.clone()));
+                paths(c, here, out);
+                here.pop();
+            }
+        }
+        Value::Array(a) => {
+            for (i, c) in a.iter().enumerate() {
+                here.push(Step::Index(i));
+                paths(c, here, out);
+                here.pop();
+            }
+        }
+        _ => {}
+    }
+}
+
+fn at_mut<'a>(v: &'a mut Value, path: &[Step]) -> &'a mut Value {
+    path.iter().fold(v, |v, s| match s {
+        Step::Key(k) => &mut v[k.as_str()],
+        Step::Index(i) => &mut v[*i],
+    })
+}
+
+/// The ways an answer is mutated.
+#[derive(Clone, Copy, Debug)]
+enum Mutation {
+    Drop,
+    OtherType,
+    Unknown,
+    Truncate,
+}
+
+/// A value of another type than `v`.
+fn other_type(v: &Value) -> Value {
+    match v {
+        Value::Null => json!(true),
+        Value::Bool(_) => json!("yes"),
+        Value::Number(_) => json!("12x"),
+        Value::String(_) => json!(-7.5),
+        Value::Array(_) => json!({"unexpected": 1}),
+        Value::Object(_) => json!([1, "two"]),
+    }
+}
+
+/// Applies `m` at `path` of `doc`.
+fn mutate(doc: &mut Value, path: &[Step], m: Mutation) {
+    match m {
+        Mutation::Drop => {
+            let Some((last, parent)) = path.split_last() else {
+                *doc = Value::Null;
+                return;
+            };
+            match (at_mut(doc, parent), last) {
+                (Value::Object(o), Step::Key(k)) => {
+                    o.remove(k);
+                }
+                (Value::Array(a), Step::Index(i)) => {
+                    a.remove(*i);
+                }
+                _ => {}
+            }
+        }
+        Mutation::OtherType => {
+            let v = at_mut(doc, path);
+            *v = other_type(v);
+        }
+        Mutation::Unknown => match at_mut(doc, path) {
+            Value::Object(o) => {
+                o.insert(
+                    "gpuboardUnknown".into(),
+                    json!({"nested": [1, {"x": null}]}),
+                );
+            }
+            Value::Array(a) => a.push(json!({"gpuboardUnknown": true})),
+            _ => {}
+        },
+        Mutation::Truncate => {
+            if let Value::Array(a) = at_mut(doc, path) {
+                a.truncate(a.len() / 2);
+            }
+        }
+    }
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    prop_oneof![
+        Just(Mutation::Drop),
+        Just(Mutation::OtherType),
+        Just(Mutation::Unknown),
+        Just(Mutation::Truncate),
+    ]
+}
+
+/// Node names and GPU count per node: what the core of a snapshot is.
+fn core(s: &Snapshot) -> BTreeMap<String, (usize, Vec<String>)> {
+    s.nodes
+        .iter()
+        .map(|n| {
+            (
+                n.name.clone(),
+                (
+                    n.devices.len(),
+                    n.devices.iter().map(|d| d.model.clone()).collect(),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Whether a path in the nodes answer is outside its core (a worker's usage).
+fn ray_nodes_non_core(path: &[Step]) -> bool {
+    path.iter()
+        .any(|s| matches!(s, Step::Key(k) if k == "coreWorkersStats"))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn mutated_ray_answers_keep_the_core(
+        case in 0usize..RAY_CASES.len(),
+        answer in 0usize..6,
+        at in any::<Index>(),
+        m in mutation(),
+    ) {
+        let whole = ray_snapshot(&ray_answers(RAY_CASES[case])).unwrap();
+        let mut a = ray_answers(RAY_CASES[case]);
+        let doc = match answer {
+            0 => &mut a.version,
+            1 => &mut a.nodes,
+            2 => &mut a.cluster_status,
+            3 => &mut a.tasks,
+            4 => &mut a.actors,
+            _ => &mut a.placement_groups,
+        };
+        let mut all = Vec::new();
+        paths(doc, &mut Vec::new(), &mut all);
+        let path = at.get(&all).clone();
+        mutate(doc, &path, m);
+        let got = ray_snapshot(&a);
+        let non_core = match answer {
+            0 => false,
+            1 => ray_nodes_non_core(&path),
+            _ => true,
+        };
+        if non_core {
+            let s = got.map_err(|e| format!("{m:?} at {path:?} took the source down: {e}"));
+            let s = s.unwrap();
+            prop_assert_eq!(core(&s), core(&whole), "{:?} at {:?}", m, path);
+        }
+    }
+}
