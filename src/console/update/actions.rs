@@ -8,7 +8,7 @@ use crate::snapshot::ClaimState;
 use crate::sources::Action;
 
 use super::confirm::ask;
-use super::{act, flash, move_across};
+use super::{flash, move_across};
 use crate::console::keymap::{Context, KeyAction};
 use crate::console::msg::Effect;
 use crate::console::state::{Confirm, Mode, MovePick, ProjKey, State, View};

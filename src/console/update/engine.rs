@@ -11,7 +11,7 @@ use crate::sources::actions::{EngineAction, EngineVerb, offers};
 
 use super::flash;
 use crate::console::msg::Effect;
-use crate::console::state::{Confirm, Mode, State, View};
+use crate::console::state::{Confirm, State, View};
 
 /// `E`: the usual engine action on the selected claim.
 pub(super) fn engine_key(state: &mut State) -> Vec<Effect> {
@@ -84,13 +84,7 @@ fn open(state: &mut State, verb: Option<&str>, target: Option<&str>) -> Vec<Effe
         format!("from claim {}: {}", claim.id, claim.form),
         format!("The engine {}.", verb.effect().trim_end_matches('.')),
     ];
-    state.mode = Mode::Confirm(Box::new(Confirm {
-        source,
-        action: Action::Engine(action),
-        title: format!("{kind}: {verb}"),
-        body,
-        ok_focused: false,
-    }));
+    ask_engine(state, source, action, format!("{kind}: {verb}"), body);
     Vec::new()
 }
 
@@ -132,16 +126,11 @@ fn without_claim(state: &mut State, verb: &str, target: &str) -> Vec<Effect> {
         }
     };
     let verb = action.verb;
-    state.mode = Mode::Confirm(Box::new(Confirm {
-        source,
-        body: vec![
-            format!("{verb} {} on {name}?", action.describe_target()),
-            format!("The engine {}.", verb.effect()),
-        ],
-        action: Action::Engine(action),
-        title: format!("{kind}: {verb}"),
-        ok_focused: false,
-    }));
+    let body = vec![
+        format!("{verb} {} on {name}?", action.describe_target()),
+        format!("The engine {}.", verb.effect()),
+    ];
+    ask_engine(state, source, action, format!("{kind}: {verb}"), body);
     Vec::new()
 }
 
@@ -166,4 +155,19 @@ fn target_of(verb: EngineVerb, claim: &ClaimView) -> String {
         "NODE" => claim.node.clone().unwrap_or_default(),
         _ => "never".to_string(),
     }
+}
+
+/// Opens the one confirmation dialog for an engine action; cancelling a Slurm job asks for
+/// its id to be typed, as releasing another holder's claim does.
+fn ask_engine(
+    state: &mut State,
+    source: usize,
+    action: EngineAction,
+    title: String,
+    body: Vec<String>,
+) {
+    let typed = (action.verb == EngineVerb::SlurmCancel).then(|| action.target.clone());
+    let mut confirm = Confirm::new(source, Action::Engine(action), title, body);
+    confirm.type_to_confirm = typed;
+    super::confirm::ask(state, confirm);
 }
