@@ -26,6 +26,49 @@ pub fn default_endpoint() -> String {
 }
 
 /// Request paths, relative to the endpoint's base URL.
+/// The header where a client reports who runs it (`user@host`), recorded beside the token's
+/// name as the actor of every change it makes. Informative only: the token decides access.
+pub const ACTOR_HEADER: &str = "x-gpuboard-user";
+
+/// The longest `ACTOR_HEADER` value kept; longer ones are cut.
+pub const ACTOR_MAX: usize = 80;
+
+/// A certificate's SHA-256 fingerprint as `gpuboard serve` prints it and clients pin it:
+/// upper-case hex pairs joined by colons.
+pub fn tls_fingerprint(der: &[u8]) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(der);
+    digest
+        .iter()
+        .map(|b| format!("{b:02X}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// A fingerprint as given by a person (any case, with or without colons, an optional
+/// `sha256:` prefix) in the form `tls_fingerprint` writes; `None` when it is not 32 bytes
+/// of hex.
+pub fn normalize_fingerprint(given: &str) -> Option<String> {
+    let t = given.trim();
+    let t = t
+        .strip_prefix("sha256:")
+        .or_else(|| t.strip_prefix("SHA256:"))
+        .unwrap_or(t);
+    let hex: String = t.chars().filter(|c| *c != ':').collect();
+    if hex.len() != 64 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    let upper = hex.to_ascii_uppercase();
+    Some(
+        upper
+            .as_bytes()
+            .chunks(2)
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect::<Vec<_>>()
+            .join(":"),
+    )
+}
+
 pub mod paths {
     use std::fmt::Write as _;
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Request, State};
+use axum::extract::{Extension, Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -21,11 +21,12 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use serde_json::{Map, Value};
-use tokio::sync::watch;
 use tower_http::compression::CompressionLayer;
 
-use crate::endpoint::auth::{Role, Tokens};
+use crate::clock::{Clock as _, SystemClock};
+use crate::endpoint::auth::{Gate, Role, Tokens, Verdict};
 use crate::endpoint::engine::{Engine, EngineError, MAX_SHARE};
+use crate::endpoint::listener::ListenConfig;
 use crate::endpoint::versions::SnapshotVersions;
 use crate::ids::ClaimId;
 use crate::placement::{FleetError, MoveError, MoveTarget, NoFit};
@@ -44,7 +45,7 @@ pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Clone)]
 pub struct ApiState {
     pub(crate) engine: Engine,
-    tokens: Arc<Tokens>,
+    gate: Arc<Gate>,
     open_reads: bool,
     responses: Family<Vec<(String, String)>, Counter>,
     /// The snapshot versions every reader shares.
@@ -60,11 +61,18 @@ impl ApiState {
         ApiState {
             versions: Arc::new(SnapshotVersions::new(engine.clone(), rand::random())),
             engine,
-            tokens: Arc::new(tokens),
+            gate: Arc::new(Gate::new(tokens, None)),
             open_reads,
             responses: Family::default(),
             heartbeat: wire::HEARTBEAT,
         }
+    }
+
+    /// The same, also accepting the named tokens kept in `dir` (see `tokens`).
+    #[must_use]
+    pub fn with_token_dir(mut self, dir: &std::path::Path) -> ApiState {
+        self.gate = Arc::new(self.gate.with_dir(dir));
+        self
     }
 
     /// The same with another heartbeat interval for delta watches (tests use a short one).
@@ -202,27 +210,23 @@ pub fn router(state: ApiState) -> Router {
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves; open streams get two seconds.
+/// The accept loop is `listener::serve` with its default limits.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: ApiState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let (stop_tx, mut stop_rx) = watch::channel(false);
-    let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
-        shutdown.await;
-        let _ = stop_tx.send(true);
-    });
-    let mut server = std::pin::pin!(server.into_future());
-    tokio::select! {
-        r = &mut server => r,
-        _ = stop_rx.wait_for(|s| *s) => {
-            // Every acknowledged change is already durable; watch streams need not finish.
-            match tokio::time::timeout(Duration::from_secs(2), server).await {
-                Ok(r) => r,
-                Err(_) => Ok(()),
-            }
-        }
-    }
+    serve_with(listener, state, ListenConfig::default(), shutdown).await
+}
+
+/// The same with the connection limits, timeouts and TLS of `config`.
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    state: ApiState,
+    config: ListenConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    super::listener::serve(listener, router(state), config, shutdown).await
 }
 
 async fn count_responses(State(st): State<ApiState>, req: Request, next: Next) -> Response {
@@ -236,7 +240,31 @@ async fn count_responses(State(st): State<ApiState>, req: Request, next: Next) -
     resp
 }
 
-async fn authorize(State(st): State<ApiState>, req: Request, next: Next) -> Response {
+/// Who made a change, as the audit log records it: the token's name, and the `user@host`
+/// the client reported (`wire::ACTOR_HEADER`) when it did.
+#[derive(Clone, Debug)]
+pub(crate) struct Actor(pub(crate) String);
+
+impl Actor {
+    fn of(name: &str, headers: &HeaderMap) -> Actor {
+        let reported: Option<String> = headers
+            .get(wire::ACTOR_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| {
+                v.chars()
+                    .filter(char::is_ascii_graphic)
+                    .take(wire::ACTOR_MAX)
+                    .collect()
+            })
+            .filter(|v: &String| !v.is_empty());
+        Actor(match reported {
+            Some(r) => format!("{name} ({r})"),
+            None => name.to_string(),
+        })
+    }
+}
+
+async fn authorize(State(st): State<ApiState>, mut req: Request, next: Next) -> Response {
     let mutation = req.method() != Method::GET && req.method() != Method::HEAD;
     if !mutation && st.open_reads {
         return next.run(req).await;
@@ -245,8 +273,7 @@ async fn authorize(State(st): State<ApiState>, req: Request, next: Next) -> Resp
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
+        .and_then(super::auth::bearer);
     let unauthorized = |detail: &str| {
         let mut r = ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", detail).into_response();
         r.headers_mut()
@@ -256,19 +283,35 @@ async fn authorize(State(st): State<ApiState>, req: Request, next: Next) -> Resp
     let Some(presented) = presented else {
         return unauthorized(
             "this endpoint needs `Authorization: Bearer TOKEN`; the operator token is in \
-             operator.token and the read token in read.token in the endpoint's data directory",
+             operator.token and the read token in read.token in the endpoint's data directory, \
+             or ask its operator for a named token (`gpuboard token add`)",
         );
     };
-    match st.tokens.role(presented) {
-        None => unauthorized("the token is not valid for this endpoint"),
-        Some(Role::Reader) if mutation => ApiError::new(
+    let who = match st.gate.check(presented, SystemClock.now()) {
+        Verdict::Unknown => {
+            return unauthorized("the token is not valid for this endpoint (unknown or revoked)");
+        }
+        Verdict::Expired(name) => {
+            return unauthorized(&format!(
+                "the token `{name}` has expired; ask the endpoint's operator for a new one"
+            ));
+        }
+        Verdict::Valid(who) => who,
+    };
+    if mutation && who.role == Role::Reader {
+        return ApiError::new(
             StatusCode::FORBIDDEN,
             "forbidden",
-            "the read token cannot change state; use the operator token (operator.token)",
+            format!(
+                "the token `{}` may only read; changes need an operator token",
+                who.name
+            ),
         )
-        .into_response(),
-        Some(_) => next.run(req).await,
+        .into_response();
     }
+    let actor = Actor::of(&who.name, req.headers());
+    req.extensions_mut().insert(actor);
+    next.run(req).await
 }
 
 /// The body, at most `MAX_BODY` bytes, read within `BODY_TIMEOUT` (a client that trickles
@@ -383,10 +426,14 @@ fn serialize_failed(e: impl std::fmt::Display) -> ApiError {
     )
 }
 
-async fn create_claim(State(st): State<ApiState>, body: Body) -> ApiResult {
+async fn create_claim(
+    State(st): State<ApiState>,
+    Extension(actor): Extension<Actor>,
+    body: Body,
+) -> ApiResult {
     let v = body_json(body, false).await?;
     let req = ClaimRequest::from_json(&v)?;
-    match st.engine.submit(req, "operator").await? {
+    match st.engine.submit(req, &actor.0).await? {
         Submitted::Placed(c) => {
             let mut r = json_status(StatusCode::CREATED, &claim_view(&c));
             if let Ok(loc) = HeaderValue::from_str(&format!("/v1/claims/{}", c.id)) {
@@ -399,7 +446,11 @@ async fn create_claim(State(st): State<ApiState>, body: Body) -> ApiResult {
     }
 }
 
-async fn release_claim(State(st): State<ApiState>, Path(id): Path<String>) -> ApiResult {
+async fn release_claim(
+    State(st): State<ApiState>,
+    Extension(actor): Extension<Actor>,
+    Path(id): Path<String>,
+) -> ApiResult {
     let id = claim_id(&id)?;
     // Idempotent for a claim that existed (already released: 200, `released: false`); an
     // id this endpoint never handed out is a mistake worth saying (404).
@@ -408,7 +459,7 @@ async fn release_claim(State(st): State<ApiState>, Path(id): Path<String>) -> Ap
             "no claim {id}: this endpoint never issued that id"
         )));
     }
-    let released = st.engine.release(id, "operator").await?;
+    let released = st.engine.release(id, &actor.0).await?;
     Ok(json_status(
         StatusCode::OK,
         &Released {
@@ -419,7 +470,12 @@ async fn release_claim(State(st): State<ApiState>, Path(id): Path<String>) -> Ap
     ))
 }
 
-async fn move_claim(State(st): State<ApiState>, Path(id): Path<String>, body: Body) -> ApiResult {
+async fn move_claim(
+    State(st): State<ApiState>,
+    Extension(actor): Extension<Actor>,
+    Path(id): Path<String>,
+    body: Body,
+) -> ApiResult {
     let id = claim_id(&id)?;
     let v = body_json(body, false).await?;
     let map = fields(&v, &["node", "devices"])?;
@@ -447,7 +503,7 @@ async fn move_claim(State(st): State<ApiState>, Path(id): Path<String>, body: Bo
     }
     let claim = st
         .engine
-        .move_claim(id, MoveTarget { node, devices }, "operator")
+        .move_claim(id, MoveTarget { node, devices }, &actor.0)
         .await?;
     Ok(json_status(StatusCode::OK, &claim_view(&claim)))
 }
@@ -476,7 +532,12 @@ fn device_list(v: &Value) -> Result<Vec<u32>, ApiError> {
         .collect()
 }
 
-async fn renew_claim(State(st): State<ApiState>, Path(id): Path<String>, body: Body) -> ApiResult {
+async fn renew_claim(
+    State(st): State<ApiState>,
+    Extension(actor): Extension<Actor>,
+    Path(id): Path<String>,
+    body: Body,
+) -> ApiResult {
     let id = claim_id(&id)?;
     let v = body_json(body, true).await?;
     let map = fields(&v, &["ttl"])?;
@@ -494,17 +555,23 @@ async fn renew_claim(State(st): State<ApiState>, Path(id): Path<String>, body: B
                 })?,
         ),
     };
-    let claim = st.engine.renew(id, ttl, "operator").await?;
+    let claim = st.engine.renew(id, ttl, &actor.0).await?;
     Ok(json_status(StatusCode::OK, &claim_view(&claim)))
 }
 
-async fn set_cordon(st: &ApiState, node: &str, index: &str, cordoned: bool) -> ApiResult {
+async fn set_cordon(
+    st: &ApiState,
+    actor: &Actor,
+    node: &str,
+    index: &str,
+    cordoned: bool,
+) -> ApiResult {
     let index: u32 = index.parse().map_err(|_| {
         ApiError::not_found(format!(
             "node `{node}` has no device `{index}`: indexes are whole numbers"
         ))
     })?;
-    st.engine.cordon(node, index, cordoned, "operator").await?;
+    st.engine.cordon(node, index, cordoned, &actor.0).await?;
     Ok(json_status(
         StatusCode::OK,
         &Cordoned {
@@ -517,16 +584,18 @@ async fn set_cordon(st: &ApiState, node: &str, index: &str, cordoned: bool) -> A
 
 async fn cordon(
     State(st): State<ApiState>,
+    Extension(actor): Extension<Actor>,
     Path((node, index)): Path<(String, String)>,
 ) -> ApiResult {
-    set_cordon(&st, &node, &index, true).await
+    set_cordon(&st, &actor, &node, &index, true).await
 }
 
 async fn uncordon(
     State(st): State<ApiState>,
+    Extension(actor): Extension<Actor>,
     Path((node, index)): Path<(String, String)>,
 ) -> ApiResult {
-    set_cordon(&st, &node, &index, false).await
+    set_cordon(&st, &actor, &node, &index, false).await
 }
 
 fn project_name(name: &str) -> Result<(), ApiError> {
@@ -535,7 +604,12 @@ fn project_name(name: &str) -> Result<(), ApiError> {
         .map_err(|e| ApiError::invalid(Rule::OutOfRange, Some("project"), e.to_string()))
 }
 
-async fn set_share(State(st): State<ApiState>, Path(name): Path<String>, body: Body) -> ApiResult {
+async fn set_share(
+    State(st): State<ApiState>,
+    Extension(actor): Extension<Actor>,
+    Path(name): Path<String>,
+    body: Body,
+) -> ApiResult {
     project_name(&name)?;
     let v = body_json(body, false).await?;
     let map = fields(&v, &["share"])?;
@@ -551,7 +625,7 @@ async fn set_share(State(st): State<ApiState>, Path(name): Path<String>, body: B
                 format!("`share` must be a whole number from 0 to {MAX_SHARE} (default 100; 0 gets no work)"),
             )
         })?;
-    st.engine.set_share(&name, share, "operator").await?;
+    st.engine.set_share(&name, share, &actor.0).await?;
     Ok(json_status(
         StatusCode::OK,
         &ShareSet {
@@ -561,9 +635,13 @@ async fn set_share(State(st): State<ApiState>, Path(name): Path<String>, body: B
     ))
 }
 
-async fn reset_project(State(st): State<ApiState>, Path(name): Path<String>) -> ApiResult {
+async fn reset_project(
+    State(st): State<ApiState>,
+    Extension(actor): Extension<Actor>,
+    Path(name): Path<String>,
+) -> ApiResult {
     project_name(&name)?;
-    st.engine.reset_project(&name, "operator").await?;
+    st.engine.reset_project(&name, &actor.0).await?;
     Ok(json_status(
         StatusCode::OK,
         &ProjectReset {

@@ -6,7 +6,10 @@
 pub mod api;
 pub mod auth;
 pub mod engine;
+pub mod listener;
 pub mod live;
 pub mod store;
+pub mod tls;
+pub mod tokens;
 pub mod versions;
 mod watch;
