@@ -141,10 +141,10 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let mut fingerprint = None;
     if use_tls {
         let identity = if let (Some(cert), Some(key)) = (&a.tls_cert, &a.tls_key) {
-            tls::Identity::from_files(cert, key)?
+            tls::ServerCert::from_files(cert, key)?
         } else {
             let names = tls::certificate_names(&host, a.listen.ip());
-            let (identity, made) = tls::Identity::load_or_create(&dir, &names)?;
+            let (identity, made) = tls::ServerCert::load_or_create(&dir, &names)?;
             if made {
                 eprintln!(
                     "gpuboard serve: made a certificate for {} in {}",

@@ -23,9 +23,9 @@ use prometheus_client::registry::Registry;
 use serde_json::{Map, Value};
 use tower_http::compression::CompressionLayer;
 
-use crate::clock::{Clock as _, SystemClock};
-use crate::endpoint::auth::{Gate, Role, Tokens, Verdict};
+use crate::endpoint::auth::Tokens;
 use crate::endpoint::engine::{Engine, EngineError, MAX_SHARE};
+use crate::endpoint::gate::{Actor, Gate, authorize};
 use crate::endpoint::listener::ListenConfig;
 use crate::endpoint::versions::SnapshotVersions;
 use crate::ids::ClaimId;
@@ -45,8 +45,8 @@ pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Clone)]
 pub struct ApiState {
     pub(crate) engine: Engine,
-    gate: Arc<Gate>,
-    open_reads: bool,
+    pub(crate) gate: Arc<Gate>,
+    pub(crate) open_reads: bool,
     responses: Family<Vec<(String, String)>, Counter>,
     /// The snapshot versions every reader shares.
     pub(crate) versions: Arc<SnapshotVersions>,
@@ -238,80 +238,6 @@ async fn count_responses(State(st): State<ApiState>, req: Request, next: Next) -
         )])
         .inc();
     resp
-}
-
-/// Who made a change, as the audit log records it: the token's name, and the `user@host`
-/// the client reported (`wire::ACTOR_HEADER`) when it did.
-#[derive(Clone, Debug)]
-pub(crate) struct Actor(pub(crate) String);
-
-impl Actor {
-    fn of(name: &str, headers: &HeaderMap) -> Actor {
-        let reported: Option<String> = headers
-            .get(wire::ACTOR_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .map(|v| {
-                v.chars()
-                    .filter(char::is_ascii_graphic)
-                    .take(wire::ACTOR_MAX)
-                    .collect()
-            })
-            .filter(|v: &String| !v.is_empty());
-        Actor(match reported {
-            Some(r) => format!("{name} ({r})"),
-            None => name.to_string(),
-        })
-    }
-}
-
-async fn authorize(State(st): State<ApiState>, mut req: Request, next: Next) -> Response {
-    let mutation = req.method() != Method::GET && req.method() != Method::HEAD;
-    if !mutation && st.open_reads {
-        return next.run(req).await;
-    }
-    let presented = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(super::auth::bearer);
-    let unauthorized = |detail: &str| {
-        let mut r = ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", detail).into_response();
-        r.headers_mut()
-            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        r
-    };
-    let Some(presented) = presented else {
-        return unauthorized(
-            "this endpoint needs `Authorization: Bearer TOKEN`; the operator token is in \
-             operator.token and the read token in read.token in the endpoint's data directory, \
-             or ask its operator for a named token (`gpuboard token add`)",
-        );
-    };
-    let who = match st.gate.check(presented, SystemClock.now()) {
-        Verdict::Unknown => {
-            return unauthorized("the token is not valid for this endpoint (unknown or revoked)");
-        }
-        Verdict::Expired(name) => {
-            return unauthorized(&format!(
-                "the token `{name}` has expired; ask the endpoint's operator for a new one"
-            ));
-        }
-        Verdict::Valid(who) => who,
-    };
-    if mutation && who.role == Role::Reader {
-        return ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            format!(
-                "the token `{}` may only read; changes need an operator token",
-                who.name
-            ),
-        )
-        .into_response();
-    }
-    let actor = Actor::of(&who.name, req.headers());
-    req.extensions_mut().insert(actor);
-    next.run(req).await
 }
 
 /// The body, at most `MAX_BODY` bytes, read within `BODY_TIMEOUT` (a client that trickles

@@ -8,7 +8,6 @@ use std::fmt::Write as _;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
@@ -159,73 +158,6 @@ impl Tokens {
         } else {
             None
         }
-    }
-}
-
-/// The endpoint's gate: its two data-directory tokens and the named tokens of its
-/// `tokens.json`, read again whenever that file changes (so `token revoke` applies to the
-/// next request).
-pub struct Gate {
-    tokens: Tokens,
-    dir: Option<PathBuf>,
-    book: std::sync::Mutex<(Option<FileStamp>, Arc<TokenBook>)>,
-}
-
-/// What identifies one version of a file: its size, change time and inode.
-type FileStamp = (u64, i64, i64, u64);
-
-impl std::fmt::Debug for Gate {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Gate(..)")
-    }
-}
-
-impl Gate {
-    /// A gate of `tokens` and, when `dir` is given, the named tokens kept there.
-    pub fn new(tokens: Tokens, dir: Option<PathBuf>) -> Gate {
-        Gate {
-            tokens,
-            dir,
-            book: std::sync::Mutex::new((None, Arc::new(TokenBook::default()))),
-        }
-    }
-
-    /// The same tokens, with the named tokens kept in `dir`.
-    #[must_use]
-    pub fn with_dir(&self, dir: &Path) -> Gate {
-        Gate::new(self.tokens.clone(), Some(dir.to_path_buf()))
-    }
-
-    /// What `presented` is at `now`.
-    pub fn check(&self, presented: &str, now: Timestamp) -> Verdict {
-        let book = self.book();
-        self.tokens.check(presented, &book, now)
-    }
-
-    /// The named tokens as the file holds them now. A file that cannot be read keeps no
-    /// named token valid (the two data-directory tokens still work) and is logged.
-    fn book(&self) -> Arc<TokenBook> {
-        use std::os::unix::fs::MetadataExt as _;
-        let Some(dir) = &self.dir else {
-            return Arc::new(TokenBook::default());
-        };
-        let stamp = std::fs::metadata(TokenBook::path(dir))
-            .ok()
-            .map(|m| (m.len(), m.ctime(), m.ctime_nsec(), m.ino()));
-        let Ok(mut cached) = self.book.lock() else {
-            return Arc::new(TokenBook::default());
-        };
-        if cached.0 != stamp {
-            let book = match TokenBook::load(dir) {
-                Ok(b) => b,
-                Err(e) => {
-                    tracing::error!("named tokens not loaded: {e}");
-                    TokenBook::default()
-                }
-            };
-            *cached = (stamp, Arc::new(book));
-        }
-        Arc::clone(&cached.1)
     }
 }
 

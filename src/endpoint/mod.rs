@@ -6,6 +6,7 @@
 pub mod api;
 pub mod auth;
 pub mod engine;
+pub mod gate;
 pub mod listener;
 pub mod live;
 pub mod store;

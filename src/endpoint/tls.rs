@@ -46,20 +46,20 @@ pub enum TlsError {
 }
 
 /// A certificate chain and its key, ready to serve.
-pub struct Identity {
+pub struct ServerCert {
     /// The chain, leaf first.
     pub chain: Vec<CertificateDer<'static>>,
     /// The leaf's key.
     pub key: PrivateKeyDer<'static>,
 }
 
-impl std::fmt::Debug for Identity {
+impl std::fmt::Debug for ServerCert {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Identity({})", self.fingerprint())
+        write!(f, "ServerCert({})", self.fingerprint())
     }
 }
 
-impl Identity {
+impl ServerCert {
     /// The leaf certificate's SHA-256 fingerprint.
     pub fn fingerprint(&self) -> String {
         self.chain
@@ -69,7 +69,7 @@ impl Identity {
     }
 
     /// Reads a PEM certificate chain and a PEM private key.
-    pub fn from_files(cert: &Path, key: &Path) -> Result<Identity, TlsError> {
+    pub fn from_files(cert: &Path, key: &Path) -> Result<ServerCert, TlsError> {
         let pem = |path: &Path, e: rustls::pki_types::pem::Error| TlsError::Pem {
             path: path.display().to_string(),
             detail: e.to_string(),
@@ -85,22 +85,22 @@ impl Identity {
             });
         }
         let key = PrivateKeyDer::from_pem_file(key).map_err(|e| pem(key, e))?;
-        Ok(Identity { chain, key })
+        Ok(ServerCert { chain, key })
     }
 
     /// The data directory's certificate, made on first use for `names` (host names and
     /// addresses the endpoint is reached by). Returns whether it was made now.
-    pub fn load_or_create(dir: &Path, names: &[String]) -> Result<(Identity, bool), TlsError> {
+    pub fn load_or_create(dir: &Path, names: &[String]) -> Result<(ServerCert, bool), TlsError> {
         let cert = dir.join(CERT_FILE);
         let key = dir.join(KEY_FILE);
         if cert.exists() && key.exists() {
-            return Ok((Identity::from_files(&cert, &key)?, false));
+            return Ok((ServerCert::from_files(&cert, &key)?, false));
         }
         let made = rcgen::generate_simple_self_signed(names.to_vec())
             .map_err(|e| TlsError::Generate(e.to_string()))?;
         write_private(&key, made.signing_key.serialize_pem().as_bytes())?;
         write_private(&cert, made.cert.pem().as_bytes())?;
-        Ok((Identity::from_files(&cert, &key)?, true))
+        Ok((ServerCert::from_files(&cert, &key)?, true))
     }
 
     /// The rustls server configuration (HTTP/1.1 only).
@@ -174,9 +174,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let names = certificate_names("gpu-01", "10.0.0.5".parse().unwrap());
         assert!(names.contains(&"gpu-01".to_string()) && names.contains(&"10.0.0.5".to_string()));
-        let (first, made) = Identity::load_or_create(dir.path(), &names).unwrap();
+        let (first, made) = ServerCert::load_or_create(dir.path(), &names).unwrap();
         assert!(made);
-        let (again, made) = Identity::load_or_create(dir.path(), &names).unwrap();
+        let (again, made) = ServerCert::load_or_create(dir.path(), &names).unwrap();
         assert!(!made);
         assert_eq!(first.fingerprint(), again.fingerprint());
         assert_eq!(
@@ -193,7 +193,7 @@ mod tests {
         assert!(first.server_config().is_ok());
         std::fs::write(dir.path().join("bad.crt"), "not pem").unwrap();
         assert!(matches!(
-            Identity::from_files(&dir.path().join("bad.crt"), &dir.path().join(KEY_FILE)),
+            ServerCert::from_files(&dir.path().join("bad.crt"), &dir.path().join(KEY_FILE)),
             Err(TlsError::Pem { .. })
         ));
     }
