@@ -14,6 +14,7 @@ mod admin;
 mod claims;
 mod run;
 mod serve;
+mod token;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -23,9 +24,9 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
-use crate::client::{Client, ClientError};
-use crate::endpoint::auth;
+use crate::client::{Client, ClientError, TlsTrust};
 use crate::endpoint::store::default_data_dir;
+use crate::endpoint::{auth, tls};
 use crate::ids::ClaimId;
 use crate::wire::default_endpoint;
 
@@ -33,6 +34,7 @@ pub use admin::ProjectCommand;
 pub use claims::ClaimArgs;
 pub use run::{RunArgs, mps_limit};
 pub use serve::ServeArgs;
+pub use token::TokenCommand;
 
 /// Exit code: the request was invalid (422, 400, 413, bad flags or endpoint URL).
 pub const EXIT_INVALID: u8 = 3;
@@ -109,16 +111,26 @@ pub enum Command {
     Project(ProjectCommand),
     /// Claim GPU memory, run CMD with the devices in its environment, release when it exits.
     Run(RunArgs),
+    /// Named tokens of this host's endpoint: add, ls, revoke (through the data directory).
+    #[command(subcommand)]
+    Token(TokenCommand),
 }
 
 /// How to reach an endpoint.
 #[derive(Args, Debug, Clone)]
 pub struct Conn {
-    /// Endpoint URL (http:// only: this build has no TLS).
+    /// Endpoint URL: http://HOST:PORT, or https:// with --tls-fingerprint or --tls-ca.
     #[arg(long, env = "GPUBOARD_ENDPOINT", default_value_t = default_endpoint())]
     pub endpoint: String,
-    /// File holding the bearer token (default: operator.token in the data directory;
-    /// the GPUBOARD_TOKEN environment variable takes precedence over the default).
+    /// SHA-256 fingerprint of an https endpoint's certificate, as `gpuboard serve` printed
+    /// it (default for an endpoint on this host: the data directory's certificate).
+    #[arg(long, env = "GPUBOARD_TLS_FINGERPRINT", value_name = "SHA256")]
+    pub tls_fingerprint: Option<String>,
+    /// PEM file of CA certificates to trust for an https endpoint, instead of a fingerprint.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// File holding the bearer token (default: GPUBOARD_TOKEN, else operator.token in the
+    /// data directory when the endpoint is on this host).
     #[arg(long)]
     pub token_file: Option<PathBuf>,
     /// Data directory to find the token in.
@@ -174,33 +186,52 @@ async fn dispatch(cmd: Command) -> anyhow::Result<u8> {
         Command::Uncordon { node, index, conn } => admin::uncordon(node, index, &conn).await,
         Command::Project(cmd) => admin::project(cmd).await,
         Command::Run(a) => run::run_command(a).await,
+        Command::Token(cmd) => token::run(cmd).map(|()| 0),
     }
 }
 
-/// The token: `--token-file`, else `GPUBOARD_TOKEN`, else the data directory's operator token.
+/// The token: `--token-file`, else `GPUBOARD_TOKEN`, else the data directory's operator
+/// token when the endpoint is on this host.
 fn token(conn: &Conn) -> anyhow::Result<Option<String>> {
-    if let Some(path) = &conn.token_file {
-        return Ok(Some(auth::read_token_file(path)?));
-    }
-    if let Ok(t) = std::env::var("GPUBOARD_TOKEN")
-        && !t.trim().is_empty()
-    {
-        return Ok(Some(t.trim().to_string()));
-    }
     let dir = conn.data_dir.clone().unwrap_or_else(default_data_dir);
-    let path = auth::default_token_path(&dir);
-    if path.exists() {
-        return Ok(Some(auth::read_token_file(&path)?));
-    }
-    Ok(None)
+    Ok(auth::client_token(&auth::TokenSources {
+        token_file: conn.token_file.as_deref(),
+        env: std::env::var("GPUBOARD_TOKEN").ok(),
+        data_dir: Some(&dir),
+        local: endpoint_is_local(&conn.endpoint),
+        config_file: None,
+    })?)
 }
 
-/// A client for `conn`'s endpoint, with its token and timeout.
+/// Whether `url`'s host is this host.
+fn endpoint_is_local(url: &str) -> bool {
+    reqwest::Url::parse(url)
+        .ok()
+        .and_then(|u| u.host_str().map(auth::is_local_host))
+        .unwrap_or(false)
+}
+
+/// How to trust an https endpoint: the flags, else, for one on this host, the data
+/// directory's certificate.
+fn trust(conn: &Conn) -> TlsTrust {
+    let mut trust = TlsTrust {
+        fingerprint: conn.tls_fingerprint.clone(),
+        ca_file: conn.tls_ca.clone(),
+    };
+    if trust.is_empty() && endpoint_is_local(&conn.endpoint) {
+        let dir = conn.data_dir.clone().unwrap_or_else(default_data_dir);
+        trust.fingerprint = tls::local_fingerprint(&dir);
+    }
+    trust
+}
+
+/// A client for `conn`'s endpoint, with its token, trust and timeout.
 fn connect(conn: &Conn) -> anyhow::Result<Client> {
-    Ok(Client::new(
+    Ok(Client::with_trust(
         &conn.endpoint,
         token(conn)?,
         Duration::from_secs(conn.timeout.max(1)),
+        &trust(conn),
     )?)
 }
 
