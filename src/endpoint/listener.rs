@@ -6,10 +6,10 @@
 //!   `idle_timeout` is closed (a client that stopped reading its answer too).
 //! - At most `max_connections` are served at once. Past that, a connection is *triaged*:
 //!   its request head is read and, when it is a lease renewal or `/healthz`, served once;
-//!   anything else is answered 503 at once and closed. Triage has `reserved` places; when
-//!   they are full the oldest connection still sending its head is dropped to make room,
-//!   so a flood of half-sent connections cannot keep a renewal out: a renewal sends its head
-//!   at once and is served.
+//!   anything else is answered 503 at once and closed. A head that arrives whole at once
+//!   (as real clients send it) is classified without waiting for a place; slower ones wait
+//!   in one of `reserved` places, and when those are full the oldest is dropped to make
+//!   room. So a flood of half-sent connections cannot keep a renewal out.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -52,6 +52,9 @@ pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_mins(1);
 /// How long open requests get to finish at shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+/// How long triage waits for a whole request head before the connection must take a
+/// triage place (where the oldest can be dropped).
+const FIRST_LOOK: Duration = Duration::from_millis(50);
 /// The largest request head triage reads.
 const MAX_HEAD: usize = 16 * 1024;
 
@@ -231,23 +234,42 @@ async fn run_http(io: Box<dyn Stream>, sh: &Shared, keep_alive: bool) {
 }
 
 /// A connection past the cap: served once if it is a renewal or a health check, else
-/// answered 503 at once.
+/// answered 503 at once. A plain-HTTP client that sends its whole head at once (as every
+/// real client does) is classified within `FIRST_LOOK` without taking a triage place, so
+/// no flood of half-sent connections can evict it.
 async fn triage(sock: TcpStream, sh: &Shared) {
-    let (ticket, evicted) = sh.triage.enter();
-    let deadline = Instant::now() + sh.config.header_timeout;
-    let read = async {
-        let mut io = open(sock, sh, deadline).await?;
-        let head = read_head(&mut io, deadline).await?;
-        Some((io, head))
+    let start = Instant::now();
+    let deadline = start + sh.config.header_timeout;
+    let mut head = Vec::with_capacity(1024);
+    let mut state = Head::Pending;
+    let io = if sh.config.tls.is_none() {
+        let mut plain: Box<dyn Stream> = Box::new(sock);
+        state = read_head(&mut plain, &mut head, deadline.min(start + FIRST_LOOK)).await;
+        Some(plain)
+    } else {
+        // A TLS handshake takes round trips: it waits in a triage place.
+        let (ticket, evicted) = sh.triage.enter();
+        let opened = tokio::select! {
+            o = open(sock, sh, deadline) => o,
+            _ = evicted => None,
+        };
+        sh.triage.leave(ticket);
+        opened
     };
-    let got = tokio::select! {
-        got = read => got,
-        _ = evicted => None,
-    };
-    sh.triage.leave(ticket);
-    let Some((mut io, head)) = got else {
+    let Some(mut io) = io else {
         return;
     };
+    if state == Head::Pending {
+        let (ticket, evicted) = sh.triage.enter();
+        state = tokio::select! {
+            s = read_head(&mut io, &mut head, deadline) => s,
+            _ = evicted => Head::Closed,
+        };
+        sh.triage.leave(ticket);
+    }
+    if state != Head::Done {
+        return;
+    }
     let reserved = is_reserved(&head);
     let permit = if reserved {
         Arc::clone(&sh.triage.serving).try_acquire_owned().ok()
@@ -266,24 +288,31 @@ async fn triage(sock: TcpStream, sh: &Shared) {
     run_http(io, sh, false).await;
 }
 
-/// Reads until the end of the request head (`\r\n\r\n`), at most `MAX_HEAD` bytes.
-async fn read_head(io: &mut Box<dyn Stream>, deadline: Instant) -> Option<Vec<u8>> {
-    let mut head = Vec::with_capacity(1024);
+/// How far triage got with a request head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Head {
+    /// It ends (`\r\n\r\n`) in what was read.
+    Done,
+    /// The client closed, or sent more than `MAX_HEAD`, or an error.
+    Closed,
+    /// Not complete by the deadline.
+    Pending,
+}
+
+/// Reads into `head` until it holds a whole request head, or `deadline`.
+async fn read_head(io: &mut Box<dyn Stream>, head: &mut Vec<u8>, deadline: Instant) -> Head {
     let mut buf = [0u8; 2048];
     loop {
-        let n = tokio::time::timeout_at(deadline, io.read(&mut buf))
-            .await
-            .ok()?
-            .ok()?;
-        if n == 0 {
-            return None;
-        }
-        head.extend_from_slice(&buf[..n]);
         if head.windows(4).any(|w| w == b"\r\n\r\n") {
-            return Some(head);
+            return Head::Done;
         }
         if head.len() > MAX_HEAD {
-            return None;
+            return Head::Closed;
+        }
+        match tokio::time::timeout_at(deadline, io.read(&mut buf)).await {
+            Err(_) => return Head::Pending,
+            Ok(Ok(0) | Err(_)) => return Head::Closed,
+            Ok(Ok(n)) => head.extend_from_slice(&buf[..n]),
         }
     }
 }
