@@ -2,10 +2,14 @@
 //! endpoint sources use it. Every call has a timeout and a cap on the answer's size, so a
 //! peer that hangs or returns garbage yields an error, never a hang or a panic.
 //!
-//! Only `http://` endpoints work: this build compiles no TLS (reach remote endpoints
-//! through an SSH tunnel). Answers are gzip-compressed when the endpoint can.
+//! `http://` and `https://` endpoints: an https one is trusted by a pinned certificate
+//! fingerprint or a CA file (`trust`). Every request says who sends it (`user@host`, in
+//! `wire::ACTOR_HEADER`) for the audit log. Answers are gzip-compressed when the endpoint can.
 
 mod sse;
+mod trust;
+
+pub use trust::TlsTrust;
 
 use std::time::Duration;
 
@@ -198,6 +202,8 @@ pub struct Client {
     /// Sent as `wire::MOVE_HEADER` on mutations: the id of the cross-endpoint move they
     /// belong to, so both endpoints audit it.
     move_id: Option<String>,
+    /// Where a pinned-fingerprint mismatch is left for the error message.
+    mismatch: Option<trust::Mismatch>,
 }
 
 impl Client {
@@ -208,34 +214,49 @@ impl Client {
         token: Option<String>,
         timeout: Duration,
     ) -> Result<Client, ClientError> {
+        Client::with_trust(endpoint, token, timeout, &TlsTrust::default())
+    }
+
+    /// The same, trusting an `https://` endpoint as `trust` says (unused for `http://`).
+    pub fn with_trust(
+        endpoint: &str,
+        token: Option<String>,
+        timeout: Duration,
+        trust: &TlsTrust,
+    ) -> Result<Client, ClientError> {
         let bad = |detail: &str| ClientError::BadEndpoint {
             url: endpoint.to_string(),
             detail: detail.to_string(),
         };
         let base = Url::parse(endpoint).map_err(|e| bad(&e.to_string()))?;
-        match base.scheme() {
-            "http" => {}
-            "https" => {
-                return Err(bad(
-                    "this build has no TLS; use http:// (reach remote endpoints through an SSH tunnel)",
-                ));
-            }
-            _ => return Err(bad("only http:// endpoints are supported")),
+        if !matches!(base.scheme(), "http" | "https") {
+            return Err(bad("only http:// and https:// endpoints are supported"));
         }
         if base.cannot_be_a_base() || base.host().is_none() {
-            return Err(bad("expected http://HOST:PORT"));
+            return Err(bad("expected http://HOST:PORT or https://HOST:PORT"));
         }
-        let http = reqwest::Client::builder()
+        let mut headers = header::HeaderMap::new();
+        if let Ok(v) = header::HeaderValue::from_str(&reported_actor()) {
+            headers.insert(wire::ACTOR_HEADER, v);
+        }
+        let mut builder = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(5)))
-            .build()
-            .map_err(|e| bad(&e.to_string()))?;
+            .default_headers(headers);
+        let mut mismatch = None;
+        if base.scheme() == "https" {
+            let (config, slot) = trust::client_config(trust).map_err(|e| bad(&e))?;
+            builder = builder.tls_backend_preconfigured(config);
+            mismatch = Some(slot);
+        }
+        let http = builder.build().map_err(|e| bad(&e.to_string()))?;
         Ok(Client {
             http,
             base,
             token,
             timeout,
             move_id: None,
+            mismatch,
         })
     }
 
@@ -302,6 +323,20 @@ impl Client {
 
     fn transport(&self, e: &reqwest::Error) -> ClientError {
         let endpoint = self.base.to_string();
+        let pinned = self
+            .mismatch
+            .as_ref()
+            .and_then(|m| m.lock().ok().and_then(|s| s.clone()));
+        if let Some((presented, pinned)) = pinned {
+            return ClientError::Unreachable {
+                endpoint,
+                detail: format!(
+                    "TLS certificate mismatch: the endpoint presented fingerprint {presented}, \
+                     but {pinned} is pinned; nothing was sent (check --tls-fingerprint or \
+                     tls_fingerprint against what `gpuboard serve` printed)"
+                ),
+            };
+        }
         if e.is_timeout() {
             ClientError::Timeout {
                 endpoint,
@@ -532,6 +567,23 @@ impl Client {
     }
 }
 
+/// Who runs this client, as `user@host`, for the endpoint's audit log.
+fn reported_actor() -> String {
+    let user = std::env::var("USER")
+        .ok()
+        .filter(|u| !u.is_empty())
+        // SAFETY: getuid cannot fail and touches no memory.
+        .unwrap_or_else(|| format!("uid{}", unsafe { libc::getuid() }));
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map_or_else(|_| "unknown".to_string(), |h| h.trim().to_string());
+    let text: String = format!("{user}@{host}")
+        .chars()
+        .filter(char::is_ascii_graphic)
+        .take(wire::ACTOR_MAX)
+        .collect();
+    text
+}
+
 fn error_from(status: StatusCode, bytes: &[u8]) -> ClientError {
     let body: ErrorBody = serde_json::from_slice(bytes).unwrap_or_else(|_| ErrorBody {
         detail: String::from_utf8_lossy(&bytes[..bytes.len().min(500)]).into_owned(),
@@ -580,6 +632,7 @@ mod tests {
         let t = Duration::from_secs(1);
         assert!(Client::new("http://127.0.0.1:7420", None, t).is_ok());
         for bad in ["https://x:1", "ftp://x", "not a url", "http://"] {
+            // https with nothing to trust is refused before anything is sent.
             let e = Client::new(bad, None, t).unwrap_err();
             assert!(matches!(e, ClientError::BadEndpoint { .. }), "{bad}: {e}");
             assert_eq!(e.exit_code(), 3);

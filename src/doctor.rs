@@ -30,6 +30,9 @@ pub struct DoctorArgs {
     /// Also check this configuration file (gpuboard TOML or flink-conf.yaml).
     #[arg(long, value_name = "PATH")]
     pub config: Option<PathBuf>,
+    /// The endpoint's data directory, whose TLS certificate fingerprint is shown.
+    #[arg(long, env = "GPUBOARD_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
 }
 
 /// The kernel side of the driver.
@@ -451,10 +454,29 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<i32> {
         Path::new("/proc"),
         Path::new("/dev"),
     );
+    let dir = args
+        .data_dir
+        .clone()
+        .unwrap_or_else(crate::endpoint::store::default_data_dir);
+    let fingerprint = crate::endpoint::tls::local_fingerprint(&dir);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        let mut v = serde_json::to_value(&report)?;
+        if let Some(map) = v.as_object_mut() {
+            map.insert("endpoint_tls_fingerprint".into(), fingerprint.into());
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         print!("{}", human(&report));
+        match fingerprint {
+            Some(fp) => println!(
+                "endpoint TLS certificate ({}): SHA-256 {fp}",
+                crate::endpoint::tls::cert_path(&dir).display()
+            ),
+            None => println!(
+                "endpoint TLS certificate: none in {} (`gpuboard serve --tls` makes one)",
+                dir.display()
+            ),
+        }
     }
     Ok(0)
 }

@@ -26,6 +26,49 @@ pub fn default_endpoint() -> String {
 }
 
 /// Request paths, relative to the endpoint's base URL.
+/// The header where a client reports who runs it (`user@host`), recorded beside the token's
+/// name as the actor of every change it makes. Informative only: the token decides access.
+pub const ACTOR_HEADER: &str = "x-gpuboard-user";
+
+/// The longest `ACTOR_HEADER` value kept; longer ones are cut.
+pub const ACTOR_MAX: usize = 80;
+
+/// A certificate's SHA-256 fingerprint as `gpuboard serve` prints it and clients pin it:
+/// upper-case hex pairs joined by colons.
+pub fn tls_fingerprint(der: &[u8]) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(der);
+    digest
+        .iter()
+        .map(|b| format!("{b:02X}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// A fingerprint as given by a person (any case, with or without colons, an optional
+/// `sha256:` prefix) in the form `tls_fingerprint` writes; `None` when it is not 32 bytes
+/// of hex.
+pub fn normalize_fingerprint(given: &str) -> Option<String> {
+    let t = given.trim();
+    let t = t
+        .strip_prefix("sha256:")
+        .or_else(|| t.strip_prefix("SHA256:"))
+        .unwrap_or(t);
+    let hex: String = t.chars().filter(|c| *c != ':').collect();
+    if hex.len() != 64 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    let upper = hex.to_ascii_uppercase();
+    Some(
+        upper
+            .as_bytes()
+            .chunks(2)
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect::<Vec<_>>()
+            .join(":"),
+    )
+}
+
 pub mod paths {
     use std::fmt::Write as _;
 
@@ -224,18 +267,19 @@ pub struct ProjectReset {
 /// on the source: both endpoints audit the same move id (`operator (move ID)`).
 pub const MOVE_HEADER: &str = "x-gpuboard-move";
 
-/// The audit actor of a mutation that came with `MOVE_HEADER` (or without one): a move id
-/// is 1 to 64 ASCII letters, digits, `-` or `_`; anything else is refused with why.
-pub fn move_actor(move_id: Option<&str>) -> Result<String, String> {
+/// The audit actor of a mutation by `caller` that came with `MOVE_HEADER` (or without
+/// one): a move id is 1 to 64 ASCII letters, digits, `-` or `_`; anything else is refused
+/// with why.
+pub fn move_actor(caller: &str, move_id: Option<&str>) -> Result<String, String> {
     let Some(id) = move_id else {
-        return Ok("operator".to_string());
+        return Ok(caller.to_string());
     };
     let ok = (1..=64).contains(&id.len())
         && id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
     if ok {
-        Ok(format!("operator (move {id})"))
+        Ok(format!("{caller} (move {id})"))
     } else {
         Err(format!(
             "header {MOVE_HEADER} must be 1 to 64 letters, digits, `-` or `_`; got `{}`",

@@ -18,10 +18,11 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Args;
 
+use super::fleet_config::ConfigEndpoint;
 use super::fleet_config::FleetConfig as Config;
 use super::snapcache::SnapshotCache;
-use super::{Conn, token};
-use crate::client::{ClaimOutcome, Client, ClientError};
+use super::{Conn, token_for, trust_for};
+use crate::client::{ClaimOutcome, Client, ClientError, TlsTrust};
 use crate::endpoint::auth;
 use crate::ids::ClaimId;
 use crate::placement::{Fleet, Policy, rank_hosts};
@@ -188,12 +189,12 @@ pub(super) fn members(conn: &Conn) -> anyhow::Result<Members> {
         .filter(|e| !e.is_empty())
         .collect();
     let from_flags = !given.is_empty();
-    let mut specs: Vec<(String, String, Option<std::path::PathBuf>)> = Vec::new();
+    let mut specs: Vec<Spec> = Vec::new();
     for e in given {
         if let Some((name, url)) = e.split_once('=') {
-            specs.push((name.trim().to_string(), url.trim().to_string(), None));
+            specs.push(Spec::given(name.trim(), url.trim()));
         } else if e.contains("://") {
-            specs.push((host_port(e), e.to_string(), None));
+            specs.push(Spec::given(&host_port(e), e));
         } else {
             let cfg = load()?;
             let Some(ep) = cfg.endpoints.iter().find(|ep| ep.name == e) else {
@@ -213,20 +214,26 @@ pub(super) fn members(conn: &Conn) -> anyhow::Result<Members> {
                     ep.kind
                 );
             }
-            specs.push((ep.name.clone(), ep.url.clone(), ep.token_file.clone()));
+            specs.push(Spec::from_config(ep));
         }
     }
     if !from_flags {
         let cfg = load()?;
         for ep in cfg.endpoints.iter().filter(|ep| ep.kind == "gpuboard") {
-            specs.push((ep.name.clone(), ep.url.clone(), ep.token_file.clone()));
+            specs.push(Spec::from_config(ep));
         }
         if specs.is_empty() {
             let url = default_endpoint();
-            specs.push((host_port(&url), url, None));
+            specs.push(Spec::given(&host_port(&url), &url));
         }
     }
-    for (name, url, token_file) in specs {
+    for Spec {
+        name,
+        url,
+        token_file,
+        trust,
+    } in specs
+    {
         if name.is_empty() || name.contains('/') {
             anyhow::bail!("endpoint name `{name}` ({url}): names are non-empty and have no `/`");
         }
@@ -235,12 +242,44 @@ pub(super) fn members(conn: &Conn) -> anyhow::Result<Members> {
         }
         let tok = match &token_file {
             Some(path) => Some(auth::read_token_file(path)?),
-            None => token(conn)?,
+            None => token_for(conn, &url)?,
         };
-        let client = Client::new(&url, tok, timeout)?;
+        let trust = trust_for(conn, &url, trust);
+        let client = Client::with_trust(&url, tok, timeout, &trust)?;
         list.push(Member { name, client });
     }
     Ok(Members { list })
+}
+
+/// One endpoint named on the command line or in the config, before it is connected.
+struct Spec {
+    name: String,
+    url: String,
+    token_file: Option<std::path::PathBuf>,
+    trust: TlsTrust,
+}
+
+impl Spec {
+    fn given(name: &str, url: &str) -> Spec {
+        Spec {
+            name: name.to_string(),
+            url: url.to_string(),
+            token_file: None,
+            trust: TlsTrust::default(),
+        }
+    }
+
+    fn from_config(ep: &ConfigEndpoint) -> Spec {
+        Spec {
+            name: ep.name.clone(),
+            url: ep.url.clone(),
+            token_file: ep.token_file.clone(),
+            trust: TlsTrust {
+                fingerprint: ep.tls_fingerprint.clone(),
+                ca_file: ep.tls_ca.clone(),
+            },
+        }
+    }
 }
 
 /// `HOST:PORT` of a URL, as the name of an endpoint given by URL only.

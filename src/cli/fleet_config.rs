@@ -26,6 +26,12 @@ pub(super) struct ConfigEndpoint {
     /// The file holding its bearer token.
     #[serde(default)]
     pub token_file: Option<PathBuf>,
+    /// The SHA-256 fingerprint pinned for its https certificate.
+    #[serde(default)]
+    pub tls_fingerprint: Option<String>,
+    /// A PEM file of CA certificates to trust for it instead.
+    #[serde(default)]
+    pub tls_ca: Option<PathBuf>,
     /// `gpuboard`, or a read-only engine source the CLI skips.
     #[serde(default = "gpuboard_kind")]
     pub kind: String,

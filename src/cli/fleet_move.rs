@@ -211,6 +211,6 @@ mod tests {
     #[test]
     fn move_ids_differ_and_are_valid_headers() {
         assert_ne!(new_move_id(), new_move_id());
-        assert!(crate::wire::move_actor(Some(&new_move_id())).is_ok());
+        assert!(crate::wire::move_actor("operator", Some(&new_move_id())).is_ok());
     }
 }

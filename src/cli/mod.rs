@@ -19,6 +19,7 @@ mod fleet_move;
 mod run;
 mod serve;
 mod snapcache;
+mod token;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -27,9 +28,9 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
-use crate::client::{Client, ClientError};
-use crate::endpoint::auth;
+use crate::client::{Client, ClientError, TlsTrust};
 use crate::endpoint::store::default_data_dir;
+use crate::endpoint::{auth, tls};
 
 pub use act::{ActArgs, EXIT_ENGINE_REFUSED};
 pub use admin::ProjectCommand;
@@ -37,6 +38,7 @@ pub use claims::ClaimArgs;
 pub use fleet::{ClaimRef, PlaceArgs};
 pub use run::{RunArgs, mps_limit};
 pub use serve::ServeArgs;
+pub use token::TokenCommand;
 
 /// Exit code: the request was invalid (422, 400, 413, bad flags or endpoint URL).
 pub const EXIT_INVALID: u8 = 3;
@@ -120,22 +122,33 @@ pub enum Command {
     /// Act on an engine (Slurm, BOINC, Ray) of the config: cancel a job, set BOINC's GPU
     /// mode, stop a Ray job... (`gpuboard act SOURCE --list`).
     Act(ActArgs),
+    /// Named tokens of this host's endpoint: add, ls, revoke (through the data directory).
+    #[command(subcommand)]
+    Token(TokenCommand),
 }
 
 /// How to reach an endpoint.
 #[derive(Args, Debug, Clone)]
 pub struct Conn {
-    /// Endpoint: a URL (http:// only: this build has no TLS), NAME=URL, or the name of
-    /// an [[endpoints]] entry of the config. Repeat it (or separate with commas) for a
-    /// fleet. Default: the config's gpuboard endpoints, else http://127.0.0.1:7420.
+    /// Endpoint: a URL (http://HOST:PORT, or https:// with --tls-fingerprint or --tls-ca),
+    /// NAME=URL, or the name of an [[endpoints]] entry of the config. Repeat it (or
+    /// separate with commas) for a fleet. Default: the config's gpuboard endpoints, else
+    /// http://127.0.0.1:7420.
     #[arg(long, env = "GPUBOARD_ENDPOINT", value_delimiter = ',')]
     pub endpoint: Vec<String>,
     /// The config file whose [[endpoints]] (with their token files) the fleet comes from
     /// (default: ~/.config/gpuboard/config.toml, the console's).
     #[arg(long, env = "GPUBOARD_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// File holding the bearer token (default: operator.token in the data directory;
-    /// the GPUBOARD_TOKEN environment variable takes precedence over the default).
+    /// SHA-256 fingerprint of an https endpoint's certificate, as `gpuboard serve` printed
+    /// it (default for an endpoint on this host: the data directory's certificate).
+    #[arg(long, env = "GPUBOARD_TLS_FINGERPRINT", value_name = "SHA256")]
+    pub tls_fingerprint: Option<String>,
+    /// PEM file of CA certificates to trust for an https endpoint, instead of a fingerprint.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// File holding the bearer token (default: GPUBOARD_TOKEN, else operator.token in the
+    /// data directory when the endpoint is on this host).
     #[arg(long)]
     pub token_file: Option<PathBuf>,
     /// Data directory to find the token in.
@@ -193,28 +206,49 @@ async fn dispatch(cmd: Command) -> anyhow::Result<u8> {
         Command::Project(cmd) => admin::project(cmd).await,
         Command::Run(a) => run::run_command(a).await,
         Command::Act(a) => act::act(a).await,
+        Command::Token(cmd) => token::run(cmd).map(|()| 0),
     }
 }
 
-/// The token: `--token-file`, else `GPUBOARD_TOKEN`, else the data directory's operator token.
-pub(super) fn token(conn: &Conn) -> anyhow::Result<Option<String>> {
-    if let Some(path) = &conn.token_file {
-        return Ok(Some(auth::read_token_file(path)?));
-    }
-    if let Ok(t) = std::env::var("GPUBOARD_TOKEN")
-        && !t.trim().is_empty()
-    {
-        return Ok(Some(t.trim().to_string()));
-    }
+/// The token for `url`: `--token-file`, else `GPUBOARD_TOKEN`, else the data directory's
+/// operator token when the endpoint is on this host.
+pub(super) fn token_for(conn: &Conn, url: &str) -> anyhow::Result<Option<String>> {
     let dir = conn.data_dir.clone().unwrap_or_else(default_data_dir);
-    let path = auth::default_token_path(&dir);
-    if path.exists() {
-        return Ok(Some(auth::read_token_file(&path)?));
-    }
-    Ok(None)
+    Ok(auth::client_token(&auth::TokenSources {
+        token_file: conn.token_file.as_deref(),
+        env: std::env::var("GPUBOARD_TOKEN").ok(),
+        data_dir: Some(&dir),
+        local: endpoint_is_local(url),
+        config_file: None,
+    })?)
 }
 
-/// A client for `conn`'s one endpoint, with its token and timeout.
+/// Whether `url`'s host is this host.
+fn endpoint_is_local(url: &str) -> bool {
+    reqwest::Url::parse(url)
+        .ok()
+        .and_then(|u| u.host_str().map(auth::is_local_host))
+        .unwrap_or(false)
+}
+
+/// How to trust an https endpoint at `url`: the flags, else its config entry's, else, for
+/// one on this host, the data directory's certificate.
+pub(super) fn trust_for(conn: &Conn, url: &str, configured: TlsTrust) -> TlsTrust {
+    let mut trust = TlsTrust {
+        fingerprint: conn.tls_fingerprint.clone(),
+        ca_file: conn.tls_ca.clone(),
+    };
+    if trust.is_empty() {
+        trust = configured;
+    }
+    if trust.is_empty() && endpoint_is_local(url) {
+        let dir = conn.data_dir.clone().unwrap_or_else(default_data_dir);
+        trust.fingerprint = tls::local_fingerprint(&dir);
+    }
+    trust
+}
+
+/// A client for `conn`'s one endpoint, with its token, trust and timeout.
 fn connect(conn: &Conn) -> anyhow::Result<Client> {
     Ok(fleet::members(conn)?.single()?.client.clone())
 }

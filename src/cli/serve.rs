@@ -15,7 +15,9 @@ use crate::clock::SystemClock;
 use crate::endpoint::api::{self, ApiState};
 use crate::endpoint::auth::{self, Tokens};
 use crate::endpoint::engine::{Engine, EngineConfig, LocalProcesses};
+use crate::endpoint::listener::{self, ListenConfig};
 use crate::endpoint::store::{SyncMode, default_data_dir};
+use crate::endpoint::tls;
 use crate::placement::{NodeSpec, Policy};
 use crate::scheduler::SchedulerConfig;
 use crate::telemetry::TelemetrySnapshot;
@@ -64,6 +66,29 @@ pub struct ServeArgs {
     /// Flink GPU coordination file whose records the snapshot lists.
     #[arg(long, default_value = crate::discovery::coordination::DEFAULT_COORDINATION_FILE)]
     pub coordination_file: PathBuf,
+    /// Serve https (on by default when --listen is not a loopback address), with the
+    /// certificate made on first start in the data directory unless --tls-cert is given.
+    #[arg(long)]
+    pub tls: bool,
+    /// PEM certificate chain to serve instead of the generated one (implies --tls).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Serve plain HTTP on a non-loopback address (tokens then cross the network unencrypted).
+    #[arg(long, conflicts_with_all = ["tls", "tls_cert"])]
+    pub insecure_http: bool,
+    /// Connections served at once; past it, only lease renewals and /healthz get through
+    /// and everything else is answered 503 at once.
+    #[arg(long, env = "GPUBOARD_MAX_CONNECTIONS", default_value_t = listener::DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
+    /// Milliseconds a client may take to send a request head (and a TLS handshake).
+    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    pub header_timeout_ms: u64,
+    /// Milliseconds a connection may move no byte before it is closed.
+    #[arg(long, value_name = "MS", default_value_t = 60_000)]
+    pub idle_timeout_ms: u64,
 }
 
 /// `gpuboard serve`: runs the endpoint until SIGTERM or SIGINT.
@@ -114,30 +139,63 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         ..crate::endpoint::live::LiveConfig::local(&host)
     };
     engine.attach_telemetry(core, Some(first), Arc::new(crate::clock::SystemClock), live)?;
+    let use_tls =
+        a.tls || a.tls_cert.is_some() || !(a.listen.ip().is_loopback() || a.insecure_http);
+    let mut config = ListenConfig::with_cap(a.max_connections);
+    config.header_timeout = Duration::from_millis(a.header_timeout_ms.max(1));
+    config.idle_timeout = Duration::from_millis(a.idle_timeout_ms.max(1));
+    let mut fingerprint = None;
+    if use_tls {
+        let identity = if let (Some(cert), Some(key)) = (&a.tls_cert, &a.tls_key) {
+            tls::ServerCert::from_files(cert, key)?
+        } else {
+            let names = tls::certificate_names(&host, a.listen.ip());
+            let (identity, made) = tls::ServerCert::load_or_create(&dir, &names)?;
+            if made {
+                eprintln!(
+                    "gpuboard serve: made a certificate for {} in {}",
+                    names.join(", "),
+                    tls::cert_path(&dir).display()
+                );
+            }
+            identity
+        };
+        fingerprint = Some(identity.fingerprint());
+        config.tls = Some(identity.server_config()?);
+    }
     let listener = tokio::net::TcpListener::bind(a.listen)
         .await
         .with_context(|| format!("cannot listen on {}", a.listen))?;
     let addr = listener.local_addr()?;
-    if !addr.ip().is_loopback() {
+    if !addr.ip().is_loopback() && !use_tls {
         warn(&format!(
-            "listening on {addr} (not loopback) over plain HTTP; tokens travel unencrypted"
+            "listening on {addr} (not loopback) over plain HTTP (--insecure-http); tokens travel \
+             unencrypted"
         ));
     }
-    lock.set_address(&format!("http://{addr}"))?;
+    let scheme = if use_tls { "https" } else { "http" };
+    lock.set_address(&format!("{scheme}://{addr}"))?;
     let ticker = engine.spawn_ticker();
     {
         let mut out = std::io::stdout().lock();
+        let scheme = if use_tls { "https" } else { "http" };
         writeln!(
             out,
-            "gpuboard serve: listening on http://{addr} (data dir {}, tokens {} and {})",
+            "gpuboard serve: listening on {scheme}://{addr} (data dir {}, tokens {} and {})",
             dir.display(),
             auth::OPERATOR_TOKEN_FILE,
             auth::READ_TOKEN_FILE
         )?;
+        if let Some(fp) = &fingerprint {
+            writeln!(
+                out,
+                "gpuboard serve: TLS certificate SHA-256 fingerprint {fp} (clients pin it with --tls-fingerprint)"
+            )?;
+        }
         out.flush()?;
     }
-    let state = ApiState::new(engine, tokens, a.open_reads);
-    api::serve(listener, state, shutdown_signal()).await?;
+    let state = ApiState::new(engine, tokens, a.open_reads).with_token_dir(&dir);
+    api::serve_with(listener, state, config, shutdown_signal()).await?;
     ticker.abort();
     drop(lock);
     Ok(())

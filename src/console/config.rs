@@ -4,10 +4,12 @@
 //! theme = "light"          # a built-in name or a path
 //! refresh = 2              # seconds
 //! keymap = "/path/keys.toml"
+//! token_file = "~/.config/gpuboard/alice.token"  # for endpoints with none of their own
 //! [[endpoints]]
 //! name = "gpu-01"
-//! url = "http://10.0.0.5:7420"
+//! url = "https://10.0.0.5:7420"
 //! token_file = "/etc/gpuboard/operator.token"
+//! tls_fingerprint = "AB:CD:..."   # what `gpuboard serve` printed; or tls_ca = "ca.pem"
 //! kind = "gpuboard"        # or "ray", "prometheus", "slurm" (read-only), "boinc" (update project only)
 //! ```
 
@@ -32,6 +34,16 @@ pub struct Config {
     /// Endpoints to read.
     #[serde(default)]
     pub endpoints: Vec<Endpoint>,
+    /// The token file for gpuboard endpoints that name none (after `--token-file`,
+    /// `GPUBOARD_TOKEN` and a local endpoint's operator.token).
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+    /// The certificate fingerprint to pin for https endpoints that name none.
+    #[serde(default)]
+    pub tls_fingerprint: Option<String>,
+    /// A CA file for https endpoints that name neither a fingerprint nor a CA.
+    #[serde(default)]
+    pub tls_ca: Option<PathBuf>,
 }
 
 /// One endpoint.
@@ -49,6 +61,12 @@ pub struct Endpoint {
     /// `boinc` (url is the GUI RPC `host:port`, `token_file` its password file).
     #[serde(default = "gpuboard_kind")]
     pub kind: String,
+    /// For an https endpoint: its certificate's SHA-256 fingerprint.
+    #[serde(default)]
+    pub tls_fingerprint: Option<String>,
+    /// For an https endpoint: a PEM file of CA certificates.
+    #[serde(default)]
+    pub tls_ca: Option<PathBuf>,
 }
 
 fn gpuboard_kind() -> String {

@@ -157,6 +157,16 @@ pub fn merged_flags(before: &ConsoleArgs, after: &ConsoleArgs) -> ConsoleArgs {
             after.seed
         },
         refresh: after.refresh.or(before.refresh),
+        token_file: after
+            .token_file
+            .clone()
+            .or_else(|| before.token_file.clone()),
+        data_dir: after.data_dir.clone().or_else(|| before.data_dir.clone()),
+        tls_fingerprint: after
+            .tls_fingerprint
+            .clone()
+            .or_else(|| before.tls_fingerprint.clone()),
+        tls_ca: after.tls_ca.clone().or_else(|| before.tls_ca.clone()),
     }
 }
 

@@ -5,6 +5,7 @@
 //! them (fetches, actions, quit) and draws with `views::draw` only when something changed,
 //! at most `driver::FRAME_MS` apart. `headless` renders the same views without a terminal.
 
+pub mod attach;
 pub mod config;
 pub mod driver;
 pub mod headless;
@@ -23,6 +24,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Args;
 
+use crate::client::TlsTrust;
 use crate::clock::Clock;
 use crate::sources::Source;
 use crate::sources::demo::{Demo, DemoWorld};
@@ -67,6 +69,20 @@ pub struct ConsoleArgs {
     /// Refresh interval in seconds (default 2).
     #[arg(long, value_name = "SECONDS")]
     pub refresh: Option<f64>,
+    /// File holding the bearer token for --endpoint URLs (default: GPUBOARD_TOKEN, else
+    /// operator.token in the data directory for an endpoint on this host, else the
+    /// config's token_file).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Data directory of this host's endpoint (its tokens, certificate and serve.lock).
+    #[arg(long, env = "GPUBOARD_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// SHA-256 fingerprint of https endpoints' certificate, as `gpuboard serve` printed it.
+    #[arg(long, env = "GPUBOARD_TLS_FINGERPRINT", value_name = "SHA256")]
+    pub tls_fingerprint: Option<String>,
+    /// PEM file of CA certificates to trust for https endpoints.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
 }
 
 /// Everything the console needs, resolved from flags and the config file.
@@ -116,9 +132,30 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
         };
         sources.push(Arc::new(Demo::new(world, Arc::clone(&clock))));
     }
+    let creds = attach::Credentials {
+        token_file: args.token_file.clone(),
+        env_token: std::env::var("GPUBOARD_TOKEN").ok(),
+        data_dir: args
+            .data_dir
+            .clone()
+            .unwrap_or_else(crate::endpoint::store::default_data_dir),
+        config_token_file: cfg.token_file.clone(),
+        fingerprint: args
+            .tls_fingerprint
+            .clone()
+            .or_else(|| cfg.tls_fingerprint.clone()),
+        ca_file: args.tls_ca.clone().or_else(|| cfg.tls_ca.clone()),
+    };
+    let none = TlsTrust::default();
     for (i, url) in args.endpoints.iter().enumerate() {
         let name = format!("ep{}", i + 1);
-        sources.push(Arc::new(Http::new(&name, url, None, timeout)?));
+        let token = creds
+            .token(url)
+            .with_context(|| format!("endpoint {url}"))?;
+        let trust = creds.trust(url, &none);
+        sources.push(Arc::new(Http::with_trust(
+            &name, url, token, timeout, &trust,
+        )?));
     }
     for (i, url) in args.rays.iter().enumerate() {
         sources.push(engine_source(
@@ -157,7 +194,20 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
             None => None,
         };
         if ep.kind == "gpuboard" {
-            sources.push(Arc::new(Http::new(&ep.name, &ep.url, token, timeout)?));
+            let token = match token {
+                Some(t) => Some(t),
+                None => creds
+                    .token(&ep.url)
+                    .with_context(|| format!("endpoint {}", ep.name))?,
+            };
+            let own = TlsTrust {
+                fingerprint: ep.tls_fingerprint.clone(),
+                ca_file: ep.tls_ca.clone(),
+            };
+            let trust = creds.trust(&ep.url, &own);
+            sources.push(Arc::new(Http::with_trust(
+                &ep.name, &ep.url, token, timeout, &trust,
+            )?));
         } else {
             sources.push(engine_source(
                 &ep.kind,
@@ -170,9 +220,19 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
         }
     }
     if sources.is_empty() {
-        // Its own directory: a `gpuboard serve` may use the data directory itself.
-        let dir = crate::endpoint::store::default_data_dir().join("embedded");
-        sources.push(Arc::new(Embedded::local(Arc::clone(&clock), &dir)?));
+        if let Some((url, note)) = attach::local_serve(&creds.data_dir) {
+            // The endpoint of this host holds the real claims: show those, never a
+            // second, empty scheduler beside them.
+            let token = creds.token(&url).context("the local endpoint")?;
+            let trust = creds.trust(&url, &none);
+            sources.push(Arc::new(
+                Http::with_trust("local", &url, token, timeout, &trust)?.with_note(note),
+            ));
+        } else {
+            // Its own directory: a `gpuboard serve` may use the data directory itself.
+            let dir = crate::endpoint::store::default_data_dir().join("embedded");
+            sources.push(Arc::new(Embedded::local(Arc::clone(&clock), &dir)?));
+        }
     }
     Ok(Setup {
         sources,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Path, Request, State};
+use axum::extract::{Extension, Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -17,12 +17,13 @@ use axum::routing::{delete, get, post, put};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use serde_json::{Map, Value};
-use tokio::sync::watch;
 use tower_http::compression::CompressionLayer;
 
-use crate::endpoint::auth::{Role, Tokens};
+use crate::endpoint::auth::Tokens;
 use crate::endpoint::body::body_json;
 use crate::endpoint::engine::{Engine, EngineError, MAX_SHARE};
+use crate::endpoint::gate::{Actor, Gate, authorize};
+use crate::endpoint::listener::ListenConfig;
 use crate::endpoint::versions::SnapshotVersions;
 use crate::ids::ClaimId;
 use crate::placement::{FleetError, MoveError, MoveTarget, NoFit};
@@ -40,8 +41,8 @@ pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Clone)]
 pub struct ApiState {
     pub(crate) engine: Engine,
-    tokens: Arc<Tokens>,
-    open_reads: bool,
+    pub(crate) gate: Arc<Gate>,
+    pub(crate) open_reads: bool,
     pub(crate) responses: Family<Vec<(String, String)>, Counter>,
     /// The snapshot versions every reader shares.
     pub(crate) versions: Arc<SnapshotVersions>,
@@ -56,11 +57,18 @@ impl ApiState {
         ApiState {
             versions: Arc::new(SnapshotVersions::new(engine.clone(), rand::random())),
             engine,
-            tokens: Arc::new(tokens),
+            gate: Arc::new(Gate::new(tokens, None)),
             open_reads,
             responses: Family::default(),
             heartbeat: wire::HEARTBEAT,
         }
+    }
+
+    /// The same, also accepting the named tokens kept in `dir` (see `tokens`).
+    #[must_use]
+    pub fn with_token_dir(mut self, dir: &std::path::Path) -> ApiState {
+        self.gate = Arc::new(self.gate.with_dir(dir));
+        self
     }
 
     /// The same with another heartbeat interval for delta watches (tests use a short one).
@@ -206,27 +214,23 @@ pub fn router(state: ApiState) -> Router {
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves; open streams get two seconds.
+/// The accept loop is `listener::serve` with its default limits.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: ApiState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let (stop_tx, mut stop_rx) = watch::channel(false);
-    let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
-        shutdown.await;
-        let _ = stop_tx.send(true);
-    });
-    let mut server = std::pin::pin!(server.into_future());
-    tokio::select! {
-        r = &mut server => r,
-        _ = stop_rx.wait_for(|s| *s) => {
-            // Every acknowledged change is already durable; watch streams need not finish.
-            match tokio::time::timeout(Duration::from_secs(2), server).await {
-                Ok(r) => r,
-                Err(_) => Ok(()),
-            }
-        }
-    }
+    serve_with(listener, state, ListenConfig::default(), shutdown).await
+}
+
+/// The same with the connection limits, timeouts and TLS of `config`.
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    state: ApiState,
+    config: ListenConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    super::listener::serve(listener, router(state), config, shutdown).await
 }
 
 /// `ok` while the endpoint accepts changes; 503 with the reason once a commit has failed.
@@ -253,41 +257,6 @@ async fn count_responses(State(st): State<ApiState>, req: Request, next: Next) -
         )])
         .inc();
     resp
-}
-
-async fn authorize(State(st): State<ApiState>, req: Request, next: Next) -> Response {
-    let mutation = req.method() != Method::GET && req.method() != Method::HEAD;
-    if !mutation && st.open_reads {
-        return next.run(req).await;
-    }
-    let presented = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    let unauthorized = |detail: &str| {
-        let mut r = ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", detail).into_response();
-        r.headers_mut()
-            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        r
-    };
-    let Some(presented) = presented else {
-        return unauthorized(
-            "this endpoint needs `Authorization: Bearer TOKEN`; the operator token is in \
-             operator.token and the read token in read.token in the endpoint's data directory",
-        );
-    };
-    match st.tokens.role(presented) {
-        None => unauthorized("the token is not valid for this endpoint"),
-        Some(Role::Reader) if mutation => ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            "the read token cannot change state; use the operator token (operator.token)",
-        )
-        .into_response(),
-        Some(_) => next.run(req).await,
-    }
 }
 
 /// The body's fields, when it is an object of only `allowed` fields.
@@ -360,8 +329,13 @@ pub(crate) fn serialize_failed(e: impl std::fmt::Display) -> ApiError {
     )
 }
 
-async fn create_claim(State(st): State<ApiState>, headers: HeaderMap, body: Body) -> ApiResult {
-    let actor = actor(&headers)?;
+async fn create_claim(
+    State(st): State<ApiState>,
+    Extension(actor): Extension<Actor>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult {
+    let actor = in_move(&actor, &headers)?;
     let v = body_json(body, false).await?;
     let req = ClaimRequest::from_json(&v)?;
     match st.engine.submit(req, &actor).await? {
@@ -377,20 +351,21 @@ async fn create_claim(State(st): State<ApiState>, headers: HeaderMap, body: Body
     }
 }
 
-/// Who the audit names: the operator, with the move id of a cross-endpoint move.
-fn actor(headers: &HeaderMap) -> Result<String, ApiError> {
+/// Who the audit names: the caller, with the move id of a cross-endpoint move.
+fn in_move(actor: &Actor, headers: &HeaderMap) -> Result<String, ApiError> {
     let raw = headers
         .get(wire::MOVE_HEADER)
         .map(|v| v.to_str().unwrap_or("\u{fffd}"));
-    wire::move_actor(raw).map_err(|e| ApiError::invalid(Rule::WrongType, None, e))
+    wire::move_actor(&actor.0, raw).map_err(|e| ApiError::invalid(Rule::WrongType, None, e))
 }
 
 async fn release_claim(
     State(st): State<ApiState>,
+    Extension(actor): Extension<Actor>,
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> ApiResult {
-    let actor = actor(&headers)?;
+    let actor = in_move(&actor, &headers)?;
     let id = claim_id(&id)?;
     // Idempotent for a claim that existed (already released: 200, `released: false`); an
     // id this endpoint never handed out is a mistake worth saying (404).
@@ -410,7 +385,12 @@ async fn release_claim(
     ))
 }
 
-async fn move_claim(State(st): State<ApiState>, Path(id): Path<String>, body: Body) -> ApiResult {
+async fn move_claim(
+    State(st): State<ApiState>,
+    Extension(actor): Extension<Actor>,
+    Path(id): Path<String>,
+    body: Body,
+) -> ApiResult {
     let id = claim_id(&id)?;
     let v = body_json(body, false).await?;
     let map = fields(&v, &["node", "devices"])?;
@@ -438,7 +418,7 @@ async fn move_claim(State(st): State<ApiState>, Path(id): Path<String>, body: Bo
     }
     let claim = st
         .engine
-        .move_claim(id, MoveTarget { node, devices }, "operator")
+        .move_claim(id, MoveTarget { node, devices }, &actor.0)
         .await?;
     Ok(json_status(StatusCode::OK, &claim_view(&claim)))
 }
@@ -467,7 +447,12 @@ fn device_list(v: &Value) -> Result<Vec<u32>, ApiError> {
         .collect()
 }
 
-async fn renew_claim(State(st): State<ApiState>, Path(id): Path<String>, body: Body) -> ApiResult {
+async fn renew_claim(
+    State(st): State<ApiState>,
+    Extension(actor): Extension<Actor>,
+    Path(id): Path<String>,
+    body: Body,
+) -> ApiResult {
     let id = claim_id(&id)?;
     let v = body_json(body, true).await?;
     let map = fields(&v, &["ttl"])?;
@@ -485,17 +470,23 @@ async fn renew_claim(State(st): State<ApiState>, Path(id): Path<String>, body: B
                 })?,
         ),
     };
-    let claim = st.engine.renew(id, ttl, "operator").await?;
+    let claim = st.engine.renew(id, ttl, &actor.0).await?;
     Ok(json_status(StatusCode::OK, &claim_view(&claim)))
 }
 
-async fn set_cordon(st: &ApiState, node: &str, index: &str, cordoned: bool) -> ApiResult {
+async fn set_cordon(
+    st: &ApiState,
+    actor: &Actor,
+    node: &str,
+    index: &str,
+    cordoned: bool,
+) -> ApiResult {
     let index: u32 = index.parse().map_err(|_| {
         ApiError::not_found(format!(
             "node `{node}` has no device `{index}`: indexes are whole numbers"
         ))
     })?;
-    st.engine.cordon(node, index, cordoned, "operator").await?;
+    st.engine.cordon(node, index, cordoned, &actor.0).await?;
     Ok(json_status(
         StatusCode::OK,
         &Cordoned {
@@ -508,16 +499,18 @@ async fn set_cordon(st: &ApiState, node: &str, index: &str, cordoned: bool) -> A
 
 async fn cordon(
     State(st): State<ApiState>,
+    Extension(actor): Extension<Actor>,
     Path((node, index)): Path<(String, String)>,
 ) -> ApiResult {
-    set_cordon(&st, &node, &index, true).await
+    set_cordon(&st, &actor, &node, &index, true).await
 }
 
 async fn uncordon(
     State(st): State<ApiState>,
+    Extension(actor): Extension<Actor>,
     Path((node, index)): Path<(String, String)>,
 ) -> ApiResult {
-    set_cordon(&st, &node, &index, false).await
+    set_cordon(&st, &actor, &node, &index, false).await
 }
 
 fn project_name(name: &str) -> Result<(), ApiError> {
@@ -526,7 +519,12 @@ fn project_name(name: &str) -> Result<(), ApiError> {
         .map_err(|e| ApiError::invalid(Rule::OutOfRange, Some("project"), e.to_string()))
 }
 
-async fn set_share(State(st): State<ApiState>, Path(name): Path<String>, body: Body) -> ApiResult {
+async fn set_share(
+    State(st): State<ApiState>,
+    Extension(actor): Extension<Actor>,
+    Path(name): Path<String>,
+    body: Body,
+) -> ApiResult {
     project_name(&name)?;
     let v = body_json(body, false).await?;
     let map = fields(&v, &["share"])?;
@@ -542,7 +540,7 @@ async fn set_share(State(st): State<ApiState>, Path(name): Path<String>, body: B
                 format!("`share` must be a whole number from 0 to {MAX_SHARE} (default 100; 0 gets no work)"),
             )
         })?;
-    st.engine.set_share(&name, share, "operator").await?;
+    st.engine.set_share(&name, share, &actor.0).await?;
     Ok(json_status(
         StatusCode::OK,
         &ShareSet {
@@ -552,9 +550,13 @@ async fn set_share(State(st): State<ApiState>, Path(name): Path<String>, body: B
     ))
 }
 
-async fn reset_project(State(st): State<ApiState>, Path(name): Path<String>) -> ApiResult {
+async fn reset_project(
+    State(st): State<ApiState>,
+    Extension(actor): Extension<Actor>,
+    Path(name): Path<String>,
+) -> ApiResult {
     project_name(&name)?;
-    st.engine.reset_project(&name, "operator").await?;
+    st.engine.reset_project(&name, &actor.0).await?;
     Ok(json_status(
         StatusCode::OK,
         &ProjectReset {

@@ -13,7 +13,7 @@ use tokio::sync::Notify;
 
 use super::watch::{Mirror, RealPace};
 use super::{Action, Failure, Fetched, Outcome, Source, plan_on_snapshot};
-use crate::client::{Client, ClientError};
+use crate::client::{Client, ClientError, TlsTrust};
 use crate::clock::SystemClock;
 use crate::placement::Allocation;
 use crate::snapshot::ClaimView;
@@ -25,6 +25,8 @@ pub struct Http {
     /// Whether a token was configured, to say what to fix when it is refused.
     has_token: bool,
     mirror: Mirror,
+    /// Shown beside the source (how the console found it).
+    note: Option<String>,
 }
 
 impl Http {
@@ -36,8 +38,19 @@ impl Http {
         token: Option<String>,
         timeout: Duration,
     ) -> anyhow::Result<Http> {
+        Http::with_trust(name, url, token, timeout, &TlsTrust::default())
+    }
+
+    /// The same, trusting an `https://` endpoint as `trust` says.
+    pub fn with_trust(
+        name: &str,
+        url: &str,
+        token: Option<String>,
+        timeout: Duration,
+        trust: &TlsTrust,
+    ) -> anyhow::Result<Http> {
         let has_token = token.is_some();
-        let client = Client::new(url, token, timeout)
+        let client = Client::with_trust(url, token, timeout, trust)
             .map_err(|e| anyhow::anyhow!("endpoint {name}: {e}"))?;
         let words = name.to_string();
         let mirror = Mirror::new(
@@ -52,7 +65,15 @@ impl Http {
             client,
             has_token,
             mirror,
+            note: None,
         })
+    }
+
+    /// The same with a note shown beside the source.
+    #[must_use]
+    pub fn with_note(mut self, note: String) -> Http {
+        self.note = Some(note);
+        self
     }
 
     fn failure(&self) -> impl Fn(ClientError) -> Failure + Send + 'static {
@@ -155,6 +176,9 @@ impl Source for Http {
     }
     fn can_act(&self) -> bool {
         true
+    }
+    fn note(&self) -> Option<String> {
+        self.note.clone()
     }
     fn fetch(&self) -> BoxFuture<'static, Result<Fetched, Failure>> {
         self.mirror.fetch()

@@ -1,0 +1,171 @@
+//! `gpuboard token add NAME --role operator|read [--expires DUR]`, `token ls`, `token
+//! revoke NAME`: the named tokens of this host's endpoint, changed in its data directory
+//! (the running endpoint reads the file again at its next request). The token is printed
+//! once, by `add`; only its hash is kept.
+
+use std::os::fd::AsRawFd as _;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+
+use crate::clock::{Clock as _, SystemClock};
+use crate::endpoint::auth::{self, Role};
+use crate::endpoint::store::default_data_dir;
+use crate::endpoint::tokens::{ADMIN_NAME, READ_NAME, TokenBook, parse_expiry};
+
+/// `gpuboard token ...`.
+#[derive(Subcommand, Debug)]
+pub enum TokenCommand {
+    /// Make a token for a person or a job; prints it once.
+    Add {
+        /// Its name, recorded as the actor of every change made with it.
+        name: String,
+        /// operator (reads and changes) or read (reads only).
+        #[arg(long, value_parser = ["operator", "read"])]
+        role: String,
+        /// Lifetime, e.g. 90d, 12h, 2w (default: until revoked).
+        #[arg(long, value_name = "DUR")]
+        expires: Option<String>,
+        #[command(flatten)]
+        dir: DataDir,
+    },
+    /// List the tokens (names, roles, expiry; never the tokens).
+    Ls {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        dir: DataDir,
+    },
+    /// Revoke a token: its next request gets 401.
+    Revoke {
+        /// The token's name.
+        name: String,
+        #[command(flatten)]
+        dir: DataDir,
+    },
+}
+
+/// The endpoint's data directory.
+#[derive(Args, Debug, Clone)]
+pub struct DataDir {
+    /// The endpoint's data directory.
+    #[arg(long, env = "GPUBOARD_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+}
+
+impl DataDir {
+    fn path(&self) -> PathBuf {
+        self.data_dir.clone().unwrap_or_else(default_data_dir)
+    }
+}
+
+/// Runs a token subcommand.
+pub(super) fn run(cmd: TokenCommand) -> anyhow::Result<()> {
+    let now = SystemClock.now();
+    match cmd {
+        TokenCommand::Add {
+            name,
+            role,
+            expires,
+            dir,
+        } => {
+            let dir = dir.path();
+            let role = if role == "read" {
+                Role::Reader
+            } else {
+                Role::Operator
+            };
+            let expires = expires
+                .as_deref()
+                .map(parse_expiry)
+                .transpose()?
+                .map(|secs| now.plus_secs(secs));
+            // The endpoint's own tokens first: the directory is then made, private.
+            auth::Tokens::load_or_create(&dir)?;
+            let _lock = lock(&dir)?;
+            let mut book = TokenBook::load(&dir)?;
+            let secret = book.add(&name, role, expires, now)?;
+            book.save(&dir)?;
+            println!("{secret}");
+            eprintln!(
+                "gpuboard: token `{name}` ({role}) added in {}; it is shown only now: give it to \
+                 its holder (e.g. a file of mode 600 passed with --token-file)",
+                dir.display()
+            );
+            Ok(())
+        }
+        TokenCommand::Ls { json, dir } => {
+            let dir = dir.path();
+            let book = TokenBook::load(&dir)?;
+            if json {
+                return super::print_json(&book.tokens);
+            }
+            let zone = jiff::tz::TimeZone::system();
+            println!("{:<24} {:<9} {:<20} EXPIRES", "NAME", "ROLE", "CREATED");
+            println!("{ADMIN_NAME:<24} {:<9} {:<20} never", "operator", "-");
+            println!("{READ_NAME:<24} {:<9} {:<20} never", "read", "-");
+            for t in &book.tokens {
+                let expires = match t.expires {
+                    None => "never".to_string(),
+                    Some(e) if !t.live(now) => {
+                        format!("{} (expired)", crate::clock::date_time(e, &zone))
+                    }
+                    Some(e) => crate::clock::date_time(e, &zone),
+                };
+                println!(
+                    "{:<24} {:<9} {:<20} {expires}",
+                    t.name,
+                    t.role.to_string(),
+                    crate::clock::date_time(t.created, &zone)
+                );
+            }
+            Ok(())
+        }
+        TokenCommand::Revoke { name, dir } => {
+            let dir = dir.path();
+            if name == ADMIN_NAME || name == READ_NAME {
+                anyhow::bail!(
+                    "`{name}` is the data directory's own token; to replace it, stop the \
+                     endpoint, delete {} and start it again",
+                    if name == ADMIN_NAME {
+                        auth::OPERATOR_TOKEN_FILE
+                    } else {
+                        auth::READ_TOKEN_FILE
+                    }
+                );
+            }
+            let _lock = lock(&dir)?;
+            let mut book = TokenBook::load(&dir)?;
+            book.revoke(&name)?;
+            book.save(&dir)?;
+            println!("token `{name}` revoked");
+            Ok(())
+        }
+    }
+}
+
+/// An exclusive lock on the token list, so two `token` commands never lose each other's
+/// change; released when the file is dropped.
+fn lock(dir: &Path) -> anyhow::Result<std::fs::File> {
+    let path = dir.join(".tokens.lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    // SAFETY: flock on a descriptor this function owns; it blocks until the lock is free.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
+    if rc != 0 {
+        anyhow::bail!(
+            "cannot lock {}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(f)
+}
