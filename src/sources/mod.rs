@@ -20,6 +20,7 @@ pub mod error;
 mod feed;
 pub mod gres;
 pub mod guirpc;
+pub mod handover;
 pub mod http;
 pub mod json;
 pub mod md5;
