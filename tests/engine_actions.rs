@@ -646,7 +646,7 @@ async fn a_hand_over_stops_at_the_first_failure() {
     use gpuboard::clock::{ManualClock, Timestamp};
     use gpuboard::request::ClaimRequest;
     use gpuboard::sources::demo::{Demo, DemoWorld};
-    use gpuboard::sources::handover::{Step, StepResult, hand_over};
+    use gpuboard::sources::handover::{HandoverStep, StepResult, hand_over};
     use gpuboard::units::Bytes;
     use std::sync::Arc;
 
@@ -661,15 +661,15 @@ async fn a_hand_over_stops_at_the_first_failure() {
     let cancel = Action::Engine(EngineAction::new(EngineVerb::SlurmCancel, "4").unwrap());
     let claims_before = demo.fetch().await.unwrap().snapshot().unwrap().claims.len();
     let steps = [
-        Step {
+        HandoverStep {
             source: Arc::clone(&demo),
             action: claim("first"),
         },
-        Step {
+        HandoverStep {
             source: Arc::clone(&slurm),
             action: cancel.clone(),
         },
-        Step {
+        HandoverStep {
             source: Arc::clone(&demo),
             action: claim("after"),
         },

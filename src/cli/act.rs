@@ -20,7 +20,7 @@ use super::{EXIT_AUTH, EXIT_INVALID, EXIT_UNREACHABLE, print_json, user};
 use crate::sources::actions::{EngineAction, EngineVerb, RAY_READ_ONLY, audit_line, offers};
 use crate::sources::boinc::{BoincConfig, BoincSource};
 use crate::sources::error::SourceError;
-use crate::sources::handover::{Step, StepResult, hand_over};
+use crate::sources::handover::{HandoverStep, StepResult, hand_over};
 use crate::sources::ray::{RayConfig, RaySource};
 use crate::sources::slurm::{SlurmConfig, SlurmSource};
 use crate::sources::{Action, Failure, Outcome, Source};
@@ -167,9 +167,9 @@ pub(super) async fn act(args: ActArgs) -> anyhow::Result<u8> {
             return Ok(EXIT_INVALID);
         }
     };
-    let steps: Vec<Step> = actions
+    let steps: Vec<HandoverStep> = actions
         .iter()
-        .map(|a| Step {
+        .map(|a| HandoverStep {
             source: Arc::clone(&source),
             action: Action::Engine(a.clone()),
         })

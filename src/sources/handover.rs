@@ -11,16 +11,16 @@ use super::{Action, Failure, Outcome, Source};
 
 /// One step: an action on a source.
 #[derive(Clone)]
-pub struct Step {
+pub struct HandoverStep {
     /// Who acts.
     pub source: Arc<dyn Source>,
     /// What.
     pub action: Action,
 }
 
-impl std::fmt::Debug for Step {
+impl std::fmt::Debug for HandoverStep {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Step")
+        f.debug_struct("HandoverStep")
             .field("source", &self.source.name())
             .field("action", &self.action)
             .finish()
@@ -52,7 +52,7 @@ impl StepResult {
 
 /// Runs `steps` in order, each within `timeout`, and stops at the first failure; the result
 /// has one entry per step.
-pub async fn hand_over(steps: &[Step], timeout: Duration) -> Vec<StepResult> {
+pub async fn hand_over(steps: &[HandoverStep], timeout: Duration) -> Vec<StepResult> {
     let limit = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
     let mut out = Vec::with_capacity(steps.len());
     let mut failed = false;
