@@ -255,7 +255,8 @@ pub trait Source: Send + Sync {
     fn name(&self) -> &str;
     /// `embedded`, `demo`, `gpuboard`...
     fn kind(&self) -> &str;
-    /// Whether it accepts actions at all.
+    /// Whether it accepts gpuboard's actions (claim, release, move, cordon, reset). Engine
+    /// actions (`Action::Engine`) are offered by the source's kind (`actions::offers`).
     fn can_act(&self) -> bool;
     /// A note shown beside the source (why there are no GPUs, how to see the demo).
     fn note(&self) -> Option<String> {

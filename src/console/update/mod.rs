@@ -97,7 +97,7 @@ pub(super) fn act(state: &mut State, source: usize, action: Action) -> Vec<Effec
         );
         return Vec::new();
     }
-    if !slot.can_act {
+    if !slot.can_act && !matches!(action, Action::Engine(_)) {
         let text = format!(
             "{}: this {} source is read-only; {} {} refused",
             slot.name,

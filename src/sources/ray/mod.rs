@@ -176,8 +176,8 @@ impl Source for RaySource {
         "ray"
     }
     fn can_act(&self) -> bool {
-        // Stop a submitted job (`actions`); `act` refuses the rest with a message.
-        true
+        // Engine actions (`actions`: stop a job) are offered by kind, not by this flag.
+        false
     }
     fn fetch(&self) -> BoxFuture<'static, Result<Fetched, Failure>> {
         let source = self.clone();

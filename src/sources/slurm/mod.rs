@@ -239,8 +239,8 @@ impl Source for SlurmSource {
         "slurm"
     }
     fn can_act(&self) -> bool {
-        // Engine actions only (`actions`); `act` refuses the rest with a message.
-        true
+        // Engine actions (`actions`) are offered by kind, not by this flag.
+        false
     }
     fn fetch(&self) -> BoxFuture<'static, Result<Fetched, Failure>> {
         let source = self.clone();
