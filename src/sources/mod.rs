@@ -1,6 +1,7 @@
 //! Where the console's data comes from: every source turns what it reads into a
 //! `Snapshot` and carries out the actions it owns. Engine sources (Ray, Prometheus, Slurm,
-//! BOINC) read other systems and refuse actions (BOINC takes one: "update project").
+//! BOINC) read other systems and refuse gpuboard's own actions (BOINC takes one: "update
+//! project"); Slurm, BOINC and Ray carry out engine actions (`actions`, `Action::Engine`).
 //!
 //! A source is polled by the console's driver, one request in flight at a time, under a
 //! timeout, and fetched at once when it reports a change (`Source::changed`); a fetch
