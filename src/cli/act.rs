@@ -39,7 +39,7 @@ pub struct ActArgs {
     pub config: Option<PathBuf>,
     /// The source: an endpoint's name in the config, or its kind when only one has it.
     pub source: String,
-    /// The action (`--list` shows them), e.g. cancel, gpu-mode, stop-job.
+    /// The action (--list shows them), e.g. cancel, gpu-mode, stop-job.
     #[arg(required_unless_present = "list")]
     pub action: Option<String>,
     /// What it acts on: a job id, node, project, task, GPU mode or Ray submission id.
@@ -49,7 +49,7 @@ pub struct ActArgs {
     #[arg(long, conflicts_with_all = ["action", "target"])]
     pub list: bool,
     /// Then another action on the same source (repeatable): a hand-over in one step, such
-    /// as `hold 12 --then cancel 11`; it stops at the first failure.
+    /// as hold 12 --then cancel 11; it stops at the first failure.
     #[arg(long, num_args = 2, value_names = ["ACTION", "TARGET"], conflicts_with = "list")]
     pub then: Vec<String>,
     /// Act without asking.
