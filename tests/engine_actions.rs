@@ -216,7 +216,6 @@ async fn slurm_actions_on_a_real_cluster() {
     let mut cfg = SlurmConfig::new(cluster.url());
     cfg.name = "cluster".into();
     let source = SlurmSource::new(cfg).unwrap();
-    assert!(source.can_act());
 
     // Hold the pending job, through the command: Slurm holds it, the snapshot says so.
     let o = act(
@@ -323,6 +322,52 @@ async fn slurm_actions_on_a_real_cluster() {
         text(&o)
     );
     assert!(cluster.job(big).starts_with("RUNNING"));
+
+    // A hand-over in one step: hold a waiting job, then cancel the one running; the GPUs
+    // come free and the held job does not take them.
+    let small = cluster.submit("nobody", "small", "gpu:a100:1");
+    cluster.wait_for("small waits", || cluster.job(small).starts_with("PENDING"));
+    let o = act(
+        &config,
+        state.path(),
+        &[
+            "cluster",
+            "hold",
+            &small.to_string(),
+            "--then",
+            "cancel",
+            &big.to_string(),
+            "--yes",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let s = snapshot_until(&source, "GPUs 0-2 free", |s| {
+        (0..3).all(|i| s.nodes[0].devices[i].compute_allocated == Units(0))
+    })
+    .await;
+    assert!(job_claim(&s, big).is_none());
+    assert_eq!(cluster.job(small), "PENDING JobHeldUser");
+    // It stops at the first failure: the release after a failed cancel is not sent.
+    let o = act(
+        &config,
+        state.path(),
+        &[
+            "cluster",
+            "cancel",
+            "999998",
+            "--then",
+            "release",
+            &small.to_string(),
+            "--yes",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(8), "{}", text(&o));
+    assert!(
+        text(&o).contains("not run: an earlier step failed"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(cluster.job(small), "PENDING JobHeldUser");
 
     let log = audit_log(state.path());
     assert!(
@@ -593,4 +638,58 @@ async fn ray_stop_job_frees_its_gpus() {
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(text(&o).contains("already ended"), "{}", text(&o));
+}
+
+#[tokio::test]
+async fn a_hand_over_stops_at_the_first_failure() {
+    use gpuboard::clock::{ManualClock, Timestamp};
+    use gpuboard::request::ClaimRequest;
+    use gpuboard::sources::demo::{Demo, DemoWorld};
+    use gpuboard::sources::handover::{HandoverStep, StepResult, hand_over};
+    use gpuboard::units::Bytes;
+    use std::sync::Arc;
+
+    let clock = Arc::new(ManualClock::new(Timestamp(1_795_317_400_000)));
+    let demo: Arc<dyn Source> = Arc::new(Demo::new(DemoWorld::quiet(7).unwrap(), clock));
+    let mut cfg = SlurmConfig::new("unix:/nonexistent/gpuboard/slurmrestd.sock");
+    cfg.name = "down".into();
+    let slurm: Arc<dyn Source> = Arc::new(SlurmSource::new(cfg).unwrap());
+    let claim = |p: &str| Action::Claim {
+        request: ClaimRequest::memory(Bytes(1 << 30), p),
+    };
+    let cancel = Action::Engine(EngineAction::new(EngineVerb::SlurmCancel, "4").unwrap());
+    let claims_before = demo.fetch().await.unwrap().snapshot().unwrap().claims.len();
+    let steps = [
+        HandoverStep {
+            source: Arc::clone(&demo),
+            action: claim("first"),
+        },
+        HandoverStep {
+            source: Arc::clone(&slurm),
+            action: cancel.clone(),
+        },
+        HandoverStep {
+            source: Arc::clone(&demo),
+            action: claim("after"),
+        },
+    ];
+    let r = hand_over(&steps, Duration::from_secs(5)).await;
+    assert!(
+        matches!(r[0], StepResult::Done(Outcome::Claimed(_))),
+        "{r:?}"
+    );
+    let StepResult::Failed(e) = &r[1] else {
+        panic!("{r:?}")
+    };
+    assert!(
+        e.to_string()
+            .contains("/nonexistent/gpuboard/slurmrestd.sock"),
+        "{e}"
+    );
+    assert_eq!(r[2], StepResult::NotRun);
+    assert!(r[2].line("lab", &steps[2].action).contains("not run"));
+    // Only the first claim was made.
+    let after = demo.fetch().await.unwrap().snapshot().unwrap();
+    assert_eq!(after.claims.len(), claims_before + 1);
+    assert!(after.claims.iter().all(|c| c.project != "after"));
 }

@@ -21,7 +21,7 @@ const NOW: Timestamp = Timestamp(1_795_317_400_000);
 
 fn slurm_state(readonly: bool) -> State {
     let mut st = State::new(
-        vec![SourceSlot::new("cluster", "slurm", true, None)],
+        vec![SourceSlot::new("cluster", "slurm", false, None)],
         Keymap::builtin(),
         2_000,
         readonly,
@@ -210,4 +210,101 @@ fn act_with_a_target_needs_no_claim() {
             .text
             .contains("no source shown has")
     );
+}
+
+/// An engine source (read-only for gpuboard's own actions) that counts what reaches it.
+struct CountingEngine(std::sync::atomic::AtomicUsize);
+
+impl gpuboard::sources::Source for CountingEngine {
+    fn name(&self) -> &'static str {
+        "engine"
+    }
+    fn kind(&self) -> &'static str {
+        "slurm"
+    }
+    fn can_act(&self) -> bool {
+        false
+    }
+    fn fetch(
+        &self,
+    ) -> futures::future::BoxFuture<'static, Result<gpuboard::sources::Fetched, Failure>> {
+        Box::pin(async { Ok(gpuboard::snapshot::Snapshot::default().into()) })
+    }
+    fn plan(
+        &self,
+        _: gpuboard::request::ClaimRequest,
+    ) -> futures::future::BoxFuture<'static, Result<gpuboard::placement::Allocation, Failure>> {
+        Box::pin(async { Err(Failure::Refused("no".into())) })
+    }
+    fn act(
+        &self,
+        action: Action,
+    ) -> futures::future::BoxFuture<'static, Result<gpuboard::sources::Outcome, Failure>> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Box::pin(async move {
+            let Action::Engine(a) = action else {
+                return Err(Failure::Refused("not an engine action".into()));
+            };
+            Ok(gpuboard::sources::Outcome::Engine(
+                gpuboard::sources::actions::EngineDone {
+                    action: a,
+                    answer: "done".into(),
+                },
+            ))
+        })
+    }
+}
+
+#[tokio::test]
+async fn the_executor_refuses_every_engine_action_in_read_only_mode() {
+    use gpuboard::clock::{Clock, ManualClock};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    let src = Arc::new(CountingEngine(AtomicUsize::new(0)));
+    let sources: Vec<Arc<dyn gpuboard::sources::Source>> = vec![src.clone()];
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(Timestamp(1)));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let all: Vec<Action> = EngineVerb::ALL
+        .iter()
+        .map(|v| {
+            let target = match v.target_kind() {
+                "JOB_ID" => "42",
+                "never|auto|always" => "never",
+                _ => "x1",
+            };
+            Action::Engine(EngineAction::new(*v, target).unwrap())
+        })
+        .collect();
+    for readonly in [true, false] {
+        for action in &all {
+            gpuboard::console::driver::perform(
+                Effect::Act {
+                    source: 0,
+                    action: action.clone(),
+                },
+                &sources,
+                readonly,
+                Duration::from_secs(1),
+                &clock,
+                &tx,
+            );
+            let Some(Msg::Acted { result, .. }) = rx.recv().await else {
+                panic!()
+            };
+            if readonly {
+                assert!(
+                    matches!(result, Err(Failure::ReadOnly(_))),
+                    "{action:?}: {result:?}"
+                );
+            } else {
+                assert!(result.is_ok(), "{action:?}: {result:?}");
+            }
+        }
+        let want = if readonly { 0 } else { all.len() };
+        // Read-only: nothing reached the engine. Otherwise every action did, although the
+        // source takes none of gpuboard's own actions.
+        assert_eq!(src.0.load(Ordering::SeqCst), want);
+    }
 }

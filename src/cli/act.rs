@@ -20,6 +20,7 @@ use super::{EXIT_AUTH, EXIT_INVALID, EXIT_UNREACHABLE, print_json, user};
 use crate::sources::actions::{EngineAction, EngineVerb, RAY_READ_ONLY, audit_line, offers};
 use crate::sources::boinc::{BoincConfig, BoincSource};
 use crate::sources::error::SourceError;
+use crate::sources::handover::{HandoverStep, StepResult, hand_over};
 use crate::sources::ray::{RayConfig, RaySource};
 use crate::sources::slurm::{SlurmConfig, SlurmSource};
 use crate::sources::{Action, Failure, Outcome, Source};
@@ -38,7 +39,7 @@ pub struct ActArgs {
     pub config: Option<PathBuf>,
     /// The source: an endpoint's name in the config, or its kind when only one has it.
     pub source: String,
-    /// The action (`--list` shows them), e.g. cancel, gpu-mode, stop-job.
+    /// The action (--list shows them), e.g. cancel, gpu-mode, stop-job.
     #[arg(required_unless_present = "list")]
     pub action: Option<String>,
     /// What it acts on: a job id, node, project, task, GPU mode or Ray submission id.
@@ -47,6 +48,10 @@ pub struct ActArgs {
     /// List what the source supports, and why not the rest.
     #[arg(long, conflicts_with_all = ["action", "target"])]
     pub list: bool,
+    /// Then another action on the same source (repeatable): a hand-over in one step, such
+    /// as hold 12 --then cancel 11; it stops at the first failure.
+    #[arg(long, num_args = 2, value_names = ["ACTION", "TARGET"], conflicts_with = "list")]
+    pub then: Vec<String>,
     /// Act without asking.
     #[arg(long)]
     pub yes: bool,
@@ -102,85 +107,120 @@ pub(super) async fn act(args: ActArgs) -> anyhow::Result<u8> {
         eprintln!("gpuboard: give ACTION and TARGET, or --list");
         return Ok(EXIT_INVALID);
     };
-    let action = match EngineVerb::parse(&endpoint.kind, verb_name)
-        .and_then(|v| EngineAction::new(v, target))
-    {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("gpuboard: {}: {e}", endpoint.name);
-            return Ok(EXIT_INVALID);
+    // Every step is checked before anything is sent: nothing half-applied on bad input.
+    let mut asked = vec![(verb_name.clone(), target.clone())];
+    asked.extend(
+        args.then
+            .chunks(2)
+            .map(|p| (p[0].clone(), p.get(1).cloned().unwrap_or_default())),
+    );
+    let mut actions = Vec::with_capacity(asked.len());
+    for (verb, target) in &asked {
+        match EngineVerb::parse(&endpoint.kind, verb).and_then(|v| EngineAction::new(v, target)) {
+            Ok(a) => actions.push(a),
+            Err(e) => {
+                eprintln!("gpuboard: {}: {e}; nothing was sent", endpoint.name);
+                return Ok(EXIT_INVALID);
+            }
         }
-    };
+    }
     let actor = user().unwrap_or_else(|| "?".to_string());
-    let audit = |result: Result<&str, &str>| {
-        let line = audit_line(&actor, &endpoint.name, &action, result);
+    let audit = |action: &EngineAction, result: Result<&str, &str>| {
+        let line = audit_line(&actor, &endpoint.name, action, result);
         eprintln!("audit: {line}");
         append_to_log(&line);
     };
     if args.readonly {
-        audit(Err("read-only: gpuboard act was given --readonly"));
+        for a in &actions {
+            audit(a, Err("read-only: gpuboard act was given --readonly"));
+        }
         eprintln!("gpuboard: read-only: nothing was sent to {}", endpoint.name);
         return Ok(EXIT_AUTH);
     }
-    if let Some(why) = action.verb.unavailable() {
-        audit(Err(why));
+    if let Some((a, why)) = actions
+        .iter()
+        .find_map(|a| a.verb.unavailable().map(|w| (a, w)))
+    {
+        audit(a, Err(why));
         eprintln!(
-            "gpuboard: {}: {} is not offered: {why}",
-            endpoint.name, action.verb
+            "gpuboard: {}: {} is not offered: {why}; nothing was sent",
+            endpoint.name, a.verb
         );
         return Ok(EXIT_INVALID);
     }
     if !args.yes && !std::io::stdin().is_terminal() {
         eprintln!(
             "gpuboard: {}: {} {} needs confirming; add --yes to act without a terminal",
-            endpoint.name, action.verb, action.target
+            endpoint.name, actions[0].verb, actions[0].target
         );
         return Ok(EXIT_INVALID);
     }
-    if !args.yes && !confirmed(&endpoint.name, &action)? {
+    if !args.yes && !confirmed(&endpoint.name, &actions)? {
         eprintln!("gpuboard: not confirmed; nothing was sent");
         return Ok(EXIT_INVALID);
     }
-    let source = match connect(&endpoint, Duration::from_secs(args.timeout.max(1))) {
+    let limit = Duration::from_secs(args.timeout.max(1));
+    let source = match connect(&endpoint, limit) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("gpuboard: {}: {e}", endpoint.name);
             return Ok(EXIT_INVALID);
         }
     };
-    let limit = Duration::from_secs(args.timeout.max(1));
-    let result = tokio::time::timeout(limit, source.act(Action::Engine(action.clone())))
-        .await
-        .unwrap_or(Err(Failure::Timeout(
-            u64::try_from(limit.as_millis()).unwrap_or(u64::MAX),
-        )));
-    match result {
-        Ok(Outcome::Engine(done)) => {
-            audit(Ok(&done.answer));
-            if args.json {
-                print_json(&json!({
-                    "source": endpoint.name,
-                    "action": action.verb.name(),
-                    "target": action.target,
-                    "answer": done.answer,
-                }))?;
-            } else {
-                println!("{}", done.answer);
+    let steps: Vec<HandoverStep> = actions
+        .iter()
+        .map(|a| HandoverStep {
+            source: Arc::clone(&source),
+            action: Action::Engine(a.clone()),
+        })
+        .collect();
+    let results = hand_over(&steps, limit).await;
+    let mut code = 0;
+    let mut rows = Vec::new();
+    for (a, r) in actions.iter().zip(&results) {
+        let answer = match r {
+            StepResult::Done(Outcome::Engine(done)) => done.answer.clone(),
+            StepResult::Done(other) => other.message(),
+            StepResult::Failed(e) => {
+                code = exit_code(e);
+                e.to_string()
             }
-            Ok(0)
+            StepResult::NotRun => "not run: an earlier step failed".to_string(),
+        };
+        match r {
+            StepResult::Done(_) => {
+                audit(a, Ok(&answer));
+                if !args.json {
+                    println!("{answer}");
+                }
+            }
+            StepResult::Failed(_) => {
+                audit(a, Err(&answer));
+                eprintln!("gpuboard: {}: {answer}", endpoint.name);
+            }
+            StepResult::NotRun => {
+                eprintln!(
+                    "gpuboard: {}: {} {}: {answer}",
+                    endpoint.name, a.verb, a.target
+                );
+            }
         }
-        Ok(other) => {
-            audit(Ok(&other.message()));
-            println!("{}", other.message());
-            Ok(0)
-        }
-        Err(e) => {
-            let words = e.to_string();
-            audit(Err(&words));
-            eprintln!("gpuboard: {}: {words}", endpoint.name);
-            Ok(exit_code(&e))
-        }
+        rows.push(json!({
+            "source": endpoint.name,
+            "action": a.verb.name(),
+            "target": a.target,
+            "done": matches!(r, StepResult::Done(_)),
+            "answer": answer,
+        }));
     }
+    if args.json {
+        print_json(&if rows.len() == 1 {
+            rows.swap_remove(0)
+        } else {
+            json!(rows)
+        })?;
+    }
+    Ok(code)
 }
 
 /// The exit code of a failed engine action.
@@ -305,35 +345,36 @@ fn list(endpoint: &Endpoint, as_json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Asks on the terminal: the target typed out for what frees GPUs, else y.
-fn confirmed(source: &str, action: &EngineAction) -> anyhow::Result<bool> {
+/// Asks on the terminal: the targets typed out when a step frees GPUs, else y.
+fn confirmed(source: &str, actions: &[EngineAction]) -> anyhow::Result<bool> {
     let mut err = std::io::stderr().lock();
-    if action.verb.destructive() {
-        write!(
+    for a in actions {
+        writeln!(
             err,
-            "{source}: {} {} ({}). Type `{}` to confirm: ",
-            action.verb,
-            action.describe_target(),
-            action.verb.effect(),
-            action.target
+            "{source}: {} {}: {}",
+            a.verb,
+            a.describe_target(),
+            a.verb.effect()
         )?;
+    }
+    let typed: Vec<&str> = actions
+        .iter()
+        .filter(|a| a.verb.destructive())
+        .map(|a| a.target.as_str())
+        .collect();
+    if typed.is_empty() {
+        write!(err, "Go ahead? [y/N] ")?;
     } else {
-        write!(
-            err,
-            "{source}: {} {} ({})? [y/N] ",
-            action.verb,
-            action.describe_target(),
-            action.verb.effect()
-        )?;
+        write!(err, "Type `{}` to confirm: ", typed.join(" "))?;
     }
     err.flush()?;
     let mut line = String::new();
     std::io::stdin().lock().read_line(&mut line)?;
     let answer = line.trim();
-    Ok(if action.verb.destructive() {
-        answer == action.target
-    } else {
+    Ok(if typed.is_empty() {
         answer.eq_ignore_ascii_case("y") || answer.eq_ignore_ascii_case("yes")
+    } else {
+        answer == typed.join(" ")
     })
 }
 

@@ -120,7 +120,7 @@ pub enum Command {
     /// Claim GPU memory, run CMD with the devices in its environment, release when it exits.
     Run(RunArgs),
     /// Act on an engine (Slurm, BOINC, Ray) of the config: cancel a job, set BOINC's GPU
-    /// mode, stop a Ray job... (`gpuboard act SOURCE --list`).
+    /// mode, stop a Ray job... (gpuboard act SOURCE --list).
     Act(ActArgs),
     /// Named tokens of this host's endpoint: add, ls, revoke (through the data directory).
     #[command(subcommand)]

@@ -17,7 +17,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::clock::{Clock, SystemClock};
-use crate::sources::{Failure, Source};
+use crate::sources::{Action, Failure, Source};
 
 use super::msg::{Effect, Msg};
 use super::state::State;
@@ -204,7 +204,7 @@ pub fn perform(
                 });
                 return;
             }
-            if !src.can_act() {
+            if !src.can_act() && !matches!(action, Action::Engine(_)) {
                 let _ = tx.send(Msg::Acted {
                     source,
                     result: Err(Failure::ReadOnly(format!(

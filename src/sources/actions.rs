@@ -292,6 +292,9 @@ impl EngineAction {
         if t.contains(['<', '>', '&', '/', '?', '#']) && verb.kind() != "boinc" {
             return Err(bad("it has characters no name or id of this engine has"));
         }
+        if t == "." || t == ".." || t.chars().any(char::is_control) {
+            return Err(bad("it is not a name or id"));
+        }
         if t.contains(['<', '>', '&']) {
             return Err(bad("it has markup characters no BOINC name has"));
         }
@@ -433,6 +436,8 @@ mod tests {
             (EngineVerb::BoincGpuMode, "sometimes"),
             (EngineVerb::BoincSuspendProject, "<x>"),
             (EngineVerb::RayStopJob, "../x"),
+            (EngineVerb::RayStopJob, ".."),
+            (EngineVerb::BoincAbortTask, "a\nb"),
         ] {
             let e = EngineAction::new(verb, bad).unwrap_err();
             assert!(matches!(e, EngineActionError::BadTarget { .. }), "{e}");

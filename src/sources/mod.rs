@@ -1,6 +1,7 @@
 //! Where the console's data comes from: every source turns what it reads into a
 //! `Snapshot` and carries out the actions it owns. Engine sources (Ray, Prometheus, Slurm,
-//! BOINC) read other systems and refuse actions (BOINC takes one: "update project").
+//! BOINC) read other systems and refuse gpuboard's own actions (BOINC takes one: "update
+//! project"); Slurm, BOINC and Ray carry out engine actions (`actions`, `Action::Engine`).
 //!
 //! A source is polled by the console's driver, one request in flight at a time, under a
 //! timeout, and fetched at once when it reports a change (`Source::changed`); a fetch
@@ -20,6 +21,7 @@ pub mod error;
 mod feed;
 pub mod gres;
 pub mod guirpc;
+pub mod handover;
 pub mod http;
 pub mod json;
 pub mod md5;
@@ -255,7 +257,8 @@ pub trait Source: Send + Sync {
     fn name(&self) -> &str;
     /// `embedded`, `demo`, `gpuboard`...
     fn kind(&self) -> &str;
-    /// Whether it accepts actions at all.
+    /// Whether it accepts gpuboard's actions (claim, release, move, cordon, reset). Engine
+    /// actions (`Action::Engine`) are offered by the source's kind (`actions::offers`).
     fn can_act(&self) -> bool;
     /// A note shown beside the source (why there are no GPUs, how to see the demo).
     fn note(&self) -> Option<String> {

@@ -96,7 +96,7 @@ pub(super) fn refusal(state: &State, source: usize, action: &Action) -> Option<S
             action.target()
         ));
     }
-    if !slot.can_act {
+    if !slot.can_act && !matches!(action, Action::Engine(_)) {
         return Some(format!(
             "{}: this {} source is read-only; {} {} refused",
             slot.name,

@@ -15,8 +15,9 @@
 //!   BOINC 7 keeps no per-resource debt (it schedules by recent credit): `debt` is 0.
 //!
 //! Actions: "update project" (`<project_update>`) makes the client contact the project now,
-//! which clears its work-fetch backoffs; it is the clear-backoff action. Everything else
-//! is refused (`refuse_action`): the client owns its tasks.
+//! which clears its work-fetch backoffs; it is the clear-backoff action. Engine actions
+//! (project suspend, new tasks, GPU mode, task abort/suspend) are in `actions`; gpuboard's
+//! other actions are refused (`refuse_action`): the client owns its tasks.
 //!
 //! Where things live: `answers` (the requests and small readers), `state` (the replies read
 //! into structs), `tasks` (tasks as claims), `projects` (resource types and projects),
@@ -78,8 +79,8 @@ pub fn refuse_action(action: &str) -> String {
     adapter::refusal(
         "the BOINC client owns its tasks",
         action,
-        "The one action it takes is \"update project\" (contact the project now, clearing its \
-         backoffs); suspend, abort or detach through the BOINC Manager or boinccmd.",
+        "It takes \"update project\" (contact the project now, clearing its backoffs) and \
+         the engine actions (`:act`, `gpuboard act`: suspend a project or task, GPU mode...).",
     )
 }
 

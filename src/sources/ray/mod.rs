@@ -13,7 +13,8 @@
 //! claims too, but their shares are carved out of the bundle's, so device allocation
 //! counts the bundle once. Pending tasks and placement groups that want GPU are pending
 //! claims with Ray's state and demand as reasons, marked infeasible when no node could
-//! ever hold them. Ray owns these GPUs: the source takes no actions (`refuse_action`).
+//! ever hold them. Ray owns these GPUs: the source refuses gpuboard's actions
+//! (`refuse_action`) and carries out one engine action, stop a submitted job (`actions`).
 //!
 //! Where things live: `answers` (the requests and their envelopes), `resources` (Ray's
 //! resource names), `nodes` and `work` (the readers of each answer), `claims` (a holder as
@@ -172,7 +173,8 @@ impl RaySource {
     }
 }
 
-/// Read-only: Ray owns its GPUs, so every action is refused with `refuse_action`.
+/// Ray owns its GPUs: gpuboard's actions are refused with `refuse_action`; engine actions
+/// run through the Jobs API (`actions`).
 impl Source for RaySource {
     fn name(&self) -> &str {
         &self.shell.config.name
@@ -181,8 +183,8 @@ impl Source for RaySource {
         "ray"
     }
     fn can_act(&self) -> bool {
-        // Stop a submitted job (`actions`); `act` refuses the rest with a message.
-        true
+        // Engine actions (`actions`: stop a job) are offered by kind, not by this flag.
+        false
     }
     fn fetch(&self) -> BoxFuture<'static, Result<Fetched, Failure>> {
         let source = self.clone();

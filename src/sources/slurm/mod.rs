@@ -13,7 +13,8 @@
 //!   `IDX:` indexes and shards as that part of their GPU;
 //! - each pending job asking for GPUs or shards is a pending claim with Slurm's reason.
 //!
-//! Slurm owns the GPUs: every action is refused (`refuse_action`).
+//! Slurm owns the GPUs: gpuboard's actions are refused (`refuse_action`); engine actions
+//! (cancel, hold, release a job) go through slurmrestd (`actions`).
 //!
 //! Where things live: `answers` (the requests, the envelope, the readers of each answer),
 //! `jobs` (a job as claims), `snapshot` (the sections assembled).
@@ -233,7 +234,8 @@ impl SlurmSource {
     }
 }
 
-/// Read-only: Slurm owns its GPUs, so every action is refused with `refuse_action`.
+/// Slurm owns its GPUs: gpuboard's actions are refused with `refuse_action`; engine
+/// actions go through slurmrestd (`actions`).
 impl Source for SlurmSource {
     fn name(&self) -> &str {
         &self.shell.config.name
@@ -242,8 +244,8 @@ impl Source for SlurmSource {
         "slurm"
     }
     fn can_act(&self) -> bool {
-        // Engine actions only (`actions`); `act` refuses the rest with a message.
-        true
+        // Engine actions (`actions`) are offered by kind, not by this flag.
+        false
     }
     fn fetch(&self) -> BoxFuture<'static, Result<Fetched, Failure>> {
         let source = self.clone();
