@@ -118,10 +118,8 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", a.listen))?;
     let addr = listener.local_addr()?;
-    if !addr.ip().is_loopback() {
-        warn(&format!(
-            "listening on {addr} (not loopback) over plain HTTP; tokens travel unencrypted"
-        ));
+    if let Some(w) = exposure_warning(addr) {
+        warn(&w);
     }
     lock.set_address(&format!("http://{addr}"))?;
     let ticker = engine.spawn_ticker();
@@ -141,6 +139,14 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     ticker.abort();
     drop(lock);
     Ok(())
+}
+
+/// The warning for an endpoint reachable from other hosts, naming the address bound (the
+/// port chosen, not the 0 asked for).
+fn exposure_warning(addr: SocketAddr) -> Option<String> {
+    (!addr.ip().is_loopback()).then(|| {
+        format!("listening on {addr} (not loopback) over plain HTTP; tokens travel unencrypted")
+    })
 }
 
 /// A warning on stderr; one that cannot be written is dropped.
@@ -209,5 +215,20 @@ async fn shutdown_signal() {
     tokio::select! {
         () = async { if let Some(s) = term.as_mut() { s.recv().await; } else { std::future::pending::<()>().await } } => {}
         () = async { if let Some(s) = int.as_mut() { s.recv().await; } else { std::future::pending::<()>().await } } => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exposure_warning_names_the_bound_port() {
+        let w = exposure_warning(SocketAddr::from(([0, 0, 0, 0], 43_210))).unwrap();
+        assert!(w.contains("0.0.0.0:43210"), "{w}");
+        assert_eq!(
+            exposure_warning(SocketAddr::from(([127, 0, 0, 1], 43_210))),
+            None
+        );
     }
 }
