@@ -185,7 +185,8 @@ async fn an_existing_data_directory_is_made_private_with_a_warning() {
         .read_to_string(&mut err)
         .unwrap();
     assert!(
-        err.contains("warning") && err.contains("operator.token was mode 0644"),
+        err.contains("warning")
+            && err.contains("operator.token was mode 0644, open to other users"),
         "{err}"
     );
 }
