@@ -155,6 +155,7 @@ pub(super) async fn run_command(a: RunArgs) -> anyhow::Result<u8> {
                 libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpid());
                 libc::sigprocmask(libc::SIG_SETMASK, &raw const before, std::ptr::null_mut());
             }
+            // The signal follows the forking thread: a runtime worker, alive as long as `run`.
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
