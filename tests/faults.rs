@@ -18,9 +18,18 @@ use gpuboard::endpoint::datadir::{Owner, running_owner};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// A process killed (-9) and reaped when dropped, also when a test fails.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        kill9(&mut self.0);
+    }
+}
+
 /// Starts `cmd` (a `gpuboard serve` without `--listen`/`--data-dir`) and returns it with the
 /// URL it printed.
-fn spawn_serve(mut cmd: Command, dir: &Path) -> (Child, String) {
+fn spawn_serve(mut cmd: Command, dir: &Path) -> (Killed, String) {
     let mut child = cmd
         .arg("--data-dir")
         .arg(dir)
@@ -40,7 +49,7 @@ fn spawn_serve(mut cmd: Command, dir: &Path) -> (Child, String) {
         let mut sink = String::new();
         let _ = out.read_to_string(&mut sink);
     });
-    (child, url)
+    (Killed(child), url)
 }
 
 fn serve_cmd() -> Command {
@@ -176,7 +185,8 @@ async fn an_existing_data_directory_is_made_private_with_a_warning() {
         .read_to_string(&mut err)
         .unwrap();
     assert!(
-        err.contains("warning") && err.contains("operator.token was mode 0644"),
+        err.contains("warning")
+            && err.contains("operator.token was mode 0644, open to other users"),
         "{err}"
     );
 }
@@ -200,7 +210,7 @@ async fn a_failed_commit_freezes_the_endpoint_at_the_state_on_disk() {
             Ok(())
         });
     }
-    let (mut child, url) = spawn_serve(cmd, dir.path());
+    let (child, url) = spawn_serve(cmd, dir.path());
     let token = token(dir.path());
     let mut acknowledged = Vec::new();
     let failure = loop {
@@ -263,14 +273,14 @@ async fn a_failed_commit_freezes_the_endpoint_at_the_state_on_disk() {
         .unwrap();
     assert!(metrics.contains("gpuboard_store_failed 1"), "{metrics}");
     // What was shown is what the disk holds: a restart without the limit resumes there.
-    kill9(&mut child);
-    let (mut child, url) = spawn_serve(serve_cmd(), dir.path());
+    drop(child);
+    let (child, url) = spawn_serve(serve_cmd(), dir.path());
     let resumed = snapshot(&url, &token).await;
     assert_eq!(resumed["revision"], after["revision"]);
     assert_eq!(resumed["claims"], after["claims"]);
     let health = http().get(format!("{url}/healthz")).send().await.unwrap();
     assert_eq!(health.status(), 200);
-    kill9(&mut child);
+    drop(child);
 }
 
 #[tokio::test]
@@ -283,7 +293,7 @@ async fn a_stderr_that_cannot_be_written_never_stops_the_store() {
             .open("/dev/full")
             .unwrap(),
     );
-    let (mut child, url) = spawn_serve(cmd, dir.path());
+    let (child, url) = spawn_serve(cmd, dir.path());
     let token = token(dir.path());
     for _ in 0..20 {
         let (status, v) = claim(&url, &token, &json!({"gpu_memory": "1Mi", "ttl": 60})).await;
@@ -291,8 +301,8 @@ async fn a_stderr_that_cannot_be_written_never_stops_the_store() {
     }
     let health = http().get(format!("{url}/healthz")).send().await.unwrap();
     assert_eq!(health.status(), 200);
-    assert!(child.try_wait().unwrap().is_none(), "serve still runs");
-    kill9(&mut child);
+    let mut child = child;
+    assert!(child.0.try_wait().unwrap().is_none(), "serve still runs");
 }
 
 /// Starts `gpuboard run` against `url` with `script` as its command (under `sh -c`).
@@ -330,7 +340,7 @@ async fn claims(url: &str, token: &str) -> usize {
 async fn run_killed_with_9_takes_its_command_along_and_then_the_claim() {
     let dir = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
-    let (mut serve, url) = spawn_serve(serve_cmd(), dir.path());
+    let (serve, url) = spawn_serve(serve_cmd(), dir.path());
     let token = token(dir.path());
 
     // The command itself dies with `run`; then the claim goes.
@@ -373,7 +383,7 @@ async fn run_killed_with_9_takes_its_command_along_and_then_the_claim() {
     let left = read_pid(&pid_file).await;
     eventually("the background child is gone", async || !runs(left)).await;
     assert_eq!(claims(&url, &token).await, 0);
-    kill9(&mut serve);
+    drop(serve);
 }
 
 /// Sends `raw` on a fresh connection and returns the status line and the rest.
@@ -449,4 +459,74 @@ async fn malformed_and_oversized_bodies_and_keys_given_twice() {
         "{v}"
     );
     assert_eq!(claims(&server.url, &token).await, 0);
+}
+
+/// A tmux server of its own, killed when dropped.
+struct Tmux(String);
+
+impl Tmux {
+    fn new() -> Tmux {
+        Tmux(format!("gpuboard-faults-{}", std::process::id()))
+    }
+    fn run(&self, args: &[&str]) {
+        let ok = Command::new("tmux")
+            .arg("-L")
+            .arg(&self.0)
+            .args(args)
+            .status()
+            .expect("tmux runs (scripts/test installs it)");
+        assert!(ok.success(), "tmux {args:?}");
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.0, "kill-server"])
+            .status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_terminal_the_command_gets_the_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let (serve, url) = spawn_serve(serve_cmd(), dir.path());
+    let token = token(dir.path());
+    let out = work.path().join("got");
+    let script = format!("read x; echo got-$x > {}; sleep 300", out.display());
+    let line = format!(
+        "{} run --memory 1GiB --endpoint {url} --data-dir {} -- sh -c '{script}'",
+        gpuboard().display(),
+        dir.path().display()
+    );
+    let tmux = Tmux::new();
+    tmux.run(&[
+        "new-session",
+        "-d",
+        "-s",
+        "run",
+        "-x",
+        "120",
+        "-y",
+        "20",
+        &line,
+    ]);
+    eventually("the claim is placed", async || {
+        claims(&url, &token).await == 1
+    })
+    .await;
+    // Typed keys reach the command (a command in a background group would stop on read).
+    tmux.run(&["send-keys", "-t", "run", "hello", "Enter"]);
+    eventually("the command read the line", async || {
+        std::fs::read_to_string(&out).is_ok_and(|t| t.trim() == "got-hello")
+    })
+    .await;
+    // Ctrl-C ends the command; `run` then releases the claim.
+    tmux.run(&["send-keys", "-t", "run", "C-c"]);
+    eventually("the claim is released", async || {
+        claims(&url, &token).await == 0
+    })
+    .await;
+    drop(serve);
 }

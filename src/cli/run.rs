@@ -145,8 +145,7 @@ pub(super) async fn run_command(a: RunArgs) -> anyhow::Result<u8> {
         .env(
             crate::endpoint::engine::RUN_PID_ENV,
             std::process::id().to_string(),
-        )
-        .process_group(0);
+        );
     if members.many() {
         eprintln!(
             "gpuboard run: claim {} on endpoint {}, node {}",
@@ -156,9 +155,28 @@ pub(super) async fn run_command(a: RunArgs) -> anyhow::Result<u8> {
         );
     }
     let parent = libc::pid_t::try_from(std::process::id()).unwrap_or(0);
-    // SAFETY: between fork and exec, only async-signal-safe calls (prctl, getppid, kill).
+    let terminal = Terminal::take_over();
+    // SAFETY: between fork and exec, only async-signal-safe calls.
     unsafe {
         child.pre_exec(move || {
+            if libc::setpgid(0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if terminal.is_some() {
+                // Not inherited from `run`'s own setting: the command stops on background
+                // terminal output as usual.
+                libc::signal(libc::SIGTTOU, libc::SIG_DFL);
+                // The command gets the terminal (keys, Ctrl-C), as it would without `run`;
+                // SIGTTOU is blocked so a background group may take it.
+                let mut block: libc::sigset_t = std::mem::zeroed();
+                let mut before: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&raw mut block);
+                libc::sigaddset(&raw mut block, libc::SIGTTOU);
+                libc::sigprocmask(libc::SIG_BLOCK, &raw const block, &raw mut before);
+                libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpid());
+                libc::sigprocmask(libc::SIG_SETMASK, &raw const before, std::ptr::null_mut());
+            }
+            // The signal follows the forking thread: a runtime worker, alive as long as `run`.
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
@@ -172,7 +190,16 @@ pub(super) async fn run_command(a: RunArgs) -> anyhow::Result<u8> {
     let status = match child.spawn() {
         Ok(mut child) => {
             let group = child.id().and_then(|p| libc::pid_t::try_from(p).ok());
+            if let Some(group) = group {
+                // Also from this side, so a signal forwarded at once finds the group (an
+                // error means the command already did it and ran on).
+                // SAFETY: moving our own child into its own group.
+                unsafe { libc::setpgid(group, group) };
+            }
             let status = supervise(c, claim.id, ttl, &mut child, group).await;
+            if let Some(terminal) = terminal {
+                terminal.give_back();
+            }
             if let Some(group) = group {
                 end_group(group).await;
             }
@@ -217,6 +244,40 @@ async fn supervise(
             unsafe {
                 libc::kill(-group, sig);
             }
+        }
+    }
+}
+
+/// The terminal `run` was started in the foreground of, handed to the command's process
+/// group while it runs and taken back after.
+#[derive(Clone, Copy, Debug)]
+struct Terminal {
+    /// `run`'s own process group.
+    group: libc::pid_t,
+}
+
+impl Terminal {
+    /// `Some` when stdin is a terminal whose foreground group is `run`'s. Then `run`
+    /// ignores SIGTTOU, so that it may take the terminal back from the background.
+    fn take_over() -> Option<Terminal> {
+        // SAFETY: plain queries of stdin and of this process; setting a disposition.
+        unsafe {
+            if libc::isatty(libc::STDIN_FILENO) != 1 {
+                return None;
+            }
+            let group = libc::getpgrp();
+            if libc::tcgetpgrp(libc::STDIN_FILENO) != group {
+                return None;
+            }
+            libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+            Some(Terminal { group })
+        }
+    }
+
+    fn give_back(self) {
+        // SAFETY: returning the terminal to this process's group; SIGTTOU is ignored.
+        unsafe {
+            libc::tcsetpgrp(libc::STDIN_FILENO, self.group);
         }
     }
 }

@@ -167,11 +167,8 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", a.listen))?;
     let addr = listener.local_addr()?;
-    if !addr.ip().is_loopback() && !use_tls {
-        warn(&format!(
-            "listening on {addr} (not loopback) over plain HTTP (--insecure-http); tokens travel \
-             unencrypted"
-        ));
+    if let Some(w) = exposure_warning(addr, use_tls) {
+        warn(&w);
     }
     let scheme = if use_tls { "https" } else { "http" };
     lock.set_address(&format!("{scheme}://{addr}"))?;
@@ -199,6 +196,17 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     ticker.abort();
     drop(lock);
     Ok(())
+}
+
+/// The warning for an endpoint reachable from other hosts, naming the address bound (the
+/// port chosen, not the 0 asked for).
+fn exposure_warning(addr: SocketAddr, tls: bool) -> Option<String> {
+    (!addr.ip().is_loopback() && !tls).then(|| {
+        format!(
+            "listening on {addr} (not loopback) over plain HTTP (--insecure-http); tokens \
+             travel unencrypted"
+        )
+    })
 }
 
 /// A warning on stderr; one that cannot be written is dropped.
@@ -267,5 +275,25 @@ async fn shutdown_signal() {
     tokio::select! {
         () = async { if let Some(s) = term.as_mut() { s.recv().await; } else { std::future::pending::<()>().await } } => {}
         () = async { if let Some(s) = int.as_mut() { s.recv().await; } else { std::future::pending::<()>().await } } => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exposure_warning_names_the_bound_port() {
+        let w = exposure_warning(SocketAddr::from(([0, 0, 0, 0], 43_210)), false).unwrap();
+        assert!(w.contains("0.0.0.0:43210"), "{w}");
+        assert_eq!(
+            exposure_warning(SocketAddr::from(([127, 0, 0, 1], 43_210)), false),
+            None
+        );
+        // Over TLS the tokens do not travel in clear text.
+        assert_eq!(
+            exposure_warning(SocketAddr::from(([0, 0, 0, 0], 43_210)), true),
+            None
+        );
     }
 }

@@ -1,5 +1,6 @@
-//! The data directory as one process holds it: private (the directory 0700, every file in
-//! it 0600, corrected at each start), and locked: `serve` and the embedded console take an
+//! The data directory as one process holds it: private (no access for group or others to
+//! the directory or any file in it: 0700 and 0600 for what gpuboard makes; corrected at
+//! each start), and locked: `serve` and the embedded console take an
 //! exclusive `flock` on `serve.lock`, which names the holder (pid and address) so that a
 //! second one can say who has it, and the console can find the endpoint to attach to.
 
@@ -15,10 +16,10 @@ use serde::{Deserialize, Serialize};
 pub const LOCK_FILE: &str = "serve.lock";
 /// The address an embedded console writes: it serves no HTTP.
 pub const EMBEDDED: &str = "embedded";
-/// The mode of the data directory.
-const DIR_MODE: u32 = 0o700;
-/// The mode of every file in it.
+/// The mode of files this module creates.
 const FILE_MODE: u32 = 0o600;
+/// Access by the group and by others: what the data directory and its files may not give.
+const OTHERS: u32 = 0o077;
 
 /// Who holds a data directory: what `serve.lock` says.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -170,32 +171,29 @@ fn process_runs(pid: u32) -> bool {
     rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
-/// Sets `dir` to 0700 and every file below it to 0600 (directories below to 0700); symbolic
-/// links are left alone. Returns one warning per path whose mode was wider.
+/// Takes group and other access away from `dir` and from every entry directly in it
+/// (0755 becomes 0700, 0644 becomes 0600; the owner's bits stay, so a directory pointed at
+/// by mistake loses no execute bit). Symbolic links are left alone, and what lies deeper
+/// is not walked: gpuboard writes only at the top. Returns one warning per path changed.
 fn make_private(dir: &Path) -> std::io::Result<Vec<String>> {
     let mut warnings = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        tighten(&d, DIR_MODE, &mut warnings)?;
-        for entry in std::fs::read_dir(&d)? {
-            let entry = entry?;
-            let kind = entry.file_type()?;
-            if kind.is_dir() {
-                stack.push(entry.path());
-            } else if kind.is_file() {
-                tighten(&entry.path(), FILE_MODE, &mut warnings)?;
-            }
+    tighten(dir, &mut warnings)?;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if !entry.file_type()?.is_symlink() {
+            tighten(&entry.path(), &mut warnings)?;
         }
     }
     Ok(warnings)
 }
 
-fn tighten(path: &Path, mode: u32, warnings: &mut Vec<String>) -> std::io::Result<()> {
+fn tighten(path: &Path, warnings: &mut Vec<String>) -> std::io::Result<()> {
     let now = std::fs::symlink_metadata(path)?.permissions().mode() & 0o7777;
-    if now != mode {
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    let private = now & !OTHERS;
+    if private != now {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(private))?;
         warnings.push(format!(
-            "{} was mode {now:04o}, readable by others; made it {mode:04o}",
+            "{} was mode {now:04o}, open to other users; made it {private:04o}",
             path.display()
         ));
     }
@@ -215,13 +213,22 @@ mod tests {
         let file = dir.join("operator.token");
         std::fs::write(&file, "x").unwrap();
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let script = dir.join("notes.sh");
+        std::fs::write(&script, "x").unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
         let (lock, warnings) = DataDirLock::acquire(&dir, "http://127.0.0.1:1").unwrap();
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&dir), 0o700);
         assert_eq!(mode(&file), 0o600);
+        assert_eq!(mode(&script), 0o700, "the owner keeps its execute bit");
         assert_eq!(mode(&dir.join(LOCK_FILE)), 0o600);
-        assert_eq!(warnings.len(), 2, "{warnings:?}");
-        assert!(warnings[1].contains("operator.token") && warnings[1].contains("0644"));
+        assert_eq!(warnings.len(), 3, "{warnings:?}");
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("operator.token was mode 0644") && w.ends_with("0600")),
+            "{warnings:?}"
+        );
         // The holder is this process; a second taker in this process is refused too
         // (flock locks belong to the open file, not the process).
         let owner = running_owner(&dir).unwrap();

@@ -692,6 +692,46 @@ mod tests {
         assert_eq!(engine.snapshot().revision, 2, "refusals change nothing");
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_snapshot_waits_for_the_commit_of_what_it_shows() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(
+            EngineConfig::default(),
+            nodes(),
+            dir.path(),
+            SyncMode::Full,
+            Arc::new(ManualClock::new(Timestamp(1_000))),
+            Arc::new(LocalProcesses),
+        )
+        .unwrap()
+        .0;
+        // Another connection holds the write lock: the writer's commit waits for it.
+        let blocker =
+            rusqlite::Connection::open(dir.path().join(crate::endpoint::store::DB_FILE)).unwrap();
+        blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let submitting = engine.clone();
+        let submit =
+            tokio::spawn(
+                async move { submitting.submit(req(json!({"num_gpus": 0.5})), "op").await },
+            );
+        while engine.snapshot().claims.is_empty() {
+            tokio::task::yield_now().await;
+        }
+        let durable = engine.durable_snapshot();
+        tokio::pin!(durable);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), &mut durable)
+                .await
+                .is_err(),
+            "a snapshot showing an uncommitted claim was answered"
+        );
+        blocker.execute_batch("ROLLBACK").unwrap();
+        let snap = durable.await;
+        assert_eq!(snap.claims.len(), 1);
+        assert!(matches!(submit.await.unwrap(), Ok(Submitted::Placed(_))));
+        assert_eq!(*engine.subscribe().borrow(), snap.revision);
+    }
+
     #[tokio::test]
     async fn a_restored_waiting_claim_says_why_before_the_first_tick() {
         let dir = tempfile::tempdir().unwrap();
