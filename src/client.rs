@@ -9,7 +9,7 @@
 mod sse;
 mod trust;
 
-pub use trust::TlsTrust;
+pub use trust::{TlsTrust, http_only_tls};
 
 use std::time::Duration;
 
@@ -245,6 +245,8 @@ impl Client {
             let (config, slot) = trust::client_config(trust).map_err(|e| bad(&e))?;
             builder = builder.tls_backend_preconfigured(config);
             mismatch = Some(slot);
+        } else if let Some(config) = http_only_tls() {
+            builder = builder.tls_backend_preconfigured(config);
         }
         let http = builder.build().map_err(|e| bad(&e.to_string()))?;
         Ok(Client {
