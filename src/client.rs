@@ -27,6 +27,8 @@ use crate::wire::{
     self, ErrorBody, MoveBody, Released, RenewBody, ShareBody, SnapshotVersion, WatchEvent, paths,
 };
 
+/// How long an idle connection is kept for reuse.
+const POOL_IDLE: Duration = Duration::from_secs(5);
 /// The largest answer read, in bytes.
 const MAX_ANSWER: usize = 64 * 1024 * 1024;
 
@@ -239,6 +241,9 @@ impl Client {
         let mut builder = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(5)))
+            // Below the endpoint's header and idle timeouts, so a kept connection is never
+            // one the endpoint is closing.
+            .pool_idle_timeout(POOL_IDLE)
             .default_headers(headers);
         let mut mismatch = None;
         if base.scheme() == "https" {
