@@ -9,7 +9,7 @@
 mod sse;
 mod trust;
 
-pub use trust::TlsTrust;
+pub use trust::{TlsTrust, http_only_tls};
 
 use std::time::Duration;
 
@@ -27,6 +27,8 @@ use crate::wire::{
     self, ErrorBody, MoveBody, Released, RenewBody, ShareBody, SnapshotVersion, WatchEvent, paths,
 };
 
+/// How long an idle connection is kept for reuse.
+const POOL_IDLE: Duration = Duration::from_secs(5);
 /// The largest answer read, in bytes.
 const MAX_ANSWER: usize = 64 * 1024 * 1024;
 
@@ -242,12 +244,17 @@ impl Client {
         let mut builder = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(5)))
+            // Below the endpoint's header and idle timeouts, so a kept connection is never
+            // one the endpoint is closing.
+            .pool_idle_timeout(POOL_IDLE)
             .default_headers(headers);
         let mut mismatch = None;
         if base.scheme() == "https" {
             let (config, slot) = trust::client_config(trust).map_err(|e| bad(&e))?;
             builder = builder.tls_backend_preconfigured(config);
             mismatch = Some(slot);
+        } else if let Some(config) = http_only_tls() {
+            builder = builder.tls_backend_preconfigured(config);
         }
         let http = builder.build().map_err(|e| bad(&e.to_string()))?;
         Ok(Client {

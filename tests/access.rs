@@ -299,6 +299,35 @@ async fn named_tokens_act_under_their_name_and_stop_when_revoked() {
     let rev = gpuboard(dir.path(), &["token", "revoke", "admin"]);
     assert!(!rev.status.success());
 
+    // An expired token: 401 that says so.
+    let add = gpuboard(
+        dir.path(),
+        &[
+            "token",
+            "add",
+            "temp",
+            "--role",
+            "operator",
+            "--expires",
+            "1s",
+        ],
+    );
+    assert!(add.status.success(), "{}", text(&add.stderr));
+    let temp = client(&serve.url, Some(text(&add.stdout).trim().to_string()));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let e = temp.claim(&request()).await.unwrap_err();
+    assert!(
+        matches!(&e, ClientError::Unauthorized { detail } if detail.contains("expired")),
+        "{e}"
+    );
+    let add = gpuboard(dir.path(), &["token", "add", "x y", "--role", "read"]);
+    assert!(!add.status.success());
+    assert!(
+        text(&add.stderr).contains("not allowed"),
+        "{}",
+        text(&add.stderr)
+    );
+
     // The bearer scheme is case-insensitive.
     let raw = reqwest::Client::new()
         .get(format!("{}/v1/snapshot", serve.url))

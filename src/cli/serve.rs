@@ -139,8 +139,7 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         ..crate::endpoint::live::LiveConfig::local(&host)
     };
     engine.attach_telemetry(core, Some(first), Arc::new(crate::clock::SystemClock), live)?;
-    let use_tls =
-        a.tls || a.tls_cert.is_some() || !(a.listen.ip().is_loopback() || a.insecure_http);
+    let use_tls = wants_tls(a.listen, a.tls || a.tls_cert.is_some(), a.insecure_http);
     let mut config = ListenConfig::with_cap(a.max_connections);
     config.header_timeout = Duration::from_millis(a.header_timeout_ms.max(1));
     config.idle_timeout = Duration::from_millis(a.idle_timeout_ms.max(1));
@@ -175,7 +174,6 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let ticker = engine.spawn_ticker();
     {
         let mut out = std::io::stdout().lock();
-        let scheme = if use_tls { "https" } else { "http" };
         writeln!(
             out,
             "gpuboard serve: listening on {scheme}://{addr} (data dir {}, tokens {} and {})",
@@ -267,6 +265,12 @@ fn engine_config(a: &ServeArgs) -> EngineConfig {
     }
 }
 
+/// Whether to serve https: when asked, and by default on any address but loopback, where
+/// plain HTTP needs `--insecure-http`.
+fn wants_tls(listen: SocketAddr, asked: bool, insecure_http: bool) -> bool {
+    asked || !(listen.ip().is_loopback() || insecure_http)
+}
+
 /// Resolves on the first SIGTERM or SIGINT (never, for one that cannot be watched).
 async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
@@ -295,5 +299,17 @@ mod tests {
             exposure_warning(SocketAddr::from(([0, 0, 0, 0], 43_210)), true),
             None
         );
+    }
+
+    #[test]
+    fn plain_http_off_loopback_needs_insecure_http() {
+        let lo: SocketAddr = "127.0.0.1:7420".parse().unwrap();
+        let lan: SocketAddr = "10.0.0.5:7420".parse().unwrap();
+        let any: SocketAddr = "0.0.0.0:7420".parse().unwrap();
+        assert!(!wants_tls(lo, false, false));
+        assert!(wants_tls(lo, true, false));
+        assert!(wants_tls(lan, false, false));
+        assert!(wants_tls(any, false, false));
+        assert!(!wants_tls(lan, false, true));
     }
 }

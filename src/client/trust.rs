@@ -38,6 +38,27 @@ impl TlsTrust {
     }
 }
 
+/// A TLS configuration that trusts no certificate, for clients of `http://` endpoints only.
+/// reqwest builds a TLS connector for every client; its default one loads the system's
+/// root certificates each time (tens of milliseconds), this one costs microseconds (`None` only if
+/// ring refuses the default protocol versions).
+pub fn http_only_tls() -> Option<rustls::ClientConfig> {
+    static CONFIG: std::sync::OnceLock<Option<rustls::ClientConfig>> = std::sync::OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            rustls::ClientConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .ok()
+            .map(|b| {
+                b.with_root_certificates(rustls::RootCertStore::empty())
+                    .with_no_client_auth()
+            })
+        })
+        .clone()
+}
+
 /// The last fingerprint mismatch a pinned verifier saw: `(presented, pinned)`.
 pub(super) type Mismatch = Arc<Mutex<Option<(String, String)>>>;
 

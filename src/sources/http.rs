@@ -155,6 +155,10 @@ impl JsonClient {
         if let Some(path) = socket {
             builder = builder.unix_socket(path);
         }
+        // http:// only: no system root certificates loaded for nothing.
+        if let Some(tls) = crate::client::http_only_tls() {
+            builder = builder.tls_backend_preconfigured(tls);
+        }
         let client = builder
             .build()
             .map_err(|e| bad(&format!("cannot build an HTTP client: {e}")))?;

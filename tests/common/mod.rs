@@ -276,7 +276,12 @@ impl Drop for Server {
 
 /// An HTTP client for raw status and body checks.
 pub fn http() -> reqwest::Client {
-    reqwest::Client::builder()
+    let mut builder = reqwest::Client::builder();
+    // http:// only: skips loading the system's root certificates for every client.
+    if let Some(tls) = gpuboard::client::http_only_tls() {
+        builder = builder.tls_backend_preconfigured(tls);
+    }
+    builder
         .timeout(std::time::Duration::from_secs(20))
         .build()
         .unwrap()
