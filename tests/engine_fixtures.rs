@@ -168,7 +168,7 @@ fn ray_wrong_types_are_warnings_naming_the_answer_and_path() {
     );
     assert_eq!(
         w[0].found,
-        "expected a number, found a string \"a quarter\""
+        "invalid value: string \"a quarter\", expected a number"
     );
     assert_eq!(w[1].section, "/api/v0/tasks");
     assert_eq!(w[1].path, "data.result.result");

@@ -130,7 +130,7 @@ async fn wrong_types_name_the_field() {
     assert_eq!(w.len(), 1, "{w:?}");
     assert_eq!(w[0].section, "/api/v0/tasks");
     assert_eq!(w[0].path, "data.result.result[0].task_id");
-    assert_eq!(w[0].found, "expected a string, found the number 42");
+    assert_eq!(w[0].found, "invalid type: integer `42`, expected a string");
     // In the core: the source is down, naming the field.
     let nodes = String::from_utf8(fixture("ray/nodes_summary.json"))
         .unwrap()

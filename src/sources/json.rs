@@ -1,22 +1,139 @@
-//! Reading untrusted JSON by path: every failure names where in the document it happened
-//! and what was expected there, so a peer's odd answer becomes a message an operator can read.
+//! Reading untrusted JSON: serde types (through `typed`, with `serde_path_to_error`) and,
+//! for the envelopes and lists read item by item, a small path-keeping walker (`At`).
+//! Every failure names where in the document it happened and what was wrong there, so a
+//! peer's odd answer becomes a message an operator can read.
 
 use std::fmt;
 
+use serde::Deserialize;
+use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 use serde_json::Value;
 
 use crate::snapshot::SourceWarning;
 
 /// A JSON value that was not what a source expected.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("`{path}`: expected {expected}, found {found}")]
+#[error("`{path}`: {problem}")]
 pub struct ShapeError {
     /// Where, as `data.summary[0].raylet.nodeId`.
     pub path: String,
-    /// What was expected.
-    pub expected: &'static str,
-    /// What was there (its type, and a short excerpt).
-    pub found: String,
+    /// What was expected there and what was found (its type, and a short excerpt).
+    pub problem: String,
+}
+
+/// Reads `value`, found at `at` in its document, as `T` (serde, with `#[serde(default)]`
+/// and `Option` for what a peer may leave out): a mismatch names its full path.
+pub fn typed<T: DeserializeOwned>(value: &Value, at: &str) -> Result<T, ShapeError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let inner = e.path().to_string();
+        let path = match inner.as_str() {
+            "." => at.to_string(),
+            i if i.starts_with('[') || at.is_empty() => format!("{at}{i}"),
+            i => format!("{at}.{i}"),
+        };
+        ShapeError {
+            path,
+            problem: e.into_inner().to_string(),
+        }
+    })
+}
+
+/// Reads each element of the array `list`, found at `at`, as `T`; an element that cannot
+/// be read is skipped, its error in `skipped`, so one odd element never hides the others.
+pub fn typed_each<T: DeserializeOwned>(
+    list: &Value,
+    at: &str,
+    skipped: &mut Vec<ShapeError>,
+) -> Result<Vec<T>, ShapeError> {
+    let Value::Array(items) = list else {
+        return Err(ShapeError {
+            path: at.to_string(),
+            problem: format!("expected an array, found {}", describe(list)),
+        });
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for (i, v) in items.iter().enumerate() {
+        match typed(v, &format!("{at}[{i}]")) {
+            Ok(t) => out.push(t),
+            Err(e) => skipped.push(e),
+        }
+    }
+    Ok(out)
+}
+
+/// A number as peers write it: a JSON number, or a numeric string (protobuf-as-JSON writes
+/// 64-bit integers as strings). Non-finite values are refused.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Num(pub f64);
+
+impl<'de> Deserialize<'de> for Num {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Num, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Num;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a number")
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Num, E> {
+                if v.is_finite() {
+                    Ok(Num(v))
+                } else {
+                    Err(E::invalid_value(de::Unexpected::Float(v), &self))
+                }
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Num, E> {
+                Ok(Num(v as f64))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Num, E> {
+                Ok(Num(v as f64))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Num, E> {
+                v.trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|n| n.is_finite())
+                    .map(Num)
+                    .ok_or_else(|| E::invalid_value(de::Unexpected::Str(v), &self))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A whole number from 0 to 4294967295 as peers write it: a JSON number or a numeric
+/// string (protobuf-as-JSON), like `Num`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Whole(pub u32);
+
+impl<'de> Deserialize<'de> for Whole {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Whole, D::Error> {
+        let Num(n) = Num::deserialize(d)?;
+        if n >= 0.0 && n <= f64::from(u32::MAX) && n.fract() == 0.0 {
+            Ok(Whole(n as u32))
+        } else {
+            Err(de::Error::invalid_value(
+                de::Unexpected::Float(n),
+                &"a whole number from 0 to 4294967295",
+            ))
+        }
+    }
+}
+
+/// What a value is, for messages: its type and a short excerpt.
+/// What a value is, for messages: its type and a short excerpt.
+pub fn describe(v: &Value) -> String {
+    let kind = match v {
+        Value::Null => return "null".to_string(),
+        Value::Bool(b) => return format!("the boolean {b}"),
+        Value::Number(n) => return format!("the number {n}"),
+        Value::String(_) => "a string",
+        Value::Array(a) => return format!("an array of {}", a.len()),
+        Value::Object(_) => return "an object".to_string(),
+    };
+    let text = v.as_str().unwrap_or_default();
+    let excerpt: String = text.chars().take(40).collect();
+    let more = if text.chars().count() > 40 { "..." } else { "" };
+    format!("{kind} {excerpt:?}{more}")
 }
 
 impl ShapeError {
@@ -32,7 +149,7 @@ impl ShapeError {
         SourceWarning {
             section: section.to_string(),
             path: self.path.clone(),
-            found: format!("expected {}, found {}", self.expected, self.found),
+            found: self.problem.clone(),
             left_out: left_out.to_string(),
         }
     }
@@ -85,21 +202,6 @@ impl fmt::Display for Path<'_> {
     }
 }
 
-fn describe(v: &Value) -> String {
-    let kind = match v {
-        Value::Null => return "null".to_string(),
-        Value::Bool(b) => return format!("the boolean {b}"),
-        Value::Number(n) => return format!("the number {n}"),
-        Value::String(_) => "a string",
-        Value::Array(a) => return format!("an array of {}", a.len()),
-        Value::Object(_) => return "an object".to_string(),
-    };
-    let text = v.as_str().unwrap_or_default();
-    let excerpt: String = text.chars().take(40).collect();
-    let more = if text.chars().count() > 40 { "..." } else { "" };
-    format!("{kind} {excerpt:?}{more}")
-}
-
 impl<'a> At<'a> {
     /// The document root.
     pub fn root(value: &'a Value) -> At<'a> {
@@ -124,8 +226,7 @@ impl<'a> At<'a> {
     pub fn wrong(&self, expected: &'static str) -> ShapeError {
         ShapeError {
             path: self.path(),
-            expected,
-            found: describe(self.value),
+            problem: format!("expected {expected}, found {}", describe(self.value)),
         }
     }
 
@@ -137,8 +238,7 @@ impl<'a> At<'a> {
     ) -> Result<T, ShapeError> {
         self.opt_field(key, f)?.ok_or_else(|| ShapeError {
             path: self.child_path(key),
-            expected: "a value",
-            found: "nothing (missing or null)".to_string(),
+            problem: "expected a value, found nothing (missing or null)".to_string(),
         })
     }
 
@@ -336,7 +436,7 @@ mod tests {
         let doc = json!({"a": null});
         let err = At::root(&doc).field("a", |a| a.str()).unwrap_err();
         assert_eq!(err.path, "a");
-        assert!(err.found.contains("missing"));
+        assert!(err.problem.contains("missing"));
         let err = At::root(&doc).field("b", |b| b.str()).unwrap_err();
         assert_eq!(err.path, "b");
         assert_eq!(At::root(&doc).opt_field("a", |a| a.str()), Ok(None));

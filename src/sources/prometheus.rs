@@ -241,7 +241,7 @@ fn check_envelope<T>(
     let Value::Object(map) = doc else {
         return Err(not_prom(format!(
             "it answered {}, not Prometheus' {{\"status\": ...}} object",
-            root.wrong("an object").found
+            super::json::describe(doc)
         )));
     };
     let Some(status) = map.get("status") else {
@@ -271,10 +271,10 @@ fn check_envelope<T>(
                 url: url.to_string(),
                 what: ShapeError {
                     path: "status".to_string(),
-                    expected: "\"success\" or \"error\"",
-                    found: root
-                        .field("status", |s| Ok(s.wrong("").found))
-                        .unwrap_or_default(),
+                    problem: format!(
+                        "expected \"success\" or \"error\", found {}",
+                        super::json::describe(status)
+                    ),
                 }
                 .to_string(),
             });

@@ -93,7 +93,7 @@ fn envelope(answer: SlurmAnswerKind, doc: &Value) -> Result<String, SlurmParseEr
     let Value::Object(map) = doc else {
         return Err(fail(SlurmAnswerError::NotSlurm(format!(
             "it answered {}, not slurmrestd's {{\"meta\": ..., \"errors\": ...}} object",
-            At::root(doc).wrong("").found
+            crate::sources::json::describe(doc)
         ))));
     };
     if !map.contains_key("meta") {
@@ -147,8 +147,7 @@ fn gres_at(at: At<'_>) -> Result<Vec<Gres>, ShapeError> {
     let text = at.str()?;
     gres::parse(&text).map_err(|e| ShapeError {
         path: at.path(),
-        expected: "a Slurm GRES string",
-        found: e.to_string(),
+        problem: format!("expected a Slurm GRES string, found {e}"),
     })
 }
 
