@@ -63,6 +63,20 @@ pub fn typed_each<T: DeserializeOwned>(
     Ok(out)
 }
 
+/// Reads an optional, non-core field, found at `at`, as `T`: absent or null is `None`,
+/// and so is a value of another shape, whose error goes to `skipped` (the item it sits
+/// in is kept).
+pub fn typed_or_skip<T: DeserializeOwned>(
+    value: Option<&Value>,
+    at: &str,
+    skipped: &mut Vec<ShapeError>,
+) -> Option<T> {
+    match value {
+        None | Some(Value::Null) => None,
+        Some(v) => typed(v, at).map_err(|e| skipped.push(e)).ok(),
+    }
+}
+
 /// A number as peers write it: a JSON number, or a numeric string (protobuf-as-JSON writes
 /// 64-bit integers as strings). Non-finite values are refused.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use super::answers::{RayAnswerKind, RayParseError, in_envelope, shape};
 use super::resources::{RayResource, classify_resource, units};
-use crate::sources::json::{Num, ShapeError, Whole, typed, typed_each};
+use crate::sources::json::{Num, ShapeError, Whole, typed, typed_each, typed_or_skip};
 use crate::units::Units;
 
 /// The all-`f` id Ray gives workers that host no actor.
@@ -74,7 +74,8 @@ struct Raylet {
     node_manager_hostname: Option<String>,
     node_manager_address: Option<String>,
     resources_total: Option<BTreeMap<String, Num>>,
-    labels: Option<BTreeMap<String, Value>>,
+    /// Not core: read on its own, so a bad one leaves the node in (`typed_or_skip`).
+    labels: Option<Value>,
     /// Kept raw: read worker by worker.
     core_workers_stats: Option<Value>,
 }
@@ -176,12 +177,15 @@ fn parse_node(n: NodeEntry, at: &str, skipped: &mut Vec<ShapeError>) -> RayNode 
         }
     }
     if accelerator.is_none() {
-        accelerator = r
-            .labels
-            .unwrap_or_default()
-            .get("ray.io/accelerator-type")
-            .and_then(Value::as_str)
-            .map(str::to_string);
+        accelerator = typed_or_skip::<BTreeMap<String, Value>>(
+            r.labels.as_ref(),
+            &format!("{at}.raylet.labels"),
+            skipped,
+        )
+        .unwrap_or_default()
+        .get("ray.io/accelerator-type")
+        .and_then(Value::as_str)
+        .map(str::to_string);
     }
     let hostname = match r.node_manager_hostname {
         Some(h) if !h.is_empty() => h,

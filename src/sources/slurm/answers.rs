@@ -8,7 +8,7 @@ use crate::snapshot::SourceWarning;
 use crate::sources::gres::{self, Gres};
 use serde::Deserialize;
 
-use crate::sources::json::{Num, ShapeError, Whole, describe, typed, typed_each};
+use crate::sources::json::{Num, ShapeError, Whole, describe, typed, typed_each, typed_or_skip};
 
 use super::API;
 
@@ -89,24 +89,10 @@ fn shape(answer: SlurmAnswerKind) -> impl Fn(ShapeError) -> SlurmParseError {
     }
 }
 
-/// slurmrestd's envelope: `meta` (with Slurm's release) and `errors`.
+/// slurmrestd's envelope: `errors` (`meta` is read by pointer: only its release is used).
 #[derive(Deserialize)]
 struct Envelope {
-    meta: Option<Meta>,
     errors: Option<Vec<SlurmErrorEntry>>,
-}
-
-/// `meta`.
-#[derive(Deserialize)]
-#[allow(non_snake_case)] // slurmrestd's own spelling
-struct Meta {
-    Slurm: Option<MetaSlurm>,
-}
-
-/// `meta.Slurm`.
-#[derive(Deserialize)]
-struct MetaSlurm {
-    release: Option<String>,
 }
 
 /// One of `errors`.
@@ -152,11 +138,12 @@ fn envelope(answer: SlurmAnswerKind, doc: &Value) -> Result<String, SlurmParseEr
     if !errors.is_empty() {
         return Err(fail(SlurmAnswerError::Failed(errors.join("; "))));
     }
-    Ok(env
-        .meta
-        .and_then(|m| m.Slurm)
-        .and_then(|s| s.release)
-        .unwrap_or_default())
+    // Only shown: a release of another shape is shown as unknown, never an error.
+    Ok(doc
+        .pointer("/meta/Slurm/release")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string())
 }
 
 /// A node as slurmrestd reports it.
@@ -218,8 +205,9 @@ struct NodeEntry {
     state: Option<String>,
     state_flags: Option<Vec<String>>,
     reason: Option<String>,
-    cpus: Option<Whole>,
-    alloc_cpus: Option<Whole>,
+    /// Not core: read on their own, so a bad one leaves the node in (`typed_or_skip`).
+    cpus: Option<Value>,
+    alloc_cpus: Option<Value>,
     gres: Option<String>,
 }
 
@@ -234,6 +222,7 @@ pub(super) fn parse_nodes(
     let release = envelope(answer, doc)?;
     let lists: Lists = typed(doc, "").map_err(shape(answer))?;
     let mut bad = Vec::new();
+    let mut field_errors = Vec::new();
     let nodes = items(answer, lists.nodes, "nodes", &mut bad, |v, at| {
         let n: NodeEntry = typed(v, at)?;
         Ok(SlurmNode {
@@ -241,8 +230,14 @@ pub(super) fn parse_nodes(
             state: n.state.unwrap_or_default().to_ascii_lowercase(),
             flags: n.state_flags.unwrap_or_default(),
             reason: n.reason.unwrap_or_default(),
-            cpus: n.cpus.map(|Whole(c)| c),
-            alloc_cpus: n.alloc_cpus.map_or(0, |Whole(c)| c),
+            cpus: typed_or_skip(n.cpus.as_ref(), &format!("{at}.cpus"), &mut field_errors)
+                .map(|Whole(c)| c),
+            alloc_cpus: typed_or_skip(
+                n.alloc_cpus.as_ref(),
+                &format!("{at}.alloc_cpus"),
+                &mut field_errors,
+            )
+            .map_or(0, |Whole(c)| c),
             gres: match &n.gres {
                 Some(g) => gres_at(g, &format!("{at}.gres"))?,
                 None => Vec::new(),
@@ -255,6 +250,7 @@ pub(super) fn parse_nodes(
         return Err(shape(answer)(first.clone()));
     }
     skipped.extend(bad);
+    skipped.extend(field_errors);
     Ok((release, nodes))
 }
 
