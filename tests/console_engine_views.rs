@@ -16,7 +16,6 @@ use gpuboard::console::state::{SourceSlot, State, View};
 use gpuboard::console::theme::load_strict;
 use gpuboard::console::update::{show_view, update};
 use gpuboard::snapshot::{EndpointInfo, Snapshot};
-use gpuboard::sources::json::At;
 use gpuboard::sources::prometheus::{self, NodeLabels};
 use gpuboard::sources::ray::{self, RayAnswers};
 use serde_json::Value;
@@ -44,9 +43,7 @@ fn ray_snapshot() -> Snapshot {
 
 fn prometheus_snapshot() -> Snapshot {
     let doc = json("prometheus/query_range.json");
-    let series = At::root(&doc)
-        .field("data", prometheus::parse_result)
-        .unwrap();
+    let series = prometheus::parse_result(&doc["data"]).unwrap();
     let endpoint = EndpointInfo {
         name: "prom".into(),
         kind: "prometheus".into(),
@@ -58,7 +55,6 @@ fn prometheus_snapshot() -> Snapshot {
         endpoint,
         Timestamp(NOW.0 - 2_000),
     )
-    .unwrap()
 }
 
 /// A console over these (kind, snapshot) sources, all fetched a second ago.

@@ -3,6 +3,8 @@
 //! warning and says what the peer was holding; and mutated answers (a field dropped, a
 //! value of another type, unknown fields added, an array cut short) never panic, never take
 //! the source down unless the core (nodes and their GPUs) was hit, and leave the core read.
+//! Slurm is mutated the same way over its captures in tests/fixtures/slurm (real answers
+//! of slurmrestd 22.05, not yet in the corpus).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeMap;
@@ -11,6 +13,7 @@ use std::path::Path;
 use gpuboard::clock::Timestamp;
 use gpuboard::snapshot::{ClaimState, ClaimView, Snapshot};
 use gpuboard::sources::ray::{self, RayAnswers};
+use gpuboard::sources::slurm::{self, SlurmAnswers};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use serde_json::{Value, json};
@@ -306,10 +309,15 @@ fn core(s: &Snapshot) -> BTreeMap<String, (usize, Vec<String>)> {
         .collect()
 }
 
-/// Whether a path in the nodes answer is outside its core (a worker's usage).
+/// Whether a path in the nodes answer is outside its core (a worker's usage, the
+/// node's labels, the host's stats beside the raylet).
 fn ray_nodes_non_core(path: &[Step]) -> bool {
     path.iter()
-        .any(|s| matches!(s, Step::Key(k) if k == "coreWorkersStats"))
+        .any(|s| matches!(s, Step::Key(k) if k == "coreWorkersStats" || k == "labels"))
+        || matches!(
+            (path.get(2), path.get(3)),
+            (Some(Step::Index(_)), Some(Step::Key(k))) if k != "raylet" && k != "hostname"
+        )
 }
 
 proptest! {
@@ -341,6 +349,70 @@ proptest! {
             0 => false,
             1 => ray_nodes_non_core(&path),
             _ => true,
+        };
+        if non_core {
+            let s = got.map_err(|e| format!("{m:?} at {path:?} took the source down: {e}"));
+            let s = s.unwrap();
+            prop_assert_eq!(core(&s), core(&whole), "{:?} at {:?}", m, path);
+        }
+    }
+}
+
+fn slurm_answers() -> SlurmAnswers {
+    let at = |name: &str| {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/slurm")
+            .join(name);
+        serde_json::from_str::<Value>(&std::fs::read_to_string(p).unwrap()).unwrap()
+    };
+    SlurmAnswers {
+        nodes: at("nodes.json"),
+        jobs: at("jobs.json"),
+    }
+}
+
+#[test]
+fn slurm_captures_read_with_no_warning() {
+    let s = slurm::snapshot(&slurm_answers(), "corpus", Timestamp(1)).unwrap();
+    assert!(s.endpoint.warnings.is_empty(), "{:?}", s.endpoint.warnings);
+    assert!(!s.claims.is_empty());
+}
+
+/// Whether a path in the Slurm nodes answer is outside its core (the envelope's errors
+/// aside, every node field but its name, state and GPUs is not core).
+fn slurm_nodes_non_core(path: &[Step]) -> bool {
+    // `meta` itself says it is slurmrestd: core; what is inside it is not.
+    matches!(path.first(), Some(Step::Key(k)) if k != "nodes" && k != "errors" && (k != "meta" || path.len() > 1))
+        || matches!(path.first(), Some(Step::Key(k)) if k == "nodes")
+            && matches!(
+                path.get(2),
+                Some(Step::Key(k)) if !["name", "gres", "state", "state_flags", "reason"].contains(&k.as_str())
+            )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn mutated_slurm_answers_keep_the_core(
+        jobs in any::<bool>(),
+        at in any::<Index>(),
+        m in mutation(),
+    ) {
+        let whole = slurm::snapshot(&slurm_answers(), "corpus", Timestamp(1)).unwrap();
+        let mut a = slurm_answers();
+        let doc = if jobs { &mut a.jobs } else { &mut a.nodes };
+        let mut all = Vec::new();
+        paths(doc, &mut Vec::new(), &mut all);
+        let path = at.get(&all).clone();
+        mutate(doc, &path, m);
+        let got = slurm::snapshot(&a, "corpus", Timestamp(1));
+        // The jobs answer: anything but its envelope is outside the core.
+        let non_core = if jobs {
+            !path.is_empty()
+                && !matches!(path.first(), Some(Step::Key(k)) if (k == "meta" && path.len() == 1) || k == "errors")
+        } else {
+            slurm_nodes_non_core(&path)
         };
         if non_core {
             let s = got.map_err(|e| format!("{m:?} at {path:?} took the source down: {e}"));

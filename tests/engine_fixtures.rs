@@ -7,7 +7,6 @@ use std::path::Path;
 
 use gpuboard::clock::Timestamp;
 use gpuboard::snapshot::{ClaimState, EndpointInfo, Snapshot};
-use gpuboard::sources::json::At;
 use gpuboard::sources::prometheus::{self, NodeLabels, join_telemetry};
 use gpuboard::sources::ray::{self, RayAnswerError, RayAnswerKind, RayAnswers};
 use gpuboard::units::{Bytes, Units};
@@ -168,7 +167,7 @@ fn ray_wrong_types_are_warnings_naming_the_answer_and_path() {
     );
     assert_eq!(
         w[0].found,
-        "expected a number, found a string \"a quarter\""
+        "invalid value: string \"a quarter\", expected a number"
     );
     assert_eq!(w[1].section, "/api/v0/tasks");
     assert_eq!(w[1].path, "data.result.result");
@@ -227,15 +226,13 @@ fn ray_without_autoscaler_report_still_reads() {
 
 fn prometheus_snapshot() -> Snapshot {
     let doc = fixture("prometheus/query_range.json");
-    let series = At::root(&doc)
-        .field("data", prometheus::parse_result)
-        .unwrap();
+    let series = prometheus::parse_result(&doc["data"]).unwrap();
     let endpoint = EndpointInfo {
         name: "prom".into(),
         kind: "prometheus".into(),
         ..EndpointInfo::default()
     };
-    prometheus::telemetry_snapshot(&series, &NodeLabels::new(None), endpoint, Timestamp(0)).unwrap()
+    prometheus::telemetry_snapshot(&series, &NodeLabels::new(None), endpoint, Timestamp(0))
 }
 
 #[test]

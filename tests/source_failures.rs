@@ -130,7 +130,7 @@ async fn wrong_types_name_the_field() {
     assert_eq!(w.len(), 1, "{w:?}");
     assert_eq!(w[0].section, "/api/v0/tasks");
     assert_eq!(w[0].path, "data.result.result[0].task_id");
-    assert_eq!(w[0].found, "expected a string, found the number 42");
+    assert_eq!(w[0].found, "invalid type: integer `42`, expected a string");
     // In the core: the source is down, naming the field.
     let nodes = String::from_utf8(fixture("ray/nodes_summary.json"))
         .unwrap()
@@ -314,5 +314,80 @@ async fn ray_and_prometheus_errors_in_their_own_words() {
     assert!(
         matches!(e, SourceError::Http { status: 400, ref message, .. } if message.contains("parse error")),
         "{e:?}"
+    );
+}
+
+#[tokio::test]
+async fn status_json_and_overview_carry_the_warnings() {
+    // A dashboard whose `pgDemand` holds a shape no reader knows: the source stays ok.
+    let status = String::from_utf8(fixture("ray/cluster_status.json"))
+        .unwrap()
+        .replacen(
+            "\"pgDemand\": []",
+            "\"pgDemand\": [[{\"bundles\": 7}, 1]]",
+            1,
+        );
+    assert!(status.contains("\"bundles\": 7"));
+    let url = serve(ray_routes("/api/cluster_status", json(status))).await;
+    let run = |args: Vec<String>| {
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_gpuboard"))
+                .args(&args)
+                .env_remove("GPUBOARD_TOKEN")
+                .env_remove("GPUBOARD_ENDPOINT")
+                .output()
+                .unwrap()
+        })
+    };
+    let out = run(vec![
+        "status".into(),
+        "--once".into(),
+        "--json".into(),
+        "--ray".into(),
+        url.clone(),
+    ])
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let ray = doc["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["kind"] == "ray")
+        .unwrap();
+    assert_eq!(ray["health"], "ok");
+    let w = ray["warnings"].as_array().unwrap();
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert_eq!(w[0]["section"], "/api/cluster_status");
+    assert_eq!(
+        w[0]["path"],
+        "data.clusterStatus.loadMetricsReport.pgDemand[0][0].bundles"
+    );
+    assert_eq!(w[0]["left_out"], "this pending demand");
+    assert!(!ray["snapshot"]["nodes"].as_array().unwrap().is_empty());
+
+    let out = run(vec![
+        "status".into(),
+        "--dump-screen".into(),
+        "overview".into(),
+        "--size".into(),
+        "200x30".into(),
+        "--ray".into(),
+        url,
+    ])
+    .await
+    .unwrap();
+    let screen = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        screen.contains(
+            "1 part unread: /api/cluster_status `data.clusterStatus.loadMetricsReport.pgDemand[0][0].bundles`"
+        ),
+        "{screen}"
     );
 }

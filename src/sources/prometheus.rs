@@ -16,7 +16,9 @@ use serde_json::Value;
 use super::adapter::{self, Shell};
 use super::error::SourceError;
 use super::http::{Auth, JsonClient, PeerKind};
-use super::json::{At, ShapeError};
+use serde::Deserialize;
+
+use super::json::{Num, ShapeError, typed, typed_each};
 use super::sections::Sections;
 use super::{Action, Failure, Fetched, Outcome, Source};
 use crate::clock::{Clock, Timestamp};
@@ -143,7 +145,7 @@ impl PrometheusSource {
         // (a proxy, another TSDB) is still read, with a warning.
         let version = match client.get_json(&info_url).await {
             Ok(info) => check_envelope(&info, info_url.as_str(), |data| {
-                data.opt_field("version", |v| v.str())
+                typed::<BuildInfo>(data, "data").map(|b| b.version)
             })
             .map(Option::flatten),
             Err(e) => Err(e),
@@ -173,7 +175,9 @@ impl PrometheusSource {
         let url = query_url.to_string();
         let labels = NodeLabels::new(config.node_label.as_deref());
         let mut skipped = Vec::new();
-        let samples = check_envelope(&answer, &url, |data| read_result(data, &mut skipped))?;
+        let samples = check_envelope(&answer, &url, |data| {
+            read_result(data, "data", &mut skipped)
+        })?;
         sections.extend(
             skipped
                 .iter()
@@ -194,8 +198,12 @@ impl PrometheusSource {
             telemetry_note: None,
             warnings: sections.into_warnings(),
         };
-        telemetry_snapshot(&samples, &labels, endpoint, self.shell.now())
-            .map_err(|what| SourceError::Decode { url, what })
+        Ok(telemetry_snapshot(
+            &samples,
+            &labels,
+            endpoint,
+            self.shell.now(),
+        ))
     }
 }
 
@@ -231,9 +239,8 @@ impl Source for PrometheusSource {
 fn check_envelope<T>(
     doc: &Value,
     url: &str,
-    f: impl FnOnce(At<'_>) -> Result<T, ShapeError>,
+    f: impl FnOnce(&Value) -> Result<T, ShapeError>,
 ) -> Result<Option<T>, SourceError> {
-    let root = At::root(doc);
     let not_prom = |why: String| SourceError::NotPrometheus {
         url: url.to_string(),
         why,
@@ -241,7 +248,7 @@ fn check_envelope<T>(
     let Value::Object(map) = doc else {
         return Err(not_prom(format!(
             "it answered {}, not Prometheus' {{\"status\": ...}} object",
-            root.wrong("an object").found
+            super::json::describe(doc)
         )));
     };
     let Some(status) = map.get("status") else {
@@ -271,19 +278,45 @@ fn check_envelope<T>(
                 url: url.to_string(),
                 what: ShapeError {
                     path: "status".to_string(),
-                    expected: "\"success\" or \"error\"",
-                    found: root
-                        .field("status", |s| Ok(s.wrong("").found))
-                        .unwrap_or_default(),
+                    problem: format!(
+                        "expected \"success\" or \"error\", found {}",
+                        super::json::describe(status)
+                    ),
                 }
                 .to_string(),
             });
         }
     }
-    root.opt_field("data", f).map_err(|e| SourceError::Decode {
-        url: url.to_string(),
-        what: e.to_string(),
-    })
+    match map.get("data") {
+        None | Some(Value::Null) => Ok(None),
+        Some(data) => f(data).map(Some).map_err(|e| SourceError::Decode {
+            url: url.to_string(),
+            what: e.to_string(),
+        }),
+    }
+}
+
+/// `/api/v1/status/buildinfo`'s `data`.
+#[derive(Deserialize)]
+struct BuildInfo {
+    version: Option<String>,
+}
+
+/// A query answer's `data`: the kind of result and the series, kept raw.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct QueryData {
+    result_type: String,
+    result: Value,
+}
+
+/// One series as Prometheus writes it: labels, and samples (a matrix's `values`, a
+/// vector's `value`) as `[seconds, "value"]`.
+#[derive(Deserialize)]
+struct SeriesEntry {
+    metric: BTreeMap<String, String>,
+    values: Option<Vec<(Num, String)>>,
+    value: Option<(Num, String)>,
 }
 
 /// One series: its labels and its samples (milliseconds, value), oldest first.
@@ -315,60 +348,88 @@ pub fn sample_value(text: &str) -> Option<f64> {
     (0.0..DCGM_BLANK_MIN).contains(&v).then_some(v)
 }
 
-fn sample(at: At<'_>) -> Result<(Timestamp, Option<f64>), ShapeError> {
-    let Value::Array(pair) = at.value() else {
-        return Err(at.wrong("a [time, \"value\"] pair"));
-    };
-    let (Some(t), Some(Value::String(v)), 2) = (pair.first(), pair.get(1), pair.len()) else {
-        return Err(at.wrong("a [time, \"value\"] pair"));
-    };
-    let secs = t
-        .as_f64()
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .ok_or_else(|| at.wrong("a [time, \"value\"] pair with a time in seconds"))?;
+/// A sample, its time checked.
+fn sample((Num(secs), v): (Num, String), at: &str) -> Result<(Timestamp, Option<f64>), ShapeError> {
+    if secs < 0.0 {
+        return Err(ShapeError {
+            path: at.to_string(),
+            problem: format!("expected a time in seconds since 1970, found {secs}"),
+        });
+    }
     // Milliseconds since the epoch fit u64 for any time Prometheus can store.
     let ms = (secs * 1000.0).round() as u64;
-    Ok((Timestamp(ms), sample_value(v)))
+    Ok((Timestamp(ms), sample_value(&v)))
 }
 
 /// Reads the `data` of a query answer: a matrix (range query) or a vector (instant query).
 /// Any series that cannot be read fails the whole answer (`read_result` skips it instead).
-pub fn parse_result(data: At<'_>) -> Result<Vec<Series>, ShapeError> {
+pub fn parse_result(data: &Value) -> Result<Vec<Series>, ShapeError> {
     let mut skipped = Vec::new();
-    let series = read_result(data, &mut skipped)?;
+    let series = read_result(data, "", &mut skipped)?;
     match skipped.into_iter().next() {
         Some(e) => Err(e),
         None => Ok(series),
     }
 }
 
-/// Reads the `data` of a query answer; a series that cannot be read is skipped, its error
-/// in `skipped`.
-fn read_result(data: At<'_>, skipped: &mut Vec<ShapeError>) -> Result<Vec<Series>, ShapeError> {
-    let kind = data.field("resultType", |t| t.str())?;
-    let matrix = match kind.as_str() {
-        "matrix" => true,
-        "vector" => false,
-        _ => {
-            return data.field("resultType", |t| Err(t.wrong("\"matrix\" or \"vector\"")));
+/// Reads the `data` of a query answer, found at `at`; a series that cannot be read is
+/// skipped, its error in `skipped`.
+fn read_result(
+    data: &Value,
+    at: &str,
+    skipped: &mut Vec<ShapeError>,
+) -> Result<Vec<Series>, ShapeError> {
+    let q: QueryData = typed(data, at)?;
+    let join = |key: &str| {
+        if at.is_empty() {
+            key.to_string()
+        } else {
+            format!("{at}.{key}")
         }
     };
-    data.field("result", |r| {
-        r.each_or_skip(skipped, |s| {
-            let labels = s.field("metric", |m| {
-                m.entries(|k, v| Ok((k.to_string(), v.str()?)))
-            })?;
+    let matrix = match q.result_type.as_str() {
+        "matrix" => true,
+        "vector" => false,
+        other => {
+            return Err(ShapeError {
+                path: join("resultType"),
+                problem: format!("expected \"matrix\" or \"vector\", found {other:?}"),
+            });
+        }
+    };
+    let raw: Vec<Value> = typed_each(&q.result, &join("result"), &mut Vec::new())?;
+    let mut out = Vec::with_capacity(raw.len());
+    for (i, v) in raw.iter().enumerate() {
+        let here = format!("{}[{i}]", join("result"));
+        let read = typed::<SeriesEntry>(v, &here).and_then(|e| {
             let samples = if matrix {
-                s.field("values", |vs| vs.each(sample))?
+                let values = e.values.ok_or_else(|| ShapeError {
+                    path: format!("{here}.values"),
+                    problem: "expected the samples, found nothing".to_string(),
+                })?;
+                values
+                    .into_iter()
+                    .enumerate()
+                    .map(|(j, v)| sample(v, &format!("{here}.values[{j}]")))
+                    .collect::<Result<Vec<_>, _>>()?
             } else {
-                vec![s.field("value", sample)?]
+                let value = e.value.ok_or_else(|| ShapeError {
+                    path: format!("{here}.value"),
+                    problem: "expected a sample, found nothing".to_string(),
+                })?;
+                vec![sample(value, &format!("{here}.value"))?]
             };
             Ok(Series {
-                labels: labels.into_iter().collect(),
+                labels: e.metric,
                 samples,
             })
-        })
-    })
+        });
+        match read {
+            Ok(s) => out.push(s),
+            Err(e) => skipped.push(e),
+        }
+    }
+    Ok(out)
 }
 
 /// Which label names a series' node.
@@ -435,44 +496,20 @@ fn percent(v: f64) -> u32 {
 
 /// Turns dcgm series into a telemetry-only snapshot: one node per host, one device per
 /// `gpu` index, MIG instances folded into their GPU (memory summed, `mig_enabled` set).
-/// Errors name the series that cannot be placed.
+/// A series that cannot be placed (no node, no device index) is left out with a warning
+/// naming it.
 pub fn telemetry_snapshot(
     series: &[Series],
     labels: &NodeLabels,
-    endpoint: EndpointInfo,
+    mut endpoint: EndpointInfo,
     taken_at: Timestamp,
-) -> Result<Snapshot, String> {
+) -> Snapshot {
     let mut devices: BTreeMap<(String, u32), Gathered> = BTreeMap::new();
     for s in series {
-        let name = s.label("__name__").unwrap_or("(unnamed)");
-        let describe = || {
-            let labels: Vec<String> = s
-                .labels
-                .iter()
-                .filter(|(k, _)| *k != "__name__")
-                .map(|(k, v)| format!("{k}={v:?}"))
-                .collect();
-            format!("{name}{{{}}}", labels.join(","))
+        let Some((node, index)) = place(s, labels, &mut endpoint.warnings) else {
+            continue;
         };
-        let node = labels.node_of(s).ok_or_else(|| {
-            format!(
-                "series {} has neither a `{}` nor an `instance` label, so its node is unknown",
-                describe(),
-                labels.primary
-            )
-        })?;
-        let index = s.label("gpu").ok_or_else(|| {
-            format!(
-                "series {} has no `gpu` label (dcgm-exporter always sets it)",
-                describe()
-            )
-        })?;
-        let index: u32 = index.parse().map_err(|_| {
-            format!(
-                "series {} has `gpu` = {index:?}; expected a device index (0, 1, ...)",
-                describe()
-            )
-        })?;
+        let name = s.label("__name__").unwrap_or("(unnamed)");
         let Some((at, latest)) = s.latest() else {
             continue;
         };
@@ -569,14 +606,55 @@ pub fn telemetry_snapshot(
             }),
         }
     }
-    Ok(Snapshot {
+    Snapshot {
         schema: SCHEMA_VERSION,
         endpoint,
         revision: 0,
         taken_at,
         nodes,
         ..Snapshot::default()
-    })
+    }
+}
+
+/// A series' node and device index, or a warning naming the series and what it lacks.
+fn place(
+    s: &Series,
+    labels: &NodeLabels,
+    warnings: &mut Vec<SourceWarning>,
+) -> Option<(String, u32)> {
+    let name = s.label("__name__").unwrap_or("(unnamed)");
+    let shown: Vec<String> = s
+        .labels
+        .iter()
+        .filter(|(k, _)| *k != "__name__")
+        .map(|(k, v)| format!("{k}={v:?}"))
+        .collect();
+    let mut warn = |found: String| {
+        warnings.push(SourceWarning {
+            section: "/api/v1/query".to_string(),
+            path: format!("{name}{{{}}}", shown.join(",")),
+            found,
+            left_out: "this series".to_string(),
+        });
+    };
+    let Some(node) = labels.node_of(s) else {
+        warn(format!(
+            "neither a `{}` nor an `instance` label, so its node is unknown",
+            labels.primary
+        ));
+        return None;
+    };
+    let Some(index) = s.label("gpu") else {
+        warn("no `gpu` label (dcgm-exporter always sets it)".to_string());
+        return None;
+    };
+    let Ok(index) = index.parse::<u32>() else {
+        warn(format!(
+            "`gpu` = {index:?}; expected a device index (0, 1, ...)"
+        ));
+        return None;
+    };
+    Some((node, index))
 }
 
 /// Node names match whole, case-insensitively, or on their first DNS label
@@ -650,8 +728,8 @@ mod tests {
 
     fn snapshot_of(result: Vec<Value>) -> Snapshot {
         let doc = json!({"resultType": "matrix", "result": result});
-        let s = parse_result(At::root(&doc)).unwrap();
-        telemetry_snapshot(&s, &NodeLabels::new(None), endpoint(), Timestamp(5)).unwrap()
+        let s = parse_result(&doc).unwrap();
+        telemetry_snapshot(&s, &NodeLabels::new(None), endpoint(), Timestamp(5))
     }
 
     #[test]
@@ -703,31 +781,32 @@ mod tests {
     }
 
     #[test]
-    fn series_without_a_gpu_index_are_named_in_the_error() {
+    fn series_without_a_gpu_index_are_warnings_naming_them() {
         let doc = json!({"resultType": "vector", "result": [
-            {"metric": {"__name__": GPU_UTIL, "Hostname": "a", "gpu": "x"}, "value": [1.0, "3"]}
+            {"metric": {"__name__": GPU_UTIL, "Hostname": "a", "gpu": "x"}, "value": [1.0, "3"]},
+            {"metric": {"__name__": GPU_UTIL, "Hostname": "a", "gpu": "0"}, "value": [1.0, "3"]}
         ]});
-        let s = parse_result(At::root(&doc)).unwrap();
-        let err =
-            telemetry_snapshot(&s, &NodeLabels::new(None), endpoint(), Timestamp(0)).unwrap_err();
-        assert!(
-            err.contains("DCGM_FI_DEV_GPU_UTIL{Hostname=\"a\",gpu=\"x\"}"),
-            "{err}"
-        );
-        assert!(err.contains("expected a device index"), "{err}");
+        let s = parse_result(&doc).unwrap();
+        let snap = telemetry_snapshot(&s, &NodeLabels::new(None), endpoint(), Timestamp(0));
+        // The other series are still read.
+        assert_eq!(snap.nodes[0].devices.len(), 1);
+        let w = &snap.endpoint.warnings;
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert_eq!(w[0].path, "DCGM_FI_DEV_GPU_UTIL{Hostname=\"a\",gpu=\"x\"}");
+        assert!(w[0].found.contains("expected a device index"), "{w:?}");
     }
 
     #[test]
     fn wrong_shapes_name_their_path() {
         let doc = json!({"resultType": "matrix", "result": [{"metric": {"gpu": 0}, "values": []}]});
-        let err = parse_result(At::root(&doc)).unwrap_err();
+        let err = parse_result(&doc).unwrap_err();
         assert_eq!(err.path, "result[0].metric.gpu");
         let doc = json!({"resultType": "matrix", "result": [{"metric": {}, "values": [[1.0, 3]]}]});
-        let err = parse_result(At::root(&doc)).unwrap_err();
-        assert_eq!(err.path, "result[0].values[0]");
+        let err = parse_result(&doc).unwrap_err();
+        assert_eq!(err.path, "result[0].values[0][1]");
         let doc = json!({"resultType": "scalar", "result": [1.0, "3"]});
         assert!(
-            parse_result(At::root(&doc))
+            parse_result(&doc)
                 .unwrap_err()
                 .to_string()
                 .contains("\"matrix\" or \"vector\"")

@@ -1,9 +1,12 @@
-//! A small, lenient reader for the XML that engines answer (the BOINC client's GUI RPC).
-//!
-//! It builds an element tree (names, text, children; attributes are skipped) without
-//! recursion, so hostile nesting cannot overflow the stack, and every error names the byte
-//! offset and what was wrong there. It takes what BOINC writes: `<?xml ...?>` headers,
-//! comments, self-closing tags, the five named entities and numeric references.
+//! The XML that engines answer (the BOINC client's GUI RPC), read with quick-xml into a
+//! small element tree (names, text, children; attributes are skipped). This is the glue:
+//! the tree is built without recursion and nesting is capped, so hostile nesting cannot
+//! overflow the stack; every error names the byte offset and what was wrong there; and
+//! it stays lenient where BOINC is loose (a bare `&`, entities XML does not define).
+
+use quick_xml::Reader;
+use quick_xml::escape::resolve_predefined_entity;
+use quick_xml::events::Event;
 
 /// An element: its name, its text (entities decoded, trimmed) and its child elements.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -36,130 +39,100 @@ fn err(offset: usize, problem: impl Into<String>) -> XmlError {
     }
 }
 
-/// Decodes `&lt;`-style entities and `&#N;`/`&#xN;` references; an unknown one is kept as written.
-fn decode(raw: &str) -> String {
-    if !raw.contains('&') {
-        return raw.to_string();
-    }
-    let mut out = String::with_capacity(raw.len());
-    let mut rest = raw;
-    while let Some(at) = rest.find('&') {
-        out.push_str(&rest[..at]);
-        let tail = &rest[at..];
-        let Some(end) = tail.find(';').filter(|&e| e <= 10) else {
-            out.push('&');
-            rest = &tail[1..];
-            continue;
+/// Appends what an entity or character reference stands for; one this reader does not
+/// know (`&nbsp;`, a bad `&#xZZ;`) is kept as written.
+fn push_ref(text: &mut String, name: &str) {
+    let known = if let Some(num) = name.strip_prefix('#') {
+        let n = match num.strip_prefix('x') {
+            Some(hex) => u32::from_str_radix(hex, 16).ok(),
+            None => num.parse().ok(),
         };
-        let entity = &tail[1..end];
-        let ch = match entity {
-            "lt" => Some('<'),
-            "gt" => Some('>'),
-            "amp" => Some('&'),
-            "quot" => Some('"'),
-            "apos" => Some('\''),
-            _ => entity
-                .strip_prefix("#x")
-                .or_else(|| entity.strip_prefix("#X"))
-                .map(|h| u32::from_str_radix(h, 16))
-                .or_else(|| entity.strip_prefix('#').map(str::parse::<u32>))
-                .and_then(Result::ok)
-                .and_then(char::from_u32),
-        };
-        if let Some(c) = ch {
-            out.push(c);
-            rest = &tail[end + 1..];
-        } else {
-            out.push('&');
-            rest = &tail[1..];
-        }
+        n.and_then(char::from_u32).map(String::from)
+    } else {
+        resolve_predefined_entity(name).map(str::to_string)
+    };
+    if let Some(t) = known {
+        text.push_str(&t);
+    } else {
+        text.push('&');
+        text.push_str(name);
+        text.push(';');
     }
-    out.push_str(rest);
-    out
+}
+
+/// A tag name, checked to start like one.
+fn tag_name(name: &str, at: usize) -> Result<String, XmlError> {
+    let name = name.to_string();
+    if name.is_empty() || name.starts_with(|c: char| !(c.is_alphabetic() || c == '_')) {
+        return Err(err(at, format!("`<{name}>` is not a tag")));
+    }
+    Ok(name)
 }
 
 /// Parses a document with one root element (text around it is ignored).
 pub fn parse(doc: &str) -> Result<Element, XmlError> {
-    let bytes = doc.as_bytes();
+    let mut reader = Reader::from_str(doc);
+    let config = reader.config_mut();
+    // BOINC writes a bare `&` in some texts (project names, messages): kept as text.
+    config.allow_dangling_amp = true;
+    config.check_end_names = true;
     let mut stack: Vec<(Element, String)> = Vec::new();
     let mut root: Option<Element> = None;
-    let mut i = 0;
-    while i < bytes.len() {
-        let Some(lt) = doc[i..].find('<').map(|p| p + i) else {
-            if let Some((_, text)) = stack.last_mut() {
-                text.push_str(&doc[i..]);
-            }
-            break;
-        };
-        if let Some((_, text)) = stack.last_mut() {
-            text.push_str(&doc[i..lt]);
-        }
-        let rest = &doc[lt..];
-        if rest.starts_with("<!--") {
-            let end = rest
-                .find("-->")
-                .ok_or_else(|| err(lt, "a comment that never ends"))?;
-            i = lt + end + 3;
-            continue;
-        }
-        if rest.starts_with("<![CDATA[") {
-            let end = rest
-                .find("]]>")
-                .ok_or_else(|| err(lt, "a CDATA section that never ends"))?;
-            if let Some((_, text)) = stack.last_mut() {
-                // Kept raw: marked so `decode` cannot touch it.
-                text.push_str(&rest[9..end].replace('&', "&amp;"));
-            }
-            i = lt + end + 3;
-            continue;
-        }
-        if rest.starts_with("<?") || rest.starts_with("<!") {
-            let end = rest
-                .find('>')
-                .ok_or_else(|| err(lt, "a declaration that never ends"))?;
-            i = lt + end + 1;
-            continue;
-        }
-        let end = rest
-            .find('>')
-            .ok_or_else(|| err(lt, "a tag that never ends (the answer may be cut off)"))?;
-        let inner = &rest[1..end];
-        i = lt + end + 1;
-        if let Some(name) = inner.strip_prefix('/') {
-            let name = name.trim();
-            let Some((mut el, text)) = stack.pop() else {
-                return Err(err(lt, format!("`</{name}>` closes nothing")));
+    loop {
+        let at = usize::try_from(reader.buffer_position()).unwrap_or(usize::MAX);
+        let event = reader.read_event().map_err(|e| {
+            let offset = usize::try_from(reader.error_position()).unwrap_or(usize::MAX);
+            // Syntax errors are things left open at the end of the input.
+            let cut = if matches!(e, quick_xml::Error::Syntax(_)) {
+                " (the answer may be cut off)"
+            } else {
+                ""
             };
-            if el.name != name {
-                return Err(err(
-                    lt,
-                    format!("`</{name}>` where `</{}>` was expected", el.name),
-                ));
+            err(offset, format!("{e}{cut}"))
+        })?;
+        match event {
+            Event::Start(t) => {
+                if stack.len() >= MAX_DEPTH {
+                    return Err(err(at, format!("nesting deeper than {MAX_DEPTH} levels")));
+                }
+                let el = Element {
+                    name: tag_name(t.name().as_ref(), at)?,
+                    ..Element::default()
+                };
+                stack.push((el, String::new()));
             }
-            el.text = decode(text.trim());
-            attach(&mut stack, &mut root, el, lt)?;
-            continue;
-        }
-        let self_closing = inner.ends_with('/');
-        let inner = inner.trim_end_matches('/');
-        let name: String = inner
-            .chars()
-            .take_while(|c| !c.is_whitespace())
-            .collect::<String>();
-        if name.is_empty() || name.starts_with(|c: char| !(c.is_alphabetic() || c == '_')) {
-            return Err(err(lt, format!("`<{inner}>` is not a tag")));
-        }
-        let el = Element {
-            name,
-            ..Element::default()
-        };
-        if self_closing {
-            attach(&mut stack, &mut root, el, lt)?;
-        } else {
-            if stack.len() >= MAX_DEPTH {
-                return Err(err(lt, format!("nesting deeper than {MAX_DEPTH} levels")));
+            Event::Empty(t) => {
+                let el = Element {
+                    name: tag_name(t.name().as_ref(), at)?,
+                    ..Element::default()
+                };
+                attach(&mut stack, &mut root, el, at)?;
             }
-            stack.push((el, String::new()));
+            Event::End(_) => {
+                // quick-xml has checked that it closes the open element.
+                let Some((mut el, text)) = stack.pop() else {
+                    return Err(err(at, "a closing tag that closes nothing"));
+                };
+                el.text = text.trim().to_string();
+                attach(&mut stack, &mut root, el, at)?;
+            }
+            Event::Text(t) => {
+                if let Some((_, text)) = stack.last_mut() {
+                    text.push_str(&t);
+                }
+            }
+            Event::CData(t) => {
+                if let Some((_, text)) = stack.last_mut() {
+                    text.push_str(&t);
+                }
+            }
+            Event::GeneralRef(r) => {
+                if let Some((_, text)) = stack.last_mut() {
+                    push_ref(text, &r);
+                }
+            }
+            Event::Eof => break,
+            Event::Comment(_) | Event::Decl(_) | Event::PI(_) | Event::DocType(_) => {}
         }
     }
     if let Some((el, _)) = stack.last() {
@@ -231,11 +204,11 @@ mod tests {
     fn errors_say_where_and_what() {
         let e = parse("<a><b></a>").unwrap_err();
         assert_eq!(e.offset, 6);
-        assert!(e.problem.contains("`</b>` was expected"), "{e}");
+        assert!(e.problem.contains("expected `</b>`"), "{e}");
         let e = parse("<a><b>text").unwrap_err();
         assert!(e.problem.contains("ends inside `<b>`"), "{e}");
         let e = parse("<a><b").unwrap_err();
-        assert!(e.problem.contains("never ends"), "{e}");
+        assert!(e.problem.contains("cut off"), "{e}");
         assert!(parse("").is_err());
         assert!(parse("</x>").is_err());
         assert!(parse("<a/><b/>").is_err());
@@ -250,8 +223,14 @@ mod tests {
     }
 
     #[test]
-    fn unknown_entities_stay_as_written() {
-        assert_eq!(decode("a &nbsp; b & c &#xZZ;"), "a &nbsp; b & c &#xZZ;");
-        assert_eq!(decode("&#x41;&#66;"), "AB");
+    fn unknown_entities_and_bare_ampersands_stay_as_written() {
+        let a = parse("<a>a &nbsp; b & c &#xZZ; &#x41;&#66;</a>").unwrap();
+        assert_eq!(a.text, "a &nbsp; b & c &#xZZ; AB");
+    }
+
+    #[test]
+    fn huge_flat_documents_are_read() {
+        let doc = format!("<r>{}</r>", "<t>x</t>".repeat(200_000));
+        assert_eq!(parse(&doc).unwrap().children.len(), 200_000);
     }
 }

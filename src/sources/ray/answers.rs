@@ -5,7 +5,10 @@
 use serde_json::Value;
 
 use crate::snapshot::SourceWarning;
-use crate::sources::json::{At, ShapeError};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+use crate::sources::json::{ShapeError, describe, typed, typed_each};
 
 /// The dashboard answers one fetch reads.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -127,11 +130,11 @@ impl RayParseError {
 }
 
 /// Ray's `{"result": true, "msg": ..., "data": ...}` envelope: the data, or why not.
-fn envelope(doc: &Value) -> Result<At<'_>, RayAnswerError> {
+fn envelope(doc: &Value) -> Result<&Value, RayAnswerError> {
     let Value::Object(map) = doc else {
         return Err(RayAnswerError::NotRay(format!(
             "it answered {}, not the dashboard's {{\"result\": ..., \"data\": ...}} object",
-            At::root(doc).wrong("").found
+            describe(doc)
         )));
     };
     match map.get("result") {
@@ -150,51 +153,54 @@ fn envelope(doc: &Value) -> Result<At<'_>, RayAnswerError> {
             ));
         }
     }
-    let root = At::root(doc);
     match map.get("data") {
-        Some(Value::Object(_)) => Ok(root),
-        Some(other) => Err(RayAnswerError::Shape(
-            At::root(other).wrong("an object").at("data"),
-        )),
-        None => Err(RayAnswerError::Shape(ShapeError {
+        Some(data @ Value::Object(_)) => Ok(data),
+        other => Err(RayAnswerError::Shape(ShapeError {
             path: "data".to_string(),
-            expected: "an object",
-            found: "nothing (missing or null)".to_string(),
+            problem: format!(
+                "expected an object, found {}",
+                other.map_or_else(|| "nothing".to_string(), describe)
+            ),
         })),
     }
 }
 
 /// Maps a shape error to the answer it was found in.
-fn shape(answer: RayAnswerKind) -> impl Fn(ShapeError) -> RayParseError {
+pub(super) fn shape(answer: RayAnswerKind) -> impl Fn(ShapeError) -> RayParseError {
     move |e| RayParseError {
         answer,
         error: RayAnswerError::Shape(e),
     }
 }
 
-/// Opens the envelope of `answer` and reads its `data` with `f`.
-pub(super) fn in_envelope<T>(
+/// Opens the envelope of `answer` and reads its `data` as `T`.
+pub(super) fn in_envelope<T: DeserializeOwned>(
     answer: RayAnswerKind,
     doc: &Value,
-    f: impl FnOnce(At<'_>) -> Result<T, ShapeError>,
 ) -> Result<T, RayParseError> {
-    let root = envelope(doc).map_err(|error| RayParseError { answer, error })?;
-    root.field("data", f).map_err(shape(answer))
+    let data = envelope(doc).map_err(|error| RayParseError { answer, error })?;
+    typed(data, "data").map_err(shape(answer))
 }
 
-/// The state API's list, under `data.result.result`.
-/// An element that cannot be read is skipped, its error in `skipped`.
-pub(super) fn state_list<T>(
+/// The state API's list, under `data.result.result`, read item by item: an item that
+/// cannot be read is skipped, its error in `skipped`.
+pub(super) fn state_list<T: DeserializeOwned>(
     answer: RayAnswerKind,
     doc: &Value,
     skipped: &mut Vec<ShapeError>,
-    f: impl FnMut(At<'_>) -> Result<T, ShapeError>,
 ) -> Result<Vec<T>, RayParseError> {
-    in_envelope(answer, doc, |data| {
-        data.field("result", |r| {
-            r.field("result", |list| list.each_or_skip(skipped, f))
-        })
-    })
+    /// `data.result` of a state API answer.
+    #[derive(Deserialize)]
+    struct Data {
+        result: Listed,
+    }
+    /// `data.result.result`: kept raw, read item by item.
+    #[derive(Deserialize)]
+    struct Listed {
+        result: Value,
+    }
+    let data: Data = in_envelope(answer, doc)?;
+    typed_each(&data.result.result, "data.result.result", skipped).map_err(shape(answer))
 }
 
 /// Reads `/api/version`: Ray's version, or why this is not a Ray dashboard.

@@ -1,13 +1,37 @@
 //! The work Ray knows about: tasks, actors and placement groups from the state API, and
-//! the pending resource demands of `/api/cluster_status`.
+//! the pending resource demands of `/api/cluster_status`, each read through serde types
+//! item by item (an item that cannot be read is skipped with its path).
 
 use std::collections::BTreeMap;
 
+use serde::Deserialize;
 use serde_json::Value;
 
-use super::answers::{RayAnswerKind, RayParseError, in_envelope, state_list};
+use super::answers::{RayAnswerKind, RayParseError, in_envelope, shape, state_list};
 use super::resources::{RayResource, canonical_shape, classify_resource};
-use crate::sources::json::{At, ShapeError};
+use crate::sources::json::{Num, ShapeError, Whole, typed, typed_each};
+
+/// Resources as Ray writes them, classified.
+fn classified(r: Option<BTreeMap<String, Num>>) -> Vec<(RayResource, f64)> {
+    r.unwrap_or_default()
+        .into_iter()
+        .map(|(k, Num(v))| (classify_resource(&k), v))
+        .collect()
+}
+
+/// A task of `/api/v0/tasks`, as Ray writes it.
+#[derive(Deserialize)]
+struct TaskEntry {
+    task_id: String,
+    name: Option<String>,
+    state: Option<String>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    job_id: Option<String>,
+    worker_id: Option<String>,
+    required_resources: Option<BTreeMap<String, Num>>,
+    creation_time_ms: Option<Num>,
+}
 
 /// A task from the state API (actor creation tasks included).
 #[derive(Clone, Debug)]
@@ -22,37 +46,34 @@ pub(super) struct RayTask {
     pub(super) created_ms: Option<u64>,
 }
 
-/// A task's `required_resources`, classified.
-fn required(at: At<'_>) -> Result<Vec<(RayResource, f64)>, ShapeError> {
-    Ok(at
-        .opt_field("required_resources", |r| {
-            r.entries(|k, v| Ok((classify_resource(k), v.f64()?)))
-        })?
-        .unwrap_or_default())
-}
-
-/// A millisecond time, clamped at zero.
-fn millis(at: At<'_>) -> Result<u64, ShapeError> {
-    Ok(at.f64()?.max(0.0) as u64)
-}
-
 /// Reads `/api/v0/tasks`.
 pub(super) fn parse_tasks(
     doc: &Value,
     skipped: &mut Vec<ShapeError>,
 ) -> Result<Vec<RayTask>, RayParseError> {
-    state_list(RayAnswerKind::Tasks, doc, skipped, |t| {
-        Ok(RayTask {
-            id: t.field("task_id", |v| v.str())?,
-            name: t.opt_field("name", |v| v.str())?.unwrap_or_default(),
-            state: t.opt_field("state", |v| v.str())?.unwrap_or_default(),
-            kind: t.opt_field("type", |v| v.str())?.unwrap_or_default(),
-            job_id: t.opt_field("job_id", |v| v.str())?.unwrap_or_default(),
-            worker_id: t.opt_field("worker_id", |v| v.str())?,
-            required: required(t)?,
-            created_ms: t.opt_field("creation_time_ms", millis)?,
+    let entries: Vec<TaskEntry> = state_list(RayAnswerKind::Tasks, doc, skipped)?;
+    Ok(entries
+        .into_iter()
+        .map(|t| RayTask {
+            id: t.task_id,
+            name: t.name.unwrap_or_default(),
+            state: t.state.unwrap_or_default(),
+            kind: t.kind.unwrap_or_default(),
+            job_id: t.job_id.unwrap_or_default(),
+            worker_id: t.worker_id,
+            required: classified(t.required_resources),
+            created_ms: t.creation_time_ms.map(|Num(ms)| ms.max(0.0) as u64),
         })
-    })
+        .collect())
+}
+
+/// An actor of `/api/v0/actors`, as Ray writes it.
+#[derive(Deserialize)]
+struct ActorEntry {
+    actor_id: String,
+    name: Option<String>,
+    class_name: Option<String>,
+    job_id: Option<String>,
 }
 
 /// An actor from the state API.
@@ -69,14 +90,48 @@ pub(super) fn parse_actors(
     doc: &Value,
     skipped: &mut Vec<ShapeError>,
 ) -> Result<Vec<RayActor>, RayParseError> {
-    state_list(RayAnswerKind::Actors, doc, skipped, |a| {
-        Ok(RayActor {
-            id: a.field("actor_id", |v| v.str())?,
-            name: a.opt_field("name", |v| v.str())?.unwrap_or_default(),
-            class: a.opt_field("class_name", |v| v.str())?.unwrap_or_default(),
-            job_id: a.opt_field("job_id", |v| v.str())?.unwrap_or_default(),
+    let entries: Vec<ActorEntry> = state_list(RayAnswerKind::Actors, doc, skipped)?;
+    Ok(entries
+        .into_iter()
+        .map(|a| RayActor {
+            id: a.actor_id,
+            name: a.name.unwrap_or_default(),
+            class: a.class_name.unwrap_or_default(),
+            job_id: a.job_id.unwrap_or_default(),
         })
-    })
+        .collect())
+}
+
+/// A placement group of `/api/v0/placement_groups`, as Ray writes it.
+#[derive(Deserialize)]
+struct GroupEntry {
+    placement_group_id: String,
+    name: Option<String>,
+    state: Option<String>,
+    creator_job_id: Option<String>,
+    bundles: Option<Vec<BundleEntry>>,
+    stats: Option<GroupStats>,
+}
+
+/// A bundle of a placement group.
+#[derive(Deserialize)]
+struct BundleEntry {
+    bundle_id: BundleId,
+    unit_resources: Option<BTreeMap<String, Num>>,
+    node_id: Option<String>,
+}
+
+/// A bundle's place in its group.
+#[derive(Deserialize)]
+struct BundleId {
+    bundle_index: Whole,
+}
+
+/// A group's scheduling stats.
+#[derive(Deserialize)]
+struct GroupStats {
+    creation_request_received_ns: Option<Num>,
+    scheduling_state: Option<String>,
 }
 
 /// A placement-group bundle: its index, the GPU it reserves, its node once placed.
@@ -107,15 +162,16 @@ pub(super) fn parse_placement_groups(
     doc: &Value,
     skipped: &mut Vec<ShapeError>,
 ) -> Result<Vec<RayPlacementGroup>, RayParseError> {
-    state_list(RayAnswerKind::PlacementGroups, doc, skipped, |p| {
-        let bundles = p
-            .opt_field("bundles", |bs| {
-                bs.each(|b| {
-                    let resources = b
-                        .opt_field("unit_resources", |r| {
-                            r.entries(|k, v| Ok((classify_resource(k), v.f64()?)))
-                        })?
-                        .unwrap_or_default();
+    let entries: Vec<GroupEntry> = state_list(RayAnswerKind::PlacementGroups, doc, skipped)?;
+    Ok(entries
+        .into_iter()
+        .map(|p| {
+            let bundles = p
+                .bundles
+                .unwrap_or_default()
+                .into_iter()
+                .map(|b| {
+                    let resources = classified(b.unit_resources);
                     let gpu = resources
                         .iter()
                         .filter(|(r, _)| *r == RayResource::Gpu)
@@ -123,35 +179,28 @@ pub(super) fn parse_placement_groups(
                         .sum();
                     let mut shape = canonical_shape(&resources);
                     shape.retain(|_, v| *v > 0.0);
-                    Ok(RayBundle {
-                        index: b.field("bundle_id", |id| id.field("bundle_index", |i| i.u32()))?,
+                    RayBundle {
+                        index: b.bundle_id.bundle_index.0,
                         gpu,
                         shape,
-                        node_id: b.opt_field("node_id", |n| n.str())?,
-                    })
+                        node_id: b.node_id,
+                    }
                 })
-            })?
-            .unwrap_or_default();
-        let created_ns = p.opt_field("stats", |s| {
-            s.opt_field("creation_request_received_ns", |n| n.f64())
-        })?;
-        let scheduling = p
-            .opt_field("stats", |s| s.opt_field("scheduling_state", |n| n.str()))?
-            .flatten();
-        Ok(RayPlacementGroup {
-            id: p
-                .field("placement_group_id", |v| v.str())?
-                .to_ascii_lowercase(),
-            name: p.opt_field("name", |v| v.str())?.unwrap_or_default(),
-            state: p.opt_field("state", |v| v.str())?.unwrap_or_default(),
-            job_id: p
-                .opt_field("creator_job_id", |v| v.str())?
-                .unwrap_or_default(),
-            created_ms: created_ns.flatten().map(|ns| (ns / 1e6) as u64),
-            bundles,
-            scheduling,
+                .collect();
+            let (created_ns, scheduling) = p.stats.map_or((None, None), |s| {
+                (s.creation_request_received_ns, s.scheduling_state)
+            });
+            RayPlacementGroup {
+                id: p.placement_group_id.to_ascii_lowercase(),
+                name: p.name.unwrap_or_default(),
+                state: p.state.unwrap_or_default(),
+                job_id: p.creator_job_id.unwrap_or_default(),
+                created_ms: created_ns.map(|Num(ns)| (ns / 1e6) as u64),
+                bundles,
+                scheduling,
+            }
         })
-    })
+        .collect())
 }
 
 /// A resource demand: canonical resources and how many requests want that shape.
@@ -179,33 +228,49 @@ pub(super) struct Demands {
     pub(super) groups: Vec<PgDemand>,
 }
 
-/// A resource map, canonical names.
-fn shape_of(at: At<'_>) -> Result<BTreeMap<String, f64>, ShapeError> {
-    let res = at.entries(|k, v| Ok((classify_resource(k), v.f64()?)))?;
-    Ok(canonical_shape(&res))
+/// `/api/cluster_status`'s `data`, down to the load report.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StatusData {
+    cluster_status: Option<ClusterStatus>,
 }
 
-/// A `[value, count]` pair: `value` read with `f`.
-fn pair<T>(
-    at: At<'_>,
-    f: impl FnOnce(At<'_>) -> Result<T, ShapeError>,
-) -> Result<(T, u32), ShapeError> {
-    const PAIR: &str = "a [value, count] pair";
-    Ok((at.item(0, 2, PAIR, f)?, at.item(1, 2, PAIR, |c| c.u32())?))
+/// The autoscaler's view of the cluster.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ClusterStatus {
+    load_metrics_report: Option<LoadReport>,
 }
 
-/// One `pgDemand` entry: `[{"bundles": [[{"GPU": 2.0}, 2]], "strategy": "PACK"}, 1]`.
-fn pg_demand(at: At<'_>) -> Result<PgDemand, ShapeError> {
-    let ((bundles, strategy), count) = pair(at, |g| {
-        let bundles = g.field("bundles", |bs| bs.each(|b| pair(b, shape_of)))?;
-        let strategy = g.opt_field("strategy", |s| s.str())?.unwrap_or_default();
-        Ok((bundles, strategy))
-    })?;
-    Ok(PgDemand {
-        bundles,
-        strategy,
-        count,
-    })
+/// Pending demands, kept raw and read entry by entry.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LoadReport {
+    resource_demand: Option<Value>,
+    pg_demand: Option<Value>,
+}
+
+/// Resources, as Ray writes them.
+type Shape = BTreeMap<String, Num>;
+
+/// `[{"bundles": [[{"GPU": 2.0}, 2]], "strategy": "PACK"}, 1]`.
+#[derive(Deserialize)]
+struct PgEntry {
+    bundles: Vec<(Shape, Whole)>,
+    strategy: Option<String>,
+}
+
+/// A shape in canonical names.
+fn canonical(s: Shape) -> BTreeMap<String, f64> {
+    canonical_shape(&classified(Some(s)))
+}
+
+/// The entries of a demand list, raw (none when absent).
+fn entries(v: Option<Value>, at: &str) -> Result<Vec<Value>, RayParseError> {
+    v.map_or_else(
+        || Ok(Vec::new()),
+        |v| typed_each(&v, at, &mut Vec::new()).map_err(shape(RayAnswerKind::ClusterStatus)),
+    )
 }
 
 /// Reads the pending demands of `/api/cluster_status`; none while the autoscaler has not
@@ -214,22 +279,38 @@ pub(super) fn parse_demands(
     doc: &Value,
     skipped: &mut Vec<ShapeError>,
 ) -> Result<Demands, RayParseError> {
-    let demands = in_envelope(RayAnswerKind::ClusterStatus, doc, |data| {
-        data.opt_field("clusterStatus", |cs| {
-            cs.opt_field("loadMetricsReport", |lm| {
-                let tasks = lm.opt_field("resourceDemand", |d| {
-                    d.each_or_skip(skipped, |p| {
-                        let (shape, count) = pair(p, shape_of)?;
-                        Ok(Demand { shape, count })
-                    })
-                })?;
-                let groups = lm.opt_field("pgDemand", |d| d.each_or_skip(skipped, pg_demand))?;
-                Ok(Demands {
-                    tasks: tasks.unwrap_or_default(),
-                    groups: groups.unwrap_or_default(),
-                })
-            })
-        })
-    })?;
-    Ok(demands.flatten().unwrap_or_default())
+    let data: StatusData = in_envelope(RayAnswerKind::ClusterStatus, doc)?;
+    let Some(report) = data.cluster_status.and_then(|c| c.load_metrics_report) else {
+        return Ok(Demands::default());
+    };
+    let at = "data.clusterStatus.loadMetricsReport";
+    let (tasks, groups) = (
+        entries(report.resource_demand, &format!("{at}.resourceDemand"))?,
+        entries(report.pg_demand, &format!("{at}.pgDemand"))?,
+    );
+    let mut out = Demands::default();
+    for (i, v) in tasks.iter().enumerate() {
+        match typed::<(Shape, Whole)>(v, &format!("{at}.resourceDemand[{i}]")) {
+            Ok((shape, Whole(count))) => out.tasks.push(Demand {
+                shape: canonical(shape),
+                count,
+            }),
+            Err(e) => skipped.push(e),
+        }
+    }
+    for (i, v) in groups.iter().enumerate() {
+        match typed::<(PgEntry, Whole)>(v, &format!("{at}.pgDemand[{i}]")) {
+            Ok((g, Whole(count))) => out.groups.push(PgDemand {
+                bundles: g
+                    .bundles
+                    .into_iter()
+                    .map(|(s, Whole(n))| (canonical(s), n))
+                    .collect(),
+                strategy: g.strategy.unwrap_or_default(),
+                count,
+            }),
+            Err(e) => skipped.push(e),
+        }
+    }
+    Ok(out)
 }

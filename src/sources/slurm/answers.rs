@@ -6,7 +6,9 @@ use serde_json::Value;
 
 use crate::snapshot::SourceWarning;
 use crate::sources::gres::{self, Gres};
-use crate::sources::json::{At, ShapeError};
+use serde::Deserialize;
+
+use crate::sources::json::{Num, ShapeError, Whole, describe, typed, typed_each, typed_or_skip};
 
 use super::API;
 
@@ -87,13 +89,27 @@ fn shape(answer: SlurmAnswerKind) -> impl Fn(ShapeError) -> SlurmParseError {
     }
 }
 
+/// slurmrestd's envelope: `errors` (`meta` is read by pointer: only its release is used).
+#[derive(Deserialize)]
+struct Envelope {
+    errors: Option<Vec<SlurmErrorEntry>>,
+}
+
+/// One of `errors`.
+#[derive(Deserialize)]
+struct SlurmErrorEntry {
+    description: Option<String>,
+    /// A string in some releases, a number in others: shown as written.
+    error: Option<Value>,
+}
+
 /// Checks slurmrestd's envelope (`meta`, `errors`) and returns Slurm's release.
 fn envelope(answer: SlurmAnswerKind, doc: &Value) -> Result<String, SlurmParseError> {
     let fail = |error| SlurmParseError { answer, error };
     let Value::Object(map) = doc else {
         return Err(fail(SlurmAnswerError::NotSlurm(format!(
             "it answered {}, not slurmrestd's {{\"meta\": ..., \"errors\": ...}} object",
-            At::root(doc).wrong("").found
+            describe(doc)
         ))));
     };
     if !map.contains_key("meta") {
@@ -101,33 +117,33 @@ fn envelope(answer: SlurmAnswerKind, doc: &Value) -> Result<String, SlurmParseEr
             "its JSON has no `meta`, which every slurmrestd answer carries".to_string(),
         )));
     }
-    let root = At::root(doc);
-    let errors = root
-        .opt_field("errors", |e| {
-            e.each(|err| {
-                let text = err.opt_field("description", |d| d.str())?;
-                let code = err.opt_field("error", |d| d.str())?;
-                Ok(match (text, code) {
-                    (Some(t), Some(c)) if !t.is_empty() => format!("{t} ({c})"),
-                    (Some(t), _) if !t.is_empty() => t,
-                    (_, Some(c)) => c,
-                    _ => "an error without a description".to_string(),
-                })
-            })
+    let env: Envelope = typed(doc, "").map_err(shape(answer))?;
+    let errors: Vec<String> = env
+        .errors
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| {
+            let code = e.error.map(|c| match c {
+                Value::String(s) => s,
+                other => other.to_string(),
+            });
+            match (e.description, code) {
+                (Some(t), Some(c)) if !t.is_empty() => format!("{t} ({c})"),
+                (Some(t), _) if !t.is_empty() => t,
+                (_, Some(c)) => c,
+                _ => "an error without a description".to_string(),
+            }
         })
-        .map_err(shape(answer))?
-        .unwrap_or_default();
+        .collect();
     if !errors.is_empty() {
         return Err(fail(SlurmAnswerError::Failed(errors.join("; "))));
     }
-    let release = root
-        .field("meta", |m| {
-            m.opt_field("Slurm", |s| s.opt_field("release", |r| r.str()))
-        })
-        .map_err(shape(answer))?
-        .flatten()
-        .unwrap_or_default();
-    Ok(release)
+    // Only shown: a release of another shape is shown as unknown, never an error.
+    Ok(doc
+        .pointer("/meta/Slurm/release")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string())
 }
 
 /// A node as slurmrestd reports it.
@@ -142,14 +158,57 @@ pub(super) struct SlurmNode {
     pub(super) gres: Vec<Gres>,
 }
 
-/// A GRES string, read.
-fn gres_at(at: At<'_>) -> Result<Vec<Gres>, ShapeError> {
-    let text = at.str()?;
-    gres::parse(&text).map_err(|e| ShapeError {
-        path: at.path(),
-        expected: "a Slurm GRES string",
-        found: e.to_string(),
+/// A GRES string, read; `at` is where it was.
+fn gres_at(text: &str, at: &str) -> Result<Vec<Gres>, ShapeError> {
+    gres::parse(text).map_err(|e| ShapeError {
+        path: at.to_string(),
+        problem: format!("expected a Slurm GRES string, found {e}"),
     })
+}
+
+/// The answers' lists, kept raw and read item by item.
+#[derive(Deserialize)]
+struct Lists {
+    nodes: Option<Value>,
+    jobs: Option<Value>,
+}
+
+/// A list of an answer, read item by item with `read`; a missing list is an error.
+fn items<T>(
+    answer: SlurmAnswerKind,
+    list: Option<Value>,
+    key: &str,
+    skipped: &mut Vec<ShapeError>,
+    mut read: impl FnMut(&Value, &str) -> Result<T, ShapeError>,
+) -> Result<Vec<T>, SlurmParseError> {
+    let list = list.ok_or_else(|| {
+        shape(answer)(ShapeError {
+            path: key.to_string(),
+            problem: "expected a value, found nothing (missing or null)".to_string(),
+        })
+    })?;
+    let raw: Vec<Value> = typed_each(&list, key, &mut Vec::new()).map_err(shape(answer))?;
+    let mut out = Vec::with_capacity(raw.len());
+    for (i, v) in raw.iter().enumerate() {
+        match read(v, &format!("{key}[{i}]")) {
+            Ok(t) => out.push(t),
+            Err(e) => skipped.push(e),
+        }
+    }
+    Ok(out)
+}
+
+/// A node of the nodes answer, as slurmrestd writes it.
+#[derive(Deserialize)]
+struct NodeEntry {
+    name: String,
+    state: Option<String>,
+    state_flags: Option<Vec<String>>,
+    reason: Option<String>,
+    /// Not core: read on their own, so a bad one leaves the node in (`typed_or_skip`).
+    cpus: Option<Value>,
+    alloc_cpus: Option<Value>,
+    gres: Option<String>,
 }
 
 /// Reads the nodes answer: Slurm's release and the nodes. A node that cannot be read is
@@ -159,34 +218,39 @@ pub(super) fn parse_nodes(
     doc: &Value,
     skipped: &mut Vec<ShapeError>,
 ) -> Result<(String, Vec<SlurmNode>), SlurmParseError> {
-    let release = envelope(SlurmAnswerKind::Nodes, doc)?;
+    let answer = SlurmAnswerKind::Nodes;
+    let release = envelope(answer, doc)?;
+    let lists: Lists = typed(doc, "").map_err(shape(answer))?;
     let mut bad = Vec::new();
-    let nodes = At::root(doc)
-        .field("nodes", |ns| {
-            ns.each_or_skip(&mut bad, |n| {
-                Ok(SlurmNode {
-                    name: n.field("name", |v| v.str())?,
-                    state: n
-                        .opt_field("state", |v| v.str())?
-                        .unwrap_or_default()
-                        .to_ascii_lowercase(),
-                    flags: n
-                        .opt_field("state_flags", |f| f.each(|x| x.str()))?
-                        .unwrap_or_default(),
-                    reason: n.opt_field("reason", |v| v.str())?.unwrap_or_default(),
-                    cpus: n.opt_field("cpus", |v| v.u32())?,
-                    alloc_cpus: n.opt_field("alloc_cpus", |v| v.u32())?.unwrap_or(0),
-                    gres: n.opt_field("gres", gres_at)?.unwrap_or_default(),
-                })
-            })
+    let mut field_errors = Vec::new();
+    let nodes = items(answer, lists.nodes, "nodes", &mut bad, |v, at| {
+        let n: NodeEntry = typed(v, at)?;
+        Ok(SlurmNode {
+            name: n.name,
+            state: n.state.unwrap_or_default().to_ascii_lowercase(),
+            flags: n.state_flags.unwrap_or_default(),
+            reason: n.reason.unwrap_or_default(),
+            cpus: typed_or_skip(n.cpus.as_ref(), &format!("{at}.cpus"), &mut field_errors)
+                .map(|Whole(c)| c),
+            alloc_cpus: typed_or_skip(
+                n.alloc_cpus.as_ref(),
+                &format!("{at}.alloc_cpus"),
+                &mut field_errors,
+            )
+            .map_or(0, |Whole(c)| c),
+            gres: match &n.gres {
+                Some(g) => gres_at(g, &format!("{at}.gres"))?,
+                None => Vec::new(),
+            },
         })
-        .map_err(shape(SlurmAnswerKind::Nodes))?;
+    })?;
     if nodes.is_empty()
         && let Some(first) = bad.first()
     {
-        return Err(shape(SlurmAnswerKind::Nodes)(first.clone()));
+        return Err(shape(answer)(first.clone()));
     }
     skipped.extend(bad);
+    skipped.extend(field_errors);
     Ok((release, nodes))
 }
 
@@ -208,71 +272,102 @@ pub(super) struct SlurmJob {
     pub(super) submit_s: u64,
 }
 
+/// A job of the jobs answer, as slurmrestd writes it.
+#[derive(Deserialize)]
+struct JobEntry {
+    job_id: Num,
+    name: Option<String>,
+    user_name: Option<String>,
+    account: Option<String>,
+    partition: Option<String>,
+    job_state: Option<String>,
+    state_reason: Option<String>,
+    gres_detail: Option<Vec<String>>,
+    job_resources: Option<JobResources>,
+    nodes: Option<String>,
+    tres_per_node: Option<String>,
+    tres_per_job: Option<String>,
+    tres_per_socket: Option<String>,
+    tres_per_task: Option<String>,
+    start_time: Option<Num>,
+    submit_time: Option<Num>,
+}
+
+/// Where a job runs.
+#[derive(Deserialize)]
+struct JobResources {
+    allocated_nodes: Option<Vec<AllocatedNode>>,
+}
+
+/// One node a job runs on.
+#[derive(Deserialize)]
+struct AllocatedNode {
+    nodename: String,
+}
+
+/// Seconds, clamped at zero.
+fn secs(n: Option<Num>) -> u64 {
+    n.map_or(0, |Num(s)| s.max(0.0) as u64)
+}
+
 /// Reads the jobs answer; a job that cannot be read is skipped, its error in `skipped`.
 pub(super) fn parse_jobs(
     doc: &Value,
     skipped: &mut Vec<ShapeError>,
 ) -> Result<Vec<SlurmJob>, SlurmParseError> {
-    envelope(SlurmAnswerKind::Jobs, doc)?;
-    At::root(doc)
-        .field("jobs", |js| {
-            js.each_or_skip(skipped, |j| {
-                let details = j
-                    .opt_field("gres_detail", |d| d.each(gres_at))?
-                    .unwrap_or_default();
-                let alloc_nodes: Vec<String> = j
-                    .opt_field("job_resources", |r| {
-                        r.opt_field("allocated_nodes", |ns| {
-                            ns.each(|n| n.field("nodename", |v| v.str()))
-                        })
-                    })?
-                    .flatten()
-                    .unwrap_or_default();
-                let single = j.opt_field("nodes", |v| v.str())?.unwrap_or_default();
-                let held = details
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, g)| {
-                        let node = alloc_nodes
-                            .get(i)
-                            .cloned()
-                            .unwrap_or_else(|| single.clone());
-                        (node, g)
-                    })
-                    .collect();
-                let mut wants = Vec::new();
-                for key in [
-                    "tres_per_node",
-                    "tres_per_job",
-                    "tres_per_socket",
-                    "tres_per_task",
-                ] {
-                    if let Some(t) = j.opt_field(key, |v| v.str())?
-                        && !t.is_empty()
-                    {
-                        wants.push(t);
-                    }
-                }
-                let secs = |key: &'static str| -> Result<u64, ShapeError> {
-                    Ok(j.opt_field(key, |v| v.f64())?
-                        .map_or(0, |s| s.max(0.0) as u64))
-                };
-                Ok(SlurmJob {
-                    id: j.field("job_id", |v| v.f64())?.max(0.0) as u64,
-                    name: j.opt_field("name", |v| v.str())?.unwrap_or_default(),
-                    user: j.opt_field("user_name", |v| v.str())?.unwrap_or_default(),
-                    account: j.opt_field("account", |v| v.str())?.unwrap_or_default(),
-                    partition: j.opt_field("partition", |v| v.str())?.unwrap_or_default(),
-                    state: j.opt_field("job_state", |v| v.str())?.unwrap_or_default(),
-                    reason: j
-                        .opt_field("state_reason", |v| v.str())?
-                        .unwrap_or_default(),
-                    wants: wants.join(","),
-                    held,
-                    start_s: secs("start_time")?,
-                    submit_s: secs("submit_time")?,
-                })
+    let answer = SlurmAnswerKind::Jobs;
+    envelope(answer, doc)?;
+    let lists: Lists = typed(doc, "").map_err(shape(answer))?;
+    items(answer, lists.jobs, "jobs", skipped, |v, at| {
+        let j: JobEntry = typed(v, at)?;
+        let details = j
+            .gres_detail
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+            .map(|(i, g)| gres_at(g, &format!("{at}.gres_detail[{i}]")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let alloc_nodes: Vec<String> = j
+            .job_resources
+            .and_then(|r| r.allocated_nodes)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|n| n.nodename)
+            .collect();
+        let single = j.nodes.unwrap_or_default();
+        let held = details
+            .into_iter()
+            .enumerate()
+            .map(|(i, g)| {
+                let node = alloc_nodes
+                    .get(i)
+                    .cloned()
+                    .unwrap_or_else(|| single.clone());
+                (node, g)
             })
+            .collect();
+        let wants: Vec<String> = [
+            j.tres_per_node,
+            j.tres_per_job,
+            j.tres_per_socket,
+            j.tres_per_task,
+        ]
+        .into_iter()
+        .flatten()
+        .filter(|t| !t.is_empty())
+        .collect();
+        Ok(SlurmJob {
+            id: j.job_id.0.max(0.0) as u64,
+            name: j.name.unwrap_or_default(),
+            user: j.user_name.unwrap_or_default(),
+            account: j.account.unwrap_or_default(),
+            partition: j.partition.unwrap_or_default(),
+            state: j.job_state.unwrap_or_default(),
+            reason: j.state_reason.unwrap_or_default(),
+            wants: wants.join(","),
+            held,
+            start_s: secs(j.start_time),
+            submit_s: secs(j.submit_time),
         })
-        .map_err(shape(SlurmAnswerKind::Jobs))
+    })
 }
