@@ -542,7 +542,7 @@ mod tests {
                         "{}: {:?}",
                         script.display(),
                         report.summary
-                    )
+                    );
                 }
                 None => assert!(unusable.is_none(), "{:?}", report.summary),
             }
