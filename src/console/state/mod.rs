@@ -1,6 +1,7 @@
 //! The console's state: one owner, changed only by `update`, read by drawing.
 
 mod form;
+mod paging;
 mod rows;
 mod selection;
 mod sources;
@@ -17,6 +18,7 @@ use crate::sources::Action;
 use super::keymap::Keymap;
 
 pub use form::{ClaimForm, FormField, FormKind, FormStage};
+pub use paging::{claims_info_height, events_split};
 pub use selection::Picked;
 pub use sources::{STALE_AFTER_INTERVALS, SourceHealth, SourceSlot, TELEMETRY_KINDS};
 pub use totals::FleetTotals;
@@ -194,8 +196,8 @@ pub struct State {
     pub mode: Mode,
     /// First help line shown (the help scrolls on small terminals).
     pub help_scroll: u16,
-    /// Filter text (applies to every list).
-    pub filter: String,
+    /// Filter text per view (each list keeps its own).
+    pub filters: [String; 6],
     /// Sort column per view (index into `View::sort_columns`).
     pub sort: [usize; 6],
     /// Reverse sort per view.
@@ -210,6 +212,8 @@ pub struct State {
     pub flash: Option<Flash>,
     /// Console log lines (newest last).
     pub log: VecDeque<String>,
+    /// The view the detail view was opened from (Esc goes back there).
+    pub came_from: Option<View>,
     /// The device shown in detail: source, node name, device index.
     pub detail: Option<(usize, String, u32)>,
     /// Device rows, filtered and sorted.
@@ -248,7 +252,7 @@ impl State {
             view: View::Gpus,
             mode: Mode::Normal,
             help_scroll: 0,
-            filter: String::new(),
+            filters: Default::default(),
             sort: [0; 6],
             sort_reverse: [false; 6],
             cursor: [Cursor::default(); 6],
@@ -256,6 +260,7 @@ impl State {
             frozen: false,
             flash: None,
             log: VecDeque::new(),
+            came_from: None,
             detail: None,
             rows_devices: Vec::new(),
             rows_claims: Vec::new(),
@@ -297,6 +302,16 @@ impl State {
         Some((*src, n, n.devices.iter().find(|d| d.index == *index)?))
     }
 
+    /// The current view's filter.
+    pub fn filter(&self) -> &str {
+        &self.filters[self.view.position()]
+    }
+
+    /// The current view's filter, to change.
+    pub fn filter_mut(&mut self) -> &mut String {
+        &mut self.filters[self.view.position()]
+    }
+
     /// Cursor of the current view.
     pub fn cur(&self) -> Cursor {
         self.cursor[self.view.position()]
@@ -312,7 +327,7 @@ impl State {
                 .detail_device()
                 .and_then(|(_, _, d)| d.telemetry.as_ref())
                 .map_or(0, |t| t.processes.len()),
-            View::Events => self.event_count(),
+            View::Events => self.audit_events().len(),
             View::Overview => self.sources.len(),
         }
     }

@@ -158,7 +158,7 @@ pub(super) fn command(state: &mut State, text: &str) -> Vec<Effect> {
             Vec::new()
         }
         "filter" => {
-            state.filter = arg;
+            *state.filter_mut() = arg;
             state.reshape_rows();
             Vec::new()
         }
@@ -207,6 +207,9 @@ pub fn show_view(state: &mut State, v: View) {
 pub(super) fn set_view(state: &mut State, v: View) -> Vec<Effect> {
     if v == View::Detail && state.detail.is_none() {
         open_detail(state);
+    }
+    if v == View::Detail && state.view != View::Detail {
+        state.came_from = Some(state.view);
     }
     state.view = v;
     Vec::new()

@@ -45,19 +45,19 @@ pub(super) fn key(state: &mut State, ev: KeyEvent) -> Vec<Effect> {
         }
         Mode::Filter(text) => {
             let text = edit_line(text, &ev);
-            let before = state.filter.clone();
+            let before = state.filter().to_string();
             match ev.code {
                 KeyCode::Esc => {
-                    state.filter.clear();
+                    state.filter_mut().clear();
                     state.mode = Mode::Normal;
                 }
                 KeyCode::Enter => state.mode = Mode::Normal,
                 _ => {
-                    state.filter.clone_from(&text);
+                    state.filter_mut().clone_from(&text);
                     state.mode = Mode::Filter(text);
                 }
             }
-            if state.filter != before {
+            if state.filter() != before {
                 state.reshape_rows();
             }
             Vec::new()
@@ -108,7 +108,7 @@ fn normal_key(state: &mut State, ev: KeyEvent) -> Vec<Effect> {
 
 fn move_cursor(state: &mut State, delta: isize) {
     let n = state.row_count();
-    let page = usize::from(state.size.1.saturating_sub(6)).max(1);
+    let page = state.visible_rows();
     let c = &mut state.cursor[state.view.position()];
     let last = n.saturating_sub(1);
     c.selected = if delta == isize::MIN {
@@ -141,7 +141,7 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
         );
         return Vec::new();
     }
-    let page = isize::try_from(state.size.1.saturating_sub(6).max(1)).unwrap_or(10);
+    let page = isize::try_from(state.visible_rows()).unwrap_or(10);
     match a {
         KeyAction::Quit => return quit(state),
         KeyAction::Help => state.mode = Mode::Help,
@@ -171,6 +171,7 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
             if matches!(state.view, View::Gpus | View::Claims) {
                 open_detail(state);
                 if state.detail.is_some() {
+                    state.came_from = Some(state.view);
                     state.view = View::Detail;
                 }
             }
@@ -179,13 +180,13 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
             if state.flash.is_some() {
                 state.flash = None;
             } else if state.view == View::Detail {
-                state.view = View::Gpus;
-            } else if !state.filter.is_empty() {
-                state.filter.clear();
+                state.view = state.came_from.take().unwrap_or(View::Gpus);
+            } else if !state.filter().is_empty() {
+                state.filter_mut().clear();
                 state.reshape_rows();
             }
         }
-        KeyAction::Filter => state.mode = Mode::Filter(state.filter.clone()),
+        KeyAction::Filter => state.mode = Mode::Filter(state.filter().to_string()),
         KeyAction::Command => state.mode = Mode::Command(String::new()),
         KeyAction::SortNext => {
             let cols = state.view.sort_columns();

@@ -7,7 +7,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Cell, Paragraph, Row, Table, Wrap};
 
 use crate::clock;
-use crate::console::state::{ClaimKey, SourceSlot, State, View};
+use crate::console::state::{ClaimKey, SourceSlot, State, View, claims_info_height};
 use crate::console::theme::Theme;
 use crate::snapshot::{ClaimState, ClaimView};
 use crate::units::Bytes;
@@ -74,7 +74,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
         wide: area.width >= 140,
         multi: state.shown_sources().count() > 1,
     };
-    let detail_h = if area.height >= 16 { 5 } else { 0 };
+    let detail_h = claims_info_height(area.height);
     let [table_area, info] =
         Layout::vertical([Constraint::Min(3), Constraint::Length(detail_h)]).areas(area);
     let height = usize::from(table_area.height.saturating_sub(3));

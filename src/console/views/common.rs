@@ -143,9 +143,9 @@ pub(super) fn title_with(state: &State, name: &str, count: usize, theme: &Theme)
         };
         spans.push(Span::styled(format!("sort:{c}{arrow} "), theme.dim));
     }
-    if !state.filter.is_empty() {
+    if !state.filter().is_empty() {
         spans.push(Span::styled(
-            format!("filter:{} ", state.filter),
+            format!("filter:{} ", state.filter()),
             theme.accent,
         ));
     }
@@ -172,10 +172,10 @@ pub(super) fn list_row<'a>(
 /// Why a list is empty: the filter, the sources' notes and errors.
 pub(super) fn empty_note(frame: &mut Frame, area: Rect, state: &State, theme: &Theme, what: &str) {
     let mut lines = vec![Line::styled(
-        if state.filter.is_empty() {
+        if state.filter().is_empty() {
             what.to_string()
         } else {
-            format!("{what} match the filter `{}`", state.filter)
+            format!("{what} match the filter `{}`", state.filter())
         },
         theme.dim,
     )];
