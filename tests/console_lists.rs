@@ -1,5 +1,5 @@
 //! Finding problems in the lists (issue 16, finding 4 and 5): paging moves by what is
-//! visible so PgDn visits every claim; `/idle`, `/uncl`, `/over`, `/pending`, `/backed`,
+//! visible so Page Down visits every claim; `/idle`, `/uncl`, `/over`, `/pending`, `/backed`,
 //! `/cordon`, `/stale` match states and flags, not only names; each view keeps its own
 //! filter; Esc from the detail view returns where it was opened from; Events scroll.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
