@@ -228,3 +228,27 @@ fn events_scroll_and_filter() {
             .any(|s| s.contains("release"))
     }));
 }
+
+#[test]
+fn unknown_figures_read_n_a_never_zero() {
+    let mut st = lab_state();
+    let mut snap = console_fixtures::lab_snapshot();
+    for n in &mut snap.nodes {
+        for d in &mut n.devices {
+            d.telemetry = None;
+            d.unclaimed_memory = None;
+        }
+    }
+    for c in &mut snap.claims {
+        c.memory_used = None;
+        c.over_limit = false;
+        c.idle = false;
+    }
+    console_fixtures::feed(&mut st, 0, snap, console_fixtures::NOW.0);
+    show_view(&mut st, View::Overview);
+    let text = buffer_text(&render(&st, &Theme::plain(), 80, 24).unwrap());
+    for label in ["Memory used", "Over limit", "Idle", "Unclaimed use"] {
+        let line = text.lines().find(|l| l.contains(label)).unwrap();
+        assert!(line.contains("n/a"), "{line}");
+    }
+}

@@ -41,6 +41,9 @@ fn total_lines(t: &FleetTotals, theme: &Theme) -> Vec<Line<'static>> {
         free,
         stranded,
         used_known,
+        cap_measured,
+        claims_measured,
+        unclaimed_known,
         compute,
         unclaimed,
         idle_devs,
@@ -73,7 +76,15 @@ fn total_lines(t: &FleetTotals, theme: &Theme) -> Vec<Line<'static>> {
         ),
         kv(
             "Memory used",
-            if used_known {
+            if used_known && cap_measured < cap {
+                // Only part of the fleet reports its use: say of what.
+                format!(
+                    "{} of {} measured ({:.0}%)",
+                    short_bytes(Bytes(used)),
+                    short_bytes(Bytes(cap_measured)),
+                    pct_of(used, cap_measured)
+                )
+            } else if used_known {
                 format!("{} ({:.0}%)", short_bytes(Bytes(used)), pct_of(used, cap))
             } else {
                 "n/a (no telemetry)".to_string()
@@ -108,7 +119,11 @@ fn total_lines(t: &FleetTotals, theme: &Theme) -> Vec<Line<'static>> {
         ),
         kv(
             "Over limit",
-            format!("{over} claims"),
+            if claims_measured == 0 {
+                "n/a (no claim's use is measured)".to_string()
+            } else {
+                format!("{over} claims")
+            },
             if over > 0 {
                 theme.over_limit
             } else {
@@ -117,12 +132,20 @@ fn total_lines(t: &FleetTotals, theme: &Theme) -> Vec<Line<'static>> {
         ),
         kv(
             "Idle",
-            format!("{idle} claims, {idle_devs} GPUs allocated but idle"),
+            if used_known {
+                format!("{idle} claims, {idle_devs} GPUs allocated but idle")
+            } else {
+                "n/a (no telemetry)".to_string()
+            },
             if idle > 0 { theme.idle } else { theme.text },
         ),
         kv(
             "Unclaimed use",
-            short_bytes(Bytes(unclaimed)),
+            if unclaimed_known {
+                short_bytes(Bytes(unclaimed))
+            } else {
+                "n/a (no attribution)".to_string()
+            },
             if unclaimed > 0 {
                 theme.rogue
             } else {
