@@ -252,3 +252,39 @@ fn unknown_figures_read_n_a_never_zero() {
         assert!(line.contains("n/a"), "{line}");
     }
 }
+
+#[test]
+fn one_key_cycles_the_problem_lists() {
+    // (view, the filters `!` sets in turn, then back to none)
+    for view in [View::Claims, View::Gpus, View::Ledger] {
+        let mut st = lab_state();
+        show_view(&mut st, view);
+        for want in view.problem_filters() {
+            run(&mut st, vec![k('!')]);
+            assert_eq!(st.filter(), *want, "{view:?}");
+        }
+        run(&mut st, vec![k('!')]);
+        assert_eq!(st.filter(), "", "{view:?}: back to every row");
+    }
+    // The first press in Claims lists exactly the claims over their limit.
+    let mut st = lab_state();
+    show_view(&mut st, View::Claims);
+    let over = st
+        .rows_claims
+        .iter()
+        .filter(|k| st.claim(**k).unwrap().1.over_limit)
+        .count();
+    run(&mut st, vec![k('!')]);
+    assert!(over > 0);
+    assert_eq!(st.rows_claims.len(), over);
+}
+
+#[test]
+fn claims_sort_by_over_limit() {
+    let mut st = lab_state();
+    show_view(&mut st, View::Claims);
+    typed(&mut st, ":sort over");
+    run(&mut st, vec![code(KeyCode::Enter)]);
+    let first = st.claim(st.rows_claims[0]).unwrap().1;
+    assert!(first.over_limit, "claim {} first", first.id);
+}

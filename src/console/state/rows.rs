@@ -158,6 +158,17 @@ impl State {
                 std::cmp::Reverse(claim(k).and_then(|c| c.memory_used).map_or(0, |b| b.0))
             }),
             Some("age") => claims.sort_by_key(|k| claim(k).map_or(0, |c| c.created_at.0)),
+            Some("over") => claims.sort_by_key(|k| {
+                // Over their limit first, then by how far use is past the reservation.
+                claim(k).map(|c| {
+                    let used = c.memory_used.map_or(0, |b| b.0);
+                    (
+                        !c.over_limit,
+                        std::cmp::Reverse(used.saturating_sub(c.memory_reserved.0)),
+                        c.id,
+                    )
+                })
+            }),
             Some("state") => {
                 claims.sort_by_key(|k| claim(k).map(|c| (c.state != ClaimState::Pending, c.id)));
             }

@@ -61,8 +61,18 @@ impl View {
     pub fn sort_columns(self) -> &'static [&'static str] {
         match self {
             View::Gpus => &["node", "free", "used", "util", "allocated", "sharers"],
-            View::Claims => &["id", "project", "memory", "used", "age", "state"],
+            View::Claims => &["id", "project", "memory", "used", "age", "state", "over"],
             View::Ledger => &["project", "debt", "pending", "share"],
+            _ => &[],
+        }
+    }
+
+    /// The problem filters `!` cycles through here: words the rows' states and flags match.
+    pub fn problem_filters(self) -> &'static [&'static str] {
+        match self {
+            View::Gpus => &["idle", "unclaimed", "cordon", "unhealthy", "stale"],
+            View::Claims => &["over-limit", "pending", "idle", "stale"],
+            View::Ledger => &["backed-off"],
             _ => &[],
         }
     }

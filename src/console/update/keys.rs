@@ -196,6 +196,7 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
                 state.reshape_rows();
             }
         }
+        KeyAction::Problems => problems(state),
         KeyAction::SortReverse => {
             let p = state.view.position();
             state.sort_reverse[p] = !state.sort_reverse[p];
@@ -240,4 +241,36 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
         | KeyAction::ChoiceRight => {}
     }
     Vec::new()
+}
+
+/// `!`: the current view's next problem list (its filter set to the next problem word),
+/// and back to everything after the last.
+fn problems(state: &mut State) {
+    let words = state.view.problem_filters();
+    if words.is_empty() {
+        flash(
+            state,
+            "problem lists are in GPUs, Claims and Fair share",
+            true,
+        );
+        return;
+    }
+    let next = match words.iter().position(|w| *w == state.filter()) {
+        Some(i) if i + 1 < words.len() => words[i + 1],
+        Some(_) => "",
+        None => words[0],
+    };
+    *state.filter_mut() = next.to_string();
+    state.reshape_rows();
+    let text = if next.is_empty() {
+        "all rows again".to_string()
+    } else {
+        format!(
+            "{} {next}: {} rows (! for the next kind: {})",
+            state.view.title(),
+            state.row_count(),
+            words.join(", ")
+        )
+    };
+    flash(state, text, false);
 }
