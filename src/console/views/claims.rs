@@ -12,7 +12,7 @@ use crate::console::theme::Theme;
 use crate::snapshot::{ClaimState, ClaimView};
 use crate::units::Bytes;
 
-use super::common::{block, empty_note, list_row, short_bytes, title_with, window};
+use super::common::{block, empty_note, list_row, place_label, short_bytes, title_with, window};
 
 /// The columns shown: a source column with several sources, more columns when wide.
 #[derive(Clone, Copy)]
@@ -71,7 +71,7 @@ impl Columns {
 /// The claim list, and below it (when tall enough) the selected claim in words.
 pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
     let cols = Columns {
-        wide: area.width >= 140,
+        wide: area.width >= 110,
         multi: state.shown_sources().count() > 1,
     };
     let detail_h = claims_info_height(area.height);
@@ -130,7 +130,7 @@ fn claim_row(
     if wide {
         cells.push(Cell::from(c.holder.clone().unwrap_or_else(|| "-".into())));
     }
-    cells.push(Cell::from(crate::sources::endpoint::place(c)));
+    cells.push(Cell::from(place_label(c, if wide { 20 } else { 16 })));
     cells.push(Cell::from(Span::styled(
         short_bytes(c.memory_reserved),
         theme.allocated,
