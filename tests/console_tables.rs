@@ -90,7 +90,7 @@ fn place_keeps_both_ends_and_every_device() {
     c.node = Some("prod-h100-node-018".into());
     let mut shares = Vec::new();
     for d in 2..8 {
-        let mut s = c.shares[0].clone();
+        let mut s = c.shares[0];
         s.device = d;
         shares.push(s);
     }
