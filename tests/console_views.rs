@@ -32,6 +32,9 @@ fn text(st: &State, theme: &Theme, w: u16, h: u16) -> String {
 /// of first appearance), then the legend. Two themes that style anything differently
 /// give different maps.
 fn style_map(st: &State, theme: &Theme, w: u16, h: u16) -> String {
+    use std::fmt::Write;
+    let letters: Vec<char> = ('A'..='Z').chain('a'..='z').chain('0'..='9').collect();
+    let letter = |i: usize| letters.get(i).copied().unwrap_or('?');
     let buf = render(st, theme, w, h).unwrap();
     let mut styles: Vec<ratatui::style::Style> = Vec::new();
     let mut out = String::new();
@@ -42,17 +45,12 @@ fn style_map(st: &State, theme: &Theme, w: u16, h: u16) -> String {
                 styles.push(style);
                 styles.len() - 1
             });
-            let letters: Vec<char> = ('A'..='Z').chain('a'..='z').chain('0'..='9').collect();
-            out.push(letters.get(i).copied().unwrap_or('?'));
+            out.push(letter(i));
         }
         out.push('\n');
     }
     for (i, s) in styles.iter().enumerate() {
-        let letters: Vec<char> = ('A'..='Z').chain('a'..='z').chain('0'..='9').collect();
-        out.push_str(&format!(
-            "{} = {s:?}\n",
-            letters.get(i).copied().unwrap_or('?')
-        ));
+        writeln!(out, "{} = {s:?}", letter(i)).unwrap();
     }
     out
 }
