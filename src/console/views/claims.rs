@@ -172,6 +172,14 @@ fn selected_info(frame: &mut Frame, info: Rect, slot: &SourceSlot, c: &ClaimView
         Span::styled(format!("claim {} ", c.id), theme.title),
         Span::styled(format!("on {}: ", slot.name), theme.dim),
         Span::styled(c.form.clone(), theme.text),
+        Span::styled(
+            format!(
+                "  project {}, holder {}",
+                c.project,
+                c.holder.as_deref().unwrap_or("-")
+            ),
+            theme.dim,
+        ),
     ])];
     if c.state == ClaimState::Pending {
         if c.pending_reasons.is_empty() {
