@@ -112,3 +112,35 @@ fn place_keeps_both_ends_and_every_device() {
         );
     }
 }
+
+#[test]
+fn a_long_message_is_shown_whole_and_hints_use_human_names() {
+    let mut st = lab_state();
+    let words = "demo: move claim 12 refused: the target does not fit: node dgx-a100-80: 8/8 GPUs insufficient memory (has 2 GiB free, needs 10 GiB); node hgx-h100: 8/8 GPUs other accelerator type";
+    st.flash = Some(gpuboard::console::state::Flash {
+        text: words.to_string(),
+        error: true,
+        at: NOW,
+    });
+    let text = screen(&st, 80, 24);
+    let joined: String = text
+        .lines()
+        .map(|l| l.trim_matches(|c| c == '│' || c == ' '))
+        .collect::<Vec<_>>()
+        .join(" ");
+    for w in words.split_whitespace() {
+        assert!(joined.contains(w), "`{w}` missing:\n{text}");
+    }
+    // Footer hints read as words and are never cut.
+    st.flash = None;
+    let text = screen(&st, 80, 24);
+    let hints = text.lines().rev().nth(1).unwrap();
+    assert!(!hints.contains('_'), "{hints}");
+    assert!(
+        hints.contains("? help") && hints.contains("q quit"),
+        "{hints}"
+    );
+    let wide = screen(&st, 200, 60);
+    let hints = wide.lines().rev().nth(1).unwrap();
+    assert!(hints.contains("s sort next"), "{hints}");
+}
