@@ -144,3 +144,24 @@ fn a_long_message_is_shown_whole_and_hints_use_human_names() {
     let hints = wide.lines().rev().nth(1).unwrap();
     assert!(hints.contains("s sort next"), "{hints}");
 }
+
+#[test]
+fn the_command_line_lists_its_candidates() {
+    use gpuboard::console::state::Mode;
+    // (typed, candidates listed)
+    let cases = [
+        ("so", vec!["sort", "source"]),
+        ("sort ", vec!["node", "free", "util"]),
+        ("filter ", vec!["idle", "unclaimed", "cordon"]),
+    ];
+    for (typed, want) in cases {
+        let mut st = lab_state();
+        show_view(&mut st, View::Gpus);
+        st.mode = Mode::Command(typed.to_string());
+        let text = screen(&st, 120, 40);
+        let line = text.lines().find(|l| l.starts_with(':')).unwrap();
+        for w in want {
+            assert!(line.contains(w), "`:{typed}` lacks `{w}`: {line}");
+        }
+    }
+}

@@ -30,8 +30,9 @@ pub const COMMANDS: &[&str] = &[
     "filter",
 ];
 
-/// Completes the command line: the longest common prefix of the matching commands.
-pub fn complete(state: &State, text: &str) -> String {
+/// What the command line could become: the commands (or a command's arguments) that
+/// start with what is typed, sorted. The command line shows them as it is typed.
+pub fn candidates(state: &State, text: &str) -> Vec<String> {
     let (head, arg) = match text.split_once(' ') {
         Some((h, a)) => (h, Some(a)),
         None => (text, None),
@@ -65,6 +66,12 @@ pub fn complete(state: &State, text: &str) -> String {
                     .iter()
                     .filter_map(|k| state.project(*k).map(|(_, p)| p.name.clone()))
                     .collect(),
+                "filter" => state
+                    .view
+                    .problem_filters()
+                    .iter()
+                    .map(|c| (*c).to_string())
+                    .collect(),
                 _ => Vec::new(),
             };
             args.into_iter()
@@ -76,6 +83,13 @@ pub fn complete(state: &State, text: &str) -> String {
     let mut options = options;
     options.sort();
     options.dedup();
+    options
+}
+
+/// Completes the command line: the longest common prefix of the matching commands.
+pub fn complete(state: &State, text: &str) -> String {
+    let arg = text.split_once(' ').map(|(_, a)| a);
+    let options = candidates(state, text);
     match options.as_slice() {
         [] => text.to_string(),
         [one] => {

@@ -38,10 +38,31 @@ pub(super) fn hints(frame: &mut Frame, area: Rect, state: &State, theme: &Theme)
             return;
         }
         Mode::Command(t) => {
+            // The candidates for what is typed, as many as fit.
+            let options = crate::console::update::candidates(state, t);
+            let tail = match options.as_slice() {
+                [] => " no such command · Esc cancel".to_string(),
+                [_] if !t.is_empty() => " Tab complete · Enter run".to_string(),
+                _ if t.is_empty() => " Tab lists commands · Enter run · Esc cancel".to_string(),
+                many => {
+                    let room = usize::from(area.width).saturating_sub(t.chars().count() + 4);
+                    let mut list = String::new();
+                    for o in many {
+                        let o = o.rsplit(' ').next().unwrap_or(o);
+                        if list.chars().count() + o.chars().count() + 1 > room {
+                            list.push('…');
+                            break;
+                        }
+                        list.push(' ');
+                        list.push_str(o);
+                    }
+                    list
+                }
+            };
             let line = Line::from(vec![
                 Span::styled(":", theme.accent),
                 Span::styled(t.clone(), theme.text),
-                Span::styled("▏ Tab complete · Enter run · Esc cancel", theme.dim),
+                Span::styled(format!("▏{tail}"), theme.dim),
             ]);
             frame.render_widget(Paragraph::new(line), area);
             return;
