@@ -288,3 +288,38 @@ fn claims_sort_by_over_limit() {
     let first = st.claim(st.rows_claims[0]).unwrap().1;
     assert!(first.over_limit, "claim {} first", first.id);
 }
+
+#[test]
+fn overview_counts_open_their_lists() {
+    use gpuboard::console::state::OVERVIEW_JUMPS;
+    for (row, (label, view, filter)) in OVERVIEW_JUMPS.iter().enumerate() {
+        let mut st = lab_state();
+        show_view(&mut st, View::Overview);
+        run(&mut st, vec![k('g')]);
+        run(&mut st, (0..row).map(|_| k('j')).collect());
+        let text = buffer_text(&render(&st, &Theme::plain(), 80, 24).unwrap());
+        assert!(
+            text.contains(&format!("▸{label}")),
+            "{label} marked:\n{text}"
+        );
+        run(&mut st, vec![code(KeyCode::Enter)]);
+        assert_eq!((st.view, st.filter()), (*view, *filter), "{label}");
+        run(&mut st, vec![code(KeyCode::Esc)]);
+        assert_eq!(st.view, View::Overview, "{label}: Esc goes back");
+        assert_eq!(
+            st.filters[view.position()],
+            "",
+            "{label}: its filter went with it"
+        );
+    }
+    // "Over limit" lists exactly the claims over their limit.
+    let mut st = lab_state();
+    show_view(&mut st, View::Overview);
+    run(&mut st, vec![k('j'), k('j'), code(KeyCode::Enter)]);
+    assert!(!st.rows_claims.is_empty());
+    assert!(
+        st.rows_claims
+            .iter()
+            .all(|k| st.claim(*k).unwrap().1.over_limit)
+    );
+}

@@ -22,7 +22,7 @@ pub use paging::{claims_info_height, events_split};
 pub use selection::Picked;
 pub use sources::{STALE_AFTER_INTERVALS, SourceHealth, SourceSlot, TELEMETRY_KINDS};
 pub use totals::FleetTotals;
-pub use view::View;
+pub use view::{OVERVIEW_JUMPS, View};
 
 /// Console log lines kept for the Events view.
 pub const LOG_KEPT: usize = 500;
@@ -328,7 +328,7 @@ impl State {
                 .and_then(|(_, _, d)| d.telemetry.as_ref())
                 .map_or(0, |t| t.processes.len()),
             View::Events => self.audit_events().len(),
-            View::Overview => self.sources.len(),
+            View::Overview => OVERVIEW_JUMPS.len(),
         }
     }
 

@@ -1,5 +1,14 @@
 //! The views, in tab order: titles, command-line names and sortable columns.
 
+/// The Overview's counts that list their items: label, the view and the filter Enter opens.
+pub const OVERVIEW_JUMPS: [(&str, View, &str); 5] = [
+    ("GPUs", View::Gpus, "cordon"),
+    ("Claims", View::Claims, "pending"),
+    ("Over limit", View::Claims, "over-limit"),
+    ("Idle", View::Claims, "idle"),
+    ("Unclaimed use", View::Gpus, "unclaimed"),
+];
+
 /// The views, in tab order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum View {

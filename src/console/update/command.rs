@@ -224,6 +224,8 @@ pub(super) fn set_view(state: &mut State, v: View) -> Vec<Effect> {
     }
     if v == View::Detail && state.view != View::Detail {
         state.came_from = Some(state.view);
+    } else if v != View::Detail {
+        state.came_from = None;
     }
     state.view = v;
     Vec::new()

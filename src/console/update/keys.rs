@@ -11,7 +11,7 @@ use super::sources::due_fetches;
 use super::{flash, quit};
 use crate::console::keymap::{Context, KeyAction};
 use crate::console::msg::Effect;
-use crate::console::state::{Mode, State, View};
+use crate::console::state::{Mode, OVERVIEW_JUMPS, State, View};
 
 /// A key press, handled by whatever has the keyboard.
 pub(super) fn key(state: &mut State, ev: KeyEvent) -> Vec<Effect> {
@@ -167,6 +167,16 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
         KeyAction::PageDown => move_cursor(state, page),
         KeyAction::Top => move_cursor(state, isize::MIN),
         KeyAction::Bottom => move_cursor(state, isize::MAX),
+        KeyAction::Open if state.view == View::Overview => {
+            // The selected count's list: its view, filtered to it.
+            let row = state.cursor[View::Overview.position()].selected;
+            if let Some((_, view, filter)) = OVERVIEW_JUMPS.get(row) {
+                state.filters[view.position()] = (*filter).to_string();
+                state.view = *view;
+                state.came_from = Some(View::Overview);
+                state.reshape_rows();
+            }
+        }
         KeyAction::Open => {
             if matches!(state.view, View::Gpus | View::Claims) {
                 open_detail(state);
@@ -181,6 +191,11 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
                 state.flash = None;
             } else if state.view == View::Detail {
                 state.view = state.came_from.take().unwrap_or(View::Gpus);
+            } else if let Some(back) = state.came_from.take() {
+                // Opened from an Overview count: its filter goes with it.
+                state.filter_mut().clear();
+                state.reshape_rows();
+                state.view = back;
             } else if !state.filter().is_empty() {
                 state.filter_mut().clear();
                 state.reshape_rows();

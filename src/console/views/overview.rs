@@ -11,13 +11,23 @@ use ratatui::widgets::{Cell, Paragraph, Row, Table, Wrap};
 use crate::units::Bytes;
 
 use super::common::{badge, block, short_bytes};
-use crate::console::state::{FleetTotals, State};
+use crate::console::state::{FleetTotals, OVERVIEW_JUMPS, State, View};
 use crate::console::theme::Theme;
 
 /// Totals at the top, the sources below, and long source notes under the table.
 pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
     let [top, bottom] = Layout::vertical([Constraint::Length(9), Constraint::Min(3)]).areas(area);
-    frame.render_widget(Paragraph::new(total_lines(&state.totals, theme)), top);
+    // The selected count (Enter lists its items).
+    let selected =
+        state.view == View::Overview && state.mode == crate::console::state::Mode::Normal;
+    let label = OVERVIEW_JUMPS
+        .get(state.cursor[View::Overview.position()].selected)
+        .map(|(l, _, _)| *l)
+        .filter(|_| selected);
+    frame.render_widget(
+        Paragraph::new(total_lines(&state.totals, label, theme)),
+        top,
+    );
     sources_table(frame, bottom, state, theme);
     source_notes(frame, bottom, state, theme);
 }
@@ -30,7 +40,7 @@ fn pct_of(a: u64, b: u64) -> f64 {
     }
 }
 
-fn total_lines(t: &FleetTotals, theme: &Theme) -> Vec<Line<'static>> {
+fn total_lines(t: &FleetTotals, selected: Option<&str>, theme: &Theme) -> Vec<Line<'static>> {
     let FleetTotals {
         gpus,
         cordoned,
@@ -53,8 +63,13 @@ fn total_lines(t: &FleetTotals, theme: &Theme) -> Vec<Line<'static>> {
         idle,
     } = *t;
     let kv = |k: &str, v: String, style: Style| {
+        let (mark, label) = if selected == Some(k) {
+            ("▸", theme.selection)
+        } else {
+            (" ", theme.dim)
+        };
         Line::from(vec![
-            Span::styled(format!("{k:<18}"), theme.dim),
+            Span::styled(format!("{mark}{k:<17}"), label),
             Span::styled(v, style),
         ])
     };
