@@ -127,3 +127,89 @@ fn claim_and_release_in_the_demo_then_quit() {
         "log file written"
     );
 }
+
+/// Starts `gpuboard --demo` in a detached tmux session of this size.
+fn demo_session(w: u16, h: u16, tag: &str) -> (Session, tempfile::TempDir) {
+    let bin = env!("CARGO_BIN_EXE_gpuboard");
+    let home = tempfile::tempdir().unwrap();
+    let name = format!("gpuboard-{tag}-{}", std::process::id());
+    let script = format!(
+        "env HOME={h} XDG_CONFIG_HOME={h}/config XDG_STATE_HOME={h}/state {bin} --demo; sleep 60",
+        h = home.path().display()
+    );
+    let (w, h) = (w.to_string(), h.to_string());
+    let out = Command::new("tmux")
+        .args([
+            "new-session",
+            "-d",
+            "-s",
+            &name,
+            "-x",
+            &w,
+            "-y",
+            &h,
+            &script,
+        ])
+        .output()
+        .expect("tmux is installed (scripts/test installs it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (Session(name), home)
+}
+
+/// The GPU a cordon dialog names (`Cordon GPU node:i (...)`).
+fn dialog_target(screen: &str) -> String {
+    let line = screen
+        .lines()
+        .find(|l| l.contains("ordon GPU ") && l.contains(" on demo?"))
+        .unwrap_or_else(|| panic!("no cordon dialog:\n{screen}"));
+    let after = line.split("ordon GPU ").nth(1).unwrap();
+    after.split_whitespace().next().unwrap().to_string()
+}
+
+#[test]
+fn at_80x24_the_cordon_target_survives_a_resort_and_idle_filters() {
+    let (s, _home) = demo_session(80, 24, "resort");
+    s.wait_for("GPUs (28)");
+    // Sort by utilisation (it changes every refresh), pick the fourth row.
+    s.keys(&["s", "s", "s"]);
+    s.wait_for("sort:util");
+    s.keys(&["j", "j", "j", "x"]);
+    let first = dialog_target(&s.wait_for("[ Cancel ]"));
+    // Enter on the focused Cancel sends nothing.
+    s.keys(&["Enter"]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!s.screen().contains("cordoned"), "{}", s.screen());
+    // Let refreshes re-sort the table, then ask again: the same GPU.
+    std::thread::sleep(Duration::from_millis(4_500));
+    s.keys(&["x"]);
+    let again = dialog_target(&s.wait_for("[ Cancel ]"));
+    assert_eq!(
+        first, again,
+        "the selection followed the GPU across re-sorts"
+    );
+    // Close it on the focused Cancel (Esc then a key would read as Alt-key in tmux).
+    s.keys(&["Enter"]);
+    // `/idle` in Claims lists idle claims only.
+    s.keys(&["3"]);
+    s.wait_for("Claims (");
+    s.keys(&["/", "idle", "Enter"]);
+    let screen = s.wait_for("filter:idle");
+    let rows: Vec<&str> = screen
+        .lines()
+        .filter(|l| {
+            l.trim_start_matches('│')
+                .split_whitespace()
+                .next()
+                .is_some_and(|w| w.parse::<u64>().is_ok())
+        })
+        .collect();
+    assert!(!rows.is_empty(), "the demo has idle claims:\n{screen}");
+    for r in &rows {
+        assert!(r.contains(" idle "), "not idle: {r}\n{screen}");
+    }
+    s.keys(&["q"]);
+}

@@ -28,12 +28,39 @@ fn text(st: &State, theme: &Theme, w: u16, h: u16) -> String {
     buffer_text(&render(st, theme, w, h).unwrap())
 }
 
+/// Every cell's style as a map: one letter per cell (a letter per distinct style, in order
+/// of first appearance), then the legend. Two themes that style anything differently
+/// give different maps.
+fn style_map(st: &State, theme: &Theme, w: u16, h: u16) -> String {
+    use std::fmt::Write;
+    let letters: Vec<char> = ('A'..='Z').chain('a'..='z').chain('0'..='9').collect();
+    let letter = |i: usize| letters.get(i).copied().unwrap_or('?');
+    let buf = render(st, theme, w, h).unwrap();
+    let mut styles: Vec<ratatui::style::Style> = Vec::new();
+    let mut out = String::new();
+    for y in 0..h {
+        for x in 0..w {
+            let style = buf.cell((x, y)).unwrap().style();
+            let i = styles.iter().position(|s| *s == style).unwrap_or_else(|| {
+                styles.push(style);
+                styles.len() - 1
+            });
+            out.push(letter(i));
+        }
+        out.push('\n');
+    }
+    for (i, s) in styles.iter().enumerate() {
+        writeln!(out, "{} = {s:?}", letter(i)).unwrap();
+    }
+    out
+}
+
 #[test]
-fn every_view_at_two_sizes_in_two_themes() {
+fn every_view_at_three_sizes_in_two_themes() {
     for t in ["default", "mono"] {
         let th = theme(t);
         for v in View::ALL {
-            for (w, h) in [(80u16, 24u16), (160, 48)] {
+            for (w, h) in [(80u16, 24u16), (120, 40), (200, 60)] {
                 let mut st = lab_state();
                 st.size = (w, h);
                 show_view(&mut st, v);
@@ -41,9 +68,38 @@ fn every_view_at_two_sizes_in_two_themes() {
                     format!("{}_{}_{w}x{h}_{t}", v.name(), "lab"),
                     text(&st, &th, w, h)
                 );
+                if (w, h) == (80, 24) {
+                    insta::assert_snapshot!(
+                        format!("{}_{}_{w}x{h}_{t}_styles", v.name(), "lab"),
+                        style_map(&st, &th, w, h)
+                    );
+                }
             }
         }
     }
+}
+
+#[test]
+fn themes_differ_in_their_styles_and_mono_tells_over_limit_from_selection() {
+    let mut st = lab_state();
+    show_view(&mut st, View::Claims);
+    let names = ["default", "light", "high-contrast", "ansi16", "mono"];
+    let maps: Vec<String> = names
+        .iter()
+        .map(|t| style_map(&st, &theme(t), 80, 24))
+        .collect();
+    for i in 0..maps.len() {
+        for j in i + 1..maps.len() {
+            assert_ne!(
+                maps[i], maps[j],
+                "{} and {} style alike",
+                names[i], names[j]
+            );
+        }
+    }
+    let mono = theme("mono");
+    assert_ne!(mono.over_limit, mono.selection);
+    assert_ne!(mono.selection.patch(mono.over_limit), mono.selection);
 }
 
 #[test]
@@ -111,8 +167,10 @@ fn over_limit_and_stale_cells_are_coloured() {
         ),
         (
             "mono",
+            // Not reversed: that is the selection's mark.
             Box::new(|c: &ratatui::buffer::Cell| {
-                c.modifier.contains(Modifier::REVERSED) && c.bg == Color::Reset
+                c.modifier.contains(Modifier::UNDERLINED | Modifier::ITALIC)
+                    && !c.modifier.contains(Modifier::REVERSED)
             }),
         ),
     ] {

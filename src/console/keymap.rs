@@ -63,6 +63,7 @@ actions! {
     Filter "filter" Normal false "filter rows by text";
     Command "command" Normal false "command line (Tab completes)";
     SortNext "sort_next" Normal false "sort by the next column";
+    Problems "problems" Normal false "list the next kind of problem here (over limit, idle, pending...)";
     SortReverse "sort_reverse" Normal false "reverse the sort";
     Freeze "freeze" Normal false "freeze the display (data keeps coming)";
     NextSource "next_source" Normal false "select the next source (or all)";

@@ -278,7 +278,11 @@ impl DemoWorld {
                 if self.quiet && !(ni == 0 && di == 0) && self.history.contains_key(&(ni, di)) {
                     continue;
                 }
+                let cap = dev.spec.memory.unwrap_or_default();
                 let (mut util, used) = self.device_load(ni, di, &dev.holders, &node.name);
+                // A GPU cannot use more memory than it has: claims over their limit
+                // squeeze the others, never the card.
+                let used = used.min(cap);
                 if self.quiet && ni == 0 && di == 0 {
                     util = self.rng.random_range(20..80);
                 }
@@ -350,10 +354,34 @@ impl DemoWorld {
                 let util = uh.back().copied().unwrap_or(0);
                 let used = Bytes(mh.back().copied().unwrap_or(0));
                 let mut processes: Vec<ProcessView> = Vec::new();
-                for id in &dev.holders {
-                    let p = self.profile(*id);
-                    let mem = snap_share(&snap.claims, *id, dev.index)
-                        .map(|b| b.mul_div_ceil(p.use_pct, 100));
+                let rogue = self
+                    .rogue
+                    .filter(|(rn, rd, _)| *rn == ni && *rd == di)
+                    .map(|(_, _, b)| b);
+                let wants: Vec<Option<Bytes>> = dev
+                    .holders
+                    .iter()
+                    .map(|id| {
+                        snap_share(&snap.claims, *id, dev.index)
+                            .map(|b| b.mul_div_ceil(self.profile(*id).use_pct, 100))
+                    })
+                    .collect();
+                // What the processes want, scaled down to fit the card when they want
+                // more than it has (as `sample` capped the device's total).
+                let cap = dev.memory_capacity.unwrap_or_default();
+                let wanted: u64 =
+                    wants.iter().flatten().map(|b| b.0).sum::<u64>() + rogue.map_or(0, |b| b.0);
+                let fit = |b: Bytes| {
+                    if wanted > cap.0 {
+                        // Rounded down, so the scaled parts never add up past the card.
+                        let part = u128::from(b.0) * u128::from(cap.0) / u128::from(wanted);
+                        Bytes(u64::try_from(part).unwrap_or(cap.0))
+                    } else {
+                        b
+                    }
+                };
+                for (id, mem) in dev.holders.iter().zip(wants) {
+                    let mem = mem.map(fit);
                     if let Some(m) = mem {
                         *claim_used.entry(*id).or_default() += m;
                     }
@@ -364,10 +392,7 @@ impl DemoWorld {
                         claim: Some(*id),
                     });
                 }
-                let rogue = self
-                    .rogue
-                    .filter(|(rn, rd, _)| *rn == ni && *rd == di)
-                    .map(|(_, _, b)| b);
+                let rogue = rogue.map(fit);
                 if let Some(b) = rogue {
                     processes.push(ProcessView {
                         pid: 4242,
@@ -377,7 +402,6 @@ impl DemoWorld {
                     });
                 }
                 dev.unclaimed_memory = Some(rogue.unwrap_or_default());
-                let cap = dev.memory_capacity.unwrap_or_default();
                 let big = cap >= Bytes::gib(40);
                 dev.telemetry = Some(DeviceTelemetry {
                     sampled_at: now,
@@ -514,6 +538,52 @@ mod tests {
                 .all(|(_, d)| d.memory_allocated <= d.memory_capacity.unwrap_or_default()),
             "never over-committed"
         );
+    }
+
+    #[test]
+    fn the_demo_never_uses_more_memory_than_a_gpu_has() {
+        for seed in [1, 42, 7] {
+            let mut w = DemoWorld::new(seed).unwrap();
+            let t0 = Timestamp(1_700_000_000_000);
+            let mut over_limit_seen = false;
+            for k in 0..300 {
+                let now = t0.plus_secs(k);
+                w.advance(now);
+                if k % 15 != 0 {
+                    continue;
+                }
+                let snap = w.snapshot(now);
+                over_limit_seen |= snap.claims.iter().any(|c| c.over_limit);
+                for n in &snap.nodes {
+                    for d in &n.devices {
+                        let (Some(cap), Some(t)) = (d.memory_capacity, &d.telemetry) else {
+                            continue;
+                        };
+                        let used = t.memory_used.unwrap_or_default();
+                        assert!(
+                            used <= cap,
+                            "seed {seed} {}:{}: {used} of {cap}",
+                            n.name,
+                            d.index
+                        );
+                        let procs: u64 = t
+                            .processes
+                            .iter()
+                            .filter_map(|p| p.used_memory)
+                            .map(|b| b.0)
+                            .sum();
+                        assert!(
+                            procs <= cap.0,
+                            "seed {seed} {}:{}: processes {procs} of {cap}",
+                            n.name,
+                            d.index
+                        );
+                    }
+                }
+            }
+            // Over-limit claims still happen: they squeeze their neighbours, not the card.
+            assert!(over_limit_seen, "seed {seed}");
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The console's state: one owner, changed only by `update`, read by drawing.
 
 mod form;
+mod paging;
 mod rows;
 mod selection;
 mod sources;
@@ -17,10 +18,11 @@ use crate::sources::Action;
 use super::keymap::Keymap;
 
 pub use form::{ClaimForm, FormField, FormKind, FormStage, MoveAcross, MoveRow};
+pub use paging::{claims_info_height, events_split};
 pub use selection::Picked;
 pub use sources::{STALE_AFTER_INTERVALS, SourceHealth, SourceSlot, TELEMETRY_KINDS};
 pub use totals::FleetTotals;
-pub use view::View;
+pub use view::{OVERVIEW_JUMPS, View};
 
 /// Console log lines kept for the Events view.
 pub const LOG_KEPT: usize = 500;
@@ -198,8 +200,8 @@ pub struct State {
     pub mode: Mode,
     /// First help line shown (the help scrolls on small terminals).
     pub help_scroll: u16,
-    /// Filter text (applies to every list).
-    pub filter: String,
+    /// Filter text per view (each list keeps its own).
+    pub filters: [String; 6],
     /// Sort column per view (index into `View::sort_columns`).
     pub sort: [usize; 6],
     /// Reverse sort per view.
@@ -214,6 +216,8 @@ pub struct State {
     pub flash: Option<Flash>,
     /// Console log lines (newest last).
     pub log: VecDeque<String>,
+    /// The view the detail view was opened from (Esc goes back there).
+    pub came_from: Option<View>,
     /// The device shown in detail: source, node name, device index.
     pub detail: Option<(usize, String, u32)>,
     /// Device rows, filtered and sorted.
@@ -252,7 +256,7 @@ impl State {
             view: View::Gpus,
             mode: Mode::Normal,
             help_scroll: 0,
-            filter: String::new(),
+            filters: Default::default(),
             sort: [0; 6],
             sort_reverse: [false; 6],
             cursor: [Cursor::default(); 6],
@@ -260,6 +264,7 @@ impl State {
             frozen: false,
             flash: None,
             log: VecDeque::new(),
+            came_from: None,
             detail: None,
             rows_devices: Vec::new(),
             rows_claims: Vec::new(),
@@ -301,6 +306,16 @@ impl State {
         Some((*src, n, n.devices.iter().find(|d| d.index == *index)?))
     }
 
+    /// The current view's filter.
+    pub fn filter(&self) -> &str {
+        &self.filters[self.view.position()]
+    }
+
+    /// The current view's filter, to change.
+    pub fn filter_mut(&mut self) -> &mut String {
+        &mut self.filters[self.view.position()]
+    }
+
     /// Cursor of the current view.
     pub fn cur(&self) -> Cursor {
         self.cursor[self.view.position()]
@@ -316,8 +331,8 @@ impl State {
                 .detail_device()
                 .and_then(|(_, _, d)| d.telemetry.as_ref())
                 .map_or(0, |t| t.processes.len()),
-            View::Events => self.event_count(),
-            View::Overview => self.sources.len(),
+            View::Events => self.audit_events().len(),
+            View::Overview => OVERVIEW_JUMPS.len(),
         }
     }
 

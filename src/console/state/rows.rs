@@ -10,19 +10,36 @@ impl State {
     /// only reads the result.
     pub fn rebuild_rows(&mut self) {
         self.recompute_totals();
-        let needle = self.filter.to_lowercase();
-        let matches = |hay: &[&str]| {
-            needle.is_empty() || hay.iter().any(|h| h.to_lowercase().contains(&needle))
+        // Each list has its own filter.
+        let needle = |v: View| self.filters[v.position()].to_lowercase();
+        let (dev_needle, claim_needle, proj_needle) = (
+            needle(View::Gpus),
+            needle(View::Claims),
+            needle(View::Ledger),
+        );
+        let matching = |needle: &str, hay: &[&str]| {
+            needle.is_empty() || hay.iter().any(|h| h.to_lowercase().contains(needle))
         };
         let mut devs = Vec::new();
         let mut claims = Vec::new();
         let mut projects = Vec::new();
         for (si, s) in self.shown_sources() {
             let Some(d) = &s.data else { continue };
+            let stale = if s.is_stale(self.now, self.refresh_ms) {
+                "stale"
+            } else {
+                ""
+            };
             for (ni, n) in d.nodes.iter().enumerate() {
                 for (di, dev) in n.devices.iter().enumerate() {
                     let idx = dev.index.to_string();
-                    if matches(&[&n.name, &dev.model, &idx, &s.name]) {
+                    // The FLAGS column's words (`idle`, `unclaimed`, `cordon`...) match too.
+                    let flags = crate::console::views::device_flags(dev).join(" ");
+                    let cordoned = if dev.cordoned { "cordoned" } else { "" };
+                    if matching(
+                        &dev_needle,
+                        &[&n.name, &dev.model, &idx, &s.name, &flags, cordoned, stale],
+                    ) {
                         devs.push(DevKey {
                             source: si,
                             node: ni,
@@ -33,18 +50,27 @@ impl State {
             }
             for (ci, c) in d.claims.iter().enumerate() {
                 let id = c.id.to_string();
+                // The STATE column's words and the claim's flags.
                 let state = match c.state {
+                    ClaimState::Placed if c.idle => "placed idle",
                     ClaimState::Placed => "placed",
+                    ClaimState::Pending if c.infeasible => "pending never infeasible",
                     ClaimState::Pending => "pending",
                 };
-                if matches(&[
-                    &id,
-                    &c.project,
-                    c.holder.as_deref().unwrap_or(""),
-                    c.node.as_deref().unwrap_or(""),
-                    &c.form,
-                    state,
-                ]) {
+                let over = if c.over_limit { "over-limit" } else { "" };
+                if matching(
+                    &claim_needle,
+                    &[
+                        &id,
+                        &c.project,
+                        c.holder.as_deref().unwrap_or(""),
+                        c.node.as_deref().unwrap_or(""),
+                        &c.form,
+                        state,
+                        over,
+                        stale,
+                    ],
+                ) {
                     claims.push(ClaimKey {
                         source: si,
                         idx: ci,
@@ -52,7 +78,17 @@ impl State {
                 }
             }
             for (pi, p) in d.projects.iter().enumerate() {
-                if matches(&[&p.name]) {
+                let now = self.now;
+                let backed = if p
+                    .resources
+                    .iter()
+                    .any(|r| r.backoff_until.is_some_and(|t| t > now))
+                {
+                    "backed-off backoff"
+                } else {
+                    ""
+                };
+                if matching(&proj_needle, &[&p.name, backed]) {
                     projects.push(ProjKey {
                         source: si,
                         idx: pi,
@@ -122,6 +158,17 @@ impl State {
                 std::cmp::Reverse(claim(k).and_then(|c| c.memory_used).map_or(0, |b| b.0))
             }),
             Some("age") => claims.sort_by_key(|k| claim(k).map_or(0, |c| c.created_at.0)),
+            Some("over") => claims.sort_by_key(|k| {
+                // Over their limit first, then by how far use is past the reservation.
+                claim(k).map(|c| {
+                    let used = c.memory_used.map_or(0, |b| b.0);
+                    (
+                        !c.over_limit,
+                        std::cmp::Reverse(used.saturating_sub(c.memory_reserved.0)),
+                        c.id,
+                    )
+                })
+            }),
             Some("state") => {
                 claims.sort_by_key(|k| claim(k).map(|c| (c.state != ClaimState::Pending, c.id)));
             }

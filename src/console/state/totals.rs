@@ -28,6 +28,12 @@ pub struct FleetTotals {
     pub stranded: u64,
     /// Some device reported its used memory.
     pub used_known: bool,
+    /// Capacity of the devices that reported their used memory (what `used` is out of).
+    pub cap_measured: u64,
+    /// Claims whose memory use is measured (over-limit and idle are known only for them).
+    pub claims_measured: usize,
+    /// Some device knows its memory used outside any claim.
+    pub unclaimed_known: bool,
     /// Compute allocated, in thousandths of a GPU.
     pub compute: u64,
     /// Memory used outside any claim, bytes.
@@ -61,7 +67,9 @@ impl State {
                 if let Some(u) = dev.telemetry.as_ref().and_then(|t| t.memory_used) {
                     t.used += u.0;
                     t.used_known = true;
+                    t.cap_measured += dev.memory_capacity.unwrap_or_default().0;
                 }
+                t.unclaimed_known |= dev.unclaimed_memory.is_some();
                 t.unclaimed += dev.unclaimed_memory.unwrap_or_default().0;
                 t.idle_devs += usize::from(allocated_but_idle(dev));
                 if dev.cordoned || dev.compute_free.0 == 0 || dev.slots_free.0 == 0 {
@@ -73,6 +81,7 @@ impl State {
                     ClaimState::Placed => t.placed += 1,
                     ClaimState::Pending => t.pending += 1,
                 }
+                t.claims_measured += usize::from(c.memory_used.is_some());
                 t.over += usize::from(c.over_limit);
                 t.idle += usize::from(c.idle);
             }

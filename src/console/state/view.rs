@@ -1,5 +1,14 @@
 //! The views, in tab order: titles, command-line names and sortable columns.
 
+/// The Overview's counts that list their items: label, the view and the filter Enter opens.
+pub const OVERVIEW_JUMPS: [(&str, View, &str); 5] = [
+    ("GPUs", View::Gpus, "cordon"),
+    ("Claims", View::Claims, "pending"),
+    ("Over limit", View::Claims, "over-limit"),
+    ("Idle", View::Claims, "idle"),
+    ("Unclaimed use", View::Gpus, "unclaimed"),
+];
+
 /// The views, in tab order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum View {
@@ -61,8 +70,18 @@ impl View {
     pub fn sort_columns(self) -> &'static [&'static str] {
         match self {
             View::Gpus => &["node", "free", "used", "util", "allocated", "sharers"],
-            View::Claims => &["id", "project", "memory", "used", "age", "state"],
+            View::Claims => &["id", "project", "memory", "used", "age", "state", "over"],
             View::Ledger => &["project", "debt", "pending", "share"],
+            _ => &[],
+        }
+    }
+
+    /// The problem filters `!` cycles through here: words the rows' states and flags match.
+    pub fn problem_filters(self) -> &'static [&'static str] {
+        match self {
+            View::Gpus => &["idle", "unclaimed", "cordon", "unhealthy", "stale"],
+            View::Claims => &["over-limit", "pending", "idle", "stale"],
+            View::Ledger => &["backed-off"],
             _ => &[],
         }
     }

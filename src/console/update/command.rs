@@ -31,8 +31,9 @@ pub const COMMANDS: &[&str] = &[
     "filter",
 ];
 
-/// Completes the command line: the longest common prefix of the matching commands.
-pub fn complete(state: &State, text: &str) -> String {
+/// What the command line could become: the commands (or a command's arguments) that
+/// start with what is typed, sorted. The command line shows them as it is typed.
+pub fn candidates(state: &State, text: &str) -> Vec<String> {
     let (head, arg) = match text.split_once(' ') {
         Some((h, a)) => (h, Some(a)),
         None => (text, None),
@@ -66,6 +67,12 @@ pub fn complete(state: &State, text: &str) -> String {
                     .iter()
                     .filter_map(|k| state.project(*k).map(|(_, p)| p.name.clone()))
                     .collect(),
+                "filter" => state
+                    .view
+                    .problem_filters()
+                    .iter()
+                    .map(|c| (*c).to_string())
+                    .collect(),
                 _ => Vec::new(),
             };
             args.into_iter()
@@ -77,6 +84,13 @@ pub fn complete(state: &State, text: &str) -> String {
     let mut options = options;
     options.sort();
     options.dedup();
+    options
+}
+
+/// Completes the command line: the longest common prefix of the matching commands.
+pub fn complete(state: &State, text: &str) -> String {
+    let arg = text.split_once(' ').map(|(_, a)| a);
+    let options = candidates(state, text);
     match options.as_slice() {
         [] => text.to_string(),
         [one] => {
@@ -159,7 +173,7 @@ pub(super) fn command(state: &mut State, text: &str) -> Vec<Effect> {
             Vec::new()
         }
         "filter" => {
-            state.filter = arg;
+            *state.filter_mut() = arg;
             state.reshape_rows();
             Vec::new()
         }
@@ -209,6 +223,11 @@ pub fn show_view(state: &mut State, v: View) {
 pub(super) fn set_view(state: &mut State, v: View) -> Vec<Effect> {
     if v == View::Detail && state.detail.is_none() {
         open_detail(state);
+    }
+    if v == View::Detail && state.view != View::Detail {
+        state.came_from = Some(state.view);
+    } else if v != View::Detail {
+        state.came_from = None;
     }
     state.view = v;
     Vec::new()

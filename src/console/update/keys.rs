@@ -11,7 +11,7 @@ use super::sources::due_fetches;
 use super::{flash, quit};
 use crate::console::keymap::{Context, KeyAction};
 use crate::console::msg::Effect;
-use crate::console::state::{Mode, State, View};
+use crate::console::state::{Mode, OVERVIEW_JUMPS, State, View};
 
 /// A key press, handled by whatever has the keyboard.
 pub(super) fn key(state: &mut State, ev: KeyEvent) -> Vec<Effect> {
@@ -45,19 +45,19 @@ pub(super) fn key(state: &mut State, ev: KeyEvent) -> Vec<Effect> {
         }
         Mode::Filter(text) => {
             let text = edit_line(text, &ev);
-            let before = state.filter.clone();
+            let before = state.filter().to_string();
             match ev.code {
                 KeyCode::Esc => {
-                    state.filter.clear();
+                    state.filter_mut().clear();
                     state.mode = Mode::Normal;
                 }
                 KeyCode::Enter => state.mode = Mode::Normal,
                 _ => {
-                    state.filter.clone_from(&text);
+                    state.filter_mut().clone_from(&text);
                     state.mode = Mode::Filter(text);
                 }
             }
-            if state.filter != before {
+            if state.filter() != before {
                 state.reshape_rows();
             }
             Vec::new()
@@ -108,7 +108,7 @@ fn normal_key(state: &mut State, ev: KeyEvent) -> Vec<Effect> {
 
 fn move_cursor(state: &mut State, delta: isize) {
     let n = state.row_count();
-    let page = usize::from(state.size.1.saturating_sub(6)).max(1);
+    let page = state.visible_rows();
     let c = &mut state.cursor[state.view.position()];
     let last = n.saturating_sub(1);
     c.selected = if delta == isize::MIN {
@@ -141,7 +141,7 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
         );
         return Vec::new();
     }
-    let page = isize::try_from(state.size.1.saturating_sub(6).max(1)).unwrap_or(10);
+    let page = isize::try_from(state.visible_rows()).unwrap_or(10);
     match a {
         KeyAction::Quit => return quit(state),
         KeyAction::Help => state.mode = Mode::Help,
@@ -167,10 +167,21 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
         KeyAction::PageDown => move_cursor(state, page),
         KeyAction::Top => move_cursor(state, isize::MIN),
         KeyAction::Bottom => move_cursor(state, isize::MAX),
+        KeyAction::Open if state.view == View::Overview => {
+            // The selected count's list: its view, filtered to it.
+            let row = state.cursor[View::Overview.position()].selected;
+            if let Some((_, view, filter)) = OVERVIEW_JUMPS.get(row) {
+                state.filters[view.position()] = (*filter).to_string();
+                state.view = *view;
+                state.came_from = Some(View::Overview);
+                state.reshape_rows();
+            }
+        }
         KeyAction::Open => {
             if matches!(state.view, View::Gpus | View::Claims) {
                 open_detail(state);
                 if state.detail.is_some() {
+                    state.came_from = Some(state.view);
                     state.view = View::Detail;
                 }
             }
@@ -179,13 +190,18 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
             if state.flash.is_some() {
                 state.flash = None;
             } else if state.view == View::Detail {
-                state.view = View::Gpus;
-            } else if !state.filter.is_empty() {
-                state.filter.clear();
+                state.view = state.came_from.take().unwrap_or(View::Gpus);
+            } else if let Some(back) = state.came_from.take() {
+                // Opened from an Overview count: its filter goes with it.
+                state.filter_mut().clear();
+                state.reshape_rows();
+                state.view = back;
+            } else if !state.filter().is_empty() {
+                state.filter_mut().clear();
                 state.reshape_rows();
             }
         }
-        KeyAction::Filter => state.mode = Mode::Filter(state.filter.clone()),
+        KeyAction::Filter => state.mode = Mode::Filter(state.filter().to_string()),
         KeyAction::Command => state.mode = Mode::Command(String::new()),
         KeyAction::SortNext => {
             let cols = state.view.sort_columns();
@@ -195,6 +211,7 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
                 state.reshape_rows();
             }
         }
+        KeyAction::Problems => problems(state),
         KeyAction::SortReverse => {
             let p = state.view.position();
             state.sort_reverse[p] = !state.sort_reverse[p];
@@ -240,4 +257,36 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
         | KeyAction::ChoiceRight => {}
     }
     Vec::new()
+}
+
+/// `!`: the current view's next problem list (its filter set to the next problem word),
+/// and back to everything after the last.
+fn problems(state: &mut State) {
+    let words = state.view.problem_filters();
+    if words.is_empty() {
+        flash(
+            state,
+            "problem lists are in GPUs, Claims and Fair share",
+            true,
+        );
+        return;
+    }
+    let next = match words.iter().position(|w| *w == state.filter()) {
+        Some(i) if i + 1 < words.len() => words[i + 1],
+        Some(_) => "",
+        None => words[0],
+    };
+    *state.filter_mut() = next.to_string();
+    state.reshape_rows();
+    let text = if next.is_empty() {
+        "all rows again".to_string()
+    } else {
+        format!(
+            "{} {next}: {} rows (! for the next kind: {})",
+            state.view.title(),
+            state.row_count(),
+            words.join(", ")
+        )
+    };
+    flash(state, text, false);
 }

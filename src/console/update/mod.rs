@@ -20,7 +20,7 @@ use crate::sources::Action;
 use super::msg::{Effect, Msg};
 use super::state::{Flash, State, View};
 
-pub use command::{COMMANDS, complete, show_view};
+pub use command::{COMMANDS, candidates, complete, show_view};
 
 /// Applies one message; returns the effects for the driver.
 pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {

@@ -2,8 +2,9 @@
 
 use ratatui::Frame;
 use ratatui::layout::Rect;
+use ratatui::style::Style;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::Paragraph;
+use ratatui::widgets::{Clear, Paragraph, Wrap};
 
 use super::common::badge;
 use crate::console::keymap::KeyAction;
@@ -37,16 +38,38 @@ pub(super) fn hints(frame: &mut Frame, area: Rect, state: &State, theme: &Theme)
             return;
         }
         Mode::Command(t) => {
+            // The candidates for what is typed, as many as fit.
+            let options = crate::console::update::candidates(state, t);
+            let tail = match options.as_slice() {
+                [] => " no such command · Esc cancel".to_string(),
+                [_] if !t.is_empty() => " Tab complete · Enter run".to_string(),
+                _ if t.is_empty() => " Tab lists commands · Enter run · Esc cancel".to_string(),
+                many => {
+                    let room = usize::from(area.width).saturating_sub(t.chars().count() + 4);
+                    let mut list = String::new();
+                    for o in many {
+                        let o = o.rsplit(' ').next().unwrap_or(o);
+                        if list.chars().count() + o.chars().count() + 1 > room {
+                            list.push('…');
+                            break;
+                        }
+                        list.push(' ');
+                        list.push_str(o);
+                    }
+                    list
+                }
+            };
             let line = Line::from(vec![
                 Span::styled(":", theme.accent),
                 Span::styled(t.clone(), theme.text),
-                Span::styled("▏ Tab complete · Enter run · Esc cancel", theme.dim),
+                Span::styled(format!("▏{tail}"), theme.dim),
             ]);
             frame.render_widget(Paragraph::new(line), area);
             return;
         }
         _ => {
-            let mut acts = vec![KeyAction::Help, KeyAction::Filter, KeyAction::Command];
+            // The view's own actions first, then the ways out, then the rest.
+            let mut acts = Vec::new();
             match state.view {
                 View::Gpus => acts.extend([KeyAction::Open, KeyAction::Claim, KeyAction::Cordon]),
                 View::Claims => acts.extend([
@@ -58,12 +81,37 @@ pub(super) fn hints(frame: &mut Frame, area: Rect, state: &State, theme: &Theme)
                 View::Ledger => acts.push(KeyAction::ClearBackoff),
                 _ => {}
             }
-            acts.extend([KeyAction::SortNext, KeyAction::Freeze, KeyAction::Quit]);
-            acts.into_iter()
+            if !state.view.problem_filters().is_empty() {
+                acts.push(KeyAction::Problems);
+            }
+            acts.extend([
+                KeyAction::Filter,
+                KeyAction::Help,
+                KeyAction::Quit,
+                KeyAction::Command,
+                KeyAction::SortNext,
+                KeyAction::Freeze,
+            ]);
+            // Human names (`sort next`, not `sort_next`), as many whole hints as fit.
+            let mut text = String::new();
+            for a in acts
+                .into_iter()
                 .filter(|a| !(state.readonly && a.mutates()))
-                .map(|a| format!("{} {}", state.keymap.first_key(a), a.name()))
-                .collect::<Vec<_>>()
-                .join(" · ")
+            {
+                let hint = format!(
+                    "{} {}",
+                    state.keymap.first_key(a),
+                    a.name().replace('_', " ")
+                );
+                let sep = if text.is_empty() { "" } else { " · " };
+                if text.chars().count() + sep.len() + hint.chars().count() > usize::from(area.width)
+                {
+                    break;
+                }
+                text.push_str(sep);
+                text.push_str(&hint);
+            }
+            text
         }
     };
     frame.render_widget(Paragraph::new(Span::styled(text, theme.dim)), area);
@@ -96,7 +144,39 @@ pub(super) fn status(frame: &mut Frame, area: Rect, state: &State, theme: &Theme
         } else {
             theme.flash_info
         };
-        spans.push(Span::styled(f.text.clone(), style));
+        let used: usize = spans.iter().map(|s| s.content.chars().count()).sum();
+        if used + f.text.chars().count() <= usize::from(area.width) {
+            spans.push(Span::styled(f.text.clone(), style));
+        } else {
+            // Too long for the line: the whole message opens in a pane above it.
+            spans.push(Span::styled("message above · Esc dismisses", style));
+            flash_pane(frame, area, &f.text, style, theme);
+        }
     }
     frame.render_widget(Paragraph::new(Line::from(spans)).style(theme.status), area);
+}
+
+/// A long message, wrapped, in a pane just above the status line (over the body's last
+/// rows, so the lists' page size does not change while it shows).
+fn flash_pane(frame: &mut Frame, status: Rect, text: &str, style: Style, theme: &Theme) {
+    let inner_w = usize::from(status.width.saturating_sub(2)).max(1);
+    let lines = text.chars().count().div_ceil(inner_w).clamp(1, 6);
+    let h = u16::try_from(lines).unwrap_or(6).saturating_add(2);
+    let h = h.min(status.y.saturating_sub(1));
+    if h < 3 {
+        return;
+    }
+    let r = Rect {
+        x: status.x,
+        y: status.y - h,
+        width: status.width,
+        height: h,
+    };
+    frame.render_widget(Clear, r);
+    frame.render_widget(
+        Paragraph::new(Span::styled(text.to_string(), style))
+            .wrap(Wrap { trim: true })
+            .block(super::common::block(" Message ", theme)),
+        r,
+    );
 }

@@ -7,12 +7,12 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Cell, Paragraph, Row, Table, Wrap};
 
 use crate::clock;
-use crate::console::state::{ClaimKey, SourceSlot, State, View};
+use crate::console::state::{ClaimKey, SourceSlot, State, View, claims_info_height};
 use crate::console::theme::Theme;
 use crate::snapshot::{ClaimState, ClaimView};
 use crate::units::Bytes;
 
-use super::common::{block, empty_note, list_row, short_bytes, title_with, window};
+use super::common::{block, empty_note, list_row, place_label, short_bytes, title_with, window};
 
 /// The columns shown: a source column with several sources, more columns when wide.
 #[derive(Clone, Copy)]
@@ -71,10 +71,10 @@ impl Columns {
 /// The claim list, and below it (when tall enough) the selected claim in words.
 pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
     let cols = Columns {
-        wide: area.width >= 140,
+        wide: area.width >= 110,
         multi: state.shown_sources().count() > 1,
     };
-    let detail_h = if area.height >= 16 { 5 } else { 0 };
+    let detail_h = claims_info_height(area.height);
     let [table_area, info] =
         Layout::vertical([Constraint::Min(3), Constraint::Length(detail_h)]).areas(area);
     let height = usize::from(table_area.height.saturating_sub(3));
@@ -130,7 +130,7 @@ fn claim_row(
     if wide {
         cells.push(Cell::from(c.holder.clone().unwrap_or_else(|| "-".into())));
     }
-    cells.push(Cell::from(crate::sources::endpoint::place(c)));
+    cells.push(Cell::from(place_label(c, if wide { 20 } else { 16 })));
     cells.push(Cell::from(Span::styled(
         short_bytes(c.memory_reserved),
         theme.allocated,
@@ -172,6 +172,14 @@ fn selected_info(frame: &mut Frame, info: Rect, slot: &SourceSlot, c: &ClaimView
         Span::styled(format!("claim {} ", c.id), theme.title),
         Span::styled(format!("on {}: ", slot.name), theme.dim),
         Span::styled(c.form.clone(), theme.text),
+        Span::styled(
+            format!(
+                "  project {}, holder {}",
+                c.project,
+                c.holder.as_deref().unwrap_or("-")
+            ),
+            theme.dim,
+        ),
     ])];
     if c.state == ClaimState::Pending {
         if c.pending_reasons.is_empty() {

@@ -45,6 +45,70 @@ pub(super) fn na<T: ToString>(v: Option<T>) -> String {
     v.map_or_else(|| "n/a".to_string(), |x| x.to_string())
 }
 
+/// An identity (node name, place) fitted into `width` columns without losing its ends:
+/// `prod-h100-node-018` in 11 is `prod-h…-018`, so two nodes never read the same.
+pub fn mid_ellipsis(s: &str, width: usize) -> String {
+    let chars: Vec<char> = s.chars().collect();
+    if chars.len() <= width {
+        return s.to_string();
+    }
+    if width < 3 {
+        return chars.iter().take(width).collect();
+    }
+    let tail = (width - 1) / 2 - usize::from(width >= 5);
+    let head = width - 1 - tail;
+    let mut out: String = chars[..head].iter().collect();
+    out.push('…');
+    out.extend(&chars[chars.len() - tail..]);
+    out
+}
+
+/// Device indexes as ranges: `2,3,4,5,6,7` -> `2-7`, `0,1,4` -> `0-1,4`.
+pub fn index_ranges(indexes: &[u32]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < indexes.len() {
+        let start = indexes[i];
+        let mut end = start;
+        while i + 1 < indexes.len() && indexes[i + 1] == end + 1 {
+            end += 1;
+            i += 1;
+        }
+        parts.push(if end == start {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+        i += 1;
+    }
+    parts.join(",")
+}
+
+/// Where a claim is, fitted into `width`: the node shortened in the middle, its devices
+/// as ranges, never cut (`prod-h…-018:2-7`); `pending` for a pending claim.
+pub fn place_label(c: &crate::snapshot::ClaimView, width: usize) -> String {
+    let Some(node) = &c.node else {
+        return "pending".to_string();
+    };
+    let devices: Vec<u32> = c.shares.iter().map(|s| s.device).collect();
+    let tail = format!(":{}", index_ranges(&devices));
+    let room = width.saturating_sub(tail.chars().count()).max(4);
+    format!("{}{tail}", mid_ellipsis(node, room))
+}
+
+/// A model with its memory size, short: `A100 40G`, `H100 80G`, `A10G 24G`; the size is
+/// the one the model name states, or else the device's memory.
+pub fn model_label(model: &str, memory: Option<Bytes>) -> String {
+    let family = crate::request::accelerator_key(model);
+    let gb =
+        crate::request::stated_memory_gb(model).or_else(|| memory.map(|m| (m.0 + (1 << 29)) >> 30));
+    match (family.is_empty(), gb) {
+        (true, _) => short_model(model),
+        (false, Some(gb)) => format!("{family} {gb}G"),
+        (false, None) => family,
+    }
+}
+
 /// `NVIDIA A100-SXM4-40GB` -> `A100-SXM4-40GB`.
 pub(super) fn short_model(m: &str) -> String {
     m.strip_prefix("NVIDIA ").unwrap_or(m).to_string()
@@ -143,9 +207,9 @@ pub(super) fn title_with(state: &State, name: &str, count: usize, theme: &Theme)
         };
         spans.push(Span::styled(format!("sort:{c}{arrow} "), theme.dim));
     }
-    if !state.filter.is_empty() {
+    if !state.filter().is_empty() {
         spans.push(Span::styled(
-            format!("filter:{} ", state.filter),
+            format!("filter:{} ", state.filter()),
             theme.accent,
         ));
     }
@@ -172,10 +236,10 @@ pub(super) fn list_row<'a>(
 /// Why a list is empty: the filter, the sources' notes and errors.
 pub(super) fn empty_note(frame: &mut Frame, area: Rect, state: &State, theme: &Theme, what: &str) {
     let mut lines = vec![Line::styled(
-        if state.filter.is_empty() {
+        if state.filter().is_empty() {
             what.to_string()
         } else {
-            format!("{what} match the filter `{}`", state.filter)
+            format!("{what} match the filter `{}`", state.filter())
         },
         theme.dim,
     )];
@@ -209,5 +273,49 @@ pub(super) fn popup(area: Rect, w: u16, h: u16) -> Rect {
         y: area.y + (area.height - h) / 2,
         width: w,
         height: h,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identities_shrink_in_the_middle() {
+        let cases = [
+            ("prod-h100-node-018", 11, "prod-h…-018"),
+            ("prod-h100-node-018", 18, "prod-h100-node-018"),
+            ("prod-h100-node-018", 30, "prod-h100-node-018"),
+            ("abcdef", 5, "abc…f"),
+            ("abcdef", 2, "ab"),
+        ];
+        for (s, w, want) in cases {
+            assert_eq!(mid_ellipsis(s, w), want, "{s} in {w}");
+            assert!(mid_ellipsis(s, w).chars().count() <= w);
+        }
+        // Two neighbours stay apart.
+        assert_ne!(
+            mid_ellipsis("prod-h100-node-017", 11),
+            mid_ellipsis("prod-h100-node-018", 11)
+        );
+    }
+
+    #[test]
+    fn device_lists_become_ranges() {
+        assert_eq!(index_ranges(&[2, 3, 4, 5, 6, 7]), "2-7");
+        assert_eq!(index_ranges(&[0, 1, 4]), "0-1,4");
+        assert_eq!(index_ranges(&[3]), "3");
+        assert_eq!(index_ranges(&[]), "");
+    }
+
+    #[test]
+    fn models_carry_their_memory_size() {
+        assert_eq!(model_label("NVIDIA A100-SXM4-40GB", None), "A100 40G");
+        assert_eq!(model_label("NVIDIA A100-SXM4-80GB", None), "A100 80G");
+        assert_eq!(model_label("NVIDIA A10G", Some(Bytes::gib(24))), "A10G 24G");
+        assert_eq!(
+            model_label("NVIDIA H100", Some(Bytes::mib(81_559))),
+            "H100 80G"
+        );
     }
 }

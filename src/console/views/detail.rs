@@ -199,11 +199,7 @@ fn process_rows(
                 if over { theme.over_limit } else { theme.used },
             )),
             match (p.claim, claim) {
-                (Some(id), Some(c)) => Cell::from(format!(
-                    "claim {id} ({}, {} reserved)",
-                    c.project,
-                    short_bytes(c.memory_reserved)
-                )),
+                (Some(_), Some(c)) => Cell::from(claim_here(c, d.index)),
                 (Some(id), None) => Cell::from(format!("claim {id}")),
                 (None, _) => Cell::from(Span::styled("no claim (unclaimed use)", theme.rogue)),
             },
@@ -217,13 +213,34 @@ fn process_rows(
                 Cell::from("-"),
                 Cell::from(Span::styled("(no process)", theme.idle)),
                 Cell::from("-"),
-                Cell::from(format!(
-                    "claim {id} ({}, {} reserved)",
-                    c.project,
-                    short_bytes(c.memory_reserved)
-                )),
+                Cell::from(claim_here(c, d.index)),
             ]));
         }
     }
     rows
+}
+
+/// A claim as seen from one GPU: its holder and its share on this GPU (not its total over
+/// every GPU it holds): `claim 12 (vision, alice: 10G / 0.25 GPU here of 20G)`.
+fn claim_here(c: &crate::snapshot::ClaimView, index: u32) -> String {
+    let who = match &c.holder {
+        Some(h) => format!("{}, {h}", c.project),
+        None => c.project.clone(),
+    };
+    match c.shares.iter().find(|s| s.device == index) {
+        Some(s) if c.shares.len() > 1 => format!(
+            "claim {} ({who}: {} / {} GPU here of {})",
+            c.id,
+            short_bytes(s.memory),
+            s.compute,
+            short_bytes(c.memory_reserved)
+        ),
+        Some(s) => format!(
+            "claim {} ({who}: {} / {} GPU)",
+            c.id,
+            short_bytes(s.memory),
+            s.compute
+        ),
+        None => format!("claim {} ({who})", c.id),
+    }
 }

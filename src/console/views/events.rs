@@ -1,45 +1,43 @@
 //! The Events view: audit events in the operator's local date and time, and the console log.
 
 use ratatui::Frame;
-use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::layout::{Constraint, Rect};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Cell, Paragraph, Row, Table};
 
 use crate::clock;
 
-use super::common::block;
-use crate::console::state::State;
+use super::common::{block, title_with, window};
+use crate::console::state::{State, View, events_split};
 use crate::console::theme::Theme;
 
-/// Audit events from the shown sources, newest first, and the console's own log.
+/// Audit events from the shown sources, newest first, scrolled with the cursor and
+/// filtered with `/`, and the console's own log.
 pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
-    let [audit, log] =
-        Layout::vertical([Constraint::Percentage(65), Constraint::Percentage(35)]).areas(area);
-    let mut evs: Vec<(&str, &crate::snapshot::AuditEvent)> = state
-        .shown_sources()
-        .filter_map(|(_, s)| s.data.as_ref().map(|d| (s.name.as_str(), d)))
-        .flat_map(|(n, d)| d.events.iter().map(move |e| (n, e)))
-        .filter(|(_, e)| {
-            state.filter.is_empty()
-                || [&e.action, &e.target, &e.detail, &e.actor]
-                    .iter()
-                    .any(|s| s.to_lowercase().contains(&state.filter.to_lowercase()))
-        })
-        .collect();
-    evs.sort_by_key(|(_, e)| std::cmp::Reverse((e.at, e.revision)));
+    let [audit, log] = events_split(area);
+    let evs = state.audit_events();
     let h = usize::from(audit.height.saturating_sub(3));
+    let cur = state.cursor[View::Events.position()];
+    let off = window(cur.selected, cur.offset, h, evs.len());
     let rows: Vec<Row> = evs
         .iter()
+        .enumerate()
+        .skip(off)
         .take(h)
-        .map(|(src, e)| {
-            Row::new(vec![
+        .map(|(i, (src, e))| {
+            let row = Row::new(vec![
                 Cell::from(clock::date_time(e.at, &state.zone)),
                 Cell::from((*src).to_string()),
                 Cell::from(e.actor.clone()),
                 Cell::from(Span::styled(e.action.clone(), theme.accent)),
                 Cell::from(e.target.clone()),
                 Cell::from(e.detail.clone()),
-            ])
+            ]);
+            if i == cur.selected {
+                row.style(theme.selection)
+            } else {
+                row
+            }
         })
         .collect();
     frame.render_widget(
@@ -58,7 +56,10 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
         .header(
             Row::new(["TIME", "SOURCE", "ACTOR", "ACTION", "TARGET", "DETAIL"]).style(theme.header),
         )
-        .block(block(format!(" Audit events ({}) ", evs.len()), theme)),
+        .block(block(
+            title_with(state, "Audit events", evs.len(), theme),
+            theme,
+        )),
         audit,
     );
     let lh = usize::from(log.height.saturating_sub(2));

@@ -6,16 +6,17 @@ use ratatui::layout::{Constraint, Rect};
 use ratatui::text::Span;
 use ratatui::widgets::{Cell, Paragraph, Row, Table, Wrap};
 
-use crate::clock::{self, Timestamp};
+use crate::clock;
 use crate::console::state::{ProjKey, State, View};
 use crate::console::theme::Theme;
 use crate::snapshot::ProjectResourceView;
 
-use super::common::{block, empty_note, list_row, short_model, title_with, window};
+use super::common::{block, empty_note, list_row, model_label, short_model, title_with, window};
 
 /// Per project: share, running, pending, debt; then one line per resource account.
 pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
     let height = usize::from(area.height.saturating_sub(3));
+    let wide = area.width >= 110;
     let cur = state.cursor[View::Ledger.position()];
     let multi = state.shown_sources().count() > 1;
     // Each project takes one line per resource account (at least one): count them, then
@@ -69,9 +70,8 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
                         theme.text
                     },
                 )),
-                Cell::from(format!("{:.0}", p.overall_debt)),
             ]);
-            cells.extend(resource_cells(r, state.now, theme));
+            cells.extend(resource_cells(r, state, wide, theme));
             cells
         };
         let mut row = Row::new(first(p.resources.first()));
@@ -84,8 +84,8 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
             if multi {
                 cells.push(Cell::from(""));
             }
-            cells.extend((0..5).map(|_| Cell::from("")));
-            cells.extend(resource_cells(Some(r), state.now, theme));
+            cells.extend((0..4).map(|_| Cell::from("")));
+            cells.extend(resource_cells(Some(r), state, wide, theme));
             lines.push(list_row(cells, sel, false, theme));
         }
         rows.extend(lines.into_iter().skip(off.saturating_sub(first_line)));
@@ -95,20 +95,12 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     if multi {
         header.push("SRC");
     }
-    header.extend([
-        "PROJECT",
-        "SHARE",
-        "RUN",
-        "PEND",
-        "DEBT",
-        "RESOURCE",
-        "DEBT",
-        "TARGET",
-        "USED",
-        "D",
-        "BACKOFF",
-        "WHY NOT NOW",
-    ]);
+    // One debt column (per resource type: the scale backoffs and work fetch use).
+    header.extend(["PROJECT", "SHARE", "RUN", "PEND", "RESOURCE", "DEBT"]);
+    if wide {
+        header.extend(["TARGET", "USED"]);
+    }
+    header.extend(["D", "BACKED OFF UNTIL", "WHY NOT NOW"]);
     let mut widths = Vec::new();
     if multi {
         widths.push(Constraint::Length(8));
@@ -116,17 +108,19 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     widths.extend([
         Constraint::Length(10),
         Constraint::Length(5),
+        Constraint::Length(3),
         Constraint::Length(4),
-        Constraint::Length(4),
+        // `A100 80G` (model and memory size) when narrow, the whole model when wide.
+        Constraint::Length(if wide { 14 } else { 8 }),
         Constraint::Length(7),
-        // Wide enough for `A100-SXM4-40GB` and `H100 80GB HBM3`: the model tells types apart.
-        Constraint::Length(14),
-        Constraint::Length(7),
-        Constraint::Length(6),
-        Constraint::Length(5),
+    ]);
+    if wide {
+        widths.extend([Constraint::Length(6), Constraint::Length(5)]);
+    }
+    widths.extend([
         Constraint::Length(1),
-        // `11m56s/20m`: time left and interval.
-        Constraint::Length(10),
+        // `14:05:09 (11m56s)`: the local time it ends, and how long from now.
+        Constraint::Length(17),
         Constraint::Fill(1),
     ]);
     let t = Table::new(rows, widths)
@@ -156,44 +150,55 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     }
 }
 
-/// A resource account's cells: model, debt, target, use, eligibility, backoff, reason.
+/// A resource account's cells: model, debt, (target, use when wide), eligibility, the
+/// backoff's end as a local time with the time left, and why not now.
 fn resource_cells(
     r: Option<&ProjectResourceView>,
-    now: Timestamp,
+    state: &State,
+    wide: bool,
     theme: &Theme,
 ) -> Vec<Cell<'static>> {
     let Some(r) = r else {
-        return (0..7).map(|_| Cell::from("")).collect();
+        return (0..if wide { 7 } else { 5 })
+            .map(|_| Cell::from(""))
+            .collect();
     };
-    let backoff = match (r.backoff_until, r.backoff_interval_s) {
-        (Some(t), i) if t > now => Cell::from(Span::styled(
-            format!(
-                "{}/{}",
-                clock::age(t.millis_since(now)),
-                i.map_or_else(|| "?".into(), |s| clock::age(s * 1000))
-            ),
-            theme.warn,
-        )),
+    let now = state.now;
+    let backoff = match r.backoff_until {
+        Some(t) if t > now => {
+            let at = clock::date_time(t, &state.zone);
+            let time = at.rsplit(' ').next().unwrap_or(&at).to_string();
+            Cell::from(Span::styled(
+                format!("{time} ({})", clock::age(t.millis_since(now))),
+                theme.warn,
+            ))
+        }
         _ => Cell::from("-"),
     };
-    vec![
-        // `gpu:NVIDIA A100-SXM4-80GB` -> `A100-SXM4-80GB`: the model is what tells types apart.
-        Cell::from(
-            r.resource
-                .strip_prefix("gpu:")
-                .map_or_else(|| r.resource.clone(), short_model),
-        ),
+    let model = r.resource.strip_prefix("gpu:");
+    let mut cells = vec![
+        // The model (with its memory size) is what tells resource types apart.
+        Cell::from(match model {
+            Some(m) if wide => short_model(m),
+            Some(m) => model_label(m, None),
+            None => r.resource.clone(),
+        }),
         Cell::from(Span::styled(
             format!("{:.0}", r.debt),
             if r.debt < 0.0 { theme.warn } else { theme.text },
         )),
-        Cell::from(format!("{:.2}", r.target)),
-        Cell::from(format!("{:.2}", r.used)),
+    ];
+    if wide {
+        cells.push(Cell::from(format!("{:.2}", r.target)));
+        cells.push(Cell::from(format!("{:.2}", r.used)));
+    }
+    cells.extend([
         Cell::from(if r.eligible { "D" } else { "-" }),
         backoff,
         Cell::from(Span::styled(
             r.reason.clone().unwrap_or_default(),
             theme.dim,
         )),
-    ]
+    ]);
+    cells
 }

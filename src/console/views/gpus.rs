@@ -10,63 +10,103 @@ use crate::console::theme::Theme;
 use crate::snapshot::DeviceView;
 
 use super::common::{
-    block, device_flags, empty_note, list_row, pct, short_bytes, short_model, title_with, window,
+    block, device_flags, empty_note, list_row, mid_ellipsis, model_label, pct, short_bytes,
+    short_model, title_with, window,
 };
 
-/// The columns shown: a source column with several sources, more columns when wide.
+/// The columns shown. Three sets by width (under 110 columns, under 170, wider), a
+/// source column with several sources; NODE takes the width of the longest name that
+/// fits and is shortened in the middle (`prod-h…-018`) only when nothing else can give.
 #[derive(Clone, Copy)]
 struct Columns {
     multi: bool,
-    wide: bool,
+    /// 0: 80-column set, 1: 120-column set, 2: 200-column set.
+    tier: u8,
+    node_w: u16,
     bar_w: usize,
 }
 
+/// FLAGS keeps at least this much (`unclaimed`).
+const FLAGS_MIN: u16 = 9;
+
 impl Columns {
+    fn new(area: Rect, state: &State) -> Columns {
+        let multi = state.shown_sources().count() > 1;
+        let tier = match area.width {
+            0..110 => 0,
+            110..170 => 1,
+            _ => 2,
+        };
+        let bar_w = if tier == 0 { 0 } else { 16 };
+        let mut c = Columns {
+            multi,
+            tier,
+            node_w: 0,
+            bar_w,
+        };
+        let others: u16 = c.widths_without_node().iter().sum();
+        let gaps = u16::try_from(c.header().len()).unwrap_or(0);
+        let longest = state
+            .shown_sources()
+            .filter_map(|(_, s)| s.data.as_ref())
+            .flat_map(|d| d.nodes.iter())
+            .map(|n| n.name.chars().count())
+            .max()
+            .unwrap_or(4);
+        let budget = area
+            .width
+            .saturating_sub(2 + others + gaps + FLAGS_MIN)
+            .max(6);
+        c.node_w = u16::try_from(longest).unwrap_or(u16::MAX).clamp(4, budget);
+        c
+    }
+
     fn header(self) -> Vec<&'static str> {
-        let Columns { multi, wide, .. } = self;
         let mut header = Vec::new();
-        if multi {
+        if self.multi {
             header.push("SRC");
         }
-        header.extend([
-            "NODE", "#", "MODEL", "MEMORY", "ALLOC", "USED", "FREE", "FREE%",
-        ]);
-        if wide {
-            header.extend(["COMPUTE", "SHR", "UTIL", "TEMP", "POWER"]);
-        } else {
-            header.push("UTIL");
+        header.extend(["NODE", "#", "MODEL"]);
+        if self.tier > 0 {
+            header.push("MEMORY");
         }
-        header.push("FLAGS");
+        header.extend(["ALLOC", "USED", "MEM FREE", "GPU FREE"]);
+        if self.tier > 0 {
+            header.push("SHR");
+        }
+        if self.tier > 1 {
+            header.extend(["COMPUTE", "TEMP", "POWER"]);
+        }
+        header.extend(["UTIL", "FLAGS"]);
         header
     }
 
+    /// Every fixed width but NODE's and FLAGS', in header order.
+    fn widths_without_node(self) -> Vec<u16> {
+        let mut w = Vec::new();
+        if self.multi {
+            w.push(8);
+        }
+        w.extend([2, if self.tier > 1 { 18 } else { 8 }]);
+        if self.tier > 0 {
+            w.push(u16::try_from(self.bar_w).unwrap_or(16));
+        }
+        w.extend([11, 6, 8, 8]);
+        if self.tier > 0 {
+            w.push(3);
+        }
+        if self.tier > 1 {
+            w.extend([10, 4, 8]);
+        }
+        w.push(4);
+        w
+    }
+
     fn widths(self) -> Vec<Constraint> {
-        let Columns { multi, wide, bar_w } = self;
-        let mut widths = Vec::new();
-        if multi {
-            widths.push(Constraint::Length(8));
-        }
-        widths.extend([
-            Constraint::Length(if wide { 14 } else { 11 }),
-            Constraint::Length(2),
-            Constraint::Length(if wide { 18 } else { 9 }),
-            Constraint::Length(bar_w as u16),
-            Constraint::Length(if wide { 11 } else { 9 }),
-            Constraint::Length(6),
-            Constraint::Length(6),
-            Constraint::Length(5),
-        ]);
-        if wide {
-            widths.extend([
-                Constraint::Length(10),
-                Constraint::Length(3),
-                Constraint::Length(4),
-                Constraint::Length(4),
-                Constraint::Length(8),
-            ]);
-        } else {
-            widths.push(Constraint::Length(4));
-        }
+        let fixed = self.widths_without_node();
+        let at = usize::from(self.multi);
+        let mut widths: Vec<Constraint> = fixed.into_iter().map(Constraint::Length).collect();
+        widths.insert(at, Constraint::Length(self.node_w));
         widths.push(Constraint::Fill(1));
         widths
     }
@@ -74,12 +114,7 @@ impl Columns {
 
 /// The device list, scrolled to keep the selection in view.
 pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
-    let wide = area.width >= 140;
-    let cols = Columns {
-        multi: state.shown_sources().count() > 1,
-        wide,
-        bar_w: if wide { 16 } else { 8 },
-    };
+    let cols = Columns::new(area, state);
     let height = usize::from(area.height.saturating_sub(3));
     let cur = state.cursor[View::Gpus.position()];
     let len = state.rows_devices.len();
@@ -112,7 +147,12 @@ fn device_row(
     cols: Columns,
     theme: &Theme,
 ) -> Option<Row<'static>> {
-    let Columns { multi, wide, bar_w } = cols;
+    let Columns {
+        multi,
+        tier,
+        node_w,
+        bar_w,
+    } = cols;
     let (slot, n, d) = state.device(k)?;
     let stale = slot.is_stale(state.now, state.refresh_ms);
     let t = d.telemetry.as_ref();
@@ -125,10 +165,16 @@ fn device_row(
     if multi {
         cells.push(Cell::from(slot.name.clone()));
     }
-    cells.push(Cell::from(n.name.clone()));
+    cells.push(Cell::from(mid_ellipsis(&n.name, usize::from(node_w))));
     cells.push(Cell::from(d.index.to_string()));
-    cells.push(Cell::from(short_model(&d.model)));
-    cells.push(Cell::from(Line::from(mem_bar(d, bar_w, theme))));
+    cells.push(Cell::from(if tier > 1 {
+        short_model(&d.model)
+    } else {
+        model_label(&d.model, d.memory_capacity)
+    }));
+    if tier > 0 {
+        cells.push(Cell::from(Line::from(mem_bar(d, bar_w, theme))));
+    }
     cells.push(Cell::from(Span::styled(
         format!(
             "{}/{}",
@@ -156,15 +202,11 @@ fn device_row(
         unknown(pct(d.compute_free)),
         theme.free,
     )));
-    if wide {
-        cells.push(Cell::from(unknown(format!("{} GPU", d.compute_allocated))));
+    if tier > 0 {
         cells.push(Cell::from(unknown(d.holders.len().to_string())));
     }
-    cells.push(Cell::from(
-        t.and_then(|t| t.utilization_gpu)
-            .map_or_else(|| "n/a".into(), |u| format!("{u}%")),
-    ));
-    if wide {
+    if tier > 1 {
+        cells.push(Cell::from(unknown(format!("{} GPU", d.compute_allocated))));
         cells.push(Cell::from(
             t.and_then(|t| t.temperature_c)
                 .map_or_else(|| "n/a".into(), |c| format!("{c}C")),
@@ -177,6 +219,10 @@ fn device_row(
             },
         ));
     }
+    cells.push(Cell::from(
+        t.and_then(|t| t.utilization_gpu)
+            .map_or_else(|| "n/a".into(), |u| format!("{u}%")),
+    ));
     let flag_style = if flags
         .iter()
         .any(|f| matches!(*f, "unclaimed" | "lost" | "unhealthy"))

@@ -11,13 +11,23 @@ use ratatui::widgets::{Cell, Paragraph, Row, Table, Wrap};
 use crate::units::Bytes;
 
 use super::common::{badge, block, short_bytes};
-use crate::console::state::{FleetTotals, State};
+use crate::console::state::{FleetTotals, OVERVIEW_JUMPS, State, View};
 use crate::console::theme::Theme;
 
 /// Totals at the top, the sources below, and long source notes under the table.
 pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
     let [top, bottom] = Layout::vertical([Constraint::Length(9), Constraint::Min(3)]).areas(area);
-    frame.render_widget(Paragraph::new(total_lines(&state.totals, theme)), top);
+    // The selected count (Enter lists its items).
+    let selected =
+        state.view == View::Overview && state.mode == crate::console::state::Mode::Normal;
+    let label = OVERVIEW_JUMPS
+        .get(state.cursor[View::Overview.position()].selected)
+        .map(|(l, _, _)| *l)
+        .filter(|_| selected);
+    frame.render_widget(
+        Paragraph::new(total_lines(&state.totals, label, theme)),
+        top,
+    );
     sources_table(frame, bottom, state, theme);
     source_notes(frame, bottom, state, theme);
 }
@@ -30,7 +40,7 @@ fn pct_of(a: u64, b: u64) -> f64 {
     }
 }
 
-fn total_lines(t: &FleetTotals, theme: &Theme) -> Vec<Line<'static>> {
+fn total_lines(t: &FleetTotals, selected: Option<&str>, theme: &Theme) -> Vec<Line<'static>> {
     let FleetTotals {
         gpus,
         cordoned,
@@ -41,6 +51,9 @@ fn total_lines(t: &FleetTotals, theme: &Theme) -> Vec<Line<'static>> {
         free,
         stranded,
         used_known,
+        cap_measured,
+        claims_measured,
+        unclaimed_known,
         compute,
         unclaimed,
         idle_devs,
@@ -50,8 +63,13 @@ fn total_lines(t: &FleetTotals, theme: &Theme) -> Vec<Line<'static>> {
         idle,
     } = *t;
     let kv = |k: &str, v: String, style: Style| {
+        let (mark, label) = if selected == Some(k) {
+            ("▸", theme.selection)
+        } else {
+            (" ", theme.dim)
+        };
         Line::from(vec![
-            Span::styled(format!("{k:<18}"), theme.dim),
+            Span::styled(format!("{mark}{k:<17}"), label),
             Span::styled(v, style),
         ])
     };
@@ -73,7 +91,15 @@ fn total_lines(t: &FleetTotals, theme: &Theme) -> Vec<Line<'static>> {
         ),
         kv(
             "Memory used",
-            if used_known {
+            if used_known && cap_measured < cap {
+                // Only part of the fleet reports its use: say of what.
+                format!(
+                    "{} of {} measured ({:.0}%)",
+                    short_bytes(Bytes(used)),
+                    short_bytes(Bytes(cap_measured)),
+                    pct_of(used, cap_measured)
+                )
+            } else if used_known {
                 format!("{} ({:.0}%)", short_bytes(Bytes(used)), pct_of(used, cap))
             } else {
                 "n/a (no telemetry)".to_string()
@@ -108,7 +134,11 @@ fn total_lines(t: &FleetTotals, theme: &Theme) -> Vec<Line<'static>> {
         ),
         kv(
             "Over limit",
-            format!("{over} claims"),
+            if claims_measured == 0 {
+                "n/a (no claim's use is measured)".to_string()
+            } else {
+                format!("{over} claims")
+            },
             if over > 0 {
                 theme.over_limit
             } else {
@@ -117,12 +147,20 @@ fn total_lines(t: &FleetTotals, theme: &Theme) -> Vec<Line<'static>> {
         ),
         kv(
             "Idle",
-            format!("{idle} claims, {idle_devs} GPUs allocated but idle"),
+            if used_known {
+                format!("{idle} claims, {idle_devs} GPUs allocated but idle")
+            } else {
+                "n/a (no telemetry)".to_string()
+            },
             if idle > 0 { theme.idle } else { theme.text },
         ),
         kv(
             "Unclaimed use",
-            short_bytes(Bytes(unclaimed)),
+            if unclaimed_known {
+                short_bytes(Bytes(unclaimed))
+            } else {
+                "n/a (no attribution)".to_string()
+            },
             if unclaimed > 0 {
                 theme.rogue
             } else {
