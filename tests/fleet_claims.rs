@@ -91,9 +91,11 @@ impl Fleet {
 
     fn command(&self, args: &[&str]) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_gpuboard"));
-        c.args(args)
+        // The config right after the subcommand: `run` takes everything after `--` as CMD.
+        c.arg(args[0])
             .arg("--config")
             .arg(&self.config)
+            .args(&args[1..])
             .env("GPUBOARD_CACHE_DIR", self.root.path().join("cache"))
             .env_remove("GPUBOARD_TOKEN")
             .env_remove("GPUBOARD_ENDPOINT")
@@ -515,4 +517,34 @@ fn fifty_concurrent_claims_on_ten_endpoints_all_land_and_never_over_commit() {
     // The fleet is full now: the 51st is refused everywhere.
     let out = fleet.cli(&["claim", "--memory", "16GiB"]);
     assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+}
+
+#[test]
+fn run_places_across_the_fleet_and_releases_where_it_claimed() {
+    let fleet = Fleet::start(&["a", "b"], 1, 80);
+    // a is fuller: binpack sends the run's claim there.
+    ok(&fleet.cli(&["claim", "--memory", "50GiB", "--endpoint", "a"]));
+    let out = fleet.cli(&[
+        "run",
+        "--memory",
+        "20GiB",
+        "--",
+        "sh",
+        "-c",
+        "echo \"$GPUBOARD_ENDPOINT $GPUBOARD_CLAIM_ID $CUDA_VISIBLE_DEVICES\"",
+    ]);
+    let stdout = ok(&out);
+    assert_eq!(
+        stdout.trim(),
+        format!("{}/ 2 0", fleet.server("a").url.trim_end_matches('/')),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stderr).contains("claim a/2 on endpoint a, node host-a"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(fleet.claims("a").len(), 1, "released after CMD exited");
+    assert!(fleet.claims("b").is_empty());
 }

@@ -1,4 +1,5 @@
-//! The CLI's snapshot cache: the last snapshot read from each endpoint and its version,
+//! The CLI's snapshot cache: the last snapshot read from each endpoint (what placement
+//! and `ls` read of it: nodes, claims, the endpoint) and its version,
 //! one file per endpoint URL under the user's cache directory (`GPUBOARD_CACHE_DIR`, else
 //! `~/.cache/gpuboard/snapshots`). A fleet claim reads every endpoint with
 //! `If-None-Match`, so an endpoint that has not changed since the last command answers
@@ -95,13 +96,23 @@ impl SnapshotCache {
                 let snapshot = *snapshot;
                 match version {
                     Some(version) if self.dir.is_some() => {
+                        // Kept: what placement and `ls` read (nodes, claims, the endpoint);
+                        // the audit log, accounts and host figures only slow the next read.
                         let entry = Entry {
                             url,
                             version,
-                            snapshot,
+                            snapshot: Snapshot {
+                                schema: snapshot.schema,
+                                endpoint: snapshot.endpoint.clone(),
+                                revision: snapshot.revision,
+                                taken_at: snapshot.taken_at,
+                                nodes: snapshot.nodes.clone(),
+                                claims: snapshot.claims.clone(),
+                                ..Snapshot::default()
+                            },
                         };
                         self.store(&entry);
-                        Ok(entry.snapshot)
+                        Ok(snapshot)
                     }
                     _ => Ok(snapshot),
                 }
@@ -117,14 +128,15 @@ fn write_private(path: &Path, entry: &Entry) -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
     }
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    // Serialised first, then written in one go (not one syscall per token).
+    let bytes = serde_json::to_vec(entry)?;
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
         .open(&tmp)?;
-    serde_json::to_writer(&mut f, entry)?;
-    f.flush()?;
+    f.write_all(&bytes)?;
     drop(f);
     std::fs::rename(&tmp, path)
 }
