@@ -739,13 +739,13 @@ mod tests {
 
     #[test]
     fn move_ids_name_the_audit_actor_or_are_refused() {
-        assert_eq!(move_actor(None).unwrap(), "operator");
+        assert_eq!(move_actor("operator", None).unwrap(), "operator");
         assert_eq!(
-            move_actor(Some("mv-1a_2")).unwrap(),
+            move_actor("operator", Some("mv-1a_2")).unwrap(),
             "operator (move mv-1a_2)"
         );
         for bad in ["", "a b", "x\n", &"m".repeat(65)] {
-            let e = move_actor(Some(bad)).unwrap_err();
+            let e = move_actor("operator", Some(bad)).unwrap_err();
             assert!(e.contains(MOVE_HEADER), "{bad:?}: {e}");
         }
     }
