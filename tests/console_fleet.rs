@@ -133,7 +133,9 @@ fn the_picker_lists_where_the_claim_fits_first_and_follows_j_and_k() {
     run(&mut st, vec![code(KeyCode::Down), code(KeyCode::Down)]);
     assert_eq!(picker(&st).1, 1, "the arrows still work");
     run(&mut st, vec![k('k')]);
-    let eff = run(&mut st, vec![code(KeyCode::Enter)]);
+    // Enter opens the confirmation (Cancel focused); Tab then Enter sends.
+    assert!(run(&mut st, vec![code(KeyCode::Enter)]).is_empty());
+    let eff = run(&mut st, vec![code(KeyCode::Tab), code(KeyCode::Enter)]);
     assert_eq!(
         eff,
         vec![Effect::Act {
@@ -160,7 +162,15 @@ fn a_claim_on_two_devices_moves_to_two_devices() {
     );
     let mut st = console(vec![("a", snap)]);
     show_view(&mut st, View::Claims);
-    let eff = run(&mut st, vec![k('m'), code(KeyCode::Enter)]);
+    let eff = run(
+        &mut st,
+        vec![
+            k('m'),
+            code(KeyCode::Enter),
+            code(KeyCode::Tab),
+            code(KeyCode::Enter),
+        ],
+    );
     let Some(Effect::Act {
         action: Action::Move { id, target },
         ..
