@@ -62,6 +62,7 @@ fn select(st: &mut State, state: ClaimState) -> String {
         })
         .unwrap();
     st.cursor[View::Claims.position()].selected = at;
+    st.pick_under_cursor(View::Claims);
     let (_, c) = st.claim(st.rows_claims[at]).unwrap();
     c.request.labels["slurm.job_id"].clone()
 }
@@ -85,6 +86,11 @@ fn e_cancels_a_running_job_and_holds_a_pending_one_after_confirming() {
     assert_eq!(st.mode, Mode::Normal);
     key(&mut st, KeyCode::Char('E'));
     key(&mut st, KeyCode::Tab);
+    // A cancel asks for the job id to be typed first.
+    assert!(key(&mut st, KeyCode::Enter).is_empty());
+    for c in job.chars() {
+        key(&mut st, KeyCode::Char(c));
+    }
     let fx = key(&mut st, KeyCode::Enter);
     assert_eq!(
         fx,
