@@ -272,6 +272,27 @@ async fn a_failed_commit_freezes_the_endpoint_at_the_state_on_disk() {
         .await
         .unwrap();
     assert!(metrics.contains("gpuboard_store_failed 1"), "{metrics}");
+    // So does the snapshot, and a console reading the endpoint shows the source as failed.
+    let frozen = snapshot(&url, &token).await;
+    let why = frozen["endpoint"]["store_failed"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(!why.is_empty(), "{}", frozen["endpoint"]);
+    let source = gpuboard::sources::endpoint::Http::new(
+        "frozen",
+        &url,
+        Some(token.clone()),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let seen = gpuboard::sources::Source::fetch(&source).await;
+    let Err(failure) = seen else {
+        panic!("a frozen endpoint was read as live")
+    };
+    assert!(
+        failure.to_string().contains("writing state failed"),
+        "{failure}"
+    );
     // What was shown is what the disk holds: a restart without the limit resumes there.
     drop(child);
     let (child, url) = spawn_serve(serve_cmd(), dir.path());

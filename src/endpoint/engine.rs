@@ -134,6 +134,8 @@ struct Inner {
     nodes: Vec<NodeSpec>,
     /// Set once, by the first failed commit: no change applies after it.
     frozen: OnceLock<String>,
+    /// Turns true with `frozen`, to wake snapshot watchers.
+    frozen_seen: watch::Sender<bool>,
     store: Store,
     clock: Arc<dyn Clock>,
     owners: Arc<dyn OwnerCheck>,
@@ -151,6 +153,8 @@ pub struct StateKey {
     pub revision: u64,
     /// The live feed's generation (0 without telemetry).
     pub telemetry: u64,
+    /// A commit has failed: the endpoint refuses changes.
+    pub frozen: bool,
 }
 
 /// Wakes its holder when the engine's `StateKey` may have changed.
@@ -158,6 +162,7 @@ pub struct StateKey {
 pub struct StateKeyWatch {
     revision: watch::Receiver<u64>,
     telemetry: Option<watch::Receiver<u64>>,
+    frozen: watch::Receiver<bool>,
 }
 
 impl StateKeyWatch {
@@ -167,7 +172,13 @@ impl StateKeyWatch {
         let StateKeyWatch {
             revision,
             telemetry,
+            frozen,
         } = self;
+        let frozen = async {
+            if frozen.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
         let revision = async {
             if revision.changed().await.is_err() {
                 std::future::pending::<()>().await;
@@ -185,6 +196,7 @@ impl StateKeyWatch {
         tokio::select! {
             () = revision => {}
             () = telemetry => {}
+            () = frozen => {}
         }
     }
 }
@@ -260,6 +272,7 @@ impl Engine {
                 config: config.scheduler,
                 nodes,
                 frozen: OnceLock::new(),
+                frozen_seen: watch::channel(false).0,
                 store,
                 clock,
                 owners,
@@ -335,6 +348,7 @@ impl Engine {
             None => {}
         }
         let _ = self.inner.frozen.set(reason);
+        self.inner.frozen_seen.send_replace(true);
     }
 
     /// Why the endpoint stopped accepting changes, once a commit has failed.
@@ -498,6 +512,7 @@ impl Engine {
         if let Some(feed) = self.inner.live.get() {
             feed.merge_into(&mut snap);
         }
+        snap.endpoint.store_failed = self.failure().map(str::to_string);
         snap
     }
 
@@ -538,6 +553,7 @@ impl Engine {
         StateKey {
             revision: *self.inner.committed.borrow(),
             telemetry: self.inner.live.get().map_or(0, |feed| feed.generation()),
+            frozen: self.inner.frozen.get().is_some(),
         }
     }
 
@@ -548,6 +564,7 @@ impl Engine {
         StateKeyWatch {
             revision,
             telemetry: self.inner.live.get().map(|feed| feed.subscribe()),
+            frozen: self.inner.frozen_seen.subscribe(),
         }
     }
 

@@ -112,7 +112,10 @@ impl SnapshotVersions {
             let too_soon = cache
                 .built
                 .is_some_and(|(at, cost)| at.elapsed() < telemetry_spacing(cost));
-            if revision_current && (cached.telemetry == key.telemetry || too_soon) {
+            if revision_current
+                && cached.frozen == key.frozen
+                && (cached.telemetry == key.telemetry || too_soon)
+            {
                 return Ok(Arc::clone(current));
             }
         }

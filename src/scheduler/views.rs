@@ -39,6 +39,7 @@ impl Scheduler {
             actions: true,
             telemetry_note: None,
             warnings: Vec::new(),
+            store_failed: None,
         }
     }
 

@@ -73,6 +73,10 @@ pub struct EndpointInfo {
     /// Parts of the peer's answer that could not be read; everything else is live.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<SourceWarning>,
+    /// Set once a gpuboard endpoint's commit has failed: it refuses every change until it
+    /// is restarted, and says why here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_failed: Option<String>,
 }
 
 /// A section of a peer's answer that a source could not read and left out: where it was
@@ -384,6 +388,7 @@ impl EndpointInfo {
             actions: false,
             telemetry_note: None,
             warnings: Vec::new(),
+            store_failed: None,
         }
     }
 }

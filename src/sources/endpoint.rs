@@ -180,8 +180,29 @@ impl Source for Http {
     fn note(&self) -> Option<String> {
         self.note.clone()
     }
+    /// The mirrored state; an endpoint whose commit failed is shown as failed, with its
+    /// reason, as the embedded scheduler is (its snapshots stay at the durable state).
     fn fetch(&self) -> BoxFuture<'static, Result<Fetched, Failure>> {
-        self.mirror.fetch()
+        let fetch = self.mirror.fetch();
+        // `Unchanged` means the last snapshot still stands.
+        let last_failed = self
+            .mirror
+            .with_last(|s| s.endpoint.store_failed.clone())
+            .flatten();
+        Box::pin(async move {
+            let got = fetch.await?;
+            let failed = match &got {
+                Fetched::Snapshot(s) => s.endpoint.store_failed.clone(),
+                Fetched::Unchanged => last_failed,
+            };
+            match failed {
+                Some(reason) => Err(Failure::Refused(format!(
+                    "the endpoint's writing state failed ({reason}); it refuses changes until it \
+                     is restarted from its last durable state"
+                ))),
+                None => Ok(got),
+            }
+        })
     }
     fn changed(&self) -> Option<Arc<Notify>> {
         Some(self.mirror.changed())

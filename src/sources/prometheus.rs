@@ -197,6 +197,7 @@ impl PrometheusSource {
             actions: false,
             telemetry_note: None,
             warnings: sections.into_warnings(),
+            store_failed: None,
         };
         Ok(telemetry_snapshot(
             &samples,
