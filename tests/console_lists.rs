@@ -190,16 +190,16 @@ fn each_view_keeps_its_own_filter() {
 
 #[test]
 fn esc_from_detail_returns_where_it_came_from() {
-    // (view the detail is opened from, how)
-    for (from, keys) in [
-        (View::Claims, vec![code(KeyCode::Enter)]),
-        (View::Gpus, vec![code(KeyCode::Enter)]),
-        (View::Claims, vec![k('5')]),
+    // (view the detail is opened from, how, the detail it opens)
+    for (from, keys, detail) in [
+        (View::Claims, vec![code(KeyCode::Enter)], View::ClaimDetail),
+        (View::Gpus, vec![code(KeyCode::Enter)], View::Detail),
+        (View::Claims, vec![k('5')], View::Detail),
     ] {
         let mut st = lab_state();
         show_view(&mut st, from);
         run(&mut st, keys);
-        assert_eq!(st.view, View::Detail);
+        assert_eq!(st.view, detail);
         run(&mut st, vec![code(KeyCode::Esc)]);
         assert_eq!(st.view, from);
     }

@@ -1,5 +1,6 @@
 //! The console's state: one owner, changed only by `update`, read by drawing.
 
+mod claim_detail;
 mod form;
 mod paging;
 mod rows;
@@ -24,6 +25,8 @@ pub use sources::{STALE_AFTER_INTERVALS, SourceHealth, SourceSlot, TELEMETRY_KIN
 pub use totals::FleetTotals;
 pub use view::{OVERVIEW_JUMPS, View};
 
+/// Views with their own filter, sort and cursor: the tabs and the claim detail.
+pub const VIEWS: usize = View::ALL.len() + 1;
 /// Console log lines kept for the Events view.
 pub const LOG_KEPT: usize = 500;
 /// How long a status-line message stays.
@@ -201,15 +204,15 @@ pub struct State {
     /// First help line shown (the help scrolls on small terminals).
     pub help_scroll: u16,
     /// Filter text per view (each list keeps its own).
-    pub filters: [String; 6],
+    pub filters: [String; VIEWS],
     /// Sort column per view (index into `View::sort_columns`).
-    pub sort: [usize; 6],
+    pub sort: [usize; VIEWS],
     /// Reverse sort per view.
-    pub sort_reverse: [bool; 6],
+    pub sort_reverse: [bool; VIEWS],
     /// Cursor per view.
-    pub cursor: [Cursor; 6],
+    pub cursor: [Cursor; VIEWS],
     /// What the operator picked per list view, by identity (the cursor follows it).
-    pub picked: [Option<Picked>; 6],
+    pub picked: [Option<Picked>; VIEWS],
     /// Display frozen.
     pub frozen: bool,
     /// Status-line message.
@@ -220,6 +223,8 @@ pub struct State {
     pub came_from: Option<View>,
     /// The device shown in detail: source, node name, device index.
     pub detail: Option<(usize, String, u32)>,
+    /// The claim shown in the claim detail: source, claim id.
+    pub claim_detail: Option<(usize, ClaimId)>,
     /// Device rows, filtered and sorted.
     pub rows_devices: Vec<DevKey>,
     /// Claim rows, filtered and sorted.
@@ -257,15 +262,16 @@ impl State {
             mode: Mode::Normal,
             help_scroll: 0,
             filters: Default::default(),
-            sort: [0; 6],
-            sort_reverse: [false; 6],
-            cursor: [Cursor::default(); 6],
+            sort: [0; VIEWS],
+            sort_reverse: [false; VIEWS],
+            cursor: [Cursor::default(); VIEWS],
             picked: Default::default(),
             frozen: false,
             flash: None,
             log: VecDeque::new(),
             came_from: None,
             detail: None,
+            claim_detail: None,
             rows_devices: Vec::new(),
             rows_claims: Vec::new(),
             rows_projects: Vec::new(),
@@ -332,6 +338,7 @@ impl State {
                 .and_then(|(_, _, d)| d.telemetry.as_ref())
                 .map_or(0, |t| t.processes.len()),
             View::Events => self.audit_events().len(),
+            View::ClaimDetail => self.claim_detail_lines(),
             View::Overview => OVERVIEW_JUMPS.len(),
         }
     }

@@ -24,6 +24,8 @@ pub enum View {
     Detail,
     /// Audit events and the console log.
     Events,
+    /// One claim in depth, opened by Enter on a claim (not a tab: it has no tab key).
+    ClaimDetail,
 }
 
 impl View {
@@ -45,6 +47,7 @@ impl View {
             View::Ledger => "Fair share",
             View::Detail => "GPU detail",
             View::Events => "Events",
+            View::ClaimDetail => "Claim detail",
         }
     }
     /// Name on the command line and for `--dump-screen`.
@@ -56,11 +59,15 @@ impl View {
             View::Ledger => "fairshare",
             View::Detail => "detail",
             View::Events => "events",
+            View::ClaimDetail => "claim",
         }
     }
-    /// Position in `ALL`.
+    /// Position in `ALL`; the claim detail, not a tab, comes after the tabs.
     pub fn position(self) -> usize {
-        View::ALL.iter().position(|v| *v == self).unwrap_or(0)
+        View::ALL
+            .iter()
+            .position(|v| *v == self)
+            .unwrap_or(View::ALL.len())
     }
     /// Parses a view name.
     pub fn parse(s: &str) -> Option<View> {

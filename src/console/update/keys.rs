@@ -177,8 +177,16 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
                 state.reshape_rows();
             }
         }
+        KeyAction::Open if state.view == View::Claims => {
+            if state.open_claim_detail() {
+                state.came_from = Some(View::Claims);
+                state.view = View::ClaimDetail;
+            } else if let Some(gone) = state.pick_gone(View::Claims) {
+                flash(state, format!("{gone} is gone"), true);
+            }
+        }
         KeyAction::Open => {
-            if matches!(state.view, View::Gpus | View::Claims) {
+            if state.view == View::Gpus {
                 open_detail(state);
                 if state.detail.is_some() {
                     state.came_from = Some(state.view);
@@ -189,6 +197,8 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
         KeyAction::Back => {
             if state.flash.is_some() {
                 state.flash = None;
+            } else if state.view == View::ClaimDetail {
+                state.view = state.came_from.take().unwrap_or(View::Claims);
             } else if state.view == View::Detail {
                 state.view = state.came_from.take().unwrap_or(View::Gpus);
             } else if let Some(back) = state.came_from.take() {

@@ -15,7 +15,8 @@ use crate::console::theme::Theme;
 pub(super) fn tabs(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
     let mut spans = vec![Span::styled(" gpuboard ", theme.title)];
     for (i, v) in View::ALL.iter().enumerate() {
-        let style = if *v == state.view {
+        // The claim detail has no tab of its own: Claims stays marked.
+        let style = if *v == state.view || (*v == View::Claims && state.view == View::ClaimDetail) {
             theme.tab_active
         } else {
             theme.tab

@@ -3,6 +3,7 @@
 //! a screenful. One file per view and per overlay; `common` holds what they share.
 
 mod chrome;
+mod claim_detail;
 mod claims;
 mod common;
 mod confirm;
@@ -57,6 +58,7 @@ pub fn draw(frame: &mut Frame, state: &State, theme: &Theme) {
         View::Ledger => fairshare::draw(frame, body, state, theme),
         View::Detail => detail::draw(frame, body, state, theme),
         View::Events => events::draw(frame, body, state, theme),
+        View::ClaimDetail => claim_detail::draw(frame, body, state, theme),
     }
     if hints {
         chrome::hints(frame, hint, state, theme);
