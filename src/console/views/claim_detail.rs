@@ -139,6 +139,16 @@ fn summary(state: &State, c: &ClaimView, theme: &Theme) -> Vec<Line<'static>> {
     if c.infeasible {
         flags.push("infeasible");
     }
+    if c.state == ClaimState::Pending {
+        // A pending claim holds nothing yet: 0 would read as a request for nothing.
+        out.push(field(
+            "reserved",
+            "nothing while pending (the form says what it asks for)".into(),
+            theme.dim,
+            theme,
+        ));
+        return out;
+    }
     out.push(Line::from(vec![
         Span::styled(format!("{:<9}", "reserved"), theme.dim),
         Span::styled(
