@@ -140,8 +140,7 @@ fn scrolls_to_the_last_line_and_no_further() {
     let full = text(&st, 120, 40);
     let last = full
         .lines()
-        .filter(|l| l.contains("by "))
-        .last()
+        .rfind(|l| l.contains("by "))
         .unwrap()
         .to_string();
     assert!(!text(&st, 80, 12).contains(last.trim_start_matches('│').trim()));
