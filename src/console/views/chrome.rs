@@ -80,6 +80,7 @@ pub(super) fn hints(frame: &mut Frame, area: Rect, state: &State, theme: &Theme)
                     KeyAction::Open,
                 ]),
                 View::Ledger => acts.push(KeyAction::ClearBackoff),
+                View::ClaimDetail => acts.push(KeyAction::Back),
                 _ => {}
             }
             if !state.view.problem_filters().is_empty() {
