@@ -3,8 +3,7 @@
 //! warning and says what the peer was holding; and mutated answers (a field dropped, a
 //! value of another type, unknown fields added, an array cut short) never panic, never take
 //! the source down unless the core (nodes and their GPUs) was hit, and leave the core read.
-//! Slurm is mutated the same way over its captures in tests/fixtures/slurm (real answers
-//! of slurmrestd 22.05, not yet in the corpus).
+//! Slurm is also mutated over its tidy captures in tests/fixtures/slurm.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeMap;
@@ -358,12 +357,18 @@ proptest! {
     }
 }
 
-fn slurm_answers() -> SlurmAnswers {
+/// The Slurm answers of `case`: a folder of tests/corpus/slurm, or `fixtures` for the
+/// tidy captures in tests/fixtures/slurm.
+fn slurm_answers(case: &str) -> SlurmAnswers {
+    let dir = if case == "fixtures" {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/slurm")
+    } else {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/corpus/slurm")
+            .join(case)
+    };
     let at = |name: &str| {
-        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/slurm")
-            .join(name);
-        serde_json::from_str::<Value>(&std::fs::read_to_string(p).unwrap()).unwrap()
+        serde_json::from_str::<Value>(&std::fs::read_to_string(dir.join(name)).unwrap()).unwrap()
     };
     SlurmAnswers {
         nodes: at("nodes.json"),
@@ -371,11 +376,39 @@ fn slurm_answers() -> SlurmAnswers {
     }
 }
 
+/// The Slurm cases: every one is mutated.
+const SLURM_CASES: [&str; 4] = ["fixtures", "idle", "busy", "full"];
+
 #[test]
-fn slurm_captures_read_with_no_warning() {
-    let s = slurm::snapshot(&slurm_answers(), "corpus", Timestamp(1)).unwrap();
-    assert!(s.endpoint.warnings.is_empty(), "{:?}", s.endpoint.warnings);
-    assert!(!s.claims.is_empty());
+fn slurm_corpus_reads_with_no_warning() {
+    for case in SLURM_CASES {
+        let s = slurm::snapshot(&slurm_answers(case), "corpus", Timestamp(1)).unwrap();
+        assert!(
+            s.endpoint.warnings.is_empty(),
+            "{case}: {:?}",
+            s.endpoint.warnings
+        );
+    }
+    // The recorded cluster: gpunode with 4 GPUs, spare1 drained and spare2 down.
+    let s = slurm::snapshot(&slurm_answers("busy"), "corpus", Timestamp(1)).unwrap();
+    let names: Vec<&str> = s.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, ["gpunode", "spare1", "spare2"]);
+    assert_eq!(s.nodes[0].devices.len(), 4);
+    // The array's two tasks and the shard job run; big, after-big and after-array wait.
+    let holders: Vec<&str> = s
+        .claims
+        .iter()
+        .filter_map(|c| c.holder.as_deref())
+        .collect();
+    assert!(!holders.is_empty(), "{:?}", s.claims);
+    let pending = s
+        .claims
+        .iter()
+        .filter(|c| c.state == ClaimState::Pending)
+        .count();
+    assert!(pending >= 3, "{:?}", s.claims);
+    let idle = slurm::snapshot(&slurm_answers("idle"), "corpus", Timestamp(1)).unwrap();
+    assert!(idle.claims.is_empty(), "{:?}", idle.claims);
 }
 
 /// Whether a path in the Slurm nodes answer is outside its core (the envelope's errors
@@ -395,12 +428,13 @@ proptest! {
 
     #[test]
     fn mutated_slurm_answers_keep_the_core(
+        case in 0usize..SLURM_CASES.len(),
         jobs in any::<bool>(),
         at in any::<Index>(),
         m in mutation(),
     ) {
-        let whole = slurm::snapshot(&slurm_answers(), "corpus", Timestamp(1)).unwrap();
-        let mut a = slurm_answers();
+        let whole = slurm::snapshot(&slurm_answers(SLURM_CASES[case]), "corpus", Timestamp(1)).unwrap();
+        let mut a = slurm_answers(SLURM_CASES[case]);
         let doc = if jobs { &mut a.jobs } else { &mut a.nodes };
         let mut all = Vec::new();
         paths(doc, &mut Vec::new(), &mut all);
