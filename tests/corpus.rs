@@ -474,7 +474,12 @@ fn corpus_text(path: &str) -> String {
 }
 
 /// The BOINC cases: every one is mutated.
-const BOINC_CASES: [&str; 2] = ["idle", "modes-never"];
+const BOINC_CASES: [&str; 4] = [
+    "idle",
+    "modes-never",
+    "project-attached",
+    "project-suspended",
+];
 
 fn boinc_answers(case: &str) -> BoincAnswers {
     BoincAnswers {
@@ -498,8 +503,10 @@ fn boinc_corpus_reads_with_no_warning() {
             "{case}: {}",
             s.endpoint.version
         );
-        // No project is attached: nothing claimed.
+        // No work was ever sent: nothing claimed.
         assert!(s.claims.is_empty(), "{case}: {:?}", s.claims);
+        let projects = usize::from(case.starts_with("project-"));
+        assert_eq!(s.projects.len(), projects, "{case}: {:?}", s.projects);
     }
 }
 
