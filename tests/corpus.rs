@@ -3,15 +3,22 @@
 //! warning and says what the peer was holding; and mutated answers (a field dropped, a
 //! value of another type, unknown fields added, an array cut short) never panic, never take
 //! the source down unless the core (nodes and their GPUs) was hit, and leave the core read.
-//! Slurm is mutated the same way over its captures in tests/fixtures/slurm (real answers
-//! of slurmrestd 22.05, not yet in the corpus).
+//! Slurm is also mutated over its tidy captures in tests/fixtures/slurm. BOINC's XML is
+//! mutated element by element (dropped, its value of another kind, an unknown child added,
+//! the answer cut short there); the Prometheus answers are served on 127.0.0.1 and read
+//! through the source.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use common::{Reply, serve};
 use gpuboard::clock::Timestamp;
 use gpuboard::snapshot::{ClaimState, ClaimView, Snapshot};
+use gpuboard::sources::boinc::{self, BoincAnswers};
+use gpuboard::sources::prometheus::{PrometheusConfig, PrometheusSource};
 use gpuboard::sources::ray::{self, RayAnswers};
 use gpuboard::sources::slurm::{self, SlurmAnswers};
 use proptest::prelude::*;
@@ -358,12 +365,18 @@ proptest! {
     }
 }
 
-fn slurm_answers() -> SlurmAnswers {
+/// The Slurm answers of `case`: a folder of tests/corpus/slurm, or `fixtures` for the
+/// tidy captures in tests/fixtures/slurm.
+fn slurm_answers(case: &str) -> SlurmAnswers {
+    let dir = if case == "fixtures" {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/slurm")
+    } else {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/corpus/slurm")
+            .join(case)
+    };
     let at = |name: &str| {
-        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/slurm")
-            .join(name);
-        serde_json::from_str::<Value>(&std::fs::read_to_string(p).unwrap()).unwrap()
+        serde_json::from_str::<Value>(&std::fs::read_to_string(dir.join(name)).unwrap()).unwrap()
     };
     SlurmAnswers {
         nodes: at("nodes.json"),
@@ -371,11 +384,39 @@ fn slurm_answers() -> SlurmAnswers {
     }
 }
 
+/// The Slurm cases: every one is mutated.
+const SLURM_CASES: [&str; 4] = ["fixtures", "idle", "busy", "full"];
+
 #[test]
-fn slurm_captures_read_with_no_warning() {
-    let s = slurm::snapshot(&slurm_answers(), "corpus", Timestamp(1)).unwrap();
-    assert!(s.endpoint.warnings.is_empty(), "{:?}", s.endpoint.warnings);
-    assert!(!s.claims.is_empty());
+fn slurm_corpus_reads_with_no_warning() {
+    for case in SLURM_CASES {
+        let s = slurm::snapshot(&slurm_answers(case), "corpus", Timestamp(1)).unwrap();
+        assert!(
+            s.endpoint.warnings.is_empty(),
+            "{case}: {:?}",
+            s.endpoint.warnings
+        );
+    }
+    // The recorded cluster: gpunode with 4 GPUs, spare1 drained and spare2 down.
+    let s = slurm::snapshot(&slurm_answers("busy"), "corpus", Timestamp(1)).unwrap();
+    let names: Vec<&str> = s.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, ["gpunode", "spare1", "spare2"]);
+    assert_eq!(s.nodes[0].devices.len(), 4);
+    // The array's two tasks and the shard job run; big, after-big and after-array wait.
+    let holders: Vec<&str> = s
+        .claims
+        .iter()
+        .filter_map(|c| c.holder.as_deref())
+        .collect();
+    assert!(!holders.is_empty(), "{:?}", s.claims);
+    let pending = s
+        .claims
+        .iter()
+        .filter(|c| c.state == ClaimState::Pending)
+        .count();
+    assert!(pending >= 3, "{:?}", s.claims);
+    let idle = slurm::snapshot(&slurm_answers("idle"), "corpus", Timestamp(1)).unwrap();
+    assert!(idle.claims.is_empty(), "{:?}", idle.claims);
 }
 
 /// Whether a path in the Slurm nodes answer is outside its core (the envelope's errors
@@ -395,12 +436,13 @@ proptest! {
 
     #[test]
     fn mutated_slurm_answers_keep_the_core(
+        case in 0usize..SLURM_CASES.len(),
         jobs in any::<bool>(),
         at in any::<Index>(),
         m in mutation(),
     ) {
-        let whole = slurm::snapshot(&slurm_answers(), "corpus", Timestamp(1)).unwrap();
-        let mut a = slurm_answers();
+        let whole = slurm::snapshot(&slurm_answers(SLURM_CASES[case]), "corpus", Timestamp(1)).unwrap();
+        let mut a = slurm_answers(SLURM_CASES[case]);
         let doc = if jobs { &mut a.jobs } else { &mut a.nodes };
         let mut all = Vec::new();
         paths(doc, &mut Vec::new(), &mut all);
@@ -414,6 +456,279 @@ proptest! {
         } else {
             slurm_nodes_non_core(&path)
         };
+        if non_core {
+            let s = got.map_err(|e| format!("{m:?} at {path:?} took the source down: {e}"));
+            let s = s.unwrap();
+            prop_assert_eq!(core(&s), core(&whole), "{:?} at {:?}", m, path);
+        }
+    }
+}
+
+fn corpus_text(path: &str) -> String {
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/corpus")
+            .join(path),
+    )
+    .unwrap()
+}
+
+/// The BOINC cases: every one is mutated.
+const BOINC_CASES: [&str; 4] = [
+    "idle",
+    "modes-never",
+    "project-attached",
+    "project-suspended",
+];
+
+fn boinc_answers(case: &str) -> BoincAnswers {
+    BoincAnswers {
+        state: corpus_text(&format!("boinc/{case}/state.xml")),
+        cc_status: corpus_text(&format!("boinc/{case}/cc_status.xml")),
+    }
+}
+
+#[test]
+fn boinc_corpus_reads_with_no_warning() {
+    for case in BOINC_CASES {
+        let s = boinc::snapshot(&boinc_answers(case), "corpus", Timestamp(1)).unwrap();
+        assert!(
+            s.endpoint.warnings.is_empty(),
+            "{case}: {:?}",
+            s.endpoint.warnings
+        );
+        assert_eq!(s.nodes.len(), 1, "{case}");
+        assert!(
+            s.endpoint.version.starts_with("boinc 7."),
+            "{case}: {}",
+            s.endpoint.version
+        );
+        // No work was ever sent: nothing claimed.
+        assert!(s.claims.is_empty(), "{case}: {:?}", s.claims);
+        let projects = usize::from(case.starts_with("project-"));
+        assert_eq!(s.projects.len(), projects, "{case}: {:?}", s.projects);
+    }
+}
+
+/// One element of an XML answer: where it starts and ends, where its content lies (equal
+/// for `<x/>`), and its name with its ancestors'.
+#[derive(Clone, Debug)]
+struct Element {
+    start: usize,
+    end: usize,
+    content: (usize, usize),
+    path: Vec<String>,
+}
+
+/// Every element of `xml` (the answers are plain: no comments, CDATA or `>` in values).
+fn elements(xml: &str) -> Vec<Element> {
+    let mut out = Vec::new();
+    let mut open: Vec<(usize, usize, String)> = Vec::new();
+    let mut i = 0;
+    while let Some(off) = xml[i..].find('<') {
+        let start = i + off;
+        let Some(close) = xml[start..].find('>') else {
+            break;
+        };
+        let tag_end = start + close + 1;
+        let tag = &xml[start + 1..tag_end - 1];
+        let names = |open: &[(usize, usize, String)], name: &str| {
+            open.iter()
+                .map(|o| o.2.clone())
+                .chain(std::iter::once(name.to_string()))
+                .collect::<Vec<_>>()
+        };
+        if tag.starts_with('?') || tag.starts_with('!') {
+        } else if let Some(name) = tag.strip_prefix('/') {
+            if let Some(pos) = open.iter().rposition(|o| o.2 == name) {
+                let (s, c, n) = open[pos].clone();
+                open.truncate(pos);
+                out.push(Element {
+                    start: s,
+                    end: tag_end,
+                    content: (c, start),
+                    path: names(&open, &n),
+                });
+            }
+        } else if let Some(name) = tag.strip_suffix('/') {
+            let name = name.split_whitespace().next().unwrap_or_default();
+            out.push(Element {
+                start,
+                end: tag_end,
+                content: (tag_end, tag_end),
+                path: names(&open, name),
+            });
+        } else {
+            let name = tag.split_whitespace().next().unwrap_or_default();
+            open.push((start, tag_end, name.to_string()));
+        }
+        i = tag_end;
+    }
+    out.sort_by_key(|e| e.start);
+    out
+}
+
+/// Applies `m` to element `e` of `xml`: dropped; its content replaced by a value of another
+/// kind (a number for text, text for a number or children); an unknown child added; or the
+/// whole answer cut short in the middle of the element.
+fn mutate_xml(xml: &str, e: &Element, m: Mutation) -> String {
+    let (c0, c1) = e.content;
+    match m {
+        Mutation::Drop => format!("{}{}", &xml[..e.start], &xml[e.end..]),
+        Mutation::OtherType => {
+            let inner = xml[c0..c1].trim();
+            let other = if inner.parse::<f64>().is_ok() {
+                "12x"
+            } else if inner.is_empty() || inner.starts_with('<') {
+                "text"
+            } else {
+                "-7.5"
+            };
+            if c0 == c1 && xml[..e.end].ends_with("/>") {
+                let name = e.path.last().unwrap();
+                format!(
+                    "{}<{name}>{other}</{name}>{}",
+                    &xml[..e.start],
+                    &xml[e.end..]
+                )
+            } else {
+                format!("{}{other}{}", &xml[..c0], &xml[c1..])
+            }
+        }
+        Mutation::Unknown => {
+            let at = if c0 == c1 { e.end } else { c0 };
+            format!(
+                "{}<gpuboard_unknown a=\"1\"><x>2</x><y/></gpuboard_unknown>{}",
+                &xml[..at],
+                &xml[at..]
+            )
+        }
+        Mutation::Truncate => xml[..e.start + (e.end - e.start) / 2].to_string(),
+    }
+}
+
+/// Whether an element of the state answer is outside its core (the reply's envelope, the
+/// host and the client's version are the core).
+fn boinc_state_non_core(path: &[String]) -> bool {
+    path.len() > 2 && path[2] != "host_info" && !path[2].starts_with("core_client_")
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn mutated_boinc_answers_keep_the_core(
+        case in 0usize..BOINC_CASES.len(),
+        cc in any::<bool>(),
+        at in any::<Index>(),
+        m in mutation(),
+    ) {
+        let whole = boinc::snapshot(&boinc_answers(BOINC_CASES[case]), "corpus", Timestamp(1)).unwrap();
+        let mut a = boinc_answers(BOINC_CASES[case]);
+        let doc = if cc { &mut a.cc_status } else { &mut a.state };
+        let all = elements(doc);
+        let e = at.get(&all).clone();
+        *doc = mutate_xml(doc, &e, m);
+        let got = boinc::snapshot(&a, "corpus", Timestamp(1));
+        // Cutting the answer short breaks it whole: only "no panic" holds then.
+        let non_core = !matches!(m, Mutation::Truncate)
+            && if cc { e.path.len() > 1 } else { boinc_state_non_core(&e.path) };
+        if non_core {
+            let s = got.map_err(|err| format!("{m:?} at {:?} took the source down: {err}", e.path));
+            let s = s.unwrap();
+            prop_assert_eq!(core(&s), core(&whole), "{:?} at {:?}", m, e.path);
+        }
+    }
+}
+
+/// The Prometheus cases: every one is mutated.
+const PROMETHEUS_CASES: [&str; 2] = ["live", "stale"];
+
+/// Serves `buildinfo` and `query` as Prometheus would on 127.0.0.1 and fetches them through
+/// the source.
+async fn prometheus_fetch(buildinfo: &Value, query: &Value) -> Result<Snapshot, String> {
+    let j = "application/json";
+    let url = serve(vec![
+        (
+            "/api/v1/status/buildinfo",
+            Reply::Full(200, j, serde_json::to_vec(buildinfo).unwrap()),
+        ),
+        (
+            "/api/v1/query",
+            Reply::Full(200, j, serde_json::to_vec(query).unwrap()),
+        ),
+    ])
+    .await;
+    let mut config = PrometheusConfig::new(url);
+    config.timeout = std::time::Duration::from_secs(5);
+    let source = PrometheusSource::new(config).unwrap();
+    source.fetch().await.map_err(|e| e.to_string())
+}
+
+fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+#[test]
+fn prometheus_corpus_reads_with_no_warning() {
+    for case in PROMETHEUS_CASES {
+        let at = |name: &str| corpus(&format!("prometheus/{case}/{name}.json"));
+        let s = block_on(prometheus_fetch(&at("buildinfo"), &at("query"))).unwrap();
+        assert!(
+            s.endpoint.warnings.is_empty(),
+            "{case}: {:?}",
+            s.endpoint.warnings
+        );
+        let nodes: Vec<&str> = s.nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(nodes, ["node-a", "node-b", "node-c"], "{case}");
+        assert!(
+            s.nodes.iter().all(|n| n.devices.len() == 4),
+            "{case}: {:?}",
+            s.nodes
+        );
+        // node-b's GPU 3 is in MIG mode; node-c's GPU 1 has no frame-buffer fields.
+        let t3 = s.nodes[1].devices[3].telemetry.as_ref().unwrap();
+        assert_eq!(t3.mig_enabled, Some(true), "{case}: {:?}", s.nodes[1]);
+        let c1 = s.nodes[2].devices[1].telemetry.as_ref().unwrap();
+        assert!(
+            c1.memory_used.is_none() && c1.temperature_c.is_some(),
+            "{case}: {c1:?}"
+        );
+    }
+}
+
+/// Whether a path in the query answer is outside its core: the envelope, the list of
+/// series and the labels that place a series (host, GPU index, model) are the core; a whole
+/// series, its other labels and its samples are not.
+fn prometheus_query_non_core(path: &[Step]) -> bool {
+    let placing = ["Hostname", "instance", "gpu", "modelName"];
+    path.len() >= 3 && !matches!(path.get(4), Some(Step::Key(k)) if placing.contains(&k.as_str()))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn mutated_prometheus_answers_keep_the_core(
+        case in 0usize..PROMETHEUS_CASES.len(),
+        info in any::<bool>(),
+        at in any::<Index>(),
+        m in mutation(),
+    ) {
+        let file = |name: &str| corpus(&format!("prometheus/{}/{name}.json", PROMETHEUS_CASES[case]));
+        let (mut buildinfo, mut query) = (file("buildinfo"), file("query"));
+        let whole = block_on(prometheus_fetch(&buildinfo, &query)).unwrap();
+        let doc = if info { &mut buildinfo } else { &mut query };
+        let mut all = Vec::new();
+        paths(doc, &mut Vec::new(), &mut all);
+        let path = at.get(&all).clone();
+        mutate(doc, &path, m);
+        let got = block_on(prometheus_fetch(&buildinfo, &query));
+        let non_core = info || prometheus_query_non_core(&path);
         if non_core {
             let s = got.map_err(|e| format!("{m:?} at {path:?} took the source down: {e}"));
             let s = s.unwrap();
