@@ -280,7 +280,17 @@ fn moved_to_b() -> (State, Vec<Effect>) {
     show_view(&mut st, View::Claims);
     run(&mut st, vec![k('m')]);
     assert_eq!(picker(&st).0, vec!["nb:0", "nb:1", "na:1 full"]);
-    let eff = run(&mut st, vec![code(KeyCode::Enter)]);
+    // Enter asks first (Cancel focused), naming both sources; Tab, Enter sends the claim.
+    assert!(run(&mut st, vec![code(KeyCode::Enter)]).is_empty());
+    let Mode::Confirm(c) = &st.mode else {
+        panic!("no confirmation: {:?}", st.mode)
+    };
+    assert!(
+        c.body[0].contains("from a") && c.body[0].contains("to b nb:0"),
+        "{:?}",
+        c.body
+    );
+    let eff = run(&mut st, vec![code(KeyCode::Tab), code(KeyCode::Enter)]);
     (st, eff)
 }
 

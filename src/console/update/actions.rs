@@ -117,7 +117,6 @@ pub(super) fn open_move(state: &mut State) {
 /// j/k: the picker has no text to type into), send the move, or cancel.
 pub(super) fn move_key(state: &mut State, mut m: MovePick, ev: KeyEvent) -> Vec<Effect> {
     let n = m.targets.len();
-    let mut out = Vec::new();
     let action = state.keymap.action(Context::Dialog, &ev).or_else(|| {
         match state.keymap.action(Context::Normal, &ev) {
             Some(KeyAction::Down) => Some(KeyAction::NextField),
@@ -139,7 +138,9 @@ pub(super) fn move_key(state: &mut State, mut m: MovePick, ev: KeyEvent) -> Vec<
         }
         Some(KeyAction::Confirm) => match move_across::target(&m) {
             Ok(Some((to, target))) if to != m.source => {
-                out = move_across::start(state, &mut m, to, target);
+                if move_across::ask(state, &mut m, to, target) {
+                    return Vec::new();
+                }
             }
             Ok(Some((_, target))) => {
                 let place = format!(
@@ -175,7 +176,7 @@ pub(super) fn move_key(state: &mut State, mut m: MovePick, ev: KeyEvent) -> Vec<
         _ => {}
     }
     state.mode = Mode::Move(Box::new(m));
-    out
+    Vec::new()
 }
 
 /// Cordons (`Some(true)`), uncordons (`Some(false)`) or toggles (`None`) the selected GPU,

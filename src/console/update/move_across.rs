@@ -10,7 +10,7 @@ use crate::sources::{Action, Failure, Outcome};
 
 use super::{act, flash};
 use crate::console::msg::Effect;
-use crate::console::state::{Mode, MoveAcross, MovePick, MoveRow, State};
+use crate::console::state::{Confirm, Mode, MoveAcross, MovePick, MoveRow, State};
 
 /// The GPUs claim `c` of source `own` may move to, on every acting source with data: not
 /// the devices it holds, not cordoned ones; those its largest per-device share fits on
@@ -106,24 +106,58 @@ pub(super) fn target(m: &MovePick) -> Result<Option<(usize, MoveTarget)>, String
     )))
 }
 
-/// Starts a move to another source: the claim's own request, pinned to the target, is
-/// claimed there.
-pub(super) fn start(state: &mut State, m: &mut MovePick, to: usize, t: MoveTarget) -> Vec<Effect> {
+/// Asks to move claim `m.id` to `t` on source `to`, naming both places: once confirmed,
+/// the same request is claimed there (then, when that succeeded, released here). False
+/// when the claim is gone (said in the picker).
+pub(super) fn ask(state: &mut State, m: &mut MovePick, to: usize, t: MoveTarget) -> bool {
     let Some(old) = claim_of(state, m.source, m.id) else {
         m.error = Some(format!("claim {} is gone from its source", m.id));
-        return Vec::new();
+        return false;
     };
+    let place = format!(
+        "{}:{}",
+        t.node.as_deref().unwrap_or("?"),
+        t.devices
+            .as_ref()
+            .map(|d| d.iter().map(u32::to_string).collect::<Vec<_>>().join(","))
+            .unwrap_or_default()
+    );
+    let name = |i: usize| {
+        state
+            .sources
+            .get(i)
+            .map_or("?", |s| s.name.as_str())
+            .to_string()
+    };
+    let body = vec![
+        format!(
+            "Move claim {} from {} {} to {} {place}?",
+            m.id,
+            name(m.source),
+            m.from,
+            name(to)
+        ),
+        "It is claimed there first, then released here; its processes must be restarted."
+            .to_string(),
+    ];
     let request = moved_request(&old.request, t.node, t.devices);
-    let out = act(state, to, Action::Claim { request });
-    if !out.is_empty() {
-        m.sent = true;
-        m.error = None;
-        m.across = Some(MoveAcross {
-            target: to,
-            claimed: None,
-        });
-    }
-    out
+    let mut confirm = Confirm::new(
+        to,
+        Action::Claim { request },
+        "Move claim across sources",
+        body,
+    );
+    confirm.back = Some(Box::new(Mode::Move(Box::new(m.clone()))));
+    let mut under_way = m.clone();
+    under_way.sent = true;
+    under_way.error = None;
+    under_way.across = Some(MoveAcross {
+        target: to,
+        claimed: None,
+    });
+    confirm.then = Some(Box::new(Mode::Move(Box::new(under_way))));
+    super::confirm::ask(state, confirm);
+    true
 }
 
 fn claim_of(state: &State, source: usize, id: ClaimId) -> Option<ClaimView> {
