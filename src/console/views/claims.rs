@@ -14,16 +14,37 @@ use crate::units::Bytes;
 
 use super::common::{block, empty_note, list_row, place_label, short_bytes, title_with, window};
 
-/// The columns shown: a source column with several sources, more columns when wide.
+/// The columns shown: a source column with several sources, more columns when wide, and
+/// fewer when narrow, so that the identity columns (id, place) are never cut.
 #[derive(Clone, Copy)]
 struct Columns {
     multi: bool,
     wide: bool,
+    /// Under 80 columns: lease and age drop (and use too, with a source column).
+    narrow: bool,
+}
+
+impl Columns {
+    fn of(width: u16, multi: bool) -> Columns {
+        Columns {
+            multi,
+            wide: width >= 110,
+            narrow: width < 80,
+        }
+    }
+
+    fn with_used(self) -> bool {
+        !(self.narrow && self.multi)
+    }
+
+    fn with_times(self) -> bool {
+        !self.narrow
+    }
 }
 
 impl Columns {
     fn header(self) -> Vec<&'static str> {
-        let Columns { multi, wide } = self;
+        let Columns { multi, wide, .. } = self;
         let mut header = Vec::new();
         if multi {
             header.push("SRC");
@@ -32,24 +53,33 @@ impl Columns {
         if wide {
             header.push("HOLDER");
         }
-        header.extend(["PLACE", "RESERVED", "USED"]);
+        header.extend(["PLACE", "RESERVED"]);
+        if self.with_used() {
+            header.push("USED");
+        }
         if wide {
             header.extend(["FRACTION", "FORM"]);
         }
-        header.extend(["LEASE", "AGE"]);
+        if self.with_times() {
+            header.extend(["LEASE", "AGE"]);
+        }
         header
     }
 
     fn widths(self) -> Vec<Constraint> {
-        let Columns { multi, wide } = self;
+        let Columns {
+            multi,
+            wide,
+            narrow,
+        } = self;
         let mut widths = Vec::new();
         if multi {
-            widths.push(Constraint::Length(8));
+            widths.push(Constraint::Length(if narrow { 6 } else { 8 }));
         }
         widths.extend([
             Constraint::Length(6),
             Constraint::Length(7),
-            Constraint::Length(10),
+            Constraint::Length(if narrow { 8 } else { 10 }),
         ]);
         if wide {
             widths.push(Constraint::Length(10));
@@ -57,23 +87,24 @@ impl Columns {
         widths.extend([
             Constraint::Length(if wide { 20 } else { 16 }),
             Constraint::Length(8),
-            Constraint::Length(7),
         ]);
+        if self.with_used() {
+            widths.push(Constraint::Length(7));
+        }
         if wide {
             widths.extend([Constraint::Length(10), Constraint::Fill(1)]);
         }
-        // Lease and age, in two units: `59m59s`.
-        widths.extend([Constraint::Length(7), Constraint::Length(6)]);
+        if self.with_times() {
+            // Lease and age, in two units: `59m59s`.
+            widths.extend([Constraint::Length(7), Constraint::Length(6)]);
+        }
         widths
     }
 }
 
 /// The claim list, and below it (when tall enough) the selected claim in words.
 pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
-    let cols = Columns {
-        wide: area.width >= 110,
-        multi: state.shown_sources().count() > 1,
-    };
+    let cols = Columns::of(area.width, state.shown_sources().count() > 1);
     let detail_h = claims_info_height(area.height);
     let [table_area, info] =
         Layout::vertical([Constraint::Min(3), Constraint::Length(detail_h)]).areas(area);
@@ -112,7 +143,7 @@ fn claim_row(
     cols: Columns,
     theme: &Theme,
 ) -> Option<Row<'static>> {
-    let Columns { multi, wide } = cols;
+    let Columns { multi, wide, .. } = cols;
     let (slot, c) = state.claim(k)?;
     let stale = slot.is_stale(state.now, state.refresh_ms);
     let mut cells: Vec<Cell> = Vec::new();
@@ -135,34 +166,38 @@ fn claim_row(
         short_bytes(c.memory_reserved),
         theme.allocated,
     )));
-    cells.push(match c.memory_used {
-        Some(u) if c.over_limit => Cell::from(Span::styled(
-            format!("{}!", short_bytes(u)),
-            theme.over_limit,
-        )),
-        Some(u) => Cell::from(Span::styled(short_bytes(u), theme.used)),
-        None => Cell::from(Span::styled("n/a", theme.dim)),
-    });
+    if cols.with_used() {
+        cells.push(match c.memory_used {
+            Some(u) if c.over_limit => Cell::from(Span::styled(
+                format!("{}!", short_bytes(u)),
+                theme.over_limit,
+            )),
+            Some(u) => Cell::from(Span::styled(short_bytes(u), theme.used)),
+            None => Cell::from(Span::styled("n/a", theme.dim)),
+        });
+    }
     if wide {
         cells.push(Cell::from(format!("{} GPU", c.compute_reserved)));
         cells.push(Cell::from(c.form.clone()));
     }
-    cells.push(Cell::from(c.lease_expires_at.map_or_else(
-        || "-".into(),
-        |t| {
-            if t <= state.now {
-                "expired".to_string()
-            } else {
-                clock::age(t.millis_since(state.now))
-            }
-        },
-    )));
-    // Engines that give no start time (Ray actors) leave it at 0: unknown, not 55 years.
-    cells.push(Cell::from(if c.created_at.0 == 0 {
-        "-".to_string()
-    } else {
-        clock::age(state.now.millis_since(c.created_at))
-    }));
+    if cols.with_times() {
+        cells.push(Cell::from(c.lease_expires_at.map_or_else(
+            || "-".into(),
+            |t| {
+                if t <= state.now {
+                    "expired".to_string()
+                } else {
+                    clock::age(t.millis_since(state.now))
+                }
+            },
+        )));
+        // Engines that give no start time (Ray actors) leave it at 0: unknown, not 55 years.
+        cells.push(Cell::from(if c.created_at.0 == 0 {
+            "-".to_string()
+        } else {
+            clock::age(state.now.millis_since(c.created_at))
+        }));
+    }
     Some(list_row(cells, selected, stale, theme))
 }
 
