@@ -166,3 +166,26 @@ fn the_command_line_lists_its_candidates() {
         }
     }
 }
+
+#[test]
+fn flags_stay_at_60_columns() {
+    let mut st = lab_state();
+    show_view(&mut st, View::Gpus);
+    let wide = screen(&st, 80, 24);
+    let narrow = screen(&st, 60, 20);
+    assert!(narrow.contains("FLAGS"), "{narrow}");
+    // Every flag shown at 80 columns is shown at 60 too.
+    for flag in ["unclaimed", "cordoned", "idle", "lost", "unhealthy"] {
+        assert_eq!(
+            wide.contains(flag),
+            narrow.contains(flag),
+            "{flag}:\n{wide}\n{narrow}"
+        );
+    }
+    assert!(
+        ["unclaimed", "cordoned", "idle"]
+            .iter()
+            .any(|f| narrow.contains(f)),
+        "the lab shows some flag: {narrow}"
+    );
+}

@@ -22,6 +22,9 @@ struct Columns {
     multi: bool,
     /// 0: 80-column set, 1: 120-column set, 2: 200-column set.
     tier: u8,
+    /// Under 80 columns: USED and GPU FREE make way for FLAGS (which says `unclaimed`
+    /// where use exceeds the allocation).
+    narrow: bool,
     node_w: u16,
     bar_w: usize,
 }
@@ -41,6 +44,7 @@ impl Columns {
         let mut c = Columns {
             multi,
             tier,
+            narrow: area.width < 80,
             node_w: 0,
             bar_w,
         };
@@ -70,7 +74,11 @@ impl Columns {
         if self.tier > 0 {
             header.push("MEMORY");
         }
-        header.extend(["ALLOC", "USED", "MEM FREE", "GPU FREE"]);
+        if self.narrow {
+            header.extend(["ALLOC", "MEM FREE"]);
+        } else {
+            header.extend(["ALLOC", "USED", "MEM FREE", "GPU FREE"]);
+        }
         if self.tier > 0 {
             header.push("SHR");
         }
@@ -91,7 +99,11 @@ impl Columns {
         if self.tier > 0 {
             w.push(u16::try_from(self.bar_w).unwrap_or(16));
         }
-        w.extend([11, 6, 8, 8]);
+        if self.narrow {
+            w.extend([11, 8]);
+        } else {
+            w.extend([11, 6, 8, 8]);
+        }
         if self.tier > 0 {
             w.push(3);
         }
@@ -150,6 +162,7 @@ fn device_row(
     let Columns {
         multi,
         tier,
+        narrow,
         node_w,
         bar_w,
     } = cols;
@@ -183,14 +196,16 @@ fn device_row(
         ),
         theme.allocated,
     )));
-    cells.push(Cell::from(Span::styled(
-        used.map_or_else(|| "n/a".into(), short_bytes),
-        if used.is_some_and(|u| u > d.memory_allocated) {
-            theme.rogue
-        } else {
-            theme.used
-        },
-    )));
+    if !narrow {
+        cells.push(Cell::from(Span::styled(
+            used.map_or_else(|| "n/a".into(), short_bytes),
+            if used.is_some_and(|u| u > d.memory_allocated) {
+                theme.rogue
+            } else {
+                theme.used
+            },
+        )));
+    }
     cells.push(Cell::from(Span::styled(
         match d.memory_capacity {
             None => "?".to_string(),
@@ -198,10 +213,12 @@ fn device_row(
         },
         theme.free,
     )));
-    cells.push(Cell::from(Span::styled(
-        unknown(pct(d.compute_free)),
-        theme.free,
-    )));
+    if !narrow {
+        cells.push(Cell::from(Span::styled(
+            unknown(pct(d.compute_free)),
+            theme.free,
+        )));
+    }
     if tier > 0 {
         cells.push(Cell::from(unknown(d.holders.len().to_string())));
     }
