@@ -124,32 +124,6 @@ impl SlurmSource {
             message,
         }
     }
-
-    /// Names the socket, not the placeholder host, in an error about `path`.
-    fn relabel_path(&self, e: SourceError, path: &str) -> SourceError {
-        let url = format!("{}/{path}", self.shown());
-        match e {
-            SourceError::Refused { peer, .. } => SourceError::Refused { url, peer },
-            SourceError::Unreachable { detail, .. } => SourceError::Unreachable { url, detail },
-            SourceError::Timeout { timeout, .. } => SourceError::Timeout { url, timeout },
-            SourceError::Unauthorized {
-                status, message, ..
-            } => SourceError::Unauthorized {
-                url,
-                status,
-                message,
-            },
-            SourceError::Http {
-                status, message, ..
-            } => SourceError::Http {
-                url,
-                status,
-                message,
-            },
-            SourceError::Decode { what, .. } => SourceError::Decode { url, what },
-            other => other,
-        }
-    }
 }
 
 /// slurmrestd's `errors` as one line, when there are any.

@@ -208,7 +208,13 @@ impl SlurmSource {
 
     #[allow(clippy::trivially_copy_pass_by_ref)] // an answer kind reads as a reference here
     fn relabel(&self, e: SourceError, answer: &SlurmAnswerKind) -> SourceError {
-        let url = format!("{}/{}", self.shown(), answer.path());
+        self.relabel_path(e, &answer.path())
+    }
+
+    /// Names the socket, not the placeholder host, in an error about `path` (the readers'
+    /// answers and the actions' requests alike).
+    fn relabel_path(&self, e: SourceError, path: &str) -> SourceError {
+        let url = format!("{}/{path}", self.shown());
         match e {
             SourceError::Refused { peer, .. } => SourceError::Refused { url, peer },
             SourceError::Unreachable { detail, .. } => SourceError::Unreachable { url, detail },
