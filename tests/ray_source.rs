@@ -11,133 +11,22 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
+#[path = "common/ray_head.rs"]
+mod ray_head;
 
 use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Stopper, free_port, skip_peer};
+use common::{Stopper, skip_peer};
 use gpuboard::snapshot::{ClaimState, Snapshot};
 use gpuboard::sources::error::SourceError;
 use gpuboard::sources::ray::{RayConfig, RaySource};
 use gpuboard::units::Units;
+use ray_head::{Head, TOKEN, pids_with, ray_env};
 use serde_json::Value;
-
-const TOKEN: &str = "6770750b6f617264726179746f6b656e";
-
-fn venv() -> PathBuf {
-    let dir = std::env::var_os("GPUBOARD_RAY_VENV").map_or_else(
-        || {
-            let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
-            Path::new(&home).join(".cache/gpuboard/venv-ray-2.60.0")
-        },
-        PathBuf::from,
-    );
-    assert!(
-        dir.join("bin/ray").is_file(),
-        "no Ray at {}: run scripts/test (it installs ray[default]==2.60.0 there), or set \
-         GPUBOARD_RAY_VENV, or GPUBOARD_SKIP_PEERS=ray to skip this test",
-        dir.display()
-    );
-    dir
-}
-
-/// Processes whose command line mentions `marker` (our unique temp dir): Ray's daemons
-/// and workers of this test's head, and nothing else.
-fn pids_with(marker: &str) -> Vec<i32> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        if String::from_utf8_lossy(&cmd).contains(marker) && pid != std::process::id() as i32 {
-            out.push(pid);
-        }
-    }
-    out
-}
-
-/// `root` and every process below it (by parent pid).
-fn descendants(root: i32) -> Vec<i32> {
-    let mut parent: Vec<(i32, i32)> = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        // The command name is in parentheses and may hold spaces: read after the last ')'.
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let Some(ppid) = rest.split_whitespace().nth(1).and_then(|p| p.parse().ok()) else {
-            continue;
-        };
-        parent.push((pid, ppid));
-    }
-    let mut out = vec![root];
-    let mut i = 0;
-    while i < out.len() {
-        let p = out[i];
-        out.extend(parent.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
-        i += 1;
-    }
-    out
-}
-
-/// A `Key:  N kB` line of a /proc file, in KiB (0 when unreadable).
-fn proc_kib(pid: i32, file: &str, key: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/{file}"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(key))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-/// Stops the head: `ray start --block` takes its daemons down on SIGTERM; whatever of
-/// ours survives that (workers mid-start) is killed by pid.
-struct Head {
-    start: Stopper,
-    marker: String,
-}
-
-impl Drop for Head {
-    fn drop(&mut self) {
-        // Note every process of ours first: once `ray start` is gone its children are
-        // reparented and no longer below it.
-        let mut ours = descendants(i32::try_from(self.start.pid()).unwrap_or(0));
-        ours.extend(pids_with(&self.marker));
-        self.start.stop();
-        let alive = |pid: &i32| Path::new(&format!("/proc/{pid}")).exists();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let mut left: Vec<i32> = ours.iter().copied().filter(alive).collect();
-            left.extend(pids_with(&self.marker));
-            if left.is_empty() || Instant::now() > deadline + Duration::from_secs(5) {
-                return;
-            }
-            let sig = if Instant::now() > deadline {
-                libc::SIGKILL
-            } else {
-                libc::SIGTERM
-            };
-            for pid in left {
-                // SAFETY: signalling processes this test started (its head's tree).
-                unsafe { libc::kill(pid, sig) };
-            }
-            std::thread::sleep(Duration::from_millis(250));
-        }
-    }
-}
 
 /// What the driver saw: holder ("actor actor-half") -> (GPU index, fraction).
 fn expected(report: &Value) -> BTreeMap<String, (u32, Units)> {
@@ -186,50 +75,12 @@ async fn ray_source_reports_what_ray_tasks_see() {
         return;
     }
     let started = Instant::now();
-    let venv = venv();
-    let tmp = tempfile::Builder::new()
-        .prefix("gpbray")
-        .tempdir_in("/tmp")
-        .unwrap();
-    let marker = tmp.path().to_string_lossy().to_string();
-    let (gcs, dashboard) = (free_port(), free_port());
-    let log = std::fs::File::create(tmp.path().join("ray-start.log")).unwrap();
-    let child = Command::new(venv.join("bin/ray"))
-        .args(["start", "--head", "--block", "--num-gpus=4", "--num-cpus=2"])
-        .arg("--resources={\"accelerator_type:A100\": 1}")
-        .args(["--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1"])
-        .arg(format!("--port={gcs}"))
-        .arg(format!("--dashboard-port={dashboard}"))
-        .arg(format!("--ray-client-server-port={}", free_port()))
-        .arg(format!("--dashboard-agent-listen-port={}", free_port()))
-        .arg(format!("--metrics-export-port={}", free_port()))
-        .arg("--include-dashboard=true")
-        .arg("--disable-usage-stats")
-        .arg(format!("--temp-dir={marker}"))
-        .env("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-        .env("RAY_AUTH_MODE", "token")
-        .env("RAY_AUTH_TOKEN", TOKEN)
-        .env("RAY_USAGE_STATS_ENABLED", "0")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .process_group(0)
-        .spawn()
-        .unwrap();
-    let mut head = Head {
-        start: Stopper {
-            child,
-            name: "ray start",
-        },
-        marker: marker.clone(),
-    };
-
-    let url = format!("http://127.0.0.1:{dashboard}");
+    let mut head = Head::start_with(&["--resources={\"accelerator_type:A100\": 1}"]);
+    let url = head.url.clone();
     let mut config = RayConfig::new(url.clone());
     config.timeout = Duration::from_secs(10);
     config.token = Some(TOKEN.to_string());
     let source = RaySource::new(config).unwrap();
-    let ray_log = || std::fs::read_to_string(tmp.path().join("ray-start.log")).unwrap_or_default();
 
     // Wait for the dashboard (bounded).
     let deadline = Instant::now() + Duration::from_mins(3);
@@ -240,13 +91,13 @@ async fn ray_source_reports_what_ray_tasks_see() {
         {
             break;
         }
-        if let Ok(Some(status)) = head.start.child.try_wait() {
-            panic!("ray start exited ({status}):\n{}", ray_log());
+        if let Some(status) = head.exited() {
+            panic!("ray start exited ({status}):\n{}", head.log());
         }
         assert!(
             Instant::now() < deadline,
             "Ray's dashboard not up within 180 s; last: {r:?}\n{}",
-            ray_log()
+            head.log()
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -261,16 +112,12 @@ async fn ray_source_reports_what_ray_tasks_see() {
     );
 
     // The driver takes its shares and reports what each holder sees.
-    let report_path = tmp.path().join("driver.json");
-    let driver_log = std::fs::File::create(tmp.path().join("driver.log")).unwrap();
-    let driver = Command::new(venv.join("bin/python"))
+    let report_path = head.tmp.path().join("driver.json");
+    let driver_log = std::fs::File::create(head.tmp.path().join("driver.log")).unwrap();
+    let driver = ray_env(&mut Command::new(ray_head::venv().join("bin/python")))
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/ray_driver.py"))
-        .arg(format!("127.0.0.1:{gcs}"))
+        .arg(format!("127.0.0.1:{}", head.gcs))
         .arg(&report_path)
-        .env("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-        .env("RAY_AUTH_MODE", "token")
-        .env("RAY_AUTH_TOKEN", TOKEN)
-        .env("RAY_USAGE_STATS_ENABLED", "0")
         .stdin(Stdio::piped())
         .stdout(driver_log.try_clone().unwrap())
         .stderr(driver_log)
@@ -281,7 +128,8 @@ async fn ray_source_reports_what_ray_tasks_see() {
         child: driver,
         name: "ray driver",
     };
-    let driver_log = || std::fs::read_to_string(tmp.path().join("driver.log")).unwrap_or_default();
+    let driver_log =
+        || std::fs::read_to_string(head.tmp.path().join("driver.log")).unwrap_or_default();
     let deadline = Instant::now() + Duration::from_mins(4);
     let report: Value = loop {
         if let Ok(text) = std::fs::read_to_string(&report_path) {
@@ -438,34 +286,20 @@ async fn ray_source_reports_what_ray_tasks_see() {
         pending[0].pending_reasons
     );
 
-    // Ray's memory: resident set of every process of this head and the driver.
-    let mut pids = pids_with(&marker);
-    pids.extend(descendants(i32::try_from(head.start.pid()).unwrap()));
-    pids.extend(descendants(i32::try_from(driver.pid()).unwrap()));
-    pids.sort_unstable();
-    pids.dedup();
-    let rss_mib = pids
-        .iter()
-        .map(|&p| proc_kib(p, "status", "VmRSS:"))
-        .sum::<u64>()
-        / 1024;
-    // RSS counts shared pages once per process; PSS splits them.
-    let pss_mib = pids
-        .iter()
-        .map(|&p| proc_kib(p, "smaps_rollup", "Pss:"))
-        .sum::<u64>()
-        / 1024;
+    // Ray's memory: every process of this head and the driver.
+    let memory = head.memory(&[driver.pid()]);
     eprintln!(
         "ray test: dashboard up after {:.1} s, consistent after {:.1} s; {} Ray processes, RSS {} MiB, PSS {} MiB",
         up_after.as_secs_f64(),
         consistent_after.as_secs_f64(),
-        pids.len(),
-        rss_mib,
-        pss_mib
+        memory.processes,
+        memory.rss_mib,
+        memory.pss_mib
     );
 
     drop(driver.child.stdin.take());
     driver.stop();
+    let marker = head.marker().to_string();
     drop(head);
     assert!(pids_with(&marker).is_empty(), "Ray processes left behind");
     eprintln!(

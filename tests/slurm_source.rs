@@ -16,13 +16,13 @@
 )]
 
 mod common;
+#[path = "common/slurm_cluster.rs"]
+mod slurm_cluster;
 
-use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{Stopper, fixture, free_port, skip_peer};
+use common::{fixture, skip_peer};
 use gpuboard::clock::{ManualClock, Timestamp};
 use gpuboard::placement::Health;
 use gpuboard::snapshot::{ClaimState, Snapshot};
@@ -30,6 +30,7 @@ use gpuboard::sources::error::SourceError;
 use gpuboard::sources::slurm::{SlurmAnswers, SlurmConfig, SlurmSource, snapshot};
 use gpuboard::units::Units;
 use serde_json::Value;
+use slurm_cluster::Cluster;
 
 const TAKEN: Timestamp = Timestamp(1_795_317_400_000);
 
@@ -230,291 +231,49 @@ async fn a_missing_socket_is_named() {
     assert!(matches!(e, SourceError::BadUrl { .. }), "{e}");
 }
 
-fn run(dir: &Path, cmd: &str, args: &[&str]) -> String {
-    let out = Command::new(cmd)
-        .args(args)
-        .env("SLURM_CONF", dir.join("slurm.conf"))
-        .output()
-        .unwrap_or_else(|e| panic!("run {cmd}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn spawn(dir: &Path, name: &'static str, cmd: &str, args: &[&str]) -> Stopper {
-    let log = std::fs::File::create(dir.join(format!("{name}.out"))).unwrap();
-    let child = Command::new(cmd)
-        .args(args)
-        .env("SLURM_CONF", dir.join("slurm.conf"))
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap_or_else(|e| panic!("start {cmd}: {e}"));
-    Stopper { child, name }
-}
-
-fn wait_for(what: &str, dir: &Path, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_mins(1);
-    while !ok() {
-        if Instant::now() > deadline {
-            let logs: String = [
-                "slurmctld.log",
-                "slurmd.log",
-                "slurmrestd.out",
-                "munged.out",
-            ]
-            .iter()
-            .map(|f| {
-                format!(
-                    "== {f}\n{}\n",
-                    std::fs::read_to_string(dir.join(f)).unwrap_or_default()
-                )
-            })
-            .collect();
-            panic!("timed out waiting for {what}\n{logs}");
-        }
-        std::thread::sleep(Duration::from_millis(300));
-    }
-}
-
-/// Cancels the test's jobs and waits for them to go, so no step outlives the cluster.
-struct Jobs<'a>(&'a Path);
-
-impl Drop for Jobs<'_> {
-    fn drop(&mut self) {
-        let conf = self.0.join("slurm.conf");
-        let _ = Command::new("scancel")
-            .args(["--user", "root"])
-            .env("SLURM_CONF", &conf)
-            .status();
-        for _ in 0..50 {
-            let out = Command::new("squeue")
-                .args(["-h", "-o", "%i"])
-                .env("SLURM_CONF", &conf)
-                .output();
-            if out.is_ok_and(|o| o.status.success() && o.stdout.is_empty()) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-}
-
-fn short_hostname() -> String {
-    let out = Command::new("hostname").arg("-s").output().unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_cluster_agrees_with_scontrol_and_squeue() {
     if skip_peer("slurm") {
         eprintln!("GPUBOARD_SKIP_PEERS has slurm: skipped");
         return;
     }
-    for bin in [
-        "/usr/sbin/slurmctld",
-        "/usr/sbin/slurmd",
-        "/usr/sbin/slurmrestd",
-        "/usr/sbin/munged",
+    let cluster = Cluster::start();
+    // Two jobs that run (two whole GPUs; three shards of one) and one waiting for GPUs.
+    for job in [
+        &["-J", "train", "-A", "acct1", "--gres=gpu:a100:2"][..],
+        &["-J", "infer", "--gres=shard:a100:3"],
+        &["-J", "big", "--gres=gpu:a100:3"],
     ] {
-        assert!(
-            Path::new(bin).is_file(),
-            "no {bin}: run scripts/test (it installs slurm-wlm, slurmrestd and munge), or set \
-             GPUBOARD_SKIP_PEERS=slurm to skip this test"
-        );
+        let mut args = job.to_vec();
+        args.extend(["-o", "/dev/null", "--wrap", "sleep 600"]);
+        cluster.run("sbatch", &args);
     }
-    // SAFETY: geteuid has no preconditions.
-    assert_eq!(
-        unsafe { libc::geteuid() },
-        0,
-        "the Slurm test starts slurmctld and slurmd, which needs root; GPUBOARD_SKIP_PEERS=slurm skips it"
-    );
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
-    use std::os::unix::fs::PermissionsExt;
-    // slurmrestd runs as nobody: it must reach the munge socket and its own socket dir.
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711)).unwrap();
-    for sub in ["state", "spool", "dev", "munge", "rest"] {
-        std::fs::create_dir(dir.join(sub)).unwrap();
-    }
-    std::fs::set_permissions(dir.join("munge"), std::fs::Permissions::from_mode(0o711)).unwrap();
-    std::os::unix::fs::chown(dir.join("rest"), Some(65534), None).unwrap();
-    for i in 0..4 {
-        std::fs::write(dir.join(format!("dev/nvidia{i}")), "").unwrap();
-    }
-    let key: Vec<u8> = (0..1024u32)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
-        .collect();
-    std::fs::write(dir.join("munge/munge.key"), key).unwrap();
-    std::fs::set_permissions(
-        dir.join("munge/munge.key"),
-        std::fs::Permissions::from_mode(0o400),
-    )
-    .unwrap();
-
-    let d = dir.display();
-    let (ctld_port, slurmd_port) = (free_port(), free_port());
-    let host = short_hostname();
-    std::fs::write(
-        dir.join("slurm.conf"),
-        format!(
-            "ClusterName=gpuboard\nSlurmctldHost={host}(127.0.0.1)\nSlurmctldPort={ctld_port}\n\
-             SlurmdPort={slurmd_port}\nSlurmUser=root\nSlurmdUser=root\nMailProg=/bin/true\n\
-             AuthType=auth/munge\nAuthInfo=socket={d}/munge/munge.socket\nCredType=cred/munge\n\
-             CommunicationParameters=NoInAddrAny,NoCtldInAddrAny\n\
-             StateSaveLocation={d}/state\nSlurmdSpoolDir={d}/spool\n\
-             SlurmctldPidFile={d}/slurmctld.pid\nSlurmdPidFile={d}/slurmd.pid\n\
-             SlurmctldLogFile={d}/slurmctld.log\nSlurmdLogFile={d}/slurmd.log\n\
-             ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n\
-             JobAcctGatherType=jobacct_gather/none\nAccountingStorageType=accounting_storage/none\n\
-             SchedulerType=sched/backfill\nSelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n\
-             GresTypes=gpu,shard\nMpiDefault=none\nReturnToService=2\n\
-             NodeName=gpunode NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 Gres=gpu:a100:4,shard:a100:16 State=UNKNOWN\n\
-             PartitionName=gpu Nodes=gpunode Default=YES MaxTime=INFINITE State=UP\n"
-        ),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("gres.conf"),
-        format!(
-            "AutoDetect=off\nNodeName=gpunode Name=gpu Type=a100 File={d}/dev/nvidia[0-3]\n\
-             NodeName=gpunode Name=shard Type=a100 Count=16\n"
-        ),
-    )
-    .unwrap();
-
-    let munge_socket = format!("{d}/munge/munge.socket");
-    let _munged = spawn(
-        dir,
-        "munged",
-        "/usr/sbin/munged",
-        &[
-            "--foreground",
-            "--force",
-            &format!("--key-file={d}/munge/munge.key"),
-            &format!("--socket={munge_socket}"),
-            &format!("--pid-file={d}/munge/munged.pid"),
-            &format!("--log-file={d}/munged.log"),
-            &format!("--seed-file={d}/munge/seed"),
-        ],
-    );
-    wait_for("munged", dir, || Path::new(&munge_socket).exists());
-    let conf = format!("{d}/slurm.conf");
-    let _ctld = spawn(
-        dir,
-        "slurmctld",
-        "/usr/sbin/slurmctld",
-        &["-D", "-i", "-f", &conf],
-    );
-    wait_for("slurmctld", dir, || {
-        std::net::TcpStream::connect(("127.0.0.1", ctld_port)).is_ok()
+    cluster.wait_for("two running jobs and one pending for resources", || {
+        let q = cluster.run("squeue", &["-h", "-o", "%j %T %r"]);
+        q.contains("train RUNNING")
+            && q.contains("infer RUNNING")
+            && q.contains("big PENDING Resources")
     });
-    let _slurmd = spawn(
-        dir,
-        "slurmd",
-        "/usr/sbin/slurmd",
-        &["-D", "-N", "gpunode", "-f", &conf],
-    );
-    let socket = format!("{d}/rest/slurmrestd.sock");
-    let _rest = spawn(
-        dir,
-        "slurmrestd",
-        "/usr/sbin/slurmrestd",
-        &[
-            "-f",
-            &conf,
-            "-a",
-            "rest_auth/local",
-            "-s",
-            "openapi/v0.0.38",
-            "-u",
-            "nobody",
-            &format!("unix:{socket}"),
-        ],
-    );
-    wait_for("the node to come up idle", dir, || {
-        Command::new("sinfo")
-            .args(["-h", "-n", "gpunode", "-o", "%T"])
-            .env("SLURM_CONF", &conf)
-            .output()
-            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "idle")
-    });
-    let _jobs = Jobs(dir);
-    run(
-        dir,
-        "sbatch",
-        &[
-            "-J",
-            "train",
-            "-A",
-            "acct1",
-            "--gres=gpu:a100:2",
-            "-o",
-            "/dev/null",
-            "--wrap",
-            "sleep 600",
-        ],
-    );
-    run(
-        dir,
-        "sbatch",
-        &[
-            "-J",
-            "infer",
-            "--gres=shard:a100:3",
-            "-o",
-            "/dev/null",
-            "--wrap",
-            "sleep 600",
-        ],
-    );
-    run(
-        dir,
-        "sbatch",
-        &[
-            "-J",
-            "big",
-            "--gres=gpu:a100:3",
-            "-o",
-            "/dev/null",
-            "--wrap",
-            "sleep 600",
-        ],
-    );
-    wait_for(
-        "two running jobs and one pending for resources",
-        dir,
-        || {
-            let q = run(dir, "squeue", &["-h", "-o", "%j %T %r"]);
-            q.contains("train RUNNING")
-                && q.contains("infer RUNNING")
-                && q.contains("big PENDING Resources")
-        },
-    );
 
     let clock = Arc::new(ManualClock::new(TAKEN));
-    let mut cfg = SlurmConfig::new(format!("unix:{socket}"));
+    let mut cfg = SlurmConfig::new(cluster.url());
     cfg.name = "cluster".into();
     let source = SlurmSource::with_clock(cfg, clock).unwrap();
     let s = source.fetch().await.unwrap();
     check_cluster(&s);
 
     // Against scontrol: the GPUs in use and the shard's GPU, read from its own text.
-    let node = run(dir, "scontrol", &["show", "node", "-d", "gpunode"]);
+    let node = cluster.run("scontrol", &["show", "node", "-d", "gpunode"]);
     assert!(node.contains("Gres=gpu:a100:4,shard:a100:16"), "{node}");
     assert!(
         node.contains("GresUsed=gpu:a100:2(IDX:0-1),shard:a100:1(IDX:2)"),
         "{node}"
     );
-    let job = run(dir, "scontrol", &["show", "job", "-d"]);
+    let job = cluster.run("scontrol", &["show", "job", "-d"]);
     assert!(job.contains("GRES=gpu:a100:2(IDX:0-1)"), "{job}");
     assert!(job.contains("GRES=shard:a100:3(IDX:2)"), "{job}");
     // Against squeue: job ids, users, accounts, partitions.
-    let q = run(dir, "squeue", &["-h", "-o", "%i %j %u %a %P %T"]);
+    let q = cluster.run("squeue", &["-h", "-o", "%i %j %u %a %P %T"]);
     for c in &s.claims {
         let id = &c.request.labels["slurm.job_id"];
         let line = q
@@ -540,8 +299,7 @@ async fn real_cluster_agrees_with_scontrol_and_squeue() {
     }
 
     // Draining the node shows as a cordon; resuming lifts it.
-    run(
-        dir,
+    cluster.run(
         "scontrol",
         &[
             "update",
@@ -552,11 +310,7 @@ async fn real_cluster_agrees_with_scontrol_and_squeue() {
     );
     let s = source.fetch().await.unwrap();
     assert!(s.nodes[0].devices.iter().all(|d| d.cordoned));
-    run(
-        dir,
-        "scontrol",
-        &["update", "NodeName=gpunode", "State=RESUME"],
-    );
+    cluster.run("scontrol", &["update", "NodeName=gpunode", "State=RESUME"]);
     let s = source.fetch().await.unwrap();
     assert!(s.nodes[0].devices.iter().all(|d| !d.cordoned));
 }

@@ -1,12 +1,15 @@
-//! A real Ray head on 127.0.0.1 for the engine-action tests, started as
-//! `tests/ray_source.rs` starts its own (four fake GPUs, token auth, every port chosen
-//! free, a unique temp dir marking its processes), and stopped with every process it
+//! A real Ray 2.60 head on 127.0.0.1 for the Ray source and engine-action tests: four fake
+//! GPUs, token auth, every port chosen free, a unique temp dir marking its processes. It
+//! measures the memory of its processes on request, and is stopped with every process it
 //! started, by pid, when dropped.
+//!
+//! Needs the virtual environment scripts/test installs (`ray[default]==2.60.0`), at
+//! $`GPUBOARD_RAY_VENV` or ~/.cache/gpuboard/venv-ray-2.60.0.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::{Stopper, free_port};
@@ -25,13 +28,25 @@ pub fn venv() -> PathBuf {
     );
     assert!(
         dir.join("bin/ray").is_file(),
-        "no Ray at {}: run scripts/test, or set GPUBOARD_RAY_VENV, or GPUBOARD_SKIP_PEERS=ray",
+        "no Ray at {}: run scripts/test (it installs ray[default]==2.60.0 there), or set \
+         GPUBOARD_RAY_VENV, or GPUBOARD_SKIP_PEERS=ray to skip this test",
         dir.display()
     );
     dir
 }
 
-fn pids_with(marker: &str) -> Vec<i32> {
+/// Sets the environment every Ray process of the tests runs with: token auth on, no
+/// usage stats.
+pub fn ray_env(cmd: &mut Command) -> &mut Command {
+    cmd.env("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        .env("RAY_AUTH_MODE", "token")
+        .env("RAY_AUTH_TOKEN", TOKEN)
+        .env("RAY_USAGE_STATS_ENABLED", "0")
+}
+
+/// Processes whose command line mentions `marker` (a head's unique temp dir): Ray's daemons
+/// and workers of that head, and nothing else.
+pub fn pids_with(marker: &str) -> Vec<i32> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
@@ -47,6 +62,7 @@ fn pids_with(marker: &str) -> Vec<i32> {
     out
 }
 
+/// `root` and every process below it (by parent pid).
 fn descendants(root: i32) -> Vec<i32> {
     let mut parent: Vec<(i32, i32)> = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
@@ -56,6 +72,7 @@ fn descendants(root: i32) -> Vec<i32> {
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
             continue;
         };
+        // The command name is in parentheses and may hold spaces: read after the last ')'.
         let Some((_, rest)) = stat.rsplit_once(')') else {
             continue;
         };
@@ -74,7 +91,30 @@ fn descendants(root: i32) -> Vec<i32> {
     out
 }
 
-/// The running head.
+/// A `Key:  N kB` line of a /proc file, in KiB (0 when unreadable).
+fn proc_kib(pid: i32, file: &str, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/{file}"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// What a head's processes hold in memory, summed over them.
+pub struct Memory {
+    /// How many processes were counted.
+    pub processes: usize,
+    /// Resident set, MiB (shared pages counted once per process).
+    pub rss_mib: u64,
+    /// Proportional set, MiB (shared pages split between their processes).
+    pub pss_mib: u64,
+}
+
+/// The running head. Dropping it stops it: `ray start --block` takes its daemons down on
+/// SIGTERM; whatever of ours survives that (workers mid-start) is killed by pid.
 pub struct Head {
     start: Stopper,
     marker: String,
@@ -82,10 +122,14 @@ pub struct Head {
     pub tmp: tempfile::TempDir,
     /// The dashboard, `http://127.0.0.1:PORT`.
     pub url: String,
+    /// The GCS port, where drivers connect (`127.0.0.1:PORT`).
+    pub gcs: u16,
 }
 
 impl Drop for Head {
     fn drop(&mut self) {
+        // Note every process of ours first: once `ray start` is gone its children are
+        // reparented and no longer below it.
         let mut ours = descendants(i32::try_from(self.start.pid()).unwrap_or(0));
         ours.extend(pids_with(&self.marker));
         self.start.stop();
@@ -115,16 +159,22 @@ impl Head {
     /// Starts the head with four GPUs; returns once `ray start` runs (the dashboard may
     /// still be coming up).
     pub fn start() -> Head {
+        Head::start_with(&[])
+    }
+
+    /// As [`Head::start`], with `extra` arguments to `ray start` (custom resources).
+    pub fn start_with(extra: &[&str]) -> Head {
         let venv = venv();
         let tmp = tempfile::Builder::new()
-            .prefix("gpbact")
+            .prefix("gpbray")
             .tempdir_in("/tmp")
             .unwrap();
         let marker = tmp.path().to_string_lossy().to_string();
         let (gcs, dashboard) = (free_port(), free_port());
         let log = std::fs::File::create(tmp.path().join("ray-start.log")).unwrap();
-        let child = Command::new(venv.join("bin/ray"))
+        let child = ray_env(&mut Command::new(venv.join("bin/ray")))
             .args(["start", "--head", "--block", "--num-gpus=4", "--num-cpus=2"])
+            .args(extra)
             .args(["--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1"])
             .arg(format!("--port={gcs}"))
             .arg(format!("--dashboard-port={dashboard}"))
@@ -134,10 +184,6 @@ impl Head {
             .arg("--include-dashboard=true")
             .arg("--disable-usage-stats")
             .arg(format!("--temp-dir={marker}"))
-            .env("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-            .env("RAY_AUTH_MODE", "token")
-            .env("RAY_AUTH_TOKEN", TOKEN)
-            .env("RAY_USAGE_STATS_ENABLED", "0")
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -152,11 +198,42 @@ impl Head {
             marker,
             tmp,
             url: format!("http://127.0.0.1:{dashboard}"),
+            gcs,
         }
     }
 
     /// `ray start`'s log.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.tmp.path().join("ray-start.log")).unwrap_or_default()
+    }
+
+    /// How `ray start` ended, if it has.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.start.child.try_wait().unwrap()
+    }
+
+    /// The string in the command line of every Ray process of this head (its temp dir),
+    /// for [`pids_with`] once the head is gone.
+    pub fn marker(&self) -> &str {
+        &self.marker
+    }
+
+    /// The memory of every process of this head, and of `also` (other processes this test
+    /// started, with their children).
+    pub fn memory(&self, also: &[u32]) -> Memory {
+        let mut pids = pids_with(&self.marker);
+        for root in std::iter::once(self.start.pid()).chain(also.iter().copied()) {
+            pids.extend(descendants(i32::try_from(root).unwrap()));
+        }
+        pids.sort_unstable();
+        pids.dedup();
+        let sum_mib = |file: &str, key: &str| {
+            pids.iter().map(|&p| proc_kib(p, file, key)).sum::<u64>() / 1024
+        };
+        Memory {
+            processes: pids.len(),
+            rss_mib: sum_mib("status", "VmRSS:"),
+            pss_mib: sum_mib("smaps_rollup", "Pss:"),
+        }
     }
 }

@@ -1,7 +1,6 @@
-//! A real one-node Slurm cluster on 127.0.0.1 for the engine-action tests, started as
-//! `tests/slurm_source.rs` starts its own: munged, slurmctld, slurmd and slurmrestd (on a
-//! unix socket, `rest_auth/local`, dropped to `nobody`), four fake `gpu:a100` devices and
-//! 16 shards. slurmrestd acts as `nobody`, so jobs it may act on are submitted as `nobody`
+//! A real one-node Slurm 22.05 cluster on 127.0.0.1 for the Slurm source and engine-action
+//! tests: munged, slurmctld, slurmd and slurmrestd (on a unix socket, `rest_auth/local`,
+//! dropped to `nobody`), four fake `gpu:a100` devices and 16 shards. slurmrestd acts as `nobody`, so jobs it may act on are submitted as `nobody`
 //! (`sbatch --uid`); jobs of root show its permission refusal. Every process is stopped by
 //! pid, and every job cancelled, when the cluster is dropped.
 #![allow(
@@ -14,32 +13,15 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A process stopped (SIGTERM, then SIGKILL) by its pid when dropped.
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let pid = libc::pid_t::try_from(self.0.id()).unwrap();
-        // SAFETY: kill with a pid we spawned and a valid signal.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
-        for _ in 0..50 {
-            if self.0.try_wait().ok().flatten().is_some() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use crate::common::{Stopper, free_port};
 
 /// The running cluster.
 pub struct Cluster {
     // Dropped in reverse start order: slurmrestd first, munged last.
-    daemons: Vec<Daemon>,
+    daemons: Vec<Stopper>,
     tmp: tempfile::TempDir,
 }
 
@@ -67,14 +49,6 @@ impl Drop for Cluster {
             drop(d);
         }
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 impl Cluster {
@@ -143,22 +117,27 @@ impl Cluster {
         let deadline = Instant::now() + Duration::from_mins(1);
         while !ok() {
             if Instant::now() > deadline {
-                let logs: String = ["slurmctld.log", "slurmd.log", "slurmrestd.out"]
-                    .iter()
-                    .map(|f| {
-                        format!(
-                            "== {f}\n{}\n",
-                            std::fs::read_to_string(self.dir().join(f)).unwrap_or_default()
-                        )
-                    })
-                    .collect();
+                let logs: String = [
+                    "slurmctld.log",
+                    "slurmd.log",
+                    "slurmrestd.out",
+                    "munged.out",
+                ]
+                .iter()
+                .map(|f| {
+                    format!(
+                        "== {f}\n{}\n",
+                        std::fs::read_to_string(self.dir().join(f)).unwrap_or_default()
+                    )
+                })
+                .collect();
                 panic!("timed out waiting for {what}\n{logs}");
             }
             std::thread::sleep(Duration::from_millis(300));
         }
     }
 
-    fn spawn(&mut self, name: &str, cmd: &str, args: &[&str]) {
+    fn spawn(&mut self, name: &'static str, cmd: &str, args: &[&str]) {
         let log = std::fs::File::create(self.dir().join(format!("{name}.out"))).unwrap();
         let child = Command::new(cmd)
             .args(args)
@@ -168,7 +147,7 @@ impl Cluster {
             .stderr(log)
             .spawn()
             .unwrap_or_else(|e| panic!("start {cmd}: {e}"));
-        self.daemons.push(Daemon(child));
+        self.daemons.push(Stopper { child, name });
     }
 
     /// Starts the cluster and waits for its node to be idle. Needs root and Debian's
