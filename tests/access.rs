@@ -6,96 +6,18 @@
 
 mod common;
 
-use std::io::{BufRead as _, BufReader, Read as _};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::demo_fleet;
+use common::{Server, demo_fleet};
 use gpuboard::client::{Client, ClientError, TlsTrust};
 use gpuboard::clock::SystemClock;
 use gpuboard::console::{ConsoleArgs, setup};
 use gpuboard::request::ClaimRequest;
 use gpuboard::sources::{Action, Fetched, Outcome};
 use gpuboard::units::Bytes;
-
-/// A `gpuboard serve` on 127.0.0.1, killed when dropped; `fingerprint` when it serves https.
-struct Serve {
-    child: Child,
-    url: String,
-    fingerprint: Option<String>,
-    dir: PathBuf,
-}
-
-impl Serve {
-    fn start(dir: &Path, extra: &[&str]) -> Serve {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_gpuboard"))
-            .arg("serve")
-            .arg("--inventory")
-            .arg(demo_fleet())
-            .arg("--data-dir")
-            .arg(dir)
-            .args(["--listen", "127.0.0.1:0"])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        let Some(url) = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://") || w.starts_with("https://"))
-            .map(str::to_string)
-        else {
-            let _ = child.kill();
-            let mut err = String::new();
-            child
-                .stderr
-                .take()
-                .unwrap()
-                .read_to_string(&mut err)
-                .unwrap();
-            panic!("serve did not start: {line}{err}");
-        };
-        let mut fingerprint = None;
-        if url.starts_with("https://") {
-            let mut fp = String::new();
-            out.read_line(&mut fp).unwrap();
-            fingerprint = fp
-                .split_whitespace()
-                .find(|w| w.len() == 95 && w.contains(':'))
-                .map(str::to_string);
-            assert!(fingerprint.is_some(), "no fingerprint printed: {fp}");
-        }
-        std::thread::spawn(move || {
-            let mut sink = String::new();
-            let _ = out.read_to_string(&mut sink);
-        });
-        Serve {
-            child,
-            url,
-            fingerprint,
-            dir: dir.to_path_buf(),
-        }
-    }
-
-    fn operator_token(&self) -> String {
-        std::fs::read_to_string(self.dir.join("operator.token"))
-            .unwrap()
-            .trim()
-            .to_string()
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn gpuboard(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_gpuboard"))
@@ -145,7 +67,7 @@ async fn console_reads_and_acts(args: ConsoleArgs) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_readme_console_command_reads_and_acts_on_the_serving_host() {
     let dir = tempfile::tempdir().unwrap();
-    let serve = Serve::start(dir.path(), &[]);
+    let serve = Server::start(dir.path(), &demo_fleet(), &[]);
     // No token flag, no config: the data directory's operator.token is found, as the CLI does.
     let args = ConsoleArgs {
         endpoints: vec![serve.url.clone()],
@@ -199,7 +121,7 @@ fn set_mode(p: &Path, mode: u32) {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_console_with_no_source_attaches_to_the_local_serve() {
     let dir = tempfile::tempdir().unwrap();
-    let serve = Serve::start(dir.path(), &[]);
+    let serve = Server::start(dir.path(), &demo_fleet(), &[]);
     let held = client(&serve.url, Some(serve.operator_token()))
         .claim(&request())
         .await
@@ -244,7 +166,7 @@ async fn the_console_with_no_source_attaches_to_the_local_serve() {
 #[tokio::test(flavor = "multi_thread")]
 async fn named_tokens_act_under_their_name_and_stop_when_revoked() {
     let dir = tempfile::tempdir().unwrap();
-    let serve = Serve::start(dir.path(), &[]);
+    let serve = Server::start(dir.path(), &demo_fleet(), &[]);
     let add = gpuboard(dir.path(), &["token", "add", "alice", "--role", "operator"]);
     assert!(add.status.success(), "{}", text(&add.stderr));
     let alice = text(&add.stdout).trim().to_string();
@@ -344,7 +266,7 @@ async fn named_tokens_act_under_their_name_and_stop_when_revoked() {
 #[tokio::test(flavor = "multi_thread")]
 async fn https_with_the_pinned_fingerprint_works_end_to_end_and_a_wrong_one_sends_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let serve = Serve::start(dir.path(), &["--tls"]);
+    let serve = Server::start(dir.path(), &demo_fleet(), &["--tls"]);
     assert!(serve.url.starts_with("https://127.0.0.1:"), "{}", serve.url);
     let fp = serve.fingerprint.clone().unwrap();
     // doctor shows the same fingerprint.
@@ -464,7 +386,7 @@ async fn https_with_the_pinned_fingerprint_works_end_to_end_and_a_wrong_one_send
     console_reads_and_acts(args).await;
 }
 
-fn copy_token(serve: &Serve) -> PathBuf {
+fn copy_token(serve: &Server) -> PathBuf {
     let p = serve.dir.join("copy.token");
     std::fs::write(&p, serve.operator_token()).unwrap();
     set_mode(&p, 0o600);

@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -18,56 +18,17 @@ use gpuboard::endpoint::datadir::{Owner, running_owner};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// A process killed (-9) and reaped when dropped, also when a test fails.
-struct Killed(Child);
+/// Serve's flags here: a tick every 100 ms.
+const TICK: &[&str] = &["--tick-ms", "100"];
 
-impl Drop for Killed {
-    fn drop(&mut self) {
-        kill9(&mut self.0);
-    }
-}
-
-/// Starts `cmd` (a `gpuboard serve` without `--listen`/`--data-dir`) and returns it with the
-/// URL it printed.
-fn spawn_serve(mut cmd: Command, dir: &Path) -> (Killed, String) {
-    let mut child = cmd
-        .arg("--data-dir")
-        .arg(dir)
-        .args(["--listen", "127.0.0.1:0", "--tick-ms", "100"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("serve did not start: {line}"))
-        .to_string();
-    std::thread::spawn(move || {
-        let mut sink = String::new();
-        let _ = out.read_to_string(&mut sink);
-    });
-    (Killed(child), url)
-}
-
-fn serve_cmd() -> Command {
-    let mut cmd = Command::new(gpuboard());
-    cmd.arg("serve").arg("--inventory").arg(demo_fleet());
-    cmd
+/// Starts `cmd` (from [`Server::command`]) with [`TICK`], its stderr on the test's.
+fn spawn_serve(cmd: Command, dir: &Path) -> Server {
+    Server::spawn_with_stderr(cmd, dir, TICK, Stdio::inherit())
 }
 
 fn kill9(child: &mut Child) {
     let _ = child.kill();
     let _ = child.wait();
-}
-
-fn token(dir: &Path) -> String {
-    std::fs::read_to_string(dir.join("operator.token"))
-        .unwrap()
-        .trim()
-        .to_string()
 }
 
 /// Whether `pid` runs (exists and is not a zombie).
@@ -127,7 +88,7 @@ async fn a_second_serve_names_the_holder_of_the_data_directory() {
             address: first.url.clone(),
         }
     );
-    let second = serve_cmd()
+    let second = Server::command(&demo_fleet())
         .arg("--data-dir")
         .arg(dir.path())
         .args(["--listen", "127.0.0.1:0"])
@@ -195,7 +156,7 @@ async fn an_existing_data_directory_is_made_private_with_a_warning() {
 async fn a_failed_commit_freezes_the_endpoint_at_the_state_on_disk() {
     let dir = tempfile::tempdir().unwrap();
     // Files this process writes may not grow past 160 KiB: its disk is "full" there.
-    let mut cmd = serve_cmd();
+    let mut cmd = Server::command(&demo_fleet());
     // SAFETY: setrlimit and signal are async-signal-safe.
     unsafe {
         cmd.pre_exec(|| {
@@ -210,8 +171,8 @@ async fn a_failed_commit_freezes_the_endpoint_at_the_state_on_disk() {
             Ok(())
         });
     }
-    let (child, url) = spawn_serve(cmd, dir.path());
-    let token = token(dir.path());
+    let server = spawn_serve(cmd, dir.path());
+    let (url, token) = (server.url.clone(), server.operator_token());
     let mut acknowledged = Vec::new();
     let failure = loop {
         let (status, v) = claim(&url, &token, &json!({"gpu_memory": "1Mi"})).await;
@@ -294,36 +255,35 @@ async fn a_failed_commit_freezes_the_endpoint_at_the_state_on_disk() {
         "{failure}"
     );
     // What was shown is what the disk holds: a restart without the limit resumes there.
-    drop(child);
-    let (child, url) = spawn_serve(serve_cmd(), dir.path());
+    drop(server);
+    let server = spawn_serve(Server::command(&demo_fleet()), dir.path());
+    let url = server.url.clone();
     let resumed = snapshot(&url, &token).await;
     assert_eq!(resumed["revision"], after["revision"]);
     assert_eq!(resumed["claims"], after["claims"]);
     let health = http().get(format!("{url}/healthz")).send().await.unwrap();
     assert_eq!(health.status(), 200);
-    drop(child);
+    drop(server);
 }
 
 #[tokio::test]
 async fn a_stderr_that_cannot_be_written_never_stops_the_store() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = serve_cmd();
-    cmd.env("RUST_LOG", "debug").stderr(
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open("/dev/full")
-            .unwrap(),
-    );
-    let (child, url) = spawn_serve(cmd, dir.path());
-    let token = token(dir.path());
+    let mut cmd = Server::command(&demo_fleet());
+    cmd.env("RUST_LOG", "debug");
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let mut server = Server::spawn_with_stderr(cmd, dir.path(), TICK, full.into());
+    let (url, token) = (server.url.clone(), server.operator_token());
     for _ in 0..20 {
         let (status, v) = claim(&url, &token, &json!({"gpu_memory": "1Mi", "ttl": 60})).await;
         assert_eq!(status, 201, "{v}");
     }
     let health = http().get(format!("{url}/healthz")).send().await.unwrap();
     assert_eq!(health.status(), 200);
-    let mut child = child;
-    assert!(child.0.try_wait().unwrap().is_none(), "serve still runs");
+    assert!(server.alive(), "serve still runs");
 }
 
 /// Starts `gpuboard run` against `url` with `script` as its command (under `sh -c`).
@@ -361,8 +321,8 @@ async fn claims(url: &str, token: &str) -> usize {
 async fn run_killed_with_9_takes_its_command_along_and_then_the_claim() {
     let dir = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
-    let (serve, url) = spawn_serve(serve_cmd(), dir.path());
-    let token = token(dir.path());
+    let serve = spawn_serve(Server::command(&demo_fleet()), dir.path());
+    let (url, token) = (serve.url.clone(), serve.operator_token());
 
     // The command itself dies with `run`; then the claim goes.
     let pid_file = work.path().join("cmd.pid");
@@ -512,8 +472,8 @@ impl Drop for Tmux {
 async fn on_a_terminal_the_command_gets_the_keys() {
     let dir = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
-    let (serve, url) = spawn_serve(serve_cmd(), dir.path());
-    let token = token(dir.path());
+    let serve = spawn_serve(Server::command(&demo_fleet()), dir.path());
+    let (url, token) = (serve.url.clone(), serve.operator_token());
     let out = work.path().join("got");
     let script = format!("read x; echo got-$x > {}; sleep 300", out.display());
     let line = format!(

@@ -178,18 +178,25 @@ pub fn demo_fleet() -> PathBuf {
 /// A running `gpuboard serve`, killed when dropped.
 pub struct Server {
     pub child: Child,
-    /// `http://127.0.0.1:PORT`
+    /// `http://127.0.0.1:PORT`, or `https://` with `--tls`.
     pub url: String,
     pub dir: PathBuf,
+    /// The certificate's SHA-256 fingerprint serve prints when it serves https.
+    pub fingerprint: Option<String>,
 }
 
 impl Server {
     /// Starts serve over `inventory` with state in `dir`, plus `extra` flags, and waits
     /// for it to print the address it bound.
     pub fn start(dir: &Path, inventory: &Path, extra: &[&str]) -> Server {
+        Server::spawn(Server::command(inventory), dir, extra)
+    }
+
+    /// `gpuboard serve --inventory INVENTORY`, to adjust before [`Server::spawn`].
+    pub fn command(inventory: &Path) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpuboard"));
         cmd.arg("serve").arg("--inventory").arg(inventory);
-        Server::spawn(cmd, dir, extra)
+        cmd
     }
 
     /// Starts serve over the GPUs the fake NVML library reports from `fixture` (no
@@ -202,14 +209,26 @@ impl Server {
         Server::spawn(cmd, dir, extra)
     }
 
-    fn spawn(mut cmd: Command, dir: &Path, extra: &[&str]) -> Server {
+    /// Starts `cmd` (a `gpuboard serve` without `--data-dir` and `--listen`) with state in
+    /// `dir`, plus `extra` flags; its stderr is kept in a pipe (`child.stderr`).
+    pub fn spawn(cmd: Command, dir: &Path, extra: &[&str]) -> Server {
+        Server::spawn_with_stderr(cmd, dir, extra, Stdio::piped())
+    }
+
+    /// As [`Server::spawn`], with serve's stderr going to `stderr`.
+    pub fn spawn_with_stderr(
+        mut cmd: Command,
+        dir: &Path,
+        extra: &[&str],
+        stderr: Stdio,
+    ) -> Server {
         let mut child = cmd
             .arg("--data-dir")
             .arg(dir)
             .args(["--listen", "127.0.0.1:0"])
             .args(extra)
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stderr(stderr)
             .spawn()
             .expect("start gpuboard serve");
         let mut line = String::new();
@@ -217,19 +236,27 @@ impl Server {
         out.read_line(&mut line).unwrap();
         let Some(url) = line
             .split_whitespace()
-            .find(|w| w.starts_with("http://"))
+            .find(|w| w.starts_with("http://") || w.starts_with("https://"))
             .map(str::to_string)
         else {
             let _ = child.kill();
             let mut err = String::new();
-            child
-                .stderr
-                .take()
-                .unwrap()
-                .read_to_string(&mut err)
-                .unwrap();
+            if let Some(mut piped) = child.stderr.take() {
+                piped.read_to_string(&mut err).unwrap();
+            }
             panic!("serve did not start: {line}{err}");
         };
+        // With https, the next line gives the certificate's fingerprint (32 hex pairs).
+        let mut fingerprint = None;
+        if url.starts_with("https://") {
+            let mut fp = String::new();
+            out.read_line(&mut fp).unwrap();
+            fingerprint = fp
+                .split_whitespace()
+                .find(|w| w.len() == 95 && w.contains(':'))
+                .map(str::to_string);
+            assert!(fingerprint.is_some(), "no fingerprint printed: {fp}");
+        }
         // Keep draining stdout so the server never blocks on a full pipe.
         std::thread::spawn(move || {
             let mut sink = String::new();
@@ -239,6 +266,7 @@ impl Server {
             child,
             url,
             dir: dir.to_path_buf(),
+            fingerprint,
         }
     }
 
