@@ -341,22 +341,11 @@ impl JsonClient {
     }
 
     async fn get_body(&self, url: &Url) -> Result<(StatusCode, bool, Vec<u8>), SourceError> {
-        let mut req = self
-            .client
-            .get(url.clone())
-            .header(reqwest::header::ACCEPT, "application/json");
-        req = match &self.auth {
-            Some(Auth::Bearer(token)) => req.bearer_auth(token),
-            Some(Auth::Basic { user, password }) => req.basic_auth(user, Some(password)),
-            Some(Auth::SlurmToken { user, token }) => {
-                let req = req.header("X-SLURM-USER-TOKEN", token);
-                match user {
-                    Some(u) => req.header("X-SLURM-USER-NAME", u),
-                    None => req,
-                }
-            }
-            None => req,
-        };
+        let req = self.authorize(
+            self.client
+                .get(url.clone())
+                .header(reqwest::header::ACCEPT, "application/json"),
+        );
         let mut resp = req.send().await.map_err(|e| self.transport(url, &e))?;
         let status = resp.status();
         let html = resp
@@ -487,6 +476,66 @@ mod tests {
         assert!(!looks_like_html(b"{\"a\": \"<html>\"}"));
         let a = Auth::Bearer("s3cret".into());
         assert!(!format!("{a:?}").contains("s3cret"));
+    }
+
+    /// Answers one request on `listener` with `{}` and returns its head, lowercased.
+    async fn one_request_head(listener: &tokio::net::TcpListener) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut sock, _) = listener.accept().await.unwrap();
+        let mut head = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = sock.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the request head ended early");
+            head.extend_from_slice(&buf[..n]);
+        }
+        sock.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
+            .await
+            .unwrap();
+        String::from_utf8_lossy(&head).to_lowercase()
+    }
+
+    #[tokio::test]
+    async fn reads_and_actions_carry_the_configured_credentials() {
+        let cases = [
+            (
+                Auth::Bearer("tok".into()),
+                vec!["authorization: bearer tok"],
+            ),
+            (
+                Auth::Basic {
+                    user: "u".into(),
+                    password: "p".into(),
+                },
+                vec!["authorization: basic dtpw"],
+            ),
+            (
+                Auth::SlurmToken {
+                    user: Some("nobody".into()),
+                    token: "jwt".into(),
+                },
+                vec!["x-slurm-user-token: jwt", "x-slurm-user-name: nobody"],
+            ),
+        ];
+        for (auth, want) in cases {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let base = format!("http://{}", listener.local_addr().unwrap());
+            let t = Duration::from_secs(5);
+            let c = JsonClient::new(&base, Some(auth.clone()), t, PeerKind::Slurm).unwrap();
+            let url = c.url("x", &[]).unwrap();
+            let (read, head) = tokio::join!(c.get_json(&url), one_request_head(&listener));
+            read.unwrap();
+            let sent = c.send_json(reqwest::Method::POST, &url, None);
+            let (acted, acted_head) = tokio::join!(sent, one_request_head(&listener));
+            acted.unwrap();
+            for w in &want {
+                assert!(head.contains(w), "{auth:?}: GET lacks {w}:\n{head}");
+                assert!(
+                    acted_head.contains(w),
+                    "{auth:?}: POST lacks {w}:\n{acted_head}"
+                );
+            }
+        }
     }
 
     #[test]
