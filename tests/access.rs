@@ -277,26 +277,23 @@ async fn https_with_the_pinned_fingerprint_works_end_to_end_and_a_wrong_one_send
         text(&doctor.stdout)
     );
     let token = serve.operator_token();
-    let pinned = Client::with_trust(
-        &serve.url,
-        Some(token.clone()),
-        Duration::from_secs(10),
-        &TlsTrust::pinned(&fp),
-    )
-    .unwrap();
+    let pinned_to = |pin: &str| {
+        Client::with_trust(
+            &serve.url,
+            Some(token.clone()),
+            Duration::from_secs(10),
+            &TlsTrust::pinned(pin),
+        )
+        .unwrap()
+    };
+    let pinned = pinned_to(&fp);
     let made = pinned.claim(&request()).await.unwrap();
     pinned.release(made.claim().id).await.unwrap();
     let before = pinned.snapshot().await.unwrap();
 
     // A wrong pin: a clear error with both fingerprints, before any request is sent.
     let wrong_fp = fp.replace(&fp[..2], if &fp[..2] == "00" { "11" } else { "00" });
-    let wrong = Client::with_trust(
-        &serve.url,
-        Some(token.clone()),
-        Duration::from_secs(10),
-        &TlsTrust::pinned(&wrong_fp),
-    )
-    .unwrap();
+    let wrong = pinned_to(&wrong_fp);
     let e = wrong.claim(&request()).await.unwrap_err();
     let msg = e.to_string();
     assert!(msg.contains(&fp) && msg.contains(&wrong_fp), "{msg}");

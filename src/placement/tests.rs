@@ -36,6 +36,12 @@ fn fleet(policy: Policy, nodes: Vec<NodeSpec>) -> Fleet {
     f
 }
 
+/// A binpack fleet of one node `a` with `count` 40 GiB A100s.
+fn a100s(count: u32) -> Fleet {
+    let gpus = (0..count).map(|i| gpu(i, "A100", Bytes::gib(40))).collect();
+    fleet(Policy::Binpack, vec![node("a", gpus)])
+}
+
 #[test]
 fn heterogeneous_nodes_convert_on_their_own_memory() {
     let mut f = fleet(
@@ -87,16 +93,7 @@ fn infeasible_accelerator_request_says_why() {
 
 #[test]
 fn node_sums_never_decide_a_fit() {
-    let mut f = fleet(
-        Policy::Binpack,
-        vec![node(
-            "a",
-            vec![
-                gpu(0, "A100", Bytes::gib(40)),
-                gpu(1, "A100", Bytes::gib(40)),
-            ],
-        )],
-    );
+    let mut f = a100s(2);
     f.claim(
         ClaimId(1),
         &req(json!({"gpu_memory": "30Gi", "devices": [0]})),
@@ -228,16 +225,7 @@ fn binpack_prefers_the_smaller_gpu_that_fits() {
 
 #[test]
 fn exclusive_claims_need_an_empty_device_and_take_all_slots() {
-    let mut f = fleet(
-        Policy::Binpack,
-        vec![node(
-            "a",
-            vec![
-                gpu(0, "A100", Bytes::gib(40)),
-                gpu(1, "A100", Bytes::gib(40)),
-            ],
-        )],
-    );
+    let mut f = a100s(2);
     f.claim(
         ClaimId(1),
         &req(json!({"num_gpus": 0.0001, "devices": [0]})),
@@ -264,10 +252,7 @@ fn exclusive_claims_need_an_empty_device_and_take_all_slots() {
 
 #[test]
 fn slots_cap_sharers_at_one_hundred() {
-    let mut f = fleet(
-        Policy::Binpack,
-        vec![node("a", vec![gpu(0, "A100", Bytes::gib(40))])],
-    );
+    let mut f = a100s(1);
     for id in 0..100 {
         f.claim(
             ClaimId(id),
@@ -286,10 +271,7 @@ fn slots_cap_sharers_at_one_hundred() {
 
 #[test]
 fn compute_is_a_dimension_of_its_own() {
-    let mut f = fleet(
-        Policy::Binpack,
-        vec![node("a", vec![gpu(0, "A100", Bytes::gib(40))])],
-    );
+    let mut f = a100s(1);
     f.claim(
         ClaimId(1),
         &req(json!({"gpu-memory": "1Gi", "gpu-core": 80, "gpu.shared": 1})),
@@ -312,16 +294,7 @@ fn compute_is_a_dimension_of_its_own() {
 
 #[test]
 fn move_is_atomic_and_keeps_the_id() {
-    let mut f = fleet(
-        Policy::Binpack,
-        vec![node(
-            "a",
-            vec![
-                gpu(0, "A100", Bytes::gib(40)),
-                gpu(1, "A100", Bytes::gib(40)),
-            ],
-        )],
-    );
+    let mut f = a100s(2);
     f.claim(
         ClaimId(7),
         &req(json!({"gpu_memory": "30Gi", "devices": [0]})),
@@ -422,10 +395,7 @@ fn a_zero_memory_device_is_no_reason_to_wait() {
 
 #[test]
 fn a_failed_move_keeps_holders_in_placement_order() {
-    let mut f = fleet(
-        Policy::Binpack,
-        vec![node("a", vec![gpu(0, "A100", Bytes::gib(40))])],
-    );
+    let mut f = a100s(1);
     for id in 1..=3 {
         f.claim(ClaimId(id), &req(json!({"num_gpus": 0.25})))
             .unwrap();
@@ -488,10 +458,7 @@ fn cpu_claims_are_accounted_per_node() {
 
 #[test]
 fn restore_refuses_over_commitment() {
-    let mut f = fleet(
-        Policy::Binpack,
-        vec![node("a", vec![gpu(0, "A100", Bytes::gib(40))])],
-    );
+    let mut f = a100s(1);
     let r = req(json!({"gpu_memory": "30Gi"}));
     let a = f.plan(&r).unwrap();
     f.restore(ClaimId(1), &r, &a).unwrap();

@@ -17,6 +17,44 @@ fn req(v: serde_json::Value) -> ClaimRequest {
 
 const T0: Timestamp = Timestamp(1_000_000);
 
+/// A scheduler restored from `changes` (its journal) applied the way a store would, over
+/// the nodes `s` has; with the restore's warnings.
+fn restart(s: &Scheduler, changes: Vec<Change>) -> (Scheduler, Vec<String>) {
+    let mut p = Persisted::default();
+    for c in changes {
+        match c {
+            Change::Claim(c) => {
+                p.claims.retain(|x| x.id != c.id);
+                p.claims.push(*c);
+            }
+            Change::ClaimRemoved(id) => p.claims.retain(|x| x.id != id),
+            Change::Cordon {
+                node,
+                index,
+                cordoned: true,
+            } => p.cordoned.push((node, index)),
+            Change::Cordon { .. } => {}
+            Change::Share { project, share } => p.shares.push((project, share)),
+            Change::Audit(e) => p.events.push(e),
+            Change::Ledger(l) => p.ledger = Some(*l),
+            Change::Counters { revision, next_id } => {
+                p.revision = revision;
+                p.next_id = next_id;
+            }
+        }
+    }
+    let node = NodeSpec {
+        name: "a".into(),
+        devices: s.fleet().nodes()[0]
+            .devices
+            .iter()
+            .map(|d| d.spec.clone())
+            .collect(),
+        cpus: None,
+    };
+    Scheduler::restore(SchedulerConfig::default(), vec![node], p).unwrap()
+}
+
 #[test]
 fn place_pend_refuse() {
     let mut s = sched();
@@ -100,40 +138,7 @@ fn journal_round_trips_through_persisted_state() {
         })
     ));
     assert!(s.take_changes().is_empty());
-    // Apply the journal the way a store would.
-    let mut p = Persisted::default();
-    for c in changes {
-        match c {
-            Change::Claim(c) => {
-                p.claims.retain(|x| x.id != c.id);
-                p.claims.push(*c);
-            }
-            Change::ClaimRemoved(id) => p.claims.retain(|x| x.id != id),
-            Change::Cordon {
-                node,
-                index,
-                cordoned: true,
-            } => p.cordoned.push((node, index)),
-            Change::Cordon { .. } => {}
-            Change::Share { project, share } => p.shares.push((project, share)),
-            Change::Audit(e) => p.events.push(e),
-            Change::Ledger(l) => p.ledger = Some(*l),
-            Change::Counters { revision, next_id } => {
-                p.revision = revision;
-                p.next_id = next_id;
-            }
-        }
-    }
-    let node = NodeSpec {
-        name: "a".into(),
-        devices: s.fleet().nodes()[0]
-            .devices
-            .iter()
-            .map(|d| d.spec.clone())
-            .collect(),
-        cpus: None,
-    };
-    let (mut r, warnings) = Scheduler::restore(SchedulerConfig::default(), vec![node], p).unwrap();
+    let (mut r, warnings) = restart(&s, changes);
     assert!(warnings.is_empty(), "{warnings:?}");
     // Volatile reasons ("nothing fits since...") come back at the first tick.
     r.tick(T0, &|_| true);
@@ -262,33 +267,8 @@ fn shares_and_resets_are_validated_and_survive_a_restart() {
     );
     s.tick(T0.plus_secs(600), &|_| true);
     let before = s.snapshot(T0.plus_secs(600)).projects;
-    let mut p = Persisted::default();
-    for c in s.take_changes() {
-        match c {
-            Change::Claim(c) => {
-                p.claims.retain(|x| x.id != c.id);
-                p.claims.push(*c);
-            }
-            Change::ClaimRemoved(id) => p.claims.retain(|x| x.id != id),
-            Change::Share { project, share } => p.shares.push((project, share)),
-            Change::Ledger(l) => p.ledger = Some(*l),
-            Change::Counters { revision, next_id } => {
-                p.revision = revision;
-                p.next_id = next_id;
-            }
-            Change::Cordon { .. } | Change::Audit(_) => {}
-        }
-    }
-    let node = NodeSpec {
-        name: "a".into(),
-        devices: s.fleet().nodes()[0]
-            .devices
-            .iter()
-            .map(|d| d.spec.clone())
-            .collect(),
-        cpus: None,
-    };
-    let (r, warnings) = Scheduler::restore(SchedulerConfig::default(), vec![node], p).unwrap();
+    let changes = s.take_changes();
+    let (r, warnings) = restart(&s, changes);
     assert!(warnings.is_empty(), "{warnings:?}");
     let after = r.snapshot(T0.plus_secs(600)).projects;
     let debts = |v: &[crate::snapshot::ProjectView]| {

@@ -73,6 +73,20 @@ impl PeerKind {
             PeerKind::Slurm => SourceError::NotSlurm { url, why },
         }
     }
+
+    /// The error for an HTML page (a login page, a proxy's error page) where this peer's
+    /// API answers JSON.
+    fn html_answer(self, url: &Url, status: StatusCode, body: &[u8]) -> SourceError {
+        self.not_this(
+            url,
+            format!(
+                "it answered an HTML page (HTTP {}) where the {} API answers JSON: {}",
+                status.as_u16(),
+                self.name(),
+                excerpt(body)
+            ),
+        )
+    }
 }
 
 /// A JSON-over-HTTP client for one peer.
@@ -217,15 +231,7 @@ impl JsonClient {
             });
         }
         if html || looks_like_html(&body) {
-            return Err(self.peer.not_this(
-                url,
-                format!(
-                    "it answered an HTML page (HTTP {}) where the {} API answers JSON: {}",
-                    status.as_u16(),
-                    self.peer.name(),
-                    text_start()
-                ),
-            ));
+            return Err(self.peer.html_answer(url, status, &body));
         }
         let parsed = parse_body(&body);
         if !status.is_success() {
@@ -296,15 +302,7 @@ impl JsonClient {
             });
         }
         if looks_like_html(&bytes) {
-            return Err(self.peer.not_this(
-                url,
-                format!(
-                    "it answered an HTML page (HTTP {}) where the {} API answers JSON: {}",
-                    status.as_u16(),
-                    self.peer.name(),
-                    excerpt(&bytes)
-                ),
-            ));
+            return Err(self.peer.html_answer(url, status, &bytes));
         }
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok((status, Value::Null));
