@@ -15,12 +15,7 @@ const VERSION: &str =
     r#"{"version": "4", "ray_version": "2.60.0", "ray_commit": "x", "session_name": "s"}"#;
 
 fn fixture(path: &str) -> Vec<u8> {
-    std::fs::read(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures")
-            .join(path),
-    )
-    .unwrap()
+    std::fs::read(common::fixture(path)).unwrap()
 }
 
 fn json(body: impl Into<String>) -> Reply {
@@ -37,6 +32,16 @@ async fn ray_against(routes: Vec<(&'static str, Reply)>, token: Option<&str>) ->
     tokio::time::timeout(Duration::from_secs(10), source.fetch())
         .await
         .expect("fetch must not hang")
+        .unwrap_err()
+}
+
+/// What a Prometheus source reading a server of `routes` fails with.
+async fn prometheus_against(routes: Vec<(&'static str, Reply)>) -> SourceError {
+    let url = serve(routes).await;
+    PrometheusSource::new(PrometheusConfig::new(url))
+        .unwrap()
+        .fetch()
+        .await
         .unwrap_err()
 }
 
@@ -165,28 +170,18 @@ async fn html_is_not_a_ray_dashboard_nor_prometheus() {
     .await;
     assert!(matches!(e, SourceError::NotRayDashboard { .. }), "{e:?}");
 
-    let url = serve(vec![(
+    let e = prometheus_against(vec![(
         "*",
         Reply::Full(200, "text/html; charset=utf-8", page),
     )])
     .await;
-    let e = PrometheusSource::new(PrometheusConfig::new(url))
-        .unwrap()
-        .fetch()
-        .await
-        .unwrap_err();
     assert!(matches!(e, SourceError::NotPrometheus { .. }), "{e:?}");
     // A Ray dashboard is not Prometheus either.
-    let url = serve(vec![(
+    let e = prometheus_against(vec![(
         "*",
         json(r#"{"result": true, "msg": "", "data": {}}"#),
     )])
     .await;
-    let e = PrometheusSource::new(PrometheusConfig::new(url))
-        .unwrap()
-        .fetch()
-        .await
-        .unwrap_err();
     assert!(
         matches!(e, SourceError::NotPrometheus { ref why, .. } if why.contains("status")),
         "{e:?}"
@@ -287,7 +282,7 @@ async fn ray_and_prometheus_errors_in_their_own_words() {
         matches!(e, SourceError::Peer { ref message, .. } if message == "Failed to get nodes: GCS unavailable"),
         "{e:?}"
     );
-    let url = serve(vec![
+    let e = prometheus_against(vec![
         (
             "/api/v1/status/buildinfo",
             Reply::Full(
@@ -306,11 +301,6 @@ async fn ray_and_prometheus_errors_in_their_own_words() {
         ),
     ])
     .await;
-    let e = PrometheusSource::new(PrometheusConfig::new(url))
-        .unwrap()
-        .fetch()
-        .await
-        .unwrap_err();
     assert!(
         matches!(e, SourceError::Http { status: 400, ref message, .. } if message.contains("parse error")),
         "{e:?}"
