@@ -817,3 +817,72 @@ fn the_claim_form_says_every_refusal_when_none_takes_it() {
     let Mode::Form(f) = &st.mode else { panic!() };
     assert_eq!(f.error.as_deref(), Some("rule 3: bad"));
 }
+
+#[test]
+fn a_target_that_queues_the_move_is_taken_back_and_the_next_asked() {
+    let (mut st, eff) = moved_anywhere();
+    let (_, claim, move_id) = step(&eff);
+    // b queues it (a move's claim never waits; an endpoint that queued it anyway).
+    let queued = snapshot(
+        "b",
+        "nb",
+        1,
+        &[
+            json!({"nvidia.com/gpu": 1}),
+            json!({"gpu_memory": "20Gi", "wait": true}),
+        ],
+    )
+    .claims[1]
+        .clone();
+    assert_eq!(queued.state, gpuboard::snapshot::ClaimState::Pending);
+    let eff = run(
+        &mut st,
+        vec![answer(
+            1,
+            &claim,
+            &move_id,
+            Ok(Outcome::Claimed(Box::new(queued))),
+        )],
+    );
+    let steps: Vec<(usize, Action)> = eff
+        .iter()
+        .filter_map(|e| match e {
+            Effect::ActInMove {
+                source,
+                action,
+                move_id: m,
+            } if *m == move_id => Some((*source, action.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        vec![(1, Action::Release { id: ClaimId(2) }), (2, claim.clone())],
+        "taken back on b, then c asked"
+    );
+    // The take-back's answer does not disturb the move.
+    run(
+        &mut st,
+        vec![answer(
+            1,
+            &Action::Release { id: ClaimId(2) },
+            &move_id,
+            Ok(Outcome::Released {
+                id: ClaimId(2),
+                place: None,
+            }),
+        )],
+    );
+    assert_eq!(st.moving.len(), 1);
+    assert!(st.moving[0].refused[0].starts_with("b: queued it as b/2 instead of placing it"));
+    let eff = run(
+        &mut st,
+        vec![answer(
+            2,
+            &claim,
+            &move_id,
+            Ok(Outcome::Claimed(placed("c", "nc"))),
+        )],
+    );
+    assert_eq!(step(&eff).1, Action::Release { id: ClaimId(1) });
+}

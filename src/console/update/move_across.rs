@@ -335,20 +335,11 @@ pub(super) fn stepped(
 ) -> Vec<Effect> {
     state.dirty = true;
     let Some(pos) = state.moving.iter().position(|c| c.move_id == move_id) else {
-        // Not a step we wait for (a queued claim taken back): say what happened.
-        let text = match &result {
-            Ok(o) => format!("{} (move {move_id}): {}", name(state, source), o.message()),
-            Err(e) => format!(
-                "{} (move {move_id}): {} {} refused: {e}",
-                name(state, source),
-                action.verb(),
-                action.target()
-            ),
-        };
-        flash(state, text, result.is_err());
+        // The move ended meanwhile (a queued claim taken back after the last refusal).
+        took_back(state, source, move_id, action, &result);
         return vec![];
     };
-    let mut chain = state.moving.remove(pos);
+    let chain = state.moving.remove(pos);
     match (action, &chain.claimed) {
         (Action::Claim { .. }, None) if source == chain.target => {
             claim_answered(state, chain, result)
@@ -356,16 +347,37 @@ pub(super) fn stepped(
         (Action::Release { id }, Some(_)) if source == chain.source && *id == chain.id => {
             release_answered(state, &chain, result)
         }
+        // The take-back of a claim a target queued instead of placing: said, and the
+        // move goes on.
         _ => {
-            chain.refused.push(format!(
-                "{}: unexpected answer to {} {}",
-                name(state, source),
-                action.verb(),
-                action.target()
-            ));
             state.moving.push(chain);
+            took_back(state, source, move_id, action, &result);
             Vec::new()
         }
+    }
+}
+
+/// Says how a step outside the move's own two went: the take-back of a claim a target
+/// queued (an error leaves that claim there, named, to release by hand).
+fn took_back(
+    state: &mut State,
+    source: usize,
+    move_id: &str,
+    action: &Action,
+    result: &Result<Outcome, Failure>,
+) {
+    let here = name(state, source);
+    match result {
+        Ok(o) => state.push_log(format!("{here} (move {move_id}): {}", o.message())),
+        Err(e) => flash(
+            state,
+            format!(
+                "{here} (move {move_id}): {} {} refused: {e}; release it there by hand",
+                action.verb(),
+                action.target()
+            ),
+            true,
+        ),
     }
 }
 
