@@ -886,3 +886,47 @@ fn a_target_that_queues_the_move_is_taken_back_and_the_next_asked() {
     );
     assert_eq!(step(&eff).1, Action::Release { id: ClaimId(1) });
 }
+
+fn screen(st: &State, w: u16, h: u16) -> String {
+    use gpuboard::console::headless::{buffer_text, render};
+    buffer_text(&render(st, &gpuboard::console::theme::Theme::plain(), w, h).unwrap())
+}
+
+#[test]
+fn the_form_and_the_picker_show_each_attempt_at_80x24() {
+    // The form after b refused: b's words, and the source asked now.
+    let (mut st, eff) = claimed_from_the_form();
+    let (_, claim) = sent_claim(&eff);
+    run(
+        &mut st,
+        vec![Msg::Acted {
+            source: 1,
+            action: claim,
+            result: Err(Failure::Refused("does not fit now".into())),
+        }],
+    );
+    let text = screen(&st, 80, 24);
+    assert!(text.contains("refused: b: does not fit now"), "{text}");
+    assert!(text.contains("claiming on a…"), "{text}");
+    // The picker during a move to any source, after b refused: the move id, c asked now.
+    let (mut st, eff) = moved_anywhere();
+    let (_, claim, move_id) = step(&eff);
+    run(
+        &mut st,
+        vec![answer(
+            1,
+            &claim,
+            &move_id,
+            Err(Failure::Refused("full".into())),
+        )],
+    );
+    let text = screen(&st, 80, 24);
+    assert!(text.contains("claiming on c first…"), "{text}");
+    assert!(text.contains(&move_id), "{text}");
+    assert!(text.contains("refused: b: full"), "{text}");
+    // And its last row offers any other source.
+    assert!(
+        text.contains("any other source: the best by placement"),
+        "{text}"
+    );
+}
