@@ -3,7 +3,8 @@
 //! terminal console): a move across endpoints carries one move id that both endpoints
 //! audit; a move to "any source" and the claim form go on to the next endpoint when one
 //! answers 409 (it filled up after the console read it); a release that fails after the
-//! new claim names both claims, and both are still there to see and fix.
+//! new claim names both claims, and both are still there to see and fix. A move from the
+//! embedded scheduler to an endpoint is audited on both sides too.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -108,19 +109,23 @@ struct Console {
 
 impl Console {
     async fn over(endpoints: &[&Endpoint]) -> Console {
-        let sources: Vec<Arc<dyn Source>> = endpoints
+        let sources = endpoints
             .iter()
             .map(|e| {
-                Arc::new(
-                    Http::new(e.name, &e.server.url, Some(e.server.operator_token()), WAIT)
-                        .unwrap(),
-                ) as Arc<dyn Source>
+                let http = Http::new(e.name, &e.server.url, Some(e.server.operator_token()), WAIT)
+                    .unwrap();
+                Arc::new(http) as Arc<dyn Source>
             })
             .collect();
+        Console::with(sources).await
+    }
+
+    /// The console over these sources, each read once.
+    async fn with(sources: Vec<Arc<dyn Source>>) -> Console {
         let st = State::new(
-            endpoints
+            sources
                 .iter()
-                .map(|e| SourceSlot::new(e.name, "gpuboard", true, None))
+                .map(|s| SourceSlot::new(s.name(), s.kind(), s.can_act(), None))
                 .collect(),
             Keymap::builtin(),
             2_000,
@@ -128,6 +133,7 @@ impl Console {
         );
         let (tx, rx) = unbounded_channel();
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let n = sources.len();
         let mut c = Console {
             st,
             sources,
@@ -137,7 +143,7 @@ impl Console {
         };
         let now = c.clock.now();
         let _ = update(&mut c.st, Msg::Tick(now));
-        for i in 0..endpoints.len() {
+        for i in 0..n {
             c.fetch(i).await;
         }
         c
@@ -436,4 +442,53 @@ async fn the_console_claim_form_goes_to_the_next_endpoint_on_409() {
     assert_eq!(con.st.mode, Mode::Normal);
     assert_eq!(a.snapshot().await.claims.len(), 1);
     assert_eq!(b.snapshot().await.claims.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_from_the_embedded_scheduler_to_an_endpoint_is_audited_on_both() {
+    use gpuboard::endpoint::engine::{Engine, EngineConfig, LocalProcesses};
+    use gpuboard::sources::embedded::Embedded;
+    let nodes = gpuboard::inventory::load(&common::demo_fleet()).unwrap();
+    let engine = Engine::in_memory(
+        EngineConfig::default(),
+        nodes,
+        Arc::new(SystemClock),
+        Arc::new(LocalProcesses),
+    )
+    .unwrap();
+    let request = ClaimRequest::from_json(&json!({"gpu_memory": "10Gi"})).unwrap();
+    engine.submit(request, "test").await.unwrap();
+    let here = Arc::new(Embedded::new("here", engine.clone(), None)) as Arc<dyn Source>;
+    let b = Endpoint::start("b", 1);
+    let there =
+        Arc::new(Http::new("b", &b.server.url, Some(b.server.operator_token()), WAIT).unwrap())
+            as Arc<dyn Source>;
+    let mut con = Console::with(vec![here, there]).await;
+    con.pick("b/host-b:0");
+    let eff = con.keys(&CONFIRM);
+    con.pump(eff, |_| {}).await;
+    let text = con.flash();
+    assert!(
+        text.starts_with("claim here/1 moved to b/1 (move mv-"),
+        "{text}"
+    );
+    let suffix = format!(" (move {})", move_id_of(&text));
+    // The embedded scheduler audits its release as the console's, with the move id.
+    let snap = engine.durable_snapshot().await;
+    let released: Vec<_> = snap
+        .events
+        .iter()
+        .filter(|e| e.actor.ends_with(&suffix))
+        .map(|e| (e.actor.as_str(), e.action.as_str()))
+        .collect();
+    assert_eq!(
+        released,
+        vec![(format!("console{suffix}").as_str(), "release")]
+    );
+    let on_b = b.move_events().await;
+    assert_eq!(on_b.len(), 1, "{on_b:?}");
+    assert!(
+        on_b[0].0.ends_with(&suffix) && on_b[0].1 == "claim",
+        "{on_b:?}"
+    );
 }
