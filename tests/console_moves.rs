@@ -492,3 +492,42 @@ async fn a_move_from_the_embedded_scheduler_to_an_endpoint_is_audited_on_both() 
         "{on_b:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_claim_form_passes_a_dead_endpoint_and_a_full_one_and_says_both() {
+    // Binpack ranks b (10 GiB used), then c (5 GiB), then the empty a.
+    let a = Endpoint::start("a", 1);
+    let mut b = Endpoint::start("b", 1);
+    let c = Endpoint::start("c", 1);
+    b.claim(&json!({"gpu_memory": "10Gi"})).await;
+    c.claim(&json!({"gpu_memory": "5Gi"})).await;
+    let mut con = Console::over(&[&a, &b, &c]).await;
+    // After the console read them: b stops answering, c fills up.
+    b.server.kill9();
+    c.claim(&json!({"gpu_memory": "30Gi"})).await;
+    let mut keys = vec![KeyCode::Char('c')];
+    keys.extend([KeyCode::Backspace; 4]);
+    keys.extend("20Gi".chars().map(KeyCode::Char));
+    keys.push(KeyCode::Enter);
+    con.keys(&keys);
+    let Mode::Form(f) = &con.st.mode else {
+        panic!("{:?}", con.st.mode)
+    };
+    assert_eq!(
+        (f.source, f.next.clone()),
+        (1, vec![2, 0]),
+        "b, then c, then a"
+    );
+    let eff = con.keys(&[KeyCode::Enter]);
+    con.pump(eff, |_| {}).await;
+    let text = con.flash();
+    assert!(
+        text.starts_with(
+            "a: claim 1 placed at host-a:0 (gpu_memory=20GiB) (after b: unreachable: "
+        ),
+        "{text}"
+    );
+    assert!(text.contains(" · c: does not fit"), "{text}");
+    assert_eq!(a.snapshot().await.claims.len(), 1);
+    assert_eq!(c.snapshot().await.claims.len(), 2, "c took nothing more");
+}
