@@ -93,12 +93,16 @@ fn picker(st: &State) -> (Vec<String>, usize) {
         m.targets
             .iter()
             .map(|r| {
-                format!(
-                    "{}:{}{}",
-                    r.node,
-                    r.index,
-                    if r.fits { "" } else { " full" }
-                )
+                if r.any {
+                    "any".to_string()
+                } else {
+                    format!(
+                        "{}:{}{}",
+                        r.node,
+                        r.index,
+                        if r.fits { "" } else { " full" }
+                    )
+                }
             })
             .collect(),
         m.selected,
@@ -279,7 +283,7 @@ fn moved_to_b() -> (State, Vec<Effect>) {
     let mut st = console(vec![("a", a), ("b", b)]);
     show_view(&mut st, View::Claims);
     run(&mut st, vec![k('m')]);
-    assert_eq!(picker(&st).0, vec!["nb:0", "nb:1", "na:1 full"]);
+    assert_eq!(picker(&st).0, vec!["nb:0", "nb:1", "na:1 full", "any"]);
     // Enter asks first (Cancel focused), naming both sources; Tab, Enter sends the claim.
     assert!(run(&mut st, vec![code(KeyCode::Enter)]).is_empty());
     let Mode::Confirm(c) = &st.mode else {
@@ -301,109 +305,628 @@ fn flash(st: &State) -> String {
         .unwrap_or_default()
 }
 
+/// The one step a move sent: its source, action and move id.
+fn step(eff: &[Effect]) -> (usize, Action, String) {
+    let steps: Vec<_> = eff
+        .iter()
+        .filter_map(|e| match e {
+            Effect::ActInMove {
+                source,
+                action,
+                move_id,
+            } => Some((*source, action.clone(), move_id.clone())),
+            _ => None,
+        })
+        .collect();
+    let [one] = steps.as_slice() else {
+        panic!("one move step expected: {eff:?}")
+    };
+    one.clone()
+}
+
+fn answer(source: usize, action: &Action, move_id: &str, result: Result<Outcome, Failure>) -> Msg {
+    Msg::MoveStepped {
+        source,
+        move_id: move_id.to_string(),
+        action: action.clone(),
+        result,
+    }
+}
+
+/// A placed claim as source `name` would answer it (id 1, on its node's device 0).
+fn placed(name: &str, node: &str) -> Box<gpuboard::snapshot::ClaimView> {
+    Box::new(
+        snapshot(
+            name,
+            node,
+            2,
+            &[json!({"gpu_memory": "20Gi", "project": "p"})],
+        )
+        .claims[0]
+            .clone(),
+    )
+}
+
+fn released() -> Outcome {
+    Outcome::Released {
+        id: ClaimId(1),
+        place: Some("na:0".into()),
+    }
+}
+
 #[test]
-fn a_move_to_another_source_claims_there_then_releases_here() {
+fn a_move_to_another_source_claims_there_then_releases_here_under_one_move_id() {
     let (mut st, eff) = moved_to_b();
-    let [
-        Effect::Act {
-            source: 1,
-            action: claim @ Action::Claim { request },
-        },
-    ] = eff.as_slice()
-    else {
-        panic!("{eff:?}")
+    let (src, claim, move_id) = step(&eff);
+    assert_eq!(src, 1, "claimed on b first");
+    let Action::Claim { request } = &claim else {
+        panic!("{claim:?}")
     };
     assert_eq!(request.node.as_deref(), Some("nb"));
     assert_eq!(request.devices, Some(vec![0]));
     assert_eq!((request.project.as_str(), request.ttl), ("p", Some(600)));
-    // b took it: now the release on a.
-    let new = snapshot(
-        "b",
-        "nb",
-        2,
-        &[json!({"gpu_memory": "20Gi", "project": "p"})],
-    )
-    .claims[0]
-        .clone();
+    // An id the endpoints accept in their audit actor.
+    assert_eq!(
+        gpuboard::wire::move_actor("admin", Some(&move_id)).unwrap(),
+        format!("admin (move {move_id})")
+    );
+    // b took it: now the release on a, with the same move id.
     let eff = run(
         &mut st,
-        vec![Msg::Acted {
-            source: 1,
-            action: claim.clone(),
-            result: Ok(Outcome::Claimed(Box::new(new))),
-        }],
+        vec![answer(
+            1,
+            &claim,
+            &move_id,
+            Ok(Outcome::Claimed(placed("b", "nb"))),
+        )],
+    );
+    assert_eq!(
+        step(&eff),
+        (0, Action::Release { id: ClaimId(1) }, move_id.clone())
     );
     assert!(
-        eff.contains(&Effect::Act {
-            source: 0,
-            action: Action::Release { id: ClaimId(1) },
-        }),
-        "{eff:?}"
+        eff.contains(&Effect::Fetch(1)),
+        "b's new claim shown: {eff:?}"
     );
     assert!(matches!(st.mode, Mode::Move(_)), "still under way");
     run(
         &mut st,
-        vec![Msg::Acted {
-            source: 0,
-            action: Action::Release { id: ClaimId(1) },
-            result: Ok(Outcome::Released {
-                id: ClaimId(1),
-                place: Some("na:0".into()),
-            }),
-        }],
+        vec![answer(
+            0,
+            &Action::Release { id: ClaimId(1) },
+            &move_id,
+            Ok(released()),
+        )],
     );
     assert_eq!(st.mode, Mode::Normal);
-    assert_eq!(flash(&st), "claim a/1 moved to b/1");
+    assert_eq!(
+        flash(&st),
+        format!("claim a/1 moved to b/1 (move {move_id})")
+    );
+    assert!(st.moving.is_empty());
+    // Each step is in the console's log (Events).
+    let log: Vec<&String> = st.log.iter().filter(|l| l.contains(&move_id)).collect();
+    assert!(
+        log.iter()
+            .any(|l| l.starts_with("b: claim") && l.ends_with(&format!("sent (move {move_id})")))
+            && log
+                .iter()
+                .any(|l| l.starts_with("move ") && l.contains("b took claim 1 as b/1 at nb:0"))
+            && log.iter().any(|l| l.starts_with("a: release claim 1 sent")),
+        "{log:?}"
+    );
+}
+
+#[test]
+fn a_move_goes_on_when_the_picker_is_closed_meanwhile() {
+    let (mut st, eff) = moved_to_b();
+    let (_, claim, move_id) = step(&eff);
+    run(&mut st, vec![code(KeyCode::Esc)]);
+    assert_eq!(st.mode, Mode::Normal);
+    let eff = run(
+        &mut st,
+        vec![answer(
+            1,
+            &claim,
+            &move_id,
+            Ok(Outcome::Claimed(placed("b", "nb"))),
+        )],
+    );
+    assert_eq!(
+        step(&eff).1,
+        Action::Release { id: ClaimId(1) },
+        "the release is still sent: never two claims by forgetting"
+    );
+    run(
+        &mut st,
+        vec![answer(
+            0,
+            &Action::Release { id: ClaimId(1) },
+            &move_id,
+            Ok(released()),
+        )],
+    );
+    assert!(
+        flash(&st).starts_with("claim a/1 moved to b/1"),
+        "{}",
+        flash(&st)
+    );
+    // A second move of the same claim while one is under way is refused in the picker.
+    let (mut st, _) = moved_to_b();
+    run(
+        &mut st,
+        vec![code(KeyCode::Esc), k('m'), code(KeyCode::Enter)],
+    );
+    let Mode::Move(m) = &st.mode else {
+        panic!("{:?}", st.mode)
+    };
+    assert!(
+        m.error
+            .as_deref()
+            .unwrap()
+            .contains("is already moving (move mv-"),
+        "{:?}",
+        m.error
+    );
 }
 
 #[test]
 fn a_move_to_another_source_that_fails_says_what_is_held() {
-    // The target refuses: nothing changed, the picker says so.
+    // The target refuses: nothing changed, the picker says so in the target's words.
     let (mut st, eff) = moved_to_b();
-    let Effect::Act { action, .. } = &eff[0] else {
-        panic!()
-    };
+    let (_, claim, move_id) = step(&eff);
     let eff = run(
         &mut st,
-        vec![Msg::Acted {
-            source: 1,
-            action: action.clone(),
-            result: Err(Failure::Refused("does not fit now".into())),
-        }],
+        vec![answer(
+            1,
+            &claim,
+            &move_id,
+            Err(Failure::Refused("does not fit now".into())),
+        )],
     );
-    assert!(eff.is_empty());
+    assert!(eff.is_empty(), "{eff:?}");
     let Mode::Move(m) = &st.mode else { panic!() };
     assert_eq!(
         m.error.as_deref(),
-        Some("b refused the claim; nothing changed: does not fit now")
+        Some(format!("move {move_id} of claim a/1: nothing changed, b: does not fit now").as_str())
     );
-    // The release fails after the claim: both claims are named.
+    assert!(!m.sent, "the operator can pick another target");
+    assert!(st.moving.is_empty());
+    // The release fails after the claim: both claims are named, with their places.
     let (mut st, eff) = moved_to_b();
-    let Effect::Act { action, .. } = &eff[0] else {
-        panic!()
-    };
-    let new = snapshot("b", "nb", 2, &[json!({"gpu_memory": "20Gi"})]).claims[0].clone();
+    let (_, claim, move_id) = step(&eff);
     run(
         &mut st,
         vec![
-            Msg::Acted {
-                source: 1,
-                action: action.clone(),
-                result: Ok(Outcome::Claimed(Box::new(new))),
-            },
-            Msg::Acted {
-                source: 0,
-                action: Action::Release { id: ClaimId(1) },
-                result: Err(Failure::Timeout(2000)),
-            },
+            answer(1, &claim, &move_id, Ok(Outcome::Claimed(placed("b", "nb")))),
+            answer(
+                0,
+                &Action::Release { id: ClaimId(1) },
+                &move_id,
+                Err(Failure::Timeout(2000)),
+            ),
         ],
     );
     assert_eq!(st.mode, Mode::Normal);
     let f = st.flash.clone().unwrap();
     assert!(f.error);
+    assert_eq!(
+        f.text,
+        format!(
+            "claimed b/1 but releasing a/1 failed: no answer within 2000 ms; both claims hold \
+             GPUs now: a/1 (old, na:0) and b/1 (new, nb:0): release one (move {move_id})"
+        )
+    );
+    assert!(st.moving.is_empty());
+}
+
+/// Three sources: `a` holds claim 1 (20 GiB on na:0, na:1 taken whole); `b` and `c` are
+/// empty (b's GPUs less free than c's, so binpack ranks b first); the picker is opened on
+/// claim 1, "any source" picked and confirmed.
+fn moved_anywhere() -> (State, Vec<Effect>) {
+    let a = snapshot(
+        "a",
+        "na",
+        2,
+        &[
+            json!({"gpu_memory": "20Gi", "project": "p", "node": "na", "devices": [0]}),
+            json!({"nvidia.com/gpu": 1, "node": "na", "devices": [1]}),
+        ],
+    );
+    let b = snapshot("b", "nb", 1, &[json!({"gpu_memory": "10Gi"})]);
+    let c = snapshot("c", "nc", 1, &[]);
+    let mut st = console(vec![("a", a), ("b", b), ("c", c)]);
+    show_view(&mut st, View::Claims);
+    run(&mut st, vec![k('m'), k('k')]);
+    let (rows, sel) = picker(&st);
+    assert_eq!(
+        rows[sel], "any",
+        "k from the top reaches `any source`: {rows:?}"
+    );
+    assert!(run(&mut st, vec![code(KeyCode::Enter)]).is_empty());
+    let Mode::Confirm(c) = &st.mode else {
+        panic!("no confirmation: {:?}", st.mode)
+    };
     assert!(
-        f.text.starts_with("claimed b/1 but releasing a/1 failed: no answer within 2000 ms; both claims hold GPUs now"),
+        c.body[0].ends_with("to b (the best other source by placement; if it refuses: c)?"),
+        "{:?}",
+        c.body
+    );
+    let eff = run(&mut st, vec![code(KeyCode::Tab), code(KeyCode::Enter)]);
+    (st, eff)
+}
+
+#[test]
+fn a_move_to_any_source_tries_the_next_when_one_refuses() {
+    let (mut st, eff) = moved_anywhere();
+    let (src, claim, move_id) = step(&eff);
+    assert_eq!(src, 1, "b first (binpack)");
+    let Action::Claim { request } = &claim else {
+        panic!()
+    };
+    assert_eq!(
+        (request.node.as_deref(), request.devices.as_ref()),
+        (None, None),
+        "placed by the target"
+    );
+    // b refused since it was read (409): c is asked, under the same move id.
+    let eff = run(
+        &mut st,
+        vec![answer(
+            1,
+            &claim,
+            &move_id,
+            Err(Failure::Refused(
+                "does not fit now: nb:0 has 10 GiB free".into(),
+            )),
+        )],
+    );
+    let (src, again, id) = step(&eff);
+    assert_eq!((src, &again, &id), (2, &claim, &move_id));
+    assert_eq!(
+        flash(&st),
+        format!("move {move_id}: b refused (does not fit now: nb:0 has 10 GiB free); trying c")
+    );
+    let Mode::Move(m) = &st.mode else { panic!() };
+    assert!(m.error.is_none() && m.sent);
+    // c takes it; then the release on a.
+    let eff = run(
+        &mut st,
+        vec![answer(
+            2,
+            &claim,
+            &move_id,
+            Ok(Outcome::Claimed(placed("c", "nc"))),
+        )],
+    );
+    assert_eq!(
+        step(&eff),
+        (0, Action::Release { id: ClaimId(1) }, move_id.clone())
+    );
+    run(
+        &mut st,
+        vec![answer(
+            0,
+            &Action::Release { id: ClaimId(1) },
+            &move_id,
+            Ok(released()),
+        )],
+    );
+    assert_eq!(
+        flash(&st),
+        format!(
+            "claim a/1 moved to c/1 (move {move_id}) after b: does not fit now: nb:0 has 10 GiB free"
+        )
+    );
+
+    // Every target refuses (b does not answer, c 409): nothing changed, both named.
+    let (mut st, eff) = moved_anywhere();
+    let (_, claim, move_id) = step(&eff);
+    let eff = run(
+        &mut st,
+        vec![answer(1, &claim, &move_id, Err(Failure::Timeout(2000)))],
+    );
+    assert_eq!(step(&eff).0, 2);
+    let eff = run(
+        &mut st,
+        vec![answer(
+            2,
+            &claim,
+            &move_id,
+            Err(Failure::Refused("does not fit now".into())),
+        )],
+    );
+    assert!(eff.is_empty(), "{eff:?}");
+    let f = st.flash.clone().unwrap();
+    assert!(f.error);
+    assert_eq!(
+        f.text,
+        format!(
+            "move {move_id} of claim a/1: nothing changed, b: no answer within 2000 ms · c: does not fit now"
+        )
+    );
+    // A refusal that would be the same everywhere (credentials) stops at once.
+    let (mut st, eff) = moved_anywhere();
+    let (_, claim, move_id) = step(&eff);
+    let eff = run(
+        &mut st,
+        vec![answer(
+            1,
+            &claim,
+            &move_id,
+            Err(Failure::Unauthorized("token refused".into())),
+        )],
+    );
+    assert!(eff.is_empty(), "{eff:?}");
+    assert!(
+        flash(&st).ends_with("nothing changed, b: unauthorized: token refused"),
         "{}",
-        f.text
+        flash(&st)
+    );
+}
+
+#[test]
+fn a_move_to_any_source_needs_one_that_fits() {
+    // Claim 1 is a whole GPU; the only other source's GPU is half taken.
+    let a = snapshot("a", "na", 1, &[json!({"nvidia.com/gpu": 1})]);
+    let b = snapshot("b", "nb", 1, &[json!({"gpu_memory": "20Gi"})]);
+    let mut st = console(vec![("a", a), ("b", b)]);
+    show_view(&mut st, View::Claims);
+    let eff = run(&mut st, vec![k('m'), k('k'), code(KeyCode::Enter)]);
+    assert!(eff.is_empty());
+    let Mode::Move(m) = &st.mode else {
+        panic!("{:?}", st.mode)
+    };
+    let e = m.error.as_deref().unwrap();
+    assert!(e.starts_with("fits on none of the 1 sources: b: "), "{e}");
+    // With one source only, there is no `any source` row.
+    let a = snapshot("a", "na", 2, &[json!({"gpu_memory": "20Gi"})]);
+    let mut st = console(vec![("a", a)]);
+    show_view(&mut st, View::Claims);
+    run(&mut st, vec![k('m')]);
+    assert_eq!(picker(&st).0, vec!["na:1"]);
+}
+
+/// Three sources where a 20 GiB claim fits best on b, then a, then c (binpack); the
+/// claim form filled in and previewed, then Enter sent it to b.
+fn claimed_from_the_form() -> (State, Vec<Effect>) {
+    let a = snapshot("a", "na", 1, &[json!({"gpu_memory": "10Gi"})]);
+    let b = snapshot("b", "nb", 1, &[json!({"gpu_memory": "15Gi"})]);
+    let c = snapshot("c", "nc", 1, &[]);
+    let mut st = console(vec![("a", a), ("b", b), ("c", c)]);
+    let mut keys = vec![k('c')];
+    keys.extend((0..4).map(|_| code(KeyCode::Backspace)));
+    keys.extend("20Gi".chars().map(k));
+    keys.push(code(KeyCode::Enter));
+    run(&mut st, keys);
+    let Mode::Form(f) = &st.mode else { panic!() };
+    let FormStage::Preview(p) = &f.stage else {
+        panic!("{:?} {:?}", f.stage, f.error)
+    };
+    assert!(
+        p.ends_with("(best of 3 that fit among 3 sources, binpack); if it refuses: a, then c"),
+        "{p}"
+    );
+    let eff = run(&mut st, vec![code(KeyCode::Enter)]);
+    (st, eff)
+}
+
+fn sent_claim(eff: &[Effect]) -> (usize, Action) {
+    let [Effect::Act { source, action }] = eff else {
+        panic!("one action expected: {eff:?}")
+    };
+    assert!(matches!(action, Action::Claim { .. }), "{action:?}");
+    (*source, action.clone())
+}
+
+#[test]
+fn the_claim_form_tries_the_next_source_on_a_refusal_or_no_answer() {
+    let (mut st, eff) = claimed_from_the_form();
+    let (src, claim) = sent_claim(&eff);
+    assert_eq!(src, 1, "b first");
+    let eff = run(
+        &mut st,
+        vec![Msg::Acted {
+            source: 1,
+            action: claim.clone(),
+            result: Err(Failure::Refused("does not fit now".into())),
+        }],
+    );
+    assert_eq!(
+        sent_claim(&eff),
+        (0, claim.clone()),
+        "then a, the same request"
+    );
+    assert_eq!(
+        flash(&st),
+        "b refused the claim (does not fit now); trying a"
+    );
+    let eff = run(
+        &mut st,
+        vec![Msg::Acted {
+            source: 0,
+            action: claim.clone(),
+            result: Err(Failure::Unreachable(
+                "127.0.0.1:9: connection refused".into(),
+            )),
+        }],
+    );
+    assert_eq!(sent_claim(&eff), (2, claim.clone()), "then c");
+    let eff = run(
+        &mut st,
+        vec![Msg::Acted {
+            source: 2,
+            action: claim.clone(),
+            result: Ok(Outcome::Claimed(placed("c", "nc"))),
+        }],
+    );
+    assert_eq!(eff, vec![Effect::Fetch(2)]);
+    assert_eq!(st.mode, Mode::Normal);
+    assert_eq!(
+        flash(&st),
+        "c: claim 1 placed at nc:0 (gpu_memory=20GiB) (after b: does not fit now · a: unreachable: 127.0.0.1:9: connection refused)"
+    );
+    // Each attempt is in Events.
+    let tried: Vec<&String> = st
+        .log
+        .iter()
+        .filter(|l| l.contains("claim") && l.contains("sent"))
+        .collect();
+    assert_eq!(tried.len(), 3, "{tried:?}");
+}
+
+#[test]
+fn the_claim_form_says_every_refusal_when_none_takes_it() {
+    let (mut st, eff) = claimed_from_the_form();
+    let (_, claim) = sent_claim(&eff);
+    let refuse = |source: usize, words: &str| Msg::Acted {
+        source,
+        action: claim.clone(),
+        result: Err(Failure::Refused(words.into())),
+    };
+    run(
+        &mut st,
+        vec![refuse(1, "b is full"), refuse(0, "a is full")],
+    );
+    let eff = run(&mut st, vec![refuse(2, "c is full")]);
+    assert!(eff.is_empty(), "three tries, then no more: {eff:?}");
+    let Mode::Form(f) = &st.mode else { panic!() };
+    assert_eq!(
+        f.stage,
+        FormStage::Editing,
+        "the form stays, to change and retry"
+    );
+    assert_eq!(
+        f.error.as_deref(),
+        Some(
+            "claim refused by 3 sources, nothing claimed: b: b is full · a: a is full · c: c is full"
+        )
+    );
+    // A refusal the next source would give too (bad request) is not retried.
+    let (mut st, eff) = claimed_from_the_form();
+    let (_, claim) = sent_claim(&eff);
+    let eff = run(
+        &mut st,
+        vec![Msg::Acted {
+            source: 1,
+            action: claim,
+            result: Err(Failure::Invalid("rule 3: bad".into())),
+        }],
+    );
+    assert!(eff.is_empty());
+    let Mode::Form(f) = &st.mode else { panic!() };
+    assert_eq!(f.error.as_deref(), Some("rule 3: bad"));
+}
+
+#[test]
+fn a_target_that_queues_the_move_is_taken_back_and_the_next_asked() {
+    let (mut st, eff) = moved_anywhere();
+    let (_, claim, move_id) = step(&eff);
+    // b queues it (a move's claim never waits; an endpoint that queued it anyway).
+    let queued = snapshot(
+        "b",
+        "nb",
+        1,
+        &[
+            json!({"nvidia.com/gpu": 1}),
+            json!({"gpu_memory": "20Gi", "wait": true}),
+        ],
+    )
+    .claims[1]
+        .clone();
+    assert_eq!(queued.state, gpuboard::snapshot::ClaimState::Pending);
+    let eff = run(
+        &mut st,
+        vec![answer(
+            1,
+            &claim,
+            &move_id,
+            Ok(Outcome::Claimed(Box::new(queued))),
+        )],
+    );
+    let steps: Vec<(usize, Action)> = eff
+        .iter()
+        .filter_map(|e| match e {
+            Effect::ActInMove {
+                source,
+                action,
+                move_id: m,
+            } if *m == move_id => Some((*source, action.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        vec![(1, Action::Release { id: ClaimId(2) }), (2, claim.clone())],
+        "taken back on b, then c asked"
+    );
+    // The take-back's answer does not disturb the move.
+    run(
+        &mut st,
+        vec![answer(
+            1,
+            &Action::Release { id: ClaimId(2) },
+            &move_id,
+            Ok(Outcome::Released {
+                id: ClaimId(2),
+                place: None,
+            }),
+        )],
+    );
+    assert_eq!(st.moving.len(), 1);
+    assert!(st.moving[0].refused[0].starts_with("b: queued it as b/2 instead of placing it"));
+    let eff = run(
+        &mut st,
+        vec![answer(
+            2,
+            &claim,
+            &move_id,
+            Ok(Outcome::Claimed(placed("c", "nc"))),
+        )],
+    );
+    assert_eq!(step(&eff).1, Action::Release { id: ClaimId(1) });
+}
+
+fn screen(st: &State, w: u16, h: u16) -> String {
+    use gpuboard::console::headless::{buffer_text, render};
+    buffer_text(&render(st, &gpuboard::console::theme::Theme::plain(), w, h).unwrap())
+}
+
+#[test]
+fn the_form_and_the_picker_show_each_attempt_at_80x24() {
+    // The form after b refused: b's words, and the source asked now.
+    let (mut st, eff) = claimed_from_the_form();
+    let (_, claim) = sent_claim(&eff);
+    run(
+        &mut st,
+        vec![Msg::Acted {
+            source: 1,
+            action: claim,
+            result: Err(Failure::Refused("does not fit now".into())),
+        }],
+    );
+    let text = screen(&st, 80, 24);
+    assert!(text.contains("refused: b: does not fit now"), "{text}");
+    assert!(text.contains("claiming on a…"), "{text}");
+    // The picker during a move to any source, after b refused: the move id, c asked now.
+    let (mut st, eff) = moved_anywhere();
+    let (_, claim, move_id) = step(&eff);
+    run(
+        &mut st,
+        vec![answer(
+            1,
+            &claim,
+            &move_id,
+            Err(Failure::Refused("full".into())),
+        )],
+    );
+    let text = screen(&st, 80, 24);
+    assert!(text.contains("claiming on c first…"), "{text}");
+    assert!(text.contains(&move_id), "{text}");
+    assert!(text.contains("refused: b: full"), "{text}");
+    // And its last row offers any other source.
+    assert!(
+        text.contains("any other source: the best by placement"),
+        "{text}"
     );
 }

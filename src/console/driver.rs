@@ -5,6 +5,7 @@ use std::io::{self, Write};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use ratatui::Terminal;
 use ratatui::backend::CrosstermBackend;
 use ratatui::crossterm::event::{self, Event};
@@ -17,7 +18,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::clock::{Clock, SystemClock};
-use crate::sources::{Action, Failure, Source};
+use crate::sources::{Action, Failure, Outcome, Source};
 
 use super::msg::{Effect, Msg};
 use super::state::State;
@@ -192,50 +193,100 @@ pub fn perform(
             let Some(src) = sources.get(source) else {
                 return;
             };
-            let name = src.name().to_string();
-            if readonly {
-                tracing::warn!(actor = "console", action = action.verb(), target = %action.target(), source = %name, "refused: read-only");
-                let _ = tx.send(Msg::Acted {
-                    source,
-                    action,
-                    result: Err(Failure::ReadOnly(
-                        "the console was started with --readonly".to_string(),
-                    )),
-                });
-                return;
-            }
-            if !src.can_act() && !matches!(action, Action::Engine(_)) {
-                let _ = tx.send(Msg::Acted {
-                    source,
-                    result: Err(Failure::ReadOnly(format!(
-                        "source {name} does not accept actions"
-                    ))),
-                    action,
-                });
-                return;
-            }
-            let fut = src.act(action.clone());
-            tokio::spawn(async move {
-                let result = tokio::time::timeout(timeout, fut)
-                    .await
-                    .unwrap_or(Err(Failure::Timeout(limit)));
-                let user = std::env::var("USER").unwrap_or_else(|_| "?".to_string());
-                match &result {
-                    Ok(o) => {
-                        tracing::info!(actor = %user, action = action.verb(), target = %action.target(), source = %name, "{}", o.message());
-                    }
-                    Err(e) => {
-                        tracing::warn!(actor = %user, action = action.verb(), target = %action.target(), source = %name, "refused: {e}");
-                    }
-                }
-                let _ = tx.send(Msg::Acted {
+            let step = action.clone();
+            let run = move || src.act(step);
+            send_action(
+                src.as_ref(),
+                &action,
+                run,
+                readonly,
+                timeout,
+                &tx,
+                move |action, result| Msg::Acted {
                     source,
                     action,
                     result,
-                });
-            });
+                },
+            );
+        }
+        Effect::ActInMove {
+            source,
+            action,
+            move_id,
+        } => {
+            let Some(src) = sources.get(source) else {
+                return;
+            };
+            let (step, id) = (action.clone(), move_id.clone());
+            let run = move || src.act_in_move(step, &id);
+            send_action(
+                src.as_ref(),
+                &action,
+                run,
+                readonly,
+                timeout,
+                &tx,
+                move |action, result| Msg::MoveStepped {
+                    source,
+                    move_id,
+                    action,
+                    result,
+                },
+            );
         }
     }
+}
+
+/// Runs an action (the future `run` makes) under the timeout and answers with `reply`;
+/// refuses it without making it when the console is read-only or the source cannot act.
+fn send_action(
+    src: &dyn Source,
+    action: &Action,
+    run: impl FnOnce() -> BoxFuture<'static, Result<Outcome, Failure>>,
+    readonly: bool,
+    timeout: Duration,
+    tx: &UnboundedSender<Msg>,
+    reply: impl FnOnce(Action, Result<Outcome, Failure>) -> Msg + Send + 'static,
+) {
+    let name = src.name().to_string();
+    let limit = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+    if readonly {
+        tracing::warn!(actor = "console", action = action.verb(), target = %action.target(), source = %name, "refused: read-only");
+        let _ = tx.send(reply(
+            action.clone(),
+            Err(Failure::ReadOnly(
+                "the console was started with --readonly".to_string(),
+            )),
+        ));
+        return;
+    }
+    if !src.can_act() && !matches!(action, Action::Engine(_)) {
+        let _ = tx.send(reply(
+            action.clone(),
+            Err(Failure::ReadOnly(format!(
+                "source {name} does not accept actions"
+            ))),
+        ));
+        return;
+    }
+    let fut = run();
+    let action = action.clone();
+    let tx = tx.clone();
+    tokio::spawn(async move {
+        let result = tokio::time::timeout(timeout, fut)
+            .await
+            .unwrap_or(Err(Failure::Timeout(limit)));
+        let user = std::env::var("USER").unwrap_or_else(|_| "?".to_string());
+        match &result {
+            Ok(o) => {
+                tracing::info!(actor = %user, action = action.verb(), target = %action.target(), source = %name, "{}", o.message());
+            }
+            Err(e) => {
+                tracing::warn!(actor = %user, action = action.verb(), target = %action.target(), source = %name, "refused: {e}");
+            }
+        }
+        let _ = tx.send(reply(action, result));
+    });
 }
 
 /// Runs the console until the operator quits, a signal arrives or the terminal goes away.

@@ -51,6 +51,18 @@ pub enum Msg {
         /// What happened.
         result: Result<Outcome, Failure>,
     },
+    /// A source carried out (or refused) one step of a move across sources
+    /// (`Effect::ActInMove`).
+    MoveStepped {
+        /// The source.
+        source: usize,
+        /// The move's id.
+        move_id: String,
+        /// What was asked.
+        action: Action,
+        /// What happened.
+        result: Result<Outcome, Failure>,
+    },
     /// A line from the console's own log.
     Log(String),
     /// A signal asking the console to stop (SIGHUP, SIGTERM).
@@ -77,6 +89,16 @@ pub enum Effect {
         source: usize,
         /// The action.
         action: Action,
+    },
+    /// Ask a source to carry out one step of a move across sources, tagged with the
+    /// move's id (both endpoints audit it); answered by `Msg::MoveStepped`.
+    ActInMove {
+        /// The source.
+        source: usize,
+        /// The action (the claim on the target, or the release on the claim's source).
+        action: Action,
+        /// The move's id (`wire::move_actor`).
+        move_id: String,
     },
     /// Leave: restore the terminal and exit.
     Quit,

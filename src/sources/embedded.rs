@@ -164,6 +164,19 @@ impl Source for Embedded {
         let engine = self.engine.clone();
         Box::pin(async move { act(&engine, action, "console").await })
     }
+    /// Audited as `console (move ID)`, as an endpoint audits a move's request.
+    fn act_in_move(
+        &self,
+        action: Action,
+        move_id: &str,
+    ) -> BoxFuture<'static, Result<Outcome, Failure>> {
+        let engine = self.engine.clone();
+        let actor = crate::wire::move_actor("console", Some(move_id));
+        Box::pin(async move {
+            let actor = actor.map_err(Failure::Invalid)?;
+            act(&engine, action, &actor).await
+        })
+    }
 }
 
 /// Carries out an action on the engine, durably.

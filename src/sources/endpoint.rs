@@ -225,7 +225,25 @@ impl Source for Http {
         })
     }
     fn act(&self, action: Action) -> BoxFuture<'static, Result<Outcome, Failure>> {
-        let client = self.client.clone();
+        self.act_with(self.client.clone(), action)
+    }
+    /// The same request with the move id in `wire::MOVE_HEADER`: the endpoint audits it.
+    fn act_in_move(
+        &self,
+        action: Action,
+        move_id: &str,
+    ) -> BoxFuture<'static, Result<Outcome, Failure>> {
+        self.act_with(self.client.for_move(move_id), action)
+    }
+}
+
+impl Http {
+    /// Carries out `action` through `client` (plain, or tagged with a move id).
+    fn act_with(
+        &self,
+        client: Client,
+        action: Action,
+    ) -> BoxFuture<'static, Result<Outcome, Failure>> {
         let fail = self.failure();
         // API v1 answers a move with the new place only; the old one is the last seen.
         let from = match &action {

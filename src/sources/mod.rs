@@ -276,6 +276,17 @@ pub trait Source: Send + Sync {
     fn plan(&self, request: ClaimRequest) -> BoxFuture<'static, Result<Allocation, Failure>>;
     /// Carries out an action.
     fn act(&self, action: Action) -> BoxFuture<'static, Result<Outcome, Failure>>;
+    /// Carries out one step of a move across sources (the claim on the target, the release
+    /// on the claim's own source), tagged with the move's id so that both sides audit the
+    /// same move (`wire::move_actor`). Sources without an audit log just act.
+    fn act_in_move(
+        &self,
+        action: Action,
+        move_id: &str,
+    ) -> BoxFuture<'static, Result<Outcome, Failure>> {
+        let _ = move_id;
+        self.act(action)
+    }
 }
 
 /// Applies an action to an in-process scheduler (the embedded and demo sources).

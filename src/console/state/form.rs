@@ -118,6 +118,11 @@ pub struct ClaimForm {
     pub stage: FormStage,
     /// The source's or the validator's error, in its words.
     pub error: Option<String>,
+    /// The sources to try next, in the preview's order, when the source refuses the
+    /// claim or does not answer.
+    pub next: Vec<usize>,
+    /// The sources that refused it so far, each `name: words`.
+    pub refused: Vec<String>,
 }
 
 impl ClaimForm {
@@ -134,6 +139,8 @@ impl ClaimForm {
             focus: 1,
             stage: FormStage::Editing,
             error: None,
+            next: Vec::new(),
+            refused: Vec::new(),
         }
     }
 
@@ -210,14 +217,32 @@ pub struct MoveRow {
     /// Whether one of the claim's per-device shares fits in what is free (the source
     /// re-checks; rows that fit are listed first).
     pub fits: bool,
+    /// The row is "any other source": the best by placement, then the next on refusal
+    /// (`node` and `index` are unused).
+    pub any: bool,
 }
 
-/// A move to another source in flight: claimed on the target first, then released on
-/// the claim's own source.
+/// A move to another source in flight: claimed on a target first (the next candidate
+/// when one refuses or does not answer), then released on the claim's own source. Both
+/// steps carry `move_id`, which both endpoints write in their audit log.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MoveAcross {
-    /// The target source.
+    /// The move's id (`wire::move_actor`).
+    pub move_id: String,
+    /// The source owning the claim.
+    pub source: usize,
+    /// The claim.
+    pub id: crate::ids::ClaimId,
+    /// Where it is now, in words.
+    pub from: String,
+    /// What is claimed on the target: the claim's own request, moved.
+    pub request: crate::request::ClaimRequest,
+    /// The target source asked now.
     pub target: usize,
-    /// The new claim's id there, once the target took it (the release is then sent).
-    pub claimed: Option<crate::ids::ClaimId>,
+    /// The sources to ask next if it refuses or does not answer (a move to any source).
+    pub next: Vec<usize>,
+    /// The targets that refused, each `name: words`.
+    pub refused: Vec<String>,
+    /// The new claim's id and place, once a target took it (the release is then sent).
+    pub claimed: Option<(crate::ids::ClaimId, String)>,
 }

@@ -106,6 +106,9 @@ pub struct Confirm {
     pub back: Option<Box<Mode>>,
     /// Where the console goes once the action is sent (none: browsing).
     pub then: Option<Box<Mode>>,
+    /// The move across sources this action starts (its first claim), sent tagged with
+    /// the move's id and followed through `State::moving`.
+    pub across: Option<Box<MoveAcross>>,
 }
 
 impl Confirm {
@@ -127,6 +130,7 @@ impl Confirm {
             error: None,
             back: None,
             then: None,
+            across: None,
         }
     }
 
@@ -157,8 +161,9 @@ pub struct MovePick {
     pub sent: bool,
     /// The source's refusal, in its words.
     pub error: Option<String>,
-    /// A move to another source, while it is under way.
-    pub across: Option<MoveAcross>,
+    /// The id of the move to another source under way from this picker (its steps are
+    /// in `State::moving`).
+    pub across: Option<String>,
 }
 
 /// What has the keyboard.
@@ -246,6 +251,8 @@ pub struct State {
     pub operator: Option<String>,
     /// The zone dates are shown in: the operator's own (tests set UTC).
     pub zone: jiff::tz::TimeZone,
+    /// Moves across sources under way, followed whatever the operator does meanwhile.
+    pub moving: Vec<MoveAcross>,
 }
 
 impl State {
@@ -282,6 +289,7 @@ impl State {
             age_step: 0,
             operator: None,
             zone: jiff::tz::TimeZone::system(),
+            moving: Vec::new(),
         }
     }
 

@@ -138,7 +138,12 @@ pub(super) fn move_key(state: &mut State, mut m: MovePick, ev: KeyEvent) -> Vec<
         }
         Some(KeyAction::Confirm) => match move_across::target(&m) {
             Ok(Some((to, target))) if to != m.source => {
-                if move_across::ask(state, &mut m, to, target) {
+                if move_across::ask(state, &mut m, Some((to, target))) {
+                    return Vec::new();
+                }
+            }
+            Ok(None) if m.targets.get(m.selected).is_some_and(|r| r.any) => {
+                if move_across::ask(state, &mut m, None) {
                     return Vec::new();
                 }
             }

@@ -64,7 +64,10 @@ pub(super) fn confirm_key(state: &mut State, mut c: Confirm, ev: KeyEvent) -> Ve
             state.mode = Mode::Confirm(Box::new(c));
         }
         Some(KeyAction::Confirm) => {
-            let sent = act(state, c.source, c.action);
+            let sent = match c.across.take() {
+                Some(chain) => super::move_across::start(state, *chain),
+                None => act(state, c.source, c.action),
+            };
             state.mode = match c.then {
                 Some(m) if !sent.is_empty() => *m,
                 _ => c.back.map_or(Mode::Normal, |m| *m),

@@ -1,14 +1,14 @@
 //! The claim form: which source it goes to (the best of every acting source, by the
-//! placement preview across them), and its keys (edit, choose, preview, claim).
+//! placement preview across them, then the next on a refusal or no answer), and its keys
+//! (edit, choose, preview, claim).
 
 use ratatui::crossterm::event::{KeyCode, KeyEvent};
 
-use crate::placement::{Fleet, Policy, rank_hosts};
 use crate::request::ClaimRequest;
-use crate::sources::{Action, fleet_of_snapshot};
+use crate::sources::{Action, Failure, Outcome};
 
 use super::keys::edit_line;
-use super::{act, flash};
+use super::{act, flash, ranking};
 use crate::console::keymap::{Context, KeyAction};
 use crate::console::msg::Effect;
 use crate::console::state::{ClaimForm, FormField, FormKind, FormStage, Mode, State, View};
@@ -36,66 +36,122 @@ fn claim_source(state: &State) -> Option<usize> {
 }
 
 /// The placement preview across every acting source with data, when there are several
-/// and no one source is shown alone: each source's last snapshot is planned on, the
-/// sources that could take it are ranked by the placement policy across hosts (spread
-/// when every source spreads, else binpack), and the best is where the claim goes. The
-/// source re-checks when it is sent. `None` leaves the preview to the one source's own
-/// planner.
-fn fleet_preview(state: &State, request: &ClaimRequest) -> Option<Result<(usize, String), String>> {
+/// and no one source is shown alone: the sources that could take it, best first (see
+/// `ranking`), and the preview's words. The source re-checks when it is sent; if it
+/// refuses or does not answer, the next is tried. `None` leaves the preview to the one
+/// source's own planner.
+fn fleet_preview(
+    state: &State,
+    request: &ClaimRequest,
+) -> Option<Result<(Vec<usize>, String), String>> {
     if state.source_filter.is_some() {
         return None;
     }
-    let mut fleets = Vec::new();
-    let mut of_fleet = Vec::new();
-    let mut spread_all = true;
-    for (i, s) in state.sources.iter().enumerate() {
-        if !s.can_act {
-            continue;
-        }
-        let Some(snap) = &s.data else { continue };
-        if let Ok(f) = fleet_of_snapshot(snap) {
-            spread_all &= f.policy() == Policy::Spread;
-            fleets.push(f);
-            of_fleet.push(i);
-        }
-    }
-    if fleets.len() < 2 {
+    let acting = state
+        .sources
+        .iter()
+        .filter(|s| s.can_act && s.data.is_some())
+        .count();
+    if acting < 2 {
         return None;
     }
-    let policy = if spread_all {
-        Policy::Spread
-    } else {
-        Policy::Binpack
+    Some(ranking::rank(state, request, None).map(|r| {
+        let name = |i: usize| state.sources[i].name.as_str();
+        let mut text = format!(
+            "{} {} (best of {} that fit among {} sources, {})",
+            r.order.first().map_or("?", |i| name(*i)),
+            r.best,
+            r.fits,
+            r.among,
+            r.policy
+        );
+        if r.order.len() > 1 {
+            let rest: Vec<&str> = r.order[1..].iter().map(|i| name(*i)).collect();
+            text = format!("{text}; if it refuses: {}", rest.join(", then "));
+        }
+        (r.order, text)
+    }))
+}
+
+/// A claim result while the form waits for it: on a refusal (409) or no answer, the next
+/// source of the preview is tried, each attempt said on the status line and in Events;
+/// once placed, or refused by the last, the answer names the earlier refusals. `None`
+/// when the result is not the form's, or nothing was refused on the way (the plain
+/// handling then says it).
+pub(super) fn claimed(
+    state: &mut State,
+    source: usize,
+    action: &Action,
+    result: &Result<Outcome, Failure>,
+) -> Option<Vec<Effect>> {
+    let Mode::Form(f) = &state.mode else {
+        return None;
     };
-    let refs: Vec<&Fleet> = fleets.iter().collect();
-    let ranking = rank_hosts(&refs, request, policy);
-    let name = |h: usize| state.sources[of_fleet[h]].name.as_str();
-    let Some(best) = ranking.fits.first() else {
-        let lines: Vec<String> = ranking
-            .refused
-            .iter()
-            .map(|(h, no)| format!("{}: {}", name(*h), no.summary()))
-            .collect();
-        return Some(Err(format!(
-            "fits on none of the {} sources: {}",
-            fleets.len(),
-            lines.join(" · ")
-        )));
+    if !matches!(action, Action::Claim { .. })
+        || f.source != source
+        || f.stage != FormStage::Submitting
+    {
+        return None;
+    }
+    let mut form = (**f).clone();
+    let name = |i: usize| {
+        state
+            .sources
+            .get(i)
+            .map_or_else(|| "?".to_string(), |s| s.name.clone())
     };
-    let policy = match policy {
-        Policy::Binpack => "binpack",
-        Policy::Spread => "spread",
-    };
-    Some(Ok((
-        of_fleet[best.host],
-        format!(
-            "{} {} (best of {} that fit among {} sources, {policy})",
-            name(best.host),
-            best.allocation,
-            ranking.fits.len(),
-            fleets.len()
-        ),
-    )))
+    let here = name(source);
+    match result {
+        Err(e) if ranking::try_next(e) && !form.next.is_empty() => {
+            let next = form.next.remove(0);
+            form.refused.push(format!("{here}: {e}"));
+            flash(
+                state,
+                format!("{here} refused the claim ({e}); trying {}", name(next)),
+                false,
+            );
+            form.source = next;
+            let sent = act(state, next, action.clone());
+            if sent.is_empty() {
+                form.stage = FormStage::Editing;
+                form.error = state.flash.as_ref().map(|f| f.text.clone());
+            }
+            state.mode = Mode::Form(Box::new(form));
+            Some(sent)
+        }
+        _ if form.refused.is_empty() => None,
+        Ok(outcome) => {
+            let text = format!(
+                "{here}: {} (after {})",
+                outcome.message(),
+                form.refused.join(" · ")
+            );
+            state.mode = Mode::Normal;
+            flash(state, text, false);
+            let mut out = Vec::new();
+            if let Some(s) = state.sources.get_mut(source)
+                && !s.in_flight
+            {
+                s.in_flight = true;
+                out.push(Effect::Fetch(source));
+            }
+            Some(out)
+        }
+        Err(e) => {
+            form.refused.push(format!("{here}: {e}"));
+            let text = format!(
+                "claim refused by {} sources, nothing claimed: {}",
+                form.refused.len(),
+                form.refused.join(" · ")
+            );
+            form.stage = FormStage::Editing;
+            form.error = Some(text.clone());
+            form.refused.clear();
+            state.mode = Mode::Form(Box::new(form));
+            flash(state, text, true);
+            Some(Vec::new())
+        }
+    }
 }
 
 /// Opens the claim form on the claim source, unless that source is read-only.
@@ -176,6 +232,7 @@ pub(super) fn form_key(state: &mut State, mut form: ClaimForm, ev: KeyEvent) -> 
                     }
                 };
                 let src = form.source;
+                form.refused.clear();
                 effects = act(state, src, Action::Claim { request });
                 if effects.is_empty() {
                     // Refused before sending (read-only): leave the form open with why.
@@ -190,8 +247,9 @@ pub(super) fn form_key(state: &mut State, mut form: ClaimForm, ev: KeyEvent) -> 
                 Ok(request) => {
                     form.error = None;
                     match fleet_preview(state, &request) {
-                        Some(Ok((source, text))) => {
-                            form.source = source;
+                        Some(Ok((order, text))) => {
+                            form.source = order.first().copied().unwrap_or(form.source);
+                            form.next = order.into_iter().skip(1).collect();
                             form.stage = FormStage::Preview(text);
                         }
                         Some(Err(why)) => {
@@ -199,6 +257,7 @@ pub(super) fn form_key(state: &mut State, mut form: ClaimForm, ev: KeyEvent) -> 
                             form.error = Some(why);
                         }
                         None => {
+                            form.next.clear();
                             form.stage = FormStage::Planning;
                             effects.push(Effect::Plan {
                                 source: form.source,

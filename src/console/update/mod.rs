@@ -11,6 +11,7 @@ mod engine;
 mod form;
 mod keys;
 mod move_across;
+mod ranking;
 mod sources;
 
 use ratatui::crossterm::event::KeyEventKind;
@@ -50,6 +51,12 @@ pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
             action,
             result,
         } => sources::acted(state, source, &action, result),
+        Msg::MoveStepped {
+            source,
+            move_id,
+            action,
+            result,
+        } => move_across::stepped(state, source, &move_id, &action, result),
         Msg::Log(line) => {
             state.push_log(line);
             if state.view == View::Events {

@@ -1,14 +1,17 @@
 //! The move picker's rows over every acting source, and a move to another source: claim
 //! the same request there first, then release the claim on its own source (never the
-//! reverse, so the holder never goes without GPUs). If the release fails, both claims are
-//! named with the error and the operator releases one.
+//! reverse, so the holder never goes without GPUs). Both steps carry one move id, which
+//! both endpoints audit (`wire::move_actor`). A move to "any source" asks the best other
+//! source by placement, then the next when one refuses or does not answer. If the release
+//! fails, both claims are named with the error and the operator releases one.
 
 use crate::ids::ClaimId;
 use crate::placement::{DeviceShare, MoveTarget, moved_request};
-use crate::snapshot::ClaimView;
+use crate::snapshot::{ClaimState, ClaimView};
 use crate::sources::{Action, Failure, Outcome};
 
-use super::{act, flash};
+use super::ranking::{self, TRIES};
+use super::{flash, refusal};
 use crate::console::msg::Effect;
 use crate::console::state::{Confirm, Mode, MoveAcross, MovePick, MoveRow, State};
 
@@ -47,6 +50,7 @@ pub(super) fn rows(state: &State, own: usize, c: &ClaimView) -> Vec<MoveRow> {
                         model: d.model.clone(),
                         free: format!("{} free, {} GPU free", d.memory_free.iec(), d.compute_free),
                         fits,
+                        any: false,
                     },
                 ));
             }
@@ -70,20 +74,42 @@ pub(super) fn rows(state: &State, own: usize, c: &ClaimView) -> Vec<MoveRow> {
                 b.index,
             ))
     });
-    rows.into_iter().map(|(_, r)| r).collect()
+    let mut rows: Vec<MoveRow> = rows.into_iter().map(|(_, r)| r).collect();
+    // Last (one `k` from the top): any other acting source, the best by placement first.
+    if state
+        .sources
+        .iter()
+        .enumerate()
+        .any(|(i, s)| i != own && s.can_act && s.data.is_some())
+    {
+        rows.push(MoveRow {
+            source: own,
+            node: String::new(),
+            index: 0,
+            model: String::new(),
+            free: format!(
+                "any other source: the best by placement, then the next if it refuses (up to {TRIES})"
+            ),
+            fits: true,
+            any: true,
+        });
+    }
+    rows
 }
 
 /// Where the picked row sends the claim: as many devices as it holds, the picked one and
 /// then the next rows of the same source and node in the list's order.
 pub(super) fn target(m: &MovePick) -> Result<Option<(usize, MoveTarget)>, String> {
-    let Some(first) = m.targets.get(m.selected) else {
+    let Some(first) = m.targets.get(m.selected).filter(|r| !r.any) else {
         return Ok(None);
     };
     let mut devices = vec![first.index];
     devices.extend(
         m.targets
             .iter()
-            .filter(|r| r.source == first.source && r.node == first.node && r.index != first.index)
+            .filter(|r| {
+                !r.any && r.source == first.source && r.node == first.node && r.index != first.index
+            })
             .map(|r| r.index)
             .take(m.holds.saturating_sub(1)),
     );
@@ -106,58 +132,17 @@ pub(super) fn target(m: &MovePick) -> Result<Option<(usize, MoveTarget)>, String
     )))
 }
 
-/// Asks to move claim `m.id` to `t` on source `to`, naming both places: once confirmed,
-/// the same request is claimed there (then, when that succeeded, released here). False
-/// when the claim is gone (said in the picker).
-pub(super) fn ask(state: &mut State, m: &mut MovePick, to: usize, t: MoveTarget) -> bool {
-    let Some(old) = claim_of(state, m.source, m.id) else {
-        m.error = Some(format!("claim {} is gone from its source", m.id));
-        return false;
-    };
-    let place = format!(
-        "{}:{}",
-        t.node.as_deref().unwrap_or("?"),
-        t.devices
-            .as_ref()
-            .map(|d| d.iter().map(u32::to_string).collect::<Vec<_>>().join(","))
-            .unwrap_or_default()
-    );
-    let name = |i: usize| {
-        state
-            .sources
-            .get(i)
-            .map_or("?", |s| s.name.as_str())
-            .to_string()
-    };
-    let body = vec![
-        format!(
-            "Move claim {} from {} {} to {} {place}?",
-            m.id,
-            name(m.source),
-            m.from,
-            name(to)
-        ),
-        "It is claimed there first, then released here; its processes must be restarted."
-            .to_string(),
-    ];
-    let request = moved_request(&old.request, t.node, t.devices);
-    let mut confirm = Confirm::new(
-        to,
-        Action::Claim { request },
-        "Move claim across sources",
-        body,
-    );
-    confirm.back = Some(Box::new(Mode::Move(Box::new(m.clone()))));
-    let mut under_way = m.clone();
-    under_way.sent = true;
-    under_way.error = None;
-    under_way.across = Some(MoveAcross {
-        target: to,
-        claimed: None,
-    });
-    confirm.then = Some(Box::new(Mode::Move(Box::new(under_way))));
-    super::confirm::ask(state, confirm);
-    true
+/// The move's id, the same on both endpoints' audit lines: when it started, the claim's
+/// source and id (one move per claim at a time).
+fn move_id(state: &State, source: usize, id: ClaimId) -> String {
+    format!("mv-{:x}-{source}-{id}", state.now.0)
+}
+
+fn name(state: &State, source: usize) -> String {
+    state
+        .sources
+        .get(source)
+        .map_or_else(|| "?".to_string(), |s| s.name.clone())
 }
 
 fn claim_of(state: &State, source: usize, id: ClaimId) -> Option<ClaimView> {
@@ -172,73 +157,369 @@ fn claim_of(state: &State, source: usize, id: ClaimId) -> Option<ClaimView> {
         .cloned()
 }
 
-fn name(state: &State, source: usize) -> String {
-    state
-        .sources
-        .get(source)
-        .map_or_else(|| "?".to_string(), |s| s.name.clone())
+/// The picked move's chain, before it is confirmed: the claim's request moved to `t` on
+/// source `to`, or (`to` none) to the best other source by placement, with the next ones
+/// to try. `Err` says why not (gone, already moving, fits on no other source).
+fn chain(
+    state: &State,
+    m: &MovePick,
+    to: Option<(usize, MoveTarget)>,
+) -> Result<MoveAcross, String> {
+    let Some(old) = claim_of(state, m.source, m.id) else {
+        return Err(format!("claim {} is gone from its source", m.id));
+    };
+    if let Some(c) = state
+        .moving
+        .iter()
+        .find(|c| c.source == m.source && c.id == m.id)
+    {
+        return Err(format!(
+            "claim {} is already moving (move {}): wait for its answer",
+            m.id, c.move_id
+        ));
+    }
+    let (request, target, next) = if let Some((to, t)) = to {
+        (
+            moved_request(&old.request, t.node, t.devices),
+            to,
+            Vec::new(),
+        )
+    } else {
+        let request = moved_request(&old.request, None, None);
+        let ranked = ranking::rank(state, &request, Some(m.source))?;
+        let mut order = ranked.order.into_iter();
+        let Some(first) = order.next() else {
+            return Err("no other source can take it".to_string());
+        };
+        (request, first, order.collect())
+    };
+    Ok(MoveAcross {
+        move_id: move_id(state, m.source, m.id),
+        source: m.source,
+        id: m.id,
+        from: m.from.clone(),
+        request,
+        target,
+        next,
+        refused: Vec::new(),
+        claimed: None,
+    })
 }
 
-/// The next step of a move across sources when `action`'s result belongs to it: after
-/// the claim on the target, the release on the claim's own source; after that, done (or
-/// both claims named with the release's error). `None` when the result is not part of one.
-pub(super) fn step(
-    state: &mut State,
-    source: usize,
-    action: &Action,
-    result: &Result<Outcome, Failure>,
-) -> Option<Vec<Effect>> {
-    let Mode::Move(m) = &state.mode else {
-        return None;
-    };
-    let across = m.across.clone()?;
-    let mut m = m.clone();
-    state.dirty = true;
-    match (action, across.claimed) {
-        (Action::Claim { .. }, None) if source == across.target => match result {
-            Ok(Outcome::Claimed(view)) => {
-                m.across = Some(MoveAcross {
-                    target: across.target,
-                    claimed: Some(view.id),
-                });
-                let out = act(state, m.source, Action::Release { id: m.id });
-                state.mode = Mode::Move(m);
-                let mut out = out;
-                out.push(Effect::Fetch(across.target));
-                Some(out)
-            }
-            Ok(_) => None,
-            Err(e) => {
-                m.sent = false;
-                m.across = None;
-                m.error = Some(format!(
-                    "{} refused the claim; nothing changed: {e}",
-                    name(state, across.target)
-                ));
-                state.mode = Mode::Move(m);
-                Some(Vec::new())
-            }
-        },
-        (Action::Release { id }, Some(new)) if source == m.source && *id == m.id => {
-            let (from, to) = (name(state, m.source), name(state, across.target));
-            state.mode = Mode::Normal;
-            match result {
-                Ok(_) => flash(
-                    state,
-                    format!("claim {from}/{} moved to {to}/{new}", m.id),
-                    false,
-                ),
-                Err(e) => flash(
-                    state,
-                    format!(
-                        "claimed {to}/{new} but releasing {from}/{} failed: {e}; both claims hold GPUs now: release one",
-                        m.id
-                    ),
-                    true,
-                ),
-            }
-            Some(vec![Effect::Fetch(m.source)])
+/// Asks to move claim `m.id` to `to` (`t` on that source, or none: the best other source
+/// by placement, then the next ones on refusal), naming both places: once confirmed, the
+/// same request is claimed there (then, when that succeeded, released here), both steps
+/// tagged with one move id. False when it cannot start (said in the picker).
+pub(super) fn ask(state: &mut State, m: &mut MovePick, to: Option<(usize, MoveTarget)>) -> bool {
+    let place = to.as_ref().map(|(_, t)| {
+        format!(
+            "{}:{}",
+            t.node.as_deref().unwrap_or("?"),
+            t.devices
+                .as_ref()
+                .map(|d| d.iter().map(u32::to_string).collect::<Vec<_>>().join(","))
+                .unwrap_or_default()
+        )
+    });
+    let chain = match chain(state, m, to) {
+        Ok(c) => c,
+        Err(why) => {
+            m.error = Some(why);
+            return false;
         }
+    };
+    let target = name(state, chain.target);
+    let whither = if let Some(place) = place {
+        format!("{target} {place}")
+    } else if chain.next.is_empty() {
+        format!("{target} (the best other source by placement)")
+    } else {
+        let rest: Vec<String> = chain.next.iter().map(|i| name(state, *i)).collect();
+        format!(
+            "{target} (the best other source by placement; if it refuses: {})",
+            rest.join(", then ")
+        )
+    };
+    let body = vec![
+        format!(
+            "Move claim {} from {} {} to {whither}?",
+            m.id,
+            name(state, m.source),
+            m.from,
+        ),
+        format!(
+            "It is claimed there first, then released here (move {}); its processes must be restarted.",
+            chain.move_id
+        ),
+    ];
+    let mut confirm = Confirm::new(
+        chain.target,
+        Action::Claim {
+            request: chain.request.clone(),
+        },
+        "Move claim across sources",
+        body,
+    );
+    confirm.back = Some(Box::new(Mode::Move(Box::new(m.clone()))));
+    let mut under_way = m.clone();
+    under_way.sent = true;
+    under_way.error = None;
+    under_way.across = Some(chain.move_id.clone());
+    confirm.then = Some(Box::new(Mode::Move(Box::new(under_way))));
+    confirm.across = Some(Box::new(chain));
+    super::confirm::ask(state, confirm);
+    true
+}
+
+/// Sends one step of a move, tagged with its id; nothing when the console or the source
+/// cannot act (said on the status line).
+fn send(state: &mut State, source: usize, action: Action, move_id: &str) -> Vec<Effect> {
+    if let Some(text) = refusal(state, source, &action) {
+        flash(state, text, true);
+        return Vec::new();
+    }
+    state.push_log(format!(
+        "{}: {} {} sent (move {move_id})",
+        name(state, source),
+        action.verb(),
+        action.target()
+    ));
+    vec![Effect::ActInMove {
+        source,
+        action,
+        move_id: move_id.to_string(),
+    }]
+}
+
+/// Starts a confirmed move: its first claim, on the best target. Followed in
+/// `State::moving` from then on, whatever the operator does meanwhile.
+pub(super) fn start(state: &mut State, chain: MoveAcross) -> Vec<Effect> {
+    let action = Action::Claim {
+        request: chain.request.clone(),
+    };
+    let sent = send(state, chain.target, action, &chain.move_id);
+    if !sent.is_empty() {
+        state.moving.push(chain);
+    }
+    sent
+}
+
+/// A refreshed view of source `i`, unless one is already on its way.
+fn refetch(state: &mut State, i: usize, out: &mut Vec<Effect>) {
+    if let Some(s) = state.sources.get_mut(i)
+        && !s.in_flight
+    {
+        s.in_flight = true;
+        out.push(Effect::Fetch(i));
+    }
+}
+
+/// The picker showing move `move_id`, if it is open.
+fn picker<'a>(state: &'a mut State, move_id: &str) -> Option<&'a mut MovePick> {
+    match &mut state.mode {
+        Mode::Move(m) if m.across.as_deref() == Some(move_id) => Some(m),
         _ => None,
     }
+}
+
+/// A step of a move across sources came back. After the claim on the target: the release
+/// on the claim's own source, or (refused, no answer) the next target, or nothing changed.
+/// After the release: done, or both claims named with the release's error so the
+/// operator releases one. Each step is said on the status line and in Events.
+pub(super) fn stepped(
+    state: &mut State,
+    source: usize,
+    move_id: &str,
+    action: &Action,
+    result: Result<Outcome, Failure>,
+) -> Vec<Effect> {
+    state.dirty = true;
+    let Some(pos) = state.moving.iter().position(|c| c.move_id == move_id) else {
+        // The move ended meanwhile (a queued claim taken back after the last refusal).
+        took_back(state, source, move_id, action, &result);
+        return vec![];
+    };
+    let chain = state.moving.remove(pos);
+    match (action, &chain.claimed) {
+        (Action::Claim { .. }, None) if source == chain.target => {
+            claim_answered(state, chain, result)
+        }
+        (Action::Release { id }, Some(_)) if source == chain.source && *id == chain.id => {
+            release_answered(state, &chain, result)
+        }
+        // The take-back of a claim a target queued instead of placing: said, and the
+        // move goes on.
+        _ => {
+            state.moving.push(chain);
+            took_back(state, source, move_id, action, &result);
+            Vec::new()
+        }
+    }
+}
+
+/// Says how a step outside the move's own two went: the take-back of a claim a target
+/// queued (an error leaves that claim there, named, to release by hand).
+fn took_back(
+    state: &mut State,
+    source: usize,
+    move_id: &str,
+    action: &Action,
+    result: &Result<Outcome, Failure>,
+) {
+    let here = name(state, source);
+    match result {
+        Ok(o) => state.push_log(format!("{here} (move {move_id}): {}", o.message())),
+        Err(e) => flash(
+            state,
+            format!(
+                "{here} (move {move_id}): {} {} refused: {e}; release it there by hand",
+                action.verb(),
+                action.target()
+            ),
+            true,
+        ),
+    }
+}
+
+/// The target answered the move's claim.
+fn claim_answered(
+    state: &mut State,
+    mut chain: MoveAcross,
+    result: Result<Outcome, Failure>,
+) -> Vec<Effect> {
+    let to = name(state, chain.target);
+    let mut out = Vec::new();
+    let why = match result {
+        Ok(Outcome::Claimed(view)) if view.state == ClaimState::Placed => {
+            let place = crate::sources::endpoint::place(&view);
+            state.push_log(format!(
+                "move {}: {to} took claim {} as {to}/{} at {place}; releasing {}/{} next",
+                chain.move_id,
+                chain.id,
+                view.id,
+                name(state, chain.source),
+                chain.id
+            ));
+            chain.claimed = Some((view.id, place));
+            let release = Action::Release { id: chain.id };
+            let sent = send(state, chain.source, release, &chain.move_id);
+            refetch(state, chain.target, &mut out);
+            if sent.is_empty() {
+                let text = state
+                    .flash
+                    .as_ref()
+                    .map(|f| f.text.clone())
+                    .unwrap_or_default();
+                return release_failed(state, &chain, &text, out);
+            }
+            state.moving.push(chain);
+            out.extend(sent);
+            return out;
+        }
+        // A move's claim never waits; should a target queue it anyway, it is taken back
+        // (tagged with the move id too) and the next target asked.
+        Ok(Outcome::Claimed(view)) => {
+            out.extend(send(
+                state,
+                chain.target,
+                Action::Release { id: view.id },
+                &chain.move_id,
+            ));
+            format!(
+                "queued it as {to}/{} instead of placing it (taken back)",
+                view.id
+            )
+        }
+        Ok(other) => format!("answered `{}` instead of a claim", other.message()),
+        Err(e) => {
+            let words = e.to_string();
+            if !ranking::try_next(&e) {
+                chain.next.clear();
+            }
+            words
+        }
+    };
+    chain.refused.push(format!("{to}: {why}"));
+    if chain.next.is_empty() {
+        let text = format!(
+            "move {} of claim {}/{}: nothing changed, {}",
+            chain.move_id,
+            name(state, chain.source),
+            chain.id,
+            chain.refused.join(" · ")
+        );
+        if let Some(m) = picker(state, &chain.move_id) {
+            m.sent = false;
+            m.across = None;
+            m.error = Some(text.clone());
+        }
+        flash(state, text, true);
+        return out;
+    }
+    chain.target = chain.next.remove(0);
+    flash(
+        state,
+        format!(
+            "move {}: {to} refused ({why}); trying {}",
+            chain.move_id,
+            name(state, chain.target)
+        ),
+        false,
+    );
+    out.extend(start(state, chain));
+    out
+}
+
+/// The claim's own source answered the move's release.
+fn release_answered(
+    state: &mut State,
+    chain: &MoveAcross,
+    result: Result<Outcome, Failure>,
+) -> Vec<Effect> {
+    let mut out = Vec::new();
+    refetch(state, chain.source, &mut out);
+    match result {
+        Ok(_) => {
+            let (from, to) = (name(state, chain.source), name(state, chain.target));
+            let new = chain.claimed.as_ref().map_or(0, |c| c.0.0);
+            let mut text = format!(
+                "claim {from}/{} moved to {to}/{new} (move {})",
+                chain.id, chain.move_id
+            );
+            if !chain.refused.is_empty() {
+                text = format!("{text} after {}", chain.refused.join(" · "));
+            }
+            if picker(state, &chain.move_id).is_some() {
+                state.mode = Mode::Normal;
+            }
+            flash(state, text, false);
+            out
+        }
+        Err(e) => release_failed(state, chain, &e.to_string(), out),
+    }
+}
+
+/// The release of a moved claim failed: both claims hold GPUs; say which, with the
+/// source's words, so the operator releases one.
+fn release_failed(
+    state: &mut State,
+    chain: &MoveAcross,
+    words: &str,
+    out: Vec<Effect>,
+) -> Vec<Effect> {
+    let (from, to) = (name(state, chain.source), name(state, chain.target));
+    let (new, place) = chain
+        .claimed
+        .clone()
+        .unwrap_or((ClaimId(0), "?".to_string()));
+    let text = format!(
+        "claimed {to}/{new} but releasing {from}/{} failed: {words}; both claims hold GPUs now: \
+         {from}/{} (old, {}) and {to}/{new} (new, {place}): release one (move {})",
+        chain.id, chain.id, chain.from, chain.move_id
+    );
+    if picker(state, &chain.move_id).is_some() {
+        state.mode = Mode::Normal;
+    }
+    flash(state, text, true);
+    out
 }

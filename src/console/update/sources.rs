@@ -224,7 +224,7 @@ pub(super) fn acted(
     action: &Action,
     result: Result<Outcome, Failure>,
 ) -> Vec<Effect> {
-    if let Some(effects) = super::move_across::step(state, source, action, &result) {
+    if let Some(effects) = super::form::claimed(state, source, action, &result) {
         return effects;
     }
     let name = state

@@ -74,7 +74,13 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
                 theme.accent,
             ));
         }
-        FormStage::Submitting => lines.push(Line::styled("claiming…", theme.dim)),
+        FormStage::Submitting => {
+            // Each earlier source's refusal, then the one asked now.
+            for r in &f.refused {
+                lines.push(Line::styled(format!("refused: {r}"), theme.flash_error));
+            }
+            lines.push(Line::styled(format!("claiming on {src}…"), theme.dim));
+        }
     }
     if let Some(e) = &f.error {
         lines.push(Line::styled(e.clone(), theme.flash_error));

@@ -26,6 +26,14 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
         .skip(off)
         .take(h)
         .map(|(i, row)| {
+            if row.any {
+                let style = if i == m.selected {
+                    theme.selection
+                } else {
+                    theme.text
+                };
+                return Line::styled(row.free.clone(), style);
+            }
             // Another source's GPU is named with its source: a move there is claim-then-release.
             let src = if row.source == m.source {
                 String::new()
@@ -57,9 +65,27 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     if m.targets.is_empty() {
         lines.push(Line::styled("no other GPU on this source", theme.dim));
     }
+    let chain = m
+        .across
+        .as_deref()
+        .and_then(|id| state.moving.iter().find(|c| c.move_id == id));
+    let progress = chain.map(|c| {
+        let target = state.sources.get(c.target).map_or("?", |s| s.name.as_str());
+        let mut text = match &c.claimed {
+            Some((id, place)) => format!(
+                "claimed {target}/{id} at {place}; releasing the old claim… (move {})",
+                c.move_id
+            ),
+            None => format!("claiming on {target} first… (move {})", c.move_id),
+        };
+        for r in &c.refused {
+            text = format!("{text} · refused: {r}");
+        }
+        text
+    });
     lines.push(Line::styled(
-        if m.sent && m.across.as_ref().is_some_and(|a| a.claimed.is_some()) {
-            "claimed on the target; releasing the old claim…"
+        if let Some(p) = &progress {
+            p.as_str()
         } else if m.sent && m.across.is_some() {
             "claiming on the target source first…"
         } else if m.sent {
