@@ -197,6 +197,12 @@ async fn task_actions_on_running_gpu_tasks() {
             !task_block(c, &one).contains("active_task_state: EXECUTING")
         })
         .await;
+    // Acting on it again: refused, nothing sent (the client would answer success).
+    for verb in [EngineVerb::BoincAbortTask, EngineVerb::BoincResumeTask] {
+        let e = act(&source, verb, &one).await.unwrap_err();
+        assert!(matches!(e, Failure::Peer(_)), "{e}");
+        assert!(e.to_string().contains("already aborted"), "{e}");
+    }
 
     // The headless command on the other task: the client's answer, an audit line, and the
     // task waits with its GPU free.
