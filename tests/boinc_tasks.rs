@@ -4,7 +4,8 @@
 //! GPUs of a custom coprocessor type. `suspend-task`, `resume-task` and `abort-task` go
 //! through the BOINC source's executor (`Source::act(Action::Engine)`) and once through
 //! `gpuboard act`; each effect is read back from boinccmd and from the source's next
-//! snapshot (the task's claim waits, runs again or is gone; its GPU comes free).
+//! snapshot (the task's claim waits, runs again or is gone; its GPU comes free). GPU mode
+//! never (BOINC's cordon) stops a running task too.
 //!
 //! Needs Debian's `boinc-client` and perl; `GPUBOARD_SKIP_PEERS=boinc` skips it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -252,4 +253,51 @@ async fn task_actions_on_running_gpu_tasks() {
     })
     .await;
     assert_eq!(claim(&s, &two).unwrap().state, ClaimState::Pending);
+
+    // BOINC's cordon on a running task: GPU mode never stops it and marks every GPU
+    // cordoned; auto lets it run again.
+    act(&source, EngineVerb::BoincResumeTask, &two)
+        .await
+        .unwrap();
+    snapshot_until(&source, "the other task placed again", |s| {
+        claim(s, &two).is_some_and(|c| c.state == ClaimState::Placed)
+    })
+    .await;
+    let answer = act(&source, EngineVerb::BoincGpuMode, "never")
+        .await
+        .unwrap();
+    assert_eq!(answer, "the client's GPU mode is now never");
+    let s = snapshot_until(&source, "GPU mode never stopping the task", |s| {
+        claim(s, &two).is_some_and(|c| c.state == ClaimState::Pending)
+    })
+    .await;
+    assert!(
+        claim(&s, &two)
+            .unwrap()
+            .pending_reasons
+            .contains(&"GPU computing is set to never".to_string()),
+        "{:?}",
+        claim(&s, &two).unwrap().pending_reasons
+    );
+    assert!(
+        s.nodes[0]
+            .devices
+            .iter()
+            .all(|d| d.cordoned && d.holders.is_empty()),
+        "{:#?}",
+        s.nodes[0].devices
+    );
+    client
+        .wait_for("GPU mode never left the task executing", |c| {
+            !task_block(c, &two).contains("active_task_state: EXECUTING")
+        })
+        .await;
+    act(&source, EngineVerb::BoincGpuMode, "auto")
+        .await
+        .unwrap();
+    let s = snapshot_until(&source, "GPU mode auto running the task again", |s| {
+        claim(s, &two).is_some_and(|c| c.state == ClaimState::Placed)
+    })
+    .await;
+    assert!(s.nodes[0].devices.iter().all(|d| !d.cordoned));
 }
