@@ -8,15 +8,15 @@
 //! skips the real-client test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "common/boinc_client.rs"]
+mod boinc_client;
 mod common;
 
-use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::{Stopper, fixture, free_port, skip_peer};
+use common::{fixture, free_port, skip_peer};
 use gpuboard::clock::{ManualClock, Timestamp};
 use gpuboard::snapshot::{ClaimState, Snapshot};
 use gpuboard::sources::boinc::{BoincAnswers, BoincConfig, BoincSource, snapshot};
@@ -292,71 +292,6 @@ async fn misbehaving_peers_give_errors_not_hangs() {
     assert!(matches!(e, SourceError::Refused { .. }), "{e}");
 }
 
-/// A BOINC project of our own: the master page names the scheduler, and the scheduler
-/// answers every request with no work and a request delay (one second until changed).
-async fn no_work_project() -> (String, Arc<AtomicUsize>, Arc<AtomicU64>) {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}/", l.local_addr().unwrap());
-    let posts = Arc::new(AtomicUsize::new(0));
-    let delay = Arc::new(AtomicU64::new(1));
-    let (b, p, d) = (base.clone(), posts.clone(), delay.clone());
-    tokio::spawn(async move {
-        while let Ok((mut sock, _)) = l.accept().await {
-            let (base, posts, delay) = (b.clone(), p.clone(), d.clone());
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 8192];
-                let head_end = loop {
-                    if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        break i + 4;
-                    }
-                    match sock.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                };
-                let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
-                let length: usize = head
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length:"))
-                    .and_then(|v| v.trim().parse().ok())
-                    .unwrap_or(0);
-                if head.contains("expect: 100-continue") {
-                    let _ = sock.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await;
-                }
-                while buf.len() < head_end + length {
-                    match sock.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                }
-                let body = if head.starts_with("post") {
-                    posts.fetch_add(1, Ordering::SeqCst);
-                    let delay = delay.load(Ordering::SeqCst);
-                    format!(
-                        "<scheduler_reply>\n<scheduler_version>720</scheduler_version>\n\
-                         <project_name>gpuboard test project</project_name>\n\
-                         <master_url>{base}</master_url>\n<request_delay>{delay}</request_delay>\n\
-                         <message priority=\"low\">No work available</message>\n</scheduler_reply>\n"
-                    )
-                } else {
-                    format!(
-                        "<html><head><title>gpuboard test</title></head><body>\
-                         <scheduler>{base}cgi</scheduler></body></html>"
-                    )
-                };
-                let reply = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = sock.write_all(reply.as_bytes()).await;
-                let _ = sock.shutdown().await;
-            });
-        }
-    });
-    (base, posts, delay)
-}
-
 /// The text of the first `<tag>` after `after` in raw XML: read by hand, so the check does
 /// not lean on the parser under test.
 fn raw_after(xml: &str, after: &str, tag: &str) -> Option<String> {
@@ -381,63 +316,21 @@ async fn raw_state(addr: &str, password: &str) -> String {
     rpc.exchange("<get_state/>").await.unwrap()
 }
 
-fn boinccmd(addr: &str, password: &str, args: &[&str]) {
-    let out = Command::new("boinccmd")
-        .args(["--host", addr, "--passwd", password])
-        .args(args)
-        .output()
-        .expect("run boinccmd (Debian's boinc-client)");
-    assert!(
-        out.status.success(),
-        "boinccmd {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_client_backoffs_priority_and_update() {
     if skip_peer("boinc") {
         eprintln!("GPUBOARD_SKIP_PEERS has boinc: skipped");
         return;
     }
-    assert!(
-        Path::new("/usr/bin/boinc").is_file(),
-        "no /usr/bin/boinc: run scripts/test (it installs Debian's boinc-client), or set \
-         GPUBOARD_SKIP_PEERS=boinc to skip this test"
+    let mut client = boinc_client::Client::launch().await;
+    let (addr, password) = (client.addr.clone(), boinc_client::PASSWORD);
+    let project = boinc_client::Project::serve(1, 0).await;
+    let (url, posts, delay) = (
+        project.url.clone(),
+        project.posts.clone(),
+        project.delay.clone(),
     );
-    let dir = tempfile::tempdir().unwrap();
-    let password = "gpuboard-boinc-test";
-    std::fs::write(dir.path().join("gui_rpc_auth.cfg"), format!("{password}\n")).unwrap();
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let log = std::fs::File::create(dir.path().join("client.log")).unwrap();
-    // No --allow_remote_gui_rpc: the client binds its GUI RPC to 127.0.0.1 only.
-    let child = Command::new("/usr/bin/boinc")
-        .arg("--dir")
-        .arg(dir.path())
-        .args(["--gui_rpc_port", &port.to_string()])
-        .args(["--skip_cpu_benchmarks", "--no_gpus"])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let _client = Stopper {
-        child,
-        name: "boinc",
-    };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while tokio::net::TcpStream::connect(&addr).await.is_err() {
-        assert!(Instant::now() < deadline, "boinc did not open {addr}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-
-    let (url, posts, delay) = no_work_project().await;
-    boinccmd(
-        &addr,
-        password,
-        &["--project_attach", &url, "0123456789abcdef"],
-    );
+    client.attach(project);
     // The first request only initializes; a work request that gets nothing backs off.
     // Re-reading cc_config makes the client reconsider work fetch at once.
     let deadline = Instant::now() + Duration::from_secs(90);
@@ -445,7 +338,7 @@ async fn real_client_backoffs_priority_and_update() {
         assert!(
             Instant::now() < deadline,
             "the client set no CPU backoff; log: {}",
-            std::fs::read_to_string(dir.path().join("client.log")).unwrap_or_default()
+            client.log()
         );
         tokio::time::sleep(Duration::from_secs(2)).await;
         if posts.load(Ordering::SeqCst) == 0 {
@@ -457,7 +350,7 @@ async fn real_client_backoffs_priority_and_update() {
         {
             break state;
         }
-        boinccmd(&addr, password, &["--read_cc_config"]);
+        client.boinccmd(&["--read_cc_config"]);
     };
     // From now on the project asks for an hour's quiet, so no new work request (and no
     // new backoff) races the checks below.
@@ -469,7 +362,7 @@ async fn real_client_backoffs_priority_and_update() {
         .unwrap();
 
     let mut cfg = BoincConfig::new(&addr);
-    cfg.password_file = Some(dir.path().join("gui_rpc_auth.cfg"));
+    cfg.password_file = Some(client.password_file());
     let clock = Arc::new(ManualClock::new(TAKEN));
     let source = BoincSource::with_clock(cfg.clone(), clock.clone()).unwrap();
     let snap = source.fetch().await.unwrap();
@@ -505,7 +398,7 @@ async fn real_client_backoffs_priority_and_update() {
     );
 
     // A wrong password is refused by name, and nothing is half-read.
-    let wrong = dir.path().join("wrong.cfg");
+    let wrong = client.dir.path().join("wrong.cfg");
     std::fs::write(&wrong, "not-it\n").unwrap();
     let mut bad = cfg.clone();
     bad.password_file = Some(wrong);

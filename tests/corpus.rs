@@ -474,11 +474,14 @@ fn corpus_text(path: &str) -> String {
 }
 
 /// The BOINC cases: every one is mutated.
-const BOINC_CASES: [&str; 4] = [
+const BOINC_CASES: [&str; 7] = [
     "idle",
     "modes-never",
     "project-attached",
     "project-suspended",
+    "tasks-running",
+    "task-suspended",
+    "task-aborted",
 ];
 
 fn boinc_answers(case: &str) -> BoincAnswers {
@@ -503,11 +506,72 @@ fn boinc_corpus_reads_with_no_warning() {
             "{case}: {}",
             s.endpoint.version
         );
-        // No work was ever sent: nothing claimed.
-        assert!(s.claims.is_empty(), "{case}: {:?}", s.claims);
-        let projects = usize::from(case.starts_with("project-"));
+        let projects = usize::from(case.starts_with("project-") || case.starts_with("task"));
         assert_eq!(s.projects.len(), projects, "{case}: {:?}", s.projects);
+        if !case.starts_with("task") {
+            // No work was ever sent: nothing claimed.
+            assert!(s.claims.is_empty(), "{case}: {:?}", s.claims);
+        }
     }
+}
+
+/// The placed and the pending claims of a case, and which devices are held.
+fn boinc_tasks(case: &str) -> (Vec<ClaimView>, Vec<ClaimView>, Vec<bool>) {
+    let s = boinc::snapshot(&boinc_answers(case), "corpus", Timestamp(1)).unwrap();
+    let (placed, pending) = s
+        .claims
+        .iter()
+        .cloned()
+        .partition(|c| c.state == ClaimState::Placed);
+    let held = s.nodes[0]
+        .devices
+        .iter()
+        .map(|d| {
+            assert_eq!(d.model, "gpuboard_gpu", "{case}");
+            assert_eq!(d.holders.is_empty(), d.compute_allocated.0 == 0, "{case}");
+            !d.holders.is_empty()
+        })
+        .collect();
+    (placed, pending, held)
+}
+
+#[test]
+fn boinc_corpus_tasks_are_claims_on_their_gpus() {
+    // Three tasks, two GPUs of a custom type: one task on each, the third waits.
+    let (placed, pending, held) = boinc_tasks("tasks-running");
+    assert_eq!(
+        (placed.len(), pending.len()),
+        (2, 1),
+        "{placed:#?}{pending:#?}"
+    );
+    assert_eq!(held, vec![true, true]);
+    let mut on: Vec<u32> = placed.iter().map(|c| c.shares[0].device).collect();
+    on.sort_unstable();
+    assert_eq!(on, vec![0, 1]);
+    let waiting = &pending[0];
+    assert!(waiting.shares.is_empty() && !waiting.infeasible);
+    assert_eq!(
+        waiting.pending_reasons,
+        vec!["every gpuboard_gpu GPU is taken by running tasks".to_string()]
+    );
+
+    // One running task suspended: it waits for that reason alone, the third takes its GPU.
+    let (placed, pending, held) = boinc_tasks("task-suspended");
+    assert_eq!((placed.len(), pending.len()), (2, 1));
+    assert_eq!(held, vec![true, true]);
+    let suspended = &pending[0];
+    assert_eq!(
+        suspended.pending_reasons,
+        vec!["task suspended via the GUI".to_string()]
+    );
+    let taker = &waiting.holder;
+    assert!(placed.iter().any(|c| &c.holder == taker), "{placed:#?}");
+
+    // The other running task aborted: its claim is gone and its GPU free.
+    let (placed, pending, held) = boinc_tasks("task-aborted");
+    assert_eq!((placed.len(), pending.len()), (1, 1));
+    assert_eq!(pending[0].holder, suspended.holder);
+    assert_eq!(held.iter().filter(|h| **h).count(), 1);
 }
 
 /// One element of an XML answer: where it starts and ends, where its content lies (equal

@@ -450,7 +450,7 @@ async fn boinc_actions_on_a_real_client() {
     assert!(flag("suspended via GUI:"));
     act_ok(&["cruncher", "resume-project", project, "--yes"]);
     assert!(!flag("suspended via GUI:"));
-    act_ok(&["cruncher", "no-new-tasks", &client.project_url, "--yes"]);
+    act_ok(&["cruncher", "no-new-tasks", client.project_url(), "--yes"]);
     assert!(flag("don't request more work:"));
     act_ok(&["cruncher", "allow-new-tasks", project, "--yes"]);
     assert!(!flag("don't request more work:"));

@@ -62,11 +62,17 @@ impl BoincSource {
                 | EngineVerb::BoincSuspendTask
                 | EngineVerb::BoincResumeTask => {
                     let state = rpc.request(BoincAnswerKind::State.request()).await?;
-                    let url = task_project(&state, t)
+                    let (url, result_state) = task_project(&state, t)
                         .map_err(|e| self.decode(e))?
                         .ok_or_else(|| {
                             self.refusal(format!("the client has no task named `{t}`"))
                         })?;
+                    // The client answers success on a finished task and changes nothing.
+                    if let Some(done) = finished(result_state) {
+                        return Err(self.refusal(format!(
+                            "task `{t}` is {done}: it holds no GPU; nothing sent"
+                        )));
+                    }
                     let (tag, done) = match action.verb {
                         EngineVerb::BoincAbortTask => ("abort_result", "aborted"),
                         EngineVerb::BoincSuspendTask => ("suspend_result", "suspended"),
@@ -118,17 +124,42 @@ impl BoincSource {
     }
 }
 
-/// The project URL of the task (`<result>`) named `name` in a `get_state` reply.
-fn task_project(state: &str, name: &str) -> Result<Option<String>, String> {
+/// The project URL and the state of the task (`<result>`) named `name` in a `get_state`
+/// reply (the state 0 when the client leaves it out).
+fn task_project(state: &str, name: &str) -> Result<Option<(String, i64)>, String> {
     let root = xml::parse(state).map_err(|e| format!("get_state is not XML: {e}"))?;
     let cs = root
         .child("client_state")
         .ok_or("no <client_state> in the get_state reply")?;
-    Ok(cs
+    let Some(r) = cs
         .all("result")
         .find(|r| r.text_of("name").map(str::trim) == Some(name))
-        .and_then(|r| r.text_of("project_url"))
-        .map(|u| u.trim().to_string()))
+    else {
+        return Ok(None);
+    };
+    let Some(url) = r.text_of("project_url") else {
+        return Ok(None);
+    };
+    let result_state = match r.text_of("state").map(str::trim) {
+        None => 0,
+        Some(v) => v
+            .parse()
+            .map_err(|_| format!("task `{name}` has state \"{v}\", not a number"))?,
+    };
+    Ok(Some((url.trim().to_string(), result_state)))
+}
+
+/// What a task in the client's result state `s` has come to, when it computes no more
+/// (`RESULT_COMPUTE_ERROR` and on).
+fn finished(s: i64) -> Option<&'static str> {
+    match s {
+        ..=2 => None,
+        3 => Some("finished with a computation error"),
+        4 | 5 => Some("finished (its output is uploading or uploaded)"),
+        6 => Some("already aborted"),
+        7 => Some("finished (its upload failed)"),
+        _ => Some("no longer computing"),
+    }
 }
 
 #[cfg(test)]
@@ -141,10 +172,20 @@ mod tests {
             <result><name>wu_1_0</name><project_url>http://p/</project_url></result>\
             </client_state></boinc_gui_rpc_reply>";
         assert_eq!(
-            task_project(state, "wu_1_0").unwrap().as_deref(),
-            Some("http://p/")
+            task_project(state, "wu_1_0").unwrap(),
+            Some(("http://p/".to_string(), 0))
         );
         assert_eq!(task_project(state, "wu_2_0").unwrap(), None);
         assert!(task_project("<x", "a").is_err());
+        let aborted = state.replace("</name>", "</name><state>6</state>");
+        let (_, s) = task_project(&aborted, "wu_1_0").unwrap().unwrap();
+        assert_eq!(finished(s), Some("already aborted"));
+        assert_eq!(finished(2), None);
+        let bad = state.replace("</name>", "</name><state>six</state>");
+        assert!(
+            task_project(&bad, "wu_1_0")
+                .unwrap_err()
+                .contains("\"six\"")
+        );
     }
 }

@@ -38,6 +38,13 @@ pub(super) fn task_claims(
         st.projects.iter().map(|p| (p.url.as_str(), p)).collect();
     let mut claims = Vec::new();
     let mut usage = TaskUse::default();
+    // GPUs of each type the running tasks take, to say when a waiting task finds none.
+    let mut taken: BTreeMap<String, f64> = BTreeMap::new();
+    for t in st.tasks.iter().filter(|t| running(t)) {
+        if let Some((kind, n)) = version_of(st, t).and_then(|v| v.gpu.clone()) {
+            *taken.entry(kind).or_default() += n;
+        }
+    }
     for t in st.tasks.iter().filter(|t| unfinished(t)) {
         let av = version_of(st, t);
         let cpus = av.map_or(1.0, |v| v.cpus);
@@ -71,10 +78,14 @@ pub(super) fn task_claims(
             continue;
         };
         let project = project_by_url.get(t.project.as_str()).copied();
+        let count = first_index.get(kind.as_str()).map_or(0, |(_, n)| *n);
+        let all_taken =
+            count > 0 && taken.get(&kind).copied().unwrap_or(0.0) + fraction > f64::from(count);
         let gpu = GpuUse {
             kind,
             fraction,
             cpus,
+            all_taken,
         };
         claims.push(task_claim(t, &gpu, project, cc, node_name, first_index));
     }
@@ -82,11 +93,12 @@ pub(super) fn task_claims(
 }
 
 /// The GPU a task's app version uses: the coprocessor type, the fraction of one device,
-/// and the CPUs beside it.
+/// and the CPUs beside it; whether the running tasks leave too little of that type for it.
 struct GpuUse {
     kind: String,
     fraction: f64,
     cpus: f64,
+    all_taken: bool,
 }
 
 /// One GPU task as a claim.
@@ -102,6 +114,7 @@ fn task_claim(
         kind,
         fraction,
         cpus,
+        ..
     } = gpu;
     let (fraction, cpus) = (*fraction, *cpus);
     let run = running(t);
@@ -129,7 +142,7 @@ fn task_claim(
             });
         }
     } else {
-        reasons = waiting_reasons(t, project, kind, cc);
+        reasons = waiting_reasons(t, project, gpu, cc);
     }
     let form = if whole {
         GpuForm::RayWhole {
@@ -188,7 +201,13 @@ fn task_claim(
 }
 
 /// Why a GPU task that is not running waits, in the client's terms.
-fn waiting_reasons(t: &Task, project: Option<&Project>, kind: &str, cc: &CcStatus) -> Vec<String> {
+fn waiting_reasons(
+    t: &Task,
+    project: Option<&Project>,
+    gpu: &GpuUse,
+    cc: &CcStatus,
+) -> Vec<String> {
+    let kind = &gpu.kind;
     let mut reasons = Vec::new();
     if t.suspended {
         reasons.push("task suspended via the GUI".to_string());
@@ -218,10 +237,14 @@ fn waiting_reasons(t: &Task, project: Option<&Project>, kind: &str, cc: &CcStatu
     }
     match t.state {
         0 | 1 => reasons.push("its input files are still downloading".to_string()),
-        _ if t.scheduled == Some(1) => {
+        // A task suspended (or stopped by a reason above) is preempted because of it.
+        _ if t.scheduled == Some(1) && reasons.is_empty() => {
             reasons.push("preempted by BOINC's CPU scheduler".to_string());
         }
         _ => {}
+    }
+    if reasons.is_empty() && gpu.all_taken {
+        reasons.push(format!("every {kind} GPU is taken by running tasks"));
     }
     if reasons.is_empty() {
         reasons.push("ready; BOINC's scheduler has not started it".to_string());
