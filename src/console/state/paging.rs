@@ -17,11 +17,11 @@ pub fn claims_info_height(body: u16) -> u16 {
     if body >= 16 { 5 } else { 0 }
 }
 
-/// Height of the "why not now" pane under the Fair share table: under 110 columns,
-/// where the table's WHY NOT NOW column is too narrow to read, when the body is tall
-/// enough (0 otherwise).
+/// Height of the "why not now" pane under the Fair share table: under 170 columns,
+/// where the table's WHY NOT NOW column is too narrow for a whole reason, when the body
+/// is tall enough (0 otherwise).
 pub fn why_pane_height(width: u16, body: u16) -> u16 {
-    if width < 110 && body >= 16 { 6 } else { 0 }
+    if width < 170 && body >= 16 { 7 } else { 0 }
 }
 
 impl State {

@@ -35,28 +35,36 @@ impl Columns {
     fn of(width: u16, multi: bool, longest_id: usize) -> Columns {
         let wide = width >= 110;
         let narrow = width < 80;
-        // Without a source column, 80 to 109 columns leave 4 spare: PLACE takes them.
-        let place = match width {
-            170.. => 26,
-            110.. => 20,
-            80.. if !multi => 20,
-            _ => 16,
-        };
-        let id_room: u16 = match width {
-            170.. => 20,
-            110.. => 12,
-            _ => 6,
-        };
-        let id = u16::try_from(longest_id)
-            .unwrap_or(u16::MAX)
-            .clamp(6, id_room);
-        Columns {
+        let mut cols = Columns {
             multi,
             wide,
             narrow,
-            id,
-            place,
+            id: 6,
+            place: match width {
+                170.. => 26,
+                110.. => 20,
+                _ => 16,
+            },
+        };
+        // What the columns leave: borders, and one gap fewer than columns.
+        let taken: u16 = cols
+            .widths()
+            .iter()
+            .map(|c| match c {
+                Constraint::Length(n) => n + 1,
+                _ => 1,
+            })
+            .sum();
+        let spare = width.saturating_sub(1 + taken);
+        if wide {
+            // The ID grows (up to a u64's 20 digits), keeping 16 for FORM.
+            let longest = u16::try_from(longest_id).unwrap_or(u16::MAX);
+            cols.id = longest.clamp(6, (6 + spare.saturating_sub(16)).min(20));
+        } else {
+            // PLACE takes the rest: it says why for a pending claim.
+            cols.place += spare.min(8);
         }
+        cols
     }
 
     fn with_used(self) -> bool {
@@ -65,6 +73,11 @@ impl Columns {
 
     fn with_times(self) -> bool {
         !self.narrow
+    }
+
+    /// AGE drops before 110 columns beside a source column (LEASE stays).
+    fn with_age(self) -> bool {
+        self.with_times() && (self.wide || !self.multi)
     }
 }
 
@@ -87,7 +100,10 @@ impl Columns {
             header.extend(["FRACTION", "FORM"]);
         }
         if self.with_times() {
-            header.extend(["LEASE", "AGE"]);
+            header.push("LEASE");
+        }
+        if self.with_age() {
+            header.push("AGE");
         }
         header
     }
@@ -102,7 +118,7 @@ impl Columns {
         } = self;
         let mut widths = Vec::new();
         if multi {
-            widths.push(Constraint::Length(if narrow { 6 } else { 8 }));
+            widths.push(Constraint::Length(if wide { 8 } else { 6 }));
         }
         widths.extend([
             Constraint::Length(id),
@@ -119,9 +135,12 @@ impl Columns {
         if wide {
             widths.extend([Constraint::Length(10), Constraint::Fill(1)]);
         }
+        // Lease and age, in two units: `59m59s`.
         if self.with_times() {
-            // Lease and age, in two units: `59m59s`.
-            widths.extend([Constraint::Length(7), Constraint::Length(6)]);
+            widths.push(Constraint::Length(7));
+        }
+        if self.with_age() {
+            widths.push(Constraint::Length(6));
         }
         widths
     }
@@ -236,6 +255,8 @@ fn claim_row(
                 }
             },
         )));
+    }
+    if cols.with_age() {
         // Engines that give no start time (Ray actors) leave it at 0: unknown, not 55 years.
         cells.push(Cell::from(if c.created_at.0 == 0 {
             "-".to_string()
@@ -334,11 +355,11 @@ fn pending_summary(reasons: &[String], width: usize) -> String {
             }
         }
     }
-    // The most common kind; on a tie the first named (placement's, before fair share).
-    let Some((top, _)) = kinds
-        .iter()
-        .rev()
-        .max_by_key(|(_, n)| *n)
+    // Infeasible first (waiting cannot help), else the most common kind; on a tie the
+    // first named (placement's, before fair share).
+    let infeasible = kinds.iter().find(|(k, _)| k == "infeasible");
+    let Some((top, _)) = infeasible
+        .or_else(|| kinds.iter().rev().max_by_key(|(_, n)| *n))
         .map(|(k, n)| (k.clone(), *n))
     else {
         return "pending".to_string();
@@ -354,6 +375,9 @@ fn pending_summary(reasons: &[String], width: usize) -> String {
     if others > 0 {
         forms.push(format!("{subject}{top} (+{others} more)"));
         forms.push(format!("{subject}{top} +{others}"));
+        // Narrower: the count goes before the other reasons do.
+        forms.push(format!("{top} (+{others} more)"));
+        forms.push(format!("{top} +{others}"));
     } else {
         forms.push(format!("{subject}{top}"));
     }
@@ -371,7 +395,11 @@ fn pending_summary(reasons: &[String], width: usize) -> String {
 /// `memory`; an engine's own reason keeps its first words (`Slurm: Resources (…)` is
 /// `Resources`).
 fn reason_kind(reason: &str) -> String {
-    const KINDS: [(&str, &str); 14] = [
+    const KINDS: [(&str, &str); 18] = [
+        ("infeasible", "infeasible"),
+        ("waiting for a node", "no node"),
+        ("waiting for its arguments", "arguments"),
+        ("demand", "demand"),
         ("memory unknown", "memory unknown"),
         ("insufficient memory", "memory"),
         ("too small", "too small"),
@@ -399,7 +427,18 @@ fn reason_kind(reason: &str) -> String {
         _ => reason,
     };
     let head = rest.split([':', '(', ';']).next().unwrap_or(rest).trim();
-    head.chars().take(14).collect()
+    // Whole words, at most 14 columns.
+    let mut out = String::new();
+    for w in head.split_whitespace() {
+        if !out.is_empty() && out.len() + 1 + w.len() > 14 {
+            break;
+        }
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(w);
+    }
+    out.chars().take(14).collect()
 }
 
 #[cfg(test)]
@@ -422,7 +461,9 @@ mod tests {
         let cases: &[(&[&str], usize, &str)] = &[
             (&four, 40, "4 nodes: memory (+2 more)"),
             (&four, 20, "4 nodes: memory +2"),
-            (&four, 16, "4 nodes: memory…"),
+            (&four, 16, "memory (+2 more)"),
+            (&four, 9, "memory +2"),
+            (&four, 8, "memory …"),
             (&lab, 26, "2 nodes: memory (+2 more)"),
             (&lab[..1], 20, "1 node: memory"),
             (
@@ -431,10 +472,24 @@ mod tests {
                 "Resources",
             ),
             (
-                &["Ray: infeasible: no node has GPU 4", "Ray: pending"],
+                &[
+                    "Ray: pending",
+                    "infeasible: no node has GPU 4; the largest has 2 on vm",
+                ],
                 26,
                 "2 reasons: infeasible +1",
             ),
+            (
+                &["Ray: waiting for a node with the resources (PENDING_NODE_ASSIGNMENT)"],
+                20,
+                "no node",
+            ),
+            (
+                &["Slurm: PartitionDown (its partition is down)"],
+                20,
+                "PartitionDown",
+            ),
+            (&["a reason in many plain words"], 20, "a reason in"),
             (&[], 20, "pending"),
         ];
         for (reasons, width, want) in cases {

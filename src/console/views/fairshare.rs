@@ -16,7 +16,7 @@ use super::common::{
 };
 
 /// Per project: share, running, pending, debt; then one line per resource account.
-/// Under 110 columns the selected project's reasons are spelled out in a pane below,
+/// Under 170 columns the selected project's reasons are spelled out in a pane below,
 /// where they wrap instead of being cut.
 pub(super) fn draw(frame: &mut Frame, whole: Rect, state: &State, theme: &Theme) {
     let pane_h = why_pane_height(whole.width, whole.height);
@@ -29,7 +29,9 @@ pub(super) fn draw(frame: &mut Frame, whole: Rect, state: &State, theme: &Theme)
     let wide = area.width >= 110;
     let cur = state.cursor[View::Ledger.position()];
     let multi = state.shown_sources().count() > 1;
-    let why_w = why_width(area.width, wide, multi);
+    // With the pane, SHARE and RUN are said there and leave the table to WHY NOT NOW.
+    let lean = pane_h > 0;
+    let why_w = why_width(area.width, wide, multi, lean);
     // Each project takes one line per resource account (at least one): count them, then
     // format only the projects in view.
     let lines_of = |k: &ProjKey| {
@@ -69,20 +71,20 @@ pub(super) fn draw(frame: &mut Frame, whole: Rect, state: &State, theme: &Theme)
             if multi {
                 cells.push(Cell::from(slot.name.clone()));
             }
-            cells.extend([
-                // An identity: shrunk in the middle, never cut at the end.
-                Cell::from(mid_ellipsis(&p.name, 10)),
-                Cell::from(p.share.to_string()),
-                Cell::from(p.running.to_string()),
-                Cell::from(Span::styled(
-                    p.pending.to_string(),
-                    if p.pending > 0 {
-                        theme.pending
-                    } else {
-                        theme.text
-                    },
-                )),
-            ]);
+            // An identity: shrunk in the middle, never cut at the end.
+            cells.push(Cell::from(mid_ellipsis(&p.name, 10)));
+            if !lean {
+                cells.push(Cell::from(p.share.to_string()));
+                cells.push(Cell::from(p.running.to_string()));
+            }
+            cells.extend([Cell::from(Span::styled(
+                p.pending.to_string(),
+                if p.pending > 0 {
+                    theme.pending
+                } else {
+                    theme.text
+                },
+            ))]);
             cells.extend(resource_cells(r, state, wide, why_w, theme));
             cells
         };
@@ -96,7 +98,7 @@ pub(super) fn draw(frame: &mut Frame, whole: Rect, state: &State, theme: &Theme)
             if multi {
                 cells.push(Cell::from(""));
             }
-            cells.extend((0..4).map(|_| Cell::from("")));
+            cells.extend((0..if lean { 2 } else { 4 }).map(|_| Cell::from("")));
             cells.extend(resource_cells(Some(r), state, wide, why_w, theme));
             lines.push(list_row(cells, sel, false, theme));
         }
@@ -108,12 +110,16 @@ pub(super) fn draw(frame: &mut Frame, whole: Rect, state: &State, theme: &Theme)
         header.push("SRC");
     }
     // One debt column (per resource type: the scale backoffs and work fetch use).
-    header.extend(["PROJECT", "SHARE", "RUN", "PEND", "RESOURCE", "DEBT"]);
+    header.push("PROJECT");
+    if !lean {
+        header.extend(["SHARE", "RUN"]);
+    }
+    header.extend(["PEND", "RESOURCE", "DEBT"]);
     if wide {
         header.extend(["TARGET", "USED"]);
     }
     header.extend(["D", "BACKED OFF UNTIL", "WHY NOT NOW"]);
-    let mut widths: Vec<Constraint> = fixed_widths(wide, multi)
+    let mut widths: Vec<Constraint> = fixed_widths(wide, multi, lean)
         .into_iter()
         .map(Constraint::Length)
         .collect();
@@ -145,14 +151,19 @@ pub(super) fn draw(frame: &mut Frame, whole: Rect, state: &State, theme: &Theme)
     }
 }
 
-/// The fixed columns' widths (before WHY NOT NOW, which takes the rest).
-fn fixed_widths(wide: bool, multi: bool) -> Vec<u16> {
+/// The fixed columns' widths (before WHY NOT NOW, which takes the rest); `lean`
+/// leaves out SHARE and RUN.
+fn fixed_widths(wide: bool, multi: bool, lean: bool) -> Vec<u16> {
     let mut w = Vec::new();
     if multi {
         w.push(8);
     }
+    w.push(10);
+    if !lean {
+        w.extend([5, 3]);
+    }
     // `A100 80G` (model and memory size) when narrow, the whole model when wide.
-    w.extend([10, 5, 3, 4, if wide { 14 } else { 8 }, 7]);
+    w.extend([4, if wide { 14 } else { 8 }, 7]);
     if wide {
         w.extend([6, 5]);
     }
@@ -162,8 +173,8 @@ fn fixed_widths(wide: bool, multi: bool) -> Vec<u16> {
 }
 
 /// What WHY NOT NOW has left in a table `width` wide (borders and column gaps off).
-fn why_width(width: u16, wide: bool, multi: bool) -> usize {
-    let fixed = fixed_widths(wide, multi);
+fn why_width(width: u16, wide: bool, multi: bool, lean: bool) -> usize {
+    let fixed = fixed_widths(wide, multi, lean);
     let taken: u16 = fixed.iter().sum::<u16>() + u16::try_from(fixed.len()).unwrap_or(0);
     usize::from(width.saturating_sub(2 + taken))
 }
@@ -204,18 +215,22 @@ fn why_pane(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
         held = true;
         let model = r.resource.strip_prefix("gpu:").unwrap_or(&r.resource);
         let mut spans = vec![Span::styled(format!("{model}: "), theme.header)];
+        if let Some(why) = &r.reason {
+            spans.push(Span::styled(format!("{why} "), theme.text));
+        }
         if let Some(t) = backed {
+            let (at, left) = (
+                clock::date_time(t, &state.zone),
+                clock::age(t.millis_since(state.now)),
+            );
             spans.push(Span::styled(
-                format!(
-                    "backed off until {} (in {}) ",
-                    clock::date_time(t, &state.zone),
-                    clock::age(t.millis_since(state.now))
-                ),
+                if r.reason.is_some() {
+                    format!("(until {at}, in {left})")
+                } else {
+                    format!("backed off until {at} (in {left})")
+                },
                 theme.warn,
             ));
-        }
-        if let Some(why) = &r.reason {
-            spans.push(Span::styled(why.clone(), theme.text));
         }
         lines.push(Line::from(spans));
     }
