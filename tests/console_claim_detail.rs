@@ -451,3 +451,45 @@ fn the_history_has_the_events_that_concern_the_claim() {
         "{screen}"
     );
 }
+
+/// `gpuboard --demo status --dump-screen ARG --size 120x40`: (success, stdout, stderr).
+fn dump_screen(arg: &str) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpuboard"))
+        .args(["--demo", "status", "--dump-screen", arg, "--size", "120x40"])
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn dump_screen_draws_a_claim_named_by_id() {
+    // An id no source lists: an error naming the ids there are.
+    let (code, out, err) = dump_screen("claim:999999999");
+    assert_ne!(code, Some(0), "{out}");
+    assert!(
+        err.contains("--dump-screen claim:999999999: no claim `999999999`; claims: "),
+        "{err}"
+    );
+    // One of them draws that claim's detail.
+    let listed = err.split("claims: ").nth(1).unwrap();
+    let id: u64 = listed
+        .split([',', ' '])
+        .find_map(|w| w.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no id listed in {err}"));
+    let (code, out, err) = dump_screen(&format!("claim:{id}"));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains(&format!("claim {id} ")), "{out}");
+    assert!(out.contains("Audit history"), "{out}");
+    // Not a number, and no id at all: refused while the command line is read (exit 2).
+    let (code, _, err) = dump_screen("claim:x");
+    assert_ne!(code, Some(0));
+    assert!(err.contains("an id is a number"), "{err}");
+    let (code, _, err) = dump_screen("claim");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("claim:ID"), "{err}");
+}
