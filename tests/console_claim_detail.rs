@@ -194,6 +194,10 @@ fn snapshots() {
             insta::assert_snapshot!(format!("claim_detail_{name}_{w}x{h}"), text(&st, w, h));
         }
     }
+    // The one confirmation dialog, over the detail, naming the claim shown.
+    let mut st = opened(2);
+    keys(&mut st, "r");
+    insta::assert_snapshot!("claim_detail_release_confirm_80x24", text(&st, 80, 24));
     // Styles: the over-limit figures, the warnings and the headings, per theme.
     let st = opened(1);
     for t in ["default", "mono"] {
