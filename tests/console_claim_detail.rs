@@ -497,3 +497,32 @@ fn dump_screen_draws_a_claim_named_by_id() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("claim:ID"), "{err}");
 }
+
+#[test]
+fn a_pending_row_says_how_many_nodes_refused_and_enter_lists_them_all() {
+    // (size, what PLACE says for claim 6: 2 nodes short of memory, 2 other kinds)
+    let cases = [
+        ((80, 24), "2 nodes: memory +2 "),
+        ((120, 40), "2 nodes: memory +2 "),
+        ((200, 60), "2 nodes: memory (+2 more) "),
+    ];
+    for ((w, h), want) in cases {
+        let mut st = lab_state();
+        st.size = (w, h);
+        select(&mut st, 6);
+        let screen = text(&st, w, h);
+        let row = screen
+            .lines()
+            .find(|l| l.starts_with("│6 "))
+            .unwrap_or_else(|| panic!("no row 6 in\n{screen}"));
+        assert!(row.contains(want), "{w}x{h}: {row}");
+        // The panel under the table says there are more than it shows.
+        assert!(
+            screen.contains("why pending (1 of 4, Enter lists all): node lab-a"),
+            "{w}x{h}:\n{screen}"
+        );
+        key(&mut st, KeyCode::Enter);
+        let detail = text(&st, w, h.max(40));
+        assert!(detail.contains("Why pending (4 reasons)"), "{detail}");
+    }
+}
