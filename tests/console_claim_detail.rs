@@ -356,9 +356,10 @@ fn the_command_line_opens_a_claim_by_id() {
         assert!(flash(&st).contains(says), "{case}: {:?}", flash(&st));
         if want.is_some() {
             assert_eq!(st.view, View::ClaimDetail, "{case}");
-            // Esc goes to Claims, with that claim selected there.
+            // Esc goes back where it came from; Claims has that claim selected.
             key(&mut st, KeyCode::Esc);
-            assert_eq!(st.view, View::Claims, "{case}");
+            assert_eq!(st.view, View::Gpus, "{case}");
+            keys(&mut st, "3");
             assert_eq!(selected_id(&st).map(|c| c.0), want, "{case}");
         } else {
             assert_eq!(st.view, View::Gpus, "{case}: the view stays");

@@ -27,8 +27,8 @@ impl State {
     }
 
     /// Opens the claim detail on the claim `name` names: `ID`, or `SOURCE/ID` where two
-    /// sources have that id. The claim becomes the pick in Claims too (Esc goes back to
-    /// it). An id no source lists is an error that names the ids there are.
+    /// sources have that id. The claim becomes the pick in Claims too. An id no source
+    /// lists is an error that names the ids there are.
     pub fn open_claim_named(&mut self, name: &str) -> Result<(), String> {
         let (source, id) = match name.rsplit_once('/') {
             Some((s, id)) => (Some(s), id),
@@ -70,7 +70,11 @@ impl State {
         self.cursor[View::ClaimDetail.position()] = Cursor::default();
         self.picked[View::Claims.position()] = Some(Picked::Claim(src, id));
         self.follow_picks();
-        self.came_from = Some(View::Claims);
+        // Esc goes back where it was opened from (a detail opened over a detail keeps
+        // the first one's way back).
+        if self.view != View::ClaimDetail {
+            self.came_from = Some(self.view);
+        }
         self.view = View::ClaimDetail;
         Ok(())
     }
