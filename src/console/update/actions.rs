@@ -32,8 +32,7 @@ fn nothing_selected(state: &mut State, view: View, verb: &str, hint: &str) {
 }
 
 /// Opens the release confirmation for the selected claim (in Claims, or the claim the
-/// claim detail shows); releasing
-/// another holder's claim asks for its id to be typed.
+/// claim detail shows); releasing another holder's claim asks for its id to be typed.
 pub(super) fn release(state: &mut State) -> Vec<Effect> {
     let Some(k) = state.acted_claim() else {
         nothing_selected(
@@ -77,8 +76,7 @@ pub(super) fn release(state: &mut State) -> Vec<Effect> {
 }
 
 /// Opens the move picker for the selected placed claim (in Claims, or the claim detail's),
-/// listing the GPUs of every acting
-/// source it could move to.
+/// listing the GPUs of every acting source it could move to.
 pub(super) fn open_move(state: &mut State) {
     let Some(k) = state.acted_claim() else {
         nothing_selected(
