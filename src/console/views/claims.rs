@@ -17,15 +17,16 @@ use super::common::{
 };
 
 /// The columns shown: a source column with several sources, more columns when wide, and
-/// fewer when narrow, so that the identity columns (id, place) are never cut.
+/// fewer when narrow (AGE first beside a source column), so that the identity columns
+/// (id, place) are never cut.
 #[derive(Clone, Copy)]
 struct Columns {
     multi: bool,
     wide: bool,
     /// Under 80 columns: lease and age drop (and use too, with a source column).
     narrow: bool,
-    /// The ID column: the longest id shown, within what the width leaves (engines'
-    /// ids run to 17 digits); longer ones shrink in the middle.
+    /// The ID column: from 110 columns the longest id shown, within what the width
+    /// leaves (engines' ids run to 20 digits); longer ones shrink in the middle.
     id: u16,
     /// The PLACE column, which says why for a pending claim: wider where there is room.
     place: u16,
