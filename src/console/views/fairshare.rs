@@ -31,6 +31,7 @@ pub(super) fn draw(frame: &mut Frame, whole: Rect, state: &State, theme: &Theme)
     let multi = state.shown_sources().count() > 1;
     // With the pane, SHARE and RUN are said there and leave the table to WHY NOT NOW.
     let lean = pane_h > 0;
+    let project_w = project_width(area.width);
     let why_w = why_width(area.width, wide, multi, lean);
     // Each project takes one line per resource account (at least one): count them, then
     // format only the projects in view.
@@ -72,7 +73,7 @@ pub(super) fn draw(frame: &mut Frame, whole: Rect, state: &State, theme: &Theme)
                 cells.push(Cell::from(slot.name.clone()));
             }
             // An identity: shrunk in the middle, never cut at the end.
-            cells.push(Cell::from(mid_ellipsis(&p.name, 10)));
+            cells.push(Cell::from(mid_ellipsis(&p.name, usize::from(project_w))));
             if !lean {
                 cells.push(Cell::from(p.share.to_string()));
                 cells.push(Cell::from(p.running.to_string()));
@@ -119,7 +120,7 @@ pub(super) fn draw(frame: &mut Frame, whole: Rect, state: &State, theme: &Theme)
         header.extend(["TARGET", "USED"]);
     }
     header.extend(["D", "BACKED OFF UNTIL", "WHY NOT NOW"]);
-    let mut widths: Vec<Constraint> = fixed_widths(wide, multi, lean)
+    let mut widths: Vec<Constraint> = fixed_widths(area.width, wide, multi, lean)
         .into_iter()
         .map(Constraint::Length)
         .collect();
@@ -153,12 +154,12 @@ pub(super) fn draw(frame: &mut Frame, whole: Rect, state: &State, theme: &Theme)
 
 /// The fixed columns' widths (before WHY NOT NOW, which takes the rest); `lean`
 /// leaves out SHARE and RUN.
-fn fixed_widths(wide: bool, multi: bool, lean: bool) -> Vec<u16> {
+fn fixed_widths(width: u16, wide: bool, multi: bool, lean: bool) -> Vec<u16> {
     let mut w = Vec::new();
     if multi {
         w.push(8);
     }
-    w.push(10);
+    w.push(project_width(width));
     if !lean {
         w.extend([5, 3]);
     }
@@ -172,9 +173,14 @@ fn fixed_widths(wide: bool, multi: bool, lean: bool) -> Vec<u16> {
     w
 }
 
+/// PROJECT: 10 columns, 24 from 170 (names such as BOINC's project URLs are long).
+fn project_width(width: u16) -> u16 {
+    if width >= 170 { 24 } else { 10 }
+}
+
 /// What WHY NOT NOW has left in a table `width` wide (borders and column gaps off).
 fn why_width(width: u16, wide: bool, multi: bool, lean: bool) -> usize {
-    let fixed = fixed_widths(wide, multi, lean);
+    let fixed = fixed_widths(width, wide, multi, lean);
     let taken: u16 = fixed.iter().sum::<u16>() + u16::try_from(fixed.len()).unwrap_or(0);
     usize::from(width.saturating_sub(2 + taken))
 }
