@@ -13,7 +13,7 @@ use crate::console::state::{State, View};
 use crate::console::theme::Theme;
 use crate::snapshot::{ClaimState, ClaimView};
 
-use super::common::{block, short_bytes};
+use super::common::{block, index_ranges, short_bytes};
 
 /// The claim opened from Claims, or how to open one.
 pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
@@ -100,7 +100,14 @@ fn summary(state: &State, c: &ClaimView, theme: &Theme) -> Vec<Line<'static>> {
         ),
         field(
             "place",
-            c.node.clone().unwrap_or_else(|| "- (not placed)".into()),
+            // The node and the devices it holds there, as ranges (`node-7:2-7`).
+            c.node.as_ref().map_or_else(
+                || "- (not placed)".into(),
+                |n| {
+                    let devices: Vec<u32> = c.shares.iter().map(|s| s.device).collect();
+                    format!("{n}:{}", index_ranges(&devices))
+                },
+            ),
             theme.text,
             theme,
         ),
