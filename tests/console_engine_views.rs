@@ -1,7 +1,7 @@
 //! Snapshot tests of the console with engine sources present: the GPUs and Claims views
 //! with a Ray source and a Prometheus source, the Fair share view with a BOINC client,
 //! and the GPUs view with a Slurm cluster (drained and not). All from captured answers of
-//! the real peers (tests/fixtures), at fixed sizes and a fixed `now`.
+//! the real peers (tests/fixtures), at 80x24, 120x40 and 200x60 and a fixed `now`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -85,18 +85,26 @@ fn text(st: &mut State, view: View, w: u16, h: u16) -> String {
     buffer_text(&render(st, &load_strict("default", &[]).unwrap(), w, h).unwrap())
 }
 
+/// The three sizes every view is snapshot at (issue 16).
+const SIZES: [(u16, u16); 3] = [(80, 24), (120, 40), (200, 60)];
+
+/// Snapshots `view` at every size in `SIZES`, as `{name}_{w}x{h}`.
+fn snapshots(st: &mut State, view: View, name: &str) {
+    for (w, h) in SIZES {
+        insta::assert_snapshot!(format!("{name}_{w}x{h}"), text(st, view, w, h));
+    }
+}
+
 #[test]
 fn gpus_and_claims_with_ray_and_prometheus() {
     let mut st = state(vec![
         ("ray", "ray", ray_snapshot()),
         ("prom", "prometheus", prometheus_snapshot()),
     ]);
-    let gpus = text(&mut st, View::Gpus, 160, 48);
+    let gpus = text(&mut st, View::Gpus, 120, 40);
     assert!(gpus.contains("ray") && gpus.contains("node-a"), "{gpus}");
-    insta::assert_snapshot!("engines_gpus_160x48", gpus);
-    let claims = text(&mut st, View::Claims, 160, 48);
-    insta::assert_snapshot!("engines_claims_160x48", claims);
-    insta::assert_snapshot!("engines_gpus_80x24", text(&mut st, View::Gpus, 80, 24));
+    snapshots(&mut st, View::Gpus, "engines_gpus");
+    snapshots(&mut st, View::Claims, "engines_claims");
 }
 
 #[test]
@@ -142,19 +150,14 @@ fn prometheus_telemetry_joins_the_devices_of_other_sources() {
 #[test]
 fn fair_share_with_a_boinc_client() {
     let mut st = state(vec![("boinc", "boinc", common::boinc_snapshot())]);
-    let fs = text(&mut st, View::Ledger, 160, 48);
-    insta::assert_snapshot!("boinc_fairshare_160x48", fs);
-    insta::assert_snapshot!("boinc_fairshare_80x24", text(&mut st, View::Ledger, 80, 24));
+    snapshots(&mut st, View::Ledger, "boinc_fairshare");
 }
 
 #[test]
 fn gpus_with_a_slurm_cluster() {
     let mut st = state(vec![("slurm", "slurm", common::slurm_snapshot(false))]);
-    insta::assert_snapshot!("slurm_gpus_160x48", text(&mut st, View::Gpus, 160, 48));
-    insta::assert_snapshot!("slurm_claims_160x48", text(&mut st, View::Claims, 160, 48));
+    snapshots(&mut st, View::Gpus, "slurm_gpus");
+    snapshots(&mut st, View::Claims, "slurm_claims");
     let mut drained = state(vec![("slurm", "slurm", common::slurm_snapshot(true))]);
-    insta::assert_snapshot!(
-        "slurm_drained_gpus_160x48",
-        text(&mut drained, View::Gpus, 160, 48)
-    );
+    snapshots(&mut drained, View::Gpus, "slurm_drained_gpus");
 }

@@ -37,7 +37,8 @@ pub struct StatusArgs {
     /// JSON instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// Draw a view as text: overview, gpus, claims, fairshare, detail, events.
+    /// Draw a view as text: overview, gpus, claims, fairshare, detail, events, or claim:ID
+    /// (one claim's detail; claim:SOURCE/ID where two sources have that id).
     #[arg(long, value_name = "VIEW", value_parser = view_name)]
     pub dump_screen: Option<String>,
     /// Screen size for --dump-screen, COLSxROWS.
@@ -83,12 +84,16 @@ pub struct Status {
 /// Checks `--dump-screen` while the command line is read, so a wrong view is a usage
 /// error (exit 2) like any other.
 fn view_name(s: &str) -> Result<String, String> {
-    View::parse(s).map(|_| s.to_string()).ok_or_else(|| {
-        format!(
-            "no view `{s}`; views: {}",
-            View::ALL.map(View::name).join(", ")
-        )
-    })
+    match s.split_once(':') {
+        // Which claims there are is known once the sources answered.
+        Some(("claim", id)) if !id.is_empty() => Ok(s.to_string()),
+        _ => View::parse(s).map(|_| s.to_string()).ok_or_else(|| {
+            format!(
+                "no view `{s}`; views: {}, claim:ID",
+                View::ALL.map(View::name).join(", ")
+            )
+        }),
+    }
 }
 
 /// Checks `--size` while the command line is read (exit 2 when wrong).
@@ -180,12 +185,15 @@ pub fn run(before: &ConsoleArgs, args: &StatusArgs) -> anyhow::Result<()> {
         .build()?;
     let timeout = Duration::from_millis(setup.refresh_ms.clamp(1_000, 10_000));
     if let Some(view) = &args.dump_screen {
-        let v = View::parse(view).with_context(|| {
-            format!(
-                "no view `{view}`; views: {}",
-                View::ALL.map(View::name).join(", ")
-            )
-        })?;
+        let claim = view.strip_prefix("claim:");
+        let v = View::parse(view)
+            .or(claim.map(|_| View::ClaimDetail))
+            .with_context(|| {
+                format!(
+                    "no view `{view}`; views: {}, claim:ID",
+                    View::ALL.map(View::name).join(", ")
+                )
+            })?;
         let (w, h) = parse_size(&args.size)?;
         let mut state = initial_state(&setup);
         state.size = (w, h);
@@ -201,7 +209,12 @@ pub fn run(before: &ConsoleArgs, args: &StatusArgs) -> anyhow::Result<()> {
                 },
             );
         }
-        super::update::show_view(&mut state, v);
+        match claim {
+            Some(name) => state
+                .open_claim_named(name)
+                .map_err(|why| anyhow::anyhow!("--dump-screen {view}: {why}"))?,
+            None => super::update::show_view(&mut state, v),
+        }
         let buf = render(&state, &setup.theme, w, h)?;
         print!("{}", buffer_text(&buf));
         return Ok(());

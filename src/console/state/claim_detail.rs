@@ -1,10 +1,15 @@
-//! The claim detail's data: the claim picked in Claims, found again by id in its
-//! source's latest snapshot, with what else that snapshot says about it (its processes,
-//! its project's accounts, the audit events that name it).
+//! The claim detail's data: the claim picked in Claims (or named by id on the `:` line
+//! and in `--dump-screen claim:ID`), found again by id in its source's latest snapshot,
+//! with what else that snapshot says about it (its processes, its project's accounts,
+//! the audit events that concern it).
 
+use crate::ids::ClaimId;
 use crate::snapshot::{AuditEvent, ClaimView, ProcessView, ProjectView};
 
-use super::{Cursor, SourceSlot, State, View};
+use super::{ClaimKey, Cursor, Picked, SourceSlot, State, View};
+
+/// How many claim ids an error lists before saying how many more there are.
+const IDS_LISTED: usize = 8;
 
 impl State {
     /// Opens the claim detail on the claim selected in Claims; false when none is
@@ -19,6 +24,126 @@ impl State {
         self.claim_detail = Some((k.source, c.id));
         self.cursor[View::ClaimDetail.position()] = Cursor::default();
         true
+    }
+
+    /// Opens the claim detail on the claim `name` names: `ID`, or `SOURCE/ID` where two
+    /// sources have that id. The claim becomes the pick in Claims too. An id no source
+    /// lists is an error that names the ids there are.
+    pub fn open_claim_named(&mut self, name: &str) -> Result<(), String> {
+        let (source, id) = match name.rsplit_once('/') {
+            Some((s, id)) => (Some(s), id),
+            None => (None, name),
+        };
+        let id: ClaimId = id.parse().map_err(|_| {
+            format!(
+                "claim `{name}`: an id is a number, as `claim 3` or `claim SOURCE/3`; {}",
+                self.claim_names_listed()
+            )
+        })?;
+        let found: Vec<usize> = self
+            .sources
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| source.is_none_or(|n| s.name == n))
+            .filter(|(_, s)| s.data.as_ref().is_some_and(|d| d.claim(id).is_some()))
+            .map(|(i, _)| i)
+            .collect();
+        let src = match found.as_slice() {
+            [one] => *one,
+            [] => {
+                return Err(format!("no claim `{name}`; {}", self.claim_names_listed()));
+            }
+            many => {
+                let names: Vec<String> = many
+                    .iter()
+                    .filter_map(|i| self.sources.get(*i))
+                    .map(|s| format!("{}/{id}", s.name))
+                    .collect();
+                return Err(format!(
+                    "claim {id} is on {} sources: name one, {}",
+                    many.len(),
+                    names.join(" or ")
+                ));
+            }
+        };
+        self.claim_detail = Some((src, id));
+        self.cursor[View::ClaimDetail.position()] = Cursor::default();
+        self.picked[View::Claims.position()] = Some(Picked::Claim(src, id));
+        self.follow_picks();
+        // Esc goes back where it was opened from (a detail opened over a detail keeps
+        // the first one's way back).
+        if self.view != View::ClaimDetail {
+            self.came_from = Some(self.view);
+        }
+        self.view = View::ClaimDetail;
+        Ok(())
+    }
+
+    /// The names of the claims shown in Claims, as `open_claim_named` takes them (with
+    /// the source where several are shown): what `:claim ` completes to.
+    pub fn claim_names(&self) -> Vec<String> {
+        let multi = self.sources.len() > 1;
+        self.rows_claims
+            .iter()
+            .filter_map(|k| {
+                let (slot, c) = self.claim(*k)?;
+                Some(if multi {
+                    format!("{}/{}", slot.name, c.id)
+                } else {
+                    c.id.to_string()
+                })
+            })
+            .collect()
+    }
+
+    /// `claims: 1, 2, 3 (and 15 more)`, or that there are none.
+    fn claim_names_listed(&self) -> String {
+        let names = self.claim_names();
+        if names.is_empty() {
+            return "no claims are listed".to_string();
+        }
+        let more = names.len().saturating_sub(IDS_LISTED);
+        let shown: Vec<&str> = names.iter().take(IDS_LISTED).map(String::as_str).collect();
+        let tail = if more > 0 {
+            format!(" (and {more} more)")
+        } else {
+            String::new()
+        };
+        format!("claims: {}{tail}", shown.join(", "))
+    }
+
+    /// The claim an action (release, move) targets: in Claims the selected one, in the
+    /// claim detail the claim it shows; `None` elsewhere or when it is gone.
+    pub fn acted_claim(&self) -> Option<ClaimKey> {
+        match self.view {
+            View::Claims => self.selected_claim(),
+            View::ClaimDetail => {
+                let (src, id) = self.claim_detail?;
+                let idx = self
+                    .sources
+                    .get(src)?
+                    .data
+                    .as_ref()?
+                    .claims
+                    .iter()
+                    .position(|c| c.id == id)?;
+                Some(ClaimKey { source: src, idx })
+            }
+            _ => None,
+        }
+    }
+
+    /// The claim detail's claim when it is gone, in words (`claim 3 on lab`).
+    pub fn detail_claim_gone(&self) -> Option<String> {
+        let (src, id) = self.claim_detail?;
+        if self.view != View::ClaimDetail || self.detail_claim().is_some() {
+            return None;
+        }
+        let source = self
+            .sources
+            .get(src)
+            .map_or("its source", |s| s.name.as_str());
+        Some(format!("claim {id} on {source}"))
     }
 
     /// The claim shown in the claim detail, with its source, if its source still lists it.
@@ -64,15 +189,34 @@ impl State {
             .find(|p| p.name == c.project)
     }
 
-    /// The audit events that name the detail's claim as their target, oldest first.
+    /// The audit events that concern the detail's claim, oldest first: those whose
+    /// target it is, those that name it in their text, and those on what it depends on
+    /// (a GPU it holds cordoned, its project's share, reset or backoffs).
     pub fn detail_claim_events(&self) -> Vec<&AuditEvent> {
         let Some((slot, c)) = self.detail_claim() else {
             return Vec::new();
         };
         let target = format!("claim {}", c.id);
+        let node = c.node.as_deref().unwrap_or_default();
+        let gpus: Vec<String> = c
+            .shares
+            .iter()
+            .map(|s| format!("{node}:{}", s.device))
+            .collect();
+        let project = format!("project {}", c.project);
+        // The ledger's events are JSON naming the project.
+        let in_ledger = format!("\"project\":\"{}\"", c.project);
+        let concerns = |e: &AuditEvent| {
+            e.target == target
+                || names_claim(&e.detail, &target)
+                || gpus.contains(&e.target)
+                || e.target == project
+                || e.target == "all projects"
+                || (e.target == "ledger" && e.detail.contains(&in_ledger))
+        };
         slot.data
             .as_ref()
-            .map(|d| d.events.iter().filter(|e| e.target == target).collect())
+            .map(|d| d.events.iter().filter(|e| concerns(e)).collect())
             .unwrap_or_default()
     }
 
@@ -90,4 +234,14 @@ impl State {
             + self.detail_claim_project().map_or(1, |p| p.resources.len())
             + self.detail_claim_events().len()
     }
+}
+
+/// Whether `text` names `claim N` as a whole word (`claim 1` is not in `claim 12`).
+fn names_claim(text: &str, name: &str) -> bool {
+    text.match_indices(name).any(|(i, _)| {
+        let after = text[i + name.len()..].chars().next();
+        let before = text[..i].chars().next_back();
+        !after.is_some_and(|c| c.is_ascii_alphanumeric())
+            && !before.is_some_and(|c| c.is_ascii_alphanumeric())
+    })
 }

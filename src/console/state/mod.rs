@@ -19,7 +19,7 @@ use crate::sources::Action;
 use super::keymap::Keymap;
 
 pub use form::{ClaimForm, FormField, FormKind, FormStage, MoveAcross, MoveRow};
-pub use paging::{claims_info_height, events_split};
+pub use paging::{claims_info_height, events_split, why_pane_height};
 pub use selection::Picked;
 pub use sources::{STALE_AFTER_INTERVALS, SourceHealth, SourceSlot, TELEMETRY_KINDS};
 pub use totals::FleetTotals;

@@ -17,6 +17,13 @@ pub fn claims_info_height(body: u16) -> u16 {
     if body >= 16 { 5 } else { 0 }
 }
 
+/// Height of the "why not now" pane under the Fair share table: under 170 columns,
+/// where the table's WHY NOT NOW column is too narrow for a whole reason, when the body
+/// is tall enough (0 otherwise).
+pub fn why_pane_height(width: u16, body: u16) -> u16 {
+    if width < 170 && body >= 16 { 7 } else { 0 }
+}
+
 impl State {
     /// Rows between the tab line and the footer (the hint line shows from 12 rows).
     pub fn body_height(&self) -> u16 {
@@ -30,6 +37,7 @@ impl State {
         let body = self.body_height();
         let table = match self.view {
             View::Claims => body.saturating_sub(claims_info_height(body)),
+            View::Ledger => body.saturating_sub(why_pane_height(self.size.0, body)),
             View::Events => events_split(Rect::new(0, 0, self.size.0, body))[0].height,
             _ => body,
         };

@@ -15,7 +15,13 @@ use crate::console::state::{Confirm, Mode, MovePick, ProjKey, State, View};
 
 /// Refuses an action whose picked item is gone, or says where to select one.
 fn nothing_selected(state: &mut State, view: View, verb: &str, hint: &str) {
-    let text = match state.pick_gone(view) {
+    // The claim detail acts on the claim it shows, which may be gone.
+    let gone = state.detail_claim_gone().or_else(|| state.pick_gone(view));
+    let text = match gone {
+        Some(what) if state.view == View::ClaimDetail => format!(
+            "{what} is gone (released, moved or finished since the detail opened): \
+             nothing to {verb}"
+        ),
         Some(what) if state.view == view => format!(
             "{what} is gone (released, moved or filtered out since you selected it): \
              nothing to {verb}; select again"
@@ -25,13 +31,10 @@ fn nothing_selected(state: &mut State, view: View, verb: &str, hint: &str) {
     flash(state, text, true);
 }
 
-/// Opens the release confirmation for the selected claim (Claims view only); releasing
-/// another holder's claim asks for its id to be typed.
+/// Opens the release confirmation for the selected claim (in Claims, or the claim the
+/// claim detail shows); releasing another holder's claim asks for its id to be typed.
 pub(super) fn release(state: &mut State) -> Vec<Effect> {
-    let Some(k) = state
-        .selected_claim()
-        .filter(|_| state.view == View::Claims)
-    else {
+    let Some(k) = state.acted_claim() else {
         nothing_selected(
             state,
             View::Claims,
@@ -72,13 +75,10 @@ pub(super) fn release(state: &mut State) -> Vec<Effect> {
     Vec::new()
 }
 
-/// Opens the move picker for the selected placed claim, listing the GPUs of every acting
-/// source it could move to.
+/// Opens the move picker for the selected placed claim (in Claims, or the claim detail's),
+/// listing the GPUs of every acting source it could move to.
 pub(super) fn open_move(state: &mut State) {
-    let Some(k) = state
-        .selected_claim()
-        .filter(|_| state.view == View::Claims)
-    else {
+    let Some(k) = state.acted_claim() else {
         nothing_selected(
             state,
             View::Claims,

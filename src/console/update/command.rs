@@ -67,6 +67,7 @@ pub fn candidates(state: &State, text: &str) -> Vec<String> {
                     .iter()
                     .filter_map(|k| state.project(*k).map(|(_, p)| p.name.clone()))
                     .collect(),
+                "claim" => state.claim_names(),
                 "filter" => state
                     .view
                     .problem_filters()
@@ -178,6 +179,13 @@ pub(super) fn command(state: &mut State, text: &str) -> Vec<Effect> {
             Vec::new()
         }
         "cordon" | "uncordon" => cordon(state, Some(head == "cordon")),
+        // `claim ID` opens that claim's detail; `claim` alone, the claim form.
+        "claim" if !arg.is_empty() => {
+            if let Err(why) = state.open_claim_named(&arg) {
+                flash(state, why, true);
+            }
+            Vec::new()
+        }
         "act" => super::engine::engine_command(state, &arg),
         "reset" => {
             if arg.is_empty() {

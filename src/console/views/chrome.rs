@@ -80,7 +80,9 @@ pub(super) fn hints(frame: &mut Frame, area: Rect, state: &State, theme: &Theme)
                     KeyAction::Open,
                 ]),
                 View::Ledger => acts.push(KeyAction::ClearBackoff),
-                View::ClaimDetail => acts.push(KeyAction::Back),
+                View::ClaimDetail => {
+                    acts.extend([KeyAction::Back, KeyAction::Release, KeyAction::Move]);
+                }
                 _ => {}
             }
             if !state.view.problem_filters().is_empty() {

@@ -13,13 +13,16 @@ use crate::console::state::{State, View};
 use crate::console::theme::Theme;
 use crate::snapshot::{ClaimState, ClaimView};
 
-use super::common::{block, short_bytes};
+use super::common::{block, index_ranges, short_bytes};
 
 /// The claim opened from Claims, or how to open one.
 pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
     let Some((slot, c)) = state.detail_claim() else {
         let text = match state.claim_detail {
-            Some((_, id)) => format!("claim {id} is gone from its source; Esc goes back to Claims"),
+            Some((_, id)) => format!(
+                "claim {id} is gone from its source (released, expired or finished); \
+                 Esc goes back to Claims"
+            ),
             None => "no claim selected: pick one in Claims and press Enter".to_string(),
         };
         let p = Paragraph::new(text)
@@ -39,7 +42,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     lines.extend(processes(state, c, theme));
     lines.extend(pending(c, theme));
     lines.extend(backoffs(state, c, theme));
-    lines.extend(history(state, theme));
+    lines.extend(history(state, c, theme));
     let outer = block(title, theme);
     let inner = outer.inner(area);
     // Long reasons and forms wrap; the scroll stops where the last line shows.
@@ -97,7 +100,14 @@ fn summary(state: &State, c: &ClaimView, theme: &Theme) -> Vec<Line<'static>> {
         ),
         field(
             "place",
-            c.node.clone().unwrap_or_else(|| "- (not placed)".into()),
+            // The node and the devices it holds there, as ranges (`node-7:2-7`).
+            c.node.as_ref().map_or_else(
+                || "- (not placed)".into(),
+                |n| {
+                    let devices: Vec<u32> = c.shares.iter().map(|s| s.device).collect();
+                    format!("{n}:{}", index_ranges(&devices))
+                },
+            ),
             theme.text,
             theme,
         ),
@@ -281,8 +291,10 @@ fn backoffs(state: &State, c: &ClaimView, theme: &Theme) -> Vec<Line<'static>> {
     out
 }
 
-/// The audit events naming the claim, oldest first.
-fn history(state: &State, theme: &Theme) -> Vec<Line<'static>> {
+/// The audit events that concern the claim, oldest first; those on something else (its
+/// GPU, its project) say what they were on.
+fn history(state: &State, c: &ClaimView, theme: &Theme) -> Vec<Line<'static>> {
+    let own = format!("claim {}", c.id);
     let events = state.detail_claim_events();
     let mut out = vec![heading(format!("Audit history ({})", events.len()), theme)];
     if events.is_empty() {
@@ -297,7 +309,14 @@ fn history(state: &State, theme: &Theme) -> Vec<Line<'static>> {
                 format!("  {} ", clock::date_time(e.at, &state.zone)),
                 theme.dim,
             ),
-            Span::styled(format!("{} by {}: ", e.action, e.actor), theme.text),
+            Span::styled(
+                if e.target == own {
+                    format!("{} by {}: ", e.action, e.actor)
+                } else {
+                    format!("{} {} by {}: ", e.action, e.target, e.actor)
+                },
+                theme.text,
+            ),
             Span::styled(e.detail.clone(), theme.text),
         ]));
     }

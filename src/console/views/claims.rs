@@ -12,25 +12,60 @@ use crate::console::theme::Theme;
 use crate::snapshot::{ClaimState, ClaimView};
 use crate::units::Bytes;
 
-use super::common::{block, empty_note, list_row, place_label, short_bytes, title_with, window};
+use super::common::{
+    block, empty_note, list_row, mid_ellipsis, place_label, short_bytes, title_with, window,
+};
 
 /// The columns shown: a source column with several sources, more columns when wide, and
-/// fewer when narrow, so that the identity columns (id, place) are never cut.
+/// fewer when narrow (AGE first beside a source column), so that the identity columns
+/// (id, place) are never cut.
 #[derive(Clone, Copy)]
 struct Columns {
     multi: bool,
     wide: bool,
     /// Under 80 columns: lease and age drop (and use too, with a source column).
     narrow: bool,
+    /// The ID column: from 110 columns the longest id shown, within what the width
+    /// leaves (engines' ids run to 20 digits); longer ones shrink in the middle.
+    id: u16,
+    /// The PLACE column, which says why for a pending claim: wider where there is room.
+    place: u16,
 }
 
 impl Columns {
-    fn of(width: u16, multi: bool) -> Columns {
-        Columns {
+    fn of(width: u16, multi: bool, longest_id: usize) -> Columns {
+        let wide = width >= 110;
+        let narrow = width < 80;
+        let mut cols = Columns {
             multi,
-            wide: width >= 110,
-            narrow: width < 80,
+            wide,
+            narrow,
+            id: 6,
+            place: match width {
+                170.. => 26,
+                110.. => 20,
+                _ => 16,
+            },
+        };
+        // What the columns leave: borders, and one gap fewer than columns.
+        let taken: u16 = cols
+            .widths()
+            .iter()
+            .map(|c| match c {
+                Constraint::Length(n) => n + 1,
+                _ => 1,
+            })
+            .sum();
+        let spare = width.saturating_sub(1 + taken);
+        if wide {
+            // The ID grows (up to a u64's 20 digits), keeping 16 for FORM.
+            let longest = u16::try_from(longest_id).unwrap_or(u16::MAX);
+            cols.id = longest.clamp(6, (6 + spare.saturating_sub(16)).min(20));
+        } else {
+            // PLACE takes the rest: it says why for a pending claim.
+            cols.place += spare.min(8);
         }
+        cols
     }
 
     fn with_used(self) -> bool {
@@ -39,6 +74,11 @@ impl Columns {
 
     fn with_times(self) -> bool {
         !self.narrow
+    }
+
+    /// AGE drops before 110 columns beside a source column (LEASE stays).
+    fn with_age(self) -> bool {
+        self.with_times() && (self.wide || !self.multi)
     }
 }
 
@@ -61,7 +101,10 @@ impl Columns {
             header.extend(["FRACTION", "FORM"]);
         }
         if self.with_times() {
-            header.extend(["LEASE", "AGE"]);
+            header.push("LEASE");
+        }
+        if self.with_age() {
+            header.push("AGE");
         }
         header
     }
@@ -71,32 +114,34 @@ impl Columns {
             multi,
             wide,
             narrow,
+            id,
+            place,
         } = self;
         let mut widths = Vec::new();
         if multi {
-            widths.push(Constraint::Length(if narrow { 6 } else { 8 }));
+            widths.push(Constraint::Length(if wide { 8 } else { 6 }));
         }
         widths.extend([
-            Constraint::Length(6),
+            Constraint::Length(id),
             Constraint::Length(7),
             Constraint::Length(if narrow { 8 } else { 10 }),
         ]);
         if wide {
             widths.push(Constraint::Length(10));
         }
-        widths.extend([
-            Constraint::Length(if wide { 20 } else { 16 }),
-            Constraint::Length(8),
-        ]);
+        widths.extend([Constraint::Length(place), Constraint::Length(8)]);
         if self.with_used() {
             widths.push(Constraint::Length(7));
         }
         if wide {
             widths.extend([Constraint::Length(10), Constraint::Fill(1)]);
         }
+        // Lease and age, in two units: `59m59s`.
         if self.with_times() {
-            // Lease and age, in two units: `59m59s`.
-            widths.extend([Constraint::Length(7), Constraint::Length(6)]);
+            widths.push(Constraint::Length(7));
+        }
+        if self.with_age() {
+            widths.push(Constraint::Length(6));
         }
         widths
     }
@@ -104,7 +149,14 @@ impl Columns {
 
 /// The claim list, and below it (when tall enough) the selected claim in words.
 pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
-    let cols = Columns::of(area.width, state.shown_sources().count() > 1);
+    let longest_id = state
+        .rows_claims
+        .iter()
+        .filter_map(|k| state.claim(*k))
+        .map(|(_, c)| c.id.to_string().len())
+        .max()
+        .unwrap_or(0);
+    let cols = Columns::of(area.width, state.shown_sources().count() > 1, longest_id);
     let detail_h = claims_info_height(area.height);
     let [table_area, info] =
         Layout::vertical([Constraint::Min(3), Constraint::Length(detail_h)]).areas(area);
@@ -150,7 +202,10 @@ fn claim_row(
     if multi {
         cells.push(Cell::from(slot.name.clone()));
     }
-    cells.push(Cell::from(c.id.to_string()));
+    cells.push(Cell::from(mid_ellipsis(
+        &c.id.to_string(),
+        usize::from(cols.id),
+    )));
     cells.push(match c.state {
         ClaimState::Placed if c.idle => Cell::from(Span::styled("idle", theme.idle)),
         ClaimState::Placed => Cell::from(Span::styled("placed", theme.ok)),
@@ -161,7 +216,17 @@ fn claim_row(
     if wide {
         cells.push(Cell::from(c.holder.clone().unwrap_or_else(|| "-".into())));
     }
-    cells.push(Cell::from(place_label(c, if wide { 20 } else { 16 })));
+    let place = usize::from(cols.place);
+    cells.push(
+        if c.state == ClaimState::Pending && !c.pending_reasons.is_empty() {
+            Cell::from(Span::styled(
+                pending_summary(&c.pending_reasons, place),
+                theme.pending,
+            ))
+        } else {
+            Cell::from(place_label(c, place))
+        },
+    );
     cells.push(Cell::from(Span::styled(
         short_bytes(c.memory_reserved),
         theme.allocated,
@@ -191,6 +256,8 @@ fn claim_row(
                 }
             },
         )));
+    }
+    if cols.with_age() {
         // Engines that give no start time (Ray actors) leave it at 0: unknown, not 55 years.
         cells.push(Cell::from(if c.created_at.0 == 0 {
             "-".to_string()
@@ -223,8 +290,15 @@ fn selected_info(frame: &mut Frame, info: Rect, slot: &SourceSlot, c: &ClaimView
                 theme.pending,
             ));
         }
-        for r in &c.pending_reasons {
-            lines.push(Line::styled(format!("why pending: {r}"), theme.pending));
+        let n = c.pending_reasons.len();
+        for (i, r) in c.pending_reasons.iter().enumerate() {
+            // More reasons than the pane shows: say how many, and where they all are.
+            let lead = if n > 1 {
+                format!("why pending ({} of {n}, Enter lists all): ", i + 1)
+            } else {
+                "why pending: ".to_string()
+            };
+            lines.push(Line::styled(format!("{lead}{r}"), theme.pending));
         }
     } else {
         let per: Vec<String> = c
@@ -250,4 +324,180 @@ fn selected_info(frame: &mut Frame, info: Rect, slot: &SourceSlot, c: &ClaimView
             .block(block(" Selected ", theme)),
         info,
     );
+}
+
+/// A pending claim's reasons in one cell of `width`: how many nodes refused it, the most
+/// common reason and how many other kinds there are (`4 nodes: memory (+2 more)`), so
+/// the row says at a glance that there is more than one reason; the claim detail lists
+/// them all.
+fn pending_summary(reasons: &[String], width: usize) -> String {
+    let mut nodes = 0usize;
+    // Each kind once per line (a node with three memory-short GPUs counts once).
+    let mut kinds: Vec<(String, usize)> = Vec::new();
+    for line in reasons {
+        let parts: Vec<&str> = match line.strip_prefix("node ").and_then(|r| r.split_once(": ")) {
+            Some((_, rest)) => {
+                nodes += 1;
+                rest.split("; ").collect()
+            }
+            None => vec![line.as_str()],
+        };
+        let mut seen: Vec<String> = Vec::new();
+        for p in parts {
+            let k = reason_kind(p);
+            if !seen.contains(&k) {
+                seen.push(k);
+            }
+        }
+        for k in seen {
+            match kinds.iter_mut().find(|(x, _)| *x == k) {
+                Some((_, n)) => *n += 1,
+                None => kinds.push((k, 1)),
+            }
+        }
+    }
+    // Infeasible first (waiting cannot help), else the most common kind; on a tie the
+    // first named (placement's, before fair share).
+    let infeasible = kinds.iter().find(|(k, _)| k == "infeasible");
+    let Some((top, _)) = infeasible
+        .or_else(|| kinds.iter().rev().max_by_key(|(_, n)| *n))
+        .map(|(k, n)| (k.clone(), *n))
+    else {
+        return "pending".to_string();
+    };
+    let others = kinds.len() - 1;
+    let subject = match (nodes, reasons.len()) {
+        (1, _) => "1 node: ".to_string(),
+        (n, _) if n > 1 => format!("{n} nodes: "),
+        (_, 1) => String::new(),
+        (_, n) => format!("{n} reasons: "),
+    };
+    let mut forms = Vec::new();
+    if others > 0 {
+        forms.push(format!("{subject}{top} (+{others} more)"));
+        forms.push(format!("{subject}{top} +{others}"));
+        // Narrower: the count goes before the other reasons do.
+        forms.push(format!("{top} (+{others} more)"));
+        forms.push(format!("{top} +{others}"));
+    } else {
+        forms.push(format!("{subject}{top}"));
+    }
+    if let Some(f) = forms.iter().find(|f| f.chars().count() <= width) {
+        return f.clone();
+    }
+    // Too narrow for any: cut the shortest, and the ellipsis says there is more.
+    let last = forms.last().map_or("", String::as_str);
+    let mut cut: String = last.chars().take(width.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+/// One reason's kind in a word or two: `insufficient memory (largest free…)` is
+/// `memory`; an engine's own reason keeps its first words (`Slurm: Resources (…)` is
+/// `Resources`).
+fn reason_kind(reason: &str) -> String {
+    const KINDS: [(&str, &str); 18] = [
+        ("infeasible", "infeasible"),
+        ("waiting for a node", "no node"),
+        ("waiting for its arguments", "arguments"),
+        ("demand", "demand"),
+        ("memory unknown", "memory unknown"),
+        ("insufficient memory", "memory"),
+        ("too small", "too small"),
+        ("insufficient compute", "compute"),
+        ("cpu", "CPU"),
+        ("no free slot", "slots"),
+        ("accelerator", "model"),
+        ("cordon", "cordoned"),
+        ("unhealthy", "unhealthy"),
+        ("lost", "lost"),
+        ("pinned", "pinned"),
+        ("gpus it needs", "too few GPUs"),
+        ("too few", "too few GPUs"),
+        ("fair share", "fair share"),
+    ];
+    let lower = reason.to_lowercase();
+    if let Some((_, k)) = KINDS.iter().find(|(w, _)| lower.contains(w)) {
+        return (*k).to_string();
+    }
+    // `Slurm: Resources (why)`, `Ray: …`: the engine's name is not the reason.
+    let rest = match reason.split_once(": ") {
+        Some((engine, rest)) if !engine.contains(' ') && engine.starts_with(char::is_uppercase) => {
+            rest
+        }
+        _ => reason,
+    };
+    let head = rest.split([':', '(', ';']).next().unwrap_or(rest).trim();
+    // Whole words, at most 14 columns.
+    let mut out = String::new();
+    for w in head.split_whitespace() {
+        if !out.is_empty() && out.len() + 1 + w.len() > 14 {
+            break;
+        }
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(w);
+    }
+    out.chars().take(14).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pending_summary;
+
+    #[test]
+    fn pending_summary_counts_nodes_and_names_the_commonest_reason() {
+        let four = [
+            "node a: 2/2 GPUs insufficient memory (largest free 10 GiB, needs 40 GiB)",
+            "node b: 1/2 GPUs insufficient memory; 1/2 cordoned",
+            "node c: 4/4 GPUs insufficient memory",
+            "node d: 1/1 GPUs insufficient compute (largest free 0.5 GPU, needs 1 GPU)",
+        ];
+        let lab = [
+            "node lab-a: 2/2 GPUs insufficient memory (largest free 10 GiB, needs 40 GiB)",
+            "node lab-b: 1/2 GPUs insufficient memory (largest free 8.0 GiB, needs 24 GiB); only 1 of the 2 GPUs it needs fit",
+            "fair share on gpu:NVIDIA A10G: no pending claim fits (for 25m)",
+        ];
+        let cases: &[(&[&str], usize, &str)] = &[
+            (&four, 40, "4 nodes: memory (+2 more)"),
+            (&four, 20, "4 nodes: memory +2"),
+            (&four, 16, "memory (+2 more)"),
+            (&four, 9, "memory +2"),
+            (&four, 8, "memory …"),
+            (&lab, 26, "2 nodes: memory (+2 more)"),
+            (&lab[..1], 20, "1 node: memory"),
+            (
+                &["Slurm: Resources (waiting for resources to become free)"],
+                20,
+                "Resources",
+            ),
+            (
+                &[
+                    "Ray: pending",
+                    "infeasible: no node has GPU 4; the largest has 2 on vm",
+                ],
+                26,
+                "2 reasons: infeasible +1",
+            ),
+            (
+                &["Ray: waiting for a node with the resources (PENDING_NODE_ASSIGNMENT)"],
+                20,
+                "no node",
+            ),
+            (
+                &["Slurm: PartitionDown (its partition is down)"],
+                20,
+                "PartitionDown",
+            ),
+            (&["a reason in many plain words"], 20, "a reason in"),
+            (&[], 20, "pending"),
+        ];
+        for (reasons, width, want) in cases {
+            let reasons: Vec<String> = reasons.iter().map(ToString::to_string).collect();
+            let got = pending_summary(&reasons, *width);
+            assert_eq!(got, *want, "{reasons:?} in {width}");
+            assert!(got.chars().count() <= *width, "{got:?} wider than {width}");
+        }
+    }
 }

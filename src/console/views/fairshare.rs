@@ -2,23 +2,37 @@
 //! why a project is not served now; only the projects in view are formatted.
 
 use ratatui::Frame;
-use ratatui::layout::{Constraint, Rect};
-use ratatui::text::Span;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::text::{Line, Span};
 use ratatui::widgets::{Cell, Paragraph, Row, Table, Wrap};
 
 use crate::clock;
-use crate::console::state::{ProjKey, State, View};
+use crate::console::state::{ProjKey, State, View, why_pane_height};
 use crate::console::theme::Theme;
 use crate::snapshot::ProjectResourceView;
 
-use super::common::{block, empty_note, list_row, model_label, short_model, title_with, window};
+use super::common::{
+    block, empty_note, list_row, mid_ellipsis, model_label, short_model, title_with, window,
+};
 
 /// Per project: share, running, pending, debt; then one line per resource account.
-pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
+/// Under 170 columns the selected project's reasons are spelled out in a pane below,
+/// where they wrap instead of being cut.
+pub(super) fn draw(frame: &mut Frame, whole: Rect, state: &State, theme: &Theme) {
+    let pane_h = why_pane_height(whole.width, whole.height);
+    let [area, pane] =
+        Layout::vertical([Constraint::Min(3), Constraint::Length(pane_h)]).areas(whole);
+    if pane_h > 0 {
+        why_pane(frame, pane, state, theme);
+    }
     let height = usize::from(area.height.saturating_sub(3));
     let wide = area.width >= 110;
     let cur = state.cursor[View::Ledger.position()];
     let multi = state.shown_sources().count() > 1;
+    // With the pane, SHARE and RUN are said there and leave the table to WHY NOT NOW.
+    let lean = pane_h > 0;
+    let project_w = project_width(area.width);
+    let why_w = why_width(area.width, wide, multi, lean);
     // Each project takes one line per resource account (at least one): count them, then
     // format only the projects in view.
     let lines_of = |k: &ProjKey| {
@@ -58,20 +72,21 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
             if multi {
                 cells.push(Cell::from(slot.name.clone()));
             }
-            cells.extend([
-                Cell::from(p.name.clone()),
-                Cell::from(p.share.to_string()),
-                Cell::from(p.running.to_string()),
-                Cell::from(Span::styled(
-                    p.pending.to_string(),
-                    if p.pending > 0 {
-                        theme.pending
-                    } else {
-                        theme.text
-                    },
-                )),
-            ]);
-            cells.extend(resource_cells(r, state, wide, theme));
+            // An identity: shrunk in the middle, never cut at the end.
+            cells.push(Cell::from(mid_ellipsis(&p.name, usize::from(project_w))));
+            if !lean {
+                cells.push(Cell::from(p.share.to_string()));
+                cells.push(Cell::from(p.running.to_string()));
+            }
+            cells.extend([Cell::from(Span::styled(
+                p.pending.to_string(),
+                if p.pending > 0 {
+                    theme.pending
+                } else {
+                    theme.text
+                },
+            ))]);
+            cells.extend(resource_cells(r, state, wide, why_w, theme));
             cells
         };
         let mut row = Row::new(first(p.resources.first()));
@@ -84,8 +99,8 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
             if multi {
                 cells.push(Cell::from(""));
             }
-            cells.extend((0..4).map(|_| Cell::from("")));
-            cells.extend(resource_cells(Some(r), state, wide, theme));
+            cells.extend((0..if lean { 2 } else { 4 }).map(|_| Cell::from("")));
+            cells.extend(resource_cells(Some(r), state, wide, why_w, theme));
             lines.push(list_row(cells, sel, false, theme));
         }
         rows.extend(lines.into_iter().skip(off.saturating_sub(first_line)));
@@ -96,33 +111,20 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
         header.push("SRC");
     }
     // One debt column (per resource type: the scale backoffs and work fetch use).
-    header.extend(["PROJECT", "SHARE", "RUN", "PEND", "RESOURCE", "DEBT"]);
+    header.push("PROJECT");
+    if !lean {
+        header.extend(["SHARE", "RUN"]);
+    }
+    header.extend(["PEND", "RESOURCE", "DEBT"]);
     if wide {
         header.extend(["TARGET", "USED"]);
     }
     header.extend(["D", "BACKED OFF UNTIL", "WHY NOT NOW"]);
-    let mut widths = Vec::new();
-    if multi {
-        widths.push(Constraint::Length(8));
-    }
-    widths.extend([
-        Constraint::Length(10),
-        Constraint::Length(5),
-        Constraint::Length(3),
-        Constraint::Length(4),
-        // `A100 80G` (model and memory size) when narrow, the whole model when wide.
-        Constraint::Length(if wide { 14 } else { 8 }),
-        Constraint::Length(7),
-    ]);
-    if wide {
-        widths.extend([Constraint::Length(6), Constraint::Length(5)]);
-    }
-    widths.extend([
-        Constraint::Length(1),
-        // `14:05:09 (11m56s)`: the local time it ends, and how long from now.
-        Constraint::Length(17),
-        Constraint::Fill(1),
-    ]);
+    let mut widths: Vec<Constraint> = fixed_widths(area.width, wide, multi, lean)
+        .into_iter()
+        .map(Constraint::Length)
+        .collect();
+    widths.push(Constraint::Fill(1));
     let t = Table::new(rows, widths)
         .header(Row::new(header).style(theme.header))
         .block(block(
@@ -150,12 +152,120 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     }
 }
 
+/// The fixed columns' widths (before WHY NOT NOW, which takes the rest); `lean`
+/// leaves out SHARE and RUN.
+fn fixed_widths(width: u16, wide: bool, multi: bool, lean: bool) -> Vec<u16> {
+    let mut w = Vec::new();
+    if multi {
+        w.push(8);
+    }
+    w.push(project_width(width));
+    if !lean {
+        w.extend([5, 3]);
+    }
+    // `A100 80G` (model and memory size) when narrow, the whole model when wide.
+    w.extend([4, if wide { 14 } else { 8 }, 7]);
+    if wide {
+        w.extend([6, 5]);
+    }
+    // `14:05:09 (11m56s)`: the local time it ends, and how long from now.
+    w.extend([1, 17]);
+    w
+}
+
+/// PROJECT: 10 columns, 24 from 170 (names such as BOINC's project URLs are long).
+fn project_width(width: u16) -> u16 {
+    if width >= 170 { 24 } else { 10 }
+}
+
+/// What WHY NOT NOW has left in a table `width` wide (borders and column gaps off).
+fn why_width(width: u16, wide: bool, multi: bool, lean: bool) -> usize {
+    let fixed = fixed_widths(width, wide, multi, lean);
+    let taken: u16 = fixed.iter().sum::<u16>() + u16::try_from(fixed.len()).unwrap_or(0);
+    usize::from(width.saturating_sub(2 + taken))
+}
+
+/// `text` in `width` columns, ending in `…` when cut (the pane below has it whole).
+fn fit(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_string();
+    }
+    let mut out: String = text.chars().take(width.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// The selected project in words: each resource account's backoff and why it is not
+/// served now, wrapped.
+fn why_pane(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
+    let Some((_, p)) = state.selected_project().and_then(|k| state.project(k)) else {
+        frame.render_widget(block(" Why not now ", theme), area);
+        return;
+    };
+    let mut lines = vec![Line::from(vec![
+        Span::styled(format!("{} ", p.name), theme.title),
+        Span::styled(
+            format!(
+                "share {}, running {}, pending {}",
+                p.share, p.running, p.pending
+            ),
+            theme.dim,
+        ),
+    ])];
+    let mut held = false;
+    for r in &p.resources {
+        let backed = r.backoff_until.filter(|t| *t > state.now);
+        if backed.is_none() && r.reason.is_none() {
+            continue;
+        }
+        held = true;
+        let model = r.resource.strip_prefix("gpu:").unwrap_or(&r.resource);
+        let mut spans = vec![Span::styled(format!("{model}: "), theme.header)];
+        if let Some(why) = &r.reason {
+            spans.push(Span::styled(format!("{why} "), theme.text));
+        }
+        if let Some(t) = backed {
+            let (at, left) = (
+                clock::date_time(t, &state.zone),
+                clock::age(t.millis_since(state.now)),
+            );
+            spans.push(Span::styled(
+                if r.reason.is_some() {
+                    format!("(until {at}, in {left})")
+                } else {
+                    format!("backed off until {at} (in {left})")
+                },
+                theme.warn,
+            ));
+        }
+        lines.push(Line::from(spans));
+    }
+    if !held {
+        lines.push(Line::styled(
+            if p.resources.is_empty() {
+                "no per-resource accounts from this source"
+            } else {
+                "nothing holds it back: served when it has work"
+            },
+            theme.dim,
+        ));
+    }
+    frame.render_widget(
+        Paragraph::new(lines)
+            .wrap(Wrap { trim: true })
+            .block(block(" Why not now ", theme)),
+        area,
+    );
+}
+
 /// A resource account's cells: model, debt, (target, use when wide), eligibility, the
-/// backoff's end as a local time with the time left, and why not now.
+/// backoff's end as a local time with the time left, and why not now (cut to `why_w`
+/// with an ellipsis).
 fn resource_cells(
     r: Option<&ProjectResourceView>,
     state: &State,
     wide: bool,
+    why_w: usize,
     theme: &Theme,
 ) -> Vec<Cell<'static>> {
     let Some(r) = r else {
@@ -196,7 +306,7 @@ fn resource_cells(
         Cell::from(if r.eligible { "D" } else { "-" }),
         backoff,
         Cell::from(Span::styled(
-            r.reason.clone().unwrap_or_default(),
+            fit(r.reason.as_deref().unwrap_or_default(), why_w),
             theme.dim,
         )),
     ]);
