@@ -26,6 +26,8 @@ struct Columns {
     /// where use exceeds the allocation).
     narrow: bool,
     node_w: u16,
+    /// What FLAGS gets of the width: flags that do not fit are counted, never cut.
+    flags_w: usize,
     bar_w: usize,
 }
 
@@ -46,6 +48,7 @@ impl Columns {
             tier,
             narrow: area.width < 80,
             node_w: 0,
+            flags_w: usize::from(FLAGS_MIN),
             bar_w,
         };
         let others: u16 = c.widths_without_node().iter().sum();
@@ -62,6 +65,11 @@ impl Columns {
             .saturating_sub(2 + others + gaps + FLAGS_MIN)
             .max(6);
         c.node_w = u16::try_from(longest).unwrap_or(u16::MAX).clamp(4, budget);
+        c.flags_w = usize::from(
+            area.width
+                .saturating_sub(2 + others + gaps + c.node_w)
+                .max(FLAGS_MIN),
+        );
         c
     }
 
@@ -164,6 +172,7 @@ fn device_row(
         tier,
         narrow,
         node_w,
+        flags_w,
         bar_w,
     } = cols;
     let (slot, n, d) = state.device(k)?;
@@ -250,19 +259,40 @@ fn device_row(
     } else {
         theme.cordoned
     };
-    let mut ftext = flags.join(",");
-    if stale {
-        ftext = if ftext.is_empty() {
-            "stale".into()
-        } else {
-            format!("stale,{ftext}")
-        };
-    }
+    let shown: Vec<&str> = stale
+        .then_some("stale")
+        .into_iter()
+        .chain(flags.iter().copied())
+        .collect();
+    let ftext = fit_flags(&shown, flags_w);
     cells.push(Cell::from(Span::styled(
         ftext,
         if stale { theme.stale } else { flag_style },
     )));
     Some(list_row(cells, selected, stale, theme))
+}
+
+/// The flags joined by commas as far as they fit in `width`, the rest counted (`cordon +1`),
+/// so a flag is never cut mid-word.
+fn fit_flags(flags: &[&str], width: usize) -> String {
+    let mut out = String::new();
+    for (i, f) in flags.iter().enumerate() {
+        let left = flags.len() - i - 1;
+        let sep = usize::from(!out.is_empty());
+        let more = if left > 0 {
+            format!(" +{left}").len()
+        } else {
+            0
+        };
+        if out.chars().count() + sep + f.chars().count() + more > width && i > 0 {
+            return format!("{out} +{}", flags.len() - i);
+        }
+        if sep == 1 {
+            out.push(',');
+        }
+        out.push_str(f);
+    }
+    out
 }
 
 /// Memory bar: used (solid), allocated beyond use (shaded), free (dots); use beyond
@@ -291,4 +321,20 @@ fn mem_bar(d: &DeviceView, width: usize, theme: &Theme) -> Vec<Span<'static>> {
     }
     spans.push(Span::styled("·".repeat(width - a.max(u)), theme.bar_empty));
     spans
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fit_flags;
+
+    #[test]
+    fn flags_that_do_not_fit_are_counted_not_cut() {
+        let flags = ["cordon", "no-mem-info"];
+        assert_eq!(fit_flags(&flags, 40), "cordon,no-mem-info");
+        assert_eq!(fit_flags(&flags, 18), "cordon,no-mem-info");
+        assert_eq!(fit_flags(&flags, 17), "cordon +1");
+        assert_eq!(fit_flags(&["stale", "idle", "cordon"], 13), "stale,idle +1");
+        assert_eq!(fit_flags(&["stale", "idle", "cordon"], 12), "stale +2");
+        assert_eq!(fit_flags(&[], 9), "");
+    }
 }
