@@ -267,6 +267,15 @@ pub struct ProjectReset {
 /// on the source: both endpoints audit the same move id (`operator (move ID)`).
 pub const MOVE_HEADER: &str = "x-gpuboard-move";
 
+/// The reverse of [`move_actor`]: the caller and, for a step of a move, its move id.
+pub fn split_move_actor(actor: &str) -> (&str, Option<&str>) {
+    actor
+        .strip_suffix(')')
+        .and_then(|a| a.rsplit_once(" (move "))
+        .filter(|(_, id)| !id.is_empty() && !id.contains([' ', '(', ')']))
+        .map_or((actor, None), |(caller, id)| (caller, Some(id)))
+}
+
 /// The audit actor of a mutation by `caller` that came with `MOVE_HEADER` (or without
 /// one): a move id is 1 to 64 ASCII letters, digits, `-` or `_`; anything else is refused
 /// with why.
@@ -748,5 +757,9 @@ mod tests {
             let e = move_actor("operator", Some(bad)).unwrap_err();
             assert!(e.contains(MOVE_HEADER), "{bad:?}: {e}");
         }
+        let actor = move_actor("alice (u@h)", Some("mv-1")).unwrap();
+        assert_eq!(split_move_actor(&actor), ("alice (u@h)", Some("mv-1")));
+        assert_eq!(split_move_actor("alice (u@h)"), ("alice (u@h)", None));
+        assert_eq!(split_move_actor("x (move )"), ("x (move )", None));
     }
 }
