@@ -2,6 +2,7 @@
 
 mod claim_detail;
 mod form;
+mod handover;
 mod paging;
 mod rows;
 mod selection;
@@ -19,6 +20,7 @@ use crate::sources::Action;
 use super::keymap::Keymap;
 
 pub use form::{ClaimForm, FormField, FormKind, FormStage, MoveAcross, MoveRow};
+pub use handover::{HandoverRun, StepPlan};
 pub use paging::{claims_info_height, events_split};
 pub use selection::Picked;
 pub use sources::{STALE_AFTER_INTERVALS, SourceHealth, SourceSlot, TELEMETRY_KINDS};
@@ -106,6 +108,8 @@ pub struct Confirm {
     pub back: Option<Box<Mode>>,
     /// Where the console goes once the action is sent (none: browsing).
     pub then: Option<Box<Mode>>,
+    /// A hand-over: every step, `source`/`action` being the first (empty: the one action).
+    pub steps: Vec<StepPlan>,
 }
 
 impl Confirm {
@@ -127,6 +131,16 @@ impl Confirm {
             error: None,
             back: None,
             then: None,
+            steps: Vec::new(),
+        }
+    }
+
+    /// The OK button's word: the action's verb, or `hand over` for a hand-over.
+    pub fn ok_label(&self) -> &'static str {
+        if self.steps.is_empty() {
+            self.action.verb()
+        } else {
+            "hand over"
         }
     }
 
@@ -178,6 +192,8 @@ pub enum Mode {
     Confirm(Box<Confirm>),
     /// Picking a move target.
     Move(Box<MovePick>),
+    /// The result pane of the hand-over in `State::handover`.
+    Handover,
 }
 
 /// The console's whole state.
@@ -246,6 +262,8 @@ pub struct State {
     pub operator: Option<String>,
     /// The zone dates are shown in: the operator's own (tests set UTC).
     pub zone: jiff::tz::TimeZone,
+    /// The last hand-over confirmed (under way or done), for its result pane.
+    pub handover: Option<HandoverRun>,
 }
 
 impl State {
@@ -282,6 +300,7 @@ impl State {
             age_step: 0,
             operator: None,
             zone: jiff::tz::TimeZone::system(),
+            handover: None,
         }
     }
 
