@@ -121,7 +121,16 @@ fn parse_step(state: &State, words: &[&str]) -> Result<StepPlan, String> {
             "give VERB TARGET or claim FLAGS after `{}`",
             words.join(" ")
         )),
-        ["claim", tail @ ..] => claim_step(state, source, tail),
+        ["claim", tail @ ..] => {
+            // `claim lab --gpus 1` as well as `lab claim --gpus 1`.
+            match tail
+                .first()
+                .and_then(|w| state.sources.iter().position(|s| s.name == *w))
+            {
+                Some(i) if source.is_none() => claim_step(state, Some(i), &tail[1..]),
+                _ => claim_step(state, source, tail),
+            }
+        }
         [verb, target] => engine_step(state, source, verb, target),
         _ => Err(format!(
             "`{}`: an engine action is VERB TARGET (one target), such as `cancel 11`",
@@ -375,13 +384,9 @@ fn answered(state: &mut State, i: usize, result: Result<Outcome, Failure>) -> Ve
     state.dirty = true;
     let source = run.steps[i].source;
     if ok {
-        // Show the freed (or claimed) GPUs now rather than at the next refresh.
-        if let Some(s) = state.sources.get_mut(source)
-            && !s.in_flight
-        {
-            s.in_flight = true;
-            effects.push(Effect::Fetch(source));
-        }
+        // Show the freed (or claimed) GPUs now rather than at the next refresh (right
+        // after the fetch in flight, which may have left before the step).
+        effects.extend(super::sources::changed(state, source));
     }
     match (run.current(), run.failed_at()) {
         (Some(_), _) => effects.extend(send_current(state)),

@@ -17,11 +17,19 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     let Mode::Confirm(c) = &state.mode else {
         return;
     };
+    // A hand-over's steps are long lines: a wider dialog, each wrapped line counted.
+    let width: u16 = if c.steps.is_empty() { 64 } else { 80 };
+    let inner_w = usize::from(area.width.min(width).saturating_sub(2)).max(1);
+    let body_rows: usize = c
+        .body
+        .iter()
+        .map(|l| l.chars().count().div_ceil(inner_w).max(1))
+        .sum();
     let r = popup(
         area,
-        64,
+        width,
         u16::try_from(
-            c.body.len()
+            body_rows
                 + 2 * usize::from(c.type_to_confirm.is_some())
                 + usize::from(c.error.is_some()),
         )
