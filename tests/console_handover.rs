@@ -92,7 +92,8 @@ const FULL: &str = "handover cluster hold 12 then cluster cancel 11 then claim l
 #[test]
 fn the_command_line_parses_into_steps_or_says_what_is_wrong() {
     // (command, steps and their sources, or words of the refusal)
-    let table: &[(&str, Result<&[(usize, &str)], &str>)] = &[
+    type Want = Result<&'static [(usize, &'static str)], &'static str>;
+    let table: &[(&str, Want)] = &[
         (FULL, Ok(&[(0, "hold"), (0, "cancel"), (1, "claim")])),
         (
             "act hold 12 then cancel 11",
@@ -254,11 +255,11 @@ fn confirmed() -> State {
     st
 }
 
-fn done(answer: &str) -> Result<Outcome, Failure> {
-    Ok(Outcome::Engine(gpuboard::sources::actions::EngineDone {
+fn done(answer: &str) -> Outcome {
+    Outcome::Engine(gpuboard::sources::actions::EngineDone {
         action: EngineAction::new(EngineVerb::SlurmHold, "12").unwrap(),
         answer: answer.into(),
-    }))
+    })
 }
 
 #[test]
@@ -281,7 +282,7 @@ fn each_answer_sends_the_next_step_and_a_failure_stops_the_rest() {
             let result = if Some(i) == fails_at {
                 refused()
             } else {
-                done("ok")
+                Ok(done("ok"))
             };
             let out = update(
                 &mut st,
