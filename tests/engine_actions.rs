@@ -748,6 +748,8 @@ fn console_command(
     use gpuboard::console::update::update;
     use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
     let mut k = |c: KeyCode| update(st, Msg::Key(KeyEvent::new(c, KeyModifiers::NONE)));
+    // Closes the last hand-over's result pane.
+    k(KeyCode::Esc);
     k(KeyCode::Char(':'));
     for c in line.chars() {
         k(KeyCode::Char(c));
@@ -952,7 +954,7 @@ async fn a_hand_over_frees_slurm_gpus_and_claims_them_on_an_endpoint() {
         log.contains(&format!(
             "actor=tester source=cluster action=cancel target=job {runner} done:"
         )) && log.contains("actor=tester source=lab action=claim target=")
-            && log.contains("project cli"),
+            && log.contains("placed at gpunode:2,3"),
         "{log}"
     );
 

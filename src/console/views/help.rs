@@ -46,7 +46,11 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
         }
     }
     lines.push(Line::styled(
-        ": commands: view names, source NAME|all, sort COL, filter TEXT, cordon, uncordon, reset PROJECT, act VERB [TARGET], handover STEP then STEP (a step: [SOURCE] VERB TARGET, or claim [SOURCE] FLAGS), quit",
+        ": commands: view names, source NAME|all, sort COL, filter TEXT, cordon, uncordon, reset PROJECT, act VERB [TARGET], quit",
+        theme.dim,
+    ));
+    lines.push(Line::styled(
+        ": handover STEP then STEP...: one confirmation, stops at the first failure; STEP: [SRC] VERB TARGET or claim [SRC] FLAGS",
         theme.dim,
     ));
     // Two columns when wide enough.
