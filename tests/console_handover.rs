@@ -474,3 +474,39 @@ async fn the_executor_refuses_every_step_in_read_only_mode() {
     assert_eq!(run.results[2], Some(StepResult::NotRun));
     assert!(flash(&st).contains("read-only"), "{}", flash(&st));
 }
+
+#[test]
+fn boinc_gpu_mode_never_then_a_claim_needs_no_typed_id() {
+    let mut st = state(false);
+    st.sources
+        .push(SourceSlot::new("cruncher", "boinc", false, None));
+    command(
+        &mut st,
+        "handover gpu-mode never then claim lab --gpus 1 --project render",
+    );
+    let Mode::Confirm(c) = &st.mode else {
+        panic!("{:?} {}", st.mode, flash(&st))
+    };
+    let got: Vec<(usize, &str)> = c
+        .steps
+        .iter()
+        .map(|s| (s.source, s.action.verb()))
+        .collect();
+    assert_eq!(got, vec![(2, "gpu-mode"), (1, "claim")]);
+    assert_eq!(c.type_to_confirm, None, "no Slurm cancel in it");
+    assert!(
+        c.body[0].starts_with("1. cruncher: gpu-mode GPU mode never"),
+        "{:?}",
+        c.body
+    );
+    // Confirmed with OK alone: the BOINC step is sent first.
+    key(&mut st, KeyCode::Tab);
+    let out = key(&mut st, KeyCode::Enter);
+    assert_eq!(
+        out,
+        vec![Effect::Act {
+            source: 2,
+            action: engine(EngineVerb::BoincGpuMode, "never"),
+        }]
+    );
+}
