@@ -226,6 +226,18 @@ fn one_confirmation_lists_every_step_cancel_focused_with_the_job_id_typed() {
     );
     assert_eq!(st.mode, Mode::Handover);
     assert_eq!(st.handover.as_ref().unwrap().current(), Some(0));
+    // A second hand-over waits for this one: its later steps must still be sent.
+    key(&mut st, KeyCode::Esc);
+    assert!(command(&mut st, "act hold 12 then cancel 11").is_empty());
+    assert_eq!(st.mode, Mode::Normal);
+    assert!(
+        flash(&st).contains("a hand-over is under way (step 1 of 3)"),
+        "{}",
+        flash(&st)
+    );
+    assert_eq!(st.handover.as_ref().unwrap().steps.len(), 3);
+    command(&mut st, "handover");
+    assert_eq!(st.mode, Mode::Handover, "`:handover` reopens its pane");
 }
 
 #[test]

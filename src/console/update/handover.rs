@@ -273,6 +273,19 @@ pub(super) fn ask(state: &mut State, steps: Vec<StepPlan>) {
     let Some(first) = steps.first().cloned() else {
         return;
     };
+    // One at a time: a second run would leave the first one's later steps unsent.
+    if let Some(i) = state.handover.as_ref().and_then(HandoverRun::current) {
+        let n = state.handover.as_ref().map_or(0, |r| r.steps.len());
+        flash(
+            state,
+            format!(
+                "a hand-over is under way (step {} of {n}): wait for it to end                  (:handover shows it); nothing was sent",
+                i + 1
+            ),
+            true,
+        );
+        return;
+    }
     if let Some(why) = steps
         .iter()
         .find_map(|s| refusal(state, s.source, &s.action))
