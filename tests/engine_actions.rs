@@ -1023,3 +1023,53 @@ async fn a_hand_over_frees_slurm_gpus_and_claims_them_on_an_endpoint() {
     }
     drop(server);
 }
+
+/// `--readonly` refuses a whole hand-over, its claim included, before anything is sent
+/// (unreachable peers: a step that tried would fail differently), with an audit line per
+/// step.
+#[test]
+fn read_only_refuses_a_hand_over_with_its_claim() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "[[endpoints]]\nname = \"s\"\nkind = \"slurm\"\nurl = \"unix:/nonexistent/s.sock\"\n\
+         [[endpoints]]\nname = \"lab\"\nurl = \"http://127.0.0.1:1\"\n",
+    )
+    .unwrap();
+    let o = act(
+        &config,
+        dir.path(),
+        &[
+            "s",
+            "hold",
+            "12",
+            "--then",
+            "cancel",
+            "11",
+            "--then-claim",
+            "lab",
+            "--gpus",
+            "2",
+            "--project",
+            "p",
+            "--yes",
+            "--readonly",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(6), "{}", text(&o));
+    let log = audit_log(dir.path());
+    assert_eq!(log.matches("refused: read-only").count(), 3, "{log}");
+    assert!(
+        log.contains("source=lab action=claim target=nvidia.com/gpu=2 refused: read-only"),
+        "{log}"
+    );
+    // Claim flags without --then-claim are refused by the parser, naming the flag.
+    let o = act(
+        &config,
+        dir.path(),
+        &["s", "hold", "12", "--gpus", "2", "--yes"],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("--then-claim"), "{}", text(&o));
+}
