@@ -522,3 +522,67 @@ fn boinc_gpu_mode_never_then_a_claim_needs_no_typed_id() {
         }]
     );
 }
+
+#[test]
+fn a_last_claim_without_flags_is_filled_in_the_claim_form() {
+    use gpuboard::placement::Allocation;
+    let mut st = state(false);
+    command(&mut st, "handover cancel 11 then claim lab");
+    let Mode::Form(f) = &st.mode else {
+        panic!("{:?} {}", st.mode, flash(&st))
+    };
+    assert_eq!(f.source, 1);
+    assert_eq!(f.handover.len(), 1);
+    assert!(flash(&st).contains("step 2 of 2"), "{}", flash(&st));
+    // Enter previews (the endpoint plans it), Enter again opens the one confirmation.
+    let out = key(&mut st, KeyCode::Enter);
+    assert!(
+        matches!(out[..], [Effect::Plan { source: 1, .. }]),
+        "{out:?}"
+    );
+    update(
+        &mut st,
+        Msg::Planned {
+            source: 1,
+            result: Ok(Allocation {
+                node: "gpunode".into(),
+                shares: Vec::new(),
+                cpus: None,
+            }),
+        },
+    );
+    assert!(
+        key(&mut st, KeyCode::Enter).is_empty(),
+        "nothing sent before OK"
+    );
+    let Mode::Confirm(c) = &st.mode else {
+        panic!("{:?} {}", st.mode, flash(&st))
+    };
+    assert_eq!(c.steps.len(), 2);
+    assert_eq!(c.steps[1].source, 1);
+    assert!(matches!(c.steps[1].action, Action::Claim { .. }));
+    assert!(c.body[1].starts_with("2. lab: claim "), "{:?}", c.body);
+    assert_eq!(c.type_to_confirm.as_deref(), Some("11"));
+    // Cancel goes back to the form, its steps kept.
+    key(&mut st, KeyCode::Esc);
+    let Mode::Form(f) = &st.mode else {
+        panic!("{:?}", st.mode)
+    };
+    assert_eq!(f.handover.len(), 1);
+
+    // Refusals, nothing sent.
+    for (readonly, text, words) in [
+        (true, "handover cancel 11 then claim lab", "read-only"),
+        (
+            false,
+            "handover claim lab then cancel 11",
+            "must be the last step",
+        ),
+        (false, "handover claim lab", "give a step before the claim"),
+    ] {
+        let mut st = state(readonly);
+        assert!(command(&mut st, text).is_empty());
+        assert_eq!(st.mode, Mode::Normal, "{text}");
+        assert!(flash(&st).contains(words), "{text}: {}", flash(&st));
+    }
+}

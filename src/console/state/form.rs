@@ -102,7 +102,8 @@ pub enum FormStage {
 }
 
 /// The claim form.
-#[derive(Clone, Debug, PartialEq, Eq)]
+// Not `Eq`: a hand-over's steps hold actions.
+#[derive(Clone, Debug, PartialEq)]
 pub struct ClaimForm {
     /// The source it goes to.
     pub source: usize,
@@ -118,6 +119,9 @@ pub struct ClaimForm {
     pub stage: FormStage,
     /// The source's or the validator's error, in its words.
     pub error: Option<String>,
+    /// A hand-over's steps before this claim (empty: a plain claim); submitting asks to
+    /// confirm them all in one dialog.
+    pub handover: Vec<super::StepPlan>,
 }
 
 impl ClaimForm {
@@ -134,6 +138,7 @@ impl ClaimForm {
             focus: 1,
             stage: FormStage::Editing,
             error: None,
+            handover: Vec::new(),
         }
     }
 

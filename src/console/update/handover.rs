@@ -8,7 +8,8 @@
 //!
 //! A step is `[SOURCE] VERB TARGET` (an engine action: `cluster cancel 11`) or
 //! `claim [SOURCE] FLAGS` with `gpuboard claim`'s flags (`claim lab --gpus 2 --node
-//! gpunode --devices 0,1 --project p`).
+//! gpunode --devices 0,1 --project p`); a last `claim [SOURCE]` with no flags opens the
+//! claim form, whose submission opens the one confirmation.
 
 use std::fmt::Write as _;
 
@@ -23,7 +24,10 @@ use crate::wire::ClaimDraft;
 use super::{act, flash, refusal};
 use crate::console::keymap::{Context, KeyAction};
 use crate::console::msg::Effect;
-use crate::console::state::{Confirm, HandoverRun, Mode, State, StepPlan, View};
+use crate::console::state::{
+    ClaimForm, Confirm, FormStage, HandoverRun, Mode, State, StepPlan, View,
+};
+use crate::request::ClaimRequest;
 
 /// The word between steps.
 const THEN: &str = "then";
@@ -43,11 +47,91 @@ pub(super) fn command(state: &mut State, arg: &str) -> Vec<Effect> {
         }
         return Vec::new();
     }
+    if under_way(state) {
+        return Vec::new();
+    }
     match parse(state, arg) {
-        Ok(steps) => ask(state, steps),
+        Ok((steps, None)) => ask(state, steps, None),
+        Ok((before, Some(source))) => open_form(state, before, source),
         Err(why) => flash(state, format!("hand-over: {why}; nothing was sent"), true),
     }
     Vec::new()
+}
+
+/// A last step `claim [SOURCE]` with no flags: the claim form on that source, the steps
+/// before it kept in the form; submitting it opens the one confirmation.
+fn open_form(state: &mut State, before: Vec<StepPlan>, source: usize) {
+    if before.is_empty() {
+        flash(
+            state,
+            "hand-over: give a step before the claim (c alone makes a plain claim); \
+             nothing was sent",
+            true,
+        );
+        return;
+    }
+    if let Some(why) = before
+        .iter()
+        .find_map(|s| refusal(state, s.source, &s.action))
+    {
+        flash(
+            state,
+            format!("hand-over refused, nothing was sent: {why}"),
+            true,
+        );
+        return;
+    }
+    let n = before.len() + 1;
+    let name = state.sources.get(source).map_or("?", |s| s.name.as_str());
+    let text = format!(
+        "hand-over: the claim on {name} is step {n} of {n}; Enter previews it, Enter again \
+         lists every step to confirm"
+    );
+    let mut form = ClaimForm::new(source);
+    form.handover = before;
+    state.mode = Mode::Form(Box::new(form));
+    flash(state, text, false);
+}
+
+/// The claim form of a hand-over was submitted: the one confirmation of its steps and the
+/// claim (Cancel goes back to the form).
+pub(super) fn with_form_claim(
+    state: &mut State,
+    mut form: ClaimForm,
+    request: ClaimRequest,
+) -> Vec<Effect> {
+    let mut steps = form.handover.clone();
+    steps.push(StepPlan {
+        source: form.source,
+        action: Action::Claim { request },
+    });
+    form.stage = FormStage::Editing;
+    let back = Mode::Form(Box::new(form));
+    state.mode = back.clone();
+    ask(state, steps, Some(back));
+    Vec::new()
+}
+
+/// Refuses a new hand-over while one is under way: a second run would leave the first
+/// one's later steps unsent.
+fn under_way(state: &mut State) -> bool {
+    let Some((i, n)) = state
+        .handover
+        .as_ref()
+        .and_then(|r| r.current().map(|i| (i, r.steps.len())))
+    else {
+        return false;
+    };
+    flash(
+        state,
+        format!(
+            "a hand-over is under way (step {} of {n}): wait for it to end \
+             (:handover shows it); nothing was sent",
+            i + 1
+        ),
+        true,
+    );
+    true
 }
 
 /// `H`: writes the hand-over line for the selected claim of an engine on the command line
@@ -97,18 +181,36 @@ pub(super) fn key(state: &mut State) -> Vec<Effect> {
     Vec::new()
 }
 
-/// The steps `text` names, checked before anything is sent.
-fn parse(state: &State, text: &str) -> Result<Vec<StepPlan>, String> {
-    let words: Vec<&str> = text.split_whitespace().collect();
-    let mut steps = Vec::new();
-    for (n, part) in words.split(|w| *w == THEN).enumerate() {
-        let step = parse_step(state, part).map_err(|e| format!("step {}: {e}", n + 1))?;
-        steps.push(step);
-    }
-    Ok(steps)
+/// One step as typed: an action, or a claim to fill in the claim form (on that source).
+// Parsed once per command line; boxing the plan would buy nothing.
+#[allow(clippy::large_enum_variant)]
+enum Step {
+    Plan(StepPlan),
+    Form(usize),
 }
 
-fn parse_step(state: &State, words: &[&str]) -> Result<StepPlan, String> {
+/// The steps `text` names, checked before anything is sent, and the source of a last
+/// claim left to the claim form.
+fn parse(state: &State, text: &str) -> Result<(Vec<StepPlan>, Option<usize>), String> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let parts: Vec<&[&str]> = words.split(|w| *w == THEN).collect();
+    let mut steps = Vec::new();
+    for (n, part) in parts.iter().enumerate() {
+        match parse_step(state, part).map_err(|e| format!("step {}: {e}", n + 1))? {
+            Step::Plan(p) => steps.push(p),
+            Step::Form(source) if n + 1 == parts.len() => return Ok((steps, Some(source))),
+            Step::Form(_) => {
+                return Err(format!(
+                    "step {}: a claim without flags (filled in the form) must be the last step",
+                    n + 1
+                ));
+            }
+        }
+    }
+    Ok((steps, None))
+}
+
+fn parse_step(state: &State, words: &[&str]) -> Result<Step, String> {
     let named = words
         .first()
         .and_then(|w| state.sources.iter().position(|s| s.name == *w));
@@ -131,7 +233,7 @@ fn parse_step(state: &State, words: &[&str]) -> Result<StepPlan, String> {
                 _ => claim_step(state, source, tail),
             }
         }
-        [verb, target] => engine_step(state, source, verb, target),
+        [verb, target] => engine_step(state, source, verb, target).map(Step::Plan),
         _ => Err(format!(
             "`{}`: an engine action is VERB TARGET (one target), such as `cancel 11`",
             rest.join(" ")
@@ -177,9 +279,9 @@ fn engine_step(
     })
 }
 
-/// A claim with `gpuboard claim`'s flags; without a source named, the only source that
-/// takes claims.
-fn claim_step(state: &State, source: Option<usize>, flags: &[&str]) -> Result<StepPlan, String> {
+/// A claim with `gpuboard claim`'s flags (none: filled in the claim form); without a
+/// source named, the only source that takes claims.
+fn claim_step(state: &State, source: Option<usize>, flags: &[&str]) -> Result<Step, String> {
     let source = match source {
         Some(i) if state.sources[i].can_act => i,
         Some(i) => {
@@ -209,6 +311,9 @@ fn claim_step(state: &State, source: Option<usize>, flags: &[&str]) -> Result<St
             }
         }
     };
+    if flags.is_empty() {
+        return Ok(Step::Form(source));
+    }
     let mut draft = ClaimDraft {
         holder: state.operator.clone(),
         ..ClaimDraft::default()
@@ -261,29 +366,19 @@ fn claim_step(state: &State, source: Option<usize>, flags: &[&str]) -> Result<St
     let request = draft
         .to_request(serde_json::Map::new())
         .map_err(|e| format!("claim: {e}"))?;
-    Ok(StepPlan {
+    Ok(Step::Plan(StepPlan {
         source,
         action: Action::Claim { request },
-    })
+    }))
 }
 
 /// Opens the one confirmation listing every step (Cancel focused; the job ids of Slurm
 /// cancels typed out), unless the console is read-only or a step's source cannot act.
-pub(super) fn ask(state: &mut State, steps: Vec<StepPlan>) {
+fn ask(state: &mut State, steps: Vec<StepPlan>, back: Option<Mode>) {
     let Some(first) = steps.first().cloned() else {
         return;
     };
-    // One at a time: a second run would leave the first one's later steps unsent.
-    if let Some(i) = state.handover.as_ref().and_then(HandoverRun::current) {
-        let n = state.handover.as_ref().map_or(0, |r| r.steps.len());
-        flash(
-            state,
-            format!(
-                "a hand-over is under way (step {} of {n}): wait for it to end                  (:handover shows it); nothing was sent",
-                i + 1
-            ),
-            true,
-        );
+    if under_way(state) {
         return;
     }
     if let Some(why) = steps
@@ -327,6 +422,7 @@ pub(super) fn ask(state: &mut State, steps: Vec<StepPlan>) {
     let mut confirm = Confirm::new(first.source, first.action, title, body);
     confirm.type_to_confirm = (!typed.is_empty()).then(|| typed.join(" "));
     confirm.steps = steps;
+    confirm.back = back.map(Box::new);
     super::confirm::ask(state, confirm);
 }
 
