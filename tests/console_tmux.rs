@@ -213,3 +213,54 @@ fn at_80x24_the_cordon_target_survives_a_resort_and_idle_filters() {
     }
     s.keys(&["q"]);
 }
+
+/// A hand-over in the real binary: one confirmation lists the three steps; the second
+/// does not fit and stops it; the result pane shows done, FAILED with the source's words
+/// and not run; the console's log has an audit line per step that ran.
+#[test]
+fn a_hand_over_stops_at_its_failed_step_and_shows_each_result() {
+    let (s, home) = demo_session(120, 36, "handover");
+    s.wait_for("GPUs (28)");
+    s.keys(&[
+        ":",
+        "handover claim demo --memory 1Gi --project first then claim demo --gpus 99 --project second then claim demo --memory 1Gi --project third",
+        "Enter",
+    ]);
+    let screen = s.wait_for("Hand-over: 3 steps");
+    for want in [
+        "1. demo: claim",
+        "2. demo: claim",
+        "3. demo: claim",
+        "[ Cancel ]",
+        "[ hand over ]",
+    ] {
+        assert!(screen.contains(want), "{want}:\n{screen}");
+    }
+    s.keys(&["Tab", "Enter"]);
+    let screen = s.wait_for("STOPPED at step 2 of 3");
+    assert!(
+        screen.contains("1. demo: claim") && screen.contains(": done: "),
+        "{screen}"
+    );
+    assert!(screen.contains("FAILED: "), "{screen}");
+    assert!(
+        screen.contains("not run (an earlier step failed)"),
+        "{screen}"
+    );
+    // Esc closes the pane; the Events view has each step.
+    s.keys(&["Escape", "6"]);
+    let screen = s.wait_for("hand-over step 3/3");
+    assert!(
+        screen.contains("hand-over step 2/3: demo: claim"),
+        "{screen}"
+    );
+    let log = std::fs::read_to_string(home.path().join("state/gpuboard/console.log")).unwrap();
+    assert_eq!(
+        log.lines()
+            .filter(|l| l.contains("action=\"claim\"") || l.contains("action=claim"))
+            .count(),
+        2,
+        "an audit line per step that ran:\n{log}"
+    );
+    s.keys(&["q"]);
+}

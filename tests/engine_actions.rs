@@ -189,6 +189,7 @@ async fn slurm_actions_on_a_real_cluster() {
         eprintln!("GPUBOARD_SKIP_PEERS has slurm: skipped");
         return;
     }
+    let _one = SLURM.lock().await;
     let cluster = tokio::task::spawn_blocking(slurm_cluster::Cluster::start)
         .await
         .unwrap();
@@ -692,4 +693,383 @@ async fn a_hand_over_stops_at_the_first_failure() {
     let after = demo.fetch().await.unwrap().snapshot().unwrap();
     assert_eq!(after.claims.len(), claims_before + 1);
     assert!(after.claims.iter().all(|c| c.project != "after"));
+}
+
+/// One Slurm cluster at a time in this binary: two would share the machine's two cores.
+static SLURM: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Drives the console's update with the real driver's executor until the hand-over in
+/// `st` is over: every effect is performed on `sources`, every answer fed back.
+async fn run_console(
+    st: &mut gpuboard::console::state::State,
+    sources: &[std::sync::Arc<dyn Source>],
+    first: Vec<gpuboard::console::msg::Effect>,
+) {
+    use gpuboard::clock::{Clock, SystemClock};
+    use gpuboard::console::driver::perform;
+    use gpuboard::console::update::update;
+    let clock: std::sync::Arc<dyn Clock> = std::sync::Arc::new(SystemClock);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut pending = first;
+    let deadline = Instant::now() + Duration::from_mins(1);
+    loop {
+        for e in pending.drain(..) {
+            perform(
+                e,
+                sources,
+                st.readonly,
+                Duration::from_secs(10),
+                &clock,
+                &tx,
+            );
+        }
+        if st.handover.as_ref().is_some_and(|r| r.current().is_none()) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "hand-over not over: {:?}",
+            st.handover
+        );
+        if let Ok(Some(msg)) = tokio::time::timeout(Duration::from_secs(1), rx.recv()).await {
+            pending = update(st, msg);
+        }
+    }
+}
+
+/// Types a `:` command line and, when a confirmation opens, the id asked, Tab to OK and
+/// Enter; returns the effects of OK.
+fn console_command(
+    st: &mut gpuboard::console::state::State,
+    line: &str,
+    id: &str,
+) -> Vec<gpuboard::console::msg::Effect> {
+    use gpuboard::console::msg::Msg;
+    use gpuboard::console::update::update;
+    use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+    let mut k = |c: KeyCode| update(st, Msg::Key(KeyEvent::new(c, KeyModifiers::NONE)));
+    // Closes the last hand-over's result pane.
+    k(KeyCode::Esc);
+    k(KeyCode::Char(':'));
+    for c in line.chars() {
+        k(KeyCode::Char(c));
+    }
+    k(KeyCode::Enter);
+    for c in id.chars() {
+        k(KeyCode::Char(c));
+    }
+    k(KeyCode::Tab);
+    k(KeyCode::Enter)
+}
+
+/// The endpoint's claims of `project`.
+async fn endpoint_claims(
+    client: &gpuboard::client::Client,
+    project: &str,
+) -> Vec<gpuboard::snapshot::ClaimView> {
+    let s = client.snapshot().await.unwrap();
+    s.claims
+        .into_iter()
+        .filter(|c| c.project == project)
+        .collect()
+}
+
+/// A hand-over from the console and from `gpuboard act`, end to end: a real Slurm cluster
+/// and a real `gpuboard serve` whose inventory has the Slurm node's four GPUs. Hold a
+/// pending job, cancel the running one, claim its GPUs on the endpoint: the GPUs come free
+/// in the next Slurm snapshot and the endpoint holds the claim. A failing middle step
+/// leaves the later ones not run: the job after it runs on, the endpoint gets no claim.
+#[tokio::test]
+async fn a_hand_over_frees_slurm_gpus_and_claims_them_on_an_endpoint() {
+    use gpuboard::console::keymap::Keymap;
+    use gpuboard::console::state::{SourceSlot, State};
+    use gpuboard::sources::endpoint::Http;
+    use gpuboard::sources::handover::StepResult;
+    use std::sync::Arc;
+    if skip_peer("slurm") {
+        eprintln!("GPUBOARD_SKIP_PEERS has slurm: skipped");
+        return;
+    }
+    let _one = SLURM.lock().await;
+    let cluster = tokio::task::spawn_blocking(slurm_cluster::Cluster::start)
+        .await
+        .unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let inventory = data.path().join("inventory.toml");
+    std::fs::write(
+        &inventory,
+        "[[nodes]]\nname = \"gpunode\"\ncpus = 4\n[[nodes.gpus]]\nmodel = \"NVIDIA A100-SXM4-80GB\"\nmemory = \"80GiB\"\ncount = 4\n",
+    )
+    .unwrap();
+    let serve_dir = data.path().join("serve");
+    std::fs::create_dir(&serve_dir).unwrap();
+    let server = common::Server::start(&serve_dir, &inventory, &[]);
+    let token = server.operator_token();
+    let client =
+        gpuboard::client::Client::new(&server.url, Some(token.clone()), Duration::from_secs(10))
+            .unwrap();
+    let state = data.path().join("state");
+    let config = data.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[endpoints]]\nname = \"cluster\"\nkind = \"slurm\"\nurl = \"{}\"\n\
+             [[endpoints]]\nname = \"lab\"\nurl = \"{}\"\ntoken_file = \"{}\"\n",
+            cluster.url(),
+            server.url,
+            serve_dir.join("operator.token").display()
+        ),
+    )
+    .unwrap();
+
+    // GPUs 0-1: train; `waiting` asks three and waits.
+    let train = cluster.submit("nobody", "train", "gpu:a100:2");
+    let waiting = cluster.submit("nobody", "waiting", "gpu:a100:3");
+    cluster.wait_for("train runs, waiting waits", || {
+        cluster.job(train).starts_with("RUNNING") && cluster.job(waiting).starts_with("PENDING")
+    });
+    let mut cfg = SlurmConfig::new(cluster.url());
+    cfg.name = "cluster".into();
+    let slurm = Arc::new(SlurmSource::new(cfg).unwrap());
+    let lab =
+        Arc::new(Http::new("lab", &server.url, Some(token), Duration::from_secs(10)).unwrap());
+    let sources: Vec<Arc<dyn Source>> = vec![slurm.clone(), lab];
+    let slots = sources
+        .iter()
+        .map(|s| SourceSlot::new(s.name(), s.kind(), s.can_act(), s.note()))
+        .collect();
+    let mut st = State::new(slots, Keymap::builtin(), 2_000, false);
+
+    // The console: hold, cancel, claim, in one confirmation.
+    let first = console_command(
+        &mut st,
+        &format!(
+            "handover cluster hold {waiting} then cluster cancel {train} then claim lab \
+             --gpus 2 --node gpunode --devices 0,1 --project deadline"
+        ),
+        &train.to_string(),
+    );
+    assert_eq!(
+        first.len(),
+        1,
+        "the first step only: {first:?} {:?}",
+        st.flash
+    );
+    run_console(&mut st, &sources, first).await;
+    let run = st.handover.clone().unwrap();
+    for (i, r) in run.results.iter().enumerate() {
+        assert!(matches!(r, Some(StepResult::Done(_))), "step {i}: {r:?}");
+    }
+    let s = snapshot_until(&slurm, "GPUs 0 and 1 free", |s| {
+        (0..2).all(|i| s.nodes[0].devices[i].compute_allocated == Units(0))
+    })
+    .await;
+    assert!(job_claim(&s, train).is_none());
+    assert_eq!(cluster.job(waiting), "PENDING JobHeldUser");
+    let mine = endpoint_claims(&client, "deadline").await;
+    assert_eq!(mine.len(), 1, "{mine:?}");
+    assert_eq!(mine[0].node.as_deref(), Some("gpunode"));
+    let devices: Vec<u32> = mine[0].shares.iter().map(|s| s.device).collect();
+    assert_eq!(devices, vec![0, 1]);
+    assert_eq!(mine[0].holder, st.operator);
+    assert!(
+        st.log
+            .iter()
+            .any(|l| l.contains("hand-over step 3/3: lab: claim"))
+    );
+
+    // A failing middle step: the cancel of a job that is gone stops the hand-over; the
+    // running job after it is not cancelled, the endpoint gets no claim.
+    let runner = cluster.submit("nobody", "runner", "gpu:a100:4");
+    let queued = cluster.submit("nobody", "queued", "gpu:a100:1");
+    cluster.wait_for("runner runs, queued waits", || {
+        cluster.job(runner).starts_with("RUNNING") && cluster.job(queued).starts_with("PENDING")
+    });
+    let first = console_command(
+        &mut st,
+        &format!(
+            "handover cluster hold {queued} then cluster cancel 999999 then cluster cancel \
+             {runner} then claim lab --gpus 2 --node gpunode --devices 2,3 --project late"
+        ),
+        &format!("999999 {runner}"),
+    );
+    assert_eq!(first.len(), 1, "{first:?} {:?}", st.flash);
+    run_console(&mut st, &sources, first).await;
+    let run = st.handover.clone().unwrap();
+    assert!(
+        matches!(run.results[0], Some(StepResult::Done(_))),
+        "{run:?}"
+    );
+    let Some(StepResult::Failed(e)) = &run.results[1] else {
+        panic!("{run:?}")
+    };
+    assert!(e.to_string().contains("Unable to find JobId=999999"), "{e}");
+    assert_eq!(run.results[2], Some(StepResult::NotRun));
+    assert_eq!(run.results[3], Some(StepResult::NotRun));
+    let flash = st.flash.clone().unwrap();
+    assert!(
+        flash.error && flash.text.contains("STOPPED at step 2/4"),
+        "{flash:?}"
+    );
+    assert!(
+        cluster.job(runner).starts_with("RUNNING"),
+        "{}",
+        cluster.job(runner)
+    );
+    assert_eq!(cluster.job(queued), "PENDING JobHeldUser");
+    assert!(endpoint_claims(&client, "late").await.is_empty());
+    assert_eq!(endpoint_claims(&client, "deadline").await.len(), 1);
+
+    // The command: cancel the runner, then claim GPUs 2-3 on the endpoint.
+    let o = act(
+        &config,
+        &state,
+        &[
+            "cluster",
+            "cancel",
+            &runner.to_string(),
+            "--then-claim",
+            "lab",
+            "--gpus",
+            "2",
+            "--node",
+            "gpunode",
+            "--devices",
+            "2,3",
+            "--project",
+            "cli",
+            "--yes",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    snapshot_until(&slurm, "all four GPUs free", |s| {
+        (0..4).all(|i| s.nodes[0].devices[i].compute_allocated == Units(0))
+    })
+    .await;
+    let cli = endpoint_claims(&client, "cli").await;
+    assert_eq!(cli.len(), 1, "{cli:?}");
+    assert_eq!(cli[0].holder.as_deref(), Some("tester"));
+    let log = audit_log(&state);
+    assert!(
+        log.contains(&format!(
+            "actor=tester source=cluster action=cancel target=job {runner} done:"
+        )) && log.contains("actor=tester source=lab action=claim target=")
+            && log.contains("placed at gpunode:2,3"),
+        "{log}"
+    );
+
+    // It stops at the first failure: no claim after a failed cancel (exit 8).
+    let o = act(
+        &config,
+        &state,
+        &[
+            "cluster",
+            "cancel",
+            "999997",
+            "--then-claim",
+            "lab",
+            "--gpus",
+            "1",
+            "--project",
+            "nope",
+            "--yes",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(8), "{}", text(&o));
+    assert!(
+        text(&o).contains("claim") && text(&o).contains("not run"),
+        "{}",
+        text(&o)
+    );
+    assert!(endpoint_claims(&client, "nope").await.is_empty());
+
+    // Bad input names what is wrong and sends nothing: the held job stays held.
+    for (args, words) in [
+        (
+            vec!["--then-claim", "cluster", "--gpus", "1", "--project", "p"],
+            "claims go to a gpuboard endpoint",
+        ),
+        (
+            vec!["--then-claim", "nowhere", "--gpus", "1", "--project", "p"],
+            "no endpoint `nowhere`",
+        ),
+        (
+            vec![
+                "--then-claim",
+                "lab",
+                "--gpus",
+                "1",
+                "--fraction",
+                "0.5",
+                "--project",
+                "p",
+            ],
+            "--then-claim lab: ",
+        ),
+    ] {
+        let mut all = vec!["cluster", "release"];
+        let q = queued.to_string();
+        all.push(&q);
+        all.extend(args);
+        all.push("--yes");
+        let o = act(&config, &state, &all);
+        assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+        assert!(
+            text(&o).contains(words) && text(&o).contains("nothing was sent"),
+            "{}",
+            text(&o)
+        );
+        assert_eq!(cluster.job(queued), "PENDING JobHeldUser");
+    }
+    drop(server);
+}
+
+/// `--readonly` refuses a whole hand-over, its claim included, before anything is sent
+/// (unreachable peers: a step that tried would fail differently), with an audit line per
+/// step.
+#[test]
+fn read_only_refuses_a_hand_over_with_its_claim() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "[[endpoints]]\nname = \"s\"\nkind = \"slurm\"\nurl = \"unix:/nonexistent/s.sock\"\n\
+         [[endpoints]]\nname = \"lab\"\nurl = \"http://127.0.0.1:1\"\n",
+    )
+    .unwrap();
+    let o = act(
+        &config,
+        dir.path(),
+        &[
+            "s",
+            "hold",
+            "12",
+            "--then",
+            "cancel",
+            "11",
+            "--then-claim",
+            "lab",
+            "--gpus",
+            "2",
+            "--project",
+            "p",
+            "--yes",
+            "--readonly",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(6), "{}", text(&o));
+    let log = audit_log(dir.path());
+    assert_eq!(log.matches("refused: read-only").count(), 3, "{log}");
+    assert!(
+        log.contains("source=lab action=claim target=nvidia.com/gpu=2 refused: read-only"),
+        "{log}"
+    );
+    // Claim flags without --then-claim are refused by the parser, naming the flag.
+    let o = act(
+        &config,
+        dir.path(),
+        &["s", "hold", "12", "--gpus", "2", "--yes"],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("--then-claim"), "{}", text(&o));
 }

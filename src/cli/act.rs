@@ -2,6 +2,10 @@
 //! BOINC, Ray) on a source of the console's config file, the same executor the console
 //! uses; and `gpuboard act SOURCE --list`, what that source offers and why not the rest.
 //!
+//! `--then ACTION TARGET` adds steps on the same source and `--then-claim ENDPOINT` with
+//! `gpuboard claim`'s flags ends them with a claim on a gpuboard endpoint: a hand-over, run
+//! in order and stopped at the first failure.
+//!
 //! It asks before acting (the target typed out for what frees GPUs) unless `--yes`, refuses
 //! everything with `--readonly`, and writes the console's audit line to the console's log
 //! (and stderr) for every attempt.
@@ -16,9 +20,15 @@ use clap::Args;
 use serde::Deserialize;
 use serde_json::json;
 
+mod then_claim;
+
+pub use then_claim::ThenClaimArgs;
+
 use super::{EXIT_AUTH, EXIT_INVALID, EXIT_UNREACHABLE, print_json, user};
+use crate::request::ClaimRequest;
 use crate::sources::actions::{EngineAction, EngineVerb, RAY_READ_ONLY, audit_line, offers};
 use crate::sources::boinc::{BoincConfig, BoincSource};
+use crate::sources::endpoint::Http;
 use crate::sources::error::SourceError;
 use crate::sources::handover::{HandoverStep, StepResult, hand_over};
 use crate::sources::ray::{RayConfig, RaySource};
@@ -64,6 +74,9 @@ pub struct ActArgs {
     /// Print JSON instead of a sentence.
     #[arg(long)]
     pub json: bool,
+    /// A hand-over's last step: a claim on a gpuboard endpoint.
+    #[command(flatten)]
+    pub claim: ThenClaimArgs,
 }
 
 /// The endpoints of the console's config file; the rest of the file is the console's.
@@ -125,14 +138,50 @@ pub(super) async fn act(args: ActArgs) -> anyhow::Result<u8> {
         }
     }
     let actor = user().unwrap_or_else(|| "?".to_string());
-    let audit = |action: &EngineAction, result: Result<&str, &str>| {
-        let line = audit_line(&actor, &endpoint.name, action, result);
+    // The claim that ends a hand-over, checked before anything is sent too.
+    let claim = match &args.claim.then_claim {
+        None => None,
+        Some(name) => match claim_endpoint(&args, name) {
+            Ok(found) => Some(found),
+            Err(Stop(code, why)) => {
+                eprintln!("gpuboard: {why}; nothing was sent");
+                return Ok(code);
+            }
+        },
+    };
+    let mut planned: Vec<(String, Action)> = actions
+        .iter()
+        .map(|a| (endpoint.name.clone(), Action::Engine(a.clone())))
+        .collect();
+    if let Some((ep, request)) = &claim {
+        planned.push((
+            ep.name.clone(),
+            Action::Claim {
+                request: request.clone(),
+            },
+        ));
+    }
+    let audit = |source: &str, action: &Action, result: Result<&str, &str>| {
+        let line = match action {
+            Action::Engine(a) => audit_line(&actor, source, a, result),
+            other => {
+                let (status, words) = match result {
+                    Ok(w) => ("done", w),
+                    Err(w) => ("refused", w),
+                };
+                format!(
+                    "actor={actor} source={source} action={} target={} {status}: {words}",
+                    other.verb(),
+                    other.target()
+                )
+            }
+        };
         eprintln!("audit: {line}");
         append_to_log(&line);
     };
     if args.readonly {
-        for a in &actions {
-            audit(a, Err("read-only: gpuboard act was given --readonly"));
+        for (s, a) in &planned {
+            audit(s, a, Err("read-only: gpuboard act was given --readonly"));
         }
         eprintln!("gpuboard: read-only: nothing was sent to {}", endpoint.name);
         return Ok(EXIT_AUTH);
@@ -141,7 +190,7 @@ pub(super) async fn act(args: ActArgs) -> anyhow::Result<u8> {
         .iter()
         .find_map(|a| a.verb.unavailable().map(|w| (a, w)))
     {
-        audit(a, Err(why));
+        audit(&endpoint.name, &Action::Engine(a.clone()), Err(why));
         eprintln!(
             "gpuboard: {}: {} is not offered: {why}; nothing was sent",
             endpoint.name, a.verb
@@ -155,7 +204,7 @@ pub(super) async fn act(args: ActArgs) -> anyhow::Result<u8> {
         );
         return Ok(EXIT_INVALID);
     }
-    if !args.yes && !confirmed(&endpoint.name, &actions)? {
+    if !args.yes && !confirmed(&planned)? {
         eprintln!("gpuboard: not confirmed; nothing was sent");
         return Ok(EXIT_INVALID);
     }
@@ -167,17 +216,36 @@ pub(super) async fn act(args: ActArgs) -> anyhow::Result<u8> {
             return Ok(EXIT_INVALID);
         }
     };
-    let steps: Vec<HandoverStep> = actions
+    let mut steps: Vec<HandoverStep> = actions
         .iter()
         .map(|a| HandoverStep {
             source: Arc::clone(&source),
             action: Action::Engine(a.clone()),
         })
         .collect();
+    if let Some((ep, request)) = claim {
+        let token = match token_of(&ep) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("gpuboard: {}: {e:#}; nothing was sent", ep.name);
+                return Ok(EXIT_INVALID);
+            }
+        };
+        match Http::new(&ep.name, &ep.url, token, limit) {
+            Ok(http) => steps.push(HandoverStep {
+                source: Arc::new(http),
+                action: Action::Claim { request },
+            }),
+            Err(e) => {
+                eprintln!("gpuboard: {}: {e:#}; nothing was sent", ep.name);
+                return Ok(EXIT_INVALID);
+            }
+        }
+    }
     let results = hand_over(&steps, limit).await;
     let mut code = 0;
     let mut rows = Vec::new();
-    for (a, r) in actions.iter().zip(&results) {
+    for ((source, action), r) in planned.iter().zip(&results) {
         let answer = match r {
             StepResult::Done(Outcome::Engine(done)) => done.answer.clone(),
             StepResult::Done(other) => other.message(),
@@ -189,29 +257,38 @@ pub(super) async fn act(args: ActArgs) -> anyhow::Result<u8> {
         };
         match r {
             StepResult::Done(_) => {
-                audit(a, Ok(&answer));
+                audit(source, action, Ok(&answer));
                 if !args.json {
                     println!("{answer}");
                 }
             }
             StepResult::Failed(_) => {
-                audit(a, Err(&answer));
-                eprintln!("gpuboard: {}: {answer}", endpoint.name);
+                audit(source, action, Err(&answer));
+                eprintln!("gpuboard: {source}: {answer}");
             }
             StepResult::NotRun => {
                 eprintln!(
-                    "gpuboard: {}: {} {}: {answer}",
-                    endpoint.name, a.verb, a.target
+                    "gpuboard: {source}: {} {}: {answer}",
+                    action.verb(),
+                    action.target()
                 );
             }
         }
-        rows.push(json!({
-            "source": endpoint.name,
-            "action": a.verb.name(),
-            "target": a.target,
+        let target = match action {
+            Action::Engine(a) => a.target.clone(),
+            other => other.target(),
+        };
+        let mut row = json!({
+            "source": source,
+            "action": action.verb(),
+            "target": target,
             "done": matches!(r, StepResult::Done(_)),
             "answer": answer,
-        }));
+        });
+        if let StepResult::Done(Outcome::Claimed(view)) = r {
+            row["claim"] = json!(view.id.to_string());
+        }
+        rows.push(row);
     }
     if args.json {
         print_json(&if rows.len() == 1 {
@@ -244,8 +321,8 @@ fn exit_code(e: &Failure) -> u8 {
     }
 }
 
-/// The config's endpoint named `args.source`, or the only one of that kind.
-fn find(args: &ActArgs) -> Result<Endpoint, Stop> {
+/// The config file's path and its endpoints.
+fn read_config(args: &ActArgs) -> Result<(PathBuf, Vec<Endpoint>), Stop> {
     let path = args
         .config
         .clone()
@@ -264,7 +341,12 @@ fn find(args: &ActArgs) -> Result<Endpoint, Stop> {
     })?;
     let file: Endpoints = toml::from_str(&text)
         .map_err(|e| Stop(EXIT_INVALID, format!("config {}: {e}", path.display())))?;
-    let mut all = file.endpoints;
+    Ok((path, file.endpoints))
+}
+
+/// The config's endpoint named `args.source`, or the only one of that kind.
+fn find(args: &ActArgs) -> Result<Endpoint, Stop> {
+    let (path, mut all) = read_config(args)?;
     if let Some(i) = all.iter().position(|e| e.name == args.source) {
         return Ok(all.swap_remove(i));
     }
@@ -346,21 +428,26 @@ fn list(endpoint: &Endpoint, as_json: bool) -> anyhow::Result<()> {
 }
 
 /// Asks on the terminal: the targets typed out when a step frees GPUs, else y.
-fn confirmed(source: &str, actions: &[EngineAction]) -> anyhow::Result<bool> {
+fn confirmed(steps: &[(String, Action)]) -> anyhow::Result<bool> {
     let mut err = std::io::stderr().lock();
-    for a in actions {
+    for (source, action) in steps {
+        let effect = match action {
+            Action::Engine(a) => a.verb.effect(),
+            _ => "a claim on the endpoint",
+        };
         writeln!(
             err,
-            "{source}: {} {}: {}",
-            a.verb,
-            a.describe_target(),
-            a.verb.effect()
+            "{source}: {} {}: {effect}",
+            action.verb(),
+            action.target()
         )?;
     }
-    let typed: Vec<&str> = actions
+    let typed: Vec<&str> = steps
         .iter()
-        .filter(|a| a.verb.destructive())
-        .map(|a| a.target.as_str())
+        .filter_map(|(_, a)| match a {
+            Action::Engine(a) if a.verb.destructive() => Some(a.target.as_str()),
+            _ => None,
+        })
         .collect();
     if typed.is_empty() {
         write!(err, "Go ahead? [y/N] ")?;
@@ -378,19 +465,47 @@ fn confirmed(source: &str, actions: &[EngineAction]) -> anyhow::Result<bool> {
     })
 }
 
+/// The gpuboard endpoint `name` of the config and the claim to make there.
+fn claim_endpoint(args: &ActArgs, name: &str) -> Result<(Endpoint, ClaimRequest), Stop> {
+    let (path, all) = read_config(args)?;
+    let Some(ep) = all.into_iter().find(|e| e.name == name) else {
+        return Err(Stop(
+            EXIT_INVALID,
+            format!("--then-claim: no endpoint `{name}` in {}", path.display()),
+        ));
+    };
+    if ep.kind != "gpuboard" {
+        return Err(Stop(
+            EXIT_INVALID,
+            format!(
+                "--then-claim: {name} is a {} source: claims go to a gpuboard endpoint",
+                ep.kind
+            ),
+        ));
+    }
+    let request = args
+        .claim
+        .request(user())
+        .map_err(|e| Stop(EXIT_INVALID, format!("--then-claim {name}: {e}")))?;
+    Ok((ep, request))
+}
+
+/// The bearer token in the endpoint's `token_file`, if it has one.
+fn token_of(endpoint: &Endpoint) -> anyhow::Result<Option<String>> {
+    endpoint
+        .token_file
+        .as_deref()
+        .map(|p| {
+            std::fs::read_to_string(p)
+                .map(|t| t.trim().to_string())
+                .with_context(|| format!("cannot read token_file {}", p.display()))
+        })
+        .transpose()
+}
+
 /// The engine source for `endpoint`.
 fn connect(endpoint: &Endpoint, timeout: Duration) -> anyhow::Result<Arc<dyn Source>> {
-    let token = || -> anyhow::Result<Option<String>> {
-        endpoint
-            .token_file
-            .as_deref()
-            .map(|p| {
-                std::fs::read_to_string(p)
-                    .map(|t| t.trim().to_string())
-                    .with_context(|| format!("cannot read token_file {}", p.display()))
-            })
-            .transpose()
-    };
+    let token = || token_of(endpoint);
     Ok(match endpoint.kind.as_str() {
         "slurm" => {
             let mut c = SlurmConfig::new(&endpoint.url);

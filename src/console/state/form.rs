@@ -102,7 +102,8 @@ pub enum FormStage {
 }
 
 /// The claim form.
-#[derive(Clone, Debug, PartialEq, Eq)]
+// Not `Eq`: a hand-over's steps hold actions.
+#[derive(Clone, Debug, PartialEq)]
 pub struct ClaimForm {
     /// The source it goes to.
     pub source: usize,
@@ -123,6 +124,9 @@ pub struct ClaimForm {
     pub next: Vec<usize>,
     /// The sources that refused it so far, each `name: words`.
     pub refused: Vec<String>,
+    /// A hand-over's steps before this claim (empty: a plain claim); submitting asks to
+    /// confirm them all in one dialog.
+    pub handover: Vec<super::StepPlan>,
 }
 
 impl ClaimForm {
@@ -141,6 +145,7 @@ impl ClaimForm {
             error: None,
             next: Vec::new(),
             refused: Vec::new(),
+            handover: Vec::new(),
         }
     }
 

@@ -2,6 +2,7 @@
 
 mod claim_detail;
 mod form;
+mod handover;
 mod paging;
 mod rows;
 mod selection;
@@ -19,6 +20,7 @@ use crate::sources::Action;
 use super::keymap::Keymap;
 
 pub use form::{ClaimForm, FormField, FormKind, FormStage, MoveAcross, MoveRow};
+pub use handover::{HandoverRun, StepPlan};
 pub use paging::{claims_info_height, events_split, why_pane_height};
 pub use selection::Picked;
 pub use sources::{STALE_AFTER_INTERVALS, SourceHealth, SourceSlot, TELEMETRY_KINDS};
@@ -109,6 +111,8 @@ pub struct Confirm {
     /// The move across sources this action starts (its first claim), sent tagged with
     /// the move's id and followed through `State::moving`.
     pub across: Option<Box<MoveAcross>>,
+    /// A hand-over: every step, `source`/`action` being the first (empty: the one action).
+    pub steps: Vec<StepPlan>,
 }
 
 impl Confirm {
@@ -131,6 +135,16 @@ impl Confirm {
             back: None,
             then: None,
             across: None,
+            steps: Vec::new(),
+        }
+    }
+
+    /// The OK button's word: the action's verb, or `hand over` for a hand-over.
+    pub fn ok_label(&self) -> &'static str {
+        if self.steps.is_empty() {
+            self.action.verb()
+        } else {
+            "hand over"
         }
     }
 
@@ -183,6 +197,8 @@ pub enum Mode {
     Confirm(Box<Confirm>),
     /// Picking a move target.
     Move(Box<MovePick>),
+    /// The result pane of the hand-over in `State::handover`.
+    Handover,
 }
 
 /// The console's whole state.
@@ -253,6 +269,8 @@ pub struct State {
     pub zone: jiff::tz::TimeZone,
     /// Moves across sources under way, followed whatever the operator does meanwhile.
     pub moving: Vec<MoveAcross>,
+    /// The last hand-over confirmed (under way or done), for its result pane.
+    pub handover: Option<HandoverRun>,
 }
 
 impl State {
@@ -290,6 +308,7 @@ impl State {
             operator: None,
             zone: jiff::tz::TimeZone::system(),
             moving: Vec::new(),
+            handover: None,
         }
     }
 

@@ -24,6 +24,7 @@ pub const COMMANDS: &[&str] = &[
     "uncordon",
     "reset",
     "act",
+    "handover",
     "freeze",
     "refresh",
     "source",
@@ -187,6 +188,7 @@ pub(super) fn command(state: &mut State, text: &str) -> Vec<Effect> {
             Vec::new()
         }
         "act" => super::engine::engine_command(state, &arg),
+        "handover" => super::handover::command(state, &arg),
         "reset" => {
             if arg.is_empty() {
                 return normal_action(state, KeyAction::ClearBackoff);

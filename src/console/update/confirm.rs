@@ -1,6 +1,7 @@
 //! The one confirmation dialog: every mutating action (release, move, cordon, project
 //! reset, and any engine action) is asked through `ask` and sent only from `confirm_key`,
-//! once OK is focused and, where asked, the target's id typed.
+//! once OK is focused and, where asked, the target's id typed. A hand-over's dialog holds
+//! all its steps; OK starts them (`handover`).
 
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
@@ -56,12 +57,15 @@ pub(super) fn confirm_key(state: &mut State, mut c: Confirm, ev: KeyEvent) -> Ve
         }
         Some(KeyAction::Confirm) if !c.typed_ok() => {
             let want = c.type_to_confirm.clone().unwrap_or_default();
-            c.error = Some(format!(
-                "type `{want}` to {} {}",
-                c.action.verb(),
-                c.action.target()
-            ));
+            c.error = Some(if c.steps.is_empty() {
+                format!("type `{want}` to {} {}", c.action.verb(), c.action.target())
+            } else {
+                format!("type `{want}` to run the hand-over")
+            });
             state.mode = Mode::Confirm(Box::new(c));
+        }
+        Some(KeyAction::Confirm) if !c.steps.is_empty() => {
+            return super::handover::start(state, c.steps);
         }
         Some(KeyAction::Confirm) => {
             let sent = match c.across.take() {

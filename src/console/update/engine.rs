@@ -4,6 +4,7 @@
 //! asks for any verb the selected claim's source offers, its target taken from the claim
 //! when not given. Verbs the engine's API lacks are refused with why; the confirmation
 //! and the executor are the endpoint actions' own (`actions::confirm_key`, the driver).
+//! `:act ... then ...` is a hand-over (`handover`).
 
 use crate::snapshot::{ClaimState, ClaimView};
 use crate::sources::Action;
@@ -20,6 +21,10 @@ pub(super) fn engine_key(state: &mut State) -> Vec<Effect> {
 
 /// `:act VERB [TARGET]` (`:act` alone is `E`).
 pub(super) fn engine_command(state: &mut State, arg: &str) -> Vec<Effect> {
+    // `:act VERB TARGET then ...` is a hand-over.
+    if arg.split_whitespace().any(|w| w == "then") {
+        return super::handover::command(state, arg);
+    }
     let mut words = arg.split_whitespace();
     let verb = words.next();
     let target = words.next();
@@ -135,7 +140,7 @@ fn without_claim(state: &mut State, verb: &str, target: &str) -> Vec<Effect> {
 }
 
 /// What `E` does to a claim of this kind.
-fn usual_verb(kind: &str, claim: &ClaimView) -> EngineVerb {
+pub(super) fn usual_verb(kind: &str, claim: &ClaimView) -> EngineVerb {
     match (kind, claim.state == ClaimState::Pending) {
         ("slurm", true) => EngineVerb::SlurmHold,
         ("slurm", false) => EngineVerb::SlurmCancel,
@@ -146,7 +151,7 @@ fn usual_verb(kind: &str, claim: &ClaimView) -> EngineVerb {
 
 /// The target a verb takes from a claim: the Slurm job id, the BOINC task (its holder) or
 /// project, the Ray job (its project, `ray-job-ID`); `auto` for BOINC's GPU mode.
-fn target_of(verb: EngineVerb, claim: &ClaimView) -> String {
+pub(super) fn target_of(verb: EngineVerb, claim: &ClaimView) -> String {
     let label = |k: &str| claim.request.labels.get(k).cloned().unwrap_or_default();
     match verb.target_kind() {
         "JOB_ID" => label("slurm.job_id"),

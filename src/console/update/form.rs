@@ -233,6 +233,9 @@ pub(super) fn form_key(state: &mut State, mut form: ClaimForm, ev: KeyEvent) -> 
                 };
                 let src = form.source;
                 form.refused.clear();
+                if !form.handover.is_empty() {
+                    return super::handover::with_form_claim(state, form, request);
+                }
                 effects = act(state, src, Action::Claim { request });
                 if effects.is_empty() {
                     // Refused before sending (read-only): leave the form open with why.

@@ -83,6 +83,7 @@ pub(super) fn key(state: &mut State, ev: KeyEvent) -> Vec<Effect> {
         Mode::Form(form) => form_key(state, *form, ev),
         Mode::Confirm(c) => confirm_key(state, *c, ev),
         Mode::Move(m) => move_key(state, *m, ev),
+        Mode::Handover => super::handover::pane_key(state, ev),
     }
 }
 
@@ -258,6 +259,7 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
         KeyAction::Move => open_move(state),
         KeyAction::Cordon => return cordon(state, None),
         KeyAction::EngineAct => return super::engine::engine_key(state),
+        KeyAction::HandOver => return super::handover::key(state),
         KeyAction::ClearBackoff => return reset_project(state),
         KeyAction::Confirm
         | KeyAction::Cancel

@@ -9,6 +9,7 @@ mod command;
 mod confirm;
 mod engine;
 mod form;
+mod handover;
 mod keys;
 mod move_across;
 mod ranking;

@@ -224,6 +224,9 @@ pub(super) fn acted(
     action: &Action,
     result: Result<Outcome, Failure>,
 ) -> Vec<Effect> {
+    if let Some(effects) = super::handover::step(state, source, action, &result) {
+        return effects;
+    }
     if let Some(effects) = super::form::claimed(state, source, action, &result) {
         return effects;
     }

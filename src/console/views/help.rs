@@ -46,7 +46,15 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
         }
     }
     lines.push(Line::styled(
-        ": commands: view names, claim ID (its detail), source NAME|all, sort COL, filter TEXT, cordon, uncordon, reset PROJECT, act VERB [TARGET], quit",
+        ": commands: view names, claim ID (its detail), source NAME|all, sort COL, filter TEXT,",
+        theme.dim,
+    ));
+    lines.push(Line::styled(
+        ":   cordon, uncordon, reset PROJECT, act VERB [TARGET], quit",
+        theme.dim,
+    ));
+    lines.push(Line::styled(
+        ": handover STEP then STEP...: one confirmation, stops at the first failure; STEP: [SRC] VERB TARGET or claim [SRC] FLAGS",
         theme.dim,
     ));
     // Two columns when wide enough.

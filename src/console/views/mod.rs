@@ -69,6 +69,7 @@ pub fn draw(frame: &mut Frame, state: &State, theme: &Theme) {
         Mode::Form(_) => form::draw(frame, area, state, theme),
         Mode::Confirm(_) => confirm::draw(frame, area, state, theme),
         Mode::Move(_) => movepick::draw(frame, area, state, theme),
+        Mode::Handover => confirm::draw_handover(frame, area, state, theme),
         _ => {}
     }
 }
