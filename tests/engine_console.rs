@@ -314,3 +314,76 @@ async fn the_executor_refuses_every_engine_action_in_read_only_mode() {
         assert_eq!(src.0.load(Ordering::SeqCst), want);
     }
 }
+
+/// A console on the recorded BOINC client with one task the GUI suspended.
+fn boinc_state() -> State {
+    let read = |f: &str| {
+        std::fs::read_to_string(format!(
+            "{}/tests/corpus/boinc/task-suspended/{f}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap()
+    };
+    let answers = gpuboard::sources::boinc::BoincAnswers {
+        state: read("state.xml"),
+        cc_status: read("cc_status.xml"),
+    };
+    let snap = gpuboard::sources::boinc::snapshot(&answers, "cruncher", NOW).unwrap();
+    let mut st = State::new(
+        vec![SourceSlot::new("cruncher", "boinc", false, None)],
+        Keymap::builtin(),
+        2_000,
+        false,
+    );
+    let _ = update(&mut st, Msg::Tick(NOW));
+    st.sources[0].in_flight = true;
+    let _ = update(
+        &mut st,
+        Msg::Fetched {
+            source: 0,
+            at: NOW,
+            result: Ok(snap.into()),
+        },
+    );
+    show_view(&mut st, View::Claims);
+    st
+}
+
+#[test]
+fn e_resumes_a_boinc_task_the_gui_suspended_and_suspends_a_running_one() {
+    let mut st = boinc_state();
+    let suspended = |c: &gpuboard::snapshot::ClaimView| {
+        c.pending_reasons
+            .iter()
+            .any(|r| r == "task suspended via the GUI")
+    };
+    for (want_suspended, verb) in [
+        (true, EngineVerb::BoincResumeTask),
+        (false, EngineVerb::BoincSuspendTask),
+    ] {
+        let at = (0..st.rows_claims.len())
+            .find(|i| {
+                st.claim(st.rows_claims[*i]).is_some_and(|(_, c)| {
+                    suspended(c) == want_suspended
+                        && (want_suspended || c.state == ClaimState::Placed)
+                })
+            })
+            .unwrap_or_else(|| panic!("no task with suspended={want_suspended}"));
+        st.cursor[View::Claims.position()].selected = at;
+        st.pick_under_cursor(View::Claims);
+        let task = st
+            .claim(st.rows_claims[at])
+            .unwrap()
+            .1
+            .holder
+            .clone()
+            .unwrap();
+        key(&mut st, KeyCode::Char('E'));
+        assert_eq!(
+            confirm_action(&st),
+            Action::Engine(EngineAction::new(verb, &task).unwrap()),
+            "suspended={want_suspended}"
+        );
+        key(&mut st, KeyCode::Esc);
+    }
+}

@@ -73,7 +73,7 @@ actions! {
     Move "move" Normal true "move the selected claim to another GPU";
     Cordon "cordon" Normal true "cordon or uncordon the selected GPU";
     ClearBackoff "clear_backoff" Normal true "clear the selected project's backoffs and debts";
-    EngineAct "engine_act" Normal true "engine action on the selected claim: cancel/hold a Slurm job, suspend a BOINC task, stop a Ray job";
+    EngineAct "engine_act" Normal true "engine action on the selected claim: cancel/hold a Slurm job, suspend/resume a BOINC task, stop a Ray job";
     HandOver "hand_over" Normal true "hand-over from the selected claim: free its GPUs, then claim them on an endpoint (one confirmation)";
     Confirm "confirm" Dialog false "confirm / submit";
     Cancel "cancel" Dialog false "cancel and close";

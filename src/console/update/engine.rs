@@ -1,7 +1,7 @@
 //! Engine actions from the console: `E` on a selected claim of a Slurm, BOINC or Ray
 //! source opens the confirmation of its usual action (Slurm: cancel a running job, hold a
-//! pending one; BOINC: suspend the task; Ray: stop the job), and `:act VERB [TARGET]`
-//! asks for any verb the selected claim's source offers, its target taken from the claim
+//! pending one; BOINC: suspend the task, resume one the GUI suspended; Ray: stop the
+//! job), and `:act VERB [TARGET]` asks for any verb the selected claim's source offers, its target taken from the claim
 //! when not given. Verbs the engine's API lacks are refused with why; the confirmation
 //! and the executor are the endpoint actions' own (`actions::confirm_key`, the driver).
 //! `:act ... then ...` is a hand-over (`handover`).
@@ -144,6 +144,16 @@ pub(super) fn usual_verb(kind: &str, claim: &ClaimView) -> EngineVerb {
     match (kind, claim.state == ClaimState::Pending) {
         ("slurm", true) => EngineVerb::SlurmHold,
         ("slurm", false) => EngineVerb::SlurmCancel,
+        // A task the GUI suspended is resumed; any other is suspended.
+        ("boinc", _)
+            if claim
+                .request
+                .labels
+                .get("boinc.suspended")
+                .is_some_and(|v| v == "true") =>
+        {
+            EngineVerb::BoincResumeTask
+        }
         ("boinc", _) => EngineVerb::BoincSuspendTask,
         _ => EngineVerb::RayStopJob,
     }

@@ -167,6 +167,8 @@ fn task_claim(
         labels: BTreeMap::from([
             ("boinc.app".to_string(), t.app.clone()),
             ("boinc.project_url".to_string(), t.project.clone()),
+            // Whether the GUI suspended it: what the console's `E` offers (resume or suspend).
+            ("boinc.suspended".to_string(), t.suspended.to_string()),
         ]),
         wait: !run,
     };
