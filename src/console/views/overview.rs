@@ -69,7 +69,7 @@ fn total_lines(t: &FleetTotals, selected: Option<&str>, theme: &Theme) -> Vec<Li
             (" ", theme.dim)
         };
         Line::from(vec![
-            Span::styled(format!("{mark}{k:<17}"), label),
+            Span::styled(format!("{mark}{k:<18}"), label),
             Span::styled(v, style),
         ])
     };

@@ -1,0 +1,1066 @@
+//! Issue 16's findings, each replayed on the real binary in tmux and shown fixed: on
+//! `--demo`, and on a real `gpuboard serve` over `tests/fixtures/incident.toml` (host names
+//! that differ only at the end, mixed A100 40GB/80GB) holding 18 claims in every request
+//! form, 4 of them pending, with one project backed off. Mostly at 80x24; the wide layout
+//! at 120 columns and FLAGS at 60x20. Waits poll the screen with a deadline; nothing
+//! asserts a timing.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+#[path = "common/tmux.rs"]
+mod tmux;
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use common::{Server, fixture};
+use serde_json::Value;
+use tmux::Session;
+
+/// Runs the CLI against `server`.
+fn cli(server: &Server, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gpuboard"))
+        .args(args)
+        .args(["--endpoint", &server.url, "--data-dir"])
+        .arg(&server.dir)
+        .env_remove("GPUBOARD_TOKEN")
+        .env_remove("GPUBOARD_ENDPOINT")
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// `gpuboard claim ARGS --json`: the claim as answered (placed, or pending with `--wait`).
+fn claim(server: &Server, args: &[&str]) -> Value {
+    let mut all = vec!["claim", "--json"];
+    all.extend_from_slice(args);
+    let out = cli(server, &all);
+    assert!(
+        out.status.success(),
+        "{args:?}: exit {:?}: {}",
+        out.status.code(),
+        text(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out.stdout)))
+}
+
+fn claims(server: &Server) -> Vec<Value> {
+    let out = cli(server, &["ls", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The incident: a real serve with 18 claims (14 placed, 4 pending; `batch` backed off
+/// on H100), and the ids the tests look for.
+struct Incident {
+    server: Server,
+    _dir: tempfile::TempDir,
+    /// 49.8GiB on node-017:0, holder alice, with this test's pid.
+    alice: u64,
+    /// Six whole H100s of node-018 (2-7).
+    six: u64,
+    /// 30GiB asked of an A100-SXM4-80GB.
+    a100_80: u64,
+    /// 20GiB asked of an A100-SXM4-40GB.
+    a100_40: u64,
+    /// Pending: 70GiB of an A100 80GB card.
+    pending_80: u64,
+}
+
+const H017: &str = "prod-h100-node-017";
+const H018: &str = "prod-h100-node-018";
+const A021: &str = "prod-a100-node-021";
+
+impl Incident {
+    fn start() -> Incident {
+        let dir = tempfile::tempdir().unwrap();
+        let server = Server::start(dir.path(), &fixture("incident.toml"), &["--tick-ms", "100"]);
+        let pid = format!(r#"{{"pid": {}}}"#, std::process::id());
+        let id = |v: Value| v["id"].as_u64().unwrap();
+        let s = &server;
+        // node-017: one claim a device (the two on 2-3 share one Koordinator claim).
+        let alice = id(claim(
+            s,
+            &[
+                "--memory",
+                "49.8GiB",
+                "--node",
+                H017,
+                "--devices",
+                "0",
+                "--project",
+                "vision",
+                "--holder",
+                "alice",
+                "--request",
+                &pid,
+            ],
+        ));
+        claim(
+            s,
+            &[
+                "--memory",
+                "20Gi",
+                "--core",
+                "30",
+                "--shared",
+                "1",
+                "--node",
+                H017,
+                "--devices",
+                "1",
+                "--project",
+                "vision",
+                "--holder",
+                "bob",
+            ],
+        );
+        claim(
+            s,
+            &[
+                "--ratio",
+                "50",
+                "--shared",
+                "2",
+                "--node",
+                H017,
+                "--devices",
+                "2,3",
+                "--project",
+                "training",
+                "--holder",
+                "carol",
+            ],
+        );
+        claim(
+            s,
+            &[
+                "--fraction",
+                "0.25",
+                "--node",
+                H017,
+                "--devices",
+                "4",
+                "--project",
+                "nlp",
+                "--holder",
+                "dave",
+            ],
+        );
+        claim(
+            s,
+            &[
+                "--memory",
+                "8.2G",
+                "--node",
+                H017,
+                "--devices",
+                "5",
+                "--project",
+                "nlp",
+                "--holder",
+                "dave",
+            ],
+        );
+        claim(
+            s,
+            &[
+                "--request",
+                &format!(r#"{{"gpu-memory-ratio": 30, "node": "{H017}", "devices": [6]}}"#),
+                "--project",
+                "vision",
+                "--holder",
+                "bob",
+            ],
+        );
+        let freed = id(claim(
+            s,
+            &[
+                "--gpus",
+                "1",
+                "--node",
+                H017,
+                "--devices",
+                "7",
+                "--project",
+                "training",
+            ],
+        ));
+        // node-018: a half, 10MB as written, and six whole GPUs.
+        claim(
+            s,
+            &[
+                "--fraction",
+                "0.5",
+                "--node",
+                H018,
+                "--devices",
+                "0",
+                "--project",
+                "vision",
+                "--holder",
+                "alice",
+            ],
+        );
+        claim(
+            s,
+            &[
+                "--request",
+                &format!(r#"{{"gpu_memory": "10MB", "node": "{H018}", "devices": [1]}}"#),
+                "--project",
+                "nlp",
+                "--holder",
+                "dave",
+            ],
+        );
+        let six = id(claim(
+            s,
+            &[
+                "--gpus",
+                "6",
+                "--node",
+                H018,
+                "--project",
+                "training",
+                "--holder",
+                "erin",
+            ],
+        ));
+        // The mixed A100 node: one claim per card size, then every card taken.
+        let a100_80 = id(claim(
+            s,
+            &[
+                "--memory",
+                "30GiB",
+                "--accelerator",
+                "NVIDIA A100-SXM4-80GB",
+                "--project",
+                "vision",
+                "--holder",
+                "frank",
+            ],
+        ));
+        let a100_40 = id(claim(
+            s,
+            &[
+                "--memory",
+                "20GiB",
+                "--accelerator",
+                "NVIDIA A100-SXM4-40GB",
+                "--project",
+                "vision",
+                "--holder",
+                "frank",
+            ],
+        ));
+        claim(
+            s,
+            &[
+                "--gpus",
+                "4",
+                "--node",
+                A021,
+                "--project",
+                "training",
+                "--holder",
+                "erin",
+            ],
+        );
+        claim(
+            s,
+            &[
+                "--request",
+                &format!(r#"{{"gpu-memory-ratio": 200, "gpu.shared": 2, "node": "{A021}"}}"#),
+                "--project",
+                "research",
+                "--holder",
+                "gina",
+            ],
+        );
+        // Backoff: batch (owed most: it runs nothing) waits for 8 whole H100s, nlp for
+        // one; when one frees, work fetch passes over batch and places nlp's.
+        claim(
+            s,
+            &[
+                "--gpus",
+                "8",
+                "--accelerator",
+                "H100",
+                "--project",
+                "batch",
+                "--holder",
+                "hal",
+                "--wait",
+            ],
+        );
+        let nlp = id(claim(
+            s,
+            &[
+                "--gpus",
+                "1",
+                "--accelerator",
+                "H100",
+                "--project",
+                "nlp",
+                "--holder",
+                "dave",
+                "--wait",
+            ],
+        ));
+        let out = cli(s, &["release", &freed.to_string()]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let start = Instant::now();
+        while claims(s)
+            .iter()
+            .any(|c| c["id"] == nlp && c["state"] != "placed")
+        {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "nlp's claim never placed"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // Three more that wait: two whole GPUs, 70GiB of an 80GB card, a held device.
+        claim(
+            s,
+            &[
+                "--gpus",
+                "2",
+                "--project",
+                "research",
+                "--holder",
+                "gina",
+                "--wait",
+            ],
+        );
+        let pending_80 = id(claim(
+            s,
+            &[
+                "--memory",
+                "70GiB",
+                "--accelerator",
+                "NVIDIA A100-SXM4-80GB",
+                "--project",
+                "vision",
+                "--holder",
+                "frank",
+                "--wait",
+            ],
+        ));
+        claim(
+            s,
+            &[
+                "--fraction",
+                "0.5",
+                "--node",
+                H018,
+                "--devices",
+                "2",
+                "--project",
+                "nlp",
+                "--holder",
+                "dave",
+                "--wait",
+            ],
+        );
+        let all = claims(s);
+        assert_eq!(all.len(), 18, "{all:#?}");
+        let pending = all.iter().filter(|c| c["state"] == "pending").count();
+        assert_eq!(pending, 4, "{all:#?}");
+        Incident {
+            server,
+            _dir: dir,
+            alice,
+            six,
+            a100_80,
+            a100_40,
+            pending_80,
+        }
+    }
+
+    /// The console on this serve, `w` x `h`.
+    fn console(&self, w: u16, h: u16, tag: &str, home: &Path) -> Session {
+        let token = self.server.dir.join("operator.token");
+        let args = format!(
+            "--endpoint {} --token-file {}",
+            self.server.url,
+            token.display()
+        );
+        let s = Session::console(w, h, tag, home, &args);
+        s.wait_for("GPUs (24)");
+        s
+    }
+}
+
+/// The table rows of a screen: lines starting (inside the border) with a number (a
+/// claim id, or a GPU index after the node) and the rows of GPUs (a node name).
+fn table_rows(screen: &str) -> Vec<&str> {
+    screen
+        .lines()
+        .filter(|l| {
+            let cells: Vec<&str> = l.trim_start_matches('│').split_whitespace().collect();
+            cells.first().is_some_and(|w| w.parse::<u64>().is_ok())
+                || cells.first().is_some_and(|w| w.starts_with("prod-"))
+        })
+        .collect()
+}
+
+/// The row whose first cell (after the border) is `id`.
+fn claim_row(screen: &str, id: u64) -> &str {
+    let id = id.to_string();
+    screen
+        .lines()
+        .find(|l| l.trim_start_matches('│').split_whitespace().next() == Some(id.as_str()))
+        .unwrap_or_else(|| panic!("no row for claim {id}:\n{screen}"))
+}
+
+/// The claim ids in the Claims table on screen.
+fn claim_ids(screen: &str) -> Vec<u64> {
+    screen
+        .lines()
+        .filter(|l| l.starts_with('│'))
+        .filter_map(|l| {
+            l.trim_start_matches('│')
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+// Finding 2: columns cut identity.
+
+#[test]
+fn f2_two_nodes_that_differ_at_the_end_are_told_apart_at_80x24() {
+    let inc = Incident::start();
+    let home = tempfile::tempdir().unwrap();
+    let s = inc.console(80, 24, "f2nodes", home.path());
+    let screen = s.wait_for("GPUs (24)");
+    let rows = table_rows(&screen);
+    let node_of = |r: &str| {
+        r.trim_start_matches('│')
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    let nodes: std::collections::BTreeSet<String> = rows.iter().map(|r| node_of(r)).collect();
+    // Before: both read `prod-h100-n`. Now a middle ellipsis keeps each one's end.
+    assert!(
+        nodes.len() >= 3,
+        "017, 018 and 021 distinct: {nodes:?}\n{screen}"
+    );
+    for n in &nodes {
+        assert!(
+            n.ends_with("017") || n.ends_with("018") || n.ends_with("021"),
+            "the end of the name is kept: {n}\n{screen}"
+        );
+        assert!(n.starts_with("prod-"), "{n}");
+    }
+}
+
+#[test]
+fn f2_place_keeps_node_and_devices_and_ranges_read_2_7() {
+    let inc = Incident::start();
+    let home = tempfile::tempdir().unwrap();
+    let s = inc.console(80, 24, "f2place", home.path());
+    s.keys(&["3"]);
+    let screen = s.wait_for("Claims (18)");
+    // Claims on node-017:0 and node-018:0 are no longer both `prod-h100-node-0`.
+    let alice = claim_row(&screen, inc.alice);
+    assert!(
+        alice.contains("…e-017:0 ") || alice.contains(&format!("{H017}:0 ")),
+        "{alice}"
+    );
+    let six = claim_row(&screen, inc.six);
+    assert!(six.contains("-018:2-7 "), "a range, not `:2,3,4,5`: {six}");
+    // ALLOC-like figures whole: 49.8G, not `49.8G/79.`.
+    assert!(alice.contains(" 49.8G "), "{alice}");
+    // At 120 columns PLACE has room for the whole name.
+    s.resize(120, 40);
+    let screen = s.wait_for("HOLDER");
+    let alice = claim_row(&screen, inc.alice);
+    assert!(alice.contains(&format!("{H017}:0 ")), "{alice}");
+}
+
+#[test]
+fn f2_alloc_whole_and_model_names_its_memory_size_in_gpus_and_fair_share() {
+    let inc = Incident::start();
+    let home = tempfile::tempdir().unwrap();
+    let s = inc.console(80, 24, "f2model", home.path());
+    let screen = s.wait_for("GPUs (24)");
+    let first = table_rows(&screen)[0];
+    assert!(first.contains(" 49.8G/79.2G "), "ALLOC whole: {first}");
+    assert!(first.contains("H100 80G"), "{first}");
+    // The mixed node: 40 GB and 80 GB cards read differently.
+    s.keys(&["/", "021", "Enter"]);
+    let screen = s.wait_for("GPUs (8)");
+    let rows = table_rows(&screen);
+    assert_eq!(
+        rows.iter().filter(|r| r.contains("A100 40G")).count(),
+        4,
+        "{screen}"
+    );
+    assert_eq!(
+        rows.iter().filter(|r| r.contains("A100 80G")).count(),
+        4,
+        "{screen}"
+    );
+    // The claim for an 80GB card sits on one, the 40GB one on a 40GB card.
+    let all = claims(&inc.server);
+    let device = |id: u64| {
+        let c = all.iter().find(|c| c["id"] == id).unwrap();
+        c["shares"][0]["device"].as_u64().unwrap()
+    };
+    let on = |d: u64| {
+        rows.iter()
+            .find(|r| r.trim_start_matches('│').split_whitespace().nth(1) == Some(&d.to_string()))
+            .unwrap()
+            .to_string()
+    };
+    assert!(
+        on(device(inc.a100_80)).contains("A100 80G"),
+        "{}",
+        on(device(inc.a100_80))
+    );
+    assert!(
+        on(device(inc.a100_40)).contains("A100 40G"),
+        "{}",
+        on(device(inc.a100_40))
+    );
+    // Fair share: two A100 rows per project, told apart.
+    s.keys(&["4"]);
+    let screen = s.wait_for("Fair share (5)");
+    assert!(
+        screen.contains("A100 40G") && screen.contains("A100 80G"),
+        "{screen}"
+    );
+}
+
+#[test]
+fn f2_wide_layout_at_120_columns() {
+    let inc = Incident::start();
+    let home = tempfile::tempdir().unwrap();
+    let s = inc.console(120, 40, "f2wide", home.path());
+    let screen = s.wait_for("GPUs (24)");
+    for col in ["MEMORY", "SHR", "MEM FREE", "GPU FREE", "FLAGS"] {
+        assert!(screen.contains(col), "{col}:\n{screen}");
+    }
+    assert!(
+        screen.contains(&format!("{H018} 7 ")),
+        "whole node names:\n{screen}"
+    );
+    s.keys(&["3"]);
+    let screen = s.wait_for("Claims (18)");
+    for col in ["HOLDER", "FRACTION", "FORM", "LEASE"] {
+        assert!(screen.contains(col), "{col}:\n{screen}");
+    }
+    let alice = claim_row(&screen, inc.alice);
+    assert!(
+        alice.contains(" alice ") && alice.contains("gpu_memory=49.8"),
+        "{alice}"
+    );
+}
+
+#[test]
+fn f2_flags_stay_at_60x20() {
+    let home = tempfile::tempdir().unwrap();
+    let s = Session::console(60, 20, "f2flags", home.path(), "--demo");
+    let screen = s.wait_for("GPUs (28)");
+    assert!(screen.contains("FLAGS"), "{screen}");
+    s.keys(&["/", "uncl", "Enter"]);
+    let screen = s.wait_for("filter:uncl");
+    let rows: Vec<&str> = screen
+        .lines()
+        .filter(|l| l.contains(" unclaimed"))
+        .collect();
+    assert!(
+        !rows.is_empty(),
+        "the demo's unclaimed GPU shows its flag at 60 columns:\n{screen}"
+    );
+}
+
+// Finding 3: misleading figures.
+
+#[test]
+fn f3_overview_says_na_without_telemetry_and_columns_say_what_is_free() {
+    let inc = Incident::start();
+    let home = tempfile::tempdir().unwrap();
+    let s = inc.console(80, 24, "f3na", home.path());
+    s.keys(&["1"]);
+    let screen = s.wait_for("Over limit");
+    for (label, value) in [
+        ("Memory used", "n/a"),
+        ("Over limit", "n/a"),
+        ("Idle", "n/a"),
+        ("Unclaimed use", "n/a"),
+        ("Claims", "14 placed, 4 pending"),
+    ] {
+        let line = screen
+            .lines()
+            .find(|l| l.trim_start_matches(['▸', ' ']).starts_with(label))
+            .unwrap_or_else(|| panic!("{label}:\n{screen}"));
+        let rest = line
+            .trim_start_matches(['▸', ' '])
+            .strip_prefix(label)
+            .unwrap();
+        assert!(rest.starts_with(' '), "label and value apart: {line}");
+        assert!(rest.trim_start().starts_with(value), "{line}");
+    }
+    let compute = screen
+        .lines()
+        .find(|l| l.contains("Compute allocated"))
+        .unwrap();
+    assert!(
+        compute.contains("Compute allocated "),
+        "not `allocated13.65`: {compute}"
+    );
+    // GPUs: free memory and free compute are two named columns, not `FREE` and `FREE%`.
+    s.keys(&["2"]);
+    let screen = s.wait_for("GPUs (24)");
+    assert!(
+        screen.contains("MEM FREE") && screen.contains("GPU FREE"),
+        "{screen}"
+    );
+    let held = table_rows(&screen)
+        .into_iter()
+        .find(|r| r.contains("e-017 7 "))
+        .unwrap();
+    assert!(held.contains("79.2G/79.2G n/a    0        0%"), "{held}");
+}
+
+#[test]
+fn f3_gpu_detail_lists_each_claims_share_on_this_gpu() {
+    let inc = Incident::start();
+    let home = tempfile::tempdir().unwrap();
+    let s = inc.console(80, 24, "f3detail", home.path());
+    s.keys(&["/", "018", "Enter"]);
+    s.wait_for("GPUs (8)");
+    s.keys(&["j", "j", "Enter"]);
+    let screen = s.wait_for(&format!("{H018}:2 "));
+    // Claim `six` holds 475G over six GPUs; this GPU's share is one of them.
+    let line = screen
+        .lines()
+        .find(|l| l.contains(&format!("claim {}", inc.six)))
+        .unwrap_or_else(|| panic!("{screen}"));
+    assert!(line.contains("79.2G / 1 GPU"), "{line}");
+    assert!(!screen.contains("475G"), "{screen}");
+}
+
+#[test]
+fn f3_fair_share_has_one_debt_column_and_absolute_backoff_times() {
+    let inc = Incident::start();
+    let home = tempfile::tempdir().unwrap();
+    let s = inc.console(80, 24, "f3fair", home.path());
+    s.keys(&["4"]);
+    let screen = s.wait_for("Fair share (5)");
+    let header = screen.lines().find(|l| l.contains("PROJECT")).unwrap();
+    assert_eq!(header.matches("DEBT").count(), 1, "{header}");
+    assert!(header.contains("BACKED OFF UNTIL"), "{header}");
+    // batch's H100 row: until a local time of day, and what is left.
+    let row = screen
+        .lines()
+        .skip_while(|l| !l.contains("batch"))
+        .find(|l| l.contains("H100 80G"))
+        .unwrap_or_else(|| panic!("{screen}"));
+    let until = row.split(" - ").nth(1).unwrap_or_else(|| panic!("{row}"));
+    let t: Vec<&str> = until
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .split(':')
+        .collect();
+    assert!(
+        t.len() == 3 && t.iter().all(|p| p.len() == 2 && p.parse::<u8>().is_ok()),
+        "absolute HH:MM:SS: {row}"
+    );
+    assert!(
+        until.contains('m') && until.contains('('),
+        "and what is left: {row}"
+    );
+    // `!` lists the backed-off projects: batch alone.
+    s.keys(&["!"]);
+    let screen = s.wait_for("Fair share (1)");
+    assert!(
+        screen.contains("batch") && !screen.contains("vision"),
+        "{screen}"
+    );
+}
+
+// Finding 4: problems could not be found.
+
+#[test]
+fn f4_problem_lists_idle_and_unclaimed_match_what_state_and_flags_show() {
+    let home = tempfile::tempdir().unwrap();
+    let s = Session::console(80, 24, "f4uncl", home.path(), "--demo");
+    s.wait_for("GPUs (28)");
+    s.keys(&["/", "uncl", "Enter"]);
+    let screen = s.wait_for("filter:uncl");
+    let rows = screen
+        .lines()
+        .filter(|l| l.starts_with('│') && l.contains("G/"))
+        .collect::<Vec<_>>();
+    assert!(!rows.is_empty(), "{screen}");
+    for r in &rows {
+        assert!(r.contains("unclaimed"), "{r}\n{screen}");
+    }
+    // In Claims, `!` cycles the problem lists: over-limit first, then pending, then idle.
+    s.keys(&["3"]);
+    s.wait_for("Claims (");
+    s.keys(&["!"]);
+    s.wait_for("filter:over-limit");
+    s.keys(&["!", "!"]);
+    let screen = s.wait_for("filter:idle");
+    let ids = claim_ids(&screen);
+    assert!(!ids.is_empty(), "{screen}");
+    for id in ids {
+        assert!(claim_row(&screen, id).contains(" idle "), "{screen}");
+    }
+}
+
+#[test]
+fn f4_sort_by_over_limit_puts_the_over_limit_claims_first() {
+    let home = tempfile::tempdir().unwrap();
+    let s = Session::console(80, 24, "f4over", home.path(), "--demo");
+    s.wait_for("GPUs (28)");
+    s.keys(&["3"]);
+    s.wait_for("Claims (");
+    s.keys(&[":", "sort over", "Enter"]);
+    let screen = s.wait_for("sort:over");
+    let ids = claim_ids(&screen);
+    let over: Vec<bool> = ids
+        .iter()
+        .map(|&id| claim_row(&screen, id).contains("G! "))
+        .collect();
+    assert!(
+        over.first() == Some(&true),
+        "an over-limit claim on top:\n{screen}"
+    );
+    let first_not = over.iter().position(|o| !o).unwrap_or(over.len());
+    assert!(
+        over[first_not..].iter().all(|o| !o),
+        "over-limit claims together first:\n{screen}"
+    );
+}
+
+#[test]
+fn f4_page_down_visits_every_claim_at_80x24() {
+    let inc = Incident::start();
+    let home = tempfile::tempdir().unwrap();
+    let s = inc.console(80, 24, "f4pgdn", home.path());
+    s.keys(&["3"]);
+    let mut screen = s.wait_for("Claims (18)");
+    let mut seen: std::collections::BTreeSet<u64> = claim_ids(&screen).into_iter().collect();
+    let visible = seen.len();
+    assert!(
+        visible < 18,
+        "the table shows fewer than 18 rows at 80x24:\n{screen}"
+    );
+    for _ in 0..4 {
+        let before = screen.clone();
+        s.keys(&["PageDown"]);
+        screen = s.wait_until("the page to move", |now| {
+            claim_ids(now) != claim_ids(&before) || claim_ids(now).contains(&19)
+        });
+        seen.extend(claim_ids(&screen));
+    }
+    let all: std::collections::BTreeSet<u64> = claims(&inc.server)
+        .iter()
+        .map(|c| c["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seen, all, "every claim shown by paging");
+}
+
+#[test]
+fn f4_events_scroll_to_the_oldest() {
+    let inc = Incident::start();
+    let home = tempfile::tempdir().unwrap();
+    let s = inc.console(80, 24, "f4events", home.path());
+    s.keys(&["6"]);
+    let screen = s.wait_for("Audit events (");
+    let oldest = format!("claim {} ", inc.alice);
+    assert!(
+        !screen.contains(&oldest),
+        "the newest first, the oldest off screen:\n{screen}"
+    );
+    s.keys(&["End"]);
+    let screen = s.wait_for(&oldest);
+    assert!(screen.contains("gpu_memory=49."), "{screen}");
+    s.keys(&["Home"]);
+    s.wait_until("back at the newest", |now| !now.contains(&oldest));
+}
+
+#[test]
+fn f4_a_pending_claim_shows_every_reason_and_enter_opens_its_detail() {
+    let inc = Incident::start();
+    let home = tempfile::tempdir().unwrap();
+    let s = inc.console(80, 24, "f4pending", home.path());
+    s.keys(&["3"]);
+    s.wait_for("Claims (18)");
+    s.keys(&["/", "pending", "Enter"]);
+    let screen = s.wait_for("Claims (4)");
+    let ids = claim_ids(&screen);
+    let at = ids.iter().position(|&id| id == inc.pending_80).unwrap();
+    for _ in 0..at {
+        s.keys(&["j"]);
+    }
+    s.wait_for(&format!("claim {} on ep1", inc.pending_80));
+    s.keys(&["Enter"]);
+    let screen = s.wait_for("Why pending (4 reasons)");
+    for node in [H017, H018, A021] {
+        assert!(
+            screen.contains(&format!("node {node}: ")),
+            "{node}:\n{screen}"
+        );
+    }
+    assert!(
+        screen.contains("fair share on gpu:NVIDIA A100-SXM4-80GB"),
+        "{screen}"
+    );
+    // The 40GB cards count as another type, never as a place for 70GiB of an 80GB card.
+    assert!(
+        screen.contains("4/8 GPUs other accelerator type"),
+        "{screen}"
+    );
+}
+
+#[test]
+fn f4_holder_and_pid_are_visible_at_80x24() {
+    let inc = Incident::start();
+    let home = tempfile::tempdir().unwrap();
+    let s = inc.console(80, 24, "f4holder", home.path());
+    s.keys(&["3"]);
+    let screen = s.wait_for("Claims (18)");
+    // Claim 1 is selected: the panel under the table names its holder.
+    assert!(screen.contains("holder alice"), "{screen}");
+    s.keys(&["Enter"]);
+    let screen = s.wait_for(&format!("claim {} placed on ep1", inc.alice));
+    let line = screen.lines().find(|l| l.contains("holder")).unwrap();
+    assert!(line.contains("alice"), "{line}");
+    assert!(
+        line.contains(&format!("pid {}", std::process::id())),
+        "{line}"
+    );
+}
+
+// Finding 5: smaller.
+
+#[test]
+fn f5_each_view_keeps_its_own_filter() {
+    let inc = Incident::start();
+    let home = tempfile::tempdir().unwrap();
+    let s = inc.console(80, 24, "f5filter", home.path());
+    s.keys(&["3"]);
+    s.wait_for("Claims (18)");
+    s.keys(&["/", "vision", "Enter"]);
+    s.wait_for("filter:vision");
+    s.keys(&["2"]);
+    let screen = s.wait_for("GPUs (24)");
+    assert!(!screen.contains("filter:"), "{screen}");
+    s.keys(&["3"]);
+    let screen = s.wait_for("filter:vision");
+    for id in claim_ids(&screen) {
+        assert!(claim_row(&screen, id).contains(" vision "), "{screen}");
+    }
+}
+
+#[test]
+fn f5_esc_returns_where_you_came_from() {
+    let inc = Incident::start();
+    let home = tempfile::tempdir().unwrap();
+    let s = inc.console(80, 24, "f5esc", home.path());
+    // Claims -> claim detail -> Esc: Claims, same claim selected (not GPUs).
+    s.keys(&["3"]);
+    s.wait_for("Claims (18)");
+    s.keys(&["j", "j"]);
+    s.wait_for("claim 3 on ep1");
+    s.keys(&["Enter"]);
+    s.wait_for("claim 3 placed on ep1");
+    let screen = s.escape_from("claim 3 placed on ep1");
+    let screen = if screen.contains("Claims (18)") {
+        screen
+    } else {
+        s.wait_for("Claims (18)")
+    };
+    assert!(screen.contains("claim 3 on ep1"), "{screen}");
+    // Overview -> a count's list -> Esc: the Overview.
+    s.keys(&["1"]);
+    s.wait_for("Sources");
+    // Down to the Claims count, one key at a time (only counts with a list take the cursor).
+    let start = Instant::now();
+    while !s.screen().contains("▸Claims") {
+        assert!(start.elapsed() < Duration::from_secs(20), "{}", s.screen());
+        let before = s.screen();
+        s.keys(&["j"]);
+        s.wait_until("the cursor to move", |now| now != before);
+    }
+    s.keys(&["Enter"]);
+    s.wait_for("Claims (");
+    s.escape_from("Claims (");
+    s.wait_for("▸Claims");
+    // GPU detail opened from GPUs: Esc goes back to GPUs.
+    s.keys(&["2"]);
+    s.wait_for("GPUs (24)");
+    s.keys(&["Enter"]);
+    s.wait_for("Processes and claims");
+    s.escape_from("Processes and claims");
+    s.wait_for("GPUs (24)");
+}
+
+#[test]
+fn f5_long_messages_wrap_whole_and_the_footer_names_keys() {
+    let inc = Incident::start();
+    let home = tempfile::tempdir().unwrap();
+    let s = inc.console(80, 24, "f5flash", home.path());
+    let screen = s.wait_for("GPUs (24)");
+    let footer = screen.lines().rev().nth(1).unwrap();
+    assert!(
+        footer.contains("enter open") && footer.contains("x cordon"),
+        "{footer}"
+    );
+    assert!(
+        !footer.contains('_'),
+        "human names, not `sort_next`: {footer}"
+    );
+    // The problem-list message is longer than a line: it wraps, its end visible.
+    s.keys(&["!"]);
+    let screen = s.wait_for("Message");
+    assert!(screen.contains("stale)"), "{screen}");
+}
+
+#[test]
+fn f5_move_picker_lists_the_roomiest_first_and_follows_j_k() {
+    let inc = Incident::start();
+    let home = tempfile::tempdir().unwrap();
+    let s = inc.console(80, 24, "f5move", home.path());
+    s.keys(&["3"]);
+    s.wait_for("Claims (18)");
+    s.keys(&["m"]);
+    let screen = s.wait_for(&format!("Move claim {} from", inc.alice));
+    let targets: Vec<&str> = screen
+        .lines()
+        .filter_map(|l| l.split('│').nth(2))
+        .filter(|c| c.starts_with("prod-"))
+        .collect();
+    assert!(targets.len() >= 3, "{screen}");
+    let free = |t: &str| -> f64 {
+        let gib = t
+            .split(" GiB free")
+            .next()
+            .unwrap()
+            .rsplit(' ')
+            .next()
+            .unwrap();
+        gib.parse().unwrap_or_else(|_| panic!("{t}"))
+    };
+    // The most free first; a full GPU never ahead of one with room.
+    let firsts: Vec<f64> = targets.iter().take(3).map(|t| free(t)).collect();
+    assert!(firsts.windows(2).all(|w| w[0] >= w[1]), "{targets:?}");
+    let second = targets[1].split_whitespace().next().unwrap();
+    s.keys(&["j", "Enter"]);
+    let screen = s.wait_for("[ Cancel ]");
+    assert!(
+        screen.contains(&format!("to {second}")) || screen.contains(second),
+        "j picked the second:\n{screen}"
+    );
+    s.keys(&["Enter"]);
+}
+
+#[test]
+fn f5_command_completion_lists_candidates() {
+    let inc = Incident::start();
+    let home = tempfile::tempdir().unwrap();
+    let s = inc.console(80, 24, "f5colon", home.path());
+    s.keys(&[":", "so"]);
+    let screen = s.wait_for(":so");
+    let line = screen.lines().find(|l| l.starts_with(":so")).unwrap();
+    for cand in ["sort", "source"] {
+        assert!(line.contains(cand), "{line}");
+    }
+}
+
+#[test]
+fn f5_the_demo_shows_physically_possible_figures() {
+    let home = tempfile::tempdir().unwrap();
+    let s = Session::console(120, 40, "f5demo", home.path(), "--demo");
+    let gib = |v: &str| -> f64 {
+        let (n, unit) = v.split_at(v.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(v.len()));
+        let n: f64 = n.parse().unwrap_or_else(|_| panic!("{v}"));
+        match unit {
+            "T" => n * 1024.0,
+            "G" | "" => n,
+            "M" => n / 1024.0,
+            "K" => n / 1024.0 / 1024.0,
+            _ => panic!("{v}"),
+        }
+    };
+    // Three refreshes of the whole fleet: used never above the card's memory.
+    for _ in 0..3 {
+        let screen = s.wait_for("GPUs (28)");
+        let mut checked = 0;
+        for row in screen
+            .lines()
+            .filter(|l| l.contains('/') && l.starts_with('│'))
+        {
+            let cells: Vec<&str> = row.trim_matches('│').split_whitespace().collect();
+            let Some(alloc) = cells.iter().find(|c| c.contains('/') && c.ends_with('G')) else {
+                continue;
+            };
+            let total = gib(alloc.split('/').nth(1).unwrap());
+            let at = cells.iter().position(|c| c == alloc).unwrap();
+            let used = cells[at + 1];
+            if used != "n/a" {
+                assert!(
+                    gib(used.trim_end_matches('!')) <= total,
+                    "used {used} of {total}G: {row}"
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked >= 20, "{screen}");
+        std::thread::sleep(Duration::from_millis(1_100));
+    }
+}
+
+// The correctness bugs found on the way.
+
+#[test]
+fn decimal_quantities_per_device_accelerators_and_a_409_said_once() {
+    let inc = Incident::start();
+    let all = claims(&inc.server);
+    let get = |id: u64| all.iter().find(|c| c["id"] == id).unwrap().clone();
+    // `--memory 49.8GiB` and `8.2G` were refused; an inventory at 79.2GiB stopped serve.
+    assert_eq!(get(inc.alice)["form"], "gpu_memory=49.8GiB");
+    assert!(
+        all.iter().any(|c| c["form"] == "gpu_memory=8.2GB"),
+        "{all:#?}"
+    );
+    assert!(
+        all.iter().any(|c| c["form"] == "gpu_memory=10MB"),
+        "{all:#?}"
+    );
+    // Per device on model and memory size: 80GB cards are 4-7 of the mixed node.
+    let dev = |id: u64| get(id)["shares"][0]["device"].as_u64().unwrap();
+    assert!((4..8).contains(&dev(inc.a100_80)), "{:#}", get(inc.a100_80));
+    assert!((0..4).contains(&dev(inc.a100_40)), "{:#}", get(inc.a100_40));
+    // A refusal (409, exit 4) names each reason once on stderr.
+    let out = cli(
+        &inc.server,
+        &[
+            "claim",
+            "--memory",
+            "70GiB",
+            "--accelerator",
+            "NVIDIA A100-SXM4-80GB",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert_eq!(err.matches(&format!("node {A021}:")).count(), 1, "{err}");
+    assert_eq!(err.matches(&format!("node {H017}:")).count(), 1, "{err}");
+}
