@@ -733,9 +733,14 @@ fn f4_sort_by_over_limit_puts_the_over_limit_claims_first() {
     s.keys(&[":", "sort over", "Enter"]);
     let screen = s.wait_for("sort:over");
     let ids = claim_ids(&screen);
+    // USED carries a `!` mark when over the reservation (`23.4G!`).
     let over: Vec<bool> = ids
         .iter()
-        .map(|&id| claim_row(&screen, id).contains("G! "))
+        .map(|&id| {
+            claim_row(&screen, id)
+                .split_whitespace()
+                .any(|c| c.len() > 1 && c.ends_with('!'))
+        })
         .collect();
     assert!(
         over.first() == Some(&true),
@@ -849,6 +854,60 @@ fn f4_holder_and_pid_are_visible_at_80x24() {
 }
 
 // Finding 5: smaller.
+
+/// The SGR parameters (`1;3;4`) in force where `text` starts on `line` (the last escape
+/// before it).
+fn sgr_before<'a>(line: &'a str, text: &str) -> &'a str {
+    let at = line
+        .find(text)
+        .unwrap_or_else(|| panic!("{text} in {line:?}"));
+    let esc = line[..at]
+        .rfind("\x1b[")
+        .unwrap_or_else(|| panic!("no style before {text}: {line:?}"));
+    line[esc + 2..at].trim_end_matches('m')
+}
+
+#[test]
+fn f5_in_mono_over_limit_does_not_look_like_the_selection() {
+    let home = tempfile::tempdir().unwrap();
+    let bin = env!("CARGO_BIN_EXE_gpuboard");
+    let script = format!(
+        "env NO_COLOR=1 HOME={h} XDG_CONFIG_HOME={h}/config XDG_STATE_HOME={h}/state {bin} --demo; sleep 60",
+        h = home.path().display()
+    );
+    let s = Session::start(80, 24, "f5mono", &script);
+    s.wait_for("GPUs (28)");
+    s.keys(&["3"]);
+    s.wait_for("Claims (");
+    s.keys(&["!"]);
+    s.wait_for("filter:over-limit");
+    s.wait_until("an over-limit row", |now| now.contains("G!"));
+    let styled = s.styled_screen();
+    let rows: Vec<&str> = styled.lines().filter(|l| l.contains("G!")).collect();
+    assert!(!rows.is_empty(), "{styled}");
+    let selected = styled
+        .lines()
+        .filter(|l| l.starts_with('│') && l.contains("\x1b[7m"))
+        .count();
+    assert_eq!(selected, 1, "one selected row, in reverse video:\n{styled}");
+    for r in rows {
+        // The USED figure: from the end of the escape before it to its `!`.
+        let end = r.find("G!").unwrap() + 2;
+        let used = &r[r[..end].rfind('m').unwrap() + 1..end];
+        let over = sgr_before(r, used);
+        let params: Vec<&str> = over.split(';').collect();
+        assert!(
+            params.contains(&"4"),
+            "over-limit is underlined: {over:?} in {r:?}"
+        );
+        if !r.contains("\x1b[7m") {
+            assert!(
+                !params.contains(&"7"),
+                "an unselected over-limit row is not reversed: {r:?}"
+            );
+        }
+    }
+}
 
 #[test]
 fn f5_each_view_keeps_its_own_filter() {
@@ -1063,4 +1122,55 @@ fn decimal_quantities_per_device_accelerators_and_a_409_said_once() {
     let err = text(&out.stderr);
     assert_eq!(err.matches(&format!("node {A021}:")).count(), 1, "{err}");
     assert_eq!(err.matches(&format!("node {H017}:")).count(), 1, "{err}");
+}
+
+#[test]
+fn a_claim_on_two_gpus_moves_to_two_gpus_from_the_console() {
+    let inc = Incident::start();
+    let home = tempfile::tempdir().unwrap();
+    let s = inc.console(80, 24, "move2", home.path());
+    s.keys(&["3"]);
+    s.wait_for("Claims (18)");
+    s.keys(&["/", "training", "Enter"]);
+    s.wait_for("filter:training");
+    s.keys(&["m"]);
+    let screen = s.wait_for("Move claim 3 from");
+    eprintln!("{screen}");
+    let targets: Vec<&str> = screen
+        .lines()
+        .filter_map(|l| l.split('│').nth(2))
+        .filter(|c| c.starts_with("prod-"))
+        .collect();
+    let at = targets
+        .iter()
+        .position(|t| t.starts_with(&format!("{H017}:4 ")))
+        .unwrap_or_else(|| panic!("{screen}"));
+    for _ in 0..at {
+        s.keys(&["j"]);
+    }
+    s.keys(&["Enter"]);
+    let screen = s.wait_for("[ Cancel ]");
+    eprintln!("{screen}");
+    s.keys(&["Tab", "Enter"]);
+    let start = Instant::now();
+    loop {
+        let all = claims(&inc.server);
+        let c = all.iter().find(|c| c["id"] == 3).unwrap();
+        let devices: Vec<u64> = c["shares"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["device"].as_u64().unwrap())
+            .collect();
+        if devices == [4, 5] {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{c:#}\n{}",
+            s.screen()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    s.wait_for("-017:4-5 ");
 }

@@ -69,6 +69,11 @@ impl Session {
         self.tmux(&["capture-pane", "-p", "-t", &self.0])
     }
 
+    /// The visible screen with its styles as SGR escape sequences (`capture-pane -e`).
+    pub fn styled_screen(&self) -> String {
+        self.tmux(&["capture-pane", "-p", "-e", "-t", &self.0])
+    }
+
     /// Resizes the window (the console redraws at the new size).
     pub fn resize(&self, w: u16, h: u16) {
         self.tmux(&[
