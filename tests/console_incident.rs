@@ -1174,3 +1174,91 @@ fn a_claim_on_two_gpus_moves_to_two_gpus_from_the_console() {
     }
     s.wait_for("-017:4-5 ");
 }
+
+// Finding 1 beyond GPUs: every mutating action names its target and waits for a yes.
+
+#[test]
+fn f1_b_names_the_backed_off_project_and_clears_it_only_when_confirmed() {
+    let inc = Incident::start();
+    let home = tempfile::tempdir().unwrap();
+    let s = inc.console(80, 24, "f1reset", home.path());
+    s.keys(&["4"]);
+    s.wait_for("Fair share (5)");
+    // batch is the first project (sorted by name): `b` asks, Cancel focused.
+    s.keys(&["b"]);
+    let screen = s.wait_for("[ Cancel ]");
+    assert!(
+        screen.contains("Clear project batch's backoffs"),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("Backed off now on: gpu:NVIDIA H100 80GB HBM3"),
+        "{screen}"
+    );
+    s.keys(&["Enter"]);
+    s.wait_until("the dialog closed", |now| !now.contains("[ Cancel ]"));
+    // Cancel sent nothing: still backed off on screen.
+    let row = s
+        .screen()
+        .lines()
+        .skip_while(|l| !l.contains("batch"))
+        .find(|l| l.contains("H100 80G"))
+        .unwrap()
+        .to_string();
+    assert!(row.contains(" - ") && row.contains('('), "{row}");
+    // Confirmed: the backoff goes.
+    s.keys(&["b"]);
+    s.wait_for("[ Cancel ]");
+    s.keys(&["Tab", "Enter"]);
+    s.wait_until("batch's H100 backoff cleared", |now| {
+        now.lines()
+            .skip_while(|l| !l.contains("batch"))
+            .find(|l| l.contains("H100 80G"))
+            .is_some_and(|l| !l.contains('('))
+    });
+}
+
+#[test]
+fn f1_in_claims_the_selection_follows_the_claim_as_claims_come_and_go() {
+    let home = tempfile::tempdir().unwrap();
+    let s = Session::console(80, 24, "f1claims", home.path(), "--demo");
+    s.wait_for("GPUs (28)");
+    s.keys(&["3"]);
+    s.wait_for("Claims (");
+    let picked = |screen: &str| -> Option<u64> {
+        let l = screen.lines().find(|l| l.contains(" on demo: "))?;
+        l.split("claim ")
+            .nth(1)?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    };
+    // Down five rows, each key seen before the next (so none is still in flight).
+    let mut first = s.wait_until("a claim selected", |now| picked(now).is_some());
+    for _ in 0..5 {
+        let before = picked(&first);
+        s.keys(&["j"]);
+        first = s.wait_until("the selection to move", |now| {
+            picked(now).is_some() && picked(now) != before
+        });
+    }
+    let id = picked(&first).unwrap();
+    let count = |screen: &str| -> Option<String> {
+        let l = screen.lines().find(|l| l.contains("Claims ("))?;
+        Some(l.split("Claims (").nth(1)?.split(')').next()?.to_string())
+    };
+    let (ids, n) = (claim_ids(&first), count(&first));
+    // The demo's workload adds and removes claims: wait until the table changed.
+    let changed = s.wait_until("claims to come or go", |now| {
+        claim_ids(now) != ids || count(now) != n
+    });
+    if claim_ids(&changed).contains(&id) {
+        assert_eq!(picked(&changed), Some(id), "{changed}");
+        // The release dialog names that same claim.
+        s.keys(&["r"]);
+        let dialog = s.wait_for("[ Cancel ]");
+        assert!(dialog.contains(&format!("claim {id}")), "{dialog}");
+        s.keys(&["Enter"]);
+    }
+}
