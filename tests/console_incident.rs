@@ -814,7 +814,12 @@ fn f4_a_pending_claim_shows_every_reason_and_enter_opens_its_detail() {
     for _ in 0..at {
         s.keys(&["j"]);
     }
-    s.wait_for(&format!("claim {} on ep1", inc.pending_80));
+    let screen = s.wait_for(&format!("claim {} on ep1", inc.pending_80));
+    // The panel under the table says how many reasons there are, and where to read them.
+    assert!(
+        screen.contains("why pending: 4 reasons (Enter shows them all)"),
+        "{screen}"
+    );
     s.keys(&["Enter"]);
     let screen = s.wait_for("Why pending (4 reasons)");
     for node in [H017, H018, A021] {

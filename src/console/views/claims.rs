@@ -223,6 +223,17 @@ fn selected_info(frame: &mut Frame, info: Rect, slot: &SourceSlot, c: &ClaimView
                 theme.pending,
             ));
         }
+        // The panel is a few lines high: say how many reasons there are and where all of
+        // them are, before the ones that fit.
+        if c.pending_reasons.len() > 1 {
+            lines.push(Line::styled(
+                format!(
+                    "why pending: {} reasons (Enter shows them all)",
+                    c.pending_reasons.len()
+                ),
+                theme.pending,
+            ));
+        }
         for r in &c.pending_reasons {
             lines.push(Line::styled(format!("why pending: {r}"), theme.pending));
         }
