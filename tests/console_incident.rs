@@ -612,6 +612,19 @@ fn f3_overview_says_na_without_telemetry_and_columns_say_what_is_free() {
         assert!(rest.starts_with(' '), "label and value apart: {line}");
         assert!(rest.trim_start().starts_with(value), "{line}");
     }
+    // The serve's telemetry note is longer than the NOTE column: it is shown whole below.
+    let notes: String = screen
+        .lines()
+        .skip_while(|l| !l.contains("ep1 "))
+        .skip(1)
+        .map(|l| l.trim_matches(['│', ' ']))
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        notes.contains("ep1: the NVIDIA management library")
+            && (notes.contains("libnvidia-ml.so.1") || notes.contains("grep nvidia`)")),
+        "{screen}"
+    );
     let compute = screen
         .lines()
         .find(|l| l.contains("Compute allocated"))
