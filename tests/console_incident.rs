@@ -565,6 +565,22 @@ fn f2_wide_layout_at_120_columns() {
         alice.contains(" alice ") && alice.contains("gpu_memory=49.8"),
         "{alice}"
     );
+    // A form longer than FORM ends in `…`, never a cut that reads as another value.
+    let ratio = claim_row(&screen, 3);
+    let form = ratio[ratio.find("gpu-memory-ratio").unwrap()..]
+        .split_whitespace()
+        .next()
+        .unwrap();
+    assert!(
+        ratio.contains("gpu-memory-ratio=50 gpu.shared=2") || form.ends_with('…'),
+        "{ratio}"
+    );
+    assert!(
+        ratio.contains("gpu-memory-ratio=50 gpu.shared=2")
+            || ratio.contains("gpu-memory-ratio…")
+            || ratio.contains("… "),
+        "{ratio}"
+    );
 }
 
 #[test]

@@ -22,6 +22,8 @@ struct Columns {
     wide: bool,
     /// Under 80 columns: lease and age drop (and use too, with a source column).
     narrow: bool,
+    /// What FORM (the one column that fills) has, in columns, once drawn.
+    form_w: usize,
 }
 
 impl Columns {
@@ -30,6 +32,7 @@ impl Columns {
             multi,
             wide: width >= 110,
             narrow: width < 80,
+            form_w: 0,
         }
     }
 
@@ -71,6 +74,7 @@ impl Columns {
             multi,
             wide,
             narrow,
+            ..
         } = self;
         let mut widths = Vec::new();
         if multi {
@@ -104,7 +108,18 @@ impl Columns {
 
 /// The claim list, and below it (when tall enough) the selected claim in words.
 pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
-    let cols = Columns::of(area.width, state.shown_sources().count() > 1);
+    let mut cols = Columns::of(area.width, state.shown_sources().count() > 1);
+    // FORM fills what the fixed columns and the gaps between columns leave.
+    let widths = cols.widths();
+    let fixed: u16 = widths
+        .iter()
+        .map(|w| match w {
+            Constraint::Length(n) => *n,
+            _ => 0,
+        })
+        .sum();
+    let gaps = u16::try_from(widths.len().saturating_sub(1)).unwrap_or(0);
+    cols.form_w = usize::from(area.width.saturating_sub(2 + fixed + gaps));
     let detail_h = claims_info_height(area.height);
     let [table_area, info] =
         Layout::vertical([Constraint::Min(3), Constraint::Length(detail_h)]).areas(area);
@@ -178,7 +193,8 @@ fn claim_row(
     }
     if wide {
         cells.push(Cell::from(format!("{} GPU", c.compute_reserved)));
-        cells.push(Cell::from(c.form.clone()));
+        // A form cut short ends in `…` (the panel below shows it whole).
+        cells.push(Cell::from(end_ellipsis(&c.form, cols.form_w)));
     }
     if cols.with_times() {
         cells.push(Cell::from(c.lease_expires_at.map_or_else(
@@ -199,6 +215,16 @@ fn claim_row(
         }));
     }
     Some(list_row(cells, selected, stale, theme))
+}
+
+/// `s` in at most `width` columns, ending in `…` when cut.
+fn end_ellipsis(s: &str, width: usize) -> String {
+    if s.chars().count() <= width {
+        return s.to_string();
+    }
+    let mut out: String = s.chars().take(width.saturating_sub(1)).collect();
+    out.push('…');
+    out
 }
 
 /// The selected claim: its form, and its shares (or why it is pending).
