@@ -685,6 +685,8 @@ fn f3_fair_share_has_one_debt_column_and_absolute_backoff_times() {
     let header = screen.lines().find(|l| l.contains("PROJECT")).unwrap();
     assert_eq!(header.matches("DEBT").count(), 1, "{header}");
     assert!(header.contains("BACKED OFF UNTIL"), "{header}");
+    // Debts of a fraction of a unit read `0`, not `-0`.
+    assert!(!screen.contains(" -0 "), "{screen}");
     // batch's H100 row: until a local time of day, and what is left.
     let row = screen
         .lines()
