@@ -1037,6 +1037,20 @@ fn f5_move_picker_lists_the_roomiest_first_and_follows_j_k() {
         .filter(|c| c.starts_with("prod-"))
         .collect();
     assert!(targets.len() >= 3, "{screen}");
+    // One line per GPU: a row never wraps (it pushed the selection out of the window).
+    let inside: Vec<&str> = screen.lines().filter_map(|l| l.split('│').nth(2)).collect();
+    assert!(
+        !inside
+            .iter()
+            .any(|c| c.starts_with("(too") || c.starts_with("full)")),
+        "{screen}"
+    );
+    assert!(
+        targets
+            .iter()
+            .all(|t| t.contains(" H100 80G ") || t.contains(" A100 ")),
+        "{targets:?}"
+    );
     let free = |t: &str| -> f64 {
         let gib = t
             .split(" GiB free")
