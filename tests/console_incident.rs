@@ -992,6 +992,13 @@ fn f5_esc_returns_where_you_came_from() {
     s.wait_for("Claims (");
     s.escape_from("Claims (");
     s.wait_for("▸Claims");
+    // GPU detail (5) from Claims: Esc goes back to Claims, not to GPUs.
+    s.keys(&["3"]);
+    s.wait_for("Claims (18)");
+    s.keys(&["5"]);
+    s.wait_for("no GPU selected");
+    s.escape_from("no GPU selected");
+    s.wait_for("Claims (18)");
     // GPU detail opened from GPUs: Esc goes back to GPUs.
     s.keys(&["2"]);
     s.wait_for("GPUs (24)");
