@@ -740,9 +740,10 @@ fn f4_problem_lists_idle_and_unclaimed_match_what_state_and_flags_show() {
     s.keys(&["!"]);
     s.wait_for("filter:over-limit");
     s.keys(&["!", "!"]);
-    let screen = s.wait_for("filter:idle");
+    let screen = s.wait_until("the idle list, not empty", |now| {
+        now.contains("filter:idle") && !claim_ids(now).is_empty()
+    });
     let ids = claim_ids(&screen);
-    assert!(!ids.is_empty(), "{screen}");
     for id in ids {
         assert!(claim_row(&screen, id).contains(" idle "), "{screen}");
     }
@@ -756,17 +757,22 @@ fn f4_sort_by_over_limit_puts_the_over_limit_claims_first() {
     s.keys(&["3"]);
     s.wait_for("Claims (");
     s.keys(&[":", "sort over", "Enter"]);
-    let screen = s.wait_for("sort:over");
-    let ids = claim_ids(&screen);
     // USED carries a `!` mark when over the reservation (`23.4G!`).
-    let over: Vec<bool> = ids
-        .iter()
-        .map(|&id| {
-            claim_row(&screen, id)
-                .split_whitespace()
-                .any(|c| c.len() > 1 && c.ends_with('!'))
-        })
-        .collect();
+    let marked = |screen: &str| -> Vec<bool> {
+        claim_ids(screen)
+            .iter()
+            .map(|&id| {
+                claim_row(screen, id)
+                    .split_whitespace()
+                    .any(|c| c.len() > 1 && c.ends_with('!'))
+            })
+            .collect()
+    };
+    // The demo's use moves: wait for a screen where some claim on it is over its limit.
+    let screen = s.wait_until("sorted, with an over-limit claim shown", |now| {
+        now.contains("sort:over") && marked(now).contains(&true)
+    });
+    let over = marked(&screen);
     assert!(
         over.first() == Some(&true),
         "an over-limit claim on top:\n{screen}"

@@ -108,17 +108,23 @@ fn at_80x24_the_cordon_target_survives_a_resort_and_idle_filters() {
     s.keys(&["3"]);
     s.wait_for("Claims (");
     s.keys(&["/", "idle", "Enter"]);
-    let screen = s.wait_for("filter:idle");
-    let rows: Vec<&str> = screen
-        .lines()
-        .filter(|l| {
-            l.trim_start_matches('│')
-                .split_whitespace()
-                .next()
-                .is_some_and(|w| w.parse::<u64>().is_ok())
-        })
-        .collect();
-    assert!(!rows.is_empty(), "the demo has idle claims:\n{screen}");
+    let rows_of = |screen: &str| -> Vec<String> {
+        screen
+            .lines()
+            .filter(|l| {
+                l.trim_start_matches('│')
+                    .split_whitespace()
+                    .next()
+                    .is_some_and(|w| w.parse::<u64>().is_ok())
+            })
+            .map(str::to_string)
+            .collect()
+    };
+    // The demo's use moves: wait for a moment it has idle claims.
+    let screen = s.wait_until("the idle list, not empty", |now| {
+        now.contains("filter:idle") && !rows_of(now).is_empty()
+    });
+    let rows = rows_of(&screen);
     for r in &rows {
         assert!(r.contains(" idle "), "not idle: {r}\n{screen}");
     }
