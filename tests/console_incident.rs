@@ -11,7 +11,7 @@ mod common;
 mod tmux;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 use common::{Server, fixture};
@@ -20,14 +20,7 @@ use tmux::Session;
 
 /// Runs the CLI against `server`.
 fn cli(server: &Server, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gpuboard"))
-        .args(args)
-        .args(["--endpoint", &server.url, "--data-dir"])
-        .arg(&server.dir)
-        .env_remove("GPUBOARD_TOKEN")
-        .env_remove("GPUBOARD_ENDPOINT")
-        .output()
-        .unwrap()
+    server.cli(args)
 }
 
 fn text(b: &[u8]) -> String {
@@ -382,6 +375,14 @@ impl Incident {
         }
     }
 
+    /// The incident and its console at 80x24 (with the console's home folder).
+    fn at_80x24(tag: &str) -> (Incident, Session, tempfile::TempDir) {
+        let inc = Incident::start();
+        let home = tempfile::tempdir().unwrap();
+        let s = inc.console(80, 24, tag, home.path());
+        (inc, s, home)
+    }
+
     /// The console on this serve, `w` x `h`.
     fn console(&self, w: u16, h: u16, tag: &str, home: &Path) -> Session {
         let token = self.server.dir.join("operator.token");
@@ -437,9 +438,7 @@ fn claim_ids(screen: &str) -> Vec<u64> {
 
 #[test]
 fn f2_two_nodes_that_differ_at_the_end_are_told_apart_at_80x24() {
-    let inc = Incident::start();
-    let home = tempfile::tempdir().unwrap();
-    let s = inc.console(80, 24, "f2nodes", home.path());
+    let (_inc, s, _home) = Incident::at_80x24("f2nodes");
     let screen = s.wait_for("GPUs (24)");
     let rows = table_rows(&screen);
     let node_of = |r: &str| {
@@ -466,9 +465,7 @@ fn f2_two_nodes_that_differ_at_the_end_are_told_apart_at_80x24() {
 
 #[test]
 fn f2_place_keeps_node_and_devices_and_ranges_read_2_7() {
-    let inc = Incident::start();
-    let home = tempfile::tempdir().unwrap();
-    let s = inc.console(80, 24, "f2place", home.path());
+    let (inc, s, _home) = Incident::at_80x24("f2place");
     s.keys(&["3"]);
     let screen = s.wait_for("Claims (18)");
     // Claims on node-017:0 and node-018:0 are no longer both `prod-h100-node-0`.
@@ -490,9 +487,7 @@ fn f2_place_keeps_node_and_devices_and_ranges_read_2_7() {
 
 #[test]
 fn f2_alloc_whole_and_model_names_its_memory_size_in_gpus_and_fair_share() {
-    let inc = Incident::start();
-    let home = tempfile::tempdir().unwrap();
-    let s = inc.console(80, 24, "f2model", home.path());
+    let (inc, s, _home) = Incident::at_80x24("f2model");
     let screen = s.wait_for("GPUs (24)");
     let first = table_rows(&screen)[0];
     assert!(first.contains(" 49.8G/79.2G "), "ALLOC whole: {first}");
@@ -599,9 +594,7 @@ fn f2_flags_stay_at_60x20() {
 
 #[test]
 fn f3_overview_says_na_without_telemetry_and_columns_say_what_is_free() {
-    let inc = Incident::start();
-    let home = tempfile::tempdir().unwrap();
-    let s = inc.console(80, 24, "f3na", home.path());
+    let (_inc, s, _home) = Incident::at_80x24("f3na");
     s.keys(&["1"]);
     let screen = s.wait_for("Over limit");
     for (label, value) in [
@@ -659,9 +652,7 @@ fn f3_overview_says_na_without_telemetry_and_columns_say_what_is_free() {
 
 #[test]
 fn f3_gpu_detail_lists_each_claims_share_on_this_gpu() {
-    let inc = Incident::start();
-    let home = tempfile::tempdir().unwrap();
-    let s = inc.console(80, 24, "f3detail", home.path());
+    let (inc, s, _home) = Incident::at_80x24("f3detail");
     s.keys(&["/", "018", "Enter"]);
     s.wait_for("GPUs (8)");
     s.keys(&["j", "j", "Enter"]);
@@ -677,9 +668,7 @@ fn f3_gpu_detail_lists_each_claims_share_on_this_gpu() {
 
 #[test]
 fn f3_fair_share_has_one_debt_column_and_absolute_backoff_times() {
-    let inc = Incident::start();
-    let home = tempfile::tempdir().unwrap();
-    let s = inc.console(80, 24, "f3fair", home.path());
+    let (_inc, s, _home) = Incident::at_80x24("f3fair");
     s.keys(&["4"]);
     let screen = s.wait_for("Fair share (5)");
     let header = screen.lines().find(|l| l.contains("PROJECT")).unwrap();
@@ -786,9 +775,7 @@ fn f4_sort_by_over_limit_puts_the_over_limit_claims_first() {
 
 #[test]
 fn f4_page_down_visits_every_claim_at_80x24() {
-    let inc = Incident::start();
-    let home = tempfile::tempdir().unwrap();
-    let s = inc.console(80, 24, "f4pgdn", home.path());
+    let (inc, s, _home) = Incident::at_80x24("f4pgdn");
     s.keys(&["3"]);
     let mut screen = s.wait_for("Claims (18)");
     let mut seen: std::collections::BTreeSet<u64> = claim_ids(&screen).into_iter().collect();
@@ -814,9 +801,7 @@ fn f4_page_down_visits_every_claim_at_80x24() {
 
 #[test]
 fn f4_events_scroll_to_the_oldest() {
-    let inc = Incident::start();
-    let home = tempfile::tempdir().unwrap();
-    let s = inc.console(80, 24, "f4events", home.path());
+    let (inc, s, _home) = Incident::at_80x24("f4events");
     s.keys(&["6"]);
     let screen = s.wait_for("Audit events (");
     let oldest = format!("claim {} ", inc.alice);
@@ -833,9 +818,7 @@ fn f4_events_scroll_to_the_oldest() {
 
 #[test]
 fn f4_a_pending_claim_shows_every_reason_and_enter_opens_its_detail() {
-    let inc = Incident::start();
-    let home = tempfile::tempdir().unwrap();
-    let s = inc.console(80, 24, "f4pending", home.path());
+    let (inc, s, _home) = Incident::at_80x24("f4pending");
     s.keys(&["3"]);
     s.wait_for("Claims (18)");
     s.keys(&["/", "pending", "Enter"]);
@@ -872,9 +855,7 @@ fn f4_a_pending_claim_shows_every_reason_and_enter_opens_its_detail() {
 
 #[test]
 fn f4_holder_and_pid_are_visible_at_80x24() {
-    let inc = Incident::start();
-    let home = tempfile::tempdir().unwrap();
-    let s = inc.console(80, 24, "f4holder", home.path());
+    let (inc, s, _home) = Incident::at_80x24("f4holder");
     s.keys(&["3"]);
     let screen = s.wait_for("Claims (18)");
     // Claim 1 is selected: the panel under the table names its holder.
@@ -947,9 +928,7 @@ fn f5_in_mono_over_limit_does_not_look_like_the_selection() {
 
 #[test]
 fn f5_each_view_keeps_its_own_filter() {
-    let inc = Incident::start();
-    let home = tempfile::tempdir().unwrap();
-    let s = inc.console(80, 24, "f5filter", home.path());
+    let (_inc, s, _home) = Incident::at_80x24("f5filter");
     s.keys(&["3"]);
     s.wait_for("Claims (18)");
     s.keys(&["/", "vision", "Enter"]);
@@ -966,9 +945,7 @@ fn f5_each_view_keeps_its_own_filter() {
 
 #[test]
 fn f5_esc_returns_where_you_came_from() {
-    let inc = Incident::start();
-    let home = tempfile::tempdir().unwrap();
-    let s = inc.console(80, 24, "f5esc", home.path());
+    let (_inc, s, _home) = Incident::at_80x24("f5esc");
     // Claims -> claim detail -> Esc: Claims, same claim selected (not GPUs).
     s.keys(&["3"]);
     s.wait_for("Claims (18)");
@@ -1016,9 +993,7 @@ fn f5_esc_returns_where_you_came_from() {
 
 #[test]
 fn f5_long_messages_wrap_whole_and_the_footer_names_keys() {
-    let inc = Incident::start();
-    let home = tempfile::tempdir().unwrap();
-    let s = inc.console(80, 24, "f5flash", home.path());
+    let (_inc, s, _home) = Incident::at_80x24("f5flash");
     let screen = s.wait_for("GPUs (24)");
     let footer = screen.lines().rev().nth(1).unwrap();
     assert!(
@@ -1037,9 +1012,7 @@ fn f5_long_messages_wrap_whole_and_the_footer_names_keys() {
 
 #[test]
 fn f5_move_picker_lists_the_roomiest_first_and_follows_j_k() {
-    let inc = Incident::start();
-    let home = tempfile::tempdir().unwrap();
-    let s = inc.console(80, 24, "f5move", home.path());
+    let (inc, s, _home) = Incident::at_80x24("f5move");
     s.keys(&["3"]);
     s.wait_for("Claims (18)");
     s.keys(&["m"]);
@@ -1089,9 +1062,7 @@ fn f5_move_picker_lists_the_roomiest_first_and_follows_j_k() {
 
 #[test]
 fn f5_command_completion_lists_candidates() {
-    let inc = Incident::start();
-    let home = tempfile::tempdir().unwrap();
-    let s = inc.console(80, 24, "f5colon", home.path());
+    let (_inc, s, _home) = Incident::at_80x24("f5colon");
     s.keys(&[":", "so"]);
     let screen = s.wait_for(":so");
     let line = screen.lines().find(|l| l.starts_with(":so")).unwrap();
@@ -1183,9 +1154,7 @@ fn decimal_quantities_per_device_accelerators_and_a_409_said_once() {
 
 #[test]
 fn a_claim_on_two_gpus_moves_to_two_gpus_from_the_console() {
-    let inc = Incident::start();
-    let home = tempfile::tempdir().unwrap();
-    let s = inc.console(80, 24, "move2", home.path());
+    let (inc, s, _home) = Incident::at_80x24("move2");
     s.keys(&["3"]);
     s.wait_for("Claims (18)");
     s.keys(&["/", "training", "Enter"]);
@@ -1236,9 +1205,7 @@ fn a_claim_on_two_gpus_moves_to_two_gpus_from_the_console() {
 
 #[test]
 fn f1_b_names_the_backed_off_project_and_clears_it_only_when_confirmed() {
-    let inc = Incident::start();
-    let home = tempfile::tempdir().unwrap();
-    let s = inc.console(80, 24, "f1reset", home.path());
+    let (_inc, s, _home) = Incident::at_80x24("f1reset");
     s.keys(&["4"]);
     s.wait_for("Fair share (5)");
     // batch is the first project (sorted by name): `b` asks, Cancel focused.
