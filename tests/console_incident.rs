@@ -1286,3 +1286,27 @@ fn f1_in_claims_the_selection_follows_the_claim_as_claims_come_and_go() {
         s.keys(&["Enter"]);
     }
 }
+
+#[test]
+fn f4_events_say_who_was_backed_off_until_when_in_words() {
+    let (_inc, s, _home) = Incident::at_80x24("f4ledger");
+    s.keys(&["6"]);
+    s.wait_for("Audit events (");
+    s.keys(&["/", "fairshare", "Enter"]);
+    let screen = s.wait_for("Audit events (1)");
+    let panel: String = screen
+        .lines()
+        .skip_while(|l| !l.contains("Selected event"))
+        .skip(1)
+        .take(2)
+        .map(|l| l.trim_matches(['│', ' ']))
+        .collect::<Vec<_>>()
+        .join(" ");
+    // Not the ledger's JSON (`{"event":"back`), and not cut at DETAIL's 14 columns.
+    assert!(
+        panel.contains("batch backed off on gpu:NVIDIA H100 80GB HBM3 until 20"),
+        "{screen}"
+    );
+    assert!(panel.contains("(interval "), "{screen}");
+    assert!(!screen.contains("{\"event\""), "{screen}");
+}
