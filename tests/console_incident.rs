@@ -872,6 +872,25 @@ fn f4_holder_and_pid_are_visible_at_80x24() {
 
 // Finding 5: smaller.
 
+/// Moves the Overview's cursor down to the count labelled `label`, one key at a time,
+/// each seen to move the `▸` before the next (only counts with a list take the cursor).
+fn overview_cursor_to(s: &Session, label: &str) {
+    let marked = |screen: &str| -> Option<String> {
+        screen
+            .lines()
+            .find(|l| l.starts_with('▸'))
+            // The label's column: `▸` and 18 characters.
+            .map(|l| l.chars().take(19).collect())
+    };
+    let start = Instant::now();
+    while !s.screen().contains(&format!("▸{label}")) {
+        assert!(start.elapsed() < Duration::from_secs(20), "{}", s.screen());
+        let before = marked(&s.screen());
+        s.keys(&["j"]);
+        s.wait_until("the cursor to move", |now| marked(now) != before);
+    }
+}
+
 /// The SGR parameters (`1;3;4`) in force where `text` starts on `line` (the last escape
 /// before it).
 fn sgr_before<'a>(line: &'a str, text: &str) -> &'a str {
@@ -963,14 +982,7 @@ fn f5_esc_returns_where_you_came_from() {
     // Overview -> a count's list -> Esc: the Overview.
     s.keys(&["1"]);
     s.wait_for("Sources");
-    // Down to the Claims count, one key at a time (only counts with a list take the cursor).
-    let start = Instant::now();
-    while !s.screen().contains("▸Claims") {
-        assert!(start.elapsed() < Duration::from_secs(20), "{}", s.screen());
-        let before = s.screen();
-        s.keys(&["j"]);
-        s.wait_until("the cursor to move", |now| now != before);
-    }
+    overview_cursor_to(&s, "Claims");
     s.keys(&["Enter"]);
     s.wait_for("Claims (");
     s.escape_from("Claims (");
@@ -1309,4 +1321,26 @@ fn f4_events_say_who_was_backed_off_until_when_in_words() {
     );
     assert!(panel.contains("(interval "), "{screen}");
     assert!(!screen.contains("{\"event\""), "{screen}");
+}
+
+#[test]
+fn f4_the_overview_over_limit_count_opens_the_over_limit_claims() {
+    let home = tempfile::tempdir().unwrap();
+    let s = Session::console(80, 24, "f4count", home.path(), "--demo");
+    s.wait_for("GPUs (28)");
+    s.keys(&["1"]);
+    s.wait_for("Sources");
+    overview_cursor_to(&s, "Over limit");
+    s.keys(&["Enter"]);
+    let screen = s.wait_until("the over-limit list, not empty", |now| {
+        now.contains("filter:over-limit") && !claim_ids(now).is_empty()
+    });
+    for id in claim_ids(&screen) {
+        let row = claim_row(&screen, id);
+        assert!(
+            row.split_whitespace()
+                .any(|c| c.len() > 1 && c.ends_with('!')),
+            "{row}\n{screen}"
+        );
+    }
 }
