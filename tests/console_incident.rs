@@ -1147,6 +1147,19 @@ fn decimal_quantities_per_device_accelerators_and_a_409_said_once() {
     let dev = |id: u64| get(id)["shares"][0]["device"].as_u64().unwrap();
     assert!((4..8).contains(&dev(inc.a100_80)), "{:#}", get(inc.a100_80));
     assert!((0..4).contains(&dev(inc.a100_40)), "{:#}", get(inc.a100_40));
+    // batch's 8 GPUs: node-018's largest free (79.2 GiB less the 10MB claim's 16M) and
+    // what it needs read alike at one decimal, so the reason says the shortfall.
+    let batch = all.iter().find(|c| c["project"] == "batch").unwrap();
+    let on_018 = batch["pending_reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|r| {
+            r.as_str()
+                .filter(|r| r.starts_with(&format!("node {H018}:")))
+        })
+        .unwrap_or_else(|| panic!("{batch:#}"));
+    assert!(on_018.ends_with(" more)"), "{on_018}");
     // A refusal (409, exit 4) names each reason once on stderr.
     let out = cli(
         &inc.server,
