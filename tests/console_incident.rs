@@ -312,7 +312,7 @@ impl Incident {
             .any(|c| c["id"] == nlp && c["state"] != "placed")
         {
             assert!(
-                start.elapsed() < Duration::from_secs(20),
+                start.elapsed() < Duration::from_secs(30),
                 "nlp's claim never placed"
             );
             std::thread::sleep(Duration::from_millis(100));
@@ -884,7 +884,7 @@ fn overview_cursor_to(s: &Session, label: &str) {
     };
     let start = Instant::now();
     while !s.screen().contains(&format!("▸{label}")) {
-        assert!(start.elapsed() < Duration::from_secs(20), "{}", s.screen());
+        assert!(start.elapsed() < Duration::from_secs(30), "{}", s.screen());
         let before = marked(&s.screen());
         s.keys(&["j"]);
         s.wait_until("the cursor to move", |now| marked(now) != before);
@@ -1217,7 +1217,7 @@ fn a_claim_on_two_gpus_moves_to_two_gpus_from_the_console() {
             break;
         }
         assert!(
-            start.elapsed() < Duration::from_secs(20),
+            start.elapsed() < Duration::from_secs(30),
             "{c:#}\n{}",
             s.screen()
         );

@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// How long a wait for screen text may take before the test fails.
-const DEADLINE: Duration = Duration::from_secs(20);
+const DEADLINE: Duration = Duration::from_secs(30);
 
 /// A tmux session, killed when dropped.
 pub struct Session(pub String);
