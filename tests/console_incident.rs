@@ -1186,7 +1186,6 @@ fn a_claim_on_two_gpus_moves_to_two_gpus_from_the_console() {
     s.wait_for("filter:training");
     s.keys(&["m"]);
     let screen = s.wait_for("Move claim 3 from");
-    eprintln!("{screen}");
     let targets: Vec<&str> = screen
         .lines()
         .filter_map(|l| l.split('│').nth(2))
@@ -1200,8 +1199,14 @@ fn a_claim_on_two_gpus_moves_to_two_gpus_from_the_console() {
         s.keys(&["j"]);
     }
     s.keys(&["Enter"]);
+    // The dialog names both GPUs it goes to (the picked one and the next on its node).
     let screen = s.wait_for("[ Cancel ]");
-    eprintln!("{screen}");
+    let dialog: String = screen
+        .lines()
+        .map(|l| l.trim_matches(['│', ' ']))
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(dialog.contains(&format!("{H017}:4,5")), "{screen}");
     s.keys(&["Tab", "Enter"]);
     let start = Instant::now();
     loop {
