@@ -7,6 +7,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
+#[path = "common/console_fixtures.rs"]
+mod console_fixtures;
 #[path = "common/tmux.rs"]
 mod tmux;
 
@@ -704,6 +706,27 @@ fn f3_fair_share_has_one_debt_column_and_absolute_backoff_times() {
         screen.contains("batch") && !screen.contains("vision"),
         "{screen}"
     );
+}
+
+#[test]
+fn f3_a_debt_under_half_a_unit_reads_0_not_minus_0() {
+    use console_fixtures::{NOW, feed, lab_snapshot, lab_state};
+    use gpuboard::console::headless::{buffer_text, render};
+    use gpuboard::console::state::View;
+    use gpuboard::console::update::show_view;
+    let mut st = lab_state();
+    let mut snap = lab_snapshot();
+    for p in &mut snap.projects {
+        for r in &mut p.resources {
+            r.debt = -0.3;
+        }
+    }
+    feed(&mut st, 0, snap, NOW.0);
+    show_view(&mut st, View::Ledger);
+    let theme = gpuboard::console::theme::load_strict("default", &[]).unwrap();
+    let screen = buffer_text(&render(&st, &theme, 80, 24).unwrap());
+    assert!(screen.contains("Fair share"), "{screen}");
+    assert!(!screen.contains(" -0 "), "{screen}");
 }
 
 // Finding 4: problems could not be found.
