@@ -10,14 +10,7 @@ use common::{Server, demo_fleet};
 use serde_json::Value;
 
 fn gpuboard(server: &Server, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gpuboard"))
-        .args(args)
-        .args(["--endpoint", &server.url, "--data-dir"])
-        .arg(&server.dir)
-        .env_remove("GPUBOARD_TOKEN")
-        .env_remove("GPUBOARD_ENDPOINT")
-        .output()
-        .unwrap()
+    server.cli(args)
 }
 
 fn text(b: &[u8]) -> String {

@@ -1,88 +1,25 @@
 //! Drives the real binary in tmux with `--demo`: open the claim form, claim 10 GiB, see
 //! it in Claims, release it with confirmation, quit, and check the terminal was restored.
 //! `scripts/test` installs tmux.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::unused_self
-)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-struct Session(String);
+#[path = "common/tmux.rs"]
+mod tmux;
 
-impl Session {
-    fn tmux(&self, args: &[&str]) -> String {
-        let out = Command::new("tmux")
-            .args(args)
-            .output()
-            .expect("tmux runs (scripts/test installs it)");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-    fn keys(&self, keys: &[&str]) {
-        for k in keys {
-            self.tmux(&["send-keys", "-t", &self.0, k]);
-        }
-    }
-    fn screen(&self) -> String {
-        self.tmux(&["capture-pane", "-p", "-t", &self.0])
-    }
-    /// Waits (bounded) until the screen shows `what`.
-    fn wait_for(&self, what: &str) -> String {
-        let start = Instant::now();
-        loop {
-            let s = self.screen();
-            if s.contains(what) {
-                return s;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "never saw `{what}`; screen:\n{s}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["kill-session", "-t", &self.0])
-            .output();
-    }
-}
+use tmux::Session;
 
 #[test]
 fn claim_and_release_in_the_demo_then_quit() {
     let bin = env!("CARGO_BIN_EXE_gpuboard");
     let home = tempfile::tempdir().unwrap();
-    let name = format!("gpuboard-test-{}", std::process::id());
     let script = format!(
         "env HOME={h} XDG_CONFIG_HOME={h}/config XDG_STATE_HOME={h}/state {bin} --demo; echo EXIT=$?; stty -a | tr ' ' '\\n' | grep -x -- '-\\?icanon'; echo CHECKED; sleep 60",
         h = home.path().display()
     );
-    let s = Session(name.clone());
-    let out = Command::new("tmux")
-        .args([
-            "new-session",
-            "-d",
-            "-s",
-            &name,
-            "-x",
-            "120",
-            "-y",
-            "36",
-            &script,
-        ])
-        .output()
-        .expect("tmux is installed (scripts/test installs it)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let s = Session::start(120, 36, "test", &script);
+    let name = s.0.clone();
     s.wait_for("GPUs (28)");
     s.keys(&["3"]);
     s.wait_for("Claims (");
@@ -130,34 +67,8 @@ fn claim_and_release_in_the_demo_then_quit() {
 
 /// Starts `gpuboard --demo` in a detached tmux session of this size.
 fn demo_session(w: u16, h: u16, tag: &str) -> (Session, tempfile::TempDir) {
-    let bin = env!("CARGO_BIN_EXE_gpuboard");
     let home = tempfile::tempdir().unwrap();
-    let name = format!("gpuboard-{tag}-{}", std::process::id());
-    let script = format!(
-        "env HOME={h} XDG_CONFIG_HOME={h}/config XDG_STATE_HOME={h}/state {bin} --demo; sleep 60",
-        h = home.path().display()
-    );
-    let (w, h) = (w.to_string(), h.to_string());
-    let out = Command::new("tmux")
-        .args([
-            "new-session",
-            "-d",
-            "-s",
-            &name,
-            "-x",
-            &w,
-            "-y",
-            &h,
-            &script,
-        ])
-        .output()
-        .expect("tmux is installed (scripts/test installs it)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (Session(name), home)
+    (Session::console(w, h, tag, home.path(), "--demo"), home)
 }
 
 /// The GPU a cordon dialog names (`Cordon GPU node:i (...)`).
@@ -197,17 +108,23 @@ fn at_80x24_the_cordon_target_survives_a_resort_and_idle_filters() {
     s.keys(&["3"]);
     s.wait_for("Claims (");
     s.keys(&["/", "idle", "Enter"]);
-    let screen = s.wait_for("filter:idle");
-    let rows: Vec<&str> = screen
-        .lines()
-        .filter(|l| {
-            l.trim_start_matches('│')
-                .split_whitespace()
-                .next()
-                .is_some_and(|w| w.parse::<u64>().is_ok())
-        })
-        .collect();
-    assert!(!rows.is_empty(), "the demo has idle claims:\n{screen}");
+    let rows_of = |screen: &str| -> Vec<String> {
+        screen
+            .lines()
+            .filter(|l| {
+                l.trim_start_matches('│')
+                    .split_whitespace()
+                    .next()
+                    .is_some_and(|w| w.parse::<u64>().is_ok())
+            })
+            .map(str::to_string)
+            .collect()
+    };
+    // The demo's use moves: wait for a moment it has idle claims.
+    let screen = s.wait_until("the idle list, not empty", |now| {
+        now.contains("filter:idle") && !rows_of(now).is_empty()
+    });
+    let rows = rows_of(&screen);
     for r in &rows {
         assert!(r.contains(" idle "), "not idle: {r}\n{screen}");
     }

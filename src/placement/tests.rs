@@ -117,6 +117,26 @@ fn node_sums_never_decide_a_fit() {
 }
 
 #[test]
+fn figures_that_read_alike_say_the_shortfall() {
+    let mut f = fleet(
+        Policy::Binpack,
+        vec![node("a", vec![gpu(0, "A100", Bytes::gib(40))])],
+    );
+    f.claim(ClaimId(1), &req(json!({"gpu_memory": "10MB"})))
+        .unwrap();
+    let e = f
+        .claim(ClaimId(2), &req(json!({"gpu_memory": "39.99GiB"})))
+        .unwrap_err();
+    assert_eq!(
+        e.lines(),
+        vec![
+            "node a: 1/1 GPUs insufficient memory (largest free 40.0 GiB, needs 40.0 GiB, 4.1 MiB more)"
+                .to_string()
+        ]
+    );
+}
+
+#[test]
 fn reasons_aggregate_per_node_and_reason() {
     let mut f = fleet(
         Policy::Binpack,

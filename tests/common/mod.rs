@@ -270,6 +270,19 @@ impl Server {
         }
     }
 
+    /// Runs the CLI with `args` against this server (its URL and data directory; no token
+    /// or endpoint from the environment).
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new(env!("CARGO_BIN_EXE_gpuboard"))
+            .args(args)
+            .args(["--endpoint", &self.url, "--data-dir"])
+            .arg(&self.dir)
+            .env_remove("GPUBOARD_TOKEN")
+            .env_remove("GPUBOARD_ENDPOINT")
+            .output()
+            .unwrap()
+    }
+
     pub fn operator_token(&self) -> String {
         std::fs::read_to_string(self.dir.join("operator.token"))
             .unwrap()

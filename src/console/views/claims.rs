@@ -30,6 +30,8 @@ struct Columns {
     id: u16,
     /// The PLACE column, which says why for a pending claim: wider where there is room.
     place: u16,
+    /// What FORM (the one column that fills) has, in columns, once drawn.
+    form_w: usize,
 }
 
 impl Columns {
@@ -46,6 +48,7 @@ impl Columns {
                 110.. => 20,
                 _ => 16,
             },
+            form_w: 0,
         };
         // What the columns leave: borders, and one gap fewer than columns.
         let taken: u16 = cols
@@ -116,6 +119,7 @@ impl Columns {
             narrow,
             id,
             place,
+            ..
         } = self;
         let mut widths = Vec::new();
         if multi {
@@ -156,7 +160,18 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
         .map(|(_, c)| c.id.to_string().len())
         .max()
         .unwrap_or(0);
-    let cols = Columns::of(area.width, state.shown_sources().count() > 1, longest_id);
+    let mut cols = Columns::of(area.width, state.shown_sources().count() > 1, longest_id);
+    // FORM fills what the fixed columns and the gaps between columns leave.
+    let widths = cols.widths();
+    let fixed: u16 = widths
+        .iter()
+        .map(|w| match w {
+            Constraint::Length(n) => *n,
+            _ => 0,
+        })
+        .sum();
+    let gaps = u16::try_from(widths.len().saturating_sub(1)).unwrap_or(0);
+    cols.form_w = usize::from(area.width.saturating_sub(2 + fixed + gaps));
     let detail_h = claims_info_height(area.height);
     let [table_area, info] =
         Layout::vertical([Constraint::Min(3), Constraint::Length(detail_h)]).areas(area);
@@ -243,7 +258,8 @@ fn claim_row(
     }
     if wide {
         cells.push(Cell::from(format!("{} GPU", c.compute_reserved)));
-        cells.push(Cell::from(c.form.clone()));
+        // A form cut short ends in `…` (the panel below shows it whole).
+        cells.push(Cell::from(end_ellipsis(&c.form, cols.form_w)));
     }
     if cols.with_times() {
         cells.push(Cell::from(c.lease_expires_at.map_or_else(
@@ -266,6 +282,16 @@ fn claim_row(
         }));
     }
     Some(list_row(cells, selected, stale, theme))
+}
+
+/// `s` in at most `width` columns, ending in `…` when cut.
+fn end_ellipsis(s: &str, width: usize) -> String {
+    if s.chars().count() <= width {
+        return s.to_string();
+    }
+    let mut out: String = s.chars().take(width.saturating_sub(1)).collect();
+    out.push('…');
+    out
 }
 
 /// The selected claim: its form, and its shares (or why it is pending).

@@ -12,11 +12,11 @@ use crate::snapshot::{DeviceTelemetry, DeviceView, Snapshot};
 
 use super::common::{block, device_flags, na, short_bytes, window};
 
-/// The device picked in the GPUs (or Claims) view, or how to pick one.
+/// The device picked in the GPUs view, or how to pick one.
 pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
     let Some((src, n, d)) = state.detail_device() else {
         let p = Paragraph::new(
-            "no GPU selected: pick one in the GPUs view (or a claim in Claims) and press Enter",
+            "no GPU selected: pick one in the GPUs view and press Enter (in Claims, Enter opens the claim)",
         )
         .style(theme.dim)
         .wrap(Wrap { trim: true })

@@ -1,11 +1,13 @@
 //! The Events view: audit events in the operator's local date and time, and the console log.
 
 use ratatui::Frame;
-use ratatui::layout::{Constraint, Rect};
+use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Cell, Paragraph, Row, Table};
+use ratatui::widgets::{Cell, Paragraph, Row, Table, Wrap};
 
 use crate::clock;
+use crate::fairshare::{ClearCause, EventKind};
+use crate::snapshot::AuditEvent;
 
 use super::common::{block, mid_ellipsis, title_with, window};
 use crate::console::state::{State, View, events_split};
@@ -32,8 +34,11 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
             // A move's step names its move id in the actor; the id goes to DETAIL, where
             // it has room, so both endpoints' rows of one move can be matched by eye.
             let (who, move_id) = split_move_actor(&e.actor);
-            let detail =
-                move_id.map_or_else(|| e.detail.clone(), |id| format!("move {id}: {}", e.detail));
+            let words = detail_words(e, &state.zone);
+            let detail = match move_id {
+                Some(id) => format!("move {id}: {words}"),
+                None => words,
+            };
             let row = Row::new(vec![
                 Cell::from(clock::date_time(e.at, &state.zone)),
                 Cell::from((*src).to_string()),
@@ -71,6 +76,31 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
         )),
         audit,
     );
+    // The selected event whole (DETAIL is a few columns at 80), above the console log.
+    let log = if log.height >= 7 {
+        let [picked, rest] =
+            Layout::vertical([Constraint::Length(4), Constraint::Min(3)]).areas(log);
+        if let Some((src, e)) = evs.get(cur.selected) {
+            let text = format!(
+                "{} {src} · {} · {} {}: {}",
+                clock::date_time(e.at, &state.zone),
+                e.actor,
+                e.action,
+                e.target,
+                detail_words(e, &state.zone)
+            );
+            frame.render_widget(
+                Paragraph::new(text)
+                    .style(theme.text)
+                    .wrap(Wrap { trim: true })
+                    .block(block(" Selected event ", theme)),
+                picked,
+            );
+        }
+        rest
+    } else {
+        log
+    };
     let lh = usize::from(log.height.saturating_sub(2));
     let skip = state.log.len().saturating_sub(lh);
     let lines: Vec<Line> = state
@@ -83,4 +113,48 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
         Paragraph::new(lines).block(block(" Console log ", theme)),
         log,
     );
+}
+
+/// An event's detail in words: the fair-share ledger's events (recorded as JSON) read as
+/// a sentence with local times; any other detail as recorded.
+fn detail_words(e: &AuditEvent, zone: &jiff::tz::TimeZone) -> String {
+    let Ok(kind) = serde_json::from_str::<EventKind>(&e.detail) else {
+        return e.detail.clone();
+    };
+    match kind {
+        EventKind::BackedOff {
+            project,
+            resource,
+            until,
+            interval_s,
+        } => format!(
+            "{project} backed off on {resource} until {} (interval {})",
+            clock::date_time(until, zone),
+            clock::age(
+                std::time::Duration::try_from_secs_f64(interval_s)
+                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            )
+        ),
+        EventKind::BackoffCleared {
+            project,
+            resource,
+            cause,
+        } => format!(
+            "{project}'s backoff on {resource} cleared: {}",
+            match cause {
+                ClearCause::Placed => "a claim of it was placed there",
+                ClearCause::NewClaim => "it asked for something that can run there",
+                ClearCause::Operator => "by an operator",
+            }
+        ),
+        EventKind::ClockWentBack { from, to } => format!(
+            "the clock went back from {} to {}: every backoff cleared",
+            clock::date_time(from, zone),
+            clock::date_time(to, zone)
+        ),
+        EventKind::DebtsReset { project } => match project {
+            Some(p) => format!("{p}'s debts reset"),
+            None => "every project's debts reset".to_string(),
+        },
+    }
 }

@@ -293,10 +293,15 @@ fn resource_cells(
             Some(m) => model_label(m, None),
             None => r.resource.clone(),
         }),
-        Cell::from(Span::styled(
-            format!("{:.0}", r.debt),
-            if r.debt < 0.0 { theme.warn } else { theme.text },
-        )),
+        // Under half a unit either way reads `0` (not `-0`, which looked like a debt).
+        Cell::from(if r.debt.abs() <= 0.5 {
+            Span::styled("0", theme.text)
+        } else {
+            Span::styled(
+                format!("{:.0}", r.debt),
+                if r.debt < 0.0 { theme.warn } else { theme.text },
+            )
+        }),
     ];
     if wide {
         cells.push(Cell::from(format!("{:.2}", r.target)));

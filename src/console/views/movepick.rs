@@ -1,11 +1,11 @@
 //! The move overlay: pick the GPU a claim moves to.
 
 use ratatui::Frame;
-use ratatui::layout::Rect;
+use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::Line;
 use ratatui::widgets::{Clear, Paragraph, Wrap};
 
-use super::common::{block, popup, short_model, window};
+use super::common::{block, model_label, popup, window};
 use crate::console::state::{Mode, State};
 use crate::console::theme::Theme;
 
@@ -17,7 +17,10 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     let blk = block(format!(" Move claim {} from {} ", m.id, m.from), theme);
     let inner = blk.inner(r);
     frame.render_widget(blk, r);
-    let h = usize::from(inner.height.saturating_sub(3));
+    // One line per GPU (never wrapped, so the selected row stays in the window); the
+    // hint and any error wrap in the three lines below.
+    let [list, foot] = Layout::vertical([Constraint::Min(1), Constraint::Length(3)]).areas(inner);
+    let h = usize::from(list.height);
     let off = window(m.selected, 0, h, m.targets.len());
     let mut lines: Vec<Line> = m
         .targets
@@ -48,7 +51,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
                     "{src}{}:{}  {}  {}{}",
                     row.node,
                     row.index,
-                    short_model(&row.model),
+                    model_label(&row.model, None),
                     row.free,
                     if row.fits { "" } else { "  (too full)" }
                 ),
@@ -83,7 +86,8 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
         }
         text
     });
-    lines.push(Line::styled(
+    frame.render_widget(Paragraph::new(lines), list);
+    let mut foot_lines = vec![Line::styled(
         if let Some(p) = &progress {
             p.as_str()
         } else if m.sent && m.across.is_some() {
@@ -96,9 +100,9 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
             "↑/↓ j/k pick · Enter move · Esc cancel"
         },
         theme.dim,
-    ));
+    )];
     if let Some(e) = &m.error {
-        lines.push(Line::styled(e.clone(), theme.flash_error));
+        foot_lines.push(Line::styled(e.clone(), theme.flash_error));
     }
-    frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: true }), inner);
+    frame.render_widget(Paragraph::new(foot_lines).wrap(Wrap { trim: true }), foot);
 }

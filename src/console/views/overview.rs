@@ -11,7 +11,7 @@ use ratatui::widgets::{Cell, Paragraph, Row, Table, Wrap};
 use crate::units::Bytes;
 
 use super::common::{badge, block, short_bytes};
-use crate::console::state::{FleetTotals, OVERVIEW_JUMPS, State, View};
+use crate::console::state::{FleetTotals, OVERVIEW_JUMPS, SourceSlot, State, View};
 use crate::console::theme::Theme;
 
 /// Totals at the top, the sources below, and long source notes under the table.
@@ -69,7 +69,7 @@ fn total_lines(t: &FleetTotals, selected: Option<&str>, theme: &Theme) -> Vec<Li
             (" ", theme.dim)
         };
         Line::from(vec![
-            Span::styled(format!("{mark}{k:<17}"), label),
+            Span::styled(format!("{mark}{k:<18}"), label),
             Span::styled(v, style),
         ])
     };
@@ -170,6 +170,35 @@ fn total_lines(t: &FleetTotals, selected: Option<&str>, theme: &Theme) -> Vec<Li
     ]
 }
 
+/// The fixed columns of the sources table (NOTE takes the rest): SOURCE, KIND, HEALTH
+/// (`◌ STALE 59m59s`), GPUS, CLAIMS.
+const SOURCE_WIDTHS: [u16; 5] = [12, 9, 14, 5, 7];
+
+/// What a source's NOTE says (its error, else a warning, else its note, else the
+/// endpoint's telemetry note), and in which style.
+fn source_note(s: &SourceSlot, theme: &Theme) -> (String, Style) {
+    let warning = s.error.is_none().then(|| s.warning_note()).flatten();
+    let style = if s.error.is_some() {
+        theme.critical
+    } else if warning.is_some() {
+        theme.warn
+    } else {
+        theme.dim
+    };
+    let note = s
+        .error
+        .clone()
+        .or(warning)
+        .or_else(|| s.note.clone())
+        .or_else(|| {
+            s.data
+                .as_ref()
+                .and_then(|d| d.endpoint.telemetry_note.clone())
+        })
+        .unwrap_or_default();
+    (note, style)
+}
+
 /// One row per source: kind, health badge, counts and its note or error.
 fn sources_table(frame: &mut Frame, bottom: Rect, state: &State, theme: &Theme) {
     let header =
@@ -183,61 +212,46 @@ fn sources_table(frame: &mut Frame, bottom: Rect, state: &State, theme: &Theme) 
                 .data
                 .as_ref()
                 .map_or((0, 0), |d| (d.devices().count(), d.claims.len()));
-            let warning = s.error.is_none().then(|| s.warning_note()).flatten();
-            let warned = warning.is_some();
-            let note = s
-                .error
-                .clone()
-                .or(warning)
-                .or_else(|| s.note.clone())
-                .or_else(|| {
-                    s.data
-                        .as_ref()
-                        .and_then(|d| d.endpoint.telemetry_note.clone())
-                })
-                .unwrap_or_default();
+            let (note, note_style) = source_note(s, theme);
             Row::new(vec![
                 Cell::from(s.name.clone()),
                 Cell::from(s.kind.clone()),
                 Cell::from(Span::styled(b, style)),
                 Cell::from(g.to_string()),
                 Cell::from(c.to_string()),
-                Cell::from(Span::styled(
-                    note,
-                    if s.error.is_some() {
-                        theme.critical
-                    } else if warned {
-                        theme.warn
-                    } else {
-                        theme.dim
-                    },
-                )),
+                Cell::from(Span::styled(note, note_style)),
             ])
         })
         .collect();
     let t = Table::new(
         rows,
-        [
-            Constraint::Length(12),
-            Constraint::Length(9),
-            // `◌ STALE 59m59s`.
-            Constraint::Length(14),
-            Constraint::Length(5),
-            Constraint::Length(7),
-            Constraint::Fill(1),
-        ],
+        SOURCE_WIDTHS
+            .iter()
+            .map(|&w| Constraint::Length(w))
+            .chain([Constraint::Fill(1)]),
     )
     .header(header)
     .block(block(" Sources ", theme));
     frame.render_widget(t, bottom);
 }
 
-/// A long note (no GPUs here, how to see the demo) wraps below the table when it fits.
+/// A long note (no GPUs here, how to see the demo), or a NOTE cut by its column (an
+/// error, the telemetry note), wraps whole below the table when it fits.
 fn source_notes(frame: &mut Frame, bottom: Rect, state: &State, theme: &Theme) {
+    let gaps = u16::try_from(SOURCE_WIDTHS.len()).unwrap_or(0);
+    let fixed: u16 = SOURCE_WIDTHS.iter().sum();
+    let note_w = usize::from(bottom.width.saturating_sub(2 + fixed + gaps));
     let notes: Vec<String> = state
         .sources
         .iter()
-        .filter_map(|s| s.note.clone().map(|n| format!("{}: {n}", s.name)))
+        .filter_map(|s| {
+            let (shown, _) = source_note(s, theme);
+            if shown.chars().count() > note_w {
+                Some(format!("{}: {shown}", s.name))
+            } else {
+                s.note.clone().map(|n| format!("{}: {n}", s.name))
+            }
+        })
         .collect();
     let need = u16::try_from(state.sources.len())
         .unwrap_or(u16::MAX)
