@@ -20,8 +20,13 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 const NOW: Timestamp = Timestamp(1_795_317_400_000);
 
 fn slurm_state(readonly: bool) -> State {
+    state_on("cluster", "slurm", common::slurm_snapshot(false), readonly)
+}
+
+/// A console on one source of `kind` that has fetched `snap`, in the Claims view.
+fn state_on(name: &str, kind: &str, snap: gpuboard::snapshot::Snapshot, readonly: bool) -> State {
     let mut st = State::new(
-        vec![SourceSlot::new("cluster", "slurm", false, None)],
+        vec![SourceSlot::new(name, kind, false, None)],
         Keymap::builtin(),
         2_000,
         readonly,
@@ -33,7 +38,7 @@ fn slurm_state(readonly: bool) -> State {
         Msg::Fetched {
             source: 0,
             at: NOW,
-            result: Ok(common::slurm_snapshot(false).into()),
+            result: Ok(snap.into()),
         },
     );
     show_view(&mut st, View::Claims);
@@ -329,24 +334,7 @@ fn boinc_state() -> State {
         cc_status: read("cc_status.xml"),
     };
     let snap = gpuboard::sources::boinc::snapshot(&answers, "cruncher", NOW).unwrap();
-    let mut st = State::new(
-        vec![SourceSlot::new("cruncher", "boinc", false, None)],
-        Keymap::builtin(),
-        2_000,
-        false,
-    );
-    let _ = update(&mut st, Msg::Tick(NOW));
-    st.sources[0].in_flight = true;
-    let _ = update(
-        &mut st,
-        Msg::Fetched {
-            source: 0,
-            at: NOW,
-            result: Ok(snap.into()),
-        },
-    );
-    show_view(&mut st, View::Claims);
-    st
+    state_on("cruncher", "boinc", snap, false)
 }
 
 #[test]

@@ -70,15 +70,7 @@ fn open_form(state: &mut State, before: Vec<StepPlan>, source: usize) {
         );
         return;
     }
-    if let Some(why) = before
-        .iter()
-        .find_map(|s| refusal(state, s.source, &s.action))
-    {
-        flash(
-            state,
-            format!("hand-over refused, nothing was sent: {why}"),
-            true,
-        );
+    if refused(state, &before) {
         return;
     }
     let n = before.len() + 1;
@@ -372,6 +364,23 @@ fn claim_step(state: &State, source: Option<usize>, flags: &[&str]) -> Result<St
     }))
 }
 
+/// Whether a step would be refused before sending (read-only, a source that cannot act):
+/// says so, naming the first, and nothing of the hand-over is sent.
+fn refused(state: &mut State, steps: &[StepPlan]) -> bool {
+    let Some(why) = steps
+        .iter()
+        .find_map(|s| refusal(state, s.source, &s.action))
+    else {
+        return false;
+    };
+    flash(
+        state,
+        format!("hand-over refused, nothing was sent: {why}"),
+        true,
+    );
+    true
+}
+
 /// Opens the one confirmation listing every step (Cancel focused; the job ids of Slurm
 /// cancels typed out), unless the console is read-only or a step's source cannot act.
 fn ask(state: &mut State, steps: Vec<StepPlan>, back: Option<Mode>) {
@@ -381,15 +390,7 @@ fn ask(state: &mut State, steps: Vec<StepPlan>, back: Option<Mode>) {
     if under_way(state) {
         return;
     }
-    if let Some(why) = steps
-        .iter()
-        .find_map(|s| refusal(state, s.source, &s.action))
-    {
-        flash(
-            state,
-            format!("hand-over refused, nothing was sent: {why}"),
-            true,
-        );
+    if refused(state, &steps) {
         return;
     }
     let name = |i: usize| state.sources.get(i).map_or("?", |s| s.name.as_str());
