@@ -70,6 +70,7 @@ pub fn draw(frame: &mut Frame, state: &State, theme: &Theme) {
         Mode::Confirm(_) => confirm::draw(frame, area, state, theme),
         Mode::Move(_) => movepick::draw(frame, area, state, theme),
         Mode::Handover => confirm::draw_handover(frame, area, state, theme),
+        Mode::Why(scroll) => fairshare::draw_why(frame, area, state, theme, *scroll),
         _ => {}
     }
 }
