@@ -218,12 +218,12 @@ fn a_claims_detail_opened_with_enter_and_with_colon_reads_whole_and_releases_it(
             && holder.contains(&format!("pid {}", std::process::id())),
         "{holder}"
     );
+    // `expires 2026-… (in 9m59s), ttl 10m`: the absolute end, what is left, the ttl.
     let lease = line_of(&screen, "lease");
     assert!(
-        lease.contains("ttl") || lease.contains("left") || lease.contains(':'),
+        lease.contains("expires 20") && lease.contains("ttl 10m"),
         "{lease}"
     );
-    assert!(!lease.contains("none"), "a 600 s lease: {lease}");
     assert!(line_of(&screen, "form").contains("10GiB"), "{screen}");
     assert!(
         line_of(&screen, "place").contains("gpu-node-a:0"),
@@ -462,4 +462,46 @@ fn dump_screen_names_a_demo_claim_and_a_bad_id_lists_the_allowed_ones() {
     for label in ["holder", "place", "lease", "form"] {
         line_of(&screen, label);
     }
+}
+
+/// The text lines inside the box whose title line contains `title`.
+fn boxed<'a>(screen: &'a str, title: &str) -> Vec<&'a str> {
+    screen
+        .lines()
+        .skip_while(|l| !l.contains(title))
+        .skip(1)
+        .take_while(|l| !l.starts_with('└'))
+        .map(|l| l.trim_matches(|c| c == '│' || c == ' '))
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+#[test]
+fn fair_share_reasons_that_overflow_the_pane_open_whole_with_enter() {
+    let home = tempfile::tempdir().unwrap();
+    let s = Session::console(80, 24, "whypane", home.path(), "--demo");
+    s.wait_for("GPUs (");
+    s.keys(&["4"]);
+    // The demo's first project has more reasons than the pane's five lines.
+    let screen = s.wait_for("more lines: Enter)");
+    let pane = boxed(&screen, "Why not now");
+    assert_eq!(pane.len(), 5, "{screen}");
+    let more: usize = pane[4]
+        .strip_prefix("(+")
+        .and_then(|r| r.strip_suffix(" more lines: Enter)"))
+        .unwrap_or_else(|| panic!("{screen}"))
+        .parse()
+        .unwrap();
+    let project = pane[0].split_whitespace().next().unwrap().to_string();
+    s.keys(&["Enter"]);
+    let title = format!("Why not now: {project} (j/k scroll, Esc back)");
+    let popup = s.wait_for(&title);
+    let whole = boxed(&popup, &title);
+    assert!(
+        whole.len() >= 4 + more && whole[0].starts_with(&format!("{project} share")),
+        "every line, {more} more than the pane:\n{popup}"
+    );
+    assert!(!popup.contains("more lines: Enter"), "{popup}");
+    s.escape_from(&title);
+    s.wait_for("more lines: Enter)");
 }
