@@ -13,7 +13,8 @@ use crate::console::theme::Theme;
 use crate::snapshot::ProjectResourceView;
 
 use super::common::{
-    block, empty_note, list_row, mid_ellipsis, model_label, popup, short_model, title_with, window,
+    block, empty_note, fit, list_row, mid_ellipsis, model_label, popup, short_model, title_with,
+    window,
 };
 
 /// Per project: share, running, pending, debt; then one line per resource account.
@@ -184,16 +185,6 @@ fn why_width(width: u16, wide: bool, multi: bool, lean: bool) -> usize {
     let fixed = fixed_widths(width, wide, multi, lean);
     let taken: u16 = fixed.iter().sum::<u16>() + u16::try_from(fixed.len()).unwrap_or(0);
     usize::from(width.saturating_sub(2 + taken))
-}
-
-/// `text` in `width` columns, ending in `…` when cut (the pane below has it whole).
-fn fit(text: &str, width: usize) -> String {
-    if text.chars().count() <= width {
-        return text.to_string();
-    }
-    let mut out: String = text.chars().take(width.saturating_sub(1)).collect();
-    out.push('…');
-    out
 }
 
 /// The selected project in words: each resource account's backoff and why it is not
