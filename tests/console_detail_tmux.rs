@@ -148,6 +148,13 @@ fn pick_target(s: &Session, target: &str) {
     }
 }
 
+/// Waits for the claim detail titled `title` drawn down to its last section.
+fn detail(s: &Session, title: &str) -> String {
+    s.wait_until(&format!("`{title}` down to its audit history"), |screen| {
+        screen.contains(title) && screen.contains("Audit history")
+    })
+}
+
 /// Esc out of a screen showing `gone`, once the status line shows no message (Esc
 /// dismisses a message first).
 fn back_from(s: &Session, gone: &str) {
@@ -208,7 +215,7 @@ fn a_claims_detail_opened_with_enter_and_with_colon_reads_whole_and_releases_it(
     s.keys(&["/", "someone-else", "Enter"]);
     s.wait_for("Claims (1");
     s.keys(&["Enter"]);
-    let screen = s.wait_for(&format!("claim {theirs} placed"));
+    let screen = detail(&s, &format!("claim {theirs} placed"));
     let holder = line_of(&screen, "holder");
     assert!(
         holder.contains("someone-else")
@@ -258,7 +265,7 @@ fn a_claims_detail_opened_with_enter_and_with_colon_reads_whole_and_releases_it(
     // `:claim ID` opens the other one's detail; the user's own claim asks for no id.
     back_from(&s, &format!("claim {theirs} is gone"));
     s.keys(&[":", &format!("claim {mine}"), "Enter"]);
-    let screen = s.wait_for(&format!("claim {mine} placed"));
+    let screen = detail(&s, &format!("claim {mine} placed"));
     assert!(line_of(&screen, "holder").contains(me), "{screen}");
     assert!(line_of(&screen, "form").contains("0.25"), "{screen}");
     assert!(
@@ -386,7 +393,18 @@ fn a_move_to_another_endpoint_is_audited_on_both_with_one_move_id_and_shown_in_e
     // columns), the selected event says it whole; at 120 columns DETAIL has it whole.
     back_from(&s, &format!("claim {id} is gone"));
     s.keys(&["6"]);
-    let screen = s.wait_for("Audit events (3)");
+    let picked = |screen: &str| {
+        screen
+            .lines()
+            .skip_while(|l| !l.contains("Selected event"))
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    // The selected (newest) event whole in the pane below, with the move id.
+    let screen = s.wait_until("the selected event with its move id", |screen| {
+        screen.contains("Audit events (3)") && picked(screen).contains(&format!("(move {move_id})"))
+    });
     let rows: Vec<&str> = screen
         .lines()
         .filter(|l| l.contains(" release ") || l.contains(" claim  "))
@@ -405,16 +423,11 @@ fn a_move_to_another_endpoint_is_audited_on_both_with_one_move_id_and_shown_in_e
         2,
         "east's release and west's claim:\n{screen}"
     );
-    let picked = |screen: &str| {
-        screen
-            .lines()
-            .skip_while(|l| !l.contains("Selected event"))
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
+    // Cut, it says so (it read `move mv-1a2099` before).
     assert!(
-        picked(&screen).contains(&format!("(move {move_id})")),
+        with_id
+            .iter()
+            .all(|l| l.trim_end().trim_end_matches('│').ends_with('…')),
         "{screen}"
     );
     s.resize(120, 40);
