@@ -172,30 +172,46 @@ fn an_overflowing_pane_says_how_much_more_and_enter_shows_it_whole() {
 
 #[test]
 fn keys_in_the_reasons_popup() {
-    use KeyCode::{Char, Down, Enter, Esc, PageDown, Up};
-    // (keys after opening it with Enter, the mode after them).
-    let cases: &[(&[KeyCode], Mode)] = &[
-        (&[], Mode::Why(0)),
-        (&[Char('j'), Char('j')], Mode::Why(2)),
-        (&[Down, Up, Up], Mode::Why(0)),
-        (&[Char('j'), Char('k')], Mode::Why(0)),
-        (&[PageDown], Mode::Why(18)),
-        (&[Char('j'), Char('g')], Mode::Why(0)),
-        (&[Char('x')], Mode::Why(0)),
-        (&[Esc], Mode::Normal),
-        (&[Enter], Mode::Normal),
-        (&[Char('q')], Mode::Normal),
+    use KeyCode::{Char, Down, End, Enter, Esc, PageDown, PageUp, Up};
+    // (size, keys after opening it with Enter, the mode after them). At 80x24 the
+    // reasons fit the popup: nothing to scroll. At 40x12 they take 11 lines in 8 rows:
+    // it scrolls up to 3 lines, and no further.
+    let cases: &[((u16, u16), &[KeyCode], Mode)] = &[
+        ((80, 24), &[], Mode::Why(0)),
+        ((80, 24), &[Char('j'), Char('j')], Mode::Why(0)),
+        ((80, 24), &[PageDown], Mode::Why(0)),
+        ((40, 12), &[Char('j'), Char('j')], Mode::Why(2)),
+        ((40, 12), &[Down, Up, Up], Mode::Why(0)),
+        ((40, 12), &[Char('j'), Char('k')], Mode::Why(0)),
+        ((40, 12), &[PageDown], Mode::Why(3)),
+        ((40, 12), &[PageDown, Char('j'), Char('k')], Mode::Why(2)),
+        ((40, 12), &[End], Mode::Why(3)),
+        ((40, 12), &[End, PageUp], Mode::Why(0)),
+        ((40, 12), &[Char('j'), Char('g')], Mode::Why(0)),
+        ((80, 24), &[Char('x')], Mode::Why(0)),
+        ((80, 24), &[Esc], Mode::Normal),
+        ((80, 24), &[Enter], Mode::Normal),
+        ((80, 24), &[Char('q')], Mode::Normal),
     ];
-    for (keys, want) in cases {
-        let mut st = overflowing(80, 24);
+    for ((w, h), keys, want) in cases {
+        let mut st = overflowing(*w, *h);
         key(&mut st, Enter);
         for k in *keys {
             key(&mut st, *k);
         }
-        assert_eq!(&st.mode, want, "{keys:?}");
+        assert_eq!(&st.mode, want, "{w}x{h} {keys:?}");
         assert!(!st.quit, "{keys:?}: q closes the popup, not the console");
         assert_eq!(st.view, View::Ledger, "{keys:?}");
     }
+    // Scrolled to the end at 40x12, the popup shows the last reason's end; at the top,
+    // the project's line.
+    let mut st = overflowing(40, 12);
+    key(&mut st, Enter);
+    assert!(text(&st, 40, 12).contains("robotics share 100"));
+    key(&mut st, End);
+    let end = text(&st, 40, 12);
+    assert!(end.contains("in 20m)"), "{end}");
+    assert!(!end.contains("robotics share 100"), "{end}");
     // Enter in other views is not the popup.
     let mut st = overflowing(80, 24);
     show_view(&mut st, View::Claims);

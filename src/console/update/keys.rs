@@ -94,14 +94,16 @@ pub(super) fn key(state: &mut State, ev: KeyEvent) -> Vec<Effect> {
 /// Keys in the Fair share reasons popup: scroll, or Esc (Enter, `q`) back.
 fn why_key(state: &mut State, scroll: u16, ev: &KeyEvent) {
     let page = state.size.1.saturating_sub(6).max(1);
+    let max = crate::console::views::why_scroll_max(state);
     state.mode = match state.keymap.action(Context::Normal, ev) {
         Some(KeyAction::Back | KeyAction::Open | KeyAction::Quit) => Mode::Normal,
         _ if ev.code == KeyCode::Esc => Mode::Normal,
-        Some(KeyAction::Down) => Mode::Why(scroll.saturating_add(1)),
+        Some(KeyAction::Down) => Mode::Why(scroll.saturating_add(1).min(max)),
         Some(KeyAction::Up) => Mode::Why(scroll.saturating_sub(1)),
-        Some(KeyAction::PageDown) => Mode::Why(scroll.saturating_add(page)),
+        Some(KeyAction::PageDown) => Mode::Why(scroll.saturating_add(page).min(max)),
         Some(KeyAction::PageUp) => Mode::Why(scroll.saturating_sub(page)),
         Some(KeyAction::Top) => Mode::Why(0),
+        Some(KeyAction::Bottom) => Mode::Why(max),
         _ => Mode::Why(scroll),
     };
     state.dirty = true;

@@ -213,7 +213,7 @@ fn why_pane(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
 /// The selected project's reasons whole, in a popup over the screen that scrolls
 /// (`scroll` lines down, never past the last); Esc closes it.
 pub(super) fn draw_why(frame: &mut Frame, area: Rect, state: &State, theme: &Theme, scroll: u16) {
-    let r = popup(area, 100, area.height.saturating_sub(2).max(6));
+    let r = why_popup(area);
     frame.render_widget(Clear, r);
     let name = state
         .selected_project()
@@ -231,6 +231,20 @@ pub(super) fn draw_why(frame: &mut Frame, area: Rect, state: &State, theme: &The
         .unwrap_or(u16::MAX)
         .saturating_sub(inner.height);
     frame.render_widget(Paragraph::new(lines).scroll((scroll.min(last), 0)), inner);
+}
+
+/// Where the reasons popup goes on a screen `area`.
+fn why_popup(area: Rect) -> Rect {
+    popup(area, 100, area.height.saturating_sub(2).max(6))
+}
+
+/// How far the reasons popup scrolls at the terminal's size: its lines past the first
+/// screenful (0 when they all fit), so that `k` after too many `j` moves at once.
+pub fn why_scroll_max(state: &State) -> u16 {
+    let r = why_popup(Rect::new(0, 0, state.size.0, state.size.1));
+    let (w, h) = (r.width.saturating_sub(2), r.height.saturating_sub(2));
+    let n = why_lines(state, &Theme::plain(), usize::from(w)).map_or(0, |l| l.len());
+    u16::try_from(n).unwrap_or(u16::MAX).saturating_sub(h)
 }
 
 /// The selected project's share and each held-back account's reason and backoff,

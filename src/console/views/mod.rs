@@ -24,6 +24,7 @@ use super::state::{Mode, State, View};
 use super::theme::Theme;
 
 pub use common::{allocated_but_idle, badge, device_flags, short_bytes};
+pub use fairshare::why_scroll_max;
 
 /// Smallest size the views are drawn at; below it a notice is shown.
 pub const MIN_SIZE: (u16, u16) = (40, 8);
