@@ -58,7 +58,7 @@ actions! {
     PageDown "page_down" Normal false "a page down";
     Top "top" Normal false "first row";
     Bottom "bottom" Normal false "last row";
-    Open "open" Normal false "open the selected GPU (or a claim's GPU) in detail";
+    Open "open" Normal false "open in detail: GPU, claim, a project's reasons (Fair share)";
     Back "back" Normal false "clear the filter, leave detail, dismiss a message";
     Filter "filter" Normal false "filter rows by text";
     Command "command" Normal false "command line (Tab completes)";

@@ -40,9 +40,23 @@ impl Session {
     /// The console with `args`, its HOME and XDG folders in `home`; the pane stays open
     /// after it exits so the last screen can be read.
     pub fn console(w: u16, h: u16, tag: &str, home: &Path, args: &str) -> Session {
+        Session::console_as(w, h, tag, home, None, args)
+    }
+
+    /// As [`Session::console`], run as `user` (`USER`, which the console takes for the
+    /// operator) where given.
+    pub fn console_as(
+        w: u16,
+        h: u16,
+        tag: &str,
+        home: &Path,
+        user: Option<&str>,
+        args: &str,
+    ) -> Session {
         let bin = env!("CARGO_BIN_EXE_gpuboard");
+        let user = user.map_or_else(String::new, |u| format!("USER={u} "));
         let script = format!(
-            "env HOME={h} XDG_CONFIG_HOME={h}/config XDG_STATE_HOME={h}/state {bin} {args}; sleep 60",
+            "env {user}HOME={h} XDG_CONFIG_HOME={h}/config XDG_STATE_HOME={h}/state {bin} {args}; sleep 60",
             h = home.display()
         );
         Session::start(w, h, tag, &script)

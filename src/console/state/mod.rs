@@ -199,6 +199,8 @@ pub enum Mode {
     Move(Box<MovePick>),
     /// The result pane of the hand-over in `State::handover`.
     Handover,
+    /// The selected project's reasons in Fair share, whole, scrolled this many lines.
+    Why(u16),
 }
 
 /// The console's whole state.

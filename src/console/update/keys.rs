@@ -84,7 +84,29 @@ pub(super) fn key(state: &mut State, ev: KeyEvent) -> Vec<Effect> {
         Mode::Confirm(c) => confirm_key(state, *c, ev),
         Mode::Move(m) => move_key(state, *m, ev),
         Mode::Handover => super::handover::pane_key(state, ev),
+        Mode::Why(scroll) => {
+            why_key(state, scroll, &ev);
+            Vec::new()
+        }
     }
+}
+
+/// Keys in the Fair share reasons popup: scroll, or Esc (Enter, `q`) back.
+fn why_key(state: &mut State, scroll: u16, ev: &KeyEvent) {
+    let page = state.size.1.saturating_sub(6).max(1);
+    let max = crate::console::views::why_scroll_max(state);
+    state.mode = match state.keymap.action(Context::Normal, ev) {
+        Some(KeyAction::Back | KeyAction::Open | KeyAction::Quit) => Mode::Normal,
+        _ if ev.code == KeyCode::Esc => Mode::Normal,
+        Some(KeyAction::Down) => Mode::Why(scroll.saturating_add(1).min(max)),
+        Some(KeyAction::Up) => Mode::Why(scroll.saturating_sub(1)),
+        Some(KeyAction::PageDown) => Mode::Why(scroll.saturating_add(page).min(max)),
+        Some(KeyAction::PageUp) => Mode::Why(scroll.saturating_sub(page)),
+        Some(KeyAction::Top) => Mode::Why(0),
+        Some(KeyAction::Bottom) => Mode::Why(max),
+        _ => Mode::Why(scroll),
+    };
+    state.dirty = true;
 }
 
 /// Text editing for one-line inputs: characters, backspace, ctrl-u.
@@ -184,6 +206,12 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
                 state.view = View::ClaimDetail;
             } else if let Some(gone) = state.pick_gone(View::Claims) {
                 flash(state, format!("{gone} is gone"), true);
+            }
+        }
+        KeyAction::Open if state.view == View::Ledger => {
+            // The selected project's reasons, whole (the pane under the table is cut).
+            if state.selected_project().is_some() {
+                state.mode = Mode::Why(0);
             }
         }
         KeyAction::Open => {

@@ -276,6 +276,17 @@ pub(super) fn popup(area: Rect, w: u16, h: u16) -> Rect {
     }
 }
 
+/// `text` in `width` columns, ending in `…` when cut (for prose cells whose whole text
+/// is shown elsewhere, such as a pane under the table).
+pub(super) fn fit(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_string();
+    }
+    let mut out: String = text.chars().take(width.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,7 @@ use crate::clock;
 use crate::fairshare::{ClearCause, EventKind};
 use crate::snapshot::AuditEvent;
 
-use super::common::{block, mid_ellipsis, title_with, window};
+use super::common::{block, fit, mid_ellipsis, title_with, window};
 use crate::console::state::{State, View, events_split};
 use crate::console::theme::Theme;
 use crate::wire::split_move_actor;
@@ -25,6 +25,9 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     let h = usize::from(audit.height.saturating_sub(3));
     let cur = state.cursor[View::Events.position()];
     let off = window(cur.selected, cur.offset, h, evs.len());
+    // DETAIL takes what the fixed columns (59, and a gap before each of the 5 after the
+    // first) and the borders leave; a cut detail ends in `…` (the pane below has it whole).
+    let detail_w = usize::from(audit.width).saturating_sub(2 + 59 + 5);
     let rows: Vec<Row> = evs
         .iter()
         .enumerate()
@@ -45,7 +48,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
                 Cell::from(mid_ellipsis(who, ACTOR_W)),
                 Cell::from(Span::styled(e.action.clone(), theme.accent)),
                 Cell::from(e.target.clone()),
-                Cell::from(detail),
+                Cell::from(fit(&detail, detail_w)),
             ]);
             if i == cur.selected {
                 row.style(theme.selection)

@@ -3,8 +3,9 @@
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::Style;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Cell, Paragraph, Row, Table, Wrap};
+use ratatui::widgets::{Cell, Clear, Paragraph, Row, Table, Wrap};
 
 use crate::clock;
 use crate::console::state::{ProjKey, State, View, why_pane_height};
@@ -12,7 +13,8 @@ use crate::console::theme::Theme;
 use crate::snapshot::ProjectResourceView;
 
 use super::common::{
-    block, empty_note, list_row, mid_ellipsis, model_label, short_model, title_with, window,
+    block, empty_note, fit, list_row, mid_ellipsis, model_label, popup, short_model, title_with,
+    window,
 };
 
 /// Per project: share, running, pending, debt; then one line per resource account.
@@ -185,33 +187,80 @@ fn why_width(width: u16, wide: bool, multi: bool, lean: bool) -> usize {
     usize::from(width.saturating_sub(2 + taken))
 }
 
-/// `text` in `width` columns, ending in `…` when cut (the pane below has it whole).
-fn fit(text: &str, width: usize) -> String {
-    if text.chars().count() <= width {
-        return text.to_string();
-    }
-    let mut out: String = text.chars().take(width.saturating_sub(1)).collect();
-    out.push('…');
-    out
-}
-
 /// The selected project in words: each resource account's backoff and why it is not
-/// served now, wrapped.
+/// served now, wrapped; when that overflows the pane, its last line says how many more
+/// lines Enter shows.
 fn why_pane(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
-    let Some((_, p)) = state.selected_project().and_then(|k| state.project(k)) else {
-        frame.render_widget(block(" Why not now ", theme), area);
+    let blk = block(" Why not now ", theme);
+    let inner = blk.inner(area);
+    let Some(mut lines) = why_lines(state, theme, usize::from(inner.width)) else {
+        frame.render_widget(blk, area);
         return;
     };
-    let mut lines = vec![Line::from(vec![
-        Span::styled(format!("{} ", p.name), theme.title),
-        Span::styled(
+    let room = usize::from(inner.height);
+    if lines.len() > room {
+        let kept = room.saturating_sub(1);
+        let more = lines.len() - kept;
+        lines.truncate(kept);
+        lines.push(Line::styled(
+            format!("(+{more} more lines: Enter)"),
+            theme.accent,
+        ));
+    }
+    frame.render_widget(Paragraph::new(lines).block(blk), area);
+}
+
+/// The selected project's reasons whole, in a popup over the screen that scrolls
+/// (`scroll` lines down, never past the last); Esc closes it.
+pub(super) fn draw_why(frame: &mut Frame, area: Rect, state: &State, theme: &Theme, scroll: u16) {
+    let r = why_popup(area);
+    frame.render_widget(Clear, r);
+    let name = state
+        .selected_project()
+        .and_then(|k| state.project(k))
+        .map_or_else(String::new, |(_, p)| p.name.clone());
+    let blk = block(
+        format!(" Why not now: {name} (j/k scroll, Esc back) "),
+        theme,
+    );
+    let inner = blk.inner(r);
+    frame.render_widget(blk, r);
+    let lines = why_lines(state, theme, usize::from(inner.width))
+        .unwrap_or_else(|| vec![Line::styled("no project selected", theme.dim)]);
+    let last = u16::try_from(lines.len())
+        .unwrap_or(u16::MAX)
+        .saturating_sub(inner.height);
+    frame.render_widget(Paragraph::new(lines).scroll((scroll.min(last), 0)), inner);
+}
+
+/// Where the reasons popup goes on a screen `area`.
+fn why_popup(area: Rect) -> Rect {
+    popup(area, 100, area.height.saturating_sub(2).max(6))
+}
+
+/// How far the reasons popup scrolls at the terminal's size: its lines past the first
+/// screenful (0 when they all fit), so that `k` after too many `j` moves at once.
+pub fn why_scroll_max(state: &State) -> u16 {
+    let r = why_popup(Rect::new(0, 0, state.size.0, state.size.1));
+    let (w, h) = (r.width.saturating_sub(2), r.height.saturating_sub(2));
+    let n = why_lines(state, &Theme::plain(), usize::from(w)).map_or(0, |l| l.len());
+    u16::try_from(n).unwrap_or(u16::MAX).saturating_sub(h)
+}
+
+/// The selected project's share and each held-back account's reason and backoff,
+/// wrapped to `width` columns (None without a selected project).
+fn why_lines(state: &State, theme: &Theme, width: usize) -> Option<Vec<Line<'static>>> {
+    let (_, p) = state.selected_project().and_then(|k| state.project(k))?;
+    let mut lines = vec![vec![
+        (format!("{} ", p.name), theme.title),
+        (
             format!(
                 "share {}, running {}, pending {}",
                 p.share, p.running, p.pending
             ),
             theme.dim,
         ),
-    ])];
+    ]];
     let mut held = false;
     for r in &p.resources {
         let backed = r.backoff_until.filter(|t| *t > state.now);
@@ -220,16 +269,16 @@ fn why_pane(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
         }
         held = true;
         let model = r.resource.strip_prefix("gpu:").unwrap_or(&r.resource);
-        let mut spans = vec![Span::styled(format!("{model}: "), theme.header)];
+        let mut spans = vec![(format!("{model}: "), theme.header)];
         if let Some(why) = &r.reason {
-            spans.push(Span::styled(format!("{why} "), theme.text));
+            spans.push((format!("{why} "), theme.text));
         }
         if let Some(t) = backed {
             let (at, left) = (
                 clock::date_time(t, &state.zone),
                 clock::age(t.millis_since(state.now)),
             );
-            spans.push(Span::styled(
+            spans.push((
                 if r.reason.is_some() {
                     format!("(until {at}, in {left})")
                 } else {
@@ -238,24 +287,54 @@ fn why_pane(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
                 theme.warn,
             ));
         }
-        lines.push(Line::from(spans));
+        lines.push(spans);
     }
     if !held {
-        lines.push(Line::styled(
-            if p.resources.is_empty() {
-                "no per-resource accounts from this source"
-            } else {
-                "nothing holds it back: served when it has work"
-            },
-            theme.dim,
-        ));
+        let text = if p.resources.is_empty() {
+            "no per-resource accounts from this source"
+        } else {
+            "nothing holds it back: served when it has work"
+        };
+        lines.push(vec![(text.to_string(), theme.dim)]);
     }
-    frame.render_widget(
-        Paragraph::new(lines)
-            .wrap(Wrap { trim: true })
-            .block(block(" Why not now ", theme)),
-        area,
-    );
+    Some(lines.iter().flat_map(|l| wrap(l, width)).collect())
+}
+
+/// One line of styled words wrapped to `width` columns at spaces (a word longer than a
+/// line is split), so that the pane can count its lines before drawing them.
+fn wrap(spans: &[(String, Style)], width: usize) -> Vec<Line<'static>> {
+    let width = width.max(1);
+    let mut out: Vec<Vec<Span<'static>>> = vec![Vec::new()];
+    let mut used = 0usize;
+    for (text, style) in spans {
+        for word in text.split(' ').filter(|w| !w.is_empty()) {
+            let mut word: Vec<char> = word.chars().collect();
+            let gap = usize::from(used > 0);
+            if used > 0 && used + gap + word.len() > width {
+                out.push(Vec::new());
+                used = 0;
+            }
+            while word.len() > width {
+                let rest = word.split_off(width);
+                if let Some(line) = out.last_mut() {
+                    line.push(Span::styled(word.iter().collect::<String>(), *style));
+                }
+                out.push(Vec::new());
+                used = 0;
+                word = rest;
+            }
+            if let Some(line) = out.last_mut() {
+                // The gap takes the style of the word before it, as the text was written.
+                if let Some(prev) = line.last_mut().filter(|_| used > 0) {
+                    prev.content.to_mut().push(' ');
+                    used += 1;
+                }
+                used += word.len();
+                line.push(Span::styled(word.iter().collect::<String>(), *style));
+            }
+        }
+    }
+    out.into_iter().map(Line::from).collect()
 }
 
 /// A resource account's cells: model, debt, (target, use when wide), eligibility, the

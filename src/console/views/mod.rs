@@ -24,6 +24,7 @@ use super::state::{Mode, State, View};
 use super::theme::Theme;
 
 pub use common::{allocated_but_idle, badge, device_flags, short_bytes};
+pub use fairshare::why_scroll_max;
 
 /// Smallest size the views are drawn at; below it a notice is shown.
 pub const MIN_SIZE: (u16, u16) = (40, 8);
@@ -70,6 +71,7 @@ pub fn draw(frame: &mut Frame, state: &State, theme: &Theme) {
         Mode::Confirm(_) => confirm::draw(frame, area, state, theme),
         Mode::Move(_) => movepick::draw(frame, area, state, theme),
         Mode::Handover => confirm::draw_handover(frame, area, state, theme),
+        Mode::Why(scroll) => fairshare::draw_why(frame, area, state, theme, *scroll),
         _ => {}
     }
 }
