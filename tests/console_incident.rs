@@ -858,7 +858,12 @@ fn f4_a_pending_claim_shows_every_reason_and_enter_opens_its_detail() {
         "{screen}"
     );
     s.keys(&["Enter"]);
-    let screen = s.wait_for("Why pending (4 reasons)");
+    // Waits for the whole list: a capture taken mid-redraw has the title before the rest.
+    let screen = s.wait_until("every reason of the pending claim", |sc| {
+        sc.contains("Why pending (4 reasons)")
+            && sc.contains("fair share on gpu:NVIDIA A100-SXM4-80GB")
+            && sc.contains("4/8 GPUs other accelerator type")
+    });
     for node in [H017, H018, A021] {
         assert!(
             screen.contains(&format!("node {node}: ")),
@@ -1041,8 +1046,9 @@ fn f5_long_messages_wrap_whole_and_the_footer_names_keys() {
     );
     // The problem-list message is longer than a line: it wraps, its end visible.
     s.keys(&["!"]);
-    let screen = s.wait_for("Message");
-    assert!(screen.contains("stale)"), "{screen}");
+    s.wait_until("the whole message, its end visible", |sc| {
+        sc.contains("Message") && sc.contains("stale)")
+    });
 }
 
 #[test]

@@ -107,12 +107,28 @@ impl Session {
     }
 
     /// Waits (bounded) until `ok` holds for the screen; `what` names it in the failure.
+    /// The screen returned was the same in two captures 50 ms apart (or the last of a few
+    /// tries, on a screen that keeps changing): a capture taken while the console is still
+    /// drawing a frame can show its first lines and not the rest, which callers then read.
     pub fn wait_until(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
         let start = Instant::now();
         loop {
-            let s = self.screen();
+            let mut s = self.screen();
             if ok(&s) {
-                return s;
+                for _ in 0..5 {
+                    std::thread::sleep(Duration::from_millis(50));
+                    let again = self.screen();
+                    if !ok(&again) {
+                        break;
+                    }
+                    if again == s {
+                        return s;
+                    }
+                    s = again;
+                }
+                if ok(&s) {
+                    return s;
+                }
             }
             assert!(start.elapsed() < DEADLINE, "never saw {what}; screen:\n{s}");
             std::thread::sleep(Duration::from_millis(100));
