@@ -206,6 +206,8 @@ pub struct Client {
     move_id: Option<String>,
     /// Where a pinned-fingerprint mismatch is left for the error message.
     mismatch: Option<trust::Mismatch>,
+    /// A shorter limit than the client's for each call, when set (`briefly`).
+    per_call: Option<Duration>,
 }
 
 impl Client {
@@ -264,6 +266,7 @@ impl Client {
             timeout,
             move_id: None,
             mismatch,
+            per_call: None,
         })
     }
 
@@ -273,6 +276,18 @@ impl Client {
     pub fn for_move(&self, id: &str) -> Client {
         Client {
             move_id: Some(id.to_string()),
+            ..self.clone()
+        }
+    }
+
+    /// The same client giving up on each call after `limit` (when shorter than its own
+    /// timeout): a quick question to an endpoint that just failed to answer.
+    #[must_use]
+    pub fn briefly(&self, limit: Duration) -> Client {
+        let limit = limit.min(self.timeout);
+        Client {
+            per_call: Some(limit),
+            timeout: limit,
             ..self.clone()
         }
     }
@@ -305,6 +320,9 @@ impl Client {
         }
         if let Some(m) = &self.move_id {
             req = req.header(wire::MOVE_HEADER, m);
+        }
+        if let Some(t) = self.per_call {
+            req = req.timeout(t);
         }
         let resp = req.send().await.map_err(|e| self.transport(&e))?;
         let status = resp.status();
