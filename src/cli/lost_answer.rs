@@ -91,7 +91,7 @@ pub(super) fn phantom_warning(
     let m = &members.list[s.member];
     let until = match ttl {
         Some(secs) => format!(
-            "until its lease ends, by {} UTC ({secs} s after it was sent)",
+            "until its lease ends, about {} UTC (ttl {secs} s from when it was sent)",
             date_time(s.sent.plus_secs(secs), &jiff::tz::TimeZone::UTC)
         ),
         None => "until it is released (it has no lease)".to_string(),
