@@ -405,3 +405,54 @@ fn when_nothing_else_takes_it_a_silent_endpoint_that_comes_back_holds_the_answer
     );
     assert_eq!(fleet.attempts().len(), 1);
 }
+
+#[test]
+fn a_move_whose_answer_is_lost_finds_its_claim_on_the_target_and_releases_the_old_one() {
+    let fleet = Fleet::start();
+    ok(&fleet.cli(&["claim", "--memory", "10GiB", "--endpoint", "b"]));
+    fleet.relay_a(&[(POST, Act::DropAnswer)]);
+    let out = fleet.cli(&["move", "b/1", "--to", "a"]);
+    let (stdout, stderr) = (ok(&out), text(&out.stderr));
+    assert!(
+        stdout.contains("claim b/1 moved to a/2"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(
+        stderr.contains("a placed it; its answer was lost") && stderr.contains("found it as a/2"),
+        "{stderr}"
+    );
+    assert!(
+        Fleet::claims(&fleet.b).is_empty(),
+        "the old claim is released"
+    );
+    let attempts = fleet.attempts();
+    assert_eq!(attempts.len(), 1, "one moved claim: {attempts:?}");
+    assert_eq!((attempts[0].0, attempts[0].1), ("a", 2));
+}
+
+#[test]
+fn a_move_to_a_target_silent_to_the_end_keeps_the_old_claim_and_names_the_phantom() {
+    let fleet = Fleet::start();
+    ok(&fleet.cli(&[
+        "claim",
+        "--memory",
+        "10GiB",
+        "--endpoint",
+        "b",
+        "--ttl",
+        "300",
+    ]));
+    fleet.relay_a(&[(POST, Act::DropAnswer), (SNAPSHOT, Act::Hold)]);
+    let out = fleet.cli(&["move", "b/1", "--to", "a"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{stderr}");
+    assert_eq!(Fleet::claims(&fleet.b).len(), 1, "the old claim stays");
+    let attempts = fleet.attempts();
+    assert_eq!(attempts.len(), 1, "the phantom on a: {attempts:?}");
+    assert!(
+        stderr.contains("warning: endpoint a may hold a phantom claim")
+            && stderr.contains(&format!("label gpuboard.attempt={}", attempts[0].2))
+            && stderr.contains("ttl 300 s"),
+        "{stderr}"
+    );
+}

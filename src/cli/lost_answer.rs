@@ -35,11 +35,17 @@ pub(super) fn answer_of(r: &Result<ClaimOutcome, ClientError>) -> AttemptAnswer 
     match r {
         Ok(_) => AttemptAnswer::Answered,
         Err(ClientError::DoesNotFit { .. }) => AttemptAnswer::Refused,
-        Err(ClientError::Unreachable { .. } | ClientError::Timeout { .. }) => {
-            AttemptAnswer::NoAnswer
-        }
+        Err(e) if no_answer(e) => AttemptAnswer::NoAnswer,
         Err(_) => AttemptAnswer::Failed,
     }
+}
+
+/// Whether `e` leaves it open whether the endpoint acted (no answer came).
+pub(super) fn no_answer(e: &ClientError) -> bool {
+    matches!(
+        e,
+        ClientError::Unreachable { .. } | ClientError::Timeout { .. }
+    )
 }
 
 /// Asks `client`, within `RECHECK`, for its claim labelled `id`: found (with the claim),
