@@ -7,16 +7,12 @@
 //! operator with the label, when its lease lets go and the commands to check.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
 
 use super::fleet::Members;
 use crate::client::{ClaimOutcome, Client, ClientError};
 use crate::clock::{Clock as _, SystemClock, Timestamp, date_time};
-use crate::placement::{AttemptAnswer, AttemptId, AttemptRecheck};
+use crate::placement::{AttemptAnswer, AttemptId, AttemptRecheck, RECHECK_WITHIN};
 use crate::snapshot::{ClaimState, ClaimView};
-
-/// How long a silent endpoint gets to say whether it holds the claim.
-pub(super) const RECHECK: Duration = Duration::from_secs(2);
 
 /// The sender's claims so far, so that two claims of one process differ.
 static SEQ: AtomicU32 = AtomicU32::new(0);
@@ -54,7 +50,7 @@ pub(super) async fn recheck(
     client: &Client,
     id: &AttemptId,
 ) -> (AttemptRecheck, Option<ClaimView>) {
-    match client.briefly(RECHECK).snapshot().await {
+    match client.briefly(RECHECK_WITHIN).snapshot().await {
         Ok(snap) => match snap
             .claims
             .into_iter()

@@ -8,9 +8,13 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::time::Duration;
 
 /// The label key every fleet claim attempt carries.
 pub const ATTEMPT_LABEL: &str = "gpuboard.attempt";
+
+/// How long an endpoint that did not answer a claim gets to say whether it holds it.
+pub const RECHECK_WITHIN: Duration = Duration::from_secs(2);
 
 /// The id of one claim's attempt across the fleet: when it started (ms since the epoch,
 /// in hex), who sent it (a pid) and a sequence number, so two claims of one process, or of

@@ -24,7 +24,8 @@ mod moves;
 mod tests;
 
 pub use attempt::{
-    ATTEMPT_LABEL, AttemptAnswer, AttemptId, AttemptRecheck, AttemptStep, decide as decide_attempt,
+    ATTEMPT_LABEL, AttemptAnswer, AttemptId, AttemptRecheck, AttemptStep, RECHECK_WITHIN,
+    decide as decide_attempt,
 };
 pub use explain::{NoFit, NodeReasons, Reason, ReasonCount};
 pub use fleet::{Fleet, FleetError};
