@@ -626,6 +626,23 @@ fn a_move_to_any_source_tries_the_next_when_one_refuses() {
         &mut st,
         vec![answer(1, &claim, &move_id, Err(Failure::Timeout(2000)))],
     );
+    // No answer from b: it is asked again for the move's attempt label first.
+    let label = attempt_of(&claim);
+    assert_eq!(
+        eff,
+        vec![Effect::Recheck {
+            source: 1,
+            attempt: label.clone()
+        }]
+    );
+    let eff = run(
+        &mut st,
+        vec![rechecked(
+            1,
+            &label,
+            Ok(gpuboard::sources::Fetched::Unchanged),
+        )],
+    );
     assert_eq!(step(&eff).0, 2);
     let eff = run(
         &mut st,
@@ -642,7 +659,7 @@ fn a_move_to_any_source_tries_the_next_when_one_refuses() {
     assert_eq!(
         f.text,
         format!(
-            "move {move_id} of claim a/1: nothing changed, b: no answer within 2000 ms · c: does not fit now"
+            "move {move_id} of claim a/1: nothing changed, b: no answer within 2000 ms; asked again, it holds no claim labelled gpuboard.attempt={label} · c: does not fit now"
         )
     );
     // A refusal that would be the same everywhere (credentials) stops at once.
@@ -1092,4 +1109,98 @@ fn a_silent_source_is_asked_again_after_landing_and_its_phantom_released_or_name
         }
         assert!(st.lost.is_empty());
     }
+}
+
+/// A move to any source whose target (b) placed the claim but lost its answer: asked
+/// again, b shows it by its label, and the move goes on (the release on a). Another
+/// where b stays silent: c takes it, a's claim is released, and b, asked once more, holds
+/// the phantom after all: released.
+#[test]
+fn a_move_whose_target_lost_its_answer_goes_on_and_leaves_no_phantom() {
+    let b_with = |label: &str| {
+        snapshot(
+            "b",
+            "nb",
+            1,
+            &[
+                json!({"gpu_memory": "10Gi"}),
+                json!({"gpu_memory": "20Gi", "project": "p", "labels": {"gpuboard.attempt": label}}),
+            ],
+        )
+    };
+    let (mut st, eff) = moved_anywhere();
+    let (_, claim, move_id) = step(&eff);
+    let label = attempt_of(&claim);
+    run(
+        &mut st,
+        vec![answer(1, &claim, &move_id, Err(Failure::Timeout(2000)))],
+    );
+    let eff = run(
+        &mut st,
+        vec![rechecked(1, &label, Ok(b_with(&label).into()))],
+    );
+    assert_eq!(
+        step(&eff),
+        (0, Action::Release { id: ClaimId(1) }, move_id.clone()),
+        "found on b: the move goes on"
+    );
+    assert!(
+        st.log.iter().any(|l| l.contains(&format!(
+            "b placed it; its answer was lost (no answer within 2000 ms): found it as b/2 by its label gpuboard.attempt={label}"
+        ))),
+        "{:?}",
+        st.log
+    );
+
+    let (mut st, eff) = moved_anywhere();
+    let (_, claim, move_id) = step(&eff);
+    let label = attempt_of(&claim);
+    run(
+        &mut st,
+        vec![answer(1, &claim, &move_id, Err(Failure::Timeout(2000)))],
+    );
+    let eff = run(
+        &mut st,
+        vec![rechecked(1, &label, Err(Failure::Timeout(2000)))],
+    );
+    let (src, again, _) = step(&eff);
+    assert_eq!((src, &again), (2, &claim), "then c");
+    let eff = run(
+        &mut st,
+        vec![answer(
+            2,
+            &claim,
+            &move_id,
+            Ok(Outcome::Claimed(placed("c", "nc"))),
+        )],
+    );
+    assert_eq!(step(&eff).0, 0, "the release on a");
+    let eff = run(
+        &mut st,
+        vec![answer(
+            0,
+            &Action::Release { id: ClaimId(1) },
+            &move_id,
+            Ok(released()),
+        )],
+    );
+    assert!(
+        eff.contains(&Effect::Recheck {
+            source: 1,
+            attempt: label.clone()
+        }),
+        "b asked once more: {eff:?}"
+    );
+    let eff = run(
+        &mut st,
+        vec![rechecked(1, &label, Ok(b_with(&label).into()))],
+    );
+    assert_eq!(
+        eff,
+        vec![Effect::Act {
+            source: 1,
+            action: Action::Release { id: ClaimId(2) }
+        }]
+    );
+    assert!(flash(&st).starts_with("b came back: it had placed the claim too, as b/2"));
 }

@@ -28,6 +28,11 @@ impl AttemptId {
         AttemptId(format!("{millis:x}-{pid}-{seq}"))
     }
 
+    /// The attempt `labels` carry, if any.
+    pub fn of_labels(labels: &BTreeMap<String, String>) -> Option<AttemptId> {
+        labels.get(ATTEMPT_LABEL).map(|v| AttemptId(v.clone()))
+    }
+
     /// As written in the label's value.
     pub fn as_str(&self) -> &str {
         &self.0

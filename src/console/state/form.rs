@@ -276,4 +276,9 @@ pub struct MoveAcross {
     pub refused: Vec<String>,
     /// The new claim's id and place, once a target took it (the release is then sent).
     pub claimed: Option<(crate::ids::ClaimId, String)>,
+    /// The target that did not answer the claim, being asked again for its attempt label
+    /// (the request carries `gpuboard.attempt`).
+    pub rechecking: Option<LostClaim>,
+    /// Targets still silent when asked again: asked once more when the move ends.
+    pub suspects: Vec<LostClaim>,
 }

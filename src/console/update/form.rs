@@ -171,7 +171,7 @@ pub(super) fn claimed(
 static ATTEMPTS: AtomicU32 = AtomicU32::new(0);
 
 /// A new attempt id: the console's now, this process, the next number.
-fn new_attempt(state: &State) -> AttemptId {
+pub(super) fn new_attempt(state: &State) -> AttemptId {
     AttemptId::new(
         state.now.0,
         std::process::id(),

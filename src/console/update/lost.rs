@@ -4,15 +4,18 @@
 //! Still silent: the next, and once the claim landed (or nowhere), the silent source is
 //! asked once more: a claim found there is released (or, when nothing else took it, kept
 //! as the answer); silent to the end, it is named with the label and when its lease ends.
+//! A move across sources asks its target the same way (a claim found there is the move's
+//! new claim; a phantom left by a silent target is released when it comes back).
 
 use crate::clock::date_time;
-use crate::placement::{AttemptAnswer, AttemptRecheck, AttemptStep, decide_attempt};
+use crate::placement::{AttemptAnswer, AttemptId, AttemptRecheck, AttemptStep, decide_attempt};
+use crate::request::ClaimRequest;
 use crate::snapshot::{ClaimState, ClaimView};
-use crate::sources::{Action, Failure, Fetched};
+use crate::sources::{Action, Failure, Fetched, Outcome};
 
-use super::{act, flash};
+use super::{act, flash, move_across};
 use crate::console::msg::Effect;
-use crate::console::state::{ClaimForm, LostClaim, Mode, State};
+use crate::console::state::{ClaimForm, LostClaim, Mode, MoveAcross, State};
 
 /// Whether a failure leaves it open whether the source placed the claim.
 pub(super) fn no_answer(e: &Failure) -> bool {
@@ -60,6 +63,23 @@ pub(super) fn ask_again(
         source,
         attempt: attempt.as_str().to_string(),
     }]
+}
+
+/// The lost claim a request sent to `source` stands for, when it carries an attempt label.
+pub(super) fn of_request(
+    state: &State,
+    source: usize,
+    request: &ClaimRequest,
+    e: &Failure,
+) -> Option<LostClaim> {
+    Some(LostClaim {
+        source,
+        attempt: AttemptId::of_labels(&request.labels)?,
+        sent: state.now,
+        ttl: request.ttl,
+        error: e.to_string(),
+        adopt: false,
+    })
 }
 
 /// What asking again found: the claim with the label in the fresh state (or, unchanged,
@@ -114,6 +134,17 @@ pub(super) fn rechecked(
             view,
         );
     }
+    if let Some(pos) = state.moving.iter().position(|c| {
+        c.rechecking
+            .as_ref()
+            .is_some_and(|l| l.source == source && l.attempt.as_str() == attempt)
+    }) {
+        let mut chain = state.moving.remove(pos);
+        let Some(lost) = chain.rechecking.take() else {
+            return Vec::new();
+        };
+        return for_move(state, chain, lost, result);
+    }
     let Some(pos) = state
         .lost
         .iter()
@@ -124,6 +155,40 @@ pub(super) fn rechecked(
     let lost = state.lost.remove(pos);
     let (what, view) = found(state, &lost, result);
     after_landing(state, &lost, what, view)
+}
+
+/// A move's target asked again: found, the move goes on (the release here); none there,
+/// the next target; silent, the next target and the silent one asked once more at the end.
+fn for_move(
+    state: &mut State,
+    mut chain: MoveAcross,
+    lost: LostClaim,
+    result: Result<Fetched, Failure>,
+) -> Vec<Effect> {
+    let here = name(state, lost.source);
+    let label = lost.attempt.label();
+    let (what, view) = found(state, &lost, result);
+    match (decide_attempt(AttemptAnswer::NoAnswer, Some(what)), view) {
+        (AttemptStep::Adopt, Some(view)) => {
+            state.push_log(format!(
+                "move {}: {here} placed it; its answer was lost ({}): found it as {here}/{} by its label {label}",
+                chain.move_id, lost.error, view.id
+            ));
+            move_across::claim_answered(state, chain, Ok(Outcome::Claimed(Box::new(view))))
+        }
+        (AttemptStep::TryNextSuspect, _) => {
+            let why = format!("{}; still no answer when asked again", lost.error);
+            chain.suspects.push(lost);
+            move_across::go_next(state, chain, &why)
+        }
+        _ => {
+            let why = format!(
+                "{}; asked again, it holds no claim labelled {label}",
+                lost.error
+            );
+            move_across::go_next(state, chain, &why)
+        }
+    }
 }
 
 /// The form's decision after asking again.
