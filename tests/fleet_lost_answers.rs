@@ -13,6 +13,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Command, Output};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -30,6 +31,8 @@ enum Act {
     Swallow,
     /// Neither forward nor answer; wait for the client to hang up.
     Hold,
+    /// Forward it and the answer, then stop listening: the next connection is refused.
+    ForwardThenShut,
 }
 
 /// A TCP relay, one request per connection: its plan is a queue of (request line prefix,
@@ -45,11 +48,18 @@ impl Relay {
         let plan = Arc::new(Mutex::new(plan.iter().copied().collect::<VecDeque<_>>()));
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
+        listener.set_nonblocking(true).unwrap();
+        let shut = Arc::new(AtomicBool::new(false));
         std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(conn) = conn else { continue };
-                let (plan, upstream) = (plan.clone(), upstream.clone());
-                std::thread::spawn(move || relay_one(conn, &upstream, &plan));
+            while !shut.load(Ordering::SeqCst) {
+                let Ok((conn, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                conn.set_nonblocking(false).unwrap();
+                let (plan, upstream, shut) = (plan.clone(), upstream.clone(), shut.clone());
+                // One connection at a time, so a shut takes effect before the next accept.
+                relay_one(conn, &upstream, &plan, &shut);
             }
         });
         Relay { url }
@@ -80,7 +90,12 @@ fn read_request(conn: &mut TcpStream) -> Option<(String, Vec<u8>)> {
     Some((head, body))
 }
 
-fn relay_one(mut conn: TcpStream, upstream: &str, plan: &Mutex<VecDeque<(&'static str, Act)>>) {
+fn relay_one(
+    mut conn: TcpStream,
+    upstream: &str,
+    plan: &Mutex<VecDeque<(&'static str, Act)>>,
+    shut: &AtomicBool,
+) {
     let Some((head, body)) = read_request(&mut conn) else {
         return;
     };
@@ -103,7 +118,7 @@ fn relay_one(mut conn: TcpStream, upstream: &str, plan: &Mutex<VecDeque<(&'stati
                 .unwrap();
             let _ = conn.read(&mut [0u8; 1]);
         }
-        Act::Forward | Act::DropAnswer => {
+        Act::Forward | Act::DropAnswer | Act::ForwardThenShut => {
             let mut up = TcpStream::connect(upstream).unwrap();
             let mut lines: Vec<&str> = head
                 .trim_end()
@@ -117,8 +132,11 @@ fn relay_one(mut conn: TcpStream, upstream: &str, plan: &Mutex<VecDeque<(&'stati
             up.write_all(&out).unwrap();
             let mut answer = Vec::new();
             up.read_to_end(&mut answer).unwrap();
-            if matches!(act, Act::Forward) {
+            if matches!(act, Act::Forward | Act::ForwardThenShut) {
                 let _ = conn.write_all(&answer);
+            }
+            if matches!(act, Act::ForwardThenShut) {
+                shut.store(true, Ordering::SeqCst);
             }
         }
     }
@@ -455,4 +473,27 @@ fn a_move_to_a_target_silent_to_the_end_keeps_the_old_claim_and_names_the_phanto
             && stderr.contains("ttl 300 s"),
         "{stderr}"
     );
+}
+
+#[test]
+fn an_endpoint_refusing_the_connection_was_sent_nothing_and_is_not_suspected() {
+    let fleet = Fleet::start();
+    // a is read, then stops listening before the claim.
+    fleet.relay_a(&[(SNAPSHOT, Act::ForwardThenShut)]);
+    let out = fleet.cli(&["claim", "--memory", "10GiB"]);
+    let (stdout, stderr) = (ok(&out), text(&out.stderr));
+    assert!(
+        stdout.contains("claim b/1 placed on endpoint b"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(
+        stderr.contains("skipped a: cannot reach")
+            && stderr.contains("no connection, nothing sent"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("phantom") && !stderr.contains("asked again"),
+        "{stderr}"
+    );
+    assert_eq!(fleet.attempts().len(), 1);
 }

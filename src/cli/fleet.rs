@@ -415,7 +415,8 @@ pub(super) async fn place(
         let result = client.claim(request).await;
         let mut step = decide_attempt(answer_of(&result), None);
         let mut found = None;
-        if step == AttemptStep::Recheck {
+        let asked = step == AttemptStep::Recheck;
+        if asked {
             let (what, view) = lost_answer::recheck(client, &attempt).await;
             step = decide_attempt(AttemptAnswer::NoAnswer, Some(what));
             found = view;
@@ -446,10 +447,14 @@ pub(super) async fn place(
                 reasons.push(line);
             }
             (AttemptStep::TryNext, Err(e)) => {
-                let line = format!(
-                    "{name}: {e}; asked again, it holds no claim labelled {}",
-                    attempt.label()
-                );
+                let line = if asked {
+                    format!(
+                        "{name}: {e}; asked again, it holds no claim labelled {}",
+                        attempt.label()
+                    )
+                } else {
+                    format!("{name}: {e}")
+                };
                 skipped.push(line.clone());
                 reasons.push(line);
             }

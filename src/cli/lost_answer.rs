@@ -31,17 +31,20 @@ pub(super) fn answer_of(r: &Result<ClaimOutcome, ClientError>) -> AttemptAnswer 
     match r {
         Ok(_) => AttemptAnswer::Answered,
         Err(ClientError::DoesNotFit { .. }) => AttemptAnswer::Refused,
+        Err(e) if e.never_sent() => AttemptAnswer::NotSent,
         Err(e) if no_answer(e) => AttemptAnswer::NoAnswer,
         Err(_) => AttemptAnswer::Failed,
     }
 }
 
-/// Whether `e` leaves it open whether the endpoint acted (no answer came).
+/// Whether `e` leaves it open whether the endpoint acted (no answer came, though the
+/// request may have gone out).
 pub(super) fn no_answer(e: &ClientError) -> bool {
-    matches!(
-        e,
-        ClientError::Unreachable { .. } | ClientError::Timeout { .. }
-    )
+    !e.never_sent()
+        && matches!(
+            e,
+            ClientError::Unreachable { .. } | ClientError::Timeout { .. }
+        )
 }
 
 /// Asks `client`, within `RECHECK`, for its claim labelled `id`: found (with the claim),

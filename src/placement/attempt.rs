@@ -69,6 +69,8 @@ pub enum AttemptAnswer {
     Refused,
     /// No answer (timeout, connection lost): it may have placed the claim anyway.
     NoAnswer,
+    /// No connection was made: nothing was sent, nothing can have been placed.
+    NotSent,
     /// Any other error (bad request, credentials): every endpoint would refuse alike.
     Failed,
 }
@@ -107,7 +109,7 @@ pub enum AttemptStep {
 pub fn decide(answer: AttemptAnswer, recheck: Option<AttemptRecheck>) -> AttemptStep {
     match (answer, recheck) {
         (AttemptAnswer::Answered, _) => AttemptStep::Done,
-        (AttemptAnswer::Refused, _)
+        (AttemptAnswer::Refused | AttemptAnswer::NotSent, _)
         | (AttemptAnswer::NoAnswer, Some(AttemptRecheck::NoneThere)) => AttemptStep::TryNext,
         (AttemptAnswer::Failed, _) => AttemptStep::Stop,
         (AttemptAnswer::NoAnswer, None) => AttemptStep::Recheck,
@@ -129,6 +131,7 @@ mod tests {
         let table = [
             (A::Answered, [S::Done, S::Done, S::Done, S::Done]),
             (A::Refused, [S::TryNext, S::TryNext, S::TryNext, S::TryNext]),
+            (A::NotSent, [S::TryNext, S::TryNext, S::TryNext, S::TryNext]),
             (A::Failed, [S::Stop, S::Stop, S::Stop, S::Stop]),
             (
                 A::NoAnswer,

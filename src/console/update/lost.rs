@@ -17,9 +17,14 @@ use super::{act, flash, move_across};
 use crate::console::msg::Effect;
 use crate::console::state::{ClaimForm, LostClaim, Mode, MoveAcross, State};
 
-/// Whether a failure leaves it open whether the source placed the claim.
+/// Whether a failure leaves it open whether the source placed the claim: no answer,
+/// unless no connection was made (`client::NOT_SENT`).
 pub(super) fn no_answer(e: &Failure) -> bool {
-    matches!(e, Failure::Timeout(_) | Failure::Unreachable(_))
+    match e {
+        Failure::Timeout(_) => true,
+        Failure::Unreachable(words) => !words.contains(crate::client::NOT_SENT),
+        _ => false,
+    }
 }
 
 fn name(state: &State, source: usize) -> String {
