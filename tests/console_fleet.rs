@@ -1028,6 +1028,8 @@ fn the_claim_form_finds_a_claim_whose_answer_was_lost() {
         "{text}"
     );
     assert!(st.log.iter().any(|l| l == &text), "in Events");
+    // The state b answered with is shown (the source counts it as seen).
+    assert_eq!(st.sources[1].data.as_ref().unwrap().claims.len(), 2);
 }
 
 /// b stays silent: c takes the claim; b, asked once more, holds it after all: it is

@@ -122,6 +122,24 @@ pub(super) fn rechecked(
     result: Result<Fetched, Failure>,
 ) -> Vec<Effect> {
     state.dirty = true;
+    // A fresh state is stored like any fetch: the source now counts it as seen, so the
+    // next fetch would answer "unchanged" and the console would keep the older one.
+    let mut out = Vec::new();
+    if let Ok(Fetched::Snapshot(s)) = &result {
+        let at = state.now;
+        out = super::sources::fetched(state, source, at, Ok(Fetched::Snapshot(s.clone())));
+    }
+    out.extend(decided(state, source, attempt, result));
+    out
+}
+
+/// What asking again decides, for the form, a move, or a claim landed meanwhile.
+fn decided(
+    state: &mut State,
+    source: usize,
+    attempt: &str,
+    result: Result<Fetched, Failure>,
+) -> Vec<Effect> {
     if let Mode::Form(f) = &state.mode
         && let Some(lost) = f
             .rechecking
