@@ -27,6 +27,21 @@ use crate::wire::{
     self, ErrorBody, MoveBody, Released, RenewBody, ShareBody, SnapshotVersion, WatchEvent, paths,
 };
 
+/// How the detail of an `Unreachable` starts when no connection was made, so nothing
+/// was sent (a claim then is surely not placed there).
+pub const NOT_SENT: &str = "no connection, nothing sent: ";
+
+/// An error with its sources: the chain carries the useful part ("connection refused").
+fn chain(e: &reqwest::Error) -> String {
+    let mut detail = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(s) = src {
+        detail = format!("{detail}: {s}");
+        src = s.source();
+    }
+    detail
+}
+
 /// How long an idle connection is kept for reuse.
 const POOL_IDLE: Duration = Duration::from_secs(5);
 /// The largest answer read, in bytes.
@@ -128,6 +143,11 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// Whether the request surely never reached the endpoint (no connection was made).
+    pub fn never_sent(&self) -> bool {
+        matches!(self, ClientError::Unreachable { detail, .. } if detail.starts_with(NOT_SENT))
+    }
+
     /// The CLI's exit code for this error (README, "Exit codes").
     pub fn exit_code(&self) -> u8 {
         match self {
@@ -206,6 +226,8 @@ pub struct Client {
     move_id: Option<String>,
     /// Where a pinned-fingerprint mismatch is left for the error message.
     mismatch: Option<trust::Mismatch>,
+    /// A shorter limit than the client's for each call, when set (`briefly`).
+    per_call: Option<Duration>,
 }
 
 impl Client {
@@ -264,6 +286,7 @@ impl Client {
             timeout,
             move_id: None,
             mismatch,
+            per_call: None,
         })
     }
 
@@ -273,6 +296,18 @@ impl Client {
     pub fn for_move(&self, id: &str) -> Client {
         Client {
             move_id: Some(id.to_string()),
+            ..self.clone()
+        }
+    }
+
+    /// The same client giving up on each call after `limit` (when shorter than its own
+    /// timeout): a quick question to an endpoint that just failed to answer.
+    #[must_use]
+    pub fn briefly(&self, limit: Duration) -> Client {
+        let limit = limit.min(self.timeout);
+        Client {
+            per_call: Some(limit),
+            timeout: limit,
             ..self.clone()
         }
     }
@@ -305,6 +340,9 @@ impl Client {
         }
         if let Some(m) = &self.move_id {
             req = req.header(wire::MOVE_HEADER, m);
+        }
+        if let Some(t) = self.per_call {
+            req = req.timeout(t);
         }
         let resp = req.send().await.map_err(|e| self.transport(&e))?;
         let status = resp.status();
@@ -344,20 +382,23 @@ impl Client {
                 ),
             };
         }
+        if e.is_connect() {
+            // No connection, so nothing was sent: said, so that a claim is known not placed.
+            return ClientError::Unreachable {
+                endpoint,
+                detail: format!("{NOT_SENT}{}", chain(e)),
+            };
+        }
         if e.is_timeout() {
             ClientError::Timeout {
                 endpoint,
                 secs: self.timeout.as_secs().max(1),
             }
         } else {
-            // The source chain carries the useful part ("connection refused").
-            let mut detail = e.to_string();
-            let mut src = std::error::Error::source(e);
-            while let Some(s) = src {
-                detail = format!("{detail}: {s}");
-                src = s.source();
+            ClientError::Unreachable {
+                endpoint,
+                detail: chain(e),
             }
-            ClientError::Unreachable { endpoint, detail }
         }
     }
 

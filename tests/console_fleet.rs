@@ -626,6 +626,23 @@ fn a_move_to_any_source_tries_the_next_when_one_refuses() {
         &mut st,
         vec![answer(1, &claim, &move_id, Err(Failure::Timeout(2000)))],
     );
+    // No answer from b: it is asked again for the move's attempt label first.
+    let label = attempt_of(&claim);
+    assert_eq!(
+        eff,
+        vec![Effect::Recheck {
+            source: 1,
+            attempt: label.clone()
+        }]
+    );
+    let eff = run(
+        &mut st,
+        vec![rechecked(
+            1,
+            &label,
+            Ok(gpuboard::sources::Fetched::Unchanged),
+        )],
+    );
     assert_eq!(step(&eff).0, 2);
     let eff = run(
         &mut st,
@@ -642,7 +659,7 @@ fn a_move_to_any_source_tries_the_next_when_one_refuses() {
     assert_eq!(
         f.text,
         format!(
-            "move {move_id} of claim a/1: nothing changed, b: no answer within 2000 ms · c: does not fit now"
+            "move {move_id} of claim a/1: nothing changed, b: no answer within 2000 ms; asked again, it holds no claim labelled gpuboard.attempt={label} · c: does not fit now"
         )
     );
     // A refusal that would be the same everywhere (credentials) stops at once.
@@ -711,6 +728,26 @@ fn claimed_from_the_form() -> (State, Vec<Effect>) {
     (st, eff)
 }
 
+/// The attempt label's id a claim sent across sources carries.
+fn attempt_of(claim: &Action) -> String {
+    let Action::Claim { request } = claim else {
+        panic!("{claim:?}")
+    };
+    request.labels["gpuboard.attempt"].clone()
+}
+
+fn rechecked(
+    source: usize,
+    attempt: &str,
+    result: Result<gpuboard::sources::Fetched, Failure>,
+) -> Msg {
+    Msg::Rechecked {
+        source,
+        attempt: attempt.to_string(),
+        result,
+    }
+}
+
 fn sent_claim(eff: &[Effect]) -> (usize, Action) {
     let [Effect::Act { source, action }] = eff else {
         panic!("one action expected: {eff:?}")
@@ -741,6 +778,7 @@ fn the_claim_form_tries_the_next_source_on_a_refusal_or_no_answer() {
         flash(&st),
         "b refused the claim (does not fit now); trying a"
     );
+    // No answer from a: it is asked again for the attempt's claim before c is tried.
     let eff = run(
         &mut st,
         vec![Msg::Acted {
@@ -751,6 +789,16 @@ fn the_claim_form_tries_the_next_source_on_a_refusal_or_no_answer() {
             )),
         }],
     );
+    let label = attempt_of(&claim);
+    assert_eq!(
+        eff,
+        vec![Effect::Recheck {
+            source: 0,
+            attempt: label.clone()
+        }]
+    );
+    let a_now = snapshot("a", "na", 1, &[json!({"gpu_memory": "10Gi"})]);
+    let eff = run(&mut st, vec![rechecked(0, &label, Ok(a_now.into()))]);
     assert_eq!(sent_claim(&eff), (2, claim.clone()), "then c");
     let eff = run(
         &mut st,
@@ -764,7 +812,9 @@ fn the_claim_form_tries_the_next_source_on_a_refusal_or_no_answer() {
     assert_eq!(st.mode, Mode::Normal);
     assert_eq!(
         flash(&st),
-        "c: claim 1 placed at nc:0 (gpu_memory=20GiB) (after b: does not fit now · a: unreachable: 127.0.0.1:9: connection refused)"
+        format!(
+            "c: claim 1 placed at nc:0 (gpu_memory=20GiB) (after b: does not fit now · a: unreachable: 127.0.0.1:9: connection refused; asked again, it holds no claim labelled gpuboard.attempt={label})"
+        )
     );
     // Each attempt is in Events.
     let tried: Vec<&String> = st
@@ -929,4 +979,230 @@ fn the_form_and_the_picker_show_each_attempt_at_80x24() {
         text.contains("any other source: the best by placement"),
         "{text}"
     );
+}
+
+/// b (the best) placed the claim but its answer was lost: asked again, it shows the
+/// claim with the attempt label, which is the answer; nothing else is tried.
+#[test]
+fn the_claim_form_finds_a_claim_whose_answer_was_lost() {
+    let (mut st, eff) = claimed_from_the_form();
+    let (src, claim) = sent_claim(&eff);
+    assert_eq!(src, 1);
+    let label = attempt_of(&claim);
+    let eff = run(
+        &mut st,
+        vec![Msg::Acted {
+            source: 1,
+            action: claim.clone(),
+            result: Err(Failure::Timeout(2_000)),
+        }],
+    );
+    assert_eq!(
+        eff,
+        vec![Effect::Recheck {
+            source: 1,
+            attempt: label.clone()
+        }]
+    );
+    let b_now = snapshot(
+        "b",
+        "nb",
+        1,
+        &[
+            json!({"gpu_memory": "15Gi"}),
+            json!({"gpu_memory": "20Gi", "labels": {"gpuboard.attempt": label}}),
+        ],
+    );
+    let eff = run(&mut st, vec![rechecked(1, &label, Ok(b_now.into()))]);
+    assert_eq!(st.mode, Mode::Normal);
+    assert!(
+        !eff.iter().any(|e| matches!(e, Effect::Act { .. })),
+        "nothing else tried: {eff:?}"
+    );
+    let text = flash(&st);
+    assert!(
+        text.starts_with("b placed it; its answer was lost (")
+            && text.ends_with(&format!(
+                "found it as b/2 by its label gpuboard.attempt={label}"
+            )),
+        "{text}"
+    );
+    assert!(st.log.iter().any(|l| l == &text), "in Events");
+    // The state b answered with is shown (the source counts it as seen).
+    assert_eq!(st.sources[1].data.as_ref().unwrap().claims.len(), 2);
+}
+
+/// b stays silent: c takes the claim; b, asked once more, holds it after all: it is
+/// released, and said. Silent to the end instead: it is named with the label and lease.
+#[test]
+fn a_silent_source_is_asked_again_after_landing_and_its_phantom_released_or_named() {
+    for comes_back in [true, false] {
+        let (mut st, eff) = claimed_from_the_form();
+        let (_, claim) = sent_claim(&eff);
+        let label = attempt_of(&claim);
+        let timeout =
+            || -> Result<gpuboard::sources::Fetched, Failure> { Err(Failure::Timeout(2_000)) };
+        run(
+            &mut st,
+            vec![Msg::Acted {
+                source: 1,
+                action: claim.clone(),
+                result: Err(Failure::Timeout(2_000)),
+            }],
+        );
+        let mut eff = run(&mut st, vec![rechecked(1, &label, timeout())]);
+        assert_eq!(sent_claim(&eff), (0, claim.clone()), "then a");
+        eff = run(
+            &mut st,
+            vec![Msg::Acted {
+                source: 0,
+                action: claim.clone(),
+                result: Ok(Outcome::Claimed(placed("a", "na"))),
+            }],
+        );
+        assert!(
+            eff.contains(&Effect::Recheck {
+                source: 1,
+                attempt: label.clone()
+            }),
+            "b asked once more: {eff:?}"
+        );
+        let text = flash(&st);
+        assert!(
+            text.starts_with("a: claim 1 placed at na:0")
+                && text.ends_with("still no answer when asked again)"),
+            "{text}"
+        );
+        if comes_back {
+            let b_now = snapshot(
+                "b",
+                "nb",
+                1,
+                &[
+                    json!({"gpu_memory": "15Gi"}),
+                    json!({"gpu_memory": "20Gi", "labels": {"gpuboard.attempt": label}}),
+                ],
+            );
+            let eff = run(&mut st, vec![rechecked(1, &label, Ok(b_now.into()))]);
+            assert_eq!(
+                eff,
+                vec![Effect::Act {
+                    source: 1,
+                    action: Action::Release { id: ClaimId(2) }
+                }]
+            );
+            assert_eq!(
+                flash(&st),
+                format!(
+                    "b came back: it had placed the claim too, as b/2 (label gpuboard.attempt={label}), though its answer was lost; releasing it"
+                )
+            );
+        } else {
+            let eff = run(&mut st, vec![rechecked(1, &label, timeout())]);
+            assert!(eff.is_empty(), "{eff:?}");
+            let text = flash(&st);
+            assert!(
+                text.starts_with("b may hold a phantom claim: its answer was lost (")
+                    && text.contains(&format!("(label gpuboard.attempt={label}) holds GPUs"))
+                    && text.contains("look for the label in b's claims and release it"),
+                "{text}"
+            );
+            assert!(st.flash.as_ref().unwrap().error);
+        }
+        assert!(st.lost.is_empty());
+    }
+}
+
+/// A move to any source whose target (b) placed the claim but lost its answer: asked
+/// again, b shows it by its label, and the move goes on (the release on a). Another
+/// where b stays silent: c takes it, a's claim is released, and b, asked once more, holds
+/// the phantom after all: released.
+#[test]
+fn a_move_whose_target_lost_its_answer_goes_on_and_leaves_no_phantom() {
+    let b_with = |label: &str| {
+        snapshot(
+            "b",
+            "nb",
+            1,
+            &[
+                json!({"gpu_memory": "10Gi"}),
+                json!({"gpu_memory": "20Gi", "project": "p", "labels": {"gpuboard.attempt": label}}),
+            ],
+        )
+    };
+    let (mut st, eff) = moved_anywhere();
+    let (_, claim, move_id) = step(&eff);
+    let label = attempt_of(&claim);
+    run(
+        &mut st,
+        vec![answer(1, &claim, &move_id, Err(Failure::Timeout(2000)))],
+    );
+    let eff = run(
+        &mut st,
+        vec![rechecked(1, &label, Ok(b_with(&label).into()))],
+    );
+    assert_eq!(
+        step(&eff),
+        (0, Action::Release { id: ClaimId(1) }, move_id.clone()),
+        "found on b: the move goes on"
+    );
+    assert!(
+        st.log.iter().any(|l| l.contains(&format!(
+            "b placed it; its answer was lost (no answer within 2000 ms): found it as b/2 by its label gpuboard.attempt={label}"
+        ))),
+        "{:?}",
+        st.log
+    );
+
+    let (mut st, eff) = moved_anywhere();
+    let (_, claim, move_id) = step(&eff);
+    let label = attempt_of(&claim);
+    run(
+        &mut st,
+        vec![answer(1, &claim, &move_id, Err(Failure::Timeout(2000)))],
+    );
+    let eff = run(
+        &mut st,
+        vec![rechecked(1, &label, Err(Failure::Timeout(2000)))],
+    );
+    let (src, again, _) = step(&eff);
+    assert_eq!((src, &again), (2, &claim), "then c");
+    let eff = run(
+        &mut st,
+        vec![answer(
+            2,
+            &claim,
+            &move_id,
+            Ok(Outcome::Claimed(placed("c", "nc"))),
+        )],
+    );
+    assert_eq!(step(&eff).0, 0, "the release on a");
+    let eff = run(
+        &mut st,
+        vec![answer(
+            0,
+            &Action::Release { id: ClaimId(1) },
+            &move_id,
+            Ok(released()),
+        )],
+    );
+    assert!(
+        eff.contains(&Effect::Recheck {
+            source: 1,
+            attempt: label.clone()
+        }),
+        "b asked once more: {eff:?}"
+    );
+    let eff = run(
+        &mut st,
+        vec![rechecked(1, &label, Ok(b_with(&label).into()))],
+    );
+    assert_eq!(
+        eff,
+        vec![Effect::Act {
+            source: 1,
+            action: Action::Release { id: ClaimId(2) }
+        }]
+    );
+    assert!(flash(&st).starts_with("b came back: it had placed the claim too, as b/2"));
 }

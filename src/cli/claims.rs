@@ -155,11 +155,14 @@ pub(super) async fn move_claim(
 
 /// `gpuboard ls`: the claims table, or the claims as JSON; over the fleet with several
 /// endpoints (ids as `ENDPOINT/ID`). An endpoint that cannot be read is named on stderr
-/// and the exit code is its error's; the others are still listed.
-pub(super) async fn ls(conn: &Conn) -> anyhow::Result<u8> {
+/// and the exit code is its error's; the others are still listed. With `label`
+/// (`KEY=VALUE`), only the claims carrying it.
+pub(super) async fn ls(conn: &Conn, label: Option<&str>) -> anyhow::Result<u8> {
+    let keep = label_filter(label)?;
     let members = members(conn)?;
     if !members.many() {
-        let snap = members.single()?.client.snapshot().await?;
+        let mut snap = members.single()?.client.snapshot().await?;
+        snap.claims.retain(|c| keep(c));
         if conn.json {
             print_json(&snap.claims)?;
         } else {
@@ -175,7 +178,10 @@ pub(super) async fn ls(conn: &Conn) -> anyhow::Result<u8> {
     let mut errors = Vec::new();
     for (m, r) in reads.into_iter().enumerate() {
         match r {
-            Ok(s) => snaps.push((m, s)),
+            Ok(mut s) => {
+                s.claims.retain(|c| keep(c));
+                snaps.push((m, s));
+            }
             Err(e) => {
                 eprintln!("gpuboard: endpoint {}: {e}", members.list[m].name);
                 if code == 0 {
@@ -206,6 +212,22 @@ pub(super) async fn ls(conn: &Conn) -> anyhow::Result<u8> {
         print!("{}", claims_table(&rows, SystemClock.now()));
     }
     Ok(code)
+}
+
+/// Which claims `ls --label KEY=VALUE` keeps (all without it).
+fn label_filter(label: Option<&str>) -> anyhow::Result<impl Fn(&ClaimView) -> bool> {
+    let wanted = match label {
+        None => None,
+        Some(l) => match l.split_once('=') {
+            Some((k, v)) if !k.trim().is_empty() => Some((k.trim().to_string(), v.to_string())),
+            _ => anyhow::bail!("--label `{l}`: write KEY=VALUE, e.g. gpuboard.attempt=18f2c-41-0"),
+        },
+    };
+    Ok(move |c: &ClaimView| {
+        wanted
+            .as_ref()
+            .is_none_or(|(k, v)| c.request.labels.get(k) == Some(v))
+    })
 }
 
 /// `gpuboard renew ID [--ttl]`.

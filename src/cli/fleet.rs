@@ -20,12 +20,13 @@ use clap::Args;
 
 use super::fleet_config::ConfigEndpoint;
 use super::fleet_config::FleetConfig as Config;
+use super::lost_answer::{self, Suspect, answer_of, new_attempt, outcome_of};
 use super::snapcache::SnapshotCache;
 use super::{Conn, token_for, trust_for};
 use crate::client::{ClaimOutcome, Client, ClientError, TlsTrust};
 use crate::endpoint::auth;
 use crate::ids::ClaimId;
-use crate::placement::{Fleet, Policy, rank_hosts};
+use crate::placement::{AttemptAnswer, AttemptStep, Fleet, Policy, decide_attempt, rank_hosts};
 use crate::request::ClaimRequest;
 use crate::snapshot::Snapshot;
 use crate::sources::fleet_of_snapshot;
@@ -67,12 +68,16 @@ pub(super) struct Member {
     pub name: String,
     /// Its client, with its token.
     pub client: Client,
+    /// How it is named again on a command line (`--endpoint ARG`).
+    pub arg: String,
 }
 
 /// The endpoints of one command.
 #[derive(Clone, Debug)]
 pub(super) struct Members {
     pub list: Vec<Member>,
+    /// The `--config FILE` the command was given, if any.
+    pub config: Option<std::path::PathBuf>,
 }
 
 impl Members {
@@ -100,6 +105,17 @@ impl Members {
                     self.names()
                 )
             })
+    }
+
+    /// The options that name `member` again on a command line (` --config F --endpoint E`).
+    pub fn again(&self, member: usize) -> String {
+        let config = self
+            .config
+            .as_ref()
+            .map(|c| format!(" --config {}", c.display()))
+            .unwrap_or_default();
+        let arg = self.list.get(member).map_or("?", |m| m.arg.as_str());
+        format!("{config} --endpoint {arg}")
     }
 
     fn names(&self) -> String {
@@ -232,6 +248,7 @@ pub(super) fn members(conn: &Conn) -> anyhow::Result<Members> {
         url,
         token_file,
         trust,
+        arg,
     } in specs
     {
         if name.is_empty() || name.contains('/') {
@@ -246,9 +263,12 @@ pub(super) fn members(conn: &Conn) -> anyhow::Result<Members> {
         };
         let trust = trust_for(conn, &url, trust);
         let client = Client::with_trust(&url, tok, timeout, &trust)?;
-        list.push(Member { name, client });
+        list.push(Member { name, client, arg });
     }
-    Ok(Members { list })
+    Ok(Members {
+        list,
+        config: conn.config.clone(),
+    })
 }
 
 /// One endpoint named on the command line or in the config, before it is connected.
@@ -257,6 +277,8 @@ struct Spec {
     url: String,
     token_file: Option<std::path::PathBuf>,
     trust: TlsTrust,
+    /// How the command line named it.
+    arg: String,
 }
 
 impl Spec {
@@ -266,6 +288,7 @@ impl Spec {
             url: url.to_string(),
             token_file: None,
             trust: TlsTrust::default(),
+            arg: format!("{name}={url}"),
         }
     }
 
@@ -278,6 +301,7 @@ impl Spec {
                 fingerprint: ep.tls_fingerprint.clone(),
                 ca_file: ep.tls_ca.clone(),
             },
+            arg: ep.name.clone(),
         }
     }
 }
@@ -376,39 +400,97 @@ pub(super) async fn place(
         }
     }
     let tries = usize::try_from(args.tries).unwrap_or(usize::MAX);
+    // One label for every endpoint this claim is sent to, so a lost answer can be found.
+    let attempt = new_attempt(lost_answer::now());
+    let mut request = request.clone();
+    attempt.put_on(&mut request.labels);
+    let request = &request;
+    let mut suspects: Vec<Suspect> = Vec::new();
+    let mut landed: Option<(usize, ClaimOutcome)> = None;
     for fit in ranking.fits.iter().take(tries) {
         let member = of_fleet[fit.host];
+        let client = &members.list[member].client;
         let name = &members.list[member].name;
-        match members.list[member].client.claim(request).await {
-            Ok(outcome) => {
-                return Ok(Placed {
-                    member,
-                    outcome,
-                    skipped,
-                });
+        let sent = lost_answer::now();
+        let result = client.claim(request).await;
+        let mut step = decide_attempt(answer_of(&result), None);
+        let mut found = None;
+        let asked = step == AttemptStep::Recheck;
+        if asked {
+            let (what, view) = lost_answer::recheck(client, &attempt).await;
+            step = decide_attempt(AttemptAnswer::NoAnswer, Some(what));
+            found = view;
+        }
+        match (step, result) {
+            (AttemptStep::Adopt, Err(e)) => {
+                if let Some(view) = found {
+                    eprintln!(
+                        "gpuboard: {name} placed it; its answer was lost ({e}): found it as {} by its label {}",
+                        members.label(member, view.id),
+                        attempt.label()
+                    );
+                    landed = Some((member, outcome_of(view)));
+                    break;
+                }
             }
-            Err(ClientError::DoesNotFit {
-                reasons: r,
-                infeasible: inf,
-                ..
-            }) => {
+            (
+                _,
+                Err(ClientError::DoesNotFit {
+                    reasons: r,
+                    infeasible: inf,
+                    ..
+                }),
+            ) => {
                 infeasible &= inf;
                 let line = format!("{name}: refused since it was read ({})", r.join(" | "));
                 skipped.push(line.clone());
                 reasons.push(line);
             }
-            Err(e @ (ClientError::Unreachable { .. } | ClientError::Timeout { .. })) => {
-                skipped.push(format!("{name}: {e}"));
-                reasons.push(format!("{name}: {e}"));
+            (AttemptStep::TryNext, Err(e)) => {
+                let line = if asked {
+                    format!(
+                        "{name}: {e}; asked again, it holds no claim labelled {}",
+                        attempt.label()
+                    )
+                } else {
+                    format!("{name}: {e}")
+                };
+                skipped.push(line.clone());
+                reasons.push(line);
             }
-            Err(e) => return Err(e),
+            (AttemptStep::TryNextSuspect, Err(e)) => {
+                let line = format!("{name}: {e}; still no answer when asked again");
+                skipped.push(line.clone());
+                reasons.push(line);
+                suspects.push(Suspect {
+                    member,
+                    error: e.to_string(),
+                    sent,
+                });
+            }
+            (_, Err(e)) => return Err(e),
+            // Answered: that is the claim.
+            (_, Ok(outcome)) => {
+                landed = Some((member, outcome));
+                break;
+            }
         }
     }
-    if request.wait
-        && let Some(h) = ranking.could_wait()
-    {
-        let member = of_fleet[h];
-        let outcome = members.list[member].client.claim(request).await?;
+    if !suspects.is_empty() {
+        let (adopted, lines) = lost_answer::settle(
+            members,
+            &suspects,
+            &attempt,
+            request.ttl,
+            landed.as_ref().map(|p| p.0),
+        )
+        .await;
+        for l in lines {
+            eprintln!("gpuboard: {l}");
+        }
+        landed = landed.or(adopted);
+    }
+    if let Some((member, outcome)) = landed {
         return Ok(Placed {
             member,
             outcome,

@@ -9,10 +9,13 @@ use serde_json::json;
 
 use super::claims::{print_claim, refused, with_endpoint};
 use super::fleet::Members;
+use super::lost_answer::{self, Suspect, new_attempt, no_answer, outcome_of, phantom_warning};
 use super::print_json;
 use crate::client::{ClaimOutcome, ClientError};
+use crate::clock::Timestamp;
 use crate::ids::ClaimId;
-use crate::placement::moved_request;
+use crate::placement::{AttemptId, AttemptRecheck, moved_request};
+use crate::request::ClaimRequest;
 use crate::snapshot::{ClaimState, ClaimView};
 
 /// What a cross-endpoint move did.
@@ -54,6 +57,44 @@ fn new_move_id() -> String {
     )
 }
 
+/// The target of a move did not answer its claim: asked again, the claim it holds with
+/// the attempt's label is the answer (said on stderr); none there, the error stands;
+/// still silent, the error stands and the target is named as a possible phantom's holder.
+async fn lost(
+    members: &Members,
+    dst: usize,
+    attempt: &AttemptId,
+    request: &ClaimRequest,
+    error: ClientError,
+    sent: Timestamp,
+) -> Result<ClaimOutcome, ClientError> {
+    let m = &members.list[dst];
+    match lost_answer::recheck(&m.client, attempt).await {
+        (AttemptRecheck::Found, Some(view)) => {
+            eprintln!(
+                "gpuboard: {} placed it; its answer was lost ({error}): found it as {} by its label {}",
+                m.name,
+                members.label(dst, view.id),
+                attempt.label()
+            );
+            Ok(outcome_of(view))
+        }
+        (AttemptRecheck::Silent, _) => {
+            let suspect = Suspect {
+                member: dst,
+                error: error.to_string(),
+                sent,
+            };
+            eprintln!(
+                "gpuboard: {}",
+                phantom_warning(members, &suspect, attempt, request.ttl)
+            );
+            Err(error)
+        }
+        _ => Err(error),
+    }
+}
+
 /// Moves claim `from.1` of member `from.0` to member `to.0` (on node `to.1` when named,
 /// on `devices` when given): claim on the target, then release on the source.
 pub(super) async fn across(
@@ -79,10 +120,18 @@ pub(super) async fn across(
             ),
         });
     }
-    let request = moved_request(&old.request, node, devices);
+    let mut request = moved_request(&old.request, node, devices);
+    // A fresh attempt label: if the target's answer is lost, it is asked for this claim.
+    let attempt = new_attempt(lost_answer::now());
+    attempt.put_on(&mut request.labels);
     let move_id = new_move_id();
     let target = members.list[dst].client.for_move(&move_id);
-    let new = match target.claim(&request).await? {
+    let sent = lost_answer::now();
+    let answer = match target.claim(&request).await {
+        Err(e) if no_answer(&e) => lost(members, dst, &attempt, &request, e, sent).await?,
+        other => other?,
+    };
+    let new = match answer {
         ClaimOutcome::Placed(v) => v,
         // Only a queued claim answers 202, and the request does not queue; should an
         // endpoint queue it anyway, it is taken back so that nothing is left half-done.

@@ -16,6 +16,7 @@ mod claims;
 mod fleet;
 mod fleet_config;
 mod fleet_move;
+mod lost_answer;
 mod run;
 mod serve;
 mod snapcache;
@@ -83,6 +84,10 @@ pub enum Command {
     },
     /// List claims.
     Ls {
+        /// Only the claims carrying this label, `KEY=VALUE` (e.g. a fleet claim's
+        /// `gpuboard.attempt=ID`).
+        #[arg(long, value_name = "KEY=VALUE")]
+        label: Option<String>,
         #[command(flatten)]
         conn: Conn,
     },
@@ -199,7 +204,7 @@ async fn dispatch(cmd: Command) -> anyhow::Result<u8> {
             devices,
             conn,
         } => claims::move_claim(&id, to.as_deref(), node, devices, &conn).await,
-        Command::Ls { conn } => claims::ls(&conn).await,
+        Command::Ls { label, conn } => claims::ls(&conn, label.as_deref()).await,
         Command::Renew { id, ttl, conn } => claims::renew(&id, ttl, &conn).await,
         Command::Cordon { node, index, conn } => admin::cordon(node, index, &conn).await,
         Command::Uncordon { node, index, conn } => admin::uncordon(node, index, &conn).await,

@@ -177,6 +177,24 @@ pub fn perform(
                 });
             });
         }
+        Effect::Recheck { source, attempt } => {
+            let Some(src) = sources.get(source) else {
+                return;
+            };
+            let fut = src.fetch();
+            let within = crate::placement::RECHECK_WITHIN.min(timeout);
+            let ms = u64::try_from(within.as_millis()).unwrap_or(u64::MAX);
+            tokio::spawn(async move {
+                let result = tokio::time::timeout(within, fut)
+                    .await
+                    .unwrap_or(Err(Failure::Timeout(ms)));
+                let _ = tx.send(Msg::Rechecked {
+                    source,
+                    attempt,
+                    result,
+                });
+            });
+        }
         Effect::Plan { source, request } => {
             let Some(src) = sources.get(source) else {
                 return;

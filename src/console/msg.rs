@@ -63,6 +63,16 @@ pub enum Msg {
         /// What happened.
         result: Result<Outcome, Failure>,
     },
+    /// A source answered (or not) when asked again whether it holds the claim labelled
+    /// with an attempt id (`Effect::Recheck`).
+    Rechecked {
+        /// The source.
+        source: usize,
+        /// The attempt id (`gpuboard.attempt`).
+        attempt: String,
+        /// Its state now, or why not.
+        result: Result<Fetched, Failure>,
+    },
     /// A line from the console's own log.
     Log(String),
     /// A signal asking the console to stop (SIGHUP, SIGTERM).
@@ -99,6 +109,14 @@ pub enum Effect {
         action: Action,
         /// The move's id (`wire::move_actor`).
         move_id: String,
+    },
+    /// Ask a source again, briefly (`placement::RECHECK_WITHIN`), for its state, to find
+    /// the claim labelled `attempt` whose answer was lost; answered by `Msg::Rechecked`.
+    Recheck {
+        /// The source.
+        source: usize,
+        /// The attempt id.
+        attempt: String,
     },
     /// Leave: restore the terminal and exit.
     Quit,

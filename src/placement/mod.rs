@@ -12,6 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
+mod attempt;
 mod explain;
 mod fleet;
 mod hosts;
@@ -22,6 +23,10 @@ mod moves;
 #[cfg(test)]
 mod tests;
 
+pub use attempt::{
+    ATTEMPT_LABEL, AttemptAnswer, AttemptId, AttemptRecheck, AttemptStep, RECHECK_WITHIN,
+    decide as decide_attempt,
+};
 pub use explain::{NoFit, NodeReasons, Reason, ReasonCount};
 pub use fleet::{Fleet, FleetError};
 pub use hosts::{HostFit, HostRanking, moved_request, rank_hosts};

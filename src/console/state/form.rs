@@ -127,6 +127,29 @@ pub struct ClaimForm {
     /// A hand-over's steps before this claim (empty: a plain claim); submitting asks to
     /// confirm them all in one dialog.
     pub handover: Vec<super::StepPlan>,
+    /// The attempt label of a claim sent across several sources (`gpuboard.attempt`).
+    pub attempt: Option<crate::placement::AttemptId>,
+    /// The source that did not answer and is being asked again for the attempt's claim.
+    pub rechecking: Option<LostClaim>,
+    /// Sources still silent when asked again: they may hold a phantom claim.
+    pub suspects: Vec<LostClaim>,
+}
+
+/// A claim whose answer did not come from `source`: it may have been placed there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LostClaim {
+    /// The source.
+    pub source: usize,
+    /// The attempt label's id the claim carries.
+    pub attempt: crate::placement::AttemptId,
+    /// When it was sent.
+    pub sent: crate::clock::Timestamp,
+    /// Its lease length, seconds.
+    pub ttl: Option<u64>,
+    /// What the claim got instead of an answer.
+    pub error: String,
+    /// The claim landed nowhere else: a claim found there is the answer (else released).
+    pub adopt: bool,
 }
 
 impl ClaimForm {
@@ -146,6 +169,9 @@ impl ClaimForm {
             next: Vec::new(),
             refused: Vec::new(),
             handover: Vec::new(),
+            attempt: None,
+            rechecking: None,
+            suspects: Vec::new(),
         }
     }
 
@@ -250,4 +276,9 @@ pub struct MoveAcross {
     pub refused: Vec<String>,
     /// The new claim's id and place, once a target took it (the release is then sent).
     pub claimed: Option<(crate::ids::ClaimId, String)>,
+    /// The target that did not answer the claim, being asked again for its attempt label
+    /// (the request carries `gpuboard.attempt`).
+    pub rechecking: Option<LostClaim>,
+    /// Targets still silent when asked again: asked once more when the move ends.
+    pub suspects: Vec<LostClaim>,
 }

@@ -19,7 +19,7 @@ use crate::sources::Action;
 
 use super::keymap::Keymap;
 
-pub use form::{ClaimForm, FormField, FormKind, FormStage, MoveAcross, MoveRow};
+pub use form::{ClaimForm, FormField, FormKind, FormStage, LostClaim, MoveAcross, MoveRow};
 pub use handover::{HandoverRun, StepPlan};
 pub use paging::{claims_info_height, events_split, why_pane_height};
 pub use selection::Picked;
@@ -271,6 +271,9 @@ pub struct State {
     pub zone: jiff::tz::TimeZone,
     /// Moves across sources under way, followed whatever the operator does meanwhile.
     pub moving: Vec<MoveAcross>,
+    /// Claims whose answer was lost, their source asked again once the claim landed
+    /// (or nowhere): a claim found there is released (or kept as the answer).
+    pub lost: Vec<LostClaim>,
     /// The last hand-over confirmed (under way or done), for its result pane.
     pub handover: Option<HandoverRun>,
 }
@@ -310,6 +313,7 @@ impl State {
             operator: None,
             zone: jiff::tz::TimeZone::system(),
             moving: Vec::new(),
+            lost: Vec::new(),
             handover: None,
         }
     }

@@ -8,10 +8,13 @@ use crate::request::ClaimRequest;
 use crate::sources::{Action, Failure, Outcome};
 
 use super::keys::edit_line;
-use super::{act, flash, ranking};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use super::{act, flash, lost, ranking};
 use crate::console::keymap::{Context, KeyAction};
 use crate::console::msg::Effect;
 use crate::console::state::{ClaimForm, FormField, FormKind, FormStage, Mode, State, View};
+use crate::placement::AttemptId;
 
 /// The source new claims go to: the one shown alone, else the selected GPU's, else the
 /// first that can act.
@@ -102,6 +105,14 @@ pub(super) fn claimed(
     };
     let here = name(source);
     match result {
+        // No answer: it may have placed the claim; ask it before trying the next.
+        Err(e) if lost::no_answer(e) && form.attempt.is_some() => {
+            let ttl = match action {
+                Action::Claim { request } => request.ttl,
+                _ => None,
+            };
+            Some(lost::ask_again(state, form, source, e, ttl))
+        }
         Err(e) if ranking::try_next(e) && !form.next.is_empty() => {
             let next = form.next.remove(0);
             form.refused.push(format!("{here}: {e}"));
@@ -135,6 +146,7 @@ pub(super) fn claimed(
                 s.in_flight = true;
                 out.push(Effect::Fetch(source));
             }
+            out.extend(lost::settle(state, form.suspects, false));
             Some(out)
         }
         Err(e) => {
@@ -144,14 +156,27 @@ pub(super) fn claimed(
                 form.refused.len(),
                 form.refused.join(" · ")
             );
+            let suspects = std::mem::take(&mut form.suspects);
             form.stage = FormStage::Editing;
             form.error = Some(text.clone());
             form.refused.clear();
             state.mode = Mode::Form(Box::new(form));
             flash(state, text, true);
-            Some(Vec::new())
+            Some(lost::settle(state, suspects, true))
         }
     }
+}
+
+/// The form's claims so far, so that two attempts at one instant differ.
+static ATTEMPTS: AtomicU32 = AtomicU32::new(0);
+
+/// A new attempt id: the console's now, this process, the next number.
+pub(super) fn new_attempt(state: &State) -> AttemptId {
+    AttemptId::new(
+        state.now.0,
+        std::process::id(),
+        ATTEMPTS.fetch_add(1, Ordering::Relaxed),
+    )
 }
 
 /// Opens the claim form on the claim source, unless that source is read-only.
@@ -224,7 +249,13 @@ pub(super) fn form_key(state: &mut State, mut form: ClaimForm, ev: KeyEvent) -> 
         Some(KeyAction::Confirm) => match &form.stage {
             FormStage::Preview(_) => {
                 let request = match form.request() {
-                    Ok(r) => r,
+                    Ok(mut r) => {
+                        // Across sources, one attempt label: a lost answer can be found.
+                        if let Some(a) = &form.attempt {
+                            a.put_on(&mut r.labels);
+                        }
+                        r
+                    }
                     Err(e) => {
                         form.stage = FormStage::Editing;
                         form.error = Some(e.to_string());
@@ -233,6 +264,7 @@ pub(super) fn form_key(state: &mut State, mut form: ClaimForm, ev: KeyEvent) -> 
                 };
                 let src = form.source;
                 form.refused.clear();
+                form.suspects.clear();
                 if !form.handover.is_empty() {
                     return super::handover::with_form_claim(state, form, request);
                 }
@@ -251,6 +283,7 @@ pub(super) fn form_key(state: &mut State, mut form: ClaimForm, ev: KeyEvent) -> 
                     form.error = None;
                     match fleet_preview(state, &request) {
                         Some(Ok((order, text))) => {
+                            form.attempt = Some(new_attempt(state));
                             form.source = order.first().copied().unwrap_or(form.source);
                             form.next = order.into_iter().skip(1).collect();
                             form.stage = FormStage::Preview(text);
@@ -260,6 +293,7 @@ pub(super) fn form_key(state: &mut State, mut form: ClaimForm, ev: KeyEvent) -> 
                             form.error = Some(why);
                         }
                         None => {
+                            form.attempt = None;
                             form.next.clear();
                             form.stage = FormStage::Planning;
                             effects.push(Effect::Plan {

@@ -11,6 +11,7 @@ mod engine;
 mod form;
 mod handover;
 mod keys;
+mod lost;
 mod move_across;
 mod ranking;
 mod sources;
@@ -58,6 +59,11 @@ pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
             action,
             result,
         } => move_across::stepped(state, source, &move_id, &action, result),
+        Msg::Rechecked {
+            source,
+            attempt,
+            result,
+        } => lost::rechecked(state, source, &attempt, result),
         Msg::Log(line) => {
             state.push_log(line);
             if state.view == View::Events {

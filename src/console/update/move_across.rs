@@ -11,7 +11,7 @@ use crate::snapshot::{ClaimState, ClaimView};
 use crate::sources::{Action, Failure, Outcome};
 
 use super::ranking::{self, TRIES};
-use super::{flash, refusal};
+use super::{flash, lost, refusal};
 use crate::console::msg::Effect;
 use crate::console::state::{Confirm, Mode, MoveAcross, MovePick, MoveRow, State};
 
@@ -193,6 +193,9 @@ fn chain(
         };
         (request, first, order.collect())
     };
+    // A fresh attempt label (the old claim's is not this move's): a lost answer can be found.
+    let mut request = request;
+    super::form::new_attempt(state).put_on(&mut request.labels);
     Ok(MoveAcross {
         move_id: move_id(state, m.source, m.id),
         source: m.source,
@@ -203,6 +206,8 @@ fn chain(
         next,
         refused: Vec::new(),
         claimed: None,
+        rechecking: None,
+        suspects: Vec::new(),
     })
 }
 
@@ -382,7 +387,7 @@ fn took_back(
 }
 
 /// The target answered the move's claim.
-fn claim_answered(
+pub(super) fn claim_answered(
     state: &mut State,
     mut chain: MoveAcross,
     result: Result<Outcome, Failure>,
@@ -431,6 +436,28 @@ fn claim_answered(
             )
         }
         Ok(other) => format!("answered `{}` instead of a claim", other.message()),
+        // No answer: the target may have placed it; ask it before anything else.
+        Err(e) if lost::no_answer(&e) && chain.rechecking.is_none() => {
+            if let Some(lost) = lost::of_request(state, chain.target, &chain.request, &e) {
+                flash(
+                    state,
+                    format!(
+                        "move {}: {to} did not answer ({e}); asking it whether it placed the claim (label {})",
+                        chain.move_id,
+                        lost.attempt.label()
+                    ),
+                    false,
+                );
+                out.push(Effect::Recheck {
+                    source: chain.target,
+                    attempt: lost.attempt.as_str().to_string(),
+                });
+                chain.rechecking = Some(lost);
+                state.moving.push(chain);
+                return out;
+            }
+            e.to_string()
+        }
         Err(e) => {
             let words = e.to_string();
             if !ranking::try_next(&e) {
@@ -439,6 +466,14 @@ fn claim_answered(
             words
         }
     };
+    out.extend(go_next(state, chain, &why));
+    out
+}
+
+/// The target refused (or did not answer, `why`): the next target, or nothing changed.
+pub(super) fn go_next(state: &mut State, mut chain: MoveAcross, why: &str) -> Vec<Effect> {
+    let to = name(state, chain.target);
+    let mut out = Vec::new();
     chain.refused.push(format!("{to}: {why}"));
     if chain.next.is_empty() {
         let text = format!(
@@ -454,6 +489,7 @@ fn claim_answered(
             m.error = Some(text.clone());
         }
         flash(state, text, true);
+        out.extend(lost::settle(state, chain.suspects, false));
         return out;
     }
     chain.target = chain.next.remove(0);
@@ -478,6 +514,7 @@ fn release_answered(
 ) -> Vec<Effect> {
     let mut out = Vec::new();
     refetch(state, chain.source, &mut out);
+    out.extend(lost::settle(state, chain.suspects.clone(), false));
     match result {
         Ok(_) => {
             let (from, to) = (name(state, chain.source), name(state, chain.target));

@@ -1,0 +1,176 @@
+//! A fleet claim whose answer was lost: every claim sent across several endpoints carries
+//! one attempt label (`placement::AttemptId`); an endpoint that does not answer is asked
+//! again, briefly, whether it holds a claim with that label before the next is tried
+//! (`placement::decide_attempt`). One still silent is a suspect: once the claim landed
+//! elsewhere (or nowhere), it is asked once more, and a claim found there is released (or,
+//! when nothing else took it, kept as the answer); one silent to the end is named to the
+//! operator with the label, when its lease lets go and the commands to check.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use super::fleet::Members;
+use crate::client::{ClaimOutcome, Client, ClientError};
+use crate::clock::{Clock as _, SystemClock, Timestamp, date_time};
+use crate::placement::{AttemptAnswer, AttemptId, AttemptRecheck, RECHECK_WITHIN};
+use crate::snapshot::{ClaimState, ClaimView};
+
+/// The sender's claims so far, so that two claims of one process differ.
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// A new attempt id: now, this process, the next sequence number.
+pub(super) fn new_attempt(now: Timestamp) -> AttemptId {
+    AttemptId::new(
+        now.0,
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed),
+    )
+}
+
+/// The decision table's view of a claim's result.
+pub(super) fn answer_of(r: &Result<ClaimOutcome, ClientError>) -> AttemptAnswer {
+    match r {
+        Ok(_) => AttemptAnswer::Answered,
+        Err(ClientError::DoesNotFit { .. }) => AttemptAnswer::Refused,
+        Err(e) if e.never_sent() => AttemptAnswer::NotSent,
+        Err(e) if no_answer(e) => AttemptAnswer::NoAnswer,
+        Err(_) => AttemptAnswer::Failed,
+    }
+}
+
+/// Whether `e` leaves it open whether the endpoint acted (no answer came, though the
+/// request may have gone out).
+pub(super) fn no_answer(e: &ClientError) -> bool {
+    !e.never_sent()
+        && matches!(
+            e,
+            ClientError::Unreachable { .. } | ClientError::Timeout { .. }
+        )
+}
+
+/// Asks `client`, within `RECHECK`, for its claim labelled `id`: found (with the claim),
+/// none there, or silent.
+pub(super) async fn recheck(
+    client: &Client,
+    id: &AttemptId,
+) -> (AttemptRecheck, Option<ClaimView>) {
+    match client.briefly(RECHECK_WITHIN).snapshot().await {
+        Ok(snap) => match snap
+            .claims
+            .into_iter()
+            .find(|c| id.marks(&c.request.labels))
+        {
+            Some(c) => (AttemptRecheck::Found, Some(c)),
+            None => (AttemptRecheck::NoneThere, None),
+        },
+        Err(_) => (AttemptRecheck::Silent, None),
+    }
+}
+
+/// The answer a claim found by its label stands for.
+pub(super) fn outcome_of(view: ClaimView) -> ClaimOutcome {
+    match view.state {
+        ClaimState::Placed => ClaimOutcome::Placed(view),
+        ClaimState::Pending => ClaimOutcome::Pending(view),
+    }
+}
+
+/// An endpoint that took the request and never answered, even when asked again.
+#[derive(Debug)]
+pub(super) struct Suspect {
+    /// The member.
+    pub member: usize,
+    /// What the claim got from it.
+    pub error: String,
+    /// When the request was sent.
+    pub sent: Timestamp,
+}
+
+/// The line saying a silent endpoint may hold a phantom claim: its label, when its lease
+/// lets it go, and the commands that check and release it.
+pub(super) fn phantom_warning(
+    members: &Members,
+    s: &Suspect,
+    id: &AttemptId,
+    ttl: Option<u64>,
+) -> String {
+    let m = &members.list[s.member];
+    let until = match ttl {
+        Some(secs) => format!(
+            "until its lease ends, about {} UTC (ttl {secs} s from when it was sent)",
+            date_time(s.sent.plus_secs(secs), &jiff::tz::TimeZone::UTC)
+        ),
+        None => "until it is released (it has no lease)".to_string(),
+    };
+    let again = members.again(s.member);
+    format!(
+        "warning: endpoint {name} may hold a phantom claim: it was sent the claim but its answer \
+         was lost ({err}) and it did not answer when asked again. If it placed it, that claim \
+         (label {label}) holds GPUs {until}. Check: `gpuboard ls{again} --label {label}`; \
+         release what it lists: `gpuboard release{again} {name}/ID`",
+        name = m.name,
+        err = s.error,
+        label = id.label(),
+    )
+}
+
+/// After the claim landed on `landed` (or nowhere): each suspect asked once more. A claim
+/// found on one is released when the claim landed elsewhere, or becomes the answer when it
+/// landed nowhere (the first found; any further one released). Returns that answer, if
+/// any, and a line per suspect for the operator.
+pub(super) async fn settle(
+    members: &Members,
+    suspects: &[Suspect],
+    id: &AttemptId,
+    ttl: Option<u64>,
+    mut landed: Option<usize>,
+) -> (Option<(usize, ClaimOutcome)>, Vec<String>) {
+    let mut adopted = None;
+    let mut lines = Vec::new();
+    for s in suspects {
+        let m = &members.list[s.member];
+        match recheck(&m.client, id).await {
+            (AttemptRecheck::Found, Some(view)) if landed.is_none() => {
+                lines.push(format!(
+                    "{} placed it; its answer was lost ({}): found it as {} by its label {}",
+                    m.name,
+                    s.error,
+                    members.label(s.member, view.id),
+                    id.label()
+                ));
+                landed = Some(s.member);
+                adopted = Some((s.member, outcome_of(view)));
+            }
+            (AttemptRecheck::Found, Some(view)) => {
+                let name = members.label(s.member, view.id);
+                let line = match m.client.release(view.id).await {
+                    Ok(_) => format!(
+                        "{} came back: it had placed the claim too, as {name} (label {}), though its \
+                         answer was lost; released {name}",
+                        m.name,
+                        id.label()
+                    ),
+                    Err(e) => format!(
+                        "warning: {} came back holding a phantom claim {name} (label {}), but releasing \
+                         it failed: {e}; release it with `gpuboard release{} {name}`",
+                        m.name,
+                        id.label(),
+                        members.again(s.member)
+                    ),
+                };
+                lines.push(line);
+            }
+            (AttemptRecheck::NoneThere | AttemptRecheck::Found, _) => lines.push(format!(
+                "{} answered again and holds no claim labelled {}: nothing placed there",
+                m.name,
+                id.label()
+            )),
+            (AttemptRecheck::Silent, _) => lines.push(phantom_warning(members, s, id, ttl)),
+        }
+    }
+    (adopted, lines)
+}
+
+/// Now, by the system clock.
+pub(super) fn now() -> Timestamp {
+    SystemClock.now()
+}

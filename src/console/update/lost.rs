@@ -1,0 +1,385 @@
+//! A claim from the claim form whose answer did not come: the source is asked again,
+//! briefly, for the claim carrying the form's attempt label (`placement::decide_attempt`)
+//! before the next source is tried. Found: that is the claim. None there: the next.
+//! Still silent: the next, and once the claim landed (or nowhere), the silent source is
+//! asked once more: a claim found there is released (or, when nothing else took it, kept
+//! as the answer); silent to the end, it is named with the label and when its lease ends.
+//! A move across sources asks its target the same way (a claim found there is the move's
+//! new claim; a phantom left by a silent target is released when it comes back).
+
+use crate::clock::date_time;
+use crate::placement::{AttemptAnswer, AttemptId, AttemptRecheck, AttemptStep, decide_attempt};
+use crate::request::ClaimRequest;
+use crate::snapshot::{ClaimState, ClaimView};
+use crate::sources::{Action, Failure, Fetched, Outcome};
+
+use super::{act, flash, move_across};
+use crate::console::msg::Effect;
+use crate::console::state::{ClaimForm, LostClaim, Mode, MoveAcross, State};
+
+/// Whether a failure leaves it open whether the source placed the claim: no answer,
+/// unless no connection was made (`client::NOT_SENT`).
+pub(super) fn no_answer(e: &Failure) -> bool {
+    match e {
+        Failure::Timeout(_) => true,
+        Failure::Unreachable(words) => !words.contains(crate::client::NOT_SENT),
+        _ => false,
+    }
+}
+
+fn name(state: &State, source: usize) -> String {
+    state
+        .sources
+        .get(source)
+        .map_or_else(|| "?".to_string(), |s| s.name.clone())
+}
+
+/// The form's claim got no answer from `source`: ask it again (the form waits).
+pub(super) fn ask_again(
+    state: &mut State,
+    mut form: ClaimForm,
+    source: usize,
+    e: &Failure,
+    ttl: Option<u64>,
+) -> Vec<Effect> {
+    let Some(attempt) = form.attempt.clone() else {
+        state.mode = Mode::Form(Box::new(form));
+        return Vec::new();
+    };
+    let here = name(state, source);
+    flash(
+        state,
+        format!(
+            "{here} did not answer the claim ({e}); asking it whether it placed it (label {})",
+            attempt.label()
+        ),
+        false,
+    );
+    form.rechecking = Some(LostClaim {
+        source,
+        attempt: attempt.clone(),
+        sent: state.now,
+        ttl,
+        error: e.to_string(),
+        adopt: false,
+    });
+    state.mode = Mode::Form(Box::new(form));
+    vec![Effect::Recheck {
+        source,
+        attempt: attempt.as_str().to_string(),
+    }]
+}
+
+/// The lost claim a request sent to `source` stands for, when it carries an attempt label.
+pub(super) fn of_request(
+    state: &State,
+    source: usize,
+    request: &ClaimRequest,
+    e: &Failure,
+) -> Option<LostClaim> {
+    Some(LostClaim {
+        source,
+        attempt: AttemptId::of_labels(&request.labels)?,
+        sent: state.now,
+        ttl: request.ttl,
+        error: e.to_string(),
+        adopt: false,
+    })
+}
+
+/// What asking again found: the claim with the label in the fresh state (or, unchanged,
+/// in the state the console already has), none, or silence.
+fn found(
+    state: &State,
+    lost: &LostClaim,
+    result: Result<Fetched, Failure>,
+) -> (AttemptRecheck, Option<ClaimView>) {
+    let claims: Vec<ClaimView> = match result {
+        Ok(Fetched::Snapshot(s)) => s.claims,
+        Ok(Fetched::Unchanged) => state
+            .sources
+            .get(lost.source)
+            .and_then(|s| s.data.as_ref())
+            .map(|d| d.claims.clone())
+            .unwrap_or_default(),
+        Err(_) => return (AttemptRecheck::Silent, None),
+    };
+    match claims
+        .into_iter()
+        .find(|c| lost.attempt.marks(&c.request.labels))
+    {
+        Some(c) => (AttemptRecheck::Found, Some(c)),
+        None => (AttemptRecheck::NoneThere, None),
+    }
+}
+
+/// A source answered (or not) when asked again: for the form waiting on it, or for a
+/// claim that landed elsewhere (or nowhere) meanwhile.
+pub(super) fn rechecked(
+    state: &mut State,
+    source: usize,
+    attempt: &str,
+    result: Result<Fetched, Failure>,
+) -> Vec<Effect> {
+    state.dirty = true;
+    // A fresh state is stored like any fetch: the source now counts it as seen, so the
+    // next fetch would answer "unchanged" and the console would keep the older one.
+    let mut out = Vec::new();
+    if let Ok(Fetched::Snapshot(s)) = &result {
+        let at = state.now;
+        out = super::sources::fetched(state, source, at, Ok(Fetched::Snapshot(s.clone())));
+    }
+    out.extend(decided(state, source, attempt, result));
+    out
+}
+
+/// What asking again decides, for the form, a move, or a claim landed meanwhile.
+fn decided(
+    state: &mut State,
+    source: usize,
+    attempt: &str,
+    result: Result<Fetched, Failure>,
+) -> Vec<Effect> {
+    if let Mode::Form(f) = &state.mode
+        && let Some(lost) = f
+            .rechecking
+            .as_ref()
+            .filter(|l| l.source == source && l.attempt.as_str() == attempt)
+    {
+        let (lost, mut form) = (lost.clone(), (**f).clone());
+        form.rechecking = None;
+        let (what, view) = found(state, &lost, result);
+        return for_form(
+            state,
+            form,
+            lost,
+            decide_attempt(AttemptAnswer::NoAnswer, Some(what)),
+            view,
+        );
+    }
+    if let Some(pos) = state.moving.iter().position(|c| {
+        c.rechecking
+            .as_ref()
+            .is_some_and(|l| l.source == source && l.attempt.as_str() == attempt)
+    }) {
+        let mut chain = state.moving.remove(pos);
+        let Some(lost) = chain.rechecking.take() else {
+            return Vec::new();
+        };
+        return for_move(state, chain, lost, result);
+    }
+    let Some(pos) = state
+        .lost
+        .iter()
+        .position(|l| l.source == source && l.attempt.as_str() == attempt)
+    else {
+        return Vec::new();
+    };
+    let lost = state.lost.remove(pos);
+    let (what, view) = found(state, &lost, result);
+    after_landing(state, &lost, what, view)
+}
+
+/// A move's target asked again: found, the move goes on (the release here); none there,
+/// the next target; silent, the next target and the silent one asked once more at the end.
+fn for_move(
+    state: &mut State,
+    mut chain: MoveAcross,
+    lost: LostClaim,
+    result: Result<Fetched, Failure>,
+) -> Vec<Effect> {
+    let here = name(state, lost.source);
+    let label = lost.attempt.label();
+    let (what, view) = found(state, &lost, result);
+    match (decide_attempt(AttemptAnswer::NoAnswer, Some(what)), view) {
+        (AttemptStep::Adopt, Some(view)) => {
+            state.push_log(format!(
+                "move {}: {here} placed it; its answer was lost ({}): found it as {here}/{} by its label {label}",
+                chain.move_id, lost.error, view.id
+            ));
+            move_across::claim_answered(state, chain, Ok(Outcome::Claimed(Box::new(view))))
+        }
+        (AttemptStep::TryNextSuspect, _) => {
+            let why = format!("{}; still no answer when asked again", lost.error);
+            chain.suspects.push(lost);
+            move_across::go_next(state, chain, &why)
+        }
+        _ => {
+            let why = format!(
+                "{}; asked again, it holds no claim labelled {label}",
+                lost.error
+            );
+            move_across::go_next(state, chain, &why)
+        }
+    }
+}
+
+/// The form's decision after asking again.
+fn for_form(
+    state: &mut State,
+    mut form: ClaimForm,
+    lost: LostClaim,
+    step: AttemptStep,
+    view: Option<ClaimView>,
+) -> Vec<Effect> {
+    let here = name(state, lost.source);
+    let label = lost.attempt.label();
+    match (step, view) {
+        (AttemptStep::Adopt, Some(view)) => {
+            let text = format!(
+                "{here} placed it; its answer was lost ({}): found it as {here}/{} by its label {label}",
+                lost.error, view.id
+            );
+            state.mode = Mode::Normal;
+            flash(state, text, false);
+            let mut out = refetch(state, lost.source);
+            out.extend(settle(state, form.suspects, false));
+            out
+        }
+        (AttemptStep::TryNextSuspect, _) => {
+            form.refused.push(format!(
+                "{here}: {}; still no answer when asked again",
+                lost.error
+            ));
+            form.suspects.push(lost);
+            next_or_fail(state, form)
+        }
+        _ => {
+            form.refused.push(format!(
+                "{here}: {}; asked again, it holds no claim labelled {label}",
+                lost.error
+            ));
+            next_or_fail(state, form)
+        }
+    }
+}
+
+/// The next source of the preview, or (none left) the form's failure, with any silent
+/// source asked once more.
+fn next_or_fail(state: &mut State, mut form: ClaimForm) -> Vec<Effect> {
+    let request = match form.request() {
+        Ok(mut r) => {
+            if let Some(a) = &form.attempt {
+                a.put_on(&mut r.labels);
+            }
+            r
+        }
+        Err(e) => {
+            form.stage = crate::console::state::FormStage::Editing;
+            form.error = Some(e.to_string());
+            state.mode = Mode::Form(Box::new(form));
+            return Vec::new();
+        }
+    };
+    if !form.next.is_empty() {
+        let next = form.next.remove(0);
+        flash(state, format!("trying {}", name(state, next)), false);
+        form.source = next;
+        let sent = act(state, next, Action::Claim { request });
+        if sent.is_empty() {
+            form.stage = crate::console::state::FormStage::Editing;
+            form.error = state.flash.as_ref().map(|f| f.text.clone());
+        }
+        state.mode = Mode::Form(Box::new(form));
+        return sent;
+    }
+    let text = format!(
+        "claim refused by {} sources, nothing claimed: {}",
+        form.refused.len(),
+        form.refused.join(" · ")
+    );
+    let suspects = std::mem::take(&mut form.suspects);
+    form.stage = crate::console::state::FormStage::Editing;
+    form.error = Some(text.clone());
+    form.refused.clear();
+    state.mode = Mode::Form(Box::new(form));
+    flash(state, text, true);
+    settle(state, suspects, true)
+}
+
+/// The claim landed (or, `nowhere`, did not): each silent source asked once more.
+pub(super) fn settle(state: &mut State, suspects: Vec<LostClaim>, nowhere: bool) -> Vec<Effect> {
+    let mut out = Vec::new();
+    for mut s in suspects {
+        s.adopt = nowhere;
+        state.push_log(format!(
+            "asking {} again whether it holds the claim labelled {}",
+            name(state, s.source),
+            s.attempt.label()
+        ));
+        out.push(Effect::Recheck {
+            source: s.source,
+            attempt: s.attempt.as_str().to_string(),
+        });
+        state.lost.push(s);
+    }
+    out
+}
+
+/// A silent source asked again once the claim landed elsewhere (or nowhere).
+fn after_landing(
+    state: &mut State,
+    lost: &LostClaim,
+    what: AttemptRecheck,
+    view: Option<ClaimView>,
+) -> Vec<Effect> {
+    let here = name(state, lost.source);
+    let label = lost.attempt.label();
+    match (what, view) {
+        (AttemptRecheck::Found, Some(view)) if lost.adopt => {
+            let text = format!(
+                "{here} placed it; its answer was lost ({}): it is {here}/{} (label {label}){}",
+                lost.error,
+                view.id,
+                if view.state == ClaimState::Pending {
+                    ", pending"
+                } else {
+                    ""
+                }
+            );
+            flash(state, text, false);
+            refetch(state, lost.source)
+        }
+        (AttemptRecheck::Found, Some(view)) => {
+            let text = format!(
+                "{here} came back: it had placed the claim too, as {here}/{} (label {label}), though its answer was lost; releasing it",
+                view.id
+            );
+            flash(state, text, false);
+            act(state, lost.source, Action::Release { id: view.id })
+        }
+        (AttemptRecheck::Silent, _) => {
+            let until = match lost.ttl {
+                Some(secs) => format!(
+                    "until its lease ends, about {} UTC",
+                    date_time(lost.sent.plus_secs(secs), &jiff::tz::TimeZone::UTC)
+                ),
+                None => "until it is released (it has no lease)".to_string(),
+            };
+            let text = format!(
+                "{here} may hold a phantom claim: its answer was lost ({}) and it did not answer again; \
+                 if it placed it, that claim (label {label}) holds GPUs {until}: look for the label in {here}'s claims and release it",
+                lost.error
+            );
+            flash(state, text, true);
+            Vec::new()
+        }
+        _ => {
+            state.push_log(format!(
+                "{here} answered again and holds no claim labelled {label}: nothing placed there"
+            ));
+            Vec::new()
+        }
+    }
+}
+
+/// A refreshed view of source `i`, unless one is already on its way.
+fn refetch(state: &mut State, i: usize) -> Vec<Effect> {
+    match state.sources.get_mut(i) {
+        Some(s) if !s.in_flight => {
+            s.in_flight = true;
+            vec![Effect::Fetch(i)]
+        }
+        _ => Vec::new(),
+    }
+}
