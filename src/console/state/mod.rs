@@ -252,6 +252,9 @@ pub struct State {
     pub rows_devices: Vec<DevKey>,
     /// Claim rows, filtered and sorted.
     pub rows_claims: Vec<ClaimKey>,
+    /// Digits of the longest claim id in `rows_claims`, for the ID column's width (kept
+    /// with the rows so a draw does not walk 20 000 claims).
+    pub claim_id_digits: usize,
     /// Project rows, filtered and sorted.
     pub rows_projects: Vec<ProjKey>,
     /// Totals over the shown sources, for the Overview.
@@ -304,6 +307,7 @@ impl State {
             claim_detail: None,
             rows_devices: Vec::new(),
             rows_claims: Vec::new(),
+            claim_id_digits: 0,
             rows_projects: Vec::new(),
             totals: FleetTotals::default(),
             size: (80, 24),

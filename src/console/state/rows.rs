@@ -17,8 +17,10 @@ impl State {
             needle(View::Claims),
             needle(View::Ledger),
         );
-        let matching = |needle: &str, hay: &[&str]| {
-            needle.is_empty() || hay.iter().any(|h| h.to_lowercase().contains(needle))
+        // The hay is built only under a filter: at fleet scale (8 000 GPUs, 20 000 claims)
+        // formatting it for every row on every change was most of an idle console's work.
+        let matching = |needle: &str, hay: &dyn Fn() -> Vec<String>| {
+            needle.is_empty() || hay().iter().any(|h| h.to_lowercase().contains(needle))
         };
         let mut devs = Vec::new();
         let mut claims = Vec::new();
@@ -32,14 +34,17 @@ impl State {
             };
             for (ni, n) in d.nodes.iter().enumerate() {
                 for (di, dev) in n.devices.iter().enumerate() {
-                    let idx = dev.index.to_string();
-                    // The FLAGS column's words (`idle`, `unclaimed`, `cordon`...) match too.
-                    let flags = crate::console::views::device_flags(dev).join(" ");
-                    let cordoned = if dev.cordoned { "cordoned" } else { "" };
-                    if matching(
-                        &dev_needle,
-                        &[&n.name, &dev.model, &idx, &s.name, &flags, cordoned, stale],
-                    ) {
+                    let hay = || {
+                        // The FLAGS column's words (`idle`, `unclaimed`, `cordon`...) match too.
+                        let flags = crate::console::views::device_flags(dev).join(" ");
+                        let cordoned = if dev.cordoned { "cordoned" } else { "" };
+                        [&n.name, &dev.model, &dev.index.to_string(), &s.name, &flags]
+                            .into_iter()
+                            .cloned()
+                            .chain([cordoned, stale].map(str::to_string))
+                            .collect()
+                    };
+                    if matching(&dev_needle, &hay) {
                         devs.push(DevKey {
                             source: si,
                             node: ni,
@@ -49,28 +54,27 @@ impl State {
                 }
             }
             for (ci, c) in d.claims.iter().enumerate() {
-                let id = c.id.to_string();
-                // The STATE column's words and the claim's flags.
-                let state = match c.state {
-                    ClaimState::Placed if c.idle => "placed idle",
-                    ClaimState::Placed => "placed",
-                    ClaimState::Pending if c.infeasible => "pending never infeasible",
-                    ClaimState::Pending => "pending",
+                let hay = || {
+                    // The STATE column's words and the claim's flags.
+                    let state = match c.state {
+                        ClaimState::Placed if c.idle => "placed idle",
+                        ClaimState::Placed => "placed",
+                        ClaimState::Pending if c.infeasible => "pending never infeasible",
+                        ClaimState::Pending => "pending",
+                    };
+                    let over = if c.over_limit { "over-limit" } else { "" };
+                    [
+                        c.id.to_string(),
+                        c.project.clone(),
+                        c.holder.clone().unwrap_or_default(),
+                        c.node.clone().unwrap_or_default(),
+                        c.form.clone(),
+                    ]
+                    .into_iter()
+                    .chain([state, over, stale].map(str::to_string))
+                    .collect()
                 };
-                let over = if c.over_limit { "over-limit" } else { "" };
-                if matching(
-                    &claim_needle,
-                    &[
-                        &id,
-                        &c.project,
-                        c.holder.as_deref().unwrap_or(""),
-                        c.node.as_deref().unwrap_or(""),
-                        &c.form,
-                        state,
-                        over,
-                        stale,
-                    ],
-                ) {
+                if matching(&claim_needle, &hay) {
                     claims.push(ClaimKey {
                         source: si,
                         idx: ci,
@@ -88,7 +92,7 @@ impl State {
                 } else {
                     ""
                 };
-                if matching(&proj_needle, &[&p.name, backed]) {
+                if matching(&proj_needle, &|| vec![p.name.clone(), backed.to_string()]) {
                     projects.push(ProjKey {
                         source: si,
                         idx: pi,
@@ -98,6 +102,7 @@ impl State {
         }
         self.sort_rows(&mut devs, &mut claims, &mut projects);
         self.rows_devices = devs;
+        self.claim_id_digits = self.rows_claims_digits(&claims);
         self.rows_claims = claims;
         self.rows_projects = projects;
         for v in [View::Gpus, View::Claims, View::Ledger] {
@@ -111,6 +116,16 @@ impl State {
             c.offset = c.offset.min(c.selected);
         }
         self.follow_picks();
+    }
+
+    /// Digits of the longest id among `claims` (counted, not formatted).
+    fn rows_claims_digits(&self, claims: &[ClaimKey]) -> usize {
+        claims
+            .iter()
+            .filter_map(|k| self.claim(*k))
+            .map(|(_, c)| c.id.0.checked_ilog10().map_or(1, |d| d as usize + 1))
+            .max()
+            .unwrap_or(0)
     }
 
     fn sort_rows(&self, devs: &mut [DevKey], claims: &mut [ClaimKey], projects: &mut [ProjKey]) {

@@ -153,16 +153,11 @@ impl Columns {
 
 /// The claim list, and below it (when tall enough) the selected claim in words.
 pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
-    // Digits counted, not formatted: this runs over every row (20 000 at fleet scale) on
-    // every draw.
-    let longest_id = state
-        .rows_claims
-        .iter()
-        .filter_map(|k| state.claim(*k))
-        .map(|(_, c)| c.id.0.checked_ilog10().map_or(1, |d| d as usize + 1))
-        .max()
-        .unwrap_or(0);
-    let mut cols = Columns::of(area.width, state.shown_sources().count() > 1, longest_id);
+    let mut cols = Columns::of(
+        area.width,
+        state.shown_sources().count() > 1,
+        state.claim_id_digits,
+    );
     // FORM fills what the fixed columns and the gaps between columns leave.
     let widths = cols.widths();
     let fixed: u16 = widths
