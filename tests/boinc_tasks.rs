@@ -15,10 +15,9 @@ mod boinc_client;
 mod common;
 
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use boinc_client::{Client, GPU_TYPE, PROJECT_NAME, task_name};
-use common::{gpuboard, skip_peer};
+use common::{gpuboard, skip_peer, snapshot_until};
 use gpuboard::snapshot::{ClaimState, ClaimView, DeviceView, Snapshot};
 use gpuboard::sources::actions::{EngineAction, EngineVerb};
 use gpuboard::sources::boinc::{BoincConfig, BoincSource};
@@ -53,29 +52,6 @@ fn device_of(s: &Snapshot, name: &str) -> Option<u32> {
     claim(s, name)
         .and_then(|c| c.shares.first())
         .map(|d| d.device)
-}
-
-/// Fetches until `ok` holds for the snapshot (the client applies some actions at its next
-/// scheduling pass); panics with the last snapshot's claims and devices.
-async fn snapshot_until(
-    source: &BoincSource,
-    what: &str,
-    ok: impl Fn(&Snapshot) -> bool,
-) -> Snapshot {
-    let deadline = Instant::now() + Duration::from_mins(1);
-    loop {
-        let s = source.fetch().await.unwrap();
-        if ok(&s) {
-            return s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}: {:#?}\n{:#?}",
-            s.claims,
-            s.nodes[0].devices
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
 }
 
 async fn act(source: &BoincSource, verb: EngineVerb, task: &str) -> Result<String, Failure> {

@@ -25,7 +25,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::{gpuboard, skip_peer};
+use common::{gpuboard, skip_peer, snapshot_until};
 use gpuboard::snapshot::{ClaimState, Snapshot};
 use gpuboard::sources::actions::{EngineAction, EngineVerb, offers};
 use gpuboard::sources::slurm::{SlurmConfig, SlurmSource};
@@ -56,28 +56,6 @@ fn text(o: &Output) -> String {
 
 fn audit_log(state: &Path) -> String {
     std::fs::read_to_string(state.join("gpuboard/console.log")).unwrap_or_default()
-}
-
-/// Fetches until `ok` holds for the snapshot (the engine applies some actions a moment
-/// later); panics with the last snapshot's claims.
-async fn snapshot_until(
-    source: &SlurmSource,
-    what: &str,
-    ok: impl Fn(&Snapshot) -> bool,
-) -> Snapshot {
-    let deadline = Instant::now() + Duration::from_mins(1);
-    loop {
-        let s = source.fetch().await.unwrap();
-        if ok(&s) {
-            return s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}: {:#?}",
-            s.claims
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
 }
 
 fn job_claim(s: &Snapshot, id: u32) -> Option<&gpuboard::snapshot::ClaimView> {

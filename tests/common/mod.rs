@@ -368,3 +368,51 @@ pub fn slurm_snapshot(draining: bool) -> gpuboard::snapshot::Snapshot {
     )
     .unwrap()
 }
+
+/// A peer source the tests poll for its snapshot (its own `fetch`, never "unchanged").
+pub trait FetchSnapshot {
+    /// The source's state now.
+    fn snapshot(&self) -> impl std::future::Future<Output = gpuboard::snapshot::Snapshot>;
+}
+
+impl FetchSnapshot for gpuboard::sources::boinc::BoincSource {
+    async fn snapshot(&self) -> gpuboard::snapshot::Snapshot {
+        self.fetch().await.unwrap()
+    }
+}
+
+impl FetchSnapshot for gpuboard::sources::slurm::SlurmSource {
+    async fn snapshot(&self) -> gpuboard::snapshot::Snapshot {
+        self.fetch().await.unwrap()
+    }
+}
+
+impl<T: FetchSnapshot> FetchSnapshot for Arc<T> {
+    async fn snapshot(&self) -> gpuboard::snapshot::Snapshot {
+        self.as_ref().snapshot().await
+    }
+}
+
+/// Fetches `source` until `ok` holds for its snapshot (engines apply some actions a moment
+/// later, BOINC at its next scheduling pass), for at most a minute; panics with the last
+/// snapshot's claims and devices.
+pub async fn snapshot_until(
+    source: &impl FetchSnapshot,
+    what: &str,
+    ok: impl Fn(&gpuboard::snapshot::Snapshot) -> bool,
+) -> gpuboard::snapshot::Snapshot {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_mins(1);
+    loop {
+        let s = source.snapshot().await;
+        if ok(&s) {
+            return s;
+        }
+        let devices: Vec<_> = s.nodes.iter().flat_map(|n| &n.devices).collect();
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}: {:#?}\n{devices:#?}",
+            s.claims
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+}
