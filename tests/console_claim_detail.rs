@@ -9,7 +9,7 @@
 #[path = "common/console_fixtures.rs"]
 mod console_fixtures;
 
-use console_fixtures::{NOW, feed, lab_snapshot, lab_state, with_down_source};
+use console_fixtures::{NOW, feed, flash, lab_snapshot, lab_state, with_down_source};
 use gpuboard::clock::Timestamp;
 use gpuboard::console::headless::{buffer_text, render};
 use gpuboard::console::msg::{Effect, Msg};
@@ -40,13 +40,6 @@ fn keys(st: &mut State, keys: &str) -> Vec<Effect> {
             )
         })
         .collect()
-}
-
-fn flash(st: &State) -> String {
-    st.flash
-        .as_ref()
-        .map(|f| f.text.clone())
-        .unwrap_or_default()
 }
 
 /// The id of the claim selected in Claims.

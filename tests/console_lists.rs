@@ -9,24 +9,15 @@ mod console_fixtures;
 
 use std::collections::BTreeSet;
 
-use console_fixtures::{lab_state, scaled_state};
+use console_fixtures::{code, k, lab_state, run, scaled_state};
 use gpuboard::console::headless::{buffer_text, render};
-use gpuboard::console::msg::{Effect, Msg};
+use gpuboard::console::msg::Msg;
 use gpuboard::console::state::{State, View};
 use gpuboard::console::theme::Theme;
 use gpuboard::console::update::{show_view, update};
 use gpuboard::snapshot::ClaimState;
-use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use ratatui::crossterm::event::KeyCode;
 
-fn k(c: char) -> Msg {
-    Msg::Key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE))
-}
-fn code(c: KeyCode) -> Msg {
-    Msg::Key(KeyEvent::new(c, KeyModifiers::NONE))
-}
-fn run(st: &mut State, msgs: Vec<Msg>) -> Vec<Effect> {
-    msgs.into_iter().flat_map(|m| update(st, m)).collect()
-}
 fn typed(st: &mut State, text: &str) {
     run(st, text.chars().map(k).collect());
 }

@@ -8,39 +8,15 @@
 #[path = "common/console_fixtures.rs"]
 mod console_fixtures;
 
-use console_fixtures::{NOW, feed, lab_snapshot, lab_state};
-use gpuboard::console::msg::{Effect, Msg};
+use console_fixtures::{NOW, acts, code, feed, flash, k, lab_snapshot, lab_state, run};
+use gpuboard::console::msg::Msg;
 use gpuboard::console::state::{Mode, State, View};
-use gpuboard::console::update::{show_view, update};
+use gpuboard::console::update::show_view;
 use gpuboard::ids::ClaimId;
 use gpuboard::snapshot::Snapshot;
 use gpuboard::sources::Action;
-use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use ratatui::crossterm::event::KeyCode;
 
-fn k(c: char) -> Msg {
-    Msg::Key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE))
-}
-fn code(c: KeyCode) -> Msg {
-    Msg::Key(KeyEvent::new(c, KeyModifiers::NONE))
-}
-fn run(st: &mut State, msgs: Vec<Msg>) -> Vec<Effect> {
-    msgs.into_iter().flat_map(|m| update(st, m)).collect()
-}
-fn acts(effects: &[Effect]) -> Vec<Action> {
-    effects
-        .iter()
-        .filter_map(|e| match e {
-            Effect::Act { action, .. } => Some(action.clone()),
-            _ => None,
-        })
-        .collect()
-}
-fn flash(st: &State) -> String {
-    st.flash
-        .as_ref()
-        .map(|f| f.text.clone())
-        .unwrap_or_default()
-}
 /// The GPU highlighted in the GPUs view, as `node:index`.
 fn shown_gpu(st: &State) -> Option<String> {
     let k = st.selected_device()?;

@@ -10,12 +10,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use console_fixtures::{NOW, lab_snapshot, lab_state};
+use console_fixtures::{NOW, acts, code, flash, k, lab_snapshot, lab_state, run};
 use futures::future::BoxFuture;
 use gpuboard::clock::{Clock, ManualClock, Timestamp};
 use gpuboard::console::msg::{Effect, Msg};
-use gpuboard::console::state::{FormStage, Mode, SourceHealth, State, View};
-use gpuboard::console::update::{complete, show_view, update};
+use gpuboard::console::state::{FormStage, Mode, SourceHealth, View};
+use gpuboard::console::update::{complete, show_view};
 use gpuboard::ids::ClaimId;
 use gpuboard::placement::{Allocation, DeviceShare, MoveTarget};
 use gpuboard::request::{ClaimRequest, GpuForm};
@@ -23,31 +23,6 @@ use gpuboard::snapshot::Snapshot;
 use gpuboard::sources::{Action, Failure, Fetched, Outcome, Source};
 use gpuboard::units::{Bytes, Slots, Units};
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
-
-fn k(c: char) -> Msg {
-    Msg::Key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE))
-}
-fn code(c: KeyCode) -> Msg {
-    Msg::Key(KeyEvent::new(c, KeyModifiers::NONE))
-}
-fn run(st: &mut State, msgs: Vec<Msg>) -> Vec<Effect> {
-    msgs.into_iter().flat_map(|m| update(st, m)).collect()
-}
-fn acts(effects: &[Effect]) -> Vec<Action> {
-    effects
-        .iter()
-        .filter_map(|e| match e {
-            Effect::Act { action, .. } => Some(action.clone()),
-            _ => None,
-        })
-        .collect()
-}
-fn flash(st: &State) -> String {
-    st.flash
-        .as_ref()
-        .map(|f| f.text.clone())
-        .unwrap_or_default()
-}
 
 #[test]
 fn actions_produce_the_right_effects() {

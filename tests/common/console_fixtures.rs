@@ -8,7 +8,7 @@ use serde_json::json;
 
 use gpuboard::clock::Timestamp;
 use gpuboard::console::keymap::Keymap;
-use gpuboard::console::msg::Msg;
+use gpuboard::console::msg::{Effect, Msg};
 use gpuboard::console::state::{SourceSlot, State};
 use gpuboard::console::update::update;
 use gpuboard::ids::ClaimId;
@@ -16,7 +16,9 @@ use gpuboard::placement::{DeviceSpec, NodeSpec, Policy};
 use gpuboard::request::ClaimRequest;
 use gpuboard::scheduler::{Scheduler, SchedulerConfig};
 use gpuboard::snapshot::{DeviceTelemetry, ProcessView, ProjectResourceView, Snapshot};
+use gpuboard::sources::Action;
 use gpuboard::units::Bytes;
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 /// The fixtures' `now`: 2024-03-01 12:00:00 UTC.
 pub const NOW: Timestamp = Timestamp(1_709_294_400_000);
@@ -288,4 +290,38 @@ pub fn scaled_state(nodes: usize, gpus: u32, claims: usize) -> anyhow::Result<St
     let _ = update(&mut st, Msg::Tick(NOW));
     feed(&mut st, 0, snap, NOW.0);
     Ok(st)
+}
+
+/// A plain key press of `c`.
+pub fn k(c: char) -> Msg {
+    Msg::Key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE))
+}
+
+/// A plain key press of `c`.
+pub fn code(c: KeyCode) -> Msg {
+    Msg::Key(KeyEvent::new(c, KeyModifiers::NONE))
+}
+
+/// Feeds `msgs` to `update`; every effect asked for.
+pub fn run(st: &mut State, msgs: Vec<Msg>) -> Vec<Effect> {
+    msgs.into_iter().flat_map(|m| update(st, m)).collect()
+}
+
+/// The actions among `effects`.
+pub fn acts(effects: &[Effect]) -> Vec<Action> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Act { action, .. } => Some(action.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The flash message shown, or nothing.
+pub fn flash(st: &State) -> String {
+    st.flash
+        .as_ref()
+        .map(|f| f.text.clone())
+        .unwrap_or_default()
 }
