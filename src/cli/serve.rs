@@ -1,6 +1,7 @@
 //! `gpuboard serve`: the endpoint on this host. Finds the GPUs to serve (an inventory
-//! file, else NVML), opens the state and tokens in the data directory, and serves the
-//! HTTP API until SIGTERM or SIGINT.
+//! file, else NVML, then holding the host's scheduler lock), binds its address, only then
+//! opens the state and tokens in the data directory, and serves the HTTP API until
+//! SIGTERM or SIGINT.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -15,6 +16,7 @@ use crate::clock::SystemClock;
 use crate::endpoint::api::{self, ApiState};
 use crate::endpoint::auth::{self, Tokens};
 use crate::endpoint::engine::{Engine, EngineConfig, LocalProcesses};
+use crate::endpoint::hostlock::{self, HostLock};
 use crate::endpoint::listener::{self, ListenConfig};
 use crate::endpoint::store::{SyncMode, default_data_dir};
 use crate::endpoint::tls;
@@ -117,6 +119,20 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let nodes = nodes_to_serve(&a, &first, &host, headroom)?;
     let dir = a.data_dir.clone().unwrap_or_else(default_data_dir);
     let config = engine_config(&a);
+    // One scheduler for this host's GPUs, whatever its data directory: taken before
+    // anything else, so that a loser leaves nothing behind. An inventory's GPUs are the
+    // operator's word, not this host's as NVML sees them: no host lock for those.
+    let mut host_lock = match &a.inventory {
+        Some(_) => None,
+        None => Some(HostLock::acquire(&hostlock::default_path(), "")?),
+    };
+    let use_tls = wants_tls(a.listen, a.tls || a.tls_cert.is_some(), a.insecure_http);
+    // Bound before the data directory is touched: a port in use creates nothing.
+    let listener = tokio::net::TcpListener::bind(a.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", a.listen))?;
+    let addr = listener.local_addr()?;
+    let made = MadeHere::note(&dir);
     let (mut lock, private) = crate::endpoint::datadir::DataDirLock::acquire(&dir, "")?;
     for w in &private {
         warn(w);
@@ -139,7 +155,6 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         ..crate::endpoint::live::LiveConfig::local(&host)
     };
     engine.attach_telemetry(core, Some(first), Arc::new(crate::clock::SystemClock), live)?;
-    let use_tls = wants_tls(a.listen, a.tls || a.tls_cert.is_some(), a.insecure_http);
     let mut config = ListenConfig::with_cap(a.max_connections);
     config.header_timeout = Duration::from_millis(a.header_timeout_ms.max(1));
     config.idle_timeout = Duration::from_millis(a.idle_timeout_ms.max(1));
@@ -162,15 +177,17 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         fingerprint = Some(identity.fingerprint());
         config.tls = Some(identity.server_config()?);
     }
-    let listener = tokio::net::TcpListener::bind(a.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", a.listen))?;
-    let addr = listener.local_addr()?;
     if let Some(w) = exposure_warning(addr, use_tls) {
         warn(&w);
     }
     let scheme = if use_tls { "https" } else { "http" };
-    lock.set_address(&format!("{scheme}://{addr}"))?;
+    let url = format!("{scheme}://{addr}");
+    lock.set_address(&url)?;
+    if let Some(h) = host_lock.as_mut() {
+        h.set_address(&url)
+            .with_context(|| format!("cannot write {}", h.path().display()))?;
+    }
+    made.keep();
     let ticker = engine.spawn_ticker();
     {
         let mut out = std::io::stdout().lock();
@@ -193,7 +210,31 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     api::serve_with(listener, state, config, shutdown_signal()).await?;
     ticker.abort();
     drop(lock);
+    drop(host_lock);
     Ok(())
+}
+
+/// The data directory when this start made it: removed again if the start fails before
+/// serving, so that a serve that could not start leaves no directory, tokens or database.
+struct MadeHere(Option<PathBuf>);
+
+impl MadeHere {
+    fn note(dir: &std::path::Path) -> MadeHere {
+        MadeHere((!dir.exists()).then(|| dir.to_path_buf()))
+    }
+
+    /// The start got as far as serving: the directory stays.
+    fn keep(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for MadeHere {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.0 {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
 }
 
 /// The warning for an endpoint reachable from other hosts, naming the address bound (the

@@ -3,8 +3,10 @@
 //! never opens a second, empty world beside it.
 //!
 //! The local endpoint is found through the data directory's `serve.lock` (JSON `{"pid",
-//! "address"}`, written by the serving process), else by the default address answering
-//! `/healthz`. Only when neither answers does the embedded scheduler run.
+//! "address"}`, written by the serving process), else through the host's scheduler lock
+//! (`endpoint::hostlock`), else by the default address answering `/healthz`. One whose
+//! store failed counts too. Only when none is there does the embedded scheduler run, and
+//! it takes the host lock itself, so a serve started later finds it.
 
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs as _};
@@ -14,7 +16,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::client::TlsTrust;
-use crate::endpoint::{auth, tls};
+use crate::endpoint::{auth, hostlock, tls};
 use crate::wire::{default_endpoint, paths};
 
 /// The file a running `gpuboard serve` keeps in its data directory.
@@ -85,27 +87,98 @@ struct ServeLock {
     address: String,
 }
 
-/// The endpoint running on this host, if one answers: its URL and how it was found.
-pub fn local_serve(data_dir: &Path) -> Option<(String, String)> {
-    if let Some(lock) = read_lock(data_dir)
-        && alive(lock.pid)
-        && answers(&lock.address)
-    {
-        let note = format!(
-            "attached to the gpuboard serve running here (pid {}, {}), found through {}",
-            lock.pid,
-            lock.address,
-            data_dir.join(SERVE_LOCK_FILE).display()
-        );
-        return Some((lock.address, note));
+/// The endpoint of this host the console attaches to instead of starting a scheduler.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LocalServe {
+    /// Its URL.
+    pub url: String,
+    /// How it was found (shown beside the source), and why read-only when it is.
+    pub note: String,
+    /// Its store failed: it refuses every change, so the console offers none.
+    pub read_only: bool,
+}
+
+/// What a `/healthz` probe found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Health {
+    /// 200 `ok`.
+    Ok,
+    /// 503: the endpoint is up but its store failed (the reason it gives).
+    Failed(String),
+    /// Nothing answered as an endpoint does.
+    Silent,
+}
+
+/// The endpoint running on this host, if there is one: the serve the data directory's
+/// `serve.lock` names, else the holder of this host's scheduler lock, else whatever
+/// answers at the default address. One whose store failed still counts (attached
+/// read-only, saying so): a second scheduler beside it would book its GPUs twice. So does
+/// a serve holding the host lock that does not answer yet.
+pub fn local_serve(data_dir: &Path) -> Option<LocalServe> {
+    let host_lock = hostlock::default_path();
+    let mut found: Vec<(String, String)> = Vec::new();
+    if let Some(lock) = read_lock(data_dir).filter(|l| alive(l.pid)) {
+        found.push((
+            lock.address.clone(),
+            format!(
+                "the gpuboard serve running here (pid {}, {}), found through {}",
+                lock.pid,
+                lock.address,
+                data_dir.join(SERVE_LOCK_FILE).display()
+            ),
+        ));
+    }
+    let holder = hostlock::holder(&host_lock).filter(|o| o.address.starts_with("http"));
+    if let Some(o) = &holder {
+        found.push((
+            o.address.clone(),
+            format!(
+                "the gpuboard serve scheduling this host's GPUs (pid {}, {}), found through {}",
+                o.pid,
+                o.address,
+                host_lock.display()
+            ),
+        ));
     }
     let url = default_endpoint();
-    answers(&url).then(|| {
-        let note = format!(
-            "attached to the gpuboard serve answering at {url} on this host (the embedded \
-             scheduler is not started while an endpoint runs here)"
-        );
-        (url, note)
+    found.push((
+        url.clone(),
+        format!(
+            "the gpuboard serve answering at {url} on this host (the embedded scheduler is \
+             not started while an endpoint runs here)"
+        ),
+    ));
+    for (url, how) in found {
+        match health(&url) {
+            Health::Ok => {
+                return Some(LocalServe {
+                    url,
+                    note: format!("attached to {how}"),
+                    read_only: false,
+                });
+            }
+            Health::Failed(why) => {
+                return Some(LocalServe {
+                    url,
+                    note: format!(
+                        "attached read-only: the local serve's store failed: {why} ({how})"
+                    ),
+                    read_only: true,
+                });
+            }
+            Health::Silent => {}
+        }
+    }
+    holder.map(|o| LocalServe {
+        note: format!(
+            "attached to the gpuboard serve holding this host's GPUs (pid {}, {}, through {}), \
+             which does not answer /healthz yet",
+            o.pid,
+            o.address,
+            host_lock.display()
+        ),
+        url: o.address,
+        read_only: false,
     })
 }
 
@@ -122,14 +195,14 @@ fn alive(pid: u32) -> bool {
     pid > 0 && unsafe { libc::kill(pid, 0) } == 0
 }
 
-/// Whether `url` answers `/healthz` with 200 within the probe timeout. An https address
-/// (only read from `serve.lock`, which the endpoint wrote) counts when its port accepts.
-fn answers(url: &str) -> bool {
+/// What `url` answers to `/healthz` within the probe timeout. An https address (only read
+/// from a lock file, which the endpoint wrote) counts as up when its port accepts.
+fn health(url: &str) -> Health {
     let Ok(u) = reqwest::Url::parse(url) else {
-        return false;
+        return Health::Silent;
     };
     let (Some(host), Some(port)) = (u.host_str(), u.port_or_known_default()) else {
-        return false;
+        return Health::Silent;
     };
     let host = host.trim_start_matches('[').trim_end_matches(']');
     let Some(addr) = (host, port)
@@ -137,13 +210,13 @@ fn answers(url: &str) -> bool {
         .ok()
         .and_then(|mut a| a.find(SocketAddr::is_ipv4).or_else(|| a.next()))
     else {
-        return false;
+        return Health::Silent;
     };
     let Ok(mut sock) = TcpStream::connect_timeout(&addr, PROBE_TIMEOUT) else {
-        return false;
+        return Health::Silent;
     };
     if u.scheme() == "https" {
-        return true;
+        return Health::Ok;
     }
     let _ = sock.set_read_timeout(Some(PROBE_TIMEOUT));
     let _ = sock.set_write_timeout(Some(PROBE_TIMEOUT));
@@ -152,12 +225,25 @@ fn answers(url: &str) -> bool {
         paths::HEALTHZ
     );
     if sock.write_all(ask.as_bytes()).is_err() {
-        return false;
+        return Health::Silent;
     }
     let mut answer = Vec::new();
     let _ = sock.take(4096).read_to_end(&mut answer);
-    let text = String::from_utf8_lossy(&answer);
-    text.starts_with("HTTP/1.1 200") && text.ends_with("ok\n")
+    read_health(&String::from_utf8_lossy(&answer))
+}
+
+/// Reads a `/healthz` answer: 200 `ok`, or 503 `failed: REASON` from a gpuboard endpoint.
+fn read_health(text: &str) -> Health {
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    if text.starts_with("HTTP/1.1 200") && body == "ok\n" {
+        Health::Ok
+    } else if text.starts_with("HTTP/1.1 503")
+        && let Some(why) = body.strip_prefix("failed: ")
+    {
+        Health::Failed(why.trim().to_string())
+    } else {
+        Health::Silent
+    }
 }
 
 #[cfg(test)]
@@ -178,7 +264,30 @@ mod tests {
         let lock = read_lock(dir.path()).unwrap();
         assert!(!alive(lock.pid));
         assert!(alive(std::process::id()));
-        assert!(!answers("http://127.0.0.1:1"));
-        assert!(!answers("not a url"));
+        assert_eq!(health("http://127.0.0.1:1"), Health::Silent);
+        assert_eq!(health("not a url"), Health::Silent);
+    }
+
+    #[test]
+    fn a_failed_store_is_present_and_anything_else_is_not() {
+        let ok = "HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nok\n";
+        assert_eq!(read_health(ok), Health::Ok);
+        let failed = "HTTP/1.1 503 Service Unavailable\r\n\r\nfailed: writing state failed \
+                      (disk full); the endpoint refuses changes until it is restarted\n";
+        assert_eq!(
+            read_health(failed),
+            Health::Failed(
+                "writing state failed (disk full); the endpoint refuses changes until it is \
+                 restarted"
+                    .into()
+            )
+        );
+        assert_eq!(
+            read_health("HTTP/1.1 503 Service Unavailable\r\n\r\nbusy\n"),
+            Health::Silent,
+            "a 503 from something else"
+        );
+        assert_eq!(read_health("HTTP/1.1 200 OK\r\n\r\n<html>"), Health::Silent);
+        assert_eq!(read_health(""), Health::Silent);
     }
 }

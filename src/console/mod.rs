@@ -219,15 +219,18 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
             )?);
         }
     }
+    let mut attached_read_only = false;
     if sources.is_empty() {
-        if let Some((url, note)) = attach::local_serve(&creds.data_dir) {
+        if let Some(local) = attach::local_serve(&creds.data_dir) {
             // The endpoint of this host holds the real claims: show those, never a
             // second, empty scheduler beside them.
-            let token = creds.token(&url).context("the local endpoint")?;
-            let trust = creds.trust(&url, &none);
+            let url = &local.url;
+            let token = creds.token(url).context("the local endpoint")?;
+            let trust = creds.trust(url, &none);
             sources.push(Arc::new(
-                Http::with_trust("local", &url, token, timeout, &trust)?.with_note(note),
+                Http::with_trust("local", url, token, timeout, &trust)?.with_note(local.note),
             ));
+            attached_read_only = local.read_only;
         } else {
             // Its own directory: a `gpuboard serve` may use the data directory itself.
             let dir = crate::endpoint::store::default_data_dir().join("embedded");
@@ -239,7 +242,7 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
         theme,
         keymap,
         refresh_ms,
-        readonly: args.readonly,
+        readonly: args.readonly || attached_read_only,
         warnings,
     })
 }

@@ -33,36 +33,18 @@ pub trait OwnerCheck: Send + Sync {
 
 /// The variable `gpuboard run` sets in its command's environment to its own pid: the
 /// command's processes (children included) own the claim `run` made as long as they run.
-pub const RUN_PID_ENV: &str = "GPUBOARD_RUN_PID";
+pub use crate::endpoint::owners::RUN_PID_ENV;
 
 /// Processes on this host, seen through `kill(pid, 0)` and `/proc` (a zombie counts as gone).
-/// A pid is alive while it runs, or while any process whose environment names it in
-/// `GPUBOARD_RUN_PID` runs (what `gpuboard run` started, even once `run` itself is gone).
-/// Processes of other users whose environment cannot be read are not seen.
+/// A pid is alive while it runs, or while any process of its group runs (what `gpuboard
+/// run` started, even once `run` itself is gone: see `owners`).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct LocalProcesses;
 
 impl OwnerCheck for LocalProcesses {
     fn alive(&self, pid: u32) -> bool {
-        runs(pid) || started_by(pid)
+        runs(pid) || crate::endpoint::owners::group_runs(std::path::Path::new("/proc"), pid)
     }
-}
-
-/// Whether a process whose environment has `GPUBOARD_RUN_PID=pid` still runs.
-fn started_by(pid: u32) -> bool {
-    let Ok(procs) = std::fs::read_dir("/proc") else {
-        return false;
-    };
-    let marker = format!("{RUN_PID_ENV}={pid}");
-    procs
-        .filter_map(Result::ok)
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|p| *p != pid)
-        .any(|p| {
-            std::fs::read(format!("/proc/{p}/environ"))
-                .is_ok_and(|env| env.split(|b| *b == 0).any(|var| var == marker.as_bytes()))
-                && runs(p)
-        })
 }
 
 /// Whether `pid` exists and is not a zombie.

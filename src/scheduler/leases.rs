@@ -1,5 +1,8 @@
-//! Leases and owners: renewing a lease, and time passing (expired leases and claims
-//! whose local owning process is gone are released).
+//! Leases and owners: renewing a lease, and time passing. A lease that runs out while its
+//! claim's local owner (the process named by the claim's `pid`, with every process it
+//! started: see `endpoint::owners`) still runs is extended, not expired: the work is still
+//! using the devices. A claim is released when its lease runs out and it has no live
+//! owner, or as soon as the last process of its owner is gone.
 
 use super::{Change, Claim, LEDGER_SAVE_MS, Scheduler};
 use crate::clock::Timestamp;
@@ -14,6 +17,53 @@ pub enum RenewError {
     /// The claim has no lease and no ttl was given.
     #[error("claim {0} has no lease to renew; give a ttl to start one")]
     NoLease(ClaimId),
+}
+
+/// What is known of a claim's owner on this host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Owner {
+    /// The claim names no local process.
+    None,
+    /// The owner, or a process it started, still runs.
+    Alive,
+    /// The owner and every process it started have ended.
+    Gone,
+}
+
+/// What a tick does to one claim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Nothing.
+    Keep,
+    /// Its lease ran out while its owner runs: extended to `until`.
+    Extend {
+        /// The new end of the lease.
+        until: Timestamp,
+    },
+    /// Its lease ran out and it has no owner here: released.
+    Expire,
+    /// Its owner's last process ended: released.
+    OwnerGone,
+}
+
+/// The decision for one claim at `now`: a gone owner releases it whatever its lease says;
+/// a lease that ran out is extended by `ttl` (at least a second) while the owner runs, and
+/// expires when there is none.
+pub fn verdict(
+    expires_at: Option<Timestamp>,
+    ttl: Option<u64>,
+    owner: Owner,
+    now: Timestamp,
+) -> Verdict {
+    let ran_out = expires_at.is_some_and(|t| t <= now);
+    match owner {
+        Owner::Gone => Verdict::OwnerGone,
+        Owner::Alive if ran_out => Verdict::Extend {
+            until: now.plus_secs(ttl.unwrap_or(1).max(1)),
+        },
+        Owner::None if ran_out => Verdict::Expire,
+        Owner::Alive | Owner::None => Verdict::Keep,
+    }
 }
 
 impl Scheduler {
@@ -44,32 +94,45 @@ impl Scheduler {
         Ok(claim)
     }
 
-    /// Time passes: leases expire, claims of dead local owners are released, and
-    /// pending claims are placed where they now fit.
+    /// Time passes: leases run out (extended while their owner's processes run, else
+    /// released), claims whose owner's last process ended are released, and pending claims
+    /// are placed where they now fit. `owner_alive` is asked only about claims with a pid.
     pub fn tick(&mut self, now: Timestamp, owner_alive: &dyn Fn(u32) -> bool) {
-        let expired: Vec<ClaimId> = self
+        let verdicts: Vec<(ClaimId, Option<u32>, Verdict)> = self
             .claims
             .values()
-            .filter(|c| c.lease_expires_at.is_some_and(|t| t <= now))
-            .map(|c| c.id)
+            .map(|c| {
+                let owner = match c.request.pid {
+                    None => Owner::None,
+                    Some(p) if owner_alive(p) => Owner::Alive,
+                    Some(_) => Owner::Gone,
+                };
+                let v = verdict(c.lease_expires_at, c.request.ttl, owner, now);
+                (c.id, c.request.pid, v)
+            })
+            .filter(|(_, _, v)| *v != Verdict::Keep)
             .collect();
-        for id in expired {
-            self.remove(id, "lease", "expire", "lease expired, released", now);
-        }
-        let orphaned: Vec<ClaimId> = self
-            .claims
-            .values()
-            .filter(|c| c.request.pid.is_some_and(|p| !owner_alive(p)))
-            .map(|c| c.id)
-            .collect();
-        for id in orphaned {
-            self.remove(
-                id,
-                "owner-check",
-                "owner-gone",
-                "owning process is gone, released",
-                now,
-            );
+        for (id, pid, v) in verdicts {
+            let pid = pid.unwrap_or_default();
+            match v {
+                Verdict::Keep => {}
+                Verdict::Extend { until } => self.extend(id, pid, until, now),
+                Verdict::Expire => {
+                    self.remove(id, "lease", "expire", "lease expired, released", now);
+                }
+                Verdict::OwnerGone => {
+                    self.remove(
+                        id,
+                        "owner-check",
+                        "owner-gone",
+                        &format!(
+                            "the last process of its owner (pid {pid} and what it started) \
+                             ended, released"
+                        ),
+                        now,
+                    );
+                }
+            }
         }
         self.ledger.tick(now);
         self.place_pending(now);
@@ -79,5 +142,102 @@ impl Scheduler {
         {
             self.save_ledger(now);
         }
+    }
+
+    /// Extends a lease on behalf of its owner's running processes, audited.
+    fn extend(&mut self, id: ClaimId, pid: u32, until: Timestamp, now: Timestamp) {
+        let Some(claim) = self.claims.get_mut(&id) else {
+            return;
+        };
+        claim.lease_expires_at = Some(until);
+        let claim = claim.clone();
+        self.journal.push(Change::Claim(Box::new(claim)));
+        self.audit(
+            now,
+            "owner-check",
+            "lease-extended",
+            format!("claim {id}"),
+            format!(
+                "lease ran out while processes of its owner (pid {pid} and what it started) \
+                 still run; extended by {} s",
+                until.millis_since(now) / 1000
+            ),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: Timestamp = Timestamp(1_000_000);
+
+    #[test]
+    fn a_lease_that_ran_out_follows_its_owner() {
+        let at = T0.plus_secs(6);
+        // Before it runs out nothing happens, owner or not.
+        for owner in [Owner::None, Owner::Alive] {
+            assert_eq!(verdict(Some(at), Some(6), owner, T0), Verdict::Keep);
+        }
+        // Ran out: extended by its ttl while the owner runs, expired without an owner.
+        assert_eq!(
+            verdict(Some(at), Some(6), Owner::Alive, at),
+            Verdict::Extend {
+                until: at.plus_secs(6)
+            }
+        );
+        assert_eq!(
+            verdict(Some(at), Some(6), Owner::None, at.plus_secs(1)),
+            Verdict::Expire
+        );
+        // A gone owner releases at once, lease or none.
+        assert_eq!(
+            verdict(Some(at), Some(6), Owner::Gone, T0),
+            Verdict::OwnerGone
+        );
+        assert_eq!(verdict(None, None, Owner::Gone, T0), Verdict::OwnerGone);
+        // No lease: nothing to run out.
+        assert_eq!(verdict(None, None, Owner::Alive, at), Verdict::Keep);
+        // A ttl of 0 still moves the end forward.
+        assert_eq!(
+            verdict(Some(at), Some(0), Owner::Alive, at),
+            Verdict::Extend {
+                until: at.plus_secs(1)
+            }
+        );
+    }
+
+    #[test]
+    fn a_claim_is_held_while_its_owner_runs_past_its_ttl_and_released_after() {
+        use crate::request::ClaimRequest;
+        use crate::scheduler::SchedulerConfig;
+        use std::cell::Cell;
+        let mut s = Scheduler::new(
+            SchedulerConfig::default(),
+            vec![crate::inventory::a100_node("a", 1)],
+        )
+        .unwrap();
+        let req = ClaimRequest::from_json(
+            &serde_json::json!({"num_gpus": 0.5, "ttl": 6, "pid": 4242}),
+        )
+        .unwrap();
+        s.submit(req, "op", T0);
+        let id = ClaimId(1);
+        let alive = Cell::new(true);
+        let owner = |pid: u32| pid == 4242 && alive.get();
+        // Far past the ttl, ticking each second: still held while the owner runs.
+        for sec in 1..=30 {
+            s.tick(T0.plus_secs(sec), &owner);
+            assert!(s.claim(id).is_some(), "held at {sec} s");
+        }
+        alive.set(false);
+        s.tick(T0.plus_secs(31), &owner);
+        assert!(s.claim(id).is_none(), "released once the last process ended");
+        let events = s.snapshot(T0.plus_secs(31)).events;
+        let extended = events.iter().filter(|e| e.action == "lease-extended").count();
+        assert_eq!(extended, 5, "once per ttl that ran out: {events:?}");
+        let gone = events.iter().find(|e| e.action == "owner-gone").unwrap();
+        assert!(gone.detail.contains("last process"), "{gone:?}");
+        assert!(!events.iter().any(|e| e.action == "expire"), "{events:?}");
     }
 }

@@ -34,6 +34,8 @@ pub struct Embedded {
     ticker: std::sync::OnceLock<tokio::task::JoinHandle<()>>,
     /// The hold on the data directory, for an engine with one (dropped after the engine).
     lock: Option<crate::endpoint::datadir::DataDirLock>,
+    /// The hold on this host's GPUs, when it schedules some.
+    host_lock: Option<crate::endpoint::hostlock::HostLock>,
 }
 
 impl Embedded {
@@ -46,6 +48,7 @@ impl Embedded {
             engine,
             ticker: std::sync::OnceLock::new(),
             lock: None,
+            host_lock: None,
         }
     }
 
@@ -77,6 +80,17 @@ impl Embedded {
             },
             ..EngineConfig::default()
         };
+        // One scheduler for this host's GPUs, whatever the data directory: taken before
+        // the directory is touched. With no GPU there is nothing to schedule, nor to lock.
+        let host_lock = if nodes.is_empty() {
+            None
+        } else {
+            let path = crate::endpoint::hostlock::default_path();
+            Some(crate::endpoint::hostlock::HostLock::acquire(
+                &path,
+                crate::endpoint::datadir::EMBEDDED,
+            )?)
+        };
         // One process per data directory: a running `serve` (or console) keeps it.
         let (lock, private) = crate::endpoint::datadir::DataDirLock::acquire(
             data_dir,
@@ -104,6 +118,7 @@ impl Embedded {
         )?;
         let mut embedded = Embedded::new(&host, engine, note);
         embedded.lock = Some(lock);
+        embedded.host_lock = host_lock;
         Ok(embedded)
     }
 }
