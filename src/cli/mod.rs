@@ -18,6 +18,7 @@ mod fleet_config;
 mod fleet_move;
 mod lost_answer;
 mod run;
+mod run_group;
 mod serve;
 mod snapcache;
 mod token;

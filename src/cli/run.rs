@@ -4,8 +4,11 @@
 //!
 //! The command never outlives `run`: it gets its own process group (signals go to the
 //! whole group, and what is left of the group when the command exits is ended) and a
-//! parent-death signal, so a `kill -9` of `run` kills it too. Its processes carry
-//! `GPUBOARD_RUN_PID`, by which a local endpoint keeps the claim while any of them runs.
+//! parent-death signal, so a `kill -9` of `run` kills it too. What it started in the
+//! background may live on after such a kill: those processes stay the claim's owners.
+//! They are kept in a cgroup of their own where one can be made (`run_group`), and carry
+//! `GPUBOARD_RUN_PID` in any case, by which a local endpoint keeps the claim (extending
+//! its lease) while any of them runs, and releases it once the last has ended.
 
 use std::time::Duration;
 
@@ -14,6 +17,7 @@ use serde_json::{Map, json};
 
 use super::claims::{devices_of, refused};
 use super::fleet::{PlaceArgs, members, place};
+use super::run_group::RunGroup;
 use super::snapcache::SnapshotCache;
 use super::{Conn, user};
 use crate::client::{ClaimOutcome, Client, ClientError};
@@ -155,10 +159,18 @@ pub(super) async fn run_command(a: RunArgs) -> anyhow::Result<u8> {
         );
     }
     let parent = libc::pid_t::try_from(std::process::id()).unwrap_or(0);
+    // Without a cgroup, the endpoint still finds the command's processes by their variable.
+    let cgroup = RunGroup::make().ok();
+    let procs_fd = cgroup.as_ref().map(RunGroup::procs_fd);
     let terminal = Terminal::take_over();
     // SAFETY: between fork and exec, only async-signal-safe calls.
     unsafe {
         child.pre_exec(move || {
+            if let Some(fd) = procs_fd {
+                // Into the run's cgroup before anything else can start: "0" is the writer.
+                // A failure leaves the variable to find it by.
+                libc::write(fd, b"0".as_ptr().cast(), 1);
+            }
             if libc::setpgid(0, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
@@ -190,6 +202,9 @@ pub(super) async fn run_command(a: RunArgs) -> anyhow::Result<u8> {
     let status = match child.spawn() {
         Ok(mut child) => {
             let group = child.id().and_then(|p| libc::pid_t::try_from(p).ok());
+            if let (Some(cg), Some(pid)) = (&cgroup, child.id()) {
+                cg.add(pid);
+            }
             if let Some(group) = group {
                 // Also from this side, so a signal forwarded at once finds the group (an
                 // error means the command already did it and ran on).
@@ -200,14 +215,15 @@ pub(super) async fn run_command(a: RunArgs) -> anyhow::Result<u8> {
             if let Some(terminal) = terminal {
                 terminal.give_back();
             }
-            if let Some(group) = group {
-                end_group(group).await;
-            }
+            end_group(group, cgroup.as_ref()).await;
             status
         }
         Err(e) => Err(anyhow::anyhow!("cannot start `{}`: {e}", a.cmd[0])),
     };
     release_with_retry(c, claim.id).await;
+    if let Some(cg) = cgroup {
+        cg.remove();
+    }
     let status = status?;
     Ok(exit_code_of(status))
 }
@@ -285,12 +301,16 @@ impl Terminal {
 /// How long what is left of the command's group gets after SIGTERM, before SIGKILL.
 const GROUP_GRACE: Duration = Duration::from_secs(2);
 
-/// Ends what the command left running in its process group (background children), so
-/// that nothing keeps using the devices after the claim is released: SIGTERM, then
-/// SIGKILL after `GROUP_GRACE`.
-async fn end_group(group: libc::pid_t) {
-    // SAFETY: signal 0 and signals to the process group of our own child.
-    let signal = |sig| unsafe { libc::kill(-group, sig) == 0 };
+/// Ends what the command left running in its process group and its cgroup (background
+/// children, also those that left the group), so that nothing keeps using the devices
+/// after the claim is released: SIGTERM, then SIGKILL after `GROUP_GRACE`.
+async fn end_group(group: Option<libc::pid_t>, cgroup: Option<&RunGroup>) {
+    let signal = |sig| {
+        // SAFETY: signal 0 and signals to the process group of our own child.
+        let in_group = group.is_some_and(|g| unsafe { libc::kill(-g, sig) } == 0);
+        let in_cgroup = cgroup.is_some_and(|c| c.signal(sig));
+        in_group || in_cgroup
+    };
     if !signal(libc::SIGTERM) {
         return;
     }
@@ -302,6 +322,11 @@ async fn end_group(group: libc::pid_t) {
         }
     }
     signal(libc::SIGKILL);
+    // The cgroup can be removed once the killed are gone.
+    let until = tokio::time::Instant::now() + GROUP_GRACE;
+    while cgroup.is_some_and(|c| !c.pids().is_empty()) && tokio::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 async fn release_with_retry(c: &Client, id: ClaimId) {

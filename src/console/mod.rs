@@ -228,9 +228,15 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
             let token = creds.token(url).context("the local endpoint")?;
             let trust = creds.trust(url, &none);
             sources.push(Arc::new(
-                Http::with_trust("local", url, token, timeout, &trust)?.with_note(local.note),
+                Http::with_trust("local", url, token, timeout, &trust)?
+                    .with_note(local.note.clone()),
             ));
-            attached_read_only = local.read_only;
+            if local.read_only {
+                // Its source shows as down with the store's reason; say on the status line
+                // too why nothing can be changed and why no scheduler was started instead.
+                warnings.push(local.note.clone());
+                attached_read_only = true;
+            }
         } else {
             // Its own directory: a `gpuboard serve` may use the data directory itself.
             let dir = crate::endpoint::store::default_data_dir().join("embedded");

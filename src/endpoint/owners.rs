@@ -79,10 +79,22 @@ mod tests {
     fn a_group_is_found_by_its_cgroup_or_its_variable() {
         let root = tempfile::tempdir().unwrap();
         let r = root.path();
-        process(r, 10, "0::/user.slice/gpuboard-run-7\n", &["PATH=/bin"], "S");
+        process(
+            r,
+            10,
+            "0::/user.slice/gpuboard-run-7\n",
+            &["PATH=/bin"],
+            "S",
+        );
         process(r, 11, "0::/\n", &["A=1", "GPUBOARD_RUN_PID=8"], "R");
         process(r, 12, "0::/gpuboard-run-9\n", &[], "Z");
-        process(r, 13, "0::/gpuboard-run-77\n", &["GPUBOARD_RUN_PID=70"], "S");
+        process(
+            r,
+            13,
+            "0::/gpuboard-run-77\n",
+            &["GPUBOARD_RUN_PID=70"],
+            "S",
+        );
         std::fs::create_dir_all(r.join("self")).unwrap();
         assert!(group_runs(r, 7), "by cgroup, environment cleared");
         assert!(group_runs(r, 8), "by environment, outside any run cgroup");

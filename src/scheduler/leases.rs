@@ -217,10 +217,9 @@ mod tests {
             vec![crate::inventory::a100_node("a", 1)],
         )
         .unwrap();
-        let req = ClaimRequest::from_json(
-            &serde_json::json!({"num_gpus": 0.5, "ttl": 6, "pid": 4242}),
-        )
-        .unwrap();
+        let req =
+            ClaimRequest::from_json(&serde_json::json!({"num_gpus": 0.5, "ttl": 6, "pid": 4242}))
+                .unwrap();
         s.submit(req, "op", T0);
         let id = ClaimId(1);
         let alive = Cell::new(true);
@@ -232,9 +231,15 @@ mod tests {
         }
         alive.set(false);
         s.tick(T0.plus_secs(31), &owner);
-        assert!(s.claim(id).is_none(), "released once the last process ended");
+        assert!(
+            s.claim(id).is_none(),
+            "released once the last process ended"
+        );
         let events = s.snapshot(T0.plus_secs(31)).events;
-        let extended = events.iter().filter(|e| e.action == "lease-extended").count();
+        let extended = events
+            .iter()
+            .filter(|e| e.action == "lease-extended")
+            .count();
         assert_eq!(extended, 5, "once per ttl that ran out: {events:?}");
         let gone = events.iter().find(|e| e.action == "owner-gone").unwrap();
         assert!(gone.detail.contains("last process"), "{gone:?}");

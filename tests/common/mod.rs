@@ -200,11 +200,13 @@ impl Server {
     }
 
     /// Starts serve over the GPUs the fake NVML library reports from `fixture` (no
-    /// inventory file), with state in `dir`.
+    /// inventory file), with state in `dir` and its host scheduler lock in there too (each
+    /// test's fake host is its own).
     pub fn start_nvml(dir: &Path, driver_dir: &Path, fixture: &Path, extra: &[&str]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpuboard"));
         cmd.env("LD_LIBRARY_PATH", driver_dir)
             .env("GPUBOARD_FAKE_NVML_FIXTURE", fixture)
+            .env("GPUBOARD_HOST_LOCK", dir.join("host.lock"))
             .arg("serve");
         Server::spawn(cmd, dir, extra)
     }
