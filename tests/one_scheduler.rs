@@ -55,10 +55,11 @@ impl Host {
 
     /// `env`'s arguments for a shell line (the console in tmux).
     fn env_line(&self) -> String {
-        self.env()
-            .iter()
-            .map(|(k, v)| format!("{k}={} ", v.display()))
-            .collect()
+        use std::fmt::Write as _;
+        self.env().iter().fold(String::new(), |mut line, (k, v)| {
+            let _ = write!(line, "{k}={} ", v.display());
+            line
+        })
     }
 
     fn command(&self) -> Command {

@@ -14,7 +14,7 @@ use common::{Server, demo_fleet};
 use serde_json::Value;
 
 /// Generous: the machine is shared and loaded.
-const DEADLINE: Duration = Duration::from_secs(60);
+const DEADLINE: Duration = Duration::from_mins(1);
 const TTL: u64 = 3;
 
 async fn snapshot(server: &Server) -> Value {

@@ -29,13 +29,7 @@ pub const FILE_NAME: &str = "scheduler.lock";
 #[derive(Debug, thiserror::Error)]
 pub enum HostLockError {
     /// Another process holds it.
-    #[error(
-        "this host's GPUs are already scheduled by gpuboard pid {pid} ({address}), which holds {path}; \
-         use that one (the console attaches to it), or stop it first",
-        path = path.display(),
-        pid = pid.map_or_else(|| "unknown".to_string(), |p| p.to_string()),
-        address = address.as_deref().map_or("address unknown", |a| if a.is_empty() { "starting" } else { a })
-    )]
+    #[error("{}", held_text(path, *pid, address.as_deref()))]
     Held {
         /// The lock file.
         path: PathBuf,
@@ -52,6 +46,27 @@ pub enum HostLockError {
         /// What failed.
         detail: String,
     },
+}
+
+/// Who has the GPUs, and what to do about it.
+fn held_text(path: &Path, pid: Option<u32>, address: Option<&str>) -> String {
+    let pid = pid.map_or_else(|| "unknown".to_string(), |p| p.to_string());
+    let (address, advice) = match address {
+        Some(a) if a == super::datadir::EMBEDDED => (
+            a,
+            "quit that console, or run `gpuboard serve` instead and let consoles attach to it",
+        ),
+        Some("") => ("starting", "use that one, or stop it first"),
+        Some(a) => (
+            a,
+            "use that one (the console attaches to it), or stop it first",
+        ),
+        None => ("address unknown", "use that one, or stop it first"),
+    };
+    format!(
+        "this host's GPUs are already scheduled by gpuboard pid {pid} ({address}), which holds {}; {advice}",
+        path.display()
+    )
 }
 
 /// The exclusive hold on this host's GPUs; released when dropped (or when the process

@@ -21,7 +21,7 @@ pub enum RenewError {
 
 /// What is known of a claim's owner on this host.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Owner {
+pub enum OwnerState {
     /// The claim names no local process.
     None,
     /// The owner, or a process it started, still runs.
@@ -32,7 +32,7 @@ pub enum Owner {
 
 /// What a tick does to one claim.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub enum LeaseVerdict {
     /// Nothing.
     Keep,
     /// Its lease ran out while its owner runs: extended to `until`.
@@ -52,17 +52,17 @@ pub enum Verdict {
 pub fn verdict(
     expires_at: Option<Timestamp>,
     ttl: Option<u64>,
-    owner: Owner,
+    owner: OwnerState,
     now: Timestamp,
-) -> Verdict {
+) -> LeaseVerdict {
     let ran_out = expires_at.is_some_and(|t| t <= now);
     match owner {
-        Owner::Gone => Verdict::OwnerGone,
-        Owner::Alive if ran_out => Verdict::Extend {
+        OwnerState::Gone => LeaseVerdict::OwnerGone,
+        OwnerState::Alive if ran_out => LeaseVerdict::Extend {
             until: now.plus_secs(ttl.unwrap_or(1).max(1)),
         },
-        Owner::None if ran_out => Verdict::Expire,
-        Owner::Alive | Owner::None => Verdict::Keep,
+        OwnerState::None if ran_out => LeaseVerdict::Expire,
+        OwnerState::Alive | OwnerState::None => LeaseVerdict::Keep,
     }
 }
 
@@ -98,29 +98,29 @@ impl Scheduler {
     /// released), claims whose owner's last process ended are released, and pending claims
     /// are placed where they now fit. `owner_alive` is asked only about claims with a pid.
     pub fn tick(&mut self, now: Timestamp, owner_alive: &dyn Fn(u32) -> bool) {
-        let verdicts: Vec<(ClaimId, Option<u32>, Verdict)> = self
+        let verdicts: Vec<(ClaimId, Option<u32>, LeaseVerdict)> = self
             .claims
             .values()
             .map(|c| {
                 let owner = match c.request.pid {
-                    None => Owner::None,
-                    Some(p) if owner_alive(p) => Owner::Alive,
-                    Some(_) => Owner::Gone,
+                    None => OwnerState::None,
+                    Some(p) if owner_alive(p) => OwnerState::Alive,
+                    Some(_) => OwnerState::Gone,
                 };
                 let v = verdict(c.lease_expires_at, c.request.ttl, owner, now);
                 (c.id, c.request.pid, v)
             })
-            .filter(|(_, _, v)| *v != Verdict::Keep)
+            .filter(|(_, _, v)| *v != LeaseVerdict::Keep)
             .collect();
         for (id, pid, v) in verdicts {
             let pid = pid.unwrap_or_default();
             match v {
-                Verdict::Keep => {}
-                Verdict::Extend { until } => self.extend(id, pid, until, now),
-                Verdict::Expire => {
+                LeaseVerdict::Keep => {}
+                LeaseVerdict::Extend { until } => self.extend(id, pid, until, now),
+                LeaseVerdict::Expire => {
                     self.remove(id, "lease", "expire", "lease expired, released", now);
                 }
-                Verdict::OwnerGone => {
+                LeaseVerdict::OwnerGone => {
                     self.remove(
                         id,
                         "owner-check",
@@ -176,32 +176,38 @@ mod tests {
     fn a_lease_that_ran_out_follows_its_owner() {
         let at = T0.plus_secs(6);
         // Before it runs out nothing happens, owner or not.
-        for owner in [Owner::None, Owner::Alive] {
-            assert_eq!(verdict(Some(at), Some(6), owner, T0), Verdict::Keep);
+        for owner in [OwnerState::None, OwnerState::Alive] {
+            assert_eq!(verdict(Some(at), Some(6), owner, T0), LeaseVerdict::Keep);
         }
         // Ran out: extended by its ttl while the owner runs, expired without an owner.
         assert_eq!(
-            verdict(Some(at), Some(6), Owner::Alive, at),
-            Verdict::Extend {
+            verdict(Some(at), Some(6), OwnerState::Alive, at),
+            LeaseVerdict::Extend {
                 until: at.plus_secs(6)
             }
         );
         assert_eq!(
-            verdict(Some(at), Some(6), Owner::None, at.plus_secs(1)),
-            Verdict::Expire
+            verdict(Some(at), Some(6), OwnerState::None, at.plus_secs(1)),
+            LeaseVerdict::Expire
         );
         // A gone owner releases at once, lease or none.
         assert_eq!(
-            verdict(Some(at), Some(6), Owner::Gone, T0),
-            Verdict::OwnerGone
+            verdict(Some(at), Some(6), OwnerState::Gone, T0),
+            LeaseVerdict::OwnerGone
         );
-        assert_eq!(verdict(None, None, Owner::Gone, T0), Verdict::OwnerGone);
+        assert_eq!(
+            verdict(None, None, OwnerState::Gone, T0),
+            LeaseVerdict::OwnerGone
+        );
         // No lease: nothing to run out.
-        assert_eq!(verdict(None, None, Owner::Alive, at), Verdict::Keep);
+        assert_eq!(
+            verdict(None, None, OwnerState::Alive, at),
+            LeaseVerdict::Keep
+        );
         // A ttl of 0 still moves the end forward.
         assert_eq!(
-            verdict(Some(at), Some(0), Owner::Alive, at),
-            Verdict::Extend {
+            verdict(Some(at), Some(0), OwnerState::Alive, at),
+            LeaseVerdict::Extend {
                 until: at.plus_secs(1)
             }
         );
