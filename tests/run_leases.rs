@@ -199,3 +199,32 @@ async fn a_background_process_that_clears_its_environment_is_kept_by_the_cgroup(
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_left_the_process_group_is_still_ended_when_the_command_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &demo_fleet(), &["--open-reads"]);
+    let (bg, cgroup) = (dir.path().join("bg"), dir.path().join("cgroup"));
+    // `setsid` takes the background process out of the command's process group, which is
+    // all `run` could end without a cgroup.
+    let script = format!(
+        "cat /proc/self/cgroup > {}; setsid sleep 300 & echo $! > {}",
+        cgroup.display(),
+        bg.display()
+    );
+    let status = run(&server, &script).wait().unwrap();
+    assert!(status.success());
+    let bg = pid_in(&bg);
+    let in_cgroup = std::fs::read_to_string(&cgroup)
+        .unwrap_or_default()
+        .contains("gpuboard-run-");
+    if !in_cgroup {
+        // SAFETY: killing the process this test started.
+        unsafe { libc::kill(bg, libc::SIGKILL) };
+        eprintln!("no cgroup for run on this host: a process that left the group outlives it");
+        return;
+    }
+    assert!(!runs(bg), "run ended what its command left in its cgroup");
+    let snap = snapshot(&server).await;
+    assert!(snap["claims"].as_array().unwrap().is_empty(), "{snap:#}");
+}
