@@ -6,7 +6,10 @@
 //! `GPUBOARD_RUN_PID=<pid>` (kept by whatever does not clear its environment; readable
 //! only for the endpoint's own user's processes unless it runs as root).
 
+use std::collections::BTreeSet;
 use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 /// The variable `gpuboard run` sets in its command's environment to its own pid.
 pub const RUN_PID_ENV: &str = "GPUBOARD_RUN_PID";
@@ -21,36 +24,72 @@ pub fn cgroup_pid(name: &str) -> Option<u32> {
     name.strip_prefix("gpuboard-run-")?.parse().ok()
 }
 
-/// Whether a process other than `pid` itself runs under `/proc` (`proc_root`) in the
-/// group of `pid`: in its run cgroup or with its run variable.
-pub fn group_runs(proc_root: &Path, pid: u32) -> bool {
-    let Ok(procs) = std::fs::read_dir(proc_root) else {
-        return false;
+/// How old a scan of `/proc` may be when asked again: one pass serves every claim of a
+/// tick, however many claims name an owner.
+const SCAN_EVERY: Duration = Duration::from_millis(250);
+
+/// Whether a process of the group of `pid` (other than a zombie) runs on this host, from
+/// a scan of `/proc` at most `SCAN_EVERY` old.
+pub fn group_runs(pid: u32) -> bool {
+    static LAST: Mutex<Option<(Instant, Arc<BTreeSet<u32>>)>> = Mutex::new(None);
+    let mut last = LAST.lock().unwrap_or_else(PoisonError::into_inner);
+    let groups = match &*last {
+        Some((at, groups)) if at.elapsed() < SCAN_EVERY => Arc::clone(groups),
+        _ => {
+            let groups = Arc::new(live_groups(Path::new("/proc")));
+            *last = Some((Instant::now(), Arc::clone(&groups)));
+            groups
+        }
     };
-    let marker = format!("{RUN_PID_ENV}={pid}");
-    let cgroup = cgroup_name(pid);
-    procs
-        .filter_map(Result::ok)
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|p| *p != pid)
-        .any(|p| {
-            let dir = proc_root.join(p.to_string());
-            (in_cgroup(&dir, &cgroup) || has_marker(&dir, &marker)) && runs_at(&dir)
-        })
+    drop(last);
+    groups.contains(&pid)
 }
 
-/// Whether `/proc/<p>/cgroup` places the process in a (v2) cgroup named `name`, or below it.
-fn in_cgroup(dir: &Path, name: &str) -> bool {
-    std::fs::read_to_string(dir.join("cgroup")).is_ok_and(|text| {
-        text.lines()
-            .filter_map(|l| l.strip_prefix("0::"))
-            .any(|path| path.split('/').any(|part| part == name))
+/// The pids whose group has a live process under `proc_root` (a `/proc`), in one pass:
+/// for each process that is not a zombie, the pid its run cgroup is named after and the
+/// pid its run variable names.
+pub fn live_groups(proc_root: &Path) -> BTreeSet<u32> {
+    let Ok(procs) = std::fs::read_dir(proc_root) else {
+        return BTreeSet::new();
+    };
+    let mut groups = BTreeSet::new();
+    for p in procs.filter_map(Result::ok) {
+        if p.file_name()
+            .to_str()
+            .is_none_or(|n| n.parse::<u32>().is_err())
+        {
+            continue;
+        }
+        let dir = p.path();
+        let found: Vec<u32> = run_cgroup(&dir)
+            .into_iter()
+            .chain(run_variable(&dir))
+            .collect();
+        if !found.is_empty() && runs_at(&dir) {
+            groups.extend(found);
+        }
+    }
+    groups
+}
+
+/// The pid of the run cgroup (v2) the process of `dir` is in, or below.
+fn run_cgroup(dir: &Path) -> Option<u32> {
+    let text = std::fs::read_to_string(dir.join("cgroup")).ok()?;
+    text.lines()
+        .filter_map(|l| l.strip_prefix("0::"))
+        .find_map(|path| path.split('/').find_map(cgroup_pid))
+}
+
+/// The pid the run variable in the environment of the process of `dir` names.
+fn run_variable(dir: &Path) -> Option<u32> {
+    let env = std::fs::read(dir.join("environ")).ok()?;
+    let prefix = format!("{RUN_PID_ENV}=");
+    env.split(|b| *b == 0).find_map(|var| {
+        std::str::from_utf8(var.strip_prefix(prefix.as_bytes())?)
+            .ok()?
+            .parse()
+            .ok()
     })
-}
-
-fn has_marker(dir: &Path, marker: &str) -> bool {
-    std::fs::read(dir.join("environ"))
-        .is_ok_and(|env| env.split(|b| *b == 0).any(|var| var == marker.as_bytes()))
 }
 
 /// Whether the process of `dir` is not a zombie (an exited process not reaped yet runs no
@@ -95,13 +134,27 @@ mod tests {
             &["GPUBOARD_RUN_PID=70"],
             "S",
         );
+        process(
+            r,
+            14,
+            "0::/gpuboard-run-5/sub\n",
+            &["GPUBOARD_RUN_PID=6"],
+            "S",
+        );
         std::fs::create_dir_all(r.join("self")).unwrap();
-        assert!(group_runs(r, 7), "by cgroup, environment cleared");
-        assert!(group_runs(r, 8), "by environment, outside any run cgroup");
-        assert!(!group_runs(r, 9), "a zombie runs no more");
-        assert!(!group_runs(r, 71), "no such group");
-        assert!(!group_runs(r, 10), "a process is not its own group");
-        assert!(!group_runs(&r.join("missing"), 7));
+        let groups = live_groups(r);
+        assert!(groups.contains(&7), "by cgroup, environment cleared");
+        assert!(
+            groups.contains(&8),
+            "by environment, outside any run cgroup"
+        );
+        assert!(!groups.contains(&9), "a zombie runs no more");
+        assert!(
+            groups.contains(&5) && groups.contains(&6),
+            "below a run cgroup; both marks"
+        );
+        assert_eq!(groups.into_iter().collect::<Vec<_>>(), [5, 6, 7, 8, 70, 77]);
+        assert!(live_groups(&r.join("missing")).is_empty());
         assert_eq!(cgroup_pid(&cgroup_name(4242)), Some(4242));
         assert_eq!(cgroup_pid("gpuboard-run-x"), None);
         assert_eq!(cgroup_pid("other"), None);
