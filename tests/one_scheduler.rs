@@ -196,10 +196,10 @@ fn a_serve_first_is_attached_to_and_a_second_serve_refused() {
         host.holder().unwrap(),
         (serve.child.id(), serve.url.clone())
     );
-    // The console's data directory is another one: the host lock finds the serve.
+    // The console's data directory is another one: the host lock finds the serve, and the
+    // serve's own data directory, whose token the console uses.
     let console_dir = host.path("console");
-    let token = serve.operator_token();
-    let out = host.status(&console_dir, Some(&token));
+    let out = host.status(&console_dir, None);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let src = only_source(&out);
     assert_eq!(src["kind"], "gpuboard", "{src:#}");

@@ -184,7 +184,7 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let url = format!("{scheme}://{addr}");
     lock.set_address(&url)?;
     if let Some(h) = host_lock.as_mut() {
-        h.set_address(&url)
+        h.set_holder(&url, Some(&dir))
             .with_context(|| format!("cannot write {}", h.path().display()))?;
     }
     made.keep();

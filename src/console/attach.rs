@@ -55,6 +55,22 @@ impl Credentials {
         })?)
     }
 
+    /// These credentials for the serve of this host found at `local`: its own data
+    /// directory's token and certificate when the host lock named one this user can read
+    /// (a serve with another `--data-dir` than the console's), else these.
+    #[must_use]
+    pub fn for_local(&self, local: &LocalServe) -> Credentials {
+        match &local.data_dir {
+            Some(dir) if std::fs::File::open(auth::default_token_path(dir)).is_ok() => {
+                Credentials {
+                    data_dir: dir.clone(),
+                    ..self.clone()
+                }
+            }
+            _ => self.clone(),
+        }
+    }
+
     /// How to trust `url` when it is https: the endpoint's own settings, else the flags and
     /// config, else, on this host, the data directory's certificate.
     pub fn trust(&self, url: &str, own: &TlsTrust) -> TlsTrust {
@@ -96,6 +112,8 @@ pub struct LocalServe {
     pub note: String,
     /// Its store failed: it refuses every change, so the console offers none.
     pub read_only: bool,
+    /// Its data directory, when the host lock named it (its token and certificate).
+    pub data_dir: Option<PathBuf>,
 }
 
 /// What a `/healthz` probe found.
@@ -116,7 +134,7 @@ enum Health {
 /// a serve holding the host lock that does not answer yet.
 pub fn local_serve(data_dir: &Path) -> Option<LocalServe> {
     let host_lock = hostlock::default_path();
-    let mut found: Vec<(String, String)> = Vec::new();
+    let mut found: Vec<(String, String, Option<PathBuf>)> = Vec::new();
     if let Some(lock) = read_lock(data_dir).filter(|l| alive(l.pid)) {
         found.push((
             lock.address.clone(),
@@ -126,6 +144,7 @@ pub fn local_serve(data_dir: &Path) -> Option<LocalServe> {
                 lock.address,
                 data_dir.join(SERVE_LOCK_FILE).display()
             ),
+            None,
         ));
     }
     let holder = hostlock::holder(&host_lock).filter(|o| o.address.starts_with("http"));
@@ -138,6 +157,7 @@ pub fn local_serve(data_dir: &Path) -> Option<LocalServe> {
                 o.address,
                 host_lock.display()
             ),
+            o.data_dir.clone(),
         ));
     }
     let url = default_endpoint();
@@ -147,14 +167,16 @@ pub fn local_serve(data_dir: &Path) -> Option<LocalServe> {
             "the gpuboard serve answering at {url} on this host (the embedded scheduler is \
              not started while an endpoint runs here)"
         ),
+        None,
     ));
-    for (url, how) in found {
+    for (url, how, data_dir) in found {
         match health(&url) {
             Health::Ok => {
                 return Some(LocalServe {
                     url,
                     note: format!("attached to {how}"),
                     read_only: false,
+                    data_dir,
                 });
             }
             Health::Failed(why) => {
@@ -164,6 +186,7 @@ pub fn local_serve(data_dir: &Path) -> Option<LocalServe> {
                         "attached read-only: the local serve's store failed: {why} ({how})"
                     ),
                     read_only: true,
+                    data_dir,
                 });
             }
             Health::Silent => {}
@@ -179,6 +202,7 @@ pub fn local_serve(data_dir: &Path) -> Option<LocalServe> {
         ),
         url: o.address,
         read_only: false,
+        data_dir: o.data_dir,
     })
 }
 

@@ -225,8 +225,9 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
             // The endpoint of this host holds the real claims: show those, never a
             // second, empty scheduler beside them.
             let url = &local.url;
-            let token = creds.token(url).context("the local endpoint")?;
-            let trust = creds.trust(url, &none);
+            let own = creds.for_local(&local);
+            let token = own.token(url).context("the local endpoint")?;
+            let trust = own.trust(url, &none);
             sources.push(Arc::new(
                 Http::with_trust("local", url, token, timeout, &trust)?
                     .with_note(local.note.clone()),

@@ -16,7 +16,7 @@ use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as 
 use std::os::unix::io::AsRawFd as _;
 use std::path::{Path, PathBuf};
 
-use super::datadir::Owner;
+use serde::{Deserialize, Serialize};
 
 /// The variable that names the host lock file instead of the default.
 pub const HOST_LOCK_ENV: &str = "GPUBOARD_HOST_LOCK";
@@ -24,6 +24,18 @@ pub const HOST_LOCK_ENV: &str = "GPUBOARD_HOST_LOCK";
 pub const SYSTEM_DIR: &str = "/run/gpuboard";
 /// The lock file's name in the directories gpuboard chooses.
 pub const FILE_NAME: &str = "scheduler.lock";
+
+/// Who holds the host lock, as its file says.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holder {
+    /// The holder's process id.
+    pub pid: u32,
+    /// The URL it serves, `embedded` for a console, or empty while a serve is starting.
+    pub address: String,
+    /// A serve's data directory (its tokens and certificate, for a console that attaches).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<PathBuf>,
+}
 
 /// Why the host lock cannot be taken.
 #[derive(Debug, thiserror::Error)]
@@ -112,19 +124,21 @@ impl HostLock {
             path: path.to_path_buf(),
             writable,
         };
-        lock.set_address(address)
+        lock.set_holder(address, None)
             .map_err(|e| io("cannot write it", e))?;
         Ok(lock)
     }
 
-    /// Names the address served, once it is known.
-    pub fn set_address(&mut self, address: &str) -> std::io::Result<()> {
+    /// Names the address served and the data directory, once they are known.
+    pub fn set_holder(&mut self, address: &str, data_dir: Option<&Path>) -> std::io::Result<()> {
         if !self.writable {
             return Ok(());
         }
-        let owner = Owner {
+        let owner = Holder {
             pid: std::process::id(),
             address: address.to_string(),
+            data_dir: data_dir
+                .map(|d| std::fs::canonicalize(d).unwrap_or_else(|_| d.to_path_buf())),
         };
         let body = serde_json::to_vec(&owner).map_err(std::io::Error::other)?;
         self.file.set_len(0)?;
@@ -184,7 +198,7 @@ pub fn choose_path(
 /// Who holds the lock at `path` now: the holder the file names, when the kernel's lock
 /// table shows that very process holding it and the file can be trusted (written by root
 /// or by this user, and by no one else). `None` when it is free or the holder is unknown.
-pub fn holder(path: &Path) -> Option<Owner> {
+pub fn holder(path: &Path) -> Option<Holder> {
     let file = File::open(path).ok()?;
     let meta = file.metadata().ok()?;
     // SAFETY: geteuid cannot fail.
@@ -197,7 +211,7 @@ pub fn holder(path: &Path) -> Option<Owner> {
 }
 
 /// The owner the file names (whether or not it still holds it).
-fn written_owner(path: &Path) -> Option<Owner> {
+fn written_owner(path: &Path) -> Option<Holder> {
     let mut text = String::new();
     File::open(path).ok()?.read_to_string(&mut text).ok()?;
     serde_json::from_str(&text).ok()
@@ -331,13 +345,15 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("deeper").join("host.lock");
         let mut lock = HostLock::acquire(&path, "").unwrap();
-        lock.set_address("http://127.0.0.1:9").unwrap();
+        lock.set_holder("http://127.0.0.1:9", Some(tmp.path()))
+            .unwrap();
         let me = std::process::id();
         assert_eq!(
             holder(&path),
-            Some(Owner {
+            Some(Holder {
                 pid: me,
-                address: "http://127.0.0.1:9".into()
+                address: "http://127.0.0.1:9".into(),
+                data_dir: Some(std::fs::canonicalize(tmp.path()).unwrap()),
             })
         );
         let err = HostLock::acquire(&path, "embedded").unwrap_err();
