@@ -24,23 +24,24 @@ pub fn cgroup_pid(name: &str) -> Option<u32> {
     name.strip_prefix("gpuboard-run-")?.parse().ok()
 }
 
-/// How old a scan of `/proc` may be when asked again: one pass serves every claim of a
-/// tick, however many claims name an owner.
+/// How old a scan of `/proc` may be to answer "yes" again: one pass serves every claim of a
+/// tick whose group lives, however many there are.
 const SCAN_EVERY: Duration = Duration::from_millis(250);
 
-/// Whether a process of the group of `pid` (other than a zombie) runs on this host, from
-/// a scan of `/proc` at most `SCAN_EVERY` old.
+/// Whether a process of the group of `pid` (other than a zombie) runs on this host. A "yes"
+/// may come from a scan of `/proc` up to `SCAN_EVERY` old (it only delays a release); a "no"
+/// always comes from a fresh scan, since an older one may predate the group.
 pub fn group_runs(pid: u32) -> bool {
     static LAST: Mutex<Option<(Instant, Arc<BTreeSet<u32>>)>> = Mutex::new(None);
     let mut last = LAST.lock().unwrap_or_else(PoisonError::into_inner);
-    let groups = match &*last {
-        Some((at, groups)) if at.elapsed() < SCAN_EVERY => Arc::clone(groups),
-        _ => {
-            let groups = Arc::new(live_groups(Path::new("/proc")));
-            *last = Some((Instant::now(), Arc::clone(&groups)));
-            groups
-        }
-    };
+    if let Some((at, groups)) = &*last
+        && at.elapsed() < SCAN_EVERY
+        && groups.contains(&pid)
+    {
+        return true;
+    }
+    let groups = Arc::new(live_groups(Path::new("/proc")));
+    *last = Some((Instant::now(), Arc::clone(&groups)));
     drop(last);
     groups.contains(&pid)
 }
@@ -158,5 +159,26 @@ mod tests {
         assert_eq!(cgroup_pid(&cgroup_name(4242)), Some(4242));
         assert_eq!(cgroup_pid("gpuboard-run-x"), None);
         assert_eq!(cgroup_pid("other"), None);
+    }
+
+    #[test]
+    fn a_group_started_after_a_scan_is_seen_at_once() {
+        // No real process has this pid (above any pid_max): only the variable can name it.
+        let group = 4_000_000_000;
+        assert!(!group_runs(group));
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .env(RUN_PID_ENV, group.to_string())
+            .spawn()
+            .unwrap();
+        // Within the same `SCAN_EVERY`: an earlier scan may not answer "no".
+        assert!(group_runs(group));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // A "yes" may be up to `SCAN_EVERY` old; a fresh scan no longer sees it.
+        assert!(
+            !live_groups(Path::new("/proc")).contains(&group),
+            "gone once reaped"
+        );
     }
 }
