@@ -175,6 +175,13 @@ impl ClaimForm {
         }
     }
 
+    /// Sets the text of a field.
+    pub fn set_field(&mut self, f: FormField, value: String) {
+        if let Some(i) = FormField::ALL.iter().position(|x| *x == f) {
+            self.text[i] = value;
+        }
+    }
+
     /// The text of a field.
     pub fn field(&self, f: FormField) -> &str {
         let i = FormField::ALL.iter().position(|x| *x == f).unwrap_or(0);

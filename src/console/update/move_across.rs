@@ -196,6 +196,10 @@ fn chain(
     // A fresh attempt label (the old claim's is not this move's): a lost answer can be found.
     let mut request = request;
     super::form::new_attempt(state).put_on(&mut request.labels);
+    // The holder goes with the claim (a snapshot may keep it beside the request).
+    if request.holder.is_none() {
+        request.holder.clone_from(&old.holder);
+    }
     Ok(MoveAcross {
         move_id: move_id(state, m.source, m.id),
         source: m.source,
