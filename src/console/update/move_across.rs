@@ -41,6 +41,9 @@ pub(super) fn rows(state: &State, own: usize, c: &ClaimView) -> Vec<MoveRow> {
                         && s.compute <= d.compute_free
                         && s.slots <= d.slots_free
                 });
+                let too_small = need.is_some_and(|s| {
+                    d.memory_capacity.is_some_and(|cap| s.memory > cap)
+                });
                 rows.push((
                     d.memory_free,
                     MoveRow {
@@ -50,6 +53,7 @@ pub(super) fn rows(state: &State, own: usize, c: &ClaimView) -> Vec<MoveRow> {
                         model: d.model.clone(),
                         free: format!("{} free, {} GPU free", d.memory_free.iec(), d.compute_free),
                         fits,
+                        too_small,
                         any: false,
                     },
                 ));
@@ -91,6 +95,7 @@ pub(super) fn rows(state: &State, own: usize, c: &ClaimView) -> Vec<MoveRow> {
                 "any other source: the best by placement, then the next if it refuses (up to {TRIES})"
             ),
             fits: true,
+            too_small: false,
             any: true,
         });
     }
