@@ -314,7 +314,7 @@ fn history(state: &State, c: &ClaimView, theme: &Theme) -> Vec<Line<'static>> {
                 },
                 theme.text,
             ),
-            Span::styled(e.detail.clone(), theme.text),
+            Span::styled(super::events::detail_words(e, &state.zone), theme.text),
         ]));
     }
     out

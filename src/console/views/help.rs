@@ -15,10 +15,39 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     let r = popup(area, 130, area.height.saturating_sub(2).max(6));
     frame.render_widget(Clear, r);
     // Lines longer than the popup wrap (under a hanging indent), never cut: at 80
-    // columns a cut line loses what a key does.
+    // columns a cut line loses what a key does. Two columns when one does not fit and
+    // the popup is wide enough.
     let room = usize::from(r.width.saturating_sub(2));
-    let two_columns = r.width >= 122;
-    let width = if two_columns { room / 2 } else { room };
+    let rows = usize::from(r.height.saturating_sub(2));
+    let mut lines = help_lines(state, theme, room);
+    let two_columns = r.width >= 122 && lines.len() > rows;
+    if two_columns {
+        lines = help_lines(state, theme, room / 2);
+    }
+    let blk = block(" Help (? or Esc closes, j/k scroll) ", theme);
+    let inner = blk.inner(r);
+    frame.render_widget(blk, r);
+    if two_columns {
+        let half = lines.len().div_ceil(2);
+        let right = lines.split_off(half);
+        let [a, b] = Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)])
+            .areas(inner);
+        frame.render_widget(Paragraph::new(lines), a);
+        frame.render_widget(Paragraph::new(right), b);
+    } else {
+        // Scrolls (j/k, PgUp/PgDn) when it does not fit; never past its last line.
+        let last = u16::try_from(lines.len())
+            .unwrap_or(u16::MAX)
+            .saturating_sub(inner.height);
+        frame.render_widget(
+            Paragraph::new(lines).scroll((state.help_scroll.min(last), 0)),
+            inner,
+        );
+    }
+}
+
+/// The help's lines, wrapped to `width` columns.
+fn help_lines(state: &State, theme: &Theme, width: usize) -> Vec<Line<'static>> {
     let mut lines = Vec::new();
     for (ctx, title) in [
         (Context::Normal, "Keys"),
@@ -79,27 +108,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
          STEP: [SRC] VERB TARGET or claim [SRC] FLAGS",
         theme.dim,
     );
-    // Two columns when wide enough.
-    let blk = block(" Help (? or Esc closes, j/k scroll) ", theme);
-    let inner = blk.inner(r);
-    frame.render_widget(blk, r);
-    if two_columns && lines.len() > usize::from(inner.height) {
-        let half = lines.len().div_ceil(2);
-        let right = lines.split_off(half);
-        let [a, b] = Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)])
-            .areas(inner);
-        frame.render_widget(Paragraph::new(lines), a);
-        frame.render_widget(Paragraph::new(right), b);
-    } else {
-        // Scrolls (j/k, PgUp/PgDn) when it does not fit; never past its last line.
-        let last = u16::try_from(lines.len())
-            .unwrap_or(u16::MAX)
-            .saturating_sub(inner.height);
-        frame.render_widget(
-            Paragraph::new(lines).scroll((state.help_scroll.min(last), 0)),
-            inner,
-        );
-    }
+    lines
 }
 
 /// `text` in lines of at most `width` columns, broken at spaces (a longer word is split).
