@@ -110,7 +110,10 @@ mod tests {
 
     #[test]
     fn the_login_name_comes_from_the_password_database() {
-        let out = std::process::Command::new("id").arg("-un").output().unwrap();
+        let out = std::process::Command::new("id")
+            .arg("-un")
+            .output()
+            .unwrap();
         let expected = String::from_utf8(out.stdout).unwrap().trim().to_string();
         assert_eq!(login_name(), Some(expected));
     }

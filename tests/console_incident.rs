@@ -1448,7 +1448,9 @@ fn esc_until_gone(s: &Session, text: &str) {
         s.keys(&["Escape"]);
         std::thread::sleep(Duration::from_millis(400));
     }
-    s.wait_until(&format!("`{text}` gone after Esc"), |now| !now.contains(text));
+    s.wait_until(&format!("`{text}` gone after Esc"), |now| {
+        !now.contains(text)
+    });
 }
 
 /// Runs `text` on the console's `:` line.
@@ -1502,7 +1504,10 @@ fn i25_commands_reach_exactly_the_gpu_and_claim_named_or_send_nothing() {
     let id = inc.a100_40.to_string();
     colon(&s, &format!("release {id}"));
     let screen = s.wait_for("[ Cancel ]");
-    assert!(screen.contains(&format!("Release claim {id} on")), "{screen}");
+    assert!(
+        screen.contains(&format!("Release claim {id} on")),
+        "{screen}"
+    );
     s.keys(&[&id]);
     s.wait_for(&format!("confirm: {id}_"));
     s.keys(&["Enter"]);
@@ -1544,7 +1549,10 @@ fn i25_the_readme_incident_questions_in_the_keys_it_says_at_80x24() {
     s.keys(&["!"]);
     let screen = s.wait_for("filter:over-limit");
     assert!(screen.contains("Claims (n/a)"), "{screen}");
-    assert!(screen.contains("n/a (no claim's use is measured)"), "{screen}");
+    assert!(
+        screen.contains("n/a (no claim's use is measured)"),
+        "{screen}"
+    );
     esc_until_gone(&s, "filter:over-limit");
     // Idle GPUs: `2` `!` (no telemetry here: n/a); `!` again, unclaimed.
     s.keys(&["2"]);

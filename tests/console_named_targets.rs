@@ -45,8 +45,14 @@ fn cordon_named_by_command_is_that_gpu_and_asks_for_its_name_typed() {
     assert_eq!(st.view, View::Gpus);
     assert!(command(&mut st, "cordon lab-b 0").is_empty());
     let c = dialog(&st);
-    assert!(c.body.iter().any(|l| l.contains("Cordon GPU lab-b:0")), "{c:?}");
-    assert!(c.body.iter().any(|l| l == "You typed: cordon lab-b:0"), "{c:?}");
+    assert!(
+        c.body.iter().any(|l| l.contains("Cordon GPU lab-b:0")),
+        "{c:?}"
+    );
+    assert!(
+        c.body.iter().any(|l| l == "You typed: cordon lab-b:0"),
+        "{c:?}"
+    );
     assert!(!c.body.iter().any(|l| l.contains("lab-a")), "{c:?}");
     assert_eq!(c.type_to_confirm.as_deref(), Some("lab-b:0"));
     // OK without the name: refused in the dialog, nothing sent.
@@ -96,7 +102,10 @@ fn uncordon_by_name_of_the_cordoned_gpu() {
     let mut st = lab_state();
     command(&mut st, "uncordon b:1");
     let c = dialog(&st);
-    assert!(c.body.iter().any(|l| l.contains("Uncordon GPU lab-b:1")), "{c:?}");
+    assert!(
+        c.body.iter().any(|l| l.contains("Uncordon GPU lab-b:1")),
+        "{c:?}"
+    );
     typed(&mut st, "lab-b:1");
     let fx = run(&mut st, vec![code(KeyCode::Enter)]);
     assert_eq!(
@@ -124,7 +133,10 @@ fn release_by_id_is_that_claim_and_enter_after_the_typed_id_confirms() {
     assert!(run(&mut st, vec![code(KeyCode::Enter)]).is_empty());
     let c = dialog(&st);
     assert!(
-        c.error.as_deref().unwrap_or_default().contains("`4` is not it"),
+        c.error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("`4` is not it"),
         "{c:?}"
     );
     // The right id: OK is focused, Enter releases claim 3 only.
@@ -148,7 +160,11 @@ fn move_by_id_opens_that_claims_picker_on_the_gpu_named() {
     let _ = run(&mut st, vec![code(KeyCode::Esc)]);
     command(&mut st, "move 1 lab-a:0");
     assert_eq!(st.mode, Mode::Normal);
-    assert!(flash(&st).contains("cannot move to lab-a:0"), "{}", flash(&st));
+    assert!(
+        flash(&st).contains("cannot move to lab-a:0"),
+        "{}",
+        flash(&st)
+    );
 }
 
 #[test]

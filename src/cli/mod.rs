@@ -282,4 +282,3 @@ fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
 fn user() -> Option<String> {
     Some(crate::identity::Identity::current().user)
 }
-

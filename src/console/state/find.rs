@@ -59,7 +59,10 @@ impl State {
         let mut found: Vec<&(usize, &crate::snapshot::NodeView)> =
             nodes.iter().filter(|(_, n)| n.name == node).collect();
         if found.is_empty() && !node.is_empty() {
-            found = nodes.iter().filter(|(_, n)| n.name.ends_with(node)).collect();
+            found = nodes
+                .iter()
+                .filter(|(_, n)| n.name.ends_with(node))
+                .collect();
         }
         let names = |list: &[&(usize, &crate::snapshot::NodeView)]| -> String {
             let mut v: Vec<String> = list
@@ -73,13 +76,15 @@ impl State {
         match found.as_slice() {
             [] => {
                 let all: Vec<&(usize, &crate::snapshot::NodeView)> = nodes.iter().collect();
-                Err(format!("GPU `{text}`: no node `{node}`; nodes: {}", names(&all)))
+                Err(format!(
+                    "GPU `{text}`: no node `{node}`; nodes: {}",
+                    names(&all)
+                ))
             }
             [(s, n)] => match n.devices.iter().find(|d| d.index == index) {
                 Some(d) => Ok((*s, n.name.clone(), d.index)),
                 None => {
-                    let have: Vec<String> =
-                        n.devices.iter().map(|d| d.index.to_string()).collect();
+                    let have: Vec<String> = n.devices.iter().map(|d| d.index.to_string()).collect();
                     Err(format!(
                         "GPU `{text}`: node {} has no GPU {index}; its GPUs: {}",
                         n.name,

@@ -83,9 +83,10 @@ impl State {
                     .collect()
                 };
                 let hit = match (&claim_gpu, &c.node) {
-                    (Some(g), Some(node)) => {
-                        c.shares.iter().any(|sh| names_gpu(g, &s.name, node, sh.device))
-                    }
+                    (Some(g), Some(node)) => c
+                        .shares
+                        .iter()
+                        .any(|sh| names_gpu(g, &s.name, node, sh.device)),
                     (Some(_), None) => false,
                     (None, _) => matching(&claim_needle, &hay),
                 };

@@ -11,9 +11,7 @@ use super::confirm::ask;
 use super::{flash, move_across};
 use crate::console::keymap::{Context, KeyAction};
 use crate::console::msg::Effect;
-use crate::console::state::{
-    ClaimKey, Confirm, GpuName, Mode, MovePick, ProjKey, State, View,
-};
+use crate::console::state::{ClaimKey, Confirm, GpuName, Mode, MovePick, ProjKey, State, View};
 
 /// Refuses an action whose picked item is gone, or says where to select one.
 fn nothing_selected(state: &mut State, view: View, verb: &str, hint: &str) {
@@ -78,7 +76,9 @@ pub(super) fn ask_release(state: &mut State, k: ClaimKey, named: bool) {
         .as_deref()
         .is_some_and(|h| state.operator.as_deref() != Some(h));
     if named {
-        confirm.body.insert(0, format!("You typed: release {}", c.id));
+        confirm
+            .body
+            .insert(0, format!("You typed: release {}", c.id));
     }
     if foreign {
         confirm.type_to_confirm = Some(c.id.to_string());
@@ -232,7 +232,13 @@ pub(super) fn cordon(state: &mut State, to: Option<bool>) -> Vec<Effect> {
         return Vec::new();
     };
     let gpu = (source, node, index);
-    ask_cordon(state, gpu, (now_cordoned, model), to.unwrap_or(!now_cordoned), false);
+    ask_cordon(
+        state,
+        gpu,
+        (now_cordoned, model),
+        to.unwrap_or(!now_cordoned),
+        false,
+    );
     Vec::new()
 }
 

@@ -220,7 +220,9 @@ pub(super) fn command(state: &mut State, text: &str) -> Vec<Effect> {
                 if !arg.is_empty() {
                     flash(
                         state,
-                        format!("`{other}` takes no argument (it acts on the selection); `{other} {arg}` not run"),
+                        format!(
+                            "`{other}` takes no argument (it acts on the selection); `{other} {arg}` not run"
+                        ),
                         true,
                     );
                     return Vec::new();

@@ -88,7 +88,10 @@ fn open(state: &mut State, verb: Option<&str>, target: Option<&str>) -> Vec<Effe
     // A target typed on the `:` line is the one acted on, not the selected claim's: the
     // dialog repeats it and does not name the claim.
     let from = match typed {
-        Some(t) => format!("You typed: act {verb} {t} (not the selected claim {})", claim.id),
+        Some(t) => format!(
+            "You typed: act {verb} {t} (not the selected claim {})",
+            claim.id
+        ),
         None => format!("from claim {}: {}", claim.id, claim.form),
     };
     let body = vec![

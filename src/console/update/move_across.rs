@@ -41,9 +41,8 @@ pub(super) fn rows(state: &State, own: usize, c: &ClaimView) -> Vec<MoveRow> {
                         && s.compute <= d.compute_free
                         && s.slots <= d.slots_free
                 });
-                let too_small = need.is_some_and(|s| {
-                    d.memory_capacity.is_some_and(|cap| s.memory > cap)
-                });
+                let too_small =
+                    need.is_some_and(|s| d.memory_capacity.is_some_and(|cap| s.memory > cap));
                 rows.push((
                     d.memory_free,
                     MoveRow {

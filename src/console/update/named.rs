@@ -102,9 +102,10 @@ pub(super) fn move_claim(state: &mut State, arg: &str) -> Vec<Effect> {
     let Mode::Move(pick) = &mut state.mode else {
         return Vec::new();
     };
-    let row = pick.targets.iter().position(|r| {
-        !r.any && r.source == target.0 && r.node == target.1 && r.index == target.2
-    });
+    let row = pick
+        .targets
+        .iter()
+        .position(|r| !r.any && r.source == target.0 && r.node == target.1 && r.index == target.2);
     match row {
         Some(i) => pick.selected = i,
         None => {

@@ -35,8 +35,8 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
         area,
         width,
         u16::try_from(body_rows + type_rows + error_rows)
-        .unwrap_or(4)
-        .saturating_add(5),
+            .unwrap_or(4)
+            .saturating_add(5),
     );
     frame.render_widget(Clear, r);
     let blk = block(format!(" {} ", c.title), theme);

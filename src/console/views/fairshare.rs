@@ -13,9 +13,8 @@ use crate::console::theme::Theme;
 use crate::snapshot::ProjectResourceView;
 
 use super::common::{
-    reason_now,
-    block, empty_note, fit, list_row, mid_ellipsis, model_label, popup, short_model, title_with,
-    window,
+    block, empty_note, fit, list_row, mid_ellipsis, model_label, popup, reason_now, short_model,
+    title_with, window,
 };
 
 /// Per project: share, running, pending, debt; then one line per resource account.

@@ -64,7 +64,11 @@ fn help_lines(state: &State, theme: &Theme, width: usize) -> Vec<Line<'static>> 
                 .into_iter()
                 .enumerate()
             {
-                let head = if i == 0 { keys.clone() } else { " ".repeat(indent) };
+                let head = if i == 0 {
+                    keys.clone()
+                } else {
+                    " ".repeat(indent)
+                };
                 lines.push(Line::from(vec![
                     Span::styled(head, theme.accent),
                     Span::styled(part, theme.text),
@@ -73,7 +77,10 @@ fn help_lines(state: &State, theme: &Theme, width: usize) -> Vec<Line<'static>> 
         }
     }
     let mut note = |text: &str, style| {
-        for (i, part) in wrapped(text, width.saturating_sub(2)).into_iter().enumerate() {
+        for (i, part) in wrapped(text, width.saturating_sub(2))
+            .into_iter()
+            .enumerate()
+        {
             let part = if i == 0 { part } else { format!("  {part}") };
             lines.push(Line::styled(part, style));
         }
