@@ -81,17 +81,17 @@ impl State {
                     names(&all)
                 ))
             }
-            [(s, n)] => match n.devices.iter().find(|d| d.index == index) {
-                Some(d) => Ok((*s, n.name.clone(), d.index)),
-                None => {
-                    let have: Vec<String> = n.devices.iter().map(|d| d.index.to_string()).collect();
-                    Err(format!(
-                        "GPU `{text}`: node {} has no GPU {index}; its GPUs: {}",
-                        n.name,
-                        listed(&have)
-                    ))
+            [(s, n)] => {
+                if let Some(d) = n.devices.iter().find(|d| d.index == index) {
+                    return Ok((*s, n.name.clone(), d.index));
                 }
-            },
+                let have: Vec<String> = n.devices.iter().map(|d| d.index.to_string()).collect();
+                Err(format!(
+                    "GPU `{text}`: node {} has no GPU {index}; its GPUs: {}",
+                    n.name,
+                    listed(&have)
+                ))
+            }
             many => Err(format!(
                 "GPU `{text}`: `{node}` names {} nodes: {}; name one whole{}",
                 many.len(),

@@ -57,7 +57,7 @@ pub(super) fn confirm_key(state: &mut State, mut c: Confirm, ev: KeyEvent) -> Ve
             state.mode = Mode::Confirm(Box::new(c));
         }
         // Something typed and Enter on Cancel: never a silent cancel (Esc cancels).
-        Some(KeyAction::Confirm) if !c.ok_focused && !(typing && !c.typed.is_empty()) => {
+        Some(KeyAction::Confirm) if !c.ok_focused && (!typing || c.typed.is_empty()) => {
             state.mode = c.back.map_or(Mode::Normal, |m| *m);
         }
         Some(KeyAction::Confirm) if !c.typed_ok() => {

@@ -106,17 +106,16 @@ pub(super) fn move_claim(state: &mut State, arg: &str) -> Vec<Effect> {
         .targets
         .iter()
         .position(|r| !r.any && r.source == target.0 && r.node == target.1 && r.index == target.2);
-    match row {
-        Some(i) => pick.selected = i,
-        None => {
-            let text = format!(
-                "move: claim {} cannot move to {}:{} (cordoned, or where it is now); \
-                 nothing sent",
-                pick.id, target.1, target.2
-            );
-            state.mode = Mode::Normal;
-            flash(state, text, true);
-        }
+    if let Some(i) = row {
+        pick.selected = i;
+    } else {
+        let text = format!(
+            "move: claim {} cannot move to {}:{} (cordoned, or where it is now); \
+             nothing sent",
+            pick.id, target.1, target.2
+        );
+        state.mode = Mode::Normal;
+        flash(state, text, true);
     }
     Vec::new()
 }

@@ -124,8 +124,7 @@ fn wrapped(text: &str, width: usize) -> Vec<String> {
     let mut out: Vec<String> = vec![String::new()];
     for word in text.split(' ').filter(|w| !w.is_empty()) {
         let mut word: Vec<char> = word.chars().collect();
-        loop {
-            let Some(line) = out.last_mut() else { break };
+        while let Some(line) = out.last_mut() {
             let used = line.chars().count();
             let gap = usize::from(used > 0);
             if used + gap + word.len() <= width {
