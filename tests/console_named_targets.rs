@@ -272,3 +272,29 @@ fn the_claim_form_fills_the_operator_as_holder() {
     assert_eq!(f.field(FormField::Holder), "alice");
     assert_eq!(f.draft().holder.as_deref(), Some("alice"));
 }
+
+#[test]
+fn a_start_up_warning_outlives_the_first_tick() {
+    // `--theme /nonexistent`: the warning is set before the console knows the time.
+    let mut st = State::new(
+        vec![gpuboard::console::state::SourceSlot::new(
+            "lab", "embedded", true, None,
+        )],
+        gpuboard::console::keymap::Keymap::builtin(),
+        2_000,
+        false,
+    );
+    st.flash = Some(gpuboard::console::state::Flash {
+        text: "no theme `/nonexistent`".into(),
+        error: true,
+        at: gpuboard::clock::Timestamp(0),
+    });
+    let _ = gpuboard::console::update::update(&mut st, gpuboard::console::msg::Msg::Tick(NOW));
+    assert!(
+        flash(&st).contains("/nonexistent"),
+        "cleared at the first tick"
+    );
+    let later = gpuboard::clock::Timestamp(NOW.0 + 9_000);
+    let _ = gpuboard::console::update::update(&mut st, gpuboard::console::msg::Msg::Tick(later));
+    assert!(st.flash.is_none(), "gone after its 8 s");
+}
