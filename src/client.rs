@@ -617,14 +617,8 @@ impl Client {
 
 /// Who runs this client, as `user@host`, for the endpoint's audit log.
 fn reported_actor() -> String {
-    let user = std::env::var("USER")
-        .ok()
-        .filter(|u| !u.is_empty())
-        // SAFETY: getuid cannot fail and touches no memory.
-        .unwrap_or_else(|| format!("uid{}", unsafe { libc::getuid() }));
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map_or_else(|_| "unknown".to_string(), |h| h.trim().to_string());
-    let text: String = format!("{user}@{host}")
+    let text: String = crate::identity::Identity::current()
+        .actor()
         .chars()
         .filter(char::is_ascii_graphic)
         .take(wire::ACTOR_MAX)

@@ -4,7 +4,7 @@
 //! - **Domain, no I/O**: `units`, `clock`, `ids`, `fairshare`, `request`, `placement`,
 //!   `scheduler`, `snapshot` (the read model), `wire` (the HTTP contract), `inventory`,
 //!   `attribution`, `simulate`.
-//! - **Edges**: `telemetry` (NVML), `discovery` (Flink), `endpoint` (what `gpuboard serve`
+//! - **Edges**: `identity` (who runs this process), `telemetry` (NVML), `discovery` (Flink), `endpoint` (what `gpuboard serve`
 //!   is), `client` (its HTTP client), `sources` (where the console's data comes from), `doctor`.
 //! - **Front ends**: `console` (the terminal UI) and `cli` (the subcommands).
 
@@ -17,6 +17,7 @@ pub mod discovery;
 pub mod doctor;
 pub mod endpoint;
 pub mod fairshare;
+pub mod identity;
 pub mod ids;
 pub mod inventory;
 pub mod placement;

@@ -214,7 +214,10 @@ fn one_confirmation_lists_every_step_cancel_focused_with_the_job_id_typed() {
     let Mode::Confirm(c) = &st.mode else {
         panic!("{:?}", st.mode)
     };
-    assert_eq!(c.error.as_deref(), Some("type `11` to run the hand-over"));
+    assert_eq!(
+        c.error.as_deref(),
+        Some("type `11` to run the hand-over (Esc cancels)")
+    );
     typed(&mut st, "11");
     let out = key(&mut st, KeyCode::Enter);
     assert_eq!(

@@ -1400,3 +1400,236 @@ fn f4_the_overview_over_limit_count_opens_the_over_limit_claims() {
         );
     }
 }
+
+// Issue 25: act on exactly what the operator named; answer the README's incident
+// questions in the keys it says.
+
+/// The serve's audit events (from `status --once --json`), each `action target`.
+fn audit(server: &Server) -> Vec<String> {
+    let out = cli(server, &["status", "--once", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    doc["sources"][0]["snapshot"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {}",
+                e["action"].as_str().unwrap_or_default(),
+                e["target"].as_str().unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+/// The serve's cordoned GPUs, as `node:index`.
+fn cordoned(server: &Server) -> Vec<String> {
+    let out = cli(server, &["status", "--once", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut found = Vec::new();
+    for n in doc["sources"][0]["snapshot"]["nodes"].as_array().unwrap() {
+        for d in n["devices"].as_array().unwrap() {
+            if d["cordoned"] == true {
+                found.push(format!("{}:{}", n["name"].as_str().unwrap(), d["index"]));
+            }
+        }
+    }
+    found
+}
+
+/// Esc until `text` is gone (the first Esc may only dismiss a message); at most three.
+fn esc_until_gone(s: &Session, text: &str) {
+    for _ in 0..3 {
+        if !s.screen().contains(text) {
+            return;
+        }
+        s.keys(&["Escape"]);
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    s.wait_until(&format!("`{text}` gone after Esc"), |now| {
+        !now.contains(text)
+    });
+}
+
+/// Runs `text` on the console's `:` line.
+fn colon(s: &Session, text: &str) {
+    s.keys(&[":"]);
+    s.wait_for(":▏");
+    s.keys(&[text]);
+    s.wait_for(&format!(":{text}"));
+    s.keys(&["Enter"]);
+}
+
+#[test]
+fn i25_commands_reach_exactly_the_gpu_and_claim_named_or_send_nothing() {
+    let (inc, s, _home) = Incident::at_80x24("i25named");
+    let events_before = audit(&inc.server);
+    // The selected row is node-017:0; the command names node-018:3.
+    colon(&s, &format!("cordon {H018} 3"));
+    let screen = s.wait_for("[ Cancel ]");
+    assert!(
+        screen.contains(&format!("You typed: cordon {H018}:3")),
+        "{screen}"
+    );
+    assert!(!screen.contains(&format!("{H017}:0")), "{screen}");
+    // Enter with nothing typed, on the focused Cancel: closed, nothing sent.
+    s.keys(&["Enter"]);
+    s.wait_until("the dialog closed", |now| !now.contains("[ Cancel ]"));
+    assert!(cordoned(&inc.server).is_empty());
+    // Typed: Enter confirms that GPU and no other.
+    colon(&s, &format!("cordon {H018}:3"));
+    s.wait_for("[ Cancel ]");
+    s.keys(&[&format!("{H018}:3")]);
+    s.wait_for(&format!("{H018}:3_"));
+    s.keys(&["Enter"]);
+    let start = Instant::now();
+    while cordoned(&inc.server).is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(30), "{}", s.screen());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(cordoned(&inc.server), vec![format!("{H018}:3")]);
+    // What is not there, or not in that state, is refused on screen and never sent.
+    colon(&s, &format!("uncordon {H017} 0"));
+    s.wait_for("is not cordoned");
+    colon(&s, "cordon node-c 3");
+    s.wait_for("no node `node-c`");
+    colon(&s, "release 999");
+    s.wait_for("no claim `999`");
+    // `:release ID` in another view, with another claim selected: that claim; frank's,
+    // so its id is typed, and Enter after it releases.
+    s.keys(&["3"]);
+    s.wait_for("Claims (18)");
+    let id = inc.a100_40.to_string();
+    colon(&s, &format!("release {id}"));
+    let screen = s.wait_for("[ Cancel ]");
+    assert!(
+        screen.contains(&format!("Release claim {id} on")),
+        "{screen}"
+    );
+    s.keys(&[&id]);
+    s.wait_for(&format!("confirm: {id}_"));
+    s.keys(&["Enter"]);
+    s.wait_for("Claims (17)");
+    let left = claims(&inc.server);
+    assert_eq!(left.len(), 17);
+    assert!(left.iter().all(|c| c["id"] != inc.a100_40));
+    let new: Vec<String> = audit(&inc.server)
+        .into_iter()
+        .filter(|e| !events_before.contains(e))
+        .filter(|e| e.starts_with("cordon") || e.starts_with("release"))
+        .collect();
+    assert_eq!(new.len(), 2, "one cordon and one release only: {new:?}");
+}
+
+#[test]
+fn i25_the_readme_incident_questions_in_the_keys_it_says_at_80x24() {
+    let (inc, s, _home) = Incident::at_80x24("i25keys");
+    // Who holds GPU 3 on node-018: `:gpu NODE:INDEX` Enter, from any view.
+    s.keys(&["3"]);
+    s.wait_for("Claims (18)");
+    colon(&s, &format!("gpu {H018}:3"));
+    let screen = s.wait_for("erin");
+    assert!(screen.contains(&format!("{H018}:3")), "{screen}");
+    assert!(screen.contains(&inc.six.to_string()), "{screen}");
+    s.escape_from("erin");
+    // Or a filter as the screens print it (`018:3`), then Enter.
+    s.keys(&["2"]);
+    s.wait_for("GPUs (24)");
+    s.keys(&["/", "018:3", "Enter"]);
+    s.wait_for("GPUs (1)");
+    s.keys(&["Enter"]);
+    s.wait_for("erin");
+    s.escape_from("erin");
+    esc_until_gone(&s, "filter:018:3");
+    // Over limit: `3` `!`; no claim's use is measured on this serve: n/a, not 0.
+    s.keys(&["3"]);
+    s.wait_for("Claims (18)");
+    s.keys(&["!"]);
+    let screen = s.wait_for("filter:over-limit");
+    assert!(screen.contains("Claims (n/a)"), "{screen}");
+    assert!(
+        screen.contains("n/a (no claim's use is measured)"),
+        "{screen}"
+    );
+    esc_until_gone(&s, "filter:over-limit");
+    // Idle GPUs: `2` `!` (no telemetry here: n/a); `!` again, unclaimed.
+    s.keys(&["2"]);
+    s.wait_for("GPUs (24)");
+    s.keys(&["!"]);
+    let screen = s.wait_for("filter:idle");
+    assert!(screen.contains("GPUs (n/a)"), "{screen}");
+    s.keys(&["!"]);
+    s.wait_for("filter:unclaimed");
+    esc_until_gone(&s, "filter:unclaimed");
+    // Why is claim c pending: `:claim c` Enter, every reason.
+    colon(&s, &format!("claim {}", inc.pending_80));
+    s.wait_for("Why pending (");
+    s.escape_from("Why pending (");
+    // Backed off: `4` `!`.
+    s.keys(&["4"]);
+    s.wait_for("Fair share (5)");
+    s.keys(&["!"]);
+    let screen = s.wait_for("filter:backed-off");
+    assert!(screen.contains("batch"), "{screen}");
+    // Stale sources and the Overview's counts: `1`.
+    s.keys(&["1"]);
+    s.wait_for("Sources");
+}
+
+#[test]
+fn i25_demo_with_a_config_present_is_the_demo_alone() {
+    let inc = Incident::start();
+    let home = tempfile::tempdir().unwrap();
+    let cfg_dir = home.path().join("config/gpuboard");
+    std::fs::create_dir_all(&cfg_dir).unwrap();
+    let config = format!(
+        "[[endpoints]]\nname = \"real\"\nurl = \"{}\"\ntoken_file = \"{}\"\n",
+        inc.server.url,
+        inc.server.dir.join("operator.token").display()
+    );
+    std::fs::write(cfg_dir.join("config.toml"), &config).unwrap();
+    let status = |extra: &[&str]| -> Vec<String> {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpuboard"))
+            .args(["status", "--once", "--json"])
+            .args(extra)
+            .env("HOME", home.path())
+            .env("XDG_CONFIG_HOME", home.path().join("config"))
+            .env("XDG_STATE_HOME", home.path().join("state"))
+            .env_remove("GPUBOARD_TOKEN")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        doc["sources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    // The config is read when asked for, and names its endpoint beside the demo.
+    assert_eq!(status(&["--demo"]), vec!["demo"]);
+    let file = cfg_dir.join("config.toml");
+    assert_eq!(
+        status(&["--demo", "--config", file.to_str().unwrap()]),
+        vec!["demo", "real"]
+    );
+    // The console: the demo's GPUs only; a cordon on its selected row reaches no real
+    // endpoint.
+    let s = Session::console(80, 24, "i25demo", home.path(), "--demo");
+    let screen = s.wait_for("GPUs (28)");
+    assert!(!screen.contains("prod-"), "{screen}");
+    s.keys(&["x"]);
+    s.wait_for("[ Cancel ]");
+    s.keys(&["Tab", "Enter"]);
+    s.wait_until("the dialog closed", |now| !now.contains("[ Cancel ]"));
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(cordoned(&inc.server).is_empty());
+    assert!(
+        !audit(&inc.server).iter().any(|e| e.starts_with("cordon")),
+        "{:?}",
+        audit(&inc.server)
+    );
+}

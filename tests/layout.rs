@@ -11,6 +11,7 @@ const RANKS: &[(&str, u8)] = &[
     ("units", 0),
     ("clock", 0),
     ("ids", 0),
+    ("identity", 0),
     ("fairshare", 1),
     ("request", 2),
     ("placement", 3),

@@ -137,7 +137,7 @@ pub(super) async fn act(args: ActArgs) -> anyhow::Result<u8> {
             }
         }
     }
-    let actor = user().unwrap_or_else(|| "?".to_string());
+    let actor = crate::identity::Identity::current().actor();
     // The claim that ends a hand-over, checked before anything is sent too.
     let claim = match &args.claim.then_claim {
         None => None,

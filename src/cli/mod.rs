@@ -277,54 +277,9 @@ fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The user's login name: the default holder of a claim. `USER` when set, else the name
-/// the password database gives this process's user (cron jobs and containers often have
-/// no `USER`).
+/// The default holder of a claim: who runs this process (`identity`), the same name the
+/// console's claim form fills in.
+#[allow(clippy::unnecessary_wraps)] // callers take an optional holder
 fn user() -> Option<String> {
-    std::env::var("USER")
-        .ok()
-        .filter(|u| !u.is_empty())
-        .or_else(login_name)
-}
-
-fn login_name() -> Option<String> {
-    let mut pwd = std::mem::MaybeUninit::<libc::passwd>::uninit();
-    let mut buf = vec![0 as libc::c_char; 4096];
-    let mut found: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: getpwuid_r writes the record into `pwd` and its strings into `buf`, which
-    // outlive the call; `found` is null or points at `pwd`. getuid cannot fail.
-    let rc = unsafe {
-        libc::getpwuid_r(
-            libc::getuid(),
-            pwd.as_mut_ptr(),
-            buf.as_mut_ptr(),
-            buf.len(),
-            &raw mut found,
-        )
-    };
-    if rc != 0 || found.is_null() {
-        return None;
-    }
-    // SAFETY: the call succeeded, so `pwd` is initialised and `pw_name` is a
-    // NUL-terminated string inside `buf`, still alive here.
-    let name = unsafe { std::ffi::CStr::from_ptr((*found).pw_name) };
-    name.to_str()
-        .ok()
-        .filter(|n| !n.is_empty())
-        .map(str::to_string)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_login_name_comes_from_the_password_database() {
-        let out = std::process::Command::new("id")
-            .arg("-un")
-            .output()
-            .unwrap();
-        let expected = String::from_utf8(out.stdout).unwrap().trim().to_string();
-        assert_eq!(login_name(), Some(expected));
-    }
+    Some(crate::identity::Identity::current().user)
 }

@@ -294,7 +294,7 @@ fn send_action(
         let result = tokio::time::timeout(timeout, fut)
             .await
             .unwrap_or(Err(Failure::Timeout(limit)));
-        let user = std::env::var("USER").unwrap_or_else(|_| "?".to_string());
+        let user = crate::identity::Identity::current().actor();
         match &result {
             Ok(o) => {
                 tracing::info!(actor = %user, action = action.verb(), target = %action.target(), source = %name, "{}", o.message());

@@ -103,7 +103,7 @@ pub struct Setup {
 
 /// Resolves flags and config into sources, theme and keymap.
 pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup> {
-    let cfg = config::Config::load(args.config.as_deref())?;
+    let cfg = world_config(args)?;
     let mut warnings = Vec::new();
     let refresh_ms = match args.refresh.or(cfg.refresh) {
         Some(s) if s.is_finite() && (0.1..=3600.0).contains(&s) => (s * 1000.0).round() as u64,
@@ -254,6 +254,16 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
     })
 }
 
+/// The config the console's world is built from. `--demo` is the simulated fleet alone:
+/// the default config file (with its endpoints) is read only when `--config` names it,
+/// so a demo never reaches a real endpoint the operator did not add on the command line.
+fn world_config(args: &ConsoleArgs) -> anyhow::Result<config::Config> {
+    if (args.demo || args.demo_quiet) && args.config.is_none() {
+        return Ok(config::Config::default());
+    }
+    config::Config::load(args.config.as_deref())
+}
+
 /// An engine source of this kind (`ray`, `prometheus`, `slurm` or `boinc`).
 fn engine_source(
     kind: &str,
@@ -312,7 +322,7 @@ pub fn initial_state(setup: &Setup) -> state::State {
         setup.refresh_ms,
         setup.readonly,
     );
-    st.operator = std::env::var("USER").ok().filter(|u| !u.is_empty());
+    st.operator = Some(crate::identity::Identity::current().user);
     for w in &setup.warnings {
         st.push_log(w.clone());
         st.flash = Some(state::Flash {

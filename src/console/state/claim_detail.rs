@@ -3,7 +3,6 @@
 //! with what else that snapshot says about it (its processes, its project's accounts,
 //! the audit events that concern it).
 
-use crate::ids::ClaimId;
 use crate::snapshot::{AuditEvent, ClaimView, ProcessView, ProjectView};
 
 use super::{ClaimKey, Cursor, Picked, SourceSlot, State, View};
@@ -30,42 +29,11 @@ impl State {
     /// sources have that id. The claim becomes the pick in Claims too. An id no source
     /// lists is an error that names the ids there are.
     pub fn open_claim_named(&mut self, name: &str) -> Result<(), String> {
-        let (source, id) = match name.rsplit_once('/') {
-            Some((s, id)) => (Some(s), id),
-            None => (None, name),
+        let k = self.find_claim(name)?;
+        let Some((_, c)) = self.claim(k) else {
+            return Err(format!("no claim `{name}`"));
         };
-        let id: ClaimId = id.parse().map_err(|_| {
-            format!(
-                "claim `{name}`: an id is a number, as `claim 3` or `claim SOURCE/3`; {}",
-                self.claim_names_listed()
-            )
-        })?;
-        let found: Vec<usize> = self
-            .sources
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| source.is_none_or(|n| s.name == n))
-            .filter(|(_, s)| s.data.as_ref().is_some_and(|d| d.claim(id).is_some()))
-            .map(|(i, _)| i)
-            .collect();
-        let src = match found.as_slice() {
-            [one] => *one,
-            [] => {
-                return Err(format!("no claim `{name}`; {}", self.claim_names_listed()));
-            }
-            many => {
-                let names: Vec<String> = many
-                    .iter()
-                    .filter_map(|i| self.sources.get(*i))
-                    .map(|s| format!("{}/{id}", s.name))
-                    .collect();
-                return Err(format!(
-                    "claim {id} is on {} sources: name one, {}",
-                    many.len(),
-                    names.join(" or ")
-                ));
-            }
-        };
+        let (src, id) = (k.source, c.id);
         self.claim_detail = Some((src, id));
         self.cursor[View::ClaimDetail.position()] = Cursor::default();
         self.picked[View::Claims.position()] = Some(Picked::Claim(src, id));
@@ -97,7 +65,7 @@ impl State {
     }
 
     /// `claims: 1, 2, 3 (and 15 more)`, or that there are none.
-    fn claim_names_listed(&self) -> String {
+    pub(super) fn claim_names_listed(&self) -> String {
         let names = self.claim_names();
         if names.is_empty() {
             return "no claims are listed".to_string();

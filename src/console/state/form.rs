@@ -175,6 +175,13 @@ impl ClaimForm {
         }
     }
 
+    /// Sets the text of a field.
+    pub fn set_field(&mut self, f: FormField, value: String) {
+        if let Some(i) = FormField::ALL.iter().position(|x| *x == f) {
+            self.text[i] = value;
+        }
+    }
+
     /// The text of a field.
     pub fn field(&self, f: FormField) -> &str {
         let i = FormField::ALL.iter().position(|x| *x == f).unwrap_or(0);
@@ -248,6 +255,9 @@ pub struct MoveRow {
     /// Whether one of the claim's per-device shares fits in what is free (the source
     /// re-checks; rows that fit are listed first).
     pub fits: bool,
+    /// The claim's share is larger than the whole GPU: it never fits there, freed or not
+    /// (else a row that does not fit is too full now).
+    pub too_small: bool,
     /// The row is "any other source": the best by placement, then the next on refusal
     /// (`node` and `index` are unused).
     pub any: bool,

@@ -1,6 +1,7 @@
 //! The console's state: one owner, changed only by `update`, read by drawing.
 
 mod claim_detail;
+mod find;
 mod form;
 mod handover;
 mod paging;
@@ -19,6 +20,7 @@ use crate::sources::Action;
 
 use super::keymap::Keymap;
 
+pub use find::GpuName;
 pub use form::{ClaimForm, FormField, FormKind, FormStage, LostClaim, MoveAcross, MoveRow};
 pub use handover::{HandoverRun, StepPlan};
 pub use paging::{claims_info_height, events_split, why_pane_height};

@@ -22,6 +22,9 @@ impl State {
         let matching = |needle: &str, hay: &dyn Fn() -> Vec<String>| {
             needle.is_empty() || hay().iter().any(|h| h.to_lowercase().contains(needle))
         };
+        // A GPU named as the screens print it (`node-b:5`, `b:5`, `node-b 5`) matches that
+        // GPU and the claims holding a share of it, not `node-b:50`.
+        let (dev_gpu, claim_gpu) = (gpu_needle(&dev_needle), gpu_needle(&claim_needle));
         let mut devs = Vec::new();
         let mut claims = Vec::new();
         let mut projects = Vec::new();
@@ -44,7 +47,11 @@ impl State {
                             .chain([cordoned, stale].map(str::to_string))
                             .collect()
                     };
-                    if matching(&dev_needle, &hay) {
+                    let hit = match &dev_gpu {
+                        Some(g) => names_gpu(g, &s.name, &n.name, dev.index),
+                        None => matching(&dev_needle, &hay),
+                    };
+                    if hit {
                         devs.push(DevKey {
                             source: si,
                             node: ni,
@@ -68,13 +75,22 @@ impl State {
                         c.project.clone(),
                         c.holder.clone().unwrap_or_default(),
                         c.node.clone().unwrap_or_default(),
+                        crate::console::views::place_label(c, usize::MAX),
                         c.form.clone(),
                     ]
                     .into_iter()
                     .chain([state, over, stale].map(str::to_string))
                     .collect()
                 };
-                if matching(&claim_needle, &hay) {
+                let hit = match (&claim_gpu, &c.node) {
+                    (Some(g), Some(node)) => c
+                        .shares
+                        .iter()
+                        .any(|sh| names_gpu(g, &s.name, node, sh.device)),
+                    (Some(_), None) => false,
+                    (None, _) => matching(&claim_needle, &hay),
+                };
+                if hit {
                     claims.push(ClaimKey {
                         source: si,
                         idx: ci,
@@ -211,4 +227,28 @@ impl State {
             projects.reverse();
         }
     }
+}
+
+/// A filter that names one GPU: `NODE:INDEX` (or `NODE INDEX`, `SOURCE/NODE:INDEX`), the
+/// node's name whole or its end; lowercased, as `(source or "", node, index)`.
+fn gpu_needle(needle: &str) -> Option<(String, String, u32)> {
+    let needle = needle.trim();
+    let (source, rest) = match needle.split_once('/') {
+        Some((s, r)) => (s.to_string(), r),
+        None => (String::new(), needle),
+    };
+    let (node, index) = rest
+        .rsplit_once(':')
+        .or_else(|| rest.rsplit_once(' ').filter(|(n, _)| !n.contains(' ')))?;
+    let index: u32 = index.trim().parse().ok()?;
+    let node = node.trim();
+    (!node.is_empty() && !node.contains(' ')).then(|| (source, node.to_string(), index))
+}
+
+/// Whether GPU `index` of `node` on `source` is the one `g` names.
+fn names_gpu(g: &(String, String, u32), source: &str, node: &str, index: u32) -> bool {
+    let (src, end, want) = g;
+    index == *want
+        && node.to_lowercase().ends_with(end.as_str())
+        && (src.is_empty() || source.to_lowercase() == *src)
 }

@@ -4,7 +4,7 @@
 use crate::placement::Health;
 use crate::snapshot::ClaimState;
 
-use super::State;
+use super::{State, View};
 use crate::console::views::allocated_but_idle;
 
 /// Totals over the shown sources' devices and claims.
@@ -87,5 +87,27 @@ impl State {
             }
         }
         self.totals = t;
+    }
+}
+
+impl State {
+    /// Why the current view's problem filter cannot be answered, when it cannot: over
+    /// limit and idle need measured use, unclaimed use needs attribution. A list filtered
+    /// to it reads `n/a` with this reason rather than an empty list taken for "none".
+    pub fn unmeasured(&self) -> Option<&'static str> {
+        let f = self.filter().trim().to_lowercase();
+        if f.len() < 3 {
+            return None;
+        }
+        let is = |word: &str| word.starts_with(f.as_str());
+        let t = &self.totals;
+        match self.view {
+            View::Claims if is("over-limit") && t.claims_measured == 0 => {
+                Some("no claim's use is measured")
+            }
+            View::Claims | View::Gpus if is("idle") && !t.used_known => Some("no telemetry"),
+            View::Gpus if is("unclaimed") && !t.unclaimed_known => Some("no attribution"),
+            _ => None,
+        }
     }
 }

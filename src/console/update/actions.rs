@@ -11,7 +11,7 @@ use super::confirm::ask;
 use super::{flash, move_across};
 use crate::console::keymap::{Context, KeyAction};
 use crate::console::msg::Effect;
-use crate::console::state::{Confirm, Mode, MovePick, ProjKey, State, View};
+use crate::console::state::{ClaimKey, Confirm, GpuName, Mode, MovePick, ProjKey, State, View};
 
 /// Refuses an action whose picked item is gone, or says where to select one.
 fn nothing_selected(state: &mut State, view: View, verb: &str, hint: &str) {
@@ -43,8 +43,15 @@ pub(super) fn release(state: &mut State) -> Vec<Effect> {
         );
         return Vec::new();
     };
+    ask_release(state, k, false);
+    Vec::new()
+}
+
+/// Asks to release the claim at `k`; `named` when the operator typed its id on the `:`
+/// line (the dialog then says so). Releasing another holder's claim asks for its id.
+pub(super) fn ask_release(state: &mut State, k: ClaimKey, named: bool) {
     let Some((slot, c)) = state.claim(k) else {
-        return Vec::new();
+        return;
     };
     let place = crate::sources::endpoint::place(c);
     let body = vec![
@@ -68,11 +75,15 @@ pub(super) fn release(state: &mut State) -> Vec<Effect> {
         .holder
         .as_deref()
         .is_some_and(|h| state.operator.as_deref() != Some(h));
+    if named {
+        confirm
+            .body
+            .insert(0, format!("You typed: release {}", c.id));
+    }
     if foreign {
         confirm.type_to_confirm = Some(c.id.to_string());
     }
     ask(state, confirm);
-    Vec::new()
 }
 
 /// Opens the move picker for the selected placed claim (in Claims, or the claim detail's),
@@ -87,13 +98,18 @@ pub(super) fn open_move(state: &mut State) {
         );
         return;
     };
+    open_move_for(state, k);
+}
+
+/// Opens the move picker for the claim at `k` (refused, with why, when it is pending).
+pub(super) fn open_move_for(state: &mut State, k: ClaimKey) -> bool {
     let Some((_, c)) = state.claim(k) else {
-        return;
+        return false;
     };
     if c.state != ClaimState::Placed {
         let text = format!("claim {} is pending: nothing to move", c.id);
         flash(state, text, true);
-        return;
+        return false;
     }
     let from = crate::sources::endpoint::place(c);
     let holds = c.shares.len().max(1);
@@ -111,6 +127,7 @@ pub(super) fn open_move(state: &mut State) {
         across: None,
     };
     state.mode = Mode::Move(Box::new(pick));
+    true
 }
 
 /// Keys in the move picker: pick a target (arrows, Tab, or the normal up/down keys such as
@@ -214,8 +231,39 @@ pub(super) fn cordon(state: &mut State, to: Option<bool>) -> Vec<Effect> {
         );
         return Vec::new();
     };
-    let cordoned = to.unwrap_or(!now_cordoned);
+    let gpu = (source, node, index);
+    ask_cordon(
+        state,
+        gpu,
+        (now_cordoned, model),
+        to.unwrap_or(!now_cordoned),
+        false,
+    );
+    Vec::new()
+}
+
+/// Asks to cordon (or uncordon) a GPU: source, node, index, with whether it is cordoned
+/// now and its model. One named on the `:` line (`named`) has its `NODE:INDEX` typed to
+/// confirm, as it was not seen selected; cordoning a cordoned GPU (or the reverse) is
+/// refused, saying so.
+pub(super) fn ask_cordon(
+    state: &mut State,
+    gpu: GpuName,
+    (now_cordoned, model): (bool, String),
+    cordoned: bool,
+    named: bool,
+) {
+    let (source, node, index) = gpu;
     let src = state.sources.get(source).map_or("", |s| s.name.as_str());
+    if now_cordoned == cordoned {
+        let text = if cordoned {
+            format!("GPU {node}:{index} on {src} is already cordoned: nothing to cordon")
+        } else {
+            format!("GPU {node}:{index} on {src} is not cordoned: nothing to uncordon")
+        };
+        flash(state, text, true);
+        return;
+    }
     let (title, what, then) = if cordoned {
         (
             "Cordon GPU",
@@ -229,17 +277,24 @@ pub(super) fn cordon(state: &mut State, to: Option<bool>) -> Vec<Effect> {
             "New claims may be placed on it again.",
         )
     };
-    let body = vec![
+    let mut body = vec![
         format!("{what} GPU {node}:{index} ({model}) on {src}?"),
         then.to_string(),
     ];
+    let word = format!("{node}:{index}");
+    if named {
+        body.insert(0, format!("You typed: {} {word}", what.to_lowercase()));
+    }
     let action = Action::Cordon {
         node,
         index,
         cordoned,
     };
-    ask(state, Confirm::new(source, action, title, body));
-    Vec::new()
+    let mut confirm = Confirm::new(source, action, title, body);
+    if named {
+        confirm.type_to_confirm = Some(word);
+    }
+    ask(state, confirm);
 }
 
 /// Asks to clear the selected project's backoffs and debts (Fair share view).
@@ -280,14 +335,39 @@ pub(super) fn ask_reset(state: &mut State, k: ProjKey) -> Vec<Effect> {
         } else {
             format!("Backed off now on: {}.", backoffs.join(", "))
         },
-        format!(
-            "Its debt ({:.0}) goes back to zero: it loses its place in line.",
-            p.overall_debt
-        ),
+        debts_line(p),
     ];
     let action = Action::ResetProject {
         project: p.name.clone(),
     };
     ask(state, Confirm::new(k.source, action, "Reset project", body));
     Vec::new()
+}
+
+/// The project's debts as the Fair share table shows them (per resource type, under half
+/// a unit reading `0`), and that they go back to zero.
+fn debts_line(p: &crate::snapshot::ProjectView) -> String {
+    let shown = |d: f64| {
+        if d.abs() <= 0.5 {
+            "0".to_string()
+        } else {
+            format!("{d:.0}")
+        }
+    };
+    let debts: Vec<String> = p
+        .resources
+        .iter()
+        .map(|r| {
+            let model = r.resource.strip_prefix("gpu:").unwrap_or(&r.resource);
+            format!("{} on {model}", shown(r.debt))
+        })
+        .collect();
+    if debts.is_empty() {
+        "Its debts go back to zero: it loses its place in line.".to_string()
+    } else {
+        format!(
+            "Its debts ({}) go back to zero: it loses its place in line.",
+            debts.join(", ")
+        )
+    }
 }

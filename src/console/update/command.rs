@@ -1,6 +1,6 @@
 //! The `:` command line: its commands, Tab completion, and switching views.
 
-use super::actions::{ask_reset, cordon};
+use super::actions::ask_reset;
 use super::keys::normal_action;
 use super::{flash, quit};
 use crate::console::keymap::{Context, KeyAction};
@@ -11,6 +11,7 @@ use crate::console::state::{Cursor, Mode, State, View};
 pub const COMMANDS: &[&str] = &[
     "overview",
     "gpus",
+    "gpu",
     "claims",
     "fairshare",
     "detail",
@@ -68,7 +69,8 @@ pub fn candidates(state: &State, text: &str) -> Vec<String> {
                     .iter()
                     .filter_map(|k| state.project(*k).map(|(_, p)| p.name.clone()))
                     .collect(),
-                "claim" => state.claim_names(),
+                "claim" | "release" | "move" => state.claim_names(),
+                "gpu" | "cordon" | "uncordon" => state.gpu_names(),
                 "filter" => state
                     .view
                     .problem_filters()
@@ -179,7 +181,10 @@ pub(super) fn command(state: &mut State, text: &str) -> Vec<Effect> {
             state.reshape_rows();
             Vec::new()
         }
-        "cordon" | "uncordon" => cordon(state, Some(head == "cordon")),
+        "cordon" | "uncordon" => super::named::cordon(state, &arg, head == "cordon"),
+        "gpu" => super::named::gpu(state, &arg),
+        "release" => super::named::release(state, &arg),
+        "move" => super::named::move_claim(state, &arg),
         // `claim ID` opens that claim's detail; `claim` alone, the claim form.
         "claim" if !arg.is_empty() => {
             if let Err(why) = state.open_claim_named(&arg) {
@@ -210,6 +215,18 @@ pub(super) fn command(state: &mut State, text: &str) -> Vec<Effect> {
                 .iter()
                 .find(|a| a.name() == other && a.context() == Context::Normal)
             {
+                // A key's action takes no target: one typed after it is refused, never
+                // dropped in favour of the selected row.
+                if !arg.is_empty() {
+                    flash(
+                        state,
+                        format!(
+                            "`{other}` takes no argument (it acts on the selection); `{other} {arg}` not run"
+                        ),
+                        true,
+                    );
+                    return Vec::new();
+                }
                 normal_action(state, *a)
             } else {
                 flash(

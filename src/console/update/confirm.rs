@@ -21,7 +21,8 @@ pub(super) fn ask(state: &mut State, confirm: Confirm) {
 }
 
 /// Keys in the confirmation dialog: type the id (when asked), switch buttons, confirm or
-/// cancel. Cancel is focused when it opens; Enter on Cancel closes it.
+/// cancel. Cancel is focused when it opens; Enter on Cancel closes it. Typing the id asked
+/// for moves the focus to OK; Enter after a wrong id says so rather than cancelling.
 pub(super) fn confirm_key(state: &mut State, mut c: Confirm, ev: KeyEvent) -> Vec<Effect> {
     let typing = c.type_to_confirm.is_some();
     let plain = !ev
@@ -31,11 +32,14 @@ pub(super) fn confirm_key(state: &mut State, mut c: Confirm, ev: KeyEvent) -> Ve
         KeyCode::Char(ch) if typing && plain => {
             c.typed.push(ch);
             c.error = None;
+            // Once the id is typed, OK has the focus: Enter then confirms.
+            c.ok_focused = c.typed_ok();
             state.mode = Mode::Confirm(Box::new(c));
             return Vec::new();
         }
         KeyCode::Backspace if typing => {
             c.typed.pop();
+            c.ok_focused = c.typed_ok();
             state.mode = Mode::Confirm(Box::new(c));
             return Vec::new();
         }
@@ -52,15 +56,25 @@ pub(super) fn confirm_key(state: &mut State, mut c: Confirm, ev: KeyEvent) -> Ve
             c.ok_focused = !c.ok_focused;
             state.mode = Mode::Confirm(Box::new(c));
         }
-        Some(KeyAction::Confirm) if !c.ok_focused => {
+        // Something typed and Enter on Cancel: never a silent cancel (Esc cancels).
+        Some(KeyAction::Confirm) if !c.ok_focused && (!typing || c.typed.is_empty()) => {
             state.mode = c.back.map_or(Mode::Normal, |m| *m);
         }
         Some(KeyAction::Confirm) if !c.typed_ok() => {
             let want = c.type_to_confirm.clone().unwrap_or_default();
-            c.error = Some(if c.steps.is_empty() {
-                format!("type `{want}` to {} {}", c.action.verb(), c.action.target())
+            let wrong = if c.typed.trim().is_empty() {
+                String::new()
             } else {
-                format!("type `{want}` to run the hand-over")
+                format!("`{}` is not it: ", c.typed.trim())
+            };
+            c.error = Some(if c.steps.is_empty() {
+                format!(
+                    "{wrong}type `{want}` to {} {} (Esc cancels)",
+                    c.action.verb(),
+                    c.action.target()
+                )
+            } else {
+                format!("{wrong}type `{want}` to run the hand-over (Esc cancels)")
             });
             state.mode = Mode::Confirm(Box::new(c));
         }

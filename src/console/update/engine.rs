@@ -76,17 +76,27 @@ fn open(state: &mut State, verb: Option<&str>, target: Option<&str>) -> Vec<Effe
         flash(state, format!("{name}: {verb} is not offered: {why}"), true);
         return Vec::new();
     }
-    let target = target.map_or_else(|| target_of(verb, &claim), str::to_string);
-    let action = match EngineAction::new(verb, &target) {
+    let own = target_of(verb, &claim);
+    let typed = target.filter(|t| *t != own);
+    let action = match EngineAction::new(verb, typed.unwrap_or(&own)) {
         Ok(a) => a,
         Err(e) => {
             flash(state, e.to_string(), true);
             return Vec::new();
         }
     };
+    // A target typed on the `:` line is the one acted on, not the selected claim's: the
+    // dialog repeats it and does not name the claim.
+    let from = match typed {
+        Some(t) => format!(
+            "You typed: act {verb} {t} (not the selected claim {})",
+            claim.id
+        ),
+        None => format!("from claim {}: {}", claim.id, claim.form),
+    };
     let body = vec![
         format!("{verb} {} on {name}?", action.describe_target()),
-        format!("from claim {}: {}", claim.id, claim.form),
+        from,
         format!("The engine {}.", verb.effect().trim_end_matches('.')),
     ];
     ask_engine(state, source, action, format!("{kind}: {verb}"), body);

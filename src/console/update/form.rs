@@ -195,7 +195,16 @@ pub(super) fn open_form(state: &mut State) {
         flash(state, text, true);
         return;
     }
-    state.mode = Mode::Form(Box::new(ClaimForm::new(src)));
+    state.mode = Mode::Form(Box::new(form_for(state, src)));
+}
+
+/// A fresh claim form for `source`, its holder the operator (`identity`), as the CLI's.
+pub(super) fn form_for(state: &State, source: usize) -> ClaimForm {
+    let mut form = ClaimForm::new(source);
+    if let Some(me) = &state.operator {
+        form.set_field(FormField::Holder, me.clone());
+    }
+    form
 }
 
 /// Keys in the claim form: move between fields, choose, edit, preview, then claim.

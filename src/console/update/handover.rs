@@ -79,7 +79,7 @@ fn open_form(state: &mut State, before: Vec<StepPlan>, source: usize) {
         "hand-over: the claim on {name} is step {n} of {n}; Enter previews it, Enter again \
          lists every step to confirm"
     );
-    let mut form = ClaimForm::new(source);
+    let mut form = super::form::form_for(state, source);
     form.handover = before;
     state.mode = Mode::Form(Box::new(form));
     flash(state, text, false);

@@ -318,13 +318,16 @@ fn problems(state: &mut State) {
     };
     *state.filter_mut() = next.to_string();
     state.reshape_rows();
+    let count = match state.unmeasured() {
+        Some(why) => format!("n/a ({why})"),
+        None => format!("{} rows", state.row_count()),
+    };
     let text = if next.is_empty() {
         "all rows again".to_string()
     } else {
         format!(
-            "{} {next}: {} rows (! for the next kind: {})",
+            "{} {next}: {count} (! for the next kind: {})",
             state.view.title(),
-            state.row_count(),
             words.join(", ")
         )
     };

@@ -13,6 +13,7 @@ mod handover;
 mod keys;
 mod lost;
 mod move_across;
+mod named;
 mod ranking;
 mod sources;
 

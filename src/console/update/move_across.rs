@@ -41,6 +41,8 @@ pub(super) fn rows(state: &State, own: usize, c: &ClaimView) -> Vec<MoveRow> {
                         && s.compute <= d.compute_free
                         && s.slots <= d.slots_free
                 });
+                let too_small =
+                    need.is_some_and(|s| d.memory_capacity.is_some_and(|cap| s.memory > cap));
                 rows.push((
                     d.memory_free,
                     MoveRow {
@@ -50,6 +52,7 @@ pub(super) fn rows(state: &State, own: usize, c: &ClaimView) -> Vec<MoveRow> {
                         model: d.model.clone(),
                         free: format!("{} free, {} GPU free", d.memory_free.iec(), d.compute_free),
                         fits,
+                        too_small,
                         any: false,
                     },
                 ));
@@ -91,6 +94,7 @@ pub(super) fn rows(state: &State, own: usize, c: &ClaimView) -> Vec<MoveRow> {
                 "any other source: the best by placement, then the next if it refuses (up to {TRIES})"
             ),
             fits: true,
+            too_small: false,
             any: true,
         });
     }
@@ -196,6 +200,10 @@ fn chain(
     // A fresh attempt label (the old claim's is not this move's): a lost answer can be found.
     let mut request = request;
     super::form::new_attempt(state).put_on(&mut request.labels);
+    // The holder goes with the claim (a snapshot may keep it beside the request).
+    if request.holder.is_none() {
+        request.holder.clone_from(&old.holder);
+    }
     Ok(MoveAcross {
         move_id: move_id(state, m.source, m.id),
         source: m.source,

@@ -52,6 +52,13 @@ pub(super) fn tick(state: &mut State, now: Timestamp) -> Vec<Effect> {
     {
         state.dirty = true;
     }
+    // A message from before the first tick (a bad theme, a bad keymap) is stamped with
+    // the first time the console knows, so it is read rather than cleared at once.
+    if let Some(f) = state.flash.as_mut()
+        && f.at == crate::clock::Timestamp(0)
+    {
+        f.at = now;
+    }
     if state
         .flash
         .as_ref()

@@ -44,7 +44,6 @@ pub(super) fn hints(frame: &mut Frame, area: Rect, state: &State, theme: &Theme)
             let tail = match options.as_slice() {
                 [] => " no such command · Esc cancel".to_string(),
                 [_] if !t.is_empty() => " Tab complete · Enter run".to_string(),
-                _ if t.is_empty() => " Tab lists commands · Enter run · Esc cancel".to_string(),
                 many => {
                     let room = usize::from(area.width).saturating_sub(t.chars().count() + 4);
                     let mut list = String::new();

@@ -13,7 +13,7 @@ use crate::console::state::{State, View};
 use crate::console::theme::Theme;
 use crate::snapshot::{ClaimState, ClaimView};
 
-use super::common::{block, index_ranges, short_bytes};
+use super::common::{block, index_ranges, reason_now, short_bytes};
 
 /// The claim opened from Claims, or how to open one.
 pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
@@ -271,10 +271,7 @@ fn backoffs(state: &State, c: &ClaimView, theme: &Theme) -> Vec<Line<'static>> {
             });
             format!(" backed off until {}{interval}", when(t, state))
         });
-        let why = r
-            .reason
-            .as_ref()
-            .map_or(String::new(), |w| format!(": {w}"));
+        let why = reason_now(r, state.now).map_or(String::new(), |w| format!(": {w}"));
         let text = format!("  {}{until}{why}", r.resource);
         out.push(Line::styled(
             text,
@@ -317,7 +314,7 @@ fn history(state: &State, c: &ClaimView, theme: &Theme) -> Vec<Line<'static>> {
                 },
                 theme.text,
             ),
-            Span::styled(e.detail.clone(), theme.text),
+            Span::styled(super::events::detail_words(e, &state.zone), theme.text),
         ]));
     }
     out

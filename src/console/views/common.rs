@@ -36,6 +36,30 @@ pub fn short_bytes(b: Bytes) -> String {
 }
 
 /// A fraction of a GPU as a percentage.
+/// A resource account's reason, its time left read from the one clock: a source words a
+/// backoff as `backed off for 11m33s` when it answered, which a later draw would contradict
+/// beside the time left to `backoff_until`; that part is worked out again from `now`.
+pub(super) fn reason_now(
+    r: &crate::snapshot::ProjectResourceView,
+    now: Timestamp,
+) -> Option<String> {
+    let why = r.reason.as_deref()?;
+    let Some(rest) = why.strip_prefix("backed off for ") else {
+        return Some(why.to_string());
+    };
+    // What follows the duration (a source may add words after it) is kept.
+    let tail = rest.split_once(' ').map_or("", |(_, t)| t);
+    let left = match r.backoff_until {
+        Some(t) if t > now => format!("backed off for {}", clock::age(t.millis_since(now))),
+        _ => "backoff ended".to_string(),
+    };
+    Some(if tail.is_empty() {
+        left
+    } else {
+        format!("{left} {tail}")
+    })
+}
+
 pub(super) fn pct(u: Units) -> String {
     format!("{:.0}%", u.as_fraction() * 100.0)
 }
@@ -197,6 +221,11 @@ pub(super) fn window(selected: usize, offset: usize, height: usize, len: usize) 
 
 /// A list's title: name, row count, sort column and filter.
 pub(super) fn title_with(state: &State, name: &str, count: usize, theme: &Theme) -> Line<'static> {
+    // A problem list that cannot be answered (nothing measured) is `n/a`, not `0`.
+    let count = match state.unmeasured() {
+        Some(_) => "n/a".to_string(),
+        None => count.to_string(),
+    };
     let mut spans = vec![Span::styled(format!(" {name} ({count}) "), theme.title)];
     let cols = state.view.sort_columns();
     if let Some(c) = cols.get(state.sort[state.view.position()]) {
@@ -236,10 +265,10 @@ pub(super) fn list_row<'a>(
 /// Why a list is empty: the filter, the sources' notes and errors.
 pub(super) fn empty_note(frame: &mut Frame, area: Rect, state: &State, theme: &Theme, what: &str) {
     let mut lines = vec![Line::styled(
-        if state.filter().is_empty() {
-            what.to_string()
-        } else {
-            format!("{what} match the filter `{}`", state.filter())
+        match state.unmeasured() {
+            Some(why) => format!("`{}`: n/a ({why})", state.filter()),
+            None if state.filter().is_empty() => what.to_string(),
+            None => format!("{what} match the filter `{}`", state.filter()),
         },
         theme.dim,
     )];

@@ -25,16 +25,18 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
         .iter()
         .map(|l| l.chars().count().div_ceil(inner_w).max(1))
         .sum();
+    // The typed line and the error wrap too (a GPU's `node:index` typed is long).
+    let rows_of = |n: usize| n.div_ceil(inner_w).max(1);
+    let type_rows = c.type_to_confirm.as_ref().map_or(0, |w| {
+        1 + rows_of(format!("Type {w} to confirm: {}_", c.typed).chars().count())
+    });
+    let error_rows = c.error.as_ref().map_or(0, |e| rows_of(e.chars().count()));
     let r = popup(
         area,
         width,
-        u16::try_from(
-            body_rows
-                + 2 * usize::from(c.type_to_confirm.is_some())
-                + usize::from(c.error.is_some()),
-        )
-        .unwrap_or(4)
-        .saturating_add(5),
+        u16::try_from(body_rows + type_rows + error_rows)
+            .unwrap_or(4)
+            .saturating_add(5),
     );
     frame.render_widget(Clear, r);
     let blk = block(format!(" {} ", c.title), theme);

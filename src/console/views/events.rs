@@ -45,7 +45,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
             let row = Row::new(vec![
                 Cell::from(clock::date_time(e.at, &state.zone)),
                 Cell::from((*src).to_string()),
-                Cell::from(mid_ellipsis(who, ACTOR_W)),
+                Cell::from(short_actor(who, ACTOR_W)),
                 Cell::from(Span::styled(e.action.clone(), theme.accent)),
                 Cell::from(e.target.clone()),
                 Cell::from(fit(&detail, detail_w)),
@@ -120,7 +120,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
 
 /// An event's detail in words: the fair-share ledger's events (recorded as JSON) read as
 /// a sentence with local times; any other detail as recorded.
-fn detail_words(e: &AuditEvent, zone: &jiff::tz::TimeZone) -> String {
+pub(super) fn detail_words(e: &AuditEvent, zone: &jiff::tz::TimeZone) -> String {
     let Ok(kind) = serde_json::from_str::<EventKind>(&e.detail) else {
         return e.detail.clone();
     };
@@ -159,5 +159,42 @@ fn detail_words(e: &AuditEvent, zone: &jiff::tz::TimeZone) -> String {
             Some(p) => format!("{p}'s debts reset"),
             None => "every project's debts reset".to_string(),
         },
+    }
+}
+
+/// An actor in `width` columns: whole when it fits; else, for `TOKEN (user@host)`, the
+/// person (`user@host`, the host cut at its end: `alice@gpu-0…`), since the token's name is
+/// shared by many; the whole actor is in the selected event's pane.
+fn short_actor(actor: &str, width: usize) -> String {
+    if actor.chars().count() <= width {
+        return actor.to_string();
+    }
+    let person = actor
+        .split_once(" (")
+        .and_then(|(_, r)| r.strip_suffix(')'))
+        .unwrap_or(actor);
+    if person.chars().count() <= width {
+        return person.to_string();
+    }
+    if person.contains('@') {
+        let kept: String = person.chars().take(width.saturating_sub(1)).collect();
+        return format!("{kept}…");
+    }
+    mid_ellipsis(person, width)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::short_actor;
+
+    #[test]
+    fn a_cut_actor_keeps_the_person() {
+        assert_eq!(short_actor("root@vm", 13), "root@vm");
+        assert_eq!(short_actor("admin (uid0@vm)", 13), "uid0@vm");
+        assert_eq!(
+            short_actor("admin (alice@gpu-node-17)", 13),
+            "alice@gpu-no…"
+        );
+        assert_eq!(short_actor("operator", 13), "operator");
     }
 }

@@ -13,8 +13,8 @@ use crate::console::theme::Theme;
 use crate::snapshot::ProjectResourceView;
 
 use super::common::{
-    block, empty_note, fit, list_row, mid_ellipsis, model_label, popup, short_model, title_with,
-    window,
+    block, empty_note, fit, list_row, mid_ellipsis, model_label, popup, reason_now, short_model,
+    title_with, window,
 };
 
 /// Per project: share, running, pending, debt; then one line per resource account.
@@ -270,7 +270,7 @@ fn why_lines(state: &State, theme: &Theme, width: usize) -> Option<Vec<Line<'sta
         held = true;
         let model = r.resource.strip_prefix("gpu:").unwrap_or(&r.resource);
         let mut spans = vec![(format!("{model}: "), theme.header)];
-        if let Some(why) = &r.reason {
+        if let Some(why) = reason_now(r, state.now) {
             spans.push((format!("{why} "), theme.text));
         }
         if let Some(t) = backed {
@@ -390,7 +390,7 @@ fn resource_cells(
         Cell::from(if r.eligible { "D" } else { "-" }),
         backoff,
         Cell::from(Span::styled(
-            fit(r.reason.as_deref().unwrap_or_default(), why_w),
+            fit(&reason_now(r, now).unwrap_or_default(), why_w),
             theme.dim,
         )),
     ]);

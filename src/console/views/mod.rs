@@ -23,7 +23,7 @@ use ratatui::widgets::{Block, Paragraph, Wrap};
 use super::state::{Mode, State, View};
 use super::theme::Theme;
 
-pub use common::{allocated_but_idle, badge, device_flags, short_bytes};
+pub use common::{allocated_but_idle, badge, device_flags, place_label, short_bytes};
 pub use fairshare::why_scroll_max;
 
 /// Smallest size the views are drawn at; below it a notice is shown.

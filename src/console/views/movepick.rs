@@ -53,7 +53,13 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
                     row.index,
                     model_label(&row.model, None),
                     row.free,
-                    if row.fits { "" } else { "  (too full)" }
+                    if row.fits {
+                        ""
+                    } else if row.too_small {
+                        "  (too small)"
+                    } else {
+                        "  (too full)"
+                    }
                 ),
                 if i == m.selected {
                     theme.selection
