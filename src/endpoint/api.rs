@@ -360,6 +360,11 @@ async fn create_claim(
         }
         Submitted::Pending(c) => Ok(json_status(StatusCode::ACCEPTED, &claim_view(&c))),
         Submitted::Refused(no) => Err(ApiError::no_fit(&no, None)),
+        Submitted::ShareZero(e) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "share_zero",
+            e.to_string(),
+        )),
     }
 }
 
