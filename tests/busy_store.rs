@@ -36,7 +36,7 @@ async fn a_database_locked_by_another_process_is_waited_out_not_a_failed_store()
     let mut server =
         Server::spawn_with_stderr(Server::command(&demo_fleet()), dir.path(), &[], log.into());
     let token = server.operator_token();
-    let client = Client::new(&server.url, Some(token.clone()), Duration::from_secs(60)).unwrap();
+    let client = Client::new(&server.url, Some(token.clone()), Duration::from_mins(1)).unwrap();
     let first = client
         .claim(&ClaimRequest::memory(Bytes(1 << 30), "busy"))
         .await

@@ -1,6 +1,6 @@
 //! A TLS endpoint under a connection flood (issue 31, item 4): `serve --tls
 //! --max-connections 64` while hundreds of connections are opened that never send a
-//! ClientHello, each reopened as soon as the endpoint closes it. A ttl=3 claim renewed once
+//! `ClientHello`, each reopened as soon as the endpoint closes it. A ttl=3 claim renewed once
 //! a second over a new connection each time keeps its lease: 30 renewals of 30 succeed, and
 //! every health check gets through too. The same over plain HTTP.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

@@ -14,7 +14,7 @@
 //! When a stage's places are all taken, the newcomer takes the place of the one that has
 //! made least progress: a connection that has sent nothing at all goes first (oldest
 //! first), then the one idle longest. So a flood of connections that never send a byte
-//! (or a ClientHello) only ever evicts itself, and a renewal, which sends its handshake
+//! (or a `ClientHello`) only ever evicts itself, and a renewal, which sends its handshake
 //! and head at once, is never evicted by a connection that has not yet sent a request, on
 //! TLS as on plain HTTP. Each stage must also finish within `header_timeout`, and an
 //! admitted connection with no byte moving either way for `idle_timeout` is closed.
