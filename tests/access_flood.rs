@@ -1,8 +1,9 @@
 //! Slow and many clients against a real `gpuboard serve` on 127.0.0.1: a flood of
-//! half-sent connections past the connection cap (lowered with `--max-connections` rather
-//! than exhausting descriptors) does not keep lease renewals or health checks out, and a
-//! ttl lease survives it; a client trickling its request head is closed; past the cap,
-//! other requests are answered 503 rather than left waiting.
+//! half-sent connections (with the connection cap lowered by `--max-connections` rather
+//! than exhausting descriptors) takes no place among the requests served, and with the cap
+//! then filled by kept-alive connections, lease renewals and health checks still get
+//! through and a ttl lease survives; a client trickling its request head is closed; past
+//! the cap, other requests are answered 503 rather than left waiting.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -78,8 +79,38 @@ async fn a_lease_survives_a_flood_of_half_sent_connections() {
             ))
         })
         .collect();
-    // Let the flood fill the cap and triage.
+    // Let the flood fill its places.
     tokio::time::sleep(Duration::from_millis(500)).await;
+    // Connections that never finish a request head take no place among those served: an
+    // ordinary request still is.
+    let status = common::http()
+        .get(format!("{}/v1/snapshot", server.url))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .expect("an ordinary request is answered")
+        .status();
+    assert_eq!(
+        status, 200,
+        "half-sent connections crowded out a whole request"
+    );
+    // Now fill the cap with kept-alive connections that did send a request: from here on,
+    // past the cap, only renewals and health checks get through.
+    let mut holders = Vec::new();
+    for _ in 0..CAP.parse::<usize>().unwrap() {
+        let mut sock = TcpStream::connect(&addr).await.unwrap();
+        sock.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 512];
+        let n = sock.read(&mut buf).await.unwrap();
+        assert!(
+            buf[..n].starts_with(b"HTTP/1.1 200"),
+            "{}",
+            String::from_utf8_lossy(&buf[..n])
+        );
+        holders.push(sock);
+    }
 
     let mut refused_fast = 0;
     let mut served = 0;
@@ -111,6 +142,7 @@ async fn a_lease_survives_a_flood_of_half_sent_connections() {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     stop.store(true, Ordering::Relaxed);
+    drop(holders);
     for f in floods {
         let _ = f.await;
     }

@@ -234,9 +234,21 @@ pub async fn serve_with(
 }
 
 /// `ok` while the endpoint accepts changes; 503 with the reason once a commit has failed.
+/// While another process holds the database locked, 200 `degraded: ...`: the endpoint is
+/// up, reads are answered, and changes commit once the lock goes, so nothing should
+/// restart it or take its GPUs over (the answer still ends in `ok`, which the console's
+/// attach probe looks for).
 async fn healthz(State(st): State<ApiState>) -> Response {
     match st.engine.failure() {
-        None => "ok\n".into_response(),
+        None => match st.engine.store_busy_for() {
+            None => "ok\n".into_response(),
+            Some(busy) => format!(
+                "degraded: database busy for {} s (another process holds its write lock); \
+                 changes wait until it is released, reads ok\n",
+                busy.as_secs()
+            )
+            .into_response(),
+        },
         Some(reason) => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!(
@@ -348,6 +360,11 @@ async fn create_claim(
         }
         Submitted::Pending(c) => Ok(json_status(StatusCode::ACCEPTED, &claim_view(&c))),
         Submitted::Refused(no) => Err(ApiError::no_fit(&no, None)),
+        Submitted::ShareZero(e) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "share_zero",
+            e.to_string(),
+        )),
     }
 }
 

@@ -338,6 +338,12 @@ impl Engine {
         self.inner.frozen.get().map(String::as_str)
     }
 
+    /// How long changes have waited on a database another process holds locked (`None`
+    /// while they are not waiting).
+    pub fn store_busy_for(&self) -> Option<std::time::Duration> {
+        self.inner.store.busy_for()
+    }
+
     /// Places, queues or refuses a claim. `Refused` changed nothing.
     pub async fn submit(&self, req: ClaimRequest, actor: &str) -> Result<Submitted, EngineError> {
         self.mutate(|s, now| s.submit(req, actor, now)).await

@@ -1,20 +1,27 @@
 //! The endpoint's accept loop (hyper over tokio, optionally TLS): what keeps slow and
 //! many clients from taking the endpoint down.
 //!
-//! - A connection must finish its request head within `header_timeout` (a client trickling
-//!   one byte a second is closed), and one with no byte moving either way for
-//!   `idle_timeout` is closed (a client that stopped reading its answer too).
-//! - At most `max_connections` are served at once. Past that, a connection is *triaged*:
-//!   its request head is read and, when it is a lease renewal or `/healthz`, served once;
-//!   anything else is answered 503 at once and closed. A head that arrives whole at once
-//!   (as real clients send it) is classified without waiting for a place; slower ones wait
-//!   in one of `reserved` places, and when those are full the oldest is dropped to make
-//!   room. So a flood of half-sent connections cannot keep a renewal out.
+//! A connection passes three stages, each with its own budget of places, so that what
+//! fills one stage cannot crowd out a connection further along:
+//!
+//! 1. *Opening*: accepted, nothing received yet, or its TLS handshake under way.
+//! 2. *Head*: open, its first request head not yet complete.
+//! 3. *Admitted*: its request head is read; at most `max_connections` are served at once
+//!    (kept alive between requests). Past that, a lease renewal
+//!    (`POST /v1/claims/{id}/renew`) or `GET /healthz` is served once in one of `reserved`
+//!    places kept for them; anything else is answered 503 at once and closed.
+//!
+//! When a stage's places are all taken, the newcomer takes the place of the one that has
+//! made least progress: a connection that has sent nothing at all goes first (oldest
+//! first), then the one idle longest. So a flood of connections that never send a byte
+//! (or a `ClientHello`) only ever evicts itself, and a renewal, which sends its handshake
+//! and head at once, is never evicted by a connection that has not yet sent a request, on
+//! TLS as on plain HTTP. Each stage must also finish within `header_timeout`, and an
+//! admitted connection with no byte moving either way for `idle_timeout` is closed.
 
-use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -31,11 +38,15 @@ use tokio::time::Instant;
 /// How the endpoint accepts and keeps connections.
 #[derive(Clone)]
 pub struct ListenConfig {
-    /// Connections served at once; more are triaged.
+    /// Admitted connections (their request head read) served at once.
     pub max_connections: usize,
-    /// Places for triaged connections (reading their head, then being served).
+    /// Places past `max_connections` for lease renewals and health checks.
     pub reserved: usize,
-    /// The time a request head (and a TLS handshake) may take.
+    /// Places for connections that have sent nothing yet or are in their TLS handshake.
+    pub opening: usize,
+    /// Places for connections sending their first request head.
+    pub heads: usize,
+    /// The time each of the TLS handshake and a request head may take.
     pub header_timeout: Duration,
     /// The time a connection may move no byte before it is closed.
     pub idle_timeout: Duration,
@@ -52,10 +63,10 @@ pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_mins(1);
 /// How long open requests get to finish at shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
-/// How long triage waits for a whole request head before the connection must take a
-/// triage place (where the oldest can be dropped).
-const FIRST_LOOK: Duration = Duration::from_millis(50);
-/// The largest request head triage reads.
+/// How long a new connection may wait for its first bytes before it must take a place in
+/// the opening budget (where a silent one is the first to be dropped).
+const FIRST_BYTES: Duration = Duration::from_millis(250);
+/// The largest request head read before hyper takes over.
 const MAX_HEAD: usize = 16 * 1024;
 
 impl Default for ListenConfig {
@@ -69,6 +80,8 @@ impl std::fmt::Debug for ListenConfig {
         f.debug_struct("ListenConfig")
             .field("max_connections", &self.max_connections)
             .field("reserved", &self.reserved)
+            .field("opening", &self.opening)
+            .field("heads", &self.heads)
             .field("header_timeout", &self.header_timeout)
             .field("idle_timeout", &self.idle_timeout)
             .field("tls", &self.tls.is_some())
@@ -77,13 +90,16 @@ impl std::fmt::Debug for ListenConfig {
 }
 
 impl ListenConfig {
-    /// Defaults with a cap of `max_connections` (at least 1); triage gets an eighth of it,
-    /// from 4 to 64 places.
+    /// Defaults with a cap of `max_connections` (at least 1) admitted at once: as many
+    /// places again (at least 64) for opening connections and for heads, and an eighth of
+    /// the cap (4 to 64) reserved for renewals and health checks.
     pub fn with_cap(max_connections: usize) -> ListenConfig {
         let max_connections = max_connections.max(1);
         ListenConfig {
             max_connections,
             reserved: (max_connections / 8).clamp(4, 64),
+            opening: max_connections.max(64),
+            heads: max_connections.max(64),
             header_timeout: DEFAULT_HEADER_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             tls: None,
@@ -99,8 +115,12 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
 struct Shared {
     app: Router,
     config: ListenConfig,
-    regular: Arc<Semaphore>,
-    triage: Triage,
+    /// What every connection's times are counted from.
+    epoch: Instant,
+    opening: Budget,
+    heads: Budget,
+    admitted: Arc<Semaphore>,
+    reserved: Arc<Semaphore>,
     stop: watch::Receiver<bool>,
 }
 
@@ -115,8 +135,11 @@ pub async fn serve(
     let (stop_tx, stop_rx) = watch::channel(false);
     let shared = Arc::new(Shared {
         app,
-        regular: Arc::new(Semaphore::new(config.max_connections)),
-        triage: Triage::new(config.reserved),
+        epoch: Instant::now(),
+        opening: Budget::new(config.opening),
+        heads: Budget::new(config.heads),
+        admitted: Arc::new(Semaphore::new(config.max_connections)),
+        reserved: Arc::new(Semaphore::new(config.reserved.max(1))),
         config,
         stop: stop_rx,
     });
@@ -140,17 +163,7 @@ pub async fn serve(
         };
         let _ = sock.set_nodelay(true);
         let sh = Arc::clone(&shared);
-        match Arc::clone(&shared.regular).try_acquire_owned() {
-            Ok(permit) => {
-                tasks.spawn(async move {
-                    let _permit = permit;
-                    regular(sock, &sh).await;
-                });
-            }
-            Err(_) => {
-                tasks.spawn(async move { triage(sock, &sh).await });
-            }
-        }
+        tasks.spawn(async move { connection(sock, &sh).await });
     }
     drop(listener);
     let _ = stop_tx.send(true);
@@ -164,41 +177,170 @@ pub async fn serve(
     Ok(())
 }
 
-/// The TLS handshake when the endpoint has TLS, within `deadline`.
-async fn open(sock: TcpStream, sh: &Shared, deadline: Instant) -> Option<Box<dyn Stream>> {
-    match &sh.config.tls {
-        None => Some(Box::new(sock)),
-        Some(tls) => {
-            let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(tls));
-            match tokio::time::timeout_at(deadline, acceptor.accept(sock)).await {
-                Ok(Ok(s)) => Some(Box::new(s)),
-                Ok(Err(e)) => {
-                    tracing::debug!("TLS handshake failed: {e}");
-                    None
+/// One connection through its three stages.
+async fn connection(sock: TcpStream, sh: &Shared) {
+    let activity = Arc::new(Activity::new(sh.epoch));
+    let Some(mut io) = open(sock, sh, &activity).await else {
+        return;
+    };
+    let mut head = Vec::with_capacity(1024);
+    let deadline = Instant::now() + sh.config.header_timeout;
+    let state = {
+        let mut seat = sh.heads.enter(&activity);
+        tokio::select! {
+            biased;
+            s = read_head(&mut io, &mut head, deadline) => s,
+            _ = &mut seat.evicted => Head::Closed,
+        }
+    };
+    if state != Head::Done {
+        return;
+    }
+    let reserved = is_reserved(&head);
+    let io: Box<dyn Stream> = Box::new(Rewind {
+        head,
+        at: 0,
+        inner: io,
+    });
+    if let Ok(_permit) = Arc::clone(&sh.admitted).try_acquire_owned() {
+        run_http(io, sh, &activity, true).await;
+    } else if reserved {
+        // Renewals and health checks are short: a reserved place frees within moments.
+        let permit =
+            tokio::time::timeout_at(deadline, Arc::clone(&sh.reserved).acquire_owned()).await;
+        if let Ok(Ok(_permit)) = permit {
+            run_http(io, sh, &activity, false).await;
+        }
+    } else {
+        let mut io = io;
+        let _ = tokio::time::timeout_at(deadline, refuse(&mut io)).await;
+    }
+}
+
+/// The opening stage: waits for the client's first byte and does the TLS handshake, in
+/// a place of the opening budget, within `header_timeout`.
+async fn open(sock: TcpStream, sh: &Shared, activity: &Arc<Activity>) -> Option<Box<dyn Stream>> {
+    let deadline = Instant::now() + sh.config.header_timeout;
+    let mut seat = None;
+    match peek(&sock) {
+        Peeked::Closed => return None,
+        Peeked::Data => {}
+        // A real client's first bytes follow its connection within moments: it waits for
+        // them outside any budget, so nothing can evict it in that moment.
+        Peeked::Nothing => match tokio::time::timeout(FIRST_BYTES, first_bytes(&sock)).await {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(_) => {
+                let mut silent = sh.opening.enter(activity);
+                let ready = tokio::select! {
+                    biased;
+                    r = first_bytes(&sock) => r,
+                    _ = &mut silent.evicted => false,
+                    () = tokio::time::sleep_until(deadline) => false,
+                };
+                if !ready {
+                    return None;
                 }
-                Err(_) => None,
+                seat = Some(silent);
             }
+        },
+    }
+    activity.heard();
+    finish_opening(sock, sh, activity, seat, deadline).await
+}
+
+/// The TLS handshake (when the endpoint has TLS) of a connection that has sent its first
+/// bytes, in its place of the opening budget (`seat`, or a new one).
+async fn finish_opening<'a>(
+    sock: TcpStream,
+    sh: &'a Shared,
+    activity: &Arc<Activity>,
+    seat: Option<Seat<'a>>,
+    deadline: Instant,
+) -> Option<Box<dyn Stream>> {
+    let watched = Watched {
+        inner: sock,
+        activity: Arc::clone(activity),
+    };
+    let Some(tls) = &sh.config.tls else {
+        return Some(Box::new(watched));
+    };
+    let mut seat = match seat {
+        Some(seat) => seat,
+        None => sh.opening.enter(activity),
+    };
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(tls));
+    tokio::select! {
+        biased;
+        done = tokio::time::timeout_at(deadline, acceptor.accept(watched)) => match done {
+            Ok(Ok(s)) => Some(Box::new(s)),
+            Ok(Err(e)) => {
+                tracing::debug!("TLS handshake failed: {e}");
+                None
+            }
+            Err(_) => None,
+        },
+        _ = &mut seat.evicted => None,
+    }
+}
+
+/// What a look at a new connection's receive buffer found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Peeked {
+    /// Bytes wait to be read.
+    Data,
+    /// Nothing yet.
+    Nothing,
+    /// The client closed (or the socket failed).
+    Closed,
+}
+
+/// Whether the client has sent anything yet, without waiting and without consuming it.
+/// Asked of the socket itself, so a client whose bytes arrived with its connection is
+/// never counted silent, however late its task first runs.
+fn peek(sock: &TcpStream) -> Peeked {
+    match peek_raw(sock) {
+        Ok(0) => Peeked::Closed,
+        Ok(_) => Peeked::Data,
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Peeked::Nothing,
+        Err(_) => Peeked::Closed,
+    }
+}
+
+/// One non-blocking `recv` with `MSG_PEEK`: the byte count (0 at end of stream), or
+/// `WouldBlock` while nothing was sent.
+fn peek_raw(sock: &TcpStream) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd as _;
+    let mut byte = 0u8;
+    // SAFETY: a one-byte buffer we own, on a descriptor `sock` keeps open.
+    let n = unsafe {
+        libc::recv(
+            sock.as_raw_fd(),
+            std::ptr::from_mut(&mut byte).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    usize::try_from(n).map_err(|_| std::io::Error::last_os_error())
+}
+
+/// Waits until the client has sent something (or closed): `false` when it closed. The
+/// reactor's readiness can be a false alarm, so the socket itself is asked each time.
+async fn first_bytes(sock: &TcpStream) -> bool {
+    loop {
+        if sock.readable().await.is_err() {
+            return false;
+        }
+        match sock.try_io(tokio::io::Interest::READABLE, || peek_raw(sock)) {
+            Ok(n) => return n > 0,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return false,
         }
     }
 }
 
-/// A connection within the cap: HTTP/1.1 keep-alive under the header and idle timeouts.
-async fn regular(sock: TcpStream, sh: &Shared) {
-    let deadline = Instant::now() + sh.config.header_timeout;
-    if let Some(io) = open(sock, sh, deadline).await {
-        run_http(io, sh, true).await;
-    }
-}
-
 /// Serves HTTP on `io` until the client is done, the connection idles out, or shutdown.
-async fn run_http(io: Box<dyn Stream>, sh: &Shared, keep_alive: bool) {
-    let activity = Arc::new(AtomicU64::new(0));
-    let start = Instant::now();
-    let io = Watched {
-        inner: io,
-        start,
-        last: Arc::clone(&activity),
-    };
+async fn run_http(io: Box<dyn Stream>, sh: &Shared, activity: &Activity, keep_alive: bool) {
     let service = TowerToHyperService::new(sh.app.clone());
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
@@ -211,8 +353,7 @@ async fn run_http(io: Box<dyn Stream>, sh: &Shared, keep_alive: bool) {
     let idle = sh.config.idle_timeout;
     let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
     loop {
-        let since = Duration::from_millis(activity.load(Ordering::Relaxed));
-        let wake = start + since + idle;
+        let wake = sh.epoch + Duration::from_millis(activity.last_any()) + idle;
         tokio::select! {
             _ = conn.as_mut() => return,
             stopped = async { stop.wait_for(|s| *s).await.is_ok() }, if !stopping => {
@@ -222,9 +363,7 @@ async fn run_http(io: Box<dyn Stream>, sh: &Shared, keep_alive: bool) {
                 }
             }
             () = tokio::time::sleep_until(wake) => {
-                let last = activity.load(Ordering::Relaxed);
-                let now = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
-                if now.saturating_sub(last) >= idle_ms {
+                if activity.now().saturating_sub(activity.last_any()) >= idle_ms {
                     // Dropping the connection closes the socket.
                     return;
                 }
@@ -233,67 +372,13 @@ async fn run_http(io: Box<dyn Stream>, sh: &Shared, keep_alive: bool) {
     }
 }
 
-/// A connection past the cap: served once if it is a renewal or a health check, else
-/// answered 503 at once. A plain-HTTP client that sends its whole head at once (as every
-/// real client does) is classified within `FIRST_LOOK` without taking a triage place, so
-/// no flood of half-sent connections can evict it.
-async fn triage(sock: TcpStream, sh: &Shared) {
-    let start = Instant::now();
-    let deadline = start + sh.config.header_timeout;
-    let mut head = Vec::with_capacity(1024);
-    let mut state = Head::Pending;
-    let io = if sh.config.tls.is_none() {
-        let mut plain: Box<dyn Stream> = Box::new(sock);
-        state = read_head(&mut plain, &mut head, deadline.min(start + FIRST_LOOK)).await;
-        Some(plain)
-    } else {
-        // A TLS handshake takes round trips: it waits in a triage place.
-        let (ticket, evicted) = sh.triage.enter();
-        let opened = tokio::select! {
-            o = open(sock, sh, deadline) => o,
-            _ = evicted => None,
-        };
-        sh.triage.leave(ticket);
-        opened
-    };
-    let Some(mut io) = io else {
-        return;
-    };
-    if state == Head::Pending {
-        let (ticket, evicted) = sh.triage.enter();
-        state = tokio::select! {
-            s = read_head(&mut io, &mut head, deadline) => s,
-            _ = evicted => Head::Closed,
-        };
-        sh.triage.leave(ticket);
-    }
-    if state != Head::Done {
-        return;
-    }
-    let reserved = is_reserved(&head);
-    let permit = if reserved {
-        Arc::clone(&sh.triage.serving).try_acquire_owned().ok()
-    } else {
-        None
-    };
-    let Some(_permit) = permit else {
-        let _ = tokio::time::timeout_at(deadline, refuse(&mut io)).await;
-        return;
-    };
-    let io: Box<dyn Stream> = Box::new(Rewind {
-        head,
-        at: 0,
-        inner: io,
-    });
-    run_http(io, sh, false).await;
-}
-
-/// How far triage got with a request head.
+/// How far the reading of a request head got.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Head {
     /// It ends (`\r\n\r\n`) in what was read.
     Done,
-    /// The client closed, or sent more than `MAX_HEAD`, or an error.
+    /// The client closed, or sent more than `MAX_HEAD`, or an error, or its place was
+    /// taken.
     Closed,
     /// Not complete by the deadline.
     Pending,
@@ -351,60 +436,132 @@ async fn refuse(io: &mut Box<dyn Stream>) {
     let _ = io.shutdown().await;
 }
 
-/// The places of triage: connections reading their head, oldest first (the first to be
-/// dropped when a new one needs a place), and a cap on those being served.
-struct Triage {
+/// When a connection's bytes last moved, in milliseconds after the listener's epoch.
+struct Activity {
+    epoch: Instant,
+    /// When it was accepted.
+    accepted: u64,
+    /// The last byte received, plus one; 0 while nothing was.
+    heard: AtomicU64,
+    /// The last byte moved either way.
+    any: AtomicU64,
+}
+
+impl Activity {
+    fn new(epoch: Instant) -> Activity {
+        let now = u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Activity {
+            epoch,
+            accepted: now,
+            heard: AtomicU64::new(0),
+            any: AtomicU64::new(now),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// A byte came in.
+    fn heard(&self) {
+        let now = self.now();
+        self.heard.store(now.saturating_add(1), Ordering::Relaxed);
+        self.any.store(now, Ordering::Relaxed);
+    }
+
+    /// A byte went out.
+    fn spoke(&self) {
+        self.any.store(self.now(), Ordering::Relaxed);
+    }
+
+    fn last_any(&self) -> u64 {
+        self.any.load(Ordering::Relaxed)
+    }
+
+    /// The order in which connections give up their place: those that sent nothing first
+    /// (oldest first), then the one idle longest.
+    fn eviction_rank(&self) -> (bool, u64) {
+        match self.heard.load(Ordering::Relaxed) {
+            0 => (false, self.accepted),
+            h => (true, h - 1),
+        }
+    }
+}
+
+/// The places of one stage. A newcomer when all are taken takes the place of the
+/// connection with the lowest [`Activity::eviction_rank`], which is told to go.
+struct Budget {
     places: usize,
-    waiting: Mutex<VecDeque<(u64, oneshot::Sender<()>)>>,
+    seated: Mutex<Vec<Place>>,
     next: AtomicU64,
-    serving: Arc<Semaphore>,
 }
 
-impl Triage {
-    fn new(places: usize) -> Triage {
+struct Place {
+    ticket: u64,
+    activity: Arc<Activity>,
+    go: oneshot::Sender<()>,
+}
+
+/// A connection's place in a budget, given back when dropped.
+struct Seat<'a> {
+    budget: &'a Budget,
+    ticket: u64,
+    /// Resolves when a newcomer took the place.
+    evicted: oneshot::Receiver<()>,
+}
+
+impl Budget {
+    fn new(places: usize) -> Budget {
         let places = places.max(1);
-        Triage {
+        Budget {
             places,
-            waiting: Mutex::new(VecDeque::with_capacity(places)),
+            seated: Mutex::new(Vec::with_capacity(places)),
             next: AtomicU64::new(0),
-            serving: Arc::new(Semaphore::new(places)),
         }
     }
 
-    /// Takes a place, dropping the oldest waiting connection when all are taken.
-    fn enter(&self) -> (u64, oneshot::Receiver<()>) {
+    /// Takes a place, making room when all are taken.
+    fn enter(&self, activity: &Arc<Activity>) -> Seat<'_> {
         let ticket = self.next.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        if let Ok(mut q) = self.waiting.lock() {
-            while q.len() >= self.places {
-                if let Some((_, oldest)) = q.pop_front() {
-                    let _ = oldest.send(());
-                }
-            }
-            q.push_back((ticket, tx));
+        let (go, evicted) = oneshot::channel();
+        let mut seated = self.seated.lock().unwrap_or_else(PoisonError::into_inner);
+        while seated.len() >= self.places {
+            let victim = seated
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, p)| p.activity.eviction_rank())
+                .map(|(i, _)| i);
+            let Some(i) = victim else { break };
+            let _ = seated.swap_remove(i).go.send(());
         }
-        (ticket, rx)
-    }
-
-    fn leave(&self, ticket: u64) {
-        if let Ok(mut q) = self.waiting.lock() {
-            q.retain(|(t, _)| *t != ticket);
+        seated.push(Place {
+            ticket,
+            activity: Arc::clone(activity),
+            go,
+        });
+        Seat {
+            budget: self,
+            ticket,
+            evicted,
         }
     }
 }
 
-/// A stream that notes when a byte last moved (milliseconds after `start`).
+impl Drop for Seat<'_> {
+    fn drop(&mut self) {
+        let mut seated = self
+            .budget
+            .seated
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        seated.retain(|p| p.ticket != self.ticket);
+    }
+}
+
+/// The socket, noting when bytes move (for idleness and for eviction order).
 struct Watched {
-    inner: Box<dyn Stream>,
-    start: Instant,
-    last: Arc<AtomicU64>,
-}
-
-impl Watched {
-    fn touch(&self) {
-        let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last.store(ms, Ordering::Relaxed);
-    }
+    inner: TcpStream,
+    activity: Arc<Activity>,
 }
 
 impl AsyncRead for Watched {
@@ -416,7 +573,7 @@ impl AsyncRead for Watched {
         let before = buf.filled().len();
         let r = Pin::new(&mut self.inner).poll_read(cx, buf);
         if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.touch();
+            self.activity.heard();
         }
         r
     }
@@ -430,7 +587,7 @@ impl AsyncWrite for Watched {
     ) -> Poll<std::io::Result<usize>> {
         let r = Pin::new(&mut self.inner).poll_write(cx, data);
         if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            self.touch();
+            self.activity.spoke();
         }
         r
     }
@@ -444,7 +601,7 @@ impl AsyncWrite for Watched {
     }
 }
 
-/// A stream that first gives back the bytes triage already read.
+/// A stream that first gives back the bytes of the request head already read.
 struct Rewind {
     head: Vec<u8>,
     at: usize,
@@ -512,15 +669,55 @@ mod tests {
         }
     }
 
+    /// An activity accepted at `accepted` ms that last heard a byte at `heard` ms.
+    fn activity(epoch: Instant, accepted: u64, heard: Option<u64>) -> Arc<Activity> {
+        let a = Activity::new(epoch);
+        let a = Activity {
+            accepted,
+            heard: AtomicU64::new(heard.map_or(0, |h| h + 1)),
+            ..a
+        };
+        Arc::new(a)
+    }
+
     #[test]
-    fn triage_drops_its_oldest_waiter_for_a_newcomer() {
-        let t = Triage::new(2);
-        let (a, mut ra) = t.enter();
-        let (_b, mut rb) = t.enter();
-        let (_c, mut rc) = t.enter();
-        assert!(ra.try_recv().is_ok(), "the oldest was told to go");
-        assert!(rb.try_recv().is_err() && rc.try_recv().is_err());
-        t.leave(a);
-        assert_eq!(t.waiting.lock().unwrap().len(), 2);
+    fn a_newcomer_evicts_the_oldest_silent_connection_before_any_that_spoke() {
+        let epoch = Instant::now();
+        let b = Budget::new(3);
+        // A renewal that spoke early, and two silent ones accepted after it.
+        let spoke = activity(epoch, 10, Some(11));
+        let silent_old = activity(epoch, 20, None);
+        let silent_new = activity(epoch, 30, None);
+        let mut s1 = b.enter(&spoke);
+        let mut s2 = b.enter(&silent_old);
+        let mut s3 = b.enter(&silent_new);
+        let _s4 = b.enter(&activity(epoch, 40, None));
+        assert!(s2.evicted.try_recv().is_ok(), "the oldest silent one goes");
+        assert!(s1.evicted.try_recv().is_err() && s3.evicted.try_recv().is_err());
+        let _s5 = b.enter(&activity(epoch, 50, None));
+        assert!(s3.evicted.try_recv().is_ok(), "then the next silent one");
+        assert!(s1.evicted.try_recv().is_err(), "the one that spoke stays");
+    }
+
+    #[test]
+    fn among_connections_that_spoke_the_one_idle_longest_goes() {
+        let epoch = Instant::now();
+        let b = Budget::new(2);
+        let mut stalled = b.enter(&activity(epoch, 0, Some(5)));
+        let mut busy = b.enter(&activity(epoch, 1, Some(900)));
+        let _new = b.enter(&activity(epoch, 1000, Some(1000)));
+        assert!(stalled.evicted.try_recv().is_ok());
+        assert!(busy.evicted.try_recv().is_err());
+    }
+
+    #[test]
+    fn a_seat_given_back_frees_its_place() {
+        let epoch = Instant::now();
+        let b = Budget::new(1);
+        let first = b.enter(&activity(epoch, 0, None));
+        drop(first);
+        let mut second = b.enter(&activity(epoch, 1, None));
+        assert!(second.evicted.try_recv().is_err());
+        assert_eq!(b.seated.lock().unwrap().len(), 1);
     }
 }

@@ -7,12 +7,18 @@
 //! concurrent requests share one fsync, and nothing is acknowledged before it is durable.
 //! Batches are applied in the order they were handed over, which is the scheduler's order,
 //! so the database always holds a prefix of the scheduler's history.
+//!
+//! A database another process holds locked (an operator's `sqlite3` in a write
+//! transaction) is waited out: the writer retries the same group with backoff, warns, and
+//! says how long it has waited (`busy_for`, shown on `/healthz`); the waiters are answered
+//! once it commits. Only another failure (disk full, an I/O error) stops the store.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::{oneshot, watch};
@@ -29,6 +35,13 @@ const SCHEMA: i64 = 1;
 const EVENTS_LOADED: i64 = 500;
 /// Most batches folded into one transaction.
 const MAX_GROUP: usize = 4096;
+/// How long `SQLite` itself waits on a lock before answering busy; short, so the writer
+/// notices (and `/healthz` says) within a second that it is waiting.
+const BUSY_TIMEOUT_MS: u32 = 1000;
+/// The longest pause between two tries at a busy database.
+const BUSY_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// How often a wait on a busy database is logged again.
+const BUSY_WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// The default data directory: `$GPUBOARD_DATA_DIR`, else `$XDG_DATA_HOME/gpuboard` (or the
 /// platform's equivalent).
@@ -121,6 +134,10 @@ struct Progress {
     recovered: Mutex<Option<Result<Persisted, StoreError>>>,
     /// The first commit failure; the store writes nothing after it.
     failure: Mutex<Option<StoreError>>,
+    /// Since when the writer has been waiting on a database another process holds locked.
+    busy_since: Mutex<Option<Instant>>,
+    /// The store is being dropped: a wait on a busy database gives up.
+    closing: std::sync::atomic::AtomicBool,
 }
 
 /// The durable store: a handle to the writer thread.
@@ -248,6 +265,16 @@ impl Store {
             .clone()
     }
 
+    /// How long the writer has been waiting on a database another process holds locked
+    /// (`None` while it is not waiting).
+    pub fn busy_for(&self) -> Option<Duration> {
+        self.progress
+            .busy_since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .map(|since| since.elapsed())
+    }
+
     /// After a failed commit: the state the database still holds, read back once by the
     /// writer before it answered the failed batches (taken by the first caller).
     pub fn take_recovered(&self) -> Option<Result<Persisted, StoreError>> {
@@ -271,7 +298,9 @@ impl Store {
 
 impl Drop for Store {
     fn drop(&mut self) {
-        // Closing the channel ends the writer once it has drained what was queued.
+        // Closing the channel ends the writer once it has drained what was queued; a wait
+        // on a busy database is given up.
+        self.progress.closing.store(true, Ordering::SeqCst);
         self.tx = None;
         if let Some(w) = self.writer.take() {
             let _ = w.join();
@@ -307,7 +336,7 @@ fn prepare(conn: &Connection, sync: SyncMode, path: &str) -> Result<(), StoreErr
     };
     conn.execute_batch(&format!(
         "PRAGMA synchronous={sync};
-         PRAGMA busy_timeout=5000;
+         PRAGMA busy_timeout={BUSY_TIMEOUT_MS};
          CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
          CREATE TABLE IF NOT EXISTS claims(id INTEGER PRIMARY KEY, body TEXT NOT NULL);
          CREATE TABLE IF NOT EXISTS cordons(node TEXT NOT NULL, idx INTEGER NOT NULL,
@@ -426,7 +455,7 @@ impl Writer {
             let result = match &failed {
                 Some(e) => Err(e.clone()),
                 None if group.iter().all(|b| b.changes.is_empty()) => Ok(None),
-                None => commit(&mut self.conn, &group),
+                None => self.commit_waiting(&group),
             };
             match result {
                 Ok(revision) => self.committed_group(group, revision),
@@ -441,6 +470,76 @@ impl Writer {
                 }
             }
         }
+    }
+
+    /// Commits `group`, trying again for as long as another process holds the database
+    /// locked (with backoff, a warning every `BUSY_WARN_EVERY`); any other failure, or
+    /// the store closing, ends it.
+    fn commit_waiting(&mut self, group: &[Batch]) -> Result<Option<u64>, StoreError> {
+        let mut pause = Duration::from_millis(50);
+        let mut started: Option<Instant> = None;
+        let mut warned = Instant::now();
+        loop {
+            match commit(&mut self.conn, group) {
+                Ok(revision) => {
+                    if let Some(since) = started {
+                        self.set_busy(None);
+                        tracing::warn!(
+                            "state database {} is free again after {} s; {} waiting request(s) committed",
+                            self.path,
+                            since.elapsed().as_secs(),
+                            group.len()
+                        );
+                    }
+                    return Ok(revision);
+                }
+                Err(Failed::Busy(detail)) => {
+                    let since = *started.get_or_insert_with(|| {
+                        // SQLite already waited its busy timeout before answering.
+                        let since = Instant::now()
+                            .checked_sub(Duration::from_millis(u64::from(BUSY_TIMEOUT_MS)))
+                            .unwrap_or_else(Instant::now);
+                        self.set_busy(Some(since));
+                        tracing::warn!(
+                            "state database {} is locked by another process ({detail}); changes wait until it is released",
+                            self.path
+                        );
+                        warned = Instant::now();
+                        since
+                    });
+                    if warned.elapsed() >= BUSY_WARN_EVERY {
+                        warned = Instant::now();
+                        tracing::warn!(
+                            "state database {} still locked by another process after {} s; changes wait",
+                            self.path,
+                            since.elapsed().as_secs()
+                        );
+                    }
+                    if self.progress.closing.load(Ordering::SeqCst) {
+                        self.set_busy(None);
+                        return Err(StoreError::Commit(format!(
+                            "shutting down while the database was locked by another process: {detail}"
+                        )));
+                    }
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(BUSY_BACKOFF_MAX);
+                }
+                Err(Failed::Other(e)) => {
+                    if started.is_some() {
+                        self.set_busy(None);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    fn set_busy(&self, since: Option<Instant>) {
+        *self
+            .progress
+            .busy_since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = since;
     }
 
     fn committed_group(&self, group: Vec<Batch>, revision: Option<u64>) {
@@ -489,10 +588,41 @@ impl Writer {
     }
 }
 
+/// Why a commit did not happen.
+enum Failed {
+    /// Another connection holds the database locked: try again.
+    Busy(String),
+    /// Anything else: the store stops.
+    Other(StoreError),
+}
+
+impl From<rusqlite::Error> for Failed {
+    fn from(e: rusqlite::Error) -> Failed {
+        let busy = matches!(
+            e.sqlite_error_code(),
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+        );
+        if busy {
+            Failed::Busy(e.to_string())
+        } else {
+            Failed::Other(StoreError::Commit(e.to_string()))
+        }
+    }
+}
+
+impl From<ApplyError> for Failed {
+    fn from(e: ApplyError) -> Failed {
+        match e {
+            ApplyError::Sql(e) => Failed::from(e),
+            other => Failed::Other(StoreError::Commit(other.to_string())),
+        }
+    }
+}
+
 /// Applies every batch of the group in one transaction; returns the last revision written.
-fn commit(conn: &mut Connection, group: &[Batch]) -> Result<Option<u64>, StoreError> {
-    let fail = |e: &dyn std::fmt::Display| StoreError::Commit(e.to_string());
-    let tx = conn.transaction().map_err(|e| fail(&e))?;
+/// A failed try is rolled back whole (the transaction is dropped), so it can be retried.
+fn commit(conn: &mut Connection, group: &[Batch]) -> Result<Option<u64>, Failed> {
+    let tx = conn.transaction()?;
     let mut revision = None;
     // Counters only grow, so the group's last ones are all that need writing.
     let last_counters = group
@@ -512,9 +642,9 @@ fn commit(conn: &mut Connection, group: &[Batch]) -> Result<Option<u64>, StoreEr
         if superseded {
             continue;
         }
-        apply(&tx, change, &mut revision).map_err(|e| fail(&e))?;
+        apply(&tx, change, &mut revision)?;
     }
-    tx.commit().map_err(|e| fail(&e))?;
+    tx.commit()?;
     Ok(revision)
 }
 

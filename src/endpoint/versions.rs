@@ -78,6 +78,8 @@ pub struct SnapshotVersions {
     engine: Engine,
     epoch: u64,
     cache: Mutex<Cache>,
+    /// The last version built, readable without waiting for the cache.
+    last: std::sync::Mutex<Option<Arc<BuiltSnapshot>>>,
 }
 
 impl SnapshotVersions {
@@ -87,6 +89,7 @@ impl SnapshotVersions {
             engine,
             epoch,
             cache: Mutex::new(Cache::default()),
+            last: std::sync::Mutex::new(None),
         }
     }
 
@@ -103,6 +106,18 @@ impl SnapshotVersions {
     /// The current version: the cached one while the engine's state key is unchanged,
     /// else a new one (its delta from the previous kept in the ring).
     pub async fn current(&self) -> Result<Arc<BuiltSnapshot>, serde_json::Error> {
+        // While another process holds the database locked, a new version (and so the
+        // cache, held by whoever builds it) waits for that lock: readers get the last
+        // version built, durable if older.
+        if self.engine.store_busy_for().is_some()
+            && let Some(last) = self
+                .last
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone()
+        {
+            return Ok(last);
+        }
         let key = self.engine.state_key();
         let mut cache = self.cache.lock().await;
         if let (Some(cached), Some(current)) = (cache.key, &cache.current) {
@@ -153,6 +168,10 @@ impl SnapshotVersions {
         });
         cache.key = Some(key);
         cache.current = Some(Arc::clone(&built));
+        *self
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::clone(&built));
         cache.built = Some((started, started.elapsed()));
         Ok(built)
     }

@@ -1,11 +1,11 @@
 //! Claim requests: the four request forms of docs/design.md#2-request-forms (Ray fraction, Ray
 //! memory, Koordinator share, vendor whole GPUs), read from JSON or TOML under both
 //! Kubernetes-style and Ray-style names, mutated as the Koordinator webhook does, and
-//! validated against the nine rules. Every rejection names its rule and what is allowed.
+//! validated against the ten rules. Every rejection names its rule and what is allowed.
 //!
 //! Where things live: `form` (the four GPU forms and their per-device normalization),
 //! `rules` (the rules and the error that names them), `parse` (field names, JSON and
-//! TOML), `values` (readers for one field's value), `validate` (mutation, the rules
+//! TOML), `values` (readers for one field's value), `labels` (rule 10), `validate` (mutation, the rules
 //! between fields, and which form a request is). Everything public is re-exported here:
 //! use `crate::request::X`.
 
@@ -18,6 +18,7 @@ use crate::units::Bytes;
 
 mod accelerator;
 mod form;
+mod labels;
 mod parse;
 mod rules;
 mod validate;

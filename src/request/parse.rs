@@ -5,9 +5,10 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use super::labels::label_map;
 use super::rules::{out_of_range, reject, wrong_type};
 use super::validate::gpu_form;
-use super::values::{device_list, integer, label_map, milli, name_text, seconds};
+use super::values::{device_list, integer, milli, name_text, seconds};
 use super::{ClaimRequest, DEFAULT_PROJECT, RequestError, Rule};
 
 /// Every field name accepted on the wire, and the canonical field it means.

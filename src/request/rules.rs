@@ -25,6 +25,9 @@ pub enum Rule {
     UnknownField,
     /// 9: a split that does not divide evenly across `gpu.shared` devices.
     UnevenSplit,
+    /// 10: labels: too many or too large, a key that is not a name, a value with control
+    /// characters.
+    Labels,
     /// A field whose value has the wrong type (text where a number belongs...).
     WrongType,
 }
@@ -42,6 +45,7 @@ impl Rule {
             Rule::OutOfRange => 7,
             Rule::UnknownField => 8,
             Rule::UnevenSplit => 9,
+            Rule::Labels => 10,
             Rule::WrongType => 0,
         }
     }
@@ -58,6 +62,7 @@ impl Rule {
             Rule::OutOfRange => "out-of-range",
             Rule::UnknownField => "unknown-field",
             Rule::UnevenSplit => "uneven-split",
+            Rule::Labels => "labels",
             Rule::WrongType => "wrong-type",
         }
     }

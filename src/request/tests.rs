@@ -1,4 +1,4 @@
-//! Request tests: the forms, the examples of the Ray REP and Koordinator, the nine rules, both naming styles.
+//! Request tests: the forms, the examples of the Ray REP and Koordinator, the ten rules, both naming styles.
 
 use super::*;
 use crate::units::{Slots, Units};
@@ -129,7 +129,7 @@ fn legacy_koordinator_gpu_is_mutated() {
 }
 
 #[test]
-fn the_nine_rules_each_name_themselves() {
+fn the_ten_rules_each_name_themselves() {
     let cases: Vec<(Value, Rule, &str)> = vec![
         (
             json!({"nvidia.com/gpu": 1, "gpu-memory": "1Gi", "gpu.shared": 1}),
@@ -226,6 +226,16 @@ fn the_nine_rules_each_name_themselves() {
             json!({"gpu-memory": 1001, "gpu.shared": 2}),
             Rule::UnevenSplit,
             "divide evenly",
+        ),
+        (
+            json!({"num_gpus": 0.5, "labels": {"team\u{0}": "cv"}}),
+            Rule::Labels,
+            "label keys are 1 to 128 characters",
+        ),
+        (
+            json!({"num_gpus": 0.5, "labels": {"team": "x".repeat(64 * 1024)}}),
+            Rule::Labels,
+            "at most 1024 characters",
         ),
         (
             json!({"num_gpus": "lots"}),

@@ -9,7 +9,7 @@ use super::values::{bytes, number, small};
 use super::{MAX_DEVICES, RequestError, Rule};
 use crate::units::{Bytes, UNITS_PER_DEVICE, Units};
 
-/// Mutation, then the nine rules, then the form.
+/// Mutation, then the rules between GPU fields, then the form.
 pub(super) fn gpu_form(given: &Given<'_>) -> Result<Option<GpuForm>, RequestError> {
     let name = |f: Field| given.get(&f).map(|(n, _)| *n);
     let ray = [Field::NumGpus, Field::GpuMemory]

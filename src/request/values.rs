@@ -1,7 +1,5 @@
 //! Readers for one field's value: numbers (also as numeric text), byte quantities,
-//! CPU, durations, names, device lists and labels, each refusing what is out of range.
-
-use std::collections::BTreeMap;
+//! CPU, durations, names and device lists, each refusing what is out of range.
 
 use serde_json::Value;
 
@@ -160,19 +158,4 @@ pub(super) fn device_list(field: &str, v: &Value) -> Result<Vec<u32>, RequestErr
         return Err(out_of_range(field, allowed));
     }
     Ok(items)
-}
-
-pub(super) fn label_map(field: &str, v: &Value) -> Result<BTreeMap<String, String>, RequestError> {
-    let Value::Object(map) = v else {
-        return Err(wrong_type(
-            field,
-            "an object of text labels, e.g. {\"team\": \"vision\"}",
-        ));
-    };
-    map.iter()
-        .map(|(k, v)| match v {
-            Value::String(s) => Ok((k.clone(), s.clone())),
-            _ => Err(wrong_type(field, "an object whose values are text")),
-        })
-        .collect()
 }

@@ -48,6 +48,23 @@ pub enum Submitted {
     Pending(Claim),
     /// Refused: it does not fit now (and did not ask to wait) or can never fit.
     Refused(NoFit),
+    /// Refused: it would wait, but its project's share is 0, so it would never run.
+    ShareZero(ShareZero),
+}
+
+/// A claim that would wait in the queue of a project whose share is 0. Work fetch gives
+/// such a project nothing, so the claim would wait forever: it is refused, saying how to
+/// change the share, rather than accepted as pending for good.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "project `{project}` has share 0, so a waiting claim of it would never run (work fetch \
+     gives a share-0 project nothing); give the project a share first (`gpuboard project set \
+     {project} --share 100`, or PUT /v1/projects/{project} with {{\"share\": 100}}), or \
+     claim without waiting to take only what is free now"
+)]
+pub struct ShareZero {
+    /// The project.
+    pub project: String,
 }
 
 impl Scheduler {
@@ -70,6 +87,11 @@ impl Scheduler {
             Err(no) if req.wait && !no.infeasible => (None, Some(no)),
             Err(no) => return Submitted::Refused(no),
         };
+        if allocation.is_none() && self.share(&req.project) == 0 {
+            return Submitted::ShareZero(ShareZero {
+                project: req.project,
+            });
+        }
         match &allocation {
             Some(a) => accounting::record_placed(&mut self.ledger, &self.fleet, now, id, &req, a),
             None => {

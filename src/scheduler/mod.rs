@@ -35,7 +35,7 @@ use crate::placement::{Allocation, Fleet, FleetError, NoFit, NodeSpec, Policy};
 use crate::request::ClaimRequest;
 use crate::snapshot::AuditEvent;
 
-pub use claims::{Claim, Submitted, claim_view};
+pub use claims::{Claim, ShareZero, Submitted, claim_view};
 pub use journal::{Change, Persisted};
 pub use leases::RenewError;
 

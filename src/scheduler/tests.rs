@@ -287,3 +287,39 @@ fn shares_and_resets_are_validated_and_survive_a_restart() {
     assert_eq!(b.resources[0].debt, 0.0);
     assert!(s.reset_project(Some("nobody"), "op", T0).is_err());
 }
+
+#[test]
+fn a_waiting_claim_of_a_share_0_project_is_refused_naming_the_share_and_the_fix() {
+    let mut s = sched();
+    s.set_share("idle", 0, "op", T0).unwrap();
+    // Both GPUs taken: a waiting claim would queue.
+    assert!(matches!(
+        s.submit(req(json!({"nvidia.com/gpu": 2})), "op", T0),
+        Submitted::Placed(_)
+    ));
+    let before = s.claims().count();
+    let Submitted::ShareZero(e) = s.submit(
+        req(json!({"num_gpus": 0.5, "wait": true, "project": "idle"})),
+        "op",
+        T0,
+    ) else {
+        panic!("a share-0 project's claim was queued")
+    };
+    let text = e.to_string();
+    assert!(
+        text.contains("`idle` has share 0") && text.contains("project set idle --share"),
+        "{text}"
+    );
+    assert_eq!(s.claims().count(), before, "nothing was queued");
+    // Another project's waiting claim still queues; one that fits now is placed, share 0
+    // or not (it takes only what is free).
+    assert!(matches!(
+        s.submit(req(json!({"num_gpus": 0.5, "wait": true})), "op", T0),
+        Submitted::Pending(_)
+    ));
+    s.release(ClaimId(1), "op", T0).unwrap();
+    assert!(matches!(
+        s.submit(req(json!({"num_gpus": 0.5, "project": "idle"})), "op", T0),
+        Submitted::Placed(_)
+    ));
+}

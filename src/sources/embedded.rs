@@ -203,6 +203,7 @@ async fn act(engine: &Engine, action: Action, actor: &str) -> Result<Outcome, Fa
                 Ok(Outcome::Claimed(Box::new(claim_view(&c))))
             }
             Submitted::Refused(no) => Err(Failure::Refused(no.summary())),
+            Submitted::ShareZero(e) => Err(Failure::Refused(e.to_string())),
         },
         Action::Release { id } => {
             let gone = engine.release(id, actor).await.map_err(refused)?;

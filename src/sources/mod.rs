@@ -302,6 +302,7 @@ pub fn apply(
                 Ok(Outcome::Claimed(Box::new(crate::scheduler::claim_view(&c))))
             }
             Submitted::Refused(no) => Err(Failure::Refused(no.summary())),
+            Submitted::ShareZero(e) => Err(Failure::Refused(e.to_string())),
         },
         Action::Release { id } => {
             let gone = sched.release(*id, actor, now);
