@@ -152,7 +152,7 @@ fn bad_actions_are_named_with_what_is_allowed() {
     let o = act(&config, dir.path(), &["slurm", "--list"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
-    for v in offers("slurm") {
+    for v in offers("slurm".parse().unwrap()) {
         assert!(out.contains(v.name()), "{out}");
     }
     assert!(

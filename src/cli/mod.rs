@@ -14,7 +14,6 @@ mod act;
 mod admin;
 mod claims;
 mod fleet;
-mod fleet_config;
 mod fleet_move;
 mod lost_answer;
 mod run;
@@ -183,12 +182,30 @@ pub fn run(cmd: Command) -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("gpuboard: {e:#}");
-            let code = e
-                .downcast_ref::<ClientError>()
-                .map_or(1, ClientError::exit_code);
+            let code = exit_code(&e);
             ExitCode::from(code)
         }
     }
+}
+
+/// A command line that cannot be carried out as written (a malformed `--endpoint` or
+/// `--request`, a config it cannot use, an ambiguous id): exit 3, nothing sent.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(super) struct Usage(pub String);
+
+/// The exit code of a failed command: the client's classification, 3 for a command line
+/// that cannot be carried out, else 1 (README, "Exit codes").
+fn exit_code(e: &anyhow::Error) -> u8 {
+    for cause in e.chain() {
+        if let Some(c) = cause.downcast_ref::<ClientError>() {
+            return c.exit_code();
+        }
+        if cause.downcast_ref::<Usage>().is_some() {
+            return EXIT_INVALID;
+        }
+    }
+    1
 }
 
 /// Runs one subcommand; `Ok` carries the exit code of a run that finished.

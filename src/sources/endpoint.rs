@@ -171,8 +171,8 @@ impl Source for Http {
     fn name(&self) -> &str {
         &self.name
     }
-    fn kind(&self) -> &'static str {
-        "gpuboard"
+    fn kind(&self) -> super::SourceKind {
+        super::SourceKind::Gpuboard
     }
     fn can_act(&self) -> bool {
         true

@@ -24,6 +24,7 @@ pub mod guirpc;
 pub mod handover;
 pub mod http;
 pub mod json;
+pub mod kind;
 pub mod md5;
 pub mod prometheus;
 pub mod ray;
@@ -35,6 +36,8 @@ pub mod xml;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+
+pub use kind::{EndpointConfig, SourceKind, connect};
 
 use crate::clock::Timestamp;
 use crate::ids::ClaimId;
@@ -255,8 +258,8 @@ impl Outcome {
 pub trait Source: Send + Sync {
     /// The name operators see.
     fn name(&self) -> &str;
-    /// `embedded`, `demo`, `gpuboard`...
-    fn kind(&self) -> &str;
+    /// What it is.
+    fn kind(&self) -> SourceKind;
     /// Whether it accepts gpuboard's actions (claim, release, move, cordon, reset). Engine
     /// actions (`Action::Engine`) are offered by the source's kind (`actions::offers`).
     fn can_act(&self) -> bool;

@@ -37,11 +37,11 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
         ));
     }
     // Engine actions of the kinds present, and why the absent ones are absent.
-    let mut kinds: Vec<&str> = state.sources.iter().map(|s| s.kind.as_str()).collect();
+    let mut kinds: Vec<_> = state.sources.iter().map(|s| s.kind).collect();
     kinds.sort_unstable();
     kinds.dedup();
     for kind in kinds.iter().filter(|_| !state.readonly) {
-        for l in crate::sources::actions::help_lines(kind) {
+        for l in crate::sources::actions::help_lines(*kind) {
             lines.push(Line::styled(l, theme.dim));
         }
     }
