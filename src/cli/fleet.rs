@@ -364,8 +364,8 @@ pub(super) struct Placed {
 /// Sends `request` to the best endpoint of `members` for it, falling back to the next on
 /// a 409 or an unreachable endpoint, at most `args.tries` endpoints. With one endpoint it
 /// is sent there directly. A claim that fits nowhere fails with `DoesNotFit` whose reasons
-/// are each endpoint's lines prefixed with its name; with `wait` it is queued on the first
-/// endpoint where it could fit later.
+/// are each endpoint's lines prefixed with its name; with `wait` it is queued on the best
+/// endpoint where it could fit later (none when it is infeasible everywhere).
 pub(super) async fn place(
     members: &Members,
     request: &ClaimRequest,
@@ -513,6 +513,24 @@ pub(super) async fn place(
             eprintln!("gpuboard: {l}");
         }
         landed = landed.or(adopted);
+    }
+    // `--wait`: fitting nowhere now, it queues on the best endpoint where it could fit
+    // later (the first in ranking order whose refusal is not "never").
+    if landed.is_none() && request.wait {
+        let later = ranking
+            .fits
+            .first()
+            .map(|f| f.host)
+            .or_else(|| ranking.could_wait());
+        if let Some(h) = later {
+            let member = of_fleet[h];
+            let outcome = members.list[member].client.claim(request).await?;
+            return Ok(Placed {
+                member,
+                outcome,
+                skipped,
+            });
+        }
     }
     if let Some((member, outcome)) = landed {
         return Ok(Placed {
