@@ -20,7 +20,7 @@ use clap::Args;
 
 use super::lost_answer::{self, Suspect, answer_of, new_attempt, outcome_of};
 use super::snapcache::SnapshotCache;
-use super::{Conn, Usage, token_for, trust_for};
+use super::{Conn, Usage, token_for, token_source, trust_for};
 use crate::client::{ClaimOutcome, Client, ClientError, TlsTrust};
 use crate::endpoint::auth;
 use crate::ids::ClaimId;
@@ -252,12 +252,18 @@ pub(super) fn members(conn: &Conn) -> anyhow::Result<Members> {
         if list.iter().any(|m| m.name == name) {
             return Err(Usage(format!("endpoint `{name}` is named twice")).into());
         }
-        let tok = match &token_file {
-            Some(path) => Some(auth::read_token_file(path)?),
-            None => token_for(conn, &url)?,
+        let (tok, from) = match &token_file {
+            Some(path) => (
+                Some(auth::read_token_file(path)?),
+                format!("token_file {} of [[endpoints]] {name}", path.display()),
+            ),
+            None => (token_for(conn, &url)?, token_source(conn, &url)),
         };
         let trust = trust_for(conn, &url, trust);
-        let client = Client::with_trust(&url, tok, timeout, &trust)?;
+        let mut client = Client::with_trust(&url, tok.clone(), timeout, &trust)?;
+        if tok.is_some() {
+            client = client.with_token_source(from);
+        }
         list.push(Member { name, client, arg });
     }
     Ok(Members {

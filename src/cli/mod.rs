@@ -245,6 +245,21 @@ pub(super) fn token_for(conn: &Conn, url: &str) -> anyhow::Result<Option<String>
     })?)
 }
 
+/// Where `token_for` found the token, in words for an error that refuses it.
+pub(super) fn token_source(conn: &Conn, url: &str) -> String {
+    if let Some(f) = &conn.token_file {
+        return format!("--token-file {}", f.display());
+    }
+    if std::env::var("GPUBOARD_TOKEN").is_ok_and(|t| !t.is_empty()) {
+        return "the GPUBOARD_TOKEN variable".to_string();
+    }
+    let dir = conn.data_dir.clone().unwrap_or_else(default_data_dir);
+    if endpoint_is_local(url) {
+        return format!("{}", dir.join("operator.token").display());
+    }
+    "nowhere".to_string()
+}
+
 /// Whether `url`'s host is this host.
 fn endpoint_is_local(url: &str) -> bool {
     reqwest::Url::parse(url)

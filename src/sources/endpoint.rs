@@ -164,6 +164,7 @@ fn failure(source: &str, has_token: bool, e: ClientError) -> Failure {
             message: detail,
         },
         ClientError::Decode { detail, .. } => Failure::Decode(detail),
+        e @ ClientError::NotGpuboard { .. } => Failure::Unreachable(e.to_string()),
     }
 }
 
