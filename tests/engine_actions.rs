@@ -932,7 +932,7 @@ async fn a_hand_over_frees_slurm_gpus_and_claims_them_on_an_endpoint() {
         log.contains(&format!(
             "actor=tester source=cluster action=cancel target=job {runner} done:"
         )) && log.contains("actor=tester source=lab action=claim target=")
-            && log.contains("placed at gpunode:2,3"),
+            && log.contains("placed at gpunode:2-3"),
         "{log}"
     );
 

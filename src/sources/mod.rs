@@ -216,17 +216,8 @@ impl Outcome {
     /// The result in one line, for the status line and the events pane.
     pub fn message(&self) -> String {
         match self {
-            Outcome::Claimed(c) => match &c.node {
-                Some(node) => format!(
-                    "claim {} placed at {node}:{} ({})",
-                    c.id,
-                    c.shares
-                        .iter()
-                        .map(|s| s.device.to_string())
-                        .collect::<Vec<_>>()
-                        .join(","),
-                    c.form
-                ),
+            Outcome::Claimed(c) => match c.place() {
+                Some(place) => format!("claim {} placed at {place} ({})", c.id, c.form),
                 None => format!("claim {} is pending ({})", c.id, c.form),
             },
             Outcome::Released { id, place: Some(p) } => format!("claim {id} released ({p})"),
