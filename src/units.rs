@@ -490,7 +490,7 @@ mod tests {
     #[test]
     fn decimals_are_exact_requests_round_up_capacities_down() {
         // (input, as a request, as a capacity)
-        let cases: [(&str, u64, u64); 14] = [
+        let cases: [(&str, u64, u64); 13] = [
             // Not representable in binary floating point, exact here.
             ("8.2G", 8_200_000_000, 8_200_000_000),
             ("2.01G", 2_010_000_000, 2_010_000_000),
@@ -540,11 +540,11 @@ mod tests {
         ));
         // A sliver above 1 EiB rounds up past the limit; as a capacity it is 1 EiB.
         assert!(matches!(
-            Bytes::parse("1152921504606846976.5"),
+            Bytes::parse("1125899906842624.0001Ki"),
             Err(QuantityError::TooLarge(_))
         ));
         assert_eq!(
-            Bytes::parse_capacity("1152921504606846976.5"),
+            Bytes::parse_capacity("1125899906842624.0001Ki"),
             Ok(Bytes(1 << 60))
         );
     }
