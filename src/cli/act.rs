@@ -287,7 +287,7 @@ fn exit_code(e: &Failure) -> u8 {
             | SourceError::Unreachable { .. }
             | SourceError::Timeout { .. } => EXIT_UNREACHABLE,
             SourceError::Unauthorized { .. } | SourceError::LoginRefused { .. } => EXIT_AUTH,
-            SourceError::BadUrl { .. } => EXIT_INVALID,
+            SourceError::BadUrl { .. } | SourceError::SecretFile { .. } => EXIT_INVALID,
             SourceError::Peer { .. } => EXIT_ENGINE_REFUSED,
             SourceError::Http { status: 404, .. } => EXIT_NOT_FOUND,
             _ => 1,

@@ -9,7 +9,8 @@ use serde_json::{Map, Value, json};
 
 use super::fleet::{ClaimRef, PlaceArgs, members, place, read_all};
 use super::snapcache::SnapshotCache;
-use super::{Conn, EXIT_DOES_NOT_FIT, EXIT_INVALID, fleet_move, print_json, user};
+use super::{Conn, EXIT_DOES_NOT_FIT, EXIT_INVALID, Usage, fleet_move, print_json, user};
+use crate::endpoint::strict_json;
 use crate::client::ClientError;
 use crate::clock::{Clock, SystemClock, Timestamp, age};
 use crate::placement::MoveTarget;
@@ -81,8 +82,13 @@ pub(super) async fn release(ids: Vec<ClaimRef>, conn: &Conn) -> anyhow::Result<u
         .collect::<anyhow::Result<Vec<_>>>()?;
     let mut out = Vec::new();
     for (m, id) in targets {
-        let r = members.list[m].client.release(id).await?;
         let label = members.label(m, id);
+        let r = members.list[m].client.release(id).await.with_context(|| {
+            format!(
+                "release of claim {label}: endpoint {} refused it (claims listed before this line were released)",
+                members.list[m].name
+            )
+        })?;
         if !conn.json {
             println!(
                 "claim {label}: {}",
@@ -442,11 +448,15 @@ fn base_request(a: &ClaimArgs) -> anyhow::Result<Map<String, Value>> {
     let Some(text) = &a.request else {
         return Ok(Map::new());
     };
-    match serde_json::from_str(text)
-        .with_context(|| format!("--request is not valid JSON: {text}"))?
+    // As strict as the endpoint: a key given twice is refused, not the last one kept.
+    match strict_json(text.as_bytes())
+        .map_err(|e| Usage(format!("--request is not a valid JSON object ({e}): {text}")))?
     {
         Value::Object(m) => Ok(m),
-        _ => anyhow::bail!("--request must be a JSON object, e.g. '{{\"gpu_memory\": \"10Gi\"}}'"),
+        _ => Err(Usage(
+            "--request must be a JSON object, e.g. '{\"gpu_memory\": \"10Gi\"}'".to_string(),
+        )
+        .into()),
     }
 }
 

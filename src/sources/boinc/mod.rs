@@ -134,10 +134,10 @@ impl BoincSource {
         let Some(path) = &self.shell.config.password_file else {
             return Ok(None);
         };
-        let text = std::fs::read_to_string(path).map_err(|e| SourceError::LoginRefused {
+        let text = std::fs::read_to_string(path).map_err(|e| SourceError::SecretFile {
             url: self.shell.peer.clone(),
-            peer: "BOINC client",
-            message: format!("cannot read the password file {}: {e}", path.display()),
+            path: path.display().to_string(),
+            why: e.to_string(),
         })?;
         // The client uses the file's first line, without its line ending.
         Ok(Some(
