@@ -444,24 +444,29 @@ impl Client {
                 ),
             };
         }
-        if e.is_connect() {
-            // No connection, so nothing was sent: said, so that a claim is known not placed.
-            return ClientError::Unreachable {
-                endpoint,
-                detail: format!("{NOT_SENT}{}", chain(e)),
-            };
-        }
+        // The handshake failed on a protocol mismatch: say which side speaks what.
         let words = chain(e);
         if words.contains("InvalidContentType") || words.contains("corrupt message") {
             return ClientError::Unreachable {
                 endpoint,
-                detail: "it speaks plain HTTP, not TLS: write http:// for it (https:// is for a `gpuboard serve --tls`)".to_string(),
+                detail: format!(
+                    "{NOT_SENT}it speaks plain HTTP, not TLS: write http:// for it (https:// is for a `gpuboard serve --tls`)"
+                ),
             };
         }
         if self.base.scheme() == "http" && words.contains("invalid HTTP version") {
             return ClientError::Unreachable {
                 endpoint,
-                detail: "it speaks TLS, not plain HTTP: write https:// for it, with --tls-fingerprint (what `gpuboard serve` printed) or --tls-ca".to_string(),
+                detail: format!(
+                    "{NOT_SENT}it speaks TLS, not plain HTTP: write https:// for it, with --tls-fingerprint (what `gpuboard serve` printed) or --tls-ca"
+                ),
+            };
+        }
+        if e.is_connect() {
+            // No connection, so nothing was sent: said, so that a claim is known not placed.
+            return ClientError::Unreachable {
+                endpoint,
+                detail: format!("{NOT_SENT}{}", chain(e)),
             };
         }
         if e.is_timeout() {
