@@ -78,7 +78,7 @@ fn read_only_refuses_every_action_kind_before_sending() {
     .unwrap();
     let mut seen = 0;
     for verb in EngineVerb::ALL {
-        let source = match verb.kind() {
+        let source = match verb.kind().as_str() {
             "slurm" => "s",
             "boinc" => "b",
             _ => "r",

@@ -230,8 +230,8 @@ impl gpuboard::sources::Source for CountingEngine {
     fn name(&self) -> &'static str {
         "engine"
     }
-    fn kind(&self) -> &'static str {
-        "slurm"
+    fn kind(&self) -> gpuboard::sources::SourceKind {
+        gpuboard::sources::SourceKind::Slurm
     }
     fn can_act(&self) -> bool {
         false
