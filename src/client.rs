@@ -332,13 +332,19 @@ impl Client {
                 endpoint: self.base.to_string(),
                 answered: format!(
                     "HTTP {status} {}",
-                    if first.is_empty() { "(empty)".to_string() } else { first }
+                    if first.is_empty() {
+                        "(empty)".to_string()
+                    } else {
+                        first
+                    }
                 ),
             };
         }
         let sent = match &self.token_from {
             Some(from) => format!(" (the token sent came from {from})"),
-            None if self.token.is_none() => " (no token was sent: give --token-file FILE or set GPUBOARD_TOKEN)".to_string(),
+            None if self.token.is_none() => {
+                " (no token was sent: give --token-file FILE or set GPUBOARD_TOKEN)".to_string()
+            }
             None => String::new(),
         };
         match error_from(status, bytes) {

@@ -522,7 +522,10 @@ mod tests {
         // JSON number 1.5 is, naming the units.
         for bare in ["1.5", "0.5B", "2.25e0"] {
             let e = Bytes::parse(bare).unwrap_err();
-            assert!(matches!(e, QuantityError::FractionalBytes(_)), "{bare}: {e}");
+            assert!(
+                matches!(e, QuantityError::FractionalBytes(_)),
+                "{bare}: {e}"
+            );
             assert!(e.to_string().contains("Gi"), "{e}");
             assert_eq!(Bytes::parse_capacity(bare).unwrap_err(), e);
         }

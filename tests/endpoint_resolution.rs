@@ -12,6 +12,7 @@ mod common;
 #[path = "common/tmux.rs"]
 mod tmux;
 
+use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -20,8 +21,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::Server;
-use tmux::Session;
 use serde_json::Value;
+use tmux::Session;
 
 /// An inventory of one node with `gpus` 80 GiB GPUs.
 fn inventory(dir: &Path, node: &str, gpus: u32) -> PathBuf {
@@ -86,11 +87,13 @@ impl World {
     fn config(&self, file: &str, extra: &str) -> PathBuf {
         let mut text = String::new();
         for (name, s) in &self.servers {
-            text.push_str(&format!(
+            write!(
+                text,
                 "[[endpoints]]\nname = \"{name}\"\nurl = \"{}\"\ntoken_file = \"{}\"\n",
                 s.url,
                 s.dir.join("operator.token").display()
-            ));
+            )
+            .unwrap();
         }
         text.push_str(extra);
         let path = self.root.path().join(file);
@@ -210,7 +213,11 @@ fn a_config_with_a_kind_typo_or_no_gpuboard_endpoint_is_refused_in_tmux_and_noth
         "{screen}"
     );
     drop(s);
-    assert_eq!(slurm_hits.load(Ordering::SeqCst), 0, "nothing went to Slurm");
+    assert_eq!(
+        slurm_hits.load(Ordering::SeqCst),
+        0,
+        "nothing went to Slurm"
+    );
     assert!(w.claims("a").is_empty(), "nothing reached endpoint a");
     assert_eq!(w.audited("a"), before, "endpoint a audited nothing new");
 }
@@ -263,7 +270,15 @@ fn claim_wait_across_endpoints_queues_on_one_where_it_could_fit_later_in_tmux() 
     let cfg = config.to_str().unwrap();
     for n in ["a", "b", "c"] {
         let out = w.cli(&[
-            "claim", "--gpus", "1", "--holder", "t", "--config", cfg, "--endpoint", n,
+            "claim",
+            "--gpus",
+            "1",
+            "--holder",
+            "t",
+            "--config",
+            cfg,
+            "--endpoint",
+            n,
         ]);
         assert!(out.status.success(), "{}", text(&out.stderr));
     }
@@ -293,5 +308,8 @@ fn claim_wait_across_endpoints_queues_on_one_where_it_could_fit_later_in_tmux() 
         .collect();
     let total: usize = pending.iter().map(|p| p.1).sum();
     assert_eq!(total, 1, "queued on exactly one endpoint: {pending:?}");
-    assert!(screen.contains("claim a/2 pending"), "the first in ranking order: {screen}");
+    assert!(
+        screen.contains("claim a/2 pending"),
+        "the first in ranking order: {screen}"
+    );
 }

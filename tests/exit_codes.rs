@@ -97,8 +97,8 @@ fn text(b: &[u8]) -> String {
 
 /// The codes of the README's exit-code table, in order.
 fn readme_codes() -> Vec<u8> {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-        .unwrap();
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
     let start = readme
         .find("#### Exit codes")
         .expect("README has an Exit codes section");
@@ -157,7 +157,10 @@ fn every_row_of_the_exit_code_table_is_provoked() {
     let typo = root.path().join("typo.toml");
     std::fs::write(
         &typo,
-        format!("[[endpoints]]\nname = \"a\"\nurl = \"{}\"\nkind = \"gpuBoard\"\n", a.url),
+        format!(
+            "[[endpoints]]\nname = \"a\"\nurl = \"{}\"\nkind = \"gpuBoard\"\n",
+            a.url
+        ),
     )
     .unwrap();
     let cfg = config.to_str().unwrap();
@@ -300,7 +303,6 @@ fn every_row_of_the_exit_code_table_is_provoked() {
         8,
         "lease",
     );
-    drop(case);
     let mut wrong = Vec::new();
     for c in &cases {
         let err = text(&c.out.stderr);
@@ -322,7 +324,11 @@ fn every_row_of_the_exit_code_table_is_provoked() {
         provoked,
         "the README's table and the codes provoked here must be the same rows"
     );
-    assert_eq!(page.hits.load(Ordering::SeqCst), 1, "the web page was asked once");
+    assert_eq!(
+        page.hits.load(Ordering::SeqCst),
+        1,
+        "the web page was asked once"
+    );
 }
 
 #[test]
@@ -358,5 +364,8 @@ fn http_to_a_tls_endpoint_says_it_speaks_tls() {
     let out = gpuboard(root.path(), &["ls", "--endpoint", &plain]);
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(5), "{err}");
-    assert!(err.contains("speaks TLS, not plain HTTP: write https://"), "{err}");
+    assert!(
+        err.contains("speaks TLS, not plain HTTP: write https://"),
+        "{err}"
+    );
 }

@@ -10,9 +10,9 @@ use serde_json::{Map, Value, json};
 use super::fleet::{ClaimRef, PlaceArgs, members, place, read_all};
 use super::snapcache::SnapshotCache;
 use super::{Conn, EXIT_DOES_NOT_FIT, EXIT_INVALID, Usage, fleet_move, print_json, user};
-use crate::endpoint::strict_json;
 use crate::client::ClientError;
 use crate::clock::{Clock, SystemClock, Timestamp, age};
+use crate::endpoint::strict_json;
 use crate::placement::MoveTarget;
 use crate::request::ClaimRequest;
 use crate::snapshot::{ClaimState, ClaimView};
@@ -263,9 +263,14 @@ pub(super) async fn renew(r: &ClaimRef, ttl: Option<u64>, conn: &Conn) -> anyhow
 
 /// A time of day as the console writes it (`18:31:03`, local time).
 fn until_text(t: Timestamp) -> String {
-    jiff::Timestamp::from_millisecond(i64::try_from(t.0).unwrap_or(i64::MAX))
-        .map(|ts| ts.to_zoned(jiff::tz::TimeZone::system()).strftime("%H:%M:%S").to_string())
-        .unwrap_or_else(|_| t.0.to_string())
+    jiff::Timestamp::from_millisecond(i64::try_from(t.0).unwrap_or(i64::MAX)).map_or_else(
+        |_| t.0.to_string(),
+        |ts| {
+            ts.to_zoned(jiff::tz::TimeZone::system())
+                .strftime("%H:%M:%S")
+                .to_string()
+        },
+    )
 }
 
 /// A claim as JSON with the endpoint it lives on.
@@ -449,9 +454,11 @@ fn base_request(a: &ClaimArgs) -> anyhow::Result<Map<String, Value>> {
         return Ok(Map::new());
     };
     // As strict as the endpoint: a key given twice is refused, not the last one kept.
-    match strict_json(text.as_bytes())
-        .map_err(|e| Usage(format!("--request is not a valid JSON object ({e}): {text}")))?
-    {
+    match strict_json(text.as_bytes()).map_err(|e| {
+        Usage(format!(
+            "--request is not a valid JSON object ({e}): {text}"
+        ))
+    })? {
         Value::Object(m) => Ok(m),
         _ => Err(Usage(
             "--request must be a JSON object, e.g. '{\"gpu_memory\": \"10Gi\"}'".to_string(),

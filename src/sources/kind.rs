@@ -421,7 +421,7 @@ mod tests {
     fn names_are_usable_and_distinct() {
         let a = EndpointConfig::named("a", "http://a", SourceKind::Gpuboard);
         let slash = EndpointConfig::named("a/b", "http://a", SourceKind::Gpuboard);
-        assert!(check_names(&[a.clone()]).is_ok());
+        assert!(check_names(std::slice::from_ref(&a)).is_ok());
         assert!(matches!(check_names(&[slash]), Err(BadEntry::Name { .. })));
         assert!(matches!(
             check_names(&[a.clone(), a]),
