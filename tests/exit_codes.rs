@@ -329,6 +329,15 @@ fn every_row_of_the_exit_code_table_is_provoked() {
         1,
         "the web page was asked once"
     );
+    // Several ids: the first is released, the one refused is named with its endpoint.
+    let out = gpuboard(&home, &["release", "a/1", "b/99", "--config", cfg]);
+    let (said, err) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(7), "{said}{err}");
+    assert!(said.contains("claim a/1: released"), "{said}");
+    assert!(
+        err.contains("release of claim b/99: endpoint b refused it"),
+        "{err}"
+    );
 }
 
 #[test]
