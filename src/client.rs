@@ -118,6 +118,14 @@ pub enum ClientError {
         /// The endpoint's explanation.
         detail: String,
     },
+    /// What answered is not a gpuboard endpoint (a web page, another service).
+    #[error("{endpoint} is not a gpuboard endpoint: it answered {answered}")]
+    NotGpuboard {
+        /// The endpoint as named.
+        endpoint: String,
+        /// What answered: status and the start of its body.
+        answered: String,
+    },
     /// 404.
     #[error("not found: {detail}")]
     NotFound {
@@ -153,7 +161,9 @@ impl ClientError {
         match self {
             ClientError::Invalid { .. } | ClientError::BadEndpoint { .. } => 3,
             ClientError::DoesNotFit { .. } => 4,
-            ClientError::Unreachable { .. } | ClientError::Timeout { .. } => 5,
+            ClientError::Unreachable { .. }
+            | ClientError::Timeout { .. }
+            | ClientError::NotGpuboard { .. } => 5,
             ClientError::Unauthorized { .. } | ClientError::Forbidden { .. } => 6,
             ClientError::NotFound { .. } => 7,
             ClientError::Conflict { .. } => 8,
@@ -228,6 +238,8 @@ pub struct Client {
     mismatch: Option<trust::Mismatch>,
     /// A shorter limit than the client's for each call, when set (`briefly`).
     per_call: Option<Duration>,
+    /// Where the token came from (a file, a variable), named when it is refused.
+    token_from: Option<String>,
 }
 
 impl Client {
@@ -287,7 +299,63 @@ impl Client {
             move_id: None,
             mismatch,
             per_call: None,
+            token_from: None,
         })
+    }
+
+    /// The same client, saying where its token came from (`--token-file F`,
+    /// `GPUBOARD_TOKEN`...) when the endpoint refuses it.
+    #[must_use]
+    pub fn with_token_source(self, from: String) -> Client {
+        Client {
+            token_from: Some(from),
+            ..self
+        }
+    }
+
+    /// The error of a non-2xx answer: the endpoint's own, or "not a gpuboard endpoint"
+    /// when what answered is not gpuboard's JSON; a refused token says where it came from.
+    fn refused(&self, status: StatusCode, bytes: &[u8]) -> ClientError {
+        let is_json = serde_json::from_slice::<Value>(bytes).is_ok_and(|v| v.is_object());
+        let text = String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).into_owned();
+        let foreign = text.trim_start().starts_with('<')
+            || (!is_json && matches!(status.as_u16(), 404 | 405 | 501));
+        if foreign {
+            let first: String = text
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .chars()
+                .take(80)
+                .collect();
+            return ClientError::NotGpuboard {
+                endpoint: self.base.to_string(),
+                answered: format!(
+                    "HTTP {status} {}",
+                    if first.is_empty() {
+                        "(empty)".to_string()
+                    } else {
+                        first
+                    }
+                ),
+            };
+        }
+        let sent = match &self.token_from {
+            Some(from) => format!(" (the token sent came from {from})"),
+            None if self.token.is_none() => {
+                " (no token was sent: give --token-file FILE or set GPUBOARD_TOKEN)".to_string()
+            }
+            None => String::new(),
+        };
+        match error_from(status, bytes) {
+            ClientError::Unauthorized { detail } => ClientError::Unauthorized {
+                detail: format!("{detail}{sent}"),
+            },
+            ClientError::Forbidden { detail } => ClientError::Forbidden {
+                detail: format!("{detail}{sent}"),
+            },
+            other => other,
+        }
     }
 
     /// The same client, its mutations marked as part of the cross-endpoint move `id`
@@ -351,7 +419,7 @@ impl Client {
             let value = serde_json::from_slice(&bytes).map_err(|e| self.decode(e.to_string()))?;
             return Ok((status, value));
         }
-        Err(error_from(status, &bytes))
+        Err(self.refused(status, &bytes))
     }
 
     /// The answer's body, at most `MAX_ANSWER` bytes.
@@ -379,6 +447,24 @@ impl Client {
                     "TLS certificate mismatch: the endpoint presented fingerprint {presented}, \
                      but {pinned} is pinned; nothing was sent (check --tls-fingerprint or \
                      tls_fingerprint against what `gpuboard serve` printed)"
+                ),
+            };
+        }
+        // The handshake failed on a protocol mismatch: say which side speaks what.
+        let words = chain(e);
+        if words.contains("InvalidContentType") || words.contains("corrupt message") {
+            return ClientError::Unreachable {
+                endpoint,
+                detail: format!(
+                    "{NOT_SENT}it speaks plain HTTP, not TLS: write http:// for it (https:// is for a `gpuboard serve --tls`)"
+                ),
+            };
+        }
+        if self.base.scheme() == "http" && words.contains("invalid HTTP version") {
+            return ClientError::Unreachable {
+                endpoint,
+                detail: format!(
+                    "{NOT_SENT}it speaks TLS, not plain HTTP: write https:// for it, with --tls-fingerprint (what `gpuboard serve` printed) or --tls-ca"
                 ),
             };
         }
@@ -470,7 +556,7 @@ impl Client {
             .and_then(|v| v.trim_start_matches("W/").trim_matches('"').parse().ok());
         let bytes = self.body(resp).await?;
         if !status.is_success() {
-            return Err(error_from(status, &bytes));
+            return Err(self.refused(status, &bytes));
         }
         let snap = serde_json::from_slice(&bytes).map_err(|e| self.decode(e.to_string()))?;
         Ok(Conditional::Fresh {
@@ -509,7 +595,7 @@ impl Client {
             let bytes = tokio::time::timeout(self.timeout, self.body(resp))
                 .await
                 .unwrap_or_else(|_| Ok(Vec::new()))?;
-            return Err(error_from(status, &bytes));
+            return Err(self.refused(status, &bytes));
         }
         let this = self.clone();
         let bytes = resp

@@ -129,8 +129,11 @@ pub enum QuantityError {
     /// More than 1 EiB, or not a finite number.
     #[error("memory quantity `{0}` is absurd: the most accepted is 1 EiB")]
     TooLarge(String),
-    /// A fraction of a byte in a plain number (a JSON or TOML number, not a quantity).
-    #[error("memory quantity `{0}` is not a whole number of bytes")]
+    /// A number without a unit (a string or a JSON/TOML number alike) that is not a
+    /// whole count of bytes: almost always a unit left out.
+    #[error(
+        "memory quantity `{0}` has no unit, so it is bytes, and a fraction of a byte is no size: add a unit (e.g. `{0}Gi`); allowed units: Ki Mi Gi Ti Pi Ei (also KiB..EiB), k M G T P E (also KB..EB)"
+    )]
     FractionalBytes(String),
     /// More significant digits than any memory size needs.
     #[error("memory quantity `{0}` has more than 20 significant digits; write it shorter")]
@@ -144,6 +147,14 @@ enum Round {
     Up,
     /// To the byte below (capacities).
     Down,
+}
+
+/// The other way of rounding.
+fn flip(round: Round) -> Round {
+    match round {
+        Round::Up => Round::Down,
+        Round::Down => Round::Up,
+    }
 }
 
 /// Most significant digits read from a quantity: 10^20 x the largest unit (10^18) still
@@ -282,6 +293,11 @@ impl Bytes {
             return Err(QuantityError::Malformed(s.to_string()));
         }
         let total = exact_decimal(number, multiplier, round, s)?;
+        // A bare number is bytes whether it came as a string or a number: `1.5` is refused
+        // here as `from_number` refuses 1.5, never rounded to 2 bytes.
+        if multiplier == 1 && total != exact_decimal(number, 1, flip(round), s)? {
+            return Err(QuantityError::FractionalBytes(s.to_string()));
+        }
         if total > u128::from(MAX_BYTES) {
             return Err(QuantityError::TooLarge(s.to_string()));
         }
@@ -474,7 +490,7 @@ mod tests {
     #[test]
     fn decimals_are_exact_requests_round_up_capacities_down() {
         // (input, as a request, as a capacity)
-        let cases: [(&str, u64, u64); 14] = [
+        let cases: [(&str, u64, u64); 13] = [
             // Not representable in binary floating point, exact here.
             ("8.2G", 8_200_000_000, 8_200_000_000),
             ("2.01G", 2_010_000_000, 2_010_000_000),
@@ -489,7 +505,6 @@ mod tests {
             ("1.5Gi", 3 << 29, 3 << 29),
             ("0.5Ki", 512, 512),
             // Just under and over a byte.
-            ("1.5", 2, 1),
             ("0.001K", 1, 1),
             ("0.0001K", 1, 0),
             ("0.000", 0, 0),
@@ -503,6 +518,22 @@ mod tests {
                 "capacity {input}"
             );
         }
+        // A bare number is bytes: a fraction of one is a unit left out, refused as the
+        // JSON number 1.5 is, naming the units.
+        for bare in ["1.5", "0.5B", "2.25e0"] {
+            let e = Bytes::parse(bare).unwrap_err();
+            assert!(
+                matches!(e, QuantityError::FractionalBytes(_)),
+                "{bare}: {e}"
+            );
+            assert!(e.to_string().contains("Gi"), "{e}");
+            assert_eq!(Bytes::parse_capacity(bare).unwrap_err(), e);
+        }
+        assert_eq!(
+            Bytes::from_number(1.5).unwrap_err().to_string(),
+            Bytes::parse("1.5").unwrap_err().to_string()
+        );
+        assert_eq!(Bytes::parse("1.0"), Ok(Bytes(1)));
         // The largest accepted amount, and one byte more.
         assert_eq!(Bytes::parse("1Ei"), Ok(Bytes(1 << 60)));
         assert_eq!(Bytes::parse("1.0Ei"), Ok(Bytes(1 << 60)));
@@ -512,11 +543,11 @@ mod tests {
         ));
         // A sliver above 1 EiB rounds up past the limit; as a capacity it is 1 EiB.
         assert!(matches!(
-            Bytes::parse("1152921504606846976.5"),
+            Bytes::parse("1125899906842624.0001Ki"),
             Err(QuantityError::TooLarge(_))
         ));
         assert_eq!(
-            Bytes::parse_capacity("1152921504606846976.5"),
+            Bytes::parse_capacity("1125899906842624.0001Ki"),
             Ok(Bytes(1 << 60))
         );
     }

@@ -49,7 +49,7 @@ async fn console_reads_and_acts(args: ConsoleArgs) -> String {
     let setup = setup(&args, Arc::new(SystemClock)).unwrap();
     assert_eq!(setup.sources.len(), 1);
     let src = &setup.sources[0];
-    assert_eq!(src.kind(), "gpuboard");
+    assert_eq!(src.kind().as_str(), "gpuboard");
     let fetched = src.fetch().await.unwrap();
     let Fetched::Snapshot(snap) = fetched else {
         panic!("a first fetch is a snapshot");
@@ -148,7 +148,11 @@ async fn the_console_with_no_source_attaches_to_the_local_serve() {
     let setup = setup(&args, Arc::new(SystemClock)).unwrap();
     assert_eq!(setup.sources.len(), 1);
     let src = &setup.sources[0];
-    assert_eq!(src.kind(), "gpuboard", "not the embedded scheduler");
+    assert_eq!(
+        src.kind().as_str(),
+        "gpuboard",
+        "not the embedded scheduler"
+    );
     let note = src.note().unwrap();
     assert!(
         note.contains("attached") && note.contains(&serve.url),

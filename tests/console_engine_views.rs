@@ -61,7 +61,7 @@ fn prometheus_snapshot() -> Snapshot {
 fn state(sources: Vec<(&str, &str, Snapshot)>) -> State {
     let slots = sources
         .iter()
-        .map(|(name, kind, _)| SourceSlot::new(name, kind, false, None))
+        .map(|(name, kind, _)| SourceSlot::new(name, kind.parse().unwrap(), false, None))
         .collect();
     let mut st = State::new(slots, Keymap::builtin(), 2_000, false);
     let _ = update(&mut st, Msg::Tick(NOW));

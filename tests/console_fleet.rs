@@ -64,7 +64,7 @@ fn console(sources: Vec<(&str, Snapshot)>) -> State {
     let mut st = State::new(
         sources
             .iter()
-            .map(|(n, _)| SourceSlot::new(n, "gpuboard", true, None))
+            .map(|(n, _)| SourceSlot::new(n, "gpuboard".parse().unwrap(), true, None))
             .collect(),
         Keymap::builtin(),
         2_000,

@@ -31,8 +31,8 @@ const NOW: Timestamp = Timestamp(1_795_317_400_000);
 fn state(readonly: bool) -> State {
     let mut st = State::new(
         vec![
-            SourceSlot::new("cluster", "slurm", false, None),
-            SourceSlot::new("lab", "gpuboard", true, None),
+            SourceSlot::new("cluster", "slurm".parse().unwrap(), false, None),
+            SourceSlot::new("lab", "gpuboard".parse().unwrap(), true, None),
         ],
         Keymap::builtin(),
         2_000,
@@ -493,8 +493,12 @@ async fn the_executor_refuses_every_step_in_read_only_mode() {
 #[test]
 fn boinc_gpu_mode_never_then_a_claim_needs_no_typed_id() {
     let mut st = state(false);
-    st.sources
-        .push(SourceSlot::new("cruncher", "boinc", false, None));
+    st.sources.push(SourceSlot::new(
+        "cruncher",
+        "boinc".parse().unwrap(),
+        false,
+        None,
+    ));
     command(
         &mut st,
         "handover gpu-mode never then claim lab --gpus 1 --project render",

@@ -605,8 +605,8 @@ impl Source for Counting {
     fn name(&self) -> &'static str {
         "counting"
     }
-    fn kind(&self) -> &'static str {
-        "test"
+    fn kind(&self) -> gpuboard::sources::SourceKind {
+        gpuboard::sources::SourceKind::Embedded
     }
     fn can_act(&self) -> bool {
         true

@@ -26,7 +26,7 @@ fn slurm_state(readonly: bool) -> State {
 /// A console on one source of `kind` that has fetched `snap`, in the Claims view.
 fn state_on(name: &str, kind: &str, snap: gpuboard::snapshot::Snapshot, readonly: bool) -> State {
     let mut st = State::new(
-        vec![SourceSlot::new(name, kind, false, None)],
+        vec![SourceSlot::new(name, kind.parse().unwrap(), false, None)],
         Keymap::builtin(),
         2_000,
         readonly,
@@ -185,8 +185,8 @@ fn a_failed_engine_action_shows_the_engines_words() {
 fn act_with_a_target_needs_no_claim() {
     let mut st = State::new(
         vec![
-            SourceSlot::new("lab", "embedded", true, None),
-            SourceSlot::new("cruncher", "boinc", true, None),
+            SourceSlot::new("lab", "embedded".parse().unwrap(), true, None),
+            SourceSlot::new("cruncher", "boinc".parse().unwrap(), true, None),
         ],
         Keymap::builtin(),
         2_000,
@@ -230,8 +230,8 @@ impl gpuboard::sources::Source for CountingEngine {
     fn name(&self) -> &'static str {
         "engine"
     }
-    fn kind(&self) -> &'static str {
-        "slurm"
+    fn kind(&self) -> gpuboard::sources::SourceKind {
+        gpuboard::sources::SourceKind::Slurm
     }
     fn can_act(&self) -> bool {
         false

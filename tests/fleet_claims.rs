@@ -443,7 +443,7 @@ fn a_move_across_endpoints_keeps_the_form_and_lease_and_is_audited_on_both() {
     let out = ok(&fleet.cli(&["move", "b/1", "--to", "a", "--devices", "0,1"]));
     assert!(out.contains("claim b/1 moved to a/2 (move mv-"), "{out}");
     assert!(
-        out.contains("placed on endpoint a, node host-a:0,1"),
+        out.contains("placed on endpoint a, node host-a:0-1"),
         "{out}"
     );
     // A target that cannot take it changes nothing.

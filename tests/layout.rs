@@ -179,3 +179,57 @@ fn no_two_public_types_share_a_name() {
         twice.join("\n")
     );
 }
+
+/// The kinds a source can be. Outside `sources/kind.rs` (where `SourceKind` reads them),
+/// shipped code compares `SourceKind` values, never these names as strings.
+const KIND_NAMES: &[&str] = &[
+    "gpuboard",
+    "ray",
+    "prometheus",
+    "slurm",
+    "boinc",
+    "demo",
+    "embedded",
+];
+
+/// The ways a string-typed kind gets matched: `== "slurm"`, `"slurm" =>`, `("slurm", x)`.
+fn kind_matches(code: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for k in KIND_NAMES {
+        for form in [
+            format!("== \"{k}\""),
+            format!("!= \"{k}\""),
+            format!("\"{k}\" =>"),
+            format!("(\"{k}\","),
+        ] {
+            if code.contains(&form) {
+                found.push(form);
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn no_source_kind_is_matched_as_a_string() {
+    assert_eq!(
+        kind_matches("match kind { \"slurm\" => 1, _ => 0 }; if k == \"ray\" {}"),
+        vec!["== \"ray\"", "\"slurm\" =>"],
+        "the check itself must see a string-matched kind"
+    );
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let kind_rs = src().join("sources").join("kind.rs");
+    let mut at = Vec::new();
+    for f in files.iter().filter(|f| **f != kind_rs) {
+        let text = std::fs::read_to_string(f).unwrap();
+        for form in kind_matches(shipped(&text)) {
+            at.push(format!("{}: {form}", f.display()));
+        }
+    }
+    assert!(
+        at.is_empty(),
+        "a source kind is a `SourceKind` (src/sources/kind.rs), not a string to match:\n{}",
+        at.join("\n")
+    );
+}

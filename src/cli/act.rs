@@ -15,9 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use clap::Args;
-use serde::Deserialize;
 use serde_json::json;
 
 mod then_claim;
@@ -25,15 +23,13 @@ mod then_claim;
 pub use then_claim::ThenClaimArgs;
 
 use super::{EXIT_AUTH, EXIT_INVALID, EXIT_UNREACHABLE, print_json, user};
+use crate::client::TlsTrust;
 use crate::request::ClaimRequest;
 use crate::sources::actions::{EngineAction, EngineVerb, RAY_READ_ONLY, audit_line, offers};
-use crate::sources::boinc::{BoincConfig, BoincSource};
-use crate::sources::endpoint::Http;
 use crate::sources::error::SourceError;
 use crate::sources::handover::{HandoverStep, StepResult, hand_over};
-use crate::sources::ray::{RayConfig, RaySource};
-use crate::sources::slurm::{SlurmConfig, SlurmSource};
-use crate::sources::{Action, Failure, Outcome, Source};
+use crate::sources::kind::EndpointsFile;
+use crate::sources::{self, Action, EndpointConfig, Failure, Outcome, Source, SourceKind};
 
 /// Exit code: the engine does not know the target (HTTP 404).
 pub const EXIT_NOT_FOUND: u8 = 7;
@@ -79,27 +75,6 @@ pub struct ActArgs {
     pub claim: ThenClaimArgs,
 }
 
-/// The endpoints of the console's config file; the rest of the file is the console's.
-#[derive(Debug, Deserialize)]
-struct Endpoints {
-    #[serde(default)]
-    endpoints: Vec<Endpoint>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Endpoint {
-    name: String,
-    url: String,
-    #[serde(default)]
-    token_file: Option<PathBuf>,
-    #[serde(default = "gpuboard_kind")]
-    kind: String,
-}
-
-fn gpuboard_kind() -> String {
-    "gpuboard".to_string()
-}
-
 /// A refusal before anything reached the engine, with its exit code.
 struct Stop(u8, String);
 
@@ -129,7 +104,7 @@ pub(super) async fn act(args: ActArgs) -> anyhow::Result<u8> {
     );
     let mut actions = Vec::with_capacity(asked.len());
     for (verb, target) in &asked {
-        match EngineVerb::parse(&endpoint.kind, verb).and_then(|v| EngineAction::new(v, target)) {
+        match EngineVerb::parse(endpoint.kind, verb).and_then(|v| EngineAction::new(v, target)) {
             Ok(a) => actions.push(a),
             Err(e) => {
                 eprintln!("gpuboard: {}: {e}; nothing was sent", endpoint.name);
@@ -224,16 +199,16 @@ pub(super) async fn act(args: ActArgs) -> anyhow::Result<u8> {
         })
         .collect();
     if let Some((ep, request)) = claim {
-        let token = match token_of(&ep) {
+        let token = match ep.file_token() {
             Ok(t) => t,
             Err(e) => {
                 eprintln!("gpuboard: {}: {e:#}; nothing was sent", ep.name);
                 return Ok(EXIT_INVALID);
             }
         };
-        match Http::new(&ep.name, &ep.url, token, limit) {
+        match sources::connect(&ep, token, &ep.trust(), limit) {
             Ok(http) => steps.push(HandoverStep {
-                source: Arc::new(http),
+                source: http,
                 action: Action::Claim { request },
             }),
             Err(e) => {
@@ -312,7 +287,7 @@ fn exit_code(e: &Failure) -> u8 {
             | SourceError::Unreachable { .. }
             | SourceError::Timeout { .. } => EXIT_UNREACHABLE,
             SourceError::Unauthorized { .. } | SourceError::LoginRefused { .. } => EXIT_AUTH,
-            SourceError::BadUrl { .. } => EXIT_INVALID,
+            SourceError::BadUrl { .. } | SourceError::SecretFile { .. } => EXIT_INVALID,
             SourceError::Peer { .. } => EXIT_ENGINE_REFUSED,
             SourceError::Http { status: 404, .. } => EXIT_NOT_FOUND,
             _ => 1,
@@ -322,36 +297,25 @@ fn exit_code(e: &Failure) -> u8 {
 }
 
 /// The config file's path and its endpoints.
-fn read_config(args: &ActArgs) -> Result<(PathBuf, Vec<Endpoint>), Stop> {
-    let path = args
-        .config
-        .clone()
-        .or_else(|| dirs::config_dir().map(|d| d.join("gpuboard/config.toml")))
-        .ok_or_else(|| {
-            Stop(
-                EXIT_INVALID,
-                "no config directory; give --config FILE".into(),
-            )
-        })?;
-    let text = std::fs::read_to_string(&path).map_err(|e| {
-        Stop(
+fn read_config(args: &ActArgs) -> Result<(PathBuf, Vec<EndpointConfig>), Stop> {
+    match EndpointsFile::load(args.config.as_deref()) {
+        Ok(Some((path, file))) => Ok((path, file.endpoints)),
+        Ok(None) => Err(Stop(
             EXIT_INVALID,
-            format!("cannot read config {}: {e}", path.display()),
-        )
-    })?;
-    let file: Endpoints = toml::from_str(&text)
-        .map_err(|e| Stop(EXIT_INVALID, format!("config {}: {e}", path.display())))?;
-    Ok((path, file.endpoints))
+            "no config file names a source; give --config FILE".into(),
+        )),
+        Err(e) => Err(Stop(EXIT_INVALID, e.to_string())),
+    }
 }
 
 /// The config's endpoint named `args.source`, or the only one of that kind.
-fn find(args: &ActArgs) -> Result<Endpoint, Stop> {
+fn find(args: &ActArgs) -> Result<EndpointConfig, Stop> {
     let (path, mut all) = read_config(args)?;
     if let Some(i) = all.iter().position(|e| e.name == args.source) {
         return Ok(all.swap_remove(i));
     }
     let of_kind: Vec<usize> = (0..all.len())
-        .filter(|i| all[*i].kind == args.source)
+        .filter(|i| SourceKind::parse(&args.source).is_ok_and(|k| k == all[*i].kind))
         .collect();
     if let [i] = of_kind[..] {
         return Ok(all.swap_remove(i));
@@ -385,8 +349,8 @@ fn find(args: &ActArgs) -> Result<Endpoint, Stop> {
 }
 
 /// Prints what the endpoint's kind offers.
-fn list(endpoint: &Endpoint, as_json: bool) -> anyhow::Result<()> {
-    let verbs = offers(&endpoint.kind);
+fn list(endpoint: &EndpointConfig, as_json: bool) -> anyhow::Result<()> {
+    let verbs = offers(endpoint.kind);
     if as_json {
         let rows: Vec<_> = verbs
             .iter()
@@ -421,7 +385,7 @@ fn list(endpoint: &Endpoint, as_json: bool) -> anyhow::Result<()> {
             ),
         }
     }
-    if endpoint.kind == "ray" {
+    if endpoint.kind == SourceKind::Ray {
         println!("(other Ray holders stay read-only: {RAY_READ_ONLY})");
     }
     Ok(())
@@ -466,7 +430,7 @@ fn confirmed(steps: &[(String, Action)]) -> anyhow::Result<bool> {
 }
 
 /// The gpuboard endpoint `name` of the config and the claim to make there.
-fn claim_endpoint(args: &ActArgs, name: &str) -> Result<(Endpoint, ClaimRequest), Stop> {
+fn claim_endpoint(args: &ActArgs, name: &str) -> Result<(EndpointConfig, ClaimRequest), Stop> {
     let (path, all) = read_config(args)?;
     let Some(ep) = all.into_iter().find(|e| e.name == name) else {
         return Err(Stop(
@@ -474,7 +438,7 @@ fn claim_endpoint(args: &ActArgs, name: &str) -> Result<(Endpoint, ClaimRequest)
             format!("--then-claim: no endpoint `{name}` in {}", path.display()),
         ));
     };
-    if ep.kind != "gpuboard" {
+    if ep.kind != SourceKind::Gpuboard {
         return Err(Stop(
             EXIT_INVALID,
             format!(
@@ -490,46 +454,13 @@ fn claim_endpoint(args: &ActArgs, name: &str) -> Result<(Endpoint, ClaimRequest)
     Ok((ep, request))
 }
 
-/// The bearer token in the endpoint's `token_file`, if it has one.
-fn token_of(endpoint: &Endpoint) -> anyhow::Result<Option<String>> {
-    endpoint
-        .token_file
-        .as_deref()
-        .map(|p| {
-            std::fs::read_to_string(p)
-                .map(|t| t.trim().to_string())
-                .with_context(|| format!("cannot read token_file {}", p.display()))
-        })
-        .transpose()
-}
-
-/// The engine source for `endpoint`.
-fn connect(endpoint: &Endpoint, timeout: Duration) -> anyhow::Result<Arc<dyn Source>> {
-    let token = || token_of(endpoint);
-    Ok(match endpoint.kind.as_str() {
-        "slurm" => {
-            let mut c = SlurmConfig::new(&endpoint.url);
-            c.name.clone_from(&endpoint.name);
-            c.token = token()?;
-            c.timeout = timeout;
-            Arc::new(SlurmSource::new(c)?)
-        }
-        "boinc" => {
-            let mut c = BoincConfig::new(&endpoint.url);
-            c.name.clone_from(&endpoint.name);
-            c.password_file.clone_from(&endpoint.token_file);
-            c.timeout = timeout;
-            Arc::new(BoincSource::new(c)?)
-        }
-        "ray" => {
-            let mut c = RayConfig::new(&endpoint.url);
-            c.name.clone_from(&endpoint.name);
-            c.token = token()?;
-            c.timeout = timeout;
-            Arc::new(RaySource::new(c)?)
-        }
-        other => anyhow::bail!("a {other} source takes no engine actions"),
-    })
+/// The engine source for `endpoint` (`sources::connect`), with its `token_file`'s token.
+fn connect(endpoint: &EndpointConfig, timeout: Duration) -> anyhow::Result<Arc<dyn Source>> {
+    if offers(endpoint.kind).is_empty() {
+        anyhow::bail!("a {} source takes no engine actions", endpoint.kind);
+    }
+    let token = endpoint.file_token()?;
+    sources::connect(endpoint, token, &TlsTrust::default(), timeout)
 }
 
 /// Appends the audit line to the console's log (`gpuboard/console.log` under the state

@@ -9,9 +9,10 @@ use serde_json::{Map, Value, json};
 
 use super::fleet::{ClaimRef, PlaceArgs, members, place, read_all};
 use super::snapcache::SnapshotCache;
-use super::{Conn, EXIT_DOES_NOT_FIT, EXIT_INVALID, fleet_move, print_json, user};
+use super::{Conn, EXIT_DOES_NOT_FIT, EXIT_INVALID, Usage, fleet_move, print_json, user};
 use crate::client::ClientError;
-use crate::clock::{Clock, SystemClock, Timestamp};
+use crate::clock::{Clock, SystemClock, Timestamp, age};
+use crate::endpoint::strict_json;
 use crate::placement::MoveTarget;
 use crate::request::ClaimRequest;
 use crate::snapshot::{ClaimState, ClaimView};
@@ -81,8 +82,13 @@ pub(super) async fn release(ids: Vec<ClaimRef>, conn: &Conn) -> anyhow::Result<u
         .collect::<anyhow::Result<Vec<_>>>()?;
     let mut out = Vec::new();
     for (m, id) in targets {
-        let r = members.list[m].client.release(id).await?;
         let label = members.label(m, id);
+        let r = members.list[m].client.release(id).await.with_context(|| {
+            format!(
+                "release of claim {label}: endpoint {} refused it (claims listed before this line were released)",
+                members.list[m].name
+            )
+        })?;
         if !conn.json {
             println!(
                 "claim {label}: {}",
@@ -235,12 +241,36 @@ pub(super) async fn renew(r: &ClaimRef, ttl: Option<u64>, conn: &Conn) -> anyhow
     let members = members(conn)?;
     let m = members.resolve(r)?;
     let view = members.list[m].client.renew(r.id, ttl).await?;
-    print_claim(
-        &view,
-        members.many().then(|| members.list[m].name.as_str()),
-        conn.json,
-    )?;
+    if conn.json {
+        print_claim(
+            &view,
+            members.many().then(|| members.list[m].name.as_str()),
+            true,
+        )?;
+        return Ok(0);
+    }
+    let label = members.label(m, view.id);
+    match view.lease_expires_at {
+        Some(until) => println!(
+            "claim {label} renewed: its lease ends at {} (in {})",
+            until_text(until),
+            age(until.millis_since(SystemClock.now()))
+        ),
+        None => println!("claim {label} renewed (it has no lease)"),
+    }
     Ok(0)
+}
+
+/// A time of day as the console writes it (`18:31:03`, local time).
+fn until_text(t: Timestamp) -> String {
+    jiff::Timestamp::from_millisecond(i64::try_from(t.0).unwrap_or(i64::MAX)).map_or_else(
+        |_| t.0.to_string(),
+        |ts| {
+            ts.to_zoned(jiff::tz::TimeZone::system())
+                .strftime("%H:%M:%S")
+                .to_string()
+        },
+    )
 }
 
 /// A claim as JSON with the endpoint it lives on.
@@ -308,13 +338,7 @@ pub(super) fn print_claim(
         None => (c.id.to_string(), String::new()),
     };
     match c.state {
-        ClaimState::Placed => println!(
-            "claim {id} placed on {at}{}:{} ({} memory, {} GPU)",
-            c.node.as_deref().unwrap_or("?"),
-            devices_of(c),
-            c.memory_reserved.iec(),
-            c.compute_reserved
-        ),
+        ClaimState::Placed => println!("claim {id} placed on {at}{}", holding(c)),
         ClaimState::Pending => {
             println!("claim {id} pending:");
             for r in &c.pending_reasons {
@@ -323,6 +347,23 @@ pub(super) fn print_claim(
         }
     }
     Ok(())
+}
+
+/// Where a placed claim is and what it holds, as the console writes it: `node-b:5-6
+/// (20 GiB memory, 0.25 GPU)`, or `node-c (CPUs only: 500m)` for one that holds no GPU.
+pub(super) fn holding(c: &ClaimView) -> String {
+    let place = c.place().unwrap_or_else(|| "?".to_string());
+    if c.shares.is_empty() {
+        return match c.request.cpus {
+            Some(cpus) => format!("{place} (CPUs only: {cpus})"),
+            None => format!("{place} (no GPU)"),
+        };
+    }
+    format!(
+        "{place} ({} memory, {} GPU)",
+        c.memory_reserved.iec(),
+        c.compute_reserved
+    )
 }
 
 /// The claim's device indexes, comma-separated (also `CUDA_VISIBLE_DEVICES` for `run`).
@@ -344,13 +385,10 @@ fn claims_table(claims: &[(String, &ClaimView)], now: Timestamp) -> String {
         .map(str::to_string),
     ];
     for (label, c) in claims {
-        let place = match (&c.node, c.state) {
-            (Some(n), _) => format!("{n}:{}", devices_of(c)),
-            (None, _) => "-".to_string(),
-        };
-        let lease = c.lease_expires_at.map_or("-".to_string(), |t| {
-            format!("{}s", t.millis_since(now) / 1000)
-        });
+        let place = c.place().unwrap_or_else(|| "-".to_string());
+        let lease = c
+            .lease_expires_at
+            .map_or("-".to_string(), |t| age(t.millis_since(now)));
         rows.push([
             label.clone(),
             match c.state {
@@ -364,7 +402,7 @@ fn claims_table(claims: &[(String, &ClaimView)], now: Timestamp) -> String {
             c.memory_reserved.iec(),
             c.compute_reserved.to_string(),
             lease,
-            format!("{}s", now.millis_since(c.created_at) / 1000),
+            age(now.millis_since(c.created_at)),
         ]);
     }
     let mut widths = [0usize; 10];
@@ -415,11 +453,17 @@ fn base_request(a: &ClaimArgs) -> anyhow::Result<Map<String, Value>> {
     let Some(text) = &a.request else {
         return Ok(Map::new());
     };
-    match serde_json::from_str(text)
-        .with_context(|| format!("--request is not valid JSON: {text}"))?
-    {
+    // As strict as the endpoint: a key given twice is refused, not the last one kept.
+    match strict_json(text.as_bytes()).map_err(|e| {
+        Usage(format!(
+            "--request is not a valid JSON object ({e}): {text}"
+        ))
+    })? {
         Value::Object(m) => Ok(m),
-        _ => anyhow::bail!("--request must be a JSON object, e.g. '{{\"gpu_memory\": \"10Gi\"}}'"),
+        _ => Err(Usage(
+            "--request must be a JSON object, e.g. '{\"gpu_memory\": \"10Gi\"}'".to_string(),
+        )
+        .into()),
     }
 }
 

@@ -12,24 +12,23 @@
 //! to the next, at most `--tries` endpoints.
 
 use std::fmt;
+use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use clap::Args;
 
-use super::fleet_config::ConfigEndpoint;
-use super::fleet_config::FleetConfig as Config;
 use super::lost_answer::{self, Suspect, answer_of, new_attempt, outcome_of};
 use super::snapcache::SnapshotCache;
-use super::{Conn, token_for, trust_for};
+use super::{Conn, Usage, token_for, token_source, trust_for};
 use crate::client::{ClaimOutcome, Client, ClientError, TlsTrust};
 use crate::endpoint::auth;
 use crate::ids::ClaimId;
 use crate::placement::{AttemptAnswer, AttemptStep, Fleet, Policy, decide_attempt, rank_hosts};
 use crate::request::ClaimRequest;
 use crate::snapshot::Snapshot;
-use crate::sources::fleet_of_snapshot;
+use crate::sources::kind::EndpointsFile;
+use crate::sources::{EndpointConfig, SourceKind, fleet_of_snapshot};
 use crate::wire::default_endpoint;
 
 /// How a claim is placed across several endpoints.
@@ -99,11 +98,12 @@ impl Members {
         self.list
             .iter()
             .position(|m| m.name == name)
-            .with_context(|| {
-                format!(
+            .ok_or_else(|| {
+                Usage(format!(
                     "no endpoint named `{name}`; the fleet has: {}",
                     self.names()
-                )
+                ))
+                .into()
             })
     }
 
@@ -130,13 +130,14 @@ impl Members {
     pub fn resolve(&self, r: &ClaimRef) -> anyhow::Result<usize> {
         match &r.endpoint {
             Some(name) => self.named(name),
-            None if self.many() => anyhow::bail!(
+            None if self.many() => Err(Usage(format!(
                 "claim {} is ambiguous with {} endpoints: write ENDPOINT/{} (endpoints: {})",
                 r.id,
                 self.list.len(),
                 r.id,
                 self.names()
-            ),
+            ))
+            .into()),
             None => Ok(0),
         }
     }
@@ -145,10 +146,11 @@ impl Members {
     pub fn single(&self) -> anyhow::Result<&Member> {
         match self.list.as_slice() {
             [one] => Ok(one),
-            _ => anyhow::bail!(
+            _ => Err(Usage(format!(
                 "this command acts on one endpoint; name it with --endpoint (the fleet has: {})",
                 self.names()
-            ),
+            ))
+            .into()),
         }
     }
 }
@@ -185,64 +187,54 @@ impl fmt::Display for ClaimRef {
     }
 }
 
-/// The endpoints `conn` names, each with its client.
+/// The endpoints `conn` names, each with its client, by the one rule the console and
+/// `status` follow too (`sources::kind::chosen`): the `--endpoint`s when any is given
+/// (a bare NAME is the config's entry), else the config's gpuboard endpoints. Only when
+/// no config file lists any endpoint is it the default local one: a config whose entries
+/// are all engines (or that names the wrong kind) is refused, never replaced by an
+/// endpoint nobody named.
 pub(super) fn members(conn: &Conn) -> anyhow::Result<Members> {
     let timeout = Duration::from_secs(conn.timeout.max(1));
-    let mut config: Option<std::rc::Rc<Config>> = None;
-    let mut load = || -> anyhow::Result<std::rc::Rc<Config>> {
-        if let Some(c) = &config {
-            return Ok(c.clone());
-        }
-        let c = std::rc::Rc::new(Config::load(conn.config.as_deref())?);
-        config = Some(c.clone());
-        Ok(c)
+    let file = EndpointsFile::load(conn.config.as_deref()).map_err(|e| Usage(e.to_string()))?;
+    let (path, config) = match &file {
+        Some((p, f)) => (Some(p.as_path()), f.endpoints.as_slice()),
+        None => (None, &[][..]),
     };
-    let mut list: Vec<Member> = Vec::new();
-    let given: Vec<&str> = conn
+    let mut named: Vec<Spec> = Vec::new();
+    for e in conn
         .endpoint
         .iter()
         .map(|e| e.trim())
         .filter(|e| !e.is_empty())
-        .collect();
-    let from_flags = !given.is_empty();
-    let mut specs: Vec<Spec> = Vec::new();
-    for e in given {
-        if let Some((name, url)) = e.split_once('=') {
-            specs.push(Spec::given(name.trim(), url.trim()));
-        } else if e.contains("://") {
-            specs.push(Spec::given(&host_port(e), e));
-        } else {
-            let cfg = load()?;
-            let Some(ep) = cfg.endpoints.iter().find(|ep| ep.name == e) else {
-                let known: Vec<&str> = cfg.endpoints.iter().map(|ep| ep.name.as_str()).collect();
-                anyhow::bail!(
-                    "--endpoint {e}: not a URL and no [[endpoints]] entry of the config has that name (known: {})",
-                    if known.is_empty() {
-                        "none".to_string()
-                    } else {
-                        known.join(", ")
-                    }
-                );
-            };
-            if ep.kind != "gpuboard" {
-                anyhow::bail!(
-                    "endpoint {e} is a {} source: only gpuboard endpoints take claims",
-                    ep.kind
-                );
-            }
-            specs.push(Spec::from_config(ep));
-        }
+    {
+        named.push(Spec::of_arg(e, path, config)?);
     }
-    if !from_flags {
-        let cfg = load()?;
-        for ep in cfg.endpoints.iter().filter(|ep| ep.kind == "gpuboard") {
-            specs.push(Spec::from_config(ep));
+    let mut specs = if named.is_empty() {
+        config
+            .iter()
+            .filter(|ep| ep.kind == SourceKind::Gpuboard)
+            .map(Spec::from_config)
+            .collect()
+    } else {
+        named
+    };
+    if specs.is_empty() {
+        if let Some(path) = path.filter(|_| !config.is_empty() || conn.config.is_some()) {
+            let have: Vec<String> = config
+                .iter()
+                .map(|e| format!("{} ({})", e.name, e.kind))
+                .collect();
+            return Err(Usage(format!(
+                "config {} names no gpuboard endpoint (it has: {}): claims and their commands go to gpuboard endpoints; add one, or name one with --endpoint URL",
+                path.display(),
+                if have.is_empty() { "none".to_string() } else { have.join(", ") }
+            ))
+            .into());
         }
-        if specs.is_empty() {
-            let url = default_endpoint();
-            specs.push(Spec::given(&host_port(&url), &url));
-        }
+        let url = default_endpoint();
+        specs.push(Spec::given(&host_port(&url), &url));
     }
+    let mut list: Vec<Member> = Vec::new();
     for Spec {
         name,
         url,
@@ -252,17 +244,26 @@ pub(super) fn members(conn: &Conn) -> anyhow::Result<Members> {
     } in specs
     {
         if name.is_empty() || name.contains('/') {
-            anyhow::bail!("endpoint name `{name}` ({url}): names are non-empty and have no `/`");
+            return Err(Usage(format!(
+                "endpoint name `{name}` ({url}): names are non-empty and have no `/`"
+            ))
+            .into());
         }
         if list.iter().any(|m| m.name == name) {
-            anyhow::bail!("endpoint `{name}` is named twice");
+            return Err(Usage(format!("endpoint `{name}` is named twice")).into());
         }
-        let tok = match &token_file {
-            Some(path) => Some(auth::read_token_file(path)?),
-            None => token_for(conn, &url)?,
+        let (tok, from) = match &token_file {
+            Some(path) => (
+                Some(auth::read_token_file(path)?),
+                format!("token_file {} of [[endpoints]] {name}", path.display()),
+            ),
+            None => (token_for(conn, &url)?, token_source(conn, &url)),
         };
         let trust = trust_for(conn, &url, trust);
-        let client = Client::with_trust(&url, tok, timeout, &trust)?;
+        let mut client = Client::with_trust(&url, tok.clone(), timeout, &trust)?;
+        if tok.is_some() {
+            client = client.with_token_source(from);
+        }
         list.push(Member { name, client, arg });
     }
     Ok(Members {
@@ -292,17 +293,46 @@ impl Spec {
         }
     }
 
-    fn from_config(ep: &ConfigEndpoint) -> Spec {
+    fn from_config(ep: &EndpointConfig) -> Spec {
         Spec {
             name: ep.name.clone(),
             url: ep.url.clone(),
             token_file: ep.token_file.clone(),
-            trust: TlsTrust {
-                fingerprint: ep.tls_fingerprint.clone(),
-                ca_file: ep.tls_ca.clone(),
-            },
+            trust: ep.trust(),
             arg: ep.name.clone(),
         }
+    }
+
+    /// One `--endpoint` argument: `NAME=URL`, a URL, or the name of a config entry.
+    fn of_arg(e: &str, path: Option<&Path>, config: &[EndpointConfig]) -> Result<Spec, Usage> {
+        if let Some((name, url)) = e.split_once('=') {
+            return Ok(Spec::given(name.trim(), url.trim()));
+        }
+        if e.contains("://") {
+            return Ok(Spec::given(&host_port(e), e));
+        }
+        let Some(ep) = config.iter().find(|ep| ep.name == e) else {
+            let known: Vec<&str> = config.iter().map(|ep| ep.name.as_str()).collect();
+            return Err(Usage(format!(
+                "--endpoint {e}: not a URL (write http://HOST:PORT or https://HOST:PORT) and no [[endpoints]] entry of {} has that name (known: {})",
+                path.map_or_else(
+                    || "the config (there is none)".to_string(),
+                    |p| p.display().to_string()
+                ),
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            )));
+        };
+        if ep.kind != SourceKind::Gpuboard {
+            return Err(Usage(format!(
+                "endpoint {e} is a {} source: only gpuboard endpoints take claims",
+                ep.kind
+            )));
+        }
+        Ok(Spec::from_config(ep))
     }
 }
 
@@ -340,8 +370,8 @@ pub(super) struct Placed {
 /// Sends `request` to the best endpoint of `members` for it, falling back to the next on
 /// a 409 or an unreachable endpoint, at most `args.tries` endpoints. With one endpoint it
 /// is sent there directly. A claim that fits nowhere fails with `DoesNotFit` whose reasons
-/// are each endpoint's lines prefixed with its name; with `wait` it is queued on the first
-/// endpoint where it could fit later.
+/// are each endpoint's lines prefixed with its name; with `wait` it is queued on the best
+/// endpoint where it could fit later (none when it is infeasible everywhere).
 pub(super) async fn place(
     members: &Members,
     request: &ClaimRequest,
@@ -489,6 +519,24 @@ pub(super) async fn place(
             eprintln!("gpuboard: {l}");
         }
         landed = landed.or(adopted);
+    }
+    // `--wait`: fitting nowhere now, it queues on the best endpoint where it could fit
+    // later (the first in ranking order whose refusal is not "never").
+    if landed.is_none() && request.wait {
+        let later = ranking
+            .fits
+            .first()
+            .map(|f| f.host)
+            .or_else(|| ranking.could_wait());
+        if let Some(h) = later {
+            let member = of_fleet[h];
+            let outcome = members.list[member].client.claim(request).await?;
+            return Ok(Placed {
+                member,
+                outcome,
+                skipped,
+            });
+        }
     }
     if let Some((member, outcome)) = landed {
         return Ok(Placed {

@@ -243,14 +243,7 @@ pub(super) fn report(
 
 /// Where a claim sits and what it holds, for the release-failure lines.
 fn place(c: &ClaimView) -> String {
-    format!(
-        "{}:{} ({} memory, {} GPU, {})",
-        c.node.as_deref().unwrap_or("?"),
-        super::claims::devices_of(c),
-        c.memory_reserved.iec(),
-        c.compute_reserved,
-        c.form
-    )
+    format!("{}, {}", super::claims::holding(c), c.form)
 }
 
 #[cfg(test)]

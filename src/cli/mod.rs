@@ -14,7 +14,6 @@ mod act;
 mod admin;
 mod claims;
 mod fleet;
-mod fleet_config;
 mod fleet_move;
 mod lost_answer;
 mod run;
@@ -184,12 +183,30 @@ pub fn run(cmd: Command) -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("gpuboard: {e:#}");
-            let code = e
-                .downcast_ref::<ClientError>()
-                .map_or(1, ClientError::exit_code);
+            let code = exit_code(&e);
             ExitCode::from(code)
         }
     }
+}
+
+/// A command line that cannot be carried out as written (a malformed `--endpoint` or
+/// `--request`, a config it cannot use, an ambiguous id): exit 3, nothing sent.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(super) struct Usage(pub String);
+
+/// The exit code of a failed command: the client's classification, 3 for a command line
+/// that cannot be carried out, else 1 (README, "Exit codes").
+fn exit_code(e: &anyhow::Error) -> u8 {
+    for cause in e.chain() {
+        if let Some(c) = cause.downcast_ref::<ClientError>() {
+            return c.exit_code();
+        }
+        if cause.downcast_ref::<Usage>().is_some() {
+            return EXIT_INVALID;
+        }
+    }
+    1
 }
 
 /// Runs one subcommand; `Ok` carries the exit code of a run that finished.
@@ -227,6 +244,21 @@ pub(super) fn token_for(conn: &Conn, url: &str) -> anyhow::Result<Option<String>
         local: endpoint_is_local(url),
         config_file: None,
     })?)
+}
+
+/// Where `token_for` found the token, in words for an error that refuses it.
+pub(super) fn token_source(conn: &Conn, url: &str) -> String {
+    if let Some(f) = &conn.token_file {
+        return format!("--token-file {}", f.display());
+    }
+    if std::env::var("GPUBOARD_TOKEN").is_ok_and(|t| !t.is_empty()) {
+        return "the GPUBOARD_TOKEN variable".to_string();
+    }
+    let dir = conn.data_dir.clone().unwrap_or_else(default_data_dir);
+    if endpoint_is_local(url) {
+        return format!("{}", dir.join("operator.token").display());
+    }
+    "nowhere".to_string()
 }
 
 /// Whether `url`'s host is this host.

@@ -18,6 +18,9 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use serde::Deserialize;
 
+use crate::sources::EndpointConfig;
+use crate::sources::kind::check_names;
+
 /// The config file.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -31,9 +34,9 @@ pub struct Config {
     /// A keymap file overriding the built-in keys.
     #[serde(default)]
     pub keymap: Option<PathBuf>,
-    /// Endpoints to read.
+    /// Endpoints to read (the sources layer's entries, which the CLI reads too).
     #[serde(default)]
-    pub endpoints: Vec<Endpoint>,
+    pub endpoints: Vec<EndpointConfig>,
     /// The token file for gpuboard endpoints that name none (after `--token-file`,
     /// `GPUBOARD_TOKEN` and a local endpoint's operator.token).
     #[serde(default)]
@@ -44,33 +47,6 @@ pub struct Config {
     /// A CA file for https endpoints that name neither a fingerprint nor a CA.
     #[serde(default)]
     pub tls_ca: Option<PathBuf>,
-}
-
-/// One endpoint.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Endpoint {
-    /// Name shown in the console.
-    pub name: String,
-    /// Base URL.
-    pub url: String,
-    /// File holding the bearer token.
-    #[serde(default)]
-    pub token_file: Option<PathBuf>,
-    /// Source kind: `gpuboard` (read and act), `ray`, `prometheus` or `slurm` (read-only),
-    /// `boinc` (url is the GUI RPC `host:port`, `token_file` its password file).
-    #[serde(default = "gpuboard_kind")]
-    pub kind: String,
-    /// For an https endpoint: its certificate's SHA-256 fingerprint.
-    #[serde(default)]
-    pub tls_fingerprint: Option<String>,
-    /// For an https endpoint: a PEM file of CA certificates.
-    #[serde(default)]
-    pub tls_ca: Option<PathBuf>,
-}
-
-fn gpuboard_kind() -> String {
-    "gpuboard".to_string()
 }
 
 /// `~/.config/gpuboard`.
@@ -112,18 +88,7 @@ impl Config {
     /// Parses and checks config text.
     pub fn parse(text: &str) -> anyhow::Result<Config> {
         let cfg: Config = toml::from_str(text)?;
-        for ep in &cfg.endpoints {
-            if !["gpuboard", "ray", "prometheus", "slurm", "boinc"].contains(&ep.kind.as_str()) {
-                anyhow::bail!(
-                    "endpoint {}: kind `{}` is not supported; supported: gpuboard, ray, prometheus, slurm, boinc",
-                    ep.name,
-                    ep.kind
-                );
-            }
-            if ep.name.trim().is_empty() {
-                anyhow::bail!("an endpoint has an empty name");
-            }
-        }
+        check_names(&cfg.endpoints)?;
         Ok(cfg)
     }
 }
@@ -138,7 +103,7 @@ mod tests {
             "theme = \"light\"\nrefresh = 5\n[[endpoints]]\nname = \"a\"\nurl = \"http://127.0.0.1:1\"\n",
         )
         .unwrap();
-        assert_eq!(c.endpoints[0].kind, "gpuboard");
+        assert_eq!(c.endpoints[0].kind, crate::sources::SourceKind::Gpuboard);
         assert_eq!(c.refresh, Some(5.0));
         let e = Config::parse(
             "[[endpoints]]\nname = \"r\"\nurl = \"http://x\"\nkind = \"kubernetes\"\n",

@@ -26,10 +26,10 @@ use clap::Args;
 
 use crate::client::TlsTrust;
 use crate::clock::Clock;
-use crate::sources::Source;
 use crate::sources::demo::{Demo, DemoWorld};
 use crate::sources::embedded::Embedded;
 use crate::sources::endpoint::Http;
+use crate::sources::{EndpointConfig, Source, SourceKind};
 
 /// The default refresh interval.
 pub const DEFAULT_REFRESH_MS: u64 = 2_000;
@@ -147,77 +147,32 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
         ca_file: args.tls_ca.clone().or_else(|| cfg.tls_ca.clone()),
     };
     let none = TlsTrust::default();
+    // One rule with the CLI (`sources::kind::chosen`): sources named on the command line
+    // replace the config's; the config's are the world only when none is named.
+    let mut named: Vec<EndpointConfig> = Vec::new();
     for (i, url) in args.endpoints.iter().enumerate() {
-        let name = format!("ep{}", i + 1);
-        let token = creds
-            .token(url)
-            .with_context(|| format!("endpoint {url}"))?;
-        let trust = creds.trust(url, &none);
-        sources.push(Arc::new(Http::with_trust(
-            &name, url, token, timeout, &trust,
-        )?));
+        named.push(EndpointConfig::named(
+            &format!("ep{}", i + 1),
+            url,
+            SourceKind::Gpuboard,
+        ));
     }
     for (i, url) in args.rays.iter().enumerate() {
-        sources.push(engine_source(
-            "ray",
+        named.push(EndpointConfig::named(
             &format!("ray{}", i + 1),
             url,
-            None,
-            None,
-            timeout,
-        )?);
+            SourceKind::Ray,
+        ));
     }
     for (i, url) in args.prometheuses.iter().enumerate() {
-        sources.push(engine_source(
-            "prometheus",
-            &format!("prom{}", i + 1),
-            url,
-            None,
-            None,
-            timeout,
-        )?);
+        let name = format!("prom{}", i + 1);
+        named.push(EndpointConfig::named(&name, url, SourceKind::Prometheus));
     }
-    for ep in &cfg.endpoints {
-        let token = match &ep.token_file {
-            Some(p) => Some(
-                std::fs::read_to_string(p)
-                    .with_context(|| {
-                        format!(
-                            "endpoint {}: cannot read token_file {}",
-                            ep.name,
-                            p.display()
-                        )
-                    })?
-                    .trim()
-                    .to_string(),
-            ),
-            None => None,
-        };
-        if ep.kind == "gpuboard" {
-            let token = match token {
-                Some(t) => Some(t),
-                None => creds
-                    .token(&ep.url)
-                    .with_context(|| format!("endpoint {}", ep.name))?,
-            };
-            let own = TlsTrust {
-                fingerprint: ep.tls_fingerprint.clone(),
-                ca_file: ep.tls_ca.clone(),
-            };
-            let trust = creds.trust(&ep.url, &own);
-            sources.push(Arc::new(Http::with_trust(
-                &ep.name, &ep.url, token, timeout, &trust,
-            )?));
-        } else {
-            sources.push(engine_source(
-                &ep.kind,
-                &ep.name,
-                &ep.url,
-                token,
-                ep.token_file.as_deref(),
-                timeout,
-            )?);
-        }
+    // `--demo` reads the config only when `--config` names it (`world_config`), so a demo
+    // never reaches a real endpoint the operator did not add.
+    let world = crate::sources::kind::chosen(named, &cfg.endpoints);
+    for ep in &world {
+        sources.push(engine_source(ep, &creds, timeout)?);
     }
     let mut attached_read_only = false;
     if sources.is_empty() {
@@ -264,49 +219,25 @@ fn world_config(args: &ConsoleArgs) -> anyhow::Result<config::Config> {
     config::Config::load(args.config.as_deref())
 }
 
-/// An engine source of this kind (`ray`, `prometheus`, `slurm` or `boinc`).
+/// The source an entry names (`sources::connect`), with its token and trust: a gpuboard
+/// endpoint's by the console's rules (its own `token_file` first), an engine's from its
+/// `token_file`.
 fn engine_source(
-    kind: &str,
-    name: &str,
-    url: &str,
-    token: Option<String>,
-    password_file: Option<&std::path::Path>,
+    ep: &EndpointConfig,
+    creds: &attach::Credentials,
     timeout: Duration,
 ) -> anyhow::Result<Arc<dyn Source>> {
-    use crate::sources::boinc::{BoincConfig, BoincSource};
-    use crate::sources::prometheus::{PrometheusConfig, PrometheusSource};
-    use crate::sources::ray::{RayConfig, RaySource};
-    use crate::sources::slurm::{SlurmConfig, SlurmSource};
-    Ok(match kind {
-        "ray" => {
-            let mut c = RayConfig::new(url);
-            c.name = name.to_string();
-            c.token = token;
-            c.timeout = timeout;
-            Arc::new(RaySource::new(c)?)
+    let mut token = ep.file_token()?;
+    let mut trust = TlsTrust::default();
+    if ep.kind == SourceKind::Gpuboard {
+        if token.is_none() {
+            token = creds
+                .token(&ep.url)
+                .with_context(|| format!("endpoint {}", ep.name))?;
         }
-        "slurm" => {
-            let mut c = SlurmConfig::new(url);
-            c.name = name.to_string();
-            c.token = token;
-            c.timeout = timeout;
-            Arc::new(SlurmSource::new(c)?)
-        }
-        "boinc" => {
-            let mut c = BoincConfig::new(url);
-            c.name = name.to_string();
-            c.password_file = password_file.map(Into::into);
-            c.timeout = timeout;
-            Arc::new(BoincSource::new(c)?)
-        }
-        _ => {
-            let mut c = PrometheusConfig::new(url);
-            c.name = name.to_string();
-            c.auth = token.map(crate::sources::http::Auth::Bearer);
-            c.timeout = timeout;
-            Arc::new(PrometheusSource::new(c)?)
-        }
-    })
+        trust = creds.trust(&ep.url, &ep.trust());
+    }
+    crate::sources::connect(ep, token, &trust, timeout)
 }
 
 /// The state for a setup's sources.

@@ -19,3 +19,5 @@ pub mod tls;
 pub mod tokens;
 pub mod versions;
 mod watch;
+
+pub use body::strict_json;

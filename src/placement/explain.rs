@@ -40,6 +40,9 @@ pub enum Reason {
     NoCpuCapacity,
     /// Some devices fit, but fewer than the request needs on one node.
     TooFewDevices,
+    /// The node has fewer devices than the request needs on one node: never, whatever
+    /// their memory.
+    FewerDevicesThanAsked,
 }
 
 impl Reason {
@@ -58,6 +61,7 @@ impl Reason {
             Reason::InsufficientCpu => "insufficient CPU",
             Reason::NoCpuCapacity => "no CPU capacity declared",
             Reason::TooFewDevices => "too few devices fit",
+            Reason::FewerDevicesThanAsked => "fewer GPUs than asked",
         }
     }
 }
@@ -128,13 +132,19 @@ fn node_line(n: &NodeReasons) -> String {
         .map(|r| {
             let mut s = match r.reason {
                 // Devices, not an amount: "only 1 of the 2 GPUs it needs fit".
-                Reason::TooFewDevices | Reason::NotPinned if r.largest_free.is_some() => {
+                Reason::TooFewDevices | Reason::NotPinned | Reason::FewerDevicesThanAsked
+                    if r.largest_free.is_some() =>
+                {
                     let have = r.largest_free.unwrap_or(0);
                     let needs = r.needs.unwrap_or(0);
-                    return if r.reason == Reason::TooFewDevices {
-                        format!("only {have} of the {needs} GPUs it needs fit")
-                    } else {
-                        format!("{have} devices pinned, the form takes {needs}")
+                    return match r.reason {
+                        Reason::TooFewDevices => {
+                            format!("only {have} of the {needs} GPUs it needs fit")
+                        }
+                        Reason::FewerDevicesThanAsked => {
+                            format!("it has {have} GPUs, the request needs {needs} on one node")
+                        }
+                        _ => format!("{have} devices pinned, the form takes {needs}"),
                     };
                 }
                 Reason::NoCpuCapacity | Reason::InsufficientCpu | Reason::TooFewDevices => {
@@ -328,6 +338,15 @@ impl Fleet {
         let nd = &self.nodes[n];
         let mut tally = Tally::default();
         let count = form.device_count() as usize;
+        // Too few devices at all: that is the reason, not their memory or slots.
+        if nd.devices.len() < count {
+            tally.note(
+                Reason::FewerDevicesThanAsked,
+                Some(nd.devices.len() as u64),
+                Some(count as u64),
+            );
+            return (tally.into_reasons(), false);
+        }
         let mut fit_now = 0;
         let mut fit_empty = 0;
         for dev in &nd.devices {

@@ -556,3 +556,20 @@ fn accelerator_type_matches_each_device_on_model_and_memory_size() {
     let r = req(json!({"nvidia.com/gpu": 2, "accelerator_type": "NVIDIA_TESLA_A100"}));
     assert_eq!(f.claim(ClaimId(3), &r).unwrap().shares.len(), 2);
 }
+
+#[test]
+fn more_gpus_than_a_node_has_names_the_device_count_not_memory() {
+    let mut f = a100s(8);
+    f.claim(ClaimId(1), &req(json!({"gpu_memory": "30Gi"})))
+        .unwrap();
+    let no = f
+        .claim(ClaimId(2), &req(json!({"num_gpus": 9})))
+        .unwrap_err();
+    assert!(no.infeasible);
+    let s = no.summary();
+    assert!(
+        s.contains("it has 8 GPUs, the request needs 9 on one node"),
+        "{s}"
+    );
+    assert!(!s.contains("memory"), "{s}");
+}

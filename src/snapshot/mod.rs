@@ -420,3 +420,39 @@ impl Snapshot {
             && self.events == other.events
     }
 }
+
+/// Device indexes as ranges: `2,3,4,5,6,7` -> `2-7`, `0,1,4` -> `0-1,4`. The one way the
+/// screens and the CLI write a claim's devices.
+pub fn index_ranges(indexes: &[u32]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < indexes.len() {
+        let start = indexes[i];
+        let mut end = start;
+        while i + 1 < indexes.len() && indexes[i + 1] == end + 1 {
+            end += 1;
+            i += 1;
+        }
+        parts.push(if end == start {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+        i += 1;
+    }
+    parts.join(",")
+}
+
+impl ClaimView {
+    /// Where it is, as every screen writes it: `node-b:5-6`, `node-c` for a claim that
+    /// holds no GPU (CPUs only); `None` while pending.
+    pub fn place(&self) -> Option<String> {
+        let node = self.node.as_ref()?;
+        let devices: Vec<u32> = self.shares.iter().map(|s| s.device).collect();
+        Some(if devices.is_empty() {
+            node.clone()
+        } else {
+            format!("{node}:{}", index_ranges(&devices))
+        })
+    }
+}

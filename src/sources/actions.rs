@@ -7,6 +7,8 @@
 
 use std::fmt;
 
+use super::kind::SourceKind;
+
 /// One thing an engine can be asked to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum EngineVerb {
@@ -62,8 +64,8 @@ impl EngineVerb {
         EngineVerb::RayStopJob,
     ];
 
-    /// The source kind that carries it out (`slurm`, `boinc`, `ray`).
-    pub fn kind(self) -> &'static str {
+    /// The source kind that carries it out (Slurm, BOINC, Ray).
+    pub fn kind(self) -> SourceKind {
         use EngineVerb as V;
         match self {
             V::SlurmCancel
@@ -71,7 +73,7 @@ impl EngineVerb {
             | V::SlurmRelease
             | V::SlurmRequeue
             | V::SlurmDrain
-            | V::SlurmResume => "slurm",
+            | V::SlurmResume => SourceKind::Slurm,
             V::BoincSuspendProject
             | V::BoincResumeProject
             | V::BoincNoNewTasks
@@ -79,8 +81,8 @@ impl EngineVerb {
             | V::BoincGpuMode
             | V::BoincAbortTask
             | V::BoincSuspendTask
-            | V::BoincResumeTask => "boinc",
-            V::RayStopJob => "ray",
+            | V::BoincResumeTask => SourceKind::Boinc,
+            V::RayStopJob => SourceKind::Ray,
         }
     }
 
@@ -175,19 +177,17 @@ impl EngineVerb {
     }
 
     /// The verb of `kind` named `name`; the error names what `kind` offers.
-    pub fn parse(kind: &str, name: &str) -> Result<EngineVerb, EngineActionError> {
+    pub fn parse(kind: SourceKind, name: &str) -> Result<EngineVerb, EngineActionError> {
         let offered: Vec<EngineVerb> = offers(kind);
         if offered.is_empty() {
-            return Err(EngineActionError::NoActions {
-                kind: kind.to_string(),
-            });
+            return Err(EngineActionError::NoActions { kind });
         }
         offered
             .iter()
             .copied()
             .find(|v| v.name() == name)
             .ok_or_else(|| EngineActionError::UnknownVerb {
-                kind: kind.to_string(),
+                kind,
                 name: name.to_string(),
                 known: offered
                     .iter()
@@ -206,7 +206,7 @@ impl fmt::Display for EngineVerb {
 
 /// The verbs a source kind has (those it cannot carry out included, with their reason in
 /// `EngineVerb::unavailable`); none for kinds that are not engines.
-pub fn offers(kind: &str) -> Vec<EngineVerb> {
+pub fn offers(kind: SourceKind) -> Vec<EngineVerb> {
     EngineVerb::ALL
         .iter()
         .copied()
@@ -216,7 +216,7 @@ pub fn offers(kind: &str) -> Vec<EngineVerb> {
 
 /// What `?` says of a source kind's engine actions: what it offers, and each verb it does
 /// not with why (the reason up to its advice). Empty for kinds that are not engines.
-pub fn help_lines(kind: &str) -> Vec<String> {
+pub fn help_lines(kind: SourceKind) -> Vec<String> {
     let verbs = offers(kind);
     if verbs.is_empty() {
         return Vec::new();
@@ -234,7 +234,7 @@ pub fn help_lines(kind: &str) -> Vec<String> {
             why.split(';').next().unwrap_or(why)
         ));
     }
-    if kind == "ray" {
+    if kind == SourceKind::Ray {
         out.push("  tasks, actors, placement groups: read-only; stop their job".to_string());
     }
     out
@@ -289,7 +289,7 @@ impl EngineAction {
         if t.is_empty() {
             return Err(bad(&format!("give a {}", verb.target_kind())));
         }
-        if t.contains(['<', '>', '&', '/', '?', '#']) && verb.kind() != "boinc" {
+        if t.contains(['<', '>', '&', '/', '?', '#']) && verb.kind() != SourceKind::Boinc {
             return Err(bad("it has characters no name or id of this engine has"));
         }
         if t == "." || t == ".." || t.chars().any(char::is_control) {
@@ -367,13 +367,13 @@ pub enum EngineActionError {
     #[error("a {kind} source takes no engine actions; engines with actions: slurm, boinc, ray")]
     NoActions {
         /// The kind.
-        kind: String,
+        kind: SourceKind,
     },
     /// No such verb for this kind.
     #[error("{kind} has no action `{name}`; it has: {known}")]
     UnknownVerb {
         /// The kind.
-        kind: String,
+        kind: SourceKind,
         /// What was asked.
         name: String,
         /// What it has.
@@ -419,9 +419,11 @@ mod tests {
         for v in EngineVerb::ALL {
             assert_eq!(EngineVerb::parse(v.kind(), v.name()).unwrap(), *v);
         }
-        let e = EngineVerb::parse("slurm", "kill").unwrap_err().to_string();
+        let e = EngineVerb::parse(SourceKind::Slurm, "kill")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("cancel, hold, release"), "{e}");
-        let e = EngineVerb::parse("prometheus", "cancel").unwrap_err();
+        let e = EngineVerb::parse(SourceKind::Prometheus, "cancel").unwrap_err();
         assert!(matches!(e, EngineActionError::NoActions { .. }));
     }
 
@@ -455,8 +457,8 @@ mod tests {
                 .contains("v0.0.38")
         );
         assert!(EngineVerb::SlurmCancel.unavailable().is_none());
-        assert_eq!(offers("ray"), vec![EngineVerb::RayStopJob]);
-        assert!(offers("gpuboard").is_empty());
+        assert_eq!(offers(SourceKind::Ray), vec![EngineVerb::RayStopJob]);
+        assert!(offers(SourceKind::Gpuboard).is_empty());
     }
 
     #[test]

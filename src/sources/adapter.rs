@@ -1,9 +1,8 @@
 //! What every engine adapter (Ray, Prometheus, Slurm, BOINC) shares: the shell holding
 //! its configuration, its way to the peer and its clock; the secret-hiding `Debug` helper;
-//! the refusal messages; and the `Source` answers of an adapter that places nothing.
-//!
-//! Each adapter implements `Source` itself, with these helpers: engines own their
-//! scheduling, so `plan` always refuses and `act` refuses in the engine's own words.
+//! the refusal messages; and `Adapter`, whose blanket `impl Source` gives every adapter
+//! the same answers: engines own their scheduling, so `plan` always refuses, and each
+//! adapter says only how it reads its peer and which actions it carries out.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -12,9 +11,50 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 use super::error::SourceError;
-use super::{Failure, Outcome};
+use super::kind::SourceKind;
+use super::{Action, Failure, Fetched, Outcome, Source};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::placement::Allocation;
+use crate::request::ClaimRequest;
+use crate::snapshot::Snapshot;
+
+/// An engine adapter: what it is, how it reads its peer and what it does with an action.
+/// Every adapter is a `Source` through the blanket impl below.
+pub trait Adapter: Clone + Send + Sync + 'static {
+    /// Its kind.
+    const KIND: SourceKind;
+    /// Whether it takes any of gpuboard's own actions (BOINC's update project); engine
+    /// actions are offered by kind (`actions::offers`), not by this flag.
+    const CAN_ACT: bool = false;
+    /// The name operators see.
+    fn source_name(&self) -> &str;
+    /// Reads the peer into a snapshot.
+    fn read(&self) -> impl Future<Output = Result<Snapshot, SourceError>> + Send + '_;
+    /// Carries out an action, or refuses it in the engine's words.
+    fn carry_out(&self, action: Action) -> BoxFuture<'static, Result<Outcome, Failure>>;
+}
+
+impl<A: Adapter> Source for A {
+    fn name(&self) -> &str {
+        self.source_name()
+    }
+    fn kind(&self) -> SourceKind {
+        A::KIND
+    }
+    fn can_act(&self) -> bool {
+        A::CAN_ACT
+    }
+    fn fetch(&self) -> BoxFuture<'static, Result<Fetched, Failure>> {
+        let source = self.clone();
+        Box::pin(async move { Ok(source.read().await?.into()) })
+    }
+    fn plan(&self, _request: ClaimRequest) -> BoxFuture<'static, Result<Allocation, Failure>> {
+        plan_refused(self.source_name(), A::KIND)
+    }
+    fn act(&self, action: Action) -> BoxFuture<'static, Result<Outcome, Failure>> {
+        self.carry_out(action)
+    }
+}
 
 /// An engine adapter's fixed parts: the configuration the operator gave, how the peer is
 /// reached (an HTTP client, a checked address), and the clock that stamps snapshots.
@@ -81,7 +121,10 @@ pub fn refusal(owner: &str, action: &str, instead: &str) -> String {
 }
 
 /// `Source::plan` of an engine source: it places nothing.
-pub fn plan_refused(name: &str, kind: &str) -> BoxFuture<'static, Result<Allocation, Failure>> {
+pub fn plan_refused(
+    name: &str,
+    kind: SourceKind,
+) -> BoxFuture<'static, Result<Allocation, Failure>> {
     let why = format!("{name} is a {kind} source: it places nothing");
     Box::pin(async move { Err(Failure::ReadOnly(why)) })
 }

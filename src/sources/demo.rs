@@ -475,8 +475,8 @@ impl Source for Demo {
     fn name(&self) -> &'static str {
         "demo"
     }
-    fn kind(&self) -> &'static str {
-        "demo"
+    fn kind(&self) -> super::SourceKind {
+        super::SourceKind::Demo
     }
     fn can_act(&self) -> bool {
         true

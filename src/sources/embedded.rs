@@ -139,8 +139,8 @@ impl Source for Embedded {
     fn name(&self) -> &str {
         &self.name
     }
-    fn kind(&self) -> &'static str {
-        "embedded"
+    fn kind(&self) -> super::SourceKind {
+        super::SourceKind::Embedded
     }
     fn can_act(&self) -> bool {
         true

@@ -164,6 +164,7 @@ fn failure(source: &str, has_token: bool, e: ClientError) -> Failure {
             message: detail,
         },
         ClientError::Decode { detail, .. } => Failure::Decode(detail),
+        e @ ClientError::NotGpuboard { .. } => Failure::Unreachable(e.to_string()),
     }
 }
 
@@ -171,8 +172,8 @@ impl Source for Http {
     fn name(&self) -> &str {
         &self.name
     }
-    fn kind(&self) -> &'static str {
-        "gpuboard"
+    fn kind(&self) -> super::SourceKind {
+        super::SourceKind::Gpuboard
     }
     fn can_act(&self) -> bool {
         true

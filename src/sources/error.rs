@@ -79,6 +79,17 @@ pub enum SourceError {
         /// What it answered instead.
         why: String,
     },
+    /// A configured secret file (BOINC's GUI RPC password file) cannot be read: nothing
+    /// was sent to the peer.
+    #[error("cannot read the password file {path} for {url}: {why}; nothing was sent to it")]
+    SecretFile {
+        /// The peer it is for.
+        url: String,
+        /// The file, as configured.
+        path: String,
+        /// What the file system said.
+        why: String,
+    },
     /// A peer that logs in outside HTTP (the BOINC GUI RPC) refused our credentials.
     #[error("{url}: the {peer} refused the login: {message}")]
     LoginRefused {

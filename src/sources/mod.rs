@@ -24,6 +24,7 @@ pub mod guirpc;
 pub mod handover;
 pub mod http;
 pub mod json;
+pub mod kind;
 pub mod md5;
 pub mod prometheus;
 pub mod ray;
@@ -35,6 +36,8 @@ pub mod xml;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+
+pub use kind::{EndpointConfig, SourceKind, connect};
 
 use crate::clock::Timestamp;
 use crate::ids::ClaimId;
@@ -213,17 +216,8 @@ impl Outcome {
     /// The result in one line, for the status line and the events pane.
     pub fn message(&self) -> String {
         match self {
-            Outcome::Claimed(c) => match &c.node {
-                Some(node) => format!(
-                    "claim {} placed at {node}:{} ({})",
-                    c.id,
-                    c.shares
-                        .iter()
-                        .map(|s| s.device.to_string())
-                        .collect::<Vec<_>>()
-                        .join(","),
-                    c.form
-                ),
+            Outcome::Claimed(c) => match c.place() {
+                Some(place) => format!("claim {} placed at {place} ({})", c.id, c.form),
                 None => format!("claim {} is pending ({})", c.id, c.form),
             },
             Outcome::Released { id, place: Some(p) } => format!("claim {id} released ({p})"),
@@ -255,8 +249,8 @@ impl Outcome {
 pub trait Source: Send + Sync {
     /// The name operators see.
     fn name(&self) -> &str;
-    /// `embedded`, `demo`, `gpuboard`...
-    fn kind(&self) -> &str;
+    /// What it is.
+    fn kind(&self) -> SourceKind;
     /// Whether it accepts gpuboard's actions (claim, release, move, cordon, reset). Engine
     /// actions (`Action::Engine`) are offered by the source's kind (`actions::offers`).
     fn can_act(&self) -> bool;

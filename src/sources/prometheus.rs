@@ -7,23 +7,23 @@
 //! sources, by UUID where both know it, otherwise by node name and index.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use serde_json::Value;
 
-use super::adapter::{self, Shell};
+use super::adapter::{self, Adapter, Shell};
 use super::error::SourceError;
 use super::http::{Auth, JsonClient, PeerKind};
+use super::kind::SourceKind;
 use serde::Deserialize;
 
 use super::json::{Num, ShapeError, typed, typed_each};
 use super::sections::Sections;
-use super::{Action, Failure, Fetched, Outcome, Source};
+use super::{Action, Failure, Outcome};
 use crate::clock::{Clock, Timestamp};
-use crate::placement::Allocation;
-use crate::request::ClaimRequest;
 use crate::snapshot::{
     DeviceTelemetry, DeviceView, EndpointInfo, NodeView, SCHEMA_VERSION, Snapshot, SourceWarning,
 };
@@ -209,27 +209,18 @@ impl PrometheusSource {
 }
 
 /// Read-only telemetry: every action is refused, naming where it must be done instead.
-impl Source for PrometheusSource {
-    fn name(&self) -> &str {
+impl Adapter for PrometheusSource {
+    const KIND: SourceKind = SourceKind::Prometheus;
+    fn source_name(&self) -> &str {
         &self.shell.config.name
     }
-    fn kind(&self) -> &'static str {
-        "prometheus"
+    fn read(&self) -> impl Future<Output = Result<Snapshot, SourceError>> + Send + '_ {
+        PrometheusSource::fetch(self)
     }
-    fn can_act(&self) -> bool {
-        false
-    }
-    fn fetch(&self) -> BoxFuture<'static, Result<Fetched, Failure>> {
-        let source = self.clone();
-        Box::pin(async move { Ok(PrometheusSource::fetch(&source).await?.into()) })
-    }
-    fn plan(&self, _request: ClaimRequest) -> BoxFuture<'static, Result<Allocation, Failure>> {
-        adapter::plan_refused(self.name(), self.kind())
-    }
-    fn act(&self, action: Action) -> BoxFuture<'static, Result<Outcome, Failure>> {
+    fn carry_out(&self, action: Action) -> BoxFuture<'static, Result<Outcome, Failure>> {
         adapter::act_refused(format!(
             "{} reads telemetry only; {} {} must be done where the GPUs are scheduled",
-            self.name(),
+            self.source_name(),
             action.verb(),
             action.target()
         ))

@@ -208,7 +208,12 @@ pub fn lab_snapshot() -> Snapshot {
 /// operator is `alice` (the holder of claim 1).
 pub fn lab_state() -> State {
     let mut st = State::new(
-        vec![SourceSlot::new("lab", "embedded", true, None)],
+        vec![SourceSlot::new(
+            "lab",
+            "embedded".parse().unwrap(),
+            true,
+            None,
+        )],
         Keymap::builtin(),
         2_000,
         false,
@@ -225,8 +230,8 @@ pub fn lab_state() -> State {
 pub fn with_down_source() -> State {
     let mut st = State::new(
         vec![
-            SourceSlot::new("lab", "embedded", true, None),
-            SourceSlot::new("far", "gpuboard", true, None),
+            SourceSlot::new("lab", "embedded".parse().unwrap(), true, None),
+            SourceSlot::new("far", "gpuboard".parse().unwrap(), true, None),
         ],
         Keymap::builtin(),
         2_000,
@@ -280,7 +285,7 @@ pub fn scaled_state(nodes: usize, gpus: u32, claims: usize) -> anyhow::Result<St
     world.advance(NOW);
     let snap = world.snapshot(NOW);
     let mut st = State::new(
-        vec![SourceSlot::new("demo", "demo", true, None)],
+        vec![SourceSlot::new("demo", "demo".parse().unwrap(), true, None)],
         Keymap::builtin(),
         2_000,
         false,

@@ -25,7 +25,7 @@ pub use form::{ClaimForm, FormField, FormKind, FormStage, LostClaim, MoveAcross,
 pub use handover::{HandoverRun, StepPlan};
 pub use paging::{claims_info_height, events_split, why_pane_height};
 pub use selection::Picked;
-pub use sources::{STALE_AFTER_INTERVALS, SourceHealth, SourceSlot, TELEMETRY_KINDS};
+pub use sources::{STALE_AFTER_INTERVALS, SourceHealth, SourceSlot};
 pub use totals::FleetTotals;
 pub use view::{OVERVIEW_JUMPS, View};
 

@@ -3,6 +3,7 @@
 
 use crate::clock::Timestamp;
 use crate::snapshot::Snapshot;
+use crate::sources::SourceKind;
 
 use super::State;
 
@@ -14,8 +15,8 @@ pub const STALE_AFTER_INTERVALS: u64 = 3;
 pub struct SourceSlot {
     /// Name.
     pub name: String,
-    /// Kind (`embedded`, `demo`, `gpuboard`...).
-    pub kind: String,
+    /// What it is.
+    pub kind: SourceKind,
     /// Accepts actions.
     pub can_act: bool,
     /// A note to show (why no GPUs, how to see the demo).
@@ -43,17 +44,11 @@ pub struct SourceSlot {
     pub raw: Option<Snapshot>,
 }
 
-/// Kinds whose snapshots are telemetry for other sources' devices.
-pub const TELEMETRY_KINDS: &[&str] = &["prometheus"];
-
 impl State {
     /// Stores a source's snapshot and joins remote telemetry (Prometheus dcgm series)
     /// into the devices of the other sources, by UUID or by node name and index.
     pub fn store_snapshot(&mut self, source: usize, snap: Snapshot) {
-        let joining = self
-            .sources
-            .iter()
-            .any(|s| TELEMETRY_KINDS.contains(&s.kind.as_str()));
+        let joining = self.sources.iter().any(|s| s.kind.is_telemetry());
         let Some(slot) = self.sources.get_mut(source) else {
             return;
         };
@@ -61,14 +56,14 @@ impl State {
             slot.data = Some(snap);
             return;
         }
-        if !TELEMETRY_KINDS.contains(&slot.kind.as_str()) {
+        if !slot.kind.is_telemetry() {
             slot.raw = Some(snap.clone());
         }
         slot.data = Some(snap);
         let telemetry: Vec<Snapshot> = self
             .sources
             .iter()
-            .filter(|s| TELEMETRY_KINDS.contains(&s.kind.as_str()))
+            .filter(|s| s.kind.is_telemetry())
             .filter_map(|s| s.data.clone())
             .collect();
         for slot in &mut self.sources {
@@ -106,10 +101,10 @@ pub enum SourceHealth {
 
 impl SourceSlot {
     /// A slot for a source, not yet fetched.
-    pub fn new(name: &str, kind: &str, can_act: bool, note: Option<String>) -> SourceSlot {
+    pub fn new(name: &str, kind: SourceKind, can_act: bool, note: Option<String>) -> SourceSlot {
         SourceSlot {
             name: name.to_string(),
-            kind: kind.to_string(),
+            kind,
             can_act,
             note,
             ..SourceSlot::default()

@@ -7,8 +7,8 @@
 //! `:act ... then ...` is a hand-over (`handover`).
 
 use crate::snapshot::{ClaimState, ClaimView};
-use crate::sources::Action;
 use crate::sources::actions::{EngineAction, EngineVerb, offers};
+use crate::sources::{Action, SourceKind};
 
 use super::flash;
 use crate::console::msg::Effect;
@@ -38,7 +38,7 @@ fn open(state: &mut State, verb: Option<&str>, target: Option<&str>) -> Vec<Effe
         .and_then(|k| {
             state
                 .claim(k)
-                .map(|(s, c)| (k.source, s.kind.clone(), s.name.clone(), c.clone()))
+                .map(|(s, c)| (k.source, s.kind, s.name.clone(), c.clone()))
         });
     let Some((source, kind, name, claim)) = picked else {
         // With verb and target, no claim is needed: the shown source, or the only one
@@ -54,7 +54,7 @@ fn open(state: &mut State, verb: Option<&str>, target: Option<&str>) -> Vec<Effe
         );
         return Vec::new();
     };
-    if offers(&kind).is_empty() {
+    if offers(kind).is_empty() {
         flash(
             state,
             format!("{name} is a {kind} source: it takes no engine actions"),
@@ -63,8 +63,8 @@ fn open(state: &mut State, verb: Option<&str>, target: Option<&str>) -> Vec<Effe
         return Vec::new();
     }
     let verb = match verb {
-        None => usual_verb(&kind, &claim),
-        Some(v) => match EngineVerb::parse(&kind, v) {
+        None => usual_verb(kind, &claim),
+        Some(v) => match EngineVerb::parse(kind, v) {
             Ok(v) => v,
             Err(e) => {
                 flash(state, e.to_string(), true);
@@ -108,7 +108,7 @@ fn open(state: &mut State, verb: Option<&str>, target: Option<&str>) -> Vec<Effe
 fn without_claim(state: &mut State, verb: &str, target: &str) -> Vec<Effect> {
     let fits: Vec<usize> = (0..state.sources.len())
         .filter(|i| state.source_filter.is_none_or(|f| f == *i))
-        .filter(|i| EngineVerb::parse(&state.sources[*i].kind, verb).is_ok())
+        .filter(|i| EngineVerb::parse(state.sources[*i].kind, verb).is_ok())
         .collect();
     let [source] = fits[..] else {
         let why = if fits.is_empty() {
@@ -123,8 +123,8 @@ fn without_claim(state: &mut State, verb: &str, target: &str) -> Vec<Effect> {
         return Vec::new();
     };
     let slot = &state.sources[source];
-    let (kind, name) = (slot.kind.clone(), slot.name.clone());
-    let action = match EngineVerb::parse(&kind, verb).and_then(|v| {
+    let (kind, name) = (slot.kind, slot.name.clone());
+    let action = match EngineVerb::parse(kind, verb).and_then(|v| {
         if let Some(why) = v.unavailable() {
             return Err(crate::sources::actions::EngineActionError::BadTarget {
                 verb: v,
@@ -150,12 +150,12 @@ fn without_claim(state: &mut State, verb: &str, target: &str) -> Vec<Effect> {
 }
 
 /// What `E` does to a claim of this kind.
-pub(super) fn usual_verb(kind: &str, claim: &ClaimView) -> EngineVerb {
+pub(super) fn usual_verb(kind: SourceKind, claim: &ClaimView) -> EngineVerb {
     match (kind, claim.state == ClaimState::Pending) {
-        ("slurm", true) => EngineVerb::SlurmHold,
-        ("slurm", false) => EngineVerb::SlurmCancel,
+        (SourceKind::Slurm, true) => EngineVerb::SlurmHold,
+        (SourceKind::Slurm, false) => EngineVerb::SlurmCancel,
         // A task the GUI suspended is resumed; any other is suspended.
-        ("boinc", _)
+        (SourceKind::Boinc, _)
             if claim
                 .request
                 .labels
@@ -164,7 +164,7 @@ pub(super) fn usual_verb(kind: &str, claim: &ClaimView) -> EngineVerb {
         {
             EngineVerb::BoincResumeTask
         }
-        ("boinc", _) => EngineVerb::BoincSuspendTask,
+        (SourceKind::Boinc, _) => EngineVerb::BoincSuspendTask,
         _ => EngineVerb::RayStopJob,
     }
 }

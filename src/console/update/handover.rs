@@ -134,7 +134,7 @@ pub(super) fn key(state: &mut State) -> Vec<Effect> {
         .then(|| state.selected_claim())
         .flatten()
         .and_then(|k| state.claim(k).map(|(s, c)| (s.clone(), c.clone())));
-    let Some((slot, claim)) = picked.filter(|(s, _)| !offers(&s.kind).is_empty()) else {
+    let Some((slot, claim)) = picked.filter(|(s, _)| !offers(s.kind).is_empty()) else {
         flash(
             state,
             "select a claim of a Slurm, BOINC or Ray source in the Claims view first, \
@@ -143,7 +143,7 @@ pub(super) fn key(state: &mut State) -> Vec<Effect> {
         );
         return Vec::new();
     };
-    let verb = super::engine::usual_verb(&slot.kind, &claim);
+    let verb = super::engine::usual_verb(slot.kind, &claim);
     let target = super::engine::target_of(verb, &claim);
     let mut line = format!("handover {} {verb} {target} {THEN} ", slot.name);
     let endpoints: Vec<&str> = state
@@ -245,7 +245,7 @@ fn engine_step(
     } else {
         let fits: Vec<usize> = state
             .shown_sources()
-            .filter(|(_, s)| EngineVerb::parse(&s.kind, verb).is_ok())
+            .filter(|(_, s)| EngineVerb::parse(s.kind, verb).is_ok())
             .map(|(i, _)| i)
             .collect();
         match fits[..] {
@@ -260,7 +260,7 @@ fn engine_step(
         }
     };
     let slot = &state.sources[source];
-    let v = EngineVerb::parse(&slot.kind, verb).map_err(|e| format!("{}: {e}", slot.name))?;
+    let v = EngineVerb::parse(slot.kind, verb).map_err(|e| format!("{}: {e}", slot.name))?;
     if let Some(why) = v.unavailable() {
         return Err(format!("{}: {v} is not offered: {why}", slot.name));
     }

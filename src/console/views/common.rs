@@ -87,26 +87,7 @@ pub fn mid_ellipsis(s: &str, width: usize) -> String {
     out
 }
 
-/// Device indexes as ranges: `2,3,4,5,6,7` -> `2-7`, `0,1,4` -> `0-1,4`.
-pub fn index_ranges(indexes: &[u32]) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < indexes.len() {
-        let start = indexes[i];
-        let mut end = start;
-        while i + 1 < indexes.len() && indexes[i + 1] == end + 1 {
-            end += 1;
-            i += 1;
-        }
-        parts.push(if end == start {
-            start.to_string()
-        } else {
-            format!("{start}-{end}")
-        });
-        i += 1;
-    }
-    parts.join(",")
-}
+pub use crate::snapshot::index_ranges;
 
 /// Where a claim is, fitted into `width`: the node shortened in the middle, its devices
 /// as ranges, never cut (`prod-h…-018:2-7`); `pending` for a pending claim.

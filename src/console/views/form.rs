@@ -62,7 +62,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
             if state
                 .sources
                 .get(f.source)
-                .is_some_and(|s| s.kind == "gpuboard")
+                .is_some_and(|s| s.kind == crate::sources::SourceKind::Gpuboard)
             {
                 lines.push(Line::styled(
                     "(preview on the last snapshot; the endpoint re-checks when you claim)",

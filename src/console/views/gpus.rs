@@ -5,7 +5,7 @@ use ratatui::layout::{Constraint, Rect};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Cell, Row, Table};
 
-use crate::console::state::{DevKey, State, TELEMETRY_KINDS, View};
+use crate::console::state::{DevKey, State, View};
 use crate::console::theme::Theme;
 use crate::snapshot::DeviceView;
 
@@ -181,7 +181,7 @@ fn device_row(
     let used = t.and_then(|t| t.memory_used);
     let flags = device_flags(d);
     // A telemetry-only source knows nothing of allocation: show that, not zeros.
-    let sched = !TELEMETRY_KINDS.contains(&slot.kind.as_str());
+    let sched = !slot.kind.is_telemetry();
     let unknown = |known: String| if sched { known } else { "n/a".to_string() };
     let mut cells: Vec<Cell> = Vec::new();
     if multi {

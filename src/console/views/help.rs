@@ -92,11 +92,11 @@ fn help_lines(state: &State, theme: &Theme, width: usize) -> Vec<Line<'static>> 
         );
     }
     // Engine actions of the kinds present, and why the absent ones are absent.
-    let mut kinds: Vec<&str> = state.sources.iter().map(|s| s.kind.as_str()).collect();
+    let mut kinds: Vec<_> = state.sources.iter().map(|s| s.kind).collect();
     kinds.sort_unstable();
     kinds.dedup();
     for kind in kinds.iter().filter(|_| !state.readonly) {
-        for l in crate::sources::actions::help_lines(kind) {
+        for l in crate::sources::actions::help_lines(*kind) {
             note(&l, theme.dim);
         }
     }

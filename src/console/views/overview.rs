@@ -215,7 +215,7 @@ fn sources_table(frame: &mut Frame, bottom: Rect, state: &State, theme: &Theme) 
             let (note, note_style) = source_note(s, theme);
             Row::new(vec![
                 Cell::from(s.name.clone()),
-                Cell::from(s.kind.clone()),
+                Cell::from(s.kind.as_str()),
                 Cell::from(Span::styled(b, style)),
                 Cell::from(g.to_string()),
                 Cell::from(c.to_string()),

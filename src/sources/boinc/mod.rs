@@ -30,6 +30,7 @@ mod snapshot;
 mod state;
 mod tasks;
 
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,13 +41,12 @@ pub use answers::{BoincAnswerKind, BoincAnswers, BoincParseError};
 pub use snapshot::snapshot;
 pub use state::project_url;
 
-use super::adapter::{self, Shell};
+use super::adapter::{self, Adapter, Shell};
 use super::error::SourceError;
 use super::guirpc::{GuiRpc, check_address};
-use super::{Action, Failure, Fetched, Outcome, Source};
+use super::kind::SourceKind;
+use super::{Action, Failure, Outcome};
 use crate::clock::Clock;
-use crate::placement::Allocation;
-use crate::request::ClaimRequest;
 use crate::snapshot::Snapshot;
 
 /// How to reach a BOINC client.
@@ -134,10 +134,10 @@ impl BoincSource {
         let Some(path) = &self.shell.config.password_file else {
             return Ok(None);
         };
-        let text = std::fs::read_to_string(path).map_err(|e| SourceError::LoginRefused {
+        let text = std::fs::read_to_string(path).map_err(|e| SourceError::SecretFile {
             url: self.shell.peer.clone(),
-            peer: "BOINC client",
-            message: format!("cannot read the password file {}: {e}", path.display()),
+            path: path.display().to_string(),
+            why: e.to_string(),
         })?;
         // The client uses the file's first line, without its line ending.
         Ok(Some(
@@ -244,25 +244,17 @@ impl BoincSource {
 
 /// Reads the client; takes one action, "update project" (the project reset), and refuses
 /// the rest with `refuse_action`.
-impl Source for BoincSource {
-    fn name(&self) -> &str {
+impl Adapter for BoincSource {
+    const KIND: SourceKind = SourceKind::Boinc;
+    // One action (update project); `carry_out` refuses the rest with a message.
+    const CAN_ACT: bool = true;
+    fn source_name(&self) -> &str {
         &self.shell.config.name
     }
-    fn kind(&self) -> &'static str {
-        "boinc"
+    fn read(&self) -> impl Future<Output = Result<Snapshot, SourceError>> + Send + '_ {
+        BoincSource::fetch(self)
     }
-    fn can_act(&self) -> bool {
-        // One action (update project); `act` refuses the rest with a message.
-        true
-    }
-    fn fetch(&self) -> BoxFuture<'static, Result<Fetched, Failure>> {
-        let source = self.clone();
-        Box::pin(async move { Ok(BoincSource::fetch(&source).await?.into()) })
-    }
-    fn plan(&self, _request: ClaimRequest) -> BoxFuture<'static, Result<Allocation, Failure>> {
-        adapter::plan_refused(self.name(), self.kind())
-    }
-    fn act(&self, action: Action) -> BoxFuture<'static, Result<Outcome, Failure>> {
+    fn carry_out(&self, action: Action) -> BoxFuture<'static, Result<Outcome, Failure>> {
         match action {
             Action::ResetProject { project } => {
                 let source = self.clone();

@@ -30,6 +30,7 @@ mod resources;
 mod snapshot;
 mod work;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,13 +41,12 @@ pub use answers::{RayAnswerError, RayAnswerKind, RayAnswers, RayParseError, pars
 pub use resources::{RayResource, classify_resource};
 pub use snapshot::snapshot;
 
-use super::adapter::{self, Shell};
+use super::adapter::{self, Adapter, Shell};
 use super::error::SourceError;
 use super::http::{Auth, JsonClient, PeerKind};
-use super::{Action, Failure, Fetched, Outcome, Source};
+use super::kind::SourceKind;
+use super::{Action, Failure, Outcome};
 use crate::clock::Clock;
-use crate::placement::Allocation;
-use crate::request::ClaimRequest;
 use crate::snapshot::Snapshot;
 
 /// How to reach a Ray dashboard.
@@ -175,25 +175,15 @@ impl RaySource {
 
 /// Ray owns its GPUs: gpuboard's actions are refused with `refuse_action`; engine actions
 /// run through the Jobs API (`actions`).
-impl Source for RaySource {
-    fn name(&self) -> &str {
+impl Adapter for RaySource {
+    const KIND: SourceKind = SourceKind::Ray;
+    fn source_name(&self) -> &str {
         &self.shell.config.name
     }
-    fn kind(&self) -> &'static str {
-        "ray"
+    fn read(&self) -> impl Future<Output = Result<Snapshot, SourceError>> + Send + '_ {
+        RaySource::fetch(self)
     }
-    fn can_act(&self) -> bool {
-        // Engine actions (`actions`: stop a job) are offered by kind, not by this flag.
-        false
-    }
-    fn fetch(&self) -> BoxFuture<'static, Result<Fetched, Failure>> {
-        let source = self.clone();
-        Box::pin(async move { Ok(RaySource::fetch(&source).await?.into()) })
-    }
-    fn plan(&self, _request: ClaimRequest) -> BoxFuture<'static, Result<Allocation, Failure>> {
-        adapter::plan_refused(self.name(), self.kind())
-    }
-    fn act(&self, action: Action) -> BoxFuture<'static, Result<Outcome, Failure>> {
+    fn carry_out(&self, action: Action) -> BoxFuture<'static, Result<Outcome, Failure>> {
         match action {
             Action::Engine(a) => {
                 let source = self.clone();

@@ -24,6 +24,7 @@ mod answers;
 mod jobs;
 mod snapshot;
 
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,13 +35,12 @@ use serde_json::Value;
 pub use answers::{SlurmAnswerError, SlurmAnswerKind, SlurmAnswers, SlurmParseError};
 pub use snapshot::snapshot;
 
-use super::adapter::{self, Shell};
+use super::adapter::{self, Adapter, Shell};
 use super::error::SourceError;
 use super::http::{Auth, JsonClient, PeerKind};
-use super::{Action, Failure, Fetched, Outcome, Source};
+use super::kind::SourceKind;
+use super::{Action, Failure, Outcome};
 use crate::clock::Clock;
-use crate::placement::Allocation;
-use crate::request::ClaimRequest;
 use crate::snapshot::Snapshot;
 
 /// The `OpenAPI` version this source reads.
@@ -242,25 +242,15 @@ impl SlurmSource {
 
 /// Slurm owns its GPUs: gpuboard's actions are refused with `refuse_action`; engine
 /// actions go through slurmrestd (`actions`).
-impl Source for SlurmSource {
-    fn name(&self) -> &str {
+impl Adapter for SlurmSource {
+    const KIND: SourceKind = SourceKind::Slurm;
+    fn source_name(&self) -> &str {
         &self.shell.config.name
     }
-    fn kind(&self) -> &'static str {
-        "slurm"
+    fn read(&self) -> impl Future<Output = Result<Snapshot, SourceError>> + Send + '_ {
+        SlurmSource::fetch(self)
     }
-    fn can_act(&self) -> bool {
-        // Engine actions (`actions`) are offered by kind, not by this flag.
-        false
-    }
-    fn fetch(&self) -> BoxFuture<'static, Result<Fetched, Failure>> {
-        let source = self.clone();
-        Box::pin(async move { Ok(SlurmSource::fetch(&source).await?.into()) })
-    }
-    fn plan(&self, _request: ClaimRequest) -> BoxFuture<'static, Result<Allocation, Failure>> {
-        adapter::plan_refused(self.name(), self.kind())
-    }
-    fn act(&self, action: Action) -> BoxFuture<'static, Result<Outcome, Failure>> {
+    fn carry_out(&self, action: Action) -> BoxFuture<'static, Result<Outcome, Failure>> {
         match action {
             Action::Engine(a) => {
                 let source = self.clone();

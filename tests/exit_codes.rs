@@ -1,0 +1,380 @@
+//! The README's exit-code table, kept true: every row's code is provoked here by running the
+//! real binary against real `gpuboard serve`s and a small HTTP server that is not gpuboard,
+//! and every fault the table names lands on its row (never 1 for bad input, never "not
+//! found" for a web page). The table itself is read from the README, so a row added there
+//! without a case here fails.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use common::Server;
+
+/// An inventory of one node with `gpus` 80 GiB GPUs.
+fn inventory(dir: &Path, node: &str, gpus: u32) -> PathBuf {
+    let path = dir.join(format!("{node}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            "[[nodes]]\nname = \"{node}\"\n[[nodes.gpus]]\nmodel = \"NVIDIA H100 80GB HBM3\"\nmemory = \"80GiB\"\ncount = {gpus}\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// An HTTP server that is not gpuboard: it answers every request with `reply` and counts
+/// the connections it took, so a test can also show that nothing was sent to it.
+pub struct Foreign {
+    pub url: String,
+    pub hits: Arc<AtomicUsize>,
+}
+
+impl Foreign {
+    pub fn start((status, ctype, body): (&str, &str, &str)) -> Foreign {
+        let reply = format!(
+            "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let hits = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&hits);
+        std::thread::spawn(move || {
+            for sock in listener.incoming() {
+                let Ok(mut sock) = sock else { return };
+                counted.fetch_add(1, Ordering::SeqCst);
+                let mut buf = [0u8; 4096];
+                let _ = sock.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+                let _ = sock.read(&mut buf);
+                let _ = sock.write_all(reply.as_bytes());
+            }
+        });
+        Foreign { url, hits }
+    }
+}
+
+/// A web page where an endpoint was expected.
+const WEB_PAGE: (&str, &str, &str) = (
+    "404 Not Found",
+    "text/html",
+    "<!DOCTYPE HTML><html><body>nope</body></html>",
+);
+
+/// An endpoint failing with a 500 and gpuboard's JSON error shape.
+const FAILING: (&str, &str, &str) = (
+    "500 Internal Server Error",
+    "application/json",
+    r#"{"error":"internal","detail":"boom"}"#,
+);
+
+/// `gpuboard ARGS` with no token, endpoint, data directory or config from the environment,
+/// and a HOME of its own (so no default config file is read).
+fn gpuboard(home: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gpuboard"))
+        .args(args)
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("XDG_STATE_HOME", home.join("state"))
+        .env("GPUBOARD_CACHE_DIR", home.join("cache"))
+        .env_remove("GPUBOARD_TOKEN")
+        .env_remove("GPUBOARD_ENDPOINT")
+        .env_remove("GPUBOARD_DATA_DIR")
+        .env_remove("GPUBOARD_CONFIG")
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The codes of the README's exit-code table, in order.
+fn readme_codes() -> Vec<u8> {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let start = readme
+        .find("#### Exit codes")
+        .expect("README has an Exit codes section");
+    readme[start..]
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .filter_map(|l| l.split('|').nth(1)?.trim().parse().ok())
+        .collect()
+}
+
+/// One provoked fault: what was run, the code it must exit with, and words stderr must hold.
+struct Case {
+    what: String,
+    out: Output,
+    code: u8,
+    says: &'static str,
+}
+
+#[test]
+fn every_row_of_the_exit_code_table_is_provoked() {
+    let root = tempfile::tempdir().unwrap();
+    let home = root.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let dirs: Vec<PathBuf> = ["a", "b"]
+        .iter()
+        .map(|n| {
+            let d = root.path().join(n);
+            std::fs::create_dir_all(&d).unwrap();
+            d
+        })
+        .collect();
+    let a = Server::start(&dirs[0], &inventory(root.path(), "node-a", 8), &[]);
+    let b = Server::start(&dirs[1], &inventory(root.path(), "node-b", 8), &[]);
+    let page = Foreign::start(WEB_PAGE);
+    let failing = Foreign::start(FAILING);
+    let wrong_token = root.path().join("wrong.token");
+    std::fs::write(&wrong_token, "not-the-token\n").unwrap();
+    std::fs::set_permissions(
+        &wrong_token,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let config = root.path().join("fleet.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[endpoints]]\nname = \"a\"\nurl = \"{}\"\ntoken_file = \"{}\"\n[[endpoints]]\nname = \"b\"\nurl = \"{}\"\ntoken_file = \"{}\"\n",
+            a.url,
+            dirs[0].join("operator.token").display(),
+            b.url,
+            dirs[1].join("operator.token").display()
+        ),
+    )
+    .unwrap();
+    let typo = root.path().join("typo.toml");
+    std::fs::write(
+        &typo,
+        format!(
+            "[[endpoints]]\nname = \"a\"\nurl = \"{}\"\nkind = \"gpuBoard\"\n",
+            a.url
+        ),
+    )
+    .unwrap();
+    let cfg = config.to_str().unwrap();
+    let data_a = dirs[0].to_str().unwrap();
+    let on_a = |args: &[&str]| {
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend(["--endpoint", a.url.as_str(), "--data-dir", data_a]);
+        gpuboard(&home, &all)
+    };
+    // A claim without a lease, for the conflict row: renewing it is refused (409).
+    let made = on_a(&["claim", "--memory", "1GiB", "--holder", "t"]);
+    assert!(made.status.success(), "{}", text(&made.stderr));
+    let closed = common::free_port();
+    let https_to_plain = a.url.replace("http://", "https://");
+    let pin = ["AB"; 32].join(":");
+    let closed_url = format!("http://127.0.0.1:{closed}");
+    let scheme_less = a.url.trim_start_matches("http://").to_string();
+    let mut cases: Vec<Case> = Vec::new();
+    let mut case = |what: &str, out: Output, code: u8, says: &'static str| {
+        cases.push(Case {
+            what: what.to_string(),
+            out,
+            code,
+            says,
+        });
+    };
+    case("ls", on_a(&["ls"]), 0, "");
+    case(
+        "an endpoint answering 500",
+        gpuboard(&home, &["ls", "--endpoint", &failing.url]),
+        1,
+        "HTTP 500",
+    );
+    case(
+        "an unknown flag",
+        gpuboard(&home, &["claim", "--no-such-flag"]),
+        2,
+        "--no-such-flag",
+    );
+    case(
+        "--memory 1.5 (no unit)",
+        on_a(&["claim", "--memory", "1.5"]),
+        3,
+        "add a unit",
+    );
+    case(
+        "--request that is not JSON",
+        on_a(&["claim", "--request", "gpu_memory=1Gi"]),
+        3,
+        "--request is not a valid JSON object",
+    );
+    case(
+        "--request with a key twice",
+        on_a(&[
+            "claim",
+            "--request",
+            r#"{"gpu_memory": "1Gi", "gpu_memory": "2Gi"}"#,
+        ]),
+        3,
+        "given twice",
+    );
+    case(
+        "a scheme-less --endpoint",
+        gpuboard(&home, &["ls", "--endpoint", &scheme_less]),
+        3,
+        "not a URL",
+    );
+    case(
+        "an ftp:// endpoint",
+        gpuboard(&home, &["ls", "--endpoint", "ftp://x"]),
+        3,
+        "ftp",
+    );
+    case(
+        "an ambiguous bare id",
+        gpuboard(&home, &["renew", "1", "--config", cfg]),
+        3,
+        "ambiguous",
+    );
+    case(
+        "a config naming an unknown kind",
+        gpuboard(&home, &["ls", "--config", typo.to_str().unwrap()]),
+        3,
+        "kind `gpuBoard` is not supported; supported: gpuboard, ray, prometheus, slurm, boinc",
+    );
+    case(
+        "--gpus 9 on 8-GPU nodes",
+        on_a(&["claim", "--gpus", "9"]),
+        4,
+        "it has 8 GPUs, the request needs 9",
+    );
+    case(
+        "a closed port",
+        gpuboard(&home, &["ls", "--endpoint", &closed_url]),
+        5,
+        "cannot reach",
+    );
+    case(
+        "a web page where an endpoint should be",
+        gpuboard(&home, &["ls", "--endpoint", &page.url]),
+        5,
+        "is not a gpuboard endpoint: it answered HTTP 404 Not Found <!DOCTYPE HTML>",
+    );
+    case(
+        "https:// to a plain HTTP endpoint",
+        gpuboard(
+            &home,
+            &[
+                "ls",
+                "--endpoint",
+                &https_to_plain,
+                "--tls-fingerprint",
+                &pin,
+            ],
+        ),
+        5,
+        "speaks plain HTTP, not TLS",
+    );
+    case(
+        "a wrong token file",
+        gpuboard(
+            &home,
+            &[
+                "claim",
+                "--memory",
+                "1GiB",
+                "--endpoint",
+                &a.url,
+                "--token-file",
+                wrong_token.to_str().unwrap(),
+            ],
+        ),
+        6,
+        "wrong.token",
+    );
+    case("renew 999", on_a(&["renew", "999"]), 7, "not found");
+    case(
+        "renew of a claim without a lease",
+        on_a(&["renew", "1"]),
+        8,
+        "lease",
+    );
+    let mut wrong = Vec::new();
+    for c in &cases {
+        let err = text(&c.out.stderr);
+        if c.out.status.code() != Some(i32::from(c.code)) || !err.contains(c.says) {
+            wrong.push(format!(
+                "{}: exit {:?} (want {}), stderr {err:?} (want it to say {:?})",
+                c.what,
+                c.out.status.code(),
+                c.code,
+                c.says
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    let mut provoked: Vec<u8> = cases.iter().map(|c| c.code).collect();
+    provoked.dedup();
+    assert_eq!(
+        readme_codes(),
+        provoked,
+        "the README's table and the codes provoked here must be the same rows"
+    );
+    assert_eq!(
+        page.hits.load(Ordering::SeqCst),
+        1,
+        "the web page was asked once"
+    );
+    // Several ids: the first is released, the one refused is named with its endpoint.
+    let out = gpuboard(&home, &["release", "a/1", "b/99", "--config", cfg]);
+    let (said, err) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(7), "{said}{err}");
+    assert!(said.contains("claim a/1: released"), "{said}");
+    assert!(
+        err.contains("release of claim b/99: endpoint b refused it"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_refused_token_names_the_variable_it_came_from() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("a");
+    std::fs::create_dir_all(&dir).unwrap();
+    let a = Server::start(&dir, &inventory(root.path(), "node-a", 1), &[]);
+    let out = Command::new(env!("CARGO_BIN_EXE_gpuboard"))
+        .args(["claim", "--memory", "1GiB", "--endpoint", &a.url])
+        .env("HOME", root.path())
+        .env("XDG_CONFIG_HOME", root.path().join("config"))
+        .env("GPUBOARD_TOKEN", "not-the-token")
+        .env_remove("GPUBOARD_ENDPOINT")
+        .env_remove("GPUBOARD_DATA_DIR")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(6), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("GPUBOARD_TOKEN"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn http_to_a_tls_endpoint_says_it_speaks_tls() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("a");
+    std::fs::create_dir_all(&dir).unwrap();
+    let a = Server::start(&dir, &inventory(root.path(), "node-a", 1), &["--tls"]);
+    let plain = a.url.replace("https://", "http://");
+    let out = gpuboard(root.path(), &["ls", "--endpoint", &plain]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(
+        err.contains("speaks TLS, not plain HTTP: write https://"),
+        "{err}"
+    );
+}
