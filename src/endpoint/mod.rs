@@ -9,6 +9,7 @@ mod body;
 pub mod datadir;
 pub mod engine;
 pub mod gate;
+pub mod idempotency;
 pub mod listener;
 pub mod live;
 mod metrics;
