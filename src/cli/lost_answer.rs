@@ -18,7 +18,6 @@ use crate::client::{ClaimOutcome, Client, ClientError};
 use crate::clock::{Clock as _, SystemClock, Timestamp, date_time};
 use crate::placement::{AttemptAnswer, AttemptId, AttemptRecheck, RECHECK_WITHIN, RESOLVE_WITHIN};
 use crate::request::ClaimRequest;
-use crate::snapshot::{ClaimState, ClaimView};
 
 /// The sender's claims so far, so that two claims of one process differ.
 static SEQ: AtomicU32 = AtomicU32::new(0);
