@@ -387,7 +387,7 @@ fn a_claim_delayed_past_the_clients_timeout_is_held_once_100_of_100() {
         let mut held: Vec<(String, u64)> = by_attempt.into_values().flatten().collect();
         held.sort();
         named.sort();
-        assert_eq!(held, named, "round {round}");
+        assert_eq!(held, named, "round {round}\n{said}");
         for (e, _) in named {
             *placed.entry(e).or_default() += 1;
         }

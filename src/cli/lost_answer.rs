@@ -162,8 +162,8 @@ pub(super) async fn settle(
         match (what, r) {
             (AttemptRecheck::Found, Ok(outcome)) if landed.is_none() => {
                 lines.push(format!(
-                    "{} placed it; its answer was lost ({}): asked again with the same key, it \
-                     answered {} (label {})",
+                    "{} placed it; its answer was lost ({}): found it as {} by its label {} \
+                     (asked again with the same key)",
                     m.name,
                     s.error,
                     members.label(s.member, outcome.claim().id),
