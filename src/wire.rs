@@ -315,7 +315,8 @@ pub const MAX_IDEMPOTENCY_KEY: usize = 128;
 /// An idempotency key as sent: 1 to `MAX_IDEMPOTENCY_KEY` visible ASCII characters (no
 /// spaces); anything else is refused with why.
 pub fn idempotency_key(raw: &str) -> Result<&str, String> {
-    let ok = (1..=MAX_IDEMPOTENCY_KEY).contains(&raw.len()) && raw.bytes().all(|b| b.is_ascii_graphic());
+    let ok =
+        (1..=MAX_IDEMPOTENCY_KEY).contains(&raw.len()) && raw.bytes().all(|b| b.is_ascii_graphic());
     if ok {
         Ok(raw)
     } else {

@@ -455,7 +455,10 @@ async fn a_key_seen_again_answers_the_first_answer_even_after_a_restart() {
     .await;
     assert_eq!(s5, 422, "{reused}");
     assert_eq!(reused["error"], "idempotency_key_reused");
-    assert!(reused["detail"].as_str().unwrap().contains("`k-1`"), "{reused}");
+    assert!(
+        reused["detail"].as_str().unwrap().contains("`k-1`"),
+        "{reused}"
+    );
     // A key with a space: refused, the rule said.
     let r = http
         .post(format!("{}/v1/claims", server.url))

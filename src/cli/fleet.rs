@@ -555,7 +555,9 @@ pub(super) async fn place(
     cache: &SnapshotCache,
 ) -> Result<Placed, ClientError> {
     if let [one] = members.list.as_slice() {
-        let outcome = one.client.claim(request).await?;
+        // Keyed too, so that the endpoint runs this request once however it is delivered.
+        let key = new_attempt(lost_answer::now()).key(1);
+        let outcome = one.client.claim_keyed(request, Some(&key)).await?;
         return Ok(Placed {
             member: 0,
             outcome,

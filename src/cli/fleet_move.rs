@@ -133,15 +133,7 @@ pub(super) async fn across(
     let key = attempt.key(1);
     let answer = match target.claim_keyed(&request, Some(&key)).await {
         Err(e) if no_answer(&e) || e.in_flight() => {
-            lost(
-                members,
-                (dst, &target),
-                (&attempt, &key),
-                &request,
-                e,
-                sent,
-            )
-            .await?
+            lost(members, (dst, &target), (&attempt, &key), &request, e, sent).await?
         }
         other => other?,
     };

@@ -416,7 +416,11 @@ impl Engine {
             if let Some(reason) = self.inner.frozen.get() {
                 return Err(StoreError::Commit(reason.clone()).into());
             }
-            let mut keys = self.inner.keys.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut keys = self
+                .inner
+                .keys
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             match keys.lookup(&keyed.key, &keyed.fingerprint) {
                 Lookup::Reused => return Err(EngineError::KeyReused(keyed.key)),
                 Lookup::Seen(e) if e.batch <= self.inner.store.durable_batches() => {

@@ -267,7 +267,11 @@ mod tests {
     fn keys_are_forgotten_24_hours_after_their_first_request() {
         let mut t = KeyTable::default();
         t.insert(record("old", "a", 1_000), 1, Timestamp(1_000));
-        t.insert(record("new", "a", 1_000 + KEEP_MS / 2), 2, Timestamp(1_000 + KEEP_MS / 2));
+        t.insert(
+            record("new", "a", 1_000 + KEEP_MS / 2),
+            2,
+            Timestamp(1_000 + KEEP_MS / 2),
+        );
         t.prune(Timestamp(1_000 + KEEP_MS));
         assert_eq!(t.len(), 2, "exactly 24 h old is still kept");
         t.prune(Timestamp(1_001 + KEEP_MS));
@@ -277,7 +281,10 @@ mod tests {
             Lookup::Seen(_)
         ));
         let restored = KeyTable::restored(
-            vec![record("old", "a", 1_000), record("new", "a", 1_000 + KEEP_MS)],
+            vec![
+                record("old", "a", 1_000),
+                record("new", "a", 1_000 + KEEP_MS),
+            ],
             Timestamp(2_000 + KEEP_MS),
         );
         assert_eq!(restored.len(), 1, "a restart forgets what is too old");

@@ -469,7 +469,10 @@ impl Writer {
             }
             let result = match &failed {
                 Some(e) => Err(e.clone()),
-                None if group.iter().all(|b| b.changes.is_empty() && b.key.is_none()) => {
+                None if group
+                    .iter()
+                    .all(|b| b.changes.is_empty() && b.key.is_none()) =>
+                {
                     Ok(None)
                 }
                 None => commit(&mut self.conn, &group),

@@ -127,10 +127,9 @@ pub fn decide(answer: AttemptAnswer, recheck: Option<AttemptRecheck>) -> Attempt
     match (answer, recheck) {
         (AttemptAnswer::Answered, _) => AttemptStep::Done,
         (AttemptAnswer::Refused | AttemptAnswer::NotSent, _)
-        | (
-            AttemptAnswer::NoAnswer | AttemptAnswer::InFlight,
-            Some(AttemptRecheck::NoneThere),
-        ) => AttemptStep::TryNext,
+        | (AttemptAnswer::NoAnswer | AttemptAnswer::InFlight, Some(AttemptRecheck::NoneThere)) => {
+            AttemptStep::TryNext
+        }
         (AttemptAnswer::Failed, _) => AttemptStep::Stop,
         (AttemptAnswer::NoAnswer | AttemptAnswer::InFlight, None) => AttemptStep::Recheck,
         (AttemptAnswer::NoAnswer | AttemptAnswer::InFlight, Some(AttemptRecheck::Found)) => {
