@@ -217,7 +217,7 @@ fn a_commit_stalled_by_a_held_database_lock_never_leaves_a_claim_held_twice() {
 /// The fleet's labelled claims once no commit is pending (a snapshot waits for pending
 /// commits; a relay may still forward a late copy): read until two reads agree.
 fn settled(fleet: &Fleet) -> BTreeMap<String, Vec<(String, u64)>> {
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let deadline = Instant::now() + Duration::from_mins(2);
     let mut last = fleet.by_attempt();
     loop {
         std::thread::sleep(Duration::from_millis(300));
@@ -257,7 +257,7 @@ impl DelayingRelay {
 
     /// Waits until no request is held or being forwarded (a late copy has landed).
     fn drain(&self) {
-        let deadline = Instant::now() + Duration::from_secs(120);
+        let deadline = Instant::now() + Duration::from_mins(2);
         while self.busy.load(Ordering::SeqCst) > 0 {
             assert!(Instant::now() < deadline, "the relay never drained");
             std::thread::sleep(Duration::from_millis(50));

@@ -447,18 +447,14 @@ struct Placing<'a> {
     infeasible: bool,
 }
 
-/// What one send decided.
-enum Sent {
-    /// The claim, on that member.
-    Landed(ClaimOutcome),
-    /// Not there: the next.
-    Next,
-}
-
 impl Placing<'_> {
     /// Sends the claim to `member` with a fresh key; an answer that was lost is asked for
-    /// again with the same key before anything else is tried.
-    async fn send(&mut self, member: usize, read_at: Option<u64>) -> Result<Sent, ClientError> {
+    /// again with the same key before anything else is tried. `None`: not there, the next.
+    async fn send(
+        &mut self,
+        member: usize,
+        read_at: Option<u64>,
+    ) -> Result<Option<ClaimOutcome>, ClientError> {
         let client = &self.members.list[member].client;
         let name = &self.members.list[member].name;
         self.sends += 1;
@@ -497,7 +493,7 @@ impl Placing<'_> {
                         self.attempt.label()
                     );
                 }
-                return Ok(Sent::Landed(outcome));
+                return Ok(Some(outcome));
             }
             (
                 _,
@@ -527,7 +523,7 @@ impl Placing<'_> {
         };
         self.skipped.push(line.clone());
         self.reasons.push(line);
-        Ok(Sent::Next)
+        Ok(None)
     }
 
     /// Whether `member`, read at `revision`, may be sent the claim in this round.
@@ -594,7 +590,7 @@ pub(super) async fn place(
                 continue;
             }
             sent_any = true;
-            if let Sent::Landed(outcome) = p.send(member, revision).await? {
+            if let Some(outcome) = p.send(member, revision).await? {
                 landed = Some((member, outcome));
                 break 'rounds;
             }

@@ -379,10 +379,7 @@ async fn keyed_claim(st: &ApiState, req: ClaimRequest, actor: &str, key: String)
         fingerprint: Fingerprint::of(actor, &canonical),
         key: key.clone(),
     };
-    let answer = st
-        .engine
-        .submit_keyed(req, actor, keyed, |out| answer_of(out))
-        .await?;
+    let answer = st.engine.submit_keyed(req, actor, keyed, answer_of).await?;
     let (recorded, replayed) = match answer {
         KeyedAnswer::First(a) => (a, false),
         KeyedAnswer::Replayed(a) => (a, true),

@@ -12,6 +12,7 @@
 //! it are what the store's writer runs.
 
 use std::collections::{HashMap, VecDeque};
+use std::fmt::Write as _;
 
 use rusqlite::{Connection, Transaction, params};
 use sha2::Digest as _;
@@ -37,12 +38,11 @@ impl Fingerprint {
         h.update(actor.as_bytes());
         h.update([0]);
         h.update(canonical_body.as_bytes());
-        Fingerprint(
-            h.finalize()
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect::<String>(),
-        )
+        let hex = h.finalize().iter().fold(String::new(), |mut hex, b| {
+            let _ = write!(hex, "{b:02x}");
+            hex
+        });
+        Fingerprint(hex)
     }
 }
 
