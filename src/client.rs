@@ -156,6 +156,12 @@ impl ClientError {
         matches!(self, ClientError::Unreachable { detail, .. } if detail.starts_with(NOT_SENT))
     }
 
+    /// Whether this is the answer to a keyed claim whose first request with that key is
+    /// still being committed (it will land, or fail with the store): ask again, same key.
+    pub fn in_flight(&self) -> bool {
+        matches!(self, ClientError::Conflict { error, .. } if error == wire::IN_FLIGHT)
+    }
+
     /// The CLI's exit code for this error (README, "Exit codes").
     pub fn exit_code(&self) -> u8 {
         match self {
@@ -380,6 +386,17 @@ impl Client {
         }
     }
 
+    /// The same client giving up on each call after `limit`, longer or shorter than its
+    /// own timeout: asking again for a lost answer that may be slow to come.
+    #[must_use]
+    pub fn patiently(&self, limit: Duration) -> Client {
+        Client {
+            per_call: Some(limit),
+            timeout: limit,
+            ..self.clone()
+        }
+    }
+
     /// The endpoint's base URL.
     pub fn endpoint(&self) -> &str {
         self.base.as_str()
@@ -399,7 +416,21 @@ impl Client {
         path: &str,
         body: Option<&(impl Serialize + ?Sized)>,
     ) -> Result<(StatusCode, T), ClientError> {
+        self.call_keyed(method, path, body, None).await
+    }
+
+    /// `call`, sending `key` as `wire::IDEMPOTENCY_HEADER` when given.
+    async fn call_keyed<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&(impl Serialize + ?Sized)>,
+        key: Option<&str>,
+    ) -> Result<(StatusCode, T), ClientError> {
         let mut req = self.http.request(method, self.url(path));
+        if let Some(k) = key {
+            req = req.header(wire::IDEMPOTENCY_HEADER, k);
+        }
         if let Some(t) = &self.token {
             req = req.bearer_auth(t);
         }
@@ -611,8 +642,21 @@ impl Client {
 
     /// `POST /v1/claims` with a validated request, written in its canonical wire form.
     pub async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, ClientError> {
+        self.claim_keyed(request, None).await
+    }
+
+    /// The same with an idempotency key (`wire::IDEMPOTENCY_HEADER`): sent again with the
+    /// same key and request, it is answered what the first did, never placed twice; while
+    /// the first is still being committed the answer is a `Conflict` that `in_flight` tells.
+    pub async fn claim_keyed(
+        &self,
+        request: &ClaimRequest,
+        key: Option<&str>,
+    ) -> Result<ClaimOutcome, ClientError> {
         let body = wire::claim_body(request);
-        let (status, view) = self.call(Method::POST, paths::CLAIMS, Some(&body)).await?;
+        let (status, view) = self
+            .call_keyed(Method::POST, paths::CLAIMS, Some(&body), key)
+            .await?;
         Ok(if status == StatusCode::ACCEPTED {
             ClaimOutcome::Pending(view)
         } else {

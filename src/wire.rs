@@ -297,6 +297,37 @@ pub fn move_actor(caller: &str, move_id: Option<&str>) -> Result<String, String>
     }
 }
 
+/// The header a client sends with `POST /v1/claims` to make it idempotent: the endpoint
+/// records the key with the claim, in the same commit, and answers any later request with
+/// the same key (and body) what the first one did (docs/design.md, "Idempotent claims").
+pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
+
+/// Set (`true`) on an answer replayed for an idempotency key seen before.
+pub const IDEMPOTENT_REPLAY_HEADER: &str = "idempotent-replayed";
+
+/// The error code of a 409 to a keyed claim whose first request with that key is still
+/// being committed: it will land (or fail with the store); ask again with the same key.
+pub const IN_FLIGHT: &str = "in_flight";
+
+/// The longest idempotency key accepted, in bytes.
+pub const MAX_IDEMPOTENCY_KEY: usize = 128;
+
+/// An idempotency key as sent: 1 to `MAX_IDEMPOTENCY_KEY` visible ASCII characters (no
+/// spaces); anything else is refused with why.
+pub fn idempotency_key(raw: &str) -> Result<&str, String> {
+    let ok =
+        (1..=MAX_IDEMPOTENCY_KEY).contains(&raw.len()) && raw.bytes().all(|b| b.is_ascii_graphic());
+    if ok {
+        Ok(raw)
+    } else {
+        Err(format!(
+            "header {IDEMPOTENCY_HEADER} must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters \
+             (no spaces); got `{}`",
+            raw.chars().take(80).collect::<String>().escape_debug()
+        ))
+    }
+}
+
 /// How often a delta watch (`GET /v1/watch?deltas=1`) says it is alive when nothing else
 /// was sent; a client that hears nothing for 3 x this long counts the stream as dead.
 pub const HEARTBEAT: Duration = Duration::from_secs(10);

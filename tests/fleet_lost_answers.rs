@@ -1,8 +1,9 @@
 //! A fleet claim whose answer is lost, over real `gpuboard serve` processes on 127.0.0.1:
 //! a TCP relay in front of endpoint `a` forwards the claim and then drops the connection
-//! before the answer (or swallows the request, or holds the re-check unanswered). The CLI
-//! must end with exactly one claim across the fleet and say which, or, when `a` stays
-//! silent, name `a`, the attempt label and the commands that find and release a phantom.
+//! before the answer (or swallows the request, or holds the claim sent again with the
+//! same idempotency key unanswered). The CLI must end with exactly one claim across the
+//! fleet and say which, or, when `a` stays silent, name `a`, the attempt label and the
+//! commands that find and release a phantom.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -298,36 +299,34 @@ fn fleet_url_of_relay(stderr: &str) -> String {
 }
 
 #[test]
-fn a_request_that_never_landed_is_asked_about_and_the_next_endpoint_takes_it() {
+fn a_request_that_never_landed_is_sent_again_with_its_key_and_placed_once() {
     let fleet = Fleet::start();
     fleet.relay_a(&[(POST, Act::Swallow)]);
     let out = fleet.cli(&["claim", "--memory", "10GiB"]);
     let (stdout, stderr) = (ok(&out), text(&out.stderr));
+    // Sent again with the same key, a runs it now: the best endpoint takes it, once.
     assert!(
-        stdout.contains("claim b/1 placed on endpoint b"),
+        stdout.contains("claim a/2 placed on endpoint a"),
         "{stdout}"
     );
     let attempts = fleet.attempts();
     assert_eq!(attempts.len(), 1, "{attempts:?}");
-    assert_eq!((attempts[0].0, attempts[0].1), ("b", 1));
+    assert_eq!((attempts[0].0, attempts[0].1), ("a", 2));
     assert!(
-        stderr.contains(&format!(
-            "skipped a: cannot reach {}",
-            fleet_url_of_relay(&stderr)
-        )) && stderr.contains(&format!(
-            "asked again, it holds no claim labelled gpuboard.attempt={}",
-            attempts[0].2
-        )),
+        stderr.contains("(asked again with the same key)"),
         "{stderr}"
     );
+    assert!(Fleet::claims(&fleet.b).is_empty(), "b was never asked");
     assert!(!stderr.contains("phantom"), "{stderr}");
 }
 
 #[test]
 fn a_silent_endpoint_that_comes_back_in_the_same_command_has_its_phantom_released() {
     let fleet = Fleet::start();
-    fleet.relay_a(&[(POST, Act::DropAnswer), (SNAPSHOT, Act::Hold)]);
-    let out = fleet.cli(&["claim", "--memory", "10GiB"]);
+    // The claim sent again is held unanswered until the CLI gives up on a (within
+    // --place-within); asked once more after b took it, a answers with its copy.
+    fleet.relay_a(&[(POST, Act::DropAnswer), (POST, Act::Hold)]);
+    let out = fleet.cli(&["claim", "--memory", "10GiB", "--place-within", "3"]);
     let (stdout, stderr) = (ok(&out), text(&out.stderr));
     assert!(
         stdout.contains("claim b/1 placed on endpoint b"),
@@ -359,10 +358,18 @@ fn an_endpoint_silent_to_the_end_is_named_with_the_label_the_lease_and_the_comma
     let fleet = Fleet::start();
     fleet.relay_a(&[
         (POST, Act::DropAnswer),
-        (SNAPSHOT, Act::Hold),
-        (SNAPSHOT, Act::Hold),
+        (POST, Act::Hold),
+        (POST, Act::Hold),
     ]);
-    let out = fleet.cli(&["claim", "--memory", "10GiB", "--ttl", "600"]);
+    let out = fleet.cli(&[
+        "claim",
+        "--memory",
+        "10GiB",
+        "--ttl",
+        "600",
+        "--place-within",
+        "3",
+    ]);
     let (stdout, stderr) = (ok(&out), text(&out.stderr));
     assert!(
         stdout.contains("claim b/1 placed on endpoint b"),
@@ -410,8 +417,8 @@ fn when_nothing_else_takes_it_a_silent_endpoint_that_comes_back_holds_the_answer
     let fleet = Fleet::start();
     // b is full: only a can take 10 GiB.
     ok(&fleet.cli(&["claim", "--memory", "80GiB", "--endpoint", "b"]));
-    fleet.relay_a(&[(POST, Act::DropAnswer), (SNAPSHOT, Act::Hold)]);
-    let out = fleet.cli(&["claim", "--memory", "10GiB"]);
+    fleet.relay_a(&[(POST, Act::DropAnswer), (POST, Act::Hold)]);
+    let out = fleet.cli(&["claim", "--memory", "10GiB", "--place-within", "3"]);
     let (stdout, stderr) = (ok(&out), text(&out.stderr));
     assert!(
         stdout.contains("claim a/2 placed on endpoint a"),
@@ -460,7 +467,8 @@ fn a_move_to_a_target_silent_to_the_end_keeps_the_old_claim_and_names_the_phanto
         "--ttl",
         "300",
     ]));
-    fleet.relay_a(&[(POST, Act::DropAnswer), (SNAPSHOT, Act::Hold)]);
+    // The claim sent again is held until the move gives up on it (15 s).
+    fleet.relay_a(&[(POST, Act::DropAnswer), (POST, Act::Hold)]);
     let out = fleet.cli(&["move", "b/1", "--to", "a"]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(5), "{stderr}");

@@ -9,22 +9,27 @@
 //! through the snapshot cache), ranks the endpoints that could take it with the
 //! placement policy across hosts (`placement::rank_hosts`), sends it to the best and, on
 //! a 409 (the endpoint filled up since it was read: it re-checks, being the authority),
-//! to the next, at most `--tries` endpoints.
+//! to the next. When every one refused, the fleet is read again and the claim goes on
+//! while some endpoint has room and `--place-within` has not passed (`--tries` caps the
+//! sends when given). Each send carries an idempotency key (`lost_answer`).
 
+use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::Args;
 
-use super::lost_answer::{self, Suspect, answer_of, new_attempt, outcome_of};
+use super::lost_answer::{self, Suspect, answer_of, new_attempt};
 use super::snapcache::SnapshotCache;
 use super::{Conn, Usage, token_for, token_source, trust_for};
 use crate::client::{ClaimOutcome, Client, ClientError, TlsTrust};
 use crate::endpoint::auth;
 use crate::ids::ClaimId;
-use crate::placement::{AttemptAnswer, AttemptStep, Fleet, Policy, decide_attempt, rank_hosts};
+use crate::placement::{
+    AttemptId, AttemptStep, Fleet, HostRanking, Policy, decide_attempt, rank_hosts,
+};
 use crate::request::ClaimRequest;
 use crate::snapshot::Snapshot;
 use crate::sources::kind::EndpointsFile;
@@ -38,16 +43,26 @@ pub struct PlaceArgs {
     /// emptiest host). Default: spread when every endpoint spreads, else binpack.
     #[arg(long, value_parser = parse_policy)]
     pub policy: Option<Policy>,
-    /// Endpoints to try, best first, when the best one refuses (409).
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
-    pub tries: u32,
+    /// At most this many sends across the fleet (each endpoint that refuses counts one).
+    /// Default: no cap; `--place-within` bounds the claim.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub tries: Option<u32>,
+    /// Across endpoints: keep trying for up to this many seconds while some endpoint has
+    /// room (each is tried at least once, and one whose answer was lost is asked again).
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_PLACE_WITHIN,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub place_within: u64,
 }
+
+/// `--place-within`'s default, in seconds.
+pub const DEFAULT_PLACE_WITHIN: u64 = 60;
 
 impl Default for PlaceArgs {
     fn default() -> PlaceArgs {
         PlaceArgs {
             policy: None,
-            tries: 3,
+            tries: None,
+            place_within: DEFAULT_PLACE_WITHIN,
         }
     }
 }
@@ -367,52 +382,56 @@ pub(super) struct Placed {
     pub skipped: Vec<String>,
 }
 
-/// Sends `request` to the best endpoint of `members` for it, falling back to the next on
-/// a 409 or an unreachable endpoint, at most `args.tries` endpoints. With one endpoint it
-/// is sent there directly. A claim that fits nowhere fails with `DoesNotFit` whose reasons
-/// are each endpoint's lines prefixed with its name; with `wait` it is queued on the best
-/// endpoint where it could fit later (none when it is infeasible everywhere).
-pub(super) async fn place(
+/// The fleet as read for one round: the ranking, and what could not be read or take it.
+struct Round {
+    ranking: HostRanking,
+    /// Member of each ranked host.
+    of_fleet: Vec<usize>,
+    /// Each member's revision as read.
+    revisions: HashMap<usize, u64>,
+    /// The reasons of the endpoints that cannot take it, one line each.
+    reasons: Vec<String>,
+    /// Lines of the endpoints that could not be read.
+    unread: Vec<String>,
+    /// No device anywhere could ever hold it.
+    infeasible: bool,
+}
+
+/// Reads every member and ranks those that could take `request` (with `policy`, else
+/// the fleet's default).
+async fn read_round(
     members: &Members,
     request: &ClaimRequest,
-    args: &PlaceArgs,
+    policy: Option<Policy>,
     cache: &SnapshotCache,
-) -> Result<Placed, ClientError> {
-    if let [one] = members.list.as_slice() {
-        let outcome = one.client.claim(request).await?;
-        return Ok(Placed {
-            member: 0,
-            outcome,
-            skipped: Vec::new(),
-        });
-    }
+) -> Result<(Round, Policy), ClientError> {
     let reads = read_all(members, cache).await;
-    let mut skipped = Vec::new();
+    let mut unread = Vec::new();
     let mut fleets: Vec<Fleet> = Vec::new();
     let mut of_fleet: Vec<usize> = Vec::new();
+    let mut revisions = HashMap::new();
     let mut spread_all = true;
     for (i, r) in reads.into_iter().enumerate() {
         let name = &members.list[i].name;
         match r.map_err(|e| e.to_string()).and_then(|s| {
             spread_all &= s.endpoint.policy == "spread";
+            revisions.insert(i, s.revision);
             fleet_of_snapshot(&s).map_err(|e| format!("unreadable snapshot: {e}"))
         }) {
             Ok(f) => {
                 fleets.push(f);
                 of_fleet.push(i);
             }
-            Err(e) => {
-                skipped.push(format!("{name}: {e}"));
-            }
+            Err(e) => unread.push(format!("{name}: {e}")),
         }
     }
     if fleets.is_empty() {
         return Err(ClientError::Unreachable {
             endpoint: members.names(),
-            detail: format!("no endpoint could be read: {}", skipped.join("; ")),
+            detail: format!("no endpoint could be read: {}", unread.join("; ")),
         });
     }
-    let policy = args.policy.unwrap_or(if spread_all {
+    let policy = policy.unwrap_or(if spread_all {
         Policy::Spread
     } else {
         Policy::Binpack
@@ -429,39 +448,82 @@ pub(super) async fn place(
             reasons.push(format!("{name}: no node matches"));
         }
     }
-    let tries = usize::try_from(args.tries).unwrap_or(usize::MAX);
-    // One label for every endpoint this claim is sent to, so a lost answer can be found.
-    let attempt = new_attempt(lost_answer::now());
-    let mut request = request.clone();
-    attempt.put_on(&mut request.labels);
-    let request = &request;
-    let mut suspects: Vec<Suspect> = Vec::new();
-    let mut landed: Option<(usize, ClaimOutcome)> = None;
-    for fit in ranking.fits.iter().take(tries) {
-        let member = of_fleet[fit.host];
-        let client = &members.list[member].client;
-        let name = &members.list[member].name;
+    let round = Round {
+        ranking,
+        of_fleet,
+        revisions,
+        reasons,
+        unread,
+        infeasible,
+    };
+    Ok((round, policy))
+}
+
+/// One claim being placed across the fleet: its attempt, its sends so far, and what came
+/// of them.
+struct Placing<'a> {
+    members: &'a Members,
+    request: ClaimRequest,
+    attempt: AttemptId,
+    deadline: Instant,
+    sends: u32,
+    max_sends: u32,
+    /// Endpoints that refused, with the revision they were read at: asked again only once
+    /// that moved (else they would refuse again).
+    refused_at: HashMap<usize, Option<u64>>,
+    suspects: Vec<Suspect>,
+    skipped: Vec<String>,
+    reasons: Vec<String>,
+    infeasible: bool,
+}
+
+impl Placing<'_> {
+    /// Sends the claim to `member` with a fresh key; an answer that was lost is asked for
+    /// again with the same key before anything else is tried. `None`: not there, the next.
+    async fn send(
+        &mut self,
+        member: usize,
+        read_at: Option<u64>,
+    ) -> Result<Option<ClaimOutcome>, ClientError> {
+        let client = &self.members.list[member].client;
+        let name = &self.members.list[member].name;
+        self.sends += 1;
+        let key = self.attempt.key(self.sends);
         let sent = lost_answer::now();
-        let result = client.claim(request).await;
-        let mut step = decide_attempt(answer_of(&result), None);
-        let mut found = None;
-        let asked = step == AttemptStep::Recheck;
-        if asked {
-            let (what, view) = lost_answer::recheck(client, &attempt).await;
-            step = decide_attempt(AttemptAnswer::NoAnswer, Some(what));
-            found = view;
-        }
-        match (step, result) {
-            (AttemptStep::Adopt, Err(e)) => {
-                if let Some(view) = found {
+        let first = client.claim_keyed(&self.request, Some(&key)).await;
+        let answer = answer_of(&first);
+        // After a lost answer: the step, the answer asked again, and the lost one's error.
+        let (step, result, lost) = match decide_attempt(answer, None) {
+            AttemptStep::Recheck => {
+                let lost = first.err().map(|e| e.to_string()).unwrap_or_default();
+                let (what, again) =
+                    lost_answer::resolve(client, &self.request, &key, self.deadline).await;
+                (decide_attempt(answer, Some(what)), again, Some(lost))
+            }
+            step => (step, first, None),
+        };
+        let line = match (step, result) {
+            (AttemptStep::TryNextSuspect, r) => {
+                let error = lost.unwrap_or_default();
+                let e = r.err().map(|e| e.to_string()).unwrap_or_default();
+                self.suspects.push(Suspect {
+                    member,
+                    error: error.clone(),
+                    sent,
+                    key,
+                });
+                format!("{name}: {error}; still no answer when asked again ({e})")
+            }
+            (_, Ok(outcome)) => {
+                if let Some(lost) = lost {
                     eprintln!(
-                        "gpuboard: {name} placed it; its answer was lost ({e}): found it as {} by its label {}",
-                        members.label(member, view.id),
-                        attempt.label()
+                        "gpuboard: {name} placed it; its answer was lost ({lost}): found it as {} \
+                         by its label {} (asked again with the same key)",
+                        self.members.label(member, outcome.claim().id),
+                        self.attempt.label()
                     );
-                    landed = Some((member, outcome_of(view)));
-                    break;
                 }
+                return Ok(Some(outcome));
             }
             (
                 _,
@@ -471,48 +533,115 @@ pub(super) async fn place(
                     ..
                 }),
             ) => {
-                infeasible &= inf;
-                let line = format!("{name}: refused since it was read ({})", r.join(" | "));
-                skipped.push(line.clone());
-                reasons.push(line);
+                self.infeasible &= inf;
+                self.refused_at.insert(member, read_at);
+                match lost {
+                    Some(lost) => format!(
+                        "{name}: {lost}; asked again with the same key, it had refused the claim \
+                         labelled {} ({})",
+                        self.attempt.label(),
+                        r.join(" | ")
+                    ),
+                    None => format!("{name}: refused since it was read ({})", r.join(" | ")),
+                }
             }
             (AttemptStep::TryNext, Err(e)) => {
-                let line = if asked {
-                    format!(
-                        "{name}: {e}; asked again, it holds no claim labelled {}",
-                        attempt.label()
-                    )
-                } else {
-                    format!("{name}: {e}")
-                };
-                skipped.push(line.clone());
-                reasons.push(line);
-            }
-            (AttemptStep::TryNextSuspect, Err(e)) => {
-                let line = format!("{name}: {e}; still no answer when asked again");
-                skipped.push(line.clone());
-                reasons.push(line);
-                suspects.push(Suspect {
-                    member,
-                    error: e.to_string(),
-                    sent,
-                });
+                self.refused_at.insert(member, read_at);
+                format!("{name}: {e}")
             }
             (_, Err(e)) => return Err(e),
-            // Answered: that is the claim.
-            (_, Ok(outcome)) => {
+        };
+        self.skipped.push(line.clone());
+        self.reasons.push(line);
+        Ok(None)
+    }
+
+    /// Whether `member`, read at `revision`, may be sent the claim in this round.
+    fn may_send(&self, member: usize, revision: Option<u64>) -> bool {
+        let suspect = self.suspects.iter().any(|s| s.member == member);
+        let unchanged = self
+            .refused_at
+            .get(&member)
+            .is_some_and(|at| at.is_none() || *at == revision);
+        !suspect && !unchanged && self.sends < self.max_sends
+    }
+}
+
+/// Sends `request` to the best endpoint of `members` for it, falling back to the next on
+/// a 409 or an unreachable endpoint; once every ranked endpoint refused, the fleet is read
+/// again and the claim goes on while some endpoint that changed since it refused has room,
+/// until `args.place_within` (or `args.tries` sends) is spent. With one endpoint it is
+/// sent there directly. A claim that fits nowhere fails with `DoesNotFit` whose reasons
+/// are each endpoint's lines prefixed with its name; with `wait` it is queued on the best
+/// endpoint where it could fit later (none when it is infeasible everywhere).
+pub(super) async fn place(
+    members: &Members,
+    request: &ClaimRequest,
+    args: &PlaceArgs,
+    cache: &SnapshotCache,
+) -> Result<Placed, ClientError> {
+    if let [one] = members.list.as_slice() {
+        // Keyed too, so that the endpoint runs this request once however it is delivered.
+        let key = new_attempt(lost_answer::now()).key(1);
+        let outcome = one.client.claim_keyed(request, Some(&key)).await?;
+        return Ok(Placed {
+            member: 0,
+            outcome,
+            skipped: Vec::new(),
+        });
+    }
+    let deadline = Instant::now() + Duration::from_secs(args.place_within);
+    let (mut round, policy) = read_round(members, request, args.policy, cache).await?;
+    // One label for every endpoint this claim is sent to, so a lost answer can be found.
+    let attempt = new_attempt(lost_answer::now());
+    let mut labelled = request.clone();
+    attempt.put_on(&mut labelled.labels);
+    let mut p = Placing {
+        members,
+        request: labelled,
+        attempt,
+        deadline,
+        sends: 0,
+        max_sends: args.tries.unwrap_or(u32::MAX),
+        refused_at: HashMap::new(),
+        suspects: Vec::new(),
+        skipped: round.unread.clone(),
+        reasons: Vec::new(),
+        infeasible: round.infeasible,
+    };
+    let mut landed: Option<(usize, ClaimOutcome)> = None;
+    let mut pause = Duration::from_millis(100);
+    'rounds: for n in 0.. {
+        let mut sent_any = false;
+        for fit in &round.ranking.fits {
+            let member = round.of_fleet[fit.host];
+            let revision = round.revisions.get(&member).copied();
+            if !p.may_send(member, revision) || (n > 0 && Instant::now() >= deadline) {
+                continue;
+            }
+            sent_any = true;
+            if let Some(outcome) = p.send(member, revision).await? {
                 landed = Some((member, outcome));
-                break;
+                break 'rounds;
             }
         }
+        if !sent_any || Instant::now() >= deadline || p.sends >= p.max_sends {
+            break;
+        }
+        // Every endpoint that had room refused: read the fleet again, briefly later.
+        tokio::time::sleep(pause.min(deadline.saturating_duration_since(Instant::now()))).await;
+        pause = (pause * 2).min(Duration::from_secs(1));
+        round = match read_round(members, &p.request, Some(policy), cache).await {
+            Ok((r, _)) => r,
+            Err(_) => break,
+        };
     }
-    if !suspects.is_empty() {
+    if !p.suspects.is_empty() {
         let (adopted, lines) = lost_answer::settle(
             members,
-            &suspects,
-            &attempt,
-            request.ttl,
-            landed.as_ref().map(|p| p.0),
+            &p.suspects,
+            (&p.attempt, &p.request),
+            landed.as_ref().map(|l| l.0),
         )
         .await;
         for l in lines {
@@ -523,18 +652,23 @@ pub(super) async fn place(
     // `--wait`: fitting nowhere now, it queues on the best endpoint where it could fit
     // later (the first in ranking order whose refusal is not "never").
     if landed.is_none() && request.wait {
-        let later = ranking
+        let later = round
+            .ranking
             .fits
             .first()
             .map(|f| f.host)
-            .or_else(|| ranking.could_wait());
+            .or_else(|| round.ranking.could_wait());
         if let Some(h) = later {
-            let member = of_fleet[h];
-            let outcome = members.list[member].client.claim(request).await?;
+            let member = round.of_fleet[h];
+            let key = p.attempt.key(p.sends + 1);
+            let outcome = members.list[member]
+                .client
+                .claim_keyed(&p.request, Some(&key))
+                .await?;
             return Ok(Placed {
                 member,
                 outcome,
-                skipped,
+                skipped: p.skipped,
             });
         }
     }
@@ -542,16 +676,19 @@ pub(super) async fn place(
         return Ok(Placed {
             member,
             outcome,
-            skipped,
+            skipped: p.skipped,
         });
     }
-    let tried = ranking.fits.len().min(tries);
+    let mut reasons = round.reasons;
+    reasons.extend(p.reasons);
+    let tried = p.sends;
     let detail = if tried > 0 {
         format!(
-            "does not fit now: {tried} endpoint(s) refused it since they were read, {} cannot take it",
-            ranking.refused.len()
+            "does not fit now: {tried} send(s) across the fleet refused it since it was read, {} \
+             endpoint(s) cannot take it",
+            round.ranking.refused.len()
         )
-    } else if infeasible {
+    } else if round.infeasible {
         "infeasible (no device of any endpoint could ever hold it)".to_string()
     } else {
         "does not fit now on any endpoint".to_string()
@@ -559,7 +696,7 @@ pub(super) async fn place(
     Err(ClientError::DoesNotFit {
         detail,
         reasons,
-        infeasible: infeasible && tried == 0,
+        infeasible: round.infeasible && p.infeasible && tried == 0,
         no_fit: None,
     })
 }

@@ -9,12 +9,12 @@ use serde_json::json;
 
 use super::claims::{print_claim, refused, with_endpoint};
 use super::fleet::Members;
-use super::lost_answer::{self, Suspect, new_attempt, no_answer, outcome_of, phantom_warning};
+use super::lost_answer::{self, Suspect, new_attempt, no_answer, phantom_warning};
 use super::print_json;
-use crate::client::{ClaimOutcome, ClientError};
+use crate::client::{ClaimOutcome, Client, ClientError};
 use crate::clock::Timestamp;
 use crate::ids::ClaimId;
-use crate::placement::{AttemptId, AttemptRecheck, moved_request};
+use crate::placement::{AttemptId, AttemptRecheck, RESOLVE_WITHIN, moved_request};
 use crate::request::ClaimRequest;
 use crate::snapshot::{ClaimState, ClaimView};
 
@@ -57,33 +57,37 @@ fn new_move_id() -> String {
     )
 }
 
-/// The target of a move did not answer its claim: asked again, the claim it holds with
-/// the attempt's label is the answer (said on stderr); none there, the error stands;
-/// still silent, the error stands and the target is named as a possible phantom's holder.
+/// The target of a move did not answer its claim: asked again with the same key (by
+/// `target`, the client that sent it), its answer is the answer (said on stderr when it
+/// placed it); still silent, the error stands and the target is named as a possible
+/// phantom's holder.
 async fn lost(
     members: &Members,
-    dst: usize,
-    attempt: &AttemptId,
+    (dst, target): (usize, &Client),
+    (attempt, key): (&AttemptId, &str),
     request: &ClaimRequest,
     error: ClientError,
     sent: Timestamp,
 ) -> Result<ClaimOutcome, ClientError> {
     let m = &members.list[dst];
-    match lost_answer::recheck(&m.client, attempt).await {
-        (AttemptRecheck::Found, Some(view)) => {
+    match lost_answer::reask(target, request, key, RESOLVE_WITHIN).await {
+        (AttemptRecheck::Found, Ok(outcome)) => {
             eprintln!(
-                "gpuboard: {} placed it; its answer was lost ({error}): found it as {} by its label {}",
+                "gpuboard: {} placed it; its answer was lost ({error}): found it as {} by its label {} \
+                 (asked again with the same key)",
                 m.name,
-                members.label(dst, view.id),
+                members.label(dst, outcome.claim().id),
                 attempt.label()
             );
-            Ok(outcome_of(view))
+            Ok(outcome)
         }
-        (AttemptRecheck::Silent, _) => {
+        (AttemptRecheck::NoneThere, refused) => refused,
+        (AttemptRecheck::Silent | AttemptRecheck::Found, _) => {
             let suspect = Suspect {
                 member: dst,
                 error: error.to_string(),
                 sent,
+                key: key.to_string(),
             };
             eprintln!(
                 "gpuboard: {}",
@@ -91,7 +95,6 @@ async fn lost(
             );
             Err(error)
         }
-        _ => Err(error),
     }
 }
 
@@ -127,8 +130,11 @@ pub(super) async fn across(
     let move_id = new_move_id();
     let target = members.list[dst].client.for_move(&move_id);
     let sent = lost_answer::now();
-    let answer = match target.claim(&request).await {
-        Err(e) if no_answer(&e) => lost(members, dst, &attempt, &request, e, sent).await?,
+    let key = attempt.key(1);
+    let answer = match target.claim_keyed(&request, Some(&key)).await {
+        Err(e) if no_answer(&e) || e.in_flight() => {
+            lost(members, (dst, &target), (&attempt, &key), &request, e, sent).await?
+        }
         other => other?,
     };
     let new = match answer {

@@ -21,8 +21,9 @@ use tower_http::compression::CompressionLayer;
 
 use crate::endpoint::auth::Tokens;
 use crate::endpoint::body::body_json;
-use crate::endpoint::engine::{Engine, EngineError, MAX_SHARE};
+use crate::endpoint::engine::{Engine, EngineError, Keyed, KeyedAnswer, MAX_SHARE};
 use crate::endpoint::gate::{Actor, Gate, authorize};
+use crate::endpoint::idempotency::{Fingerprint, KeyAnswer};
 use crate::endpoint::listener::ListenConfig;
 use crate::endpoint::versions::SnapshotVersions;
 use crate::ids::ClaimId;
@@ -157,6 +158,11 @@ impl From<EngineError> for ApiError {
             EngineError::Store(e) => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "store_failed",
+                e.to_string(),
+            ),
+            e @ EngineError::KeyReused(_) => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "idempotency_key_reused",
                 e.to_string(),
             ),
         }
@@ -348,8 +354,12 @@ async fn create_claim(
     body: Body,
 ) -> ApiResult {
     let actor = in_move(&actor, &headers)?;
+    let key = idempotency_key(&headers)?;
     let v = body_json(body, false).await?;
     let req = ClaimRequest::from_json(&v)?;
+    if let Some(key) = key {
+        return keyed_claim(&st, req, &actor, key).await;
+    }
     match st.engine.submit(req, &actor).await? {
         Submitted::Placed(c) => {
             let mut r = json_status(StatusCode::CREATED, &claim_view(&c));
@@ -366,6 +376,94 @@ async fn create_claim(
             e.to_string(),
         )),
     }
+}
+
+/// The request's idempotency key, if it sent one.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(raw) = headers.get(wire::IDEMPOTENCY_HEADER) else {
+        return Ok(None);
+    };
+    let raw = raw.to_str().unwrap_or("\u{fffd}");
+    wire::idempotency_key(raw)
+        .map(|k| Some(k.to_string()))
+        .map_err(|e| ApiError::invalid(Rule::WrongType, None, e))
+}
+
+/// A claim with an idempotency key: run once, its answer recorded with it and replayed.
+async fn keyed_claim(st: &ApiState, req: ClaimRequest, actor: &str, key: String) -> ApiResult {
+    let canonical = wire::claim_body(&req).to_string();
+    let keyed = Keyed {
+        fingerprint: Fingerprint::of(actor, &canonical),
+        key: key.clone(),
+    };
+    let answer = st.engine.submit_keyed(req, actor, keyed, answer_of).await?;
+    let (recorded, replayed) = match answer {
+        KeyedAnswer::First(a) => (a, false),
+        KeyedAnswer::Replayed(a) => (a, true),
+        KeyedAnswer::InFlight(a) => {
+            let claim = a.claim.map(|c| format!(" (claim {c})")).unwrap_or_default();
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                wire::IN_FLIGHT,
+                format!(
+                    "the first request with {} `{key}`{claim} is still being committed; ask \
+                     again with the same key for its answer",
+                    wire::IDEMPOTENCY_HEADER
+                ),
+            ));
+        }
+    };
+    let status = StatusCode::from_u16(recorded.status).unwrap_or(StatusCode::OK);
+    let mut r = (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        recorded.body,
+    )
+        .into_response();
+    if let Some(c) = recorded.claim.filter(|_| status == StatusCode::CREATED)
+        && let Ok(loc) = HeaderValue::from_str(&format!("/v1/claims/{c}"))
+    {
+        r.headers_mut().insert(header::LOCATION, loc);
+    }
+    if replayed {
+        r.headers_mut().insert(
+            wire::IDEMPOTENT_REPLAY_HEADER,
+            HeaderValue::from_static("true"),
+        );
+    }
+    Ok(r)
+}
+
+/// The answer a claim's result gets, as recorded with its idempotency key.
+fn answer_of(out: &Submitted) -> KeyAnswer {
+    let (status, claim, body) = match out {
+        Submitted::Placed(c) => (StatusCode::CREATED, Some(c.id), json_text(&claim_view(c))),
+        Submitted::Pending(c) => (StatusCode::ACCEPTED, Some(c.id), json_text(&claim_view(c))),
+        Submitted::Refused(no) => (
+            StatusCode::CONFLICT,
+            None,
+            json_text(&wire::ErrorBody::no_fit(no, None)),
+        ),
+        Submitted::ShareZero(e) => (
+            StatusCode::CONFLICT,
+            None,
+            json_text(&wire::ErrorBody::new("share_zero", e.to_string())),
+        ),
+    };
+    KeyAnswer {
+        status: status.as_u16(),
+        claim,
+        body,
+    }
+}
+
+fn json_text(v: &impl serde::Serialize) -> String {
+    serde_json::to_string(v).unwrap_or_else(|e| {
+        serde_json::json!({"error": "serialize_failed", "detail": e.to_string()}).to_string()
+    })
 }
 
 /// Who the audit names: the caller, with the move id of a cross-endpoint move.

@@ -13,6 +13,7 @@ use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 
 use crate::clock::{Clock, Timestamp};
+use crate::endpoint::idempotency::{Fingerprint, KeyAnswer, KeyRecord, KeyTable, Lookup};
 use crate::endpoint::live::{LiveConfig, LiveFeed, LiveRound};
 use crate::endpoint::store::{Store, StoreError, StoreStats, SyncMode};
 use crate::ids::ClaimId;
@@ -89,6 +90,36 @@ pub enum EngineError {
     /// The state could not be made durable; the endpoint stops accepting changes.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// An idempotency key came back with another request than its first.
+    #[error(
+        "idempotency key `{0}` was first used for another claim request (or by another \
+         caller); a key names one request: send a new key for a new request"
+    )]
+    KeyReused(String),
+}
+
+/// How long a request whose key's first request is still being committed waits for that
+/// commit before it is answered "in flight".
+pub const IN_FLIGHT_WAIT: Duration = Duration::from_secs(1);
+
+/// A claim request with an idempotency key.
+#[derive(Clone, Debug)]
+pub struct Keyed {
+    /// The key, as the client sent it.
+    pub key: String,
+    /// What the request is (caller and canonical body).
+    pub fingerprint: Fingerprint,
+}
+
+/// The answer to a keyed claim.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyedAnswer {
+    /// This request ran; its answer is durable.
+    First(KeyAnswer),
+    /// An earlier request with the key ran; this is its (durable) answer.
+    Replayed(KeyAnswer),
+    /// An earlier request with the key ran and its answer is still being committed.
+    InFlight(KeyAnswer),
 }
 
 /// How to build an engine.
@@ -125,6 +156,8 @@ struct Inner {
     tick: Duration,
     live: OnceLock<Arc<LiveFeed>>,
     sampler: Mutex<Option<Sampler>>,
+    /// Idempotency keys and their answers; taken under the scheduler's lock.
+    keys: Mutex<KeyTable>,
 }
 
 /// What a snapshot of the engine is built from, besides the clock: the committed revision
@@ -248,6 +281,7 @@ impl Engine {
         let (sched, warnings) =
             Scheduler::restore(config.scheduler.clone(), nodes.clone(), persisted)?;
         let committed = store.committed();
+        let keys = KeyTable::restored(store.take_keys(), clock.now());
         let engine = Engine {
             inner: Arc::new(Inner {
                 sched: Mutex::new(sched),
@@ -262,6 +296,7 @@ impl Engine {
                 tick: config.tick,
                 live: OnceLock::new(),
                 sampler: Mutex::new(None),
+                keys: Mutex::new(keys),
             }),
         };
         Ok((engine, warnings))
@@ -347,6 +382,76 @@ impl Engine {
     /// Places, queues or refuses a claim. `Refused` changed nothing.
     pub async fn submit(&self, req: ClaimRequest, actor: &str) -> Result<Submitted, EngineError> {
         self.mutate(|s, now| s.submit(req, actor, now)).await
+    }
+
+    /// Places, queues or refuses a claim sent with an idempotency key, once: the first
+    /// request with `keyed.key` runs, and `answer` (what the API sends for its result) is
+    /// recorded with it in the same commit; a later one with the same key and request
+    /// gets that answer (`Replayed` once durable, `InFlight` when the commit is still
+    /// pending after `IN_FLIGHT_WAIT`); another request under the key is refused.
+    pub async fn submit_keyed(
+        &self,
+        req: ClaimRequest,
+        actor: &str,
+        keyed: Keyed,
+        answer: impl FnOnce(&Submitted) -> KeyAnswer,
+    ) -> Result<KeyedAnswer, EngineError> {
+        let now = self.now();
+        // The first request with the key waits for its own batch; a later one for a
+        // barrier behind the batch that carries the first.
+        let (first, answer, pending) = {
+            let mut s = self.lock();
+            if let Some(reason) = self.inner.frozen.get() {
+                return Err(StoreError::Commit(reason.clone()).into());
+            }
+            let mut keys = self
+                .inner
+                .keys
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match keys.lookup(&keyed.key, &keyed.fingerprint) {
+                Lookup::Reused => return Err(EngineError::KeyReused(keyed.key)),
+                Lookup::Seen(e) if e.batch <= self.inner.store.durable_batches() => {
+                    return Ok(KeyedAnswer::Replayed(e.record.answer.clone()));
+                }
+                Lookup::Seen(e) => (
+                    false,
+                    e.record.answer.clone(),
+                    self.inner.store.write(Vec::new()),
+                ),
+                Lookup::Unknown => {
+                    let out = s.submit(req, actor, now);
+                    let record = KeyRecord {
+                        key: keyed.key,
+                        fingerprint: keyed.fingerprint,
+                        answer: answer(&out),
+                        recorded: now,
+                    };
+                    let answer = record.answer.clone();
+                    let (batch, rx) = self
+                        .inner
+                        .store
+                        .write_keyed(s.take_changes(), Some(record.clone()));
+                    keys.insert(record, batch, now);
+                    (true, answer, rx)
+                }
+            }
+        };
+        if first {
+            if let Err(e) = durable(pending).await {
+                self.freeze();
+                return Err(e);
+            }
+            return Ok(KeyedAnswer::First(answer));
+        }
+        match tokio::time::timeout(IN_FLIGHT_WAIT, durable(pending)).await {
+            Ok(Ok(())) => Ok(KeyedAnswer::Replayed(answer)),
+            Ok(Err(e)) => {
+                self.freeze();
+                Err(e)
+            }
+            Err(_) => Ok(KeyedAnswer::InFlight(answer)),
+        }
     }
 
     /// Releases a claim; `None` when there was no such claim (release is idempotent).

@@ -10,6 +10,7 @@ pub mod datadir;
 pub mod engine;
 pub mod gate;
 pub mod hostlock;
+pub mod idempotency;
 pub mod listener;
 pub mod live;
 mod metrics;

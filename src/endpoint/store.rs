@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::{oneshot, watch};
 
+use crate::endpoint::idempotency::{self, KeyRecord};
 use crate::ids::ClaimId;
 use crate::scheduler::{Change, Claim, Persisted};
 use crate::snapshot::AuditEvent;
@@ -108,6 +109,8 @@ pub enum StoreError {
 
 struct Batch {
     changes: Vec<Change>,
+    /// The idempotency key of the request that made `changes`, written in the same commit.
+    key: Option<KeyRecord>,
     reply: oneshot::Sender<Result<(), StoreError>>,
 }
 
@@ -148,6 +151,8 @@ pub struct Store {
     stats: Arc<StoreStats>,
     progress: Arc<Progress>,
     path: String,
+    /// The idempotency keys read on open, until the engine takes them.
+    keys: Mutex<Vec<KeyRecord>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -184,6 +189,7 @@ impl Store {
     ) -> Result<(Store, Persisted), StoreError> {
         prepare(&conn, sync, &path)?;
         let persisted = load(&mut conn, &path)?;
+        let keys = load_keys(&mut conn, &path)?;
         let (tx, rx) = mpsc::channel::<Batch>();
         let (committed_tx, committed) = watch::channel(persisted.revision);
         let stats = Arc::new(StoreStats::default());
@@ -218,6 +224,7 @@ impl Store {
                 stats,
                 progress,
                 path,
+                keys: Mutex::new(keys),
             },
             persisted,
         ))
@@ -228,11 +235,28 @@ impl Store {
     ///
     /// Callers that need `all_durable` to be exact hand batches over under one lock.
     pub fn write(&self, changes: Vec<Change>) -> oneshot::Receiver<Result<(), StoreError>> {
+        self.write_keyed(changes, None).1
+    }
+
+    /// The same, with the idempotency key of the request that made `changes` written in
+    /// the same commit. Also returns the batch's number: it is durable once
+    /// `durable_batches` reaches it (0 for an empty batch).
+    pub fn write_keyed(
+        &self,
+        changes: Vec<Change>,
+        key: Option<KeyRecord>,
+    ) -> (u64, oneshot::Receiver<Result<(), StoreError>>) {
         let (reply, rx) = oneshot::channel();
-        if !changes.is_empty() {
-            self.progress.handed.fetch_add(1, Ordering::SeqCst);
-        }
-        let batch = Batch { changes, reply };
+        let seq = if changes.is_empty() && key.is_none() {
+            0
+        } else {
+            self.progress.handed.fetch_add(1, Ordering::SeqCst) + 1
+        };
+        let batch = Batch {
+            changes,
+            key,
+            reply,
+        };
         match &self.tx {
             Some(tx) => {
                 if let Err(mpsc::SendError(batch)) = tx.send(batch) {
@@ -243,7 +267,18 @@ impl Store {
                 let _ = batch.reply.send(Err(StoreError::WriterGone));
             }
         }
-        rx
+        (seq, rx)
+    }
+
+    /// How many non-empty batches are durable: batch `n` of `write_keyed` is once this
+    /// reaches `n` (batches commit in the order they were handed over).
+    pub fn durable_batches(&self) -> u64 {
+        self.progress.durable.load(Ordering::SeqCst)
+    }
+
+    /// The idempotency keys read on open, oldest first (taken once, by the engine).
+    pub fn take_keys(&self) -> Vec<KeyRecord> {
+        std::mem::take(&mut *self.keys.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// The highest revision known durable, as it changes.
@@ -346,7 +381,16 @@ fn prepare(conn: &Connection, sync: SyncMode, path: &str) -> Result<(), StoreErr
          CREATE TABLE IF NOT EXISTS ledger(id INTEGER PRIMARY KEY CHECK (id = 1), body TEXT NOT NULL);
          PRAGMA user_version={SCHEMA};"
     ))
-    .map_err(err)
+    .map_err(err)?;
+    idempotency::create_table(conn).map_err(err)
+}
+
+fn load_keys(conn: &mut Connection, path: &str) -> Result<Vec<KeyRecord>, StoreError> {
+    let err = |e: rusqlite::Error| open_err(path, &e);
+    let tx = conn.transaction().map_err(err)?;
+    let keys = idempotency::load(&tx).map_err(err)?;
+    tx.commit().map_err(err)?;
+    Ok(keys)
 }
 
 fn load(conn: &mut Connection, path: &str) -> Result<Persisted, StoreError> {
@@ -454,7 +498,12 @@ impl Writer {
             }
             let result = match &failed {
                 Some(e) => Err(e.clone()),
-                None if group.iter().all(|b| b.changes.is_empty()) => Ok(None),
+                None if group
+                    .iter()
+                    .all(|b| b.changes.is_empty() && b.key.is_none()) =>
+                {
+                    Ok(None)
+                }
                 None => self.commit_waiting(&group),
             };
             match result {
@@ -550,7 +599,10 @@ impl Writer {
         stats
             .batches
             .fetch_add(group.len() as u64, Ordering::Relaxed);
-        let written = group.iter().filter(|b| !b.changes.is_empty()).count() as u64;
+        let written = group
+            .iter()
+            .filter(|b| !b.changes.is_empty() || b.key.is_some())
+            .count() as u64;
         // Counted durable before the revision is published and the waiters answered.
         self.progress.durable.fetch_add(written, Ordering::SeqCst);
         if let Some(rev) = revision {
@@ -643,6 +695,9 @@ fn commit(conn: &mut Connection, group: &[Batch]) -> Result<Option<u64>, Failed>
             continue;
         }
         apply(&tx, change, &mut revision)?;
+    }
+    for key in group.iter().filter_map(|b| b.key.as_ref()) {
+        idempotency::save(&tx, key)?;
     }
     tx.commit()?;
     Ok(revision)

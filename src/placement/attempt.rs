@@ -1,8 +1,11 @@
 //! Lost answers when one claim is sent across a fleet of endpoints. Each claim carries
-//! an attempt label (`gpuboard.attempt=ID`, the same id on every endpoint it is sent to),
-//! so that an endpoint whose answer never came can be asked whether it placed the claim
-//! after all, before the next endpoint is tried: "no answer" may mean the claim was
-//! placed and only the answer was lost, and trying the next blindly would book twice.
+//! an attempt label (`gpuboard.attempt=ID`, the same id on every endpoint it is sent to)
+//! and each send an idempotency key (`AttemptId::key`), so that an endpoint whose answer
+//! never came can be asked again, with the same key, what it did before the next endpoint
+//! is tried: "no answer" may mean the claim was placed (or is still being committed) and
+//! only the answer was lost, and trying the next blindly would book twice. The same key
+//! makes asking again safe: the endpoint runs a key's request once and answers every
+//! later send with its answer.
 //!
 //! The decision is a plain table here (`decide`); the CLI and the console do the I/O.
 
@@ -15,6 +18,11 @@ pub const ATTEMPT_LABEL: &str = "gpuboard.attempt";
 
 /// How long an endpoint that did not answer a claim gets to say whether it holds it.
 pub const RECHECK_WITHIN: Duration = Duration::from_secs(2);
+
+/// How long an endpoint that did not answer a keyed claim, or answered "in flight", is
+/// asked again (with the same key) before the next is tried: long enough to outlast a
+/// commit held up a few seconds by a busy disk or another process's database lock.
+pub const RESOLVE_WITHIN: Duration = Duration::from_secs(15);
 
 /// The id of one claim's attempt across the fleet: when it started (ms since the epoch,
 /// in hex), who sent it (a pid) and a sequence number, so two claims of one process, or of
@@ -48,6 +56,12 @@ impl AttemptId {
         labels.get(ATTEMPT_LABEL).map(String::as_str) == Some(self.as_str())
     }
 
+    /// The idempotency key of this attempt's `send`-th send (`ID.N`): every re-send of
+    /// that send carries it; a new send after a definite refusal takes the next.
+    pub fn key(&self, send: u32) -> String {
+        format!("{}.{send}", self.0)
+    }
+
     /// `labels` with this attempt's label added (any earlier attempt's replaced).
     pub fn put_on(&self, labels: &mut BTreeMap<String, String>) {
         labels.insert(ATTEMPT_LABEL.to_string(), self.0.clone());
@@ -69,20 +83,23 @@ pub enum AttemptAnswer {
     Refused,
     /// No answer (timeout, connection lost): it may have placed the claim anyway.
     NoAnswer,
+    /// 409 `in_flight`: an earlier send with the key is still being committed there: it
+    /// will land (unless the endpoint's store fails); only its answer is not known yet.
+    InFlight,
     /// No connection was made: nothing was sent, nothing can have been placed.
     NotSent,
     /// Any other error (bad request, credentials): every endpoint would refuse alike.
     Failed,
 }
 
-/// What asking the silent endpoint again for the attempt's label found.
+/// What asking the silent endpoint again (the same claim with the same key) found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AttemptRecheck {
-    /// It holds a claim with the label: that is the claim.
+    /// It placed or queued the claim: that is the claim.
     Found,
-    /// It answered and holds none: the claim never landed there.
+    /// It answered that the claim was refused: nothing landed there.
     NoneThere,
-    /// It still does not answer: it may hold a phantom claim.
+    /// No definite answer in time (silent, or still in flight): it may hold a phantom.
     Silent,
 }
 
@@ -110,11 +127,17 @@ pub fn decide(answer: AttemptAnswer, recheck: Option<AttemptRecheck>) -> Attempt
     match (answer, recheck) {
         (AttemptAnswer::Answered, _) => AttemptStep::Done,
         (AttemptAnswer::Refused | AttemptAnswer::NotSent, _)
-        | (AttemptAnswer::NoAnswer, Some(AttemptRecheck::NoneThere)) => AttemptStep::TryNext,
+        | (AttemptAnswer::NoAnswer | AttemptAnswer::InFlight, Some(AttemptRecheck::NoneThere)) => {
+            AttemptStep::TryNext
+        }
         (AttemptAnswer::Failed, _) => AttemptStep::Stop,
-        (AttemptAnswer::NoAnswer, None) => AttemptStep::Recheck,
-        (AttemptAnswer::NoAnswer, Some(AttemptRecheck::Found)) => AttemptStep::Adopt,
-        (AttemptAnswer::NoAnswer, Some(AttemptRecheck::Silent)) => AttemptStep::TryNextSuspect,
+        (AttemptAnswer::NoAnswer | AttemptAnswer::InFlight, None) => AttemptStep::Recheck,
+        (AttemptAnswer::NoAnswer | AttemptAnswer::InFlight, Some(AttemptRecheck::Found)) => {
+            AttemptStep::Adopt
+        }
+        (AttemptAnswer::NoAnswer | AttemptAnswer::InFlight, Some(AttemptRecheck::Silent)) => {
+            AttemptStep::TryNextSuspect
+        }
     }
 }
 
@@ -137,6 +160,10 @@ mod tests {
                 A::NoAnswer,
                 [S::Recheck, S::Adopt, S::TryNext, S::TryNextSuspect],
             ),
+            (
+                A::InFlight,
+                [S::Recheck, S::Adopt, S::TryNext, S::TryNextSuspect],
+            ),
         ];
         for (answer, steps) in table {
             for (recheck, step) in rechecks.iter().zip(steps) {
@@ -150,6 +177,8 @@ mod tests {
         let id = AttemptId::new(0x18f_0000_0000, 4242, 7);
         assert_eq!(id.as_str(), "18f00000000-4242-7");
         assert_eq!(id.label(), "gpuboard.attempt=18f00000000-4242-7");
+        assert_eq!(id.key(2), "18f00000000-4242-7.2");
+        assert_ne!(id.key(2), id.key(3));
         let mut labels = BTreeMap::from([("team".to_string(), "cv".to_string())]);
         assert!(!id.marks(&labels));
         id.put_on(&mut labels);

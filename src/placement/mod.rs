@@ -25,7 +25,7 @@ mod tests;
 
 pub use attempt::{
     ATTEMPT_LABEL, AttemptAnswer, AttemptId, AttemptRecheck, AttemptStep, RECHECK_WITHIN,
-    decide as decide_attempt,
+    RESOLVE_WITHIN, decide as decide_attempt,
 };
 pub use explain::{NoFit, NodeReasons, Reason, ReasonCount};
 pub use fleet::{Fleet, FleetError};
