@@ -278,7 +278,10 @@ fn a_start_up_warning_outlives_the_first_tick() {
     // `--theme /nonexistent`: the warning is set before the console knows the time.
     let mut st = State::new(
         vec![gpuboard::console::state::SourceSlot::new(
-            "lab", gpuboard::sources::SourceKind::Embedded, true, None,
+            "lab",
+            gpuboard::sources::SourceKind::Embedded,
+            true,
+            None,
         )],
         gpuboard::console::keymap::Keymap::builtin(),
         2_000,
