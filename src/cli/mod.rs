@@ -13,14 +13,18 @@
 mod act;
 mod admin;
 mod claims;
+pub mod completions;
 mod fleet;
 mod fleet_config;
 mod fleet_move;
 mod lost_answer;
+pub mod man;
 mod run;
 mod serve;
 mod snapcache;
+mod systemd;
 mod token;
+mod version;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -40,6 +44,7 @@ pub use fleet::{ClaimRef, PlaceArgs};
 pub use run::{RunArgs, mps_limit};
 pub use serve::ServeArgs;
 pub use token::TokenCommand;
+pub use version::VERSION;
 
 /// Exit code: the request was invalid (422, 400, 413, bad flags or endpoint URL).
 pub const EXIT_INVALID: u8 = 3;

@@ -89,19 +89,31 @@ pub struct ServeArgs {
     /// Milliseconds a connection may move no byte before it is closed.
     #[arg(long, value_name = "MS", default_value_t = 60_000)]
     pub idle_timeout_ms: u64,
+    /// Print the systemd unit for this binary (assets/gpuboard.service) and exit.
+    #[arg(long)]
+    pub print_unit: bool,
 }
 
 /// `gpuboard serve`: runs the endpoint until SIGTERM or SIGINT.
 pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
-    let _ = tracing_subscriber::fmt()
+    if a.print_unit {
+        print!("{}", super::systemd::unit_for(&std::env::current_exe()?));
+        return Ok(());
+    }
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
         // A failing stderr (`2>/dev/full`) loses log lines, never the thread that logs.
-        .log_internal_errors(false)
-        .try_init();
+        .log_internal_errors(false);
+    // The journal stamps each line itself and shows no colours.
+    let _ = if super::systemd::under_journald() {
+        logs.without_time().with_ansi(false).try_init()
+    } else {
+        logs.try_init()
+    };
     let headroom = match &a.memory_headroom {
         Some(text) => {
             Bytes::parse(text).map_err(|e| anyhow::anyhow!("--memory-headroom {text}: {e}"))?
@@ -189,9 +201,18 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         }
         out.flush()?;
     }
+    super::systemd::notify_ready(&format!("{scheme}://{addr}"));
+    let watchdog = super::systemd::spawn_watchdog();
     let state = ApiState::new(engine, tokens, a.open_reads).with_token_dir(&dir);
-    api::serve_with(listener, state, config, shutdown_signal()).await?;
+    api::serve_with(listener, state, config, async {
+        shutdown_signal().await;
+        super::systemd::notify_stopping();
+    })
+    .await?;
     ticker.abort();
+    if let Some(w) = watchdog {
+        w.abort();
+    }
     drop(lock);
     Ok(())
 }
