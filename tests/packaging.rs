@@ -445,7 +445,11 @@ async fn the_rules_and_dashboard_use_names_serve_exports() {
     .unwrap();
     let server = Server::start_nvml(work.path(), driver.path(), &fixture, &["--open-reads"]);
     let claim = server.cli(&["claim", "--memory", "1GiB", "--project", "vision"]);
-    assert!(claim.status.success(), "{}", String::from_utf8_lossy(&claim.stderr));
+    assert!(
+        claim.status.success(),
+        "{}",
+        String::from_utf8_lossy(&claim.stderr)
+    );
     let rules = std::fs::read_to_string(assets().join("prometheus-alerts.yml")).unwrap();
     let mut used = metric_names(&rules);
     for e in dashboard_exprs() {
