@@ -31,6 +31,8 @@ enum Command {
     Simulate(gpuboard::simulate::SimulateArgs),
     /// Print every source's state once (--once --json), or draw a view as text (--dump-screen VIEW).
     Status(StatusArgs),
+    /// One claim's detail as text (the console's claim view, drawn once).
+    Show(gpuboard::console::show::ShowArgs),
     /// Print a shell completion script (bash, zsh, fish...) covering every subcommand.
     Completions(gpuboard::cli::completions::CompletionsArgs),
     /// Print the man page, or write one per subcommand into a directory (--out DIR).
@@ -58,6 +60,7 @@ fn main() -> ExitCode {
                 | Command::Discover(_)
                 | Command::Completions(_)
                 | Command::Man(_)
+                | Command::Show(_)
         )
     ) {
         die_quietly_on_broken_pipe();
@@ -73,6 +76,7 @@ fn main() -> ExitCode {
         Some(Command::Completions(args)) => {
             gpuboard::cli::completions::run(&args, Cli::command()).map(|()| 0)
         }
+        Some(Command::Show(args)) => gpuboard::console::show::run(&cli.console, &args).map(|()| 0),
         Some(Command::Man(args)) => gpuboard::cli::man::run(&args, Cli::command()).map(|()| 0),
         None => gpuboard::console::driver::run(&cli.console).map(|()| 0),
     };

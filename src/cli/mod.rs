@@ -14,6 +14,7 @@ mod act;
 mod admin;
 mod claims;
 pub mod completions;
+mod events;
 mod fleet;
 mod fleet_config;
 mod fleet_move;
@@ -40,6 +41,7 @@ use crate::endpoint::{auth, tls};
 pub use act::{ActArgs, EXIT_ENGINE_REFUSED};
 pub use admin::ProjectCommand;
 pub use claims::ClaimArgs;
+pub use events::EventsArgs;
 pub use fleet::{ClaimRef, PlaceArgs};
 pub use run::{RunArgs, mps_limit};
 pub use serve::ServeArgs;
@@ -135,6 +137,8 @@ pub enum Command {
     /// Named tokens of this host's endpoint: add, ls, revoke (through the data directory).
     #[command(subcommand)]
     Token(TokenCommand),
+    /// The audit history of the endpoints in play: who claimed, released, moved, cordoned...
+    Events(EventsArgs),
 }
 
 /// How to reach an endpoint.
@@ -217,6 +221,7 @@ async fn dispatch(cmd: Command) -> anyhow::Result<u8> {
         Command::Run(a) => run::run_command(a).await,
         Command::Act(a) => act::act(a).await,
         Command::Token(cmd) => token::run(cmd).map(|()| 0),
+        Command::Events(a) => events::events(a).await,
     }
 }
 

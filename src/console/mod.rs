@@ -12,6 +12,7 @@ pub mod headless;
 pub mod keymap;
 pub mod logging;
 pub mod msg;
+pub mod show;
 pub mod state;
 pub mod theme;
 pub mod update;
