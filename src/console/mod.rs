@@ -55,6 +55,17 @@ pub struct ConsoleArgs {
     /// A Prometheus server with dcgm-exporter metrics (repeatable); read-only.
     #[arg(long = "prometheus", value_name = "URL")]
     pub prometheuses: Vec<String>,
+    /// A slurmrestd to read (repeatable), e.g. http://slurm-head:6820; its JWT from
+    /// SLURM_JWT, as Slurm's own tools take it.
+    #[arg(long = "slurm", value_name = "URL")]
+    pub slurms: Vec<String>,
+    /// A BOINC client's GUI RPC to read (repeatable), e.g. 127.0.0.1:31416.
+    #[arg(long = "boinc", value_name = "HOST:PORT")]
+    pub boincs: Vec<String>,
+    /// The GUI RPC password file of the --boinc clients (e.g.
+    /// /var/lib/boinc-client/gui_rpc_auth.cfg).
+    #[arg(long, value_name = "FILE")]
+    pub boinc_password_file: Option<PathBuf>,
     /// Config file (default: ~/.config/gpuboard/config.toml when it exists).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -165,6 +176,27 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
             url,
             None,
             None,
+            timeout,
+        )?);
+    }
+    let slurm_jwt = std::env::var("SLURM_JWT").ok().filter(|t| !t.is_empty());
+    for (i, url) in args.slurms.iter().enumerate() {
+        sources.push(engine_source(
+            "slurm",
+            &format!("slurm{}", i + 1),
+            url,
+            slurm_jwt.clone(),
+            None,
+            timeout,
+        )?);
+    }
+    for (i, address) in args.boincs.iter().enumerate() {
+        sources.push(engine_source(
+            "boinc",
+            &format!("boinc{}", i + 1),
+            address,
+            None,
+            args.boinc_password_file.as_deref(),
             timeout,
         )?);
     }
