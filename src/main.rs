@@ -68,7 +68,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Endpoint(cmd)) => return gpuboard::cli::run(cmd),
         Some(Command::Discover(args)) => gpuboard::discovery::command::run(args),
-        Some(Command::Doctor(args)) => gpuboard::doctor::run(args),
+        Some(Command::Doctor(args)) => gpuboard::cli::doctor_fleet::run(args),
         Some(Command::Simulate(args)) => gpuboard::simulate::run(args),
         Some(Command::Status(args)) => {
             gpuboard::console::headless::run(&cli.console, &args).map(|()| 0)

@@ -14,6 +14,7 @@ mod act;
 mod admin;
 mod claims;
 pub mod completions;
+pub mod doctor_fleet;
 mod events;
 mod fleet;
 mod fleet_config;
