@@ -204,12 +204,18 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     super::systemd::notify_ready(&format!("{scheme}://{addr}"));
     let watchdog = super::systemd::spawn_watchdog();
     let state = ApiState::new(engine, tokens, a.open_reads).with_token_dir(&dir);
+    let gate = Arc::clone(&state.gate);
+    let usage = spawn_usage_flusher(Arc::clone(&gate));
     api::serve_with(listener, state, config, async {
         shutdown_signal().await;
         super::systemd::notify_stopping();
     })
     .await?;
     ticker.abort();
+    usage.abort();
+    if let Err(e) = gate.flush_usage() {
+        warn(&format!("cannot record when tokens were last used: {e}"));
+    }
     if let Some(w) = watchdog {
         w.abort();
     }
@@ -225,6 +231,25 @@ fn exposure_warning(addr: SocketAddr, tls: bool) -> Option<String> {
             "listening on {addr} (not loopback) over plain HTTP (--insecure-http); tokens \
              travel unencrypted"
         )
+    })
+}
+
+/// Writes down when tokens were last used every `USAGE_FLUSH` (in batches: a request
+/// only touches memory).
+fn spawn_usage_flusher(gate: Arc<crate::endpoint::gate::Gate>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(crate::endpoint::gate::USAGE_FLUSH);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        every.tick().await;
+        loop {
+            every.tick().await;
+            let gate = Arc::clone(&gate);
+            // File I/O off the request threads.
+            match tokio::task::spawn_blocking(move || gate.flush_usage()).await {
+                Ok(Err(e)) => tracing::warn!("cannot record when tokens were last used: {e}"),
+                Ok(Ok(())) | Err(_) => {}
+            }
+        }
     })
 }
 
