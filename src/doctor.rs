@@ -14,6 +14,8 @@ use crate::telemetry::{BackendStatus, DeviceError, TelemetryBackend, Unavailable
 use crate::units::Bytes;
 
 /// Arguments of `gpuboard doctor`.
+// clap turns these doc comments into `--help` text, where backticks would show.
+#[allow(clippy::doc_markdown)]
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct DoctorArgs {
     /// Print the report as JSON.

@@ -106,7 +106,7 @@ fn events_lists_filters_and_prints_json() {
     }
     // When claim 1 left, claim 2 was placed: the scheduler's doing, after the release.
     // The scheduler places it at its next tick: read until it did, with a generous deadline.
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_mins(1);
     let json = loop {
         let json: Value =
             serde_json::from_str(&text(&server.cli(&["events", "--target", "2", "--json"])))

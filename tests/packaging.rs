@@ -7,6 +7,7 @@
 mod common;
 
 use std::collections::BTreeSet;
+use std::fmt::Write as _;
 use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
@@ -241,7 +242,7 @@ fn the_unit_passes_systemd_analyze_verify() {
 fn wait_for_datagram(sock: &UnixDatagram, want: &str, seen: &mut Vec<String>) {
     sock.set_read_timeout(Some(Duration::from_millis(500)))
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let deadline = Instant::now() + Duration::from_mins(2);
     let mut buf = [0u8; 4096];
     while Instant::now() < deadline {
         if let Ok(n) = sock.recv(&mut buf) {
@@ -399,9 +400,10 @@ fn the_dashboard_queries_are_valid_promql() {
     let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
     for (i, e) in dashboard_exprs().iter().enumerate() {
         let e = e.replace("$instance", ".*").replace('\'', "''");
-        rules.push_str(&format!(
+        let _ = write!(
+            rules,
             "      - record: dashboard:query{i}\n        expr: '{e}'\n"
-        ));
+        );
     }
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("dashboard.yml"), rules).unwrap();
@@ -457,7 +459,7 @@ async fn the_rules_and_dashboard_use_names_serve_exports() {
     }
     assert!(used.len() > 10, "{used:?}");
     // Telemetry arrives with the sampler's next round: poll, with a generous deadline.
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_mins(1);
     loop {
         let exported = exported_names(&server.url).await;
         let missing: Vec<&String> = used.iter().filter(|n| !exported.contains(*n)).collect();

@@ -78,7 +78,7 @@ fn keys_in_code(error: &str, path: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// The ```toml block of a reference page.
+/// The TOML example block of a reference page.
 fn example(text: &str) -> String {
     text.split("```toml\n")
         .nth(1)

@@ -117,13 +117,13 @@ async fn check_one(name: &str, client: &Client, now: Timestamp) -> EndpointCheck
                     .to_string(),
             );
         }
-        Err(
+        Ok(_)
+        | Err(
             ClientError::NotFound { .. }
             | ClientError::Conflict { .. }
             | ClientError::Invalid { .. },
         ) => check.token = "operator".to_string(),
         Err(e) => check.problems.push(format!("the token check failed: {e}")),
-        Ok(_) => check.token = "operator".to_string(),
     }
     check
 }
@@ -209,8 +209,7 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<i32> {
         .filter(|c| c.extension().is_some_and(|e| e == "toml"));
     let configured = !args.endpoints.is_empty()
         || FleetConfig::load(config.as_deref())
-            .map(|c| c.endpoints.iter().any(|e| e.kind == "gpuboard"))
-            .unwrap_or(true);
+            .map_or(true, |c| c.endpoints.iter().any(|e| e.kind == "gpuboard"));
     if !configured {
         let none = EndpointChecks {
             json: serde_json::Value::Array(Vec::new()),

@@ -7,6 +7,8 @@ use super::ConsoleArgs;
 use super::headless::{self, StatusArgs};
 
 /// `gpuboard show`.
+// clap turns these doc comments into `--help` text, where backticks would show.
+#[allow(clippy::doc_markdown)]
 #[derive(Args, Debug, Clone)]
 pub struct ShowArgs {
     /// Claim id (`SOURCE/ID` where two sources have a claim of that id).

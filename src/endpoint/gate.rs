@@ -17,7 +17,7 @@ use crate::endpoint::tokens::{TokenBook, TokenUsage};
 use crate::wire;
 
 /// How often the endpoint writes down when its tokens were last used.
-pub const USAGE_FLUSH: std::time::Duration = std::time::Duration::from_secs(60);
+pub const USAGE_FLUSH: std::time::Duration = std::time::Duration::from_mins(1);
 
 /// The endpoint's gate: its two data-directory tokens and the named tokens of its
 /// `tokens.json`, read again whenever that file changes (so `token revoke` applies to the
