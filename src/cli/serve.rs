@@ -185,6 +185,8 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let scheme = if use_tls { "https" } else { "http" };
     lock.set_address(&format!("{scheme}://{addr}"))?;
     let ticker = engine.spawn_ticker();
+    // Before anyone is told it listens: a SIGTERM from then on stops it cleanly.
+    let shutdown = shutdown_signal();
     {
         let mut out = std::io::stdout().lock();
         writeln!(
@@ -208,7 +210,7 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let gate = Arc::clone(&state.gate);
     let usage = spawn_usage_flusher(Arc::clone(&gate));
     api::serve_with(listener, state, config, async {
-        shutdown_signal().await;
+        shutdown.await;
         super::systemd::notify_stopping();
     })
     .await?;
@@ -317,14 +319,17 @@ fn wants_tls(listen: SocketAddr, asked: bool, insecure_http: bool) -> bool {
     asked || !(listen.ip().is_loopback() || insecure_http)
 }
 
-/// Resolves on the first SIGTERM or SIGINT (never, for one that cannot be watched).
-async fn shutdown_signal() {
+/// Watches SIGTERM and SIGINT from the call on (so one that arrives right after readiness
+/// is caught, not fatal) and resolves on the first (never, for one that cannot be watched).
+fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).ok();
     let mut int = signal(SignalKind::interrupt()).ok();
-    tokio::select! {
-        () = async { if let Some(s) = term.as_mut() { s.recv().await; } else { std::future::pending::<()>().await } } => {}
-        () = async { if let Some(s) = int.as_mut() { s.recv().await; } else { std::future::pending::<()>().await } } => {}
+    async move {
+        tokio::select! {
+            () = async { if let Some(s) = term.as_mut() { s.recv().await; } else { std::future::pending::<()>().await } } => {}
+            () = async { if let Some(s) = int.as_mut() { s.recv().await; } else { std::future::pending::<()>().await } } => {}
+        }
     }
 }
 
