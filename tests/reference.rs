@@ -248,7 +248,11 @@ fn check_generated(name: &str, generated: &str) {
 /// reasons and audit events are all in its snapshot), and its snapshots before and after.
 async fn busy_serve() -> (tempfile::TempDir, common::Server, Value, Value) {
     let dir = tempfile::tempdir().unwrap();
-    let server = common::Server::start(dir.path(), &common::demo_fleet(), &["--open-reads"]);
+    let server = common::Server::start(
+        dir.path(),
+        &common::demo_fleet(),
+        &["--open-reads", "--tick-ms", "50"],
+    );
     let http = common::http();
     let get = || async {
         http.get(format!("{}/v1/snapshot", server.url))
@@ -289,7 +293,22 @@ async fn busy_serve() -> (tempfile::TempDir, common::Server, Value, Value) {
             r.text().await.unwrap()
         );
     }
-    let after = get().await;
+    // The scheduler acts at its ticks (backoffs, pending reasons): read until the state
+    // has settled, so the page does not depend on when the read fell.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_mins(1);
+    let mut after = get().await;
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let again = get().await;
+        if again["revision"] == after["revision"] && again["projects"] == after["projects"] {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the state never settled"
+        );
+        after = again;
+    }
     (dir, server, before, after)
 }
 
