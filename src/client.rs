@@ -543,6 +543,25 @@ impl Client {
         }
     }
 
+    /// `GET /healthz`, and the endpoint's clock as its `Date` header says (whole seconds;
+    /// `None` when it sent none): what `gpuboard doctor` compares with this host's clock.
+    pub async fn server_date(&self) -> Result<Option<crate::clock::Timestamp>, ClientError> {
+        let resp = self
+            .http
+            .get(self.url(paths::HEALTHZ))
+            .send()
+            .await
+            .map_err(|e| self.transport(&e))?;
+        let date = resp
+            .headers()
+            .get(header::DATE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| jiff::fmt::rfc2822::parse(v).ok())
+            .and_then(|z| u64::try_from(z.timestamp().as_millisecond()).ok())
+            .map(crate::clock::Timestamp);
+        Ok(date)
+    }
+
     /// `GET /v1/snapshot`, refused as unreadable when its schema is not this build's.
     pub async fn snapshot(&self) -> Result<Snapshot, ClientError> {
         let snap: Snapshot = self

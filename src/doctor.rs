@@ -14,6 +14,8 @@ use crate::telemetry::{BackendStatus, DeviceError, TelemetryBackend, Unavailable
 use crate::units::Bytes;
 
 /// Arguments of `gpuboard doctor`.
+// clap turns these doc comments into `--help` text, where backticks would show.
+#[allow(clippy::doc_markdown)]
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct DoctorArgs {
     /// Print the report as JSON.
@@ -33,6 +35,33 @@ pub struct DoctorArgs {
     /// The endpoint's data directory, whose TLS certificate fingerprint is shown.
     #[arg(long, env = "GPUBOARD_DATA_DIR", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
+    /// Endpoints to check (reachable, version, token, TLS pin, clock), as the client
+    /// commands take them: URL, NAME=URL or a config entry's name; repeatable. Default: the
+    /// config's gpuboard [[endpoints]].
+    #[arg(long = "endpoint", value_delimiter = ',', value_name = "ENDPOINT")]
+    pub endpoints: Vec<String>,
+    /// File holding the bearer token for --endpoint URLs (default: GPUBOARD_TOKEN, else
+    /// operator.token in the data directory for an endpoint on this host).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// SHA-256 fingerprint pinned for https --endpoint URLs.
+    #[arg(long, env = "GPUBOARD_TLS_FINGERPRINT", value_name = "SHA256")]
+    pub tls_fingerprint: Option<String>,
+    /// PEM file of CA certificates to trust for https --endpoint URLs.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// Seconds to wait for each endpoint.
+    #[arg(long, default_value_t = 5)]
+    pub timeout: u64,
+}
+
+/// The endpoint checks' part of the report (made by the CLI, which can reach endpoints).
+#[derive(Clone, Debug, Default)]
+pub struct EndpointChecks {
+    /// For `--json`: the `endpoints` value.
+    pub json: serde_json::Value,
+    /// For people: lines printed after the machine's report.
+    pub text: String,
 }
 
 /// The kernel side of the driver.
@@ -448,6 +477,11 @@ fn human(report: &DoctorReport) -> String {
 
 /// Runs the command; always exit code 0 once a report could be printed.
 pub fn run(args: DoctorArgs) -> anyhow::Result<i32> {
+    run_with(args, None)
+}
+
+/// The same, with the configured endpoints' checks added to the report.
+pub fn run_with(args: DoctorArgs, endpoints: Option<EndpointChecks>) -> anyhow::Result<i32> {
     let report = examine(
         args.nvml_library.as_deref(),
         args.config.as_deref(),
@@ -463,6 +497,9 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<i32> {
         let mut v = serde_json::to_value(&report)?;
         if let Some(map) = v.as_object_mut() {
             map.insert("endpoint_tls_fingerprint".into(), fingerprint.into());
+            if let Some(e) = &endpoints {
+                map.insert("endpoints".into(), e.json.clone());
+            }
         }
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
@@ -476,6 +513,9 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<i32> {
                 "endpoint TLS certificate: none in {} (`gpuboard serve --tls` makes one)",
                 dir.display()
             ),
+        }
+        if let Some(e) = &endpoints {
+            print!("{}", e.text);
         }
     }
     Ok(0)

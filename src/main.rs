@@ -2,13 +2,13 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use gpuboard::console::ConsoleArgs;
 use gpuboard::console::headless::StatusArgs;
 
 /// Share GPUs by memory and fraction, keep fair-share accounts, and operate it all from a terminal.
 #[derive(Parser, Debug)]
-#[command(name = "gpuboard", version, about)]
+#[command(name = "gpuboard", version = gpuboard::cli::VERSION, about)]
 struct Cli {
     /// Console flags (with no subcommand the console opens).
     #[command(flatten)]
@@ -31,6 +31,12 @@ enum Command {
     Simulate(gpuboard::simulate::SimulateArgs),
     /// Print every source's state once (--once --json), or draw a view as text (--dump-screen VIEW).
     Status(StatusArgs),
+    /// One claim's detail as text (the console's claim view, drawn once).
+    Show(gpuboard::console::show::ShowArgs),
+    /// Print a shell completion script (bash, zsh, fish...) covering every subcommand.
+    Completions(gpuboard::cli::completions::CompletionsArgs),
+    /// Print the man page, or write one per subcommand into a directory (--out DIR).
+    Man(gpuboard::cli::man::ManArgs),
 }
 
 /// Reports and tables end quietly when their reader goes away (`gpuboard status | head`)
@@ -47,18 +53,31 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if matches!(
         cli.command,
-        Some(Command::Status(_) | Command::Simulate(_) | Command::Doctor(_) | Command::Discover(_))
+        Some(
+            Command::Status(_)
+                | Command::Simulate(_)
+                | Command::Doctor(_)
+                | Command::Discover(_)
+                | Command::Completions(_)
+                | Command::Man(_)
+                | Command::Show(_)
+        )
     ) {
         die_quietly_on_broken_pipe();
     }
     let result = match cli.command {
         Some(Command::Endpoint(cmd)) => return gpuboard::cli::run(cmd),
         Some(Command::Discover(args)) => gpuboard::discovery::command::run(args),
-        Some(Command::Doctor(args)) => gpuboard::doctor::run(args),
+        Some(Command::Doctor(args)) => gpuboard::cli::doctor_fleet::run(args),
         Some(Command::Simulate(args)) => gpuboard::simulate::run(args),
         Some(Command::Status(args)) => {
             gpuboard::console::headless::run(&cli.console, &args).map(|()| 0)
         }
+        Some(Command::Completions(args)) => {
+            gpuboard::cli::completions::run(&args, Cli::command()).map(|()| 0)
+        }
+        Some(Command::Show(args)) => gpuboard::console::show::run(&cli.console, &args).map(|()| 0),
+        Some(Command::Man(args)) => gpuboard::cli::man::run(&args, Cli::command()).map(|()| 0),
         None => gpuboard::console::driver::run(&cli.console).map(|()| 0),
     };
     match result {

@@ -381,6 +381,7 @@ fn claims_table(claims: &[(String, &ClaimView)], now: Timestamp) -> String {
     let mut rows = vec![
         [
             "ID", "STATE", "PROJECT", "HOLDER", "WHERE", "FORM", "MEMORY", "GPU", "LEASE", "AGE",
+            "REASON",
         ]
         .map(str::to_string),
     ];
@@ -403,9 +404,10 @@ fn claims_table(claims: &[(String, &ClaimView)], now: Timestamp) -> String {
             c.compute_reserved.to_string(),
             lease,
             age(now.millis_since(c.created_at)),
+            pending_reason(c),
         ]);
     }
-    let mut widths = [0usize; 10];
+    let mut widths = [0usize; 11];
     for r in &rows {
         for (w, cell) in widths.iter_mut().zip(r) {
             *w = (*w).max(cell.chars().count());
@@ -425,6 +427,24 @@ fn claims_table(claims: &[(String, &ClaimView)], now: Timestamp) -> String {
         out.push_str("(no claims)\n");
     }
     out
+}
+
+/// Why a pending claim waits, on one line (the endpoint gives one reason per node); `-`
+/// for a placed claim.
+fn pending_reason(c: &ClaimView) -> String {
+    match (c.state, c.pending_reasons.as_slice()) {
+        (ClaimState::Placed, _) => "-".to_string(),
+        (ClaimState::Pending, []) if c.infeasible => "can never fit this endpoint".to_string(),
+        (ClaimState::Pending, []) => "waiting".to_string(),
+        (ClaimState::Pending, reasons) => {
+            let text = reasons.join("; ");
+            if c.infeasible {
+                format!("can never fit: {text}")
+            } else {
+                text
+            }
+        }
+    }
 }
 
 /// The flags as typed; `wire::ClaimDraft` decides which wire field each becomes.

@@ -13,14 +13,20 @@
 mod act;
 mod admin;
 mod claims;
+pub mod completions;
+pub mod doctor_fleet;
+mod events;
 mod fleet;
 mod fleet_move;
 mod lost_answer;
+pub mod man;
 mod run;
 mod run_group;
 mod serve;
 mod snapcache;
+mod systemd;
 mod token;
+mod version;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -36,10 +42,12 @@ use crate::endpoint::{auth, tls};
 pub use act::{ActArgs, EXIT_ENGINE_REFUSED};
 pub use admin::ProjectCommand;
 pub use claims::ClaimArgs;
+pub use events::EventsArgs;
 pub use fleet::{ClaimRef, PlaceArgs};
 pub use run::{RunArgs, mps_limit};
 pub use serve::ServeArgs;
 pub use token::TokenCommand;
+pub use version::VERSION;
 
 /// Exit code: the request was invalid (422, 400, 413, bad flags or endpoint URL).
 pub const EXIT_INVALID: u8 = 3;
@@ -130,6 +138,8 @@ pub enum Command {
     /// Named tokens of this host's endpoint: add, ls, revoke (through the data directory).
     #[command(subcommand)]
     Token(TokenCommand),
+    /// The audit history of the endpoints in play: who claimed, released, moved, cordoned...
+    Events(EventsArgs),
 }
 
 /// How to reach an endpoint.
@@ -230,6 +240,7 @@ async fn dispatch(cmd: Command) -> anyhow::Result<u8> {
         Command::Run(a) => run::run_command(a).await,
         Command::Act(a) => act::act(a).await,
         Command::Token(cmd) => token::run(cmd).map(|()| 0),
+        Command::Events(a) => events::events(a).await,
     }
 }
 

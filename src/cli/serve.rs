@@ -28,6 +28,7 @@ use crate::wire::DEFAULT_PORT;
 
 /// `gpuboard serve`.
 #[derive(Args, Debug)]
+#[allow(clippy::struct_excessive_bools)] // command-line switches, each its own flag
 pub struct ServeArgs {
     /// Inventory file of nodes and GPUs (TOML; see assets/demo-fleet.toml).
     #[arg(long)]
@@ -91,19 +92,31 @@ pub struct ServeArgs {
     /// Milliseconds a connection may move no byte before it is closed.
     #[arg(long, value_name = "MS", default_value_t = 60_000)]
     pub idle_timeout_ms: u64,
+    /// Print the systemd unit for this binary (assets/gpuboard.service) and exit.
+    #[arg(long)]
+    pub print_unit: bool,
 }
 
 /// `gpuboard serve`: runs the endpoint until SIGTERM or SIGINT.
 pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
-    let _ = tracing_subscriber::fmt()
+    if a.print_unit {
+        print!("{}", super::systemd::unit_for(&std::env::current_exe()?));
+        return Ok(());
+    }
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
         // A failing stderr (`2>/dev/full`) loses log lines, never the thread that logs.
-        .log_internal_errors(false)
-        .try_init();
+        .log_internal_errors(false);
+    // The journal stamps each line itself and shows no colours.
+    let _ = if super::systemd::under_journald() {
+        logs.without_time().with_ansi(false).try_init()
+    } else {
+        logs.try_init()
+    };
     let headroom = match &a.memory_headroom {
         Some(text) => {
             Bytes::parse(text).map_err(|e| anyhow::anyhow!("--memory-headroom {text}: {e}"))?
@@ -189,6 +202,8 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     }
     made.keep();
     let ticker = engine.spawn_ticker();
+    // Before anyone is told it listens: a SIGTERM from then on stops it cleanly.
+    let shutdown = shutdown_signal();
     {
         let mut out = std::io::stdout().lock();
         writeln!(
@@ -206,9 +221,24 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         }
         out.flush()?;
     }
+    super::systemd::notify_ready(&format!("{scheme}://{addr}"));
+    let watchdog = super::systemd::spawn_watchdog();
     let state = ApiState::new(engine, tokens, a.open_reads).with_token_dir(&dir);
-    api::serve_with(listener, state, config, shutdown_signal()).await?;
+    let gate = Arc::clone(&state.gate);
+    let usage = spawn_usage_flusher(Arc::clone(&gate));
+    api::serve_with(listener, state, config, async {
+        shutdown.await;
+        super::systemd::notify_stopping();
+    })
+    .await?;
     ticker.abort();
+    usage.abort();
+    if let Err(e) = gate.flush_usage() {
+        warn(&format!("cannot record when tokens were last used: {e}"));
+    }
+    if let Some(w) = watchdog {
+        w.abort();
+    }
     drop(lock);
     drop(host_lock);
     Ok(())
@@ -245,6 +275,24 @@ fn exposure_warning(addr: SocketAddr, tls: bool) -> Option<String> {
             "listening on {addr} (not loopback) over plain HTTP (--insecure-http); tokens \
              travel unencrypted"
         )
+    })
+}
+
+/// Writes down when tokens were last used every `USAGE_FLUSH` (in batches: a request
+/// only touches memory).
+fn spawn_usage_flusher(gate: Arc<crate::endpoint::gate::Gate>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(crate::endpoint::gate::USAGE_FLUSH);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        every.tick().await;
+        loop {
+            every.tick().await;
+            let gate = Arc::clone(&gate);
+            // File I/O off the request threads.
+            if let Ok(Err(e)) = tokio::task::spawn_blocking(move || gate.flush_usage()).await {
+                tracing::warn!("cannot record when tokens were last used: {e}");
+            }
+        }
     })
 }
 
@@ -312,14 +360,17 @@ fn wants_tls(listen: SocketAddr, asked: bool, insecure_http: bool) -> bool {
     asked || !(listen.ip().is_loopback() || insecure_http)
 }
 
-/// Resolves on the first SIGTERM or SIGINT (never, for one that cannot be watched).
-async fn shutdown_signal() {
+/// Watches SIGTERM and SIGINT from the call on (so one that arrives right after readiness
+/// is caught, not fatal) and resolves on the first (never, for one that cannot be watched).
+fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).ok();
     let mut int = signal(SignalKind::interrupt()).ok();
-    tokio::select! {
-        () = async { if let Some(s) = term.as_mut() { s.recv().await; } else { std::future::pending::<()>().await } } => {}
-        () = async { if let Some(s) = int.as_mut() { s.recv().await; } else { std::future::pending::<()>().await } } => {}
+    async move {
+        tokio::select! {
+            () = async { if let Some(s) = term.as_mut() { s.recv().await; } else { std::future::pending::<()>().await } } => {}
+            () = async { if let Some(s) = int.as_mut() { s.recv().await; } else { std::future::pending::<()>().await } } => {}
+        }
     }
 }
 

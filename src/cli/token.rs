@@ -13,7 +13,7 @@ use clap::{Args, Subcommand};
 use crate::clock::{Clock as _, SystemClock};
 use crate::endpoint::auth::{self, Role};
 use crate::endpoint::store::default_data_dir;
-use crate::endpoint::tokens::{ADMIN_NAME, READ_NAME, TokenBook, parse_expiry};
+use crate::endpoint::tokens::{ADMIN_NAME, READ_NAME, TokenBook, TokenUsage, parse_expiry};
 
 /// `gpuboard token ...`.
 #[derive(Subcommand, Debug)]
@@ -100,13 +100,50 @@ pub(super) fn run(cmd: TokenCommand) -> anyhow::Result<()> {
         TokenCommand::Ls { json, dir } => {
             let dir = dir.path();
             let book = TokenBook::load(&dir)?;
+            // Written by the endpoint every minute and when it stops.
+            let usage = TokenUsage::load(&dir);
             if json {
-                return super::print_json(&book.tokens);
+                let rows: Vec<serde_json::Value> = book
+                    .tokens
+                    .iter()
+                    .map(|t| {
+                        let mut v = serde_json::to_value(t).unwrap_or_default();
+                        if let Some(m) = v.as_object_mut() {
+                            m.insert(
+                                "last_used".into(),
+                                serde_json::json!(usage.last_used.get(&t.name)),
+                            );
+                        }
+                        v
+                    })
+                    .collect();
+                return super::print_json(&rows);
             }
             let zone = jiff::tz::TimeZone::system();
-            println!("{:<24} {:<9} {:<20} EXPIRES", "NAME", "ROLE", "CREATED");
-            println!("{ADMIN_NAME:<24} {:<9} {:<20} never", "operator", "-");
-            println!("{READ_NAME:<24} {:<9} {:<20} never", "read", "-");
+            let last = |name: &str| {
+                usage.last_used.get(name).map_or_else(
+                    || "never".to_string(),
+                    |at| crate::clock::date_time(*at, &zone),
+                )
+            };
+            println!(
+                "{:<24} {:<9} {:<20} {:<20} LAST USED",
+                "NAME", "ROLE", "CREATED", "EXPIRES"
+            );
+            println!(
+                "{ADMIN_NAME:<24} {:<9} {:<20} {:<20} {}",
+                "operator",
+                "-",
+                "never",
+                last(ADMIN_NAME)
+            );
+            println!(
+                "{READ_NAME:<24} {:<9} {:<20} {:<20} {}",
+                "read",
+                "-",
+                "never",
+                last(READ_NAME)
+            );
             for t in &book.tokens {
                 let expires = match t.expires {
                     None => "never".to_string(),
@@ -116,10 +153,11 @@ pub(super) fn run(cmd: TokenCommand) -> anyhow::Result<()> {
                     Some(e) => crate::clock::date_time(e, &zone),
                 };
                 println!(
-                    "{:<24} {:<9} {:<20} {expires}",
+                    "{:<24} {:<9} {:<20} {expires:<20} {}",
                     t.name,
                     t.role.to_string(),
-                    crate::clock::date_time(t.created, &zone)
+                    crate::clock::date_time(t.created, &zone),
+                    last(&t.name)
                 );
             }
             Ok(())

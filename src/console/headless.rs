@@ -152,6 +152,12 @@ pub fn merged_flags(before: &ConsoleArgs, after: &ConsoleArgs) -> ConsoleArgs {
         endpoints: join(&before.endpoints, &after.endpoints),
         rays: join(&before.rays, &after.rays),
         prometheuses: join(&before.prometheuses, &after.prometheuses),
+        slurms: join(&before.slurms, &after.slurms),
+        boincs: join(&before.boincs, &after.boincs),
+        boinc_password_file: after
+            .boinc_password_file
+            .clone()
+            .or_else(|| before.boinc_password_file.clone()),
         config: after.config.clone().or_else(|| before.config.clone()),
         theme: after.theme.clone().or_else(|| before.theme.clone()),
         readonly: before.readonly || after.readonly,

@@ -12,6 +12,7 @@ pub mod headless;
 pub mod keymap;
 pub mod logging;
 pub mod msg;
+pub mod show;
 pub mod state;
 pub mod theme;
 pub mod update;
@@ -54,6 +55,17 @@ pub struct ConsoleArgs {
     /// A Prometheus server with dcgm-exporter metrics (repeatable); read-only.
     #[arg(long = "prometheus", value_name = "URL")]
     pub prometheuses: Vec<String>,
+    /// A slurmrestd to read (repeatable), e.g. http://slurm-head:6820; its JWT from
+    /// SLURM_JWT, as Slurm's own tools take it.
+    #[arg(long = "slurm", value_name = "URL")]
+    pub slurms: Vec<String>,
+    /// A BOINC client's GUI RPC to read (repeatable), e.g. 127.0.0.1:31416.
+    #[arg(long = "boinc", value_name = "HOST:PORT")]
+    pub boincs: Vec<String>,
+    /// The GUI RPC password file of the --boinc clients (e.g.
+    /// /var/lib/boinc-client/gui_rpc_auth.cfg).
+    #[arg(long, value_name = "FILE")]
+    pub boinc_password_file: Option<PathBuf>,
     /// Config file (default: ~/.config/gpuboard/config.toml when it exists).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -164,6 +176,20 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
             SourceKind::Ray,
         ));
     }
+    // `--slurm` takes its JWT from `SLURM_JWT`, as scontrol's token does.
+    let slurm_jwt = std::env::var("SLURM_JWT").ok().filter(|t| !t.is_empty());
+    for (i, url) in args.slurms.iter().enumerate() {
+        named.push(EndpointConfig::named(
+            &format!("slurm{}", i + 1),
+            url,
+            SourceKind::Slurm,
+        ));
+    }
+    for (i, address) in args.boincs.iter().enumerate() {
+        let mut ep = EndpointConfig::named(&format!("boinc{}", i + 1), address, SourceKind::Boinc);
+        ep.token_file.clone_from(&args.boinc_password_file);
+        named.push(ep);
+    }
     for (i, url) in args.prometheuses.iter().enumerate() {
         let name = format!("prom{}", i + 1);
         named.push(EndpointConfig::named(&name, url, SourceKind::Prometheus));
@@ -172,7 +198,13 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
     // never reaches a real endpoint the operator did not add.
     let world = crate::sources::kind::chosen(named, &cfg.endpoints);
     for ep in &world {
-        sources.push(engine_source(ep, &creds, timeout)?);
+        let jwt = slurm_jwt
+            .clone()
+            .filter(|_| ep.kind == SourceKind::Slurm && ep.token_file.is_none());
+        sources.push(match jwt {
+            Some(token) => crate::sources::connect(ep, Some(token), &none, timeout)?,
+            None => engine_source(ep, &creds, timeout)?,
+        });
     }
     let mut attached_read_only = false;
     if sources.is_empty() {

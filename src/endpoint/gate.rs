@@ -13,8 +13,11 @@ use axum::response::{IntoResponse, Response};
 use crate::clock::{Clock as _, SystemClock, Timestamp};
 use crate::endpoint::api::{ApiError, ApiState};
 use crate::endpoint::auth::{Role, Tokens, Verdict, bearer};
-use crate::endpoint::tokens::TokenBook;
+use crate::endpoint::tokens::{TokenBook, TokenUsage};
 use crate::wire;
+
+/// How often the endpoint writes down when its tokens were last used.
+pub const USAGE_FLUSH: std::time::Duration = std::time::Duration::from_mins(1);
 
 /// The endpoint's gate: its two data-directory tokens and the named tokens of its
 /// `tokens.json`, read again whenever that file changes (so `token revoke` applies to the
@@ -23,6 +26,8 @@ pub struct Gate {
     tokens: Tokens,
     dir: Option<PathBuf>,
     book: std::sync::Mutex<(Option<FileStamp>, Arc<TokenBook>)>,
+    /// Uses since the last [`Gate::flush_usage`]: kept in memory, written in batches.
+    usage: std::sync::Mutex<TokenUsage>,
 }
 
 /// What identifies one version of a file: its size, change time and inode.
@@ -41,6 +46,7 @@ impl Gate {
             tokens,
             dir,
             book: std::sync::Mutex::new((None, Arc::new(TokenBook::default()))),
+            usage: std::sync::Mutex::new(TokenUsage::default()),
         }
     }
 
@@ -53,7 +59,30 @@ impl Gate {
     /// What `presented` is at `now`.
     pub fn check(&self, presented: &str, now: Timestamp) -> Verdict {
         let book = self.book();
-        self.tokens.check(presented, &book, now)
+        let verdict = self.tokens.check(presented, &book, now);
+        if let Verdict::Valid(who) = &verdict
+            && let Ok(mut usage) = self.usage.lock()
+        {
+            usage.record(&who.name, now);
+        }
+        verdict
+    }
+
+    /// Writes the uses recorded since the last call into the data directory's
+    /// `token-usage.json` (for `gpuboard token ls`); nothing when there were none. The
+    /// endpoint calls it every [`USAGE_FLUSH`] and once at shutdown, never per request.
+    pub fn flush_usage(&self) -> Result<(), crate::endpoint::tokens::TokenBookError> {
+        let Some(dir) = &self.dir else {
+            return Ok(());
+        };
+        let pending = match self.usage.lock() {
+            Ok(mut u) => std::mem::take(&mut *u),
+            Err(_) => return Ok(()),
+        };
+        if pending.last_used.is_empty() {
+            return Ok(());
+        }
+        pending.merge_into(dir)
     }
 
     /// The named tokens as the file holds them now. A file that cannot be read keeps no

@@ -246,9 +246,96 @@ impl TokenBook {
     }
 }
 
+/// The file of when each token was last used, in the data directory. Apart from
+/// `tokens.json` so that recording a use never makes the endpoint reload its tokens, and
+/// written by the endpoint in batches ([`TokenUsage::merge_into`]), never per request.
+pub const USAGE_FILE: &str = "token-usage.json";
+
+/// When each token (by name, `admin` and `read` included) was last used.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenUsage {
+    /// Name to the last request it authorized.
+    pub last_used: std::collections::BTreeMap<String, Timestamp>,
+}
+
+impl TokenUsage {
+    /// The file's path in `dir`.
+    pub fn path(dir: &Path) -> PathBuf {
+        dir.join(USAGE_FILE)
+    }
+
+    /// Records a use of `name` at `now` (in memory).
+    pub fn record(&mut self, name: &str, now: Timestamp) {
+        match self.last_used.get_mut(name) {
+            Some(at) => *at = (*at).max(now),
+            None => {
+                self.last_used.insert(name.to_string(), now);
+            }
+        }
+    }
+
+    /// Reads `dir`'s usage file; none yet, or one that cannot be read, is no use recorded
+    /// (it is only a report: a damaged one is replaced at the next write).
+    pub fn load(dir: &Path) -> TokenUsage {
+        std::fs::read_to_string(TokenUsage::path(dir))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default()
+    }
+
+    /// Writes these uses into `dir`'s file, keeping the later time of each name, whole (a
+    /// temporary file renamed over it, mode 0600).
+    pub fn merge_into(&self, dir: &Path) -> Result<(), TokenBookError> {
+        let mut all = TokenUsage::load(dir);
+        for (name, at) in &self.last_used {
+            all.record(name, *at);
+        }
+        let path = TokenUsage::path(dir);
+        let io = |source| TokenBookError::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        let text = serde_json::to_string_pretty(&all).map_err(|e| TokenBookError::Corrupt {
+            path: path.display().to_string(),
+            detail: e.to_string(),
+        })?;
+        let tmp = dir.join(format!(".{USAGE_FILE}.{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(io)?;
+        f.write_all(text.as_bytes()).map_err(io)?;
+        std::fs::rename(&tmp, &path).map_err(io)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn uses_are_merged_keeping_the_latest() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut first = TokenUsage::default();
+        first.record("alice", Timestamp(10));
+        first.record("alice", Timestamp(5));
+        first.record("ci", Timestamp(30));
+        first.merge_into(dir.path()).unwrap();
+        let mut second = TokenUsage::default();
+        second.record("ci", Timestamp(20));
+        second.record("admin", Timestamp(40));
+        second.merge_into(dir.path()).unwrap();
+        let back = TokenUsage::load(dir.path());
+        assert_eq!(back.last_used["alice"], Timestamp(10));
+        assert_eq!(back.last_used["ci"], Timestamp(30));
+        assert_eq!(back.last_used["admin"], Timestamp(40));
+        std::fs::write(TokenUsage::path(dir.path()), "garbage").unwrap();
+        assert_eq!(TokenUsage::load(dir.path()), TokenUsage::default());
+    }
 
     #[test]
     fn tokens_are_stored_hashed_and_found_by_hash() {

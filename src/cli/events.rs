@@ -1,0 +1,283 @@
+//! `gpuboard events`: the audit history the console's Events view shows, read from every
+//! endpoint in play, filtered by time, actor and target, oldest first.
+
+use std::fmt::Write as _;
+
+use clap::Args;
+use serde::Serialize;
+
+use super::fleet::members;
+use super::{Conn, EXIT_INVALID, print_json};
+use crate::client::ClientError;
+use crate::clock::{Clock, SystemClock, Timestamp};
+use crate::snapshot::AuditEvent;
+
+/// `gpuboard events`.
+#[derive(Args, Debug)]
+pub struct EventsArgs {
+    /// Only events at or after this: a time ago (`90s`, `30m`, `2h`, `1d`, `1h 30m`) or a
+    /// time (`2026-11-25T14:00:00Z`).
+    #[arg(long, value_name = "AGO|TIME")]
+    pub since: Option<String>,
+    /// Only events by this actor (a token's name or role, `lease`, `owner-check`, `scheduler`).
+    #[arg(long)]
+    pub actor: Option<String>,
+    /// Only events on this target: `claim 17` or just `17`, `project vision`, or a kind
+    /// (`claim`, `device`, `project`).
+    #[arg(long)]
+    pub target: Option<String>,
+    #[command(flatten)]
+    pub conn: Conn,
+}
+
+/// Which events to keep.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EventFilter {
+    /// At or after.
+    pub since: Option<Timestamp>,
+    /// Exactly this actor.
+    pub actor: Option<String>,
+    /// This target, its last word (an id) or its first (a kind).
+    pub target: Option<String>,
+}
+
+impl EventFilter {
+    /// Whether `e` passes.
+    pub fn keeps(&self, e: &AuditEvent) -> bool {
+        self.since.is_none_or(|s| e.at >= s)
+            && self.actor.as_ref().is_none_or(|a| &e.actor == a)
+            && self.target.as_ref().is_none_or(|t| {
+                let t = t.trim();
+                e.target == t
+                    || e.target.split_whitespace().last() == Some(t)
+                    || e.target.split_whitespace().next() == Some(t)
+            })
+    }
+}
+
+/// `--since` as an instant: a time ago from `now`, or an RFC 3339 time.
+pub fn parse_since(text: &str, now: Timestamp) -> Result<Timestamp, String> {
+    let bad = || {
+        format!(
+            "--since `{text}`: give a time ago (90s, 30m, 2h, 1d, \"1h 30m\") or a time \
+             (2026-11-25T14:00:00Z)"
+        )
+    };
+    if let Ok(t) = text.parse::<jiff::Timestamp>() {
+        return u64::try_from(t.as_millisecond())
+            .map(Timestamp)
+            .map_err(|_| bad());
+    }
+    let ago: jiff::SignedDuration = text.trim().parse().map_err(|_| bad())?;
+    if ago.is_negative() {
+        return Err(bad());
+    }
+    let ms = u64::try_from(ago.as_millis()).map_err(|_| bad())?;
+    Ok(Timestamp(now.0.saturating_sub(ms)))
+}
+
+/// One event with the endpoint it came from.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct FleetEvent {
+    /// The endpoint's name.
+    pub endpoint: String,
+    /// The event.
+    #[serde(flatten)]
+    pub event: AuditEvent,
+}
+
+/// The kept events of every endpoint, oldest first (ties in endpoint, then revision order).
+pub fn merge(
+    per_endpoint: Vec<(String, Vec<AuditEvent>)>,
+    filter: &EventFilter,
+) -> Vec<FleetEvent> {
+    let mut all: Vec<FleetEvent> = per_endpoint
+        .into_iter()
+        .flat_map(|(endpoint, events)| {
+            events
+                .into_iter()
+                .filter(|e| filter.keeps(e))
+                .map(move |event| FleetEvent {
+                    endpoint: endpoint.clone(),
+                    event,
+                })
+        })
+        .collect();
+    all.sort_by(|a, b| {
+        (a.event.at, &a.endpoint, a.event.revision).cmp(&(
+            b.event.at,
+            &b.endpoint,
+            b.event.revision,
+        ))
+    });
+    all
+}
+
+/// The events as a table; the endpoint column only when there are several.
+pub fn table(events: &[FleetEvent], with_endpoint: bool) -> String {
+    let mut rows = vec![
+        vec!["TIME", "ENDPOINT", "ACTOR", "ACTION", "TARGET", "DETAIL"]
+            .into_iter()
+            .map(str::to_string)
+            .collect::<Vec<_>>(),
+    ];
+    for e in events {
+        let time = i64::try_from(e.event.at.0)
+            .ok()
+            .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+            .map_or_else(|| e.event.at.0.to_string(), |t| format!("{t:.0}"));
+        rows.push(vec![
+            time,
+            e.endpoint.clone(),
+            e.event.actor.clone(),
+            e.event.action.clone(),
+            e.event.target.clone(),
+            e.event.detail.clone(),
+        ]);
+    }
+    if !with_endpoint {
+        for r in &mut rows {
+            r.remove(1);
+        }
+    }
+    let cols = rows[0].len();
+    let mut widths = vec![0usize; cols];
+    for r in &rows {
+        for (w, cell) in widths.iter_mut().zip(r) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for r in &rows {
+        let line: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        let _ = writeln!(out, "{}", line.join("  ").trim_end());
+    }
+    if events.is_empty() {
+        out.push_str("(no events)\n");
+    }
+    out
+}
+
+/// `gpuboard events`: an endpoint that cannot be read is named on stderr and the exit code
+/// is its error's; the others' events are still printed.
+pub(super) async fn events(a: EventsArgs) -> anyhow::Result<u8> {
+    let now = SystemClock.now();
+    let since = match a.since.as_deref().map(|s| parse_since(s, now)) {
+        Some(Err(why)) => {
+            eprintln!("gpuboard: {why}");
+            return Ok(EXIT_INVALID);
+        }
+        Some(Ok(t)) => Some(t),
+        None => None,
+    };
+    let filter = EventFilter {
+        since,
+        actor: a.actor,
+        target: a.target,
+    };
+    let members = members(&a.conn)?;
+    // Read whole: the snapshot cache keeps no audit events.
+    let reads = futures::future::join_all(members.list.iter().map(|m| m.client.snapshot())).await;
+    let mut code = 0;
+    let mut got = Vec::new();
+    let mut first_error: Option<ClientError> = None;
+    for (m, r) in reads.into_iter().enumerate() {
+        match r {
+            Ok(s) => got.push((members.list[m].name.clone(), s.events)),
+            Err(e) => {
+                eprintln!("gpuboard: endpoint {}: {e}", members.list[m].name);
+                if code == 0 {
+                    code = e.exit_code();
+                }
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    if got.is_empty()
+        && let Some(e) = first_error
+    {
+        return Err(e.into());
+    }
+    let events = merge(got, &filter);
+    if a.conn.json {
+        print_json(&events)?;
+    } else {
+        print!("{}", table(&events, members.many()));
+    }
+    Ok(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(at: u64, revision: u64, actor: &str, target: &str) -> AuditEvent {
+        AuditEvent {
+            revision,
+            at: Timestamp(at),
+            actor: actor.to_string(),
+            action: "claim".to_string(),
+            target: target.to_string(),
+            detail: "placed".to_string(),
+        }
+    }
+
+    #[test]
+    fn since_reads_a_time_ago_or_a_time() {
+        let now = Timestamp(1_795_000_000_000);
+        assert_eq!(parse_since("30m", now), Ok(Timestamp(now.0 - 1_800_000)));
+        assert_eq!(parse_since("1h 30m", now), Ok(Timestamp(now.0 - 5_400_000)));
+        assert_eq!(
+            parse_since("2026-11-25T14:00:00Z", now),
+            Ok(Timestamp(1_795_615_200_000))
+        );
+        let e = parse_since("yesterday", now).unwrap_err();
+        assert!(e.contains("yesterday") && e.contains("30m"), "{e}");
+    }
+
+    #[test]
+    fn the_filter_matches_actor_and_target_by_id_or_kind() {
+        let f = EventFilter {
+            actor: Some("alice".into()),
+            target: Some("17".into()),
+            ..EventFilter::default()
+        };
+        assert!(f.keeps(&ev(1, 1, "alice", "claim 17")));
+        assert!(!f.keeps(&ev(1, 1, "alice", "claim 170")));
+        assert!(!f.keeps(&ev(1, 1, "bob", "claim 17")));
+        let kind = EventFilter {
+            target: Some("project".into()),
+            since: Some(Timestamp(5)),
+            ..EventFilter::default()
+        };
+        assert!(kind.keeps(&ev(5, 1, "op", "project vision")));
+        assert!(!kind.keeps(&ev(4, 1, "op", "project vision")));
+    }
+
+    #[test]
+    fn events_of_several_endpoints_merge_oldest_first() {
+        let merged = merge(
+            vec![
+                (
+                    "b".into(),
+                    vec![ev(3, 1, "x", "claim 1"), ev(9, 2, "x", "claim 2")],
+                ),
+                ("a".into(), vec![ev(3, 7, "y", "claim 5")]),
+            ],
+            &EventFilter::default(),
+        );
+        let order: Vec<(&str, u64)> = merged
+            .iter()
+            .map(|e| (e.endpoint.as_str(), e.event.at.0))
+            .collect();
+        assert_eq!(order, [("a", 3), ("b", 3), ("b", 9)]);
+        let text = table(&merged, true);
+        assert!(text.starts_with("TIME"), "{text}");
+        assert!(text.contains("ENDPOINT"), "{text}");
+        assert!(!table(&merged, false).contains("ENDPOINT"));
+    }
+}

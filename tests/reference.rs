@@ -1,0 +1,542 @@
+//! The references in docs/reference/ cannot drift from the code:
+//! - config.md and inventory.md list exactly the keys the real parsers accept (asked of the
+//!   parsers themselves: an unknown key's error lists the known ones), and their examples parse;
+//! - snapshot.md, watch.md and exit-codes.md are generated here, from a real `serve`'s
+//!   snapshot, the watch's event types and the `EXIT_*` constants of src/; the test fails when
+//!   the committed file differs. `GPUBOARD_UPDATE_REFERENCE=1 cargo test --test reference`
+//!   rewrites them.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use gpuboard::snapshot::{Snapshot, SnapshotChange};
+use gpuboard::wire::{DeltaBody, HeartbeatBody, ResyncBody, SnapshotVersion, watch_events};
+use serde_json::{Value, json};
+
+fn reference(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("docs/reference")
+        .join(name)
+}
+
+/// The documented keys of each table: `""` for the top level, `endpoints`, `nodes.gpus`...
+fn documented_keys(text: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let mut tables: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut table = None;
+    for line in text.lines() {
+        if let Some(heading) = line.strip_prefix("## ") {
+            table = if heading.starts_with("Top-level") {
+                Some(String::new())
+            } else {
+                heading
+                    .strip_prefix("`[[")
+                    .and_then(|h| h.strip_suffix("]]`"))
+                    .map(str::to_string)
+            };
+            continue;
+        }
+        if let (Some(t), Some(row)) = (&table, line.strip_prefix("| `")) {
+            let key = row.split('`').next().unwrap().to_string();
+            tables.entry(t.clone()).or_default().insert(key);
+        }
+    }
+    tables
+}
+
+/// TOML that puts an unknown key into the table at `path` (`nodes.gpus` →
+/// `[[nodes]]`, `[[nodes.gpus]]`, the key).
+fn probe_text(path: &str) -> String {
+    let mut text = String::new();
+    let mut prefix = String::new();
+    for part in path.split('.').filter(|p| !p.is_empty()) {
+        if !prefix.is_empty() {
+            prefix.push('.');
+        }
+        prefix.push_str(part);
+        let _ = writeln!(text, "[[{prefix}]]");
+    }
+    text.push_str("zz_not_a_key = 1\n");
+    text
+}
+
+/// The keys the parser knows for a table, from its error for an unknown one.
+fn keys_in_code(error: &str, path: &str) -> BTreeSet<String> {
+    let list = error
+        .split("expected one of ")
+        .nth(1)
+        .or_else(|| error.split("expected ").nth(1))
+        .unwrap_or_else(|| panic!("table `{path}`: no list of known keys in: {error}"));
+    list.lines()
+        .next()
+        .unwrap()
+        .split(", ")
+        .map(|k| k.trim().trim_matches('`').to_string())
+        .collect()
+}
+
+/// The TOML example block of a reference page.
+fn example(text: &str) -> String {
+    text.split("```toml\n")
+        .nth(1)
+        .and_then(|t| t.split("```").next())
+        .expect("an example in a ```toml block")
+        .to_string()
+}
+
+/// Checks a key reference against a parser: same keys in every table, tables found by
+/// following the `array of tables` keys, and the example parses and uses every key.
+fn check_keys(page: &str, parse: impl Fn(&str) -> Result<(), String>) {
+    let text = std::fs::read_to_string(reference(page)).unwrap();
+    let documented = documented_keys(&text);
+    let mut to_check = vec![String::new()];
+    let mut checked = BTreeSet::new();
+    while let Some(path) = to_check.pop() {
+        let error = parse(&probe_text(&path)).expect_err("an unknown key is refused");
+        let in_code = keys_in_code(&error, &path);
+        let in_doc = documented.get(&path).cloned().unwrap_or_default();
+        let undocumented: Vec<_> = in_code.difference(&in_doc).collect();
+        let unknown: Vec<_> = in_doc.difference(&in_code).collect();
+        assert!(
+            undocumented.is_empty(),
+            "{page}: table `{path}` accepts {undocumented:?}, which the reference does not list"
+        );
+        assert!(
+            unknown.is_empty(),
+            "{page}: table `{path}` documents {unknown:?}, which the parser refuses"
+        );
+        for line in text.lines() {
+            let Some(row) = line.strip_prefix("| `") else {
+                continue;
+            };
+            let key = row.split('`').next().unwrap();
+            if row.contains("| array of tables |") && in_code.contains(key) {
+                let child = if path.is_empty() {
+                    key.to_string()
+                } else {
+                    format!("{path}.{key}")
+                };
+                if documented.contains_key(&child) || !checked.contains(&child) {
+                    to_check.push(child);
+                }
+            }
+        }
+        checked.insert(path);
+    }
+    let extra: Vec<_> = documented
+        .keys()
+        .filter(|t| !checked.contains(*t))
+        .collect();
+    assert!(
+        extra.is_empty(),
+        "{page}: tables {extra:?} are not tables of the file"
+    );
+    let ex = example(&text);
+    parse(&ex).unwrap_or_else(|e| panic!("{page}: the example does not parse: {e}"));
+    for (table, keys) in &documented {
+        for key in keys {
+            let used = ex.lines().any(|l| {
+                l.trim_start().starts_with(&format!("{key} ="))
+                    || l.trim()
+                        == format!(
+                            "[[{}]]",
+                            if table.is_empty() {
+                                key.clone()
+                            } else {
+                                format!("{table}.{key}")
+                            }
+                        )
+            });
+            assert!(used, "{page}: the example never sets `{key}` of `{table}`");
+        }
+    }
+}
+
+#[test]
+fn the_config_reference_lists_every_key_the_parser_accepts() {
+    check_keys("config.md", |t| {
+        gpuboard::console::config::Config::parse(t)
+            .map(|_| ())
+            .map_err(|e| format!("{e:?}"))
+    });
+}
+
+#[test]
+fn the_inventory_reference_lists_every_key_the_parser_accepts() {
+    check_keys("inventory.md", |t| {
+        gpuboard::inventory::parse(t, "probe")
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    });
+    // The demo fleet is a valid inventory too.
+    gpuboard::inventory::load(&common::demo_fleet()).unwrap();
+}
+
+/// JSON type of a value, as the schema tables name it.
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_f64() => "number",
+        Value::Number(_) => "integer",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// Every field path of `v` (`nodes[].devices[].index`) with the JSON types seen there.
+fn walk(v: &Value, path: &str, out: &mut BTreeMap<String, BTreeSet<&'static str>>) {
+    if !path.is_empty() {
+        out.entry(path.to_string())
+            .or_default()
+            .insert(json_type(v));
+    }
+    match v {
+        Value::Array(items) => {
+            for item in items {
+                walk(item, &format!("{path}[]"), out);
+            }
+        }
+        Value::Object(fields) => {
+            for (k, item) in fields {
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                walk(item, &p, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn schema_table(samples: &[Value]) -> String {
+    let mut fields = BTreeMap::new();
+    for s in samples {
+        walk(s, "", &mut fields);
+    }
+    let mut out = String::from("| Field | JSON type |\n|---|---|\n");
+    for (path, types) in &fields {
+        let types: Vec<&str> = types.iter().copied().collect();
+        let _ = writeln!(out, "| `{path}` | {} |", types.join(" or "));
+    }
+    out
+}
+
+/// Compares a generated page with the committed one, or rewrites it on request.
+fn check_generated(name: &str, generated: &str) {
+    let path = reference(name);
+    if std::env::var_os("GPUBOARD_UPDATE_REFERENCE").is_some() {
+        std::fs::write(&path, generated).unwrap();
+        return;
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "docs/reference/{name} is out of date with the code: run \
+         `GPUBOARD_UPDATE_REFERENCE=1 cargo test --test reference` and commit it.\n\
+         --- generated ---\n{generated}"
+    );
+}
+
+/// A serve of the demo fleet with a placed claim and a pending one (so claims, pending
+/// reasons and audit events are all in its snapshot), and its snapshots before and after.
+async fn busy_serve() -> (tempfile::TempDir, common::Server, Value, Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::Server::start(
+        dir.path(),
+        &common::demo_fleet(),
+        &["--open-reads", "--tick-ms", "50"],
+    );
+    let http = common::http();
+    let get = || async {
+        http.get(format!("{}/v1/snapshot", server.url))
+            .send()
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap()
+    };
+    let before = get().await;
+    let token = server.operator_token();
+    for (body, status) in [
+        (
+            json!({"nvidia.com/gpu": 8, "node": "dgx-a100-80", "project": "vision", "holder": "alice"}),
+            201,
+        ),
+        (
+            json!({"nvidia.com/gpu": 8, "node": "dgx-a100-80", "project": "nlp", "wait": true}),
+            202,
+        ),
+        (
+            json!({"gpu_memory": "10Gi", "labels": {"team": "infra"}}),
+            201,
+        ),
+    ] {
+        let r = http
+            .post(format!("{}/v1/claims", server.url))
+            .bearer_auth(&token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            r.status().as_u16(),
+            status,
+            "{body}: {}",
+            r.text().await.unwrap()
+        );
+    }
+    // The scheduler acts at its ticks (backoffs, pending reasons): read until the state
+    // has settled, so the page does not depend on when the read fell.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_mins(1);
+    let mut after = get().await;
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let again = get().await;
+        if again["revision"] == after["revision"] && again["projects"] == after["projects"] {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the state never settled"
+        );
+        after = again;
+    }
+    (dir, server, before, after)
+}
+
+#[tokio::test]
+async fn the_snapshot_and_watch_references_match_the_code() {
+    let (_dir, _server, before, after) = busy_serve().await;
+    let mut snapshot_page = String::from(
+        "# Snapshot schema reference\n\n\
+         What `GET /v1/snapshot` answers (and `gpuboard status --once --json` prints per source,\n\
+         and a watch's `snapshot` event carries): every field path, with `[]` for the items of an\n\
+         array, and the JSON types it takes. Generated by `tests/reference.rs` from a real\n\
+         `gpuboard serve` of the demo fleet holding a placed and a pending claim; the test fails\n\
+         when the code's output and this page differ. Sizes are bytes, times milliseconds since\n\
+         the Unix epoch, compute in units of 1/10000 of a GPU.\n\n",
+    );
+    snapshot_page.push_str(&schema_table(&[before.clone(), after.clone()]));
+    check_generated("snapshot.md", &snapshot_page);
+
+    let old: Snapshot = serde_json::from_value(before).unwrap();
+    let new: Snapshot = serde_json::from_value(after).unwrap();
+    let version = |seq| SnapshotVersion { epoch: 7, seq };
+    let mut changes = gpuboard::snapshot::diff(&old, &new);
+    changes.extend(every_change(&new));
+    let mut ops = BTreeMap::new();
+    for c in &changes {
+        let v = serde_json::to_value(c).unwrap();
+        let op = v["op"].as_str().unwrap().to_string();
+        ops.entry(op).or_insert_with(Vec::new).push(v);
+    }
+    let mut page = format!(
+        "# Watch schema reference\n\n\
+         `GET /v1/watch?deltas=1` is a stream of server-sent events; each `event:` line names one\n\
+         of the kinds below, its `data:` is JSON and its `id:` the snapshot version\n\
+         (`EPOCH.SEQ`). Resume with `?since=VERSION`. Generated by `tests/reference.rs` from the\n\
+         code's types (every kind of change) and a real `gpuboard serve`'s snapshots; the test\n\
+         fails when they and this page differ.\n\n\
+         | Event | Data |\n|---|---|\n\
+         | `{}` | the whole snapshot ([snapshot.md](snapshot.md)) |\n\
+         | `{}` | the changes from one version to the next (below) |\n\
+         | `{}` | `since` cannot be resumed; a `snapshot` follows |\n\
+         | `{}` | nothing changed for {} s |\n\n",
+        watch_events::SNAPSHOT,
+        watch_events::DELTA,
+        watch_events::RESYNC,
+        watch_events::HEARTBEAT,
+        gpuboard::wire::HEARTBEAT.as_secs(),
+    );
+    let delta = DeltaBody {
+        from: version(1),
+        to: version(2),
+        changes: Vec::new(),
+    };
+    page.push_str("## `delta`\n\n");
+    page.push_str(&schema_table(&[serde_json::to_value(&delta).unwrap()]));
+    page.push_str(
+        "\nEach item of `changes` is an object whose `op` names the change; apply them in order.\n\n",
+    );
+    for (op, samples) in &ops {
+        let _ = write!(page, "### `op: {op}`\n\n");
+        page.push_str(&schema_table(samples));
+        page.push('\n');
+    }
+    page.push_str("## `resync`\n\n");
+    page.push_str(&schema_table(&[serde_json::to_value(ResyncBody {
+        reason: "why".into(),
+    })
+    .unwrap()]));
+    page.push_str("\n## `heartbeat`\n\n");
+    page.push_str(&schema_table(&[serde_json::to_value(HeartbeatBody {
+        version: version(3),
+    })
+    .unwrap()]));
+    check_generated("watch.md", &page);
+}
+
+/// One change of every kind, filled from `snap`. The match below is exhaustive: a new kind
+/// of change does not compile until it is added here, and so to watch.md.
+fn every_change(snap: &Snapshot) -> Vec<SnapshotChange> {
+    let node = snap.nodes[0].clone();
+    let claim = snap.claims[0].clone();
+    let all = vec![
+        SnapshotChange::Header {
+            endpoint: snap.endpoint.clone(),
+            revision: snap.revision,
+            taken_at: snap.taken_at,
+        },
+        SnapshotChange::Node { node: node.clone() },
+        SnapshotChange::NodeRemoved {
+            name: node.name.clone(),
+        },
+        SnapshotChange::Nodes {
+            nodes: snap.nodes.clone(),
+        },
+        SnapshotChange::Claim {
+            claim: Box::new(claim.clone()),
+        },
+        SnapshotChange::ClaimRemoved { id: claim.id },
+        SnapshotChange::Claims {
+            claims: snap.claims.clone(),
+        },
+        SnapshotChange::Projects {
+            projects: snap.projects.clone(),
+        },
+        SnapshotChange::Resources {
+            resources: snap.resources.clone(),
+        },
+        SnapshotChange::Coordination {
+            records: snap.coordination.clone(),
+        },
+        SnapshotChange::Host {
+            host: snap.host.clone(),
+        },
+        SnapshotChange::EventsAppended {
+            events: snap.events.clone(),
+            keep: 100,
+        },
+        SnapshotChange::Events {
+            events: snap.events.clone(),
+        },
+    ];
+    for c in &all {
+        match c {
+            SnapshotChange::Header { .. }
+            | SnapshotChange::Node { .. }
+            | SnapshotChange::NodeRemoved { .. }
+            | SnapshotChange::Nodes { .. }
+            | SnapshotChange::Claim { .. }
+            | SnapshotChange::ClaimRemoved { .. }
+            | SnapshotChange::Claims { .. }
+            | SnapshotChange::Projects { .. }
+            | SnapshotChange::Resources { .. }
+            | SnapshotChange::Coordination { .. }
+            | SnapshotChange::Host { .. }
+            | SnapshotChange::EventsAppended { .. }
+            | SnapshotChange::Events { .. } => {}
+        }
+    }
+    all
+}
+
+/// `(name, code, doc)` of every `pub const EXIT_*: u8` under src/, with its doc comment.
+fn exit_constants() -> Vec<(String, u8, String)> {
+    fn files(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                files(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    let mut all = Vec::new();
+    files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut all);
+    let mut found = Vec::new();
+    for f in all {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let Some(rest) = line.trim().strip_prefix("pub const EXIT_") else {
+                continue;
+            };
+            let (name, value) = rest.split_once(": u8 = ").unwrap_or_else(|| {
+                panic!(
+                    "{}: exit code constants are `pub const EXIT_NAME: u8 = N;`",
+                    f.display()
+                )
+            });
+            let code: u8 = value.trim_end_matches(';').parse().unwrap();
+            let mut doc = Vec::new();
+            for prev in lines[..i].iter().rev() {
+                let Some(d) = prev.trim().strip_prefix("///") else {
+                    break;
+                };
+                doc.insert(0, d.trim().to_string());
+            }
+            let doc = doc.join(" ");
+            let doc = doc.strip_prefix("Exit code: ").unwrap_or(&doc).to_string();
+            found.push((format!("EXIT_{name}"), code, doc));
+        }
+    }
+    found.sort_by_key(|(_, code, _)| *code);
+    found
+}
+
+#[test]
+fn the_exit_code_reference_matches_the_constants() {
+    let constants = exit_constants();
+    assert!(constants.len() >= 6, "{constants:?}");
+    let mut seen = BTreeSet::new();
+    for (name, code, _) in &constants {
+        assert!(
+            seen.insert(*code),
+            "exit code {code} is used twice ({name})"
+        );
+        assert!(*code > 2, "{name} = {code} collides with 0, 1 or 2");
+    }
+    let mut page = String::from(
+        "# Exit codes\n\n\
+         What a `gpuboard` client command's exit status means. Generated by `tests/reference.rs`\n\
+         from the `EXIT_*` constants of src/ and their doc comments; the test fails when they and\n\
+         this page differ. `gpuboard run` exits with its command's status once the command ran.\n\n\
+         | Code | Constant | Meaning |\n|---|---|---|\n\
+         | 0 | | success |\n\
+         | 1 | | any other failure (an endpoint error, an unreadable answer, a command that cannot start) |\n\
+         | 2 | | bad command-line usage (clap) |\n",
+    );
+    for (name, code, doc) in &constants {
+        let _ = writeln!(page, "| {code} | `{name}` | {doc} |");
+    }
+    check_generated("exit-codes.md", &page);
+}
+
+#[test]
+fn the_readme_links_every_reference() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    for page in [
+        "config.md",
+        "inventory.md",
+        "snapshot.md",
+        "watch.md",
+        "exit-codes.md",
+    ] {
+        assert!(reference(page).exists(), "docs/reference/{page} missing");
+        assert!(
+            readme.contains(&format!("docs/reference/{page}")),
+            "README does not link docs/reference/{page}"
+        );
+    }
+}
