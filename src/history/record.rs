@@ -142,6 +142,8 @@ pub struct Recording {
     last_at: Timestamp,
     since_keyframe: u32,
     keyframe_at: Timestamp,
+    /// The last record was not stored: the next snapshot is recorded whole, changed or not.
+    must: bool,
 }
 
 impl Recording {
@@ -156,8 +158,16 @@ impl Recording {
                 last_at: at,
                 since_keyframe: KEYFRAME_EVERY,
                 keyframe_at: at,
+                must: false,
             },
         }
+    }
+
+    /// The last record could not be stored: the next snapshot makes a keyframe, changed
+    /// or not, so no delta rests on a state the history lacks.
+    pub fn force_keyframe(&mut self) {
+        self.since_keyframe = KEYFRAME_EVERY;
+        self.must = true;
     }
 
     /// The state last recorded.
@@ -169,7 +179,7 @@ impl Recording {
     pub fn observe(&mut self, snap: &Snapshot) -> Option<Record> {
         let state = state_of(snap);
         let at = snap.taken_at;
-        if let Some(last) = &self.last {
+        if let Some(last) = self.last.as_ref().filter(|_| !self.must) {
             match structural(last, &state) {
                 Some(false) => return None,
                 None if at.millis_since(self.last_at) < DRIFT_MS => return None,
@@ -195,6 +205,7 @@ impl Recording {
                 }
             }
         };
+        self.must = false;
         let record = Record {
             at,
             revision: state.revision,
