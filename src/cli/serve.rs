@@ -230,10 +230,12 @@ fn history_retention(
 ) -> anyhow::Result<Option<crate::endpoint::history_store::Retention>> {
     let bytes = Bytes::parse(&a.history_size)
         .map_err(|e| anyhow::anyhow!("--history-size {}: {e}", a.history_size))?;
-    Ok((a.history_days > 0).then_some(crate::endpoint::history_store::Retention {
-        days: a.history_days,
-        bytes,
-    }))
+    Ok(
+        (a.history_days > 0).then_some(crate::endpoint::history_store::Retention {
+            days: a.history_days,
+            bytes,
+        }),
+    )
 }
 
 /// The warning for an endpoint reachable from other hosts, naming the address bound (the

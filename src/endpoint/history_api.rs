@@ -54,9 +54,11 @@ fn failed(e: HistoryError) -> ApiError {
 }
 
 fn time(q: &HashMap<String, String>, name: &str) -> Result<Timestamp, ApiError> {
-    let raw = q
-        .get(name)
-        .ok_or_else(|| bad(format!("`{name}` is required: a time (ms since the epoch or RFC 3339)")))?;
+    let raw = q.get(name).ok_or_else(|| {
+        bad(format!(
+            "`{name}` is required: a time (ms since the epoch or RFC 3339)"
+        ))
+    })?;
     parse_time(raw).map_err(|e| bad(format!("`{name}`: {e}")))
 }
 
@@ -101,7 +103,10 @@ fn window(q: &HashMap<String, String>) -> Result<(Timestamp, Timestamp), ApiErro
 }
 
 /// `GET /v1/snapshot?at=TIME` (the snapshot route hands over when `at` is given).
-pub(crate) async fn snapshot_at(routes: &HistoryRoutes, q: &HashMap<String, String>) -> Result<Response, ApiError> {
+pub(crate) async fn snapshot_at(
+    routes: &HistoryRoutes,
+    q: &HashMap<String, String>,
+) -> Result<Response, ApiError> {
     only(q, &["at"])?;
     let history = history(routes)?;
     let at = time(q, "at")?;
@@ -144,7 +149,10 @@ pub(crate) async fn snapshot_at(routes: &HistoryRoutes, q: &HashMap<String, Stri
 }
 
 /// `GET /v1/history`.
-pub(crate) async fn info(State(routes): State<HistoryRoutes>, Query(q): Params) -> Result<Response, ApiError> {
+pub(crate) async fn info(
+    State(routes): State<HistoryRoutes>,
+    Query(q): Params,
+) -> Result<Response, ApiError> {
     only(&q, &[])?;
     let history = history(&routes)?;
     let info = history.info().await.map_err(failed)?;
@@ -152,7 +160,10 @@ pub(crate) async fn info(State(routes): State<HistoryRoutes>, Query(q): Params) 
 }
 
 /// `GET /v1/history/changes`.
-pub(crate) async fn changes(State(routes): State<HistoryRoutes>, Query(q): Params) -> Result<Response, ApiError> {
+pub(crate) async fn changes(
+    State(routes): State<HistoryRoutes>,
+    Query(q): Params,
+) -> Result<Response, ApiError> {
     only(&q, &["from", "to", "gpu", "claim", "project", "limit"])?;
     let history = history(&routes)?;
     let (from, to) = window(&q)?;
@@ -163,7 +174,11 @@ pub(crate) async fn changes(State(routes): State<HistoryRoutes>, Query(q): Param
             .parse::<usize>()
             .ok()
             .filter(|n| (1..=MAX_CHANGES).contains(n))
-            .ok_or_else(|| bad(format!("`limit` must be a whole number from 1 to {MAX_CHANGES}")))?,
+            .ok_or_else(|| {
+                bad(format!(
+                    "`limit` must be a whole number from 1 to {MAX_CHANGES}"
+                ))
+            })?,
     };
     let (changes, truncated) = history
         .read(move |s| s.changes(from, to, target.as_ref(), limit))
@@ -179,7 +194,10 @@ pub(crate) async fn changes(State(routes): State<HistoryRoutes>, Query(q): Param
 }
 
 /// `GET /v1/history/seek`.
-pub(crate) async fn seek(State(routes): State<HistoryRoutes>, Query(q): Params) -> Result<Response, ApiError> {
+pub(crate) async fn seek(
+    State(routes): State<HistoryRoutes>,
+    Query(q): Params,
+) -> Result<Response, ApiError> {
     only(&q, &["at", "dir", "gpu", "claim", "project"])?;
     let history = history(&routes)?;
     let at = time(&q, "at")?;
@@ -205,7 +223,11 @@ pub(crate) async fn seek(State(routes): State<HistoryRoutes>, Query(q): Params) 
                 "{} {} {what} {} {}",
                 hw::NO_CHANGE,
                 "touching",
-                if dir == Direction::Next { "after" } else { "before" },
+                if dir == Direction::Next {
+                    "after"
+                } else {
+                    "before"
+                },
                 at.0
             ),
         )),
@@ -213,7 +235,10 @@ pub(crate) async fn seek(State(routes): State<HistoryRoutes>, Query(q): Params) 
 }
 
 /// `GET /v1/history/telemetry`.
-pub(crate) async fn telemetry(State(routes): State<HistoryRoutes>, Query(q): Params) -> Result<Response, ApiError> {
+pub(crate) async fn telemetry(
+    State(routes): State<HistoryRoutes>,
+    Query(q): Params,
+) -> Result<Response, ApiError> {
     only(&q, &["gpu", "from", "to"])?;
     let history = history(&routes)?;
     let gpu: GpuRef = q
@@ -232,7 +257,11 @@ pub(crate) async fn telemetry(State(routes): State<HistoryRoutes>, Query(q): Par
         gpu: name,
         from,
         to,
-        samples: samples.iter().take(MAX_SAMPLES).map(crate::history::DeviceSample::chart).collect(),
+        samples: samples
+            .iter()
+            .take(MAX_SAMPLES)
+            .map(crate::history::DeviceSample::chart)
+            .collect(),
         truncated,
     })
     .into_response())

@@ -141,7 +141,10 @@ impl HistoryStore {
 
     /// Writes one version.
     pub fn append(&mut self, rec: &Record) -> Result<(), HistoryError> {
-        let tx = self.conn.transaction().map_err(|e| written(e, "a version"))?;
+        let tx = self
+            .conn
+            .transaction()
+            .map_err(|e| written(e, "a version"))?;
         // Times only go forward in the file, so that `at` orders versions as `seq` does.
         let last: Option<u64> = tx
             .query_row("SELECT max(at) FROM versions", [], |r| r.get(0))
@@ -196,9 +199,9 @@ impl HistoryStore {
 
     /// Seals the recent samples older than `before` into one chunk per device and hour.
     pub fn seal_before(&mut self, before: Timestamp) -> Result<(), HistoryError> {
-        let oldest: Option<u64> =
-            self.conn
-                .query_row("SELECT min(at) FROM recent", [], |r| r.get(0))?;
+        let oldest: Option<u64> = self
+            .conn
+            .query_row("SELECT min(at) FROM recent", [], |r| r.get(0))?;
         if oldest.is_none_or(|o| o >= before.0) {
             return Ok(());
         }
@@ -208,7 +211,11 @@ impl HistoryStore {
             let mut q =
                 tx.prepare("SELECT gpu, at, body FROM recent WHERE at < ?1 ORDER BY gpu, at")?;
             let rows = q.query_map([before.0], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, u64>(1)?, r.get::<_, Vec<u8>>(2)?))
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, u64>(1)?,
+                    r.get::<_, Vec<u8>>(2)?,
+                ))
             })?;
             for row in rows {
                 let (gpu, at, body) = row?;
@@ -299,7 +306,13 @@ impl HistoryStore {
                 node: node.name.clone(),
                 index: device.index,
             };
-            let recent = self.samples(&gpu, Timestamp(at.0.saturating_sub(STALE_MS)), at, crate::history::sample::SPARKLINE + 1, true)?;
+            let recent = self.samples(
+                &gpu,
+                Timestamp(at.0.saturating_sub(STALE_MS)),
+                at,
+                crate::history::sample::SPARKLINE + 1,
+                true,
+            )?;
             if let Some(last) = recent.last() {
                 shown = shown.max(last.at);
                 samples.insert(gpu, recent);
@@ -407,7 +420,9 @@ impl HistoryStore {
     pub fn bytes(&self) -> Result<Bytes, HistoryError> {
         let page: u64 = self.conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
         let count: u64 = self.conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
-        let free: u64 = self.conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
+        let free: u64 = self
+            .conn
+            .query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
         Ok(Bytes(count.saturating_sub(free) * page))
     }
 
@@ -476,7 +491,12 @@ impl HistoryStore {
     }
 
     /// Drops versions before `seq` (recorded before `at`) and samples before `samples_before`.
-    fn drop_before(&mut self, seq: i64, at: u64, samples_before: Timestamp) -> Result<(), HistoryError> {
+    fn drop_before(
+        &mut self,
+        seq: i64,
+        at: u64,
+        samples_before: Timestamp,
+    ) -> Result<(), HistoryError> {
         let tx = self.conn.transaction()?;
         tx.execute("DELETE FROM versions WHERE seq < ?1", [seq])?;
         tx.execute("DELETE FROM touches WHERE at < ?1", [at])?;
