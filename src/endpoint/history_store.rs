@@ -99,6 +99,17 @@ impl HistoryStore {
         Self::start(Connection::open(dir.join(HISTORY_FILE))?)
     }
 
+    /// The history in `dir` as it stands, read without writing (`gpuboard doctor`); `None`
+    /// when there is none.
+    pub fn peek(dir: &Path, keep: Retention) -> Result<Option<HistoryInfo>, HistoryError> {
+        let path = dir.join(HISTORY_FILE);
+        if !path.exists() {
+            return Ok(None);
+        }
+        let conn = Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+        Ok(Some(HistoryStore { conn }.info(keep)?))
+    }
+
     /// A history in memory (tests, benches).
     pub fn in_memory() -> Result<HistoryStore, HistoryError> {
         Self::start(Connection::open_in_memory()?)
@@ -226,18 +237,17 @@ impl HistoryStore {
             }
         }
         for ((gpu, _), samples) in &groups {
-            let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
-                continue;
-            };
-            tx.execute(
-                "INSERT OR REPLACE INTO chunks(gpu, start, end, count, body) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![gpu, first.at.0, last.at.0, samples.len(), chunk::encode(samples)],
-            )
-            .map_err(|e| written(e, "a chunk"))?;
+            insert_chunk(&tx, gpu, samples)?;
         }
         tx.execute("DELETE FROM recent WHERE at < ?1", [before.0])
             .map_err(|e| written(e, "a chunk"))?;
         tx.commit().map_err(|e| written(e, "a chunk"))
+    }
+
+    /// Stores `samples` (one device's, oldest first, within one hour) as a sealed chunk:
+    /// what sealing does with an hour of samples, for generated histories (benches).
+    pub fn add_chunk(&mut self, gpu: &GpuRef, samples: &[DeviceSample]) -> Result<(), HistoryError> {
+        insert_chunk(&self.conn, &gpu.to_string(), samples)
     }
 
     /// Where the history begins: its first version.
@@ -506,4 +516,16 @@ impl HistoryStore {
         self.conn.execute_batch("PRAGMA incremental_vacuum")?;
         Ok(())
     }
+}
+
+fn insert_chunk(conn: &Connection, gpu: &str, samples: &[DeviceSample]) -> Result<(), HistoryError> {
+    let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
+        return Ok(());
+    };
+    conn.execute(
+        "INSERT OR REPLACE INTO chunks(gpu, start, end, count, body) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![gpu, first.at.0, last.at.0, samples.len(), chunk::encode(samples)],
+    )
+    .map_err(|e| written(e, "a chunk"))?;
+    Ok(())
 }

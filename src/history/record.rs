@@ -16,7 +16,7 @@ pub const KEYFRAME_EVERY: u32 = 64;
 pub const KEYFRAME_MS: u64 = 3_600_000;
 /// Between revisions, what drifts without one (debts accruing, an engine's pending demand)
 /// is recorded at most this often.
-pub const DRIFT_MS: u64 = 60_000;
+pub const DRIFT_MS: u64 = 900_000;
 /// zstd's level for records.
 const LEVEL: i32 = 9;
 
@@ -125,6 +125,7 @@ fn structural(old: &Snapshot, new: &Snapshot) -> Option<bool> {
         || old.endpoint != new.endpoint
         || old.nodes != new.nodes
         || old.claims != new.claims
+        || ledger_marks(old) != ledger_marks(new)
     {
         return Some(true);
     }
@@ -134,6 +135,24 @@ fn structural(old: &Snapshot, new: &Snapshot) -> Option<bool> {
         || old.events != new.events;
     if drifted { None } else { Some(false) }
 }
+
+/// What of the projects' accounts changes by events, not by the passing of time: shares,
+/// counts, eligibility and backoffs (debts and targets drift and are not in it).
+fn ledger_marks(s: &Snapshot) -> Vec<(&str, u32, u32, u32, Vec<LedgerMark<'_>>)> {
+    s.projects
+        .iter()
+        .map(|p| {
+            let marks = p
+                .resources
+                .iter()
+                .map(|r| (r.resource.as_str(), r.eligible, r.backoff_until, r.backoff_interval_s, r.pending))
+                .collect();
+            (p.name.as_str(), p.share, p.running, p.pending, marks)
+        })
+        .collect()
+}
+
+type LedgerMark<'a> = (&'a str, bool, Option<Timestamp>, Option<u64>, u32);
 
 /// What has been recorded so far, to decide what the next snapshot adds.
 #[derive(Clone, Debug, Default)]
