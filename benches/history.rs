@@ -92,8 +92,18 @@ fn hour_of_samples(noise: &mut Noise, start: u64, held: Option<&Held>) -> Vec<De
                 utilization_memory: Some(if busy { 30 + noise.below(10) as u32 } else { 0 }),
                 memory_used: Some(Bytes(used)),
                 memory_reserved: held.map_or(Bytes(0), |h| h.reserved),
-                power_mw: Some(if busy { 250 + noise.below(61) as u32 } else { 60 + noise.below(3) as u32 } * 1000),
-                temperature_c: Some(if busy { 63 + noise.below(5) as u32 } else { 34 + noise.below(2) as u32 }),
+                power_mw: Some(
+                    if busy {
+                        250 + noise.below(61) as u32
+                    } else {
+                        60 + noise.below(3) as u32
+                    } * 1000,
+                ),
+                temperature_c: Some(if busy {
+                    63 + noise.below(5) as u32
+                } else {
+                    34 + noise.below(2) as u32
+                }),
                 clock_sm_mhz: Some(if busy { 1410 } else { 210 }),
                 clock_memory_mhz: Some(1593),
                 fan_pct: None,
@@ -114,7 +124,10 @@ struct Figures {
 
 fn record(inventory: &str, days: u64, seed: u64) -> Figures {
     let started = Instant::now();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let clock = ManualClock::new(Timestamp(T0));
     let engine = Engine::in_memory(
         EngineConfig::default(),
@@ -126,7 +139,10 @@ fn record(inventory: &str, days: u64, seed: u64) -> Figures {
     let gpus: Vec<GpuRef> = engine
         .snapshot()
         .devices()
-        .map(|(n, d)| GpuRef { node: n.name.clone(), index: d.index })
+        .map(|(n, d)| GpuRef {
+            node: n.name.clone(),
+            index: d.index,
+        })
         .collect();
     let dir = tempfile::tempdir().unwrap();
     let mut store = HistoryStore::open(dir.path()).unwrap();
@@ -144,7 +160,10 @@ fn record(inventory: &str, days: u64, seed: u64) -> Figures {
         // Telemetry of the hour follows the claim each GPU holds as it starts.
         for (g, gpu) in gpus.iter().enumerate() {
             store
-                .add_chunk(gpu, &hour_of_samples(&mut noise, hour_start, held[g].as_ref()))
+                .add_chunk(
+                    gpu,
+                    &hour_of_samples(&mut noise, hour_start, held[g].as_ref()),
+                )
                 .unwrap();
         }
         for step in 0..(HOUR_MS / STEP_MS) {
@@ -243,5 +262,8 @@ fn main() {
     )
     .unwrap();
     report("demo fleet, 1 day", &record(&demo, 1, 7));
-    report(&format!("100 GPUs, {days} days"), &record(&inventory_100(), days, 11));
+    report(
+        &format!("100 GPUs, {days} days"),
+        &record(&inventory_100(), days, 11),
+    );
 }

@@ -471,7 +471,10 @@ fn history_report(dir: &Path) -> (String, serde_json::Value) {
             (line, serde_json::to_value(&info).unwrap_or_default())
         }
         Ok(None) => (
-            format!("history:        none in {} (`gpuboard serve` records one)", dir.display()),
+            format!(
+                "history:        none in {} (`gpuboard serve` records one)",
+                dir.display()
+            ),
             serde_json::Value::Null,
         ),
         Err(e) => (

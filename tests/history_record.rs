@@ -44,8 +44,14 @@ async fn record_rewinds_a_prometheus_like_an_endpoint() {
     let log = std::fs::File::create(dir.path().join("prometheus.log")).unwrap();
     let _prometheus = Stopper {
         child: Command::new("prometheus")
-            .arg(format!("--config.file={}", dir.path().join("prometheus.yml").display()))
-            .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+            .arg(format!(
+                "--config.file={}",
+                dir.path().join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -57,13 +63,22 @@ async fn record_rewinds_a_prometheus_like_an_endpoint() {
 
     let data = tempfile::tempdir().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_gpuboard"))
-        .args(["record", "--kind", "prometheus", "--name", "dcgm", "--every-ms", "1000"])
+        .args([
+            "record",
+            "--kind",
+            "prometheus",
+            "--name",
+            "dcgm",
+            "--every-ms",
+            "1000",
+        ])
         .args(["--url", &format!("http://127.0.0.1:{port}")])
         .arg("--data-dir")
         .arg(data.path())
         .args(["--listen", "127.0.0.1:0"])
+        .env("RUST_LOG", "info")
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("record.log")).unwrap())
         .spawn()
         .unwrap();
     let mut line = String::new();
@@ -96,7 +111,11 @@ async fn record_rewinds_a_prometheus_like_an_endpoint() {
         {
             break s;
         }
-        assert!(Instant::now() < deadline, "record never sampled node-a:1");
+        assert!(
+            Instant::now() < deadline,
+            "record never sampled node-a:1: {}",
+            std::fs::read_to_string(dir.path().join("record.log")).unwrap_or_default()
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     assert_eq!(series.samples[0].utilization_gpu, Some(37));
@@ -119,5 +138,8 @@ async fn record_rewinds_a_prometheus_like_an_endpoint() {
     );
     // The latest snapshot is served as an endpoint's is.
     let latest = client.snapshot().await.unwrap();
-    assert_eq!(latest.nodes[0].devices.len(), snapshot.nodes[0].devices.len());
+    assert_eq!(
+        latest.nodes[0].devices.len(),
+        snapshot.nodes[0].devices.len()
+    );
 }

@@ -79,9 +79,17 @@ async fn the_read_role_rewinds_a_real_serve() {
     assert!(info.stopped.is_none());
 
     let before = read.snapshot_at(Timestamp(from.0 - 60_000)).await.unwrap();
-    assert_eq!(before, SnapshotAt::BeforeHistory { history_from: Some(from) });
+    assert_eq!(
+        before,
+        SnapshotAt::BeforeHistory {
+            history_from: Some(from)
+        }
+    );
 
-    let claim = op.claim(&req(json!({"num_gpus": 0.5, "project": "vision"}))).await.unwrap();
+    let claim = op
+        .claim(&req(json!({"num_gpus": 0.5, "project": "vision"})))
+        .await
+        .unwrap();
     let id = claim.claim().id;
     let placed = until("the claim's change", || async {
         let changes = read
@@ -94,7 +102,10 @@ async fn the_read_role_rewinds_a_real_serve() {
     assert_eq!(placed.kind, ChangeKind::ClaimPlaced);
     assert_eq!(placed.gpus, vec![gpu.clone()]);
     let event = placed.event.clone().unwrap();
-    assert_eq!((event.action.as_str(), event.actor.as_str()), ("claim", "operator"));
+    assert_eq!(
+        (event.action.as_str(), event.actor.as_str()),
+        ("claim", "operator")
+    );
 
     // The GPU's next change after the history began is that claim.
     let seek = read
@@ -115,7 +126,11 @@ async fn the_read_role_rewinds_a_real_serve() {
     assert!(ended.version > placed.version);
 
     // Between the two, the state shows the claim on the GPU, with telemetry of then.
-    let SnapshotAt::Shown { snapshot, at, history_from } = read.snapshot_at(placed.at).await.unwrap()
+    let SnapshotAt::Shown {
+        snapshot,
+        at,
+        history_from,
+    } = read.snapshot_at(placed.at).await.unwrap()
     else {
         panic!("no state at the claim's time")
     };
@@ -139,7 +154,10 @@ async fn the_read_role_rewinds_a_real_serve() {
 
     // Bad queries say what is allowed.
     let bad = common::http()
-        .get(format!("{}/v1/history/changes?from=yesterday&to=1", server.url))
+        .get(format!(
+            "{}/v1/history/changes?from=yesterday&to=1",
+            server.url
+        ))
         .bearer_auth(server.read_token())
         .send()
         .await
@@ -170,7 +188,9 @@ async fn kill_9_loses_at_most_the_last_second() {
         let op = client(&server, server.operator_token());
         for i in 0..6 {
             let c = op
-                .claim(&req(json!({"num_gpus": 0.25, "project": format!("p{}", i % 2)})))
+                .claim(&req(
+                    json!({"num_gpus": 0.25, "project": format!("p{}", i % 2)}),
+                ))
                 .await
                 .unwrap();
             acked.push((c.claim().id.0, now()));
@@ -189,7 +209,9 @@ async fn kill_9_loses_at_most_the_last_second() {
         server.kill9();
         writer.abort();
         let db = rusqlite::Connection::open(data.path().join("history.sqlite")).unwrap();
-        let ok: String = db.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+        let ok: String = db
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .unwrap();
         assert_eq!(ok, "ok");
     }
     let server = common::Server::start(data.path(), &common::demo_fleet(), &[]);
@@ -218,12 +240,18 @@ async fn a_full_history_stops_recording_not_the_scheduler() {
     let mut stopped = None;
     for i in 0..400 {
         let c = op
-            .claim(&req(json!({"num_gpus": 0.25, "holder": format!("job-{i}-{}", "x".repeat(200))})))
+            .claim(&req(
+                json!({"num_gpus": 0.25, "holder": format!("job-{i}-{}", "x".repeat(200))}),
+            ))
             .await
             .expect("claims go on while the history is full");
         assert!(matches!(c, gpuboard::client::ClaimOutcome::Placed(_)));
         op.release(c.claim().id).await.unwrap();
-        let health = http.get(format!("{}/healthz", server.url)).send().await.unwrap();
+        let health = http
+            .get(format!("{}/healthz", server.url))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(health.status(), 200);
         let text = health.text().await.unwrap();
         if text.contains("history: stopped") {
@@ -232,12 +260,21 @@ async fn a_full_history_stops_recording_not_the_scheduler() {
         }
     }
     let text = stopped.expect("the history never filled up");
-    assert!(text.starts_with("ok\n") && text.contains("disk full"), "{text}");
-    let info = client(&server, server.read_token()).history_info().await.unwrap();
+    assert!(
+        text.starts_with("ok\n") && text.contains("disk full"),
+        "{text}"
+    );
+    let info = client(&server, server.read_token())
+        .history_info()
+        .await
+        .unwrap();
     assert!(info.stopped.unwrap().contains("disk full"));
     // What was recorded before still reads back.
     let from = info.from.unwrap();
-    let back = client(&server, server.read_token()).snapshot_at(from).await.unwrap();
+    let back = client(&server, server.read_token())
+        .snapshot_at(from)
+        .await
+        .unwrap();
     assert!(matches!(back, SnapshotAt::Shown { .. }));
     let err = client(&server, server.read_token())
         .history_changes(Timestamp(5), Timestamp(1), None, None)

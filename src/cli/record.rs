@@ -65,7 +65,8 @@ fn source(a: &RecordArgs) -> anyhow::Result<Arc<dyn Source>> {
         ),
         None => None,
     };
-    let timeout = Duration::from_millis(a.every_ms.clamp(1_000, 30_000));
+    // A slow answer is waited for a while: a read that times out records nothing.
+    let timeout = Duration::from_millis(a.every_ms.clamp(10_000, 30_000));
     Ok(match a.kind.as_str() {
         "ray" => {
             let mut c = RayConfig::new(&a.url);
@@ -94,6 +95,14 @@ fn source(a: &RecordArgs) -> anyhow::Result<Arc<dyn Source>> {
 
 /// `gpuboard record`.
 pub(super) async fn record(a: RecordArgs) -> anyhow::Result<()> {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .log_internal_errors(false)
+        .try_init();
     let bytes = Bytes::parse(&a.history_size)
         .map_err(|e| anyhow::anyhow!("--history-size {}: {e}", a.history_size))?;
     if a.history_days == 0 {
@@ -120,7 +129,9 @@ pub(super) async fn record(a: RecordArgs) -> anyhow::Result<()> {
             "gpuboard record: recording {} {} into {}; serving http://{addr}",
             a.kind,
             a.url,
-            a.data_dir.join(crate::endpoint::history_store::HISTORY_FILE).display()
+            a.data_dir
+                .join(crate::endpoint::history_store::HISTORY_FILE)
+                .display()
         )?;
         out.flush()?;
     }
@@ -133,7 +144,8 @@ pub(super) async fn record(a: RecordArgs) -> anyhow::Result<()> {
     let router = record_router(RecordState { history, latest });
     let served = axum::serve(listener, router)
         .with_graceful_shutdown(async {
-            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {}
                 () = async {
@@ -166,7 +178,9 @@ async fn poll(
                 if let Some(snap) = fetched.snapshot() {
                     let snap = Arc::new(snap);
                     history.feed(Arc::clone(&snap));
-                    *latest.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(snap);
+                    *latest
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(snap);
                 }
             }
             Err(e) => tracing::warn!("record: reading {} failed: {}", source.name(), e),

@@ -321,7 +321,10 @@ async fn record_health(State(st): State<RecordState>) -> Response {
     }
 }
 
-async fn record_snapshot(State(st): State<RecordState>, Query(q): Params) -> Result<Response, ApiError> {
+async fn record_snapshot(
+    State(st): State<RecordState>,
+    Query(q): Params,
+) -> Result<Response, ApiError> {
     if q.contains_key("at") {
         return snapshot_at(&HistoryRoutes(Some(Arc::clone(&st.history))), &q).await;
     }
