@@ -220,9 +220,8 @@ pub(crate) async fn seek(
             StatusCode::NOT_FOUND,
             "no_change",
             format!(
-                "{} {} {what} {} {}",
+                "{} touching {what} {} {}",
                 hw::NO_CHANGE,
-                "touching",
                 if dir == Direction::Next {
                     "after"
                 } else {
