@@ -149,7 +149,7 @@ fn record(inventory: &str, days: u64, seed: u64) -> Figures {
     let mut recording = Recording::default();
     let mut noise = Noise(seed);
     let mut held: Vec<Option<Held>> = (0..gpus.len()).map(|_| None).collect();
-    let mut observe = |store: &mut HistoryStore, recording: &mut Recording| {
+    let observe = |store: &mut HistoryStore, recording: &mut Recording| {
         if let Some(rec) = recording.observe(&engine.snapshot()) {
             store.append(&rec).unwrap();
         }

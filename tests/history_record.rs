@@ -111,11 +111,14 @@ async fn record_rewinds_a_prometheus_like_an_endpoint() {
         {
             break s;
         }
-        assert!(
-            Instant::now() < deadline,
-            "record never sampled node-a:1: {}",
-            std::fs::read_to_string(dir.path().join("record.log")).unwrap_or_default()
-        );
+        if Instant::now() > deadline {
+            let latest = client.snapshot().await;
+            panic!(
+                "record never sampled node-a:1: {}\nlatest: {latest:?}\nhistory: {:?}",
+                std::fs::read_to_string(dir.path().join("record.log")).unwrap_or_default(),
+                client.history_info().await
+            );
+        }
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     assert_eq!(series.samples[0].utilization_gpu, Some(37));
