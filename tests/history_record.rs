@@ -62,7 +62,12 @@ async fn record_rewinds_a_prometheus_like_an_endpoint() {
     };
 
     let data = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gpuboard"))
+    // GPUBOARD_TEST_BIN: a copy, safe from a shared target directory's concurrent rebuilds.
+    let bin = std::env::var_os("GPUBOARD_TEST_BIN").map_or_else(
+        || env!("CARGO_BIN_EXE_gpuboard").into(),
+        std::path::PathBuf::from,
+    );
+    let mut child = Command::new(bin)
         .args([
             "record",
             "--kind",
@@ -90,8 +95,9 @@ async fn record_rewinds_a_prometheus_like_an_endpoint() {
         name: "gpuboard record",
     };
     let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
+        .rsplit_once("serving ")
+        .map(|(_, url)| url.trim())
+        .filter(|w| w.starts_with("http://"))
         .unwrap_or_else(|| panic!("record did not start: {line}"))
         .to_string();
     let client = Client::new(&url, None, Duration::from_secs(10)).unwrap();
