@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use gpuboard::clock::{ManualClock, Timestamp};
 use gpuboard::endpoint::engine::{Engine, EngineConfig, LocalProcesses};
-use gpuboard::endpoint::history_store::{HistoryStore, StateAt};
+use gpuboard::endpoint::history_store::{HistoryStore, Retention, StateAt};
 use gpuboard::history::sample::Rare;
 use gpuboard::history::wire::GpuRef;
 use gpuboard::history::{DeviceSample, Recording};
@@ -51,11 +51,13 @@ struct Held {
 }
 
 fn inventory_100() -> String {
+    use std::fmt::Write as _;
     let mut s = String::new();
     for n in 0..25 {
-        s.push_str(&format!(
+        let _ = write!(
+            s,
             "[[nodes]]\nname = \"node-{n:02}\"\n[[nodes.gpus]]\nmodel = \"NVIDIA A100-SXM4-80GB\"\nmemory = \"80GiB\"\ncount = 4\n\n"
-        ));
+        );
     }
     s
 }
@@ -206,7 +208,7 @@ fn record(inventory: &str, days: u64, seed: u64) -> Figures {
     }
     let generate_s = started.elapsed().as_secs_f64();
     let bytes = store.bytes().unwrap().0;
-    let versions = store.info(Default::default()).unwrap().versions;
+    let versions = store.info(Retention::default()).unwrap().versions;
     drop(store);
     // Seeks on a fresh connection, as the endpoint's reader would do them.
     let reader = HistoryStore::open(dir.path()).unwrap();

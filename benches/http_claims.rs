@@ -96,7 +96,11 @@ fn start_server(dir: &std::path::Path, sync: SyncMode) -> (String, String, Engin
     let state = ApiState::new(engine.clone(), tokens, false);
     // BENCH_HISTORY=1: the endpoint records its history, as `serve` does by default.
     let history = (std::env::var("BENCH_HISTORY").as_deref() == Ok("1")).then(|| {
-        gpuboard::endpoint::history_recorder::History::open(dir, Default::default()).unwrap()
+        gpuboard::endpoint::history_recorder::RecordedHistory::open(
+            dir,
+            gpuboard::endpoint::history_store::Retention::default(),
+        )
+        .unwrap()
     });
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()

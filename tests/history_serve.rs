@@ -44,7 +44,7 @@ fn now() -> Timestamp {
 
 /// Polls until `check` gives a value (the recorder writes a commit ~20 ms after it).
 async fn until<T, F: std::future::Future<Output = Option<T>>>(what: &str, f: impl Fn() -> F) -> T {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_mins(1);
     loop {
         if let Some(v) = f().await {
             return v;

@@ -13,7 +13,7 @@ use anyhow::Context as _;
 use clap::Args;
 
 use crate::endpoint::history_api::{RecordState, record_router};
-use crate::endpoint::history_recorder::{History, SAMPLE_MS};
+use crate::endpoint::history_recorder::{RecordedHistory, SAMPLE_MS};
 use crate::endpoint::history_store::Retention;
 use crate::sources::Source;
 use crate::units::Bytes;
@@ -115,7 +115,7 @@ pub(super) async fn record(a: RecordArgs) -> anyhow::Result<()> {
         days: a.history_days,
         bytes,
     };
-    let history = History::open(&a.data_dir, keep)
+    let history = RecordedHistory::open(&a.data_dir, keep)
         .with_context(|| format!("cannot open the history in {}", a.data_dir.display()))?;
     let latest = Arc::new(Mutex::new(None));
     let listener = tokio::net::TcpListener::bind(a.listen)
@@ -165,7 +165,7 @@ pub(super) async fn record(a: RecordArgs) -> anyhow::Result<()> {
 /// is logged and retried; nothing is recorded for it.
 async fn poll(
     source: Arc<dyn Source>,
-    history: Arc<History>,
+    history: Arc<RecordedHistory>,
     latest: Arc<Mutex<Option<Arc<crate::snapshot::Snapshot>>>>,
     every: Duration,
 ) {

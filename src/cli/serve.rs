@@ -201,7 +201,7 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let mut state = ApiState::new(engine, tokens, a.open_reads).with_token_dir(&dir);
     let recorder = match history_retention(&a)? {
         Some(keep) => {
-            let history = crate::endpoint::history_recorder::History::open_with(
+            let history = crate::endpoint::history_recorder::RecordedHistory::open_with(
                 &dir,
                 keep,
                 a.history_max_pages,

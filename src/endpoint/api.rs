@@ -49,7 +49,7 @@ pub struct ApiState {
     /// How long a delta watch stays silent before a heartbeat.
     pub(crate) heartbeat: Duration,
     /// The endpoint's recorded history, when it keeps one.
-    pub(crate) history: Option<Arc<super::history_recorder::History>>,
+    pub(crate) history: Option<Arc<super::history_recorder::RecordedHistory>>,
 }
 
 impl ApiState {
@@ -69,7 +69,10 @@ impl ApiState {
 
     /// The same, serving (and reporting on) `history`.
     #[must_use]
-    pub fn with_history(mut self, history: Arc<super::history_recorder::History>) -> ApiState {
+    pub fn with_history(
+        mut self,
+        history: Arc<super::history_recorder::RecordedHistory>,
+    ) -> ApiState {
         self.history = Some(history);
         self
     }

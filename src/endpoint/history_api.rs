@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::clock::Timestamp;
 use crate::endpoint::api::{ApiError, ApiState};
-use crate::endpoint::history_recorder::History;
+use crate::endpoint::history_recorder::RecordedHistory;
 use crate::endpoint::history_store::{HistoryError, StateAt};
 use crate::history::wire::{
     self as hw, BeforeHistory, Changes, DeviceSeries, Direction, GpuRef, MAX_CHANGES, MAX_SAMPLES,
@@ -21,7 +21,7 @@ use crate::history::wire::{
 
 /// What the history routes need: the history, when this endpoint records one.
 #[derive(Clone, Debug)]
-pub struct HistoryRoutes(pub Option<Arc<History>>);
+pub struct HistoryRoutes(pub Option<Arc<RecordedHistory>>);
 
 impl FromRef<ApiState> for HistoryRoutes {
     fn from_ref(st: &ApiState) -> HistoryRoutes {
@@ -35,7 +35,7 @@ fn bad(detail: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::BAD_REQUEST, "bad_query", detail)
 }
 
-fn history(routes: &HistoryRoutes) -> Result<Arc<History>, ApiError> {
+fn history(routes: &HistoryRoutes) -> Result<Arc<RecordedHistory>, ApiError> {
     routes.0.clone().ok_or_else(|| {
         ApiError::new(
             StatusCode::NOT_FOUND,
@@ -284,7 +284,7 @@ where
 #[derive(Clone, Debug)]
 pub struct RecordState {
     /// The history it records.
-    pub history: Arc<History>,
+    pub history: Arc<RecordedHistory>,
     /// The source's latest snapshot, once one was read.
     pub latest: Arc<std::sync::Mutex<Option<Arc<crate::snapshot::Snapshot>>>>,
 }

@@ -29,7 +29,7 @@ const COALESCE: Duration = Duration::from_millis(20);
 
 /// An endpoint's history: the recorder's thread and a reading connection.
 #[derive(Debug)]
-pub struct History {
+pub struct RecordedHistory {
     reader: Mutex<HistoryStore>,
     keep: Retention,
     stopped: Arc<Mutex<Option<String>>>,
@@ -40,9 +40,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-impl History {
+impl RecordedHistory {
     /// Opens the history in `dir` and starts its recorder.
-    pub fn open(dir: &Path, keep: Retention) -> Result<Arc<History>, HistoryError> {
+    pub fn open(dir: &Path, keep: Retention) -> Result<Arc<RecordedHistory>, HistoryError> {
         Self::open_with(dir, keep, None)
     }
 
@@ -51,7 +51,7 @@ impl History {
         dir: &Path,
         keep: Retention,
         max_pages: Option<u64>,
-    ) -> Result<Arc<History>, HistoryError> {
+    ) -> Result<Arc<RecordedHistory>, HistoryError> {
         let writer = HistoryStore::open(dir)?;
         if let Some(p) = max_pages {
             writer.limit_pages(p)?;
@@ -65,7 +65,7 @@ impl History {
             .name("history".to_string())
             .spawn(move || record(writer, recording, &rx, keep, &thread_stopped))
             .map_err(|e| HistoryError::Damaged(format!("cannot start the recorder: {e}")))?;
-        Ok(Arc::new(History {
+        Ok(Arc::new(RecordedHistory {
             reader: Mutex::new(reader),
             keep,
             stopped,
@@ -114,7 +114,7 @@ impl History {
 /// writes it. Call from within the runtime; the feed ends when the state's versions do.
 pub fn attach(
     state: crate::endpoint::api::ApiState,
-    history: Arc<History>,
+    history: Arc<RecordedHistory>,
 ) -> (crate::endpoint::api::ApiState, tokio::task::JoinHandle<()>) {
     let feed = spawn_feed(Arc::clone(&history), Arc::clone(&state.versions));
     (state.with_history(history), feed)
@@ -123,7 +123,7 @@ pub fn attach(
 /// Feeds the history from an endpoint's snapshot versions: after every commit and every
 /// `SAMPLE_MS`, whether or not anyone watches. Ends when `versions` is gone.
 pub fn spawn_feed(
-    history: Arc<History>,
+    history: Arc<RecordedHistory>,
     versions: Arc<SnapshotVersions>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {

@@ -16,7 +16,7 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 
 use crate::clock::Timestamp;
 use crate::history::changes::{key, keys, touches};
-use crate::history::wire::{Change, Direction, GpuRef, HistoryInfo, Seek, Target};
+use crate::history::wire::{Direction, GpuRef, HistoryChange, HistoryInfo, Seek, Target};
 use crate::history::{Body, DeviceSample, Record, chunk, record, replay};
 use crate::snapshot::Snapshot;
 use crate::units::Bytes;
@@ -37,7 +37,7 @@ pub enum HistoryError {
     /// The disk (or the file's page limit) is full: recording stops, nothing else does.
     #[error("disk full writing {0}")]
     Full(String),
-    /// Any other SQLite failure.
+    /// Any other `SQLite` failure.
     #[error("history database: {0}")]
     Sqlite(#[from] rusqlite::Error),
     /// A stored record or chunk is damaged.
@@ -52,7 +52,7 @@ fn damaged(e: impl std::fmt::Display) -> HistoryError {
     HistoryError::Damaged(e.to_string())
 }
 
-/// Sorts SQLite's "full" apart: it stops recording with its own message.
+/// Sorts `SQLite`'s "full" apart: it stops recording with its own message.
 fn written(e: rusqlite::Error, what: &str) -> HistoryError {
     match e.sqlite_error_code() {
         Some(ErrorCode::DiskFull) => HistoryError::Full(what.to_string()),
@@ -388,7 +388,7 @@ impl HistoryStore {
         to: Timestamp,
         target: Option<&Target>,
         limit: usize,
-    ) -> Result<(Vec<Change>, bool), HistoryError> {
+    ) -> Result<(Vec<HistoryChange>, bool), HistoryError> {
         let k = target.map_or_else(|| ANY.to_string(), key);
         let mut q = self.conn.prepare_cached(
             "SELECT v.changes FROM touches t JOIN versions v ON v.seq = t.seq

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::wire::{Change, ChangeKind, GpuRef, Target};
+use super::wire::{ChangeKind, GpuRef, HistoryChange, Target};
 use crate::clock::Timestamp;
 use crate::ids::ClaimId;
 use crate::snapshot::{AuditEvent, ClaimState, ClaimView, DeviceView, ProjectView, Snapshot};
@@ -27,7 +27,12 @@ fn list(gpus: &[GpuRef]) -> String {
     names.join(",")
 }
 
-fn claim_change(at: Timestamp, version: u64, old: Option<&ClaimView>, new: &ClaimView) -> Change {
+fn claim_change(
+    at: Timestamp,
+    version: u64,
+    old: Option<&ClaimView>,
+    new: &ClaimView,
+) -> HistoryChange {
     let gpus = claim_gpus(new);
     let who = format!("claim {} ({})", new.id, new.project);
     let (kind, summary) = match (old, new.state) {
@@ -55,7 +60,7 @@ fn claim_change(at: Timestamp, version: u64, old: Option<&ClaimView>, new: &Clai
     }
     all.sort();
     all.dedup();
-    Change {
+    HistoryChange {
         at,
         version,
         kind,
@@ -73,9 +78,9 @@ fn device_changes(
     gpu: GpuRef,
     old: &DeviceView,
     new: &DeviceView,
-    out: &mut Vec<Change>,
+    out: &mut Vec<HistoryChange>,
 ) {
-    let change = |kind, summary: String| Change {
+    let change = |kind, summary: String| HistoryChange {
         at,
         version,
         kind,
@@ -128,11 +133,11 @@ fn project_changes(
     version: u64,
     old: &[ProjectView],
     new: &[ProjectView],
-    out: &mut Vec<Change>,
+    out: &mut Vec<HistoryChange>,
 ) {
     let before: BTreeMap<&str, &ProjectView> = old.iter().map(|p| (p.name.as_str(), p)).collect();
     for p in new {
-        let change = |kind, summary: String| Change {
+        let change = |kind, summary: String| HistoryChange {
             at,
             version,
             kind,
@@ -172,7 +177,7 @@ fn event_target(e: &AuditEvent) -> Option<Target> {
 }
 
 /// Whether `change` touches `target`.
-pub fn touches(change: &Change, target: &Target) -> bool {
+pub fn touches(change: &HistoryChange, target: &Target) -> bool {
     match target {
         Target::Gpu(g) => change.gpus.contains(g),
         Target::Claim(id) => change.claim == Some(*id),
@@ -181,7 +186,7 @@ pub fn touches(change: &Change, target: &Target) -> bool {
 }
 
 /// The keys a change is indexed under for seeking: `g:NODE:INDEX`, `c:ID`, `p:NAME`.
-pub fn keys(change: &Change) -> BTreeSet<String> {
+pub fn keys(change: &HistoryChange) -> BTreeSet<String> {
     let mut out: BTreeSet<String> = change
         .gpus
         .iter()
@@ -206,7 +211,7 @@ pub fn key(target: &Target) -> String {
 }
 
 /// The changes from `old` (none: the first state recorded) to `new`, recorded at `at`.
-pub fn between(old: Option<&Snapshot>, new: &Snapshot, at: Timestamp) -> Vec<Change> {
+pub fn between(old: Option<&Snapshot>, new: &Snapshot, at: Timestamp) -> Vec<HistoryChange> {
     // The first state recorded is where the history begins, not a change.
     let Some(base) = old else {
         return Vec::new();
@@ -214,7 +219,7 @@ pub fn between(old: Option<&Snapshot>, new: &Snapshot, at: Timestamp) -> Vec<Cha
     let version = new.revision;
     let mut out = Vec::new();
     if base.endpoint != new.endpoint {
-        out.push(Change {
+        out.push(HistoryChange {
             at,
             version,
             kind: ChangeKind::EndpointChanged,
@@ -238,7 +243,7 @@ pub fn between(old: Option<&Snapshot>, new: &Snapshot, at: Timestamp) -> Vec<Cha
                 .collect::<Vec<_>>()
         };
         let Some(o) = old_nodes.get(n.name.as_str()) else {
-            out.push(Change {
+            out.push(HistoryChange {
                 at,
                 version,
                 kind: ChangeKind::NodeAdded,
@@ -262,7 +267,7 @@ pub fn between(old: Option<&Snapshot>, new: &Snapshot, at: Timestamp) -> Vec<Cha
     }
     for o in &base.nodes {
         if !new_names.contains(o.name.as_str()) {
-            out.push(Change {
+            out.push(HistoryChange {
                 at,
                 version,
                 kind: ChangeKind::NodeRemoved,
@@ -284,7 +289,7 @@ pub fn between(old: Option<&Snapshot>, new: &Snapshot, at: Timestamp) -> Vec<Cha
     }
     for c in &base.claims {
         if !new_ids.contains(&c.id) {
-            out.push(Change {
+            out.push(HistoryChange {
                 at,
                 version,
                 kind: ChangeKind::ClaimEnded,
@@ -302,7 +307,7 @@ pub fn between(old: Option<&Snapshot>, new: &Snapshot, at: Timestamp) -> Vec<Cha
 }
 
 /// Hangs each new audit event on the change it explains (by target), or adds it alone.
-fn attach_events(old: &Snapshot, new: &Snapshot, at: Timestamp, out: &mut Vec<Change>) {
+fn attach_events(old: &Snapshot, new: &Snapshot, at: Timestamp, out: &mut Vec<HistoryChange>) {
     let seen = old.events.last().map_or(0, |e| e.revision);
     for e in new.events.iter().filter(|e| e.revision > seen) {
         let target = event_target(e);
@@ -316,7 +321,7 @@ fn attach_events(old: &Snapshot, new: &Snapshot, at: Timestamp, out: &mut Vec<Ch
             c.event = Some(e.clone());
             continue;
         }
-        let mut change = Change {
+        let mut change = HistoryChange {
             at,
             version: e.revision,
             kind: ChangeKind::Event,

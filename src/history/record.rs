@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::changes;
-use super::wire::Change;
+use super::wire::HistoryChange;
 use crate::clock::Timestamp;
 use crate::snapshot::{Snapshot, SnapshotChange, apply, diff};
 
@@ -47,7 +47,7 @@ pub struct Record {
     pub body: Body,
     /// What changed from the version before, for people (stored apart from the body, so
     /// listing changes never decompresses a keyframe).
-    pub changes: Vec<Change>,
+    pub changes: Vec<HistoryChange>,
 }
 
 /// Why a record could not be read.
@@ -65,13 +65,13 @@ pub enum RecordError {
 }
 
 /// Changes compressed, to store beside their record.
-pub fn encode_changes(changes: &[Change]) -> Vec<u8> {
+pub fn encode_changes(changes: &[HistoryChange]) -> Vec<u8> {
     let raw = serde_json::to_vec(changes).unwrap_or_default();
     zstd::bulk::compress(&raw, LEVEL).unwrap_or(raw)
 }
 
 /// Changes read back from [`encode_changes`].
-pub fn decode_changes(bytes: &[u8]) -> Result<Vec<Change>, RecordError> {
+pub fn decode_changes(bytes: &[u8]) -> Result<Vec<HistoryChange>, RecordError> {
     let raw =
         zstd::stream::decode_all(bytes).map_err(|e| RecordError::Compression(e.to_string()))?;
     Ok(serde_json::from_slice(&raw)?)
@@ -217,19 +217,16 @@ impl Recording {
         let keyframe = self.last.is_none()
             || self.since_keyframe >= KEYFRAME_EVERY
             || at.millis_since(self.keyframe_at) >= KEYFRAME_MS;
-        let body = match (&self.last, keyframe) {
-            (Some(last), false) => {
-                self.since_keyframe += 1;
-                Body::Delta {
-                    delta: diff(last, &state),
-                }
+        let body = if let (Some(last), false) = (&self.last, keyframe) {
+            self.since_keyframe += 1;
+            Body::Delta {
+                delta: diff(last, &state),
             }
-            _ => {
-                self.since_keyframe = 0;
-                self.keyframe_at = at;
-                Body::Keyframe {
-                    state: Box::new(state.clone()),
-                }
+        } else {
+            self.since_keyframe = 0;
+            self.keyframe_at = at;
+            Body::Keyframe {
+                state: Box::new(state.clone()),
             }
         };
         self.must = false;
@@ -319,13 +316,15 @@ mod tests {
     fn keyframes_come_every_so_many_versions_and_after_a_lost_write() {
         let mut r = Recording::default();
         let mut kinds = Vec::new();
-        for v in 1..=(u64::from(KEYFRAME_EVERY) + 2) {
+        for v in 1..=(u64::from(KEYFRAME_EVERY) + 3) {
             kinds.push(r.observe(&snap(v, v, 0)).unwrap().body.is_keyframe());
         }
-        assert!(kinds[0] && !kinds[1] && kinds[KEYFRAME_EVERY as usize]);
+        // A keyframe, then KEYFRAME_EVERY deltas at most, then a keyframe.
+        let every = KEYFRAME_EVERY as usize;
+        assert!(kinds[0] && kinds[1..=every].iter().all(|k| !k) && kinds[every + 1]);
         r.force_keyframe();
         let again = r
-            .observe(&snap(u64::from(KEYFRAME_EVERY) + 2, 999, 0))
+            .observe(&snap(u64::from(KEYFRAME_EVERY) + 3, 999, 0))
             .unwrap();
         assert!(
             again.body.is_keyframe(),
@@ -335,6 +334,7 @@ mod tests {
 
     #[test]
     fn a_claim_placed_then_released_reads_as_two_changes() {
+        use crate::history::wire::ChangeKind;
         let mut with = snap(2, 2_000, 0);
         with.claims.push(ClaimView {
             id: crate::ids::ClaimId(7),
@@ -365,7 +365,6 @@ mod tests {
         r.observe(&snap(1, 1_000, 0));
         let placed = r.observe(&with).unwrap();
         let ended = r.observe(&snap(3, 3_000, 0)).unwrap();
-        use crate::history::wire::ChangeKind;
         assert_eq!(placed.changes[0].kind, ChangeKind::ClaimPlaced);
         assert_eq!(placed.changes[0].gpus[0].to_string(), "a:0");
         assert_eq!(ended.changes[0].kind, ChangeKind::ClaimEnded);

@@ -207,7 +207,7 @@ pub struct HistoryInfo {
     pub stopped: Option<String>,
 }
 
-/// What kind of change a [`Change`] is.
+/// What kind of change a [`HistoryChange`] is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ChangeKind {
@@ -248,7 +248,7 @@ pub enum ChangeKind {
 
 /// One change of the recorded state.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Change {
+pub struct HistoryChange {
     /// When it was recorded.
     pub at: Timestamp,
     /// The endpoint's state revision it produced (`Snapshot::revision`).
@@ -279,7 +279,7 @@ pub struct Changes {
     /// The window's end, as asked.
     pub to: Timestamp,
     /// Oldest first.
-    pub changes: Vec<Change>,
+    pub changes: Vec<HistoryChange>,
     /// More changes were in the window than `limit`: ask again from the last one's time.
     pub truncated: bool,
 }
