@@ -20,6 +20,7 @@ mod fleet;
 mod fleet_move;
 mod lost_answer;
 pub mod man;
+mod record;
 mod run;
 mod run_group;
 mod serve;
@@ -140,6 +141,9 @@ pub enum Command {
     Token(TokenCommand),
     /// The audit history of the endpoints in play: who claimed, released, moved, cordoned...
     Events(EventsArgs),
+    /// Record an engine's history (Ray, Slurm, BOINC, Prometheus) and serve it read-only,
+    /// so the console rewinds it like an endpoint (README, "History").
+    Record(record::RecordArgs),
 }
 
 /// How to reach an endpoint.
@@ -241,6 +245,7 @@ async fn dispatch(cmd: Command) -> anyhow::Result<u8> {
         Command::Act(a) => act::act(a).await,
         Command::Token(cmd) => token::run(cmd).map(|()| 0),
         Command::Events(a) => events::events(a).await,
+        Command::Record(a) => record::record(a).await.map(|()| 0),
     }
 }
 

@@ -95,6 +95,15 @@ pub struct ServeArgs {
     /// Print the systemd unit for this binary (assets/gpuboard.service) and exit.
     #[arg(long)]
     pub print_unit: bool,
+    /// Days of history kept (state changes and telemetry, README "History"); 0 records none.
+    #[arg(long, value_name = "DAYS", default_value_t = 30)]
+    pub history_days: u32,
+    /// The most the history may take on disk (`1GiB`, `500MB`); the oldest goes first.
+    #[arg(long, value_name = "SIZE", default_value = "1GiB")]
+    pub history_size: String,
+    /// Caps the history file at this many pages, as a full disk would (tests).
+    #[arg(long, hide = true)]
+    pub history_max_pages: Option<u64>,
 }
 
 /// `gpuboard serve`: runs the endpoint until SIGTERM or SIGINT.
@@ -221,9 +230,23 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         }
         out.flush()?;
     }
+    let mut state = ApiState::new(engine, tokens, a.open_reads).with_token_dir(&dir);
+    let recorder = match history_retention(&a)? {
+        Some(keep) => {
+            let history = crate::endpoint::history_recorder::RecordedHistory::open_with(
+                &dir,
+                keep,
+                a.history_max_pages,
+            )
+            .with_context(|| format!("cannot open the history in {}", dir.display()))?;
+            let (with, feed) = crate::endpoint::history_recorder::attach(state, history);
+            state = with;
+            Some(feed)
+        }
+        None => None,
+    };
     super::systemd::notify_ready(&format!("{scheme}://{addr}"));
     let watchdog = super::systemd::spawn_watchdog();
-    let state = ApiState::new(engine, tokens, a.open_reads).with_token_dir(&dir);
     let gate = Arc::clone(&state.gate);
     let usage = spawn_usage_flusher(Arc::clone(&gate));
     api::serve_with(listener, state, config, async {
@@ -231,6 +254,9 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         super::systemd::notify_stopping();
     })
     .await?;
+    if let Some(r) = recorder {
+        r.abort();
+    }
     ticker.abort();
     usage.abort();
     if let Err(e) = gate.flush_usage() {
@@ -265,6 +291,20 @@ impl Drop for MadeHere {
             let _ = std::fs::remove_dir_all(dir);
         }
     }
+}
+
+/// The history's retention from `--history-days` and `--history-size`; `None` when off.
+fn history_retention(
+    a: &ServeArgs,
+) -> anyhow::Result<Option<crate::endpoint::history_store::Retention>> {
+    let bytes = Bytes::parse(&a.history_size)
+        .map_err(|e| anyhow::anyhow!("--history-size {}: {e}", a.history_size))?;
+    Ok(
+        (a.history_days > 0).then_some(crate::endpoint::history_store::Retention {
+            days: a.history_days,
+            bytes,
+        }),
+    )
 }
 
 /// The warning for an endpoint reachable from other hosts, naming the address bound (the

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Extension, Path, Request, State};
+use axum::extract::{Extension, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -49,6 +49,8 @@ pub struct ApiState {
     pub(crate) versions: Arc<SnapshotVersions>,
     /// How long a delta watch stays silent before a heartbeat.
     pub(crate) heartbeat: Duration,
+    /// The endpoint's recorded history, when it keeps one.
+    pub(crate) history: Option<Arc<super::history_recorder::RecordedHistory>>,
 }
 
 impl ApiState {
@@ -62,7 +64,18 @@ impl ApiState {
             open_reads,
             responses: Family::default(),
             heartbeat: wire::HEARTBEAT,
+            history: None,
         }
+    }
+
+    /// The same, serving (and reporting on) `history`.
+    #[must_use]
+    pub fn with_history(
+        mut self,
+        history: Arc<super::history_recorder::RecordedHistory>,
+    ) -> ApiState {
+        self.history = Some(history);
+        self
     }
 
     /// The same, also accepting the named tokens kept in `dir` (see `tokens`).
@@ -196,6 +209,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/projects/{name}", put(set_share))
         .route("/v1/projects/{name}/reset", post(reset_project))
         .route(paths::METRICS, get(super::metrics::metrics))
+        .merge(super::history_api::routes())
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
     Router::new()
         .route(paths::HEALTHZ, get(healthz))
@@ -246,15 +260,28 @@ pub async fn serve_with(
 /// attach probe looks for).
 async fn healthz(State(st): State<ApiState>) -> Response {
     match st.engine.failure() {
-        None => match st.engine.store_busy_for() {
-            None => "ok\n".into_response(),
-            Some(busy) => format!(
-                "degraded: database busy for {} s (another process holds its write lock); \
-                 changes wait until it is released, reads ok\n",
-                busy.as_secs()
-            )
-            .into_response(),
-        },
+        None => {
+            let head = match st.engine.store_busy_for() {
+                None => "ok
+"
+                .to_string(),
+                Some(busy) => format!(
+                    "degraded: database busy for {} s (another process holds its write lock); \
+                     changes wait until it is released, reads ok
+",
+                    busy.as_secs()
+                ),
+            };
+            // A stopped recording is said, but the scheduler is healthy: still 200.
+            match st.history.as_ref().and_then(|h| h.stopped()) {
+                Some(why) => format!(
+                    "{head}history: {why}
+"
+                )
+                .into_response(),
+                None => head.into_response(),
+            }
+        }
         Some(reason) => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!(
@@ -312,7 +339,15 @@ fn json_status(status: StatusCode, v: &impl serde::Serialize) -> Response {
 }
 
 /// The current version's cached JSON, with its `ETag`; `304` when `If-None-Match` has it.
-async fn snapshot(State(st): State<ApiState>, headers: HeaderMap) -> ApiResult {
+async fn snapshot(
+    State(st): State<ApiState>,
+    Query(q): Query<std::collections::HashMap<String, String>>,
+    headers: HeaderMap,
+) -> ApiResult {
+    if q.contains_key("at") {
+        let routes = super::history_api::HistoryRoutes(st.history.clone());
+        return super::history_api::snapshot_at(&routes, &q).await;
+    }
     let built = st.versions.current().await.map_err(serialize_failed)?;
     let etag = format!("\"{}\"", built.version);
     let known = headers
