@@ -163,6 +163,7 @@ pub fn perform(
     let limit = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
     match effect {
         Effect::Quit => {}
+        Effect::History(ask) => super::history::perform(ask, sources, timeout, &tx),
         Effect::Fetch(i) => {
             let Some(src) = sources.get(i) else { return };
             let fut = src.fetch();

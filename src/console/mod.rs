@@ -9,12 +9,14 @@ pub mod attach;
 pub mod config;
 pub mod driver;
 pub mod headless;
+pub mod history;
 pub mod keymap;
 pub mod logging;
 pub mod msg;
 pub mod state;
 pub mod theme;
 pub mod update;
+pub mod when;
 pub mod views;
 
 use std::path::PathBuf;

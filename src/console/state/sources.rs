@@ -41,6 +41,8 @@ pub struct SourceSlot {
     /// The snapshot as the source sent it, kept when remote telemetry is joined into
     /// `data` so each join starts from what the source said.
     pub raw: Option<Snapshot>,
+    /// Its data is from history (the console is rewound), not live.
+    pub rewound: bool,
 }
 
 /// Kinds whose snapshots are telemetry for other sources' devices.
