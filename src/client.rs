@@ -6,9 +6,11 @@
 //! fingerprint or a CA file (`trust`). Every request says who sends it (`user@host`, in
 //! `wire::ACTOR_HEADER`) for the audit log. Answers are gzip-compressed when the endpoint can.
 
+mod history;
 mod sse;
 mod trust;
 
+pub use history::SnapshotAt;
 pub use trust::{TlsTrust, http_only_tls};
 
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //!
 //! Layers, lowest first; a module imports only from its own layer or below:
 //! - **Domain, no I/O**: `units`, `clock`, `ids`, `fairshare`, `request`, `placement`,
-//!   `scheduler`, `snapshot` (the read model), `wire` (the HTTP contract), `inventory`,
+//!   `scheduler`, `snapshot` (the read model), `history` (its record over time), `wire` (the HTTP contract), `inventory`,
 //!   `attribution`, `simulate`.
 //! - **Edges**: `telemetry` (NVML), `discovery` (Flink), `endpoint` (what `gpuboard serve`
 //!   is), `client` (its HTTP client), `sources` (where the console's data comes from), `doctor`.
@@ -17,6 +17,7 @@ pub mod discovery;
 pub mod doctor;
 pub mod endpoint;
 pub mod fairshare;
+pub mod history;
 pub mod ids;
 pub mod inventory;
 pub mod placement;

@@ -18,6 +18,7 @@ const RANKS: &[(&str, u8)] = &[
     ("snapshot", 5),
     ("scheduler", 6),
     ("wire", 6),
+    ("history", 6),
     ("simulate", 6),
     ("telemetry", 7),
     ("attribution", 8),

@@ -1,0 +1,8 @@
+//! The time machine's domain: what an endpoint's history is made of and how it is read
+//! back. State versions are recorded exactly (keyframes, whole snapshots without their
+//! telemetry, and between them the `SnapshotChange`s of the watch); telemetry is kept per
+//! device in compressed columnar chunks; changes are indexed by the GPUs, claims and
+//! projects they touch. Plain data and encoding, no I/O: the store is
+//! `endpoint::history_store`, the routes `endpoint::history_api`.
+
+pub mod wire;
