@@ -187,7 +187,7 @@ fn keys_in_the_reasons_popup() {
         ((40, 12), &[PageDown, Char('j'), Char('k')], Mode::Why(2)),
         ((40, 12), &[End], Mode::Why(3)),
         ((40, 12), &[End, PageUp], Mode::Why(0)),
-        ((40, 12), &[Char('j'), Char('g')], Mode::Why(0)),
+        ((40, 12), &[Char('j'), Home], Mode::Why(0)),
         ((80, 24), &[Char('x')], Mode::Why(0)),
         ((80, 24), &[Esc], Mode::Normal),
         ((80, 24), &[Enter], Mode::Normal),

@@ -137,7 +137,7 @@ fn claim_form_release_confirm_help_and_down_source() {
         scrolled.contains("clear the selected project"),
         "{scrolled}"
     );
-    key(&mut st, KeyCode::Char('g'));
+    key(&mut st, KeyCode::Home);
     assert!(text(&st, &th, 80, 24).contains("quit the console"));
     let mut st = with_down_source();
     show_view(&mut st, View::Overview);

@@ -9,7 +9,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::msg::Msg;
 use crate::clock::Timestamp;
-use crate::sources::history::{AtTime, Sample, SeekDir, Touching};
+use crate::sources::history::{AtTime, History, Sample, SeekDir, Touching};
 use crate::sources::{Failure, Source};
 
 /// A question for one source's history.
@@ -78,69 +78,81 @@ pub enum HistoryAnswer {
     },
 }
 
-/// Runs an ask under the timeout; the answer comes back as `Msg::History`.
+/// Runs an ask under the timeout on its own task; the answer comes back as `Msg::History`.
 pub fn perform(
     ask: HistoryAsk,
     sources: &[Arc<dyn Source>],
     timeout: Duration,
     tx: &UnboundedSender<Msg>,
 ) {
-    let limit = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-    let source = match &ask {
+    let history = history_of(&ask, sources);
+    let tx = tx.clone();
+    tokio::spawn(async move {
+        let _ = tx.send(Msg::History(answer(ask, history, timeout).await));
+    });
+}
+
+/// The history the ask is for (`None`: its source keeps none).
+pub fn history_of(ask: &HistoryAsk, sources: &[Arc<dyn Source>]) -> Option<Arc<dyn History>> {
+    let source = match ask {
         HistoryAsk::At { source, .. } | HistoryAsk::Seek { source, .. } => *source,
         HistoryAsk::Telemetry { key, .. } => key.source,
     };
-    let history = sources.get(source).and_then(|s| s.history());
-    let tx = tx.clone();
+    sources.get(source).and_then(|s| s.history())
+}
+
+/// Asks `history` (under the timeout) and wraps what it says.
+pub async fn answer(
+    ask: HistoryAsk,
+    history: Option<Arc<dyn History>>,
+    timeout: Duration,
+) -> HistoryAnswer {
+    let limit = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
     let Some(h) = history else {
-        let _ = tx.send(Msg::History(no_history(ask)));
-        return;
+        return no_history(ask);
     };
-    tokio::spawn(async move {
-        let answer = match ask {
-            HistoryAsk::At {
-                source,
-                generation,
-                at,
-            } => HistoryAnswer::At {
-                source,
-                generation,
+    match ask {
+        HistoryAsk::At {
+            source,
+            generation,
+            at,
+        } => HistoryAnswer::At {
+            source,
+            generation,
+            result: Some(
+                tokio::time::timeout(timeout, h.snapshot_at(at))
+                    .await
+                    .unwrap_or(Err(Failure::Timeout(limit))),
+            ),
+        },
+        HistoryAsk::Seek {
+            source,
+            generation,
+            at,
+            dir,
+            what,
+        } => HistoryAnswer::Sought {
+            source,
+            generation,
+            result: Some(
+                tokio::time::timeout(timeout, h.seek(at, dir, what))
+                    .await
+                    .unwrap_or(Err(Failure::Timeout(limit))),
+            ),
+        },
+        HistoryAsk::Telemetry { rewound, key } => {
+            let fut = h.telemetry(key.node.clone(), key.index, key.from, key.to);
+            HistoryAnswer::Telemetry {
+                rewound,
+                key,
                 result: Some(
-                    tokio::time::timeout(timeout, h.snapshot_at(at))
+                    tokio::time::timeout(timeout, fut)
                         .await
                         .unwrap_or(Err(Failure::Timeout(limit))),
                 ),
-            },
-            HistoryAsk::Seek {
-                source,
-                generation,
-                at,
-                dir,
-                what,
-            } => HistoryAnswer::Sought {
-                source,
-                generation,
-                result: Some(
-                    tokio::time::timeout(timeout, h.seek(at, dir, what))
-                        .await
-                        .unwrap_or(Err(Failure::Timeout(limit))),
-                ),
-            },
-            HistoryAsk::Telemetry { rewound, key } => {
-                let fut = h.telemetry(key.node.clone(), key.index, key.from, key.to);
-                HistoryAnswer::Telemetry {
-                    rewound,
-                    key,
-                    result: Some(
-                        tokio::time::timeout(timeout, fut)
-                            .await
-                            .unwrap_or(Err(Failure::Timeout(limit))),
-                    ),
-                }
             }
-        };
-        let _ = tx.send(Msg::History(answer));
-    });
+        }
+    }
 }
 
 /// The answer of a source that keeps no history.

@@ -17,6 +17,7 @@ pub mod boinc;
 pub mod demo;
 pub mod embedded;
 pub mod endpoint;
+pub mod endpoint_history;
 pub mod error;
 mod feed;
 pub mod gres;
