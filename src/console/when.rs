@@ -38,15 +38,16 @@ pub fn parse_when(text: &str, now: Timestamp, zone: &TimeZone) -> Result<Timesta
         Timestamp(t.parse().map_err(|_| bad())?)
     } else if let Ok(ts) = t.parse::<jiff::Timestamp>() {
         Timestamp(u64::try_from(ts.as_millisecond()).map_err(|_| bad())?)
-    } else if let Ok(time) = t.parse::<Time>() {
-        last_time_of_day(time, now, zone).ok_or_else(bad)?
-    } else {
-        let civil = t
-            .parse::<DateTime>()
-            .or_else(|_| t.parse::<Date>().map(|d| d.to_datetime(Time::midnight())))
-            .map_err(|_| bad())?;
+    } else if let Ok(civil) = t
+        .parse::<DateTime>()
+        .or_else(|_| t.parse::<Date>().map(|d| d.to_datetime(Time::midnight())))
+    {
         let zoned = civil.to_zoned(zone.clone()).map_err(|_| bad())?;
         Timestamp(u64::try_from(zoned.timestamp().as_millisecond()).map_err(|_| bad())?)
+    } else {
+        // A time of day alone (jiff would also take the time out of a date and time).
+        let time = t.parse::<Time>().map_err(|_| bad())?;
+        last_time_of_day(time, now, zone).ok_or_else(bad)?
     };
     if at > now {
         return Err(WhenError::Future(t.to_string()));
@@ -130,6 +131,7 @@ mod tests {
             ("2026-11-25 03:12:30", "2026-11-25T03:12:30Z"),
             ("2026-11-25 03:12", "2026-11-25T03:12:00Z"),
             ("2026-11-24", "2026-11-24T00:00:00Z"),
+            ("2026-11-24 23:50", "2026-11-24T23:50:00Z"),
             ("2026-11-25T03:12:30Z", "2026-11-25T03:12:30Z"),
             ("2026-11-25T04:12:30+01:00", "2026-11-25T03:12:30Z"),
             ("1795576320000", "2026-11-25T03:12:00Z"),
@@ -169,6 +171,8 @@ mod tests {
         }
         let e = parse_when("2026-11-26 00:00", NOW, &TimeZone::UTC).unwrap_err();
         assert_eq!(e, WhenError::Future("2026-11-26 00:00".to_string()));
+        let e = parse_when("2026-11-25 03:30", NOW, &TimeZone::UTC).unwrap_err();
+        assert_eq!(e, WhenError::Future("2026-11-25 03:30".to_string()));
         assert!(e.to_string().contains("in the future"));
     }
 }

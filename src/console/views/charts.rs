@@ -97,7 +97,13 @@ fn recorded(
         .collect();
     let now_x = (state.now >= c.key.from && state.now <= c.key.to)
         .then(|| state.now.millis_since(c.key.from) as f64);
-    let last = c.samples.last();
+    // The readings at the time shown (live: the latest).
+    let last = c
+        .samples
+        .iter()
+        .rev()
+        .find(|s| s.at <= state.now)
+        .or(c.samples.last());
     let labels = [
         short_time(state, c.key.from),
         short_time(state, c.key.to),

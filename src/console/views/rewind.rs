@@ -22,9 +22,9 @@ pub(super) fn banner(frame: &mut Frame, area: Rect, live: &State, r: &Rewind, th
     } else {
         format!("⏸ space plays {}x", r.speed_x())
     };
-    let first = Line::from(vec![
+    let mut spans = vec![
         Span::styled(
-            " ⏪ REWIND ",
+            " ◀◀ REWIND ",
             theme.critical.add_modifier(Modifier::REVERSED | Modifier::BOLD),
         ),
         Span::styled(
@@ -33,17 +33,30 @@ pub(super) fn banner(frame: &mut Frame, area: Rect, live: &State, r: &Rewind, th
         ),
         Span::styled(
             if behind < 1_000 {
-                "at live ".to_string()
+                "· at live ".to_string()
             } else {
-                format!("{} behind live ", age(behind))
+                format!("· {} behind live ", age(behind))
             },
             theme.warn,
         ),
-        Span::styled(
-            format!("· {play} · }}{{ changes · ][ 5 s · g time · G live"),
-            theme.dim,
-        ),
-    ]);
+    ];
+    // The keys, as many as fit.
+    let mut used: usize = spans.iter().map(|s| s.content.chars().count()).sum();
+    for hint in [
+        "· G live ".to_string(),
+        format!("· {play} "),
+        "· }{ changes ".to_string(),
+        "· ][ 5 s ".to_string(),
+        "· g time".to_string(),
+    ] {
+        let n = hint.chars().count();
+        if used + n > usize::from(area.width) {
+            break;
+        }
+        used += n;
+        spans.push(Span::styled(hint, theme.dim));
+    }
+    let first = Line::from(spans);
     let second = Line::from(source_spans(live, r, theme, usize::from(area.width)));
     frame.render_widget(Clear, area);
     frame.render_widget(Paragraph::new(vec![first, second]), area);
