@@ -172,7 +172,7 @@ fn an_overflowing_pane_says_how_much_more_and_enter_shows_it_whole() {
 
 #[test]
 fn keys_in_the_reasons_popup() {
-    use KeyCode::{Char, Down, End, Enter, Esc, PageDown, PageUp, Up};
+    use KeyCode::{Char, Down, End, Enter, Esc, Home, PageDown, PageUp, Up};
     // (size, keys after opening it with Enter, the mode after them). At 80x24 the
     // reasons fit the popup: nothing to scroll. At 40x12 they take 11 lines in 8 rows:
     // it scrolls up to 3 lines, and no further.
