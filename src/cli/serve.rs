@@ -89,6 +89,15 @@ pub struct ServeArgs {
     /// Milliseconds a connection may move no byte before it is closed.
     #[arg(long, value_name = "MS", default_value_t = 60_000)]
     pub idle_timeout_ms: u64,
+    /// Days of history kept (state changes and telemetry, README "History"); 0 records none.
+    #[arg(long, value_name = "DAYS", default_value_t = 30)]
+    pub history_days: u32,
+    /// The most the history may take on disk (`1GiB`, `500MB`); the oldest goes first.
+    #[arg(long, value_name = "SIZE", default_value = "1GiB")]
+    pub history_size: String,
+    /// Caps the history file at this many pages, as a full disk would (tests).
+    #[arg(long, hide = true)]
+    pub history_max_pages: Option<u64>,
 }
 
 /// `gpuboard serve`: runs the endpoint until SIGTERM or SIGINT.
@@ -189,11 +198,44 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         }
         out.flush()?;
     }
-    let state = ApiState::new(engine, tokens, a.open_reads).with_token_dir(&dir);
+    let mut state = ApiState::new(engine, tokens, a.open_reads).with_token_dir(&dir);
+    let recorder = match history_retention(&a)? {
+        Some(keep) => {
+            let history = crate::endpoint::history_recorder::History::open_with(
+                &dir,
+                keep,
+                a.history_max_pages,
+            )
+            .with_context(|| format!("cannot open the history in {}", dir.display()))?;
+            state = state.with_history(Arc::clone(&history));
+            Some(crate::endpoint::history_recorder::spawn_feed(
+                history,
+                Arc::clone(&state.versions),
+            ))
+        }
+        None => None,
+    };
     api::serve_with(listener, state, config, shutdown_signal()).await?;
+    if let Some(r) = recorder {
+        r.abort();
+    }
     ticker.abort();
     drop(lock);
     Ok(())
+}
+
+/// The history's retention from `--history-days` and `--history-size`; `None` when off.
+fn history_retention(
+    a: &ServeArgs,
+) -> anyhow::Result<Option<crate::endpoint::history_store::Retention>> {
+    let bytes = Bytes::parse(&a.history_size)
+        .map_err(|e| anyhow::anyhow!("--history-size {}: {e}", a.history_size))?;
+    Ok(
+        (a.history_days > 0).then_some(crate::endpoint::history_store::Retention {
+            days: a.history_days,
+            bytes,
+        }),
+    )
 }
 
 /// The warning for an endpoint reachable from other hosts, naming the address bound (the

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Extension, Path, Request, State};
+use axum::extract::{Extension, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -48,6 +48,8 @@ pub struct ApiState {
     pub(crate) versions: Arc<SnapshotVersions>,
     /// How long a delta watch stays silent before a heartbeat.
     pub(crate) heartbeat: Duration,
+    /// The endpoint's recorded history, when it keeps one.
+    pub(crate) history: Option<Arc<super::history_recorder::History>>,
 }
 
 impl ApiState {
@@ -61,7 +63,15 @@ impl ApiState {
             open_reads,
             responses: Family::default(),
             heartbeat: wire::HEARTBEAT,
+            history: None,
         }
+    }
+
+    /// The same, serving (and reporting on) `history`.
+    #[must_use]
+    pub fn with_history(mut self, history: Arc<super::history_recorder::History>) -> ApiState {
+        self.history = Some(history);
+        self
     }
 
     /// The same, also accepting the named tokens kept in `dir` (see `tokens`).
@@ -190,6 +200,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/projects/{name}", put(set_share))
         .route("/v1/projects/{name}/reset", post(reset_project))
         .route(paths::METRICS, get(super::metrics::metrics))
+        .merge(super::history_api::routes())
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
     Router::new()
         .route(paths::HEALTHZ, get(healthz))
@@ -236,7 +247,11 @@ pub async fn serve_with(
 /// `ok` while the endpoint accepts changes; 503 with the reason once a commit has failed.
 async fn healthz(State(st): State<ApiState>) -> Response {
     match st.engine.failure() {
-        None => "ok\n".into_response(),
+        // A stopped recording is said, but the scheduler is healthy: still 200.
+        None => match st.history.as_ref().and_then(|h| h.stopped()) {
+            Some(why) => format!("ok\nhistory: {why}\n").into_response(),
+            None => "ok\n".into_response(),
+        },
         Some(reason) => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!(
@@ -294,7 +309,15 @@ fn json_status(status: StatusCode, v: &impl serde::Serialize) -> Response {
 }
 
 /// The current version's cached JSON, with its `ETag`; `304` when `If-None-Match` has it.
-async fn snapshot(State(st): State<ApiState>, headers: HeaderMap) -> ApiResult {
+async fn snapshot(
+    State(st): State<ApiState>,
+    Query(q): Query<std::collections::HashMap<String, String>>,
+    headers: HeaderMap,
+) -> ApiResult {
+    if q.contains_key("at") {
+        let routes = super::history_api::HistoryRoutes(st.history.clone());
+        return super::history_api::snapshot_at(&routes, &q).await;
+    }
     let built = st.versions.current().await.map_err(serialize_failed)?;
     let etag = format!("\"{}\"", built.version);
     let known = headers

@@ -5,4 +5,11 @@
 //! projects they touch. Plain data and encoding, no I/O: the store is
 //! `endpoint::history_store`, the routes `endpoint::history_api`.
 
+pub mod changes;
+pub mod chunk;
+pub mod record;
+pub mod sample;
 pub mod wire;
+
+pub use record::{Body, Record, Recording, replay, state_of};
+pub use sample::{DeviceSample, join, samples_of};

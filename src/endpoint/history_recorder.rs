@@ -1,0 +1,206 @@
+//! The recorder: one thread that owns the history's writing connection and turns the
+//! snapshots it is fed into versions and samples, and the feed that hands it the endpoint's
+//! snapshots (on every commit, and every sampling interval). Fed through a bounded channel
+//! that never blocks: when the recorder falls behind, a snapshot is skipped, never a claim
+//! delayed. A failed write (a full disk) stops recording with a reason that `/healthz`
+//! shows; the next write that succeeds clears it.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use crate::clock::Timestamp;
+use crate::endpoint::history_store::{HistoryError, HistoryStore, Retention};
+use crate::endpoint::versions::SnapshotVersions;
+use crate::history::wire::{GpuRef, HistoryInfo};
+use crate::history::{Recording, samples_of};
+use crate::snapshot::Snapshot;
+
+/// Telemetry is recorded every this many milliseconds per device.
+pub const SAMPLE_MS: u64 = 5_000;
+/// Retention runs this often (in recorded time).
+const RETAIN_EVERY_MS: u64 = 600_000;
+/// Snapshots waiting for the recorder before new ones are skipped.
+const QUEUE: usize = 64;
+/// A commit is recorded after this pause, so a burst of commits makes one version.
+const COALESCE: Duration = Duration::from_millis(20);
+
+/// An endpoint's history: the recorder's thread and a reading connection.
+#[derive(Debug)]
+pub struct History {
+    reader: Mutex<HistoryStore>,
+    keep: Retention,
+    stopped: Arc<Mutex<Option<String>>>,
+    feed: SyncSender<Arc<Snapshot>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl History {
+    /// Opens the history in `dir` and starts its recorder.
+    pub fn open(dir: &Path, keep: Retention) -> Result<Arc<History>, HistoryError> {
+        Self::open_with(dir, keep, None)
+    }
+
+    /// The same, with the writer's file capped at `max_pages` pages (a full disk, for tests).
+    pub fn open_with(
+        dir: &Path,
+        keep: Retention,
+        max_pages: Option<u64>,
+    ) -> Result<Arc<History>, HistoryError> {
+        let writer = HistoryStore::open(dir)?;
+        if let Some(p) = max_pages {
+            writer.limit_pages(p)?;
+        }
+        let recording = Recording::after(writer.last_state()?);
+        let reader = HistoryStore::open(dir)?;
+        let (feed, rx) = sync_channel(QUEUE);
+        let stopped = Arc::new(Mutex::new(None));
+        let thread_stopped = Arc::clone(&stopped);
+        std::thread::Builder::new()
+            .name("history".to_string())
+            .spawn(move || record(writer, recording, &rx, keep, &thread_stopped))
+            .map_err(|e| HistoryError::Damaged(format!("cannot start the recorder: {e}")))?;
+        Ok(Arc::new(History {
+            reader: Mutex::new(reader),
+            keep,
+            stopped,
+            feed,
+        }))
+    }
+
+    /// Hands a snapshot to the recorder; skipped when it is behind.
+    pub fn feed(&self, snap: Arc<Snapshot>) {
+        if let Err(TrySendError::Full(_)) = self.feed.try_send(snap) {
+            tracing::debug!("history recorder behind: a snapshot skipped");
+        }
+    }
+
+    /// Why recording has stopped, if it has.
+    pub fn stopped(&self) -> Option<String> {
+        lock(&self.stopped).clone()
+    }
+
+    /// Retention settings.
+    pub fn retention(&self) -> Retention {
+        self.keep
+    }
+
+    /// Runs `f` on the reading connection, off the async threads.
+    pub async fn read<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&HistoryStore) -> Result<T, HistoryError> + Send + 'static,
+    ) -> Result<T, HistoryError> {
+        let me = Arc::clone(self);
+        tokio::task::spawn_blocking(move || f(&lock(&me.reader)))
+            .await
+            .map_err(|e| HistoryError::Damaged(format!("history reader failed: {e}")))?
+    }
+
+    /// How far back, how large, and whether recording has stopped.
+    pub async fn info(self: &Arc<Self>) -> Result<HistoryInfo, HistoryError> {
+        let keep = self.keep;
+        let mut info = self.read(move |s| s.info(keep)).await?;
+        info.stopped = self.stopped();
+        Ok(info)
+    }
+}
+
+/// Feeds the history from an endpoint's snapshot versions: after every commit and every
+/// `SAMPLE_MS`, whether or not anyone watches. Ends when `versions` is gone.
+pub fn spawn_feed(
+    history: Arc<History>,
+    versions: Arc<SnapshotVersions>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut commits = versions.engine().subscribe();
+        let mut every = tokio::time::interval(Duration::from_millis(SAMPLE_MS));
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                changed = commits.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(COALESCE).await;
+                }
+                _ = every.tick() => {}
+            }
+            match versions.current().await {
+                Ok(built) => history.feed(Arc::clone(&built.snapshot)),
+                Err(e) => tracing::warn!("history: cannot build the snapshot: {e}"),
+            }
+        }
+    })
+}
+
+/// The recorder thread: until every feeder is gone.
+fn record(
+    mut store: HistoryStore,
+    mut recording: Recording,
+    rx: &Receiver<Arc<Snapshot>>,
+    keep: Retention,
+    stopped: &Mutex<Option<String>>,
+) {
+    let mut sampled: BTreeMap<GpuRef, Timestamp> = BTreeMap::new();
+    let mut retained: Option<Timestamp> = None;
+    while let Ok(snap) = rx.recv() {
+        let result = step(&mut store, &mut recording, &mut sampled, &snap);
+        let now = snap.taken_at;
+        let result = result.and_then(|()| {
+            if retained.is_none_or(|t| now.millis_since(t) >= RETAIN_EVERY_MS) {
+                retained = Some(now);
+                store.retain(keep, now)?;
+            }
+            Ok(())
+        });
+        let mut slot = lock(stopped);
+        match result {
+            Ok(()) => {
+                if slot.take().is_some() {
+                    tracing::info!("history: recording again");
+                }
+            }
+            Err(e) => {
+                if slot.is_none() {
+                    tracing::warn!("history: recording stopped: {e}");
+                }
+                *slot = Some(format!("stopped: {e}"));
+                // What was not written must not be the base of the next delta.
+                recording.force_keyframe();
+            }
+        }
+    }
+}
+
+/// Records one snapshot: its state when it changed, its samples when due.
+fn step(
+    store: &mut HistoryStore,
+    recording: &mut Recording,
+    sampled: &mut BTreeMap<GpuRef, Timestamp>,
+    snap: &Snapshot,
+) -> Result<(), HistoryError> {
+    if let Some(rec) = recording.observe(snap) {
+        store.append(&rec)?;
+    }
+    // A sample is due once most of the interval has passed since the device's last one.
+    let due: Vec<_> = samples_of(snap)
+        .into_iter()
+        .filter(|(gpu, s)| {
+            sampled
+                .get(gpu)
+                .is_none_or(|last| s.at > *last && s.at.millis_since(*last) >= SAMPLE_MS * 4 / 5)
+        })
+        .collect();
+    if !due.is_empty() {
+        store.add_samples(&due)?;
+        for (gpu, s) in due {
+            sampled.insert(gpu, s.at);
+        }
+    }
+    Ok(())
+}

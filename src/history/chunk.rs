@@ -1,0 +1,260 @@
+//! A chunk: one device's samples over a span (an hour), stored as one compressed value.
+//! Columnar: each metric's values one after another, each as the zigzag varint of its
+//! difference from the one before (a steady metric costs a zero byte, which zstd then
+//! squeezes to almost nothing); what seldom changes (processes, throttle reasons, the
+//! device's fixed facts) only where it changed. Then zstd over the whole.
+
+use serde::{Deserialize, Serialize};
+
+use super::sample::{DeviceSample, Rare};
+use crate::clock::Timestamp;
+use crate::units::Bytes;
+
+/// zstd's level for chunks: written once an hour per device, read on every rewind.
+const LEVEL: i32 = 15;
+/// The chunk format this build writes (the first byte).
+const FORMAT: u8 = 1;
+/// The most samples a chunk may claim to hold (a day at one per second): a larger count is
+/// a damaged chunk, not an allocation to make.
+const MAX_SAMPLES: usize = 86_400;
+
+/// Why a chunk could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ChunkError {
+    /// Not zstd, or cut short.
+    #[error("chunk not readable: {0}")]
+    Compression(String),
+    /// Decompressed, but not a chunk of this format.
+    #[error("chunk damaged: {0}")]
+    Damaged(&'static str),
+    /// The rare column.
+    #[error("chunk damaged: {0}")]
+    Rare(#[from] serde_json::Error),
+}
+
+fn put(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn zigzag(d: i64) -> u64 {
+    ((d << 1) ^ (d >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn varint(&mut self) -> Result<u64, ChunkError> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = *self
+                .bytes
+                .get(self.at)
+                .ok_or(ChunkError::Damaged("a column is cut short"))?;
+            self.at += 1;
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(ChunkError::Damaged("a number is longer than 64 bits"))
+    }
+}
+
+/// A metric as a column value: 0 for absent, else the value plus one.
+fn present(v: Option<u64>) -> u64 {
+    v.map_or(0, |x| x.saturating_add(1))
+}
+
+/// The numeric columns of a sample, in their stored order.
+fn columns(s: &DeviceSample) -> [u64; 10] {
+    let u = |v: Option<u32>| present(v.map(u64::from));
+    [
+        s.at.0,
+        u(s.utilization_gpu),
+        u(s.utilization_memory),
+        present(s.memory_used.map(|b| b.0)),
+        s.memory_reserved.0,
+        // Watts, not milliwatts: the sample holds whole watts.
+        u(s.power_mw.map(|mw| mw / 1000)),
+        u(s.temperature_c),
+        u(s.clock_sm_mhz),
+        u(s.clock_memory_mhz),
+        u(s.fan_pct),
+    ]
+}
+
+fn from_columns(c: &[u64; 10], rare: Rare) -> DeviceSample {
+    let opt = |v: u64| v.checked_sub(1);
+    let u = |v: u64| opt(v).map(|x| u32::try_from(x).unwrap_or(u32::MAX));
+    DeviceSample {
+        at: Timestamp(c[0]),
+        utilization_gpu: u(c[1]),
+        utilization_memory: u(c[2]),
+        memory_used: opt(c[3]).map(Bytes),
+        memory_reserved: Bytes(c[4]),
+        power_mw: u(c[5]).map(|w| w.saturating_mul(1000)),
+        temperature_c: u(c[6]),
+        clock_sm_mhz: u(c[7]),
+        clock_memory_mhz: u(c[8]),
+        fan_pct: u(c[9]),
+        rare,
+    }
+}
+
+/// Where the rare part changed: from sample `from` on, it is `rare`.
+#[derive(Serialize, Deserialize)]
+struct RareRun {
+    from: u32,
+    rare: Rare,
+}
+
+/// Encodes samples (oldest first) as one compressed chunk.
+pub fn encode(samples: &[DeviceSample]) -> Vec<u8> {
+    let mut raw = vec![FORMAT];
+    put(&mut raw, samples.len() as u64);
+    let rows: Vec<[u64; 10]> = samples.iter().map(columns).collect();
+    for col in 0..10 {
+        let mut prev = 0u64;
+        for row in &rows {
+            put(&mut raw, zigzag(row[col].wrapping_sub(prev) as i64));
+            prev = row[col];
+        }
+    }
+    let mut runs: Vec<RareRun> = Vec::new();
+    for (i, s) in samples.iter().enumerate() {
+        if runs.last().is_none_or(|r| r.rare != s.rare) {
+            runs.push(RareRun {
+                from: i as u32,
+                rare: s.rare.clone(),
+            });
+        }
+    }
+    // Serializing plain data to a Vec cannot fail.
+    raw.extend(serde_json::to_vec(&runs).unwrap_or_default());
+    zstd::bulk::compress(&raw, LEVEL).unwrap_or(raw)
+}
+
+/// Decodes a chunk written by [`encode`].
+pub fn decode(chunk: &[u8]) -> Result<Vec<DeviceSample>, ChunkError> {
+    let raw =
+        zstd::stream::decode_all(chunk).map_err(|e| ChunkError::Compression(e.to_string()))?;
+    if raw.first() != Some(&FORMAT) {
+        return Err(ChunkError::Damaged("unknown chunk format"));
+    }
+    let mut r = Reader { bytes: &raw, at: 1 };
+    let n = usize::try_from(r.varint()?).unwrap_or(usize::MAX);
+    if n > MAX_SAMPLES {
+        return Err(ChunkError::Damaged("more samples than a chunk holds"));
+    }
+    let mut rows = vec![[0u64; 10]; n];
+    for col in 0..10 {
+        let mut prev = 0u64;
+        for row in &mut rows {
+            prev = prev.wrapping_add(unzigzag(r.varint()?) as u64);
+            row[col] = prev;
+        }
+    }
+    let runs: Vec<RareRun> = serde_json::from_slice(&raw[r.at..])?;
+    let mut out = Vec::with_capacity(n);
+    let mut run = 0;
+    for (i, row) in rows.iter().enumerate() {
+        while runs
+            .get(run + 1)
+            .is_some_and(|next| next.from as usize <= i)
+        {
+            run += 1;
+        }
+        let rare = runs.get(run).map(|r| r.rare.clone()).unwrap_or_default();
+        out.push(from_columns(row, rare));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::ProcessView;
+    use proptest::prelude::*;
+
+    fn sample(at: u64, util: Option<u32>, power: Option<u32>, procs: u32) -> DeviceSample {
+        DeviceSample {
+            at: Timestamp(at),
+            utilization_gpu: util,
+            memory_used: Some(Bytes(40 << 30)),
+            memory_reserved: Bytes(20 << 30),
+            power_mw: power.map(|w| w * 1000),
+            temperature_c: Some(61),
+            clock_sm_mhz: Some(1410),
+            rare: Rare {
+                processes: (0..procs)
+                    .map(|p| ProcessView {
+                        pid: 100 + p,
+                        name: Some("python".into()),
+                        used_memory: Some(Bytes(1 << 30)),
+                        claim: None,
+                    })
+                    .collect(),
+                ..Rare::default()
+            },
+            ..DeviceSample::default()
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn chunks_read_back_what_was_written(
+            rows in proptest::collection::vec(
+                (0u64..10_000, proptest::option::of(0u32..=100), proptest::option::of(0u32..700), 0u32..3),
+                0..200,
+            )
+        ) {
+            let mut at = 1_795_442_709_000;
+            let samples: Vec<DeviceSample> = rows
+                .iter()
+                .map(|(gap, u, p, n)| {
+                    at += gap;
+                    sample(at, *u, *p, *n)
+                })
+                .collect();
+            prop_assert_eq!(decode(&encode(&samples)).unwrap(), samples);
+        }
+    }
+
+    #[test]
+    fn an_hour_of_a_steady_gpu_is_small() {
+        let mut seed = 7u64;
+        let mut noise = |m: u64| {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            (seed >> 33) % m
+        };
+        let samples: Vec<DeviceSample> = (0..720u64)
+            .map(|i| {
+                let util = 85 + noise(15) as u32;
+                let power = 280 + noise(40) as u32;
+                sample(1_795_442_700_000 + i * 5_000, Some(util), Some(power), 2)
+            })
+            .collect();
+        let bytes = encode(&samples).len();
+        assert!(bytes < 2_500, "{bytes} bytes for an hour");
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        assert!(decode(b"not zstd").is_err());
+        let bad = zstd::bulk::compress(&[FORMAT, 0xff, 0xff, 0xff, 0xff, 0x0f], 1).unwrap();
+        assert!(decode(&bad).is_err());
+        let short = zstd::bulk::compress(&[FORMAT, 3, 1], 1).unwrap();
+        assert!(decode(&short).is_err());
+    }
+}
