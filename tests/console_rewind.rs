@@ -74,17 +74,17 @@ fn answer_at(st: &mut State, effects: &[Effect], answer: impl Fn(usize) -> Optio
     }
 }
 
-fn shown_then(_: usize) -> Option<AtTime> {
-    Some(AtTime::Shown {
+fn shown_then() -> AtTime {
+    AtTime::Shown {
         snapshot: Box::new(then_snapshot()),
         at: Timestamp(THEN.0 - 2_000),
-    })
+    }
 }
 
 fn rewound_lab() -> State {
     let mut st = lab_state();
     let effects = rewind(&mut st, "11:47");
-    answer_at(&mut st, &effects, shown_then);
+    answer_at(&mut st, &effects, |_| Some(shown_then()));
     st
 }
 
@@ -126,9 +126,12 @@ fn g_and_a_time_ask_every_source_for_its_state_then() {
     assert_eq!(st.mode, Mode::Normal);
     // Until the answer: loading, never the live data under the banner.
     let screen = text(&st, 80, 24);
-    assert!(screen.contains("REWIND") && screen.contains("1 loading"), "{screen}");
+    assert!(
+        screen.contains("REWIND") && screen.contains("1 loading"),
+        "{screen}"
+    );
     assert!(!screen.contains("lab-a"), "{screen}");
-    answer_at(&mut st, &effects, shown_then);
+    answer_at(&mut st, &effects, |_| Some(shown_then()));
     let screen = text(&st, 120, 40);
     assert!(screen.contains("2024-03-01 11:47:00 UTC"), "{screen}");
     assert!(screen.contains("13m behind live"), "{screen}");
@@ -236,7 +239,7 @@ fn live_resumes_exactly_where_the_watch_left_off() {
         run(st, vec![k('3'), k('j'), k('j')]);
     }
     let effects = rewind(&mut rewound, "11:47");
-    answer_at(&mut rewound, &effects, shown_then);
+    answer_at(&mut rewound, &effects, |_| Some(shown_then()));
     run(
         &mut rewound,
         vec![k('2'), k('j'), code(KeyCode::Enter), k('/'), k('x')],
@@ -290,7 +293,7 @@ fn a_time_before_a_sources_history_says_where_it_begins() {
     assert_eq!(asks(&effects).len(), 3);
     let begins = Timestamp(NOW.0 - 5 * 60_000);
     answer_at(&mut st, &effects, |s| match s {
-        0 => shown_then(0),
+        0 => Some(shown_then()),
         1 => Some(AtTime::Before { from: begins }),
         _ => None,
     });
@@ -388,7 +391,13 @@ fn next_and_previous_change_follow_the_gpu_in_detail() {
     run(&mut st, vec![code(KeyCode::Esc), k('3')]);
     let effects = run(&mut st, vec![k('}')]);
     assert!(
-        matches!(&asks(&effects)[..], [HistoryAsk::Seek { what: Touching::Claim(ClaimId(_)), .. }]),
+        matches!(
+            &asks(&effects)[..],
+            [HistoryAsk::Seek {
+                what: Touching::Claim(ClaimId(_)),
+                ..
+            }]
+        ),
         "{effects:?}"
     );
 }
@@ -428,7 +437,7 @@ fn an_answer_older_than_the_one_shown_is_dropped() {
     let mut st = lab_state();
     let first = rewind(&mut st, "11:47");
     let second = run(&mut st, vec![k(']')]);
-    answer_at(&mut st, &second, shown_then);
+    answer_at(&mut st, &second, |_| Some(shown_then()));
     answer_at(&mut st, &first, |_| {
         Some(AtTime::Shown {
             snapshot: Box::new(live_snapshot()),
@@ -451,9 +460,13 @@ fn the_rewind_keys_while_live() {
     let mut st = lab_state();
     let effects = run(&mut st, vec![k('{')]);
     assert!(
-        asks(&effects)
-            .iter()
-            .any(|a| matches!(a, HistoryAsk::Seek { dir: SeekDir::Prev, .. })),
+        asks(&effects).iter().any(|a| matches!(
+            a,
+            HistoryAsk::Seek {
+                dir: SeekDir::Prev,
+                ..
+            }
+        )),
         "{effects:?}"
     );
 }
@@ -466,7 +479,11 @@ fn hour_of_samples(from: Timestamp) -> Vec<Sample> {
             let held = (240..540).contains(&i);
             Sample {
                 at,
-                utilization_gpu: Some(if held { 60 + u32::try_from(i % 30).unwrap() } else { 2 }),
+                utilization_gpu: Some(if held {
+                    60 + u32::try_from(i % 30).unwrap()
+                } else {
+                    2
+                }),
                 memory_used: Some(Bytes::gib(if held { 8 } else { 1 })),
                 memory_reserved: Some(Bytes::gib(if held { 10 } else { 0 })),
                 power_mw: Some(if held { 250_000 } else { 60_000 }),
@@ -511,7 +528,7 @@ fn gpu_detail_charts_the_last_hour_live_and_the_hour_around_the_time_shown() {
     assert!(asks(&update(&mut st, Msg::Tick(NOW.plus_millis(20_000)))).is_empty());
     // Rewound: its own charts, the hour around 10:30, the live ones kept.
     let effects = rewind(&mut st, "10:30");
-    answer_at(&mut st, &effects, shown_then);
+    answer_at(&mut st, &effects, |_| Some(shown_then()));
     let rk = answer_charts(&mut st, &effects);
     let ten = Timestamp(NOW.0 - 2 * 3_600_000);
     assert_eq!((rk.from, rk.to), (ten, ten.plus_millis(3_600_000)));

@@ -3,7 +3,7 @@
 //! releases made at known times, then `g`, the time, Enter, the GPU detail, and `}`
 //! walking its next changes. While rewound an action is refused (the claim stays), and
 //! `G` returns to the live view the watch kept. A time before the history begins says
-//! where it begins. Waits poll the screen with a deadline; nothing asserts a timing.
+//! where it begins; `status --dump-screen --at` prints the same. Waits poll the screen with a deadline; nothing asserts a timing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -74,7 +74,11 @@ fn release(server: &Server, id: u64) {
 
 fn claim_ids(server: &Server) -> Vec<u64> {
     let out = server.cli(&["ls", "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
     v.iter().filter_map(|c| c["id"].as_u64()).collect()
 }
@@ -99,8 +103,16 @@ fn what_held_gpu_3_on_node_x_then_and_what_happened_to_it_next() {
     let first = claim(
         &server,
         &[
-            "--memory", "10GiB", "--node", "x", "--devices", "3", "--project", "vision",
-            "--holder", "alice",
+            "--memory",
+            "10GiB",
+            "--node",
+            "x",
+            "--devices",
+            "3",
+            "--project",
+            "vision",
+            "--holder",
+            "alice",
         ],
     );
     // A whole second while alice holds it: the time the operator types.
@@ -110,16 +122,32 @@ fn what_held_gpu_3_on_node_x_then_and_what_happened_to_it_next() {
     let noise = claim(
         &server,
         &[
-            "--memory", "5GiB", "--node", "x", "--devices", "0", "--project", "speech",
-            "--holder", "carol",
+            "--memory",
+            "5GiB",
+            "--node",
+            "x",
+            "--devices",
+            "0",
+            "--project",
+            "speech",
+            "--holder",
+            "carol",
         ],
     );
     std::thread::sleep(Duration::from_millis(1_200));
     let second = claim(
         &server,
         &[
-            "--memory", "20GiB", "--node", "x", "--devices", "3", "--project", "nlp",
-            "--holder", "bob",
+            "--memory",
+            "20GiB",
+            "--node",
+            "x",
+            "--devices",
+            "3",
+            "--project",
+            "nlp",
+            "--holder",
+            "bob",
         ],
     );
 
@@ -164,7 +192,9 @@ fn what_held_gpu_3_on_node_x_then_and_what_happened_to_it_next() {
     assert!(claim_ids(&server).contains(&noise));
     // G: live again, where the watch left off (the GPUs list, no banner).
     s.keys(&["G"]);
-    let screen = s.wait_until("live again", |t| !t.contains("REWIND") && t.contains("GPUs (6)"));
+    let screen = s.wait_until("live again", |t| {
+        !t.contains("REWIND") && t.contains("GPUs (6)")
+    });
     assert!(screen.contains("● live"), "{screen}");
     // A time before the history begins says where it begins.
     s.keys(&["g"]);
@@ -177,4 +207,25 @@ fn what_held_gpu_3_on_node_x_then_and_what_happened_to_it_next() {
         "the GPUs list says it too:\n{screen}"
     );
     s.keys(&["q"]);
+    // The same for a ticket: `status --dump-screen claims --at`.
+    let out = server.cli(&[
+        "status",
+        "--dump-screen",
+        "claims",
+        "--size",
+        "120x30",
+        "--at",
+        &rfc3339(held),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("REWIND") && text.contains("ep1 as of"),
+        "{text}"
+    );
+    assert!(text.contains("alice") && !text.contains("bob"), "{text}");
 }

@@ -133,10 +133,7 @@ fn claim_form_release_confirm_help_and_down_source() {
         key(&mut st, KeyCode::PageDown);
     }
     let scrolled = text(&st, &th, 80, 24);
-    assert!(
-        scrolled.contains("play slower (rewound)"),
-        "{scrolled}"
-    );
+    assert!(scrolled.contains("play slower (rewound)"), "{scrolled}");
     key(&mut st, KeyCode::Home);
     assert!(text(&st, &th, 80, 24).contains("quit the console"));
     let mut st = with_down_source();

@@ -16,8 +16,8 @@ pub mod msg;
 pub mod state;
 pub mod theme;
 pub mod update;
-pub mod when;
 pub mod views;
+pub mod when;
 
 use std::path::PathBuf;
 use std::sync::Arc;

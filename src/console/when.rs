@@ -112,9 +112,7 @@ mod tests {
     const NOW: Timestamp = Timestamp(1_795_577_100_000);
 
     fn utc(s: &str) -> Timestamp {
-        Timestamp(
-            u64::try_from(s.parse::<jiff::Timestamp>().unwrap().as_millisecond()).unwrap(),
-        )
+        Timestamp(u64::try_from(s.parse::<jiff::Timestamp>().unwrap().as_millisecond()).unwrap())
     }
 
     #[test]
@@ -159,15 +157,30 @@ mod tests {
             Ok(utc("2026-11-25T03:12:30Z"))
         );
         // Absolute and relative forms do not depend on the zone.
-        assert_eq!(parse_when("-10m", NOW, &paris), Ok(utc("2026-11-25T03:15:00Z")));
+        assert_eq!(
+            parse_when("-10m", NOW, &paris),
+            Ok(utc("2026-11-25T03:15:00Z"))
+        );
     }
 
     #[test]
     fn bad_input_says_what_is_allowed() {
-        for text in ["", "  ", "yesterday", "-10x", "-", "25:99", "03:12pm", "2026-13-01"] {
+        for text in [
+            "",
+            "  ",
+            "yesterday",
+            "-10x",
+            "-",
+            "25:99",
+            "03:12pm",
+            "2026-13-01",
+        ] {
             let e = parse_when(text, NOW, &TimeZone::UTC).unwrap_err();
             let words = e.to_string();
-            assert!(words.contains("-10m") && words.contains("RFC 3339"), "{text}: {words}");
+            assert!(
+                words.contains("-10m") && words.contains("RFC 3339"),
+                "{text}: {words}"
+            );
         }
         let e = parse_when("2026-11-26 00:00", NOW, &TimeZone::UTC).unwrap_err();
         assert_eq!(e, WhenError::Future("2026-11-26 00:00".to_string()));

@@ -36,9 +36,9 @@ impl History for EndpointHistory {
                 SnapshotAt::BeforeHistory {
                     history_from: Some(from),
                 } => Ok(AtTime::Before { from }),
-                SnapshotAt::BeforeHistory { history_from: None } => Err(Failure::Refused(
-                    "nothing is recorded yet".to_string(),
-                )),
+                SnapshotAt::BeforeHistory { history_from: None } => {
+                    Err(Failure::Refused("nothing is recorded yet".to_string()))
+                }
             }
         })
     }

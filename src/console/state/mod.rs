@@ -22,10 +22,11 @@ use super::keymap::Keymap;
 
 pub use form::{ClaimForm, FormField, FormKind, FormStage, LostClaim, MoveAcross, MoveRow};
 pub use handover::{HandoverRun, StepPlan};
-pub use rewind::{
-    CHART_SPAN_MS, ChartKey, Charts, DEFAULT_SPEED, Rewind, SPEEDS, STEP_MS, Seeking, Shown, chart_window,
-};
 pub use paging::{claims_info_height, events_split, why_pane_height};
+pub use rewind::{
+    CHART_SPAN_MS, ChartKey, Charts, DEFAULT_SPEED, Rewind, SPEEDS, STEP_MS, Seeking, Shown,
+    chart_window,
+};
 pub use selection::Picked;
 pub use sources::{STALE_AFTER_INTERVALS, SourceHealth, SourceSlot, TELEMETRY_KINDS};
 pub use totals::FleetTotals;

@@ -197,13 +197,19 @@ mod tests {
         let now = Timestamp(10 * 3_600_000 + 30_000);
         assert_eq!(
             chart_window(now, None),
-            (Timestamp(9 * 3_600_000 + 60_000), Timestamp(10 * 3_600_000 + 60_000))
+            (
+                Timestamp(9 * 3_600_000 + 60_000),
+                Timestamp(10 * 3_600_000 + 60_000)
+            )
         );
         // Rewound two hours: the hour around the time shown.
         let at = Timestamp(8 * 3_600_000);
         assert_eq!(
             chart_window(now, Some(at)),
-            (Timestamp(7 * 3_600_000 + 1_800_000), Timestamp(8 * 3_600_000 + 1_800_000))
+            (
+                Timestamp(7 * 3_600_000 + 1_800_000),
+                Timestamp(8 * 3_600_000 + 1_800_000)
+            )
         );
         // Rewound ten minutes: the window ends at live.
         let at = Timestamp(now.0 - 600_000);

@@ -10,6 +10,8 @@ use super::State;
 pub const STALE_AFTER_INTERVALS: u64 = 3;
 
 /// One source as the console knows it: last good data, its age, and its error.
+// Independent switches (can act, in flight, wanted, rewound), not a state machine.
+#[allow(clippy::struct_excessive_bools)]
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SourceSlot {
     /// Name.

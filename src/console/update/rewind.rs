@@ -202,7 +202,11 @@ pub(super) fn rewound_key(state: &mut State, ev: KeyEvent) -> Vec<Effect> {
     let effects = view_key(&mut r.shown, ev);
     // The rewound state is read-only: a command that would act was refused there, in
     // read-only words; say why in the rewind's.
-    if r.shown.flash.as_ref().is_some_and(|f| f.text.starts_with("read-only")) {
+    if r.shown
+        .flash
+        .as_ref()
+        .is_some_and(|f| f.text.starts_with("read-only"))
+    {
         flash(&mut r.shown, refused, true);
     }
     // Nothing the rewound state asks reaches a source, but leaving.
@@ -446,29 +450,25 @@ fn sought(
         return Vec::new();
     };
     let what = done.what.describe();
-    match done.best {
-        Some(t) => {
-            let word = match done.dir {
-                SeekDir::Next => "next",
-                SeekDir::Prev => "previous",
-            };
-            let text = format!("{word} change of {what}: {}", short_time(state, t));
-            let effects = rewind_to(state, t);
-            if let Some(r) = state.rewind.as_mut() {
-                flash(&mut r.shown, text, false);
-            }
-            effects
-        }
-        None => {
-            let text = match done.dir {
-                SeekDir::Next => format!("no later change of {what} (G returns to live)"),
-                SeekDir::Prev => format!("no earlier change of {what} in the history"),
-            };
-            flash(&mut r.shown, text, false);
-            state.dirty = true;
-            Vec::new()
-        }
+    let Some(t) = done.best else {
+        let text = match done.dir {
+            SeekDir::Next => format!("no later change of {what} (G returns to live)"),
+            SeekDir::Prev => format!("no earlier change of {what} in the history"),
+        };
+        flash(&mut r.shown, text, false);
+        state.dirty = true;
+        return Vec::new();
+    };
+    let word = match done.dir {
+        SeekDir::Next => "next",
+        SeekDir::Prev => "previous",
+    };
+    let text = format!("{word} change of {what}: {}", short_time(state, t));
+    let effects = rewind_to(state, t);
+    if let Some(r) = state.rewind.as_mut() {
+        flash(&mut r.shown, text, false);
     }
+    effects
 }
 
 /// The rewind keys while live: `g` asks for a time, `{` and `[` rewind from now; the
@@ -517,7 +517,8 @@ pub(super) fn tick(state: &mut State, now: Timestamp) -> Vec<Effect> {
         state.dirty = true;
         return Vec::new();
     }
-    let next = r.at.plus_millis(crate::console::driver::TICK_MS * u64::from(r.speed_x()));
+    let next =
+        r.at.plus_millis(crate::console::driver::TICK_MS * u64::from(r.speed_x()));
     if next >= now {
         r.playing = false;
         flash(

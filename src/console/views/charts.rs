@@ -27,17 +27,16 @@ pub(super) fn draw(
     t: Option<&DeviceTelemetry>,
     theme: &Theme,
 ) {
-    match state.charts.as_ref().filter(|c| !c.samples.is_empty()) {
-        Some(c) => recorded(frame, area, state, c, d, theme),
-        None => {
-            let why = match &state.charts {
-                Some(c) if c.loading => "loading history",
-                Some(c) if c.error.is_some() => "history unreadable",
-                Some(c) if c.no_history => "no history: recent samples",
-                _ => "recent samples",
-            };
-            sparklines(frame, area, d, t, why, theme);
-        }
+    if let Some(c) = state.charts.as_ref().filter(|c| !c.samples.is_empty()) {
+        recorded(frame, area, state, c, d, theme);
+    } else {
+        let why = match &state.charts {
+            Some(c) if c.loading => "loading history",
+            Some(c) if c.error.is_some() => "history unreadable",
+            Some(c) if c.no_history => "no history: recent samples",
+            _ => "recent samples",
+        };
+        sparklines(frame, area, d, t, why, theme);
     }
 }
 
@@ -104,10 +103,7 @@ fn recorded(
         .rev()
         .find(|s| s.at <= state.now)
         .or(c.samples.last());
-    let labels = [
-        short_time(state, c.key.from),
-        short_time(state, c.key.to),
-    ];
+    let labels = [short_time(state, c.key.from), short_time(state, c.key.to)];
     let panes = [
         (
             cu,

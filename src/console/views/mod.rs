@@ -2,6 +2,7 @@
 //! rows in view are built, so a fleet of thousands of devices draws in the same time as
 //! a screenful. One file per view and per overlay; `common` holds what they share.
 
+mod charts;
 mod chrome;
 mod claim_detail;
 mod claims;
@@ -16,7 +17,6 @@ mod help;
 mod movepick;
 mod overview;
 mod rewind;
-mod charts;
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout};
@@ -38,8 +38,7 @@ pub fn draw(frame: &mut Frame, state: &State, theme: &Theme) {
     match &state.rewind {
         Some(r) if area.width >= MIN_SIZE.0 && area.height >= MIN_SIZE.1 + BANNER_ROWS => {
             let [banner, below] =
-                Layout::vertical([Constraint::Length(BANNER_ROWS), Constraint::Min(1)])
-                    .areas(area);
+                Layout::vertical([Constraint::Length(BANNER_ROWS), Constraint::Min(1)]).areas(area);
             draw_in(frame, below, &r.shown, theme);
             rewind::banner(frame, banner, state, r, theme);
         }

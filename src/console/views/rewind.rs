@@ -25,7 +25,9 @@ pub(super) fn banner(frame: &mut Frame, area: Rect, live: &State, r: &Rewind, th
     let mut spans = vec![
         Span::styled(
             " ◀◀ REWIND ",
-            theme.critical.add_modifier(Modifier::REVERSED | Modifier::BOLD),
+            theme
+                .critical
+                .add_modifier(Modifier::REVERSED | Modifier::BOLD),
         ),
         Span::styled(
             format!(" {} {zone} ", date_time(r.at, &live.zone)),
@@ -132,7 +134,11 @@ pub(super) fn prompt(frame: &mut Frame, area: Rect, state: &State, text: &str, t
         width: area.width,
         height: 1,
     };
-    let error = state.flash.as_ref().filter(|f| f.error).map(|f| f.text.clone());
+    let error = state
+        .flash
+        .as_ref()
+        .filter(|f| f.error)
+        .map(|f| f.text.clone());
     let tail = match error {
         Some(e) => format!("▏ {e}"),
         None => "▏ 03:12 · -10m · 2026-11-25 03:12:30 · Enter go · Esc cancel".to_string(),
