@@ -172,6 +172,12 @@ fn the_banner_over_the_rewound_views() {
     }
     run(&mut st, vec![k('3')]);
     insta::assert_snapshot!("rewound_claims_80x24", text(&st, 80, 24));
+    // Too small for the banner: never the live state without it.
+    let small = text(&st, 40, 9);
+    assert!(
+        small.contains("REWIND") && small.contains("too small"),
+        "{small}"
+    );
 }
 
 /// Keys of every action that changes a source (a new one must be added here).

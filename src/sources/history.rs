@@ -38,16 +38,6 @@ pub enum SeekDir {
     Prev,
 }
 
-impl SeekDir {
-    /// `next` or `prev`, as the API spells it.
-    pub fn word(self) -> &'static str {
-        match self {
-            SeekDir::Next => "next",
-            SeekDir::Prev => "prev",
-        }
-    }
-}
-
 /// What a change must touch to count.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Touching {

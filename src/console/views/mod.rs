@@ -42,7 +42,21 @@ pub fn draw(frame: &mut Frame, state: &State, theme: &Theme) {
             draw_in(frame, below, &r.shown, theme);
             rewind::banner(frame, banner, state, r, theme);
         }
-        _ => draw_in(frame, area, state, theme),
+        // Never the live state without its banner: too small to show what is rewound.
+        Some(_) => {
+            let p = Paragraph::new(format!(
+                "gpuboard: REWIND; terminal too small ({}x{}); needs {}x{} (G returns to live)",
+                area.width,
+                area.height,
+                MIN_SIZE.0,
+                MIN_SIZE.1 + BANNER_ROWS
+            ))
+            .style(theme.warn)
+            .wrap(Wrap { trim: true });
+            frame.render_widget(Block::default().style(theme.text), area);
+            frame.render_widget(p, area);
+        }
+        None => draw_in(frame, area, state, theme),
     }
     if let Mode::RewindTo(text) = &state.mode {
         rewind::prompt(frame, area, state, text, theme);
