@@ -491,9 +491,10 @@ fn hour_of_samples(from: Timestamp) -> Vec<Sample> {
                     2
                 }),
                 memory_used: Some(Bytes::gib(if held { 8 } else { 1 })),
-                memory_reserved: Some(Bytes::gib(if held { 10 } else { 0 })),
+                memory_reserved: Bytes::gib(if held { 10 } else { 0 }),
                 power_mw: Some(if held { 250_000 } else { 60_000 }),
                 temperature_c: Some(50),
+                ..Sample::default()
             }
         })
         .collect()

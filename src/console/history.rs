@@ -9,7 +9,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::msg::Msg;
 use crate::clock::Timestamp;
-use crate::sources::history::{AtTime, History, Sample, SeekDir, Touching};
+use crate::sources::history::{AtTime, Sample, SeekDir, SourceHistory, Touching};
 use crate::sources::{Failure, Source};
 
 /// A question for one source's history.
@@ -93,7 +93,7 @@ pub fn perform(
 }
 
 /// The history the ask is for (`None`: its source keeps none).
-pub fn history_of(ask: &HistoryAsk, sources: &[Arc<dyn Source>]) -> Option<Arc<dyn History>> {
+pub fn history_of(ask: &HistoryAsk, sources: &[Arc<dyn Source>]) -> Option<Arc<dyn SourceHistory>> {
     let source = match ask {
         HistoryAsk::At { source, .. } | HistoryAsk::Seek { source, .. } => *source,
         HistoryAsk::Telemetry { key, .. } => key.source,
@@ -104,7 +104,7 @@ pub fn history_of(ask: &HistoryAsk, sources: &[Arc<dyn Source>]) -> Option<Arc<d
 /// Asks `history` (under the timeout) and wraps what it says.
 pub async fn answer(
     ask: HistoryAsk,
-    history: Option<Arc<dyn History>>,
+    history: Option<Arc<dyn SourceHistory>>,
     timeout: Duration,
 ) -> HistoryAnswer {
     let limit = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);

@@ -207,7 +207,7 @@ impl Source for Http {
     fn changed(&self) -> Option<Arc<Notify>> {
         Some(self.mirror.changed())
     }
-    fn history(&self) -> Option<Arc<dyn super::history::History>> {
+    fn history(&self) -> Option<Arc<dyn super::history::SourceHistory>> {
         let (name, has_token) = (self.name.clone(), self.has_token);
         Some(Arc::new(super::endpoint_history::EndpointHistory::new(
             self.client.clone(),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 
 use super::Failure;
-use super::history::{AtTime, History, Sample, SeekDir, Touching};
+use super::history::{AtTime, Sample, SeekDir, SourceHistory, Touching};
 use crate::client::{Client, ClientError, SnapshotAt};
 use crate::clock::Timestamp;
 use crate::history::wire::{Direction, GpuRef, Target};
@@ -27,7 +27,7 @@ impl EndpointHistory {
     }
 }
 
-impl History for EndpointHistory {
+impl SourceHistory for EndpointHistory {
     fn snapshot_at(&self, at: Timestamp) -> BoxFuture<'static, Result<AtTime, Failure>> {
         let (client, words) = (self.client.clone(), Arc::clone(&self.words));
         Box::pin(async move {
@@ -82,18 +82,7 @@ impl History for EndpointHistory {
                 .history_telemetry(&GpuRef { node, index }, from, to)
                 .await
                 .map_err(|e| words(e))?;
-            Ok(series
-                .samples
-                .into_iter()
-                .map(|s| Sample {
-                    at: s.at,
-                    utilization_gpu: s.utilization_gpu,
-                    memory_used: s.memory_used,
-                    memory_reserved: Some(s.memory_reserved),
-                    power_mw: s.power_mw,
-                    temperature_c: s.temperature_c,
-                })
-                .collect())
+            Ok(series.samples)
         })
     }
 }

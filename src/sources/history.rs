@@ -9,7 +9,9 @@ use super::Failure;
 use crate::clock::Timestamp;
 use crate::ids::ClaimId;
 use crate::snapshot::Snapshot;
-use crate::units::Bytes;
+
+/// One telemetry sample of a device, as the history API answers it.
+pub use crate::history::wire::Sample;
 
 /// What a source showed at a time.
 #[derive(Clone, Debug, PartialEq)]
@@ -68,25 +70,8 @@ impl Touching {
     }
 }
 
-/// One telemetry sample of a device.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Sample {
-    /// When it was taken.
-    pub at: Timestamp,
-    /// Utilization, percent.
-    pub utilization_gpu: Option<u32>,
-    /// Memory used by processes.
-    pub memory_used: Option<Bytes>,
-    /// Memory reserved by claims.
-    pub memory_reserved: Option<Bytes>,
-    /// Power draw, milliwatts.
-    pub power_mw: Option<u32>,
-    /// Temperature, degrees Celsius.
-    pub temperature_c: Option<u32>,
-}
-
 /// A source's history. Futures are `'static` so the driver runs them on their own task.
-pub trait History: Send + Sync {
+pub trait SourceHistory: Send + Sync {
     /// The state the source served at `at`.
     fn snapshot_at(&self, at: Timestamp) -> BoxFuture<'static, Result<AtTime, Failure>>;
     /// The time of the next (or previous) change after (before) `at` touching `what`;

@@ -275,7 +275,7 @@ pub trait Source: Send + Sync {
         None
     }
     /// Its recorded history, for rewinding; `None` (the default) when it keeps none.
-    fn history(&self) -> Option<Arc<dyn history::History>> {
+    fn history(&self) -> Option<Arc<dyn history::SourceHistory>> {
         None
     }
     /// Where a claim request would be placed now, without placing it.

@@ -127,7 +127,7 @@ impl Charts {
         let mut out = Vec::new();
         let mut last = None;
         for s in &self.samples {
-            let Some(r) = s.memory_reserved else { continue };
+            let r = s.memory_reserved;
             if let Some(prev) = last
                 && prev != r
             {
@@ -164,20 +164,13 @@ mod tests {
 
     #[test]
     fn claim_marks_are_where_the_reservation_steps() {
-        let s = |at: u64, r: Option<u64>| Sample {
+        let s = |at: u64, r: u64| Sample {
             at: Timestamp(at),
-            memory_reserved: r.map(Bytes),
+            memory_reserved: Bytes(r),
             ..Sample::default()
         };
         let c = Charts {
-            samples: vec![
-                s(0, Some(0)),
-                s(5, Some(0)),
-                s(10, Some(8)),
-                s(15, None),
-                s(20, Some(8)),
-                s(25, Some(2)),
-            ],
+            samples: vec![s(0, 0), s(5, 0), s(10, 8), s(20, 8), s(25, 2)],
             ..Charts::loading(ChartKey {
                 source: 0,
                 node: "x".into(),

@@ -71,7 +71,7 @@ fn recorded(
     let reserved: Vec<(f64, f64)> = c
         .samples
         .iter()
-        .filter_map(|s| Some((x(s), gib(s.memory_reserved?))))
+        .map(|s| (x(s), gib(s.memory_reserved)))
         .collect();
     let power: Vec<(f64, f64)> = c
         .samples
@@ -121,8 +121,7 @@ fn recorded(
                 " mem used {} / claims {} ",
                 last.and_then(|s| s.memory_used)
                     .map_or_else(|| "n/a".into(), short_bytes),
-                last.and_then(|s| s.memory_reserved)
-                    .map_or_else(|| "n/a".into(), short_bytes),
+                last.map_or_else(|| "n/a".into(), |s| short_bytes(s.memory_reserved)),
             ),
             vec![(reserved, theme.allocated), (used, theme.used)],
             mem_max,
