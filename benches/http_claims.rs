@@ -5,7 +5,8 @@
 //!
 //! `cargo bench --bench http_claims`, or `scripts/bench-endpoint` which also measures Ray
 //! placement groups (scripts/bench-ray.py) and prints the ratio. `BENCH_SECS` sets the
-//! measuring time per mode (default 5), `BENCH_CLIENTS` the client count (default 32).
+//! measuring time per mode (default 5), `BENCH_CLIENTS` the client count (default 32),
+//! `BENCH_HISTORY=1` has the endpoint record its history (README, "History").
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
@@ -93,12 +94,20 @@ fn start_server(dir: &std::path::Path, sync: SyncMode) -> (String, String, Engin
     listener.set_nonblocking(true).unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let state = ApiState::new(engine.clone(), tokens, false);
+    // BENCH_HISTORY=1: the endpoint records its history, as `serve` does by default.
+    let history = (std::env::var("BENCH_HISTORY").as_deref() == Ok("1")).then(|| {
+        gpuboard::endpoint::history_recorder::History::open(dir, Default::default()).unwrap()
+    });
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
             .unwrap();
         rt.block_on(async move {
+            let state = match history {
+                Some(h) => gpuboard::endpoint::history_recorder::attach(state, h).0,
+                None => state,
+            };
             let listener = tokio::net::TcpListener::from_std(listener).unwrap();
             api::serve(listener, state, std::future::pending())
                 .await

@@ -446,6 +446,44 @@ fn human(report: &DoctorReport) -> String {
     out
 }
 
+/// The line on this host's endpoint history (`history.sqlite` in `dir`): how far back it
+/// goes and its size, and the same as JSON.
+fn history_report(dir: &Path) -> (String, serde_json::Value) {
+    use crate::endpoint::history_store::{HistoryStore, Retention};
+    let zone = jiff::tz::TimeZone::system();
+    match HistoryStore::peek(dir, Retention::default()) {
+        Ok(Some(info)) => {
+            let span = match (info.from, info.to) {
+                (Some(from), Some(to)) => format!(
+                    "from {} to {} ({})",
+                    crate::clock::date_time(from, &zone),
+                    crate::clock::date_time(to, &zone),
+                    crate::clock::age(to.millis_since(from))
+                ),
+                _ => "empty".to_string(),
+            };
+            let line = format!(
+                "history:        {span}, {} on disk, {} versions, {} samples",
+                info.bytes.iec(),
+                info.versions,
+                info.samples
+            );
+            (line, serde_json::to_value(&info).unwrap_or_default())
+        }
+        Ok(None) => (
+            format!(
+                "history:        none in {} (`gpuboard serve` records one)",
+                dir.display()
+            ),
+            serde_json::Value::Null,
+        ),
+        Err(e) => (
+            format!("history:        unreadable: {e}"),
+            serde_json::json!({"error": e.to_string()}),
+        ),
+    }
+}
+
 /// Runs the command; always exit code 0 once a report could be printed.
 pub fn run(args: DoctorArgs) -> anyhow::Result<i32> {
     let report = examine(
@@ -459,14 +497,17 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<i32> {
         .clone()
         .unwrap_or_else(crate::endpoint::store::default_data_dir);
     let fingerprint = crate::endpoint::tls::local_fingerprint(&dir);
+    let (history_line, history_json) = history_report(&dir);
     if args.json {
         let mut v = serde_json::to_value(&report)?;
         if let Some(map) = v.as_object_mut() {
             map.insert("endpoint_tls_fingerprint".into(), fingerprint.into());
+            map.insert("history".into(), history_json);
         }
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         print!("{}", human(&report));
+        println!("{history_line}");
         match fingerprint {
             Some(fp) => println!(
                 "endpoint TLS certificate ({}): SHA-256 {fp}",

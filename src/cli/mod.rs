@@ -17,6 +17,7 @@ mod fleet;
 mod fleet_config;
 mod fleet_move;
 mod lost_answer;
+mod record;
 mod run;
 mod serve;
 mod snapcache;
@@ -130,6 +131,9 @@ pub enum Command {
     /// Named tokens of this host's endpoint: add, ls, revoke (through the data directory).
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Record an engine's history (Ray, Slurm, BOINC, Prometheus) and serve it read-only,
+    /// so the console rewinds it like an endpoint (README, "History").
+    Record(record::RecordArgs),
 }
 
 /// How to reach an endpoint.
@@ -212,6 +216,7 @@ async fn dispatch(cmd: Command) -> anyhow::Result<u8> {
         Command::Run(a) => run::run_command(a).await,
         Command::Act(a) => act::act(a).await,
         Command::Token(cmd) => token::run(cmd).map(|()| 0),
+        Command::Record(a) => record::record(a).await.map(|()| 0),
     }
 }
 

@@ -207,11 +207,9 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
                 a.history_max_pages,
             )
             .with_context(|| format!("cannot open the history in {}", dir.display()))?;
-            state = state.with_history(Arc::clone(&history));
-            Some(crate::endpoint::history_recorder::spawn_feed(
-                history,
-                Arc::clone(&state.versions),
-            ))
+            let (with, feed) = crate::endpoint::history_recorder::attach(state, history);
+            state = with;
+            Some(feed)
         }
         None => None,
     };

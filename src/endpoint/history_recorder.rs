@@ -110,6 +110,16 @@ impl History {
     }
 }
 
+/// Serves and records `history` on an endpoint's API state: the routes read it, the feed
+/// writes it. Call from within the runtime; the feed ends when the state's versions do.
+pub fn attach(
+    state: crate::endpoint::api::ApiState,
+    history: Arc<History>,
+) -> (crate::endpoint::api::ApiState, tokio::task::JoinHandle<()>) {
+    let feed = spawn_feed(Arc::clone(&history), Arc::clone(&state.versions));
+    (state.with_history(history), feed)
+}
+
 /// Feeds the history from an endpoint's snapshot versions: after every commit and every
 /// `SAMPLE_MS`, whether or not anyone watches. Ends when `versions` is gone.
 pub fn spawn_feed(

@@ -99,6 +99,17 @@ impl HistoryStore {
         Self::start(Connection::open(dir.join(HISTORY_FILE))?)
     }
 
+    /// The history in `dir` as it stands, read without writing (`gpuboard doctor`); `None`
+    /// when there is none.
+    pub fn peek(dir: &Path, keep: Retention) -> Result<Option<HistoryInfo>, HistoryError> {
+        let path = dir.join(HISTORY_FILE);
+        if !path.exists() {
+            return Ok(None);
+        }
+        let conn = Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+        Ok(Some(HistoryStore { conn }.info(keep)?))
+    }
+
     /// A history in memory (tests, benches).
     pub fn in_memory() -> Result<HistoryStore, HistoryError> {
         Self::start(Connection::open_in_memory()?)
@@ -121,11 +132,15 @@ impl HistoryStore {
              CREATE INDEX IF NOT EXISTS versions_at ON versions(at);
              CREATE TABLE IF NOT EXISTS touches(key TEXT NOT NULL, at INTEGER NOT NULL,
                  seq INTEGER NOT NULL, PRIMARY KEY(key, at, seq)) WITHOUT ROWID;
+             CREATE INDEX IF NOT EXISTS versions_keyframes ON versions(seq) WHERE keyframe = 1;
              CREATE TABLE IF NOT EXISTS chunks(gpu TEXT NOT NULL, start INTEGER NOT NULL,
-                 end INTEGER NOT NULL, count INTEGER NOT NULL, body BLOB NOT NULL,
-                 PRIMARY KEY(gpu, start)) WITHOUT ROWID;
+                 end INTEGER NOT NULL, count INTEGER NOT NULL, body BLOB NOT NULL);
+             CREATE UNIQUE INDEX IF NOT EXISTS chunks_gpu ON chunks(gpu, start);
+             CREATE INDEX IF NOT EXISTS chunks_end ON chunks(end, count);
              CREATE TABLE IF NOT EXISTS recent(gpu TEXT NOT NULL, at INTEGER NOT NULL,
-                 body BLOB NOT NULL, PRIMARY KEY(gpu, at)) WITHOUT ROWID;
+                 body BLOB NOT NULL);
+             CREATE UNIQUE INDEX IF NOT EXISTS recent_gpu ON recent(gpu, at);
+             CREATE INDEX IF NOT EXISTS recent_at ON recent(at);
              PRAGMA user_version={SCHEMA};"
         ))?;
         Ok(HistoryStore { conn })
@@ -226,18 +241,21 @@ impl HistoryStore {
             }
         }
         for ((gpu, _), samples) in &groups {
-            let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
-                continue;
-            };
-            tx.execute(
-                "INSERT OR REPLACE INTO chunks(gpu, start, end, count, body) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![gpu, first.at.0, last.at.0, samples.len(), chunk::encode(samples)],
-            )
-            .map_err(|e| written(e, "a chunk"))?;
+            insert_chunk(&tx, gpu, samples)?;
         }
         tx.execute("DELETE FROM recent WHERE at < ?1", [before.0])
             .map_err(|e| written(e, "a chunk"))?;
         tx.commit().map_err(|e| written(e, "a chunk"))
+    }
+
+    /// Stores `samples` (one device's, oldest first, within one hour) as a sealed chunk:
+    /// what sealing does with an hour of samples, for generated histories (benches).
+    pub fn add_chunk(
+        &mut self,
+        gpu: &GpuRef,
+        samples: &[DeviceSample],
+    ) -> Result<(), HistoryError> {
+        insert_chunk(&self.conn, &gpu.to_string(), samples)
     }
 
     /// Where the history begins: its first version.
@@ -335,9 +353,14 @@ impl HistoryStore {
         let name = gpu.to_string();
         let mut out = Vec::new();
         let mut q = self.conn.prepare_cached(
-            "SELECT body FROM chunks WHERE gpu = ?1 AND start <= ?3 AND end >= ?2 ORDER BY start",
+            "SELECT body FROM chunks WHERE gpu = ?1 AND start BETWEEN ?2 AND ?3 AND end >= ?4
+             ORDER BY start",
         )?;
-        for body in q.query_map(params![name, from.0, to.0], |r| r.get::<_, Vec<u8>>(0))? {
+        // A chunk spans at most an hour, so one that reaches `from` starts after `from - 1h`.
+        let earliest = from.0.saturating_sub(CHUNK_MS);
+        for body in q.query_map(params![name, earliest, to.0, from.0], |r| {
+            r.get::<_, Vec<u8>>(0)
+        })? {
             let samples = chunk::decode(&body?).map_err(damaged)?;
             out.extend(samples.into_iter().filter(|s| s.at >= from && s.at <= to));
         }
@@ -429,7 +452,8 @@ impl HistoryStore {
     /// How far back, and how large.
     pub fn info(&self, keep: Retention) -> Result<HistoryInfo, HistoryError> {
         let (versions, keyframes): (u64, u64) = self.conn.query_row(
-            "SELECT count(*), coalesce(sum(keyframe), 0) FROM versions",
+            "SELECT (SELECT count(*) FROM versions),
+                    (SELECT count(*) FROM versions WHERE keyframe = 1)",
             [],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
@@ -506,4 +530,26 @@ impl HistoryStore {
         self.conn.execute_batch("PRAGMA incremental_vacuum")?;
         Ok(())
     }
+}
+
+fn insert_chunk(
+    conn: &Connection,
+    gpu: &str,
+    samples: &[DeviceSample],
+) -> Result<(), HistoryError> {
+    let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
+        return Ok(());
+    };
+    conn.execute(
+        "INSERT OR REPLACE INTO chunks(gpu, start, end, count, body) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![
+            gpu,
+            first.at.0,
+            last.at.0,
+            samples.len(),
+            chunk::encode(samples)
+        ],
+    )
+    .map_err(|e| written(e, "a chunk"))?;
+    Ok(())
 }

@@ -16,7 +16,7 @@ pub const KEYFRAME_EVERY: u32 = 64;
 pub const KEYFRAME_MS: u64 = 3_600_000;
 /// Between revisions, what drifts without one (debts accruing, an engine's pending demand)
 /// is recorded at most this often.
-pub const DRIFT_MS: u64 = 60_000;
+pub const DRIFT_MS: u64 = 900_000;
 /// zstd's level for records.
 const LEVEL: i32 = 9;
 
@@ -125,6 +125,7 @@ fn structural(old: &Snapshot, new: &Snapshot) -> Option<bool> {
         || old.endpoint != new.endpoint
         || old.nodes != new.nodes
         || old.claims != new.claims
+        || ledger_marks(old) != ledger_marks(new)
     {
         return Some(true);
     }
@@ -134,6 +135,32 @@ fn structural(old: &Snapshot, new: &Snapshot) -> Option<bool> {
         || old.events != new.events;
     if drifted { None } else { Some(false) }
 }
+
+/// What of the projects' accounts changes by events, not by the passing of time: shares,
+/// counts, eligibility and backoffs (debts and targets drift and are not in it).
+fn ledger_marks(s: &Snapshot) -> Vec<(&str, u32, u32, u32, Vec<LedgerMark<'_>>)> {
+    s.projects
+        .iter()
+        .map(|p| {
+            let marks = p
+                .resources
+                .iter()
+                .map(|r| {
+                    (
+                        r.resource.as_str(),
+                        r.eligible,
+                        r.backoff_until,
+                        r.backoff_interval_s,
+                        r.pending,
+                    )
+                })
+                .collect();
+            (p.name.as_str(), p.share, p.running, p.pending, marks)
+        })
+        .collect()
+}
+
+type LedgerMark<'a> = (&'a str, bool, Option<Timestamp>, Option<u64>, u32);
 
 /// What has been recorded so far, to decide what the next snapshot adds.
 #[derive(Clone, Debug, Default)]
@@ -233,4 +260,116 @@ pub fn replay(bodies: impl IntoIterator<Item = Body>) -> Result<Snapshot, Record
         }
     }
     state.ok_or(RecordError::NoKeyframe(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::{
+        ClaimState, ClaimView, DeviceTelemetry, DeviceView, NodeView, ProjectView,
+    };
+
+    fn snap(revision: u64, at: u64, util: u32) -> Snapshot {
+        Snapshot {
+            schema: 1,
+            revision,
+            taken_at: Timestamp(at),
+            nodes: vec![NodeView {
+                name: "a".into(),
+                devices: vec![DeviceView {
+                    index: 0,
+                    telemetry: Some(DeviceTelemetry {
+                        sampled_at: Timestamp(at),
+                        utilization_gpu: Some(util),
+                        ..DeviceTelemetry::default()
+                    }),
+                    ..DeviceView::default()
+                }],
+                ..NodeView::default()
+            }],
+            projects: vec![ProjectView {
+                name: "vision".into(),
+                overall_debt: at as f64,
+                ..ProjectView::default()
+            }],
+            ..Snapshot::default()
+        }
+    }
+
+    #[test]
+    fn telemetry_alone_records_nothing_and_drift_only_now_and_then() {
+        let mut r = Recording::default();
+        let first = r.observe(&snap(1, 1_000, 10)).unwrap();
+        assert!(first.body.is_keyframe() && first.changes.is_empty());
+        assert!(
+            r.observe(&snap(1, 2_000, 90)).is_none(),
+            "telemetry is sampled apart"
+        );
+        assert!(r.observe(&snap(1, 3_000, 90)).is_none(), "debt drift waits");
+        let drift = r.observe(&snap(1, 1_000 + DRIFT_MS, 90)).unwrap();
+        assert!(!drift.body.is_keyframe());
+        let rev = r.observe(&snap(2, 1_001 + DRIFT_MS, 90)).unwrap();
+        assert_eq!(rev.revision, 2);
+        let state = replay([first.body, drift.body, rev.body]).unwrap();
+        assert_eq!(state, state_of(&snap(2, 1_001 + DRIFT_MS, 90)));
+        assert!(state.nodes[0].devices[0].telemetry.is_none());
+    }
+
+    #[test]
+    fn keyframes_come_every_so_many_versions_and_after_a_lost_write() {
+        let mut r = Recording::default();
+        let mut kinds = Vec::new();
+        for v in 1..=(u64::from(KEYFRAME_EVERY) + 2) {
+            kinds.push(r.observe(&snap(v, v, 0)).unwrap().body.is_keyframe());
+        }
+        assert!(kinds[0] && !kinds[1] && kinds[KEYFRAME_EVERY as usize]);
+        r.force_keyframe();
+        let again = r
+            .observe(&snap(u64::from(KEYFRAME_EVERY) + 2, 999, 0))
+            .unwrap();
+        assert!(
+            again.body.is_keyframe(),
+            "recorded whole even though unchanged"
+        );
+    }
+
+    #[test]
+    fn a_claim_placed_then_released_reads_as_two_changes() {
+        let mut with = snap(2, 2_000, 0);
+        with.claims.push(ClaimView {
+            id: crate::ids::ClaimId(7),
+            state: ClaimState::Placed,
+            project: "vision".into(),
+            holder: None,
+            form: "num_gpus=1".into(),
+            request: crate::request::ClaimRequest::from_json(&serde_json::json!({"num_gpus": 1}))
+                .unwrap(),
+            node: Some("a".into()),
+            shares: vec![crate::placement::DeviceShare {
+                device: 0,
+                memory: crate::units::Bytes(0),
+                compute: crate::units::Units(0),
+                slots: crate::units::Slots(1),
+            }],
+            memory_reserved: crate::units::Bytes(0),
+            compute_reserved: crate::units::Units(0),
+            memory_used: None,
+            over_limit: false,
+            idle: false,
+            created_at: Timestamp(2_000),
+            lease_expires_at: None,
+            pending_reasons: Vec::new(),
+            infeasible: false,
+        });
+        let mut r = Recording::default();
+        r.observe(&snap(1, 1_000, 0));
+        let placed = r.observe(&with).unwrap();
+        let ended = r.observe(&snap(3, 3_000, 0)).unwrap();
+        use crate::history::wire::ChangeKind;
+        assert_eq!(placed.changes[0].kind, ChangeKind::ClaimPlaced);
+        assert_eq!(placed.changes[0].gpus[0].to_string(), "a:0");
+        assert_eq!(ended.changes[0].kind, ChangeKind::ClaimEnded);
+        let keys = crate::history::changes::keys(&ended.changes[0]);
+        assert!(keys.contains("c:7") && keys.contains("g:a:0") && keys.contains("p:vision"));
+    }
 }

@@ -1,0 +1,189 @@
+//! `gpuboard record`: the time machine for engines without a gpuboard endpoint (Ray,
+//! Slurm, BOINC, Prometheus). Polls the source, records its snapshots into the same
+//! history a `serve` keeps, and serves it read-only so the console rewinds it as an
+//! endpoint. Runs until SIGTERM or SIGINT.
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+
+use crate::endpoint::history_api::{RecordState, record_router};
+use crate::endpoint::history_recorder::{History, SAMPLE_MS};
+use crate::endpoint::history_store::Retention;
+use crate::sources::Source;
+use crate::units::Bytes;
+
+/// `gpuboard record` flags.
+#[derive(Args, Debug)]
+pub struct RecordArgs {
+    /// The engine: `ray`, `slurm`, `boinc` or `prometheus`.
+    #[arg(long, value_parser = ["ray", "slurm", "boinc", "prometheus"])]
+    pub kind: String,
+    /// Its address: the Ray dashboard, slurmrestd, Prometheus URL, or BOINC's HOST:PORT.
+    #[arg(long)]
+    pub url: String,
+    /// The name the console shows (default: the kind).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// A file holding the source's token (Ray, Slurm, Prometheus) or GUI RPC password (BOINC).
+    #[arg(long, value_name = "FILE")]
+    pub secret_file: Option<PathBuf>,
+    /// Where `history.sqlite` goes.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: PathBuf,
+    /// Where the read-only history API listens (loopback by default; reads need no token).
+    #[arg(long, default_value = "127.0.0.1:7071")]
+    pub listen: SocketAddr,
+    /// Milliseconds between reads of the source.
+    #[arg(long, value_name = "MS", default_value_t = SAMPLE_MS)]
+    pub every_ms: u64,
+    /// Days of history kept.
+    #[arg(long, value_name = "DAYS", default_value_t = 30)]
+    pub history_days: u32,
+    /// The most the history may take on disk.
+    #[arg(long, value_name = "SIZE", default_value = "1GiB")]
+    pub history_size: String,
+}
+
+fn source(a: &RecordArgs) -> anyhow::Result<Arc<dyn Source>> {
+    use crate::sources::boinc::{BoincConfig, BoincSource};
+    use crate::sources::prometheus::{PrometheusConfig, PrometheusSource};
+    use crate::sources::ray::{RayConfig, RaySource};
+    use crate::sources::slurm::{SlurmConfig, SlurmSource};
+    let name = a.name.clone().unwrap_or_else(|| a.kind.clone());
+    let secret = match &a.secret_file {
+        Some(f) => Some(
+            std::fs::read_to_string(f)
+                .with_context(|| format!("cannot read --secret-file {}", f.display()))?
+                .trim()
+                .to_string(),
+        ),
+        None => None,
+    };
+    // A slow answer is waited for a while: a read that times out records nothing.
+    let timeout = Duration::from_millis(a.every_ms.clamp(10_000, 30_000));
+    Ok(match a.kind.as_str() {
+        "ray" => {
+            let mut c = RayConfig::new(&a.url);
+            (c.name, c.token, c.timeout) = (name, secret, timeout);
+            Arc::new(RaySource::new(c)?)
+        }
+        "slurm" => {
+            let mut c = SlurmConfig::new(&a.url);
+            (c.name, c.token, c.timeout) = (name, secret, timeout);
+            Arc::new(SlurmSource::new(c)?)
+        }
+        "boinc" => {
+            let mut c = BoincConfig::new(&a.url);
+            (c.name, c.password_file, c.timeout) = (name, a.secret_file.clone(), timeout);
+            Arc::new(BoincSource::new(c)?)
+        }
+        _ => {
+            let mut c = PrometheusConfig::new(&a.url);
+            c.name = name;
+            c.auth = secret.map(crate::sources::http::Auth::Bearer);
+            c.timeout = timeout;
+            Arc::new(PrometheusSource::new(c)?)
+        }
+    })
+}
+
+/// `gpuboard record`.
+pub(super) async fn record(a: RecordArgs) -> anyhow::Result<()> {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .log_internal_errors(false)
+        .try_init();
+    let bytes = Bytes::parse(&a.history_size)
+        .map_err(|e| anyhow::anyhow!("--history-size {}: {e}", a.history_size))?;
+    if a.history_days == 0 {
+        anyhow::bail!("--history-days must be at least 1: recording is all `record` does");
+    }
+    let source = source(&a)?;
+    std::fs::create_dir_all(&a.data_dir)
+        .with_context(|| format!("cannot make {}", a.data_dir.display()))?;
+    let keep = Retention {
+        days: a.history_days,
+        bytes,
+    };
+    let history = History::open(&a.data_dir, keep)
+        .with_context(|| format!("cannot open the history in {}", a.data_dir.display()))?;
+    let latest = Arc::new(Mutex::new(None));
+    let listener = tokio::net::TcpListener::bind(a.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", a.listen))?;
+    let addr = listener.local_addr()?;
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(
+            out,
+            "gpuboard record: recording {} {} into {}; serving http://{addr}",
+            a.kind,
+            a.url,
+            a.data_dir
+                .join(crate::endpoint::history_store::HISTORY_FILE)
+                .display()
+        )?;
+        out.flush()?;
+    }
+    let poller = tokio::spawn(poll(
+        source,
+        Arc::clone(&history),
+        Arc::clone(&latest),
+        Duration::from_millis(a.every_ms.max(100)),
+    ));
+    let router = record_router(RecordState { history, latest });
+    let served = axum::serve(listener, router)
+        .with_graceful_shutdown(async {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                () = async {
+                    match term.as_mut() {
+                        Some(t) => { t.recv().await; }
+                        None => std::future::pending::<()>().await,
+                    }
+                } => {}
+            }
+        })
+        .await;
+    poller.abort();
+    served.context("the history API failed")
+}
+
+/// Reads the source every `every`, feeding what it answers to the history. A failed read
+/// is logged and retried; nothing is recorded for it.
+async fn poll(
+    source: Arc<dyn Source>,
+    history: Arc<History>,
+    latest: Arc<Mutex<Option<Arc<crate::snapshot::Snapshot>>>>,
+    every: Duration,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match source.fetch().await {
+            Ok(fetched) => {
+                if let Some(snap) = fetched.snapshot() {
+                    let snap = Arc::new(snap);
+                    history.feed(Arc::clone(&snap));
+                    *latest
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(snap);
+                }
+            }
+            Err(e) => tracing::warn!("record: reading {} failed: {}", source.name(), e),
+        }
+    }
+}
