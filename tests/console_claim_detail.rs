@@ -53,7 +53,7 @@ fn selected_id(st: &State) -> Option<ClaimId> {
 /// the selected one.
 fn select(st: &mut State, id: u64) {
     show_view(st, View::Claims);
-    key(st, KeyCode::Char('g'));
+    key(st, KeyCode::Home);
     for _ in 0..st.rows_claims.len() {
         if selected_id(st) == Some(ClaimId(id)) {
             return;

@@ -172,7 +172,7 @@ fn an_overflowing_pane_says_how_much_more_and_enter_shows_it_whole() {
 
 #[test]
 fn keys_in_the_reasons_popup() {
-    use KeyCode::{Char, Down, End, Enter, Esc, PageDown, PageUp, Up};
+    use KeyCode::{Char, Down, End, Enter, Esc, Home, PageDown, PageUp, Up};
     // (size, keys after opening it with Enter, the mode after them). At 80x24 the
     // reasons fit the popup: nothing to scroll. At 40x12 they take 11 lines in 8 rows:
     // it scrolls up to 3 lines, and no further.
@@ -187,7 +187,7 @@ fn keys_in_the_reasons_popup() {
         ((40, 12), &[PageDown, Char('j'), Char('k')], Mode::Why(2)),
         ((40, 12), &[End], Mode::Why(3)),
         ((40, 12), &[End, PageUp], Mode::Why(0)),
-        ((40, 12), &[Char('j'), Char('g')], Mode::Why(0)),
+        ((40, 12), &[Char('j'), Home], Mode::Why(0)),
         ((80, 24), &[Char('x')], Mode::Why(0)),
         ((80, 24), &[Esc], Mode::Normal),
         ((80, 24), &[Enter], Mode::Normal),

@@ -202,7 +202,7 @@ fn events_scroll_and_filter() {
     show_view(&mut st, View::Events);
     let n = st.audit_events().len();
     assert!(n > 3);
-    run(&mut st, vec![k('G')]);
+    run(&mut st, vec![code(KeyCode::End)]);
     assert_eq!(st.cursor[View::Events.position()].selected, n - 1);
     let text = buffer_text(&render(&st, &Theme::plain(), 80, 24).unwrap());
     let (_, oldest) = st.audit_events()[n - 1];
@@ -286,7 +286,7 @@ fn overview_counts_open_their_lists() {
     for (row, (label, view, filter)) in OVERVIEW_JUMPS.iter().enumerate() {
         let mut st = lab_state();
         show_view(&mut st, View::Overview);
-        run(&mut st, vec![k('g')]);
+        run(&mut st, vec![code(KeyCode::Home)]);
         run(&mut st, (0..row).map(|_| k('j')).collect());
         let text = buffer_text(&render(&st, &Theme::plain(), 80, 24).unwrap());
         assert!(

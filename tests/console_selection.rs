@@ -180,7 +180,7 @@ fn an_action_on_a_gone_item_is_refused() {
         (
             "cordon",
             View::Gpus,
-            vec![k('G')],
+            vec![code(KeyCode::End)],
             no_b,
             k('x'),
             "GPU lab-b:1 on lab is gone",
@@ -200,7 +200,7 @@ fn an_action_on_a_gone_item_is_refused() {
             assert!(flash(&st).contains(&gone), "{}", flash(&st));
         }
         // Moving the cursor picks again, and the action works.
-        run(&mut st, vec![k('g')]);
+        run(&mut st, vec![code(KeyCode::Home)]);
         assert!(st.pick_gone(view).is_none(), "{name}: picked again");
     }
 }
@@ -212,7 +212,7 @@ fn every_mutating_action_waits_for_ok_with_cancel_focused() {
         ("release", View::Claims, vec![k('r')]),
         ("move", View::Claims, vec![k('m'), code(KeyCode::Enter)]),
         ("cordon", View::Gpus, vec![k('x')]),
-        ("uncordon", View::Gpus, vec![k('G'), k('x')]),
+        ("uncordon", View::Gpus, vec![code(KeyCode::End), k('x')]),
         ("reset", View::Ledger, vec![k('b')]),
         (
             "reset by command",

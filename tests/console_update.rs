@@ -83,7 +83,12 @@ fn actions_produce_the_right_effects() {
         (
             "uncordon a cordoned GPU, confirmed",
             View::Gpus,
-            vec![k('G'), k('x'), code(KeyCode::Tab), code(KeyCode::Enter)],
+            vec![
+                code(KeyCode::End),
+                k('x'),
+                code(KeyCode::Tab),
+                code(KeyCode::Enter),
+            ],
             Some(Action::Cordon {
                 node: "lab-b".into(),
                 index: 1,

@@ -128,16 +128,13 @@ fn claim_form_release_confirm_help_and_down_source() {
     insta::assert_snapshot!("help_80x24", text(&st, &th, 80, 24));
     // At 80x24 the help does not fit: it scrolls to its last lines, and no further.
     st.size = (80, 24);
-    assert!(!text(&st, &th, 80, 24).contains("clear the selected project"));
+    assert!(!text(&st, &th, 80, 24).contains("play slower (rewound)"));
     for _ in 0..3 {
         key(&mut st, KeyCode::PageDown);
     }
     let scrolled = text(&st, &th, 80, 24);
-    assert!(
-        scrolled.contains("clear the selected project"),
-        "{scrolled}"
-    );
-    key(&mut st, KeyCode::Char('g'));
+    assert!(scrolled.contains("play slower (rewound)"), "{scrolled}");
+    key(&mut st, KeyCode::Home);
     assert!(text(&st, &th, 80, 24).contains("quit the console"));
     let mut st = with_down_source();
     show_view(&mut st, View::Overview);

@@ -163,6 +163,7 @@ pub fn perform(
     let limit = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
     match effect {
         Effect::Quit => {}
+        Effect::History(ask) => super::history::perform(ask, sources, timeout, &tx),
         Effect::Fetch(i) => {
             let Some(src) = sources.get(i) else { return };
             let fut = src.fetch();
@@ -349,6 +350,14 @@ async fn event_loop(
     spawn_signals(&tx)?;
     spawn_input(tx.clone());
     spawn_change_watchers(&setup.sources, &tx);
+    if let Some(at) = setup.at {
+        // Now first: a rewind never goes past it.
+        let mut effects = update(&mut state, Msg::Tick(clock.now()));
+        effects.extend(super::update::rewind_to(&mut state, at));
+        for effect in effects {
+            perform(effect, &setup.sources, setup.readonly, timeout, &clock, &tx);
+        }
+    }
     {
         let tx = tx.clone();
         let clock = Arc::clone(&clock);

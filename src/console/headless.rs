@@ -178,6 +178,7 @@ pub fn merged_flags(before: &ConsoleArgs, after: &ConsoleArgs) -> ConsoleArgs {
             .clone()
             .or_else(|| before.tls_fingerprint.clone()),
         tls_ca: after.tls_ca.clone().or_else(|| before.tls_ca.clone()),
+        at: after.at.clone().or_else(|| before.at.clone()),
     }
 }
 
@@ -220,6 +221,9 @@ pub fn run(before: &ConsoleArgs, args: &StatusArgs) -> anyhow::Result<()> {
                 .open_claim_named(name)
                 .map_err(|why| anyhow::anyhow!("--dump-screen {view}: {why}"))?,
             None => super::update::show_view(&mut state, v),
+        }
+        if let Some(at) = setup.at {
+            rt.block_on(rewind(&mut state, &setup.sources, at, timeout));
         }
         let buf = render(&state, &setup.theme, w, h)?;
         print!("{}", buffer_text(&buf));
@@ -286,6 +290,37 @@ async fn print_status(
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(setup.refresh_ms)).await;
+    }
+}
+
+/// Rewinds the state to `at` and waits for every source's history (and the charts).
+async fn rewind(
+    state: &mut State,
+    sources: &[Arc<dyn crate::sources::Source>],
+    at: Timestamp,
+    timeout: Duration,
+) {
+    let mut effects = super::update::rewind_to(state, at);
+    // Answers may ask again (the charts once the detail's device is known): a few rounds.
+    for _ in 0..4 {
+        let asks: Vec<_> = effects
+            .drain(..)
+            .filter_map(|e| match e {
+                super::msg::Effect::History(ask) => Some(ask),
+                _ => None,
+            })
+            .collect();
+        if asks.is_empty() {
+            return;
+        }
+        let answers = futures::future::join_all(asks.into_iter().map(|ask| {
+            let h = super::history::history_of(&ask, sources);
+            super::history::answer(ask, h, timeout)
+        }))
+        .await;
+        for a in answers {
+            effects.extend(update(state, Msg::History(a)));
+        }
     }
 }
 

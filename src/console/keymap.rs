@@ -75,6 +75,15 @@ actions! {
     ClearBackoff "clear_backoff" Normal true "clear the selected project's backoffs and debts";
     EngineAct "engine_act" Normal true "engine action on the selected claim: cancel/hold a Slurm job, suspend/resume a BOINC task, stop a Ray job";
     HandOver "hand_over" Normal true "hand-over from the selected claim: free its GPUs, then claim them on an endpoint (one confirmation)";
+    Rewind "rewind" Normal false "rewind: show the fleet at a time (03:12, -10m, 2026-11-25 03:12:30)";
+    Live "live" Normal false "back to live (rewound)";
+    NextChange "next_change" Normal false "the next change of the selected GPU, claim or project (rewound)";
+    PrevChange "prev_change" Normal false "the previous change of the selected GPU, claim or project";
+    StepForward "step_forward" Normal false "one sample (5 s) later (rewound)";
+    StepBack "step_back" Normal false "one sample (5 s) earlier";
+    Play "play" Normal false "play forward from the time shown, or pause (rewound)";
+    Faster "faster" Normal false "play faster (rewound)";
+    Slower "slower" Normal false "play slower (rewound)";
     Confirm "confirm" Dialog false "confirm / submit";
     Cancel "cancel" Dialog false "cancel and close";
     NextField "next_field" Dialog false "next field";
@@ -395,6 +404,10 @@ mod tests {
                 Context::Normal,
                 &ev(KeyCode::Char('G'), KeyModifiers::SHIFT)
             ),
+            Some(KeyAction::Live)
+        );
+        assert_eq!(
+            k.action(Context::Normal, &ev(KeyCode::End, KeyModifiers::NONE)),
             Some(KeyAction::Bottom)
         );
         assert_eq!(

@@ -9,6 +9,7 @@ pub mod attach;
 pub mod config;
 pub mod driver;
 pub mod headless;
+pub mod history;
 pub mod keymap;
 pub mod logging;
 pub mod msg;
@@ -17,6 +18,7 @@ pub mod state;
 pub mod theme;
 pub mod update;
 pub mod views;
+pub mod when;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -95,6 +97,10 @@ pub struct ConsoleArgs {
     /// PEM file of CA certificates to trust for https endpoints.
     #[arg(long, value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
+    /// Start rewound to TIME: 03:12 (today, local), -10m, 2026-11-25 03:12:30 (local),
+    /// RFC 3339 or ms since the epoch; G returns to live.
+    #[arg(long, value_name = "TIME")]
+    pub at: Option<String>,
 }
 
 /// Everything the console needs, resolved from flags and the config file.
@@ -111,6 +117,8 @@ pub struct Setup {
     pub readonly: bool,
     /// Warnings to show once (bad theme, bad keymap...).
     pub warnings: Vec<String>,
+    /// Start rewound to this time (`--at`).
+    pub at: Option<crate::clock::Timestamp>,
 }
 
 /// Resolves flags and config into sources, theme and keymap.
@@ -135,6 +143,13 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
         }
     };
     let timeout = Duration::from_millis(refresh_ms.clamp(1_000, 10_000));
+    let at = match &args.at {
+        Some(text) => Some(
+            when::parse_when(text, clock.now(), &jiff::tz::TimeZone::system())
+                .with_context(|| format!("--at {text}"))?,
+        ),
+        None => None,
+    };
     let mut sources: Vec<Arc<dyn Source>> = Vec::new();
     if args.demo || args.demo_quiet {
         let world = if args.demo_quiet {
@@ -238,6 +253,7 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
         refresh_ms,
         readonly: args.readonly || attached_read_only,
         warnings,
+        at,
     })
 }
 

@@ -79,6 +79,8 @@ pub enum Msg {
     Signal(String),
     /// The terminal's input is gone (EOF or EIO after an SSH drop).
     InputClosed(String),
+    /// A source's history answered (`Effect::History`).
+    History(super::history::HistoryAnswer),
 }
 
 /// Work for the driver: the only way `update` reaches the outside world.
@@ -118,6 +120,8 @@ pub enum Effect {
         /// The attempt id.
         attempt: String,
     },
+    /// Ask a source's history (rewinding, charts); answered by `Msg::History`.
+    History(super::history::HistoryAsk),
     /// Leave: restore the terminal and exit.
     Quit,
 }

@@ -208,6 +208,13 @@ impl Source for Http {
     fn changed(&self) -> Option<Arc<Notify>> {
         Some(self.mirror.changed())
     }
+    fn history(&self) -> Option<Arc<dyn super::history::SourceHistory>> {
+        let (name, has_token) = (self.name.clone(), self.has_token);
+        Some(Arc::new(super::endpoint_history::EndpointHistory::new(
+            self.client.clone(),
+            Arc::new(move |e| failure(&name, has_token, e)),
+        )))
+    }
     /// A preview on the fleet rebuilt from the last snapshot (API v1 has no planning
     /// route): the endpoint re-checks the claim when it is submitted, and may place it
     /// elsewhere or refuse it if the fleet changed since.

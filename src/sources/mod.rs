@@ -17,11 +17,13 @@ pub mod boinc;
 pub mod demo;
 pub mod embedded;
 pub mod endpoint;
+pub mod endpoint_history;
 pub mod error;
 mod feed;
 pub mod gres;
 pub mod guirpc;
 pub mod handover;
+pub mod history;
 pub mod http;
 pub mod json;
 pub mod kind;
@@ -264,6 +266,10 @@ pub trait Source: Send + Sync {
     /// Woken when the source's data changed, so the driver fetches it at once instead of
     /// at the next refresh; `None` (the default) for sources that are only polled.
     fn changed(&self) -> Option<Arc<tokio::sync::Notify>> {
+        None
+    }
+    /// Its recorded history, for rewinding; `None` (the default) when it keeps none.
+    fn history(&self) -> Option<Arc<dyn history::SourceHistory>> {
         None
     }
     /// Where a claim request would be placed now, without placing it.

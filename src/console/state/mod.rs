@@ -5,6 +5,7 @@ mod find;
 mod form;
 mod handover;
 mod paging;
+mod rewind;
 mod rows;
 mod selection;
 mod sources;
@@ -24,6 +25,10 @@ pub use find::GpuName;
 pub use form::{ClaimForm, FormField, FormKind, FormStage, LostClaim, MoveAcross, MoveRow};
 pub use handover::{HandoverRun, StepPlan};
 pub use paging::{claims_info_height, events_split, why_pane_height};
+pub use rewind::{
+    CHART_SPAN_MS, ChartKey, Charts, DEFAULT_SPEED, Rewind, SPEEDS, STEP_MS, Seeking, Shown,
+    chart_window,
+};
 pub use selection::Picked;
 pub use sources::{STALE_AFTER_INTERVALS, SourceHealth, SourceSlot};
 pub use totals::FleetTotals;
@@ -203,6 +208,8 @@ pub enum Mode {
     Handover,
     /// The selected project's reasons in Fair share, whole, scrolled this many lines.
     Why(u16),
+    /// Typing the time to rewind to (`g`).
+    RewindTo(String),
 }
 
 /// The console's whole state.
@@ -281,6 +288,11 @@ pub struct State {
     pub lost: Vec<LostClaim>,
     /// The last hand-over confirmed (under way or done), for its result pane.
     pub handover: Option<HandoverRun>,
+    /// The fleet as it was at a time, shown instead of the live state (which keeps
+    /// updating underneath) until the operator returns to live.
+    pub rewind: Option<Box<Rewind>>,
+    /// The charts of the device shown in detail.
+    pub charts: Option<Charts>,
 }
 
 impl State {
@@ -321,6 +333,8 @@ impl State {
             moving: Vec::new(),
             lost: Vec::new(),
             handover: None,
+            rewind: None,
+            charts: None,
         }
     }
 

@@ -11,6 +11,8 @@ use super::State;
 pub const STALE_AFTER_INTERVALS: u64 = 3;
 
 /// One source as the console knows it: last good data, its age, and its error.
+// Independent switches (can act, in flight, wanted, rewound), not a state machine.
+#[allow(clippy::struct_excessive_bools)]
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SourceSlot {
     /// Name.
@@ -42,6 +44,8 @@ pub struct SourceSlot {
     /// The snapshot as the source sent it, kept when remote telemetry is joined into
     /// `data` so each join starts from what the source said.
     pub raw: Option<Snapshot>,
+    /// Its data is from history (the console is rewound), not live.
+    pub rewound: bool,
 }
 
 impl State {

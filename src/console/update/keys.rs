@@ -88,6 +88,7 @@ pub(super) fn key(state: &mut State, ev: KeyEvent) -> Vec<Effect> {
             why_key(state, scroll, &ev);
             Vec::new()
         }
+        Mode::RewindTo(text) => super::rewind::prompt_key(state, text, &ev),
     }
 }
 
@@ -289,6 +290,15 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
         KeyAction::EngineAct => return super::engine::engine_key(state),
         KeyAction::HandOver => return super::handover::key(state),
         KeyAction::ClearBackoff => return reset_project(state),
+        KeyAction::Rewind
+        | KeyAction::Live
+        | KeyAction::NextChange
+        | KeyAction::PrevChange
+        | KeyAction::StepForward
+        | KeyAction::StepBack
+        | KeyAction::Play
+        | KeyAction::Faster
+        | KeyAction::Slower => return super::rewind::live_action(state, a),
         KeyAction::Confirm
         | KeyAction::Cancel
         | KeyAction::NextField

@@ -15,6 +15,7 @@ mod lost;
 mod move_across;
 mod named;
 mod ranking;
+mod rewind;
 mod sources;
 
 use ratatui::crossterm::event::KeyEventKind;
@@ -25,22 +26,40 @@ use super::msg::{Effect, Msg};
 use super::state::{Flash, State, View};
 
 pub use command::{COMMANDS, candidates, complete, show_view};
+pub use rewind::{BANNER_ROWS, refusal_text, rewind_to, short_time};
 
 /// Applies one message; returns the effects for the driver.
 pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
+    let mut effects = step(state, msg);
+    effects.extend(rewind::charts_due(state));
+    effects
+}
+
+fn step(state: &mut State, msg: Msg) -> Vec<Effect> {
     match msg {
-        Msg::Tick(now) => sources::tick(state, now),
+        Msg::Tick(now) => {
+            let mut effects = sources::tick(state, now);
+            effects.extend(rewind::tick(state, now));
+            effects
+        }
         Msg::Resize { width, height } => {
             state.size = (width, height);
+            if let Some(r) = state.rewind.as_mut() {
+                r.shown.size = (width, height.saturating_sub(BANNER_ROWS));
+            }
             state.dirty = true;
             Vec::new()
         }
+        Msg::History(answer) => rewind::answer(state, answer),
         Msg::Key(ev) => {
             // Some terminals report releases and repeats too; act on presses only.
             if ev.kind != KeyEventKind::Press {
                 return Vec::new();
             }
             state.dirty = true;
+            if state.rewind.is_some() && state.mode == super::state::Mode::Normal {
+                return rewind::rewound_key(state, ev);
+            }
             keys::key(state, ev)
         }
         Msg::Fetched { source, at, result } => sources::fetched(state, source, at, result),

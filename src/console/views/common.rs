@@ -121,6 +121,13 @@ pub(super) fn short_model(m: &str) -> String {
 
 /// The source's health as a short badge and its style.
 pub fn badge(slot: &SourceSlot, now: Timestamp, refresh: u64, theme: &Theme) -> (String, Style) {
+    if slot.rewound {
+        return if slot.data.is_some() {
+            ("◷ history".to_string(), theme.accent)
+        } else {
+            ("◷ not shown".to_string(), theme.warn)
+        };
+    }
     match slot.health(now, refresh) {
         SourceHealth::Loading => ("… loading".to_string(), theme.dim),
         SourceHealth::Ok => ("● live".to_string(), theme.ok),

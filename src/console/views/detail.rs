@@ -1,10 +1,10 @@
 //! The GPU detail view: one device in depth (memory, compute, telemetry), its
-//! utilization and memory history, and its processes matched to claims.
+//! charts (`charts`), and its processes matched to claims.
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Cell, Paragraph, Row, Sparkline, Table, Wrap};
+use ratatui::widgets::{Cell, Paragraph, Row, Table, Wrap};
 
 use crate::console::state::{State, View};
 use crate::console::theme::Theme;
@@ -38,12 +38,16 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     frame.render_widget(outer, area);
     let [info, spark, procs] = Layout::vertical([
         Constraint::Length(4),
-        Constraint::Length(if inner.height >= 14 { 6 } else { 2 }),
+        Constraint::Length(match inner.height {
+            30.. => 12,
+            14.. => 7,
+            _ => 2,
+        }),
         Constraint::Min(1),
     ])
     .areas(inner);
     frame.render_widget(Paragraph::new(info_lines(d, t, theme)), info);
-    sparklines(frame, spark, d, t, theme);
+    super::charts::draw(frame, spark, state, d, t, theme);
     let snap = slot.and_then(|s| s.data.as_ref());
     let rows = process_rows(d, t, snap, theme);
     let cur = state.cursor[View::Detail.position()];
@@ -136,48 +140,6 @@ fn info_lines(d: &DeviceView, t: Option<&DeviceTelemetry>, theme: &Theme) -> Vec
             theme.dim,
         ),
     ]
-}
-
-/// Utilization and memory-use history, as much as fits.
-fn sparklines(
-    frame: &mut Frame,
-    spark: Rect,
-    d: &DeviceView,
-    t: Option<&DeviceTelemetry>,
-    theme: &Theme,
-) {
-    let [su, sm] =
-        Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(spark);
-    let util: Vec<u64> = t
-        .map(|t| {
-            t.history_utilization
-                .iter()
-                .map(|u| u64::from(*u))
-                .collect()
-        })
-        .unwrap_or_default();
-    let mem: Vec<u64> = t.map(|t| t.history_memory_used.clone()).unwrap_or_default();
-    let tail = |v: Vec<u64>, w: u16| -> Vec<u64> {
-        let w = usize::from(w.saturating_sub(2));
-        let skip = v.len().saturating_sub(w);
-        v.into_iter().skip(skip).collect()
-    };
-    frame.render_widget(
-        Sparkline::default()
-            .data(tail(util, su.width))
-            .max(100)
-            .style(theme.used)
-            .block(block(" utilization % ", theme)),
-        su,
-    );
-    frame.render_widget(
-        Sparkline::default()
-            .data(tail(mem, sm.width))
-            .max(d.memory_capacity.map_or(1, |b| b.0.max(1)))
-            .style(theme.allocated)
-            .block(block(" memory used ", theme)),
-        sm,
-    );
 }
 
 /// The device's processes with their claims, then the claims holding it with no process.

@@ -2,6 +2,7 @@
 //! rows in view are built, so a fleet of thousands of devices draws in the same time as
 //! a screenful. One file per view and per overlay; `common` holds what they share.
 
+mod charts;
 mod chrome;
 mod claim_detail;
 mod claims;
@@ -15,6 +16,7 @@ mod gpus;
 mod help;
 mod movepick;
 mod overview;
+mod rewind;
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout};
@@ -22,6 +24,7 @@ use ratatui::widgets::{Block, Paragraph, Wrap};
 
 use super::state::{Mode, State, View};
 use super::theme::Theme;
+use super::update::BANNER_ROWS;
 
 pub use common::{allocated_but_idle, badge, device_flags, place_label, short_bytes};
 pub use fairshare::why_scroll_max;
@@ -29,9 +32,39 @@ pub use fairshare::why_scroll_max;
 /// Smallest size the views are drawn at; below it a notice is shown.
 pub const MIN_SIZE: (u16, u16) = (40, 8);
 
-/// Draws the whole screen.
+/// Draws the whole screen: the live state, or the rewound one under its banner.
 pub fn draw(frame: &mut Frame, state: &State, theme: &Theme) {
     let area = frame.area();
+    match &state.rewind {
+        Some(r) if area.width >= MIN_SIZE.0 && area.height >= MIN_SIZE.1 + BANNER_ROWS => {
+            let [banner, below] =
+                Layout::vertical([Constraint::Length(BANNER_ROWS), Constraint::Min(1)]).areas(area);
+            draw_in(frame, below, &r.shown, theme);
+            rewind::banner(frame, banner, state, r, theme);
+        }
+        // Never the live state without its banner: too small to show what is rewound.
+        Some(_) => {
+            let p = Paragraph::new(format!(
+                "gpuboard: REWIND; terminal too small ({}x{}); needs {}x{} (G returns to live)",
+                area.width,
+                area.height,
+                MIN_SIZE.0,
+                MIN_SIZE.1 + BANNER_ROWS
+            ))
+            .style(theme.warn)
+            .wrap(Wrap { trim: true });
+            frame.render_widget(Block::default().style(theme.text), area);
+            frame.render_widget(p, area);
+        }
+        None => draw_in(frame, area, state, theme),
+    }
+    if let Mode::RewindTo(text) = &state.mode {
+        rewind::prompt(frame, area, state, text, theme);
+    }
+}
+
+/// Draws one state's views in `area`.
+fn draw_in(frame: &mut Frame, area: ratatui::layout::Rect, state: &State, theme: &Theme) {
     frame.render_widget(Block::default().style(theme.text), area);
     if area.width < MIN_SIZE.0 || area.height < MIN_SIZE.1 {
         let p = Paragraph::new(format!(

@@ -1,0 +1,181 @@
+//! What the console asks of the sources' history (`Effect::History`) and what comes back
+//! (`Msg::History`); `perform` runs an ask on its own task, so a slow or broken history
+//! never blocks the console.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::msg::Msg;
+use crate::clock::Timestamp;
+use crate::sources::history::{AtTime, Sample, SeekDir, SourceHistory, Touching};
+use crate::sources::{Failure, Source};
+
+/// A question for one source's history.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HistoryAsk {
+    /// Its state at a time.
+    At {
+        /// The source.
+        source: usize,
+        /// The rewind's ask number.
+        generation: u64,
+        /// The time.
+        at: Timestamp,
+    },
+    /// Its next or previous change touching something.
+    Seek {
+        /// The source.
+        source: usize,
+        /// The rewind's ask number.
+        generation: u64,
+        /// From when.
+        at: Timestamp,
+        /// Which way.
+        dir: SeekDir,
+        /// What the change touches.
+        what: Touching,
+    },
+    /// A device's samples over a window.
+    Telemetry {
+        /// For the rewound state's charts (else the live one's).
+        rewound: bool,
+        /// The device and window.
+        key: super::state::ChartKey,
+    },
+}
+
+/// What a source's history answered.
+#[derive(Clone, Debug, PartialEq)]
+pub enum HistoryAnswer {
+    /// The state at a time.
+    At {
+        /// The source.
+        source: usize,
+        /// The ask it answers.
+        generation: u64,
+        /// The state, or why not; `None`: the source keeps no history.
+        result: Option<Result<AtTime, Failure>>,
+    },
+    /// The change found.
+    Sought {
+        /// The source.
+        source: usize,
+        /// The ask it answers.
+        generation: u64,
+        /// Its time (`None`: no such change), or why not; `None` outside: no history.
+        result: Option<Result<Option<Timestamp>, Failure>>,
+    },
+    /// A device's samples.
+    Telemetry {
+        /// For the rewound state's charts.
+        rewound: bool,
+        /// The device and window asked.
+        key: super::state::ChartKey,
+        /// The samples, or why not; `None`: the source keeps no history.
+        result: Option<Result<Vec<Sample>, Failure>>,
+    },
+}
+
+/// Runs an ask under the timeout on its own task; the answer comes back as `Msg::History`.
+pub fn perform(
+    ask: HistoryAsk,
+    sources: &[Arc<dyn Source>],
+    timeout: Duration,
+    tx: &UnboundedSender<Msg>,
+) {
+    let history = history_of(&ask, sources);
+    let tx = tx.clone();
+    tokio::spawn(async move {
+        let _ = tx.send(Msg::History(answer(ask, history, timeout).await));
+    });
+}
+
+/// The history the ask is for (`None`: its source keeps none).
+pub fn history_of(ask: &HistoryAsk, sources: &[Arc<dyn Source>]) -> Option<Arc<dyn SourceHistory>> {
+    let source = match ask {
+        HistoryAsk::At { source, .. } | HistoryAsk::Seek { source, .. } => *source,
+        HistoryAsk::Telemetry { key, .. } => key.source,
+    };
+    sources.get(source).and_then(|s| s.history())
+}
+
+/// Asks `history` (under the timeout) and wraps what it says.
+pub async fn answer(
+    ask: HistoryAsk,
+    history: Option<Arc<dyn SourceHistory>>,
+    timeout: Duration,
+) -> HistoryAnswer {
+    let limit = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+    let Some(h) = history else {
+        return no_history(ask);
+    };
+    match ask {
+        HistoryAsk::At {
+            source,
+            generation,
+            at,
+        } => HistoryAnswer::At {
+            source,
+            generation,
+            result: Some(
+                tokio::time::timeout(timeout, h.snapshot_at(at))
+                    .await
+                    .unwrap_or(Err(Failure::Timeout(limit))),
+            ),
+        },
+        HistoryAsk::Seek {
+            source,
+            generation,
+            at,
+            dir,
+            what,
+        } => HistoryAnswer::Sought {
+            source,
+            generation,
+            result: Some(
+                tokio::time::timeout(timeout, h.seek(at, dir, what))
+                    .await
+                    .unwrap_or(Err(Failure::Timeout(limit))),
+            ),
+        },
+        HistoryAsk::Telemetry { rewound, key } => {
+            let fut = h.telemetry(key.node.clone(), key.index, key.from, key.to);
+            HistoryAnswer::Telemetry {
+                rewound,
+                key,
+                result: Some(
+                    tokio::time::timeout(timeout, fut)
+                        .await
+                        .unwrap_or(Err(Failure::Timeout(limit))),
+                ),
+            }
+        }
+    }
+}
+
+/// The answer of a source that keeps no history.
+pub fn no_history(ask: HistoryAsk) -> HistoryAnswer {
+    match ask {
+        HistoryAsk::At {
+            source, generation, ..
+        } => HistoryAnswer::At {
+            source,
+            generation,
+            result: None,
+        },
+        HistoryAsk::Seek {
+            source, generation, ..
+        } => HistoryAnswer::Sought {
+            source,
+            generation,
+            result: None,
+        },
+        HistoryAsk::Telemetry { rewound, key } => HistoryAnswer::Telemetry {
+            rewound,
+            key,
+            result: None,
+        },
+    }
+}

@@ -1,0 +1,579 @@
+//! Rewinding: `g` and the time, the rewound keys (`}`/`{` next/previous change, `]`/`[`
+//! one sample, space play, `G`/Esc live), the history's answers, and the charts of the
+//! device in detail. The live state is never changed by a rewind: the rewound fleet is a
+//! second `State` in `State::rewind`, drawn instead of the live one; the watch keeps
+//! updating the live state underneath, so returning to live is dropping the second one.
+
+use ratatui::crossterm::event::{KeyCode, KeyEvent};
+
+use super::flash;
+use super::keys::{edit_line, key as view_key};
+use crate::clock::{Timestamp, date_time};
+use crate::console::history::{HistoryAnswer, HistoryAsk};
+use crate::console::keymap::{Context, KeyAction};
+use crate::console::msg::Effect;
+use crate::console::state::{
+    ChartKey, Charts, DEFAULT_SPEED, FLASH_MS, Mode, Rewind, SPEEDS, STEP_MS, Seeking, Shown,
+    State, View, chart_window,
+};
+use crate::console::when::parse_when;
+use crate::sources::history::{AtTime, SeekDir, Touching};
+
+/// Rows the banner takes above the rewound views.
+pub const BANNER_ROWS: u16 = 2;
+
+/// The refusal of an action while rewound.
+pub fn refusal_text(state: &State, at: Timestamp) -> String {
+    format!(
+        "rewound to {}: actions act on the present; G returns to live",
+        short_time(state, at)
+    )
+}
+
+/// `03:12:30` when the time is today (in the console's zone), else the date too.
+pub fn short_time(state: &State, at: Timestamp) -> String {
+    let full = date_time(at, &state.zone);
+    let today = date_time(state.now, &state.zone);
+    if full.get(..10) == today.get(..10) {
+        full.get(11..).unwrap_or(&full).to_string()
+    } else {
+        full
+    }
+}
+
+/// A key while the time is being typed.
+pub(super) fn prompt_key(state: &mut State, text: String, ev: &KeyEvent) -> Vec<Effect> {
+    state.dirty = true;
+    match ev.code {
+        KeyCode::Esc => {
+            state.mode = Mode::Normal;
+            Vec::new()
+        }
+        KeyCode::Enter => match parse_when(&text, state.now, &state.zone) {
+            Ok(at) => {
+                state.mode = Mode::Normal;
+                rewind_to(state, at)
+            }
+            Err(e) => {
+                // The prompt stays open with the text, to be corrected.
+                flash(state, e.to_string(), true);
+                if let Some(r) = state.rewind.as_mut() {
+                    flash(&mut r.shown, e.to_string(), true);
+                }
+                Vec::new()
+            }
+        },
+        _ => {
+            state.mode = Mode::RewindTo(edit_line(text, ev));
+            Vec::new()
+        }
+    }
+}
+
+/// Shows the fleet as it was at `at`: rewinds (keeping the live state as it is), or
+/// moves the rewound console to another time. Asks every source for its state then.
+pub fn rewind_to(state: &mut State, at: Timestamp) -> Vec<Effect> {
+    let at = at.min(state.now);
+    state.dirty = true;
+    if state.rewind.is_none() {
+        let mut shown = state.clone();
+        shown.charts = None;
+        shown.readonly = true;
+        shown.mode = Mode::Normal;
+        shown.flash = None;
+        shown.frozen = false;
+        shown.size = (state.size.0, state.size.1.saturating_sub(BANNER_ROWS));
+        for slot in &mut shown.sources {
+            slot.data = None;
+            slot.raw = None;
+            slot.held = None;
+            slot.error = None;
+            slot.error_since = None;
+            slot.in_flight = false;
+            slot.wanted = false;
+            slot.note = Some("loading its history".to_string());
+            slot.rewound = true;
+        }
+        let sources = vec![(Shown::Loading, 0); state.sources.len()];
+        state.rewind = Some(Box::new(Rewind {
+            at,
+            generation: 0,
+            sources,
+            shown: Box::new(shown),
+            playing: false,
+            speed: DEFAULT_SPEED,
+            seeking: None,
+            flash_since: None,
+        }));
+    }
+    let Some(r) = state.rewind.as_mut() else {
+        return Vec::new();
+    };
+    r.at = at;
+    r.generation += 1;
+    r.shown.now = at;
+    r.shown.fetched_at_all(at);
+    r.shown.reshape_rows();
+    let generation = r.generation;
+    (0..state.sources.len())
+        .map(|source| {
+            Effect::History(HistoryAsk::At {
+                source,
+                generation,
+                at,
+            })
+        })
+        .collect()
+}
+
+/// Leaves the rewound view: the live state shows again, exactly as the watch kept it.
+pub(super) fn to_live(state: &mut State) {
+    state.rewind = None;
+    state.dirty = true;
+}
+
+/// A key while rewound: the rewind's own keys, refusals of actions, and the rest handed
+/// to the rewound state (its views, cursors and filters are its own).
+pub(super) fn rewound_key(state: &mut State, ev: KeyEvent) -> Vec<Effect> {
+    state.dirty = true;
+    let Some(refused) = state.rewind.as_ref().map(|r| refusal_text(state, r.at)) else {
+        return Vec::new();
+    };
+    let Some(r) = state.rewind.as_mut() else {
+        return Vec::new();
+    };
+    let browsing = r.shown.mode == Mode::Normal;
+    let action = state.keymap.action(Context::Normal, &ev);
+    if browsing && let Some(a) = action {
+        match a {
+            KeyAction::Live => {
+                to_live(state);
+                return Vec::new();
+            }
+            KeyAction::Back if nothing_to_close(&r.shown) => {
+                to_live(state);
+                return Vec::new();
+            }
+            KeyAction::Rewind => {
+                state.mode = Mode::RewindTo(String::new());
+                return Vec::new();
+            }
+            KeyAction::NextChange => return seek(state, SeekDir::Next),
+            KeyAction::PrevChange => return seek(state, SeekDir::Prev),
+            KeyAction::StepForward => {
+                let at = r.at.plus_millis(STEP_MS);
+                return rewind_to(state, at);
+            }
+            KeyAction::StepBack => {
+                let at = Timestamp(r.at.0.saturating_sub(STEP_MS));
+                return rewind_to(state, at);
+            }
+            KeyAction::Play => {
+                r.playing = !r.playing;
+                return Vec::new();
+            }
+            KeyAction::Faster => {
+                r.speed = (r.speed + 1).min(SPEEDS.len() - 1);
+                return Vec::new();
+            }
+            KeyAction::Slower => {
+                r.speed = r.speed.saturating_sub(1);
+                return Vec::new();
+            }
+            KeyAction::Refresh => {
+                let at = r.at;
+                return rewind_to(state, at);
+            }
+            KeyAction::Freeze => {
+                flash(
+                    &mut r.shown,
+                    "rewound: the time shown holds still already (space plays)",
+                    false,
+                );
+                return Vec::new();
+            }
+            a if a.mutates() => {
+                flash(&mut r.shown, refused, true);
+                return Vec::new();
+            }
+            _ => {}
+        }
+    }
+    let effects = view_key(&mut r.shown, ev);
+    // The rewound state is read-only: a command that would act was refused there, in
+    // read-only words; say why in the rewind's.
+    if r.shown
+        .flash
+        .as_ref()
+        .is_some_and(|f| f.text.starts_with("read-only"))
+    {
+        flash(&mut r.shown, refused, true);
+    }
+    // Nothing the rewound state asks reaches a source, but leaving.
+    if effects.contains(&Effect::Quit) {
+        return super::quit(state);
+    }
+    Vec::new()
+}
+
+/// The rewound state has nothing for Esc to close: Esc then returns to live.
+fn nothing_to_close(s: &State) -> bool {
+    s.flash.is_none()
+        && !matches!(s.view, View::Detail | View::ClaimDetail)
+        && s.came_from.is_none()
+        && s.filter().is_empty()
+}
+
+/// `}`/`{`: asks for the next (previous) change of what is selected in the rewound
+/// view, or of anything when nothing is.
+fn seek(state: &mut State, dir: SeekDir) -> Vec<Effect> {
+    let Some(r) = state.rewind.as_mut() else {
+        return Vec::new();
+    };
+    let (only, what) = selected(&r.shown);
+    // One ms past the time shown, so a change at exactly that time is not found again.
+    let at = match dir {
+        SeekDir::Next => r.at.plus_millis(1),
+        SeekDir::Prev => Timestamp(r.at.0.saturating_sub(1)),
+    };
+    r.generation += 1;
+    let generation = r.generation;
+    let asked: Vec<usize> = match only {
+        Some(s) => vec![s],
+        None => (0..r.sources.len())
+            .filter(|i| !matches!(r.sources[*i].0, Shown::NoHistory))
+            .collect(),
+    };
+    if asked.is_empty() {
+        flash(&mut r.shown, "no source here keeps a history", true);
+        return Vec::new();
+    }
+    r.seeking = Some(Seeking {
+        dir,
+        what: what.clone(),
+        generation,
+        waiting: asked.len(),
+        best: None,
+    });
+    asked
+        .into_iter()
+        .map(|source| {
+            Effect::History(HistoryAsk::Seek {
+                source,
+                generation,
+                at,
+                dir,
+                what: what.clone(),
+            })
+        })
+        .collect()
+}
+
+/// What `}`/`{` follow: the GPU, claim or project selected (or shown in detail), with
+/// its source; anything, over every source, otherwise.
+fn selected(s: &State) -> (Option<usize>, Touching) {
+    let gpu = |src: usize, node: &str, index: u32| {
+        (
+            Some(src),
+            Touching::Gpu {
+                node: node.to_string(),
+                index,
+            },
+        )
+    };
+    match s.view {
+        View::Detail => {
+            if let Some((src, node, index)) = &s.detail {
+                return gpu(*src, node, *index);
+            }
+        }
+        View::Gpus => {
+            if let Some((_, n, d)) = s.selected_device().and_then(|k| s.device(k)) {
+                let src = s.selected_device().map_or(0, |k| k.source);
+                return gpu(src, &n.name, d.index);
+            }
+        }
+        View::ClaimDetail => {
+            if let Some((src, id)) = &s.claim_detail {
+                return (Some(*src), Touching::Claim(*id));
+            }
+        }
+        View::Claims => {
+            if let Some(k) = s.selected_claim()
+                && let Some((_, c)) = s.claim(k)
+            {
+                return (Some(k.source), Touching::Claim(c.id));
+            }
+        }
+        View::Ledger => {
+            if let Some(k) = s.selected_project()
+                && let Some((_, p)) = s.project(k)
+            {
+                return (Some(k.source), Touching::Project(p.name.clone()));
+            }
+        }
+        View::Overview | View::Events => {}
+    }
+    (None, Touching::Anything)
+}
+
+/// A history answered.
+pub(super) fn answer(state: &mut State, a: HistoryAnswer) -> Vec<Effect> {
+    match a {
+        HistoryAnswer::At {
+            source,
+            generation,
+            result,
+        } => {
+            shown_at(state, source, generation, result);
+            Vec::new()
+        }
+        HistoryAnswer::Sought {
+            source,
+            generation,
+            result,
+        } => sought(state, source, generation, result),
+        HistoryAnswer::Telemetry {
+            rewound,
+            key,
+            result,
+        } => {
+            let target = if rewound {
+                state.rewind.as_mut().map(|r| &mut r.shown.charts)
+            } else {
+                Some(&mut state.charts)
+            };
+            if let Some(charts) = target
+                && let Some(c) = charts.as_mut()
+                && c.key == key
+            {
+                c.loading = false;
+                match result {
+                    None => c.no_history = true,
+                    Some(Ok(samples)) => c.samples = samples,
+                    Some(Err(e)) => c.error = Some(e.to_string()),
+                }
+                state.dirty = true;
+            }
+            Vec::new()
+        }
+    }
+}
+
+/// A source's state at the time asked (or why there is none).
+fn shown_at(
+    state: &mut State,
+    source: usize,
+    generation: u64,
+    result: Option<Result<AtTime, crate::sources::Failure>>,
+) {
+    let zone = state.zone.clone();
+    let Some(r) = state.rewind.as_mut() else {
+        return;
+    };
+    let Some((shown, got)) = r.sources.get_mut(source) else {
+        return;
+    };
+    // An older answer than the one shown (they may cross when stepping fast).
+    if generation <= *got {
+        return;
+    }
+    *got = generation;
+    let Some(slot) = r.shown.sources.get_mut(source) else {
+        return;
+    };
+    match result {
+        Some(Ok(AtTime::Shown { snapshot, at })) => {
+            *shown = Shown::At(at);
+            slot.data = Some(*snapshot);
+            slot.note = None;
+        }
+        Some(Ok(AtTime::Before { from })) => {
+            *shown = Shown::Before(from);
+            slot.data = None;
+            slot.note = Some(format!(
+                "its history begins at {}, after the time shown",
+                date_time(from, &zone)
+            ));
+        }
+        None => {
+            *shown = Shown::NoHistory;
+            slot.data = None;
+            slot.note = Some("no history for this source".to_string());
+        }
+        Some(Err(e)) => {
+            *shown = Shown::Failed(e.to_string());
+            slot.data = None;
+            slot.note = Some(format!("its history could not be read: {e}"));
+        }
+    }
+    r.shown.reshape_rows();
+    state.dirty = true;
+}
+
+/// A source answered a seek; once all have, the nearest change is shown.
+fn sought(
+    state: &mut State,
+    source: usize,
+    generation: u64,
+    result: Option<Result<Option<Timestamp>, crate::sources::Failure>>,
+) -> Vec<Effect> {
+    let Some(r) = state.rewind.as_mut() else {
+        return Vec::new();
+    };
+    let Some(s) = r.seeking.as_mut().filter(|s| s.generation == generation) else {
+        return Vec::new();
+    };
+    s.waiting = s.waiting.saturating_sub(1);
+    match result {
+        Some(Ok(Some(t))) => {
+            s.best = Some(match (s.best, s.dir) {
+                (None, _) => t,
+                (Some(b), SeekDir::Next) => b.min(t),
+                (Some(b), SeekDir::Prev) => b.max(t),
+            });
+        }
+        Some(Ok(None)) | None => {}
+        Some(Err(e)) => {
+            let name = r
+                .shown
+                .sources
+                .get(source)
+                .map_or_else(String::new, |s| s.name.clone());
+            r.shown.push_log(format!("{name}: seek failed: {e}"));
+        }
+    }
+    if s.waiting > 0 {
+        return Vec::new();
+    }
+    let Some(done) = r.seeking.take() else {
+        return Vec::new();
+    };
+    let what = done.what.describe();
+    let Some(t) = done.best else {
+        let text = match done.dir {
+            SeekDir::Next => format!("no later change of {what} (G returns to live)"),
+            SeekDir::Prev => format!("no earlier change of {what} in the history"),
+        };
+        flash(&mut r.shown, text, false);
+        state.dirty = true;
+        return Vec::new();
+    };
+    let word = match done.dir {
+        SeekDir::Next => "next",
+        SeekDir::Prev => "previous",
+    };
+    let text = format!("{word} change of {what}: {}", short_time(state, t));
+    let effects = rewind_to(state, t);
+    if let Some(r) = state.rewind.as_mut() {
+        flash(&mut r.shown, text, false);
+    }
+    effects
+}
+
+/// The rewind keys while live: `g` asks for a time, `{` and `[` rewind from now; the
+/// others only make sense rewound.
+pub(super) fn live_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
+    match a {
+        KeyAction::Rewind => {
+            state.mode = Mode::RewindTo(String::new());
+            Vec::new()
+        }
+        KeyAction::StepBack => {
+            let at = Timestamp(state.now.0.saturating_sub(STEP_MS));
+            rewind_to(state, at)
+        }
+        KeyAction::PrevChange => {
+            let now = state.now;
+            let mut effects = rewind_to(state, now);
+            effects.extend(seek(state, SeekDir::Prev));
+            effects
+        }
+        _ => {
+            flash(state, "live already: g rewinds to a time", false);
+            Vec::new()
+        }
+    }
+}
+
+/// Time passed: plays forward, expires the rewound state's message; catching up with
+/// live stops the play.
+pub(super) fn tick(state: &mut State, now: Timestamp) -> Vec<Effect> {
+    let Some(r) = state.rewind.as_mut() else {
+        return Vec::new();
+    };
+    match (&r.shown.flash, r.flash_since) {
+        (None, _) => r.flash_since = None,
+        (Some(_), None) => r.flash_since = Some(now),
+        (Some(_), Some(t)) if now.millis_since(t) >= FLASH_MS => {
+            r.shown.flash = None;
+            r.flash_since = None;
+            state.dirty = true;
+        }
+        _ => {}
+    }
+    if !r.playing {
+        // The banner says how far behind live: it grows each second.
+        state.dirty = true;
+        return Vec::new();
+    }
+    let next =
+        r.at.plus_millis(crate::console::driver::TICK_MS * u64::from(r.speed_x()));
+    if next >= now {
+        r.playing = false;
+        flash(
+            &mut r.shown,
+            "caught up with live: G returns to live",
+            false,
+        );
+    }
+    rewind_to(state, next)
+}
+
+/// The charts the device in detail needs (live: the last hour; rewound: the hour around
+/// the time shown), asked when the device or the window changed.
+pub(super) fn charts_due(state: &mut State) -> Vec<Effect> {
+    let live_now = state.now;
+    let (target, rewound, at) = match state.rewind.as_mut() {
+        Some(r) => (&mut *r.shown, true, Some(r.at)),
+        None => (&mut *state, false, None),
+    };
+    if target.view != View::Detail {
+        return Vec::new();
+    }
+    let Some((source, node, index)) = target.detail.clone() else {
+        return Vec::new();
+    };
+    let (from, to) = chart_window(live_now, at);
+    let key = ChartKey {
+        source,
+        node,
+        index,
+        from,
+        to,
+    };
+    if target.charts.as_ref().is_some_and(|c| c.key == key) {
+        return Vec::new();
+    }
+    // Keep the samples drawn until the new window's arrive.
+    let kept = target.charts.take().filter(|c| {
+        c.key.source == key.source && c.key.node == key.node && c.key.index == key.index
+    });
+    let mut charts = Charts::loading(key.clone());
+    if let Some(old) = kept {
+        charts.samples = old.samples;
+        charts.no_history = old.no_history;
+    }
+    target.charts = Some(charts);
+    vec![Effect::History(HistoryAsk::Telemetry { rewound, key })]
+}
+
+impl State {
+    /// Marks every source's data as of `at` (the rewound state: not stale, whatever the
+    /// time shown).
+    fn fetched_at_all(&mut self, at: Timestamp) {
+        for s in &mut self.sources {
+            s.fetched_at = Some(at);
+        }
+    }
+}

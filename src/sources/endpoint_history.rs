@@ -1,0 +1,88 @@
+//! A gpuboard endpoint's recorded history (`/v1/snapshot?at=`, `/v1/history/*`) as the
+//! console's `History`.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+
+use super::Failure;
+use super::history::{AtTime, Sample, SeekDir, SourceHistory, Touching};
+use crate::client::{Client, ClientError, SnapshotAt};
+use crate::clock::Timestamp;
+use crate::history::wire::{Direction, GpuRef, Target};
+
+/// How a client error reads to the console (the endpoint source's words).
+pub type Words = Arc<dyn Fn(ClientError) -> Failure + Send + Sync>;
+
+/// An endpoint's history, read over its API.
+pub struct EndpointHistory {
+    client: Client,
+    words: Words,
+}
+
+impl EndpointHistory {
+    /// The history behind `client`, its errors worded by `words`.
+    pub fn new(client: Client, words: Words) -> EndpointHistory {
+        EndpointHistory { client, words }
+    }
+}
+
+impl SourceHistory for EndpointHistory {
+    fn snapshot_at(&self, at: Timestamp) -> BoxFuture<'static, Result<AtTime, Failure>> {
+        let (client, words) = (self.client.clone(), Arc::clone(&self.words));
+        Box::pin(async move {
+            match client.snapshot_at(at).await.map_err(|e| words(e))? {
+                SnapshotAt::Shown { snapshot, at, .. } => Ok(AtTime::Shown { snapshot, at }),
+                SnapshotAt::BeforeHistory {
+                    history_from: Some(from),
+                } => Ok(AtTime::Before { from }),
+                SnapshotAt::BeforeHistory { history_from: None } => {
+                    Err(Failure::Refused("nothing is recorded yet".to_string()))
+                }
+            }
+        })
+    }
+
+    fn seek(
+        &self,
+        at: Timestamp,
+        dir: SeekDir,
+        what: Touching,
+    ) -> BoxFuture<'static, Result<Option<Timestamp>, Failure>> {
+        let (client, words) = (self.client.clone(), Arc::clone(&self.words));
+        let dir = match dir {
+            SeekDir::Next => Direction::Next,
+            SeekDir::Prev => Direction::Prev,
+        };
+        let target = match what {
+            Touching::Anything => None,
+            Touching::Gpu { node, index } => Some(Target::Gpu(GpuRef { node, index })),
+            Touching::Claim(id) => Some(Target::Claim(id)),
+            Touching::Project(p) => Some(Target::Project(p)),
+        };
+        Box::pin(async move {
+            let found = client
+                .history_seek(at, dir, target.as_ref())
+                .await
+                .map_err(|e| words(e))?;
+            Ok(found.map(|s| s.at))
+        })
+    }
+
+    fn telemetry(
+        &self,
+        node: String,
+        index: u32,
+        from: Timestamp,
+        to: Timestamp,
+    ) -> BoxFuture<'static, Result<Vec<Sample>, Failure>> {
+        let (client, words) = (self.client.clone(), Arc::clone(&self.words));
+        Box::pin(async move {
+            let series = client
+                .history_telemetry(&GpuRef { node, index }, from, to)
+                .await
+                .map_err(|e| words(e))?;
+            Ok(series.samples)
+        })
+    }
+}
