@@ -219,9 +219,10 @@ async fn task_actions_on_running_gpu_tasks() {
     );
     assert!(task_block(&client, &two).contains("suspended via GUI: yes"));
     let log = std::fs::read_to_string(state.path().join("gpuboard/console.log")).unwrap();
+    let host = common::host();
     assert!(
         log.contains(&format!(
-            "actor=tester source=cruncher action=suspend-task target=task {two} done: task {two} suspended"
+            "actor=tester@{host} source=cruncher action=suspend-task target=task {two} done: task {two} suspended"
         )),
         "{log}"
     );

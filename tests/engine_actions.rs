@@ -103,9 +103,11 @@ fn read_only_refuses_every_action_kind_before_sending() {
     }
     assert_eq!(seen, EngineVerb::ALL.len());
     let log = audit_log(dir.path());
+    let host = common::host();
     for verb in EngineVerb::ALL {
         assert!(
-            log.contains("actor=tester source=") && log.contains(&format!("action={verb} ")),
+            log.contains(&format!("actor=tester@{host} source="))
+                && log.contains(&format!("action={verb} ")),
             "{verb} not audited:\n{log}"
         );
     }
@@ -349,9 +351,10 @@ async fn slurm_actions_on_a_real_cluster() {
     assert_eq!(cluster.job(small), "PENDING JobHeldUser");
 
     let log = audit_log(state.path());
+    let host = common::host();
     assert!(
         log.contains(&format!(
-            "actor=tester source=cluster action=hold target=job {big} done: slurmrestd held job {big}"
+            "actor=tester@{host} source=cluster action=hold target=job {big} done: slurmrestd held job {big}"
         )),
         "{log}"
     );
@@ -479,8 +482,9 @@ async fn boinc_actions_on_a_real_client() {
     assert!(gpu.contains("current mode: according to prefs"), "{gpu}");
 
     let log = audit_log(state.path());
+    let host = common::host();
     assert!(
-        log.contains("actor=tester source=cruncher action=gpu-mode target=GPU mode never done: the client's GPU mode is now never"),
+        log.contains(&format!("actor=tester@{host} source=cruncher action=gpu-mode target=GPU mode never done: the client's GPU mode is now never")),
         "{log}"
     );
 }
@@ -928,11 +932,13 @@ async fn a_hand_over_frees_slurm_gpus_and_claims_them_on_an_endpoint() {
     assert_eq!(cli.len(), 1, "{cli:?}");
     assert_eq!(cli[0].holder.as_deref(), Some("tester"));
     let log = audit_log(&state);
+    let host = common::host();
     assert!(
         log.contains(&format!(
-            "actor=tester source=cluster action=cancel target=job {runner} done:"
-        )) && log.contains("actor=tester source=lab action=claim target=")
-            && log.contains("placed at gpunode:2-3"),
+            "actor=tester@{host} source=cluster action=cancel target=job {runner} done:"
+        )) && log.contains(&format!(
+            "actor=tester@{host} source=lab action=claim target="
+        )) && log.contains("placed at gpunode:2-3"),
         "{log}"
     );
 

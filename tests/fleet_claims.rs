@@ -259,7 +259,7 @@ fn claims_land_where_the_policy_says_and_ls_lists_the_fleet() {
     assert_eq!(all.iter().filter(|c| c["endpoint"] == "a").count(), 2);
     // A plain id is ambiguous with several endpoints; ENDPOINT/ID is not.
     let out = fleet.cli(&["release", "1"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     assert!(
         text(&out.stderr).contains("ENDPOINT/1"),
         "{}",

@@ -388,7 +388,12 @@ enum Head {
 async fn read_head(io: &mut Box<dyn Stream>, head: &mut Vec<u8>, deadline: Instant) -> Head {
     let mut buf = [0u8; 2048];
     loop {
-        if head.windows(4).any(|w| w == b"\r\n\r\n") {
+        // A request line starts with a method (upper-case letters). Anything else, a TLS
+        // ClientHello sent to the plain port say, never ends in a head: hyper answers it
+        // 400 at once, so the client learns what it reached instead of timing out.
+        if head.windows(4).any(|w| w == b"\r\n\r\n")
+            || head.first().is_some_and(|b| !b.is_ascii_uppercase())
+        {
             return Head::Done;
         }
         if head.len() > MAX_HEAD {

@@ -54,6 +54,12 @@ pub fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// This host's name as audit lines write it (`user@host`, `gpuboard::identity`).
+#[allow(dead_code)]
+pub fn host() -> String {
+    gpuboard::identity::Identity::current().host
+}
+
 /// A port nothing listens on right now.
 pub fn free_port() -> u16 {
     StdListener::bind("127.0.0.1:0")
