@@ -84,7 +84,11 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Err(error) => {
             eprintln!("gpuboard: {error:#}");
-            ExitCode::FAILURE
+            if error.is::<gpuboard::console::headless::NoSuchClaim>() {
+                ExitCode::from(gpuboard::cli::EXIT_NOT_FOUND)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

@@ -298,6 +298,29 @@ fn every_row_of_the_exit_code_table_is_provoked() {
     );
     case("renew 999", on_a(&["renew", "999"]), 7, "not found");
     case(
+        "reset of a project the endpoint does not have",
+        on_a(&["project", "reset", "nosuch"]),
+        7,
+        "does not exist",
+    );
+    case(
+        "the detail of a claim no source lists",
+        gpuboard(
+            &home,
+            &[
+                "status",
+                "--dump-screen",
+                "claim:999",
+                "--endpoint",
+                &a.url,
+                "--data-dir",
+                data_a,
+            ],
+        ),
+        7,
+        "claim:999",
+    );
+    case(
         "renew of a claim without a lease",
         on_a(&["renew", "1"]),
         8,

@@ -40,7 +40,7 @@ use crate::client::{Client, ClientError, TlsTrust};
 use crate::endpoint::store::default_data_dir;
 use crate::endpoint::{auth, tls};
 
-pub use act::{ActArgs, EXIT_ENGINE_REFUSED};
+pub use act::{ActArgs, EXIT_ENGINE_REFUSED, EXIT_NOT_FOUND};
 pub use admin::ProjectCommand;
 pub use claims::ClaimArgs;
 pub use events::EventsArgs;

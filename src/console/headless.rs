@@ -182,6 +182,12 @@ pub fn merged_flags(before: &ConsoleArgs, after: &ConsoleArgs) -> ConsoleArgs {
     }
 }
 
+/// A claim named on the command line that no source lists: exit 7 (not found), as
+/// `release` of an id the endpoint never issued.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NoSuchClaim(pub String);
+
 /// Runs `gpuboard status`; `before` are the console flags written before `status`.
 pub fn run(before: &ConsoleArgs, args: &StatusArgs) -> anyhow::Result<()> {
     let console = &merged_flags(before, &args.console);
@@ -219,7 +225,7 @@ pub fn run(before: &ConsoleArgs, args: &StatusArgs) -> anyhow::Result<()> {
         match claim {
             Some(name) => state
                 .open_claim_named(name)
-                .map_err(|why| anyhow::anyhow!("--dump-screen {view}: {why}"))?,
+                .map_err(|why| NoSuchClaim(format!("--dump-screen {view}: {why}")))?,
             None => super::update::show_view(&mut state, v),
         }
         if let Some(at) = setup.at {

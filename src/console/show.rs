@@ -35,9 +35,10 @@ pub fn run(before: &ConsoleArgs, args: &ShowArgs) -> anyhow::Result<()> {
     headless::run(before, &status).map_err(|e| {
         let text = format!("{e:#}");
         let prefix = format!("--dump-screen claim:{}: ", args.id);
-        match text.strip_prefix(&prefix) {
-            Some(why) => anyhow::anyhow!("show {}: {why}", args.id),
-            None => e,
+        match (text.strip_prefix(&prefix), e.is::<headless::NoSuchClaim>()) {
+            (Some(why), true) => headless::NoSuchClaim(format!("show {}: {why}", args.id)).into(),
+            (Some(why), false) => anyhow::anyhow!("show {}: {why}", args.id),
+            (None, _) => e,
         }
     })
 }

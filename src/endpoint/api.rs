@@ -168,6 +168,7 @@ impl From<EngineError> for ApiError {
             ) => ApiError::not_found(e.to_string()),
             EngineError::Fleet(e) => ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string()),
             EngineError::Invalid(detail) => ApiError::invalid(Rule::OutOfRange, None, detail),
+            EngineError::UnknownProject(detail) => ApiError::not_found(detail),
             EngineError::Store(e) => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "store_failed",

@@ -16,10 +16,11 @@ use crate::clock::{Clock, Timestamp};
 use crate::endpoint::idempotency::{Fingerprint, KeyAnswer, KeyRecord, KeyTable, Lookup};
 use crate::endpoint::live::{LiveConfig, LiveFeed, LiveRound};
 use crate::endpoint::store::{Store, StoreError, StoreStats, SyncMode};
+use crate::fairshare::FairShareError;
 use crate::ids::ClaimId;
 use crate::placement::{Allocation, FleetError, MoveError, MoveTarget, NoFit, NodeSpec};
 use crate::request::ClaimRequest;
-use crate::scheduler::{Claim, RenewError, Scheduler, SchedulerConfig, Submitted};
+use crate::scheduler::{Claim, RenewError, Scheduler, SchedulerConfig, SchedulerError, Submitted};
 use crate::snapshot::{AuditEvent, Snapshot};
 use crate::telemetry::{Sampler, SamplerCore, TelemetrySnapshot};
 
@@ -87,6 +88,9 @@ pub enum EngineError {
     /// A project name or share out of range.
     #[error("{0}")]
     Invalid(String),
+    /// A project the endpoint does not have.
+    #[error("{0}")]
+    UnknownProject(String),
     /// The state could not be made durable; the endpoint stops accepting changes.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -510,7 +514,13 @@ impl Engine {
     pub async fn reset_project(&self, project: &str, actor: &str) -> Result<(), EngineError> {
         self.mutate(|s, now| s.reset_project(Some(project), actor, now))
             .await?
-            .map_err(|e| EngineError::Invalid(e.to_string()))
+            .map_err(|e| match e {
+                // Named but not there: not found (404, exit 7), as a claim id never issued.
+                SchedulerError::Ledger(e @ FairShareError::UnknownProject(_)) => {
+                    EngineError::UnknownProject(e.to_string())
+                }
+                e => EngineError::Invalid(e.to_string()),
+            })
     }
 
     /// Expires leases, releases claims of dead local owners, places pending claims, and
