@@ -153,6 +153,11 @@ struct Inner {
     frozen: OnceLock<String>,
     /// Turns true with `frozen`, to wake snapshot watchers.
     frozen_seen: watch::Sender<bool>,
+    /// Set once the history stopped recording (full disk...): the scheduler goes on, and
+    /// every snapshot says so, so the console shows it beside the source.
+    history_stopped: OnceLock<String>,
+    /// Turns true with `history_stopped`, to wake snapshot watchers.
+    history_seen: watch::Sender<bool>,
     store: Store,
     clock: Arc<dyn Clock>,
     owners: Arc<dyn OwnerCheck>,
@@ -174,6 +179,8 @@ pub struct StateKey {
     pub telemetry: u64,
     /// A commit has failed: the endpoint refuses changes.
     pub frozen: bool,
+    /// The history stopped recording.
+    pub history_stopped: bool,
 }
 
 /// Wakes its holder when the engine's `StateKey` may have changed.
@@ -182,6 +189,7 @@ pub struct StateKeyWatch {
     revision: watch::Receiver<u64>,
     telemetry: Option<watch::Receiver<u64>>,
     frozen: watch::Receiver<bool>,
+    history: watch::Receiver<bool>,
 }
 
 impl StateKeyWatch {
@@ -192,9 +200,15 @@ impl StateKeyWatch {
             revision,
             telemetry,
             frozen,
+            history,
         } = self;
         let frozen = async {
             if frozen.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        let history = async {
+            if history.changed().await.is_err() {
                 std::future::pending::<()>().await;
             }
         };
@@ -216,6 +230,7 @@ impl StateKeyWatch {
             () = revision => {}
             () = telemetry => {}
             () = frozen => {}
+            () = history => {}
         }
     }
 }
@@ -293,6 +308,8 @@ impl Engine {
                 nodes,
                 frozen: OnceLock::new(),
                 frozen_seen: watch::channel(false).0,
+                history_stopped: OnceLock::new(),
+                history_seen: watch::channel(false).0,
                 store,
                 clock,
                 owners,
@@ -616,7 +633,24 @@ impl Engine {
             feed.merge_into(&mut snap);
         }
         snap.endpoint.store_failed = self.failure().map(str::to_string);
+        if let Some(why) = self.inner.history_stopped.get() {
+            snap.endpoint.warnings.push(crate::snapshot::SourceWarning {
+                section: "history".to_string(),
+                path: "history.sqlite".to_string(),
+                found: format!("recording {why}"),
+                left_out: "the history from then on (the scheduler goes on; restart the \
+                           endpoint once there is room)"
+                    .to_string(),
+            });
+        }
         snap
+    }
+
+    /// Says in every snapshot from now on that the history stopped recording (`why`).
+    pub fn history_stopped(&self, why: &str) {
+        if self.inner.history_stopped.set(why.to_string()).is_ok() {
+            self.inner.history_seen.send_replace(true);
+        }
     }
 
     /// The whole state in memory now, with the latest telemetry round joined in when
@@ -657,6 +691,7 @@ impl Engine {
             revision: *self.inner.committed.borrow(),
             telemetry: self.inner.live.get().map_or(0, |feed| feed.generation()),
             frozen: self.inner.frozen.get().is_some(),
+            history_stopped: self.inner.history_stopped.get().is_some(),
         }
     }
 
@@ -668,6 +703,7 @@ impl Engine {
             revision,
             telemetry: self.inner.live.get().map(|feed| feed.subscribe()),
             frozen: self.inner.frozen_seen.subscribe(),
+            history: self.inner.history_seen.subscribe(),
         }
     }
 

@@ -144,6 +144,9 @@ pub fn spawn_feed(
                 Ok(built) => history.feed(Arc::clone(&built.snapshot)),
                 Err(e) => tracing::warn!("history: cannot build the snapshot: {e}"),
             }
+            if let Some(why) = history.stopped() {
+                versions.engine().history_stopped(&why);
+            }
         }
     })
 }

@@ -129,6 +129,7 @@ impl SnapshotVersions {
                 .is_some_and(|(at, cost)| at.elapsed() < telemetry_spacing(cost));
             if revision_current
                 && cached.frozen == key.frozen
+                && cached.history_stopped == key.history_stopped
                 && (cached.telemetry == key.telemetry || too_soon)
             {
                 return Ok(Arc::clone(current));
