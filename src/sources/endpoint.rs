@@ -154,6 +154,9 @@ fn failure(source: &str, has_token: bool, e: ClientError) -> Failure {
                 )
             })
         }
+        ClientError::Conflict { error, detail } if error == crate::wire::IN_FLIGHT => {
+            Failure::InFlight(detail)
+        }
         ClientError::Conflict { detail, .. } => Failure::Refused(detail),
         ClientError::NotFound { detail } => Failure::Http {
             status: 404,
@@ -235,6 +238,26 @@ impl Source for Http {
         move_id: &str,
     ) -> BoxFuture<'static, Result<Outcome, Failure>> {
         self.act_with(self.client.for_move(move_id), action)
+    }
+
+    fn claim_keyed(
+        &self,
+        request: ClaimRequest,
+        key: String,
+        move_id: Option<String>,
+    ) -> BoxFuture<'static, Result<Outcome, Failure>> {
+        let client = match &move_id {
+            Some(id) => self.client.for_move(id),
+            None => self.client.clone(),
+        };
+        let fail = self.failure();
+        Box::pin(async move {
+            let made = client
+                .claim_keyed(&request, Some(&key))
+                .await
+                .map_err(fail)?;
+            Ok(Outcome::Claimed(Box::new(made.claim().clone())))
+        })
     }
 }
 
