@@ -190,7 +190,7 @@ pub fn perform(
                 request: request.clone(),
             };
             let tag = move_id.clone();
-            let run = move || src.claim_keyed(request, key, tag);
+            let run = move || src.claim_keyed(request, key, tag, timeout);
             send_action(
                 src.as_ref(),
                 &action,
@@ -229,7 +229,7 @@ pub fn perform(
             }
             let src = Arc::clone(src);
             tokio::spawn(async move {
-                let result = resend(&*src, request, &key, move_id, within, timeout).await;
+                let result = resend(&*src, request, &key, move_id, within).await;
                 let _ = tx.send(Msg::Rechecked {
                     source,
                     attempt,
@@ -306,14 +306,15 @@ async fn resend(
     key: &str,
     move_id: Option<String>,
     within: Duration,
-    timeout: Duration,
 ) -> Result<Outcome, Failure> {
     let until = Instant::now() + within;
     loop {
         let left = until.saturating_duration_since(Instant::now());
-        let each = left.min(timeout).max(Duration::from_millis(100));
+        // Patient: a re-sent claim may wait behind the first's commit, longer than a
+        // refresh's timeout.
+        let each = left.max(Duration::from_millis(100));
         let ms = u64::try_from(each.as_millis()).unwrap_or(u64::MAX);
-        let fut = src.claim_keyed(request.clone(), key.to_string(), move_id.clone());
+        let fut = src.claim_keyed(request.clone(), key.to_string(), move_id.clone(), each);
         let result = tokio::time::timeout(each, fut)
             .await
             .unwrap_or(Err(Failure::Timeout(ms)));

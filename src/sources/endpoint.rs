@@ -245,11 +245,13 @@ impl Source for Http {
         request: ClaimRequest,
         key: String,
         move_id: Option<String>,
+        patience: Duration,
     ) -> BoxFuture<'static, Result<Outcome, Failure>> {
         let client = match &move_id {
             Some(id) => self.client.for_move(id),
             None => self.client.clone(),
-        };
+        }
+        .patiently(patience);
         let fail = self.failure();
         Box::pin(async move {
             let made = client

@@ -286,16 +286,18 @@ pub trait Source: Send + Sync {
         self.act(action)
     }
     /// Sends a claim with an idempotency `key` (tagged with `move_id` in a move across
-    /// sources): sent again with the same key and request, it answers what the first send
-    /// did, never placing it twice. Sources whose answers cannot be lost (in-process ones)
-    /// just act.
+    /// sources), waiting up to `patience` for the answer (longer than the source's own
+    /// timeout when a late answer is asked for again): sent again with the same key and
+    /// request, it answers what the first send did, never placing it twice. Sources whose
+    /// answers cannot be lost (in-process ones) just act.
     fn claim_keyed(
         &self,
         request: ClaimRequest,
         key: String,
         move_id: Option<String>,
+        patience: std::time::Duration,
     ) -> BoxFuture<'static, Result<Outcome, Failure>> {
-        let _ = key;
+        let _ = (key, patience);
         let action = Action::Claim { request };
         match move_id {
             Some(id) => self.act_in_move(action, &id),
