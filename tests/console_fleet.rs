@@ -334,10 +334,7 @@ fn move_step(e: &Effect) -> Option<(usize, Action, String)> {
 }
 
 fn step(eff: &[Effect]) -> (usize, Action, String) {
-    let steps: Vec<_> = eff
-        .iter()
-        .filter_map(move_step)
-        .collect();
+    let steps: Vec<_> = eff.iter().filter_map(move_step).collect();
     let [one] = steps.as_slice() else {
         panic!("one move step expected: {eff:?}")
     };
@@ -648,10 +645,7 @@ fn a_move_to_any_source_tries_the_next_when_one_refuses() {
     );
     // No answer from b: it is sent the same claim with the same key first.
     let label = attempt_of(&claim);
-    assert_eq!(
-        eff,
-        vec![resent(1, &claim, Some(&move_id), RESOLVE_WITHIN)]
-    );
+    assert_eq!(eff, vec![resent(1, &claim, Some(&move_id), RESOLVE_WITHIN)]);
     let eff = run(
         &mut st,
         vec![rechecked(
@@ -952,10 +946,10 @@ fn a_target_that_queues_the_move_is_taken_back_and_the_next_asked() {
     );
     let steps: Vec<(usize, Action)> = eff
         .iter()
-        .filter_map(|e| match e {
-            e => move_step(e)
+        .filter_map(|e| {
+            move_step(e)
                 .filter(|(_, _, m)| *m == move_id)
-                .map(|(source, action, _)| (source, action)),
+                .map(|(source, action, _)| (source, action))
         })
         .collect();
     assert_eq!(
@@ -1053,7 +1047,11 @@ fn the_claim_form_finds_a_claim_whose_answer_was_lost() {
     assert_eq!(eff, vec![resent(1, &claim, None, RESOLVE_WITHIN)]);
     let eff = run(&mut st, vec![rechecked(1, &label, Ok(b_claim(&label)))]);
     assert_eq!(st.mode, Mode::Normal);
-    assert_eq!(eff, vec![Effect::Fetch(1)], "nothing else tried, b shown anew");
+    assert_eq!(
+        eff,
+        vec![Effect::Fetch(1)],
+        "nothing else tried, b shown anew"
+    );
     let text = flash(&st);
     assert!(
         text.starts_with("b placed it; its answer was lost (")
@@ -1158,10 +1156,7 @@ fn a_move_whose_target_lost_its_answer_goes_on_and_leaves_no_phantom() {
         &mut st,
         vec![answer(1, &claim, &move_id, Err(Failure::Timeout(2000)))],
     );
-    let eff = run(
-        &mut st,
-        vec![rechecked(1, &label, Ok(b_with(&label)))],
-    );
+    let eff = run(&mut st, vec![rechecked(1, &label, Ok(b_with(&label)))]);
     assert_eq!(
         step(&eff),
         (0, Action::Release { id: ClaimId(1) }, move_id.clone()),
@@ -1211,10 +1206,7 @@ fn a_move_whose_target_lost_its_answer_goes_on_and_leaves_no_phantom() {
         eff.contains(&resent(1, &claim, Some(&move_id), RECHECK_WITHIN)),
         "b sent it once more: {eff:?}"
     );
-    let eff = run(
-        &mut st,
-        vec![rechecked(1, &label, Ok(b_with(&label)))],
-    );
+    let eff = run(&mut st, vec![rechecked(1, &label, Ok(b_with(&label)))]);
     assert_eq!(
         eff,
         vec![Effect::Act {

@@ -263,7 +263,11 @@ async fn the_claim_form_whose_best_source_times_out_holds_the_claim_once() {
             .any(|e| matches!(e, Effect::Claim { source: 0, .. })),
         "a never tried: {performed:?}"
     );
-    let text = st.flash.as_ref().map(|f| f.text.clone()).unwrap_or_default();
+    let text = st
+        .flash
+        .as_ref()
+        .map(|f| f.text.clone())
+        .unwrap_or_default();
     assert!(
         text.starts_with("b placed it; its answer was lost (")
             && text.contains(&format!("(label gpuboard.attempt={label})")),
