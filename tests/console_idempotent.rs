@@ -20,8 +20,8 @@ use gpuboard::clock::{Clock, SystemClock};
 use gpuboard::console::driver::perform;
 use gpuboard::console::keymap::Keymap;
 use gpuboard::console::msg::{Effect, Msg};
-use gpuboard::console::state::{Mode, SourceSlot, State};
-use gpuboard::console::update::update;
+use gpuboard::console::state::{Mode, SourceSlot, State, View};
+use gpuboard::console::update::{show_view, update};
 use gpuboard::request::ClaimRequest;
 use gpuboard::snapshot::ClaimView;
 use gpuboard::sources::Source;
@@ -165,10 +165,8 @@ fn forward(conn: &mut TcpStream, upstream: &str, head: &str, body: &[u8]) {
     let _ = std::io::copy(&mut up, conn);
 }
 
-/// The console over `sources` (each read once), the claim form filled in for 20 GiB and
-/// previewed, then sent; every effect performed and its answer fed back until nothing is
-/// in flight. Returns the state and the effects performed.
-async fn claim_from_the_form(sources: Vec<Arc<dyn Source>>) -> (State, Vec<Effect>) {
+/// The console over `sources`, each read once.
+async fn console(sources: &[Arc<dyn Source>], clock: &Arc<dyn Clock>) -> State {
     let mut st = State::new(
         sources
             .iter()
@@ -178,7 +176,6 @@ async fn claim_from_the_form(sources: Vec<Arc<dyn Source>>) -> (State, Vec<Effec
         2_000,
         false,
     );
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let _ = update(&mut st, Msg::Tick(clock.now()));
     for (i, s) in sources.iter().enumerate() {
         st.sources[i].in_flight = true;
@@ -192,14 +189,23 @@ async fn claim_from_the_form(sources: Vec<Arc<dyn Source>>) -> (State, Vec<Effec
             },
         );
     }
-    let mut keys = vec![KeyCode::Char('c')];
-    keys.extend([KeyCode::Backspace; 4]);
-    keys.extend("20Gi".chars().map(KeyCode::Char));
-    keys.extend([KeyCode::Enter, KeyCode::Enter]);
-    let mut todo: Vec<Effect> = keys
-        .into_iter()
-        .flat_map(|k| update(&mut st, Msg::Key(KeyEvent::new(k, KeyModifiers::NONE))))
-        .collect();
+    st
+}
+
+fn keys(st: &mut State, keys: &[KeyCode]) -> Vec<Effect> {
+    keys.iter()
+        .flat_map(|k| update(st, Msg::Key(KeyEvent::new(*k, KeyModifiers::NONE))))
+        .collect()
+}
+
+/// Performs `todo` and feeds the answers back, with the effects those ask for, until
+/// nothing is in flight. Returns every effect performed.
+async fn pump(
+    st: &mut State,
+    sources: &[Arc<dyn Source>],
+    clock: &Arc<dyn Clock>,
+    mut todo: Vec<Effect>,
+) -> Vec<Effect> {
     let (tx, mut rx) = unbounded_channel();
     let mut performed = Vec::new();
     let mut in_flight = 0usize;
@@ -207,18 +213,48 @@ async fn claim_from_the_form(sources: Vec<Arc<dyn Source>>) -> (State, Vec<Effec
         for e in todo.drain(..) {
             performed.push(e.clone());
             in_flight += 1;
-            perform(e, &sources, false, TIMEOUT, &clock, &tx);
+            perform(e, sources, false, TIMEOUT, clock, &tx);
         }
         if in_flight == 0 {
-            return (st, performed);
+            return performed;
         }
         let msg = tokio::time::timeout(WAIT, rx.recv())
             .await
             .expect("an answer from a source")
             .unwrap();
         in_flight -= 1;
-        todo = update(&mut st, msg);
+        todo = update(st, msg);
     }
+}
+
+/// The console over `sources`, the claim form filled in for 20 GiB, previewed and sent,
+/// every answer fed back. Returns the state and the effects performed.
+async fn claim_from_the_form(sources: &[Arc<dyn Source>]) -> (State, Vec<Effect>) {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let mut st = console(sources, &clock).await;
+    let mut typed = vec![KeyCode::Char('c')];
+    typed.extend([KeyCode::Backspace; 4]);
+    typed.extend("20Gi".chars().map(KeyCode::Char));
+    typed.extend([KeyCode::Enter, KeyCode::Enter]);
+    let todo = keys(&mut st, &typed);
+    let performed = pump(&mut st, sources, &clock, todo).await;
+    (st, performed)
+}
+
+/// The keyed claim sent first, with its key: the attempt's id and the source's position.
+fn first_claim(performed: &[Effect]) -> (usize, ClaimRequest, String, Option<String>) {
+    let Some(Effect::Claim {
+        source,
+        request,
+        key,
+        move_id,
+    }) = performed.iter().find(|e| matches!(e, Effect::Claim { .. }))
+    else {
+        panic!("no keyed claim: {performed:?}")
+    };
+    let label = request.labels["gpuboard.attempt"].clone();
+    assert_eq!(key, &format!("{label}.{source}"));
+    (*source, request.clone(), key.clone(), move_id.clone())
 }
 
 /// b ranks first (binpack: it holds 10 GiB already) and its claims come through a relay
@@ -237,24 +273,16 @@ async fn the_claim_form_whose_best_source_times_out_holds_the_claim_once() {
         Arc::new(Http::new("a", &a.url, Some(a.operator_token()), TIMEOUT).unwrap()),
         Arc::new(Http::new("b", &relay.url, Some(b.operator_token()), TIMEOUT).unwrap()),
     ];
-    let (st, performed) = claim_from_the_form(sources).await;
+    let (st, performed) = claim_from_the_form(&sources).await;
     relay.drain();
 
     // The claim went to b with a key, and was sent again to b with the same key.
-    let Some(Effect::Claim {
-        source: 1,
-        key,
-        request,
-        move_id: None,
-    }) = performed.iter().find(|e| matches!(e, Effect::Claim { .. }))
-    else {
-        panic!("no keyed claim to b first: {performed:?}")
-    };
+    let (source, request, key, move_id) = first_claim(&performed);
+    assert_eq!((source, move_id), (1, None), "b first");
     let label = request.labels["gpuboard.attempt"].clone();
-    assert_eq!(key, &format!("{label}.1"));
     assert!(
         performed.iter().any(|e| matches!(e,
-            Effect::Recheck { source: 1, key: k, request: r, .. } if k == key && r == request)),
+            Effect::Recheck { source: 1, key: k, request: r, .. } if *k == key && *r == request)),
         "b sent the same claim with the same key again: {performed:?}"
     );
     assert!(
@@ -283,4 +311,69 @@ async fn the_claim_form_whose_best_source_times_out_holds_the_claim_once() {
     assert_eq!(on_b[0].request.labels["gpuboard.attempt"], label);
     assert!(attempts(&a_client).await.is_empty());
     assert!(relay.claims.load(Ordering::SeqCst) >= 2);
+}
+
+/// A move of a's claim to any other source: b ranks first and its claims come through the
+/// delaying relay, so the move's claim on b gets no answer. b is sent it again with the
+/// same key (and the move's id), answers with the claim, and the move goes on: a's claim
+/// released, c never tried, the claim held once, on b.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_whose_target_times_out_holds_the_claim_once() {
+    let (a, a_client, _a_dir) = endpoint("a");
+    let (b, b_client, _b_dir) = endpoint("b");
+    let (c, c_client, _c_dir) = endpoint("c");
+    let twenty = ClaimRequest::from_json(&json!({"gpu_memory": "20Gi", "project": "p"})).unwrap();
+    a_client.claim(&twenty).await.unwrap();
+    let ten = ClaimRequest::from_json(&json!({"gpu_memory": "10Gi"})).unwrap();
+    b_client.claim(&ten).await.unwrap();
+    let relay = DelayingRelay::start(&b.url, DELAY);
+    let sources: Vec<Arc<dyn Source>> = vec![
+        Arc::new(Http::new("a", &a.url, Some(a.operator_token()), TIMEOUT).unwrap()),
+        Arc::new(Http::new("b", &relay.url, Some(b.operator_token()), TIMEOUT).unwrap()),
+        Arc::new(Http::new("c", &c.url, Some(c.operator_token()), TIMEOUT).unwrap()),
+    ];
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let mut st = console(&sources, &clock).await;
+    show_view(&mut st, View::Claims);
+    keys(&mut st, &[KeyCode::Char('m')]);
+    let Mode::Move(m) = &st.mode else {
+        panic!("no picker: {:?}", st.mode)
+    };
+    let any = m.targets.iter().position(|r| r.any).expect("an `any` row");
+    keys(&mut st, &vec![KeyCode::Char('j'); any]);
+    let todo = keys(&mut st, &[KeyCode::Enter, KeyCode::Tab, KeyCode::Enter]);
+    let performed = pump(&mut st, &sources, &clock, todo).await;
+    relay.drain();
+
+    let (source, request, key, move_id) = first_claim(&performed);
+    assert_eq!(source, 1, "b first (binpack)");
+    let move_id = move_id.expect("the move's claim carries its id");
+    assert!(
+        performed.iter().any(|e| matches!(e,
+            Effect::Recheck { source: 1, key: k, request: r, move_id: Some(m), .. }
+                if *k == key && *r == request && *m == move_id)),
+        "b sent the same claim with the same key again: {performed:?}"
+    );
+    assert!(
+        !performed
+            .iter()
+            .any(|e| matches!(e, Effect::Claim { source: 2, .. })),
+        "c never tried: {performed:?}"
+    );
+    let text = st
+        .flash
+        .as_ref()
+        .map(|f| f.text.clone())
+        .unwrap_or_default();
+    assert!(
+        text.starts_with("claim a/1 moved to b/") && text.contains(&move_id),
+        "{text}"
+    );
+    let label = request.labels["gpuboard.attempt"].clone();
+    let on_b = attempts(&b_client).await;
+    assert_eq!(on_b.len(), 1, "{on_b:?}");
+    assert_eq!(on_b[0].request.labels["gpuboard.attempt"], label);
+    assert!(attempts(&c_client).await.is_empty());
+    assert!(a_client.snapshot().await.unwrap().claims.is_empty());
+    assert!(st.lost.is_empty() && st.moving.is_empty());
 }
