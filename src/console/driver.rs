@@ -224,7 +224,17 @@ pub fn perform(
             let Some(src) = sources.get(source) else {
                 return;
             };
+            // Whatever `update` asked, nothing reaches a source that may not act; the step
+            // waiting on the answer still gets one.
             if readonly || !src.can_act() {
+                let _ = tx.send(Msg::Rechecked {
+                    source,
+                    attempt,
+                    result: Err(Failure::ReadOnly(format!(
+                        "source {} does not accept actions",
+                        src.name()
+                    ))),
+                });
                 return;
             }
             let src = Arc::clone(src);

@@ -346,6 +346,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_keyed_claim_still_committing_is_in_flight_not_refused() {
+        let e = ClientError::Conflict {
+            error: crate::wire::IN_FLIGHT.into(),
+            detail: "the first request with this key is still being committed".into(),
+        };
+        assert!(matches!(failure("lab", true, e), Failure::InFlight(_)));
+        let e = ClientError::Conflict {
+            error: "conflict".into(),
+            detail: "claim 3 is not placed".into(),
+        };
+        assert!(matches!(failure("lab", true, e), Failure::Refused(_)));
+    }
+
+    #[test]
     fn refused_tokens_say_what_to_fix() {
         let e = ClientError::Unauthorized {
             detail: "the token is not valid for this endpoint".into(),
