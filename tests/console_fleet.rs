@@ -4,13 +4,17 @@
 //! source and sends the claim where the preview says.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::time::Duration;
+
 use gpuboard::clock::Timestamp;
 use gpuboard::console::keymap::Keymap;
 use gpuboard::console::msg::{Effect, Msg};
 use gpuboard::console::state::{FormStage, Mode, SourceSlot, State, View};
 use gpuboard::console::update::{show_view, update};
 use gpuboard::ids::ClaimId;
-use gpuboard::placement::{DeviceSpec, MoveTarget, NodeSpec, Policy};
+use gpuboard::placement::{
+    DeviceSpec, MoveTarget, NodeSpec, Policy, RECHECK_WITHIN, RESOLVE_WITHIN,
+};
 use gpuboard::request::ClaimRequest;
 use gpuboard::scheduler::{Scheduler, SchedulerConfig};
 use gpuboard::snapshot::Snapshot;
@@ -243,14 +247,12 @@ fn the_claim_form_previews_across_sources_and_sends_where_it_said() {
     );
     assert_eq!(f.source, 1);
     let eff = run(&mut st, vec![code(KeyCode::Enter)]);
-    let Some(Effect::Act {
-        source,
-        action: Action::Claim { request },
-    }) = eff.first()
-    else {
-        panic!("{eff:?}")
+    // Across sources, sent with an idempotency key: its attempt's id and b's position.
+    let (source, claim) = sent_claim(&eff);
+    let Action::Claim { request } = &claim else {
+        panic!()
     };
-    assert_eq!(*source, 1, "sent where the preview said");
+    assert_eq!(source, 1, "sent where the preview said");
     assert_eq!(request.node, None, "the source re-checks and places it");
 
     // Too big for every source: the form says so, per source.
@@ -306,18 +308,33 @@ fn flash(st: &State) -> String {
 }
 
 /// The one step a move sent: its source, action and move id.
+/// A step of a move: a release tagged with the move id, or the move's new claim, sent
+/// with its idempotency key (the attempt's id and the source's position).
+fn move_step(e: &Effect) -> Option<(usize, Action, String)> {
+    match e {
+        Effect::ActInMove {
+            source,
+            action,
+            move_id,
+        } => Some((*source, action.clone(), move_id.clone())),
+        Effect::Claim {
+            source,
+            request,
+            key,
+            move_id: Some(move_id),
+        } => {
+            let claim = Action::Claim {
+                request: request.clone(),
+            };
+            assert_eq!(key, &format!("{}.{source}", attempt_of(&claim)));
+            Some((*source, claim, move_id.clone()))
+        }
+        _ => None,
+    }
+}
+
 fn step(eff: &[Effect]) -> (usize, Action, String) {
-    let steps: Vec<_> = eff
-        .iter()
-        .filter_map(|e| match e {
-            Effect::ActInMove {
-                source,
-                action,
-                move_id,
-            } => Some((*source, action.clone(), move_id.clone())),
-            _ => None,
-        })
-        .collect();
+    let steps: Vec<_> = eff.iter().filter_map(move_step).collect();
     let [one] = steps.as_slice() else {
         panic!("one move step expected: {eff:?}")
     };
@@ -626,21 +643,15 @@ fn a_move_to_any_source_tries_the_next_when_one_refuses() {
         &mut st,
         vec![answer(1, &claim, &move_id, Err(Failure::Timeout(2000)))],
     );
-    // No answer from b: it is asked again for the move's attempt label first.
+    // No answer from b: it is sent the same claim with the same key first.
     let label = attempt_of(&claim);
-    assert_eq!(
-        eff,
-        vec![Effect::Recheck {
-            source: 1,
-            attempt: label.clone()
-        }]
-    );
+    assert_eq!(eff, vec![resent(1, &claim, Some(&move_id), RESOLVE_WITHIN)]);
     let eff = run(
         &mut st,
         vec![rechecked(
             1,
             &label,
-            Ok(gpuboard::sources::Fetched::Unchanged),
+            Err(Failure::Refused("does not fit now".into())),
         )],
     );
     assert_eq!(step(&eff).0, 2);
@@ -659,7 +670,7 @@ fn a_move_to_any_source_tries_the_next_when_one_refuses() {
     assert_eq!(
         f.text,
         format!(
-            "move {move_id} of claim a/1: nothing changed, b: no answer within 2000 ms; asked again, it holds no claim labelled gpuboard.attempt={label} · c: does not fit now"
+            "move {move_id} of claim a/1: nothing changed, b: no answer within 2000 ms; sent again with the same key, it refused the claim labelled gpuboard.attempt={label} · c: does not fit now"
         )
     );
     // A refusal that would be the same everywhere (credentials) stops at once.
@@ -736,11 +747,7 @@ fn attempt_of(claim: &Action) -> String {
     request.labels["gpuboard.attempt"].clone()
 }
 
-fn rechecked(
-    source: usize,
-    attempt: &str,
-    result: Result<gpuboard::sources::Fetched, Failure>,
-) -> Msg {
+fn rechecked(source: usize, attempt: &str, result: Result<Outcome, Failure>) -> Msg {
     Msg::Rechecked {
         source,
         attempt: attempt.to_string(),
@@ -748,12 +755,55 @@ fn rechecked(
     }
 }
 
+/// The one claim sent, with its idempotency key (the attempt's id and the source's
+/// position).
 fn sent_claim(eff: &[Effect]) -> (usize, Action) {
-    let [Effect::Act { source, action }] = eff else {
-        panic!("one action expected: {eff:?}")
+    let [
+        Effect::Claim {
+            source,
+            request,
+            key,
+            move_id: None,
+        },
+    ] = eff
+    else {
+        panic!("one keyed claim expected: {eff:?}")
     };
-    assert!(matches!(action, Action::Claim { .. }), "{action:?}");
-    (*source, action.clone())
+    let claim = Action::Claim {
+        request: request.clone(),
+    };
+    assert_eq!(key, &format!("{}.{source}", attempt_of(&claim)));
+    (*source, claim)
+}
+
+/// The same claim sent again with the same key to the same source, for `within`.
+fn resent(source: usize, claim: &Action, move_id: Option<&str>, within: Duration) -> Effect {
+    let Action::Claim { request } = claim else {
+        panic!("{claim:?}")
+    };
+    let attempt = attempt_of(claim);
+    Effect::Recheck {
+        source,
+        key: format!("{attempt}.{source}"),
+        attempt,
+        request: request.clone(),
+        move_id: move_id.map(str::to_string),
+        within,
+    }
+}
+
+/// b's claim labelled with the attempt, as b answers the keyed claim sent again.
+fn b_claim(label: &str) -> Outcome {
+    let b = snapshot(
+        "b",
+        "nb",
+        1,
+        &[
+            json!({"gpu_memory": "15Gi"}),
+            json!({"gpu_memory": "20Gi", "labels": {"gpuboard.attempt": label}}),
+        ],
+    );
+    Outcome::Claimed(Box::new(b.claims[1].clone()))
 }
 
 #[test]
@@ -778,7 +828,7 @@ fn the_claim_form_tries_the_next_source_on_a_refusal_or_no_answer() {
         flash(&st),
         "b refused the claim (does not fit now); trying a"
     );
-    // No answer from a: it is asked again for the attempt's claim before c is tried.
+    // No answer from a: it is sent the same claim with the same key before c is tried.
     let eff = run(
         &mut st,
         vec![Msg::Acted {
@@ -790,15 +840,15 @@ fn the_claim_form_tries_the_next_source_on_a_refusal_or_no_answer() {
         }],
     );
     let label = attempt_of(&claim);
-    assert_eq!(
-        eff,
-        vec![Effect::Recheck {
-            source: 0,
-            attempt: label.clone()
-        }]
+    assert_eq!(eff, vec![resent(0, &claim, None, RESOLVE_WITHIN)]);
+    let eff = run(
+        &mut st,
+        vec![rechecked(
+            0,
+            &label,
+            Err(Failure::Refused("does not fit now".into())),
+        )],
     );
-    let a_now = snapshot("a", "na", 1, &[json!({"gpu_memory": "10Gi"})]);
-    let eff = run(&mut st, vec![rechecked(0, &label, Ok(a_now.into()))]);
     assert_eq!(sent_claim(&eff), (2, claim.clone()), "then c");
     let eff = run(
         &mut st,
@@ -813,14 +863,14 @@ fn the_claim_form_tries_the_next_source_on_a_refusal_or_no_answer() {
     assert_eq!(
         flash(&st),
         format!(
-            "c: claim 1 placed at nc:0 (gpu_memory=20GiB) (after b: does not fit now · a: unreachable: 127.0.0.1:9: connection refused; asked again, it holds no claim labelled gpuboard.attempt={label})"
+            "c: claim 1 placed at nc:0 (gpu_memory=20GiB) (after b: does not fit now · a: unreachable: 127.0.0.1:9: connection refused; sent again with the same key, it refused the claim labelled gpuboard.attempt={label})"
         )
     );
     // Each attempt is in Events.
     let tried: Vec<&String> = st
         .log
         .iter()
-        .filter(|l| l.contains("claim") && l.contains("sent"))
+        .filter(|l| l.contains("claim") && l.ends_with(" sent"))
         .collect();
     assert_eq!(tried.len(), 3, "{tried:?}");
 }
@@ -896,13 +946,10 @@ fn a_target_that_queues_the_move_is_taken_back_and_the_next_asked() {
     );
     let steps: Vec<(usize, Action)> = eff
         .iter()
-        .filter_map(|e| match e {
-            Effect::ActInMove {
-                source,
-                action,
-                move_id: m,
-            } if *m == move_id => Some((*source, action.clone())),
-            _ => None,
+        .filter_map(|e| {
+            move_step(e)
+                .filter(|(_, _, m)| *m == move_id)
+                .map(|(source, action, _)| (source, action))
         })
         .collect();
     assert_eq!(
@@ -997,39 +1044,23 @@ fn the_claim_form_finds_a_claim_whose_answer_was_lost() {
             result: Err(Failure::Timeout(2_000)),
         }],
     );
+    assert_eq!(eff, vec![resent(1, &claim, None, RESOLVE_WITHIN)]);
+    let eff = run(&mut st, vec![rechecked(1, &label, Ok(b_claim(&label)))]);
+    assert_eq!(st.mode, Mode::Normal);
     assert_eq!(
         eff,
-        vec![Effect::Recheck {
-            source: 1,
-            attempt: label.clone()
-        }]
-    );
-    let b_now = snapshot(
-        "b",
-        "nb",
-        1,
-        &[
-            json!({"gpu_memory": "15Gi"}),
-            json!({"gpu_memory": "20Gi", "labels": {"gpuboard.attempt": label}}),
-        ],
-    );
-    let eff = run(&mut st, vec![rechecked(1, &label, Ok(b_now.into()))]);
-    assert_eq!(st.mode, Mode::Normal);
-    assert!(
-        !eff.iter().any(|e| matches!(e, Effect::Act { .. })),
-        "nothing else tried: {eff:?}"
+        vec![Effect::Fetch(1)],
+        "nothing else tried, b shown anew"
     );
     let text = flash(&st);
     assert!(
         text.starts_with("b placed it; its answer was lost (")
             && text.ends_with(&format!(
-                "found it as b/2 by its label gpuboard.attempt={label}"
+                "sent again with the same key, it answered b/2 (label gpuboard.attempt={label})"
             )),
         "{text}"
     );
     assert!(st.log.iter().any(|l| l == &text), "in Events");
-    // The state b answered with is shown (the source counts it as seen).
-    assert_eq!(st.sources[1].data.as_ref().unwrap().claims.len(), 2);
 }
 
 /// b stays silent: c takes the claim; b, asked once more, holds it after all: it is
@@ -1040,8 +1071,7 @@ fn a_silent_source_is_asked_again_after_landing_and_its_phantom_released_or_name
         let (mut st, eff) = claimed_from_the_form();
         let (_, claim) = sent_claim(&eff);
         let label = attempt_of(&claim);
-        let timeout =
-            || -> Result<gpuboard::sources::Fetched, Failure> { Err(Failure::Timeout(2_000)) };
+        let timeout = || -> Result<Outcome, Failure> { Err(Failure::Timeout(2_000)) };
         run(
             &mut st,
             vec![Msg::Acted {
@@ -1061,29 +1091,17 @@ fn a_silent_source_is_asked_again_after_landing_and_its_phantom_released_or_name
             }],
         );
         assert!(
-            eff.contains(&Effect::Recheck {
-                source: 1,
-                attempt: label.clone()
-            }),
-            "b asked once more: {eff:?}"
+            eff.contains(&resent(1, &claim, None, RECHECK_WITHIN)),
+            "b sent it once more: {eff:?}"
         );
         let text = flash(&st);
         assert!(
             text.starts_with("a: claim 1 placed at na:0")
-                && text.ends_with("still no answer when asked again)"),
+                && text.ends_with("still no answer when sent again with the same key)"),
             "{text}"
         );
         if comes_back {
-            let b_now = snapshot(
-                "b",
-                "nb",
-                1,
-                &[
-                    json!({"gpu_memory": "15Gi"}),
-                    json!({"gpu_memory": "20Gi", "labels": {"gpuboard.attempt": label}}),
-                ],
-            );
-            let eff = run(&mut st, vec![rechecked(1, &label, Ok(b_now.into()))]);
+            let eff = run(&mut st, vec![rechecked(1, &label, Ok(b_claim(&label)))]);
             assert_eq!(
                 eff,
                 vec![Effect::Act {
@@ -1120,7 +1138,7 @@ fn a_silent_source_is_asked_again_after_landing_and_its_phantom_released_or_name
 #[test]
 fn a_move_whose_target_lost_its_answer_goes_on_and_leaves_no_phantom() {
     let b_with = |label: &str| {
-        snapshot(
+        let b = snapshot(
             "b",
             "nb",
             1,
@@ -1128,7 +1146,8 @@ fn a_move_whose_target_lost_its_answer_goes_on_and_leaves_no_phantom() {
                 json!({"gpu_memory": "10Gi"}),
                 json!({"gpu_memory": "20Gi", "project": "p", "labels": {"gpuboard.attempt": label}}),
             ],
-        )
+        );
+        Outcome::Claimed(Box::new(b.claims[1].clone()))
     };
     let (mut st, eff) = moved_anywhere();
     let (_, claim, move_id) = step(&eff);
@@ -1137,10 +1156,7 @@ fn a_move_whose_target_lost_its_answer_goes_on_and_leaves_no_phantom() {
         &mut st,
         vec![answer(1, &claim, &move_id, Err(Failure::Timeout(2000)))],
     );
-    let eff = run(
-        &mut st,
-        vec![rechecked(1, &label, Ok(b_with(&label).into()))],
-    );
+    let eff = run(&mut st, vec![rechecked(1, &label, Ok(b_with(&label)))]);
     assert_eq!(
         step(&eff),
         (0, Action::Release { id: ClaimId(1) }, move_id.clone()),
@@ -1148,7 +1164,7 @@ fn a_move_whose_target_lost_its_answer_goes_on_and_leaves_no_phantom() {
     );
     assert!(
         st.log.iter().any(|l| l.contains(&format!(
-            "b placed it; its answer was lost (no answer within 2000 ms): found it as b/2 by its label gpuboard.attempt={label}"
+            "b placed it; its answer was lost (no answer within 2000 ms): sent again with the same key, it answered b/2 (label gpuboard.attempt={label})"
         ))),
         "{:?}",
         st.log
@@ -1187,16 +1203,10 @@ fn a_move_whose_target_lost_its_answer_goes_on_and_leaves_no_phantom() {
         )],
     );
     assert!(
-        eff.contains(&Effect::Recheck {
-            source: 1,
-            attempt: label.clone()
-        }),
-        "b asked once more: {eff:?}"
+        eff.contains(&resent(1, &claim, Some(&move_id), RECHECK_WITHIN)),
+        "b sent it once more: {eff:?}"
     );
-    let eff = run(
-        &mut st,
-        vec![rechecked(1, &label, Ok(b_with(&label).into()))],
-    );
+    let eff = run(&mut st, vec![rechecked(1, &label, Ok(b_with(&label)))]);
     assert_eq!(
         eff,
         vec![Effect::Act {

@@ -281,7 +281,7 @@ fn exit_code(e: &Failure) -> u8 {
         Failure::Timeout(_) | Failure::Unreachable(_) => EXIT_UNREACHABLE,
         Failure::Unauthorized(_) | Failure::ReadOnly(_) => EXIT_AUTH,
         Failure::Invalid(_) => EXIT_INVALID,
-        Failure::Refused(_) => EXIT_ENGINE_REFUSED,
+        Failure::Refused(_) | Failure::InFlight(_) => EXIT_ENGINE_REFUSED,
         Failure::Peer(p) => match p {
             SourceError::Refused { .. }
             | SourceError::Unreachable { .. }

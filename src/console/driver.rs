@@ -178,17 +178,69 @@ pub fn perform(
                 });
             });
         }
-        Effect::Recheck { source, attempt } => {
+        Effect::Claim {
+            source,
+            request,
+            key,
+            move_id,
+        } => {
             let Some(src) = sources.get(source) else {
                 return;
             };
-            let fut = src.fetch();
-            let within = crate::placement::RECHECK_WITHIN.min(timeout);
-            let ms = u64::try_from(within.as_millis()).unwrap_or(u64::MAX);
+            let action = Action::Claim {
+                request: request.clone(),
+            };
+            let tag = move_id.clone();
+            let run = move || src.claim_keyed(request, key, tag, timeout);
+            send_action(
+                src.as_ref(),
+                &action,
+                run,
+                readonly,
+                timeout,
+                &tx,
+                move |action, result| match move_id {
+                    Some(move_id) => Msg::MoveStepped {
+                        source,
+                        move_id,
+                        action,
+                        result,
+                    },
+                    None => Msg::Acted {
+                        source,
+                        action,
+                        result,
+                    },
+                },
+            );
+        }
+        Effect::Recheck {
+            source,
+            attempt,
+            request,
+            key,
+            move_id,
+            within,
+        } => {
+            let Some(src) = sources.get(source) else {
+                return;
+            };
+            // Whatever `update` asked, nothing reaches a source that may not act; the step
+            // waiting on the answer still gets one.
+            if readonly || !src.can_act() {
+                let _ = tx.send(Msg::Rechecked {
+                    source,
+                    attempt,
+                    result: Err(Failure::ReadOnly(format!(
+                        "source {} does not accept actions",
+                        src.name()
+                    ))),
+                });
+                return;
+            }
+            let src = Arc::clone(src);
             tokio::spawn(async move {
-                let result = tokio::time::timeout(within, fut)
-                    .await
-                    .unwrap_or(Err(Failure::Timeout(ms)));
+                let result = resend(&*src, request, &key, move_id, within).await;
                 let _ = tx.send(Msg::Rechecked {
                     source,
                     attempt,
@@ -252,6 +304,41 @@ pub fn perform(
                     result,
                 },
             );
+        }
+    }
+}
+
+/// Sends a claim again with its key until the source answers what the first send did
+/// (placed, queued or refused) or `within` passes: "in flight" and silence are asked
+/// again (a pause between, so that a commit held up is not hammered).
+async fn resend(
+    src: &dyn Source,
+    request: crate::request::ClaimRequest,
+    key: &str,
+    move_id: Option<String>,
+    within: Duration,
+) -> Result<Outcome, Failure> {
+    let until = Instant::now() + within;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        // Patient: a re-sent claim may wait behind the first's commit, longer than a
+        // refresh's timeout.
+        let each = left.max(Duration::from_millis(100));
+        let ms = u64::try_from(each.as_millis()).unwrap_or(u64::MAX);
+        let fut = src.claim_keyed(request.clone(), key.to_string(), move_id.clone(), each);
+        let result = tokio::time::timeout(each, fut)
+            .await
+            .unwrap_or(Err(Failure::Timeout(ms)));
+        // Silence, "in flight" and a refused connection (restarting) are no answer yet.
+        let again = matches!(
+            result,
+            Err(Failure::InFlight(_) | Failure::Timeout(_) | Failure::Unreachable(_))
+        );
+        if !again || Instant::now() >= until {
+            return result;
+        }
+        if matches!(result, Err(Failure::InFlight(_) | Failure::Unreachable(_))) {
+            tokio::time::sleep(Duration::from_millis(250).min(left)).await;
         }
     }
 }

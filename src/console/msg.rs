@@ -63,15 +63,16 @@ pub enum Msg {
         /// What happened.
         result: Result<Outcome, Failure>,
     },
-    /// A source answered (or not) when asked again whether it holds the claim labelled
-    /// with an attempt id (`Effect::Recheck`).
+    /// A source answered (or not) when sent a claim again with its idempotency key
+    /// (`Effect::Recheck`): what its first send did, or no definite answer in time.
     Rechecked {
         /// The source.
         source: usize,
         /// The attempt id (`gpuboard.attempt`).
         attempt: String,
-        /// Its state now, or why not.
-        result: Result<Fetched, Failure>,
+        /// The claim it placed (or queued), its refusal, or why no answer came (still
+        /// `Failure::InFlight` or silent when the time ran out).
+        result: Result<Outcome, Failure>,
     },
     /// A line from the console's own log.
     Log(String),
@@ -112,13 +113,34 @@ pub enum Effect {
         /// The move's id (`wire::move_actor`).
         move_id: String,
     },
-    /// Ask a source again, briefly (`placement::RECHECK_WITHIN`), for its state, to find
-    /// the claim labelled `attempt` whose answer was lost; answered by `Msg::Rechecked`.
+    /// Send a claim with an idempotency key (`placement::AttemptId::key`); answered by
+    /// `Msg::Acted`, or by `Msg::MoveStepped` when it is a step of the move `move_id`.
+    Claim {
+        /// The source.
+        source: usize,
+        /// The validated request (with its attempt label).
+        request: ClaimRequest,
+        /// The idempotency key.
+        key: String,
+        /// The move's id, when the claim is a move's new claim.
+        move_id: Option<String>,
+    },
+    /// Send a claim whose answer was lost (or was "in flight") again, with the same
+    /// request and key, until the source answers what the first send did or `within`
+    /// passes; answered by `Msg::Rechecked`.
     Recheck {
         /// The source.
         source: usize,
-        /// The attempt id.
+        /// The attempt id (`gpuboard.attempt`).
         attempt: String,
+        /// The same request as the first send.
+        request: ClaimRequest,
+        /// The same idempotency key as the first send.
+        key: String,
+        /// The move's id, when the claim is a move's new claim.
+        move_id: Option<String>,
+        /// How long to keep asking.
+        within: std::time::Duration,
     },
     /// Ask a source's history (rewinding, charts); answered by `Msg::History`.
     History(super::history::HistoryAsk),

@@ -154,6 +154,9 @@ fn failure(source: &str, has_token: bool, e: ClientError) -> Failure {
                 )
             })
         }
+        ClientError::Conflict { error, detail } if error == crate::wire::IN_FLIGHT => {
+            Failure::InFlight(detail)
+        }
         ClientError::Conflict { detail, .. } => Failure::Refused(detail),
         ClientError::NotFound { detail } => Failure::Http {
             status: 404,
@@ -243,6 +246,28 @@ impl Source for Http {
     ) -> BoxFuture<'static, Result<Outcome, Failure>> {
         self.act_with(self.client.for_move(move_id), action)
     }
+
+    fn claim_keyed(
+        &self,
+        request: ClaimRequest,
+        key: String,
+        move_id: Option<String>,
+        patience: Duration,
+    ) -> BoxFuture<'static, Result<Outcome, Failure>> {
+        let client = match &move_id {
+            Some(id) => self.client.for_move(id),
+            None => self.client.clone(),
+        }
+        .patiently(patience);
+        let fail = self.failure();
+        Box::pin(async move {
+            let made = client
+                .claim_keyed(&request, Some(&key))
+                .await
+                .map_err(fail)?;
+            Ok(Outcome::Claimed(Box::new(made.claim().clone())))
+        })
+    }
 }
 
 impl Http {
@@ -326,6 +351,20 @@ pub fn place(c: &ClaimView) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_keyed_claim_still_committing_is_in_flight_not_refused() {
+        let e = ClientError::Conflict {
+            error: crate::wire::IN_FLIGHT.into(),
+            detail: "the first request with this key is still being committed".into(),
+        };
+        assert!(matches!(failure("lab", true, e), Failure::InFlight(_)));
+        let e = ClientError::Conflict {
+            error: "conflict".into(),
+            detail: "claim 3 is not placed".into(),
+        };
+        assert!(matches!(failure("lab", true, e), Failure::Refused(_)));
+    }
 
     #[test]
     fn refused_tokens_say_what_to_fix() {

@@ -83,6 +83,10 @@ pub enum Failure {
     /// The source cannot act at all (an engine adapter, a read-only endpoint, `--readonly`).
     #[error("read-only: {0}")]
     ReadOnly(String),
+    /// A keyed claim whose first send with that key is still being committed: it will
+    /// land (or fail with the store); ask again with the same key.
+    #[error("still in flight: {0}")]
+    InFlight(String),
 }
 
 /// What a fetch found.
@@ -286,6 +290,25 @@ pub trait Source: Send + Sync {
     ) -> BoxFuture<'static, Result<Outcome, Failure>> {
         let _ = move_id;
         self.act(action)
+    }
+    /// Sends a claim with an idempotency `key` (tagged with `move_id` in a move across
+    /// sources), waiting up to `patience` for the answer (longer than the source's own
+    /// timeout when a late answer is asked for again): sent again with the same key and
+    /// request, it answers what the first send did, never placing it twice. Sources whose
+    /// answers cannot be lost (in-process ones) just act.
+    fn claim_keyed(
+        &self,
+        request: ClaimRequest,
+        key: String,
+        move_id: Option<String>,
+        patience: std::time::Duration,
+    ) -> BoxFuture<'static, Result<Outcome, Failure>> {
+        let _ = (key, patience);
+        let action = Action::Claim { request };
+        match move_id {
+            Some(id) => self.act_in_move(action, &id),
+            None => self.act(action),
+        }
     }
 }
 

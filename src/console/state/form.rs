@@ -144,8 +144,13 @@ pub struct LostClaim {
     pub attempt: crate::placement::AttemptId,
     /// When it was sent.
     pub sent: crate::clock::Timestamp,
-    /// Its lease length, seconds.
-    pub ttl: Option<u64>,
+    /// The request sent (its lease length, `ttl`, says when a phantom lets go): sent
+    /// again, the same, to ask what the first send did.
+    pub request: crate::request::ClaimRequest,
+    /// The idempotency key it was sent with (`placement::AttemptId::key`).
+    pub key: String,
+    /// The move's id, when it is a move's new claim.
+    pub move_id: Option<String>,
     /// What the claim got instead of an answer.
     pub error: String,
     /// The claim landed nowhere else: a claim found there is the answer (else released).

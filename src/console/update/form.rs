@@ -107,11 +107,11 @@ pub(super) fn claimed(
     match result {
         // No answer: it may have placed the claim; ask it before trying the next.
         Err(e) if lost::no_answer(e) && form.attempt.is_some() => {
-            let ttl = match action {
-                Action::Claim { request } => request.ttl,
-                _ => None,
+            let request = match action {
+                Action::Claim { request } => request.clone(),
+                _ => return None,
             };
-            Some(lost::ask_again(state, form, source, e, ttl))
+            Some(lost::ask_again(state, form, source, e, request))
         }
         Err(e) if ranking::try_next(e) && !form.next.is_empty() => {
             let next = form.next.remove(0);

@@ -1,17 +1,28 @@
-//! A claim from the claim form whose answer did not come: the source is asked again,
-//! briefly, for the claim carrying the form's attempt label (`placement::decide_attempt`)
-//! before the next source is tried. Found: that is the claim. None there: the next.
-//! Still silent: the next, and once the claim landed (or nowhere), the silent source is
-//! asked once more: a claim found there is released (or, when nothing else took it, kept
-//! as the answer); silent to the end, it is named with the label and when its lease ends.
-//! A move across sources asks its target the same way (a claim found there is the move's
-//! new claim; a phantom left by a silent target is released when it comes back).
+//! A claim from the claim form whose answer did not come (or came "in flight"): every
+//! claim sent across sources carries an attempt label and an idempotency key
+//! (`AttemptId::key`, the source's position as the send's number: one attempt sends to
+//! each source once), and the silent source is sent the same request with the same key
+//! again (`Effect::Recheck`, for up to `placement::RESOLVE_WITHIN`) before the next source
+//! is tried (`placement::decide_attempt`). The source runs a key's request once and
+//! answers every later send with what it did, so asking again never books twice and a
+//! claim still being committed is "in flight", never "not there". Placed: that is the
+//! claim. Refused: the next. Still silent: the next, and once the claim landed (or
+//! nowhere), the silent source is sent it once more: a claim it answers with is released
+//! (or, when nothing else took it, kept as the answer); silent to the end, it is named
+//! with the label and when its lease ends. A move across sources asks its target the same
+//! way (a claim it answers with is the move's new claim; a phantom left by a silent target
+//! is released when it comes back).
+
+use std::time::Duration;
 
 use crate::clock::date_time;
-use crate::placement::{AttemptAnswer, AttemptId, AttemptRecheck, AttemptStep, decide_attempt};
+use crate::placement::{
+    AttemptAnswer, AttemptId, AttemptRecheck, AttemptStep, RECHECK_WITHIN, RESOLVE_WITHIN,
+    decide_attempt,
+};
 use crate::request::ClaimRequest;
 use crate::snapshot::{ClaimState, ClaimView};
-use crate::sources::{Action, Failure, Fetched, Outcome};
+use crate::sources::{Action, Failure, Outcome};
 
 use super::{act, flash, move_across};
 use crate::console::msg::Effect;
@@ -21,7 +32,7 @@ use crate::console::state::{ClaimForm, LostClaim, Mode, MoveAcross, State};
 /// unless no connection was made (`client::NOT_SENT`).
 pub(super) fn no_answer(e: &Failure) -> bool {
     match e {
-        Failure::Timeout(_) => true,
+        Failure::Timeout(_) | Failure::InFlight(_) => true,
         Failure::Unreachable(words) => !words.contains(crate::client::NOT_SENT),
         _ => false,
     }
@@ -34,13 +45,31 @@ fn name(state: &State, source: usize) -> String {
         .map_or_else(|| "?".to_string(), |s| s.name.clone())
 }
 
-/// The form's claim got no answer from `source`: ask it again (the form waits).
+/// The idempotency key of an attempt's send to `source`.
+pub(super) fn key(attempt: &AttemptId, source: usize) -> String {
+    attempt.key(u32::try_from(source).unwrap_or(u32::MAX))
+}
+
+/// The same request sent again with the same key to the same source, for up to `within`.
+pub(super) fn resend(lost: &LostClaim, within: Duration) -> Effect {
+    Effect::Recheck {
+        source: lost.source,
+        attempt: lost.attempt.as_str().to_string(),
+        request: lost.request.clone(),
+        key: lost.key.clone(),
+        move_id: lost.move_id.clone(),
+        within,
+    }
+}
+
+/// The form's claim got no answer from `source`: send it again with its key (the form
+/// waits).
 pub(super) fn ask_again(
     state: &mut State,
     mut form: ClaimForm,
     source: usize,
     e: &Failure,
-    ttl: Option<u64>,
+    request: ClaimRequest,
 ) -> Vec<Effect> {
     let Some(attempt) = form.attempt.clone() else {
         state.mode = Mode::Form(Box::new(form));
@@ -50,24 +79,25 @@ pub(super) fn ask_again(
     flash(
         state,
         format!(
-            "{here} did not answer the claim ({e}); asking it whether it placed it (label {})",
+            "{here} did not answer the claim ({e}); sending it again with the same key to learn what it did (label {})",
             attempt.label()
         ),
         false,
     );
-    form.rechecking = Some(LostClaim {
+    let lost = LostClaim {
         source,
-        attempt: attempt.clone(),
+        key: key(&attempt, source),
+        attempt,
         sent: state.now,
-        ttl,
+        request,
+        move_id: None,
         error: e.to_string(),
         adopt: false,
-    });
+    };
+    let effect = resend(&lost, RESOLVE_WITHIN);
+    form.rechecking = Some(lost);
     state.mode = Mode::Form(Box::new(form));
-    vec![Effect::Recheck {
-        source,
-        attempt: attempt.as_str().to_string(),
-    }]
+    vec![effect]
 }
 
 /// The lost claim a request sent to `source` stands for, when it carries an attempt label.
@@ -76,61 +106,41 @@ pub(super) fn of_request(
     source: usize,
     request: &ClaimRequest,
     e: &Failure,
+    move_id: &str,
 ) -> Option<LostClaim> {
+    let attempt = AttemptId::of_labels(&request.labels)?;
     Some(LostClaim {
         source,
-        attempt: AttemptId::of_labels(&request.labels)?,
+        key: key(&attempt, source),
+        attempt,
         sent: state.now,
-        ttl: request.ttl,
+        request: request.clone(),
+        move_id: Some(move_id.to_string()),
         error: e.to_string(),
         adopt: false,
     })
 }
 
-/// What asking again found: the claim with the label in the fresh state (or, unchanged,
-/// in the state the console already has), none, or silence.
-fn found(
-    state: &State,
-    lost: &LostClaim,
-    result: Result<Fetched, Failure>,
-) -> (AttemptRecheck, Option<ClaimView>) {
-    let claims: Vec<ClaimView> = match result {
-        Ok(Fetched::Snapshot(s)) => s.claims,
-        Ok(Fetched::Unchanged) => state
-            .sources
-            .get(lost.source)
-            .and_then(|s| s.data.as_ref())
-            .map(|d| d.claims.clone())
-            .unwrap_or_default(),
-        Err(_) => return (AttemptRecheck::Silent, None),
-    };
-    match claims
-        .into_iter()
-        .find(|c| lost.attempt.marks(&c.request.labels))
-    {
-        Some(c) => (AttemptRecheck::Found, Some(c)),
-        None => (AttemptRecheck::NoneThere, None),
+/// What sending again found: the claim the source placed (or queued), its refusal, or no
+/// definite answer in time (silent, or still in flight).
+fn found(result: Result<Outcome, Failure>) -> (AttemptRecheck, Option<ClaimView>) {
+    match result {
+        Ok(Outcome::Claimed(view)) => (AttemptRecheck::Found, Some(*view)),
+        Err(Failure::Refused(_)) => (AttemptRecheck::NoneThere, None),
+        _ => (AttemptRecheck::Silent, None),
     }
 }
 
-/// A source answered (or not) when asked again: for the form waiting on it, or for a
-/// claim that landed elsewhere (or nowhere) meanwhile.
+/// A source answered (or not) when sent the claim again: for the form waiting on it, a
+/// move, or a claim that landed elsewhere (or nowhere) meanwhile.
 pub(super) fn rechecked(
     state: &mut State,
     source: usize,
     attempt: &str,
-    result: Result<Fetched, Failure>,
+    result: Result<Outcome, Failure>,
 ) -> Vec<Effect> {
     state.dirty = true;
-    // A fresh state is stored like any fetch: the source now counts it as seen, so the
-    // next fetch would answer "unchanged" and the console would keep the older one.
-    let mut out = Vec::new();
-    if let Ok(Fetched::Snapshot(s)) = &result {
-        let at = state.now;
-        out = super::sources::fetched(state, source, at, Ok(Fetched::Snapshot(s.clone())));
-    }
-    out.extend(decided(state, source, attempt, result));
-    out
+    decided(state, source, attempt, result)
 }
 
 /// What asking again decides, for the form, a move, or a claim landed meanwhile.
@@ -138,7 +148,7 @@ fn decided(
     state: &mut State,
     source: usize,
     attempt: &str,
-    result: Result<Fetched, Failure>,
+    result: Result<Outcome, Failure>,
 ) -> Vec<Effect> {
     if let Mode::Form(f) = &state.mode
         && let Some(lost) = f
@@ -148,7 +158,7 @@ fn decided(
     {
         let (lost, mut form) = (lost.clone(), (**f).clone());
         form.rechecking = None;
-        let (what, view) = found(state, &lost, result);
+        let (what, view) = found(result);
         return for_form(
             state,
             form,
@@ -176,7 +186,7 @@ fn decided(
         return Vec::new();
     };
     let lost = state.lost.remove(pos);
-    let (what, view) = found(state, &lost, result);
+    let (what, view) = found(result);
     after_landing(state, &lost, what, view)
 }
 
@@ -186,27 +196,30 @@ fn for_move(
     state: &mut State,
     mut chain: MoveAcross,
     lost: LostClaim,
-    result: Result<Fetched, Failure>,
+    result: Result<Outcome, Failure>,
 ) -> Vec<Effect> {
     let here = name(state, lost.source);
     let label = lost.attempt.label();
-    let (what, view) = found(state, &lost, result);
+    let (what, view) = found(result);
     match (decide_attempt(AttemptAnswer::NoAnswer, Some(what)), view) {
         (AttemptStep::Adopt, Some(view)) => {
             state.push_log(format!(
-                "move {}: {here} placed it; its answer was lost ({}): found it as {here}/{} by its label {label}",
+                "move {}: {here} placed it; its answer was lost ({}): sent again with the same key, it answered {here}/{} (label {label})",
                 chain.move_id, lost.error, view.id
             ));
             move_across::claim_answered(state, chain, Ok(Outcome::Claimed(Box::new(view))))
         }
         (AttemptStep::TryNextSuspect, _) => {
-            let why = format!("{}; still no answer when asked again", lost.error);
+            let why = format!(
+                "{}; still no answer when sent again with the same key",
+                lost.error
+            );
             chain.suspects.push(lost);
             move_across::go_next(state, chain, &why)
         }
         _ => {
             let why = format!(
-                "{}; asked again, it holds no claim labelled {label}",
+                "{}; sent again with the same key, it refused the claim labelled {label}",
                 lost.error
             );
             move_across::go_next(state, chain, &why)
@@ -227,7 +240,7 @@ fn for_form(
     match (step, view) {
         (AttemptStep::Adopt, Some(view)) => {
             let text = format!(
-                "{here} placed it; its answer was lost ({}): found it as {here}/{} by its label {label}",
+                "{here} placed it; its answer was lost ({}): sent again with the same key, it answered {here}/{} (label {label})",
                 lost.error, view.id
             );
             state.mode = Mode::Normal;
@@ -238,7 +251,7 @@ fn for_form(
         }
         (AttemptStep::TryNextSuspect, _) => {
             form.refused.push(format!(
-                "{here}: {}; still no answer when asked again",
+                "{here}: {}; still no answer when sent again with the same key",
                 lost.error
             ));
             form.suspects.push(lost);
@@ -246,7 +259,7 @@ fn for_form(
         }
         _ => {
             form.refused.push(format!(
-                "{here}: {}; asked again, it holds no claim labelled {label}",
+                "{here}: {}; sent again with the same key, it refused the claim labelled {label}",
                 lost.error
             ));
             next_or_fail(state, form)
@@ -303,14 +316,11 @@ pub(super) fn settle(state: &mut State, suspects: Vec<LostClaim>, nowhere: bool)
     for mut s in suspects {
         s.adopt = nowhere;
         state.push_log(format!(
-            "asking {} again whether it holds the claim labelled {}",
+            "sending {} the claim labelled {} again with the same key, to learn what it did",
             name(state, s.source),
             s.attempt.label()
         ));
-        out.push(Effect::Recheck {
-            source: s.source,
-            attempt: s.attempt.as_str().to_string(),
-        });
+        out.push(resend(&s, RECHECK_WITHIN));
         state.lost.push(s);
     }
     out
@@ -349,7 +359,7 @@ fn after_landing(
             act(state, lost.source, Action::Release { id: view.id })
         }
         (AttemptRecheck::Silent, _) => {
-            let until = match lost.ttl {
+            let until = match lost.request.ttl {
                 Some(secs) => format!(
                     "until its lease ends, about {} UTC",
                     date_time(lost.sent.plus_secs(secs), &jiff::tz::TimeZone::UTC)
@@ -366,7 +376,7 @@ fn after_landing(
         }
         _ => {
             state.push_log(format!(
-                "{here} answered again and holds no claim labelled {label}: nothing placed there"
+                "{here} answered again that it refused the claim labelled {label}: nothing placed there"
             ));
             Vec::new()
         }

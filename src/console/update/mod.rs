@@ -157,5 +157,17 @@ pub(super) fn act(state: &mut State, source: usize, action: Action) -> Vec<Effec
         action.verb(),
         action.target()
     ));
+    // Across sources, a claim carries an attempt label: it is sent with a key, so that a
+    // lost answer can be asked for again without booking twice.
+    if let Action::Claim { request } = &action
+        && let Some(attempt) = crate::placement::AttemptId::of_labels(&request.labels)
+    {
+        return vec![Effect::Claim {
+            source,
+            request: request.clone(),
+            key: lost::key(&attempt, source),
+            move_id: None,
+        }];
+    }
     vec![Effect::Act { source, action }]
 }

@@ -6,7 +6,7 @@
 //! fails, both claims are named with the error and the operator releases one.
 
 use crate::ids::ClaimId;
-use crate::placement::{DeviceShare, MoveTarget, moved_request};
+use crate::placement::{DeviceShare, MoveTarget, RESOLVE_WITHIN, moved_request};
 use crate::snapshot::{ClaimState, ClaimView};
 use crate::sources::{Action, Failure, Outcome};
 
@@ -297,6 +297,17 @@ fn send(state: &mut State, source: usize, action: Action, move_id: &str) -> Vec<
         action.verb(),
         action.target()
     ));
+    // The new claim goes with a key: a lost answer is asked for again, not booked twice.
+    if let Action::Claim { request } = &action
+        && let Some(attempt) = crate::placement::AttemptId::of_labels(&request.labels)
+    {
+        return vec![Effect::Claim {
+            source,
+            request: request.clone(),
+            key: lost::key(&attempt, source),
+            move_id: Some(move_id.to_string()),
+        }];
+    }
     vec![Effect::ActInMove {
         source,
         action,
@@ -446,7 +457,9 @@ pub(super) fn claim_answered(
         Ok(other) => format!("answered `{}` instead of a claim", other.message()),
         // No answer: the target may have placed it; ask it before anything else.
         Err(e) if lost::no_answer(&e) && chain.rechecking.is_none() => {
-            if let Some(lost) = lost::of_request(state, chain.target, &chain.request, &e) {
+            if let Some(lost) =
+                lost::of_request(state, chain.target, &chain.request, &e, &chain.move_id)
+            {
                 flash(
                     state,
                     format!(
@@ -456,10 +469,7 @@ pub(super) fn claim_answered(
                     ),
                     false,
                 );
-                out.push(Effect::Recheck {
-                    source: chain.target,
-                    attempt: lost.attempt.as_str().to_string(),
-                });
+                out.push(lost::resend(&lost, RESOLVE_WITHIN));
                 chain.rechecking = Some(lost);
                 state.moving.push(chain);
                 return out;
