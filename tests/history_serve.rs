@@ -293,13 +293,18 @@ async fn a_full_history_stops_recording_not_the_scheduler() {
         .unwrap();
     assert!(info.stopped.unwrap().contains("disk full"));
     // The snapshot says it too, so the console shows it beside the source.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_mins(1);
     loop {
         let snap = client(&server, server.read_token())
             .snapshot()
             .await
             .unwrap();
-        if let Some(w) = snap.endpoint.warnings.iter().find(|w| w.section == "history") {
+        if let Some(w) = snap
+            .endpoint
+            .warnings
+            .iter()
+            .find(|w| w.section == "history")
+        {
             assert!(w.found.contains("disk full"), "{w:?}");
             break;
         }
