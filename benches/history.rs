@@ -124,7 +124,7 @@ struct Figures {
     generate_s: f64,
 }
 
-fn record(inventory: &str, days: u64, seed: u64) -> Figures {
+fn record(inventory: &str, hours: u64, seed: u64) -> Figures {
     let started = Instant::now();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -156,7 +156,6 @@ fn record(inventory: &str, days: u64, seed: u64) -> Figures {
             store.append(&rec).unwrap();
         }
     };
-    let hours = days * 24;
     for hour in 0..hours {
         let hour_start = T0 + hour * HOUR_MS;
         // Telemetry of the hour follows the claim each GPU holds as it starts.
@@ -253,6 +252,9 @@ fn report(name: &str, f: &Figures) {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    // `cargo bench` passes `--bench`; `cargo test --all-targets` runs this briefly (two
+    // hours of each, debug build) as a smoke test of the whole path.
+    let quick = !args.iter().any(|a| a == "--bench");
     let days = args
         .iter()
         .position(|a| a == "--days")
@@ -263,9 +265,17 @@ fn main() {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/demo-fleet.toml"),
     )
     .unwrap();
-    report("demo fleet, 1 day", &record(&demo, 1, 7));
+    if quick {
+        report("demo fleet, 2 hours (smoke test)", &record(&demo, 2, 7));
+        report(
+            "100 GPUs, 2 hours (smoke test)",
+            &record(&inventory_100(), 2, 11),
+        );
+        return;
+    }
+    report("demo fleet, 1 day", &record(&demo, 24, 7));
     report(
         &format!("100 GPUs, {days} days"),
-        &record(&inventory_100(), days, 11),
+        &record(&inventory_100(), days * 24, 11),
     );
 }

@@ -6,17 +6,17 @@
 
 /// Who runs this process.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Identity {
+pub struct LocalUser {
     /// The login name.
     pub user: String,
     /// This machine's host name (`unknown` when it cannot be read).
     pub host: String,
 }
 
-impl Identity {
+impl LocalUser {
     /// The identity of this process, read now.
-    pub fn current() -> Identity {
-        Identity::from_parts(
+    pub fn current() -> LocalUser {
+        LocalUser::from_parts(
             std::env::var("USER").ok(),
             login_name,
             // SAFETY: getuid cannot fail and touches no memory.
@@ -32,12 +32,12 @@ impl Identity {
         login: impl FnOnce() -> Option<String>,
         uid: u32,
         host: String,
-    ) -> Identity {
+    ) -> LocalUser {
         let user = user_var
             .filter(|u| !u.is_empty())
             .or_else(login)
             .unwrap_or_else(|| format!("uid{uid}"));
-        Identity { user, host }
+        LocalUser { user, host }
     }
 
     /// The holder a claim defaults to: the login name.
@@ -96,15 +96,15 @@ mod tests {
     #[test]
     fn user_then_login_name_then_uid() {
         let host = || "gpu-01".to_string();
-        let id = Identity::from_parts(Some("ann".into()), || panic!("not asked"), 7, host());
+        let id = LocalUser::from_parts(Some("ann".into()), || panic!("not asked"), 7, host());
         assert_eq!((id.holder(), id.actor()), ("ann", "ann@gpu-01".to_string()));
         // USER unset or empty: the password database's name, for holder and actor alike.
         for var in [None, Some(String::new())] {
-            let id = Identity::from_parts(var, || Some("root".into()), 0, host());
+            let id = LocalUser::from_parts(var, || Some("root".into()), 0, host());
             assert_eq!(id.holder(), "root");
             assert_eq!(id.actor(), "root@gpu-01");
         }
-        let id = Identity::from_parts(None, || None, 1000, host());
+        let id = LocalUser::from_parts(None, || None, 1000, host());
         assert_eq!(id.actor(), "uid1000@gpu-01");
     }
 

@@ -112,7 +112,7 @@ pub(super) async fn act(args: ActArgs) -> anyhow::Result<u8> {
             }
         }
     }
-    let actor = crate::identity::Identity::current().actor();
+    let actor = crate::identity::LocalUser::current().actor();
     // The claim that ends a hand-over, checked before anything is sent too.
     let claim = match &args.claim.then_claim {
         None => None,

@@ -329,5 +329,5 @@ fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
 /// console's claim form fills in.
 #[allow(clippy::unnecessary_wraps)] // callers take an optional holder
 fn user() -> Option<String> {
-    Some(crate::identity::Identity::current().user)
+    Some(crate::identity::LocalUser::current().user)
 }

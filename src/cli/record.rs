@@ -12,18 +12,19 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Args;
 
+use crate::client::TlsTrust;
 use crate::endpoint::history_api::{RecordState, record_router};
 use crate::endpoint::history_recorder::{RecordedHistory, SAMPLE_MS};
 use crate::endpoint::history_store::Retention;
-use crate::sources::Source;
+use crate::sources::{EndpointConfig, Source, SourceKind};
 use crate::units::Bytes;
 
 /// `gpuboard record` flags.
 #[derive(Args, Debug)]
 pub struct RecordArgs {
     /// The engine: `ray`, `slurm`, `boinc` or `prometheus`.
-    #[arg(long, value_parser = ["ray", "slurm", "boinc", "prometheus"])]
-    pub kind: String,
+    #[arg(long, value_parser = engine_kind)]
+    pub kind: SourceKind,
     /// Its address: the Ray dashboard, slurmrestd, Prometheus URL, or BOINC's HOST:PORT.
     #[arg(long)]
     pub url: String,
@@ -50,47 +51,29 @@ pub struct RecordArgs {
     pub history_size: String,
 }
 
+/// A kind `record` can poll: an engine (a gpuboard endpoint records its own history).
+fn engine_kind(s: &str) -> Result<SourceKind, String> {
+    match SourceKind::parse(s) {
+        Ok(
+            k @ (SourceKind::Ray | SourceKind::Slurm | SourceKind::Boinc | SourceKind::Prometheus),
+        ) => Ok(k),
+        Ok(k) => Err(format!(
+            "a {k} endpoint records its own history (`serve --history-days`); record takes \
+             ray, slurm, boinc or prometheus"
+        )),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The source `a` names, built as every configured source is (`sources::connect`).
 fn source(a: &RecordArgs) -> anyhow::Result<Arc<dyn Source>> {
-    use crate::sources::boinc::{BoincConfig, BoincSource};
-    use crate::sources::prometheus::{PrometheusConfig, PrometheusSource};
-    use crate::sources::ray::{RayConfig, RaySource};
-    use crate::sources::slurm::{SlurmConfig, SlurmSource};
-    let name = a.name.clone().unwrap_or_else(|| a.kind.clone());
-    let secret = match &a.secret_file {
-        Some(f) => Some(
-            std::fs::read_to_string(f)
-                .with_context(|| format!("cannot read --secret-file {}", f.display()))?
-                .trim()
-                .to_string(),
-        ),
-        None => None,
-    };
+    let name = a.name.clone().unwrap_or_else(|| a.kind.to_string());
+    let mut entry = EndpointConfig::named(&name, &a.url, a.kind);
+    entry.token_file.clone_from(&a.secret_file);
+    let secret = entry.file_token()?;
     // A slow answer is waited for a while: a read that times out records nothing.
     let timeout = Duration::from_millis(a.every_ms.clamp(10_000, 30_000));
-    Ok(match a.kind.as_str() {
-        "ray" => {
-            let mut c = RayConfig::new(&a.url);
-            (c.name, c.token, c.timeout) = (name, secret, timeout);
-            Arc::new(RaySource::new(c)?)
-        }
-        "slurm" => {
-            let mut c = SlurmConfig::new(&a.url);
-            (c.name, c.token, c.timeout) = (name, secret, timeout);
-            Arc::new(SlurmSource::new(c)?)
-        }
-        "boinc" => {
-            let mut c = BoincConfig::new(&a.url);
-            (c.name, c.password_file, c.timeout) = (name, a.secret_file.clone(), timeout);
-            Arc::new(BoincSource::new(c)?)
-        }
-        _ => {
-            let mut c = PrometheusConfig::new(&a.url);
-            c.name = name;
-            c.auth = secret.map(crate::sources::http::Auth::Bearer);
-            c.timeout = timeout;
-            Arc::new(PrometheusSource::new(c)?)
-        }
-    })
+    crate::sources::connect(&entry, secret, &TlsTrust::default(), timeout)
 }
 
 /// `gpuboard record`.

@@ -382,7 +382,7 @@ fn send_action(
         let result = tokio::time::timeout(timeout, fut)
             .await
             .unwrap_or(Err(Failure::Timeout(limit)));
-        let user = crate::identity::Identity::current().actor();
+        let user = crate::identity::LocalUser::current().actor();
         match &result {
             Ok(o) => {
                 tracing::info!(actor = %user, action = action.verb(), target = %action.target(), source = %name, "{}", o.message());

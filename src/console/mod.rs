@@ -301,7 +301,7 @@ pub fn initial_state(setup: &Setup) -> state::State {
         setup.refresh_ms,
         setup.readonly,
     );
-    st.operator = Some(crate::identity::Identity::current().user);
+    st.operator = Some(crate::identity::LocalUser::current().user);
     for w in &setup.warnings {
         st.push_log(w.clone());
         st.flash = Some(state::Flash {

@@ -57,7 +57,7 @@ pub fn fixture(name: &str) -> PathBuf {
 /// This host's name as audit lines write it (`user@host`, `gpuboard::identity`).
 #[allow(dead_code)]
 pub fn host() -> String {
-    gpuboard::identity::Identity::current().host
+    gpuboard::identity::LocalUser::current().host
 }
 
 /// A port nothing listens on right now.

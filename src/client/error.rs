@@ -1,0 +1,150 @@
+//! What can go wrong talking to an endpoint, and the CLI's exit code for each.
+
+use crate::placement::NoFit;
+use crate::request::RequestError;
+use crate::wire;
+
+use super::NOT_SENT;
+
+/// What went wrong talking to an endpoint.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ClientError {
+    /// The endpoint URL is not usable.
+    #[error("bad endpoint `{url}`: {detail}")]
+    BadEndpoint {
+        /// As given.
+        url: String,
+        /// Why.
+        detail: String,
+    },
+    /// No connection.
+    #[error("cannot reach {endpoint}: {detail}")]
+    Unreachable {
+        /// The endpoint.
+        endpoint: String,
+        /// Why.
+        detail: String,
+    },
+    /// No answer in time.
+    #[error("{endpoint} did not answer within {secs} s")]
+    Timeout {
+        /// The endpoint.
+        endpoint: String,
+        /// The timeout.
+        secs: u64,
+    },
+    /// 401: no token, or a wrong one.
+    #[error("unauthorized: {detail}")]
+    Unauthorized {
+        /// The endpoint's explanation.
+        detail: String,
+    },
+    /// 403: a read token on a mutation.
+    #[error("forbidden: {detail}")]
+    Forbidden {
+        /// The endpoint's explanation.
+        detail: String,
+    },
+    /// 400, 413 or 422: the request was refused as invalid.
+    #[error("invalid request{}: {detail}", rule.as_ref().map(|r| format!(" (rule {r})")).unwrap_or_default())]
+    Invalid {
+        /// The broken rule's code (`unknown-field`...), for 422.
+        rule: Option<String>,
+        /// Its number in docs/design.md#3-validation-rules.
+        rule_number: Option<u8>,
+        /// The field at fault.
+        field: Option<String>,
+        /// What was wrong and what is allowed.
+        detail: String,
+    },
+    /// 409 `does_not_fit`: no device can take it now (or ever, when `infeasible`).
+    #[error("{detail}")]
+    DoesNotFit {
+        /// The summary line.
+        detail: String,
+        /// One line per node.
+        reasons: Vec<String>,
+        /// Waiting will not help.
+        infeasible: bool,
+        /// The structured reasons, when the endpoint sent them.
+        no_fit: Option<NoFit>,
+    },
+    /// Another 409 (nothing to move, no lease...).
+    #[error("{detail}")]
+    Conflict {
+        /// The error code.
+        error: String,
+        /// The endpoint's explanation.
+        detail: String,
+    },
+    /// What answered is not a gpuboard endpoint (a web page, another service).
+    #[error("{endpoint} is not a gpuboard endpoint: it answered {answered}")]
+    NotGpuboard {
+        /// The endpoint as named.
+        endpoint: String,
+        /// What answered: status and the start of its body.
+        answered: String,
+    },
+    /// 404.
+    #[error("not found: {detail}")]
+    NotFound {
+        /// The endpoint's explanation.
+        detail: String,
+    },
+    /// 5xx or an unexpected status.
+    #[error("endpoint error (HTTP {status}): {detail}")]
+    Server {
+        /// The status code.
+        status: u16,
+        /// The endpoint's explanation.
+        detail: String,
+    },
+    /// The answer could not be read.
+    #[error("unreadable answer from {endpoint}: {detail}")]
+    Decode {
+        /// The endpoint.
+        endpoint: String,
+        /// Why.
+        detail: String,
+    },
+}
+
+impl ClientError {
+    /// Whether the request surely never reached the endpoint (no connection was made).
+    pub fn never_sent(&self) -> bool {
+        matches!(self, ClientError::Unreachable { detail, .. } if detail.starts_with(NOT_SENT))
+    }
+
+    /// Whether this is the answer to a keyed claim whose first request with that key is
+    /// still being committed (it will land, or fail with the store): ask again, same key.
+    pub fn in_flight(&self) -> bool {
+        matches!(self, ClientError::Conflict { error, .. } if error == wire::IN_FLIGHT)
+    }
+
+    /// The CLI's exit code for this error (README, "Exit codes").
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            ClientError::Invalid { .. } | ClientError::BadEndpoint { .. } => 3,
+            ClientError::DoesNotFit { .. } => 4,
+            ClientError::Unreachable { .. }
+            | ClientError::Timeout { .. }
+            | ClientError::NotGpuboard { .. } => 5,
+            ClientError::Unauthorized { .. } | ClientError::Forbidden { .. } => 6,
+            ClientError::NotFound { .. } => 7,
+            ClientError::Conflict { .. } => 8,
+            ClientError::Server { .. } | ClientError::Decode { .. } => 1,
+        }
+    }
+}
+
+impl From<RequestError> for ClientError {
+    /// A request refused before it was sent, by the same validator the endpoint runs.
+    fn from(e: RequestError) -> ClientError {
+        ClientError::Invalid {
+            rule: Some(e.rule.code().to_string()),
+            rule_number: Some(e.rule.number()),
+            field: e.field,
+            detail: e.message,
+        }
+    }
+}
