@@ -153,10 +153,10 @@ struct Inner {
     frozen: OnceLock<String>,
     /// Turns true with `frozen`, to wake snapshot watchers.
     frozen_seen: watch::Sender<bool>,
-    /// Set once the history stopped recording (full disk...): the scheduler goes on, and
-    /// every snapshot says so, so the console shows it beside the source.
-    history_stopped: OnceLock<String>,
-    /// Turns true with `history_stopped`, to wake snapshot watchers.
+    /// Why the history stopped recording (full disk...), while it is stopped: the scheduler
+    /// goes on, and every snapshot says so, so the console shows it beside the source.
+    history_stopped: Mutex<Option<String>>,
+    /// Whether `history_stopped` is set, to wake snapshot watchers when it turns.
     history_seen: watch::Sender<bool>,
     store: Store,
     clock: Arc<dyn Clock>,
@@ -308,7 +308,7 @@ impl Engine {
                 nodes,
                 frozen: OnceLock::new(),
                 frozen_seen: watch::channel(false).0,
-                history_stopped: OnceLock::new(),
+                history_stopped: Mutex::new(None),
                 history_seen: watch::channel(false).0,
                 store,
                 clock,
@@ -633,23 +633,38 @@ impl Engine {
             feed.merge_into(&mut snap);
         }
         snap.endpoint.store_failed = self.failure().map(str::to_string);
-        if let Some(why) = self.inner.history_stopped.get() {
+        let stopped = self
+            .inner
+            .history_stopped
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(why) = stopped {
             snap.endpoint.warnings.push(crate::snapshot::SourceWarning {
                 section: "history".to_string(),
                 path: "history.sqlite".to_string(),
                 found: format!("recording {why}"),
-                left_out: "the history from then on (the scheduler goes on; restart the \
-                           endpoint once there is room)"
+                left_out: "the history while it is stopped (the scheduler goes on; recording \
+                           resumes by itself once a write succeeds)"
                     .to_string(),
             });
         }
         snap
     }
 
-    /// Says in every snapshot from now on that the history stopped recording (`why`).
-    pub fn history_stopped(&self, why: &str) {
-        if self.inner.history_stopped.set(why.to_string()).is_ok() {
-            self.inner.history_seen.send_replace(true);
+    /// Whether the history records (`None`) or why it stopped: every snapshot says so while
+    /// it is stopped.
+    pub fn set_history_stopped(&self, why: Option<String>) {
+        let mut slot = self
+            .inner
+            .history_stopped
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if *slot != why {
+            let stopped = why.is_some();
+            *slot = why;
+            drop(slot);
+            self.inner.history_seen.send_replace(stopped);
         }
     }
 
@@ -691,7 +706,7 @@ impl Engine {
             revision: *self.inner.committed.borrow(),
             telemetry: self.inner.live.get().map_or(0, |feed| feed.generation()),
             frozen: self.inner.frozen.get().is_some(),
-            history_stopped: self.inner.history_stopped.get().is_some(),
+            history_stopped: *self.inner.history_seen.borrow(),
         }
     }
 

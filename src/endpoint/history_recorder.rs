@@ -144,9 +144,7 @@ pub fn spawn_feed(
                 Ok(built) => history.feed(Arc::clone(&built.snapshot)),
                 Err(e) => tracing::warn!("history: cannot build the snapshot: {e}"),
             }
-            if let Some(why) = history.stopped() {
-                versions.engine().history_stopped(&why);
-            }
+            versions.engine().set_history_stopped(history.stopped());
         }
     })
 }
