@@ -4,7 +4,7 @@
 //! changes; the audit log names the token), TLS with a pinned fingerprint end to end.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

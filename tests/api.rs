@@ -2,7 +2,7 @@
 //! with its body, auth, bad input, a fuzz of random bodies, watch, leases and dead owners.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

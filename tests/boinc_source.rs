@@ -8,9 +8,8 @@
 //! skips the real-client test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "common/boinc_client.rs"]
-mod boinc_client;
-mod common;
+use crate::common::boinc_client;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

@@ -10,9 +10,8 @@
 //! Needs Debian's `boinc-client` and perl; `GPUBOARD_SKIP_PEERS=boinc` skips it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "common/boinc_client.rs"]
-mod boinc_client;
-mod common;
+use crate::common::boinc_client;
+use crate::common;
 
 use std::process::Command;
 

@@ -6,7 +6,7 @@
 //! and after `kill -9` and a restart both claims are there.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! `release`/`move`/`cordon`/`project`, and the exit codes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Output};
 

@@ -3,7 +3,7 @@
 //! claim's detail as text) and `ls` with the reason a pending claim waits.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::process::Output;
 use std::time::{Duration, Instant};

@@ -6,8 +6,7 @@
 //! and 200x60 from the lab fixtures, and per-cell style maps in two themes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "common/console_fixtures.rs"]
-mod console_fixtures;
+use crate::common::console_fixtures;
 
 use console_fixtures::{NOW, feed, flash, lab_snapshot, lab_state, with_down_source};
 use gpuboard::clock::Timestamp;

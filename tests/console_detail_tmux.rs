@@ -6,9 +6,8 @@
 //! over the API too. Waits poll the screen with a deadline; nothing asserts a timing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-#[path = "common/tmux.rs"]
-mod tmux;
+use crate::common;
+use crate::common::tmux;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

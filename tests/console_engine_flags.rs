@@ -2,7 +2,7 @@
 //! `--ray` and `--prometheus` do, without a config file.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -4,7 +4,7 @@
 //! the real peers (tests/fixtures), at 80x24, 120x40 and 200x60 and a fixed `now`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -6,7 +6,7 @@
 //! executor refuses every step in read-only mode even if one were sent.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -6,11 +6,9 @@
 //! asserts a timing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-#[path = "common/console_fixtures.rs"]
-mod console_fixtures;
-#[path = "common/tmux.rs"]
-mod tmux;
+use crate::common;
+use crate::common::console_fixtures;
+use crate::common::tmux;
 
 use std::path::Path;
 use std::process::Output;

@@ -4,8 +4,7 @@
 //! filter; Esc from the detail view returns where it was opened from; Events scroll.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "common/console_fixtures.rs"]
-mod console_fixtures;
+use crate::common::console_fixtures;
 
 use std::collections::BTreeSet;
 

@@ -7,7 +7,7 @@
 //! embedded scheduler to an endpoint is audited on both sides too.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

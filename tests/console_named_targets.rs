@@ -5,8 +5,7 @@
 //! the backoff's time left is read from one clock; the claim form fills the holder.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "common/console_fixtures.rs"]
-mod console_fixtures;
+use crate::common::console_fixtures;
 
 use console_fixtures::{NOW, acts, code, feed, flash, k, lab_snapshot, lab_state, run};
 use gpuboard::console::headless::{buffer_text, render};

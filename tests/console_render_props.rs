@@ -1,8 +1,7 @@
 //! Drawing any view, with any overlay, at any size from 20x5 to 300x100 never panics.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "common/console_fixtures.rs"]
-mod console_fixtures;
+use crate::common::console_fixtures;
 
 use console_fixtures::{lab_state, with_down_source};
 use gpuboard::console::headless::render;

@@ -5,8 +5,7 @@
 //! banner and the GPU detail's charts at 80x24 and 120x40.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "common/console_fixtures.rs"]
-mod console_fixtures;
+use crate::common::console_fixtures;
 
 use console_fixtures::{NOW, code, feed, k, lab_snapshot, lab_state, run};
 use gpuboard::clock::Timestamp;

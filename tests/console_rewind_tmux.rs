@@ -6,9 +6,8 @@
 //! where it begins; `status --dump-screen --at` prints the same. Waits poll the screen with a deadline; nothing asserts a timing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-#[path = "common/tmux.rs"]
-mod tmux;
+use crate::common;
+use crate::common::tmux;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -5,8 +5,7 @@
 //! asks for its id.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "common/console_fixtures.rs"]
-mod console_fixtures;
+use crate::common::console_fixtures;
 
 use console_fixtures::{NOW, acts, code, feed, flash, k, lab_snapshot, lab_state, run};
 use gpuboard::console::msg::Msg;

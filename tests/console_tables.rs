@@ -3,8 +3,7 @@
 //! device of a multi-GPU claim; MODEL carries the memory size.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "common/console_fixtures.rs"]
-mod console_fixtures;
+use crate::common::console_fixtures;
 
 use console_fixtures::{NOW, feed, lab_snapshot, lab_state};
 use gpuboard::console::headless::{buffer_text, render};

@@ -5,8 +5,7 @@
 
 use std::time::Duration;
 
-#[path = "common/tmux.rs"]
-mod tmux;
+use crate::common::tmux;
 
 use tmux::Session;
 

@@ -3,8 +3,7 @@
 //! in read-only mode whatever it is asked.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "common/console_fixtures.rs"]
-mod console_fixtures;
+use crate::common::console_fixtures;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

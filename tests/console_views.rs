@@ -3,8 +3,7 @@
 //! source that is down; and colour checks of the over-limit and stale cells.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "common/console_fixtures.rs"]
-mod console_fixtures;
+use crate::common::console_fixtures;
 
 use console_fixtures::{lab_state, with_down_source};
 use gpuboard::console::headless::{buffer_text, render};

@@ -9,7 +9,7 @@
 //! through the source.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;

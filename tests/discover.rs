@@ -6,7 +6,7 @@
     clippy::panic
 )]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! pin, an endpoint that does not answer; a good one passes every check.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

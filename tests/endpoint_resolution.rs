@@ -8,9 +8,8 @@
 //! - `claim --wait` across endpoints where it fits nowhere now queues on one endpoint.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-#[path = "common/tmux.rs"]
-mod tmux;
+use crate::common;
+use crate::common::tmux;
 
 use std::fmt::Write as _;
 use std::io::{Read, Write};

@@ -3,7 +3,7 @@
 //! refusal mapped to the console's `Failure` in the endpoint's words.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

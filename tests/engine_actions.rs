@@ -13,13 +13,10 @@
     clippy::items_after_statements
 )]
 
-#[path = "common/boinc_client.rs"]
-mod boinc_client;
-mod common;
-#[path = "common/ray_head.rs"]
-mod ray_head;
-#[path = "common/slurm_cluster.rs"]
-mod slurm_cluster;
+use crate::common::boinc_client;
+use crate::common;
+use crate::common::ray_head;
+use crate::common::slurm_cluster;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -4,7 +4,7 @@
 //! refused with why; a failed engine action shows the engine's words in the Events log.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use gpuboard::clock::Timestamp;
 use gpuboard::console::keymap::Keymap;

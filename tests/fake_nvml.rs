@@ -7,7 +7,7 @@
     clippy::match_wildcard_for_single_variants
 )]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -4,7 +4,7 @@
 //! -9, and malformed or oversized request bodies.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;

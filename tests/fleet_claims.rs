@@ -9,7 +9,7 @@
 //! releases, and forwards everything else to the real endpoint.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 //! answers a key it has seen with its first answer.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -6,7 +6,7 @@
 //! commands that find and release a phantom.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;

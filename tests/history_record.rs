@@ -4,7 +4,7 @@
 //! with `GPUBOARD_SKIP_PEERS=prometheus`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;

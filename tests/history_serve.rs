@@ -4,7 +4,7 @@
 //! full history file (recording stops with a warning on /healthz; claims go on).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -4,9 +4,8 @@
 //! when the serve's store failed). And a serve that cannot start leaves nothing behind.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-#[path = "common/tmux.rs"]
-mod tmux;
+use crate::common;
+use crate::common::tmux;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -4,7 +4,7 @@
 //! Grafana dashboard (checked by promtool, on the names a real `serve` exports).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;

@@ -3,7 +3,7 @@
 //! mode, one DCGM blank. Skipped only with `GPUBOARD_SKIP_PEERS=prometheus`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

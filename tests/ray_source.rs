@@ -10,9 +10,8 @@
 //! `GPUBOARD_SKIP_PEERS=ray` skips it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-#[path = "common/ray_head.rs"]
-mod ray_head;
+use crate::common;
+use crate::common::ray_head;
 
 use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt;

@@ -5,7 +5,7 @@
 //! saying how to give the project a share, instead of waiting forever.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use common::{Server, demo_fleet, http};
 use serde_json::{Value, json};

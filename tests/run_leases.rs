@@ -4,7 +4,7 @@
 //! (the lease extended, audited), released once that last process has ended.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

@@ -2,7 +2,7 @@
 //! from the fake NVML library loaded through `LD_LIBRARY_PATH`, as a real driver would be.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -15,9 +15,8 @@
     clippy::items_after_statements
 )]
 
-mod common;
-#[path = "common/slurm_cluster.rs"]
-mod slurm_cluster;
+use crate::common;
+use crate::common::slurm_cluster;
 
 use std::sync::Arc;
 use std::time::Duration;

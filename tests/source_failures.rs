@@ -2,7 +2,7 @@
 //! its own error, within the timeout, and nothing panics.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

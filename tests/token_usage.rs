@@ -3,7 +3,7 @@
 //! request.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 //! heartbeat) resuming at the current version, and every kind of `since` that must resync.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -424,3 +424,9 @@ pub async fn snapshot_until(
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     }
 }
+
+pub mod boinc_client;
+pub mod console_fixtures;
+pub mod ray_head;
+pub mod slurm_cluster;
+pub mod tmux;
