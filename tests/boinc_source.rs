@@ -8,8 +8,8 @@
 //! skips the real-client test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use crate::common::boinc_client;
 use crate::common;
+use crate::common::boinc_client;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

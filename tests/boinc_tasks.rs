@@ -10,8 +10,8 @@
 //! Needs Debian's `boinc-client` and perl; `GPUBOARD_SKIP_PEERS=boinc` skips it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use crate::common::boinc_client;
 use crate::common;
+use crate::common::boinc_client;
 
 use std::process::Command;
 

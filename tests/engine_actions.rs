@@ -13,8 +13,8 @@
     clippy::items_after_statements
 )]
 
-use crate::common::boinc_client;
 use crate::common;
+use crate::common::boinc_client;
 use crate::common::ray_head;
 use crate::common::slurm_cluster;
 
@@ -166,7 +166,6 @@ async fn slurm_actions_on_a_real_cluster() {
         eprintln!("GPUBOARD_SKIP_PEERS has slurm: skipped");
         return;
     }
-    let _one = SLURM.lock().await;
     let cluster = tokio::task::spawn_blocking(slurm_cluster::Cluster::start)
         .await
         .unwrap();
@@ -674,9 +673,6 @@ async fn a_hand_over_stops_at_the_first_failure() {
     assert!(after.claims.iter().all(|c| c.project != "after"));
 }
 
-/// One Slurm cluster at a time in this binary: two would share the machine's two cores.
-static SLURM: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 /// Drives the console's update with the real driver's executor until the hand-over in
 /// `st` is over: every effect is performed on `sources`, every answer fed back.
 async fn run_console(
@@ -769,7 +765,6 @@ async fn a_hand_over_frees_slurm_gpus_and_claims_them_on_an_endpoint() {
         eprintln!("GPUBOARD_SKIP_PEERS has slurm: skipped");
         return;
     }
-    let _one = SLURM.lock().await;
     let cluster = tokio::task::spawn_blocking(slurm_cluster::Cluster::start)
         .await
         .unwrap();

@@ -1,8 +1,9 @@
 //! A walk through the README's shell blocks, as a newcomer would type them after the two
 //! set-up commands: every `gpuboard` line runs (the console in tmux: it must start, draw
 //! and quit on `q`), and a line this walk does not know fails the test, so the README and
-//! the walk stay together. Runs on 127.0.0.1:7420 (the default address the README uses)
-//! with the data directory, home and state in a temporary directory.
+//! the walk stay together. The endpoint the README starts on the default address runs on a
+//! free port instead (a `gpuboard serve` already on 7420 must not fail the walk), with the
+//! data directory, home and state in a temporary directory.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -42,6 +43,8 @@ fn root() -> PathBuf {
 struct Walk {
     tmp: tempfile::TempDir,
     serve: Option<Child>,
+    /// Where the walk's `gpuboard serve` listens, in place of the default 127.0.0.1:7420.
+    url: String,
 }
 
 impl Walk {
@@ -53,8 +56,16 @@ impl Walk {
             .env("HOME", self.tmp.path())
             .env("XDG_STATE_HOME", self.tmp.path().join("state"))
             .env("XDG_CONFIG_HOME", self.tmp.path().join("config"))
-            .env_remove("GPUBOARD_TOKEN")
-            .env_remove("GPUBOARD_ENDPOINT");
+            .env_remove("GPUBOARD_TOKEN");
+        // The client commands find the walk's endpoint as they would the default one.
+        if matches!(
+            args.first().map(String::as_str),
+            Some("claim" | "run" | "ls")
+        ) {
+            c.env("GPUBOARD_ENDPOINT", &self.url);
+        } else {
+            c.env_remove("GPUBOARD_ENDPOINT");
+        }
         c
     }
 
@@ -172,6 +183,7 @@ fn every_readme_command_works_as_written() {
     let mut walk = Walk {
         tmp: tempfile::tempdir().unwrap(),
         serve: None,
+        url: format!("http://127.0.0.1:{}", crate::common::free_port()),
     };
     let mut unknown = Vec::new();
     let mut ran = 0;
@@ -198,9 +210,13 @@ fn every_readme_command_works_as_written() {
         // Placeholders in the README: `URL` is the endpoint started above, `...` any
         // other flags (the demo here).
         for a in &mut args {
-            if a == "URL" {
-                *a = "http://127.0.0.1:7420".to_string();
+            if a == "URL" || a == "http://127.0.0.1:7420" {
+                a.clone_from(&walk.url);
             }
+        }
+        if args.first().is_some_and(|a| a == "serve") && !args.iter().any(|a| a == "--listen") {
+            args.push("--listen".to_string());
+            args.push(walk.url.trim_start_matches("http://").to_string());
         }
         if args.last().is_some_and(|a| a == "...") {
             args.pop();

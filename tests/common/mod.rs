@@ -425,6 +425,31 @@ pub async fn snapshot_until(
     }
 }
 
+/// One heavy peer (a Slurm cluster, a Ray head) at a time in the test binary: the tests of
+/// every file share one process now, and two of these at once would share two cores. Held by
+/// the peer's handle and given up when it is dropped, after its processes are stopped.
+pub struct PeerTurn(());
+
+static PEER_BUSY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Waits for the heavy-peer turn (see [`PeerTurn`]).
+pub fn heavy_peer_turn() -> PeerTurn {
+    use std::sync::atomic::Ordering;
+    while PEER_BUSY
+        .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    PeerTurn(())
+}
+
+impl Drop for PeerTurn {
+    fn drop(&mut self) {
+        PEER_BUSY.store(false, std::sync::atomic::Ordering::Release);
+    }
+}
+
 pub mod boinc_client;
 pub mod console_fixtures;
 pub mod ray_head;

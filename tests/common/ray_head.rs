@@ -124,6 +124,7 @@ pub struct Head {
     pub url: String,
     /// The GCS port, where drivers connect (`127.0.0.1:PORT`).
     pub gcs: u16,
+    _turn: crate::common::PeerTurn,
 }
 
 impl Drop for Head {
@@ -164,6 +165,7 @@ impl Head {
 
     /// As [`Head::start`], with `extra` arguments to `ray start` (custom resources).
     pub fn start_with(extra: &[&str]) -> Head {
+        let turn = crate::common::heavy_peer_turn();
         let venv = venv();
         let tmp = tempfile::Builder::new()
             .prefix("gpbray")
@@ -199,6 +201,7 @@ impl Head {
             tmp,
             url: format!("http://127.0.0.1:{dashboard}"),
             gcs,
+            _turn: turn,
         }
     }
 

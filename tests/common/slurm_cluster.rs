@@ -23,6 +23,7 @@ pub struct Cluster {
     // Dropped in reverse start order: slurmrestd first, munged last.
     daemons: Vec<Stopper>,
     tmp: tempfile::TempDir,
+    _turn: crate::common::PeerTurn,
 }
 
 impl Drop for Cluster {
@@ -153,6 +154,7 @@ impl Cluster {
     /// Starts the cluster and waits for its node to be idle. Needs root and Debian's
     /// `slurm-wlm`, `slurmrestd` and `munge`.
     pub fn start() -> Cluster {
+        let turn = crate::common::heavy_peer_turn();
         for bin in [
             "/usr/sbin/slurmctld",
             "/usr/sbin/slurmd",
@@ -175,6 +177,7 @@ impl Cluster {
         let mut c = Cluster {
             daemons: Vec::new(),
             tmp,
+            _turn: turn,
         };
         let dir = c.dir().to_path_buf();
         // slurmrestd runs as nobody: it must reach the munge socket and its own socket dir.
