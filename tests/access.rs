@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
+use crate::common::text;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -29,10 +30,6 @@ fn gpuboard(dir: &Path, args: &[&str]) -> Output {
         .env_remove("GPUBOARD_TLS_FINGERPRINT")
         .output()
         .unwrap()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 fn request() -> ClaimRequest {

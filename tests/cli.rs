@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
+use crate::common::text;
 
 use std::process::{Command, Output};
 
@@ -11,10 +12,6 @@ use serde_json::Value;
 
 fn gpuboard(server: &Server, args: &[&str]) -> Output {
     server.cli(args)
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 fn claims(server: &Server) -> Vec<Value> {

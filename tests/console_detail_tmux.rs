@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
+use crate::common::text;
 use crate::common::tmux;
 
 use std::path::Path;
@@ -15,10 +16,6 @@ use std::time::{Duration, Instant};
 use common::Server;
 use serde_json::Value;
 use tmux::Session;
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 /// A real serve over one node `NODE` with `gpus` 40 GiB A100s, and its files.
 struct Endpoint {
@@ -29,14 +26,8 @@ struct Endpoint {
 impl Endpoint {
     fn start(node: &str, gpus: u32) -> Endpoint {
         let dir = tempfile::tempdir().unwrap();
-        let inv = dir.path().join("inventory.toml");
-        std::fs::write(
-            &inv,
-            format!(
-                "[[nodes]]\nname = \"{node}\"\n[[nodes.gpus]]\nmodel = \"NVIDIA A100-SXM4-40GB\"\nmemory = \"40GiB\"\ncount = {gpus}\n"
-            ),
-        )
-        .unwrap();
+        let inv =
+            common::one_node_inventory(dir.path(), node, "NVIDIA A100-SXM4-40GB", "40GiB", gpus);
         let server = Server::start(&dir.path().join("data"), &inv, &["--tick-ms", "100"]);
         Endpoint { server, _dir: dir }
     }

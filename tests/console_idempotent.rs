@@ -7,9 +7,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
+use crate::common::relay::forward;
+use crate::common::relay::read_request;
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -117,52 +118,6 @@ impl DelayingRelay {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
-}
-
-/// The head and body of one HTTP/1.1 request (the body by its Content-Length).
-fn read_request(conn: &mut TcpStream) -> Option<(String, Vec<u8>)> {
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        if conn.read(&mut byte).ok()? == 0 {
-            return None;
-        }
-        head.push(byte[0]);
-    }
-    let head = String::from_utf8(head).ok()?;
-    let len = head
-        .lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("content-length")
-                .then(|| v.trim().parse::<usize>().ok())?
-        })
-        .unwrap_or(0);
-    let mut body = vec![0u8; len];
-    conn.read_exact(&mut body).ok()?;
-    Some((head, body))
-}
-
-/// Forwards one request (as `Connection: close`) and passes back whatever comes.
-fn forward(conn: &mut TcpStream, upstream: &str, head: &str, body: &[u8]) {
-    let Ok(mut up) = TcpStream::connect(upstream) else {
-        return;
-    };
-    let mut lines: Vec<&str> = head
-        .trim_end()
-        .lines()
-        .filter(|l| !l.to_ascii_lowercase().starts_with("connection:"))
-        .collect();
-    lines.push("Connection: close");
-    let mut out = lines.join("\r\n").into_bytes();
-    out.extend_from_slice(b"\r\n\r\n");
-    out.extend_from_slice(body);
-    if up.write_all(&out).is_err() {
-        return;
-    }
-    // Streamed as it comes (a watch never ends); the console may have hung up already:
-    // the claim landed all the same.
-    let _ = std::io::copy(&mut up, conn);
 }
 
 /// The console over `sources`, each read once.

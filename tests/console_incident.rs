@@ -8,6 +8,7 @@
 
 use crate::common;
 use crate::common::console_fixtures;
+use crate::common::text;
 use crate::common::tmux;
 
 use std::path::Path;
@@ -21,10 +22,6 @@ use tmux::Session;
 /// Runs the CLI against `server`.
 fn cli(server: &Server, args: &[&str]) -> Output {
     server.cli(args)
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 /// `gpuboard claim ARGS --json`: the claim as answered (placed, or pending with `--wait`).

@@ -9,6 +9,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
+use crate::common::text;
 use crate::common::tmux;
 
 use std::fmt::Write as _;
@@ -25,15 +26,7 @@ use tmux::Session;
 
 /// An inventory of one node with `gpus` 80 GiB GPUs.
 fn inventory(dir: &Path, node: &str, gpus: u32) -> PathBuf {
-    let path = dir.join(format!("{node}.toml"));
-    std::fs::write(
-        &path,
-        format!(
-            "[[nodes]]\nname = \"{node}\"\n[[nodes.gpus]]\nmodel = \"NVIDIA H100 80GB HBM3\"\nmemory = \"80GiB\"\ncount = {gpus}\n"
-        ),
-    )
-    .unwrap();
-    path
+    common::one_node_inventory(dir, node, "NVIDIA H100 80GB HBM3", "80GiB", gpus)
 }
 
 /// A listener that only counts the connections it gets: where a Slurm source is named, to
@@ -156,10 +149,6 @@ impl World {
         let v: Value = serde_json::from_slice(&out.stdout).unwrap();
         v["events"].as_array().unwrap().len()
     }
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 #[test]

@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
+use crate::common::text;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -18,15 +19,7 @@ use common::Server;
 
 /// An inventory of one node with `gpus` 80 GiB GPUs.
 fn inventory(dir: &Path, node: &str, gpus: u32) -> PathBuf {
-    let path = dir.join(format!("{node}.toml"));
-    std::fs::write(
-        &path,
-        format!(
-            "[[nodes]]\nname = \"{node}\"\n[[nodes.gpus]]\nmodel = \"NVIDIA H100 80GB HBM3\"\nmemory = \"80GiB\"\ncount = {gpus}\n"
-        ),
-    )
-    .unwrap();
-    path
+    common::one_node_inventory(dir, node, "NVIDIA H100 80GB HBM3", "80GiB", gpus)
 }
 
 /// An HTTP server that is not gpuboard: it answers every request with `reply` and counts
@@ -89,10 +82,6 @@ fn gpuboard(home: &Path, args: &[&str]) -> Output {
         .env_remove("GPUBOARD_CONFIG")
         .output()
         .unwrap()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 /// The codes of the README's exit-code table, in order.

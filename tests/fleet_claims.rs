@@ -10,6 +10,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
+use crate::common::ok;
+use crate::common::text;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -22,15 +24,13 @@ const GIB: u64 = 1 << 30;
 
 /// An inventory of one node `node` with `gpus` GPUs of `gib` GiB.
 fn inventory(dir: &Path, node: &str, gpus: u32, gib: u32) -> PathBuf {
-    let path = dir.join(format!("{node}.toml"));
-    std::fs::write(
-        &path,
-        format!(
-            "[[nodes]]\nname = \"{node}\"\n[[nodes.gpus]]\nmodel = \"NVIDIA A100-SXM4-80GB\"\nmemory = \"{gib}GiB\"\ncount = {gpus}\n"
-        ),
+    common::one_node_inventory(
+        dir,
+        node,
+        "NVIDIA A100-SXM4-80GB",
+        &format!("{gib}GiB"),
+        gpus,
     )
-    .unwrap();
-    path
 }
 
 /// A fleet: one serve per name, each with one node `host-NAME`.
@@ -119,21 +119,6 @@ impl Fleet {
     fn claims(&self, name: &str) -> Vec<Value> {
         self.snapshot(name)["claims"].as_array().unwrap().clone()
     }
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    text(&out.stdout)
 }
 
 /// A proxy in front of one endpoint: a stale snapshot instead of the real one, and/or

@@ -5,10 +5,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
+use crate::common::ok;
+use crate::common::relay::read_request;
+use crate::common::text;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -136,21 +138,6 @@ impl Fleet {
     }
 }
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    text(&out.stdout)
-}
-
 /// Labels whose claim is held more than once across the fleet.
 fn duplicates(by_attempt: &BTreeMap<String, Vec<(String, u64)>>) -> Vec<String> {
     by_attempt
@@ -265,30 +252,6 @@ impl DelayingRelay {
     }
 }
 
-/// The head and body of one HTTP/1.1 request (the body by its Content-Length).
-fn read_request(conn: &mut TcpStream) -> Option<(String, Vec<u8>)> {
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        if conn.read(&mut byte).ok()? == 0 {
-            return None;
-        }
-        head.push(byte[0]);
-    }
-    let head = String::from_utf8(head).ok()?;
-    let len = head
-        .lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("content-length")
-                .then(|| v.trim().parse::<usize>().ok())?
-        })
-        .unwrap_or(0);
-    let mut body = vec![0u8; len];
-    conn.read_exact(&mut body).ok()?;
-    Some((head, body))
-}
-
 fn relay_one(mut conn: TcpStream, upstream: &str, delay: Duration, busy: &AtomicUsize) {
     // One request per connection: the answer says `Connection: close`.
     let Some((head, body)) = read_request(&mut conn) else {
@@ -299,29 +262,12 @@ fn relay_one(mut conn: TcpStream, upstream: &str, delay: Duration, busy: &Atomic
     busy.fetch_sub(1, Ordering::SeqCst);
 }
 
+/// Forwards one request, a claim only after `delay`.
 fn forward(conn: &mut TcpStream, upstream: &str, delay: Duration, head: &str, body: &[u8]) {
     if head.starts_with("POST /v1/claims ") {
         std::thread::sleep(delay);
     }
-    let Ok(mut up) = TcpStream::connect(upstream) else {
-        return;
-    };
-    let mut lines: Vec<&str> = head
-        .trim_end()
-        .lines()
-        .filter(|l| !l.to_ascii_lowercase().starts_with("connection:"))
-        .collect();
-    lines.push("Connection: close");
-    let mut out = lines.join("\r\n").into_bytes();
-    out.extend_from_slice(b"\r\n\r\n");
-    out.extend_from_slice(body);
-    if up.write_all(&out).is_err() {
-        return;
-    }
-    let mut answer = Vec::new();
-    let _ = up.read_to_end(&mut answer);
-    // The client may have hung up already: the claim landed all the same.
-    let _ = conn.write_all(&answer);
+    crate::common::relay::forward(conn, upstream, head, body);
 }
 
 /// The proxy probe, 100 times: `POST /v1/claims` to the preferred endpoint is

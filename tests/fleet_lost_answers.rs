@@ -7,6 +7,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
+use crate::common::ok;
+use crate::common::relay::read_request;
+use crate::common::text;
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -65,30 +68,6 @@ impl Relay {
         });
         Relay { url }
     }
-}
-
-/// The head and body of one HTTP/1.1 request (the body by its Content-Length).
-fn read_request(conn: &mut TcpStream) -> Option<(String, Vec<u8>)> {
-    let mut buf = Vec::new();
-    let mut byte = [0u8; 1];
-    while !buf.ends_with(b"\r\n\r\n") {
-        if conn.read(&mut byte).ok()? == 0 {
-            return None;
-        }
-        buf.push(byte[0]);
-    }
-    let head = String::from_utf8(buf).ok()?;
-    let len = head
-        .lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("content-length")
-                .then(|| v.trim().parse::<usize>().ok())?
-        })
-        .unwrap_or(0);
-    let mut body = vec![0u8; len];
-    conn.read_exact(&mut body).ok()?;
-    Some((head, body))
 }
 
 fn relay_one(
@@ -242,21 +221,6 @@ impl Fleet {
         }
         all
     }
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    text(&out.stdout)
 }
 
 const POST: &str = "POST /v1/claims ";

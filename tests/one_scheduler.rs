@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
+use crate::common::text;
 use crate::common::tmux;
 
 use std::path::{Path, PathBuf};
@@ -107,10 +108,6 @@ impl Host {
             v["address"].as_str()?.to_string(),
         ))
     }
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 /// The only source of a `status --json` document (printed also when it is down).

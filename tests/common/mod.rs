@@ -425,6 +425,43 @@ pub async fn snapshot_until(
     }
 }
 
+/// Writes `DIR/NODE.toml`, an inventory of one node `node` with `count` GPUs of one model,
+/// and returns its path.
+pub fn one_node_inventory(
+    dir: &Path,
+    node: &str,
+    model: &str,
+    memory: &str,
+    count: u32,
+) -> PathBuf {
+    let path = dir.join(format!("{node}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            "[[nodes]]\nname = \"{node}\"\n[[nodes.gpus]]\nmodel = \"{model}\"\nmemory = \"{memory}\"\ncount = {count}\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// A process's output as text (lossy: a test prints it, never parses bytes).
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The stdout of a command that must have succeeded; its exit, stdout and stderr otherwise.
+pub fn ok(out: &std::process::Output) -> String {
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
 /// One heavy peer (a Slurm cluster, a Ray head) at a time in the test binary: the tests of
 /// every file share one process now, and two of these at once would share two cores. Held by
 /// the peer's handle and given up when it is dropped, after its processes are stopped.
@@ -453,5 +490,6 @@ impl Drop for PeerTurn {
 pub mod boinc_client;
 pub mod console_fixtures;
 pub mod ray_head;
+pub mod relay;
 pub mod slurm_cluster;
 pub mod tmux;
