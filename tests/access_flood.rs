@@ -21,31 +21,6 @@ use tokio::net::TcpStream;
 
 const CAP: &str = "8";
 
-/// Opens half-sent connections (a request line and one header, never the blank line) and
-/// holds each until the endpoint closes it, then opens another, until `stop`.
-async fn flooder(addr: String, stop: Arc<AtomicBool>, opened: Arc<AtomicU64>) {
-    while !stop.load(Ordering::Relaxed) {
-        let Ok(mut sock) = TcpStream::connect(&addr).await else {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            continue;
-        };
-        opened.fetch_add(1, Ordering::Relaxed);
-        let _ = sock
-            .write_all(b"GET /v1/snapshot HTTP/1.1\r\nhost: x\r\n")
-            .await;
-        let mut buf = [0u8; 512];
-        loop {
-            if stop.load(Ordering::Relaxed) {
-                return;
-            }
-            let read = tokio::time::timeout(Duration::from_millis(200), sock.read(&mut buf)).await;
-            if let Ok(Ok(0) | Err(_)) = read {
-                break;
-            }
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lease_survives_a_flood_of_half_sent_connections() {
     let dir = tempfile::tempdir().unwrap();
@@ -70,15 +45,15 @@ async fn a_lease_survives_a_flood_of_half_sent_connections() {
     let addr = server.url.trim_start_matches("http://").to_string();
     let stop = Arc::new(AtomicBool::new(false));
     let opened = Arc::new(AtomicU64::new(0));
-    let floods: Vec<_> = (0..60)
-        .map(|_| {
-            tokio::spawn(flooder(
-                addr.clone(),
-                Arc::clone(&stop),
-                Arc::clone(&opened),
-            ))
-        })
-        .collect();
+    let floods = common::flood::start(
+        60,
+        &addr,
+        b"GET /v1/snapshot HTTP/1.1
+host: x
+",
+        &stop,
+        &opened,
+    );
     // Let the flood fill its places.
     tokio::time::sleep(Duration::from_millis(500)).await;
     // Connections that never finish a request head take no place among those served: an

@@ -16,35 +16,11 @@ use gpuboard::client::{Client, TlsTrust};
 use gpuboard::request::ClaimRequest;
 use gpuboard::snapshot::ClaimState;
 use gpuboard::units::Bytes;
-use tokio::io::AsyncReadExt as _;
-use tokio::net::TcpStream;
 
 /// Connections the flood holds open at once (each task holds one).
 const FLOODERS: usize = 240;
 /// Renewals, one a second.
 const RENEWALS: usize = 30;
-
-/// Opens a connection that never sends a byte, holds it until the endpoint closes it,
-/// then opens another, until `stop`.
-async fn silent_flooder(addr: String, stop: Arc<AtomicBool>, opened: Arc<AtomicU64>) {
-    while !stop.load(Ordering::Relaxed) {
-        let Ok(mut sock) = TcpStream::connect(&addr).await else {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            continue;
-        };
-        opened.fetch_add(1, Ordering::Relaxed);
-        let mut buf = [0u8; 64];
-        loop {
-            if stop.load(Ordering::Relaxed) {
-                return;
-            }
-            let read = tokio::time::timeout(Duration::from_millis(200), sock.read(&mut buf)).await;
-            if let Ok(Ok(0) | Err(_)) = read {
-                break;
-            }
-        }
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn renewals_and_health_checks_get_through_a_flood_of_silent_tls_connections() {
@@ -88,15 +64,7 @@ async fn renewals_through_a_silent_flood(tls: bool) {
     let addr = server.url.trim_start_matches(scheme).to_string();
     let stop = Arc::new(AtomicBool::new(false));
     let opened = Arc::new(AtomicU64::new(0));
-    let floods: Vec<_> = (0..FLOODERS)
-        .map(|_| {
-            tokio::spawn(silent_flooder(
-                addr.clone(),
-                Arc::clone(&stop),
-                Arc::clone(&opened),
-            ))
-        })
-        .collect();
+    let floods = common::flood::start(FLOODERS, &addr, b"", &stop, &opened);
     // Let the flood fill every place before the first renewal.
     tokio::time::sleep(Duration::from_millis(500)).await;
 

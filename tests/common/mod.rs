@@ -489,6 +489,7 @@ impl Drop for PeerTurn {
 
 pub mod boinc_client;
 pub mod console_fixtures;
+pub mod flood;
 pub mod ray_head;
 pub mod relay;
 pub mod slurm_cluster;
