@@ -434,7 +434,7 @@ fn claim_ids(screen: &str) -> Vec<u64> {
 // Finding 2: columns cut identity.
 
 #[test]
-fn f2_two_nodes_that_differ_at_the_end_are_told_apart_at_80x24() {
+fn two_nodes_that_differ_at_the_end_are_told_apart_at_80x24() {
     let (_inc, s, _home) = Incident::at_80x24("f2nodes");
     let screen = s.wait_for("GPUs (24)");
     let rows = table_rows(&screen);
@@ -461,7 +461,7 @@ fn f2_two_nodes_that_differ_at_the_end_are_told_apart_at_80x24() {
 }
 
 #[test]
-fn f2_place_keeps_node_and_devices_and_ranges_read_2_7() {
+fn place_keeps_node_and_devices_and_ranges_read_2_7() {
     let (inc, s, _home) = Incident::at_80x24("f2place");
     s.keys(&["3"]);
     let screen = s.wait_for("Claims (18)");
@@ -483,7 +483,7 @@ fn f2_place_keeps_node_and_devices_and_ranges_read_2_7() {
 }
 
 #[test]
-fn f2_alloc_whole_and_model_names_its_memory_size_in_gpus_and_fair_share() {
+fn alloc_whole_and_model_names_its_memory_size_in_gpus_and_fair_share() {
     let (inc, s, _home) = Incident::at_80x24("f2model");
     let screen = s.wait_for("GPUs (24)");
     let first = table_rows(&screen)[0];
@@ -535,7 +535,7 @@ fn f2_alloc_whole_and_model_names_its_memory_size_in_gpus_and_fair_share() {
 }
 
 #[test]
-fn f2_wide_layout_at_120_columns() {
+fn wide_layout_at_120_columns() {
     let inc = Incident::start();
     let home = tempfile::tempdir().unwrap();
     let s = inc.console(120, 40, "f2wide", home.path());
@@ -570,7 +570,7 @@ fn f2_wide_layout_at_120_columns() {
 }
 
 #[test]
-fn f2_flags_stay_at_60x20() {
+fn flags_stay_at_60x20() {
     let home = tempfile::tempdir().unwrap();
     let s = Session::console(60, 20, "f2flags", home.path(), "--demo");
     let screen = s.wait_for("GPUs (28)");
@@ -590,7 +590,7 @@ fn f2_flags_stay_at_60x20() {
 // Finding 3: misleading figures.
 
 #[test]
-fn f3_overview_says_na_without_telemetry_and_columns_say_what_is_free() {
+fn overview_says_na_without_telemetry_and_columns_say_what_is_free() {
     let (_inc, s, _home) = Incident::at_80x24("f3na");
     s.keys(&["1"]);
     let screen = s.wait_for("Over limit");
@@ -648,7 +648,7 @@ fn f3_overview_says_na_without_telemetry_and_columns_say_what_is_free() {
 }
 
 #[test]
-fn f3_gpu_detail_lists_each_claims_share_on_this_gpu() {
+fn gpu_detail_lists_each_claims_share_on_this_gpu() {
     let (inc, s, _home) = Incident::at_80x24("f3detail");
     s.keys(&["/", "018", "Enter"]);
     s.wait_for("GPUs (8)");
@@ -664,7 +664,7 @@ fn f3_gpu_detail_lists_each_claims_share_on_this_gpu() {
 }
 
 #[test]
-fn f3_fair_share_has_one_debt_column_and_absolute_backoff_times() {
+fn fair_share_has_one_debt_column_and_absolute_backoff_times() {
     let (_inc, s, _home) = Incident::at_80x24("f3fair");
     s.keys(&["4"]);
     let screen = s.wait_for("Fair share (5)");
@@ -704,7 +704,7 @@ fn f3_fair_share_has_one_debt_column_and_absolute_backoff_times() {
 }
 
 #[test]
-fn f3_a_debt_under_half_a_unit_reads_0_not_minus_0() {
+fn a_debt_under_half_a_unit_reads_0_not_minus_0() {
     use console_fixtures::{NOW, feed, lab_snapshot, lab_state};
     use gpuboard::console::headless::{buffer_text, render};
     use gpuboard::console::state::View;
@@ -727,7 +727,7 @@ fn f3_a_debt_under_half_a_unit_reads_0_not_minus_0() {
 // Finding 4: problems could not be found.
 
 #[test]
-fn f4_problem_lists_idle_and_unclaimed_match_what_state_and_flags_show() {
+fn problem_lists_idle_and_unclaimed_match_what_state_and_flags_show() {
     let home = tempfile::tempdir().unwrap();
     let s = Session::console(80, 24, "f4uncl", home.path(), "--demo");
     s.wait_for("GPUs (28)");
@@ -757,7 +757,7 @@ fn f4_problem_lists_idle_and_unclaimed_match_what_state_and_flags_show() {
 }
 
 #[test]
-fn f4_sort_by_over_limit_puts_the_over_limit_claims_first() {
+fn sort_by_over_limit_puts_the_over_limit_claims_first() {
     let home = tempfile::tempdir().unwrap();
     let s = Session::console(80, 24, "f4over", home.path(), "--demo");
     s.wait_for("GPUs (28)");
@@ -792,7 +792,7 @@ fn f4_sort_by_over_limit_puts_the_over_limit_claims_first() {
 }
 
 #[test]
-fn f4_page_down_visits_every_claim_at_80x24() {
+fn page_down_visits_every_claim_at_80x24() {
     let (inc, s, _home) = Incident::at_80x24("f4pgdn");
     s.keys(&["3"]);
     let mut screen = s.wait_for("Claims (18)");
@@ -818,7 +818,7 @@ fn f4_page_down_visits_every_claim_at_80x24() {
 }
 
 #[test]
-fn f4_events_scroll_to_the_oldest() {
+fn events_scroll_to_the_oldest() {
     let (inc, s, _home) = Incident::at_80x24("f4events");
     s.keys(&["6"]);
     let screen = s.wait_for("Audit events (");
@@ -835,7 +835,7 @@ fn f4_events_scroll_to_the_oldest() {
 }
 
 #[test]
-fn f4_a_pending_claim_shows_every_reason_and_enter_opens_its_detail() {
+fn a_pending_claim_shows_every_reason_and_enter_opens_its_detail() {
     let (inc, s, _home) = Incident::at_80x24("f4pending");
     s.keys(&["3"]);
     s.wait_for("Claims (18)");
@@ -877,7 +877,7 @@ fn f4_a_pending_claim_shows_every_reason_and_enter_opens_its_detail() {
 }
 
 #[test]
-fn f4_holder_and_pid_are_visible_at_80x24() {
+fn holder_and_pid_are_visible_at_80x24() {
     let (inc, s, _home) = Incident::at_80x24("f4holder");
     s.keys(&["3"]);
     let screen = s.wait_for("Claims (18)");
@@ -927,7 +927,7 @@ fn sgr_before<'a>(line: &'a str, text: &str) -> &'a str {
 }
 
 #[test]
-fn f5_in_mono_over_limit_does_not_look_like_the_selection() {
+fn in_mono_over_limit_does_not_look_like_the_selection() {
     let home = tempfile::tempdir().unwrap();
     let bin = env!("CARGO_BIN_EXE_gpuboard");
     let script = format!(
@@ -969,7 +969,7 @@ fn f5_in_mono_over_limit_does_not_look_like_the_selection() {
 }
 
 #[test]
-fn f5_each_view_keeps_its_own_filter() {
+fn each_view_keeps_its_own_filter() {
     let (_inc, s, _home) = Incident::at_80x24("f5filter");
     s.keys(&["3"]);
     s.wait_for("Claims (18)");
@@ -986,7 +986,7 @@ fn f5_each_view_keeps_its_own_filter() {
 }
 
 #[test]
-fn f5_esc_returns_where_you_came_from() {
+fn esc_returns_where_you_came_from() {
     let (_inc, s, _home) = Incident::at_80x24("f5esc");
     // Claims -> claim detail -> Esc: Claims, same claim selected (not GPUs).
     s.keys(&["3"]);
@@ -1027,7 +1027,7 @@ fn f5_esc_returns_where_you_came_from() {
 }
 
 #[test]
-fn f5_long_messages_wrap_whole_and_the_footer_names_keys() {
+fn long_messages_wrap_whole_and_the_footer_names_keys() {
     let (_inc, s, _home) = Incident::at_80x24("f5flash");
     let screen = s.wait_for("GPUs (24)");
     let footer = screen.lines().rev().nth(1).unwrap();
@@ -1047,7 +1047,7 @@ fn f5_long_messages_wrap_whole_and_the_footer_names_keys() {
 }
 
 #[test]
-fn f5_move_picker_lists_the_roomiest_first_and_follows_j_k() {
+fn move_picker_lists_the_roomiest_first_and_follows_j_k() {
     let (inc, s, _home) = Incident::at_80x24("f5move");
     s.keys(&["3"]);
     s.wait_for("Claims (18)");
@@ -1097,7 +1097,7 @@ fn f5_move_picker_lists_the_roomiest_first_and_follows_j_k() {
 }
 
 #[test]
-fn f5_command_completion_lists_candidates() {
+fn command_completion_lists_candidates() {
     let (_inc, s, _home) = Incident::at_80x24("f5colon");
     s.keys(&[":", "so"]);
     let screen = s.wait_for(":so");
@@ -1108,7 +1108,7 @@ fn f5_command_completion_lists_candidates() {
 }
 
 #[test]
-fn f5_the_demo_shows_physically_possible_figures() {
+fn the_demo_shows_physically_possible_figures() {
     let home = tempfile::tempdir().unwrap();
     let s = Session::console(120, 40, "f5demo", home.path(), "--demo");
     let gib = |v: &str| -> f64 {
@@ -1258,7 +1258,7 @@ fn a_claim_on_two_gpus_moves_to_two_gpus_from_the_console() {
 // Finding 1 beyond GPUs: every mutating action names its target and waits for a yes.
 
 #[test]
-fn f1_b_names_the_backed_off_project_and_clears_it_only_when_confirmed() {
+fn b_names_the_backed_off_project_and_clears_it_only_when_confirmed() {
     let (_inc, s, _home) = Incident::at_80x24("f1reset");
     s.keys(&["4"]);
     s.wait_for("Fair share (5)");
@@ -1306,7 +1306,7 @@ fn h100_backed_off(row: &str) -> bool {
 }
 
 #[test]
-fn f1_in_claims_the_selection_follows_the_claim_as_claims_come_and_go() {
+fn in_claims_the_selection_follows_the_claim_as_claims_come_and_go() {
     let home = tempfile::tempdir().unwrap();
     let s = Session::console(80, 24, "f1claims", home.path(), "--demo");
     s.wait_for("GPUs (28)");
@@ -1351,7 +1351,7 @@ fn f1_in_claims_the_selection_follows_the_claim_as_claims_come_and_go() {
 }
 
 #[test]
-fn f4_events_say_who_was_backed_off_until_when_in_words() {
+fn events_say_who_was_backed_off_until_when_in_words() {
     let (_inc, s, _home) = Incident::at_80x24("f4ledger");
     s.keys(&["6"]);
     s.wait_for("Audit events (");
@@ -1375,7 +1375,7 @@ fn f4_events_say_who_was_backed_off_until_when_in_words() {
 }
 
 #[test]
-fn f4_the_overview_over_limit_count_opens_the_over_limit_claims() {
+fn the_overview_over_limit_count_opens_the_over_limit_claims() {
     let home = tempfile::tempdir().unwrap();
     let s = Session::console(80, 24, "f4count", home.path(), "--demo");
     s.wait_for("GPUs (28)");

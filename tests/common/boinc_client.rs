@@ -288,6 +288,17 @@ impl Client {
              GPUBOARD_SKIP_PEERS=boinc"
         );
         std::fs::write(dir.path().join("gui_rpc_auth.cfg"), format!("{PASSWORD}\n")).unwrap();
+        // Every client computes and fetches work whatever else loads the machine: left to its
+        // defaults it suspends above 25 % of non-BOINC CPU load, and then sets no backoff a
+        // test could wait for.
+        let prefs = dir.path().join("global_prefs_override.xml");
+        if !prefs.exists() {
+            std::fs::copy(
+                fixture("boinc/app").join("global_prefs_override.xml"),
+                prefs,
+            )
+            .unwrap();
+        }
         let port = free_port();
         let addr = format!("127.0.0.1:{port}");
         let log = std::fs::File::create(dir.path().join("client.log")).unwrap();
