@@ -36,6 +36,7 @@ mod console_views;
 mod corpus;
 mod crash;
 mod discover;
+mod docs_paths;
 mod doctor_fleet;
 mod endpoint_resolution;
 mod endpoint_source;
