@@ -113,9 +113,9 @@ impl RecordedHistory {
 /// Serves and records `history` on an endpoint's API state: the routes read it, the feed
 /// writes it. Call from within the runtime; the feed ends when the state's versions do.
 pub fn attach(
-    state: crate::endpoint::api::ApiState,
+    state: crate::endpoint::api_state::ApiState,
     history: Arc<RecordedHistory>,
-) -> (crate::endpoint::api::ApiState, tokio::task::JoinHandle<()>) {
+) -> (crate::endpoint::api_state::ApiState, tokio::task::JoinHandle<()>) {
     let feed = spawn_feed(Arc::clone(&history), Arc::clone(&state.versions));
     (state.with_history(history), feed)
 }
