@@ -63,7 +63,14 @@ async fn state(server: &Server) -> Value {
         .unwrap()
         .iter()
         .map(|c| {
-            json!([c["id"], c["state"], c["node"], c["shares"], c["lease_expires_at"], c["request"]])
+            json!([
+                c["id"],
+                c["state"],
+                c["node"],
+                c["shares"],
+                c["lease_expires_at"],
+                c["request"]
+            ])
         })
         .collect();
     let projects: Vec<Value> = snap["projects"]
@@ -182,7 +189,12 @@ fn invalid(
     }
 }
 
-fn malformed(method: &Method, path: &str, body: &'static str, says: &'static [&'static str]) -> Refusal {
+fn malformed(
+    method: &Method,
+    path: &str,
+    body: &'static str,
+    says: &'static [&'static str],
+) -> Refusal {
     Refusal {
         method: method.clone(),
         path: path.to_string(),
@@ -204,33 +216,199 @@ fn refusals(id: ClaimId) -> Vec<Refusal> {
     let share = paths::project("vision");
     vec![
         // Claims: `ClaimRequest::from_json`, the one validator.
-        invalid(&post, claims, r#"{"gpu_memory": "1Gi", "colour": "red"}"#, "unknown-field", Some("colour"), &["`colour`", "allowed fields", "gpu_memory"]),
-        invalid(&post, claims, r#"{"gpu_memory": true}"#, "wrong-type", Some("gpu_memory"), &["gpu_memory"]),
-        invalid(&post, claims, r#"{"project": "vision"}"#, "out-of-range", None, &["allowed fields", "gpu_memory"]),
-        invalid(&post, claims, r#"[{"gpu_memory": "1Gi"}]"#, "wrong-type", None, &["JSON object"]),
-        malformed(&post, claims, r#"{"gpu_memory": "1Gi", "gpu_memory": "2Gi"}"#, &["`gpu_memory` is given twice"]),
+        invalid(
+            &post,
+            claims,
+            r#"{"gpu_memory": "1Gi", "colour": "red"}"#,
+            "unknown-field",
+            Some("colour"),
+            &["`colour`", "allowed fields", "gpu_memory"],
+        ),
+        invalid(
+            &post,
+            claims,
+            r#"{"gpu_memory": true}"#,
+            "wrong-type",
+            Some("gpu_memory"),
+            &["gpu_memory"],
+        ),
+        invalid(
+            &post,
+            claims,
+            r#"{"project": "vision"}"#,
+            "out-of-range",
+            None,
+            &["allowed fields", "gpu_memory"],
+        ),
+        invalid(
+            &post,
+            claims,
+            r#"[{"gpu_memory": "1Gi"}]"#,
+            "wrong-type",
+            None,
+            &["JSON object"],
+        ),
+        malformed(
+            &post,
+            claims,
+            r#"{"gpu_memory": "1Gi", "gpu_memory": "2Gi"}"#,
+            &["`gpu_memory` is given twice"],
+        ),
         // Move.
-        invalid(&post, &mv, r#"{"devices": [1], "rack": 2}"#, "unknown-field", Some("rack"), &["`rack`", "allowed fields: node, devices"]),
-        invalid(&post, &mv, r#"{"devices": "1"}"#, "wrong-type", Some("devices"), &["`devices` must be a non-empty list of device indexes", "got the text \"1\""]),
-        invalid(&post, &mv, r#"{"node": 7}"#, "wrong-type", Some("node"), &["`node` must be a node name", "got 7"]),
-        invalid(&post, &mv, r#"{"devices": [-1]}"#, "out-of-range", Some("devices"), &["got -1"]),
-        invalid(&post, &mv, r#"{"devices": []}"#, "wrong-type", Some("devices"), &["non-empty"]),
-        invalid(&post, &mv, "{}", "out-of-range", None, &["`node`, `devices`, or both"]),
-        invalid(&post, &mv, r#"["g5-a10g"]"#, "wrong-type", None, &["JSON object with fields node, devices"]),
+        invalid(
+            &post,
+            &mv,
+            r#"{"devices": [1], "rack": 2}"#,
+            "unknown-field",
+            Some("rack"),
+            &["`rack`", "allowed fields: node, devices"],
+        ),
+        invalid(
+            &post,
+            &mv,
+            r#"{"devices": "1"}"#,
+            "wrong-type",
+            Some("devices"),
+            &[
+                "`devices` must be a non-empty list of device indexes",
+                "got the text \"1\"",
+            ],
+        ),
+        invalid(
+            &post,
+            &mv,
+            r#"{"node": 7}"#,
+            "wrong-type",
+            Some("node"),
+            &["`node` must be a node name", "got 7"],
+        ),
+        invalid(
+            &post,
+            &mv,
+            r#"{"devices": [-1]}"#,
+            "out-of-range",
+            Some("devices"),
+            &["got -1"],
+        ),
+        invalid(
+            &post,
+            &mv,
+            r#"{"devices": []}"#,
+            "wrong-type",
+            Some("devices"),
+            &["non-empty"],
+        ),
+        invalid(
+            &post,
+            &mv,
+            "{}",
+            "out-of-range",
+            None,
+            &["`node`, `devices`, or both"],
+        ),
+        invalid(
+            &post,
+            &mv,
+            r#"["g5-a10g"]"#,
+            "wrong-type",
+            None,
+            &["JSON object with fields node, devices"],
+        ),
         malformed(&post, &mv, "", &["not valid JSON"]),
         // Renew (its one field is optional: an empty body is the claim's own ttl).
-        invalid(&post, &renew, r#"{"ttl": 60, "extend": true}"#, "unknown-field", Some("extend"), &["`extend`", "allowed fields: ttl"]),
-        invalid(&post, &renew, r#"{"ttl": "600"}"#, "wrong-type", Some("ttl"), &["`ttl` must be whole seconds from 1 to", "got the text \"600\""]),
-        invalid(&post, &renew, r#"{"ttl": 0}"#, "out-of-range", Some("ttl"), &["`ttl` must be whole seconds", "got 0"]),
-        invalid(&post, &renew, "600", "wrong-type", None, &["JSON object with fields ttl"]),
-        malformed(&post, &renew, r#"{"ttl": 5, "ttl": 6}"#, &["`ttl` is given twice"]),
+        invalid(
+            &post,
+            &renew,
+            r#"{"ttl": 60, "extend": true}"#,
+            "unknown-field",
+            Some("extend"),
+            &["`extend`", "allowed fields: ttl"],
+        ),
+        invalid(
+            &post,
+            &renew,
+            r#"{"ttl": "600"}"#,
+            "wrong-type",
+            Some("ttl"),
+            &[
+                "`ttl` must be whole seconds from 1 to",
+                "got the text \"600\"",
+            ],
+        ),
+        invalid(
+            &post,
+            &renew,
+            r#"{"ttl": 0}"#,
+            "out-of-range",
+            Some("ttl"),
+            &["`ttl` must be whole seconds", "got 0"],
+        ),
+        invalid(
+            &post,
+            &renew,
+            "600",
+            "wrong-type",
+            None,
+            &["JSON object with fields ttl"],
+        ),
+        malformed(
+            &post,
+            &renew,
+            r#"{"ttl": 5, "ttl": 6}"#,
+            &["`ttl` is given twice"],
+        ),
         // Share.
-        invalid(&put, &share, r#"{"share": 5, "weight": 1}"#, "unknown-field", Some("weight"), &["`weight`", "allowed fields: share"]),
-        invalid(&put, &share, r#"{"share": "5"}"#, "wrong-type", Some("share"), &["`share` must be a whole number from 0 to 1000000", "got the text \"5\""]),
-        invalid(&put, &share, r#"{"share": null}"#, "wrong-type", Some("share"), &["got null"]),
-        invalid(&put, &share, "{}", "out-of-range", Some("share"), &["`share` is required", "from 0 to 1000000"]),
-        invalid(&put, &share, r#"{"share": 2000000}"#, "out-of-range", Some("share"), &["got 2000000"]),
-        invalid(&put, &share, r#"{"share": 5000000000}"#, "out-of-range", Some("share"), &["got 5000000000"]),
+        invalid(
+            &put,
+            &share,
+            r#"{"share": 5, "weight": 1}"#,
+            "unknown-field",
+            Some("weight"),
+            &["`weight`", "allowed fields: share"],
+        ),
+        invalid(
+            &put,
+            &share,
+            r#"{"share": "5"}"#,
+            "wrong-type",
+            Some("share"),
+            &[
+                "`share` must be a whole number from 0 to 1000000",
+                "got the text \"5\"",
+            ],
+        ),
+        invalid(
+            &put,
+            &share,
+            r#"{"share": null}"#,
+            "wrong-type",
+            Some("share"),
+            &["got null"],
+        ),
+        invalid(
+            &put,
+            &share,
+            "{}",
+            "out-of-range",
+            Some("share"),
+            &["`share` is required", "from 0 to 1000000"],
+        ),
+        invalid(
+            &put,
+            &share,
+            r#"{"share": 2000000}"#,
+            "out-of-range",
+            Some("share"),
+            &["got 2000000"],
+        ),
+        invalid(
+            &put,
+            &share,
+            r#"{"share": 5000000000}"#,
+            "out-of-range",
+            Some("share"),
+            &["got 5000000000"],
+        ),
         malformed(&put, &share, "{share: 5}", &["not valid JSON"]),
     ]
 }

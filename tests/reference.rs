@@ -542,8 +542,8 @@ fn the_readme_links_every_reference() {
     }
 }
 
-/// The fields each body section (`## \`POST /v1/...\``) of api-bodies.md lists, and its JSON
-/// example when it has one.
+/// The fields each body's section of api-bodies.md (a heading naming its route) lists, and
+/// its JSON example when it has one.
 fn documented_bodies(text: &str) -> BTreeMap<String, (BTreeSet<String>, Option<String>)> {
     let mut bodies: BTreeMap<String, (BTreeSet<String>, Option<String>)> = BTreeMap::new();
     let mut section = None;
@@ -572,6 +572,7 @@ fn documented_bodies(text: &str) -> BTreeMap<String, (BTreeSet<String>, Option<S
 fn the_api_bodies_reference_lists_every_field_each_body_accepts() {
     use gpuboard::request::ClaimRequest;
     use gpuboard::wire::{MoveBody, RenewBody, RequestBody, ShareBody, read_body};
+    type Read = fn(Value) -> Result<(), gpuboard::request::RequestError>;
 
     /// The fields a body allows, from its error for an unknown one.
     fn allowed(error: Result<(), gpuboard::request::RequestError>) -> BTreeSet<String> {
@@ -586,12 +587,12 @@ fn the_api_bodies_reference_lists_every_field_each_body_accepts() {
     let probe = || json!({"zz_not_a_field": 1});
     let text = std::fs::read_to_string(reference("api-bodies.md")).unwrap();
     let documented = documented_bodies(&text);
-    let in_code: BTreeMap<&str, (BTreeSet<String>, fn(Value) -> Result<(), _>)> = [
+    let in_code: BTreeMap<&str, (BTreeSet<String>, Read)> = [
         (
             "POST /v1/claims",
             (
                 allowed(ClaimRequest::from_json(&probe()).map(|_| ())),
-                (|v: Value| ClaimRequest::from_json(&v).map(|_| ())) as fn(Value) -> Result<(), _>,
+                (|v: Value| ClaimRequest::from_json(&v).map(|_| ())) as Read,
             ),
         ),
         (
@@ -616,7 +617,10 @@ fn the_api_bodies_reference_lists_every_field_each_body_accepts() {
     );
     for (route, (fields, example)) in &documented {
         let (accepted, read) = &in_code[route.as_str()];
-        assert_eq!(fields, accepted, "api-bodies.md, `{route}`: documented vs accepted fields");
+        assert_eq!(
+            fields, accepted,
+            "api-bodies.md, `{route}`: documented vs accepted fields"
+        );
         if let Some(ex) = example {
             let v: Value = serde_json::from_str(ex).unwrap();
             read(v).unwrap_or_else(|e| panic!("api-bodies.md, `{route}`: the example: {e}"));

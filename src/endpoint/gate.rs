@@ -144,11 +144,7 @@ pub(crate) struct Access {
     pub(crate) open_reads: bool,
 }
 
-pub(crate) async fn authorize(
-    State(st): State<Access>,
-    mut req: Request,
-    next: Next,
-) -> Response {
+pub(crate) async fn authorize(State(st): State<Access>, mut req: Request, next: Next) -> Response {
     let mutation = req.method() != Method::GET && req.method() != Method::HEAD;
     if !mutation && st.open_reads {
         return next.run(req).await;

@@ -7,7 +7,7 @@
 //! [`super::claim_body`] and read by `ClaimRequest::from_json`, its own reader because a claim may be spelt in several
 //! vocabularies (Ray, Koordinator, vendor) that one serde record cannot say.
 //!
-//! Why a reader of our own rather than `serde_json::from_value`: serde_json's errors say
+//! Why a reader of our own rather than `serde_json::from_value`: its errors say
 //! what went wrong in words only (`invalid type: string "x", expected u64`), without the
 //! field a wrong type was in. This reader takes serde's structured callbacks (unknown
 //! field with the allowed list, missing field, invalid type, invalid value) into a typed
@@ -65,7 +65,11 @@ impl MoveBody {
             return Err(refuse(Rule::WrongType, "node"));
         }
         let too_many = |d: &Vec<u32>| d.len() > MAX_DEVICES as usize;
-        if self.devices.as_ref().is_some_and(|d| d.is_empty() || too_many(d)) {
+        if self
+            .devices
+            .as_ref()
+            .is_some_and(|d| d.is_empty() || too_many(d))
+        {
             return Err(refuse(Rule::WrongType, "devices"));
         }
         if self.node.is_none() && self.devices.is_none() {
@@ -149,7 +153,7 @@ impl ShareBody {
 /// (rule 0), one out of the type's range or a required field missing (rule 7), a body that
 /// is not an object (rule 0, with the fields it may have).
 pub fn read_body<T: RequestBody>(value: Value) -> Result<T, RequestError> {
-    T::deserialize(Reader { value, field: None }).map_err(|e| e.explain::<T>())
+    T::deserialize(Reader { value, field: None }).map_err(BodyError::explain::<T>)
 }
 
 /// What was wrong, as serde reported it.
@@ -286,7 +290,7 @@ struct Reader {
     field: Option<String>,
 }
 
-impl<'de> IntoDeserializer<'de, BodyError> for Reader {
+impl IntoDeserializer<'_, BodyError> for Reader {
     type Deserializer = Reader;
 
     fn into_deserializer(self) -> Reader {
@@ -313,21 +317,21 @@ impl<'de> de::Deserializer<'de> for Reader {
             }
             Value::String(s) => visitor.visit_string(s),
             Value::Array(items) => {
-                let mut seq = de::value::SeqDeserializer::new(items.into_iter().map(|value| {
-                    Reader {
+                let mut seq =
+                    de::value::SeqDeserializer::new(items.into_iter().map(|value| Reader {
                         value,
                         field: field.clone(),
-                    }
-                }));
+                    }));
                 visitor
                     .visit_seq(&mut seq)
                     .and_then(|v| seq.end().map(|()| v))
             }
             Value::Object(map) => {
-                let mut entries = de::value::MapDeserializer::new(map.into_iter().map(|(k, value)| {
-                    let field = Some(k.clone());
-                    (k, Reader { value, field })
-                }));
+                let mut entries =
+                    de::value::MapDeserializer::new(map.into_iter().map(|(k, value)| {
+                        let field = Some(k.clone());
+                        (k, Reader { value, field })
+                    }));
                 visitor
                     .visit_map(&mut entries)
                     .and_then(|v| entries.end().map(|()| v))
@@ -399,40 +403,79 @@ mod tests {
     #[test]
     fn each_fault_names_its_field_and_what_it_takes() {
         let e = refused::<MoveBody>(json!({"devices": [1], "rack": 2}));
-        assert_eq!((e.rule, e.field.as_deref()), (Rule::UnknownField, Some("rack")));
-        assert_eq!(e.message, "unknown field `rack`; allowed fields: node, devices");
+        assert_eq!(
+            (e.rule, e.field.as_deref()),
+            (Rule::UnknownField, Some("rack"))
+        );
+        assert_eq!(
+            e.message,
+            "unknown field `rack`; allowed fields: node, devices"
+        );
 
         let e = refused::<MoveBody>(json!({"devices": [1, "x"]}));
-        assert_eq!((e.rule, e.field.as_deref()), (Rule::WrongType, Some("devices")));
-        assert!(e.message.contains("list of device indexes"), "{}", e.message);
+        assert_eq!(
+            (e.rule, e.field.as_deref()),
+            (Rule::WrongType, Some("devices"))
+        );
+        assert!(
+            e.message.contains("list of device indexes"),
+            "{}",
+            e.message
+        );
         assert!(e.message.ends_with("got the text \"x\""), "{}", e.message);
 
         let e = refused::<MoveBody>(json!({"node": 3}));
-        assert_eq!((e.rule, e.field.as_deref()), (Rule::WrongType, Some("node")));
+        assert_eq!(
+            (e.rule, e.field.as_deref()),
+            (Rule::WrongType, Some("node"))
+        );
         assert_eq!(e.message, "`node` must be a node name; got 3");
 
         let e = refused::<MoveBody>(json!({"devices": [-1]}));
-        assert_eq!((e.rule, e.field.as_deref()), (Rule::OutOfRange, Some("devices")));
+        assert_eq!(
+            (e.rule, e.field.as_deref()),
+            (Rule::OutOfRange, Some("devices"))
+        );
 
         let e = refused::<RenewBody>(json!({"ttl": "600"}));
         assert_eq!((e.rule, e.field.as_deref()), (Rule::WrongType, Some("ttl")));
-        assert!(e.message.starts_with("`ttl` must be whole seconds"), "{}", e.message);
+        assert!(
+            e.message.starts_with("`ttl` must be whole seconds"),
+            "{}",
+            e.message
+        );
         let e = refused::<RenewBody>(json!({"ttl": 1.5}));
         assert_eq!(e.rule, Rule::WrongType);
 
         let e = refused::<ShareBody>(json!({}));
-        assert_eq!((e.rule, e.field.as_deref()), (Rule::OutOfRange, Some("share")));
-        assert!(e.message.starts_with("`share` is required: a whole number"), "{}", e.message);
+        assert_eq!(
+            (e.rule, e.field.as_deref()),
+            (Rule::OutOfRange, Some("share"))
+        );
+        assert!(
+            e.message.starts_with("`share` is required: a whole number"),
+            "{}",
+            e.message
+        );
         let e = refused::<ShareBody>(json!({"share": 5_000_000_000_u64}));
-        assert_eq!((e.rule, e.field.as_deref()), (Rule::OutOfRange, Some("share")));
+        assert_eq!(
+            (e.rule, e.field.as_deref()),
+            (Rule::OutOfRange, Some("share"))
+        );
         let e = refused::<ShareBody>(json!({"share": null}));
-        assert_eq!((e.rule, e.field.as_deref()), (Rule::WrongType, Some("share")));
+        assert_eq!(
+            (e.rule, e.field.as_deref()),
+            (Rule::WrongType, Some("share"))
+        );
         assert!(e.message.ends_with("got null"), "{}", e.message);
 
         for not_an_object in [json!([1]), json!("x"), json!(null), json!(7)] {
             let e = refused::<MoveBody>(not_an_object);
             assert_eq!((e.rule, e.field), (Rule::WrongType, None));
-            assert_eq!(e.message, "the body must be a JSON object with fields node, devices");
+            assert_eq!(
+                e.message,
+                "the body must be a JSON object with fields node, devices"
+            );
         }
     }
 
@@ -450,12 +493,18 @@ mod tests {
             devices: Some(vec![]),
         };
         assert_eq!(none.target().unwrap_err().field.as_deref(), Some("devices"));
-        assert_eq!(RenewBody { ttl: Some(0) }.lease().unwrap_err().rule, Rule::OutOfRange);
+        assert_eq!(
+            RenewBody { ttl: Some(0) }.lease().unwrap_err().rule,
+            Rule::OutOfRange
+        );
         assert_eq!(RenewBody { ttl: None }.lease().unwrap(), None);
         let over = ShareBody {
             share: Share::MAX + 1,
         };
         assert_eq!(over.share().unwrap_err().field.as_deref(), Some("share"));
-        assert_eq!(ShareBody { share: Share::MAX }.share().unwrap().get(), Share::MAX);
+        assert_eq!(
+            ShareBody { share: Share::MAX }.share().unwrap().get(),
+            Share::MAX
+        );
     }
 }
