@@ -23,7 +23,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    pub(crate) fn with(status: StatusCode, body: ErrorBody) -> ApiError {
+    fn with(status: StatusCode, body: ErrorBody) -> ApiError {
         ApiError {
             status,
             body: Box::new(body),

@@ -47,7 +47,8 @@ impl RequestBody for MoveBody {
     fn takes(field: &str) -> String {
         match field {
             "node" => "a node name".to_string(),
-            _ => format!("a non-empty list of device indexes (at most {MAX_DEVICES})"),
+            "devices" => format!("a non-empty list of device indexes (at most {MAX_DEVICES})"),
+            _ => "a JSON object with fields node, devices".to_string(),
         }
     }
 }
@@ -189,7 +190,10 @@ impl BodyError {
 
     fn explain<T: RequestBody>(self) -> RequestError {
         let field = self.field;
-        let name = field.as_deref().unwrap_or("the body");
+        let name = field.as_deref().unwrap_or("");
+        let subject = field
+            .as_ref()
+            .map_or_else(|| "the body".to_string(), |f| format!("`{f}`"));
         let takes = || T::takes(name);
         let (rule, message) = match self.fault {
             Fault::NotAnObject(fields) => (
@@ -208,17 +212,17 @@ impl BodyError {
             ),
             Fault::Missing => (
                 Rule::OutOfRange,
-                format!("`{name}` is required: {}", takes()),
+                format!("{subject} is required: {}", takes()),
             ),
             Fault::WrongType(got) => (
                 Rule::WrongType,
-                format!("`{name}` must be {}; got {got}", takes()),
+                format!("{subject} must be {}; got {got}", takes()),
             ),
             Fault::OutOfRange(got) => (
                 Rule::OutOfRange,
-                format!("`{name}` must be {}; got {got}", takes()),
+                format!("{subject} must be {}; got {got}", takes()),
             ),
-            Fault::Other(why) => (Rule::WrongType, format!("`{name}`: {why}")),
+            Fault::Other(why) => (Rule::WrongType, format!("{subject}: {why}")),
         };
         RequestError {
             rule,
