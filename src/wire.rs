@@ -4,7 +4,8 @@
 //!
 //! The read model (`GET /v1/snapshot`) is [`crate::snapshot`]; claim requests are
 //! [`ClaimRequest`], written to the wire by [`claim_body`] and read by
-//! [`ClaimRequest::from_json`], the one validator.
+//! [`ClaimRequest::from_json`], the one validator. The other request bodies (move, renew,
+//! share) are serde records in `bodies`, read by the endpoint with [`read_body`].
 
 use std::time::Duration;
 
@@ -16,6 +17,10 @@ use crate::placement::NoFit;
 use crate::request::{ClaimRequest, GpuForm, RequestError, ShareMemory};
 use crate::snapshot::{ClaimView, Snapshot, SnapshotChange};
 use crate::units::UNITS_PER_DEVICE;
+
+mod bodies;
+
+pub use bodies::{MoveBody, RenewBody, RequestBody, ShareBody, read_body};
 
 /// The port `gpuboard serve` listens on unless told otherwise.
 pub const DEFAULT_PORT: u16 = 7420;
@@ -195,32 +200,6 @@ impl ErrorBody {
             ..ErrorBody::new("does_not_fit", detail)
         }
     }
-}
-
-/// `POST /v1/claims/{id}/move`: where to. At least one of the two is given.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MoveBody {
-    /// Another node, or `None` to stay on the claim's node.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node: Option<String>,
-    /// Device indexes to move to, or `None` to let placement pick.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub devices: Option<Vec<u32>>,
-}
-
-/// `POST /v1/claims/{id}/renew`: a new lease length, or the claim's own when `None`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RenewBody {
-    /// Seconds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ttl: Option<u64>,
-}
-
-/// `PUT /v1/projects/{name}`: the project's share.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ShareBody {
-    /// Relative weight (default 100).
-    pub share: u32,
 }
 
 /// The answer to `DELETE /v1/claims/{id}`.

@@ -234,3 +234,60 @@ fn no_source_kind_is_matched_as_a_string() {
         at.join("\n")
     );
 }
+
+/// The places a file names the API's route module `endpoint/api.rs` (`crate::endpoint::api`,
+/// `super::api`, `endpoint::{api, ..}`), not its leaves `api_state`, `api_error`.
+fn route_module_uses(code: &str) -> usize {
+    let word_ends = |rest: &str| {
+        !rest
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    let mut n = 0;
+    for prefix in ["endpoint::api", "super::api"] {
+        n += code
+            .match_indices(prefix)
+            .filter(|(i, _)| word_ends(&code[i + prefix.len()..]))
+            .count();
+    }
+    for (i, _) in code.match_indices("endpoint::{") {
+        let group = code[i..].split('}').next().unwrap_or("");
+        n += group
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| *w == "api")
+            .count();
+    }
+    n
+}
+
+/// The routes (`endpoint/api.rs`) import their helpers (body, gate, watch, metrics,
+/// history...); no file of `endpoint/` imports the routes back. What they share, `ApiState`
+/// and `ApiError`, lives in `api_state.rs` and `api_error.rs`.
+#[test]
+fn no_endpoint_file_imports_the_api_routes_back() {
+    assert_eq!(
+        route_module_uses(
+            "use crate::endpoint::api::{ApiError};\nuse super::api;\n\
+             use crate::endpoint::{api, gate};\nuse crate::endpoint::api_state::ApiState;"
+        ),
+        3,
+        "the check itself must see each way of naming the routes, and not their leaves"
+    );
+    let endpoint = src().join("endpoint");
+    let mut files = Vec::new();
+    rust_files(&endpoint, &mut files);
+    let routes = endpoint.join("api.rs");
+    let back: Vec<String> = files
+        .iter()
+        .filter(|f| **f != routes && **f != endpoint.join("mod.rs"))
+        .filter(|f| route_module_uses(shipped(&std::fs::read_to_string(f).unwrap())) > 0)
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(
+        back.is_empty(),
+        "these import endpoint/api.rs back (import ApiState or ApiError from \
+         endpoint/api_state.rs or endpoint/api_error.rs instead):\n{}",
+        back.join("\n")
+    );
+}

@@ -532,11 +532,98 @@ fn the_readme_links_every_reference() {
         "snapshot.md",
         "watch.md",
         "exit-codes.md",
+        "api-bodies.md",
     ] {
         assert!(reference(page).exists(), "docs/reference/{page} missing");
         assert!(
             readme.contains(&format!("docs/reference/{page}")),
             "README does not link docs/reference/{page}"
         );
+    }
+}
+
+/// The fields each body's section of api-bodies.md (a heading naming its route) lists, and
+/// its JSON example when it has one.
+fn documented_bodies(text: &str) -> BTreeMap<String, (BTreeSet<String>, Option<String>)> {
+    let mut bodies: BTreeMap<String, (BTreeSet<String>, Option<String>)> = BTreeMap::new();
+    let mut section = None;
+    let mut example: Option<String> = None;
+    for line in text.lines() {
+        if let Some(heading) = line.strip_prefix("## `") {
+            section = heading.strip_suffix('`').map(str::to_string);
+            continue;
+        }
+        let Some(s) = &section else { continue };
+        let entry = bodies.entry(s.clone()).or_default();
+        if line == "```json" {
+            example = Some(String::new());
+        } else if line == "```" {
+            entry.1 = example.take();
+        } else if let Some(ex) = &mut example {
+            ex.push_str(line);
+        } else if let Some(row) = line.strip_prefix("| `") {
+            entry.0.insert(row.split('`').next().unwrap().to_string());
+        }
+    }
+    bodies
+}
+
+#[test]
+fn the_api_bodies_reference_lists_every_field_each_body_accepts() {
+    use gpuboard::request::ClaimRequest;
+    use gpuboard::wire::{MoveBody, RenewBody, RequestBody, ShareBody, read_body};
+    type Read = fn(Value) -> Result<(), gpuboard::request::RequestError>;
+
+    /// The fields a body allows, from its error for an unknown one.
+    fn allowed(error: Result<(), gpuboard::request::RequestError>) -> BTreeSet<String> {
+        let e = error.expect_err("an unknown field is refused");
+        assert_eq!(e.field.as_deref(), Some("zz_not_a_field"), "{e}");
+        let list = e.message.split("allowed fields: ").nth(1).unwrap();
+        list.split(", ").map(str::to_string).collect()
+    }
+    fn typed<T: RequestBody>(v: Value) -> Result<(), gpuboard::request::RequestError> {
+        read_body::<T>(v).map(|_| ())
+    }
+    let probe = || json!({"zz_not_a_field": 1});
+    let text = std::fs::read_to_string(reference("api-bodies.md")).unwrap();
+    let documented = documented_bodies(&text);
+    let in_code: BTreeMap<&str, (BTreeSet<String>, Read)> = [
+        (
+            "POST /v1/claims",
+            (
+                allowed(ClaimRequest::from_json(&probe()).map(|_| ())),
+                (|v: Value| ClaimRequest::from_json(&v).map(|_| ())) as Read,
+            ),
+        ),
+        (
+            "POST /v1/claims/{id}/move",
+            (allowed(typed::<MoveBody>(probe())), typed::<MoveBody>),
+        ),
+        (
+            "POST /v1/claims/{id}/renew",
+            (allowed(typed::<RenewBody>(probe())), typed::<RenewBody>),
+        ),
+        (
+            "PUT /v1/projects/{name}",
+            (allowed(typed::<ShareBody>(probe())), typed::<ShareBody>),
+        ),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(
+        documented.keys().map(String::as_str).collect::<Vec<_>>(),
+        in_code.keys().copied().collect::<Vec<_>>(),
+        "api-bodies.md has one section per body"
+    );
+    for (route, (fields, example)) in &documented {
+        let (accepted, read) = &in_code[route.as_str()];
+        assert_eq!(
+            fields, accepted,
+            "api-bodies.md, `{route}`: documented vs accepted fields"
+        );
+        if let Some(ex) = example {
+            let v: Value = serde_json::from_str(ex).unwrap();
+            read(v).unwrap_or_else(|e| panic!("api-bodies.md, `{route}`: the example: {e}"));
+        }
     }
 }

@@ -4,9 +4,6 @@
 //! fit answers 409 with the reasons both as lines for people and as structured data.
 //! Requests are authenticated before their body is read; bodies are size-limited.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Extension, Path, Query, Request, State};
@@ -14,185 +11,23 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use serde_json::{Map, Value};
 use tower_http::compression::CompressionLayer;
 
-use crate::endpoint::auth::Tokens;
-use crate::endpoint::body::body_json;
-use crate::endpoint::engine::{Engine, EngineError, Keyed, KeyedAnswer, MAX_SHARE};
-use crate::endpoint::gate::{Actor, Gate, authorize};
+use crate::endpoint::api_error::{ApiError, serialize_failed};
+use crate::endpoint::body::{body_as, body_json};
+use crate::endpoint::engine::{Keyed, KeyedAnswer};
+use crate::endpoint::gate::{Actor, authorize};
 use crate::endpoint::idempotency::{Fingerprint, KeyAnswer};
 use crate::endpoint::listener::ListenConfig;
-use crate::endpoint::versions::SnapshotVersions;
 use crate::ids::ClaimId;
-use crate::placement::{FleetError, MoveError, MoveTarget, NoFit};
-use crate::request::{ClaimRequest, MAX_DEVICES, MAX_SECONDS, RequestError, Rule};
-use crate::scheduler::{RenewError, Submitted, claim_view};
-use crate::wire::{self, Cordoned, ErrorBody, ProjectReset, Released, ShareSet, paths};
+use crate::request::{ClaimRequest, Rule};
+use crate::scheduler::{Submitted, claim_view};
+use crate::wire::{
+    self, Cordoned, MoveBody, ProjectReset, Released, RenewBody, ShareBody, ShareSet, paths,
+};
 
-/// The default port of `gpuboard serve` (and of the CLI's default endpoint).
-/// The largest request body accepted, in bytes.
-pub const MAX_BODY: usize = 64 * 1024;
-/// How long a request body may take to arrive.
-pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// What the router needs.
-#[derive(Clone)]
-pub struct ApiState {
-    pub(crate) engine: Engine,
-    pub(crate) gate: Arc<Gate>,
-    pub(crate) open_reads: bool,
-    pub(crate) responses: Family<Vec<(String, String)>, Counter>,
-    /// The snapshot versions every reader shares.
-    pub(crate) versions: Arc<SnapshotVersions>,
-    /// How long a delta watch stays silent before a heartbeat.
-    pub(crate) heartbeat: Duration,
-    /// The endpoint's recorded history, when it keeps one.
-    pub(crate) history: Option<Arc<super::history_recorder::RecordedHistory>>,
-}
-
-impl ApiState {
-    /// State for an endpoint over `engine`; `open_reads` lets reads through without a token.
-    /// Snapshot versions get a random epoch: a restarted endpoint has another.
-    pub fn new(engine: Engine, tokens: Tokens, open_reads: bool) -> ApiState {
-        ApiState {
-            versions: Arc::new(SnapshotVersions::new(engine.clone(), rand::random())),
-            engine,
-            gate: Arc::new(Gate::new(tokens, None)),
-            open_reads,
-            responses: Family::default(),
-            heartbeat: wire::HEARTBEAT,
-            history: None,
-        }
-    }
-
-    /// The same, serving (and reporting on) `history`.
-    #[must_use]
-    pub fn with_history(
-        mut self,
-        history: Arc<super::history_recorder::RecordedHistory>,
-    ) -> ApiState {
-        self.history = Some(history);
-        self
-    }
-
-    /// The same, also accepting the named tokens kept in `dir` (see `tokens`).
-    #[must_use]
-    pub fn with_token_dir(mut self, dir: &std::path::Path) -> ApiState {
-        self.gate = Arc::new(self.gate.with_dir(dir));
-        self
-    }
-
-    /// The same with another heartbeat interval for delta watches (tests use a short one).
-    #[must_use]
-    pub fn with_heartbeat(mut self, heartbeat: Duration) -> ApiState {
-        self.heartbeat = heartbeat;
-        self
-    }
-}
-
-/// An error answer.
-#[derive(Debug)]
-pub struct ApiError {
-    status: StatusCode,
-    // Boxed: every handler returns `Result<_, ApiError>`, and the body is large.
-    body: Box<ErrorBody>,
-    /// The body was not read to its end, so the connection cannot carry another request.
-    close: bool,
-}
-
-impl ApiError {
-    fn with(status: StatusCode, body: ErrorBody) -> ApiError {
-        ApiError {
-            status,
-            body: Box::new(body),
-            close: false,
-        }
-    }
-
-    pub(crate) fn new(status: StatusCode, error: &str, detail: impl Into<String>) -> ApiError {
-        ApiError::with(status, ErrorBody::new(error, detail))
-    }
-
-    /// The same, closing the connection after the answer (its body was not read to its end).
-    pub(crate) fn closing(status: StatusCode, error: &str, detail: impl Into<String>) -> ApiError {
-        ApiError {
-            close: true,
-            ..ApiError::new(status, error, detail)
-        }
-    }
-
-    fn invalid(rule: Rule, field: Option<&str>, detail: impl Into<String>) -> ApiError {
-        ApiError::from(RequestError {
-            rule,
-            field: field.map(str::to_string),
-            message: detail.into(),
-        })
-    }
-
-    fn no_fit(no: &NoFit, lead: Option<&str>) -> ApiError {
-        ApiError::with(StatusCode::CONFLICT, ErrorBody::no_fit(no, lead))
-    }
-
-    fn not_found(detail: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::NOT_FOUND, "not_found", detail)
-    }
-}
-
-impl From<RequestError> for ApiError {
-    fn from(e: RequestError) -> ApiError {
-        ApiError::with(StatusCode::UNPROCESSABLE_ENTITY, ErrorBody::invalid(&e))
-    }
-}
-
-impl From<EngineError> for ApiError {
-    fn from(e: EngineError) -> ApiError {
-        match e {
-            EngineError::Move(MoveError::UnknownClaim(id))
-            | EngineError::Renew(RenewError::UnknownClaim(id)) => {
-                ApiError::not_found(format!("no claim {id}"))
-            }
-            EngineError::Move(MoveError::NoFit(no)) => {
-                ApiError::no_fit(&no, Some("the move target does not fit"))
-            }
-            EngineError::Move(e @ MoveError::NothingToMove(_)) => {
-                ApiError::new(StatusCode::CONFLICT, "nothing_to_move", e.to_string())
-            }
-            EngineError::Renew(e @ RenewError::NoLease(_)) => {
-                ApiError::new(StatusCode::CONFLICT, "no_lease", e.to_string())
-            }
-            EngineError::Fleet(
-                e @ (FleetError::UnknownNode(_) | FleetError::UnknownDevice { .. }),
-            ) => ApiError::not_found(e.to_string()),
-            EngineError::Fleet(e) => ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string()),
-            EngineError::Invalid(detail) => ApiError::invalid(Rule::OutOfRange, None, detail),
-            EngineError::UnknownProject(detail) => ApiError::not_found(detail),
-            EngineError::Store(e) => ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "store_failed",
-                e.to_string(),
-            ),
-            e @ EngineError::KeyReused(_) => ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "idempotency_key_reused",
-                e.to_string(),
-            ),
-        }
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let mut r = (self.status, axum::Json(*self.body)).into_response();
-        if self.close {
-            r.headers_mut()
-                .insert(header::CONNECTION, HeaderValue::from_static("close"));
-        }
-        r
-    }
-}
+pub use super::api_state::ApiState;
+pub use super::body::{BODY_TIMEOUT, MAX_BODY};
 
 type ApiResult = Result<Response, ApiError>;
 
@@ -211,7 +46,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/projects/{name}/reset", post(reset_project))
         .route(paths::METRICS, get(super::metrics::metrics))
         .merge(super::history_api::routes())
-        .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
+        .route_layer(middleware::from_fn_with_state(state.access(), authorize));
     Router::new()
         .route(paths::HEALTHZ, get(healthz))
         .merge(guarded)
@@ -305,31 +140,6 @@ async fn count_responses(State(st): State<ApiState>, req: Request, next: Next) -
     resp
 }
 
-/// The body's fields, when it is an object of only `allowed` fields.
-fn fields<'a>(v: &'a Value, allowed: &[&str]) -> Result<&'a Map<String, Value>, ApiError> {
-    let Value::Object(map) = v else {
-        return Err(ApiError::invalid(
-            Rule::WrongType,
-            None,
-            format!(
-                "the body must be a JSON object with fields {}",
-                allowed.join(", ")
-            ),
-        ));
-    };
-    if let Some(k) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
-        return Err(ApiError::invalid(
-            Rule::UnknownField,
-            Some(k),
-            format!(
-                "unknown field `{k}`; allowed fields: {}",
-                allowed.join(", ")
-            ),
-        ));
-    }
-    Ok(map)
-}
-
 fn claim_id(raw: &str) -> Result<ClaimId, ApiError> {
     raw.parse()
         .map_err(|_| ApiError::not_found(format!("no claim `{raw}`: claim ids are whole numbers")))
@@ -373,14 +183,6 @@ async fn snapshot(
         Body::from(built.json.clone()),
     )
         .into_response())
-}
-
-pub(crate) fn serialize_failed(e: impl std::fmt::Display) -> ApiError {
-    ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "snapshot_failed",
-        format!("the snapshot could not be written: {e}"),
-    )
 }
 
 async fn create_claim(
@@ -543,59 +345,9 @@ async fn move_claim(
     body: Body,
 ) -> ApiResult {
     let id = claim_id(&id)?;
-    let v = body_json(body, false).await?;
-    let map = fields(&v, &["node", "devices"])?;
-    let node = match map.get("node") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
-        Some(_) => {
-            return Err(ApiError::invalid(
-                Rule::WrongType,
-                Some("node"),
-                "`node` must be a node name",
-            ));
-        }
-    };
-    let devices = match map.get("devices") {
-        None | Some(Value::Null) => None,
-        Some(d) => Some(device_list(d)?),
-    };
-    if node.is_none() && devices.is_none() {
-        return Err(ApiError::invalid(
-            Rule::OutOfRange,
-            None,
-            "a move needs a target: `node`, `devices`, or both",
-        ));
-    }
-    let claim = st
-        .engine
-        .move_claim(id, MoveTarget { node, devices }, &actor.0)
-        .await?;
+    let target = body_as::<MoveBody>(body, false).await?.target()?;
+    let claim = st.engine.move_claim(id, target, &actor.0).await?;
     Ok(json_status(StatusCode::OK, &claim_view(&claim)))
-}
-
-fn device_list(v: &Value) -> Result<Vec<u32>, ApiError> {
-    let bad = || {
-        ApiError::invalid(
-            Rule::WrongType,
-            Some("devices"),
-            format!("`devices` must be a non-empty list of device indexes (at most {MAX_DEVICES})"),
-        )
-    };
-    let Value::Array(items) = v else {
-        return Err(bad());
-    };
-    if items.is_empty() || items.len() > MAX_DEVICES as usize {
-        return Err(bad());
-    }
-    items
-        .iter()
-        .map(|i| {
-            i.as_u64()
-                .and_then(|n| u32::try_from(n).ok())
-                .ok_or_else(bad)
-        })
-        .collect()
 }
 
 async fn renew_claim(
@@ -605,22 +357,7 @@ async fn renew_claim(
     body: Body,
 ) -> ApiResult {
     let id = claim_id(&id)?;
-    let v = body_json(body, true).await?;
-    let map = fields(&v, &["ttl"])?;
-    let ttl = match map.get("ttl") {
-        None | Some(Value::Null) => None,
-        Some(t) => Some(
-            t.as_u64()
-                .filter(|t| (1..=MAX_SECONDS).contains(t))
-                .ok_or_else(|| {
-                    ApiError::invalid(
-                        Rule::OutOfRange,
-                        Some("ttl"),
-                        format!("`ttl` must be whole seconds from 1 to {MAX_SECONDS}"),
-                    )
-                })?,
-        ),
-    };
+    let ttl = body_as::<RenewBody>(body, true).await?.lease()?;
     let claim = st.engine.renew(id, ttl, &actor.0).await?;
     Ok(json_status(StatusCode::OK, &claim_view(&claim)))
 }
@@ -677,20 +414,7 @@ async fn set_share(
     body: Body,
 ) -> ApiResult {
     project_name(&name)?;
-    let v = body_json(body, false).await?;
-    let map = fields(&v, &["share"])?;
-    let share = map
-        .get("share")
-        .and_then(Value::as_u64)
-        .and_then(|s| u32::try_from(s).ok())
-        .filter(|s| *s <= MAX_SHARE)
-        .ok_or_else(|| {
-            ApiError::invalid(
-                Rule::OutOfRange,
-                Some("share"),
-                format!("`share` must be a whole number from 0 to {MAX_SHARE} (default 100; 0 gets no work)"),
-            )
-        })?;
+    let share = body_as::<ShareBody>(body, false).await?.share()?.get();
     st.engine.set_share(&name, share, &actor.0).await?;
     Ok(json_status(
         StatusCode::OK,

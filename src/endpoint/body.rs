@@ -8,8 +8,15 @@ use axum::http::StatusCode;
 use futures::StreamExt;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
+use std::time::Duration;
 
-use crate::endpoint::api::{ApiError, BODY_TIMEOUT, MAX_BODY};
+use crate::endpoint::api_error::ApiError;
+use crate::wire::{RequestBody, read_body};
+
+/// The largest request body accepted, in bytes.
+pub const MAX_BODY: usize = 64 * 1024;
+/// How long a request body may take to arrive.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn too_large() -> ApiError {
     ApiError::closing(
@@ -73,6 +80,13 @@ pub(crate) async fn body_json(body: Body, empty_ok: bool) -> Result<Value, ApiEr
             format!("the request body is not valid JSON: {e}"),
         )
     })
+}
+
+/// The body as the request body `T`: 400 when it is not JSON, 422 naming the field when
+/// it is not a `T` (`wire::read_body`). An empty body is `{}` where `empty_ok`.
+pub(crate) async fn body_as<T: RequestBody>(body: Body, empty_ok: bool) -> Result<T, ApiError> {
+    let v = body_json(body, empty_ok).await?;
+    Ok(read_body(v)?)
 }
 
 /// Parses JSON like `serde_json::from_slice`, but refuses an object with a key twice.

@@ -11,7 +11,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::clock::{Clock as _, SystemClock, Timestamp};
-use crate::endpoint::api::{ApiError, ApiState};
+use crate::endpoint::api_error::ApiError;
 use crate::endpoint::auth::{Role, Tokens, Verdict, bearer};
 use crate::endpoint::tokens::{TokenBook, TokenUsage};
 use crate::wire;
@@ -136,11 +136,15 @@ impl Actor {
     }
 }
 
-pub(crate) async fn authorize(
-    State(st): State<ApiState>,
-    mut req: Request,
-    next: Next,
-) -> Response {
+/// Who may pass the gate: its tokens, and whether reads need one. The middleware's state,
+/// apart from the API's so that the gate does not import what holds it.
+#[derive(Clone, Debug)]
+pub(crate) struct Access {
+    pub(crate) gate: Arc<Gate>,
+    pub(crate) open_reads: bool,
+}
+
+pub(crate) async fn authorize(State(st): State<Access>, mut req: Request, next: Next) -> Response {
     let mutation = req.method() != Method::GET && req.method() != Method::HEAD;
     if !mutation && st.open_reads {
         return next.run(req).await;

@@ -11,7 +11,8 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use crate::clock::Timestamp;
-use crate::endpoint::api::{ApiError, ApiState};
+use crate::endpoint::api_error::ApiError;
+use crate::endpoint::api_state::ApiState;
 use crate::endpoint::history_recorder::RecordedHistory;
 use crate::endpoint::history_store::{HistoryError, StateAt};
 use crate::history::wire::{

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::clock::Timestamp;
+use crate::endpoint::api_state::ApiState;
 use crate::endpoint::history_store::{HistoryError, HistoryStore, Retention};
 use crate::endpoint::versions::SnapshotVersions;
 use crate::history::wire::{GpuRef, HistoryInfo};
@@ -113,9 +114,9 @@ impl RecordedHistory {
 /// Serves and records `history` on an endpoint's API state: the routes read it, the feed
 /// writes it. Call from within the runtime; the feed ends when the state's versions do.
 pub fn attach(
-    state: crate::endpoint::api::ApiState,
+    state: ApiState,
     history: Arc<RecordedHistory>,
-) -> (crate::endpoint::api::ApiState, tokio::task::JoinHandle<()>) {
+) -> (ApiState, tokio::task::JoinHandle<()>) {
     let feed = spawn_feed(Arc::clone(&history), Arc::clone(&state.versions));
     (state.with_history(history), feed)
 }

@@ -12,7 +12,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::endpoint::api::{ApiError, ApiState, serialize_failed};
+use crate::endpoint::api_error::{ApiError, serialize_failed};
+use crate::endpoint::api_state::ApiState;
 use crate::snapshot::ClaimState;
 
 type Labels = Vec<(String, String)>;

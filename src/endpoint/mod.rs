@@ -4,6 +4,8 @@
 //! Start at [`engine::Engine`] for behaviour, at [`api::router`] for the routes.
 
 pub mod api;
+mod api_error;
+mod api_state;
 pub mod auth;
 mod body;
 pub mod datadir;

@@ -19,7 +19,8 @@ use serde_json::json;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::endpoint::api::{ApiError, ApiState};
+use crate::endpoint::api_error::ApiError;
+use crate::endpoint::api_state::ApiState;
 use crate::endpoint::engine::{Engine, StateKeyWatch};
 use crate::endpoint::versions::{BuiltSnapshot, SnapshotVersions};
 use crate::wire::{HeartbeatBody, ResyncBody, SnapshotVersion, watch_events};
