@@ -4,7 +4,7 @@
 //! error shape, naming the field, with nothing changed.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -99,17 +99,7 @@ fn relay_one(
             let _ = conn.read(&mut [0u8; 1]);
         }
         Act::Forward | Act::DropAnswer | Act::ForwardThenShut => {
-            let mut up = TcpStream::connect(upstream).unwrap();
-            let mut lines: Vec<&str> = head
-                .trim_end()
-                .lines()
-                .filter(|l| !l.to_ascii_lowercase().starts_with("connection:"))
-                .collect();
-            lines.push("Connection: close");
-            let mut out = lines.join("\r\n").into_bytes();
-            out.extend_from_slice(b"\r\n\r\n");
-            out.extend_from_slice(&body);
-            up.write_all(&out).unwrap();
+            let mut up = crate::common::relay::send(upstream, &head, &body).unwrap();
             let mut answer = Vec::new();
             up.read_to_end(&mut answer).unwrap();
             if matches!(act, Act::Forward | Act::ForwardThenShut) {

@@ -7,6 +7,7 @@ mod common;
 mod access;
 mod access_flood;
 mod api;
+mod api_bodies;
 mod boinc_source;
 mod boinc_tasks;
 mod busy_store;

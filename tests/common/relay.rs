@@ -28,13 +28,10 @@ pub fn read_request(conn: &mut TcpStream) -> Option<(String, Vec<u8>)> {
     Some((head, body))
 }
 
-/// Forwards one request to `upstream` (`HOST:PORT`) as `Connection: close` and streams back
-/// whatever comes (a watch never ends). The client may have hung up already: what was sent
-/// upstream landed all the same.
-pub fn forward(conn: &mut TcpStream, upstream: &str, head: &str, body: &[u8]) {
-    let Ok(mut up) = TcpStream::connect(upstream) else {
-        return;
-    };
+/// Sends one request to `upstream` (`HOST:PORT`) as `Connection: close`; the connection to
+/// read its answer from, or `None` when it could not be sent.
+pub fn send(upstream: &str, head: &str, body: &[u8]) -> Option<TcpStream> {
+    let mut up = TcpStream::connect(upstream).ok()?;
     let mut lines: Vec<&str> = head
         .trim_end()
         .lines()
@@ -44,8 +41,14 @@ pub fn forward(conn: &mut TcpStream, upstream: &str, head: &str, body: &[u8]) {
     let mut out = lines.join("\r\n").into_bytes();
     out.extend_from_slice(b"\r\n\r\n");
     out.extend_from_slice(body);
-    if up.write_all(&out).is_err() {
-        return;
+    up.write_all(&out).ok()?;
+    Some(up)
+}
+
+/// Forwards one request (see [`send`]) and streams back whatever comes (a watch never ends).
+/// The client may have hung up already: what was sent upstream landed all the same.
+pub fn forward(conn: &mut TcpStream, upstream: &str, head: &str, body: &[u8]) {
+    if let Some(mut up) = send(upstream, head, body) {
+        let _ = std::io::copy(&mut up, conn);
     }
-    let _ = std::io::copy(&mut up, conn);
 }
