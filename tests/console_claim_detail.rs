@@ -13,9 +13,10 @@ use console_fixtures::{NOW, feed, flash, lab_snapshot, lab_state, with_down_sour
 use gpuboard::clock::Timestamp;
 use gpuboard::console::headless::{buffer_text, render};
 use gpuboard::console::msg::{Effect, Msg};
+use gpuboard::console::state::candidates;
 use gpuboard::console::state::{Mode, State, View};
 use gpuboard::console::theme::{Theme, load_strict};
-use gpuboard::console::update::{candidates, show_view, update};
+use gpuboard::console::update::{show_view, update};
 use gpuboard::ids::ClaimId;
 use gpuboard::snapshot::AuditEvent;
 use gpuboard::sources::Action;

@@ -120,9 +120,10 @@ fn filters_match_states_and_flags() {
             View::Gpus,
             "idle",
             |st, r| {
-                gpuboard::console::views::allocated_but_idle(
-                    st.device(st.rows_devices[r]).unwrap().2,
-                )
+                st.device(st.rows_devices[r])
+                    .unwrap()
+                    .2
+                    .allocated_but_idle()
             },
             0,
         ),

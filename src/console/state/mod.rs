@@ -1,6 +1,7 @@
 //! The console's state: one owner, changed only by `update`, read by drawing.
 
 mod claim_detail;
+mod command_line;
 mod find;
 mod form;
 mod handover;
@@ -11,6 +12,7 @@ mod selection;
 mod sources;
 mod totals;
 mod view;
+mod why;
 
 use std::collections::VecDeque;
 
@@ -21,6 +23,7 @@ use crate::sources::Action;
 
 use super::keymap::Keymap;
 
+pub use command_line::candidates;
 pub use find::GpuName;
 pub use form::{ClaimForm, FormField, FormKind, FormStage, LostClaim, MoveAcross, MoveRow};
 pub use handover::{HandoverRun, StepPlan};
@@ -33,6 +36,7 @@ pub use selection::Picked;
 pub use sources::{STALE_AFTER_INTERVALS, SourceHealth, SourceSlot};
 pub use totals::FleetTotals;
 pub use view::{OVERVIEW_JUMPS, View};
+pub use why::{WhyLine, WhyTone, reason_now, why_popup_size};
 
 /// Views with their own filter, sort and cursor: the tabs and the claim detail.
 pub const VIEWS: usize = View::ALL.len() + 1;

@@ -39,7 +39,7 @@ impl State {
                 for (di, dev) in n.devices.iter().enumerate() {
                     let hay = || {
                         // The FLAGS column's words (`idle`, `unclaimed`, `cordon`...) match too.
-                        let flags = crate::console::views::device_flags(dev).join(" ");
+                        let flags = dev.flag_words().join(" ");
                         let cordoned = if dev.cordoned { "cordoned" } else { "" };
                         [&n.name, &dev.model, &dev.index.to_string(), &s.name, &flags]
                             .into_iter()
@@ -75,7 +75,7 @@ impl State {
                         c.project.clone(),
                         c.holder.clone().unwrap_or_default(),
                         c.node.clone().unwrap_or_default(),
-                        crate::console::views::place_label(c, usize::MAX),
+                        c.place().unwrap_or_else(|| "pending".to_string()),
                         c.form.clone(),
                     ]
                     .into_iter()

@@ -95,7 +95,7 @@ pub(super) fn key(state: &mut State, ev: KeyEvent) -> Vec<Effect> {
 /// Keys in the Fair share reasons popup: scroll, or Esc (Enter, `q`) back.
 fn why_key(state: &mut State, scroll: u16, ev: &KeyEvent) {
     let page = state.size.1.saturating_sub(6).max(1);
-    let max = crate::console::views::why_scroll_max(state);
+    let max = state.why_scroll_max();
     state.mode = match state.keymap.action(Context::Normal, ev) {
         Some(KeyAction::Back | KeyAction::Open | KeyAction::Quit) => Mode::Normal,
         _ if ev.code == KeyCode::Esc => Mode::Normal,

@@ -25,7 +25,7 @@ use crate::sources::Action;
 use super::msg::{Effect, Msg};
 use super::state::{Flash, State, View};
 
-pub use command::{COMMANDS, candidates, complete, show_view};
+pub use command::{complete, show_view};
 pub use rewind::{BANNER_ROWS, refusal_text, rewind_to, short_time};
 
 /// Applies one message; returns the effects for the driver.

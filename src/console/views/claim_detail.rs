@@ -9,11 +9,11 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Wrap};
 
 use crate::clock::{self, Timestamp};
-use crate::console::state::{State, View};
+use crate::console::state::{State, View, reason_now};
 use crate::console::theme::Theme;
 use crate::snapshot::{ClaimState, ClaimView};
 
-use super::common::{block, index_ranges, reason_now, short_bytes};
+use super::common::{block, index_ranges, short_bytes};
 
 /// The claim opened from Claims, or how to open one.
 pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {

@@ -10,7 +10,7 @@ use crate::console::state::{State, View};
 use crate::console::theme::Theme;
 use crate::snapshot::{DeviceTelemetry, DeviceView, Snapshot};
 
-use super::common::{block, device_flags, na, short_bytes, window};
+use super::common::{block, na, short_bytes, window};
 
 /// The device picked in the GPUs view, or how to pick one.
 pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
@@ -110,7 +110,7 @@ fn info_lines(d: &DeviceView, t: Option<&DeviceTelemetry>, theme: &Theme) -> Vec
                 ),
                 theme.text,
             ),
-            Span::styled(device_flags(d).join(","), theme.warn),
+            Span::styled(d.flag_words().join(","), theme.warn),
         ]),
         Line::styled(
             format!(

@@ -10,8 +10,8 @@ use crate::console::theme::Theme;
 use crate::snapshot::DeviceView;
 
 use super::common::{
-    block, device_flags, empty_note, list_row, mid_ellipsis, model_label, pct, short_bytes,
-    short_model, title_with, window,
+    block, empty_note, list_row, mid_ellipsis, model_label, pct, short_bytes, short_model,
+    title_with, window,
 };
 
 /// The columns shown. Three sets by width (under 110 columns, under 170, wider), a
@@ -179,7 +179,7 @@ fn device_row(
     let stale = slot.is_stale(state.now, state.refresh_ms);
     let t = d.telemetry.as_ref();
     let used = t.and_then(|t| t.memory_used);
-    let flags = device_flags(d);
+    let flags = d.flag_words();
     // A telemetry-only source knows nothing of allocation: show that, not zeros.
     let sched = !slot.kind.is_telemetry();
     let unknown = |known: String| if sched { known } else { "n/a".to_string() };
