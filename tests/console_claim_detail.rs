@@ -55,7 +55,7 @@ fn selected_id(st: &State) -> Option<ClaimId> {
 fn select(st: &mut State, id: u64) {
     show_view(st, View::Claims);
     key(st, KeyCode::Home);
-    for _ in 0..st.rows_claims.len() {
+    for _ in 0..st.claims.rows.len() {
         if selected_id(st) == Some(ClaimId(id)) {
             return;
         }

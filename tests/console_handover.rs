@@ -405,15 +405,15 @@ fn each_answer_sends_the_next_step_and_a_failure_stops_the_rest() {
 #[test]
 fn h_on_a_running_job_writes_the_hand_over_for_its_gpus() {
     let mut st = state(false);
-    let at = (0..st.rows_claims.len())
+    let at = (0..st.claims.rows.len())
         .find(|i| {
-            st.claim(st.rows_claims[*i])
+            st.claim(st.claims.rows[*i])
                 .is_some_and(|(_, c)| c.state == ClaimState::Placed && c.shares.len() == 2)
         })
         .unwrap();
-    st.cursor[View::Claims.position()].selected = at;
+    st.cursor_mut(View::Claims).selected = at;
     st.pick_under_cursor(View::Claims);
-    let (_, c) = st.claim(st.rows_claims[at]).unwrap();
+    let (_, c) = st.claim(st.claims.rows[at]).unwrap();
     let job = c.request.labels["slurm.job_id"].clone();
     let node = c.node.clone().unwrap();
     key(&mut st, KeyCode::Char('H'));

@@ -60,15 +60,15 @@ fn command(st: &mut State, text: &str) -> Vec<Effect> {
 
 /// Selects the first claim in `state` and returns its Slurm job id.
 fn select(st: &mut State, state: ClaimState) -> String {
-    let at = (0..st.rows_claims.len())
+    let at = (0..st.claims.rows.len())
         .find(|i| {
-            st.claim(st.rows_claims[*i])
+            st.claim(st.claims.rows[*i])
                 .is_some_and(|(_, c)| c.state == state)
         })
         .unwrap();
-    st.cursor[View::Claims.position()].selected = at;
+    st.cursor_mut(View::Claims).selected = at;
     st.pick_under_cursor(View::Claims);
-    let (_, c) = st.claim(st.rows_claims[at]).unwrap();
+    let (_, c) = st.claim(st.claims.rows[at]).unwrap();
     c.request.labels["slurm.job_id"].clone()
 }
 
@@ -349,18 +349,18 @@ fn e_resumes_a_boinc_task_the_gui_suspended_and_suspends_a_running_one() {
         (true, EngineVerb::BoincResumeTask),
         (false, EngineVerb::BoincSuspendTask),
     ] {
-        let at = (0..st.rows_claims.len())
+        let at = (0..st.claims.rows.len())
             .find(|i| {
-                st.claim(st.rows_claims[*i]).is_some_and(|(_, c)| {
+                st.claim(st.claims.rows[*i]).is_some_and(|(_, c)| {
                     suspended(c) == want_suspended
                         && (want_suspended || c.state == ClaimState::Placed)
                 })
             })
             .unwrap_or_else(|| panic!("no task with suspended={want_suspended}"));
-        st.cursor[View::Claims.position()].selected = at;
+        st.cursor_mut(View::Claims).selected = at;
         st.pick_under_cursor(View::Claims);
         let task = st
-            .claim(st.rows_claims[at])
+            .claim(st.claims.rows[at])
             .unwrap()
             .1
             .holder

@@ -56,14 +56,10 @@ pub fn candidates(state: &State, text: &str) -> Vec<String> {
                 "source" => std::iter::once("all".to_string())
                     .chain(state.sources.iter().map(|s| s.name.clone()))
                     .collect(),
-                "sort" => state
-                    .view
-                    .sort_columns()
-                    .iter()
-                    .map(|c| (*c).to_string())
-                    .collect(),
+                "sort" => state.sort_names().into_iter().map(str::to_string).collect(),
                 "reset" => state
-                    .rows_projects
+                    .projects
+                    .rows
                     .iter()
                     .filter_map(|k| state.project(*k).map(|(_, p)| p.name.clone()))
                     .collect(),

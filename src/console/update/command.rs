@@ -71,24 +71,9 @@ pub(super) fn command(state: &mut State, text: &str) -> Vec<Effect> {
             Vec::new()
         }
         "sort" => {
-            let cols = state.view.sort_columns();
-            match cols.iter().position(|c| *c == arg) {
-                Some(i) => {
-                    state.sort[state.view.position()] = i;
-                    state.reshape_rows();
-                }
-                None if cols.is_empty() => {
-                    flash(
-                        state,
-                        format!("the {} view has no sort", state.view.title()),
-                        true,
-                    );
-                }
-                None => flash(
-                    state,
-                    format!("no column `{arg}` here; sort by: {}", cols.join(", ")),
-                    true,
-                ),
+            match state.sort_by_name(&arg) {
+                Ok(()) => state.reshape_rows(),
+                Err(e) => flash(state, e.to_string(), true),
             }
             Vec::new()
         }
@@ -115,7 +100,8 @@ pub(super) fn command(state: &mut State, text: &str) -> Vec<Effect> {
                 return normal_action(state, KeyAction::ClearBackoff);
             }
             let found = state
-                .rows_projects
+                .projects
+                .rows
                 .iter()
                 .find(|k| state.project(**k).is_some_and(|(_, p)| p.name == arg))
                 .copied();
@@ -192,6 +178,6 @@ pub(super) fn open_detail(state: &mut State) {
     };
     if key.is_some() {
         state.detail = key;
-        state.cursor[View::Detail.position()] = Cursor::default();
+        *state.cursor_mut(View::Detail) = Cursor::default();
     }
 }

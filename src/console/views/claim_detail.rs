@@ -48,7 +48,8 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     // Long reasons and forms wrap; the scroll stops where the last line shows.
     let width = usize::from(inner.width.max(1));
     let drawn: usize = lines.iter().map(|l| l.width().max(1).div_ceil(width)).sum();
-    let top = state.cursor[View::ClaimDetail.position()]
+    let top = state
+        .cursor_of(View::ClaimDetail)
         .selected
         .min(drawn.saturating_sub(usize::from(inner.height)));
     frame.render_widget(

@@ -144,13 +144,8 @@ pub(super) fn title_with(state: &State, name: &str, count: usize, theme: &Theme)
         None => count.to_string(),
     };
     let mut spans = vec![Span::styled(format!(" {name} ({count}) "), theme.title)];
-    let cols = state.view.sort_columns();
-    if let Some(c) = cols.get(state.sort[state.view.position()]) {
-        let arrow = if state.sort_reverse[state.view.position()] {
-            "↑"
-        } else {
-            "↓"
-        };
+    if let Some((c, reverse)) = state.sort_shown() {
+        let arrow = if reverse { "↑" } else { "↓" };
         spans.push(Span::styled(format!("sort:{c}{arrow} "), theme.dim));
     }
     if !state.filter().is_empty() {

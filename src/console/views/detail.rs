@@ -50,7 +50,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     super::charts::draw(frame, spark, state, d, t, theme);
     let snap = slot.and_then(|s| s.data.as_ref());
     let rows = process_rows(d, t, snap, theme);
-    let cur = state.cursor[View::Detail.position()];
+    let cur = state.cursor_of(View::Detail);
     let h = usize::from(procs.height.saturating_sub(3));
     let off = window(cur.selected, cur.offset, h, rows.len());
     let rows: Vec<Row> = rows.into_iter().skip(off).take(h).collect();

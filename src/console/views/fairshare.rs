@@ -30,7 +30,7 @@ pub(super) fn draw(frame: &mut Frame, whole: Rect, state: &State, theme: &Theme)
     }
     let height = usize::from(area.height.saturating_sub(3));
     let wide = area.width >= 110;
-    let cur = state.cursor[View::Ledger.position()];
+    let cur = state.cursor_of(View::Ledger);
     let multi = state.shown_sources().count() > 1;
     // With the pane, SHARE and RUN are said there and leave the table to WHY NOT NOW.
     let lean = pane_h > 0;
@@ -45,7 +45,7 @@ pub(super) fn draw(frame: &mut Frame, whole: Rect, state: &State, theme: &Theme)
     };
     let mut len = 0usize;
     let mut selected_line = 0usize;
-    for (i, k) in state.rows_projects.iter().enumerate() {
+    for (i, k) in state.projects.rows.iter().enumerate() {
         if i == cur.selected {
             selected_line = len;
         }
@@ -55,7 +55,7 @@ pub(super) fn draw(frame: &mut Frame, whole: Rect, state: &State, theme: &Theme)
     let picked = state.selected_row(View::Ledger);
     let mut rows = Vec::new();
     let mut line = 0usize;
-    for (i, k) in state.rows_projects.iter().enumerate() {
+    for (i, k) in state.projects.rows.iter().enumerate() {
         if line >= off + height {
             break;
         }
@@ -131,19 +131,20 @@ pub(super) fn draw(frame: &mut Frame, whole: Rect, state: &State, theme: &Theme)
     let t = Table::new(rows, widths)
         .header(Row::new(header).style(theme.header))
         .block(block(
-            title_with(state, "Fair share", state.rows_projects.len(), theme),
+            title_with(state, "Fair share", state.projects.rows.len(), theme),
             theme,
         ));
     frame.render_widget(t, area);
     let no_accounts = state
-        .rows_projects
+        .projects
+        .rows
         .iter()
         .filter_map(|k| state.project(*k))
         .all(|(_, p)| p.resources.is_empty());
-    if state.rows_projects.is_empty() {
+    if state.projects.rows.is_empty() {
         empty_note(frame, area, state, theme, "no projects");
     } else if no_accounts && area.height > 6 {
-        let y = area.y + 2 + u16::try_from(state.rows_projects.len().min(height)).unwrap_or(0);
+        let y = area.y + 2 + u16::try_from(state.projects.rows.len().min(height)).unwrap_or(0);
         if y + 1 < area.y + area.height {
             frame.render_widget(
                 Paragraph::new("no per-resource accounts from these sources (debts, backoffs): their fair-share ledger is not reported")

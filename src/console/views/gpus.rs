@@ -136,12 +136,13 @@ impl Columns {
 pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
     let cols = Columns::new(area, state);
     let height = usize::from(area.height.saturating_sub(3));
-    let cur = state.cursor[View::Gpus.position()];
-    let len = state.rows_devices.len();
+    let cur = state.cursor_of(View::Gpus);
+    let len = state.gpus.rows.len();
     let off = window(cur.selected, cur.offset, height, len);
     let picked = state.selected_row(View::Gpus);
     let rows: Vec<Row> = state
-        .rows_devices
+        .gpus
+        .rows
         .iter()
         .enumerate()
         .skip(off)
