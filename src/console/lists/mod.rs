@@ -205,10 +205,12 @@ mod tests {
 
     #[test]
     fn new_rows_keep_the_cursor_on_a_row() {
-        let mut l: ListState<usize, ClaimColumn> = ListState::default();
-        l.cursor = Cursor {
-            selected: 7,
-            offset: 5,
+        let mut l: ListState<usize, ClaimColumn> = ListState {
+            cursor: Cursor {
+                selected: 7,
+                offset: 5,
+            },
+            ..ListState::default()
         };
         l.set_rows(vec![1, 2, 3]);
         assert_eq!(
