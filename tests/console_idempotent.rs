@@ -248,6 +248,7 @@ fn first_claim(performed: &[Effect]) -> (usize, ClaimRequest, String, Option<Str
         request,
         key,
         move_id,
+        ..
     }) = performed.iter().find(|e| matches!(e, Effect::Claim { .. }))
     else {
         panic!("no keyed claim: {performed:?}")

@@ -13,7 +13,7 @@ use std::time::Duration;
 use console_fixtures::{NOW, acts, code, flash, k, lab_snapshot, lab_state, run};
 use futures::future::BoxFuture;
 use gpuboard::clock::{Clock, ManualClock, Timestamp};
-use gpuboard::console::msg::{Effect, Msg};
+use gpuboard::console::msg::{Asker, Effect, Msg};
 use gpuboard::console::state::{FormStage, Mode, SourceHealth, View};
 use gpuboard::console::update::{complete, show_view};
 use gpuboard::ids::ClaimId;
@@ -247,6 +247,7 @@ fn claim_form_round_trip() {
     let refused = Msg::Acted {
         source: 0,
         action: got[0].clone(),
+        asker: Asker::Form,
         result: Err(Failure::Invalid(
             "rule 7 (out of range): gpu_memory must be positive".into(),
         )),
@@ -266,6 +267,7 @@ fn claim_form_round_trip() {
         vec![Msg::Acted {
             source: 0,
             action: got[0].clone(),
+            asker: Asker::Form,
             result: Ok(Outcome::Claimed(Box::new(view))),
         }],
     );
@@ -297,6 +299,7 @@ fn move_and_release_results() {
         vec![Msg::Acted {
             source: 0,
             action: action.clone(),
+            asker: Asker::Operator,
             result: Err(Failure::Refused(
                 "the target does not fit: node lab-a: 1/1 GPUs exclusive".into(),
             )),
@@ -311,6 +314,7 @@ fn move_and_release_results() {
         vec![Msg::Acted {
             source: 0,
             action,
+            asker: Asker::Operator,
             result: Ok(Outcome::Moved {
                 id: ClaimId(1),
                 from: "lab-a:0".into(),
@@ -325,6 +329,7 @@ fn move_and_release_results() {
         vec![Msg::Acted {
             source: 0,
             action: Action::Release { id: ClaimId(4) },
+            asker: Asker::Operator,
             result: Err(Failure::Timeout(2000)),
         }],
     );
@@ -666,6 +671,7 @@ async fn the_executor_refuses_every_action_in_read_only_mode() {
             Effect::Act {
                 source: 0,
                 action: action.clone(),
+                asker: Asker::Operator,
             },
             &sources,
             true,
@@ -690,6 +696,7 @@ async fn the_executor_refuses_every_action_in_read_only_mode() {
         Effect::Act {
             source: 0,
             action: all[1].clone(),
+            asker: Asker::Operator,
         },
         &sources,
         false,

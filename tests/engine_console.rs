@@ -8,7 +8,7 @@ mod common;
 
 use gpuboard::clock::Timestamp;
 use gpuboard::console::keymap::Keymap;
-use gpuboard::console::msg::{Effect, Msg};
+use gpuboard::console::msg::{Asker, Effect, Msg};
 use gpuboard::console::state::{Mode, SourceSlot, State, View};
 use gpuboard::console::update::{show_view, update};
 use gpuboard::snapshot::ClaimState;
@@ -101,7 +101,8 @@ fn e_cancels_a_running_job_and_holds_a_pending_one_after_confirming() {
         fx,
         vec![Effect::Act {
             source: 0,
-            action: want
+            action: want,
+            asker: Asker::Operator,
         }]
     );
 
@@ -170,6 +171,7 @@ fn a_failed_engine_action_shows_the_engines_words() {
         Msg::Acted {
             source: 0,
             action,
+            asker: Asker::Operator,
             result: Err(Failure::Peer(SourceError::Peer {
                 url: "unix:/run/slurmrestd.sock".into(),
                 peer: "slurmrestd",
@@ -294,6 +296,7 @@ async fn the_executor_refuses_every_engine_action_in_read_only_mode() {
                 Effect::Act {
                     source: 0,
                     action: action.clone(),
+                    asker: Asker::Operator,
                 },
                 &sources,
                 readonly,

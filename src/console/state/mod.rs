@@ -260,6 +260,8 @@ pub struct State {
     pub lost: Vec<LostClaim>,
     /// The last hand-over confirmed (under way or done), for its result pane.
     pub handover: Option<HandoverRun>,
+    /// Hand-overs confirmed so far: the last one's id.
+    pub handovers_started: u64,
     /// The fleet as it was at a time, shown instead of the live state (which keeps
     /// updating underneath) until the operator returns to live.
     pub rewind: Option<Box<Rewind>>,
@@ -301,6 +303,7 @@ impl State {
             moving: Vec::new(),
             lost: Vec::new(),
             handover: None,
+            handovers_started: 0,
             rewind: None,
             charts: None,
         }
