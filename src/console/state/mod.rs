@@ -27,6 +27,7 @@ use super::keymap::Keymap;
 use super::lists::{ClaimColumn, GpuColumn, ListState, Pane, ProjectColumn};
 
 pub use crate::console::lists::{ClaimKey, Cursor, DevKey, Picked, ProjKey};
+pub use by_view::SortRefused;
 pub use command_line::candidates;
 pub use find::GpuName;
 pub use form::{ClaimForm, FormField, FormKind, FormStage, LostClaim, MoveAcross, MoveRow};
