@@ -11,6 +11,7 @@ use std::hint::black_box;
 
 use console_fixtures::scaled_state;
 use criterion::{Criterion, criterion_group, criterion_main};
+use gpuboard::console::lists::GpuColumn;
 use gpuboard::console::msg::Msg;
 use gpuboard::console::state::View;
 use gpuboard::console::theme::load_strict;
@@ -27,7 +28,7 @@ fn render(c: &mut Criterion) {
     let (nodes, claims) = if full { (1_000, 20_000) } else { (20, 400) };
     let mut st = scaled_state(nodes, 8, claims).unwrap();
     let claims = st.sources[0].data.as_ref().map_or(0, |d| d.claims.len());
-    let devices = st.rows_devices.len();
+    let devices = st.gpus.rows.len();
     eprintln!("fleet: {devices} GPUs, {claims} claims");
     let theme = load_strict("default", &[]).unwrap();
     let mut term = Terminal::new(TestBackend::new(160, 48)).unwrap();
@@ -35,7 +36,7 @@ fn render(c: &mut Criterion) {
         show_view(&mut st, view);
         // Put the selection in the middle of the list, as an operator scrolling would.
         let mid = st.row_count() / 2;
-        st.cursor[view.position()].selected = mid;
+        st.cursor_mut(view).selected = mid;
         c.bench_function(
             &format!(
                 "draw {} 160x48 ({devices} GPUs, {claims} claims)",
@@ -58,10 +59,10 @@ fn render(c: &mut Criterion) {
         });
     });
     c.bench_function("rebuild rows (filter + sort by free memory)", |b| {
-        st.sort[View::Gpus.position()] = 1;
+        st.gpus.sort = GpuColumn::Free;
         b.iter(|| {
             st.rebuild_rows();
-            black_box(st.rows_devices.len())
+            black_box(st.gpus.rows.len())
         });
     });
 }

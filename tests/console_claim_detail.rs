@@ -12,9 +12,10 @@ use console_fixtures::{NOW, feed, flash, lab_snapshot, lab_state, with_down_sour
 use gpuboard::clock::Timestamp;
 use gpuboard::console::headless::{buffer_text, render};
 use gpuboard::console::msg::{Effect, Msg};
+use gpuboard::console::state::candidates;
 use gpuboard::console::state::{Mode, State, View};
 use gpuboard::console::theme::{Theme, load_strict};
-use gpuboard::console::update::{candidates, show_view, update};
+use gpuboard::console::update::{show_view, update};
 use gpuboard::ids::ClaimId;
 use gpuboard::snapshot::AuditEvent;
 use gpuboard::sources::Action;
@@ -53,7 +54,7 @@ fn selected_id(st: &State) -> Option<ClaimId> {
 fn select(st: &mut State, id: u64) {
     show_view(st, View::Claims);
     key(st, KeyCode::Home);
-    for _ in 0..st.rows_claims.len() {
+    for _ in 0..st.claims.rows.len() {
         if selected_id(st) == Some(ClaimId(id)) {
             return;
         }

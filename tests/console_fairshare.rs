@@ -24,8 +24,8 @@ fn on_project(project: &str, w: u16, h: u16) -> State {
     let mut st = lab_state();
     st.size = (w, h);
     show_view(&mut st, View::Ledger);
-    for _ in 0..st.rows_projects.len() {
-        if st.picked[View::Ledger.position()] == Some(Picked::Project(0, project.into())) {
+    for _ in 0..st.projects.rows.len() {
+        if st.projects.picked == Some(Picked::Project(0, project.into())) {
             return st;
         }
         update(
@@ -161,7 +161,7 @@ fn an_overflowing_pane_says_how_much_more_and_enter_shows_it_whole() {
     assert_eq!(st.mode, Mode::Normal);
     assert_eq!(st.view, View::Ledger);
     assert_eq!(
-        st.picked[View::Ledger.position()],
+        st.projects.picked,
         Some(Picked::Project(0, "robotics".into()))
     );
     // What fits says no more.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use gpuboard::clock::Timestamp;
 use gpuboard::console::keymap::Keymap;
-use gpuboard::console::msg::{Effect, Msg};
+use gpuboard::console::msg::{Asker, Effect, Msg};
 use gpuboard::console::state::{FormStage, Mode, SourceSlot, State, View};
 use gpuboard::console::update::{show_view, update};
 use gpuboard::ids::ClaimId;
@@ -155,6 +155,7 @@ fn the_picker_lists_where_the_claim_fits_first_and_follows_j_and_k() {
                     devices: Some(vec![3]),
                 },
             },
+            asker: Asker::Operator,
         }]
     );
 }
@@ -322,6 +323,7 @@ fn move_step(e: &Effect) -> Option<(usize, Action, String)> {
             request,
             key,
             move_id: Some(move_id),
+            ..
         } => {
             let claim = Action::Claim {
                 request: request.clone(),
@@ -764,6 +766,7 @@ fn sent_claim(eff: &[Effect]) -> (usize, Action) {
             request,
             key,
             move_id: None,
+            asker: Asker::Form,
         },
     ] = eff
     else {
@@ -816,6 +819,7 @@ fn the_claim_form_tries_the_next_source_on_a_refusal_or_no_answer() {
         vec![Msg::Acted {
             source: 1,
             action: claim.clone(),
+            asker: Asker::Form,
             result: Err(Failure::Refused("does not fit now".into())),
         }],
     );
@@ -834,6 +838,7 @@ fn the_claim_form_tries_the_next_source_on_a_refusal_or_no_answer() {
         vec![Msg::Acted {
             source: 0,
             action: claim.clone(),
+            asker: Asker::Form,
             result: Err(Failure::Unreachable(
                 "127.0.0.1:9: connection refused".into(),
             )),
@@ -855,6 +860,7 @@ fn the_claim_form_tries_the_next_source_on_a_refusal_or_no_answer() {
         vec![Msg::Acted {
             source: 2,
             action: claim.clone(),
+            asker: Asker::Form,
             result: Ok(Outcome::Claimed(placed("c", "nc"))),
         }],
     );
@@ -882,6 +888,7 @@ fn the_claim_form_says_every_refusal_when_none_takes_it() {
     let refuse = |source: usize, words: &str| Msg::Acted {
         source,
         action: claim.clone(),
+        asker: Asker::Form,
         result: Err(Failure::Refused(words.into())),
     };
     run(
@@ -910,6 +917,7 @@ fn the_claim_form_says_every_refusal_when_none_takes_it() {
         vec![Msg::Acted {
             source: 1,
             action: claim,
+            asker: Asker::Form,
             result: Err(Failure::Invalid("rule 3: bad".into())),
         }],
     );
@@ -999,6 +1007,7 @@ fn the_form_and_the_picker_show_each_attempt_at_80x24() {
         vec![Msg::Acted {
             source: 1,
             action: claim,
+            asker: Asker::Form,
             result: Err(Failure::Refused("does not fit now".into())),
         }],
     );
@@ -1041,6 +1050,7 @@ fn the_claim_form_finds_a_claim_whose_answer_was_lost() {
         vec![Msg::Acted {
             source: 1,
             action: claim.clone(),
+            asker: Asker::Form,
             result: Err(Failure::Timeout(2_000)),
         }],
     );
@@ -1077,6 +1087,7 @@ fn a_silent_source_is_asked_again_after_landing_and_its_phantom_released_or_name
             vec![Msg::Acted {
                 source: 1,
                 action: claim.clone(),
+                asker: Asker::Form,
                 result: Err(Failure::Timeout(2_000)),
             }],
         );
@@ -1087,6 +1098,7 @@ fn a_silent_source_is_asked_again_after_landing_and_its_phantom_released_or_name
             vec![Msg::Acted {
                 source: 0,
                 action: claim.clone(),
+                asker: Asker::Form,
                 result: Ok(Outcome::Claimed(placed("a", "na"))),
             }],
         );
@@ -1106,7 +1118,8 @@ fn a_silent_source_is_asked_again_after_landing_and_its_phantom_released_or_name
                 eff,
                 vec![Effect::Act {
                     source: 1,
-                    action: Action::Release { id: ClaimId(2) }
+                    action: Action::Release { id: ClaimId(2) },
+                    asker: Asker::Operator,
                 }]
             );
             assert_eq!(
@@ -1211,7 +1224,8 @@ fn a_move_whose_target_lost_its_answer_goes_on_and_leaves_no_phantom() {
         eff,
         vec![Effect::Act {
             source: 1,
-            action: Action::Release { id: ClaimId(2) }
+            action: Action::Release { id: ClaimId(2) },
+            asker: Asker::Operator,
         }]
     );
     assert!(flash(&st).starts_with("b came back: it had placed the claim too, as b/2"));

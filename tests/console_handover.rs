@@ -14,7 +14,7 @@ use std::time::Duration;
 use gpuboard::clock::{Clock, ManualClock, Timestamp};
 use gpuboard::console::headless::{buffer_text, render};
 use gpuboard::console::keymap::Keymap;
-use gpuboard::console::msg::{Effect, Msg};
+use gpuboard::console::msg::{Asker, Effect, Msg};
 use gpuboard::console::state::{Mode, SourceSlot, State, View};
 use gpuboard::console::theme::Theme;
 use gpuboard::console::update::{show_view, update};
@@ -225,6 +225,7 @@ fn one_confirmation_lists_every_step_cancel_focused_with_the_job_id_typed() {
         vec![Effect::Act {
             source: 0,
             action: engine(EngineVerb::SlurmHold, "12"),
+            asker: Asker::Handover { run: 1, step: 0 },
         }]
     );
     assert_eq!(st.mode, Mode::Handover);
@@ -290,6 +291,7 @@ fn each_answer_sends_the_next_step_and_a_failure_stops_the_rest() {
     for fails_at in [None, Some(0), Some(1), Some(2)] {
         let mut st = confirmed();
         let steps = st.handover.as_ref().unwrap().steps.clone();
+        let id = st.handover.as_ref().unwrap().id;
         // The pane is closed while it runs: a failure opens it again.
         key(&mut st, KeyCode::Esc);
         assert_eq!(st.mode, Mode::Normal);
@@ -304,6 +306,7 @@ fn each_answer_sends_the_next_step_and_a_failure_stops_the_rest() {
                 Msg::Acted {
                     source: step.source,
                     action: step.action.clone(),
+                    asker: Asker::Handover { run: id, step: i },
                     result,
                 },
             );
@@ -320,6 +323,10 @@ fn each_answer_sends_the_next_step_and_a_failure_stops_the_rest() {
                 vec![&Effect::Act {
                     source: steps[i + 1].source,
                     action: steps[i + 1].action.clone(),
+                    asker: Asker::Handover {
+                        run: id,
+                        step: i + 1
+                    },
                 }],
                 "{fails_at:?} step {i}"
             );
@@ -386,34 +393,42 @@ fn each_answer_sends_the_next_step_and_a_failure_stops_the_rest() {
                 }
             }
         }
-        // An answer that is not the hand-over's (another source) does not touch it.
+        // An answer that is not the hand-over's does not touch it: the operator's, one
+        // for a step already answered, one for another hand-over, even with the very
+        // source and action of a step.
         let before = st.handover.clone();
-        update(
-            &mut st,
-            Msg::Acted {
-                source: 1,
-                action: Action::Release {
-                    id: gpuboard::ids::ClaimId(7),
-                },
-                result: Err(Failure::Refused("gone".into())),
+        let answer = |asker| Msg::Acted {
+            source: steps[0].source,
+            action: steps[0].action.clone(),
+            asker,
+            result: Err(Failure::Refused("gone".into())),
+        };
+        for asker in [
+            Asker::Operator,
+            Asker::Handover { run: id, step: 0 },
+            Asker::Handover {
+                run: id + 1,
+                step: before.as_ref().unwrap().current().unwrap_or(0),
             },
-        );
-        assert_eq!(st.handover, before);
+        ] {
+            update(&mut st, answer(asker));
+            assert_eq!(st.handover, before, "{asker:?}");
+        }
     }
 }
 
 #[test]
 fn h_on_a_running_job_writes_the_hand_over_for_its_gpus() {
     let mut st = state(false);
-    let at = (0..st.rows_claims.len())
+    let at = (0..st.claims.rows.len())
         .find(|i| {
-            st.claim(st.rows_claims[*i])
+            st.claim(st.claims.rows[*i])
                 .is_some_and(|(_, c)| c.state == ClaimState::Placed && c.shares.len() == 2)
         })
         .unwrap();
-    st.cursor[View::Claims.position()].selected = at;
+    st.cursor_mut(View::Claims).selected = at;
     st.pick_under_cursor(View::Claims);
-    let (_, c) = st.claim(st.rows_claims[at]).unwrap();
+    let (_, c) = st.claim(st.claims.rows[at]).unwrap();
     let job = c.request.labels["slurm.job_id"].clone();
     let node = c.node.clone().unwrap();
     key(&mut st, KeyCode::Char('H'));
@@ -462,10 +477,12 @@ async fn the_executor_refuses_every_step_in_read_only_mode() {
     let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(NOW));
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let step = st.handover.as_ref().unwrap().steps[0].clone();
+    let run = st.handover.as_ref().unwrap().id;
     perform(
         Effect::Act {
             source: step.source,
             action: step.action.clone(),
+            asker: Asker::Handover { run, step: 0 },
         },
         &sources,
         true,
@@ -526,6 +543,7 @@ fn boinc_gpu_mode_never_then_a_claim_needs_no_typed_id() {
         vec![Effect::Act {
             source: 2,
             action: engine(EngineVerb::BoincGpuMode, "never"),
+            asker: Asker::Handover { run: 1, step: 0 },
         }]
     );
 }

@@ -203,6 +203,7 @@ fn first_claim(performed: &[Effect]) -> (usize, ClaimRequest, String, Option<Str
         request,
         key,
         move_id,
+        ..
     }) = performed.iter().find(|e| matches!(e, Effect::Claim { .. }))
     else {
         panic!("no keyed claim: {performed:?}")

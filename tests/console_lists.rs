@@ -43,7 +43,8 @@ fn page_down_visits_every_claim() {
         );
         show_view(&mut st, View::Claims);
         let all: BTreeSet<u64> = st
-            .rows_claims
+            .claims
+            .rows
             .iter()
             .map(|k| st.claim(*k).unwrap().1.id.0)
             .collect();
@@ -58,7 +59,7 @@ fn page_down_visits_every_claim() {
         for _ in 0..all.len() {
             run(&mut st, vec![code(KeyCode::PageUp)]);
         }
-        assert_eq!(st.cursor[View::Claims.position()].selected, 0);
+        assert_eq!(st.cursor_of(View::Claims).selected, 0);
     }
 }
 
@@ -75,11 +76,11 @@ fn page_size_is_the_visible_rows() {
     show_view(&mut st, View::Claims);
     let shown = ids_on_screen(&st, 80, 24).len();
     run(&mut st, vec![code(KeyCode::PageDown)]);
-    assert_eq!(st.cursor[View::Claims.position()].selected, shown);
+    assert_eq!(st.cursor_of(View::Claims).selected, shown);
 }
 
 fn claim_is(st: &State, row: usize, f: fn(&gpuboard::snapshot::ClaimView) -> bool) -> bool {
-    f(st.claim(st.rows_claims[row]).unwrap().1)
+    f(st.claim(st.claims.rows[row]).unwrap().1)
 }
 
 #[test]
@@ -104,7 +105,7 @@ fn filters_match_states_and_flags() {
             View::Gpus,
             "uncl",
             |st, r| {
-                let (_, _, d) = st.device(st.rows_devices[r]).unwrap();
+                let (_, _, d) = st.device(st.gpus.rows[r]).unwrap();
                 d.unclaimed_memory.is_some_and(|b| b.0 > 0)
             },
             1,
@@ -112,24 +113,20 @@ fn filters_match_states_and_flags() {
         (
             View::Gpus,
             "cordon",
-            |st, r| st.device(st.rows_devices[r]).unwrap().2.cordoned,
+            |st, r| st.device(st.gpus.rows[r]).unwrap().2.cordoned,
             1,
         ),
         (
             View::Gpus,
             "idle",
-            |st, r| {
-                gpuboard::console::views::allocated_but_idle(
-                    st.device(st.rows_devices[r]).unwrap().2,
-                )
-            },
+            |st, r| st.device(st.gpus.rows[r]).unwrap().2.allocated_but_idle(),
             0,
         ),
         (
             View::Ledger,
             "backed",
             |st, r| {
-                let (_, p) = st.project(st.rows_projects[r]).unwrap();
+                let (_, p) = st.project(st.projects.rows[r]).unwrap();
                 p.resources
                     .iter()
                     .any(|x| x.backoff_until.is_some_and(|t| t > st.now))
@@ -144,9 +141,9 @@ fn filters_match_states_and_flags() {
         typed(&mut st, filter);
         run(&mut st, vec![code(KeyCode::Enter)]);
         let n = match view {
-            View::Gpus => st.rows_devices.len(),
-            View::Claims => st.rows_claims.len(),
-            _ => st.rows_projects.len(),
+            View::Gpus => st.gpus.rows.len(),
+            View::Claims => st.claims.rows.len(),
+            _ => st.projects.rows.len(),
         };
         assert!(n >= min, "/{filter} in {view:?} lists {n}");
         for r in 0..n {
@@ -162,15 +159,15 @@ fn filters_match_states_and_flags() {
 fn each_view_keeps_its_own_filter() {
     let mut st = lab_state();
     show_view(&mut st, View::Claims);
-    let all_gpus = st.rows_devices.len();
+    let all_gpus = st.gpus.rows.len();
     run(&mut st, vec![k('/')]);
     typed(&mut st, "pending");
     run(&mut st, vec![code(KeyCode::Enter)]);
-    assert!(st.rows_claims.len() < 6);
+    assert!(st.claims.rows.len() < 6);
     show_view(&mut st, View::Gpus);
     assert_eq!(st.filter(), "");
     assert_eq!(
-        st.rows_devices.len(),
+        st.gpus.rows.len(),
         all_gpus,
         "the claims filter stays in Claims"
     );
@@ -202,7 +199,7 @@ fn events_scroll_and_filter() {
     let n = st.audit_events().len();
     assert!(n > 3);
     run(&mut st, vec![code(KeyCode::End)]);
-    assert_eq!(st.cursor[View::Events.position()].selected, n - 1);
+    assert_eq!(st.cursor_of(View::Events).selected, n - 1);
     let text = buffer_text(&render(&st, &Theme::plain(), 80, 24).unwrap());
     let (_, oldest) = st.audit_events()[n - 1];
     assert!(
@@ -260,13 +257,14 @@ fn one_key_cycles_the_problem_lists() {
     let mut st = lab_state();
     show_view(&mut st, View::Claims);
     let over = st
-        .rows_claims
+        .claims
+        .rows
         .iter()
         .filter(|k| st.claim(**k).unwrap().1.over_limit)
         .count();
     run(&mut st, vec![k('!')]);
     assert!(over > 0);
-    assert_eq!(st.rows_claims.len(), over);
+    assert_eq!(st.claims.rows.len(), over);
 }
 
 #[test]
@@ -275,8 +273,42 @@ fn claims_sort_by_over_limit() {
     show_view(&mut st, View::Claims);
     typed(&mut st, ":sort over");
     run(&mut st, vec![code(KeyCode::Enter)]);
-    let first = st.claim(st.rows_claims[0]).unwrap().1;
+    let first = st.claim(st.claims.rows[0]).unwrap().1;
     assert!(first.over_limit, "claim {} first", first.id);
+}
+
+#[test]
+fn a_sort_typo_is_refused_naming_the_columns_and_changes_nothing() {
+    use gpuboard::console::lists::ClaimColumn;
+    let mut st = lab_state();
+    show_view(&mut st, View::Claims);
+    typed(&mut st, ":sort over");
+    run(&mut st, vec![code(KeyCode::Enter)]);
+    let rows = st.claims.rows.clone();
+    typed(&mut st, ":sort ovr");
+    run(&mut st, vec![code(KeyCode::Enter)]);
+    let flash = st.flash.clone().unwrap();
+    assert!(flash.error);
+    assert_eq!(
+        flash.text,
+        "no column `ovr` here; sort by: id, project, memory, used, age, state, over"
+    );
+    assert_eq!(st.claims.sort, ClaimColumn::Over, "the sort stays");
+    assert_eq!(st.claims.rows, rows);
+    // `s` steps to the next column (after the last, the list's own order), `S` turns it.
+    run(&mut st, vec![k('s')]);
+    assert_eq!(st.claims.sort, ClaimColumn::Id);
+    let by_id = st.claims.rows.clone();
+    run(&mut st, vec![k('S')]);
+    assert!(st.claims.reverse);
+    let mut back = st.claims.rows.clone();
+    back.reverse();
+    assert_eq!(back, by_id);
+    // A view without a list has no sort to set.
+    show_view(&mut st, View::Events);
+    typed(&mut st, ":sort id");
+    run(&mut st, vec![code(KeyCode::Enter)]);
+    assert_eq!(st.flash.unwrap().text, "the Events view has no sort");
 }
 
 #[test]
@@ -296,19 +328,16 @@ fn overview_counts_open_their_lists() {
         assert_eq!((st.view, st.filter()), (*view, *filter), "{label}");
         run(&mut st, vec![code(KeyCode::Esc)]);
         assert_eq!(st.view, View::Overview, "{label}: Esc goes back");
-        assert_eq!(
-            st.filters[view.position()],
-            "",
-            "{label}: its filter went with it"
-        );
+        assert_eq!(st.filter_of(*view), "", "{label}: its filter went with it");
     }
     // "Over limit" lists exactly the claims over their limit.
     let mut st = lab_state();
     show_view(&mut st, View::Overview);
     run(&mut st, vec![k('j'), k('j'), code(KeyCode::Enter)]);
-    assert!(!st.rows_claims.is_empty());
+    assert!(!st.claims.rows.is_empty());
     assert!(
-        st.rows_claims
+        st.claims
+            .rows
             .iter()
             .all(|k| st.claim(*k).unwrap().1.over_limit)
     );

@@ -184,8 +184,8 @@ fn gpu_command_and_filters_find_a_gpu_by_the_notation_the_screens_print() {
         msgs.extend(f.chars().map(k));
         msgs.push(code(KeyCode::Enter));
         run(&mut st, msgs);
-        assert_eq!(st.rows_devices.len(), 1, "{f}");
-        let (_, n, d) = st.device(st.rows_devices[0]).unwrap();
+        assert_eq!(st.gpus.rows.len(), 1, "{f}");
+        let (_, n, d) = st.device(st.gpus.rows[0]).unwrap();
         assert_eq!((n.name.as_str(), d.index), ("lab-b", 1), "{f}");
     }
     // Enter on it opens its detail.
@@ -197,7 +197,8 @@ fn gpu_command_and_filters_find_a_gpu_by_the_notation_the_screens_print() {
     msgs.push(code(KeyCode::Enter));
     run(&mut st, msgs);
     let ids: Vec<u64> = st
-        .rows_claims
+        .claims
+        .rows
         .iter()
         .map(|k| st.claim(*k).unwrap().1.id.0)
         .collect();

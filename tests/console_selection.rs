@@ -128,11 +128,7 @@ fn resort_then_cordon_acts_on_the_selected_gpu() {
         util.push((n, d, rank));
     }
     feed(&mut st, 0, with_util(&util), NOW.0);
-    assert_eq!(
-        st.cursor[View::Gpus.position()].selected,
-        0,
-        "now sorted first"
-    );
+    assert_eq!(st.cursor_of(View::Gpus).selected, 0, "now sorted first");
     let got = acts(&run(
         &mut st,
         vec![k('x'), code(KeyCode::Tab), code(KeyCode::Enter)],

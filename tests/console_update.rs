@@ -12,7 +12,7 @@ use std::time::Duration;
 use console_fixtures::{NOW, acts, code, flash, k, lab_snapshot, lab_state, run};
 use futures::future::BoxFuture;
 use gpuboard::clock::{Clock, ManualClock, Timestamp};
-use gpuboard::console::msg::{Effect, Msg};
+use gpuboard::console::msg::{Asker, Effect, Msg};
 use gpuboard::console::state::{FormStage, Mode, SourceHealth, View};
 use gpuboard::console::update::{complete, show_view};
 use gpuboard::ids::ClaimId;
@@ -246,6 +246,7 @@ fn claim_form_round_trip() {
     let refused = Msg::Acted {
         source: 0,
         action: got[0].clone(),
+        asker: Asker::Form,
         result: Err(Failure::Invalid(
             "rule 7 (out of range): gpu_memory must be positive".into(),
         )),
@@ -265,6 +266,7 @@ fn claim_form_round_trip() {
         vec![Msg::Acted {
             source: 0,
             action: got[0].clone(),
+            asker: Asker::Form,
             result: Ok(Outcome::Claimed(Box::new(view))),
         }],
     );
@@ -296,6 +298,7 @@ fn move_and_release_results() {
         vec![Msg::Acted {
             source: 0,
             action: action.clone(),
+            asker: Asker::Operator,
             result: Err(Failure::Refused(
                 "the target does not fit: node lab-a: 1/1 GPUs exclusive".into(),
             )),
@@ -310,6 +313,7 @@ fn move_and_release_results() {
         vec![Msg::Acted {
             source: 0,
             action,
+            asker: Asker::Operator,
             result: Ok(Outcome::Moved {
                 id: ClaimId(1),
                 from: "lab-a:0".into(),
@@ -324,6 +328,7 @@ fn move_and_release_results() {
         vec![Msg::Acted {
             source: 0,
             action: Action::Release { id: ClaimId(4) },
+            asker: Asker::Operator,
             result: Err(Failure::Timeout(2000)),
         }],
     );
@@ -360,7 +365,7 @@ fn source_results_errors_and_staleness() {
     assert!(
         matches!(st.sources[0].health(st.now, refresh), SourceHealth::Down { ref message, .. } if message.contains("line 1"))
     );
-    assert_eq!(st.rows_devices.len(), 4, "rows stay");
+    assert_eq!(st.gpus.rows.len(), 4, "rows stay");
     assert!(st.log.iter().any(|l| l.contains("unreadable answer")));
     let eff = run(&mut st, vec![Msg::Tick(NOW.plus_secs(5))]);
     assert!(eff.is_empty(), "backing off after a failure");
@@ -422,9 +427,9 @@ fn source_results_errors_and_staleness() {
             result: Ok(changed.into()),
         }],
     );
-    assert_eq!(st.rows_claims.len(), 6, "frozen");
+    assert_eq!(st.claims.rows.len(), 6, "frozen");
     run(&mut st, vec![k('f')]);
-    assert_eq!(st.rows_claims.len(), 2, "unfrozen");
+    assert_eq!(st.claims.rows.len(), 2, "unfrozen");
     // A result for a source that does not exist is ignored.
     run(
         &mut st,
@@ -446,8 +451,8 @@ fn unchanged_marks_fresh_and_rebuilds_nothing() {
         SourceHealth::Stale { .. }
     ));
     // Rows are only rebuilt from data: tampered rows stay as they are after `Unchanged`.
-    let rows = st.rows_devices.len();
-    st.rows_devices.truncate(1);
+    let rows = st.gpus.rows.len();
+    st.gpus.rows.truncate(1);
     st.sources[0].in_flight = true;
     st.dirty = false;
     let eff = run(
@@ -463,7 +468,7 @@ fn unchanged_marks_fresh_and_rebuilds_nothing() {
     assert_eq!(st.sources[0].fetched_at, Some(NOW.plus_secs(8)));
     assert!(!st.sources[0].in_flight);
     assert!(st.dirty, "stale to fresh is redrawn");
-    assert_eq!(st.rows_devices.len(), 1, "no rebuild on Unchanged");
+    assert_eq!(st.gpus.rows.len(), 1, "no rebuild on Unchanged");
     // A fresh source answering Unchanged again: nothing to draw.
     st.dirty = false;
     st.sources[0].in_flight = true;
@@ -510,8 +515,8 @@ fn unchanged_marks_fresh_and_rebuilds_nothing() {
             result: Ok(fewer.into()),
         }],
     );
-    assert_ne!(st.rows_devices.len(), 1);
-    assert!(st.rows_devices.len() < rows);
+    assert_ne!(st.gpus.rows.len(), 1);
+    assert!(st.gpus.rows.len() < rows);
 }
 
 #[test]
@@ -561,9 +566,9 @@ fn quitting_filtering_commands_and_sources() {
     let mut st = lab_state();
     show_view(&mut st, View::Claims);
     run(&mut st, vec![k('/'), k('v'), k('i'), k('s')]);
-    assert_eq!(st.rows_claims.len(), 2, "vision claims");
+    assert_eq!(st.claims.rows.len(), 2, "vision claims");
     run(&mut st, vec![code(KeyCode::Esc)]);
-    assert_eq!(st.rows_claims.len(), 6);
+    assert_eq!(st.claims.rows.len(), 6);
     run(
         &mut st,
         vec![k(':'), k('f'), k('a'), k('i'), code(KeyCode::Tab)],
@@ -592,7 +597,7 @@ fn quitting_filtering_commands_and_sources() {
     // Sorting claims by memory puts the 40G claim first.
     show_view(&mut st, View::Claims);
     run(&mut st, vec![k('s'), k('s')]);
-    let first = st.claim(st.rows_claims[0]).unwrap().1.id;
+    let first = st.claim(st.claims.rows[0]).unwrap().1.id;
     assert_eq!(first, ClaimId(4));
     // A read-only source refuses with a message, without a round trip.
     let mut st = lab_state();
@@ -665,6 +670,7 @@ async fn the_executor_refuses_every_action_in_read_only_mode() {
             Effect::Act {
                 source: 0,
                 action: action.clone(),
+                asker: Asker::Operator,
             },
             &sources,
             true,
@@ -689,6 +695,7 @@ async fn the_executor_refuses_every_action_in_read_only_mode() {
         Effect::Act {
             source: 0,
             action: all[1].clone(),
+            asker: Asker::Operator,
         },
         &sources,
         false,

@@ -8,7 +8,7 @@ use crate::common;
 
 use gpuboard::clock::Timestamp;
 use gpuboard::console::keymap::Keymap;
-use gpuboard::console::msg::{Effect, Msg};
+use gpuboard::console::msg::{Asker, Effect, Msg};
 use gpuboard::console::state::{Mode, SourceSlot, State, View};
 use gpuboard::console::update::{show_view, update};
 use gpuboard::snapshot::ClaimState;
@@ -60,15 +60,15 @@ fn command(st: &mut State, text: &str) -> Vec<Effect> {
 
 /// Selects the first claim in `state` and returns its Slurm job id.
 fn select(st: &mut State, state: ClaimState) -> String {
-    let at = (0..st.rows_claims.len())
+    let at = (0..st.claims.rows.len())
         .find(|i| {
-            st.claim(st.rows_claims[*i])
+            st.claim(st.claims.rows[*i])
                 .is_some_and(|(_, c)| c.state == state)
         })
         .unwrap();
-    st.cursor[View::Claims.position()].selected = at;
+    st.cursor_mut(View::Claims).selected = at;
     st.pick_under_cursor(View::Claims);
-    let (_, c) = st.claim(st.rows_claims[at]).unwrap();
+    let (_, c) = st.claim(st.claims.rows[at]).unwrap();
     c.request.labels["slurm.job_id"].clone()
 }
 
@@ -101,7 +101,8 @@ fn e_cancels_a_running_job_and_holds_a_pending_one_after_confirming() {
         fx,
         vec![Effect::Act {
             source: 0,
-            action: want
+            action: want,
+            asker: Asker::Operator,
         }]
     );
 
@@ -170,6 +171,7 @@ fn a_failed_engine_action_shows_the_engines_words() {
         Msg::Acted {
             source: 0,
             action,
+            asker: Asker::Operator,
             result: Err(Failure::Peer(SourceError::Peer {
                 url: "unix:/run/slurmrestd.sock".into(),
                 peer: "slurmrestd",
@@ -294,6 +296,7 @@ async fn the_executor_refuses_every_engine_action_in_read_only_mode() {
                 Effect::Act {
                     source: 0,
                     action: action.clone(),
+                    asker: Asker::Operator,
                 },
                 &sources,
                 readonly,
@@ -349,18 +352,18 @@ fn e_resumes_a_boinc_task_the_gui_suspended_and_suspends_a_running_one() {
         (true, EngineVerb::BoincResumeTask),
         (false, EngineVerb::BoincSuspendTask),
     ] {
-        let at = (0..st.rows_claims.len())
+        let at = (0..st.claims.rows.len())
             .find(|i| {
-                st.claim(st.rows_claims[*i]).is_some_and(|(_, c)| {
+                st.claim(st.claims.rows[*i]).is_some_and(|(_, c)| {
                     suspended(c) == want_suspended
                         && (want_suspended || c.state == ClaimState::Placed)
                 })
             })
             .unwrap_or_else(|| panic!("no task with suspended={want_suspended}"));
-        st.cursor[View::Claims.position()].selected = at;
+        st.cursor_mut(View::Claims).selected = at;
         st.pick_under_cursor(View::Claims);
         let task = st
-            .claim(st.rows_claims[at])
+            .claim(st.claims.rows[at])
             .unwrap()
             .1
             .holder

@@ -291,3 +291,224 @@ fn no_endpoint_file_imports_the_api_routes_back() {
         back.join("\n")
     );
 }
+
+/// The console's parts that must not import each other in a circle, lowest first: the
+/// lists (columns, sorts, filters) know no state; the state knows neither how it changes
+/// nor how it is drawn; `update` changes the state and never asks the drawing; `views`
+/// reads the state (and `update`'s constants) and changes nothing. A part may import
+/// only parts of a strictly lower rank.
+const CONSOLE_RANKS: &[(&str, u8)] = &[("lists", 0), ("state", 1), ("update", 2), ("views", 3)];
+
+/// The console part (`state`, `update`, `driver`, ...) a path like `["state", "rows.rs"]`
+/// under src/console/ belongs to, and the module path its `super::` starts from.
+fn console_module(rel: &[&str]) -> (Option<String>, Vec<String>) {
+    let mut path: Vec<String> = rel.iter().map(|s| (*s).to_string()).collect();
+    let file = path.pop().unwrap_or_default();
+    let stem = file.strip_suffix(".rs").unwrap_or(&file).to_string();
+    if stem != "mod" {
+        path.push(stem);
+    }
+    (path.first().cloned(), path)
+}
+
+/// The console parts a file's shipped code names: `crate::console::X`, and `super::`
+/// paths resolved from the file's own module (`super::X`, `super::super::{X, Y}`).
+fn console_uses(rel: &[&str], code: &str) -> Vec<String> {
+    let (_, module) = console_module(rel);
+    let mut used = Vec::new();
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    for (i, _) in code.match_indices("crate::console::") {
+        used.push(ident(&code[i + "crate::console::".len()..]));
+    }
+    let mut rest = code;
+    while let Some(i) = rest.find("super::") {
+        // Only the first `super::` of a chain starts a path.
+        let starts_path = !rest[..i].ends_with("::");
+        let mut tail = &rest[i..];
+        let mut ups = 0;
+        while let Some(t) = tail.strip_prefix("super::") {
+            ups += 1;
+            tail = t;
+        }
+        rest = tail;
+        if !starts_path || ups > module.len() {
+            continue;
+        }
+        let base = &module[..module.len() - ups];
+        if let Some(top) = base.first() {
+            used.push(top.clone());
+            continue;
+        }
+        // From the console's root: the next name, or each name of a `{...}` group.
+        if let Some(group) = tail.strip_prefix('{') {
+            let group = group.split('}').next().unwrap_or("");
+            used.extend(group.split(',').map(|g| ident(g.trim())));
+        } else {
+            used.push(ident(tail));
+        }
+    }
+    used.retain(|u| !u.is_empty());
+    used.sort();
+    used.dedup();
+    used
+}
+
+/// Edges `from -> to` between the console's parts, from (path under src/console/, code);
+/// names at the console's root that are no part (`ConsoleArgs`) are left out.
+fn console_edges(files: &[(Vec<&str>, &str)]) -> BTreeMap<String, Vec<String>> {
+    let parts: Vec<String> = files
+        .iter()
+        .filter_map(|(rel, _)| console_module(rel).0)
+        .collect();
+    let mut edges: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (rel, code) in files {
+        let Some(from) = console_module(rel).0 else {
+            continue;
+        };
+        for to in console_uses(rel, code) {
+            if to != from && parts.contains(&to) {
+                edges.entry(from.clone()).or_default().push(to);
+            }
+        }
+    }
+    for v in edges.values_mut() {
+        v.sort();
+        v.dedup();
+    }
+    edges
+}
+
+/// An import circle among `parts`, as `a -> b -> a`, if there is one.
+fn console_cycle(edges: &BTreeMap<String, Vec<String>>, parts: &[&str]) -> Option<String> {
+    fn visit(
+        at: &str,
+        edges: &BTreeMap<String, Vec<String>>,
+        parts: &[&str],
+        path: &mut Vec<String>,
+        done: &mut Vec<String>,
+    ) -> Option<String> {
+        if let Some(i) = path.iter().position(|p| p == at) {
+            let mut circle = path[i..].to_vec();
+            circle.push(at.to_string());
+            return Some(circle.join(" -> "));
+        }
+        if done.iter().any(|d| d == at) {
+            return None;
+        }
+        path.push(at.to_string());
+        for next in edges.get(at).into_iter().flatten() {
+            if parts.contains(&next.as_str())
+                && let Some(c) = visit(next, edges, parts, path, done)
+            {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.push(at.to_string());
+        None
+    }
+    let mut done = Vec::new();
+    parts
+        .iter()
+        .find_map(|p| visit(p, edges, parts, &mut Vec::new(), &mut done))
+}
+
+/// The imports between ranked console parts that go up or across the ranks.
+fn console_upward(edges: &BTreeMap<String, Vec<String>>) -> Vec<String> {
+    let ranks: BTreeMap<_, _> = CONSOLE_RANKS.iter().copied().collect();
+    let mut up = Vec::new();
+    for (from, tos) in edges {
+        let Some(&r) = ranks.get(from.as_str()) else {
+            continue;
+        };
+        for to in tos {
+            if ranks.get(to.as_str()).is_some_and(|&t| t >= r) {
+                up.push(format!("console/{from} (rank {r}) imports console/{to}"));
+            }
+        }
+    }
+    up
+}
+
+#[test]
+fn the_console_check_sees_a_circle() {
+    // The fake tree before the renovation: the state read "idle" from the drawing code,
+    // and the drawing asked `update` for the command line's candidates.
+    let before: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["state", "totals.rs"],
+            "use crate::console::views::allocated_but_idle;\nuse super::{State, View};",
+        ),
+        (vec!["state", "mod.rs"], "use super::keymap::Keymap;"),
+        (vec!["keymap.rs"], "use crate::units::Bytes;"),
+        (
+            vec!["views", "chrome.rs"],
+            "let o = crate::console::update::candidates(state, t);",
+        ),
+        (
+            vec!["update", "keys.rs"],
+            "use super::{flash, quit};\nuse super::super::state::State;",
+        ),
+        (
+            vec!["headless.rs"],
+            "use super::{ConsoleArgs, initial_state, views};",
+        ),
+    ];
+    let edges = console_edges(&before);
+    assert_eq!(edges["state"], ["keymap", "views"]);
+    assert_eq!(edges["update"], ["state"]);
+    assert_eq!(edges["headless"], ["views"]);
+    assert_eq!(
+        console_cycle(&edges, &["state", "update", "views"]).as_deref(),
+        Some("state -> views -> update -> state")
+    );
+    assert_eq!(
+        console_upward(&edges),
+        ["console/state (rank 1) imports console/views"]
+    );
+    // Without the state's import there is no circle, and views may read update.
+    let after: Vec<_> = before.into_iter().skip(1).collect();
+    assert_eq!(console_edges(&after)["state"], ["keymap"]);
+    let edges = console_edges(&after);
+    assert_eq!(console_cycle(&edges, &["state", "update", "views"]), None);
+    assert!(console_upward(&edges).is_empty());
+}
+
+#[test]
+fn console_lists_state_update_and_views_form_no_circle() {
+    let root = src().join("console");
+    let mut paths = Vec::new();
+    rust_files(&root, &mut paths);
+    let texts: Vec<(Vec<String>, String)> = paths
+        .iter()
+        .map(|p| {
+            let rel = p.strip_prefix(&root).unwrap();
+            let parts = rel
+                .components()
+                .map(|c| c.as_os_str().to_str().unwrap().to_string())
+                .collect();
+            (parts, std::fs::read_to_string(p).unwrap())
+        })
+        .collect();
+    let files: Vec<(Vec<&str>, &str)> = texts
+        .iter()
+        .map(|(rel, text)| (rel.iter().map(String::as_str).collect(), shipped(text)))
+        .collect();
+    let edges = console_edges(&files);
+    let parts: Vec<&str> = CONSOLE_RANKS.iter().map(|(p, _)| *p).collect();
+    assert_eq!(
+        console_cycle(&edges, &parts),
+        None,
+        "the console's lists, state, update and views import each other in a circle"
+    );
+    let up = console_upward(&edges);
+    assert!(
+        up.is_empty(),
+        "console imports against the ranks (lists < state < update < views):\n{}",
+        up.join("\n")
+    );
+}

@@ -183,6 +183,7 @@ pub fn perform(
             request,
             key,
             move_id,
+            asker,
         } => {
             let Some(src) = sources.get(source) else {
                 return;
@@ -209,6 +210,7 @@ pub fn perform(
                     None => Msg::Acted {
                         source,
                         action,
+                        asker,
                         result,
                     },
                 },
@@ -260,7 +262,11 @@ pub fn perform(
                 let _ = tx.send(Msg::Planned { source, result });
             });
         }
-        Effect::Act { source, action } => {
+        Effect::Act {
+            source,
+            action,
+            asker,
+        } => {
             let Some(src) = sources.get(source) else {
                 return;
             };
@@ -276,6 +282,7 @@ pub fn perform(
                 move |action, result| Msg::Acted {
                     source,
                     action,
+                    asker,
                     result,
                 },
             );

@@ -11,6 +11,7 @@ pub mod driver;
 pub mod headless;
 pub mod history;
 pub mod keymap;
+pub mod lists;
 pub mod logging;
 pub mod msg;
 pub mod show;

@@ -42,12 +42,14 @@ pub enum Msg {
         /// Where the claim would go, or why it would not fit.
         result: Result<Allocation, Failure>,
     },
-    /// A source carried out (or refused) an action.
+    /// A source carried out (or refused) an action (`Effect::Act`, `Effect::Claim`).
     Acted {
         /// The source.
         source: usize,
         /// What was asked.
         action: Action,
+        /// Who waits for it, as the effect said: the result goes to that one alone.
+        asker: Asker,
         /// What happened.
         result: Result<Outcome, Failure>,
     },
@@ -84,6 +86,26 @@ pub enum Msg {
     History(super::history::HistoryAnswer),
 }
 
+/// Who waits for an action's answer: named when the action is sent and carried back with
+/// the answer, so the answer goes to that one alone (never guessed from which source
+/// answered what).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Asker {
+    /// The operator, from a confirmation or the move picker: the answer is said, and the
+    /// dialog it came from closed (or shown its refusal).
+    Operator,
+    /// The claim form: a refusal may send it to the next source, a lost answer is asked
+    /// for again.
+    Form,
+    /// Step `step` of the hand-over `run` (`HandoverRun::id`).
+    Handover {
+        /// The hand-over's id.
+        run: u64,
+        /// The step's position in it.
+        step: usize,
+    },
+}
+
 /// Work for the driver: the only way `update` reaches the outside world.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Effect {
@@ -96,12 +118,14 @@ pub enum Effect {
         /// The validated request.
         request: ClaimRequest,
     },
-    /// Ask a source to carry out an action.
+    /// Ask a source to carry out an action; answered by `Msg::Acted` with `asker`.
     Act {
         /// The source.
         source: usize,
         /// The action.
         action: Action,
+        /// Who waits for the answer.
+        asker: Asker,
     },
     /// Ask a source to carry out one step of a move across sources, tagged with the
     /// move's id (both endpoints audit it); answered by `Msg::MoveStepped`.
@@ -124,6 +148,8 @@ pub enum Effect {
         key: String,
         /// The move's id, when the claim is a move's new claim.
         move_id: Option<String>,
+        /// Who waits for the answer (when it is no move's).
+        asker: Asker,
     },
     /// Send a claim whose answer was lost (or was "in flight") again, with the same
     /// request and key, until the source answers what the first send did or `within`

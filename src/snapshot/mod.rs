@@ -8,6 +8,7 @@
 //! does not know are `null`, never 0.
 
 mod delta;
+mod flags;
 
 use serde::{Deserialize, Serialize};
 
@@ -18,6 +19,7 @@ use crate::request::ClaimRequest;
 use crate::units::{Bytes, Slots, Units};
 
 pub use delta::{SnapshotChange, apply, diff};
+pub use flags::DeviceFlag;
 
 /// The schema version; bumped on any incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;

@@ -21,7 +21,7 @@ impl State {
             return false;
         };
         self.claim_detail = Some((k.source, c.id));
-        self.cursor[View::ClaimDetail.position()] = Cursor::default();
+        self.panes.claim_detail.cursor = Cursor::default();
         true
     }
 
@@ -35,8 +35,8 @@ impl State {
         };
         let (src, id) = (k.source, c.id);
         self.claim_detail = Some((src, id));
-        self.cursor[View::ClaimDetail.position()] = Cursor::default();
-        self.picked[View::Claims.position()] = Some(Picked::Claim(src, id));
+        self.panes.claim_detail.cursor = Cursor::default();
+        self.claims.picked = Some(Picked::Claim(src, id));
         self.follow_picks();
         // Esc goes back where it was opened from (a detail opened over a detail keeps
         // the first one's way back).
@@ -51,7 +51,8 @@ impl State {
     /// the source where several are shown): what `:claim ` completes to.
     pub fn claim_names(&self) -> Vec<String> {
         let multi = self.sources.len() > 1;
-        self.rows_claims
+        self.claims
+            .rows
             .iter()
             .filter_map(|k| {
                 let (slot, c) = self.claim(*k)?;

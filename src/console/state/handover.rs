@@ -17,6 +17,8 @@ pub struct StepPlan {
 /// A hand-over under way or done.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HandoverRun {
+    /// Its id, new for each hand-over confirmed: a step's answer names it.
+    pub id: u64,
     /// The steps, in the order they run.
     pub steps: Vec<StepPlan>,
     /// One per step: `None` until its answer came (the first `None` is under way).
@@ -24,10 +26,10 @@ pub struct HandoverRun {
 }
 
 impl HandoverRun {
-    /// A run of `steps`, none answered yet.
-    pub fn new(steps: Vec<StepPlan>) -> HandoverRun {
+    /// The run `id` of `steps`, none answered yet.
+    pub fn new(id: u64, steps: Vec<StepPlan>) -> HandoverRun {
         let results = vec![None; steps.len()];
-        HandoverRun { steps, results }
+        HandoverRun { id, steps, results }
     }
 
     /// The step waiting for its answer (none: the run is over).

@@ -1,6 +1,8 @@
 //! The console's state: one owner, changed only by `update`, read by drawing.
 
+mod by_view;
 mod claim_detail;
+mod command_line;
 mod find;
 mod form;
 mod handover;
@@ -12,6 +14,8 @@ mod sources;
 mod totals;
 mod view;
 
+mod why;
+
 use std::collections::VecDeque;
 
 use crate::clock::Timestamp;
@@ -20,7 +24,11 @@ use crate::snapshot::{ClaimView, DeviceView, NodeView, ProjectView};
 use crate::sources::Action;
 
 use super::keymap::Keymap;
+use super::lists::{ClaimColumn, GpuColumn, ListState, Pane, ProjectColumn};
 
+pub use crate::console::lists::{ClaimKey, Cursor, DevKey, Picked, ProjKey};
+pub use by_view::SortRefused;
+pub use command_line::candidates;
 pub use find::GpuName;
 pub use form::{ClaimForm, FormField, FormKind, FormStage, LostClaim, MoveAcross, MoveRow};
 pub use handover::{HandoverRun, StepPlan};
@@ -29,54 +37,27 @@ pub use rewind::{
     CHART_SPAN_MS, ChartKey, Charts, DEFAULT_SPEED, Rewind, SPEEDS, STEP_MS, Seeking, Shown,
     chart_window,
 };
-pub use selection::Picked;
 pub use sources::{STALE_AFTER_INTERVALS, SourceHealth, SourceSlot};
 pub use totals::FleetTotals;
 pub use view::{OVERVIEW_JUMPS, View};
+pub use why::{WhyLine, WhyTone, reason_now, why_popup_size};
 
-/// Views with their own filter, sort and cursor: the tabs and the claim detail.
-pub const VIEWS: usize = View::ALL.len() + 1;
 /// Console log lines kept for the Events view.
 pub const LOG_KEPT: usize = 500;
 /// How long a status-line message stays.
 pub const FLASH_MS: u64 = 8_000;
 
-/// A device row: source, node position, device position.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct DevKey {
-    /// Source.
-    pub source: usize,
-    /// Node position in the snapshot.
-    pub node: usize,
-    /// Device position on the node.
-    pub dev: usize,
-}
-
-/// A claim row: source and position in its snapshot.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct ClaimKey {
-    /// Source.
-    pub source: usize,
-    /// Position in the snapshot's claims.
-    pub idx: usize,
-}
-
-/// A project row.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct ProjKey {
-    /// Source.
-    pub source: usize,
-    /// Position in the snapshot's projects.
-    pub idx: usize,
-}
-
-/// Selection and scroll in a list.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Cursor {
-    /// Selected row.
-    pub selected: usize,
-    /// First row shown.
-    pub offset: usize,
+/// The views that scroll without a list of their own, each with its filter and cursor.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Panes {
+    /// The Overview (its cursor picks a count to open).
+    pub overview: Pane,
+    /// The GPU detail (its cursor moves over the processes).
+    pub detail: Pane,
+    /// The Events view (its filter picks the events).
+    pub events: Pane,
+    /// The claim detail (its cursor scrolls).
+    pub claim_detail: Pane,
 }
 
 /// A message on the status line.
@@ -235,16 +216,14 @@ pub struct State {
     pub mode: Mode,
     /// First help line shown (the help scrolls on small terminals).
     pub help_scroll: u16,
-    /// Filter text per view (each list keeps its own).
-    pub filters: [String; VIEWS],
-    /// Sort column per view (index into `View::sort_columns`).
-    pub sort: [usize; VIEWS],
-    /// Reverse sort per view.
-    pub sort_reverse: [bool; VIEWS],
-    /// Cursor per view.
-    pub cursor: [Cursor; VIEWS],
-    /// What the operator picked per list view, by identity (the cursor follows it).
-    pub picked: [Option<Picked>; VIEWS],
+    /// The GPUs list.
+    pub gpus: ListState<DevKey, GpuColumn>,
+    /// The Claims list.
+    pub claims: ListState<ClaimKey, ClaimColumn>,
+    /// The Fair share list.
+    pub projects: ListState<ProjKey, ProjectColumn>,
+    /// The views that scroll without a list of their own.
+    pub panes: Panes,
     /// Display frozen.
     pub frozen: bool,
     /// Status-line message.
@@ -257,15 +236,9 @@ pub struct State {
     pub detail: Option<(usize, String, u32)>,
     /// The claim shown in the claim detail: source, claim id.
     pub claim_detail: Option<(usize, ClaimId)>,
-    /// Device rows, filtered and sorted.
-    pub rows_devices: Vec<DevKey>,
-    /// Claim rows, filtered and sorted.
-    pub rows_claims: Vec<ClaimKey>,
-    /// Digits of the longest claim id in `rows_claims`, for the ID column's width (kept
+    /// Digits of the longest claim id in the Claims rows, for the ID column's width (kept
     /// with the rows so a draw does not walk 20 000 claims).
     pub claim_id_digits: usize,
-    /// Project rows, filtered and sorted.
-    pub rows_projects: Vec<ProjKey>,
     /// Totals over the shown sources, for the Overview.
     pub totals: FleetTotals,
     /// Terminal size.
@@ -288,6 +261,8 @@ pub struct State {
     pub lost: Vec<LostClaim>,
     /// The last hand-over confirmed (under way or done), for its result pane.
     pub handover: Option<HandoverRun>,
+    /// Hand-overs confirmed so far: the last one's id.
+    pub handovers_started: u64,
     /// The fleet as it was at a time, shown instead of the live state (which keeps
     /// updating underneath) until the operator returns to live.
     pub rewind: Option<Box<Rewind>>,
@@ -308,21 +283,17 @@ impl State {
             view: View::Gpus,
             mode: Mode::Normal,
             help_scroll: 0,
-            filters: Default::default(),
-            sort: [0; VIEWS],
-            sort_reverse: [false; VIEWS],
-            cursor: [Cursor::default(); VIEWS],
-            picked: Default::default(),
+            gpus: ListState::default(),
+            claims: ListState::default(),
+            projects: ListState::default(),
+            panes: Panes::default(),
             frozen: false,
             flash: None,
             log: VecDeque::new(),
             came_from: None,
             detail: None,
             claim_detail: None,
-            rows_devices: Vec::new(),
-            rows_claims: Vec::new(),
             claim_id_digits: 0,
-            rows_projects: Vec::new(),
             totals: FleetTotals::default(),
             size: (80, 24),
             dirty: true,
@@ -333,6 +304,7 @@ impl State {
             moving: Vec::new(),
             lost: Vec::new(),
             handover: None,
+            handovers_started: 0,
             rewind: None,
             charts: None,
         }
@@ -365,27 +337,12 @@ impl State {
         Some((*src, n, n.devices.iter().find(|d| d.index == *index)?))
     }
 
-    /// The current view's filter.
-    pub fn filter(&self) -> &str {
-        &self.filters[self.view.position()]
-    }
-
-    /// The current view's filter, to change.
-    pub fn filter_mut(&mut self) -> &mut String {
-        &mut self.filters[self.view.position()]
-    }
-
-    /// Cursor of the current view.
-    pub fn cur(&self) -> Cursor {
-        self.cursor[self.view.position()]
-    }
-
     /// Rows in the current view's list.
     pub fn row_count(&self) -> usize {
         match self.view {
-            View::Gpus => self.rows_devices.len(),
-            View::Claims => self.rows_claims.len(),
-            View::Ledger => self.rows_projects.len(),
+            View::Gpus => self.gpus.rows.len(),
+            View::Claims => self.claims.rows.len(),
+            View::Ledger => self.projects.rows.len(),
             View::Detail => self
                 .detail_device()
                 .and_then(|(_, _, d)| d.telemetry.as_ref())

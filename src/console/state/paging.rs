@@ -49,7 +49,7 @@ impl State {
     /// The audit events of the shown sources that match the Events filter, newest first,
     /// with their source's name: what the Events view lists and scrolls through.
     pub fn audit_events(&self) -> Vec<(&str, &AuditEvent)> {
-        let needle = self.filters[View::Events.position()].to_lowercase();
+        let needle = self.panes.events.filter.to_lowercase();
         let mut evs: Vec<(&str, &AuditEvent)> = self
             .shown_sources()
             .filter_map(|(_, s)| s.data.as_ref().map(|d| (s.name.as_str(), d)))

@@ -4,40 +4,49 @@
 //! another item. A pick whose item is gone stays gone (nothing highlighted, actions
 //! refused with a message) until the operator moves the cursor.
 
-use crate::ids::ClaimId;
+use crate::console::lists::Picked;
 
 use super::{ClaimKey, DevKey, ProjKey, State, View};
 
-/// What the operator picked in a list view, by identity.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Picked {
-    /// A GPU: source, node name, device index.
-    Device(usize, String, u32),
-    /// A claim: source, claim id.
-    Claim(usize, ClaimId),
-    /// A project: source, project name.
-    Project(usize, String),
-}
-
-/// The list views that keep a pick, with their slot in `State::picked`.
+/// The list views that keep a pick.
 const LISTS: [View; 3] = [View::Gpus, View::Claims, View::Ledger];
 
 impl State {
+    /// The pick of a list view (none for a view without a list).
+    fn picked(&self, view: View) -> Option<&Picked> {
+        match view {
+            View::Gpus => self.gpus.picked.as_ref(),
+            View::Claims => self.claims.picked.as_ref(),
+            View::Ledger => self.projects.picked.as_ref(),
+            View::Overview | View::Detail | View::Events | View::ClaimDetail => None,
+        }
+    }
+
+    /// Sets the pick of a list view (nothing for a view without a list).
+    fn set_picked(&mut self, view: View, pick: Option<Picked>) {
+        match view {
+            View::Gpus => self.gpus.picked = pick,
+            View::Claims => self.claims.picked = pick,
+            View::Ledger => self.projects.picked = pick,
+            View::Overview | View::Detail | View::Events | View::ClaimDetail => {}
+        }
+    }
+
     /// The identity of the item at `row` of a list view.
     fn identity_at(&self, view: View, row: usize) -> Option<Picked> {
         match view {
             View::Gpus => {
-                let k = *self.rows_devices.get(row)?;
+                let k = *self.gpus.rows.get(row)?;
                 let (_, n, d) = self.device(k)?;
                 Some(Picked::Device(k.source, n.name.clone(), d.index))
             }
             View::Claims => {
-                let k = *self.rows_claims.get(row)?;
+                let k = *self.claims.rows.get(row)?;
                 let (_, c) = self.claim(k)?;
                 Some(Picked::Claim(k.source, c.id))
             }
             View::Ledger => {
-                let k = *self.rows_projects.get(row)?;
+                let k = *self.projects.rows.get(row)?;
                 let (_, p) = self.project(k)?;
                 Some(Picked::Project(k.source, p.name.clone()))
             }
@@ -48,19 +57,18 @@ impl State {
     /// Where a picked item is in its view's rows now, if it is still there.
     fn row_of(&self, view: View, pick: &Picked) -> Option<usize> {
         match (view, pick) {
-            (View::Gpus, Picked::Device(s, node, index)) => {
-                self.rows_devices.iter().position(|k| {
-                    k.source == *s
-                        && self
-                            .device(*k)
-                            .is_some_and(|(_, n, d)| &n.name == node && d.index == *index)
+            (View::Gpus, Picked::Device(s, node, index)) => self.gpus.rows.iter().position(|k| {
+                k.source == *s
+                    && self
+                        .device(*k)
+                        .is_some_and(|(_, n, d)| &n.name == node && d.index == *index)
+            }),
+            (View::Claims, Picked::Claim(s, id)) => {
+                self.claims.rows.iter().position(|k| {
+                    k.source == *s && self.claim(*k).is_some_and(|(_, c)| c.id == *id)
                 })
             }
-            (View::Claims, Picked::Claim(s, id)) => self
-                .rows_claims
-                .iter()
-                .position(|k| k.source == *s && self.claim(*k).is_some_and(|(_, c)| c.id == *id)),
-            (View::Ledger, Picked::Project(s, name)) => self.rows_projects.iter().position(|k| {
+            (View::Ledger, Picked::Project(s, name)) => self.projects.rows.iter().position(|k| {
                 k.source == *s && self.project(*k).is_some_and(|(_, p)| &p.name == name)
             }),
             _ => None,
@@ -71,8 +79,8 @@ impl State {
     /// operator moved the cursor).
     pub fn pick_under_cursor(&mut self, view: View) {
         if LISTS.contains(&view) {
-            let row = self.cursor[view.position()].selected;
-            self.picked[view.position()] = self.identity_at(view, row);
+            let row = self.cursor_of(view).selected;
+            self.set_picked(view, self.identity_at(view, row));
         }
     }
 
@@ -81,14 +89,13 @@ impl State {
     /// cursor.
     pub(super) fn follow_picks(&mut self) {
         for v in LISTS {
-            let p = v.position();
-            match self.picked[p].clone() {
+            match self.picked(v).cloned() {
                 Some(pick) => {
                     if let Some(row) = self.row_of(v, &pick) {
-                        self.cursor[p].selected = row;
+                        self.cursor_mut(v).selected = row;
                     }
                 }
-                None => self.picked[p] = self.identity_at(v, self.cursor[p].selected),
+                None => self.set_picked(v, self.identity_at(v, self.cursor_of(v).selected)),
             }
         }
     }
@@ -104,7 +111,7 @@ impl State {
     pub fn repick_if_gone(&mut self) {
         for v in LISTS {
             if self.pick_gone(v).is_some() {
-                self.picked[v.position()] = None;
+                self.set_picked(v, None);
                 self.follow_picks();
             }
         }
@@ -113,11 +120,11 @@ impl State {
     /// The row of `view` that is selected: the picked item's row, or none when the
     /// picked item is gone.
     pub fn selected_row(&self, view: View) -> Option<usize> {
-        let row = self.cursor[view.position()].selected;
+        let row = self.cursor_of(view).selected;
         if !LISTS.contains(&view) {
             return Some(row);
         }
-        match &self.picked[view.position()] {
+        match self.picked(view) {
             Some(pick) => self.row_of(view, pick).filter(|r| *r == row),
             None => None,
         }
@@ -126,7 +133,7 @@ impl State {
     /// The picked item of `view` when it is no longer listed, in words (`claim 131 on
     /// demo`), for refusing an action on it.
     pub fn pick_gone(&self, view: View) -> Option<String> {
-        let pick = self.picked.get(view.position())?.as_ref()?;
+        let pick = self.picked(view)?;
         if self.row_of(view, pick).is_some() {
             return None;
         }
@@ -144,21 +151,21 @@ impl State {
 
     /// The selected device row (GPUs view), if its picked GPU is still listed.
     pub fn selected_device(&self) -> Option<DevKey> {
-        self.rows_devices
-            .get(self.selected_row(View::Gpus)?)
-            .copied()
+        self.gpus.rows.get(self.selected_row(View::Gpus)?).copied()
     }
 
     /// The selected claim row (Claims view), if its picked claim is still listed.
     pub fn selected_claim(&self) -> Option<ClaimKey> {
-        self.rows_claims
+        self.claims
+            .rows
             .get(self.selected_row(View::Claims)?)
             .copied()
     }
 
     /// The selected project row, if its picked project is still listed.
     pub fn selected_project(&self) -> Option<ProjKey> {
-        self.rows_projects
+        self.projects
+            .rows
             .get(self.selected_row(View::Ledger)?)
             .copied()
     }

@@ -5,7 +5,6 @@ use crate::placement::Health;
 use crate::snapshot::ClaimState;
 
 use super::{State, View};
-use crate::console::views::allocated_but_idle;
 
 /// Totals over the shown sources' devices and claims.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -71,7 +70,7 @@ impl State {
                 }
                 t.unclaimed_known |= dev.unclaimed_memory.is_some();
                 t.unclaimed += dev.unclaimed_memory.unwrap_or_default().0;
-                t.idle_devs += usize::from(allocated_but_idle(dev));
+                t.idle_devs += usize::from(dev.allocated_but_idle());
                 if dev.cordoned || dev.compute_free.0 == 0 || dev.slots_free.0 == 0 {
                     t.stranded += dev.memory_free.0;
                 }

@@ -1,4 +1,4 @@
-//! The views, in tab order: titles, command-line names and sortable columns.
+//! The views, in tab order: titles, command-line names and problem filters.
 
 /// The Overview's counts that list their items: label, the view and the filter Enter opens.
 pub const OVERVIEW_JUMPS: [(&str, View, &str); 5] = [
@@ -73,16 +73,6 @@ impl View {
     pub fn parse(s: &str) -> Option<View> {
         View::ALL.into_iter().find(|v| v.name() == s)
     }
-    /// The columns it can be sorted by.
-    pub fn sort_columns(self) -> &'static [&'static str] {
-        match self {
-            View::Gpus => &["node", "free", "used", "util", "allocated", "sharers"],
-            View::Claims => &["id", "project", "memory", "used", "age", "state", "over"],
-            View::Ledger => &["project", "debt", "pending", "share"],
-            _ => &[],
-        }
-    }
-
     /// The problem filters `!` cycles through here: words the rows' states and flags match.
     pub fn problem_filters(self) -> &'static [&'static str] {
         match self {

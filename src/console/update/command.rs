@@ -5,91 +5,7 @@ use super::keys::normal_action;
 use super::{flash, quit};
 use crate::console::keymap::{Context, KeyAction};
 use crate::console::msg::Effect;
-use crate::console::state::{Cursor, Mode, State, View};
-
-/// The commands the `:` line accepts (beyond view names and key actions).
-pub const COMMANDS: &[&str] = &[
-    "overview",
-    "gpus",
-    "gpu",
-    "claims",
-    "fairshare",
-    "detail",
-    "events",
-    "quit",
-    "help",
-    "claim",
-    "release",
-    "move",
-    "cordon",
-    "uncordon",
-    "reset",
-    "act",
-    "handover",
-    "freeze",
-    "refresh",
-    "source",
-    "sort",
-    "filter",
-];
-
-/// What the command line could become: the commands (or a command's arguments) that
-/// start with what is typed, sorted. The command line shows them as it is typed.
-pub fn candidates(state: &State, text: &str) -> Vec<String> {
-    let (head, arg) = match text.split_once(' ') {
-        Some((h, a)) => (h, Some(a)),
-        None => (text, None),
-    };
-    let options: Vec<String> = match arg {
-        None => COMMANDS
-            .iter()
-            .map(|c| (*c).to_string())
-            .chain(
-                crate::console::keymap::KeyAction::ALL
-                    .iter()
-                    .filter(|a| a.context() == Context::Normal)
-                    .filter(|a| !(state.readonly && a.mutates()))
-                    .map(|a| a.name().to_string()),
-            )
-            .filter(|c| c.starts_with(head))
-            .collect(),
-        Some(a) => {
-            let args: Vec<String> = match head {
-                "source" => std::iter::once("all".to_string())
-                    .chain(state.sources.iter().map(|s| s.name.clone()))
-                    .collect(),
-                "sort" => state
-                    .view
-                    .sort_columns()
-                    .iter()
-                    .map(|c| (*c).to_string())
-                    .collect(),
-                "reset" => state
-                    .rows_projects
-                    .iter()
-                    .filter_map(|k| state.project(*k).map(|(_, p)| p.name.clone()))
-                    .collect(),
-                "claim" | "release" | "move" => state.claim_names(),
-                "gpu" | "cordon" | "uncordon" => state.gpu_names(),
-                "filter" => state
-                    .view
-                    .problem_filters()
-                    .iter()
-                    .map(|c| (*c).to_string())
-                    .collect(),
-                _ => Vec::new(),
-            };
-            args.into_iter()
-                .filter(|x| x.starts_with(a))
-                .map(|x| format!("{head} {x}"))
-                .collect()
-        }
-    };
-    let mut options = options;
-    options.sort();
-    options.dedup();
-    options
-}
+use crate::console::state::{Cursor, Mode, State, View, candidates};
 
 /// Completes the command line: the longest common prefix of the matching commands.
 pub fn complete(state: &State, text: &str) -> String {
@@ -155,24 +71,9 @@ pub(super) fn command(state: &mut State, text: &str) -> Vec<Effect> {
             Vec::new()
         }
         "sort" => {
-            let cols = state.view.sort_columns();
-            match cols.iter().position(|c| *c == arg) {
-                Some(i) => {
-                    state.sort[state.view.position()] = i;
-                    state.reshape_rows();
-                }
-                None if cols.is_empty() => {
-                    flash(
-                        state,
-                        format!("the {} view has no sort", state.view.title()),
-                        true,
-                    );
-                }
-                None => flash(
-                    state,
-                    format!("no column `{arg}` here; sort by: {}", cols.join(", ")),
-                    true,
-                ),
+            match state.sort_by_name(&arg) {
+                Ok(()) => state.reshape_rows(),
+                Err(e) => flash(state, e.to_string(), true),
             }
             Vec::new()
         }
@@ -199,7 +100,8 @@ pub(super) fn command(state: &mut State, text: &str) -> Vec<Effect> {
                 return normal_action(state, KeyAction::ClearBackoff);
             }
             let found = state
-                .rows_projects
+                .projects
+                .rows
                 .iter()
                 .find(|k| state.project(**k).is_some_and(|(_, p)| p.name == arg))
                 .copied();
@@ -276,6 +178,6 @@ pub(super) fn open_detail(state: &mut State) {
     };
     if key.is_some() {
         state.detail = key;
-        state.cursor[View::Detail.position()] = Cursor::default();
+        *state.cursor_mut(View::Detail) = Cursor::default();
     }
 }

@@ -7,7 +7,7 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use super::{act, flash, refusal};
 use crate::console::keymap::{Context, KeyAction};
-use crate::console::msg::Effect;
+use crate::console::msg::{Asker, Effect};
 use crate::console::state::{Confirm, Mode, State};
 
 /// Opens the confirmation for an action, unless the console is read-only or the source
@@ -84,7 +84,7 @@ pub(super) fn confirm_key(state: &mut State, mut c: Confirm, ev: KeyEvent) -> Ve
         Some(KeyAction::Confirm) => {
             let sent = match c.across.take() {
                 Some(chain) => super::move_across::start(state, *chain),
-                None => act(state, c.source, c.action),
+                None => act(state, c.source, c.action, Asker::Operator),
             };
             state.mode = match c.then {
                 Some(m) if !sent.is_empty() => *m,

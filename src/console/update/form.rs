@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::{act, flash, lost, ranking};
 use crate::console::keymap::{Context, KeyAction};
-use crate::console::msg::Effect;
+use crate::console::msg::{Asker, Effect};
 use crate::console::state::{ClaimForm, FormField, FormKind, FormStage, Mode, State, View};
 use crate::placement::AttemptId;
 
@@ -122,7 +122,7 @@ pub(super) fn claimed(
                 false,
             );
             form.source = next;
-            let sent = act(state, next, action.clone());
+            let sent = act(state, next, action.clone(), Asker::Form);
             if sent.is_empty() {
                 form.stage = FormStage::Editing;
                 form.error = state.flash.as_ref().map(|f| f.text.clone());
@@ -277,7 +277,7 @@ pub(super) fn form_key(state: &mut State, mut form: ClaimForm, ev: KeyEvent) -> 
                 if !form.handover.is_empty() {
                     return super::handover::with_form_claim(state, form, request);
                 }
-                effects = act(state, src, Action::Claim { request });
+                effects = act(state, src, Action::Claim { request }, Asker::Form);
                 if effects.is_empty() {
                     // Refused before sending (read-only): leave the form open with why.
                     form.error = state.flash.as_ref().map(|f| f.text.clone());

@@ -23,7 +23,7 @@ use crate::wire::ClaimDraft;
 
 use super::{act, flash, refusal};
 use crate::console::keymap::{Context, KeyAction};
-use crate::console::msg::Effect;
+use crate::console::msg::{Asker, Effect};
 use crate::console::state::{
     ClaimForm, Confirm, FormStage, HandoverRun, Mode, State, StepPlan, View,
 };
@@ -431,42 +431,46 @@ fn ask(state: &mut State, steps: Vec<StepPlan>, back: Option<Mode>) {
 pub(super) fn start(state: &mut State, steps: Vec<StepPlan>) -> Vec<Effect> {
     let n = steps.len();
     state.push_log(format!("hand-over confirmed: {n} steps"));
-    state.handover = Some(HandoverRun::new(steps));
+    state.handovers_started += 1;
+    state.handover = Some(HandoverRun::new(state.handovers_started, steps));
     state.mode = Mode::Handover;
     send_current(state)
 }
 
 /// Sends the step under way, or records its refusal when the console cannot send it.
 fn send_current(state: &mut State) -> Vec<Effect> {
-    let Some((i, step)) = state
+    let Some((run, i, step)) = state
         .handover
         .as_ref()
-        .and_then(|r| r.current().map(|i| (i, r.steps[i].clone())))
+        .and_then(|r| r.current().map(|i| (r.id, i, r.steps[i].clone())))
     else {
         return Vec::new();
     };
     if let Some(why) = refusal(state, step.source, &step.action) {
         return answered(state, i, Err(Failure::ReadOnly(why)));
     }
-    act(state, step.source, step.action)
+    act(
+        state,
+        step.source,
+        step.action,
+        Asker::Handover { run, step: i },
+    )
 }
 
-/// An action's answer, when it is the answer of the hand-over's step under way: recorded,
-/// logged, and the next step sent (or, after a failure, the rest marked not run). `None`
-/// when the answer is not the hand-over's.
+/// The answer to step `step` of hand-over `run`: recorded, logged, and the next step sent
+/// (or, after a failure, the rest marked not run). `None` when that run is no longer the
+/// one under way or that step not the one waiting (the answer is then only said).
 pub(super) fn step(
     state: &mut State,
-    source: usize,
-    action: &Action,
+    run: u64,
+    step: usize,
     result: &Result<Outcome, Failure>,
 ) -> Option<Vec<Effect>> {
-    let run = state.handover.as_ref()?;
-    let i = run.current()?;
-    let plan = &run.steps[i];
-    if plan.source != source || plan.action != *action {
+    let under_way = state.handover.as_ref()?;
+    if under_way.id != run || under_way.current() != Some(step) {
         return None;
     }
-    Some(answered(state, i, result.clone()))
+    Some(answered(state, step, result.clone()))
 }
 
 fn answered(state: &mut State, i: usize, result: Result<Outcome, Failure>) -> Vec<Effect> {

@@ -95,7 +95,7 @@ pub(super) fn key(state: &mut State, ev: KeyEvent) -> Vec<Effect> {
 /// Keys in the Fair share reasons popup: scroll, or Esc (Enter, `q`) back.
 fn why_key(state: &mut State, scroll: u16, ev: &KeyEvent) {
     let page = state.size.1.saturating_sub(6).max(1);
-    let max = crate::console::views::why_scroll_max(state);
+    let max = state.why_scroll_max();
     state.mode = match state.keymap.action(Context::Normal, ev) {
         Some(KeyAction::Back | KeyAction::Open | KeyAction::Quit) => Mode::Normal,
         _ if ev.code == KeyCode::Esc => Mode::Normal,
@@ -133,7 +133,7 @@ fn normal_key(state: &mut State, ev: KeyEvent) -> Vec<Effect> {
 fn move_cursor(state: &mut State, delta: isize) {
     let n = state.row_count();
     let page = state.visible_rows();
-    let c = &mut state.cursor[state.view.position()];
+    let c = state.cursor_mut(state.view);
     let last = n.saturating_sub(1);
     c.selected = if delta == isize::MIN {
         0
@@ -193,9 +193,9 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
         KeyAction::Bottom => move_cursor(state, isize::MAX),
         KeyAction::Open if state.view == View::Overview => {
             // The selected count's list: its view, filtered to it.
-            let row = state.cursor[View::Overview.position()].selected;
+            let row = state.cursor_of(View::Overview).selected;
             if let Some((_, view, filter)) = OVERVIEW_JUMPS.get(row) {
-                state.filters[view.position()] = (*filter).to_string();
+                *state.filter_of_mut(*view) = (*filter).to_string();
                 state.view = *view;
                 state.came_from = Some(View::Overview);
                 state.reshape_rows();
@@ -244,17 +244,13 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
         KeyAction::Filter => state.mode = Mode::Filter(state.filter().to_string()),
         KeyAction::Command => state.mode = Mode::Command(String::new()),
         KeyAction::SortNext => {
-            let cols = state.view.sort_columns();
-            if !cols.is_empty() {
-                let p = state.view.position();
-                state.sort[p] = (state.sort[p] + 1) % cols.len();
+            if state.next_sort() {
                 state.reshape_rows();
             }
         }
         KeyAction::Problems => problems(state),
         KeyAction::SortReverse => {
-            let p = state.view.position();
-            state.sort_reverse[p] = !state.sort_reverse[p];
+            state.reverse_sort();
             state.reshape_rows();
         }
         KeyAction::Freeze => {

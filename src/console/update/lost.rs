@@ -25,7 +25,7 @@ use crate::snapshot::{ClaimState, ClaimView};
 use crate::sources::{Action, Failure, Outcome};
 
 use super::{act, flash, move_across};
-use crate::console::msg::Effect;
+use crate::console::msg::{Asker, Effect};
 use crate::console::state::{ClaimForm, LostClaim, Mode, MoveAcross, State};
 
 /// Whether a failure leaves it open whether the source placed the claim: no answer,
@@ -288,7 +288,7 @@ fn next_or_fail(state: &mut State, mut form: ClaimForm) -> Vec<Effect> {
         let next = form.next.remove(0);
         flash(state, format!("trying {}", name(state, next)), false);
         form.source = next;
-        let sent = act(state, next, Action::Claim { request });
+        let sent = act(state, next, Action::Claim { request }, Asker::Form);
         if sent.is_empty() {
             form.stage = crate::console::state::FormStage::Editing;
             form.error = state.flash.as_ref().map(|f| f.text.clone());
@@ -356,7 +356,12 @@ fn after_landing(
                 view.id
             );
             flash(state, text, false);
-            act(state, lost.source, Action::Release { id: view.id })
+            act(
+                state,
+                lost.source,
+                Action::Release { id: view.id },
+                Asker::Operator,
+            )
         }
         (AttemptRecheck::Silent, _) => {
             let until = match lost.request.ttl {

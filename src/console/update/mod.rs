@@ -22,10 +22,10 @@ use ratatui::crossterm::event::KeyEventKind;
 
 use crate::sources::Action;
 
-use super::msg::{Effect, Msg};
+use super::msg::{Asker, Effect, Msg};
 use super::state::{Flash, State, View};
 
-pub use command::{COMMANDS, candidates, complete, show_view};
+pub use command::{complete, show_view};
 pub use rewind::{BANNER_ROWS, refusal_text, rewind_to, short_time};
 
 /// Applies one message; returns the effects for the driver.
@@ -71,8 +71,9 @@ fn step(state: &mut State, msg: Msg) -> Vec<Effect> {
         Msg::Acted {
             source,
             action,
+            asker,
             result,
-        } => sources::acted(state, source, &action, result),
+        } => sources::acted(state, source, &action, asker, result),
         Msg::MoveStepped {
             source,
             move_id,
@@ -142,8 +143,9 @@ pub(super) fn refusal(state: &State, source: usize, action: &Action) -> Option<S
     None
 }
 
-/// Sends an action to its source, unless the console is read-only or the source cannot act.
-pub(super) fn act(state: &mut State, source: usize, action: Action) -> Vec<Effect> {
+/// Sends an action to its source for `asker`, unless the console is read-only or the
+/// source cannot act.
+pub(super) fn act(state: &mut State, source: usize, action: Action, asker: Asker) -> Vec<Effect> {
     let Some(slot) = state.sources.get(source) else {
         return Vec::new();
     };
@@ -167,7 +169,12 @@ pub(super) fn act(state: &mut State, source: usize, action: Action) -> Vec<Effec
             request: request.clone(),
             key: lost::key(&attempt, source),
             move_id: None,
+            asker,
         }];
     }
-    vec![Effect::Act { source, action }]
+    vec![Effect::Act {
+        source,
+        action,
+        asker,
+    }]
 }

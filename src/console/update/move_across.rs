@@ -12,7 +12,7 @@ use crate::sources::{Action, Failure, Outcome};
 
 use super::ranking::{self, TRIES};
 use super::{flash, lost, refusal};
-use crate::console::msg::Effect;
+use crate::console::msg::{Asker, Effect};
 use crate::console::state::{Confirm, Mode, MoveAcross, MovePick, MoveRow, State};
 
 /// The GPUs claim `c` of source `own` may move to, on every acting source with data: not
@@ -306,6 +306,8 @@ fn send(state: &mut State, source: usize, action: Action, move_id: &str) -> Vec<
             request: request.clone(),
             key: lost::key(&attempt, source),
             move_id: Some(move_id.to_string()),
+            // Answered by `Msg::MoveStepped`, to the move by its id.
+            asker: Asker::Operator,
         }];
     }
     vec![Effect::ActInMove {

@@ -21,7 +21,7 @@ pub(super) fn gpu(state: &mut State, arg: &str) -> Vec<Effect> {
     match state.find_gpu(arg) {
         Ok(key) => {
             state.detail = Some(key);
-            state.cursor[View::Detail.position()] = Cursor::default();
+            *state.cursor_mut(View::Detail) = Cursor::default();
             if state.view != View::Detail {
                 state.came_from = Some(state.view);
             }

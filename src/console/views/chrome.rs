@@ -8,7 +8,7 @@ use ratatui::widgets::{Clear, Paragraph, Wrap};
 
 use super::common::badge;
 use crate::console::keymap::KeyAction;
-use crate::console::state::{Mode, State, View};
+use crate::console::state::{Mode, State, View, candidates};
 use crate::console::theme::Theme;
 
 /// The tab bar: one tab per view, the current one marked.
@@ -40,7 +40,7 @@ pub(super) fn hints(frame: &mut Frame, area: Rect, state: &State, theme: &Theme)
         }
         Mode::Command(t) => {
             // The candidates for what is typed, as many as fit.
-            let options = crate::console::update::candidates(state, t);
+            let options = candidates(state, t);
             let tail = match options.as_slice() {
                 [] => " no such command · Esc cancel".to_string(),
                 [_] if !t.is_empty() => " Tab complete · Enter run".to_string(),

@@ -9,11 +9,11 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Wrap};
 
 use crate::clock::{self, Timestamp};
-use crate::console::state::{State, View};
+use crate::console::state::{State, View, reason_now};
 use crate::console::theme::Theme;
 use crate::snapshot::{ClaimState, ClaimView};
 
-use super::common::{block, index_ranges, reason_now, short_bytes};
+use super::common::{block, index_ranges, short_bytes};
 
 /// The claim opened from Claims, or how to open one.
 pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
@@ -48,7 +48,8 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     // Long reasons and forms wrap; the scroll stops where the last line shows.
     let width = usize::from(inner.width.max(1));
     let drawn: usize = lines.iter().map(|l| l.width().max(1).div_ceil(width)).sum();
-    let top = state.cursor[View::ClaimDetail.position()]
+    let top = state
+        .cursor_of(View::ClaimDetail)
         .selected
         .min(drawn.saturating_sub(usize::from(inner.height)));
     frame.render_widget(

@@ -173,12 +173,13 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     let [table_area, info] =
         Layout::vertical([Constraint::Min(3), Constraint::Length(detail_h)]).areas(area);
     let height = usize::from(table_area.height.saturating_sub(3));
-    let cur = state.cursor[View::Claims.position()];
-    let len = state.rows_claims.len();
+    let cur = state.cursor_of(View::Claims);
+    let len = state.claims.rows.len();
     let off = window(cur.selected, cur.offset, height, len);
     let picked = state.selected_row(View::Claims);
     let rows: Vec<Row> = state
-        .rows_claims
+        .claims
+        .rows
         .iter()
         .enumerate()
         .skip(off)

@@ -1,5 +1,4 @@
-//! What every view shares: narrow-column formatters, the source badge, device flags,
-//! and the table pieces (bordered blocks, titles, scrolling windows, rows, notes, popups).
+//! What every view shares: narrow-column formatters, the source badge, and the table pieces (bordered blocks, titles, scrolling windows, rows, notes, popups).
 
 use ratatui::Frame;
 use ratatui::layout::Rect;
@@ -8,8 +7,6 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Cell, Paragraph, Row, Wrap};
 
 use crate::clock::{self, Timestamp};
-use crate::placement::Health;
-use crate::snapshot::DeviceView;
 use crate::units::{Bytes, Units};
 
 use crate::console::state::{SourceHealth, SourceSlot, State};
@@ -36,30 +33,6 @@ pub fn short_bytes(b: Bytes) -> String {
 }
 
 /// A fraction of a GPU as a percentage.
-/// A resource account's reason, its time left read from the one clock: a source words a
-/// backoff as `backed off for 11m33s` when it answered, which a later draw would contradict
-/// beside the time left to `backoff_until`; that part is worked out again from `now`.
-pub(super) fn reason_now(
-    r: &crate::snapshot::ProjectResourceView,
-    now: Timestamp,
-) -> Option<String> {
-    let why = r.reason.as_deref()?;
-    let Some(rest) = why.strip_prefix("backed off for ") else {
-        return Some(why.to_string());
-    };
-    // What follows the duration (a source may add words after it) is kept.
-    let tail = rest.split_once(' ').map_or("", |(_, t)| t);
-    let left = match r.backoff_until {
-        Some(t) if t > now => format!("backed off for {}", clock::age(t.millis_since(now))),
-        _ => "backoff ended".to_string(),
-    };
-    Some(if tail.is_empty() {
-        left
-    } else {
-        format!("{left} {tail}")
-    })
-}
-
 pub(super) fn pct(u: Units) -> String {
     format!("{:.0}%", u.as_fraction() * 100.0)
 }
@@ -142,50 +115,6 @@ pub fn badge(slot: &SourceSlot, now: Timestamp, refresh: u64, theme: &Theme) -> 
     }
 }
 
-// ---------- devices ----------
-
-/// Device flags: what an operator should notice about it.
-pub fn device_flags(d: &DeviceView) -> Vec<&'static str> {
-    let mut f = Vec::new();
-    if d.cordoned {
-        f.push("cordon");
-    }
-    match &d.health {
-        Health::Healthy => {}
-        Health::Unhealthy(_) => f.push("unhealthy"),
-        Health::Lost => f.push("lost"),
-    }
-    if d.telemetry.as_ref().is_some_and(|t| t.lost) {
-        f.push("lost");
-    }
-    if d.memory_capacity.is_none() {
-        f.push("no-mem-info");
-    }
-    if allocated_but_idle(d) {
-        f.push("idle");
-    }
-    if d.unclaimed_memory.is_some_and(|b| b.0 > 0) {
-        f.push("unclaimed");
-    }
-    f
-}
-
-/// Memory is reserved but the GPU has done nothing for the whole recent history.
-pub fn allocated_but_idle(d: &DeviceView) -> bool {
-    let Some(t) = &d.telemetry else { return false };
-    if d.memory_allocated.0 == 0 {
-        return false;
-    }
-    let recent: Vec<u32> = t
-        .history_utilization
-        .iter()
-        .rev()
-        .take(30)
-        .copied()
-        .collect();
-    t.utilization_gpu == Some(0) && recent.iter().all(|u| *u == 0)
-}
-
 // ---------- table pieces ----------
 
 /// A bordered block with a styled title.
@@ -215,13 +144,8 @@ pub(super) fn title_with(state: &State, name: &str, count: usize, theme: &Theme)
         None => count.to_string(),
     };
     let mut spans = vec![Span::styled(format!(" {name} ({count}) "), theme.title)];
-    let cols = state.view.sort_columns();
-    if let Some(c) = cols.get(state.sort[state.view.position()]) {
-        let arrow = if state.sort_reverse[state.view.position()] {
-            "↑"
-        } else {
-            "↓"
-        };
+    if let Some((c, reverse)) = state.sort_shown() {
+        let arrow = if reverse { "↑" } else { "↓" };
         spans.push(Span::styled(format!("sort:{c}{arrow} "), theme.dim));
     }
     if !state.filter().is_empty() {

@@ -10,7 +10,7 @@ use crate::console::state::{State, View};
 use crate::console::theme::Theme;
 use crate::snapshot::{DeviceTelemetry, DeviceView, Snapshot};
 
-use super::common::{block, device_flags, na, short_bytes, window};
+use super::common::{block, na, short_bytes, window};
 
 /// The device picked in the GPUs view, or how to pick one.
 pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
@@ -50,7 +50,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     super::charts::draw(frame, spark, state, d, t, theme);
     let snap = slot.and_then(|s| s.data.as_ref());
     let rows = process_rows(d, t, snap, theme);
-    let cur = state.cursor[View::Detail.position()];
+    let cur = state.cursor_of(View::Detail);
     let h = usize::from(procs.height.saturating_sub(3));
     let off = window(cur.selected, cur.offset, h, rows.len());
     let rows: Vec<Row> = rows.into_iter().skip(off).take(h).collect();
@@ -110,7 +110,7 @@ fn info_lines(d: &DeviceView, t: Option<&DeviceTelemetry>, theme: &Theme) -> Vec
                 ),
                 theme.text,
             ),
-            Span::styled(device_flags(d).join(","), theme.warn),
+            Span::styled(d.flag_words().join(","), theme.warn),
         ]),
         Line::styled(
             format!(

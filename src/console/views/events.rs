@@ -23,7 +23,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     let [audit, log] = events_split(area);
     let evs = state.audit_events();
     let h = usize::from(audit.height.saturating_sub(3));
-    let cur = state.cursor[View::Events.position()];
+    let cur = state.cursor_of(View::Events);
     let off = window(cur.selected, cur.offset, h, evs.len());
     // DETAIL takes what the fixed columns (59, and a gap before each of the 5 after the
     // first) and the borders leave; a cut detail ends in `…` (the pane below has it whole).

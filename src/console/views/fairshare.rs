@@ -3,18 +3,19 @@
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
-use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Cell, Clear, Paragraph, Row, Table, Wrap};
 
 use crate::clock;
-use crate::console::state::{ProjKey, State, View, why_pane_height};
+use crate::console::state::{
+    ProjKey, State, View, WhyTone, reason_now, why_pane_height, why_popup_size,
+};
 use crate::console::theme::Theme;
 use crate::snapshot::ProjectResourceView;
 
 use super::common::{
-    block, empty_note, fit, list_row, mid_ellipsis, model_label, popup, reason_now, short_model,
-    title_with, window,
+    block, empty_note, fit, list_row, mid_ellipsis, model_label, popup, short_model, title_with,
+    window,
 };
 
 /// Per project: share, running, pending, debt; then one line per resource account.
@@ -29,7 +30,7 @@ pub(super) fn draw(frame: &mut Frame, whole: Rect, state: &State, theme: &Theme)
     }
     let height = usize::from(area.height.saturating_sub(3));
     let wide = area.width >= 110;
-    let cur = state.cursor[View::Ledger.position()];
+    let cur = state.cursor_of(View::Ledger);
     let multi = state.shown_sources().count() > 1;
     // With the pane, SHARE and RUN are said there and leave the table to WHY NOT NOW.
     let lean = pane_h > 0;
@@ -44,7 +45,7 @@ pub(super) fn draw(frame: &mut Frame, whole: Rect, state: &State, theme: &Theme)
     };
     let mut len = 0usize;
     let mut selected_line = 0usize;
-    for (i, k) in state.rows_projects.iter().enumerate() {
+    for (i, k) in state.projects.rows.iter().enumerate() {
         if i == cur.selected {
             selected_line = len;
         }
@@ -54,7 +55,7 @@ pub(super) fn draw(frame: &mut Frame, whole: Rect, state: &State, theme: &Theme)
     let picked = state.selected_row(View::Ledger);
     let mut rows = Vec::new();
     let mut line = 0usize;
-    for (i, k) in state.rows_projects.iter().enumerate() {
+    for (i, k) in state.projects.rows.iter().enumerate() {
         if line >= off + height {
             break;
         }
@@ -130,19 +131,20 @@ pub(super) fn draw(frame: &mut Frame, whole: Rect, state: &State, theme: &Theme)
     let t = Table::new(rows, widths)
         .header(Row::new(header).style(theme.header))
         .block(block(
-            title_with(state, "Fair share", state.rows_projects.len(), theme),
+            title_with(state, "Fair share", state.projects.rows.len(), theme),
             theme,
         ));
     frame.render_widget(t, area);
     let no_accounts = state
-        .rows_projects
+        .projects
+        .rows
         .iter()
         .filter_map(|k| state.project(*k))
         .all(|(_, p)| p.resources.is_empty());
-    if state.rows_projects.is_empty() {
+    if state.projects.rows.is_empty() {
         empty_note(frame, area, state, theme, "no projects");
     } else if no_accounts && area.height > 6 {
-        let y = area.y + 2 + u16::try_from(state.rows_projects.len().min(height)).unwrap_or(0);
+        let y = area.y + 2 + u16::try_from(state.projects.rows.len().min(height)).unwrap_or(0);
         if y + 1 < area.y + area.height {
             frame.render_widget(
                 Paragraph::new("no per-resource accounts from these sources (debts, backoffs): their fair-share ledger is not reported")
@@ -235,106 +237,32 @@ pub(super) fn draw_why(frame: &mut Frame, area: Rect, state: &State, theme: &The
 
 /// Where the reasons popup goes on a screen `area`.
 fn why_popup(area: Rect) -> Rect {
-    popup(area, 100, area.height.saturating_sub(2).max(6))
+    let (w, h) = why_popup_size((area.width, area.height));
+    popup(area, w, h)
 }
 
-/// How far the reasons popup scrolls at the terminal's size: its lines past the first
-/// screenful (0 when they all fit), so that `k` after too many `j` moves at once.
-pub fn why_scroll_max(state: &State) -> u16 {
-    let r = why_popup(Rect::new(0, 0, state.size.0, state.size.1));
-    let (w, h) = (r.width.saturating_sub(2), r.height.saturating_sub(2));
-    let n = why_lines(state, &Theme::plain(), usize::from(w)).map_or(0, |l| l.len());
-    u16::try_from(n).unwrap_or(u16::MAX).saturating_sub(h)
-}
-
-/// The selected project's share and each held-back account's reason and backoff,
-/// wrapped to `width` columns (None without a selected project).
+/// The selected project's reasons wrapped to `width`, styled by the theme.
 fn why_lines(state: &State, theme: &Theme, width: usize) -> Option<Vec<Line<'static>>> {
-    let (_, p) = state.selected_project().and_then(|k| state.project(k))?;
-    let mut lines = vec![vec![
-        (format!("{} ", p.name), theme.title),
-        (
-            format!(
-                "share {}, running {}, pending {}",
-                p.share, p.running, p.pending
-            ),
-            theme.dim,
-        ),
-    ]];
-    let mut held = false;
-    for r in &p.resources {
-        let backed = r.backoff_until.filter(|t| *t > state.now);
-        if backed.is_none() && r.reason.is_none() {
-            continue;
-        }
-        held = true;
-        let model = r.resource.strip_prefix("gpu:").unwrap_or(&r.resource);
-        let mut spans = vec![(format!("{model}: "), theme.header)];
-        if let Some(why) = reason_now(r, state.now) {
-            spans.push((format!("{why} "), theme.text));
-        }
-        if let Some(t) = backed {
-            let (at, left) = (
-                clock::date_time(t, &state.zone),
-                clock::age(t.millis_since(state.now)),
-            );
-            spans.push((
-                if r.reason.is_some() {
-                    format!("(until {at}, in {left})")
-                } else {
-                    format!("backed off until {at} (in {left})")
-                },
-                theme.warn,
-            ));
-        }
-        lines.push(spans);
-    }
-    if !held {
-        let text = if p.resources.is_empty() {
-            "no per-resource accounts from this source"
-        } else {
-            "nothing holds it back: served when it has work"
-        };
-        lines.push(vec![(text.to_string(), theme.dim)]);
-    }
-    Some(lines.iter().flat_map(|l| wrap(l, width)).collect())
-}
-
-/// One line of styled words wrapped to `width` columns at spaces (a word longer than a
-/// line is split), so that the pane can count its lines before drawing them.
-fn wrap(spans: &[(String, Style)], width: usize) -> Vec<Line<'static>> {
-    let width = width.max(1);
-    let mut out: Vec<Vec<Span<'static>>> = vec![Vec::new()];
-    let mut used = 0usize;
-    for (text, style) in spans {
-        for word in text.split(' ').filter(|w| !w.is_empty()) {
-            let mut word: Vec<char> = word.chars().collect();
-            let gap = usize::from(used > 0);
-            if used > 0 && used + gap + word.len() > width {
-                out.push(Vec::new());
-                used = 0;
-            }
-            while word.len() > width {
-                let rest = word.split_off(width);
-                if let Some(line) = out.last_mut() {
-                    line.push(Span::styled(word.iter().collect::<String>(), *style));
-                }
-                out.push(Vec::new());
-                used = 0;
-                word = rest;
-            }
-            if let Some(line) = out.last_mut() {
-                // The gap takes the style of the word before it, as the text was written.
-                if let Some(prev) = line.last_mut().filter(|_| used > 0) {
-                    prev.content.to_mut().push(' ');
-                    used += 1;
-                }
-                used += word.len();
-                line.push(Span::styled(word.iter().collect::<String>(), *style));
-            }
-        }
-    }
-    out.into_iter().map(Line::from).collect()
+    let lines = state.why_lines(width)?;
+    let style = |tone: WhyTone| match tone {
+        WhyTone::Title => theme.title,
+        WhyTone::Header => theme.header,
+        WhyTone::Text => theme.text,
+        WhyTone::Warn => theme.warn,
+        WhyTone::Dim => theme.dim,
+    };
+    Some(
+        lines
+            .into_iter()
+            .map(|l| {
+                Line::from(
+                    l.into_iter()
+                        .map(|(text, tone)| Span::styled(text, style(tone)))
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .collect(),
+    )
 }
 
 /// A resource account's cells: model, debt, (target, use when wide), eligibility, the

@@ -10,8 +10,8 @@ use crate::console::theme::Theme;
 use crate::snapshot::DeviceView;
 
 use super::common::{
-    block, device_flags, empty_note, list_row, mid_ellipsis, model_label, pct, short_bytes,
-    short_model, title_with, window,
+    block, empty_note, list_row, mid_ellipsis, model_label, pct, short_bytes, short_model,
+    title_with, window,
 };
 
 /// The columns shown. Three sets by width (under 110 columns, under 170, wider), a
@@ -136,12 +136,13 @@ impl Columns {
 pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
     let cols = Columns::new(area, state);
     let height = usize::from(area.height.saturating_sub(3));
-    let cur = state.cursor[View::Gpus.position()];
-    let len = state.rows_devices.len();
+    let cur = state.cursor_of(View::Gpus);
+    let len = state.gpus.rows.len();
     let off = window(cur.selected, cur.offset, height, len);
     let picked = state.selected_row(View::Gpus);
     let rows: Vec<Row> = state
-        .rows_devices
+        .gpus
+        .rows
         .iter()
         .enumerate()
         .skip(off)
@@ -179,7 +180,7 @@ fn device_row(
     let stale = slot.is_stale(state.now, state.refresh_ms);
     let t = d.telemetry.as_ref();
     let used = t.and_then(|t| t.memory_used);
-    let flags = device_flags(d);
+    let flags = d.flag_words();
     // A telemetry-only source knows nothing of allocation: show that, not zeros.
     let sched = !slot.kind.is_telemetry();
     let unknown = |known: String| if sched { known } else { "n/a".to_string() };

@@ -26,8 +26,7 @@ use super::state::{Mode, State, View};
 use super::theme::Theme;
 use super::update::BANNER_ROWS;
 
-pub use common::{allocated_but_idle, badge, device_flags, place_label, short_bytes};
-pub use fairshare::why_scroll_max;
+pub use common::{badge, place_label, short_bytes};
 
 /// Smallest size the views are drawn at; below it a notice is shown.
 pub const MIN_SIZE: (u16, u16) = (40, 8);

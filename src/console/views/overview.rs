@@ -21,7 +21,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     let selected =
         state.view == View::Overview && state.mode == crate::console::state::Mode::Normal;
     let label = OVERVIEW_JUMPS
-        .get(state.cursor[View::Overview.position()].selected)
+        .get(state.cursor_of(View::Overview).selected)
         .map(|(l, _, _)| *l)
         .filter(|_| selected);
     frame.render_widget(
