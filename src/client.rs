@@ -340,6 +340,7 @@ impl Client {
                      but {pinned} is pinned; nothing was sent (check --tls-fingerprint or \
                      tls_fingerprint against what `gpuboard serve` printed)"
                 ),
+                sent: false,
             };
         }
         // The handshake failed on a protocol mismatch: say which side speaks what.
@@ -350,6 +351,7 @@ impl Client {
                 detail: format!(
                     "{NOT_SENT}it speaks plain HTTP, not TLS: write http:// for it (https:// is for a `gpuboard serve --tls`)"
                 ),
+                sent: false,
             };
         }
         if self.base.scheme() == "http" && words.contains("invalid HTTP version") {
@@ -358,6 +360,7 @@ impl Client {
                 detail: format!(
                     "{NOT_SENT}it speaks TLS, not plain HTTP: write https:// for it, with --tls-fingerprint (what `gpuboard serve` printed) or --tls-ca"
                 ),
+                sent: false,
             };
         }
         if e.is_connect() {
@@ -365,6 +368,7 @@ impl Client {
             return ClientError::Unreachable {
                 endpoint,
                 detail: format!("{NOT_SENT}{}", chain(e)),
+                sent: false,
             };
         }
         if e.is_timeout() {
@@ -376,6 +380,7 @@ impl Client {
             ClientError::Unreachable {
                 endpoint,
                 detail: chain(e),
+                sent: true,
             }
         }
     }

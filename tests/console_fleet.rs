@@ -839,9 +839,10 @@ fn the_claim_form_tries_the_next_source_on_a_refusal_or_no_answer() {
             source: 0,
             action: claim.clone(),
             asker: Asker::Form,
-            result: Err(Failure::Unreachable(
-                "127.0.0.1:9: connection refused".into(),
-            )),
+            result: Err(Failure::Unreachable {
+                detail: "127.0.0.1:9: connection refused".into(),
+                sent: true,
+            }),
         }],
     );
     let label = attempt_of(&claim);

@@ -488,7 +488,10 @@ fn unchanged_marks_fresh_and_rebuilds_nothing() {
         vec![Msg::Fetched {
             source: 0,
             at: NOW.plus_secs(10),
-            result: Err(Failure::Unreachable("watch stream closed".into())),
+            result: Err(Failure::Unreachable {
+                detail: "watch stream closed".into(),
+                sent: true,
+            }),
         }],
     );
     assert!(st.sources[0].is_stale(st.now, refresh));

@@ -278,7 +278,7 @@ pub(super) async fn act(args: ActArgs) -> anyhow::Result<u8> {
 /// The exit code of a failed engine action.
 fn exit_code(e: &Failure) -> u8 {
     match e {
-        Failure::Timeout(_) | Failure::Unreachable(_) => EXIT_UNREACHABLE,
+        Failure::Timeout(_) | Failure::Unreachable { .. } => EXIT_UNREACHABLE,
         Failure::Unauthorized(_) | Failure::ReadOnly(_) => EXIT_AUTH,
         Failure::Invalid(_) => EXIT_INVALID,
         Failure::Refused(_) | Failure::InFlight(_) => EXIT_ENGINE_REFUSED,

@@ -429,6 +429,7 @@ async fn read_round(
         return Err(ClientError::Unreachable {
             endpoint: members.names(),
             detail: format!("no endpoint could be read: {}", unread.join("; ")),
+            sent: false,
         });
     }
     let policy = policy.unwrap_or(if spread_all {

@@ -4,8 +4,6 @@ use crate::placement::NoFit;
 use crate::request::RequestError;
 use crate::wire;
 
-use super::NOT_SENT;
-
 /// What went wrong talking to an endpoint.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum ClientError {
@@ -17,13 +15,16 @@ pub enum ClientError {
         /// Why.
         detail: String,
     },
-    /// No connection.
+    /// No connection, or it broke before an answer came.
     #[error("cannot reach {endpoint}: {detail}")]
     Unreachable {
         /// The endpoint.
         endpoint: String,
         /// Why.
         detail: String,
+        /// Whether the request may have reached the endpoint: `false` only when surely
+        /// nothing was sent (no connection was made), so a claim is known not placed.
+        sent: bool,
     },
     /// No answer in time.
     #[error("{endpoint} did not answer within {secs} s")]
@@ -112,7 +113,7 @@ pub enum ClientError {
 impl ClientError {
     /// Whether the request surely never reached the endpoint (no connection was made).
     pub fn never_sent(&self) -> bool {
-        matches!(self, ClientError::Unreachable { detail, .. } if detail.starts_with(NOT_SENT))
+        matches!(self, ClientError::Unreachable { sent: false, .. })
     }
 
     /// Whether this is the answer to a keyed claim whose first request with that key is

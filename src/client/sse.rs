@@ -184,6 +184,7 @@ impl Reader {
                     return Err(ClientError::Unreachable {
                         endpoint: self.endpoint.clone(),
                         detail: "the watch stream ended".to_string(),
+                        sent: true,
                     });
                 }
                 Ok(Some(chunk)) => chunk?,

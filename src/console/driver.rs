@@ -339,12 +339,15 @@ async fn resend(
         // Silence, "in flight" and a refused connection (restarting) are no answer yet.
         let again = matches!(
             result,
-            Err(Failure::InFlight(_) | Failure::Timeout(_) | Failure::Unreachable(_))
+            Err(Failure::InFlight(_) | Failure::Timeout(_) | Failure::Unreachable { .. })
         );
         if !again || Instant::now() >= until {
             return result;
         }
-        if matches!(result, Err(Failure::InFlight(_) | Failure::Unreachable(_))) {
+        if matches!(
+            result,
+            Err(Failure::InFlight(_) | Failure::Unreachable { .. })
+        ) {
             tokio::time::sleep(Duration::from_millis(250).min(left)).await;
         }
     }

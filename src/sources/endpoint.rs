@@ -87,12 +87,18 @@ impl Http {
 /// refused token.
 fn failure(source: &str, has_token: bool, e: ClientError) -> Failure {
     match e {
-        ClientError::BadEndpoint { url, detail } => {
-            Failure::Unreachable(format!("bad endpoint `{url}`: {detail}"))
-        }
-        ClientError::Unreachable { endpoint, detail } => {
-            Failure::Unreachable(format!("{endpoint}: {detail}"))
-        }
+        ClientError::BadEndpoint { url, detail } => Failure::Unreachable {
+            detail: format!("bad endpoint `{url}`: {detail}"),
+            sent: false,
+        },
+        ClientError::Unreachable {
+            endpoint,
+            detail,
+            sent,
+        } => Failure::Unreachable {
+            detail: format!("{endpoint}: {detail}"),
+            sent,
+        },
         ClientError::Timeout { secs, .. } => Failure::Timeout(secs.saturating_mul(1000)),
         ClientError::Unauthorized { detail } => {
             let hint = if has_token {
@@ -167,7 +173,10 @@ fn failure(source: &str, has_token: bool, e: ClientError) -> Failure {
             message: detail,
         },
         ClientError::Decode { detail, .. } => Failure::Decode(detail),
-        e @ ClientError::NotGpuboard { .. } => Failure::Unreachable(e.to_string()),
+        e @ ClientError::NotGpuboard { .. } => Failure::Unreachable {
+            detail: e.to_string(),
+            sent: true,
+        },
     }
 }
 

@@ -57,9 +57,15 @@ pub enum Failure {
     /// No answer within the timeout.
     #[error("no answer within {0} ms")]
     Timeout(u64),
-    /// Could not connect.
-    #[error("unreachable: {0}")]
-    Unreachable(String),
+    /// Could not connect, or the connection broke before an answer came.
+    #[error("unreachable: {detail}")]
+    Unreachable {
+        /// Why, in words.
+        detail: String,
+        /// Whether the request may have reached the source: `false` only when surely nothing
+        /// was sent (no connection was made), so an action or claim is known not done.
+        sent: bool,
+    },
     /// The token was missing or refused.
     #[error("unauthorized: {0}")]
     Unauthorized(String),

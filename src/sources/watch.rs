@@ -329,12 +329,15 @@ impl Inner {
         if let Some(heard) = s.heard {
             let silent = now.millis_since(heard);
             if u128::from(silent) > SILENT_AFTER.as_millis() {
-                return Err(Failure::Unreachable(format!(
-                    "{}: the watch stream has been silent for {} s (a heartbeat is due every {} s)",
-                    self.name,
-                    silent / 1000,
-                    HEARTBEAT.as_secs()
-                )));
+                return Err(Failure::Unreachable {
+                    detail: format!(
+                        "{}: the watch stream has been silent for {} s (a heartbeat is due every {} s)",
+                        self.name,
+                        silent / 1000,
+                        HEARTBEAT.as_secs()
+                    ),
+                    sent: true,
+                });
             }
         }
         deliver(&mut s)
@@ -433,10 +436,10 @@ async fn follow(inner: Arc<Inner>) {
                         break;
                     }
                     None => {
-                        inner.down(Failure::Unreachable(format!(
-                            "{}: the watch stream closed",
-                            inner.name
-                        )));
+                        inner.down(Failure::Unreachable {
+                            detail: format!("{}: the watch stream closed", inner.name),
+                            sent: true,
+                        });
                         break;
                     }
                 }

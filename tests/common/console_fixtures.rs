@@ -253,9 +253,10 @@ pub fn with_down_source() -> State {
         Msg::Fetched {
             source: 1,
             at: Timestamp(NOW.0 - 60_000),
-            result: Err(gpuboard::sources::Failure::Unreachable(
-                "connection refused (127.0.0.1:7070)".into(),
-            )),
+            result: Err(gpuboard::sources::Failure::Unreachable {
+                detail: "connection refused (127.0.0.1:7070)".into(),
+                sent: false,
+            }),
         },
     );
     feed(&mut st, 0, lab_snapshot(), NOW.0 - 1_000);

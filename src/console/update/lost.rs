@@ -29,11 +29,11 @@ use crate::console::msg::{Asker, Effect};
 use crate::console::state::{ClaimForm, LostClaim, Mode, MoveAcross, State};
 
 /// Whether a failure leaves it open whether the source placed the claim: no answer,
-/// unless no connection was made (`client::NOT_SENT`).
+/// unless surely nothing was sent.
 pub(super) fn no_answer(e: &Failure) -> bool {
     match e {
         Failure::Timeout(_) | Failure::InFlight(_) => true,
-        Failure::Unreachable(words) => !words.contains(crate::client::NOT_SENT),
+        Failure::Unreachable { sent, .. } => *sent,
         _ => false,
     }
 }

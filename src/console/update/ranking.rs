@@ -96,6 +96,6 @@ pub(super) fn try_next(e: &crate::sources::Failure) -> bool {
     use crate::sources::Failure;
     matches!(
         e,
-        Failure::Refused(_) | Failure::Timeout(_) | Failure::Unreachable(_)
+        Failure::Refused(_) | Failure::Timeout(_) | Failure::Unreachable { .. }
     )
 }

@@ -262,7 +262,10 @@ fn rig(connects: Vec<Connect>, polls: Vec<Result<Conditional, ClientError>>) -> 
     let mirror = Mirror::new(
         "lab",
         Arc::clone(&script) as Arc<dyn Feed>,
-        Box::new(|e: ClientError| Failure::Unreachable(e.to_string())),
+        Box::new(|e: ClientError| Failure::Unreachable {
+            sent: !e.never_sent(),
+            detail: e.to_string(),
+        }),
         Arc::new(clock.clone()),
         Arc::clone(&pace) as Arc<dyn Pace>,
     );
@@ -308,6 +311,7 @@ fn cut() -> ClientError {
     ClientError::Unreachable {
         endpoint: "http://lab:7420/".into(),
         detail: "connection reset".into(),
+        sent: true,
     }
 }
 
