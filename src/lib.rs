@@ -8,6 +8,7 @@
 //!   is), `client` (its HTTP client), `sources` (where the console's data comes from), `doctor`.
 //! - **Front ends**: `console` (the terminal UI) and `cli` (the subcommands).
 
+pub mod accounting;
 pub mod attribution;
 pub mod cli;
 pub mod client;

@@ -22,6 +22,7 @@ const RANKS: &[(&str, u8)] = &[
     ("history", 6),
     ("simulate", 6),
     ("telemetry", 7),
+    ("accounting", 7),
     ("attribution", 8),
     ("discovery", 8),
     ("endpoint", 9),
