@@ -30,4 +30,5 @@ pub mod snapshot;
 pub mod sources;
 pub mod telemetry;
 pub mod units;
+pub mod when;
 pub mod wire;
