@@ -16,8 +16,7 @@ use super::{Conn, EXIT_UNREACHABLE, Usage};
 use crate::accounting::trouble::{DeviceTrouble, LongPending, OverLimit};
 use crate::accounting::usage::{ClaimUsage, sort_projects};
 use crate::accounting::{
-    Action, Ask, Backoff, ByShare, GpuSeconds, IdlePolicy, PENDING_MS, ProjectUsage,
-    WindowReport,
+    Action, Ask, Backoff, ByShare, GpuSeconds, IdlePolicy, PENDING_MS, ProjectUsage, WindowReport,
 };
 use crate::client::ReportAt;
 use crate::clock::{Clock, SystemClock, Timestamp};
@@ -245,8 +244,12 @@ impl FleetReport {
         self.usage.claims.extend(tag(name, &u.claims));
         self.timeline.extend(tag(name, &w.actions));
         self.trouble.gpus.extend(tag(name, &w.trouble.devices));
-        self.trouble.over_limit.extend(tag(name, &w.trouble.over_limit));
-        self.trouble.long_pending.extend(tag(name, &w.trouble.long_pending));
+        self.trouble
+            .over_limit
+            .extend(tag(name, &w.trouble.over_limit));
+        self.trouble
+            .long_pending
+            .extend(tag(name, &w.trouble.long_pending));
         self.trouble.backoffs.extend(tag(name, &w.trouble.backoffs));
     }
 }
@@ -312,6 +315,9 @@ pub async fn report(args: ReportArgs) -> anyhow::Result<u8> {
         render::markdown(&report)
     };
     print!("{text}");
-    let none = report.endpoints.iter().all(|e| e.status == Answered::Unreachable);
+    let none = report
+        .endpoints
+        .iter()
+        .all(|e| e.status == Answered::Unreachable);
     Ok(if none { EXIT_UNREACHABLE } else { 0 })
 }

@@ -278,7 +278,10 @@ where
         .route(hw::paths::CHANGES, get(changes))
         .route(hw::paths::SEEK, get(seek))
         .route(hw::paths::TELEMETRY, get(telemetry))
-        .route(crate::accounting::REPORT_PATH, get(super::report_api::report))
+        .route(
+            crate::accounting::REPORT_PATH,
+            get(super::report_api::report),
+        )
 }
 
 /// What `gpuboard record`'s listener serves from: the history, and the latest snapshot.

@@ -498,9 +498,10 @@ impl HistoryStore {
              UNION SELECT DISTINCT gpu FROM recent WHERE at BETWEEN ?3 AND ?2",
         )?;
         let names = q
-            .query_map(params![from.0.saturating_sub(CHUNK_MS), to.0, from.0], |r| {
-                r.get::<_, String>(0)
-            })?
+            .query_map(
+                params![from.0.saturating_sub(CHUNK_MS), to.0, from.0],
+                |r| r.get::<_, String>(0),
+            )?
             .collect::<Result<Vec<String>, _>>()?;
         let mut out = BTreeMap::new();
         for name in names {

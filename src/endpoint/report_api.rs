@@ -39,7 +39,10 @@ pub(crate) async fn report(
     State(routes): State<HistoryRoutes>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, crate::endpoint::api::ApiError> {
-    only(&q, &["from", "to", "idle_below", "idle_for", "pending_over"])?;
+    only(
+        &q,
+        &["from", "to", "idle_below", "idle_for", "pending_over"],
+    )?;
     let history = history(&routes)?;
     let from = time(&q, "from")?;
     // The window ends now at the latest: what has not happened is not accounted.
@@ -59,8 +62,12 @@ pub(crate) async fn report(
                 u64::from(defaults.idle_below_pct),
             )?)
             .unwrap_or(100),
-            idle_for_ms: number(&q, "idle_for", 0..=86_400 * 366, defaults.idle_for_ms / 1000)?
-                * 1000,
+            idle_for_ms: number(
+                &q,
+                "idle_for",
+                0..=86_400 * 366,
+                defaults.idle_for_ms / 1000,
+            )? * 1000,
         },
         pending_ms: number(&q, "pending_over", 0..=86_400 * 366, PENDING_MS / 1000)? * 1000,
     };

@@ -24,13 +24,15 @@ fn span(from: Timestamp, to: Timestamp) -> String {
 
 /// Adds `text` as lines of at most [`WIDTH`] columns, continuation lines indented by `indent`.
 fn wrapped(out: &mut String, text: &str, indent: usize) {
-    let mut line = String::new();
-    for word in text.split(' ') {
-        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > WIDTH {
+    let body = text.trim_start_matches(' ');
+    let mut line = " ".repeat(text.len() - body.len());
+    for word in body.split(' ') {
+        if !line.trim_start().is_empty() && line.chars().count() + 1 + word.chars().count() > WIDTH
+        {
             out.push_str(line.trim_end());
             out.push('\n');
             line = " ".repeat(indent);
-        } else if !line.is_empty() && !line.ends_with(' ') {
+        } else if !line.trim_start().is_empty() && !line.ends_with(' ') {
             line.push(' ');
         }
         line.push_str(word);
@@ -46,9 +48,10 @@ fn h(x: crate::accounting::GpuSeconds) -> String {
 fn endpoints(out: &mut String, r: &FleetReport) {
     out.push_str("## Endpoints\n\n");
     for e in &r.endpoints {
-        let from = e
-            .history_from
-            .map_or_else(|| "no history recorded".to_string(), |f| format!("history from {}", utc(f)));
+        let from = e.history_from.map_or_else(
+            || "no history recorded".to_string(),
+            |f| format!("history from {}", utc(f)),
+        );
         let line = match e.status {
             Answered::Ok => match e.accounted_from {
                 Some(a) => format!(
@@ -140,7 +143,7 @@ fn usage(out: &mut String, r: &FleetReport) {
     let _ = writeln!(
         out,
         "| {:<name_w$} | {:>6} | {:>8} | {:>9} | {:>6} | {:>14} | {:>6} |",
-        "**physical**",
+        "physical",
         "",
         h(u.physical),
         h(u.physical),
@@ -204,7 +207,11 @@ fn timeline(out: &mut String, r: &FleetReport) {
         );
         wrapped(
             out,
-            &format!("  - before: {}; after: {}", or_dash(&e.before), or_dash(&e.after)),
+            &format!(
+                "  - before: {}; after: {}",
+                or_dash(&e.before),
+                or_dash(&e.after)
+            ),
             4,
         );
     }
@@ -217,7 +224,7 @@ fn or_dash(s: &str) -> &str {
 
 fn until(to: Timestamp, ongoing: bool) -> String {
     if ongoing {
-        "still at the window's end".to_string()
+        "to the window's end (ongoing)".to_string()
     } else {
         format!("to {}", short(to))
     }
