@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use super::history_api::{HistoryRoutes, bad, failed, history, only, time};
 use crate::accounting::{self, Ask, IdlePolicy, PENDING_MS, WindowReport};
 use crate::clock::{Clock, SystemClock, Timestamp};
+use crate::endpoint::history_store::{HistoryError, HistoryStore};
 use crate::history::wire::{self as hw, BeforeHistory};
 
 /// A whole number parameter within `range`, or its default.
@@ -32,6 +33,32 @@ fn number(
                 range.end()
             ))
         })
+}
+
+/// The report over `ask`'s window from the history in `s`, cut to where the history begins;
+/// `Err` with where it begins (`None`: nothing recorded) when the window is wholly before it.
+pub(crate) fn window_report(
+    s: &HistoryStore,
+    ask: Ask,
+) -> Result<Result<WindowReport, Option<Timestamp>>, HistoryError> {
+    let Some(begins) = s.from()? else {
+        return Ok(Err(None));
+    };
+    if ask.to < begins {
+        return Ok(Err(Some(begins)));
+    }
+    let ask = Ask {
+        from: ask.from.max(begins),
+        ..ask
+    };
+    let Some((start, versions)) = s.window(ask.from, ask.to)? else {
+        return Ok(Err(Some(begins)));
+    };
+    let early = Timestamp(ask.from.0.saturating_sub(accounting::usage::HOLD_MS));
+    let samples = s.all_samples(early, ask.to)?;
+    let mut r = accounting::report(&start, &versions, &samples, &ask);
+    r.history_from = Some(begins);
+    Ok(Ok(r))
 }
 
 /// `GET /v1/history/report?from=&to=[&idle_below=PCT][&idle_for=SECS][&pending_over=SECS]`.
@@ -72,26 +99,7 @@ pub(crate) async fn report(
         pending_ms: number(&q, "pending_over", 0..=86_400 * 366, PENDING_MS / 1000)? * 1000,
     };
     let answer = history
-        .read(move |s| {
-            let Some(begins) = s.from()? else {
-                return Ok(Err(None));
-            };
-            if ask.to < begins {
-                return Ok(Err(Some(begins)));
-            }
-            let ask = Ask {
-                from: ask.from.max(begins),
-                ..ask
-            };
-            let Some((start, versions)) = s.window(ask.from, ask.to)? else {
-                return Ok(Err(Some(begins)));
-            };
-            let early = Timestamp(ask.from.0.saturating_sub(accounting::usage::HOLD_MS));
-            let samples = s.all_samples(early, ask.to)?;
-            let mut r: WindowReport = accounting::report(&start, &versions, &samples, &ask);
-            r.history_from = Some(begins);
-            Ok(Ok(r))
-        })
+        .read(move |s| window_report(s, ask))
         .await
         .map_err(failed)?;
     match answer {
