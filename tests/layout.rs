@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 const RANKS: &[(&str, u8)] = &[
     ("units", 0),
     ("clock", 0),
-    ("when", 0),
+    ("when", 1),
     ("ids", 0),
     ("identity", 0),
     ("fairshare", 1),

@@ -17,7 +17,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use gpuboard::accounting::{Ask, IdlePolicy, PENDING_MS, report};
+use gpuboard::accounting::{Ask, IdleRule, PENDING_MS, report};
 use gpuboard::cli::report::{FleetReport, render};
 use gpuboard::client::ReportAt;
 use gpuboard::clock::Timestamp;
@@ -278,7 +278,7 @@ fn ask(t0: u64) -> Ask {
     Ask {
         from: Timestamp(t0),
         to: Timestamp(t0 + 120 * MIN),
-        idle: IdlePolicy::default(),
+        idle: IdleRule::default(),
         pending_ms: PENDING_MS,
     }
 }
@@ -433,7 +433,7 @@ fn rfc3339(ms: u64) -> String {
 
 /// Writes the scenario into `dir`'s history as the recorder would have.
 fn write_history(dir: &Path, t0: u64) {
-    let (start_states, _) = (states(t0), ());
+    let start_states = states(t0);
     let mut store = HistoryStore::open(dir).unwrap();
     let mut r = Recording::default();
     for s in &start_states {

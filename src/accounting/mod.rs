@@ -20,9 +20,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 pub use gpu_time::GpuSeconds;
-pub use story::{Action, Backoff, Story, tell};
+pub use story::{AuditedAction, BackoffSpan, Story, tell};
 pub use trouble::Trouble;
-pub use usage::{ByShare, Figures, IdlePolicy, ProjectUsage, Usage, account};
+pub use usage::{ByShare, Figures, GpuTime, IdleRule, ProjectGpuTime, account};
 
 use crate::clock::Timestamp;
 use crate::history::wire::GpuRef;
@@ -42,7 +42,7 @@ pub struct Ask {
     /// Window end.
     pub to: Timestamp,
     /// When a claim counts as idle.
-    pub idle: IdlePolicy,
+    pub idle: IdleRule,
     /// Claims pending this long or longer are trouble, ms.
     pub pending_ms: u64,
 }
@@ -71,9 +71,9 @@ pub struct WindowReport {
     /// Where this endpoint's history begins.
     pub history_from: Option<Timestamp>,
     /// GPU time per project.
-    pub usage: Usage,
+    pub usage: GpuTime,
     /// Audited actions, oldest first, with their target's state around them.
-    pub actions: Vec<Action>,
+    pub actions: Vec<AuditedAction>,
     /// What went wrong.
     pub trouble: Trouble,
 }

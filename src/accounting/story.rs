@@ -3,7 +3,8 @@
 //! each claim was placed or waited; when each project was backed off) and the audit
 //! actions with the state of their target just before and just after.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
@@ -87,7 +88,7 @@ pub struct ClaimStory {
 
 /// A project backed off on a resource type.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Backoff {
+pub struct BackoffSpan {
     /// The project.
     pub project: String,
     /// The resource type.
@@ -102,7 +103,7 @@ pub struct Backoff {
 
 /// An audit action in the window, with its target's state around it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Action {
+pub struct AuditedAction {
     /// When it was done.
     pub at: Timestamp,
     /// Who did it (a token's name or role, `lease`, `scheduler`...).
@@ -131,9 +132,9 @@ pub struct Story {
     /// Per claim.
     pub claims: BTreeMap<ClaimId, ClaimStory>,
     /// Backoffs seen, oldest first.
-    pub backoffs: Vec<Backoff>,
+    pub backoffs: Vec<BackoffSpan>,
     /// Audit actions, oldest first.
-    pub actions: Vec<Action>,
+    pub actions: Vec<AuditedAction>,
 }
 
 /// The shares each device is held in, and each claim's state, in one state.
@@ -253,7 +254,7 @@ fn describe(state: &Snapshot, change: &HistoryChange) -> String {
                     v.share, v.running, v.pending
                 );
                 if !backed.is_empty() {
-                    s.push_str(&format!(", backed off on {}", backed.join(",")));
+                    let _ = write!(s, ", backed off on {}", backed.join(","));
                 }
                 s
             }
@@ -267,7 +268,7 @@ struct Builder {
     story: Story,
     open_devices: BTreeMap<GpuRef, DeviceSpan>,
     open_claims: BTreeMap<ClaimId, (ClaimState, ClaimSpan)>,
-    open_backoffs: BTreeMap<(String, String), (Backoff, Timestamp)>,
+    open_backoffs: BTreeMap<(String, String), (BackoffSpan, Timestamp)>,
 }
 
 impl Builder {
@@ -315,7 +316,7 @@ impl Builder {
     }
 
     fn observe_claims(&mut self, state: &Snapshot, at: Timestamp) {
-        let mut seen = BTreeMap::new();
+        let mut seen = BTreeSet::new();
         for c in &state.claims {
             let devices: Vec<GpuRef> = match (&c.node, c.state) {
                 (Some(node), ClaimState::Placed) => c
@@ -340,7 +341,7 @@ impl Builder {
                 weight,
                 pending_reasons: c.pending_reasons.clone(),
             };
-            seen.insert(c.id, ());
+            seen.insert(c.id);
             let entry = self.story.claims.entry(c.id).or_default();
             entry.project.clone_from(&c.project);
             entry.holder.clone_from(&c.holder);
@@ -363,7 +364,7 @@ impl Builder {
         let gone: Vec<ClaimId> = self
             .open_claims
             .keys()
-            .filter(|id| !seen.contains_key(*id))
+            .filter(|id| !seen.contains(*id))
             .copied()
             .collect();
         for id in gone {
@@ -408,18 +409,17 @@ impl Builder {
         }
         for ((project, resource), until) in on {
             let key = (project.clone(), resource.clone());
-            match self.open_backoffs.get_mut(&key) {
-                Some((_, u)) => *u = until,
-                None => {
-                    let b = Backoff {
-                        project,
-                        resource,
-                        from: at,
-                        to: at,
-                        ongoing: false,
-                    };
-                    self.open_backoffs.insert(key, (b, until));
-                }
+            if let Some((_, u)) = self.open_backoffs.get_mut(&key) {
+                *u = until;
+            } else {
+                let b = BackoffSpan {
+                    project,
+                    resource,
+                    from: at,
+                    to: at,
+                    ongoing: false,
+                };
+                self.open_backoffs.insert(key, (b, until));
             }
         }
     }
@@ -482,7 +482,7 @@ pub fn tell(start: &Snapshot, versions: &[Record], from: Timestamp, to: Timestam
         }
         for (c, before) in v.changes.iter().filter(|c| c.event.is_some()).zip(before) {
             if let Some(e) = &c.event {
-                b.story.actions.push(Action {
+                b.story.actions.push(AuditedAction {
                     at: e.at,
                     actor: e.actor.clone(),
                     action: e.action.clone(),

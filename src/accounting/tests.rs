@@ -127,7 +127,7 @@ fn ask(from: u64, to: u64) -> Ask {
     Ask {
         from: Timestamp(from),
         to: Timestamp(to),
-        idle: IdlePolicy::default(),
+        idle: IdleRule::default(),
         pending_ms: PENDING_MS,
     }
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::story::{Backoff, Story};
+use super::story::{BackoffSpan, Story};
 use super::usage::HOLD_MS;
 use crate::clock::Timestamp;
 use crate::history::DeviceSample;
@@ -89,7 +89,7 @@ pub struct Trouble {
     /// Claims pending at least the threshold, by start time.
     pub long_pending: Vec<LongPending>,
     /// Projects backed off, by start time.
-    pub backoffs: Vec<Backoff>,
+    pub backoffs: Vec<BackoffSpan>,
 }
 
 fn push_condition(
@@ -208,7 +208,7 @@ pub fn find(
     }
     devices.sort_by(|a, b| (a.from, &a.gpu, a.condition).cmp(&(b.from, &b.gpu, b.condition)));
     let mut over_limit: Vec<OverLimit> = over.into_values().collect();
-    over_limit.sort_by(|a, b| (a.from, a.claim).cmp(&(b.from, b.claim)));
+    over_limit.sort_by_key(|a| (a.from, a.claim));
     let mut long_pending = Vec::new();
     for (id, c) in &story.claims {
         for p in &c.pending {
@@ -223,7 +223,7 @@ pub fn find(
             }
         }
     }
-    long_pending.sort_by(|a, b| (a.from, a.claim).cmp(&(b.from, b.claim)));
+    long_pending.sort_by_key(|a| (a.from, a.claim));
     Trouble {
         devices,
         over_limit,

@@ -28,16 +28,16 @@ pub const HOLD_MS: u64 = 300_000;
 
 /// When a claim counts as idle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct IdlePolicy {
+pub struct IdleRule {
     /// Utilization below this, percent, is idle.
     pub idle_below_pct: u32,
     /// For at least this long, milliseconds.
     pub idle_for_ms: u64,
 }
 
-impl Default for IdlePolicy {
-    fn default() -> IdlePolicy {
-        IdlePolicy {
+impl Default for IdleRule {
+    fn default() -> IdleRule {
+        IdleRule {
             idle_below_pct: 5,
             idle_for_ms: 15 * 60_000,
         }
@@ -75,7 +75,7 @@ impl Figures {
 
 /// A project's GPU time.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct ProjectUsage {
+pub struct ProjectGpuTime {
     /// The project.
     pub project: String,
     /// Claims it held in the window.
@@ -87,7 +87,7 @@ pub struct ProjectUsage {
 
 /// A claim's GPU time.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ClaimUsage {
+pub struct ClaimGpuTime {
     /// The claim.
     pub claim: ClaimId,
     /// Its project.
@@ -103,17 +103,17 @@ pub struct ClaimUsage {
 
 /// A window's GPU time.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Usage {
+pub struct GpuTime {
     /// The idle rule applied.
-    pub policy: IdlePolicy,
+    pub policy: IdleRule,
     /// The fleet's devices times the window.
     pub physical: GpuSeconds,
     /// What no claim reserved.
     pub unallocated: ByShare,
     /// Per project, the biggest idle-allocated first.
-    pub projects: Vec<ProjectUsage>,
+    pub projects: Vec<ProjectGpuTime>,
     /// Per claim that held devices, the biggest idle-allocated first.
-    pub claims: Vec<ClaimUsage>,
+    pub claims: Vec<ClaimGpuTime>,
 }
 
 /// `[from, to)` pieces of one (claim, device) idle time, oldest first, merged when they touch.
@@ -166,11 +166,11 @@ fn claim_util(s: &DeviceSample, claim: ClaimId) -> u32 {
 pub fn account(
     story: &Story,
     samples: &BTreeMap<GpuRef, Vec<DeviceSample>>,
-    policy: IdlePolicy,
-) -> Usage {
-    let mut usage = Usage {
+    policy: IdleRule,
+) -> GpuTime {
+    let mut usage = GpuTime {
         policy,
-        ..Usage::default()
+        ..GpuTime::default()
     };
     let mut claims: BTreeMap<ClaimId, Figures> = BTreeMap::new();
     let mut idle: BTreeMap<(ClaimId, &GpuRef), Pieces> = BTreeMap::new();
@@ -263,7 +263,7 @@ pub fn account(
             last_end = Some(to);
         }
         figures.idle_allocated = charged;
-        out_claims.push(ClaimUsage {
+        out_claims.push(ClaimGpuTime {
             claim: *id,
             project: story_c.project.clone(),
             holder: story_c.holder.clone(),
@@ -271,12 +271,14 @@ pub fn account(
             figures,
         });
     }
-    let mut projects: BTreeMap<&str, ProjectUsage> = BTreeMap::new();
+    let mut projects: BTreeMap<&str, ProjectGpuTime> = BTreeMap::new();
     for c in &out_claims {
-        let p = projects.entry(&c.project).or_insert_with(|| ProjectUsage {
-            project: c.project.clone(),
-            ..ProjectUsage::default()
-        });
+        let p = projects
+            .entry(&c.project)
+            .or_insert_with(|| ProjectGpuTime {
+                project: c.project.clone(),
+                ..ProjectGpuTime::default()
+            });
         p.claims += 1;
         p.figures.add(&c.figures);
     }
@@ -294,7 +296,7 @@ pub fn account(
 }
 
 /// Biggest idle-allocated first, then biggest reserved, then by name.
-pub fn sort_projects(projects: &mut [ProjectUsage]) {
+pub fn sort_projects(projects: &mut [ProjectGpuTime]) {
     projects.sort_by(|a, b| {
         b.figures
             .idle_allocated

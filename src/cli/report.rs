@@ -14,9 +14,10 @@ use serde::{Deserialize, Serialize};
 use super::fleet::members;
 use super::{Conn, EXIT_UNREACHABLE, Usage};
 use crate::accounting::trouble::{DeviceTrouble, LongPending, OverLimit};
-use crate::accounting::usage::{ClaimUsage, sort_projects};
+use crate::accounting::usage::{ClaimGpuTime, sort_projects};
 use crate::accounting::{
-    Action, Ask, Backoff, ByShare, GpuSeconds, IdlePolicy, PENDING_MS, ProjectUsage, WindowReport,
+    Ask, AuditedAction, BackoffSpan, ByShare, GpuSeconds, IdleRule, PENDING_MS, ProjectGpuTime,
+    WindowReport,
 };
 use crate::client::ReportAt;
 use crate::clock::{Clock, SystemClock, Timestamp};
@@ -113,9 +114,9 @@ pub struct FleetUsage {
     /// What no claim reserved.
     pub unallocated: ByShare,
     /// Per project across endpoints, biggest idle-allocated first.
-    pub projects: Vec<ProjectUsage>,
+    pub projects: Vec<ProjectGpuTime>,
     /// Per claim, biggest idle-allocated first.
-    pub claims: Vec<Tagged<ClaimUsage>>,
+    pub claims: Vec<Tagged<ClaimGpuTime>>,
 }
 
 /// What went wrong across the endpoints.
@@ -128,7 +129,7 @@ pub struct FleetTrouble {
     /// Claims that waited long.
     pub long_pending: Vec<Tagged<LongPending>>,
     /// Projects backed off.
-    pub backoffs: Vec<Tagged<Backoff>>,
+    pub backoffs: Vec<Tagged<BackoffSpan>>,
 }
 
 /// The whole report, as `--format json` prints it.
@@ -141,7 +142,7 @@ pub struct FleetReport {
     /// The window's end.
     pub to: Timestamp,
     /// When a claim counted as idle.
-    pub idle: IdlePolicy,
+    pub idle: IdleRule,
     /// Claims pending this long or longer are listed, ms.
     pub pending_over_ms: u64,
     /// Every endpoint asked, in order.
@@ -149,7 +150,7 @@ pub struct FleetReport {
     /// GPU time.
     pub usage: FleetUsage,
     /// Audited actions, oldest first.
-    pub timeline: Vec<Tagged<Action>>,
+    pub timeline: Vec<Tagged<AuditedAction>>,
     /// What went wrong.
     pub trouble: FleetTrouble,
 }
@@ -178,7 +179,8 @@ impl FleetReport {
             timeline: Vec::new(),
             trouble: FleetTrouble::default(),
         };
-        let mut projects: std::collections::BTreeMap<String, ProjectUsage> = Default::default();
+        let mut projects: std::collections::BTreeMap<String, ProjectGpuTime> =
+            std::collections::BTreeMap::new();
         for (name, url, answer) in answers {
             let mut part = EndpointPart {
                 name: name.clone(),
@@ -207,7 +209,7 @@ impl FleetReport {
         }
         r.usage.projects = projects.into_values().collect();
         sort_projects(&mut r.usage.projects);
-        let idle = |c: &Tagged<ClaimUsage>| c.item.figures.idle_allocated.0;
+        let idle = |c: &Tagged<ClaimGpuTime>| c.item.figures.idle_allocated.0;
         r.usage.claims.sort_by(|a, b| idle(b).total_cmp(&idle(a)));
         r.timeline.sort_by_key(|a| a.item.at);
         r.trouble.gpus.sort_by_key(|t| t.item.from);
@@ -221,7 +223,7 @@ impl FleetReport {
         &mut self,
         name: &str,
         w: &WindowReport,
-        projects: &mut std::collections::BTreeMap<String, ProjectUsage>,
+        projects: &mut std::collections::BTreeMap<String, ProjectGpuTime>,
     ) {
         let u = &w.usage;
         self.usage.physical += u.physical;
@@ -230,9 +232,9 @@ impl FleetReport {
         for p in &u.projects {
             let e = projects
                 .entry(p.project.clone())
-                .or_insert_with(|| ProjectUsage {
+                .or_insert_with(|| ProjectGpuTime {
                     project: p.project.clone(),
-                    ..ProjectUsage::default()
+                    ..ProjectGpuTime::default()
                 });
             e.claims += p.claims;
             let (f, g) = (&mut e.figures, &p.figures);
@@ -286,7 +288,7 @@ pub async fn report(args: ReportArgs) -> anyhow::Result<u8> {
     let ask = Ask {
         from,
         to,
-        idle: IdlePolicy {
+        idle: IdleRule {
             idle_below_pct: args.idle_below,
             idle_for_ms: args.idle_for.saturating_mul(60_000),
         },

@@ -14,7 +14,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::accounting::{Ask, IdlePolicy, PENDING_MS, ProjectUsage};
+use crate::accounting::{Ask, IdleRule, PENDING_MS, ProjectGpuTime};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::endpoint::api::{ApiError, ApiState, serialize_failed};
 use crate::endpoint::report_api::window_report;
@@ -24,14 +24,14 @@ type Labels = Vec<(String, String)>;
 
 /// GPU time per project so far today (UTC), per recorded history, and when it was computed.
 #[derive(Default)]
-struct GpuTime {
+struct Today {
     at: Timestamp,
-    projects: Vec<ProjectUsage>,
+    projects: Vec<ProjectGpuTime>,
 }
 
 /// Per history (by address): accounting is recomputed at most once a minute, whatever the
 /// scrape rate.
-static GPU_TIME: Mutex<BTreeMap<usize, GpuTime>> = Mutex::new(BTreeMap::new());
+static GPU_TIME: Mutex<BTreeMap<usize, Today>> = Mutex::new(BTreeMap::new());
 const GPU_TIME_EVERY_MS: u64 = 60_000;
 const DAY_MS: u64 = 86_400_000;
 
@@ -44,36 +44,34 @@ async fn gpu_time(reg: &mut Registry, st: &ApiState) {
     };
     let key = Arc::as_ptr(&history) as usize;
     let now = SystemClock.now();
-    let fresh = |g: &GpuTime| {
-        now.millis_since(g.at) < GPU_TIME_EVERY_MS && g.at.0 / DAY_MS == now.0 / DAY_MS
-    };
+    let fresh =
+        |g: &Today| now.millis_since(g.at) < GPU_TIME_EVERY_MS && g.at.0 / DAY_MS == now.0 / DAY_MS;
     let cached = lock(&GPU_TIME)
         .get(&key)
         .filter(|g| fresh(g))
         .map(|g| g.projects.clone());
-    let projects = match cached {
-        Some(p) => p,
-        None => {
-            let ask = Ask {
-                from: Timestamp(now.0 - now.0 % DAY_MS),
-                to: now,
-                idle: IdlePolicy::default(),
-                pending_ms: PENDING_MS,
-            };
-            let answer = history.read(move |s| window_report(s, ask)).await;
-            let projects = match answer {
-                Ok(Ok(r)) => r.usage.projects,
-                _ => Vec::new(),
-            };
-            lock(&GPU_TIME).insert(
-                key,
-                GpuTime {
-                    at: now,
-                    projects: projects.clone(),
-                },
-            );
-            projects
-        }
+    let projects = if let Some(p) = cached {
+        p
+    } else {
+        let ask = Ask {
+            from: Timestamp(now.0 - now.0 % DAY_MS),
+            to: now,
+            idle: IdleRule::default(),
+            pending_ms: PENDING_MS,
+        };
+        let answer = history.read(move |s| window_report(s, ask)).await;
+        let projects = match answer {
+            Ok(Ok(r)) => r.usage.projects,
+            _ => Vec::new(),
+        };
+        lock(&GPU_TIME).insert(
+            key,
+            Today {
+                at: now,
+                projects: projects.clone(),
+            },
+        );
+        projects
     };
     let family = Family::<Labels, Counter<f64, AtomicU64>>::default();
     reg.register(

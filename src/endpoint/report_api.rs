@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
 use super::history_api::{HistoryRoutes, bad, failed, history, only, time};
-use crate::accounting::{self, Ask, IdlePolicy, PENDING_MS, WindowReport};
+use crate::accounting::{self, Ask, IdleRule, PENDING_MS, WindowReport};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::endpoint::history_store::{HistoryError, HistoryStore};
 use crate::history::wire::{self as hw, BeforeHistory};
@@ -77,11 +77,11 @@ pub(crate) async fn report(
     if from > to {
         return Err(bad("`from` is after `to` (or after now)"));
     }
-    let defaults = IdlePolicy::default();
+    let defaults = IdleRule::default();
     let ask = Ask {
         from,
         to,
-        idle: IdlePolicy {
+        idle: IdleRule {
             idle_below_pct: u32::try_from(number(
                 &q,
                 "idle_below",
