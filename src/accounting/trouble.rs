@@ -170,36 +170,38 @@ pub fn find(
                 prev = s.at.0;
             }
         }
-        for s in series
-            .iter()
-            .filter(|s| s.at >= story.from && s.at <= story.to)
-        {
-            let mut used: BTreeMap<ClaimId, Bytes> = BTreeMap::new();
-            for p in &s.rare.processes {
-                if let (Some(c), Some(m)) = (p.claim, p.used_memory) {
-                    *used.entry(c).or_default() += m;
+        for span in spans.iter().filter(|x| !x.holds.is_empty()) {
+            let first = series.partition_point(|s| s.at < span.from.max(story.from));
+            for s in series[first..]
+                .iter()
+                .take_while(|s| s.at < span.to && s.at <= story.to)
+            {
+                for h in &span.holds {
+                    // The memory of the claim's processes here (a sample has few processes).
+                    let m = s
+                        .rare
+                        .processes
+                        .iter()
+                        .filter(|p| p.claim == Some(h.claim))
+                        .filter_map(|p| p.used_memory)
+                        .fold(Bytes(0), |a, b| a + b);
+                    if m <= h.memory_bytes {
+                        continue;
+                    }
+                    let e = over
+                        .entry((h.claim, gpu.to_string()))
+                        .or_insert_with(|| OverLimit {
+                            claim: h.claim,
+                            project: h.project.clone(),
+                            gpu: gpu.to_string(),
+                            reserved: h.memory_bytes,
+                            peak: m,
+                            from: s.at,
+                            to: s.at,
+                        });
+                    e.peak = e.peak.max(m);
+                    e.to = s.at;
                 }
-            }
-            let Some(span) = spans.iter().find(|x| x.from <= s.at && s.at < x.to) else {
-                continue;
-            };
-            for h in &span.holds {
-                let Some(m) = used.get(&h.claim).copied().filter(|m| *m > h.memory_bytes) else {
-                    continue;
-                };
-                let e = over
-                    .entry((h.claim, gpu.to_string()))
-                    .or_insert_with(|| OverLimit {
-                        claim: h.claim,
-                        project: h.project.clone(),
-                        gpu: gpu.to_string(),
-                        reserved: h.memory_bytes,
-                        peak: m,
-                        from: s.at,
-                        to: s.at,
-                    });
-                e.peak = e.peak.max(m);
-                e.to = s.at;
             }
         }
     }

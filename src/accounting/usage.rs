@@ -177,6 +177,8 @@ pub fn account(
     let none = Vec::new();
     for (gpu, spans) in &story.devices {
         let series = samples.get(gpu).unwrap_or(&none);
+        // This device's idle pieces per claim (a device has few claims: no map per sample).
+        let mut here: BTreeMap<ClaimId, Pieces> = BTreeMap::new();
         for span in spans {
             let ms = span.to.millis_since(span.from);
             usage.physical += GpuSeconds::of(1.0, ms);
@@ -193,6 +195,8 @@ pub fn account(
             if span.holds.is_empty() {
                 continue;
             }
+            let mut used = vec![0.0_f64; span.holds.len()];
+            let mut idle_here: Vec<Pieces> = span.holds.iter().map(|_| Pieces::default()).collect();
             // The samples that speak for part of the span.
             let first = series.partition_point(|s| s.at.0 + HOLD_MS <= span.from.0);
             for (i, s) in series.iter().enumerate().skip(first) {
@@ -205,16 +209,26 @@ pub fn account(
                 if to <= from {
                     continue;
                 }
-                for h in &span.holds {
+                for (k, h) in span.holds.iter().enumerate() {
                     let util = claim_util(s, h.claim);
-                    if let Some(f) = claims.get_mut(&h.claim) {
-                        f.used += GpuSeconds::of(f64::from(util) / 100.0 * h.weight(), to - from);
-                    }
+                    used[k] += f64::from(util) / 100.0 * h.weight() * (to - from) as f64;
                     if util < policy.idle_below_pct {
-                        idle.entry((h.claim, gpu)).or_default().push(from, to);
+                        idle_here[k].push(from, to);
                     }
                 }
             }
+            for ((h, u), pieces) in span.holds.iter().zip(used).zip(idle_here) {
+                if let Some(f) = claims.get_mut(&h.claim) {
+                    f.used += GpuSeconds(u / 1000.0);
+                }
+                let all = here.entry(h.claim).or_default();
+                for (from, to) in pieces.0 {
+                    all.push(from, to);
+                }
+            }
+        }
+        for (claim, pieces) in here {
+            idle.insert((claim, gpu), pieces);
         }
     }
     let mut out_claims = Vec::new();
