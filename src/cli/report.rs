@@ -39,15 +39,22 @@ pub enum Format {
 /// `gpuboard report`.
 #[derive(Args, Debug)]
 pub struct ReportArgs {
-    /// The window: the last SPAN (`2h`, `30m`, `1d`, `1h30m`). Default: the last 24 hours.
-    #[arg(long, value_name = "SPAN", conflicts_with_all = ["from", "to"])]
+    /// The window: the last SPAN (`2h`, `30m`, `1d`, `1h30m`), or since a TIME as `--from`
+    /// takes it. Default: the last 24 hours.
+    #[arg(long, value_name = "SPAN|TIME", allow_hyphen_values = true,
+          conflicts_with_all = ["from", "to"])]
     pub since: Option<String>,
     /// The window's start: `03:12`, `-10m`, `2026-11-25 03:12` (local), RFC 3339, or ms
     /// since the epoch.
-    #[arg(long, value_name = "TIME")]
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
     pub from: Option<String>,
     /// The window's end (default: now), as `--from`.
-    #[arg(long, value_name = "TIME", requires = "from")]
+    #[arg(
+        long,
+        value_name = "TIME",
+        requires = "from",
+        allow_hyphen_values = true
+    )]
     pub to: Option<String>,
     /// Markdown or JSON.
     #[arg(long, value_enum, default_value_t = Format::Markdown)]
@@ -264,9 +271,13 @@ pub fn window(
 ) -> Result<(Timestamp, Timestamp), String> {
     let when = |flag: &str, t: &str| parse_when(t, now, zone).map_err(|e| format!("--{flag}: {e}"));
     let (from, to) = match (&args.since, &args.from) {
-        (Some(span), _) => {
-            let span = span.trim().trim_start_matches('-');
-            (when("since", &format!("-{span}"))?, now)
+        (Some(since), _) => {
+            // A span ago (`2h`), or a time as `--from` takes it.
+            let span = since.trim().trim_start_matches('-');
+            let from = parse_when(&format!("-{span}"), now, zone)
+                .or_else(|_| parse_when(since, now, zone))
+                .map_err(|e| format!("--since: {e}"))?;
+            (from, now)
         }
         (None, Some(from)) => {
             let to = args.to.as_deref().map_or(Ok(now), |t| when("to", t))?;
@@ -322,4 +333,56 @@ pub async fn report(args: ReportArgs) -> anyhow::Result<u8> {
         .iter()
         .all(|e| e.status == Answered::Unreachable);
     Ok(if none { EXIT_UNREACHABLE } else { 0 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ReportArgs,
+    }
+
+    fn window_of(argv: &[&str]) -> Result<(Timestamp, Timestamp), String> {
+        let cli = Cli::try_parse_from(std::iter::once("report").chain(argv.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        window(
+            &cli.args,
+            Timestamp(1_795_568_400_000),
+            &jiff::tz::TimeZone::UTC,
+        )
+    }
+
+    #[test]
+    fn windows_read_as_the_console_reads_times() {
+        let now = 1_795_568_400_000;
+        assert_eq!(
+            window_of(&[]),
+            Ok((Timestamp(now - 86_400_000), Timestamp(now)))
+        );
+        assert_eq!(
+            window_of(&["--since", "2h"]),
+            Ok((Timestamp(now - 7_200_000), Timestamp(now)))
+        );
+        assert_eq!(
+            window_of(&["--since", "2026-11-25T00:00:00Z"]),
+            Ok((Timestamp(now - 3_600_000), Timestamp(now)))
+        );
+        assert_eq!(
+            window_of(&["--from", "00:30", "--to", "-10m"]),
+            Ok((Timestamp(now - 1_800_000), Timestamp(now - 600_000)))
+        );
+        let e = window_of(&["--from", "-10m", "--to", "-1h"]).unwrap_err();
+        assert!(e.contains("--from must be before --to"), "{e}");
+        let e = window_of(&["--since", "yesterday"]).unwrap_err();
+        assert!(e.contains("--since") && e.contains("03:12"), "{e}");
+        assert!(
+            window_of(&["--since", "2h", "--from", "-1h"]).is_err(),
+            "one or the other"
+        );
+        assert!(window_of(&["--to", "-1h"]).is_err(), "--to needs --from");
+    }
 }
