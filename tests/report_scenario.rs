@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use gpuboard::accounting::{Ask, IdleRule, PENDING_MS, report};
 use gpuboard::cli::report::{FleetReport, render};
-use gpuboard::client::ReportAt;
+use gpuboard::client::{ReportAt, SnapshotAt};
 use gpuboard::clock::Timestamp;
 use gpuboard::endpoint::history_store::HistoryStore;
 use gpuboard::history::sample::Rare;
@@ -448,8 +448,8 @@ fn write_history(dir: &Path, t0: u64) {
     }
 }
 
-#[test]
-fn a_real_serve_reports_the_recorded_scenario_and_names_a_dead_endpoint() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_serve_reports_the_recorded_scenario_and_names_a_dead_endpoint() {
     let dir = tempfile::tempdir().unwrap();
     // Three hours ago, on the hour: within the history's 30 days, and over by now.
     let now = jiff::Timestamp::now().as_millisecond() as u64;
@@ -515,6 +515,31 @@ fn a_real_serve_reports_the_recorded_scenario_and_names_a_dead_endpoint() {
     assert_eq!(r["timeline"][1]["actor"], "alice (alice@ws1)");
     assert_eq!(r["timeline"][1]["endpoint"], "a");
 
+    // Bad queries are refused, naming what is allowed.
+    let http = common::http();
+    for (query, says) in [
+        (
+            format!("from={t0}&to={t0}&idle_below=200"),
+            "`idle_below` must be a whole number from 0 to 100",
+        ),
+        (format!("from={}&to={t0}", t0 + 1), "`from` is after `to`"),
+        (format!("to={t0}"), "`from` is required"),
+        (
+            format!("from={t0}&to={t0}&bogus=1"),
+            "unknown parameter `bogus`",
+        ),
+    ] {
+        let r = http
+            .get(format!("{}/v1/history/report?{query}", serve.url))
+            .bearer_auth(serve.read_token())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 400, "{query}");
+        let body = r.text().await.unwrap();
+        assert!(body.contains(says), "{query}: {body}");
+    }
+
     // A window before the history: it says where the history begins, and nothing else.
     let early = rfc3339(t0 - 5 * 3_600_000);
     let out = gpuboard(
@@ -560,15 +585,15 @@ async fn a_release_by_a_named_token_is_in_the_timeline_with_the_claim_around_it(
         gpuboard::request::ClaimRequest::from_json(&serde_json::json!({"num_gpus": 0.25})).unwrap();
     let made = admin.claim(&request).await.unwrap();
     let id = made.claim().id;
-    // Recorded before it is released, so the release has a state before it.
-    let target = gpuboard::history::wire::Target::Claim(id);
+    // Recorded before it is released, so the release has a state before it (the first
+    // record may already hold it, as a keyframe without a change: look at the state).
     let deadline = Instant::now() + Duration::from_mins(1);
     loop {
         let now = Timestamp(jiff::Timestamp::now().as_millisecond() as u64);
-        let seen = admin
-            .history_changes(Timestamp(0), now, Some(&target), None)
-            .await
-            .is_ok_and(|c| !c.changes.is_empty());
+        let seen = matches!(
+            admin.snapshot_at(now).await,
+            Ok(SnapshotAt::Shown { snapshot, .. }) if snapshot.claim(id).is_some()
+        );
         if seen {
             break;
         }
