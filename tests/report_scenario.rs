@@ -562,6 +562,30 @@ async fn a_real_serve_reports_the_recorded_scenario_and_names_a_dead_endpoint() 
     );
     let begins = gpuboard::clock::date_time(Timestamp(t0), &jiff::tz::TimeZone::UTC);
     assert!(md.contains(&begins), "names where the history begins: {md}");
+
+    // An endpoint that records no history says so; it is not taken for a dead one.
+    let other = tempfile::tempdir().unwrap();
+    let bare = common::Server::start(
+        other.path(),
+        &common::demo_fleet(),
+        &["--history-days", "0"],
+    );
+    let out = gpuboard(
+        other.path(),
+        &[
+            "report",
+            "--since",
+            "1h",
+            "--endpoint",
+            &format!("bare={}", bare.url),
+        ],
+    );
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{md}");
+    assert!(
+        md.contains("`bare`: NO HISTORY in the window: no history recorded"),
+        "{md}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,7 +14,7 @@ pub enum ReportAt {
     /// The window's report.
     Shown(Box<WindowReport>),
     /// The window is wholly before the history begins (`history_from`), or nothing is
-    /// recorded yet (`None`).
+    /// recorded (`None`: not yet, or the endpoint records no history).
     BeforeHistory {
         /// Where the history begins.
         history_from: Option<Timestamp>,
@@ -43,6 +43,13 @@ impl Client {
             return Ok(ReportAt::BeforeHistory {
                 history_from: body.history_from,
             });
+        }
+        // An endpoint that records no history (`--history-days 0`) has none for any window.
+        if status == StatusCode::NOT_FOUND
+            && serde_json::from_slice::<serde_json::Value>(&bytes)
+                .is_ok_and(|v| v["error"] == "no_history")
+        {
+            return Ok(ReportAt::BeforeHistory { history_from: None });
         }
         if !status.is_success() {
             return Err(error_from(status, &bytes));
