@@ -8,11 +8,13 @@
 
 mod error;
 mod history;
+mod report;
 mod sse;
 mod trust;
 
 pub use error::ClientError;
 pub use history::SnapshotAt;
+pub use report::ReportAt;
 pub use trust::{TlsTrust, http_only_tls};
 
 use std::time::Duration;

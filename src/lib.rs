@@ -8,6 +8,7 @@
 //!   is), `client` (its HTTP client), `sources` (where the console's data comes from), `doctor`.
 //! - **Front ends**: `console` (the terminal UI) and `cli` (the subcommands).
 
+pub mod accounting;
 pub mod attribution;
 pub mod cli;
 pub mod client;
@@ -29,4 +30,5 @@ pub mod snapshot;
 pub mod sources;
 pub mod telemetry;
 pub mod units;
+pub mod when;
 pub mod wire;

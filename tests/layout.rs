@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 const RANKS: &[(&str, u8)] = &[
     ("units", 0),
     ("clock", 0),
+    ("when", 1),
     ("ids", 0),
     ("identity", 0),
     ("fairshare", 1),
@@ -22,6 +23,7 @@ const RANKS: &[(&str, u8)] = &[
     ("history", 6),
     ("simulate", 6),
     ("telemetry", 7),
+    ("accounting", 7),
     ("attribution", 8),
     ("discovery", 8),
     ("endpoint", 9),

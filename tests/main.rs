@@ -65,6 +65,7 @@ mod ray_source;
 mod readme;
 mod reference;
 mod refusals;
+mod report_scenario;
 mod run_leases;
 mod serve_nvml;
 mod slurm_source;

@@ -17,11 +17,9 @@ use gpuboard::snapshot::{Snapshot, SnapshotChange};
 use gpuboard::wire::{DeltaBody, HeartbeatBody, ResyncBody, SnapshotVersion, watch_events};
 use serde_json::{Value, json};
 
-fn reference(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("docs/reference")
-        .join(name)
-}
+use crate::common::schema;
+
+use schema::{check_generated, reference, schema_table};
 
 /// The documented keys of each table: `""` for the top level, `endpoints`, `nodes.gpus`...
 fn documented_keys(text: &str) -> BTreeMap<String, BTreeSet<String>> {
@@ -173,75 +171,6 @@ fn the_inventory_reference_lists_every_key_the_parser_accepts() {
     });
     // The demo fleet is a valid inventory too.
     gpuboard::inventory::load(&common::demo_fleet()).unwrap();
-}
-
-/// JSON type of a value, as the schema tables name it.
-fn json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(n) if n.is_f64() => "number",
-        Value::Number(_) => "integer",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
-}
-
-/// Every field path of `v` (`nodes[].devices[].index`) with the JSON types seen there.
-fn walk(v: &Value, path: &str, out: &mut BTreeMap<String, BTreeSet<&'static str>>) {
-    if !path.is_empty() {
-        out.entry(path.to_string())
-            .or_default()
-            .insert(json_type(v));
-    }
-    match v {
-        Value::Array(items) => {
-            for item in items {
-                walk(item, &format!("{path}[]"), out);
-            }
-        }
-        Value::Object(fields) => {
-            for (k, item) in fields {
-                let p = if path.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{path}.{k}")
-                };
-                walk(item, &p, out);
-            }
-        }
-        _ => {}
-    }
-}
-
-fn schema_table(samples: &[Value]) -> String {
-    let mut fields = BTreeMap::new();
-    for s in samples {
-        walk(s, "", &mut fields);
-    }
-    let mut out = String::from("| Field | JSON type |\n|---|---|\n");
-    for (path, types) in &fields {
-        let types: Vec<&str> = types.iter().copied().collect();
-        let _ = writeln!(out, "| `{path}` | {} |", types.join(" or "));
-    }
-    out
-}
-
-/// Compares a generated page with the committed one, or rewrites it on request.
-fn check_generated(name: &str, generated: &str) {
-    let path = reference(name);
-    if std::env::var_os("GPUBOARD_UPDATE_REFERENCE").is_some() {
-        std::fs::write(&path, generated).unwrap();
-        return;
-    }
-    let committed = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        committed == generated,
-        "docs/reference/{name} is out of date with the code: run \
-         `GPUBOARD_UPDATE_REFERENCE=1 cargo test --test reference` and commit it.\n\
-         --- generated ---\n{generated}"
-    );
 }
 
 /// A serve of the demo fleet with a placed claim and a pending one (so claims, pending
@@ -533,6 +462,7 @@ fn the_readme_links_every_reference() {
         "watch.md",
         "exit-codes.md",
         "api-bodies.md",
+        "report.md",
     ] {
         assert!(reference(page).exists(), "docs/reference/{page} missing");
         assert!(

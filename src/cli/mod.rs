@@ -21,6 +21,7 @@ mod fleet_move;
 mod lost_answer;
 pub mod man;
 mod record;
+pub mod report;
 mod run;
 mod run_group;
 mod serve;
@@ -144,6 +145,9 @@ pub enum Command {
     /// Record an engine's history (Ray, Slurm, BOINC, Prometheus) and serve it read-only,
     /// so the console rewinds it like an endpoint (README, "History").
     Record(record::RecordArgs),
+    /// Where a window's GPU-hours went per project, what was done and what went wrong, from
+    /// the endpoints' history, as Markdown or JSON (README, "gpuboard report").
+    Report(report::ReportArgs),
 }
 
 /// How to reach an endpoint.
@@ -246,6 +250,7 @@ async fn dispatch(cmd: Command) -> anyhow::Result<u8> {
         Command::Token(cmd) => token::run(cmd).map(|()| 0),
         Command::Events(a) => events::events(a).await,
         Command::Record(a) => record::record(a).await.map(|()| 0),
+        Command::Report(a) => report::report(a).await,
     }
 }
 

@@ -19,7 +19,7 @@ pub mod state;
 pub mod theme;
 pub mod update;
 pub mod views;
-pub mod when;
+pub use crate::when;
 
 use std::path::PathBuf;
 use std::sync::Arc;

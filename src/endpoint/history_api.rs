@@ -32,11 +32,11 @@ impl FromRef<ApiState> for HistoryRoutes {
 
 type Params = Query<HashMap<String, String>>;
 
-fn bad(detail: impl Into<String>) -> ApiError {
+pub(super) fn bad(detail: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::BAD_REQUEST, "bad_query", detail)
 }
 
-fn history(routes: &HistoryRoutes) -> Result<Arc<RecordedHistory>, ApiError> {
+pub(super) fn history(routes: &HistoryRoutes) -> Result<Arc<RecordedHistory>, ApiError> {
     routes.0.clone().ok_or_else(|| {
         ApiError::new(
             StatusCode::NOT_FOUND,
@@ -46,7 +46,7 @@ fn history(routes: &HistoryRoutes) -> Result<Arc<RecordedHistory>, ApiError> {
     })
 }
 
-fn failed(e: HistoryError) -> ApiError {
+pub(super) fn failed(e: HistoryError) -> ApiError {
     ApiError::new(
         StatusCode::INTERNAL_SERVER_ERROR,
         "history_failed",
@@ -54,7 +54,7 @@ fn failed(e: HistoryError) -> ApiError {
     )
 }
 
-fn time(q: &HashMap<String, String>, name: &str) -> Result<Timestamp, ApiError> {
+pub(super) fn time(q: &HashMap<String, String>, name: &str) -> Result<Timestamp, ApiError> {
     let raw = q.get(name).ok_or_else(|| {
         bad(format!(
             "`{name}` is required: a time (ms since the epoch or RFC 3339)"
@@ -64,7 +64,7 @@ fn time(q: &HashMap<String, String>, name: &str) -> Result<Timestamp, ApiError> 
 }
 
 /// Refuses parameters the route does not take, naming those it does.
-fn only(q: &HashMap<String, String>, allowed: &[&str]) -> Result<(), ApiError> {
+pub(super) fn only(q: &HashMap<String, String>, allowed: &[&str]) -> Result<(), ApiError> {
     match q.keys().find(|k| !allowed.contains(&k.as_str())) {
         Some(k) => Err(bad(format!(
             "unknown parameter `{k}`; allowed: {}",
@@ -279,6 +279,10 @@ where
         .route(hw::paths::CHANGES, get(changes))
         .route(hw::paths::SEEK, get(seek))
         .route(hw::paths::TELEMETRY, get(telemetry))
+        .route(
+            crate::accounting::REPORT_PATH,
+            get(super::report_api::report),
+        )
 }
 
 /// What `gpuboard record`'s listener serves from: the history, and the latest snapshot.

@@ -439,6 +439,81 @@ impl HistoryStore {
             .optional()?)
     }
 
+    /// The state at `from` (the last version at or before it) and the versions recorded
+    /// after it up to `to`, oldest first: what accounting replays. `None` before the
+    /// history begins.
+    pub fn window(
+        &self,
+        from: Timestamp,
+        to: Timestamp,
+    ) -> Result<Option<(Snapshot, Vec<Record>)>, HistoryError> {
+        let first: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT seq FROM versions WHERE at <= ?1 ORDER BY at DESC, seq DESC LIMIT 1",
+                [from.0],
+                |r| r.get(0),
+            )
+            .optional()?;
+        let Some(first) = first else {
+            return Ok(None);
+        };
+        let start = self.state_of_seq(first)?;
+        let mut q = self.conn.prepare_cached(
+            "SELECT at, revision, body, changes FROM versions WHERE seq > ?1 AND at <= ?2
+             ORDER BY seq",
+        )?;
+        let rows = q.query_map(params![first, to.0], |r| {
+            Ok((
+                r.get::<_, u64>(0)?,
+                r.get::<_, u64>(1)?,
+                r.get::<_, Vec<u8>>(2)?,
+                r.get::<_, Option<Vec<u8>>>(3)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (at, revision, body, changes) = row?;
+            out.push(Record {
+                at: Timestamp(at),
+                revision,
+                body: Body::decode(&body).map_err(damaged)?,
+                changes: match changes {
+                    Some(c) => record::decode_changes(&c).map_err(damaged)?,
+                    None => Vec::new(),
+                },
+            });
+        }
+        Ok(Some((start, out)))
+    }
+
+    /// Every device's samples from `from` to `to`, oldest first.
+    pub fn all_samples(
+        &self,
+        from: Timestamp,
+        to: Timestamp,
+    ) -> Result<BTreeMap<GpuRef, Vec<DeviceSample>>, HistoryError> {
+        let mut q = self.conn.prepare_cached(
+            "SELECT DISTINCT gpu FROM chunks WHERE start BETWEEN ?1 AND ?2 AND end >= ?3
+             UNION SELECT DISTINCT gpu FROM recent WHERE at BETWEEN ?3 AND ?2",
+        )?;
+        let names = q
+            .query_map(
+                params![from.0.saturating_sub(CHUNK_MS), to.0, from.0],
+                |r| r.get::<_, String>(0),
+            )?
+            .collect::<Result<Vec<String>, _>>()?;
+        let mut out = BTreeMap::new();
+        for name in names {
+            let Ok(gpu) = name.parse::<GpuRef>() else {
+                continue;
+            };
+            let samples = self.samples(&gpu, from, to, usize::MAX, false)?;
+            out.insert(gpu, samples);
+        }
+        Ok(out)
+    }
+
     /// Bytes in use (pages holding data; freed pages are given back by retention).
     pub fn bytes(&self) -> Result<Bytes, HistoryError> {
         let page: u64 = self.conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;

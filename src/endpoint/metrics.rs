@@ -1,7 +1,9 @@
 //! `GET /metrics`: the current snapshot version, the store's commit counters and failure,
 //! and the HTTP answers by status, as `OpenMetrics` text.
 
-use std::sync::atomic::Ordering;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -12,11 +14,93 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use crate::accounting::{Ask, IdleRule, PENDING_MS, ProjectGpuTime};
+use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::endpoint::api_error::{ApiError, serialize_failed};
 use crate::endpoint::api_state::ApiState;
+use crate::endpoint::report_api::window_report;
 use crate::snapshot::ClaimState;
 
 type Labels = Vec<(String, String)>;
+
+/// GPU time per project so far today (UTC), per recorded history, and when it was computed.
+#[derive(Default)]
+struct Today {
+    at: Timestamp,
+    projects: Vec<ProjectGpuTime>,
+}
+
+/// Per history (by address): accounting is recomputed at most once a minute, whatever the
+/// scrape rate.
+static GPU_TIME: Mutex<BTreeMap<usize, Today>> = Mutex::new(BTreeMap::new());
+const GPU_TIME_EVERY_MS: u64 = 60_000;
+const DAY_MS: u64 = 86_400_000;
+
+/// `gpuboard_project_gpu_seconds_total{project, state}`: reserved (by compute fraction),
+/// used and idle-allocated GPU-seconds since 00:00 UTC, from the history (the counters
+/// restart each day, which Prometheus reads as a counter reset). Nothing without a history.
+async fn gpu_time(reg: &mut Registry, st: &ApiState) {
+    let Some(history) = st.history.clone() else {
+        return;
+    };
+    let key = Arc::as_ptr(&history) as usize;
+    let now = SystemClock.now();
+    let fresh =
+        |g: &Today| now.millis_since(g.at) < GPU_TIME_EVERY_MS && g.at.0 / DAY_MS == now.0 / DAY_MS;
+    let cached = lock(&GPU_TIME)
+        .get(&key)
+        .filter(|g| fresh(g))
+        .map(|g| g.projects.clone());
+    let projects = if let Some(p) = cached {
+        p
+    } else {
+        let ask = Ask {
+            from: Timestamp(now.0 - now.0 % DAY_MS),
+            to: now,
+            idle: IdleRule::default(),
+            pending_ms: PENDING_MS,
+        };
+        let answer = history.read(move |s| window_report(s, ask)).await;
+        let projects = match answer {
+            Ok(Ok(r)) => r.usage.projects,
+            _ => Vec::new(),
+        };
+        lock(&GPU_TIME).insert(
+            key,
+            Today {
+                at: now,
+                projects: projects.clone(),
+            },
+        );
+        projects
+    };
+    let family = Family::<Labels, Counter<f64, AtomicU64>>::default();
+    reg.register(
+        "project_gpu_seconds",
+        "GPU-seconds per project since 00:00 UTC: reserved (compute fraction x time), used \
+         (utilization of its processes x its share), idle_allocated (held below 5 % for 15 min+)",
+        family.clone(),
+    );
+    for p in &projects {
+        let f = &p.figures;
+        for (state, v) in [
+            ("reserved", f.reserved.compute),
+            ("used", f.used),
+            ("idle_allocated", f.idle_allocated),
+        ] {
+            family
+                .get_or_create(&vec![
+                    ("project".to_string(), p.project.clone()),
+                    ("state".to_string(), state.to_string()),
+                ])
+                .inc_by(v.0);
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// The metrics of the durable state (the cached snapshot version) and of the store.
 pub(crate) async fn metrics(
@@ -200,6 +284,7 @@ pub(crate) async fn metrics(
         "State changes written",
         stats.changes.load(Ordering::Relaxed),
     );
+    gpu_time(&mut reg, &st).await;
     reg.register(
         "http_responses",
         "HTTP responses by status code",

@@ -492,5 +492,6 @@ pub mod console_fixtures;
 pub mod flood;
 pub mod ray_head;
 pub mod relay;
+pub mod schema;
 pub mod slurm_cluster;
 pub mod tmux;

@@ -1,5 +1,5 @@
-//! The times an operator types to rewind the console (`g`, `--at`): `03:12` (the last
-//! 03:12 in the operator's zone), `-10m` (before now), `2026-11-25 03:12:30` (local),
+//! The times an operator types (the console's `g` and `--at`, `gpuboard report`'s window):
+//! `03:12` (the last 03:12 in the operator's zone), `-10m` (before now), `2026-11-25 03:12:30` (local),
 //! RFC 3339, or milliseconds since the epoch. Pure: now and the zone are given.
 
 use jiff::civil::{Date, DateTime, Time};

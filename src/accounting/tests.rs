@@ -1,0 +1,366 @@
+//! The accounting's rules on small histories built through the real recorder
+//! (`history::Recording`), and its reconciliation on random ones.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::history::Recording;
+use crate::history::sample::Rare;
+use crate::ids::ClaimId;
+use crate::placement::DeviceShare;
+use crate::snapshot::{ClaimState, ClaimView, DeviceView, NodeView, ProcessView};
+use crate::units::{Bytes, Slots, Units};
+
+const GIB: u64 = 1 << 30;
+const HOUR: u64 = 3_600_000;
+const T0: u64 = 1_795_442_400_000;
+
+/// A fleet of `nodes` x `per` devices of 16 GiB, with `claims` placed (id, project, node,
+/// device, compute units) and `cordoned` devices.
+fn state(
+    revision: u64,
+    at: u64,
+    nodes: u32,
+    per: u32,
+    claims: &[(u64, &str, u32, u32, u32)],
+    cordoned: &[(u32, u32)],
+) -> Snapshot {
+    let mut s = Snapshot {
+        schema: 1,
+        revision,
+        taken_at: Timestamp(at),
+        ..Snapshot::default()
+    };
+    for n in 0..nodes {
+        let devices = (0..per)
+            .map(|d| {
+                let mine: Vec<_> = claims.iter().filter(|c| c.2 == n && c.3 == d).collect();
+                let units: u32 = mine.iter().map(|c| c.4).sum();
+                let mem = Bytes(16 * GIB * u64::from(units) / 10_000);
+                DeviceView {
+                    index: d,
+                    memory_capacity: Some(Bytes(16 * GIB)),
+                    memory_allocated: mem,
+                    memory_free: Bytes(16 * GIB) - mem,
+                    compute_allocated: Units(units),
+                    compute_free: Units(10_000 - units),
+                    cordoned: cordoned.contains(&(n, d)),
+                    holders: mine.iter().map(|c| ClaimId(c.0)).collect(),
+                    ..DeviceView::default()
+                }
+            })
+            .collect();
+        s.nodes.push(NodeView {
+            name: format!("n{n}"),
+            devices,
+            ..NodeView::default()
+        });
+    }
+    for &(id, project, n, d, units) in claims {
+        s.claims.push(ClaimView {
+            id: ClaimId(id),
+            state: ClaimState::Placed,
+            project: project.to_string(),
+            holder: None,
+            form: "num_gpus=0.5".into(),
+            request: crate::request::ClaimRequest::from_json(&serde_json::json!({"num_gpus": 1}))
+                .unwrap(),
+            node: Some(format!("n{n}")),
+            shares: vec![DeviceShare {
+                device: d,
+                memory: Bytes(16 * GIB * u64::from(units) / 10_000),
+                compute: Units(units),
+                slots: Slots(1),
+            }],
+            memory_reserved: Bytes(16 * GIB * u64::from(units) / 10_000),
+            compute_reserved: Units(units),
+            memory_used: None,
+            over_limit: false,
+            idle: false,
+            created_at: Timestamp(at),
+            lease_expires_at: None,
+            pending_reasons: Vec::new(),
+            infeasible: false,
+        });
+    }
+    s
+}
+
+/// Records `states` as the endpoint would; the first is the window's start.
+fn record(states: &[Snapshot]) -> (Snapshot, Vec<Record>) {
+    let mut r = Recording::default();
+    let mut records: Vec<Record> = states.iter().filter_map(|s| r.observe(s)).collect();
+    records.remove(0);
+    (crate::history::state_of(&states[0]), records)
+}
+
+fn sample(at: u64, util: u32, procs: &[(u64, u64)]) -> DeviceSample {
+    DeviceSample {
+        at: Timestamp(at),
+        utilization_gpu: Some(util),
+        rare: Rare {
+            processes: procs
+                .iter()
+                .map(|&(claim, gib)| ProcessView {
+                    pid: 100 + claim as u32,
+                    name: None,
+                    used_memory: Some(Bytes(gib * GIB)),
+                    claim: Some(ClaimId(claim)),
+                })
+                .collect(),
+            ..Rare::default()
+        },
+        ..DeviceSample::default()
+    }
+}
+
+fn gpu(n: u32, d: u32) -> GpuRef {
+    GpuRef {
+        node: format!("n{n}"),
+        index: d,
+    }
+}
+
+fn ask(from: u64, to: u64) -> Ask {
+    Ask {
+        from: Timestamp(from),
+        to: Timestamp(to),
+        idle: IdleRule::default(),
+        pending_ms: PENDING_MS,
+    }
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-6
+}
+
+#[test]
+fn a_quarter_gpu_for_an_hour_is_charged_a_quarter_gpu_hour() {
+    let s = state(1, T0, 1, 1, &[(1, "vision", 0, 0, 2_500)], &[]);
+    let (start, versions) = record(&[s]);
+    let samples: BTreeMap<_, _> = [(
+        gpu(0, 0),
+        (0..720)
+            .map(|i| sample(T0 + i * 5_000, 100, &[(1, 2)]))
+            .collect(),
+    )]
+    .into();
+    let r = report(&start, &versions, &samples, &ask(T0, T0 + HOUR));
+    let p = &r.usage.projects[0];
+    assert_eq!(p.project, "vision");
+    assert!(close(p.figures.reserved.compute.hours(), 0.25), "{p:?}");
+    assert!(close(p.figures.reserved.memory.hours(), 0.25), "{p:?}");
+    assert!(
+        close(p.figures.used.hours(), 0.25),
+        "busy at 100 %: used all it reserved"
+    );
+    assert!(close(p.figures.idle_allocated.hours(), 0.0));
+    assert!(close(r.usage.physical.hours(), 1.0));
+    assert!(close(r.usage.unallocated.compute.hours(), 0.75));
+}
+
+#[test]
+fn idle_counts_only_after_the_minimum_and_then_all_of_the_run() {
+    // Claim 1 (a whole GPU) busy 20 min, idle (no process) 40 min; claim 2 idle 10 min only.
+    let s = state(
+        1,
+        T0,
+        1,
+        2,
+        &[(1, "vision", 0, 0, 10_000), (2, "nlp", 0, 1, 5_000)],
+        &[],
+    );
+    let (start, versions) = record(&[s]);
+    let a: Vec<_> = (0..720)
+        .map(|i| {
+            let t = T0 + i * 5_000;
+            if t < T0 + 20 * 60_000 {
+                sample(t, 90, &[(1, 4)])
+            } else {
+                sample(t, 0, &[])
+            }
+        })
+        .collect();
+    let b: Vec<_> = (0..720)
+        .map(|i| {
+            let t = T0 + i * 5_000;
+            let busy = !(T0 + 30 * 60_000..T0 + 40 * 60_000).contains(&t);
+            sample(t, if busy { 80 } else { 2 }, &[(2, 1)])
+        })
+        .collect();
+    let samples: BTreeMap<_, _> = [(gpu(0, 0), a), (gpu(0, 1), b)].into();
+    let r = report(&start, &versions, &samples, &ask(T0, T0 + HOUR));
+    let by: BTreeMap<_, _> = r
+        .usage
+        .projects
+        .iter()
+        .map(|p| (p.project.as_str(), &p.figures))
+        .collect();
+    assert!(close(by["vision"].idle_allocated.hours(), 40.0 / 60.0));
+    assert!(close(by["vision"].used.hours(), 0.9 * 20.0 / 60.0));
+    assert!(
+        close(by["nlp"].idle_allocated.hours(), 0.0),
+        "10 min < 15 min"
+    );
+    assert!(close(
+        by["nlp"].used.hours(),
+        0.5 * (0.8 * 50.0 + 0.02 * 10.0) / 60.0
+    ));
+    assert_eq!(r.usage.projects[0].project, "vision", "biggest idle first");
+    let longest = r
+        .usage
+        .claims
+        .iter()
+        .find(|c| c.claim == ClaimId(2))
+        .unwrap();
+    assert_eq!(longest.longest_idle_ms, 10 * 60_000);
+}
+
+#[test]
+fn a_release_and_a_cordon_are_spans_and_over_limit_is_trouble() {
+    let s0 = state(1, T0, 1, 1, &[(1, "vision", 0, 0, 5_000)], &[]);
+    let s1 = state(2, T0 + HOUR / 2, 1, 1, &[], &[]);
+    let s2 = state(3, T0 + HOUR * 3 / 4, 1, 1, &[], &[(0, 0)]);
+    let (start, versions) = record(&[s0, s1, s2]);
+    let samples: BTreeMap<_, _> = [(
+        gpu(0, 0),
+        (0..720)
+            .map(|i| sample(T0 + i * 5_000, 50, &[(1, 12)]))
+            .collect(),
+    )]
+    .into();
+    let r = report(&start, &versions, &samples, &ask(T0, T0 + HOUR));
+    let p = &r.usage.projects[0];
+    assert!(close(p.figures.reserved.compute.hours(), 0.25));
+    assert!(close(r.usage.unallocated.compute.hours(), 0.75));
+    let cordon = &r.trouble.devices[0];
+    assert_eq!(cordon.condition, trouble::Condition::Cordoned);
+    assert_eq!(cordon.from, Timestamp(T0 + HOUR * 3 / 4));
+    assert!(cordon.ongoing);
+    let over = &r.trouble.over_limit[0];
+    assert_eq!((over.claim, over.peak), (ClaimId(1), Bytes(12 * GIB)));
+    assert_eq!(over.reserved, Bytes(8 * GIB));
+    assert_eq!(
+        over.to,
+        Timestamp(T0 + HOUR / 2 - 5_000),
+        "over only while it held"
+    );
+}
+
+/// One step of a random history.
+#[derive(Clone, Debug)]
+enum Op {
+    Claim {
+        device: u32,
+        units: u32,
+        project: u8,
+    },
+    Release {
+        nth: usize,
+    },
+    Cordon {
+        device: u32,
+    },
+    Wait {
+        ms: u64,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (
+            0u32..4,
+            prop::sample::select(vec![2_500u32, 5_000, 10_000, 1_250]),
+            0u8..3
+        )
+            .prop_map(|(device, units, project)| Op::Claim {
+                device,
+                units,
+                project
+            }),
+        (0usize..8).prop_map(|nth| Op::Release { nth }),
+        (0u32..4).prop_map(|device| Op::Cordon { device }),
+        (1u64..1_200_000).prop_map(|ms| Op::Wait { ms }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn reserved_plus_unallocated_is_physical(
+        ops in prop::collection::vec(op(), 1..60),
+        utils in prop::collection::vec(0u32..=100, 50),
+        offset in 0u64..600_000,
+    ) {
+        let projects = ["vision", "nlp", "speech"];
+        let mut claims: Vec<(u64, &str, u32, u32, u32)> = Vec::new();
+        let mut cordoned: Vec<(u32, u32)> = Vec::new();
+        let mut at = T0;
+        let mut next_id = 1;
+        let mut states = vec![state(1, at, 2, 2, &claims, &cordoned)];
+        let mut samples: BTreeMap<GpuRef, Vec<DeviceSample>> = BTreeMap::new();
+        for o in ops {
+            match o {
+                Op::Claim { device, units, project } => {
+                    let (n, d) = (device / 2, device % 2);
+                    let used: u32 = claims.iter().filter(|c| c.2 == n && c.3 == d).map(|c| c.4).sum();
+                    if used + units <= 10_000 {
+                        claims.push((next_id, projects[project as usize], n, d, units));
+                        next_id += 1;
+                    }
+                }
+                Op::Release { nth } => {
+                    if !claims.is_empty() {
+                        claims.remove(nth % claims.len());
+                    }
+                }
+                Op::Cordon { device } => {
+                    let k = (device / 2, device % 2);
+                    if let Some(i) = cordoned.iter().position(|c| *c == k) {
+                        cordoned.remove(i);
+                    } else {
+                        cordoned.push(k);
+                    }
+                }
+                Op::Wait { ms } => {
+                    // Telemetry every 5 s while time passes, with the claims' processes.
+                    let mut t = at - at % 5_000 + 5_000;
+                    while t <= at + ms {
+                        for dev in 0..4u32 {
+                            let (n, d) = (dev / 2, dev % 2);
+                            let procs: Vec<(u64, u64)> = claims
+                                .iter()
+                                .filter(|c| c.2 == n && c.3 == d)
+                                .map(|c| (c.0, 1))
+                                .collect();
+                            let u = utils[((t / 5_000) as usize + dev as usize) % utils.len()];
+                            samples.entry(gpu(n, d)).or_default().push(sample(t, u, &procs));
+                        }
+                        t += 5_000;
+                    }
+                    at += ms;
+                }
+            }
+            at += 1;
+            let rev = states.len() as u64 + 1;
+            states.push(state(rev, at, 2, 2, &claims, &cordoned));
+        }
+        let (start, versions) = record(&states);
+        let to = at + offset;
+        let r = report(&start, &versions, &samples, &ask(T0, to));
+        let u = &r.usage;
+        let physical = u.physical.0;
+        prop_assert!((physical - 4.0 * (to - T0) as f64 / 1000.0).abs() < 1e-6);
+        let reserved_c: f64 = u.projects.iter().map(|p| p.figures.reserved.compute.0).sum();
+        let reserved_m: f64 = u.projects.iter().map(|p| p.figures.reserved.memory.0).sum();
+        prop_assert!((reserved_c + u.unallocated.compute.0 - physical).abs() <= physical * 0.001);
+        prop_assert!((reserved_m + u.unallocated.memory.0 - physical).abs() <= physical * 0.001);
+        for p in &u.projects {
+            let f = &p.figures;
+            prop_assert!(f.used.0 <= f.reserved.compute.0 + 1e-6, "{p:?}");
+            prop_assert!(f.idle_allocated.0 <= f.reserved.compute.0 + 1e-6, "{p:?}");
+        }
+    }
+}

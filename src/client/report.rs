@@ -1,0 +1,61 @@
+//! `GET /v1/history/report`: one endpoint's accounting, audited actions and trouble over a
+//! window (`accounting` has the contract).
+
+use reqwest::StatusCode;
+
+use super::{Client, ClientError, error_from};
+use crate::accounting::{Ask, REPORT_PATH, WindowReport};
+use crate::clock::Timestamp;
+use crate::history::wire::{self as hw, BeforeHistory};
+
+/// The answer to a report call.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ReportAt {
+    /// The window's report.
+    Shown(Box<WindowReport>),
+    /// The window is wholly before the history begins (`history_from`), or nothing is
+    /// recorded (`None`: not yet, or the endpoint records no history).
+    BeforeHistory {
+        /// Where the history begins.
+        history_from: Option<Timestamp>,
+    },
+}
+
+impl Client {
+    /// `GET /v1/history/report`: the endpoint's report over `ask`'s window.
+    pub async fn history_report(&self, ask: &Ask) -> Result<ReportAt, ClientError> {
+        let mut url = self.url(REPORT_PATH);
+        url.set_query(Some(&ask.query()));
+        let mut req = self.http.get(url);
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(t) = self.per_call {
+            req = req.timeout(t);
+        }
+        let resp = req.send().await.map_err(|e| self.transport(&e))?;
+        let status = resp.status();
+        let bytes = self.body(resp).await?;
+        if status == StatusCode::NOT_FOUND
+            && let Ok(body) = serde_json::from_slice::<BeforeHistory>(&bytes)
+            && body.error == hw::BEFORE_HISTORY
+        {
+            return Ok(ReportAt::BeforeHistory {
+                history_from: body.history_from,
+            });
+        }
+        // An endpoint that records no history (`--history-days 0`) has none for any window.
+        if status == StatusCode::NOT_FOUND
+            && serde_json::from_slice::<serde_json::Value>(&bytes)
+                .is_ok_and(|v| v["error"] == "no_history")
+        {
+            return Ok(ReportAt::BeforeHistory { history_from: None });
+        }
+        if !status.is_success() {
+            return Err(error_from(status, &bytes));
+        }
+        let report: WindowReport =
+            serde_json::from_slice(&bytes).map_err(|e| self.decode(e.to_string()))?;
+        Ok(ReportAt::Shown(Box::new(report)))
+    }
+}

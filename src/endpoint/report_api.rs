@@ -1,0 +1,124 @@
+//! `GET /v1/history/report`: one endpoint's accounting, audited actions and trouble over
+//! a window (`accounting` has the contract and the arithmetic; this reads the history).
+
+use std::collections::HashMap;
+
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+use super::history_api::{HistoryRoutes, bad, failed, history, only, time};
+use crate::accounting::{self, Ask, IdleRule, PENDING_MS, WindowReport};
+use crate::clock::{Clock, SystemClock, Timestamp};
+use crate::endpoint::history_store::{HistoryError, HistoryStore};
+use crate::history::wire::{self as hw, BeforeHistory};
+
+/// A whole number parameter within `range`, or its default.
+fn number(
+    q: &HashMap<String, String>,
+    name: &str,
+    range: std::ops::RangeInclusive<u64>,
+    default: u64,
+) -> Result<u64, crate::endpoint::api_error::ApiError> {
+    let Some(raw) = q.get(name) else {
+        return Ok(default);
+    };
+    raw.parse::<u64>()
+        .ok()
+        .filter(|n| range.contains(n))
+        .ok_or_else(|| {
+            bad(format!(
+                "`{name}` must be a whole number from {} to {}",
+                range.start(),
+                range.end()
+            ))
+        })
+}
+
+/// The report over `ask`'s window from the history in `s`, cut to where the history begins;
+/// `Err` with where it begins (`None`: nothing recorded) when the window is wholly before it.
+pub(crate) fn window_report(
+    s: &HistoryStore,
+    ask: Ask,
+) -> Result<Result<WindowReport, Option<Timestamp>>, HistoryError> {
+    let Some(begins) = s.from()? else {
+        return Ok(Err(None));
+    };
+    if ask.to < begins {
+        return Ok(Err(Some(begins)));
+    }
+    let ask = Ask {
+        from: ask.from.max(begins),
+        ..ask
+    };
+    let Some((start, versions)) = s.window(ask.from, ask.to)? else {
+        return Ok(Err(Some(begins)));
+    };
+    let early = Timestamp(ask.from.0.saturating_sub(accounting::usage::HOLD_MS));
+    let samples = s.all_samples(early, ask.to)?;
+    let mut r = accounting::report(&start, &versions, &samples, &ask);
+    r.history_from = Some(begins);
+    Ok(Ok(r))
+}
+
+/// `GET /v1/history/report?from=&to=[&idle_below=PCT][&idle_for=SECS][&pending_over=SECS]`.
+pub(crate) async fn report(
+    State(routes): State<HistoryRoutes>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, crate::endpoint::api_error::ApiError> {
+    only(
+        &q,
+        &["from", "to", "idle_below", "idle_for", "pending_over"],
+    )?;
+    let history = history(&routes)?;
+    let from = time(&q, "from")?;
+    // The window ends now at the latest: what has not happened is not accounted.
+    let to = time(&q, "to")?.min(SystemClock.now());
+    if from > to {
+        return Err(bad("`from` is after `to` (or after now)"));
+    }
+    let defaults = IdleRule::default();
+    let ask = Ask {
+        from,
+        to,
+        idle: IdleRule {
+            idle_below_pct: u32::try_from(number(
+                &q,
+                "idle_below",
+                0..=100,
+                u64::from(defaults.idle_below_pct),
+            )?)
+            .unwrap_or(100),
+            idle_for_ms: number(
+                &q,
+                "idle_for",
+                0..=86_400 * 366,
+                defaults.idle_for_ms / 1000,
+            )? * 1000,
+        },
+        pending_ms: number(&q, "pending_over", 0..=86_400 * 366, PENDING_MS / 1000)? * 1000,
+    };
+    let answer = history
+        .read(move |s| window_report(s, ask))
+        .await
+        .map_err(failed)?;
+    match answer {
+        Ok(r) => Ok(axum::Json(r).into_response()),
+        Err(begins) => {
+            let detail = match begins {
+                Some(b) => format!(
+                    "no history in the window ending {}: this endpoint's history begins at {}",
+                    crate::clock::date_time(to, &jiff::tz::TimeZone::UTC),
+                    crate::clock::date_time(b, &jiff::tz::TimeZone::UTC),
+                ),
+                None => "no history yet: nothing has been recorded".to_string(),
+            };
+            let body = BeforeHistory {
+                error: hw::BEFORE_HISTORY.to_string(),
+                detail,
+                history_from: begins,
+            };
+            Ok((StatusCode::NOT_FOUND, axum::Json(body)).into_response())
+        }
+    }
+}
