@@ -200,8 +200,11 @@ impl LiveFeed {
             .clone()
     }
 
-    /// Feeds a round not seen yet to the idle tracker, against the claims of `snap`.
-    pub fn track_idle(&self, snap: &Snapshot) {
+    /// Feeds a round not seen yet to the idle tracker, against the claims of a snapshot.
+    /// `snapshot` is called only when needed: for a new round that shows devices (the
+    /// snapshot only matters through them, and taking one of 20 000 claims every second
+    /// was most of an idle endpoint's work).
+    pub fn track_idle(&self, snapshot: impl FnOnce() -> Snapshot) {
         let Some(round) = self.latest() else {
             return;
         };
@@ -210,7 +213,13 @@ impl LiveFeed {
             return;
         }
         idle.last_round_ms = Some(round.telemetry.fetched_unix_ms);
-        let joined = Join::new(snap, &round, &self.config.node);
+        // No device in the round: nothing joins, whatever the snapshot holds.
+        let snap = if round.telemetry.devices.is_empty() {
+            Snapshot::default()
+        } else {
+            snapshot()
+        };
+        let joined = Join::new(&snap, &round, &self.config.node);
         let observations = joined.observations(&round);
         let attribution = attribute(&observations, &round.origins, &joined.holdings);
         let flagged: BTreeSet<ClaimId> = idle
@@ -684,14 +693,14 @@ mod tests {
         let feed = LiveFeed::new(config(proc_root.path()));
         for secs in [0, 5, 10] {
             feed.publish(LiveRound::gather(round(&fake, secs), feed.config()));
-            feed.track_idle(&engine.snapshot());
+            feed.track_idle(|| engine.snapshot());
         }
         assert!(
             feed.idle_claims().is_empty(),
             "10 s is not longer than 10 s"
         );
         feed.publish(LiveRound::gather(round(&fake, 11), feed.config()));
-        feed.track_idle(&engine.snapshot());
+        feed.track_idle(|| engine.snapshot());
         let mut snap = engine.snapshot();
         feed.merge_into(&mut snap);
         assert!(snap.claim(id).unwrap().idle);
@@ -699,7 +708,7 @@ mod tests {
         // Activity clears it.
         fake.update(|g| g[0].metrics.utilization_gpu_percent = Some(80));
         feed.publish(LiveRound::gather(round(&fake, 12), feed.config()));
-        feed.track_idle(&engine.snapshot());
+        feed.track_idle(|| engine.snapshot());
         assert!(feed.idle_claims().is_empty());
     }
 
