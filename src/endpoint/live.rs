@@ -159,7 +159,10 @@ impl LiveFeed {
         use std::sync::atomic::Ordering;
         let now = round.telemetry.fetched_unix_ms;
         let mut latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut host_shown = self.host_shown.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut host_shown = self
+            .host_shown
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let host_due = now.saturating_sub(self.host_shown_ms.load(Ordering::Relaxed))
             >= HOST_REFRESH_MS
             && host_moved(host_shown.as_ref(), round.telemetry.host.as_ref());
@@ -707,7 +710,11 @@ mod tests {
         feed.publish(busy(60, 13.0));
         assert_eq!(feed.generation(), 1, "figures that barely moved make none");
         feed.publish(busy(61, 45.0));
-        assert_eq!(feed.generation(), 2, "figures that moved show, after the minute");
+        assert_eq!(
+            feed.generation(),
+            2,
+            "figures that moved show, after the minute"
+        );
         let latest = feed.latest().unwrap();
         assert_eq!(
             latest.telemetry.host.as_ref().unwrap().cpu_percent,

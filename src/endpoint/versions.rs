@@ -294,13 +294,19 @@ mod tests {
         // A build in progress (its lock held) does not hold up what is already built.
         let building = v.building.lock().await;
         let within = std::time::Duration::from_secs(30);
-        let again = tokio::time::timeout(within, v.current()).await.unwrap().unwrap();
+        let again = tokio::time::timeout(within, v.current())
+            .await
+            .unwrap()
+            .unwrap();
         assert!(Arc::ptr_eq(&again, &second));
         assert_eq!(v.deltas(first.version, second.version).unwrap().len(), 1);
         // A reader who needs a newer state waits for the build, then gets it.
         v.engine().cordon("a", 1, false, "op").await.unwrap();
         let waiting = tokio::time::timeout(std::time::Duration::from_millis(50), v.current()).await;
-        assert!(waiting.is_err(), "the new state waits for the build in progress");
+        assert!(
+            waiting.is_err(),
+            "the new state waits for the build in progress"
+        );
         drop(building);
         let third = v.current().await.unwrap();
         assert_eq!(third.version.seq, 3);

@@ -36,7 +36,7 @@ fn random_fleet(rng: &mut Rng, policy: Policy) -> Fleet {
     for n in 0..nodes {
         let mixed = rng.below(4) == 0;
         let base = rng.below(3) as usize;
-        let devices = (0..1 + rng.below(8))
+        let devices = (0..=rng.below(8))
             .map(|i| {
                 let m = if mixed { rng.below(3) as usize } else { base };
                 DeviceSpec {

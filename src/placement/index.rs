@@ -159,10 +159,10 @@ impl Fleet {
             .classes
             .iter()
             .filter(|class| {
-                !demand
+                demand
                     .accelerator
                     .as_ref()
-                    .is_some_and(|a| !a.matches(&class.model, Some(class.capacity)))
+                    .is_none_or(|a| a.matches(&class.model, Some(class.capacity)))
                     && demand.model.as_deref().is_none_or(|m| m == class.model)
             })
             .filter_map(|class| {
