@@ -485,7 +485,7 @@ impl Client {
 
     /// `GET /v1/watch?deltas=1[&since=V]`: the endpoint's changes as they happen (see
     /// `WatchEvent`). The answer must start within the client's timeout; the stream then
-    /// ends with an error item after 3 x `wire::HEARTBEAT` without a byte, when the
+    /// ends with an error item after `wire::SILENT_AFTER` without a byte, when the
     /// connection drops, or on an unreadable event. An endpoint without the delta watch
     /// answers `NotFound` (or `Invalid`), at once or as the stream's first item.
     pub async fn watch(&self, since: Option<SnapshotVersion>) -> Result<WatchStream, ClientError> {
@@ -522,7 +522,7 @@ impl Client {
             .boxed();
         Ok(sse::watch_events(
             bytes,
-            3 * wire::HEARTBEAT,
+            wire::SILENT_AFTER,
             self.base.to_string(),
         ))
     }

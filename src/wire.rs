@@ -308,8 +308,15 @@ pub fn idempotency_key(raw: &str) -> Result<&str, String> {
 }
 
 /// How often a delta watch (`GET /v1/watch?deltas=1`) says it is alive when nothing else
-/// was sent; a client that hears nothing for 3 x this long counts the stream as dead.
-pub const HEARTBEAT: Duration = Duration::from_secs(10);
+/// was sent: only an idle stream sends heartbeats, and this is what an idle console pays
+/// per endpoint (it was 10 s; 25 s keeps 5 s under `SILENT_AFTER` for a slow peer).
+pub const HEARTBEAT: Duration = Duration::from_secs(25);
+
+/// A client that hears nothing from a delta watch for this long counts the stream as dead
+/// (the console shows the endpoint stale). 30 s, as when it was 3 heartbeats of 10 s: a
+/// hung endpoint shows stale no later than before. A dead one whose connection closes
+/// shows at once.
+pub const SILENT_AFTER: Duration = Duration::from_secs(30);
 
 /// A version of one endpoint's snapshot, written `"EPOCH.SEQ"` on the wire (`ETag`, SSE
 /// ids, `since`). `epoch` is drawn at random when the endpoint starts (a new one means a

@@ -169,6 +169,10 @@ struct Inner {
     keys: Mutex<KeyTable>,
 }
 
+/// The longest wait between two ticks of an idle engine (the ledger is saved every
+/// 30 s, so it is rarely reached).
+const IDLE_TICK_MAX: Duration = Duration::from_secs(30);
+
 /// What a snapshot of the engine is built from, besides the clock: the committed revision
 /// and the live feed's generation. Equal keys give the same snapshot (but for its time).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -547,8 +551,7 @@ impl Engine {
         self.mutate(|s, now| s.tick(now, &|pid| owners.alive(pid)))
             .await?;
         if let Some(feed) = self.inner.live.get() {
-            let snap = self.lock().snapshot(self.now());
-            feed.track_idle(&snap);
+            feed.track_idle(|| self.lock().snapshot(self.now()));
         }
         Ok(())
     }
@@ -593,20 +596,52 @@ impl Engine {
         self.inner.live.get()
     }
 
-    /// Ticks every `EngineConfig::tick` until the engine's store fails; logs failures.
+    /// How long the ticker may wait before the next tick: `EngineConfig::tick`, or longer
+    /// while nothing is due before then (no claim waits or has a local owner, no lease
+    /// runs out, the ledger is saved; and no telemetry round shows devices, which the idle
+    /// tracker follows on every tick). At most `IDLE_TICK_MAX`.
+    fn next_tick_in(&self) -> Duration {
+        let every = self.inner.tick;
+        let devices = self.inner.live.get().is_some_and(|feed| {
+            feed.latest()
+                .is_some_and(|round| !round.telemetry.devices.is_empty())
+        });
+        if devices {
+            return every;
+        }
+        let now = self.now();
+        let Some(until) = self.lock().idle_until() else {
+            return every;
+        };
+        Duration::from_millis(until.millis_since(now)).clamp(every, IDLE_TICK_MAX.max(every))
+    }
+
+    /// Ticks until the engine's store fails, logging failures: every `EngineConfig::tick`
+    /// while something may be due, else when the first thing is (see `next_tick_in`). A
+    /// commit may bring that nearer (a lease, a waiting claim, an owner), never later.
     pub fn spawn_ticker(&self) -> tokio::task::JoinHandle<()> {
         let engine = self.clone();
         tokio::spawn(async move {
-            let mut every = tokio::time::interval(engine.inner.tick);
-            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut commits = engine.subscribe();
+            let mut next = tokio::time::Instant::now();
             loop {
-                every.tick().await;
+                tokio::select! {
+                    () = tokio::time::sleep_until(next) => {}
+                    changed = commits.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                        next = next.min(tokio::time::Instant::now() + engine.next_tick_in());
+                        continue;
+                    }
+                }
                 if let Err(e) = engine.tick().await {
                     tracing::error!("tick failed: {e}");
                     if matches!(e, EngineError::Store(_)) {
                         return;
                     }
                 }
+                next = tokio::time::Instant::now() + engine.next_tick_in();
             }
         })
     }

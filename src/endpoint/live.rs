@@ -19,7 +19,7 @@ use crate::ids::ClaimId;
 use crate::placement::{DeviceSpec, NodeSpec};
 use crate::snapshot::{self, ClaimState, CoordinationRecord, HostView, ProcessView, Snapshot};
 use crate::telemetry::procfs::ProcessOrigin;
-use crate::telemetry::{BackendStatus, TelemetrySnapshot, procfs};
+use crate::telemetry::{BackendStatus, HostSample, TelemetrySnapshot, procfs};
 use crate::units::Bytes;
 
 /// Where live telemetry is joined in.
@@ -114,6 +114,8 @@ pub struct LiveFeed {
     generation: watch::Sender<u64>,
     /// When (the round's own clock, ms) the host figures last made a new generation.
     host_shown_ms: std::sync::atomic::AtomicU64,
+    /// The host figures of the round that last made a generation.
+    host_shown: Mutex<Option<HostSample>>,
 }
 
 /// Host figures (CPU, memory, load) change every round; alone they make a new generation
@@ -141,6 +143,7 @@ impl LiveFeed {
             }),
             generation: watch::Sender::new(0),
             host_shown_ms: std::sync::atomic::AtomicU64::new(0),
+            host_shown: Mutex::new(None),
         }
     }
 
@@ -150,21 +153,31 @@ impl LiveFeed {
     }
 
     /// Replaces the latest round; when what it shows changed, starts a new generation and
-    /// wakes those waiting for it (host figures alone: at most every `HOST_REFRESH_MS`).
+    /// wakes those waiting for it (host figures alone: at most every `HOST_REFRESH_MS`, and
+    /// only once they moved from those last shown, see `host_moved`).
     pub fn publish(&self, round: LiveRound) {
         use std::sync::atomic::Ordering;
         let now = round.telemetry.fetched_unix_ms;
         let mut latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
-        let host_due =
-            now.saturating_sub(self.host_shown_ms.load(Ordering::Relaxed)) >= HOST_REFRESH_MS;
+        let mut host_shown = self
+            .host_shown
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let host_due = now.saturating_sub(self.host_shown_ms.load(Ordering::Relaxed))
+            >= HOST_REFRESH_MS
+            && host_moved(host_shown.as_ref(), round.telemetry.host.as_ref());
         let shown_changed = latest.as_deref().is_none_or(|prev| {
             prev.telemetry.backend != round.telemetry.backend
                 || prev.telemetry.devices != round.telemetry.devices
                 || prev.origins != round.origins
                 || prev.coordination != round.coordination
                 || prev.coordination_error != round.coordination_error
-                || (host_due && prev.telemetry.host != round.telemetry.host)
+                || host_due
         });
+        if shown_changed {
+            host_shown.clone_from(&round.telemetry.host);
+        }
+        drop(host_shown);
         *latest = Some(Arc::new(round));
         drop(latest);
         if shown_changed {
@@ -200,8 +213,11 @@ impl LiveFeed {
             .clone()
     }
 
-    /// Feeds a round not seen yet to the idle tracker, against the claims of `snap`.
-    pub fn track_idle(&self, snap: &Snapshot) {
+    /// Feeds a round not seen yet to the idle tracker, against the claims of a snapshot.
+    /// `snapshot` is called only when needed: for a new round that shows devices (the
+    /// snapshot only matters through them, and taking one of 20 000 claims every second
+    /// was most of an idle endpoint's work).
+    pub fn track_idle(&self, snapshot: impl FnOnce() -> Snapshot) {
         let Some(round) = self.latest() else {
             return;
         };
@@ -210,7 +226,13 @@ impl LiveFeed {
             return;
         }
         idle.last_round_ms = Some(round.telemetry.fetched_unix_ms);
-        let joined = Join::new(snap, &round, &self.config.node);
+        // No device in the round: nothing joins, whatever the snapshot holds.
+        let snap = if round.telemetry.devices.is_empty() {
+            Snapshot::default()
+        } else {
+            snapshot()
+        };
+        let joined = Join::new(&snap, &round, &self.config.node);
         let observations = joined.observations(&round);
         let attribution = attribute(&observations, &round.origins, &joined.holdings);
         let flagged: BTreeSet<ClaimId> = idle
@@ -232,6 +254,29 @@ impl LiveFeed {
             merge(snap, &round, &self.config.node, &self.idle_claims());
         }
     }
+}
+
+/// Whether the host figures moved enough from those last shown to be worth a new version
+/// to every watching console: another machine shape, CPU busy by 10 points, memory in use
+/// by 2 % of the total, or the 1-minute load by 0.5 and a fifth. An idle host then sends
+/// nothing; a drift adds up against the figures shown until it shows.
+fn host_moved(shown: Option<&HostSample>, now: Option<&HostSample>) -> bool {
+    let (Some(a), Some(b)) = (shown, now) else {
+        return shown.is_some() != now.is_some();
+    };
+    let cpu = match (a.cpu_percent, b.cpu_percent) {
+        (Some(x), Some(y)) => (x - y).abs() >= 10.0,
+        (x, y) => x.is_some() != y.is_some(),
+    };
+    let memory = a.memory_used.0.abs_diff(b.memory_used.0).saturating_mul(50) >= b.memory_total.0;
+    let load = match (&a.load, &b.load) {
+        (Some(x), Some(y)) => {
+            let d = (x.one - y.one).abs();
+            d >= 0.5 && d >= 0.2 * x.one.max(y.one)
+        }
+        (x, y) => x.is_some() != y.is_some(),
+    };
+    a.cpu_count != b.cpu_count || a.memory_total != b.memory_total || cpu || memory || load
 }
 
 /// How the snapshot's devices meet the round's: (node index in `snap.nodes`, device
@@ -646,7 +691,7 @@ mod tests {
     }
 
     #[test]
-    fn host_figures_alone_make_a_generation_at_most_every_minute() {
+    fn host_figures_alone_make_a_generation_at_most_every_minute_once_they_moved() {
         let proc_root = tempfile::tempdir().unwrap();
         let feed = LiveFeed::new(config(proc_root.path()));
         let no_gpu = FakeBackend::new(vec![]);
@@ -663,16 +708,26 @@ mod tests {
         feed.publish(busy(59, 12.0));
         assert_eq!(feed.generation(), 1, "host figures within the minute wait");
         feed.publish(busy(60, 13.0));
-        assert_eq!(feed.generation(), 2, "then they show");
+        assert_eq!(feed.generation(), 1, "figures that barely moved make none");
+        feed.publish(busy(61, 45.0));
+        assert_eq!(
+            feed.generation(),
+            2,
+            "figures that moved show, after the minute"
+        );
         let latest = feed.latest().unwrap();
         assert_eq!(
             latest.telemetry.host.as_ref().unwrap().cpu_percent,
-            Some(13.0)
+            Some(45.0)
         );
+        feed.publish(busy(200, 46.0));
+        assert_eq!(feed.generation(), 2, "measured against the figures shown");
+        feed.publish(busy(201, 30.0));
+        assert_eq!(feed.generation(), 3);
 
         let gpu = FakeBackend::new(vec![gpu(0, Some(5), vec![])]);
-        feed.publish(LiveRound::gather(round(&gpu, 61), feed.config()));
-        assert_eq!(feed.generation(), 3, "a GPU appearing is news at once");
+        feed.publish(LiveRound::gather(round(&gpu, 202), feed.config()));
+        assert_eq!(feed.generation(), 4, "a GPU appearing is news at once");
     }
 
     #[tokio::test]
@@ -684,14 +739,14 @@ mod tests {
         let feed = LiveFeed::new(config(proc_root.path()));
         for secs in [0, 5, 10] {
             feed.publish(LiveRound::gather(round(&fake, secs), feed.config()));
-            feed.track_idle(&engine.snapshot());
+            feed.track_idle(|| engine.snapshot());
         }
         assert!(
             feed.idle_claims().is_empty(),
             "10 s is not longer than 10 s"
         );
         feed.publish(LiveRound::gather(round(&fake, 11), feed.config()));
-        feed.track_idle(&engine.snapshot());
+        feed.track_idle(|| engine.snapshot());
         let mut snap = engine.snapshot();
         feed.merge_into(&mut snap);
         assert!(snap.claim(id).unwrap().idle);
@@ -699,7 +754,7 @@ mod tests {
         // Activity clears it.
         fake.update(|g| g[0].metrics.utilization_gpu_percent = Some(80));
         feed.publish(LiveRound::gather(round(&fake, 12), feed.config()));
-        feed.track_idle(&engine.snapshot());
+        feed.track_idle(|| engine.snapshot());
         assert!(feed.idle_claims().is_empty());
     }
 

@@ -1,7 +1,8 @@
 //! Snapshot versions: one snapshot per state of the engine, built when first asked for
 //! and shared by every reader (with its JSON, serialized once), and the ring of the last
 //! deltas between consecutive versions, each computed and serialized once. What
-//! `GET /v1/snapshot` and the delta watch serve; nothing is rebuilt while nothing changes.
+//! `GET /v1/snapshot` and the delta watch serve; nothing is rebuilt while nothing changes,
+//! and a build holds no lock that readers of the current version or of deltas need.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -61,6 +62,24 @@ struct Cache {
     built: Option<(std::time::Instant, std::time::Duration)>,
 }
 
+impl Cache {
+    /// The current version, if it is still current for `key`.
+    fn current_for(&self, key: StateKey) -> Option<Arc<BuiltSnapshot>> {
+        let (cached, current) = (self.key?, self.current.as_ref()?);
+        // The cached state may be ahead of the published revision (it waited for its
+        // own commit); it is current until a newer revision is published.
+        let revision_current = cached.revision >= key.revision;
+        let too_soon = self
+            .built
+            .is_some_and(|(at, cost)| at.elapsed() < telemetry_spacing(cost));
+        (revision_current
+            && cached.frozen == key.frozen
+            && cached.history_stopped == key.history_stopped
+            && (cached.telemetry == key.telemetry || too_soon))
+            .then(|| Arc::clone(current))
+    }
+}
+
 /// A telemetry round alone makes a new version at most this often per unit of building
 /// cost: rebuilding for telemetry then takes at most 1/500 (0.2 %) of a core. A host with a
 /// few GPUs rebuilds in about a millisecond and so follows every round; a 20 000-claim
@@ -73,13 +92,17 @@ fn telemetry_spacing(build_cost: std::time::Duration) -> std::time::Duration {
 }
 
 /// The versions of one endpoint process.
+///
+/// A new version is built by one caller at a time (`building`), outside the lock of what
+/// is built (`cache`): that lock is held only to read or swap in a version, so a reader
+/// whose version is current, or who asks for deltas, never waits on a build; only a
+/// reader who needs the state being built waits for it.
 #[derive(Debug)]
 pub struct SnapshotVersions {
     engine: Engine,
     epoch: u64,
-    cache: Mutex<Cache>,
-    /// The last version built, readable without waiting for the cache.
-    last: std::sync::Mutex<Option<Arc<BuiltSnapshot>>>,
+    cache: std::sync::Mutex<Cache>,
+    building: Mutex<()>,
 }
 
 impl SnapshotVersions {
@@ -88,8 +111,8 @@ impl SnapshotVersions {
         SnapshotVersions {
             engine,
             epoch,
-            cache: Mutex::new(Cache::default()),
-            last: std::sync::Mutex::new(None),
+            cache: std::sync::Mutex::new(Cache::default()),
+            building: Mutex::new(()),
         }
     }
 
@@ -103,38 +126,37 @@ impl SnapshotVersions {
         &self.engine
     }
 
+    fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
+        self.cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// The current version: the cached one while the engine's state key is unchanged,
     /// else a new one (its delta from the previous kept in the ring).
     pub async fn current(&self) -> Result<Arc<BuiltSnapshot>, serde_json::Error> {
-        // While another process holds the database locked, a new version (and so the
-        // cache, held by whoever builds it) waits for that lock: readers get the last
-        // version built, durable if older.
+        // While another process holds the database locked, a new version waits for that
+        // lock: readers get the last version built, durable if older.
         if self.engine.store_busy_for().is_some()
-            && let Some(last) = self
-                .last
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .clone()
+            && let Some(last) = self.cache().current.clone()
         {
             return Ok(last);
         }
         let key = self.engine.state_key();
-        let mut cache = self.cache.lock().await;
-        if let (Some(cached), Some(current)) = (cache.key, &cache.current) {
-            // The cached state may be ahead of the published revision (it waited for its
-            // own commit); it is current until a newer revision is published.
-            let revision_current = cached.revision >= key.revision;
-            let too_soon = cache
-                .built
-                .is_some_and(|(at, cost)| at.elapsed() < telemetry_spacing(cost));
-            if revision_current
-                && cached.frozen == key.frozen
-                && cached.history_stopped == key.history_stopped
-                && (cached.telemetry == key.telemetry || too_soon)
-            {
-                return Ok(Arc::clone(current));
-            }
+        if let Some(current) = self.cache().current_for(key) {
+            return Ok(current);
         }
+        let _building = self.building.lock().await;
+        // Another caller may have built it while this one waited.
+        let (previous, seq) = {
+            let cache = self.cache();
+            if let Some(current) = cache.current_for(key) {
+                return Ok(current);
+            }
+            let previous = cache.current.clone();
+            let seq = previous.as_ref().map_or(1, |c| c.version.seq + 1);
+            (previous, seq)
+        };
         let started = std::time::Instant::now();
         let snapshot = self.engine.durable_snapshot().await;
         let key = StateKey {
@@ -144,42 +166,44 @@ impl SnapshotVersions {
         let json = Bytes::from(serde_json::to_vec(&snapshot)?);
         let version = SnapshotVersion {
             epoch: self.epoch,
-            seq: cache.current.as_ref().map_or(1, |c| c.version.seq + 1),
+            seq,
         };
-        if let Some(previous) = &cache.current {
-            let body = DeltaBody {
-                from: previous.version,
-                to: version,
-                changes: diff(&previous.snapshot, &snapshot),
-            };
-            let delta = StoredDelta {
-                from: body.from,
-                to: body.to,
-                json: serde_json::to_string(&body)?,
-            };
-            cache.ring.push_back(Arc::new(delta));
-            while cache.ring.len() > DELTA_RING {
-                cache.ring.pop_front();
+        let delta = match &previous {
+            Some(previous) => {
+                let body = DeltaBody {
+                    from: previous.version,
+                    to: version,
+                    changes: diff(&previous.snapshot, &snapshot),
+                };
+                Some(Arc::new(StoredDelta {
+                    from: body.from,
+                    to: body.to,
+                    json: serde_json::to_string(&body)?,
+                }))
             }
-        }
+            None => None,
+        };
         let built = Arc::new(BuiltSnapshot {
             version,
             snapshot: Arc::new(snapshot),
             json,
         });
+        let mut cache = self.cache();
+        if let Some(delta) = delta {
+            cache.ring.push_back(delta);
+            while cache.ring.len() > DELTA_RING {
+                cache.ring.pop_front();
+            }
+        }
         cache.key = Some(key);
         cache.current = Some(Arc::clone(&built));
-        *self
-            .last
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::clone(&built));
         cache.built = Some((started, started.elapsed()));
         Ok(built)
     }
 
     /// The deltas from `since` up to `upto` (a version built here), in order; empty when
-    /// `since` is `upto`.
-    pub async fn deltas(
+    /// `since` is `upto`. Never waits on a build.
+    pub fn deltas(
         &self,
         since: SnapshotVersion,
         upto: SnapshotVersion,
@@ -190,8 +214,8 @@ impl SnapshotVersions {
         if since.seq > upto.seq {
             return Err(ResumeGap::Future(since, upto));
         }
-        let cache = self.cache.lock().await;
-        let out: Vec<Arc<StoredDelta>> = cache
+        let out: Vec<Arc<StoredDelta>> = self
+            .cache()
             .ring
             .iter()
             .filter(|d| d.from.seq >= since.seq && d.to.seq <= upto.seq)
@@ -237,33 +261,55 @@ mod tests {
         v.engine().cordon("a", 1, true, "op").await.unwrap();
         let second = v.current().await.unwrap();
         assert_eq!(second.version.seq, 2);
-        let deltas = v.deltas(first.version, second.version).await.unwrap();
+        let deltas = v.deltas(first.version, second.version).unwrap();
         assert_eq!(deltas.len(), 1);
         let body: DeltaBody = serde_json::from_str(&deltas[0].json).unwrap();
         let mut model = (*first.snapshot).clone();
         crate::snapshot::apply(&mut model, &body.changes);
         assert_eq!(model, *second.snapshot);
-        assert!(
-            v.deltas(second.version, second.version)
-                .await
-                .unwrap()
-                .is_empty()
-        );
+        assert!(v.deltas(second.version, second.version).unwrap().is_empty());
         let other = SnapshotVersion { epoch: 7, seq: 1 };
         assert!(matches!(
-            v.deltas(other, second.version).await,
+            v.deltas(other, second.version),
             Err(ResumeGap::Restarted(..))
         ));
         let ahead = SnapshotVersion { epoch: 42, seq: 9 };
         assert!(matches!(
-            v.deltas(ahead, second.version).await,
+            v.deltas(ahead, second.version),
             Err(ResumeGap::Future(..))
         ));
         let never = SnapshotVersion { epoch: 42, seq: 0 };
         assert!(matches!(
-            v.deltas(never, second.version).await,
+            v.deltas(never, second.version),
             Err(ResumeGap::TooOld(..))
         ));
+    }
+
+    #[tokio::test]
+    async fn readers_of_the_current_version_and_of_deltas_never_wait_on_a_build() {
+        let v = versions();
+        let first = v.current().await.unwrap();
+        v.engine().cordon("a", 1, true, "op").await.unwrap();
+        let second = v.current().await.unwrap();
+        // A build in progress (its lock held) does not hold up what is already built.
+        let building = v.building.lock().await;
+        let within = std::time::Duration::from_secs(30);
+        let again = tokio::time::timeout(within, v.current())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(Arc::ptr_eq(&again, &second));
+        assert_eq!(v.deltas(first.version, second.version).unwrap().len(), 1);
+        // A reader who needs a newer state waits for the build, then gets it.
+        v.engine().cordon("a", 1, false, "op").await.unwrap();
+        let waiting = tokio::time::timeout(std::time::Duration::from_millis(50), v.current()).await;
+        assert!(
+            waiting.is_err(),
+            "the new state waits for the build in progress"
+        );
+        drop(building);
+        let third = v.current().await.unwrap();
+        assert_eq!(third.version.seq, 3);
     }
 
     #[tokio::test]
@@ -277,16 +323,13 @@ mod tests {
         let last = v.current().await.unwrap();
         assert_eq!(last.version.seq, DELTA_RING as u64 + 2);
         assert!(matches!(
-            v.deltas(first.version, last.version).await,
+            v.deltas(first.version, last.version),
             Err(ResumeGap::TooOld(_))
         ));
         let kept = SnapshotVersion {
             epoch: 42,
             seq: last.version.seq - DELTA_RING as u64,
         };
-        assert_eq!(
-            v.deltas(kept, last.version).await.unwrap().len(),
-            DELTA_RING
-        );
+        assert_eq!(v.deltas(kept, last.version).unwrap().len(), DELTA_RING);
     }
 }

@@ -106,7 +106,7 @@ impl DeltaSession {
                         ),
                     }
                 }
-                Some(at) => match self.versions.deltas(at, current.version).await {
+                Some(at) => match self.versions.deltas(at, current.version) {
                     Ok(deltas) => {
                         for d in deltas {
                             self.queue

@@ -69,7 +69,7 @@ impl Demand {
         Demand::on(req, None)
     }
 
-    fn on(req: &ClaimRequest, model: Option<&str>) -> Demand {
+    pub(super) fn on(req: &ClaimRequest, model: Option<&str>) -> Demand {
         Demand {
             gpu: req.gpu,
             accelerator: req
@@ -92,6 +92,8 @@ pub struct Fleet {
     /// (node, device position) -> class.
     pub(super) class_of: HashMap<(u32, u32), usize>,
     pub(super) claims: HashMap<ClaimId, (Demand, Allocation)>,
+    /// Moves on whenever what fits may have changed.
+    pub(super) generation: u64,
 }
 
 /// A placement: node position and (device position, share) pairs.
@@ -151,6 +153,7 @@ impl Fleet {
         for d in 0..self.nodes[n].devices.len() {
             self.index(n, d);
         }
+        self.generation += 1;
         Ok(())
     }
 
@@ -201,6 +204,7 @@ impl Fleet {
         self.unindex(n, d);
         self.nodes[n].devices[d].cordoned = cordoned;
         self.index(n, d);
+        self.generation += 1;
         Ok(())
     }
 
@@ -210,7 +214,23 @@ impl Fleet {
         self.unindex(n, d);
         self.nodes[n].devices[d].health = health;
         self.index(n, d);
+        self.generation += 1;
         Ok(())
+    }
+
+    /// A number that changes whenever what fits may have changed (a claim placed,
+    /// released or moved, a cordon, a health change, a node added): a fit worked out at
+    /// one generation holds until it moves on.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Whether the request fits now, limited to devices of one exact model when `model` is
+    /// given: [`Fleet::plan_on`] without working out the reasons when it does not.
+    pub fn fits_on(&self, req: &ClaimRequest, model: Option<&str>) -> bool {
+        let demand = Demand::on(req, model);
+        self.search(&demand, req.node.as_deref(), req.devices.as_deref())
+            .is_some()
     }
 
     /// Where the request would go now, without placing it.
@@ -360,6 +380,7 @@ impl Fleet {
 
     /// Books (`add`) or unbooks a plan's shares and CPU, keeping the index current.
     pub(super) fn apply(&mut self, id: ClaimId, (n, parts): &Plan, cpus: Option<Milli>, add: bool) {
+        self.generation += 1;
         for (d, p) in parts {
             self.unindex(*n, *d);
             let dev = &mut self.nodes[*n].devices[*d];

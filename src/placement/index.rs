@@ -1,9 +1,12 @@
 //! The fit index and the searches that use it: schedulable devices grouped by model and
 //! size and ordered by free memory, so a single-device claim finds its place without a
-//! scan; multi-device and pinned claims scan node by node, preferring linked devices;
-//! binpack or spread decides among the fits.
+//! scan; multi-device claims walk the same index in order of what each device would have
+//! left, weighing only nodes that could be the best; pinned claims and claims on a named
+//! node scan node by node; linked devices are preferred; binpack or spread decides among
+//! the fits.
 
 use std::collections::BTreeSet;
+use std::collections::btree_set::Range;
 
 use super::Policy;
 use super::explain::NoFit;
@@ -71,12 +74,23 @@ impl Fleet {
         node: Option<&str>,
         pins: Option<&[u32]>,
     ) -> Result<Plan, NoFit> {
-        let found = match (&demand.gpu, node, pins) {
+        self.search(demand, node, pins)
+            .ok_or_else(|| self.explain(demand, node, pins))
+    }
+
+    /// Finds a place, without saying why when there is none.
+    pub(super) fn search(
+        &self,
+        demand: &Demand,
+        node: Option<&str>,
+        pins: Option<&[u32]>,
+    ) -> Option<Plan> {
+        match (&demand.gpu, node, pins) {
             (None, _, _) => self.find_cpu_only(demand, node),
             (Some(form), None, None) if form.device_count() == 1 => self.find_indexed(demand, form),
+            (Some(form), None, None) => self.find_multi(demand, form),
             (Some(form), _, _) => self.find_scan(demand, form, node, pins),
-        };
-        found.ok_or_else(|| self.explain(demand, node, pins))
+        }
     }
 
     /// Whether the node has the CPU asked for free (always, where either side is unset).
@@ -127,8 +141,89 @@ impl Fleet {
         best.map(|(_, n, d, need)| (n as usize, vec![(d as usize, need)]))
     }
 
+    /// Multi-device requests anywhere: the free-memory index walked in order of what each
+    /// device would have left (smallest first for binpack, largest first for spread),
+    /// merged across the classes the request may use. A node is weighed once, when its
+    /// first device that could take a share comes up; since every device it would use
+    /// comes at or after that point, a node not yet weighed leaves at least `count` times
+    /// the current device's leftover (at most, for spread), and the walk stops once that
+    /// bound is worse than the best node found. Chooses what [`Fleet::find_scan`] chooses:
+    /// the best leftover, ties to the node added first.
+    pub(super) fn find_multi(&self, demand: &Demand, form: &GpuForm) -> Option<Plan> {
+        let count = form.device_count() as usize;
+        if count == 0 {
+            return self.find_scan(demand, form, None, None);
+        }
+        let binpack = self.policy == Policy::Binpack;
+        let mut cursors: Vec<Cursor<'_>> = self
+            .classes
+            .iter()
+            .filter(|class| {
+                demand
+                    .accelerator
+                    .as_ref()
+                    .is_none_or(|a| a.matches(&class.model, Some(class.capacity)))
+                    && demand.model.as_deref().is_none_or(|m| m == class.model)
+            })
+            .filter_map(|class| {
+                let need = form.per_device(class.capacity).ok()?;
+                let mut cursor = Cursor {
+                    need,
+                    range: class.free.range((need.memory, 0, 0)..),
+                    binpack,
+                    head: None,
+                };
+                cursor.advance();
+                Some(cursor)
+            })
+            .collect();
+        let mut weighed = vec![false; self.nodes.len()];
+        let mut best: Option<(Bytes, Plan)> = None;
+        let mut scratch = NodeScratch::default();
+        loop {
+            // The next device across classes, in walking order.
+            let pick = cursors
+                .iter()
+                .enumerate()
+                .filter_map(|(i, c)| c.head.map(|h| (i, h)))
+                .reduce(|a, b| {
+                    let ahead = if binpack {
+                        b.1.0 < a.1.0
+                    } else {
+                        b.1.0 > a.1.0
+                    };
+                    if ahead { b } else { a }
+                });
+            let Some((i, (left, n, d))) = pick else { break };
+            let need = cursors[i].need;
+            cursors[i].advance();
+            if let Some((b, _)) = &best {
+                let bound = Bytes(left.0.saturating_mul(count as u64));
+                if (binpack && bound > *b) || (!binpack && bound < *b) {
+                    break;
+                }
+            }
+            let n = n as usize;
+            if weighed[n] || !self.nodes[n].devices[d as usize].fits(&need) {
+                continue;
+            }
+            weighed[n] = true;
+            if let Some((left, plan)) = self.node_plan(n, demand, form, None, &mut scratch) {
+                let better = best.as_ref().is_none_or(|(b, (bn, _))| {
+                    let tie_first = left == *b && n < *bn;
+                    tie_first || if binpack { left < *b } else { left > *b }
+                });
+                if better {
+                    best = Some((left, plan));
+                }
+            }
+        }
+        best.map(|(_, p)| p)
+    }
+
     /// Multi-device or pinned requests: each node in turn, choosing its best devices.
-    fn find_scan(
+    /// Also the reference the indexed search is tested against.
+    pub(super) fn find_scan(
         &self,
         demand: &Demand,
         form: &GpuForm,
@@ -148,80 +243,95 @@ impl Fleet {
             None => 0..self.nodes.len(),
         };
         let mut best: Option<(Bytes, Plan)> = None;
-        // One buffer for every node, and the last normalization reused: nodes are
-        // mostly of one model, and this loop runs over the whole fleet.
-        let mut fitting: Vec<(usize, PerDevice, Bytes, Option<u32>)> = Vec::new();
-        let mut last: Option<(Bytes, Option<PerDevice>)> = None;
+        let mut scratch = NodeScratch::default();
         for n in range {
-            let nd = &self.nodes[n];
-            if nd.devices.len() < count || !self.cpu_ok(n, demand.cpus) {
+            let Some((left, plan)) = self.node_plan(n, demand, form, pins, &mut scratch) else {
                 continue;
-            }
-            fitting.clear();
-            for (d, dev) in nd.devices.iter().enumerate() {
-                if !dev.schedulable()
-                    || pins.is_some_and(|p| !p.contains(&dev.spec.index))
-                    || demand
-                        .accelerator
-                        .as_ref()
-                        .is_some_and(|a| !a.matches(&dev.spec.model, dev.spec.memory))
-                    || demand.model.as_deref().is_some_and(|m| m != dev.spec.model)
-                {
-                    continue;
-                }
-                let capacity = dev.capacity();
-                let need = match last {
-                    Some((m, need)) if m == capacity => need,
-                    _ => {
-                        let need = form.per_device(capacity).ok();
-                        last = Some((capacity, need));
-                        need
-                    }
-                };
-                if let Some(need) = need
-                    && dev.fits(&need)
-                {
-                    fitting.push((
-                        d,
-                        need,
-                        dev.memory_free() - need.memory,
-                        dev.spec.link_group,
-                    ));
-                }
-            }
-            if fitting.len() < count {
-                continue;
-            }
-            match self.policy {
-                Policy::Binpack => fitting.sort_unstable_by_key(|f| (f.2, f.0)),
-                Policy::Spread => fitting.sort_unstable_by_key(|f| (std::cmp::Reverse(f.2), f.0)),
-            }
-            // Prefer devices that share a link: the first group with enough fitting devices.
-            let group = if count > 1 {
-                fitting
-                    .iter()
-                    .filter_map(|f| f.3)
-                    .find(|&g| fitting.iter().filter(|f| f.3 == Some(g)).count() >= count)
-            } else {
-                None
             };
-            let chosen = || {
-                fitting
-                    .iter()
-                    .filter(|f| group.is_none() || f.3 == group)
-                    .take(count)
-            };
-            let left = chosen().fold(Bytes(0), |a, f| a + f.2);
             let better = match (&best, self.policy) {
                 (None, _) => true,
                 (Some((b, _)), Policy::Binpack) => left < *b,
                 (Some((b, _)), Policy::Spread) => left > *b,
             };
             if better {
-                best = Some((left, (n, chosen().map(|f| (f.0, f.1)).collect())));
+                best = Some((left, plan));
             }
         }
         best.map(|(_, p)| p)
+    }
+
+    /// Node `n`'s best devices for the request, preferring linked devices, with the
+    /// memory they would have left in all; `None` when it cannot take it.
+    fn node_plan(
+        &self,
+        n: usize,
+        demand: &Demand,
+        form: &GpuForm,
+        pins: Option<&[u32]>,
+        scratch: &mut NodeScratch,
+    ) -> Option<(Bytes, Plan)> {
+        let count = form.device_count() as usize;
+        let nd = &self.nodes[n];
+        if nd.devices.len() < count || !self.cpu_ok(n, demand.cpus) {
+            return None;
+        }
+        let fitting = &mut scratch.fitting;
+        fitting.clear();
+        for (d, dev) in nd.devices.iter().enumerate() {
+            if !dev.schedulable()
+                || pins.is_some_and(|p| !p.contains(&dev.spec.index))
+                || demand
+                    .accelerator
+                    .as_ref()
+                    .is_some_and(|a| !a.matches(&dev.spec.model, dev.spec.memory))
+                || demand.model.as_deref().is_some_and(|m| m != dev.spec.model)
+            {
+                continue;
+            }
+            let capacity = dev.capacity();
+            let need = match scratch.last {
+                Some((m, need)) if m == capacity => need,
+                _ => {
+                    let need = form.per_device(capacity).ok();
+                    scratch.last = Some((capacity, need));
+                    need
+                }
+            };
+            if let Some(need) = need
+                && dev.fits(&need)
+            {
+                fitting.push((
+                    d,
+                    need,
+                    dev.memory_free() - need.memory,
+                    dev.spec.link_group,
+                ));
+            }
+        }
+        if fitting.len() < count {
+            return None;
+        }
+        match self.policy {
+            Policy::Binpack => fitting.sort_unstable_by_key(|f| (f.2, f.0)),
+            Policy::Spread => fitting.sort_unstable_by_key(|f| (std::cmp::Reverse(f.2), f.0)),
+        }
+        // Prefer devices that share a link: the first group with enough fitting devices.
+        let group = if count > 1 {
+            fitting
+                .iter()
+                .filter_map(|f| f.3)
+                .find(|&g| fitting.iter().filter(|f| f.3 == Some(g)).count() >= count)
+        } else {
+            None
+        };
+        let chosen = || {
+            fitting
+                .iter()
+                .filter(|f| group.is_none() || f.3 == group)
+                .take(count)
+        };
+        let left = chosen().fold(Bytes(0), |a, f| a + f.2);
+        Some((left, (n, chosen().map(|f| (f.0, f.1)).collect())))
     }
 
     fn find_cpu_only(&self, demand: &Demand, node: Option<&str>) -> Option<Plan> {
@@ -237,4 +347,33 @@ impl Fleet {
             })
             .map(|(n, _)| (n, Vec::new()))
     }
+}
+
+/// One class's part of the multi-device walk: its per-device need and the next device.
+struct Cursor<'a> {
+    need: PerDevice,
+    range: Range<'a, (Bytes, u32, u32)>,
+    binpack: bool,
+    /// (memory left after the share, node, device position) of the next device.
+    head: Option<(Bytes, u32, u32)>,
+}
+
+impl Cursor<'_> {
+    fn advance(&mut self) {
+        let next = if self.binpack {
+            self.range.next()
+        } else {
+            self.range.next_back()
+        };
+        self.head = next.map(|&(free, n, d)| (free - self.need.memory, n, d));
+    }
+}
+
+/// Buffers reused from node to node: a search weighs many nodes, mostly of one model.
+#[derive(Default)]
+struct NodeScratch {
+    /// (device position, share, memory left, link group) of the devices that fit.
+    fitting: Vec<(usize, PerDevice, Bytes, Option<u32>)>,
+    /// The last capacity normalized and its share (`None`: too large for it).
+    last: Option<(Bytes, Option<PerDevice>)>,
 }

@@ -21,6 +21,8 @@ mod model;
 mod moves;
 
 #[cfg(test)]
+mod equivalence;
+#[cfg(test)]
 mod tests;
 
 pub use attempt::{

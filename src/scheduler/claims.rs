@@ -116,6 +116,7 @@ impl Scheduler {
             Some(a) => format!("{} placed at {a}", claim.request.describe()),
             None => format!("{} pending", claim.request.describe()),
         };
+        self.due.note(&claim);
         self.claims.insert(id, claim.clone());
         self.journal.push(Change::Claim(Box::new(claim.clone())));
         self.audit(now, actor, "claim", format!("claim {id}"), detail);
@@ -146,6 +147,7 @@ impl Scheduler {
         now: Timestamp,
     ) -> Option<Claim> {
         let claim = self.claims.remove(&id)?;
+        self.due.forget(&claim);
         self.fleet.release(id);
         self.ledger.released(now, id);
         self.journal.push(Change::ClaimRemoved(id));

@@ -99,6 +99,7 @@ impl Scheduler {
             }
             s.claims.insert(claim.id, claim);
         }
+        s.due = super::due::Due::of(s.claims.values());
         s.restore_ledger(persisted.ledger, &mut warnings);
         // Stored reasons may predate the last placements: a waiting claim must not read
         // "fits now" on a full device before the first tick.

@@ -80,8 +80,10 @@ impl Scheduler {
             .get_mut(&id)
             .ok_or(RenewError::UnknownClaim(id))?;
         let ttl = ttl.or(claim.request.ttl).ok_or(RenewError::NoLease(id))?;
+        self.due.forget(claim);
         claim.request.ttl = Some(ttl);
         claim.lease_expires_at = Some(now.plus_secs(ttl));
+        self.due.note(claim);
         let claim = claim.clone();
         self.journal.push(Change::Claim(Box::new(claim.clone())));
         self.audit(
@@ -97,10 +99,13 @@ impl Scheduler {
     /// Time passes: leases run out (extended while their owner's processes run, else
     /// released), claims whose owner's last process ended are released, and pending claims
     /// are placed where they now fit. `owner_alive` is asked only about claims with a pid.
+    /// Only the claims that are due are looked at: leases that ran out, and claims with
+    /// an owner.
     pub fn tick(&mut self, now: Timestamp, owner_alive: &dyn Fn(u32) -> bool) {
         let verdicts: Vec<(ClaimId, Option<u32>, LeaseVerdict)> = self
-            .claims
-            .values()
+            .due_at(now)
+            .iter()
+            .filter_map(|id| self.claims.get(id))
             .map(|c| {
                 let owner = match c.request.pid {
                     None => OwnerState::None,
@@ -144,12 +149,35 @@ impl Scheduler {
         }
     }
 
+    /// Until when a tick would find nothing to do: `None` while every tick may (claims
+    /// wait, or have a local owner); else the first lease to run out or the next save of
+    /// the ledger, whichever comes first. A timer that ticks no earlier than this, and at
+    /// least then, leaves the state as ticking every second would.
+    pub fn idle_until(&self) -> Option<Timestamp> {
+        if self.due.every_tick() {
+            return None;
+        }
+        let save = self.ledger_saved_at?.plus_millis(LEDGER_SAVE_MS);
+        Some(self.due.first_lease().map_or(save, |lease| lease.min(save)))
+    }
+
+    /// The claims a tick at `now` must decide about, in id order.
+    fn due_at(&self, now: Timestamp) -> Vec<ClaimId> {
+        #[cfg(test)]
+        if self.reference {
+            return self.claims.keys().copied().collect();
+        }
+        self.due.at(now)
+    }
+
     /// Extends a lease on behalf of its owner's running processes, audited.
     fn extend(&mut self, id: ClaimId, pid: u32, until: Timestamp, now: Timestamp) {
         let Some(claim) = self.claims.get_mut(&id) else {
             return;
         };
+        self.due.forget(claim);
         claim.lease_expires_at = Some(until);
+        self.due.note(claim);
         let claim = claim.clone();
         self.journal.push(Change::Claim(Box::new(claim)));
         self.audit(

@@ -14,6 +14,9 @@
 
 mod accounting;
 mod claims;
+mod due;
+#[cfg(test)]
+mod equivalence;
 mod journal;
 mod leases;
 mod operator;
@@ -22,14 +25,14 @@ mod queue;
 mod tests;
 mod views;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
-use crate::fairshare::{FairShareError, Ledger, LedgerConfig};
+use crate::fairshare::{FairShareError, Ledger, LedgerConfig, ResourceId};
 use crate::ids::ClaimId;
 use crate::placement::{Allocation, Fleet, FleetError, NoFit, NodeSpec, Policy};
 use crate::request::ClaimRequest;
@@ -108,6 +111,15 @@ pub struct Scheduler {
     ledger_saved_at: Option<Timestamp>,
     /// The revision at which waiting claims' reasons were last worked out.
     reasons_at: Option<u64>,
+    /// What a tick must look at (leases by their end, owned claims, waiting claims).
+    due: due::Due,
+    /// Whether a waiting claim fits on a resource type, as worked out at the fleet's
+    /// generation: work fetch asks again every tick, and the answer only changes with the
+    /// fleet.
+    fits_seen: (u64, HashMap<ClaimId, Vec<(ResourceId, bool)>>),
+    /// Tests: scan every claim and work out every fit afresh, as before the lists above.
+    #[cfg(test)]
+    reference: bool,
 }
 
 impl Scheduler {
@@ -132,6 +144,10 @@ impl Scheduler {
             rng,
             ledger_saved_at: None,
             reasons_at: None,
+            due: due::Due::default(),
+            fits_seen: (0, HashMap::new()),
+            #[cfg(test)]
+            reference: false,
         };
         s.register_resources(Timestamp(0));
         Ok(s)

@@ -2,6 +2,8 @@
 //! is and on which resource type, placement finds the devices), and the claims still
 //! waiting are told why.
 
+use std::collections::HashMap;
+
 use super::{Change, Scheduler, accounting};
 use crate::clock::Timestamp;
 use crate::fairshare::{self, PendingClaim, ResourceId};
@@ -23,11 +25,7 @@ impl Scheduler {
     /// back smaller ones (the ledger passes over it). Then the reasons of those still
     /// waiting are brought up to date.
     pub(super) fn place_pending(&mut self, now: Timestamp) {
-        let waiting = self
-            .claims
-            .values()
-            .filter(|c| c.allocation.is_none())
-            .count();
+        let waiting = self.waiting().len();
         let mut placed_any = false;
         // Each round places one claim; the bound guards against a ledger and a placement that disagree.
         for _ in 0..waiting {
@@ -52,10 +50,28 @@ impl Scheduler {
     /// One work-fetch decision, carried out.
     fn place_next(&mut self, now: Timestamp) -> Round {
         let (claims, fleet) = (&self.claims, &self.fleet);
+        #[cfg(test)]
+        let reference = self.reference;
+        #[cfg(not(test))]
+        let reference = false;
+        let seen = &mut self.fits_seen;
+        if seen.0 != fleet.generation() {
+            *seen = (fleet.generation(), HashMap::new());
+        }
         let mut fits = |c: &PendingClaim, r: &ResourceId, _| {
-            claims
-                .get(&c.id)
-                .is_some_and(|claim| fleet.plan_on(&claim.request, r.model()).is_ok())
+            let Some(claim) = claims.get(&c.id) else {
+                return false;
+            };
+            if reference {
+                return fleet.plan_on(&claim.request, r.model()).is_ok();
+            }
+            let known = seen.1.entry(c.id).or_default();
+            if let Some(&(_, fits)) = known.iter().find(|(kr, _)| kr == r) {
+                return fits;
+            }
+            let fits = fleet.fits_on(&claim.request, r.model());
+            known.push((r.clone(), fits));
+            fits
         };
         let Some(fetch) = self.ledger.work_fetch(now, &mut fits, &mut self.rng) else {
             return Round::Done;
@@ -72,8 +88,10 @@ impl Scheduler {
         let Some(claim) = self.claims.get_mut(&id) else {
             return Round::Skipped;
         };
+        self.due.forget(claim);
         claim.allocation = Some(alloc.clone());
         claim.pending = None;
+        self.due.note(claim);
         let claim = claim.clone();
         self.journal.push(Change::Claim(Box::new(claim)));
         let trigger = match fetch.trigger {
@@ -107,14 +125,24 @@ impl Scheduler {
         }
     }
 
+    /// The claims without an allocation, in id order.
+    fn waiting(&self) -> std::borrow::Cow<'_, std::collections::BTreeSet<ClaimId>> {
+        #[cfg(test)]
+        if self.reference {
+            return std::borrow::Cow::Owned(
+                self.claims
+                    .values()
+                    .filter(|c| c.allocation.is_none())
+                    .map(|c| c.id)
+                    .collect(),
+            );
+        }
+        std::borrow::Cow::Borrowed(self.due.waiting())
+    }
+
     /// Works out again where each waiting claim cannot go.
     pub(super) fn refresh_reasons(&mut self) {
-        let waiting: Vec<ClaimId> = self
-            .claims
-            .values()
-            .filter(|c| c.allocation.is_none())
-            .map(|c| c.id)
-            .collect();
+        let waiting: Vec<ClaimId> = self.waiting().iter().copied().collect();
         for id in waiting {
             if let Some(claim) = self.claims.get(&id) {
                 let reasons = self.fleet.plan(&claim.request).err();

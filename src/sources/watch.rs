@@ -5,7 +5,7 @@
 //!
 //! `Mirror::fetch` answers from the model: the snapshot when it changed since the last
 //! fetch, `Fetched::Unchanged` when not, and an error naming why while the stream is down
-//! or silent past three heartbeats (the console then shows the source stale, keeping its
+//! or silent past `wire::SILENT_AFTER` (the console then shows the source stale, keeping its
 //! data). Each change wakes the console through `Mirror::changed`.
 
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
@@ -23,7 +23,7 @@ use crate::snapshot::{Snapshot, apply};
 use crate::wire::HEARTBEAT;
 
 /// Silence after which the stream counts as down.
-pub const SILENT_AFTER: Duration = Duration::from_secs(3 * HEARTBEAT.as_secs());
+pub const SILENT_AFTER: Duration = crate::wire::SILENT_AFTER;
 /// The first wait before reconnecting.
 pub const BACKOFF_FIRST: Duration = Duration::from_millis(500);
 /// The longest wait before reconnecting.

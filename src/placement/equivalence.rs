@@ -1,0 +1,126 @@
+//! The indexed searches against the plain scans they replace: on random fleets (mixed
+//! models, link groups, cordons, CPU, busy devices), the same choice every time.
+
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+use super::fleet::Demand;
+use super::*;
+use crate::ids::ClaimId;
+use crate::request::ClaimRequest;
+use crate::units::Bytes;
+
+const MODELS: [(&str, u64); 3] = [
+    ("NVIDIA A100-SXM4-40GB", 40),
+    ("NVIDIA A100-SXM4-80GB", 80),
+    ("NVIDIA A10G", 24),
+];
+
+/// A fixed-seed xorshift: proptest picks the seed, the seed picks the fleet.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// A fleet of up to 12 nodes of up to 8 devices, some nodes of mixed models, some
+/// devices cordoned or unhealthy, filled with claims of every form.
+fn random_fleet(rng: &mut Rng, policy: Policy) -> Fleet {
+    let mut fleet = Fleet::new(policy);
+    let nodes = 1 + rng.below(12);
+    for n in 0..nodes {
+        let mixed = rng.below(4) == 0;
+        let base = rng.below(3) as usize;
+        let devices = (0..=rng.below(8))
+            .map(|i| {
+                let m = if mixed { rng.below(3) as usize } else { base };
+                DeviceSpec {
+                    index: i as u32,
+                    model: MODELS[m].0.to_string(),
+                    uuid: None,
+                    memory: Some(Bytes::gib(MODELS[m].1)),
+                    link_group: match rng.below(3) {
+                        0 => None,
+                        g => Some(g as u32),
+                    },
+                }
+            })
+            .collect();
+        let cpus = (rng.below(3) == 0).then(|| crate::request::Milli(1000 * (1 + rng.below(8))));
+        fleet
+            .add_node(NodeSpec {
+                name: format!("n{n}"),
+                devices,
+                cpus,
+            })
+            .unwrap();
+    }
+    for n in 0..nodes {
+        for d in 0..8 {
+            match rng.below(12) {
+                0 => drop(fleet.set_cordon(&format!("n{n}"), d, true)),
+                1 => drop(fleet.set_health(&format!("n{n}"), d, Health::Lost)),
+                _ => {}
+            }
+        }
+    }
+    for id in 0..rng.below(60) {
+        if let Ok(r) = ClaimRequest::from_json(&random_request(rng, true)) {
+            let _ = fleet.claim(ClaimId(id + 1), &r);
+        }
+    }
+    fleet
+}
+
+/// A request of any form; `single` allows one-device forms too.
+fn random_request(rng: &mut Rng, single: bool) -> Value {
+    let mut v = match rng.below(if single { 7 } else { 4 }) {
+        0 => {
+            let shared = 2 + rng.below(3);
+            json!({"gpu-memory": format!("{}Gi", shared * (1 + rng.below(10))), "gpu.shared": shared})
+        }
+        1 => {
+            json!({"gpu-memory-ratio": 5 + rng.below(60), "gpu-core": 10 * rng.below(8), "gpu.shared": 2 + rng.below(2)})
+        }
+        2 => json!({"nvidia.com/gpu": 2 + rng.below(4)}),
+        3 => json!({"num_gpus": 2 + rng.below(2)}),
+        4 => json!({"num_gpus": format!("0.{:02}", 5 + rng.below(90))}),
+        5 => json!({"gpu_memory": format!("{}Gi", 1 + rng.below(40))}),
+        _ => json!({"nvidia.com/gpu": 1}),
+    };
+    if rng.below(5) == 0 {
+        v["accelerator_type"] =
+            json!(["A100", "NVIDIA_TESLA_A10G", "A100-80G"][rng.below(3) as usize]);
+    }
+    if rng.below(5) == 0 {
+        v["cpus"] = json!(1 + rng.below(4));
+    }
+    v
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn the_indexed_multi_device_search_chooses_what_the_scan_chooses(seed in 1u64..) {
+        let mut rng = Rng(seed);
+        for policy in [Policy::Binpack, Policy::Spread] {
+            let fleet = random_fleet(&mut rng, policy);
+            for _ in 0..20 {
+                let v = random_request(&mut rng, false);
+                let Ok(r) = ClaimRequest::from_json(&v) else { continue };
+                let model = (rng.below(6) == 0).then(|| MODELS[rng.below(3) as usize].0);
+                let demand = Demand::on(&r, model);
+                let form = r.gpu.unwrap();
+                let indexed = fleet.find_multi(&demand, &form);
+                let scanned = fleet.find_scan(&demand, &form, None, None);
+                prop_assert_eq!(indexed, scanned, "{:?} {} model {:?}", policy, v, model);
+            }
+        }
+    }
+}
