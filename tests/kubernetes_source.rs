@@ -1,5 +1,5 @@
-//! The Kubernetes source through kube-rs against kmock's emulator (tests/peers/
-//! kmock_cluster.py, which adds what the emulator lacks: increasing resourceVersions,
+//! The Kubernetes source through kube-rs against kmock's emulator (run by
+//! `tests/peers/kmock_cluster.py`, which adds what it lacks: increasing resourceVersions,
 //! resumable watches, `410 Gone`, bookmarks): the fixture cluster reads as the decoding
 //! says, a new pod and its binding arrive by the watch, a watch resumed after a drop and a
 //! relist after `410 Gone` both see deletions made while disconnected, bookmarks flow, a bad
@@ -25,7 +25,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 /// Generous: two cores shared with six other builders.
-const PATIENCE: Duration = Duration::from_secs(60);
+const PATIENCE: Duration = Duration::from_mins(1);
 
 fn source(cluster: &kmock::Cluster, context: Option<&str>) -> Arc<dyn Source> {
     let entry = EndpointConfig::kubernetes(Some(cluster.kubeconfig()), context.map(str::to_string));

@@ -460,10 +460,15 @@ mod tests {
         assert_eq!(k.kind, SourceKind::Kubernetes);
         assert_eq!(k.kubeconfig.as_deref(), Some(Path::new("/k/config")));
         assert_eq!(k.context.as_deref(), Some("prod"));
-        let e = connect(&f.endpoints[1], None, &TlsTrust::default(), Duration::from_secs(1))
-            .err()
-            .unwrap()
-            .to_string();
+        let e = connect(
+            &f.endpoints[1],
+            None,
+            &TlsTrust::default(),
+            Duration::from_secs(1),
+        )
+        .err()
+        .unwrap()
+        .to_string();
         assert!(e.contains("`url` is required for a ray source"), "{e}");
     }
 

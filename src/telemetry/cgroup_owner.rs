@@ -208,12 +208,12 @@ mod tests {
     const UID: &str = "6b3e7a6f-1234-4a1b-9c2d-0e1f2a3b4c5d";
     const ID: &str = "4f2b1c9d8e7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c";
 
-    fn pod(container: Option<&str>, runtime: Option<&'static str>) -> Option<CgroupOwner> {
-        Some(CgroupOwner::Pod {
+    fn pod(container: Option<&str>, runtime: Option<&'static str>) -> CgroupOwner {
+        CgroupOwner::Pod {
             uid: UID.to_string(),
             container: container.map(str::to_string),
             runtime,
-        })
+        }
     }
 
     #[test]
@@ -225,34 +225,34 @@ mod tests {
                 format!(
                     "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid_}.slice/cri-containerd-{ID}.scope\n"
                 ),
-                pod(Some(ID), Some("containerd")),
+                Some(pod(Some(ID), Some("containerd"))),
             ),
             // Guaranteed QoS: no class slice.
             (
                 format!("0::/kubepods.slice/kubepods-pod{uid_}.slice/cri-containerd-{ID}.scope\n"),
-                pod(Some(ID), Some("containerd")),
+                Some(pod(Some(ID), Some("containerd"))),
             ),
             // CRI-O, besteffort; conmon is not the container.
             (
                 format!(
                     "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{uid_}.slice/crio-{ID}.scope\n"
                 ),
-                pod(Some(ID), Some("cri-o")),
+                Some(pod(Some(ID), Some("cri-o"))),
             ),
             (
                 format!(
                     "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{uid_}.slice/crio-conmon-{ID}.scope\n"
                 ),
-                pod(None, None),
+                Some(pod(None, None)),
             ),
             // cgroup v1, cgroupfs driver: every controller line names the same place.
             (
                 format!(
                     "12:memory:/kubepods/burstable/pod{UID}/{ID}\n11:devices:/kubepods/burstable/pod{UID}/{ID}\n1:name=systemd:/kubepods/burstable/pod{UID}/{ID}\n"
                 ),
-                pod(Some(ID), None),
+                Some(pod(Some(ID), None)),
             ),
-            (format!("0::/kubepods/pod{UID}\n"), pod(None, None)),
+            (format!("0::/kubepods/pod{UID}\n"), Some(pod(None, None))),
             // Docker outside Kubernetes, systemd and cgroupfs.
             (
                 format!("0::/system.slice/docker-{ID}.scope\n"),
@@ -305,7 +305,7 @@ mod tests {
     #[test]
     fn owners_read_as_operators_write_them() {
         assert_eq!(
-            pod(Some(ID), Some("containerd")).unwrap().to_string(),
+            pod(Some(ID), Some("containerd")).to_string(),
             format!("pod {UID} container 4f2b1c9d8e7a")
         );
         assert_eq!(

@@ -1,5 +1,5 @@
 //! A Kubernetes API on 127.0.0.1 for the Kubernetes source's tests: kmock's emulator run by
-//! tests/peers/kmock_cluster.py (which adds increasing resourceVersions, resumable watches,
+//! `tests/peers/kmock_cluster.py` (which adds increasing resourceVersions, resumable watches,
 //! `410 Gone`, bookmarks and control routes), on a free port, with a kubeconfig pointing
 //! at it. Stopped by pid when dropped.
 //!

@@ -12,6 +12,7 @@
 //! (HAMi's and Koordinator's annotations), `decode` (nodes and pods into a snapshot),
 //! `cluster` (the watches and their stores).
 
+mod claims;
 pub mod cluster;
 pub mod decode;
 pub mod encodings;
