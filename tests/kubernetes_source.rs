@@ -244,3 +244,64 @@ async fn status_reads_the_cluster_from_the_kubeconfig_flag() {
     let text = doc.to_string();
     assert!(text.contains("double-booked"), "{doc:#}");
 }
+
+/// This process's resident memory, after handing freed heap back to the system (so it is
+/// what is held, not what a peak left behind).
+fn rss_kib() -> u64 {
+    // SAFETY: malloc_trim only returns free heap pages to the kernel.
+    unsafe { libc::malloc_trim(0) };
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// The figures of issue 28 at 1 000 nodes and 10 000 pods: the growth of this process's
+/// RSS once the source holds the cluster, and how long a pod's binding takes from the
+/// patch to a fetched snapshot. Prints them; run on purpose (`--ignored --nocapture`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a check: run it on purpose"]
+async fn measure_a_thousand_nodes_and_ten_thousand_pods() {
+    let cluster = kmock::Cluster::start(&["--synthetic", "1000", "10000"]);
+    let before = rss_kib();
+    let src = source(&cluster, None);
+    let started = Instant::now();
+    let s = until(&src, "the big cluster", |s| s.claims.len() == 10_000).await;
+    let first = started.elapsed();
+    assert_eq!(s.nodes.len(), 1000);
+    drop(s);
+    let held = rss_kib();
+    let mut times = Vec::new();
+    for i in 0..5 {
+        let name = format!("job-{i:06}");
+        let moved = format!("node-{:05}", 999 - i);
+        let at = Instant::now();
+        cluster
+            .api(
+                Method::PATCH,
+                &format!("/api/v1/namespaces/team-{i}/pods/{name}"),
+                Some(json!({"spec": {"nodeName": moved}})),
+            )
+            .await;
+        until(&src, "the moved pod", |s| {
+            s.claims.iter().any(|c| {
+                c.holder.as_deref() == Some(name.as_str())
+                    && c.node.as_deref() == Some(moved.as_str())
+            })
+        })
+        .await;
+        times.push(at.elapsed().as_millis());
+    }
+    times.sort_unstable();
+    eprintln!(
+        "1000 nodes, 10000 pods: first snapshot after {} ms; RSS {} MiB before, {} MiB holding it (+{} MiB); binding seen after {:?} ms (median {} ms)",
+        first.as_millis(),
+        before / 1024,
+        held / 1024,
+        held.saturating_sub(before) / 1024,
+        times,
+        times[times.len() / 2]
+    );
+}

@@ -10,7 +10,7 @@
 //! claim with the scheduler's own `PodScheduled` reason. A GPU whose shares add up to more
 //! than the GPU (memory, compute, or a whole-GPU claim beside another) is flagged.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::claims::{
     Asked, asked_of, count, millicores, pending_claim, placed_claim, pod_label, warn_problems,
@@ -71,6 +71,14 @@ pub fn snapshot<'a>(
         .map(|n| node_view(n, &mut warnings))
         .collect();
     node_views.sort_by(|a, b| a.name.cmp(&b.name));
+    // Indexes, so 10 000 pods on 1 000 nodes cost no more than a pass over them.
+    let node_at: HashMap<String, usize> = node_views
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name.clone(), i))
+        .collect();
+    let devices_of = |node: &str| node_at.get(node).map(|&i| &node_views[i].devices[..]);
+    let mut held: HashSet<(String, u32)> = HashSet::new();
     let mut pods: Vec<&PodFacts> = pods.into_iter().collect();
     pods.sort_by(|a, b| {
         (&a.created, &a.namespace, &a.name).cmp(&(&b.created, &b.namespace, &b.name))
@@ -98,10 +106,7 @@ pub fn snapshot<'a>(
         match &p.node_name {
             None => claims.push((pending_claim(p, &asked), Vec::new())),
             Some(node) => {
-                let devices = node_views
-                    .iter()
-                    .find(|n| &n.name == node)
-                    .map(|n| &n.devices[..]);
+                let devices = devices_of(node);
                 if devices.is_none() {
                     warnings.push(warning(
                         PODS,
@@ -113,6 +118,7 @@ pub fn snapshot<'a>(
                 let known = annotated_shares(p, devices.unwrap_or_default(), &mut warnings);
                 match known {
                     Some((via, shares)) => {
+                        held.extend(shares.iter().map(|s| (node.clone(), s.device)));
                         let vias = vec![via; shares.len()];
                         claims.push((placed_claim(p, &asked, node, shares, ""), vias));
                     }
@@ -125,12 +131,9 @@ pub fn snapshot<'a>(
     // every share that is known.
     for (p, asked) in whole {
         let node = p.node_name.clone().unwrap_or_default();
-        let devices = node_views
-            .iter()
-            .find(|n| n.name == node)
-            .map(|n| &n.devices[..])
-            .unwrap_or_default();
-        let (shares, note) = first_free(devices, &asked, &claims, &node);
+        let devices = devices_of(&node).unwrap_or_default();
+        let (shares, note) = first_free(devices, &asked, &held, &node);
+        held.extend(shares.iter().map(|s| (node.clone(), s.device)));
         let vias = vec![Via::Whole; shares.len()];
         claims.push((placed_claim(p, &asked, &node, shares, note), vias));
     }
@@ -410,14 +413,10 @@ fn add_share(
 fn first_free(
     devices: &[DeviceView],
     asked: &Asked,
-    claims: &[(ClaimView, Vec<Via>)],
+    held: &HashSet<(String, u32)>,
     node: &str,
 ) -> (Vec<DeviceShare>, &'static str) {
-    let held = |index: u32| {
-        claims.iter().any(|(c, _)| {
-            c.node.as_deref() == Some(node) && c.shares.iter().any(|s| s.device == index)
-        })
-    };
+    let held = |index: u32| held.contains(&(node.to_string(), index));
     let mut wants: Vec<(Option<String>, u64)> = vec![(None, asked.get("nvidia.com/gpu"))];
     if asked.hami.is_some() {
         // A HAMi pod without its annotation yet: `nvidia.com/gpu` counts vGPUs, not GPUs.
@@ -470,16 +469,20 @@ fn first_free(
 
 /// Books every claim's shares on its devices, and flags a GPU booked past whole.
 fn tally(nodes: &mut [NodeView], claims: &[(ClaimView, Vec<Via>)]) {
+    let mut by_node: HashMap<&str, Vec<&(ClaimView, Vec<Via>)>> = HashMap::new();
+    for c in claims {
+        if let Some(node) = c.0.node.as_deref() {
+            by_node.entry(node).or_default().push(c);
+        }
+    }
     for n in nodes.iter_mut() {
+        let here = by_node.remove(n.name.as_str()).unwrap_or_default();
         for d in &mut n.devices {
             let mut memory = Bytes(0);
             let mut compute = Units(0);
             let mut slots = Slots(0);
             let mut who = Vec::new();
-            for (c, vias) in claims
-                .iter()
-                .filter(|(c, _)| c.node.as_deref() == Some(n.name.as_str()))
-            {
+            for (c, vias) in here.iter().copied() {
                 for (s, via) in c.shares.iter().zip(vias) {
                     if s.device != d.index {
                         continue;
