@@ -18,9 +18,12 @@ use std::time::{Duration, Instant};
 use gpuboard::client::TlsTrust;
 use gpuboard::clock::Timestamp;
 use gpuboard::snapshot::{ClaimState, Snapshot};
+use gpuboard::sources::actions::{EngineAction, EngineVerb};
 use gpuboard::sources::kubernetes::decode;
 use gpuboard::sources::kubernetes::objects::{node_facts, pod_facts};
-use gpuboard::sources::{EndpointConfig, Failure, Fetched, Source, connect};
+use gpuboard::sources::{
+    Action, EndpointConfig, Failure, Fetched, Outcome, Source, SourceKind, connect,
+};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -243,6 +246,104 @@ async fn status_reads_the_cluster_from_the_kubeconfig_flag() {
     assert_eq!(sources[0]["kind"], "kubernetes", "{doc:#}");
     let text = doc.to_string();
     assert!(text.contains("double-booked"), "{doc:#}");
+}
+
+async fn act(src: &Arc<dyn Source>, verb: &str, target: &str) -> Result<String, Failure> {
+    let verb = EngineVerb::parse(SourceKind::Kubernetes, verb).unwrap();
+    let action = EngineAction::new(verb, target).unwrap();
+    let done = tokio::time::timeout(PATIENCE, src.act(Action::Engine(action)))
+        .await
+        .unwrap_or_else(|_| panic!("{verb} {target}: no answer within {PATIENCE:?}"));
+    match done? {
+        Outcome::Engine(done) => Ok(done.answer),
+        other => panic!("not an engine outcome: {other:?}"),
+    }
+}
+
+fn cordoned(s: &Snapshot, node: &str) -> bool {
+    s.nodes
+        .iter()
+        .find(|n| n.name == node)
+        .is_some_and(|n| n.devices.iter().all(|d| d.cordoned))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engine_actions_change_the_cluster_and_refusals_change_nothing() {
+    if common::skip_peer("kmock") {
+        return;
+    }
+    let cluster = kmock::Cluster::fixtures(&[]);
+    let src = source(&cluster, None);
+    let s = until(&src, "the cluster", |s| s.nodes.len() == 5).await;
+    assert!(cordoned(&s, "plain-d") && !cordoned(&s, "koord-b"));
+
+    assert_eq!(
+        act(&src, "uncordon", "plain-d").await.unwrap(),
+        "node plain-d uncordoned"
+    );
+    assert_eq!(
+        act(&src, "cordon", "koord-b").await.unwrap(),
+        "node koord-b cordoned"
+    );
+    until(&src, "the cordons", |s| {
+        !cordoned(s, "plain-d") && cordoned(s, "koord-b")
+    })
+    .await;
+
+    assert_eq!(
+        act(&src, "evict", "web/infer").await.unwrap(),
+        "pod web/infer evicted"
+    );
+    assert_eq!(
+        act(&src, "delete-pod", "ml/mig-pod").await.unwrap(),
+        "pod ml/mig-pod deleted"
+    );
+    let before = until(&src, "the evicted and deleted pods gone", |s| {
+        !has_pod(s, "web", "infer") && !has_pod(s, "ml", "mig-pod")
+    })
+    .await;
+
+    // A disruption budget refuses in Kubernetes's words; RBAC refuses naming the right.
+    cluster
+        .control("budget", json!({"pods": [["ml", "hami-3g"]]}))
+        .await;
+    let pdb = act(&src, "evict", "ml/hami-3g")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        pdb.contains("Cannot evict pod as it would violate the pod's disruption budget. (429"),
+        "{pdb}"
+    );
+    cluster.control("forbid", json!({"on": true})).await;
+    let rbac = act(&src, "cordon", "hami-a").await.unwrap_err();
+    assert!(matches!(rbac, Failure::Peer(_)), "{rbac:?}");
+    let rbac = rbac.to_string();
+    assert!(
+        rbac.contains("HTTP 403") && rbac.contains("RBAC: patch on nodes is needed"),
+        "{rbac}"
+    );
+    // Nothing changed: no watch event came (or, if one did, it changed neither).
+    let s = match src.fetch().await.unwrap() {
+        Fetched::Snapshot(s) => *s,
+        Fetched::Unchanged => before,
+    };
+    assert!(
+        has_pod(&s, "ml", "hami-3g"),
+        "the refused eviction changed nothing"
+    );
+    assert!(
+        !cordoned(&s, "hami-a"),
+        "the refused cordon changed nothing"
+    );
+
+    // gpuboard's own actions are refused: Kubernetes schedules.
+    let own = src
+        .act(Action::Release { id: s.claims[0].id })
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(own.contains("Kubernetes schedules these GPUs"), "{own}");
 }
 
 /// This process's resident memory, after handing freed heap back to the system (so it is

@@ -15,15 +15,21 @@ that replays every object as ADDED. What this harness adds, as a real API server
   when told to (`drop-watches`: clients resume from where they were), and answers an
   `ERROR` event with a `410 Gone` Status (reason `Expired`) when N is older than the log;
 - `BOOKMARK` events every --bookmark-s seconds when the client allows them;
+- the Eviction API (`POST .../pods/NAME/eviction`): the pod is deleted, or refused with
+  429 and the API server's disruption-budget message for pods named by `budget`;
 - control routes under /gpuboard-harness/: `POST drop-watches`, `POST expire` (JSON body
   `{"delete": [[plural, namespace, name], ...]}`: deleted silently, the log cut, every
-  watch ended, so clients must relist to learn it), `GET stats` (counters).
+  watch ended, so clients must relist to learn it), `POST budget` (`{"pods": [[ns, name]]}`
+  a disruption budget protects), `POST forbid` (`{"on": true}`: every change answers 403 as
+  RBAC does), `GET stats` (counters).
 """
 
 import argparse
 import asyncio
 import json
 import sys
+
+import aiohttp.web
 
 import kmock
 from kmock import resource
@@ -86,6 +92,10 @@ class Cluster(kmock.KubernetesEmulator):
         self["post /gpuboard-harness/drop-watches"] << self.drop_watches
         self["post /gpuboard-harness/expire"] << self.expire
         self["get /gpuboard-harness/stats"] << self.show_stats
+        self["post /gpuboard-harness/budget"] << self.set_budget
+        self["post /gpuboard-harness/forbid"] << self.set_forbid
+        self.budgets = set()
+        self.forbidden = False
 
     async def wake(self):
         if self.cond is None:
@@ -119,6 +129,45 @@ class Cluster(kmock.KubernetesEmulator):
         self.epoch += 1
         await self.wake()
         return {"floor": self.floor}
+
+    async def set_budget(self, request):
+        body = json.loads(request.body or b"{}")
+        self.budgets = {tuple(p) for p in body.get("pods", [])}
+        return {"budgets": len(self.budgets)}
+
+    async def set_forbid(self, request):
+        self.forbidden = bool(json.loads(request.body or b"{}").get("on"))
+        return {"forbidden": self.forbidden}
+
+    @staticmethod
+    def status(code, reason, message):
+        return aiohttp.web.json_response({
+            "apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "code": code,
+        }, status=code)
+
+    async def _handle(self, request):
+        changing = str(request.method).upper().rsplit(".", 1)[-1] in ("POST", "PATCH", "PUT", "DELETE")
+        if request.resource is not None and changing and self.forbidden:
+            plural = request.resource.plural
+            return self.status(403, "Forbidden",
+                f'{plural} "{request.name}" is forbidden: User "system:serviceaccount:gpu:gpuboard" '
+                f'cannot {str(request.method).lower().rsplit(".", 1)[-1]} resource "{plural}" in API group ""')
+        if request.resource is not None and changing and request.subresource == "eviction":
+            ns, name = request.namespace, request.name
+            key = (resource("", "v1", "pods"), ns, name)
+            if key not in self.objects or self.objects[key].deleted:
+                return self.status(404, "NotFound", f'pods "{name}" not found')
+            if (ns, name) in self.budgets:
+                return self.status(429, "TooManyRequests",
+                    "Cannot evict pod as it would violate the pod's disruption budget.")
+            raw = self.objects[key].raw
+            self.objects[key].delete()
+            await self._buses[resource("", "v1", "pods")].put({"type": "DELETED", "object": raw})
+            return aiohttp.web.json_response({
+                "apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Success", "code": 201,
+            }, status=201)
+        return await super()._handle(request)
 
     async def show_stats(self, request):
         return dict(self.stats, rv=self.rv, floor=self.floor)

@@ -6,12 +6,14 @@
 //! `$KUBECONFIG` or `~/.kube/config`) and its `context` (default: the file's current one),
 //! or, with neither file nor context named and no kubeconfig found, the in-cluster service
 //! account. It needs list and watch on nodes and pods. Kubernetes owns the scheduling:
-//! gpuboard's own actions are refused.
+//! gpuboard's own actions are refused; its engine actions (cordon, uncordon, evict,
+//! delete a pod) go through the API (`actions`).
 //!
 //! Where things live: `objects` (the trimmed node and pod this source keeps), `encodings`
 //! (HAMi's and Koordinator's annotations), `decode` (nodes and pods into a snapshot),
 //! `cluster` (the watches and their stores).
 
+mod actions;
 mod claims;
 pub mod cluster;
 pub mod decode;
@@ -82,6 +84,8 @@ pub fn refuse_action(action: &str) -> String {
 
 /// The cluster once connected: the client's watches, and the server's version.
 struct Connected {
+    /// The client actions use (no retries).
+    client: kube::Client,
     watching: Watching,
     version: String,
 }
@@ -137,7 +141,8 @@ impl KubernetesSource {
         }
     }
 
-    async fn client(&self) -> Result<kube::Client, SourceError> {
+    /// The client configuration, as kube reads the kubeconfig or the pod's service account.
+    async fn config(&self) -> Result<kube::Config, SourceError> {
         let c = &self.inner.config;
         let options = kube::config::KubeConfigOptions {
             context: c.context.clone(),
@@ -163,10 +168,7 @@ impl KubernetesSource {
                 .await
                 .map_err(|e| bad(e.to_string()))?,
         };
-        // kube's TLS asks rustls for the process's provider, which is ambiguous when two
-        // are compiled in (reqwest brings aws-lc-rs, this crate ring): name ring, once.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        kube::Client::try_from(config).map_err(|e| bad(e.to_string()))
+        Ok(config)
     }
 
     /// Connects (once) and starts the watches.
@@ -175,8 +177,21 @@ impl KubernetesSource {
         if let Some(c) = slot.as_ref() {
             return Ok(Arc::clone(c));
         }
-        let client = self.client().await?;
+        let config = self.config().await?;
         let url = self.inner.config.shown();
+        let bad = |e: kube::Error| SourceError::BadUrl {
+            url: url.clone(),
+            why: e.to_string(),
+        };
+        // kube's TLS asks rustls for the process's provider, which is ambiguous when two
+        // are compiled in (reqwest brings aws-lc-rs, this crate ring): name ring, once.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        // Actions get no retries: a disruption budget's 429 is an answer to show, not a
+        // reason to ask again for minutes (kube retries 429, 503 and 504 by default).
+        let mut once = config.clone();
+        once.default_retry = false;
+        let act_client = kube::Client::try_from(once).map_err(bad)?;
+        let client = kube::Client::try_from(config).map_err(bad)?;
         let info = adapter::within(self.inner.config.timeout, url.clone(), async {
             client
                 .apiserver_version()
@@ -186,6 +201,7 @@ impl KubernetesSource {
         .await?;
         let connected = Arc::new(Connected {
             watching: Watching::start(&client, &self.inner.changed),
+            client: act_client,
             version: format!("kubernetes {}", info.git_version),
         });
         *slot = Some(Arc::clone(&connected));
@@ -302,6 +318,12 @@ impl Source for KubernetesSource {
         adapter::plan_refused(self.display_name(), SourceKind::Kubernetes)
     }
     fn act(&self, action: Action) -> BoxFuture<'static, Result<Outcome, Failure>> {
-        adapter::act_refused(refuse_action(action.verb()))
+        match action {
+            Action::Engine(a) => {
+                let source = self.clone();
+                Box::pin(async move { Ok(Outcome::Engine(source.engine_act(&a).await?)) })
+            }
+            other => adapter::act_refused(refuse_action(other.verb())),
+        }
     }
 }
