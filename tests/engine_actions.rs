@@ -70,7 +70,8 @@ fn read_only_refuses_every_action_kind_before_sending() {
         &config,
         "[[endpoints]]\nname = \"s\"\nkind = \"slurm\"\nurl = \"unix:/nonexistent/s.sock\"\n\
          [[endpoints]]\nname = \"b\"\nkind = \"boinc\"\nurl = \"127.0.0.1:1\"\n\
-         [[endpoints]]\nname = \"r\"\nkind = \"ray\"\nurl = \"http://127.0.0.1:1\"\n",
+         [[endpoints]]\nname = \"r\"\nkind = \"ray\"\nurl = \"http://127.0.0.1:1\"\n\
+         [[endpoints]]\nname = \"k\"\nkind = \"kubernetes\"\nkubeconfig = \"/nonexistent/kubeconfig\"\n",
     )
     .unwrap();
     let mut seen = 0;
@@ -78,10 +79,12 @@ fn read_only_refuses_every_action_kind_before_sending() {
         let source = match verb.kind().as_str() {
             "slurm" => "s",
             "boinc" => "b",
+            "kubernetes" => "k",
             _ => "r",
         };
         let target = match verb.target_kind() {
             "JOB_ID" => "42",
+            "NAMESPACE/POD" => "ml/x1",
             "never|auto|always" => "never",
             _ => "x1",
         };

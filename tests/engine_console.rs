@@ -285,6 +285,7 @@ async fn the_executor_refuses_every_engine_action_in_read_only_mode() {
             let target = match v.target_kind() {
                 "JOB_ID" => "42",
                 "never|auto|always" => "never",
+                "NAMESPACE/POD" => "ml/x1",
                 _ => "x1",
             };
             Action::Engine(EngineAction::new(*v, target).unwrap())

@@ -370,7 +370,7 @@ fn list(endpoint: &EndpointConfig, as_json: bool) -> anyhow::Result<()> {
     }
     if verbs.is_empty() {
         println!(
-            "{} is a {} source: it takes no engine actions (engines with actions: slurm, boinc, ray)",
+            "{} is a {} source: it takes no engine actions (engines with actions: slurm, boinc, ray, kubernetes)",
             endpoint.name, endpoint.kind
         );
         return Ok(());

@@ -10,7 +10,7 @@
 //! url = "https://10.0.0.5:7420"
 //! token_file = "/etc/gpuboard/operator.token"
 //! tls_fingerprint = "AB:CD:..."   # what `gpuboard serve` printed; or tls_ca = "ca.pem"
-//! kind = "gpuboard"        # or "ray", "prometheus", "slurm" (read-only), "boinc" (update project only)
+//! kind = "gpuboard"        # or "ray", "prometheus", "slurm", "boinc", "kubernetes" (kubeconfig, context)
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -105,12 +105,11 @@ mod tests {
         .unwrap();
         assert_eq!(c.endpoints[0].kind, crate::sources::SourceKind::Gpuboard);
         assert_eq!(c.refresh, Some(5.0));
-        let e = Config::parse(
-            "[[endpoints]]\nname = \"r\"\nurl = \"http://x\"\nkind = \"kubernetes\"\n",
-        )
-        .unwrap_err();
+        let e =
+            Config::parse("[[endpoints]]\nname = \"r\"\nurl = \"http://x\"\nkind = \"nomad\"\n")
+                .unwrap_err();
         assert!(
-            e.to_string().contains("kind `kubernetes` is not supported"),
+            e.to_string().contains("kind `nomad` is not supported"),
             "{e}"
         );
         assert!(Config::parse("colour = 1\n").is_err());

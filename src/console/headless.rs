@@ -158,6 +158,14 @@ pub fn merged_flags(before: &ConsoleArgs, after: &ConsoleArgs) -> ConsoleArgs {
             .boinc_password_file
             .clone()
             .or_else(|| before.boinc_password_file.clone()),
+        kubeconfig: after
+            .kubeconfig
+            .clone()
+            .or_else(|| before.kubeconfig.clone()),
+        kube_context: after
+            .kube_context
+            .clone()
+            .or_else(|| before.kube_context.clone()),
         config: after.config.clone().or_else(|| before.config.clone()),
         theme: after.theme.clone().or_else(|| before.theme.clone()),
         readonly: before.readonly || after.readonly,

@@ -69,6 +69,12 @@ pub struct ConsoleArgs {
     /// /var/lib/boinc-client/gui_rpc_auth.cfg).
     #[arg(long, value_name = "FILE")]
     pub boinc_password_file: Option<PathBuf>,
+    /// A Kubernetes cluster to read through this kubeconfig (read-only).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The context of the Kubernetes cluster to read (with --kubeconfig, or kube's file).
+    #[arg(long = "kube-context", value_name = "NAME")]
+    pub kube_context: Option<String>,
     /// Config file (default: ~/.config/gpuboard/config.toml when it exists).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -205,6 +211,12 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
         let mut ep = EndpointConfig::named(&format!("boinc{}", i + 1), address, SourceKind::Boinc);
         ep.token_file.clone_from(&args.boinc_password_file);
         named.push(ep);
+    }
+    if args.kubeconfig.is_some() || args.kube_context.is_some() {
+        named.push(EndpointConfig::kubernetes(
+            args.kubeconfig.clone(),
+            args.kube_context.clone(),
+        ));
     }
     for (i, url) in args.prometheuses.iter().enumerate() {
         let name = format!("prom{}", i + 1);

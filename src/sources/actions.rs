@@ -42,6 +42,14 @@ pub enum EngineVerb {
     BoincResumeTask,
     /// Ray: stop a job submitted through the Jobs API (its tasks and actors end).
     RayStopJob,
+    /// Kubernetes: cordon a node (`spec.unschedulable`): no new pods on its GPUs.
+    KubeCordon,
+    /// Kubernetes: uncordon a node.
+    KubeUncordon,
+    /// Kubernetes: evict a pod through the Eviction API (disruption budgets apply).
+    KubeEvict,
+    /// Kubernetes: delete a pod (no disruption budget is asked).
+    KubeDelete,
 }
 
 impl EngineVerb {
@@ -62,6 +70,10 @@ impl EngineVerb {
         EngineVerb::BoincSuspendTask,
         EngineVerb::BoincResumeTask,
         EngineVerb::RayStopJob,
+        EngineVerb::KubeCordon,
+        EngineVerb::KubeUncordon,
+        EngineVerb::KubeEvict,
+        EngineVerb::KubeDelete,
     ];
 
     /// The source kind that carries it out (Slurm, BOINC, Ray).
@@ -83,6 +95,9 @@ impl EngineVerb {
             | V::BoincSuspendTask
             | V::BoincResumeTask => SourceKind::Boinc,
             V::RayStopJob => SourceKind::Ray,
+            V::KubeCordon | V::KubeUncordon | V::KubeEvict | V::KubeDelete => {
+                SourceKind::Kubernetes
+            }
         }
     }
 
@@ -105,6 +120,10 @@ impl EngineVerb {
             V::BoincSuspendTask => "suspend-task",
             V::BoincResumeTask => "resume-task",
             V::RayStopJob => "stop-job",
+            V::KubeCordon => "cordon",
+            V::KubeUncordon => "uncordon",
+            V::KubeEvict => "evict",
+            V::KubeDelete => "delete-pod",
         }
     }
 
@@ -113,7 +132,8 @@ impl EngineVerb {
         use EngineVerb as V;
         match self {
             V::SlurmCancel | V::SlurmHold | V::SlurmRelease | V::SlurmRequeue => "JOB_ID",
-            V::SlurmDrain | V::SlurmResume => "NODE",
+            V::SlurmDrain | V::SlurmResume | V::KubeCordon | V::KubeUncordon => "NODE",
+            V::KubeEvict | V::KubeDelete => "NAMESPACE/POD",
             V::BoincSuspendProject
             | V::BoincResumeProject
             | V::BoincNoNewTasks
@@ -145,6 +165,12 @@ impl EngineVerb {
             V::RayStopJob => {
                 "stops the submitted job; its tasks and actors end, their GPUs come free"
             }
+            V::KubeCordon => "cordons the node (spec.unschedulable): no new pods on its GPUs",
+            V::KubeUncordon => "uncordons the node: new pods may land on it again",
+            V::KubeEvict => {
+                "evicts the pod (Eviction API: its disruption budget may refuse); its GPUs come free"
+            }
+            V::KubeDelete => "deletes the pod (no disruption budget asked); its GPUs come free",
         }
     }
 
@@ -156,6 +182,8 @@ impl EngineVerb {
                 | EngineVerb::SlurmRequeue
                 | EngineVerb::BoincAbortTask
                 | EngineVerb::RayStopJob
+                | EngineVerb::KubeEvict
+                | EngineVerb::KubeDelete
         )
     }
 
@@ -289,7 +317,14 @@ impl EngineAction {
         if t.is_empty() {
             return Err(bad(&format!("give a {}", verb.target_kind())));
         }
-        if t.contains(['<', '>', '&', '/', '?', '#']) && verb.kind() != SourceKind::Boinc {
+        let pod = verb.target_kind() == "NAMESPACE/POD";
+        if pod && t.split('/').filter(|p| !p.is_empty()).count() != 2 {
+            return Err(bad("a pod is named NAMESPACE/POD, such as ml/train-0"));
+        }
+        let slash_ok = verb.kind() == SourceKind::Boinc || pod;
+        if t.contains(['<', '>', '&', '?', '#']) && verb.kind() != SourceKind::Boinc
+            || t.contains('/') && !slash_ok
+        {
             return Err(bad("it has characters no name or id of this engine has"));
         }
         if t == "." || t == ".." || t.chars().any(char::is_control) {
@@ -334,6 +369,7 @@ impl EngineAction {
             "PROJECT" => format!("project {t}"),
             "TASK" => format!("task {t}"),
             "SUBMISSION_ID" => format!("Ray job {t}"),
+            "NAMESPACE/POD" => format!("pod {t}"),
             _ => format!("GPU mode {t}"),
         }
     }
@@ -364,7 +400,9 @@ pub struct EngineDone {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum EngineActionError {
     /// The source kind takes no engine actions.
-    #[error("a {kind} source takes no engine actions; engines with actions: slurm, boinc, ray")]
+    #[error(
+        "a {kind} source takes no engine actions; engines with actions: slurm, boinc, ray, kubernetes"
+    )]
     NoActions {
         /// The kind.
         kind: SourceKind,

@@ -16,6 +16,7 @@ use super::Source;
 use super::boinc::{BoincConfig, BoincSource};
 use super::endpoint::Http;
 use super::http::Auth;
+use super::kubernetes::{KubernetesConfig, KubernetesSource};
 use super::prometheus::{PrometheusConfig, PrometheusSource};
 use super::ray::{RayConfig, RaySource};
 use super::slurm::{SlurmConfig, SlurmSource};
@@ -39,6 +40,8 @@ pub enum SourceKind {
     Slurm,
     /// A BOINC client's GUI RPC (update project, GPU mode, suspend and resume tasks).
     Boinc,
+    /// A Kubernetes cluster's nodes and pods (read through its kubeconfig).
+    Kubernetes,
     /// The simulated fleet of `--demo`.
     Demo,
     /// The scheduler the console runs in-process when no endpoint is named.
@@ -47,12 +50,13 @@ pub enum SourceKind {
 
 impl SourceKind {
     /// The kinds a config file may name, in the order the docs list them.
-    pub const CONFIGURABLE: [SourceKind; 5] = [
+    pub const CONFIGURABLE: [SourceKind; 6] = [
         SourceKind::Gpuboard,
         SourceKind::Ray,
         SourceKind::Prometheus,
         SourceKind::Slurm,
         SourceKind::Boinc,
+        SourceKind::Kubernetes,
     ];
 
     /// Its name, as a config file and the screens write it.
@@ -63,6 +67,7 @@ impl SourceKind {
             SourceKind::Prometheus => "prometheus",
             SourceKind::Slurm => "slurm",
             SourceKind::Boinc => "boinc",
+            SourceKind::Kubernetes => "kubernetes",
             SourceKind::Demo => "demo",
             SourceKind::Embedded => "embedded",
         }
@@ -123,7 +128,9 @@ impl std::str::FromStr for SourceKind {
 
 /// A kind no config may name.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("kind `{0}` is not supported; supported: gpuboard, ray, prometheus, slurm, boinc")]
+#[error(
+    "kind `{0}` is not supported; supported: gpuboard, ray, prometheus, slurm, boinc, kubernetes"
+)]
 pub struct UnknownKind(pub String);
 
 /// One `[[endpoints]]` entry of the config file.
@@ -134,14 +141,18 @@ pub struct UnknownKind(pub String);
 /// url = "https://10.0.0.5:7420"
 /// token_file = "/etc/gpuboard/operator.token"
 /// tls_fingerprint = "AB:CD:..."   # what `gpuboard serve` printed; or tls_ca = "ca.pem"
-/// kind = "gpuboard"               # or ray, prometheus, slurm, boinc
+/// kind = "gpuboard"               # or ray, prometheus, slurm, boinc, kubernetes
 /// ```
+///
+/// A `kubernetes` entry names no `url`: `kubeconfig = "FILE"` and `context = "NAME"`
+/// (each optional: what kube finds).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EndpointConfig {
     /// Its name: what the screens show, `ENDPOINT/ID` and `--endpoint NAME` say.
     pub name: String,
-    /// Its base URL (for BOINC, the GUI RPC `host:port`).
+    /// Its base URL (for BOINC, the GUI RPC `host:port`); none for Kubernetes.
+    #[serde(default)]
     pub url: String,
     /// The file holding its bearer token (for BOINC, the GUI RPC password file).
     #[serde(default)]
@@ -155,6 +166,12 @@ pub struct EndpointConfig {
     /// For an https endpoint: a PEM file of CA certificates.
     #[serde(default)]
     pub tls_ca: Option<PathBuf>,
+    /// For Kubernetes: the kubeconfig file (default: what kube finds).
+    #[serde(default)]
+    pub kubeconfig: Option<PathBuf>,
+    /// For Kubernetes: the kubeconfig context (default: the file's current one).
+    #[serde(default)]
+    pub context: Option<String>,
 }
 
 impl EndpointConfig {
@@ -167,7 +184,17 @@ impl EndpointConfig {
             kind,
             tls_fingerprint: None,
             tls_ca: None,
+            kubeconfig: None,
+            context: None,
         }
+    }
+
+    /// The entry `--kubeconfig FILE` / `--kube-context NAME` name, called `kubernetes`.
+    pub fn kubernetes(kubeconfig: Option<PathBuf>, context: Option<String>) -> EndpointConfig {
+        let mut e = EndpointConfig::named("kubernetes", "", SourceKind::Kubernetes);
+        e.kubeconfig = kubeconfig;
+        e.context = context;
+        e
     }
 
     /// The trust its own entry names for https.
@@ -272,6 +299,12 @@ pub fn connect(
 ) -> anyhow::Result<Arc<dyn Source>> {
     let name = entry.name.clone();
     let url = entry.url.as_str();
+    if url.trim().is_empty() && entry.kind != SourceKind::Kubernetes {
+        anyhow::bail!(
+            "endpoint {name}: `url` is required for a {} source",
+            entry.kind
+        );
+    }
     Ok(match entry.kind {
         SourceKind::Gpuboard => Arc::new(Http::with_trust(&name, url, token, timeout, trust)?),
         SourceKind::Ray => {
@@ -301,6 +334,14 @@ pub fn connect(
             c.auth = token.map(Auth::Bearer);
             c.timeout = timeout;
             Arc::new(PrometheusSource::new(c)?)
+        }
+        SourceKind::Kubernetes => {
+            let mut c = KubernetesConfig::new();
+            c.name = name;
+            c.kubeconfig.clone_from(&entry.kubeconfig);
+            c.context.clone_from(&entry.context);
+            c.timeout = timeout.max(c.timeout);
+            Arc::new(KubernetesSource::new(c))
         }
         SourceKind::Demo | SourceKind::Embedded => {
             anyhow::bail!(
@@ -407,6 +448,28 @@ mod tests {
         assert_eq!(f.endpoints[1].token_file.as_deref(), Some(Path::new("/t")));
         let e = EndpointsFile::load(Some(Path::new("/nonexistent/config.toml"))).unwrap_err();
         assert!(e.to_string().contains("cannot read config"), "{e}");
+    }
+
+    #[test]
+    fn a_kubernetes_entry_names_a_kubeconfig_and_context_and_no_url() {
+        let f: EndpointsFile = toml::from_str(
+            "[[endpoints]]\nname = \"k\"\nkind = \"kubernetes\"\nkubeconfig = \"/k/config\"\ncontext = \"prod\"\n[[endpoints]]\nname = \"r\"\nkind = \"ray\"\n",
+        )
+        .unwrap();
+        let k = &f.endpoints[0];
+        assert_eq!(k.kind, SourceKind::Kubernetes);
+        assert_eq!(k.kubeconfig.as_deref(), Some(Path::new("/k/config")));
+        assert_eq!(k.context.as_deref(), Some("prod"));
+        let e = connect(
+            &f.endpoints[1],
+            None,
+            &TlsTrust::default(),
+            Duration::from_secs(1),
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(e.contains("`url` is required for a ray source"), "{e}");
     }
 
     #[test]

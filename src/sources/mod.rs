@@ -27,6 +27,7 @@ pub mod history;
 pub mod http;
 pub mod json;
 pub mod kind;
+pub mod kubernetes;
 pub mod md5;
 pub mod prometheus;
 pub mod ray;

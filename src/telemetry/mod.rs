@@ -5,6 +5,7 @@
 //! Every metric NVML may refuse is an `Option`: `None` means "not supported or not
 //! readable", never zero.
 
+pub mod cgroup_owner;
 pub mod fake;
 pub mod history;
 pub mod host;

@@ -165,6 +165,7 @@ pub(super) fn usual_verb(kind: SourceKind, claim: &ClaimView) -> EngineVerb {
             EngineVerb::BoincResumeTask
         }
         (SourceKind::Boinc, _) => EngineVerb::BoincSuspendTask,
+        (SourceKind::Kubernetes, _) => EngineVerb::KubeEvict,
         _ => EngineVerb::RayStopJob,
     }
 }
@@ -178,6 +179,7 @@ pub(super) fn target_of(verb: EngineVerb, claim: &ClaimView) -> String {
         "TASK" => claim.holder.clone().unwrap_or_default(),
         "PROJECT" | "SUBMISSION_ID" => claim.project.clone(),
         "NODE" => claim.node.clone().unwrap_or_default(),
+        "NAMESPACE/POD" => format!("{}/{}", claim.project, label("k8s.pod")),
         _ => "never".to_string(),
     }
 }
@@ -191,7 +193,11 @@ fn ask_engine(
     title: String,
     body: Vec<String>,
 ) {
-    let typed = (action.verb == EngineVerb::SlurmCancel).then(|| action.target.clone());
+    let typed = matches!(
+        action.verb,
+        EngineVerb::SlurmCancel | EngineVerb::KubeDelete
+    )
+    .then(|| action.target.clone());
     let mut confirm = Confirm::new(source, Action::Engine(action), title, body);
     confirm.type_to_confirm = typed;
     super::confirm::ask(state, confirm);
