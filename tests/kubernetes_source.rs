@@ -6,9 +6,8 @@
 //! context is named, and `gpuboard status --kubeconfig` shows the cluster.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-#[path = "common/kmock.rs"]
-mod kmock;
+use crate::common;
+use crate::common::kmock;
 
 use std::path::Path;
 use std::process::Command;

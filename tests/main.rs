@@ -56,6 +56,8 @@ mod fleet_sync;
 mod history_exactness;
 mod history_record;
 mod history_serve;
+mod kubernetes_decode;
+mod kubernetes_source;
 mod layout;
 mod one_scheduler;
 mod packaging;

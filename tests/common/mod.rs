@@ -490,6 +490,7 @@ impl Drop for PeerTurn {
 pub mod boinc_client;
 pub mod console_fixtures;
 pub mod flood;
+pub mod kmock;
 pub mod ray_head;
 pub mod relay;
 pub mod schema;
