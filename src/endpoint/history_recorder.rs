@@ -25,7 +25,7 @@ const RETAIN_EVERY_MS: u64 = 600_000;
 /// Snapshots waiting for the recorder before new ones are skipped.
 const QUEUE: usize = 64;
 /// A commit is recorded after this pause, so a burst of commits makes one version.
-const COALESCE: Duration = Duration::from_millis(20);
+const COALESCE: Duration = Duration::from_millis(100);
 
 /// An endpoint's history: the recorder's thread and a reading connection.
 #[derive(Debug)]
@@ -160,22 +160,26 @@ fn record(
     let mut sampled: BTreeMap<GpuRef, Timestamp> = BTreeMap::new();
     let mut retained: Option<Timestamp> = None;
     while let Ok(snap) = rx.recv() {
-        let result = step(&mut store, &mut recording, &mut sampled, &snap);
         let now = snap.taken_at;
-        let result = result.and_then(|()| {
+        let result = step(&mut store, &mut recording, &mut sampled, &snap).and_then(|wrote| {
             if retained.is_none_or(|t| now.millis_since(t) >= RETAIN_EVERY_MS) {
                 retained = Some(now);
                 store.retain(keep, now)?;
             }
-            Ok(())
+            Ok(wrote)
         });
         let mut slot = lock(stopped);
         match result {
-            Ok(()) => {
+            // Only a version written clears a stop: after a failure the next snapshot is
+            // always a keyframe to write, so this is the first write that counts. A
+            // snapshot with nothing to write, or samples that squeezed into a full file,
+            // say nothing, and the warning does not come and go with them.
+            Ok(true) => {
                 if slot.take().is_some() {
                     tracing::info!("history: recording again");
                 }
             }
+            Ok(false) => {}
             Err(e) => {
                 if slot.is_none() {
                     tracing::warn!("history: recording stopped: {e}");
@@ -188,15 +192,18 @@ fn record(
     }
 }
 
-/// Records one snapshot: its state when it changed, its samples when due.
+/// Records one snapshot: its state when it changed, its samples when due. Whether a
+/// version was written.
 fn step(
     store: &mut HistoryStore,
     recording: &mut Recording,
     sampled: &mut BTreeMap<GpuRef, Timestamp>,
     snap: &Snapshot,
-) -> Result<(), HistoryError> {
+) -> Result<bool, HistoryError> {
+    let mut wrote = false;
     if let Some(rec) = recording.observe(snap) {
         store.append(&rec)?;
+        wrote = true;
     }
     // A sample is due once most of the interval has passed since the device's last one.
     let due: Vec<_> = samples_of(snap)
@@ -213,5 +220,5 @@ fn step(
             sampled.insert(gpu, s.at);
         }
     }
-    Ok(())
+    Ok(wrote)
 }
