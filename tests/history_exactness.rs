@@ -218,9 +218,7 @@ fn gpu_view(state: &Snapshot, index: u32) -> (Option<String>, Vec<String>) {
     let claims = state
         .claims
         .iter()
-        .filter(|c| {
-            c.node.as_deref() == Some("a") && c.shares.iter().any(|s| s.device == index)
-        })
+        .filter(|c| c.node.as_deref() == Some("a") && c.shares.iter().any(|s| s.device == index))
         .map(|c| format!("{c:?}"))
         .collect();
     (device, claims)

@@ -299,7 +299,9 @@ async fn a_full_history_stops_recording_not_the_scheduler() {
     let mut warned = None;
     for i in 0.. {
         let c = op
-            .claim(&req(json!({"num_gpus": 0.25, "holder": format!("after-{i}")})))
+            .claim(&req(
+                json!({"num_gpus": 0.25, "holder": format!("after-{i}")}),
+            ))
             .await
             .expect("claims go on while the history is full");
         assert!(matches!(c, gpuboard::client::ClaimOutcome::Placed(_)));
@@ -343,13 +345,7 @@ async fn a_full_history_stops_recording_not_the_scheduler() {
     }
     // The console shows it beside the source (`status --dump-screen`, the console's
     // first screen as text).
-    let out = server.cli(&[
-        "status",
-        "--dump-screen",
-        "overview",
-        "--size",
-        "240x30",
-    ]);
+    let out = server.cli(&["status", "--dump-screen", "overview", "--size", "240x30"]);
     let screen = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

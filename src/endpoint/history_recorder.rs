@@ -33,7 +33,7 @@ const COALESCE: Duration = Duration::from_millis(100);
 /// A stopped recording is said to go on only once writes have succeeded for this long
 /// since the last failure: on a nearly full disk a small write squeezes in between failing
 /// ones, and the warning must not come and go with each.
-const RESUME_AFTER: Duration = Duration::from_secs(60);
+const RESUME_AFTER: Duration = Duration::from_mins(1);
 
 /// An endpoint's history: the recorder's thread and a reading connection.
 #[derive(Debug)]
