@@ -30,6 +30,8 @@ const QUEUE: usize = 64;
 /// a saturating claim load (32 clients, `--sync full`) lost ~20 % of its throughput to the
 /// snapshot builds the history asked for; at 100 ms it is within noise (README, "History").
 const COALESCE: Duration = Duration::from_millis(100);
+/// How often a snapshot older than the commit that woke the feed is asked again.
+const OWED_TRIES: u32 = 50;
 /// A stopped recording is said to go on only once writes have succeeded for this long
 /// since the last failure: on a nearly full disk a small write squeezes in between failing
 /// ones, and the warning must not come and go with each.
@@ -145,12 +147,15 @@ pub fn spawn_feed(
         let mut every = tokio::time::interval(Duration::from_millis(SAMPLE_MS));
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            // The revision a commit woke the feed for: its snapshot must be recorded.
+            let mut owed = None;
             tokio::select! {
                 changed = commits.changed() => {
                     if changed.is_err() {
                         return;
                     }
                     tokio::time::sleep(COALESCE).await;
+                    owed = Some(*commits.borrow_and_update());
                 }
                 _ = every.tick() => {}
                 // The recorder stopped or went on: every snapshot says so from now on.
@@ -163,9 +168,23 @@ pub fn spawn_feed(
                     continue;
                 }
             }
-            match versions.current().await {
-                Ok(built) => history.feed(Arc::clone(&built.snapshot)),
-                Err(e) => tracing::warn!("history: cannot build the snapshot: {e}"),
+            // A snapshot older than that commit (the cached one, while the store was busy)
+            // is not the end of it: asked again shortly, not at the next sampling seconds
+            // later, when the change would be recorded late (and `}` miss it).
+            for _ in 0..OWED_TRIES {
+                match versions.current().await {
+                    Ok(built) => {
+                        history.feed(Arc::clone(&built.snapshot));
+                        if owed.is_none_or(|r| built.snapshot.revision >= r) {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!("history: cannot build the snapshot: {e}");
+                        break;
+                    }
+                }
+                tokio::time::sleep(COALESCE).await;
             }
         }
     })
