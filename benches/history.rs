@@ -8,7 +8,9 @@
 //! a free one as idle. Every state change goes through `Recording` into `history.sqlite`;
 //! telemetry is written as the sealed hourly chunks a `serve` leaves behind.
 //!
-//! `cargo bench --bench history` (release); `-- --days N` shortens the 100-GPU run.
+//! `cargo bench --bench history` (release); `-- --days N` shortens the 100-GPU run;
+//! `-- --serve` then starts the real `gpuboard serve` over the 100-GPU recording and times
+//! `GET /v1/snapshot?at=` at random times over HTTP (the endpoint's answer, body read).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
@@ -122,6 +124,8 @@ struct Figures {
     versions: u64,
     seek_ms: Vec<f64>,
     generate_s: f64,
+    /// The data directory holding the recording (`history.sqlite`).
+    dir: tempfile::TempDir,
 }
 
 fn record(inventory: &str, hours: u64, seed: u64) -> Figures {
@@ -230,7 +234,87 @@ fn record(inventory: &str, hours: u64, seed: u64) -> Figures {
         versions,
         seek_ms,
         generate_s,
+        dir,
     }
+}
+
+/// Starts `gpuboard serve` (the binary cargo built beside this bench) over the recording
+/// in `f.dir` and times `GET /v1/snapshot?at=` at `count` random times of it, each answer
+/// read whole; milliseconds, sorted.
+fn http_seeks(inventory: &str, f: &Figures, seed: u64, count: usize) -> Vec<f64> {
+    use std::io::BufRead as _;
+    let data = f.dir.path();
+    let fleet = data.join("fleet.toml");
+    std::fs::write(&fleet, inventory).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gpuboard"))
+        .arg("serve")
+        .arg("--inventory")
+        .arg(&fleet)
+        .arg("--data-dir")
+        .arg(data)
+        .args(["--listen", "127.0.0.1:0"])
+        // The recording is on a simulated clock: keep all of it, whatever today is.
+        .args(["--history-days", "3650", "--history-size", "8GiB"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("serve did not start: {line}"))
+        .to_string();
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    let token = std::fs::read_to_string(data.join("read.token")).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut noise = Noise(seed);
+    let span = f.hours * HOUR_MS;
+    let mut ms: Vec<f64> = rt.block_on(async {
+        let http = reqwest::Client::new();
+        let get = |at: u64| {
+            http.get(format!("{url}/v1/snapshot?at={at}"))
+                .bearer_auth(token.trim())
+                .send()
+        };
+        // One to open the connection (kept alive for the rest).
+        let warm = get(T0).await.unwrap();
+        assert_eq!(warm.status(), 200);
+        warm.bytes().await.unwrap();
+        let mut ms = Vec::new();
+        let mut healthz = Vec::new();
+        for _ in 0..count {
+            let at = T0 + noise.below(span);
+            let t = Instant::now();
+            let answer = get(at).await.unwrap();
+            assert_eq!(answer.status(), 200, "at {at}");
+            answer.bytes().await.unwrap();
+            ms.push(t.elapsed().as_secs_f64() * 1000.0);
+            // What any answer costs on this machine (the round trip, the scheduling of
+            // both processes), to tell it from what the history adds.
+            let t = Instant::now();
+            let answer = http.get(format!("{url}/healthz")).send().await.unwrap();
+            answer.bytes().await.unwrap();
+            healthz.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+        healthz.sort_by(f64::total_cmp);
+        let pct = |p: f64| healthz[((healthz.len() as f64 - 1.0) * p) as usize];
+        println!(
+            "  GET /healthz between them: p50 {:.2} ms, p99 {:.2} ms",
+            pct(0.5),
+            pct(0.99)
+        );
+        ms
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    ms.sort_by(f64::total_cmp);
+    ms
 }
 
 fn report(name: &str, f: &Figures) {
@@ -267,15 +351,28 @@ fn main() {
     .unwrap();
     if quick {
         report("demo fleet, 2 hours (smoke test)", &record(&demo, 2, 7));
-        report(
-            "100 GPUs, 2 hours (smoke test)",
-            &record(&inventory_100(), 2, 11),
-        );
+        let big = record(&inventory_100(), 2, 11);
+        report("100 GPUs, 2 hours (smoke test)", &big);
+        let ms = http_seeks(&inventory_100(), &big, 13, 20);
+        println!("over HTTP (smoke test): {} answers", ms.len());
         return;
     }
-    report("demo fleet, 1 day", &record(&demo, 24, 7));
-    report(
-        &format!("100 GPUs, {days} days"),
-        &record(&inventory_100(), days * 24, 11),
-    );
+    let serve = args.iter().any(|a| a == "--serve");
+    if !serve {
+        report("demo fleet, 1 day", &record(&demo, 24, 7));
+    }
+    let big = record(&inventory_100(), days * 24, 11);
+    report(&format!("100 GPUs, {days} days"), &big);
+    if serve {
+        let ms = http_seeks(&inventory_100(), &big, 13, 400);
+        let pct = |p: f64| ms[((ms.len() as f64 - 1.0) * p) as usize];
+        println!(
+            "100 GPUs, {days} days, over HTTP from `gpuboard serve`: GET /v1/snapshot?at= \
+             p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms ({} requests)",
+            pct(0.5),
+            pct(0.99),
+            pct(1.0),
+            ms.len()
+        );
+    }
 }

@@ -407,6 +407,27 @@ fn next_and_previous_change_follow_the_gpu_in_detail() {
     );
 }
 
+/// A change recorded in the last second, past the console's clock (it moves a second at a
+/// time): `}` shows it at its time, not the state just before it.
+#[test]
+fn a_change_found_past_the_consoles_clock_is_shown_at_its_time() {
+    let mut st = rewound_lab();
+    run(&mut st, vec![k('2'), code(KeyCode::Enter)]);
+    let effects = run(&mut st, vec![k('}')]);
+    let found = st.now.plus_millis(400);
+    let effects = sought(&mut st, &effects, Some(found));
+    assert_eq!(st.rewind.as_ref().unwrap().at, found);
+    assert!(
+        asks(&effects)
+            .iter()
+            .any(|a| matches!(a, HistoryAsk::At { at, .. } if *at == found)),
+        "{effects:?}"
+    );
+    // A step past now is still now.
+    run(&mut st, vec![k(']')]);
+    assert_eq!(st.rewind.as_ref().unwrap().at, st.now);
+}
+
 #[test]
 fn steps_and_play_move_the_time_shown() {
     let mut st = rewound_lab();

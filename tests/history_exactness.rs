@@ -120,6 +120,17 @@ fn run(
     store: &mut HistoryStore,
     start: u64,
 ) -> (Vec<(Timestamp, Snapshot)>, Vec<ClaimId>) {
+    run_coalesced(ops, &vec![true; ops.len()], store, start)
+}
+
+/// Runs `ops`, recording after those whose `record` is true (and after the first), as the
+/// recorder does when commits come faster than it records: several changes in one version.
+fn run_coalesced(
+    ops: &[Op],
+    record: &[bool],
+    store: &mut HistoryStore,
+    start: u64,
+) -> (Vec<(Timestamp, Snapshot)>, Vec<ClaimId>) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -136,9 +147,12 @@ fn run(
         let mut recording = Recording::after(store.last_state().unwrap());
         let mut served = Vec::new();
         let mut ids = Vec::new();
-        for op in ops {
+        for (i, op) in ops.iter().enumerate() {
             apply(&engine, &clock, &mut ids, op).await;
             clock.advance_millis(7);
+            if i > 0 && !record.get(i).copied().unwrap_or(true) {
+                continue;
+            }
             let snap = engine.durable_snapshot().await;
             if let Some(rec) = recording.observe(&snap) {
                 store.append(&rec).unwrap();
@@ -186,6 +200,74 @@ proptest! {
                     prop_assert!(matches!(c.kind, ChangeKind::ClaimPlaced | ChangeKind::ClaimPending), "{c:?}");
                 }
             }
+        }
+    }
+}
+
+/// What a GPU's history is about: its device's recorded facts and the claims on it.
+fn gpu_view(state: &Snapshot, index: u32) -> (Option<String>, Vec<String>) {
+    let device = state
+        .devices()
+        .find(|(n, d)| n.name == "a" && d.index == index)
+        .map(|(_, d)| {
+            format!(
+                "{} {:?} {:?} {}",
+                d.cordoned, d.health, d.memory_capacity, d.model
+            )
+        });
+    let claims = state
+        .claims
+        .iter()
+        .filter(|c| c.node.as_deref() == Some("a") && c.shares.iter().any(|s| s.device == index))
+        .map(|c| format!("{c:?}"))
+        .collect();
+    (device, claims)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Several commits recorded as one version (the recorder coalesces a burst) still index
+    /// every GPU they touch: walking `}` (next change) from the start visits every version
+    /// in which the GPU's device or the claims on it changed, and walking `{` back from
+    /// the end visits the same versions.
+    #[test]
+    fn next_change_of_a_gpu_finds_every_change_of_it_when_versions_coalesce(
+        ops in proptest::collection::vec(op(), 1..80),
+        record in proptest::collection::vec(proptest::bool::weighted(0.3), 80),
+    ) {
+        let mut store = HistoryStore::in_memory().unwrap();
+        let (served, _) = run_coalesced(&ops, &record, &mut store, T0);
+        let first = served[0].0;
+        let last = served.last().unwrap().0;
+        for index in 0..4 {
+            let target = Target::Gpu(gpuboard::history::wire::GpuRef { node: "a".into(), index });
+            let expected: Vec<Timestamp> = served
+                .windows(2)
+                .filter(|w| gpu_view(&w[0].1, index) != gpu_view(&w[1].1, index))
+                .map(|w| w[1].0)
+                .collect();
+            let mut forward = Vec::new();
+            let mut at = first;
+            while let Some(s) = store.seek(at, Direction::Next, Some(&target)).unwrap() {
+                prop_assert!(s.at > at, "next goes forward");
+                let (changes, _) = store.changes(s.at, s.at, Some(&target), 100).unwrap();
+                prop_assert!(!changes.is_empty(), "a change of a:{index} at {:?}", s.at);
+                forward.push(s.at);
+                at = s.at;
+            }
+            for t in &expected {
+                prop_assert!(forward.contains(t), "a:{index} changed at {t:?}; walked {forward:?}");
+            }
+            let mut back = Vec::new();
+            let mut at = Timestamp(last.0 + 1);
+            while let Some(s) = store.seek(at, Direction::Prev, Some(&target)).unwrap() {
+                prop_assert!(s.at < at, "previous goes back");
+                back.push(s.at);
+                at = s.at;
+            }
+            back.reverse();
+            prop_assert_eq!(&back, &forward);
         }
     }
 }

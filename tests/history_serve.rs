@@ -292,6 +292,70 @@ async fn a_full_history_stops_recording_not_the_scheduler() {
         .await
         .unwrap();
     assert!(info.stopped.unwrap().contains("disk full"));
+    // It stays stopped (no coming and going with the recorder's retries), claims go on,
+    // and the snapshot says so too, so the console shows it beside the source.
+    let read = client(&server, server.read_token());
+    let deadline = Instant::now() + Duration::from_mins(1);
+    let mut warned = None;
+    for i in 0.. {
+        let c = op
+            .claim(&req(
+                json!({"num_gpus": 0.25, "holder": format!("after-{i}")}),
+            ))
+            .await
+            .expect("claims go on while the history is full");
+        assert!(matches!(c, gpuboard::client::ClaimOutcome::Placed(_)));
+        op.release(c.claim().id).await.unwrap();
+        let health = http
+            .get(format!("{}/healthz", server.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(health.status(), 200);
+        let text = health.text().await.unwrap();
+        assert!(
+            text.contains("history: stopped: disk full"),
+            "the stop came and went after {i} more claims: {text}"
+        );
+        let snap = read.snapshot().await.unwrap();
+        let w = snap
+            .endpoint
+            .warnings
+            .iter()
+            .find(|w| w.section == "history");
+        match (w, warned.as_ref()) {
+            (Some(w), _) => {
+                assert!(w.found.contains("disk full"), "{w:?}");
+                warned = Some(w.clone());
+            }
+            // Once in the snapshot, the warning stays there.
+            (None, Some(before)) => panic!("the history warning {before:?} left the snapshot"),
+            (None, None) => {}
+        }
+        // Enough rounds with the warning seen to tell a steady one from a flapping one.
+        if warned.is_some() && i >= 20 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no history warning in the snapshot: {:?}",
+            snap.endpoint.warnings
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The console shows it beside the source (`status --dump-screen`, the console's
+    // first screen as text).
+    let out = server.cli(&["status", "--dump-screen", "overview", "--size", "240x30"]);
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        screen.contains("history `history.sqlite`: recording stopped: disk full"),
+        "{screen}"
+    );
     // What was recorded before still reads back.
     let from = info.from.unwrap();
     let back = client(&server, server.read_token())

@@ -361,8 +361,7 @@ impl HistoryStore {
         for body in q.query_map(params![name, earliest, to.0, from.0], |r| {
             r.get::<_, Vec<u8>>(0)
         })? {
-            let samples = chunk::decode(&body?).map_err(damaged)?;
-            out.extend(samples.into_iter().filter(|s| s.at >= from && s.at <= to));
+            out.extend(chunk::decode_between(&body?, from, to).map_err(damaged)?);
         }
         let mut q = self.conn.prepare_cached(
             "SELECT body FROM recent WHERE gpu = ?1 AND at BETWEEN ?2 AND ?3 ORDER BY at",

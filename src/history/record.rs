@@ -17,8 +17,11 @@ pub const KEYFRAME_MS: u64 = 3_600_000;
 /// Between revisions, what drifts without one (debts accruing, an engine's pending demand)
 /// is recorded at most this often.
 pub const DRIFT_MS: u64 = 900_000;
-/// zstd's level for records.
-const LEVEL: i32 = 9;
+/// zstd's level for keyframes: the whole state, written at most every 64 versions.
+const KEYFRAME_LEVEL: i32 = 9;
+/// And for deltas and changes, written with every version: under a saturating claim load a
+/// version carries thousands of audit events, and level 9 there was half the recorder's CPU.
+const LEVEL: i32 = 3;
 
 /// What a record holds.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -81,7 +84,12 @@ impl Body {
     /// Compressed, to store.
     pub fn encode(&self) -> Vec<u8> {
         let raw = serde_json::to_vec(self).unwrap_or_default();
-        zstd::bulk::compress(&raw, LEVEL).unwrap_or(raw)
+        let level = if self.is_keyframe() {
+            KEYFRAME_LEVEL
+        } else {
+            LEVEL
+        };
+        zstd::bulk::compress(&raw, level).unwrap_or(raw)
     }
 
     /// Read back from [`Body::encode`].

@@ -74,6 +74,13 @@ pub(super) fn prompt_key(state: &mut State, text: String, ev: &KeyEvent) -> Vec<
 /// moves the rewound console to another time. Asks every source for its state then.
 pub fn rewind_to(state: &mut State, at: Timestamp) -> Vec<Effect> {
     let at = at.min(state.now);
+    show_at(state, at)
+}
+
+/// Shows the fleet at `at`, uncapped: a change a source found is shown at its time even
+/// when that is past the console's clock, which moves a second at a time (capped, it would
+/// show the state before the change it names).
+fn show_at(state: &mut State, at: Timestamp) -> Vec<Effect> {
     state.dirty = true;
     if state.rewind.is_none() {
         let mut shown = state.clone();
@@ -464,7 +471,7 @@ fn sought(
         SeekDir::Prev => "previous",
     };
     let text = format!("{word} change of {what}: {}", short_time(state, t));
-    let effects = rewind_to(state, t);
+    let effects = show_at(state, t);
     if let Some(r) = state.rewind.as_mut() {
         flash(&mut r.shown, text, false);
     }
