@@ -514,3 +514,30 @@ fn console_lists_state_update_and_views_form_no_circle() {
         up.join("\n")
     );
 }
+
+/// With `autotests = false`, a file in tests/ that `tests/main.rs` does not declare would
+/// never be compiled or run: every one must be a module of the one test binary.
+#[test]
+fn every_test_file_is_a_module_of_the_test_binary() {
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let main = std::fs::read_to_string(tests.join("main.rs")).unwrap();
+    let declared: Vec<&str> = main
+        .lines()
+        .filter_map(|l| l.strip_prefix("mod ")?.strip_suffix(';'))
+        .collect();
+    let mut missing = Vec::new();
+    for e in std::fs::read_dir(&tests).unwrap() {
+        let p = e.unwrap().path();
+        let Some(stem) = p.file_stem().and_then(|s| s.to_str()) else {
+            continue;
+        };
+        if p.extension().is_some_and(|x| x == "rs") && stem != "main" && !declared.contains(&stem) {
+            missing.push(stem.to_string());
+        }
+    }
+    missing.sort();
+    assert!(
+        missing.is_empty(),
+        "tests/main.rs does not declare these test files (add `mod NAME;`), so they never run: {missing:?}"
+    );
+}

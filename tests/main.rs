@@ -1,6 +1,7 @@
 //! The integration tests, one module per file beside this one, linked into one test binary
 //! (one link instead of one per file: a smaller `target/` and a faster build).
-//! Run one file's tests with `cargo test --test it FILE::`.
+//! Run one file's tests with `cargo test --test it FILE::`. A new file needs its `mod` line
+//! here (tests/layout.rs fails on one left out); shared helpers go in `common/`.
 
 mod common;
 

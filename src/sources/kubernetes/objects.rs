@@ -47,7 +47,7 @@ pub struct NodeFacts {
     /// `status.allocatable`, likewise.
     pub allocatable: BTreeMap<String, String>,
     /// The `Ready` condition, when reported.
-    pub ready: Option<Condition>,
+    pub ready: Option<KubeCondition>,
     /// `status.nodeInfo.kubeletVersion`.
     pub kubelet_version: Option<String>,
     /// Fields that could not be read.
@@ -76,7 +76,7 @@ pub struct PodFacts {
     /// Its containers' GPU and CPU resources (init containers are not read).
     pub containers: Vec<ContainerFacts>,
     /// The `PodScheduled` condition, when reported.
-    pub scheduled: Option<Condition>,
+    pub scheduled: Option<KubeCondition>,
     /// Fields that could not be read.
     pub problems: Vec<Problem>,
 }
@@ -94,7 +94,7 @@ pub struct ContainerFacts {
 
 /// A status condition.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Condition {
+pub struct KubeCondition {
     /// `status` is `True`.
     pub is_true: bool,
     /// `reason`.
@@ -280,7 +280,7 @@ impl Reader {
     }
 
     /// The status condition of `kind` (`Ready`, `PodScheduled`).
-    fn condition(&mut self, v: &Value, kind: &str) -> Option<Condition> {
+    fn condition(&mut self, v: &Value, kind: &str) -> Option<KubeCondition> {
         let list = self.array(v, &["status", "conditions"])?;
         for (i, c) in list.iter().enumerate() {
             let Value::Object(m) = c else {
@@ -297,7 +297,7 @@ impl Reader {
                     .unwrap_or_default()
                     .to_string()
             };
-            return Some(Condition {
+            return Some(KubeCondition {
                 is_true: m.get("status").and_then(Value::as_str) == Some("True"),
                 reason: text("reason"),
                 message: text("message"),
