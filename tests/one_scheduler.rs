@@ -17,10 +17,12 @@ use serde_json::{Value, json};
 use tmux::Session;
 
 /// A fake host: its NVML (the fake library and a fixture of three GPUs), its scheduler
-/// lock, and a HOME with no config.
+/// lock, a HOME with no config, and a default address where nothing answers (a real
+/// `gpuboard serve` on 7420 is not this host's).
 struct Host {
     tmp: tempfile::TempDir,
     drivers: tempfile::TempDir,
+    default_endpoint: String,
 }
 
 impl Host {
@@ -30,6 +32,7 @@ impl Host {
         Host {
             tmp,
             drivers: common::fake_driver_dir(),
+            default_endpoint: format!("http://127.0.0.1:{}", common::free_port()),
         }
     }
 
@@ -50,6 +53,10 @@ impl Host {
             ("GPUBOARD_HOST_LOCK", self.lock()),
             ("XDG_CONFIG_HOME", home.join("config")),
             ("HOME", home),
+            (
+                "GPUBOARD_LOCAL_ENDPOINT",
+                PathBuf::from(&self.default_endpoint),
+            ),
         ]
     }
 

@@ -127,9 +127,14 @@ enum Health {
     Silent,
 }
 
+/// The environment variable naming the address the console probes for this host's serve
+/// when no lock names one (default `http://127.0.0.1:7420`).
+pub const LOCAL_ENDPOINT_ENV: &str = "GPUBOARD_LOCAL_ENDPOINT";
+
 /// The endpoint running on this host, if there is one: the serve the data directory's
 /// `serve.lock` names, else the holder of this host's scheduler lock, else whatever
-/// answers at the default address. One whose store failed still counts (attached
+/// answers at the default address (`GPUBOARD_LOCAL_ENDPOINT` when set, e.g. for a host whose
+/// serve listens elsewhere, or a test that must not meet one on 7420). One whose store failed still counts (attached
 /// read-only, saying so): a second scheduler beside it would book its GPUs twice. So does
 /// a serve holding the host lock that does not answer yet.
 pub fn local_serve(data_dir: &Path) -> Option<LocalServe> {
@@ -160,7 +165,10 @@ pub fn local_serve(data_dir: &Path) -> Option<LocalServe> {
             o.data_dir.clone(),
         ));
     }
-    let url = default_endpoint();
+    let url = std::env::var(LOCAL_ENDPOINT_ENV)
+        .ok()
+        .filter(|u| !u.trim().is_empty())
+        .unwrap_or_else(default_endpoint);
     found.push((
         url.clone(),
         format!(
