@@ -43,12 +43,9 @@ fn header_time(resp: &reqwest::Response, name: &str) -> Option<Timestamp> {
 }
 
 impl Client {
-    /// A GET of `path?query`, decoded; errors as every other call.
-    async fn get_query<T: DeserializeOwned>(
-        &self,
-        path: &str,
-        query: &str,
-    ) -> Result<T, ClientError> {
+    /// A GET of `path?query` with this client's token and per-call timeout (every history
+    /// read is one).
+    pub(super) fn history_get(&self, path: &str, query: &str) -> reqwest::RequestBuilder {
         let mut url = self.url(path);
         url.set_query(Some(query));
         let mut req = self.http.request(Method::GET, url);
@@ -58,7 +55,20 @@ impl Client {
         if let Some(t) = self.per_call {
             req = req.timeout(t);
         }
-        let resp = req.send().await.map_err(|e| self.transport(&e))?;
+        req
+    }
+
+    /// A GET of `path?query`, decoded; errors as every other call.
+    async fn get_query<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        query: &str,
+    ) -> Result<T, ClientError> {
+        let resp = self
+            .history_get(path, query)
+            .send()
+            .await
+            .map_err(|e| self.transport(&e))?;
         let status = resp.status();
         let bytes = self.body(resp).await?;
         if !status.is_success() {
@@ -70,16 +80,11 @@ impl Client {
     /// `GET /v1/snapshot?at=TIME`: the state the endpoint served at `at`. An endpoint that
     /// records no history is an error (`NotFound`), never its present state.
     pub async fn snapshot_at(&self, at: Timestamp) -> Result<SnapshotAt, ClientError> {
-        let mut url = self.url(paths::SNAPSHOT);
-        url.set_query(Some(&format!("at={}", at.0)));
-        let mut req = self.http.get(url);
-        if let Some(t) = &self.token {
-            req = req.bearer_auth(t);
-        }
-        if let Some(t) = self.per_call {
-            req = req.timeout(t);
-        }
-        let resp = req.send().await.map_err(|e| self.transport(&e))?;
+        let resp = self
+            .history_get(paths::SNAPSHOT, &format!("at={}", at.0))
+            .send()
+            .await
+            .map_err(|e| self.transport(&e))?;
         let status = resp.status();
         let shown = header_time(&resp, hw::AT_HEADER);
         let from = header_time(&resp, hw::HISTORY_FROM_HEADER);

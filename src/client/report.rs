@@ -24,16 +24,11 @@ pub enum ReportAt {
 impl Client {
     /// `GET /v1/history/report`: the endpoint's report over `ask`'s window.
     pub async fn history_report(&self, ask: &Ask) -> Result<ReportAt, ClientError> {
-        let mut url = self.url(REPORT_PATH);
-        url.set_query(Some(&ask.query()));
-        let mut req = self.http.get(url);
-        if let Some(t) = &self.token {
-            req = req.bearer_auth(t);
-        }
-        if let Some(t) = self.per_call {
-            req = req.timeout(t);
-        }
-        let resp = req.send().await.map_err(|e| self.transport(&e))?;
+        let resp = self
+            .history_get(REPORT_PATH, &ask.query())
+            .send()
+            .await
+            .map_err(|e| self.transport(&e))?;
         let status = resp.status();
         let bytes = self.body(resp).await?;
         if status == StatusCode::NOT_FOUND

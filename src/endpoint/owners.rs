@@ -171,6 +171,17 @@ mod tests {
             .env(RUN_PID_ENV, group.to_string())
             .spawn()
             .unwrap();
+        // The child carries the variable once it has exec'd (before, /proc shows the
+        // parent's environment): wait for that, not for any scan.
+        let environ = format!("/proc/{}/environ", child.id());
+        let mark = format!("{RUN_PID_ENV}={group}");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !std::fs::read(&environ)
+            .is_ok_and(|e| e.split(|b| *b == 0).any(|v| v == mark.as_bytes()))
+        {
+            assert!(std::time::Instant::now() < deadline, "sleep never started");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         // Within the same `SCAN_EVERY`: an earlier scan may not answer "no".
         assert!(group_runs(group));
         child.kill().unwrap();

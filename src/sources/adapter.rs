@@ -134,6 +134,30 @@ pub fn act_refused(why: String) -> BoxFuture<'static, Result<Outcome, Failure>> 
     Box::pin(async move { Err(Failure::ReadOnly(why)) })
 }
 
+/// The projects an engine's claims name (Slurm accounts, Kubernetes namespaces), with their
+/// running and pending counts. Engines keep no gpuboard shares, so each has the default.
+pub(crate) fn projects_of(
+    claims: &[crate::snapshot::ClaimView],
+) -> Vec<crate::snapshot::ProjectView> {
+    use crate::snapshot::{ClaimState, ProjectView};
+    let mut projects: std::collections::BTreeMap<String, ProjectView> =
+        std::collections::BTreeMap::new();
+    for c in claims {
+        let p = projects
+            .entry(c.project.clone())
+            .or_insert_with(|| ProjectView {
+                name: c.project.clone(),
+                share: crate::scheduler::DEFAULT_SHARE,
+                ..ProjectView::default()
+            });
+        match c.state {
+            ClaimState::Placed => p.running += 1,
+            ClaimState::Pending => p.pending += 1,
+        }
+    }
+    projects.into_values().collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

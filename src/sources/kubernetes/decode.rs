@@ -25,8 +25,8 @@ use crate::clock::Timestamp;
 use crate::placement::{DeviceShare, Health};
 
 use crate::snapshot::{
-    ClaimState, ClaimView, DeviceView, EndpointInfo, NodeView, ProjectView, ResourceView,
-    SCHEMA_VERSION, Snapshot, SourceWarning,
+    ClaimState, ClaimView, DeviceView, EndpointInfo, NodeView, ResourceView, SCHEMA_VERSION,
+    Snapshot, SourceWarning,
 };
 use crate::units::{Bytes, SLOTS_PER_DEVICE, Slots, UNITS_PER_DEVICE, Units};
 
@@ -154,7 +154,7 @@ pub fn snapshot<'a>(
             ))
     });
     let resources = resources_of(&node_views);
-    let projects = projects_of(&claims);
+    let projects = crate::sources::adapter::projects_of(&claims);
     let mut endpoint = EndpointInfo::engine(name, "kubernetes", version.to_string());
     endpoint.warnings = warnings;
     Snapshot {
@@ -548,23 +548,4 @@ fn resources_of(nodes: &[NodeView]) -> Vec<ResourceView> {
         }
     }
     out.into_values().collect()
-}
-
-/// The namespaces with GPU pods, as projects.
-fn projects_of(claims: &[ClaimView]) -> Vec<ProjectView> {
-    let mut projects: BTreeMap<String, ProjectView> = BTreeMap::new();
-    for c in claims {
-        let p = projects
-            .entry(c.project.clone())
-            .or_insert_with(|| ProjectView {
-                name: c.project.clone(),
-                share: crate::scheduler::DEFAULT_SHARE,
-                ..ProjectView::default()
-            });
-        match c.state {
-            ClaimState::Placed => p.running += 1,
-            ClaimState::Pending => p.pending += 1,
-        }
-    }
-    projects.into_values().collect()
 }

@@ -11,8 +11,8 @@ use super::jobs::{ShardsPerGpu, job_claims, u32_of};
 use crate::clock::Timestamp;
 use crate::placement::Health;
 use crate::snapshot::{
-    ClaimState, ClaimView, DeviceView, EndpointInfo, NodeView, ProjectView, ResourceView,
-    SCHEMA_VERSION, Snapshot,
+    ClaimState, ClaimView, DeviceView, EndpointInfo, NodeView, ResourceView, SCHEMA_VERSION,
+    Snapshot,
 };
 use crate::sources::sections::Sections;
 use crate::units::{Slots, Units};
@@ -51,7 +51,7 @@ pub fn snapshot(
         .flat_map(|j| job_claims(j, &shards_per_gpu))
         .collect();
     let (nodes, resources) = node_views(&slurm_nodes, &gpus, &claims);
-    let projects = projects_of(&claims);
+    let projects = crate::sources::adapter::projects_of(&claims);
     claims.sort_by(|a, b| {
         (
             a.state == ClaimState::Pending,
@@ -186,23 +186,4 @@ fn node_views(
         });
     }
     (nodes, resources.into_values().collect())
-}
-
-/// The accounts with claims, as projects, with their running and pending counts.
-fn projects_of(claims: &[ClaimView]) -> Vec<ProjectView> {
-    let mut projects: BTreeMap<String, ProjectView> = BTreeMap::new();
-    for c in claims {
-        let p = projects
-            .entry(c.project.clone())
-            .or_insert_with(|| ProjectView {
-                name: c.project.clone(),
-                share: crate::scheduler::DEFAULT_SHARE,
-                ..ProjectView::default()
-            });
-        match c.state {
-            ClaimState::Placed => p.running += 1,
-            ClaimState::Pending => p.pending += 1,
-        }
-    }
-    projects.into_values().collect()
 }
