@@ -3,7 +3,7 @@
 //!   parsers themselves: an unknown key's error lists the known ones), and their examples parse;
 //! - snapshot.md, watch.md and exit-codes.md are generated here, from a real `serve`'s
 //!   snapshot, the watch's event types and the `EXIT_*` constants of src/; the test fails when
-//!   the committed file differs. `GPUBOARD_UPDATE_REFERENCE=1 cargo test --test reference`
+//!   the committed file differs. `GPUBOARD_UPDATE_REFERENCE=1 cargo test --test it reference::`
 //!   rewrites them.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

@@ -79,7 +79,7 @@ pub fn check_generated(name: &str, generated: &str) {
     assert!(
         committed == generated,
         "docs/reference/{name} is out of date with the code: run \
-         `GPUBOARD_UPDATE_REFERENCE=1 cargo test --test reference` and commit it.\n\
+         `GPUBOARD_UPDATE_REFERENCE=1 cargo test --test it reference::` and commit it.\n\
          --- generated ---\n{generated}"
     );
 }
