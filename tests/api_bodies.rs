@@ -154,6 +154,16 @@ async fn the_clients_typed_bodies_are_accepted() {
         "{}",
         "an empty renew body is the claim's own ttl"
     );
+    // A route that takes no body takes none, whitespace or `{}`.
+    for (method, path, body) in [
+        (Method::POST, "/v1/devices/g5-a10g/3/cordon", ""),
+        (Method::POST, "/v1/devices/g5-a10g/3/uncordon", "{}"),
+        (Method::POST, "/v1/projects/vision/reset", " \n"),
+        (Method::DELETE, paths::claim(id).as_str(), "{ }"),
+    ] {
+        let (s, v) = send(&server, method, path, body).await;
+        assert_eq!(s, StatusCode::OK, "{path} {body:?}: {v}");
+    }
 }
 
 /// One refused body: where it went, what was sent, and what the answer must say.
@@ -410,6 +420,50 @@ fn refusals(id: ClaimId) -> Vec<Refusal> {
             &["got 5000000000"],
         ),
         malformed(&put, &share, "{share: 5}", &["not valid JSON"]),
+        // Routes that take no body refuse one rather than ignore it (a `reason` sent with a
+        // cordon would otherwise be dropped without a word).
+        invalid(
+            &post,
+            "/v1/devices/g5-a10g/1/cordon",
+            r#"{"reason": "fan noise"}"#,
+            "unknown-field",
+            Some("reason"),
+            &[
+                "takes no body",
+                "unknown field `reason`",
+                "fields allowed: none",
+            ],
+        ),
+        invalid(
+            &post,
+            "/v1/devices/g5-a10g/1/uncordon",
+            "[1]",
+            "wrong-type",
+            None,
+            &["takes no body", "got an array"],
+        ),
+        invalid(
+            &post,
+            "/v1/projects/vision/reset",
+            r#"{"debts": true}"#,
+            "unknown-field",
+            Some("debts"),
+            &["takes no body", "`debts`"],
+        ),
+        invalid(
+            &Method::DELETE,
+            &paths::claim(id),
+            r#"{"force": true}"#,
+            "unknown-field",
+            Some("force"),
+            &["takes no body", "`force`"],
+        ),
+        malformed(
+            &Method::DELETE,
+            &paths::claim(id),
+            "force",
+            &["not valid JSON"],
+        ),
     ]
 }
 

@@ -14,7 +14,7 @@ use axum::routing::{delete, get, post, put};
 use tower_http::compression::CompressionLayer;
 
 use crate::endpoint::api_error::{ApiError, serialize_failed};
-use crate::endpoint::body::{body_as, body_json};
+use crate::endpoint::body::{body_as, body_json, no_body};
 use crate::endpoint::engine::{Keyed, KeyedAnswer};
 use crate::endpoint::gate::{Actor, authorize};
 use crate::endpoint::idempotency::{Fingerprint, KeyAnswer};
@@ -317,9 +317,11 @@ async fn release_claim(
     Extension(actor): Extension<Actor>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    body: Body,
 ) -> ApiResult {
     let actor = in_move(&actor, &headers)?;
     let id = claim_id(&id)?;
+    no_body(body, "DELETE /v1/claims/{id}").await?;
     // Idempotent for a claim that existed (already released: 200, `released: false`); an
     // id this endpoint never handed out is a mistake worth saying (404).
     if !st.engine.issued(id) {
@@ -389,7 +391,9 @@ async fn cordon(
     State(st): State<ApiState>,
     Extension(actor): Extension<Actor>,
     Path((node, index)): Path<(String, String)>,
+    body: Body,
 ) -> ApiResult {
+    no_body(body, "POST /v1/devices/{node}/{index}/cordon").await?;
     set_cordon(&st, &actor, &node, &index, true).await
 }
 
@@ -397,7 +401,9 @@ async fn uncordon(
     State(st): State<ApiState>,
     Extension(actor): Extension<Actor>,
     Path((node, index)): Path<(String, String)>,
+    body: Body,
 ) -> ApiResult {
+    no_body(body, "POST /v1/devices/{node}/{index}/uncordon").await?;
     set_cordon(&st, &actor, &node, &index, false).await
 }
 
@@ -429,8 +435,10 @@ async fn reset_project(
     State(st): State<ApiState>,
     Extension(actor): Extension<Actor>,
     Path(name): Path<String>,
+    body: Body,
 ) -> ApiResult {
     project_name(&name)?;
+    no_body(body, "POST /v1/projects/{name}/reset").await?;
     st.engine.reset_project(&name, &actor.0).await?;
     Ok(json_status(
         StatusCode::OK,

@@ -89,6 +89,43 @@ pub(crate) async fn body_as<T: RequestBody>(body: Body, empty_ok: bool) -> Resul
     Ok(read_body(v)?)
 }
 
+/// A route that takes no body (release, cordon, uncordon, reset): nothing, whitespace or
+/// `{}` is accepted; anything else is refused rather than ignored, so a client that sends
+/// a field (a `reason`, say) expecting it to count learns that it does not.
+pub(crate) async fn no_body(body: Body, route: &str) -> Result<(), ApiError> {
+    let v = body_json(body, true).await?;
+    match v {
+        Value::Object(fields) => match fields.keys().next() {
+            None => Ok(()),
+            Some(first) => Err(ApiError::invalid(
+                crate::request::Rule::UnknownField,
+                Some(first),
+                format!("`{route}` takes no body; unknown field `{first}` (fields allowed: none)"),
+            )),
+        },
+        other => Err(ApiError::invalid(
+            crate::request::Rule::WrongType,
+            None,
+            format!(
+                "`{route}` takes no body; got {} (send none, or {{}})",
+                kind_of(&other)
+            ),
+        )),
+    }
+}
+
+/// A JSON value's kind, in words.
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
 /// Parses JSON like `serde_json::from_slice`, but refuses an object with a key twice.
 pub fn strict_json(bytes: &[u8]) -> Result<Value, serde_json::Error> {
     serde_json::from_slice::<Strict>(bytes).map(|s| s.0)
