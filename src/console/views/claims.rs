@@ -7,168 +7,24 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Cell, Paragraph, Row, Table, Wrap};
 
 use crate::clock;
+use crate::console::lists::{ClaimField, Columns, claim_columns};
 use crate::console::state::{ClaimKey, SourceSlot, State, View, claims_info_height};
 use crate::console::theme::Theme;
 use crate::snapshot::{ClaimState, ClaimView};
 use crate::units::Bytes;
 
 use super::common::{
-    block, empty_note, list_row, mid_ellipsis, place_label, short_bytes, title_with, window,
+    block, constraints, empty_note, list_row, mid_ellipsis, place_label, short_bytes, title_with,
+    window,
 };
-
-/// The columns shown: a source column with several sources, more columns when wide, and
-/// fewer when narrow (AGE first beside a source column), so that the identity columns
-/// (id, place) are never cut.
-#[derive(Clone, Copy)]
-struct Columns {
-    multi: bool,
-    wide: bool,
-    /// Under 80 columns: lease and age drop (and use too, with a source column).
-    narrow: bool,
-    /// The ID column: from 110 columns the longest id shown, within what the width
-    /// leaves (engines' ids run to 20 digits); longer ones shrink in the middle.
-    id: u16,
-    /// The PLACE column, which says why for a pending claim: wider where there is room.
-    place: u16,
-    /// What FORM (the one column that fills) has, in columns, once drawn.
-    form_w: usize,
-}
-
-impl Columns {
-    fn of(width: u16, multi: bool, longest_id: usize) -> Columns {
-        let wide = width >= 110;
-        let narrow = width < 80;
-        let mut cols = Columns {
-            multi,
-            wide,
-            narrow,
-            id: 6,
-            place: match width {
-                170.. => 26,
-                110.. => 20,
-                _ => 16,
-            },
-            form_w: 0,
-        };
-        // What the columns leave: borders, and one gap fewer than columns.
-        let taken: u16 = cols
-            .widths()
-            .iter()
-            .map(|c| match c {
-                Constraint::Length(n) => n + 1,
-                _ => 1,
-            })
-            .sum();
-        let spare = width.saturating_sub(1 + taken);
-        if wide {
-            // The ID grows (up to a u64's 20 digits), keeping 16 for FORM.
-            let longest = u16::try_from(longest_id).unwrap_or(u16::MAX);
-            cols.id = longest.clamp(6, (6 + spare.saturating_sub(16)).min(20));
-        } else {
-            // PLACE takes the rest: it says why for a pending claim.
-            cols.place += spare.min(8);
-        }
-        cols
-    }
-
-    fn with_used(self) -> bool {
-        !(self.narrow && self.multi)
-    }
-
-    fn with_times(self) -> bool {
-        !self.narrow
-    }
-
-    /// AGE drops before 110 columns beside a source column (LEASE stays).
-    fn with_age(self) -> bool {
-        self.with_times() && (self.wide || !self.multi)
-    }
-}
-
-impl Columns {
-    fn header(self) -> Vec<&'static str> {
-        let Columns { multi, wide, .. } = self;
-        let mut header = Vec::new();
-        if multi {
-            header.push("SRC");
-        }
-        header.extend(["ID", "STATE", "PROJECT"]);
-        if wide {
-            header.push("HOLDER");
-        }
-        header.extend(["PLACE", "RESERVED"]);
-        if self.with_used() {
-            header.push("USED");
-        }
-        if wide {
-            header.extend(["FRACTION", "FORM"]);
-        }
-        if self.with_times() {
-            header.push("LEASE");
-        }
-        if self.with_age() {
-            header.push("AGE");
-        }
-        header
-    }
-
-    fn widths(self) -> Vec<Constraint> {
-        let Columns {
-            multi,
-            wide,
-            narrow,
-            id,
-            place,
-            ..
-        } = self;
-        let mut widths = Vec::new();
-        if multi {
-            widths.push(Constraint::Length(if wide { 8 } else { 6 }));
-        }
-        widths.extend([
-            Constraint::Length(id),
-            Constraint::Length(7),
-            Constraint::Length(if narrow { 8 } else { 10 }),
-        ]);
-        if wide {
-            widths.push(Constraint::Length(10));
-        }
-        widths.extend([Constraint::Length(place), Constraint::Length(8)]);
-        if self.with_used() {
-            widths.push(Constraint::Length(7));
-        }
-        if wide {
-            widths.extend([Constraint::Length(10), Constraint::Fill(1)]);
-        }
-        // Lease and age, in two units: `59m59s`.
-        if self.with_times() {
-            widths.push(Constraint::Length(7));
-        }
-        if self.with_age() {
-            widths.push(Constraint::Length(6));
-        }
-        widths
-    }
-}
 
 /// The claim list, and below it (when tall enough) the selected claim in words.
 pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
-    let mut cols = Columns::of(
+    let cols = claim_columns(
         area.width,
         state.shown_sources().count() > 1,
         state.claim_id_digits,
     );
-    // FORM fills what the fixed columns and the gaps between columns leave.
-    let widths = cols.widths();
-    let fixed: u16 = widths
-        .iter()
-        .map(|w| match w {
-            Constraint::Length(n) => *n,
-            _ => 0,
-        })
-        .sum();
-    let gaps = u16::try_from(widths.len().saturating_sub(1)).unwrap_or(0);
-    cols.form_w = usize::from(area.width.saturating_sub(2 + fixed + gaps));
     let detail_h = claims_info_height(area.height);
     let [table_area, info] =
         Layout::vertical([Constraint::Min(3), Constraint::Length(detail_h)]).areas(area);
@@ -184,10 +40,10 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
         .enumerate()
         .skip(off)
         .take(height)
-        .filter_map(|(i, k)| claim_row(state, *k, Some(i) == picked, cols, theme))
+        .filter_map(|(i, k)| claim_row(state, *k, Some(i) == picked, &cols, theme))
         .collect();
-    let t = Table::new(rows, cols.widths())
-        .header(Row::new(cols.header()).style(theme.header))
+    let t = Table::new(rows, constraints(&cols))
+        .header(Row::new(cols.headers()).style(theme.header))
         .block(block(title_with(state, "Claims", len, theme), theme));
     frame.render_widget(t, table_area);
     if len == 0 {
@@ -200,86 +56,76 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     }
 }
 
-/// One claim's row; `None` when the key no longer names a claim.
+/// One claim's row, a cell per column shown; `None` when the key no longer names a claim.
 fn claim_row(
     state: &State,
     k: ClaimKey,
     selected: bool,
-    cols: Columns,
+    cols: &Columns<ClaimField>,
     theme: &Theme,
 ) -> Option<Row<'static>> {
-    let Columns { multi, wide, .. } = cols;
     let (slot, c) = state.claim(k)?;
     let stale = slot.is_stale(state.now, state.refresh_ms);
-    let mut cells: Vec<Cell> = Vec::new();
-    if multi {
-        cells.push(Cell::from(slot.name.clone()));
-    }
-    cells.push(Cell::from(mid_ellipsis(
-        &c.id.to_string(),
-        usize::from(cols.id),
-    )));
-    cells.push(match c.state {
-        ClaimState::Placed if c.idle => Cell::from(Span::styled("idle", theme.idle)),
-        ClaimState::Placed => Cell::from(Span::styled("placed", theme.ok)),
-        ClaimState::Pending if c.infeasible => Cell::from(Span::styled("never", theme.critical)),
-        ClaimState::Pending => Cell::from(Span::styled("pending", theme.pending)),
-    });
-    cells.push(Cell::from(c.project.clone()));
-    if wide {
-        cells.push(Cell::from(c.holder.clone().unwrap_or_else(|| "-".into())));
-    }
-    let place = usize::from(cols.place);
-    cells.push(
-        if c.state == ClaimState::Pending && !c.pending_reasons.is_empty() {
-            Cell::from(Span::styled(
-                pending_summary(&c.pending_reasons, place),
-                theme.pending,
-            ))
-        } else {
-            Cell::from(place_label(c, place))
-        },
-    );
-    cells.push(Cell::from(Span::styled(
-        short_bytes(c.memory_reserved),
-        theme.allocated,
-    )));
-    if cols.with_used() {
-        cells.push(match c.memory_used {
-            Some(u) if c.over_limit => Cell::from(Span::styled(
-                format!("{}!", short_bytes(u)),
-                theme.over_limit,
-            )),
-            Some(u) => Cell::from(Span::styled(short_bytes(u), theme.used)),
-            None => Cell::from(Span::styled("n/a", theme.dim)),
-        });
-    }
-    if wide {
-        cells.push(Cell::from(format!("{} GPU", c.compute_reserved)));
-        // A form cut short ends in `…` (the panel below shows it whole).
-        cells.push(Cell::from(end_ellipsis(&c.form, cols.form_w)));
-    }
-    if cols.with_times() {
-        cells.push(Cell::from(c.lease_expires_at.map_or_else(
-            || "-".into(),
-            |t| {
-                if t <= state.now {
-                    "expired".to_string()
-                } else {
-                    clock::age(t.millis_since(state.now))
+    let cells = cols.fields().map(|field| {
+        let width = cols.width_of(field).unwrap_or(0);
+        match field {
+            ClaimField::Source => Cell::from(slot.name.clone()),
+            ClaimField::Id => Cell::from(mid_ellipsis(&c.id.to_string(), width)),
+            ClaimField::State => match c.state {
+                ClaimState::Placed if c.idle => Cell::from(Span::styled("idle", theme.idle)),
+                ClaimState::Placed => Cell::from(Span::styled("placed", theme.ok)),
+                ClaimState::Pending if c.infeasible => {
+                    Cell::from(Span::styled("never", theme.critical))
                 }
+                ClaimState::Pending => Cell::from(Span::styled("pending", theme.pending)),
             },
-        )));
-    }
-    if cols.with_age() {
-        // Engines that give no start time (Ray actors) leave it at 0: unknown, not 55 years.
-        cells.push(Cell::from(if c.created_at.0 == 0 {
-            "-".to_string()
-        } else {
-            clock::age(state.now.millis_since(c.created_at))
-        }));
-    }
-    Some(list_row(cells, selected, stale, theme))
+            ClaimField::Project => Cell::from(c.project.clone()),
+            ClaimField::Holder => Cell::from(c.holder.clone().unwrap_or_else(|| "-".into())),
+            ClaimField::Place => {
+                if c.state == ClaimState::Pending && !c.pending_reasons.is_empty() {
+                    Cell::from(Span::styled(
+                        pending_summary(&c.pending_reasons, width),
+                        theme.pending,
+                    ))
+                } else {
+                    Cell::from(place_label(c, width))
+                }
+            }
+            ClaimField::Reserved => Cell::from(Span::styled(
+                short_bytes(c.memory_reserved),
+                theme.allocated,
+            )),
+            ClaimField::Used => match c.memory_used {
+                Some(u) if c.over_limit => Cell::from(Span::styled(
+                    format!("{}!", short_bytes(u)),
+                    theme.over_limit,
+                )),
+                Some(u) => Cell::from(Span::styled(short_bytes(u), theme.used)),
+                None => Cell::from(Span::styled("n/a", theme.dim)),
+            },
+            ClaimField::Fraction => Cell::from(format!("{} GPU", c.compute_reserved)),
+            // A form cut short ends in `…` (the panel below shows it whole).
+            ClaimField::Form => Cell::from(end_ellipsis(&c.form, width)),
+            ClaimField::Lease => Cell::from(c.lease_expires_at.map_or_else(
+                || "-".into(),
+                |t| {
+                    if t <= state.now {
+                        "expired".to_string()
+                    } else {
+                        clock::age(t.millis_since(state.now))
+                    }
+                },
+            )),
+            // Engines that give no start time (Ray actors) leave it at 0: unknown, not 55
+            // years.
+            ClaimField::Age => Cell::from(if c.created_at.0 == 0 {
+                "-".to_string()
+            } else {
+                clock::age(state.now.millis_since(c.created_at))
+            }),
+        }
+    });
+    Some(list_row(cells.collect(), selected, stale, theme))
 }
 
 /// `s` in at most `width` columns, ending in `…` when cut.

@@ -1,7 +1,7 @@
 //! What every view shares: narrow-column formatters, the source badge, and the table pieces (bordered blocks, titles, scrolling windows, rows, notes, popups).
 
 use ratatui::Frame;
-use ratatui::layout::Rect;
+use ratatui::layout::{Constraint, Rect};
 use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Cell, Paragraph, Row, Wrap};
@@ -9,6 +9,7 @@ use ratatui::widgets::{Block, Cell, Paragraph, Row, Wrap};
 use crate::clock::{self, Timestamp};
 use crate::units::{Bytes, Units};
 
+use crate::console::lists::{Columns, Shown, Width};
 use crate::console::state::{SourceHealth, SourceSlot, State};
 use crate::console::theme::Theme;
 
@@ -35,6 +36,16 @@ pub fn short_bytes(b: Bytes) -> String {
 /// A fraction of a GPU as a percentage.
 pub(super) fn pct(u: Units) -> String {
     format!("{:.0}%", u.as_fraction() * 100.0)
+}
+
+/// A list's columns as the table's constraints, in order.
+pub(super) fn constraints<F: Shown>(cols: &Columns<F>) -> Vec<Constraint> {
+    cols.iter()
+        .map(|(_, w)| match w {
+            Width::Fixed(n) => Constraint::Length(n),
+            Width::Fill => Constraint::Fill(1),
+        })
+        .collect()
 }
 
 /// The value, or `n/a` when it is not known.

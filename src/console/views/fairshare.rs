@@ -7,15 +7,16 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Cell, Clear, Paragraph, Row, Table, Wrap};
 
 use crate::clock;
+use crate::console::lists::{Columns, ProjectField, project_columns};
 use crate::console::state::{
-    ProjKey, State, View, WhyTone, reason_now, why_pane_height, why_popup_size,
+    ProjKey, SourceSlot, State, View, WhyTone, reason_now, why_pane_height, why_popup_size,
 };
 use crate::console::theme::Theme;
-use crate::snapshot::ProjectResourceView;
+use crate::snapshot::{ProjectResourceView, ProjectView};
 
 use super::common::{
-    block, empty_note, fit, list_row, mid_ellipsis, model_label, popup, short_model, title_with,
-    window,
+    block, constraints, empty_note, fit, list_row, mid_ellipsis, model_label, popup, short_model,
+    title_with, window,
 };
 
 /// Per project: share, running, pending, debt; then one line per resource account.
@@ -29,13 +30,9 @@ pub(super) fn draw(frame: &mut Frame, whole: Rect, state: &State, theme: &Theme)
         why_pane(frame, pane, state, theme);
     }
     let height = usize::from(area.height.saturating_sub(3));
-    let wide = area.width >= 110;
     let cur = state.cursor_of(View::Ledger);
-    let multi = state.shown_sources().count() > 1;
     // With the pane, SHARE and RUN are said there and leave the table to WHY NOT NOW.
-    let lean = pane_h > 0;
-    let project_w = project_width(area.width);
-    let why_w = why_width(area.width, wide, multi, lean);
+    let cols = project_columns(area.width, state.shown_sources().count() > 1, pane_h > 0);
     // Each project takes one line per resource account (at least one): count them, then
     // format only the projects in view.
     let lines_of = |k: &ProjKey| {
@@ -68,68 +65,31 @@ pub(super) fn draw(frame: &mut Frame, whole: Rect, state: &State, theme: &Theme)
         let Some((slot, p)) = state.project(*k) else {
             continue;
         };
-        let mut lines = Vec::with_capacity(n);
         let sel = Some(i) == picked;
-        let first = |r: Option<&ProjectResourceView>| {
-            let mut cells: Vec<Cell> = Vec::new();
-            if multi {
-                cells.push(Cell::from(slot.name.clone()));
-            }
-            // An identity: shrunk in the middle, never cut at the end.
-            cells.push(Cell::from(mid_ellipsis(&p.name, usize::from(project_w))));
-            if !lean {
-                cells.push(Cell::from(p.share.to_string()));
-                cells.push(Cell::from(p.running.to_string()));
-            }
-            cells.extend([Cell::from(Span::styled(
-                p.pending.to_string(),
-                if p.pending > 0 {
-                    theme.pending
-                } else {
-                    theme.text
-                },
-            ))]);
-            cells.extend(resource_cells(r, state, wide, why_w, theme));
-            cells
-        };
-        let mut row = Row::new(first(p.resources.first()));
-        if sel {
-            row = row.style(theme.selection);
-        }
-        lines.push(row);
+        let mut lines = Vec::with_capacity(n);
+        let first = Row::new(project_line(
+            state,
+            slot,
+            p,
+            p.resources.first(),
+            true,
+            &cols,
+            theme,
+        ));
+        lines.push(if sel {
+            first.style(theme.selection)
+        } else {
+            first
+        });
         for r in p.resources.iter().skip(1) {
-            let mut cells: Vec<Cell> = Vec::new();
-            if multi {
-                cells.push(Cell::from(""));
-            }
-            cells.extend((0..if lean { 2 } else { 4 }).map(|_| Cell::from("")));
-            cells.extend(resource_cells(Some(r), state, wide, why_w, theme));
+            let cells = project_line(state, slot, p, Some(r), false, &cols, theme);
             lines.push(list_row(cells, sel, false, theme));
         }
         rows.extend(lines.into_iter().skip(off.saturating_sub(first_line)));
     }
     rows.truncate(height);
-    let mut header = Vec::new();
-    if multi {
-        header.push("SRC");
-    }
-    // One debt column (per resource type: the scale backoffs and work fetch use).
-    header.push("PROJECT");
-    if !lean {
-        header.extend(["SHARE", "RUN"]);
-    }
-    header.extend(["PEND", "RESOURCE", "DEBT"]);
-    if wide {
-        header.extend(["TARGET", "USED"]);
-    }
-    header.extend(["D", "BACKED OFF UNTIL", "WHY NOT NOW"]);
-    let mut widths: Vec<Constraint> = fixed_widths(area.width, wide, multi, lean)
-        .into_iter()
-        .map(Constraint::Length)
-        .collect();
-    widths.push(Constraint::Fill(1));
-    let t = Table::new(rows, widths)
-        .header(Row::new(header).style(theme.header))
+    let t = Table::new(rows, constraints(&cols))
+        .header(Row::new(cols.headers()).style(theme.header))
         .block(block(
             title_with(state, "Fair share", state.projects.rows.len(), theme),
             theme,
@@ -154,39 +114,6 @@ pub(super) fn draw(frame: &mut Frame, whole: Rect, state: &State, theme: &Theme)
             );
         }
     }
-}
-
-/// The fixed columns' widths (before WHY NOT NOW, which takes the rest); `lean`
-/// leaves out SHARE and RUN.
-fn fixed_widths(width: u16, wide: bool, multi: bool, lean: bool) -> Vec<u16> {
-    let mut w = Vec::new();
-    if multi {
-        w.push(8);
-    }
-    w.push(project_width(width));
-    if !lean {
-        w.extend([5, 3]);
-    }
-    // `A100 80G` (model and memory size) when narrow, the whole model when wide.
-    w.extend([4, if wide { 14 } else { 8 }, 7]);
-    if wide {
-        w.extend([6, 5]);
-    }
-    // `14:05:09 (11m56s)`: the local time it ends, and how long from now.
-    w.extend([1, 17]);
-    w
-}
-
-/// PROJECT: 10 columns, 24 from 170 (names such as BOINC's project URLs are long).
-fn project_width(width: u16) -> u16 {
-    if width >= 170 { 24 } else { 10 }
-}
-
-/// What WHY NOT NOW has left in a table `width` wide (borders and column gaps off).
-fn why_width(width: u16, wide: bool, multi: bool, lean: bool) -> usize {
-    let fixed = fixed_widths(width, wide, multi, lean);
-    let taken: u16 = fixed.iter().sum::<u16>() + u16::try_from(fixed.len()).unwrap_or(0);
-    usize::from(width.saturating_sub(2 + taken))
 }
 
 /// The selected project in words: each resource account's backoff and why it is not
@@ -265,62 +192,80 @@ fn why_lines(state: &State, theme: &Theme, width: usize) -> Option<Vec<Line<'sta
     )
 }
 
-/// A resource account's cells: model, debt, (target, use when wide), eligibility, the
-/// backoff's end as a local time with the time left, and why not now (cut to `why_w`
-/// with an ellipsis).
-fn resource_cells(
-    r: Option<&ProjectResourceView>,
+/// One line of a project, a cell per column shown: the project's own columns on its
+/// `first` line (blank on the others), the resource account `r`'s on each (blank where it
+/// has none).
+fn project_line(
     state: &State,
-    wide: bool,
-    why_w: usize,
+    slot: &SourceSlot,
+    p: &ProjectView,
+    r: Option<&ProjectResourceView>,
+    first: bool,
+    cols: &Columns<ProjectField>,
     theme: &Theme,
 ) -> Vec<Cell<'static>> {
-    let Some(r) = r else {
-        return (0..if wide { 7 } else { 5 })
-            .map(|_| Cell::from(""))
-            .collect();
-    };
     let now = state.now;
-    let backoff = match r.backoff_until {
-        Some(t) if t > now => {
-            let at = clock::date_time(t, &state.zone);
-            let time = at.rsplit(' ').next().unwrap_or(&at).to_string();
-            Cell::from(Span::styled(
-                format!("{time} ({})", clock::age(t.millis_since(now))),
-                theme.warn,
-            ))
-        }
-        _ => Cell::from("-"),
-    };
-    let model = r.resource.strip_prefix("gpu:");
-    let mut cells = vec![
-        // The model (with its memory size) is what tells resource types apart.
-        Cell::from(match model {
-            Some(m) if wide => short_model(m),
-            Some(m) => model_label(m, None),
-            None => r.resource.clone(),
-        }),
-        // Under half a unit either way reads `0` (not `-0`, which looked like a debt).
-        Cell::from(if r.debt.abs() <= 0.5 {
-            Span::styled("0", theme.text)
-        } else {
-            Span::styled(
-                format!("{:.0}", r.debt),
-                if r.debt < 0.0 { theme.warn } else { theme.text },
-            )
-        }),
-    ];
-    if wide {
-        cells.push(Cell::from(format!("{:.2}", r.target)));
-        cells.push(Cell::from(format!("{:.2}", r.used)));
-    }
-    cells.extend([
-        Cell::from(if r.eligible { "D" } else { "-" }),
-        backoff,
-        Cell::from(Span::styled(
-            fit(&reason_now(r, now).unwrap_or_default(), why_w),
-            theme.dim,
-        )),
-    ]);
-    cells
+    cols.fields()
+        .map(|field| {
+            let width = cols.width_of(field).unwrap_or(0);
+            if field.of_project() && !first {
+                return Cell::from("");
+            }
+            let Some(r) = r.filter(|_| !field.of_project()) else {
+                return match field {
+                    ProjectField::Source => Cell::from(slot.name.clone()),
+                    // An identity: shrunk in the middle, never cut at the end.
+                    ProjectField::Project => Cell::from(mid_ellipsis(&p.name, width)),
+                    ProjectField::Share => Cell::from(p.share.to_string()),
+                    ProjectField::Running => Cell::from(p.running.to_string()),
+                    ProjectField::Pending => Cell::from(Span::styled(
+                        p.pending.to_string(),
+                        if p.pending > 0 {
+                            theme.pending
+                        } else {
+                            theme.text
+                        },
+                    )),
+                    _ => Cell::from(""),
+                };
+            };
+            match field {
+                // The model (with its memory size) is what tells resource types apart;
+                // the whole model where the column is wide enough for it.
+                ProjectField::Resource => Cell::from(match r.resource.strip_prefix("gpu:") {
+                    Some(m) if width >= 14 => short_model(m),
+                    Some(m) => model_label(m, None),
+                    None => r.resource.clone(),
+                }),
+                // Under half a unit either way reads `0` (not `-0`, which looked like a debt).
+                ProjectField::Debt => Cell::from(if r.debt.abs() <= 0.5 {
+                    Span::styled("0", theme.text)
+                } else {
+                    Span::styled(
+                        format!("{:.0}", r.debt),
+                        if r.debt < 0.0 { theme.warn } else { theme.text },
+                    )
+                }),
+                ProjectField::Target => Cell::from(format!("{:.2}", r.target)),
+                ProjectField::Used => Cell::from(format!("{:.2}", r.used)),
+                ProjectField::Eligible => Cell::from(if r.eligible { "D" } else { "-" }),
+                ProjectField::BackedOff => match r.backoff_until {
+                    Some(t) if t > now => {
+                        let at = clock::date_time(t, &state.zone);
+                        let time = at.rsplit(' ').next().unwrap_or(&at).to_string();
+                        Cell::from(Span::styled(
+                            format!("{time} ({})", clock::age(t.millis_since(now))),
+                            theme.warn,
+                        ))
+                    }
+                    _ => Cell::from("-"),
+                },
+                ProjectField::WhyNot => Cell::from(Span::styled(
+                    fit(&reason_now(r, now).unwrap_or_default(), width),
+                    theme.dim,
+                )),
+                _ => Cell::from(""),
+            }
+        })
+        .collect()
 }
