@@ -1,4 +1,4 @@
-//! The console's lists (GPUs, claims, fair-share projects) as data: each declares the
+//! The console's lists (GPUs, claims, fair-share projects, events) as data: each declares the
 //! columns it sorts by as an enum (`Column`), the columns it shows with their headers
 //! and width policy (`Shown`, laid out per screen width into `Columns`), the words a
 //! filter matches per row, and keeps one `ListState`: its filter, sort, cursor, the pick by identity and its
@@ -7,6 +7,7 @@
 //! each; nothing here knows the state, so `state`, `update` and `views` all read it.
 
 mod claims;
+mod events;
 mod gpus;
 mod projects;
 mod shown;
@@ -14,6 +15,7 @@ mod shown;
 use crate::ids::ClaimId;
 
 pub use claims::{ClaimColumn, ClaimField, claim_columns, claim_words};
+pub use events::{EventField, event_columns};
 pub use gpus::{GpuColumn, GpuField, GpuFilter, device_words, gpu_columns};
 pub use projects::{ProjectColumn, ProjectField, project_columns, project_words};
 pub use shown::{Columns, Shown, Width};

@@ -9,13 +9,11 @@ use crate::clock;
 use crate::fairshare::{ClearCause, EventKind};
 use crate::snapshot::AuditEvent;
 
-use super::common::{block, fit, mid_ellipsis, title_with, window};
+use super::common::{block, constraints, fit, mid_ellipsis, title_with, window};
+use crate::console::lists::{EventField, event_columns};
 use crate::console::state::{State, View, events_split};
 use crate::console::theme::Theme;
 use crate::wire::split_move_actor;
-
-/// ACTOR's width: `alice (u@host)` shrinks in the middle rather than losing its end.
-const ACTOR_W: usize = 13;
 
 /// Audit events from the shown sources, newest first, scrolled with the cursor and
 /// filtered with `/`, and the console's own log.
@@ -25,9 +23,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     let h = usize::from(audit.height.saturating_sub(3));
     let cur = state.cursor_of(View::Events);
     let off = window(cur.selected, cur.offset, h, evs.len());
-    // DETAIL takes what the fixed columns (59, and a gap before each of the 5 after the
-    // first) and the borders leave; a cut detail ends in `…` (the pane below has it whole).
-    let detail_w = usize::from(audit.width).saturating_sub(2 + 59 + 5);
+    let cols = event_columns(audit.width);
     let rows: Vec<Row> = evs
         .iter()
         .enumerate()
@@ -42,14 +38,17 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
                 Some(id) => format!("move {id}: {words}"),
                 None => words,
             };
-            let row = Row::new(vec![
-                Cell::from(clock::date_time(e.at, &state.zone)),
-                Cell::from((*src).to_string()),
-                Cell::from(short_actor(who, ACTOR_W)),
-                Cell::from(Span::styled(e.action.clone(), theme.accent)),
-                Cell::from(e.target.clone()),
-                Cell::from(fit(&detail, detail_w)),
-            ]);
+            let row = Row::new(cols.iter().map(|(field, _)| {
+                let width = cols.width_of(field).unwrap_or(0);
+                match field {
+                    EventField::Time => Cell::from(clock::date_time(e.at, &state.zone)),
+                    EventField::Source => Cell::from((*src).to_string()),
+                    EventField::Actor => Cell::from(short_actor(who, width)),
+                    EventField::Action => Cell::from(Span::styled(e.action.clone(), theme.accent)),
+                    EventField::Target => Cell::from(e.target.clone()),
+                    EventField::Detail => Cell::from(fit(&detail, width)),
+                }
+            }));
             if i == cur.selected {
                 row.style(theme.selection)
             } else {
@@ -58,25 +57,12 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
         })
         .collect();
     frame.render_widget(
-        Table::new(
-            rows,
-            [
-                // `2026-11-23 14:05:09`, in the operator's zone.
-                Constraint::Length(19),
-                Constraint::Length(8),
-                Constraint::Length(u16::try_from(ACTOR_W).unwrap_or(13)),
-                Constraint::Length(9),
-                Constraint::Length(10),
-                Constraint::Fill(1),
-            ],
-        )
-        .header(
-            Row::new(["TIME", "SOURCE", "ACTOR", "ACTION", "TARGET", "DETAIL"]).style(theme.header),
-        )
-        .block(block(
-            title_with(state, "Audit events", evs.len(), theme),
-            theme,
-        )),
+        Table::new(rows, constraints(&cols))
+            .header(Row::new(cols.headers()).style(theme.header))
+            .block(block(
+                title_with(state, "Audit events", evs.len(), theme),
+                theme,
+            )),
         audit,
     );
     // The selected event whole (DETAIL is a few columns at 80), above the console log.
