@@ -13,40 +13,17 @@ use crate::common::text;
 use crate::common::tmux;
 
 use std::fmt::Write as _;
-use std::io::{Read, Write};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::Server;
+use common::foreign::Foreign;
 use serde_json::Value;
 use tmux::Session;
 
 /// An inventory of one node with `gpus` 80 GiB GPUs.
 fn inventory(dir: &Path, node: &str, gpus: u32) -> PathBuf {
     common::one_node_inventory(dir, node, "NVIDIA H100 80GB HBM3", "80GiB", gpus)
-}
-
-/// A listener that only counts the connections it gets: where a Slurm source is named, to
-/// show nothing was sent there.
-fn recorder() -> (String, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let hits = Arc::new(AtomicUsize::new(0));
-    let counted = Arc::clone(&hits);
-    std::thread::spawn(move || {
-        for sock in listener.incoming() {
-            let Ok(mut sock) = sock else { return };
-            counted.fetch_add(1, Ordering::SeqCst);
-            let mut buf = [0u8; 1024];
-            let _ = sock.set_read_timeout(Some(std::time::Duration::from_secs(2)));
-            let _ = sock.read(&mut buf);
-            let _ = sock.write_all(b"HTTP/1.1 500 No\r\nContent-Length: 0\r\n\r\n");
-        }
-    });
-    (url, hits)
 }
 
 /// Serves `names`, one node `node-NAME` of `gpus` GPUs each, with a config listing them.
@@ -109,15 +86,8 @@ impl World {
 
     /// `gpuboard ARGS` as a process.
     fn cli(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_gpuboard"))
+        common::isolated_cli(&self.home())
             .args(args)
-            .env("HOME", self.home())
-            .env("XDG_CONFIG_HOME", self.home().join("config"))
-            .env("GPUBOARD_CACHE_DIR", self.home().join("cache"))
-            .env_remove("GPUBOARD_TOKEN")
-            .env_remove("GPUBOARD_ENDPOINT")
-            .env_remove("GPUBOARD_DATA_DIR")
-            .env_remove("GPUBOARD_CONFIG")
             .output()
             .unwrap()
     }
@@ -178,11 +148,14 @@ fn a_config_with_a_kind_typo_or_no_gpuboard_endpoint_is_refused_in_tmux_and_noth
     );
     drop(s);
 
-    let (slurm_url, slurm_hits) = recorder();
+    let slurm = Foreign::start(("500 No", "text/plain", ""));
     let slurm_only = w.root.path().join("slurm.toml");
     std::fs::write(
         &slurm_only,
-        format!("[[endpoints]]\nname = \"cluster\"\nurl = \"{slurm_url}\"\nkind = \"slurm\"\n"),
+        format!(
+            "[[endpoints]]\nname = \"cluster\"\nurl = \"{}\"\nkind = \"slurm\"\n",
+            slurm.url
+        ),
     )
     .unwrap();
     let s = Session::start(
@@ -201,11 +174,7 @@ fn a_config_with_a_kind_typo_or_no_gpuboard_endpoint_is_refused_in_tmux_and_noth
         "{screen}"
     );
     drop(s);
-    assert_eq!(
-        slurm_hits.load(Ordering::SeqCst),
-        0,
-        "nothing went to Slurm"
-    );
+    assert_eq!(slurm.hits(), 0, "nothing went to Slurm");
     assert!(w.claims("a").is_empty(), "nothing reached endpoint a");
     assert_eq!(w.audited("a"), before, "endpoint a audited nothing new");
 }

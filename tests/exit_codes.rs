@@ -8,49 +8,15 @@
 use crate::common;
 use crate::common::text;
 
-use std::io::{Read, Write};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::Server;
+use common::foreign::Foreign;
 
 /// An inventory of one node with `gpus` 80 GiB GPUs.
 fn inventory(dir: &Path, node: &str, gpus: u32) -> PathBuf {
     common::one_node_inventory(dir, node, "NVIDIA H100 80GB HBM3", "80GiB", gpus)
-}
-
-/// An HTTP server that is not gpuboard: it answers every request with `reply` and counts
-/// the connections it took, so a test can also show that nothing was sent to it.
-pub struct Foreign {
-    pub url: String,
-    pub hits: Arc<AtomicUsize>,
-}
-
-impl Foreign {
-    pub fn start((status, ctype, body): (&str, &str, &str)) -> Foreign {
-        let reply = format!(
-            "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let hits = Arc::new(AtomicUsize::new(0));
-        let counted = Arc::clone(&hits);
-        std::thread::spawn(move || {
-            for sock in listener.incoming() {
-                let Ok(mut sock) = sock else { return };
-                counted.fetch_add(1, Ordering::SeqCst);
-                let mut buf = [0u8; 4096];
-                let _ = sock.set_read_timeout(Some(std::time::Duration::from_secs(5)));
-                let _ = sock.read(&mut buf);
-                let _ = sock.write_all(reply.as_bytes());
-            }
-        });
-        Foreign { url, hits }
-    }
 }
 
 /// A web page where an endpoint was expected.
@@ -67,21 +33,9 @@ const FAILING: (&str, &str, &str) = (
     r#"{"error":"internal","detail":"boom"}"#,
 );
 
-/// `gpuboard ARGS` with no token, endpoint, data directory or config from the environment,
-/// and a HOME of its own (so no default config file is read).
+/// `gpuboard ARGS`, isolated from this machine's environment and config.
 fn gpuboard(home: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gpuboard"))
-        .args(args)
-        .env("HOME", home)
-        .env("XDG_CONFIG_HOME", home.join("config"))
-        .env("XDG_STATE_HOME", home.join("state"))
-        .env("GPUBOARD_CACHE_DIR", home.join("cache"))
-        .env_remove("GPUBOARD_TOKEN")
-        .env_remove("GPUBOARD_ENDPOINT")
-        .env_remove("GPUBOARD_DATA_DIR")
-        .env_remove("GPUBOARD_CONFIG")
-        .output()
-        .unwrap()
+    common::isolated_cli(home).args(args).output().unwrap()
 }
 
 /// The codes of the README's exit-code table, in order.
@@ -336,11 +290,7 @@ fn every_row_of_the_exit_code_table_is_provoked() {
         provoked,
         "the README's table and the codes provoked here must be the same rows"
     );
-    assert_eq!(
-        page.hits.load(Ordering::SeqCst),
-        1,
-        "the web page was asked once"
-    );
+    assert_eq!(page.hits(), 1, "the web page was asked once");
     // Several ids: the first is released, the one refused is named with its endpoint.
     let out = gpuboard(&home, &["release", "a/1", "b/99", "--config", cfg]);
     let (said, err) = (text(&out.stdout), text(&out.stderr));

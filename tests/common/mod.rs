@@ -487,9 +487,30 @@ impl Drop for PeerTurn {
     }
 }
 
+/// `gpuboard` with a HOME of its own (so no default config, cache or state is read) and
+/// no token, endpoint, data directory, config or pin from the environment.
+pub fn isolated_cli(home: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpuboard"));
+    cmd.env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("XDG_STATE_HOME", home.join("state"))
+        .env("GPUBOARD_CACHE_DIR", home.join("cache"));
+    for var in [
+        "GPUBOARD_TOKEN",
+        "GPUBOARD_ENDPOINT",
+        "GPUBOARD_DATA_DIR",
+        "GPUBOARD_CONFIG",
+        "GPUBOARD_TLS_FINGERPRINT",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
 pub mod boinc_client;
 pub mod console_fixtures;
 pub mod flood;
+pub mod foreign;
 pub mod kmock;
 pub mod ray_head;
 pub mod relay;
