@@ -124,3 +124,6 @@ fn recheck_line(
         outcome(result)
     )
 }
+
+#[cfg(test)]
+mod tests;
