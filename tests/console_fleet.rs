@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use gpuboard::clock::Timestamp;
+use gpuboard::console::flows::FlowId;
 use gpuboard::console::keymap::Keymap;
 use gpuboard::console::msg::{Asker, Effect, Msg};
 use gpuboard::console::state::{FormStage, Mode, SourceSlot, State, View};
@@ -33,11 +34,41 @@ fn k(c: char) -> Msg {
 fn code(c: KeyCode) -> Msg {
     Msg::Key(KeyEvent::new(c, KeyModifiers::NONE))
 }
+/// Each message in turn, as the driver delivers them: an answer built by `answer` or
+/// `rechecked` gets, when it is delivered, who its send named.
 fn run(st: &mut State, msgs: Vec<Msg>) -> Vec<Effect> {
-    let effects: Vec<Effect> = msgs.into_iter().flat_map(|m| update(st, m)).collect();
-    ASKERS.with(|a| a.borrow_mut().extend(effects.iter().filter_map(sent)));
+    let mut effects = Vec::new();
+    for mut m in msgs {
+        match &mut m {
+            Msg::Acted {
+                source,
+                action,
+                asker,
+                ..
+            } if *asker == FROM_THE_SEND => *asker = asker_of(*source, format!("{action:?}")).0,
+            Msg::Rechecked {
+                source,
+                attempt,
+                asker,
+                ..
+            } if *asker == FROM_THE_SEND => {
+                *asker = asker_of(*source, format!("recheck {attempt}")).0;
+            }
+            _ => {}
+        }
+        let out = update(st, m);
+        ASKERS.with(|a| a.borrow_mut().extend(out.iter().filter_map(sent)));
+        effects.extend(out);
+    }
     effects
 }
+
+/// In an answer built before its send: who the send named, filled in by `run` (flow ids
+/// start at 1).
+const FROM_THE_SEND: Asker = Asker::Flow {
+    flow: FlowId(0),
+    step: usize::MAX,
+};
 
 thread_local! {
     /// Who each send named, as the driver keeps it to hand back with the answer: by
@@ -407,12 +438,16 @@ fn step(eff: &[Effect]) -> (usize, Action, String) {
 
 /// The answer to a move's step (its claim, release or take-back), to who sent it.
 fn answer(source: usize, action: &Action, move_id: &str, result: Result<Outcome, Failure>) -> Msg {
-    let (asker, tag) = asker_of(source, format!("{action:?}"));
-    assert_eq!(tag.as_deref(), Some(move_id), "a step of move {move_id}");
+    // A step sent already is one of this move's.
+    if let Some((_, tag)) =
+        ASKERS.with(|a| a.borrow().get(&(source, format!("{action:?}"))).cloned())
+    {
+        assert_eq!(tag.as_deref(), Some(move_id), "a step of move {move_id}");
+    }
     Msg::Acted {
         source,
         action: action.clone(),
-        asker,
+        asker: FROM_THE_SEND,
         result,
     }
 }
@@ -819,7 +854,7 @@ fn rechecked(source: usize, attempt: &str, result: Result<Outcome, Failure>) -> 
     Msg::Rechecked {
         source,
         attempt: attempt.to_string(),
-        asker: asker_of(source, format!("recheck {attempt}")).0,
+        asker: FROM_THE_SEND,
         result,
     }
 }
@@ -1048,7 +1083,9 @@ fn a_target_that_queues_the_move_is_taken_back_and_the_next_asked() {
         )],
     );
     assert_eq!(st.flows.moves().len(), 1);
-    assert!(st.flows.moves()[0].refused[0].starts_with("b: queued it as b/2 instead of placing it"));
+    assert!(
+        st.flows.moves()[0].refused[0].starts_with("b: queued it as b/2 instead of placing it")
+    );
     let eff = run(
         &mut st,
         vec![answer(

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gpuboard::clock::{Clock, ManualClock, Timestamp};
-use gpuboard::console::headless::{buffer_text, render};
 use gpuboard::console::flows::FlowId;
+use gpuboard::console::headless::{buffer_text, render};
 use gpuboard::console::keymap::Keymap;
 use gpuboard::console::msg::{Asker, Effect, Msg};
 use gpuboard::console::state::{Mode, SourceSlot, State, View};
@@ -486,10 +486,7 @@ async fn the_executor_refuses_every_step_in_read_only_mode() {
         Effect::Act {
             source: step.source,
             action: step.action.clone(),
-            asker: Asker::Flow {
-                flow: run,
-                step: 0,
-            },
+            asker: Asker::Flow { flow: run, step: 0 },
         },
         &sources,
         true,

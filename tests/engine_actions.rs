@@ -701,9 +701,11 @@ async fn run_console(
                 &tx,
             );
         }
-        if st.flows
+        if st
+            .flows
             .handover()
-            .is_some_and(|(_, r)| r.current().is_none()) {
+            .is_some_and(|(_, r)| r.current().is_none())
+        {
             return;
         }
         assert!(

@@ -198,7 +198,11 @@ mod tests {
         flows.put(a, taken);
         let b = flows.start(run());
         assert_eq!((a, b), (FlowId(1), FlowId(2)));
-        assert_eq!(flows.handover().map(|(id, _)| id), Some(b), "one pane: the last");
+        assert_eq!(
+            flows.handover().map(|(id, _)| id),
+            Some(b),
+            "one pane: the last"
+        );
         assert_eq!(flows.len(), 1);
         assert_eq!(b.to_string(), "flow 2");
     }

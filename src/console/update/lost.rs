@@ -202,12 +202,7 @@ pub(super) fn for_move(
                 "move {}: {here} placed it; its answer was lost ({}): sent again with the same key, it answered {here}/{} (label {label})",
                 chain.move_id, lost.error, view.id
             ));
-            move_across::claim_answered(
-                state,
-                flow,
-                chain,
-                Ok(Outcome::Claimed(Box::new(view))),
-            )
+            move_across::claim_answered(state, flow, chain, Ok(Outcome::Claimed(Box::new(view))))
         }
         (AttemptStep::TryNextSuspect, _) => {
             let why = format!(

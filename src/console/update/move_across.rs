@@ -13,9 +13,7 @@ use crate::sources::{Action, Failure, Outcome};
 
 use super::ranking::{self, TRIES};
 use super::{flash, lost, refusal};
-use crate::console::flows::{
-    Flow, FlowId, MOVE_CLAIM, MOVE_RELEASE, MoveAcross, Plan, TakeBack,
-};
+use crate::console::flows::{Flow, FlowId, MOVE_CLAIM, MOVE_RELEASE, MoveAcross, Plan, TakeBack};
 use crate::console::msg::{Asker, Effect};
 use crate::console::state::{Confirm, Mode, MovePick, MoveRow, State};
 

@@ -74,7 +74,12 @@ fn a_result_for_one_flow_never_changes_another() {
     let one = moving(&mut st, 1, 1, vec![2]);
     let two = moving(&mut st, 2, 1, Vec::new());
     let before_two = st.flows.move_across(two).cloned();
-    let msg = claim_answer(&st, one, 1, Err(Failure::Refused("does not fit now".into())));
+    let msg = claim_answer(
+        &st,
+        one,
+        1,
+        Err(Failure::Refused("does not fit now".into())),
+    );
     let out = update(&mut st, msg);
     // The first goes on to c, under its own id; the second is as it was.
     assert!(
@@ -89,9 +94,17 @@ fn a_result_for_one_flow_never_changes_another() {
     assert_eq!(st.flows.move_across(two).cloned(), before_two);
     // The second's refusal ends it alone.
     let before_one = st.flows.move_across(one).cloned();
-    let msg = claim_answer(&st, two, 1, Err(Failure::Refused("does not fit now".into())));
+    let msg = claim_answer(
+        &st,
+        two,
+        1,
+        Err(Failure::Refused("does not fit now".into())),
+    );
     assert!(update(&mut st, msg).is_empty());
-    assert!(st.flows.move_across(two).is_none(), "over: nothing else to try");
+    assert!(
+        st.flows.move_across(two).is_none(),
+        "over: nothing else to try"
+    );
     assert_eq!(st.flows.move_across(one).cloned(), before_one);
     assert_eq!(st.flows.len(), 1);
 }
@@ -117,7 +130,8 @@ fn a_result_whose_flow_is_over_is_logged_and_changes_nothing() {
     assert_eq!(st.log.len(), log + 1);
     let line = st.log.back().unwrap();
     assert!(
-        line.starts_with("b: claim ") && line.ends_with(&format!("(for {flow}, which is over: nothing done)")),
+        line.starts_with("b: claim ")
+            && line.ends_with(&format!("(for {flow}, which is over: nothing done)")),
         "{line}"
     );
     // A claim sent again for a flow that is over: the same.
@@ -139,10 +153,25 @@ fn a_lost_answers_resend_keeps_its_flow_id() {
     let other = moving(&mut st, 2, 2, Vec::new());
     let msg = claim_answer(&st, flow, 1, Err(Failure::Timeout(2_000)));
     let out = update(&mut st, msg);
-    let [Effect::Recheck { source: 1, asker, attempt, .. }] = out.as_slice() else {
+    let [
+        Effect::Recheck {
+            source: 1,
+            asker,
+            attempt,
+            ..
+        },
+    ] = out.as_slice()
+    else {
         panic!("{out:?}")
     };
-    assert_eq!(*asker, Asker::Flow { flow, step: MOVE_CLAIM }, "the move's own id");
+    assert_eq!(
+        *asker,
+        Asker::Flow {
+            flow,
+            step: MOVE_CLAIM
+        },
+        "the move's own id"
+    );
     // Still silent: the next target, under the same id; b is a suspect of that move.
     let out = update(
         &mut st,
@@ -161,7 +190,14 @@ fn a_lost_answers_resend_keeps_its_flow_id() {
     // c refuses: the move is over; b, asked once more, is a flow of its own.
     let msg = claim_answer(&st, flow, 2, Err(Failure::Refused("full".into())));
     let out = update(&mut st, msg);
-    let [Effect::Recheck { source: 1, asker: lost, .. }] = out.as_slice() else {
+    let [
+        Effect::Recheck {
+            source: 1,
+            asker: lost,
+            ..
+        },
+    ] = out.as_slice()
+    else {
         panic!("{out:?}")
     };
     let Asker::Flow { flow: lost, .. } = *lost else {
@@ -178,7 +214,10 @@ fn a_lost_answers_resend_keeps_its_flow_id() {
         Msg::Rechecked {
             source: 1,
             attempt: attempt.clone(),
-            asker: Asker::Flow { flow: lost, step: 0 },
+            asker: Asker::Flow {
+                flow: lost,
+                step: 0,
+            },
             result: Err(Failure::Refused("none here".into())),
         },
     );
