@@ -73,12 +73,15 @@ const FROM_THE_SEND: Asker = Asker::Flow {
 thread_local! {
     /// Who each send named, as the driver keeps it to hand back with the answer: by
     /// source and what was sent (the action, or `recheck ATTEMPT`), with its move id.
-    static ASKERS: RefCell<HashMap<(usize, String), (Asker, Option<String>)>> =
+    static ASKERS: RefCell<HashMap<Sent, (Asker, Option<String>)>> =
         RefCell::new(HashMap::new());
 }
 
-/// A send's key in `ASKERS`, and who it names.
-fn sent(e: &Effect) -> Option<((usize, String), (Asker, Option<String>))> {
+/// A send in `ASKERS`: its source and what was sent.
+type Sent = (usize, String);
+
+/// A send's key in `ASKERS`, and who it names (with its move id).
+fn sent(e: &Effect) -> Option<(Sent, (Asker, Option<String>))> {
     match e {
         Effect::Act {
             source,

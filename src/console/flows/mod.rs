@@ -48,6 +48,9 @@ impl fmt::Display for FlowId {
 }
 
 /// One piece of work under way over several answers.
+// A handful are under way at a time, each moved once per answer: boxing the move would
+// buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum Flow {
     /// A move of a claim to another source.
@@ -74,6 +77,8 @@ impl Flow {
 
 /// A flow the operator is asked to confirm, not under way yet: the confirmation holds it
 /// and OK starts it (`Confirm::starts`).
+// Made once per confirmation (and kept boxed there): boxing the move would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum Plan {
     /// A move across sources (the confirmation's action is its first claim).

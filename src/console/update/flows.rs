@@ -49,12 +49,14 @@ pub(super) fn rechecked(
 ) -> Vec<Effect> {
     let asked = |l: &LostClaim| l.source == source && l.attempt.as_str() == attempt;
     match state.flows.take(flow) {
-        Some(Flow::Move(mut chain)) if chain.rechecking.as_ref().is_some_and(asked) => {
-            match chain.rechecking.take() {
-                Some(lost) => super::lost::for_move(state, flow, chain, lost, result),
-                None => Vec::new(),
+        Some(Flow::Move(mut chain)) => match chain.rechecking.take() {
+            Some(lost) if asked(&lost) => super::lost::for_move(state, flow, chain, lost, result),
+            waiting => {
+                chain.rechecking = waiting;
+                let line = recheck_line(state, source, attempt, &result);
+                not_its(state, flow, Flow::Move(chain), &line)
             }
-        }
+        },
         Some(Flow::Lost(lost)) if asked(&lost) => super::lost::after_landing(state, &lost, result),
         Some(kept) => {
             let line = recheck_line(state, source, attempt, &result);
