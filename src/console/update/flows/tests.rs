@@ -225,3 +225,51 @@ fn a_lost_answers_resend_keeps_its_flow_id() {
     assert_eq!(st.flows.move_across(other).cloned(), before);
     assert_eq!(st.flows.len(), 1);
 }
+
+#[test]
+fn a_hand_overs_answer_goes_to_it_alone_beside_a_move() {
+    use crate::console::flows::{Flow, HandoverRun, StepPlan};
+    let mut st = state();
+    let mv = moving(&mut st, 1, 1, vec![2]);
+    let release = |id| Action::Release { id: ClaimId(id) };
+    let steps = vec![
+        StepPlan {
+            source: 1,
+            action: release(7),
+        },
+        StepPlan {
+            source: 2,
+            action: release(8),
+        },
+    ];
+    let run = st.flows.start(Flow::Handover(HandoverRun::new(steps)));
+    let before = st.flows.move_across(mv).cloned();
+    // The hand-over's first step answered by b, the very source the move waits on.
+    let out = update(
+        &mut st,
+        Msg::Acted {
+            source: 1,
+            action: release(7),
+            asker: Asker::Flow { flow: run, step: 0 },
+            result: Ok(Outcome::Released {
+                id: ClaimId(7),
+                place: None,
+            }),
+        },
+    );
+    assert!(
+        out.contains(&Effect::Act {
+            source: 2,
+            action: release(8),
+            asker: Asker::Flow { flow: run, step: 1 },
+        }),
+        "{out:?}"
+    );
+    assert_eq!(st.flows.handover().unwrap().1.current(), Some(1));
+    assert_eq!(st.flows.move_across(mv).cloned(), before);
+    // And the move's refusal moves the move alone.
+    let msg = claim_answer(&st, mv, 1, Err(Failure::Refused("full".into())));
+    update(&mut st, msg);
+    assert_eq!(st.flows.move_across(mv).unwrap().target, 2);
+    assert_eq!(st.flows.handover().unwrap().1.current(), Some(1));
+}
