@@ -4,9 +4,12 @@
 //! source and sends the claim where the preview says.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::time::Duration;
 
 use gpuboard::clock::Timestamp;
+use gpuboard::console::flows::FlowId;
 use gpuboard::console::keymap::Keymap;
 use gpuboard::console::msg::{Asker, Effect, Msg};
 use gpuboard::console::state::{FormStage, Mode, SourceSlot, State, View};
@@ -31,8 +34,100 @@ fn k(c: char) -> Msg {
 fn code(c: KeyCode) -> Msg {
     Msg::Key(KeyEvent::new(c, KeyModifiers::NONE))
 }
+/// Each message in turn, as the driver delivers them: an answer built by `answer` or
+/// `rechecked` gets, when it is delivered, who its send named.
 fn run(st: &mut State, msgs: Vec<Msg>) -> Vec<Effect> {
-    msgs.into_iter().flat_map(|m| update(st, m)).collect()
+    let mut effects = Vec::new();
+    for mut m in msgs {
+        match &mut m {
+            Msg::Acted {
+                source,
+                action,
+                asker,
+                ..
+            } if *asker == FROM_THE_SEND => *asker = asker_of(*source, format!("{action:?}")).0,
+            Msg::Rechecked {
+                source,
+                attempt,
+                asker,
+                ..
+            } if *asker == FROM_THE_SEND => {
+                *asker = asker_of(*source, format!("recheck {attempt}")).0;
+            }
+            _ => {}
+        }
+        let out = update(st, m);
+        ASKERS.with(|a| a.borrow_mut().extend(out.iter().filter_map(sent)));
+        effects.extend(out);
+    }
+    effects
+}
+
+/// In an answer built before its send: who the send named, filled in by `run` (flow ids
+/// start at 1).
+const FROM_THE_SEND: Asker = Asker::Flow {
+    flow: FlowId(0),
+    step: usize::MAX,
+};
+
+thread_local! {
+    /// Who each send named, as the driver keeps it to hand back with the answer: by
+    /// source and what was sent (the action, or `recheck ATTEMPT`), with its move id.
+    static ASKERS: RefCell<HashMap<Sent, (Asker, Option<String>)>> =
+        RefCell::new(HashMap::new());
+}
+
+/// A send in `ASKERS`: its source and what was sent.
+type Sent = (usize, String);
+
+/// A send's key in `ASKERS`, and who it names (with its move id).
+fn sent(e: &Effect) -> Option<(Sent, (Asker, Option<String>))> {
+    match e {
+        Effect::Act {
+            source,
+            action,
+            asker,
+        } => Some(((*source, format!("{action:?}")), (*asker, None))),
+        Effect::ActInMove {
+            source,
+            action,
+            move_id,
+            asker,
+        } => Some((
+            (*source, format!("{action:?}")),
+            (*asker, Some(move_id.clone())),
+        )),
+        Effect::Claim {
+            source,
+            request,
+            move_id,
+            asker,
+            ..
+        } => {
+            let action = Action::Claim {
+                request: request.clone(),
+            };
+            Some(((*source, format!("{action:?}")), (*asker, move_id.clone())))
+        }
+        Effect::Recheck {
+            source,
+            attempt,
+            move_id,
+            asker,
+            ..
+        } => Some((
+            (*source, format!("recheck {attempt}")),
+            (*asker, move_id.clone()),
+        )),
+        _ => None,
+    }
+}
+
+/// Who the last send of `what` to `source` named (and its move id).
+fn asker_of(source: usize, what: String) -> (Asker, Option<String>) {
+    ASKERS
+        .with(|a| a.borrow().get(&(source, what.clone())).cloned())
+        .unwrap_or_else(|| panic!("nothing sent to {source}: {what}"))
 }
 
 /// A source's snapshot: node `node` with `gpus` 40 GiB GPUs and these claims placed.
@@ -317,6 +412,7 @@ fn move_step(e: &Effect) -> Option<(usize, Action, String)> {
             source,
             action,
             move_id,
+            ..
         } => Some((*source, action.clone(), move_id.clone())),
         Effect::Claim {
             source,
@@ -343,11 +439,18 @@ fn step(eff: &[Effect]) -> (usize, Action, String) {
     one.clone()
 }
 
+/// The answer to a move's step (its claim, release or take-back), to who sent it.
 fn answer(source: usize, action: &Action, move_id: &str, result: Result<Outcome, Failure>) -> Msg {
-    Msg::MoveStepped {
+    // A step sent already is one of this move's.
+    if let Some((_, tag)) =
+        ASKERS.with(|a| a.borrow().get(&(source, format!("{action:?}"))).cloned())
+    {
+        assert_eq!(tag.as_deref(), Some(move_id), "a step of move {move_id}");
+    }
+    Msg::Acted {
         source,
-        move_id: move_id.to_string(),
         action: action.clone(),
+        asker: FROM_THE_SEND,
         result,
     }
 }
@@ -422,7 +525,7 @@ fn a_move_to_another_source_claims_there_then_releases_here_under_one_move_id() 
         flash(&st),
         format!("claim a/1 moved to b/1 (move {move_id})")
     );
-    assert!(st.moving.is_empty());
+    assert!(st.flows.moves().is_empty());
     // Each step is in the console's log (Events).
     let log: Vec<&String> = st.log.iter().filter(|l| l.contains(&move_id)).collect();
     assert!(
@@ -510,7 +613,7 @@ fn a_move_to_another_source_that_fails_says_what_is_held() {
         Some(format!("move {move_id} of claim a/1: nothing changed, b: does not fit now").as_str())
     );
     assert!(!m.sent, "the operator can pick another target");
-    assert!(st.moving.is_empty());
+    assert!(st.flows.moves().is_empty());
     // The release fails after the claim: both claims are named, with their places.
     let (mut st, eff) = moved_to_b();
     let (_, claim, move_id) = step(&eff);
@@ -536,7 +639,7 @@ fn a_move_to_another_source_that_fails_says_what_is_held() {
              GPUs now: a/1 (old, na:0) and b/1 (new, nb:0): release one (move {move_id})"
         )
     );
-    assert!(st.moving.is_empty());
+    assert!(st.flows.moves().is_empty());
 }
 
 /// Three sources: `a` holds claim 1 (20 GiB on na:0, na:1 taken whole); `b` and `c` are
@@ -749,10 +852,12 @@ fn attempt_of(claim: &Action) -> String {
     request.labels["gpuboard.attempt"].clone()
 }
 
+/// The answer to a claim sent again, to who sent it again.
 fn rechecked(source: usize, attempt: &str, result: Result<Outcome, Failure>) -> Msg {
     Msg::Rechecked {
         source,
         attempt: attempt.to_string(),
+        asker: FROM_THE_SEND,
         result,
     }
 }
@@ -788,6 +893,7 @@ fn resent(source: usize, claim: &Action, move_id: Option<&str>, within: Duration
     Effect::Recheck {
         source,
         key: format!("{attempt}.{source}"),
+        asker: asker_of(source, format!("recheck {attempt}")).0,
         attempt,
         request: request.clone(),
         move_id: move_id.map(str::to_string),
@@ -979,8 +1085,10 @@ fn a_target_that_queues_the_move_is_taken_back_and_the_next_asked() {
             }),
         )],
     );
-    assert_eq!(st.moving.len(), 1);
-    assert!(st.moving[0].refused[0].starts_with("b: queued it as b/2 instead of placing it"));
+    assert_eq!(st.flows.moves().len(), 1);
+    assert!(
+        st.flows.moves()[0].refused[0].starts_with("b: queued it as b/2 instead of placing it")
+    );
     let eff = run(
         &mut st,
         vec![answer(
@@ -1141,7 +1249,7 @@ fn a_silent_source_is_asked_again_after_landing_and_its_phantom_released_or_name
             );
             assert!(st.flash.as_ref().unwrap().error);
         }
-        assert!(st.lost.is_empty());
+        assert!(st.flows.lost().is_empty());
     }
 }
 

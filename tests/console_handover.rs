@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gpuboard::clock::{Clock, ManualClock, Timestamp};
+use gpuboard::console::flows::FlowId;
 use gpuboard::console::headless::{buffer_text, render};
 use gpuboard::console::keymap::Keymap;
 use gpuboard::console::msg::{Asker, Effect, Msg};
@@ -150,13 +151,13 @@ fn the_command_line_parses_into_steps_or_says_what_is_wrong() {
                     panic!("{text}: no confirmation: {:?} {}", st.mode, flash(&st))
                 };
                 let got: Vec<(usize, &str)> = c
-                    .steps
+                    .steps()
                     .iter()
                     .map(|s| (s.source, s.action.verb()))
                     .collect();
                 assert_eq!(&got[..], *steps, "{text}");
-                assert_eq!(c.source, c.steps[0].source);
-                assert_eq!(c.action, c.steps[0].action);
+                assert_eq!(c.source, c.steps()[0].source);
+                assert_eq!(c.action, c.steps()[0].action);
             }
             Err(words) => {
                 assert_eq!(st.mode, Mode::Normal, "{text}");
@@ -205,7 +206,7 @@ fn one_confirmation_lists_every_step_cancel_focused_with_the_job_id_typed() {
     // Enter on Cancel closes it; nothing is sent.
     assert!(key(&mut st, KeyCode::Enter).is_empty());
     assert_eq!(st.mode, Mode::Normal);
-    assert!(st.handover.is_none());
+    assert!(st.flows.handover().is_none());
 
     // OK without the id: refused in the dialog; with it: the first step only is sent.
     command(&mut st, FULL);
@@ -225,11 +226,14 @@ fn one_confirmation_lists_every_step_cancel_focused_with_the_job_id_typed() {
         vec![Effect::Act {
             source: 0,
             action: engine(EngineVerb::SlurmHold, "12"),
-            asker: Asker::Handover { run: 1, step: 0 },
+            asker: Asker::Flow {
+                flow: FlowId(1),
+                step: 0,
+            },
         }]
     );
     assert_eq!(st.mode, Mode::Handover);
-    assert_eq!(st.handover.as_ref().unwrap().current(), Some(0));
+    assert_eq!(st.flows.handover().unwrap().1.current(), Some(0));
     // A second hand-over waits for this one: its later steps must still be sent.
     key(&mut st, KeyCode::Esc);
     assert!(command(&mut st, "act hold 12 then cancel 11").is_empty());
@@ -239,7 +243,7 @@ fn one_confirmation_lists_every_step_cancel_focused_with_the_job_id_typed() {
         "{}",
         flash(&st)
     );
-    assert_eq!(st.handover.as_ref().unwrap().steps.len(), 3);
+    assert_eq!(st.flows.handover().unwrap().1.steps.len(), 3);
     command(&mut st, "handover");
     assert_eq!(st.mode, Mode::Handover, "`:handover` reopens its pane");
 }
@@ -256,7 +260,7 @@ fn read_only_refuses_the_hand_over_and_sends_nothing() {
             f.contains("hand-over refused, nothing was sent: read-only"),
             "{f}"
         );
-        assert!(st.handover.is_none());
+        assert!(st.flows.handover().is_none());
     }
 }
 
@@ -290,8 +294,8 @@ fn each_answer_sends_the_next_step_and_a_failure_stops_the_rest() {
     };
     for fails_at in [None, Some(0), Some(1), Some(2)] {
         let mut st = confirmed();
-        let steps = st.handover.as_ref().unwrap().steps.clone();
-        let id = st.handover.as_ref().unwrap().id;
+        let steps = st.flows.handover().unwrap().1.steps.clone();
+        let id = st.flows.handover().unwrap().0;
         // The pane is closed while it runs: a failure opens it again.
         key(&mut st, KeyCode::Esc);
         assert_eq!(st.mode, Mode::Normal);
@@ -306,7 +310,7 @@ fn each_answer_sends_the_next_step_and_a_failure_stops_the_rest() {
                 Msg::Acted {
                     source: step.source,
                     action: step.action.clone(),
-                    asker: Asker::Handover { run: id, step: i },
+                    asker: Asker::Flow { flow: id, step: i },
                     result,
                 },
             );
@@ -323,8 +327,8 @@ fn each_answer_sends_the_next_step_and_a_failure_stops_the_rest() {
                 vec![&Effect::Act {
                     source: steps[i + 1].source,
                     action: steps[i + 1].action.clone(),
-                    asker: Asker::Handover {
-                        run: id,
+                    asker: Asker::Flow {
+                        flow: id,
                         step: i + 1
                     },
                 }],
@@ -335,7 +339,7 @@ fn each_answer_sends_the_next_step_and_a_failure_stops_the_rest() {
                 "a fetch follows each step: {out:?}"
             );
         }
-        let run = st.handover.as_ref().unwrap();
+        let run = st.flows.handover().unwrap().1;
         assert_eq!(run.current(), None, "{fails_at:?}: the run is over");
         let log: Vec<&String> = st.log.iter().collect();
         match fails_at {
@@ -396,7 +400,7 @@ fn each_answer_sends_the_next_step_and_a_failure_stops_the_rest() {
         // An answer that is not the hand-over's does not touch it: the operator's, one
         // for a step already answered, one for another hand-over, even with the very
         // source and action of a step.
-        let before = st.handover.clone();
+        let before = st.flows.clone();
         let answer = |asker| Msg::Acted {
             source: steps[0].source,
             action: steps[0].action.clone(),
@@ -405,14 +409,14 @@ fn each_answer_sends_the_next_step_and_a_failure_stops_the_rest() {
         };
         for asker in [
             Asker::Operator,
-            Asker::Handover { run: id, step: 0 },
-            Asker::Handover {
-                run: id + 1,
-                step: before.as_ref().unwrap().current().unwrap_or(0),
+            Asker::Flow { flow: id, step: 0 },
+            Asker::Flow {
+                flow: FlowId(id.0 + 1),
+                step: before.handover().unwrap().1.current().unwrap_or(0),
             },
         ] {
             update(&mut st, answer(asker));
-            assert_eq!(st.handover, before, "{asker:?}");
+            assert_eq!(st.flows, before, "{asker:?}");
         }
     }
 }
@@ -447,7 +451,7 @@ fn h_on_a_running_job_writes_the_hand_over_for_its_gpus() {
     let Mode::Confirm(c) = &st.mode else {
         panic!("{:?} {}", st.mode, flash(&st))
     };
-    assert_eq!(c.steps.len(), 2);
+    assert_eq!(c.steps().len(), 2);
     assert_eq!(c.type_to_confirm.as_deref(), Some(job.as_str()));
     // Nothing selected: it says what to do.
     let mut st = state(false);
@@ -476,13 +480,13 @@ async fn the_executor_refuses_every_step_in_read_only_mode() {
     ];
     let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(NOW));
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let step = st.handover.as_ref().unwrap().steps[0].clone();
-    let run = st.handover.as_ref().unwrap().id;
+    let step = st.flows.handover().unwrap().1.steps[0].clone();
+    let run = st.flows.handover().unwrap().0;
     perform(
         Effect::Act {
             source: step.source,
             action: step.action.clone(),
-            asker: Asker::Handover { run, step: 0 },
+            asker: Asker::Flow { flow: run, step: 0 },
         },
         &sources,
         true,
@@ -500,7 +504,7 @@ async fn the_executor_refuses_every_step_in_read_only_mode() {
         !out.iter().any(|e| matches!(e, Effect::Act { .. })),
         "{out:?}"
     );
-    let run = st.handover.as_ref().unwrap();
+    let run = st.flows.handover().unwrap().1;
     assert_eq!(run.failed_at(), Some(0));
     assert_eq!(run.results[1], Some(StepResult::NotRun));
     assert_eq!(run.results[2], Some(StepResult::NotRun));
@@ -524,7 +528,7 @@ fn boinc_gpu_mode_never_then_a_claim_needs_no_typed_id() {
         panic!("{:?} {}", st.mode, flash(&st))
     };
     let got: Vec<(usize, &str)> = c
-        .steps
+        .steps()
         .iter()
         .map(|s| (s.source, s.action.verb()))
         .collect();
@@ -543,7 +547,10 @@ fn boinc_gpu_mode_never_then_a_claim_needs_no_typed_id() {
         vec![Effect::Act {
             source: 2,
             action: engine(EngineVerb::BoincGpuMode, "never"),
-            asker: Asker::Handover { run: 1, step: 0 },
+            asker: Asker::Flow {
+                flow: FlowId(1),
+                step: 0,
+            },
         }]
     );
 }
@@ -583,9 +590,9 @@ fn a_last_claim_without_flags_is_filled_in_the_claim_form() {
     let Mode::Confirm(c) = &st.mode else {
         panic!("{:?} {}", st.mode, flash(&st))
     };
-    assert_eq!(c.steps.len(), 2);
-    assert_eq!(c.steps[1].source, 1);
-    assert!(matches!(c.steps[1].action, Action::Claim { .. }));
+    assert_eq!(c.steps().len(), 2);
+    assert_eq!(c.steps()[1].source, 1);
+    assert!(matches!(c.steps()[1].action, Action::Claim { .. }));
     assert!(c.body[1].starts_with("2. lab: claim "), "{:?}", c.body);
     assert_eq!(c.type_to_confirm.as_deref(), Some("11"));
     // Cancel goes back to the form, its steps kept.

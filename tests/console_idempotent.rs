@@ -258,7 +258,11 @@ async fn the_claim_form_whose_best_source_times_out_holds_the_claim_once() {
         "{text}"
     );
     assert_eq!(st.mode, Mode::Normal);
-    assert!(st.lost.is_empty(), "no suspect left: {:?}", st.lost);
+    assert!(
+        st.flows.lost().is_empty(),
+        "no suspect left: {:?}",
+        st.flows.lost()
+    );
 
     // Held once: b holds one claim with the label, a none; b ran the key's request once
     // though it was sent it at least twice.
@@ -331,5 +335,5 @@ async fn a_move_whose_target_times_out_holds_the_claim_once() {
     assert_eq!(on_b[0].request.labels["gpuboard.attempt"], label);
     assert!(attempts(&c_client).await.is_empty());
     assert!(a_client.snapshot().await.unwrap().claims.is_empty());
-    assert!(st.lost.is_empty() && st.moving.is_empty());
+    assert!(st.flows.lost().is_empty() && st.flows.moves().is_empty());
 }

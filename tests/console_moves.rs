@@ -285,7 +285,7 @@ async fn a_console_move_across_endpoints_is_audited_on_both_with_one_move_id() {
     assert_eq!(on_a[0].0, on_b[0].0, "one actor and one move id on both");
     // The console shows where the claim is now (once its mirrors caught up).
     assert_eq!(con.st.mode, Mode::Normal);
-    assert!(con.st.moving.is_empty());
+    assert!(con.st.flows.moves().is_empty());
     let counts = |con: &Console| {
         [0, 1].map(|i| {
             con.st.sources[i]
@@ -392,7 +392,7 @@ async fn a_console_move_whose_release_fails_names_both_claims_and_keeps_both() {
         f.text
     );
     assert_eq!(con.st.mode, Mode::Normal);
-    assert!(con.st.moving.is_empty());
+    assert!(con.st.flows.moves().is_empty());
     // Both are really held: b's new claim, and a's old one once a is back.
     assert_eq!(b.snapshot().await.claims.len(), 1);
     let data = a.server.dir.clone();

@@ -701,13 +701,17 @@ async fn run_console(
                 &tx,
             );
         }
-        if st.handover.as_ref().is_some_and(|r| r.current().is_none()) {
+        if st
+            .flows
+            .handover()
+            .is_some_and(|(_, r)| r.current().is_none())
+        {
             return;
         }
         assert!(
             Instant::now() < deadline,
             "hand-over not over: {:?}",
-            st.handover
+            st.flows.handover()
         );
         if let Ok(Some(msg)) = tokio::time::timeout(Duration::from_secs(1), rx.recv()).await {
             pending = update(st, msg);
@@ -833,7 +837,7 @@ async fn a_hand_over_frees_slurm_gpus_and_claims_them_on_an_endpoint() {
         st.flash
     );
     run_console(&mut st, &sources, first).await;
-    let run = st.handover.clone().unwrap();
+    let run = st.flows.handover().unwrap().1.clone();
     for (i, r) in run.results.iter().enumerate() {
         assert!(matches!(r, Some(StepResult::Done(_))), "step {i}: {r:?}");
     }
@@ -872,7 +876,7 @@ async fn a_hand_over_frees_slurm_gpus_and_claims_them_on_an_endpoint() {
     );
     assert_eq!(first.len(), 1, "{first:?} {:?}", st.flash);
     run_console(&mut st, &sources, first).await;
-    let run = st.handover.clone().unwrap();
+    let run = st.flows.handover().unwrap().1.clone();
     assert!(
         matches!(run.results[0], Some(StepResult::Done(_))),
         "{run:?}"

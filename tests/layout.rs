@@ -295,11 +295,18 @@ fn no_endpoint_file_imports_the_api_routes_back() {
 }
 
 /// The console's parts that must not import each other in a circle, lowest first: the
-/// lists (columns, sorts, filters) know no state; the state knows neither how it changes
-/// nor how it is drawn; `update` changes the state and never asks the drawing; `views`
-/// reads the state (and `update`'s constants) and changes nothing. A part may import
-/// only parts of a strictly lower rank.
-const CONSOLE_RANKS: &[(&str, u8)] = &[("lists", 0), ("state", 1), ("update", 2), ("views", 3)];
+/// lists (columns, sorts, filters) know no state, and the flows (multi-step work: its
+/// values and their store) neither (nor each other); the state knows neither how it
+/// changes nor how it is drawn; `update` changes the state and never asks the drawing;
+/// `views` reads the state (and `update`'s constants) and changes nothing. A part may
+/// import only parts of a strictly lower rank.
+const CONSOLE_RANKS: &[(&str, u8)] = &[
+    ("lists", 0),
+    ("flows", 0),
+    ("state", 1),
+    ("update", 2),
+    ("views", 3),
+];
 
 /// The console part (`state`, `update`, `driver`, ...) a path like `["state", "rows.rs"]`
 /// under src/console/ belongs to, and the module path its `super::` starts from.
@@ -478,6 +485,27 @@ fn the_console_check_sees_a_circle() {
     let edges = console_edges(&after);
     assert_eq!(console_cycle(&edges, &["state", "update", "views"]), None);
     assert!(console_upward(&edges).is_empty());
+    // A flow that reads the state it is kept in, or asks `update` how to go on: a circle.
+    let mut flows = after.clone();
+    flows.push((vec!["state", "mod.rs"], "use super::flows::Flows;"));
+    flows.push((
+        vec!["flows", "move_across.rs"],
+        "use crate::console::state::State;\nuse super::super::update::flash;",
+    ));
+    let edges = console_edges(&flows);
+    assert_eq!(edges["flows"], ["state", "update"]);
+    let parts: Vec<&str> = CONSOLE_RANKS.iter().map(|(p, _)| *p).collect();
+    assert_eq!(
+        console_cycle(&edges, &parts).as_deref(),
+        Some("flows -> state -> flows")
+    );
+    assert_eq!(
+        console_upward(&edges),
+        [
+            "console/flows (rank 0) imports console/state",
+            "console/flows (rank 0) imports console/update"
+        ]
+    );
 }
 
 #[test]
@@ -505,12 +533,12 @@ fn console_lists_state_update_and_views_form_no_circle() {
     assert_eq!(
         console_cycle(&edges, &parts),
         None,
-        "the console's lists, state, update and views import each other in a circle"
+        "the console's lists, flows, state, update and views import each other in a circle"
     );
     let up = console_upward(&edges);
     assert!(
         up.is_empty(),
-        "console imports against the ranks (lists < state < update < views):\n{}",
+        "console imports against the ranks (lists, flows < state < update < views):\n{}",
         up.join("\n")
     );
 }

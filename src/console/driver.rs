@@ -191,8 +191,7 @@ pub fn perform(
             let action = Action::Claim {
                 request: request.clone(),
             };
-            let tag = move_id.clone();
-            let run = move || src.claim_keyed(request, key, tag, timeout);
+            let run = move || src.claim_keyed(request, key, move_id, timeout);
             send_action(
                 src.as_ref(),
                 &action,
@@ -200,19 +199,11 @@ pub fn perform(
                 readonly,
                 timeout,
                 &tx,
-                move |action, result| match move_id {
-                    Some(move_id) => Msg::MoveStepped {
-                        source,
-                        move_id,
-                        action,
-                        result,
-                    },
-                    None => Msg::Acted {
-                        source,
-                        action,
-                        asker,
-                        result,
-                    },
+                move |action, result| Msg::Acted {
+                    source,
+                    action,
+                    asker,
+                    result,
                 },
             );
         }
@@ -222,6 +213,7 @@ pub fn perform(
             request,
             key,
             move_id,
+            asker,
             within,
         } => {
             let Some(src) = sources.get(source) else {
@@ -233,6 +225,7 @@ pub fn perform(
                 let _ = tx.send(Msg::Rechecked {
                     source,
                     attempt,
+                    asker,
                     result: Err(Failure::ReadOnly(format!(
                         "source {} does not accept actions",
                         src.name()
@@ -246,6 +239,7 @@ pub fn perform(
                 let _ = tx.send(Msg::Rechecked {
                     source,
                     attempt,
+                    asker,
                     result,
                 });
             });
@@ -291,11 +285,12 @@ pub fn perform(
             source,
             action,
             move_id,
+            asker,
         } => {
             let Some(src) = sources.get(source) else {
                 return;
             };
-            let (step, id) = (action.clone(), move_id.clone());
+            let (step, id) = (action.clone(), move_id);
             let run = move || src.act_in_move(step, &id);
             send_action(
                 src.as_ref(),
@@ -304,10 +299,10 @@ pub fn perform(
                 readonly,
                 timeout,
                 &tx,
-                move |action, result| Msg::MoveStepped {
+                move |action, result| Msg::Acted {
                     source,
-                    move_id,
                     action,
+                    asker,
                     result,
                 },
             );

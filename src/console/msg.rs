@@ -2,6 +2,7 @@
 
 use ratatui::crossterm::event::KeyEvent;
 
+use super::flows::FlowId;
 use crate::clock::Timestamp;
 use crate::placement::Allocation;
 use crate::request::ClaimRequest;
@@ -42,7 +43,8 @@ pub enum Msg {
         /// Where the claim would go, or why it would not fit.
         result: Result<Allocation, Failure>,
     },
-    /// A source carried out (or refused) an action (`Effect::Act`, `Effect::Claim`).
+    /// A source carried out (or refused) an action (`Effect::Act`, `Effect::ActInMove`,
+    /// `Effect::Claim`).
     Acted {
         /// The source.
         source: usize,
@@ -53,18 +55,6 @@ pub enum Msg {
         /// What happened.
         result: Result<Outcome, Failure>,
     },
-    /// A source carried out (or refused) one step of a move across sources
-    /// (`Effect::ActInMove`).
-    MoveStepped {
-        /// The source.
-        source: usize,
-        /// The move's id.
-        move_id: String,
-        /// What was asked.
-        action: Action,
-        /// What happened.
-        result: Result<Outcome, Failure>,
-    },
     /// A source answered (or not) when sent a claim again with its idempotency key
     /// (`Effect::Recheck`): what its first send did, or no definite answer in time.
     Rechecked {
@@ -72,6 +62,8 @@ pub enum Msg {
         source: usize,
         /// The attempt id (`gpuboard.attempt`).
         attempt: String,
+        /// Who waits for it, as the effect said.
+        asker: Asker,
         /// The claim it placed (or queued), its refusal, or why no answer came (still
         /// `Failure::InFlight` or silent when the time ran out).
         result: Result<Outcome, Failure>,
@@ -97,11 +89,13 @@ pub enum Asker {
     /// The claim form: a refusal may send it to the next source, a lost answer is asked
     /// for again.
     Form,
-    /// Step `step` of the hand-over `run` (`HandoverRun::id`).
-    Handover {
-        /// The hand-over's id.
-        run: u64,
-        /// The step's position in it.
+    /// Step `step` of the flow `flow` (`flows::Flows`): the answer goes to that flow alone,
+    /// and is only logged once the flow is over.
+    Flow {
+        /// The flow's id.
+        flow: FlowId,
+        /// Which of its sends, in the flow's own numbering (a hand-over's step position,
+        /// a move's `MOVE_CLAIM` or `MOVE_RELEASE`).
         step: usize,
     },
 }
@@ -128,17 +122,19 @@ pub enum Effect {
         asker: Asker,
     },
     /// Ask a source to carry out one step of a move across sources, tagged with the
-    /// move's id (both endpoints audit it); answered by `Msg::MoveStepped`.
+    /// move's id (both endpoints audit it); answered by `Msg::Acted` with `asker`.
     ActInMove {
         /// The source.
         source: usize,
-        /// The action (the claim on the target, or the release on the claim's source).
+        /// The action (the release on the claim's source, or a take-back on a target).
         action: Action,
         /// The move's id (`wire::move_actor`).
         move_id: String,
+        /// Who waits for the answer (the move's flow, or the take-back's).
+        asker: Asker,
     },
     /// Send a claim with an idempotency key (`placement::AttemptId::key`); answered by
-    /// `Msg::Acted`, or by `Msg::MoveStepped` when it is a step of the move `move_id`.
+    /// `Msg::Acted` with `asker`.
     Claim {
         /// The source.
         source: usize,
@@ -146,9 +142,9 @@ pub enum Effect {
         request: ClaimRequest,
         /// The idempotency key.
         key: String,
-        /// The move's id, when the claim is a move's new claim.
+        /// The move's id, when the claim is a move's new claim (the endpoint audits it).
         move_id: Option<String>,
-        /// Who waits for the answer (when it is no move's).
+        /// Who waits for the answer.
         asker: Asker,
     },
     /// Send a claim whose answer was lost (or was "in flight") again, with the same
@@ -165,6 +161,9 @@ pub enum Effect {
         key: String,
         /// The move's id, when the claim is a move's new claim.
         move_id: Option<String>,
+        /// Who waits for the answer: the one that sent the claim first (a flow keeps its
+        /// id), or the lost answer's own flow once the claim landed elsewhere.
+        asker: Asker,
         /// How long to keep asking.
         within: std::time::Duration,
     },

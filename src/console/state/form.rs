@@ -126,35 +126,13 @@ pub struct ClaimForm {
     pub refused: Vec<String>,
     /// A hand-over's steps before this claim (empty: a plain claim); submitting asks to
     /// confirm them all in one dialog.
-    pub handover: Vec<super::StepPlan>,
+    pub handover: Vec<crate::console::flows::StepPlan>,
     /// The attempt label of a claim sent across several sources (`gpuboard.attempt`).
     pub attempt: Option<crate::placement::AttemptId>,
     /// The source that did not answer and is being asked again for the attempt's claim.
-    pub rechecking: Option<LostClaim>,
+    pub rechecking: Option<crate::console::flows::LostClaim>,
     /// Sources still silent when asked again: they may hold a phantom claim.
-    pub suspects: Vec<LostClaim>,
-}
-
-/// A claim whose answer did not come from `source`: it may have been placed there.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LostClaim {
-    /// The source.
-    pub source: usize,
-    /// The attempt label's id the claim carries.
-    pub attempt: crate::placement::AttemptId,
-    /// When it was sent.
-    pub sent: crate::clock::Timestamp,
-    /// The request sent (its lease length, `ttl`, says when a phantom lets go): sent
-    /// again, the same, to ask what the first send did.
-    pub request: crate::request::ClaimRequest,
-    /// The idempotency key it was sent with (`placement::AttemptId::key`).
-    pub key: String,
-    /// The move's id, when it is a move's new claim.
-    pub move_id: Option<String>,
-    /// What the claim got instead of an answer.
-    pub error: String,
-    /// The claim landed nowhere else: a claim found there is the answer (else released).
-    pub adopt: bool,
+    pub suspects: Vec<crate::console::flows::LostClaim>,
 }
 
 impl ClaimForm {
@@ -266,34 +244,4 @@ pub struct MoveRow {
     /// The row is "any other source": the best by placement, then the next on refusal
     /// (`node` and `index` are unused).
     pub any: bool,
-}
-
-/// A move to another source in flight: claimed on a target first (the next candidate
-/// when one refuses or does not answer), then released on the claim's own source. Both
-/// steps carry `move_id`, which both endpoints write in their audit log.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MoveAcross {
-    /// The move's id (`wire::move_actor`).
-    pub move_id: String,
-    /// The source owning the claim.
-    pub source: usize,
-    /// The claim.
-    pub id: crate::ids::ClaimId,
-    /// Where it is now, in words.
-    pub from: String,
-    /// What is claimed on the target: the claim's own request, moved.
-    pub request: crate::request::ClaimRequest,
-    /// The target source asked now.
-    pub target: usize,
-    /// The sources to ask next if it refuses or does not answer (a move to any source).
-    pub next: Vec<usize>,
-    /// The targets that refused, each `name: words`.
-    pub refused: Vec<String>,
-    /// The new claim's id and place, once a target took it (the release is then sent).
-    pub claimed: Option<(crate::ids::ClaimId, String)>,
-    /// The target that did not answer the claim, being asked again for its attempt label
-    /// (the request carries `gpuboard.attempt`).
-    pub rechecking: Option<LostClaim>,
-    /// Targets still silent when asked again: asked once more when the move ends.
-    pub suspects: Vec<LostClaim>,
 }

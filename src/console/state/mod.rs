@@ -5,7 +5,6 @@ mod claim_detail;
 mod command_line;
 mod find;
 mod form;
-mod handover;
 mod paging;
 mod rewind;
 mod rows;
@@ -23,6 +22,7 @@ use crate::ids::ClaimId;
 use crate::snapshot::{ClaimView, DeviceView, NodeView, ProjectView};
 use crate::sources::Action;
 
+use super::flows::{FlowId, Flows, Plan, StepPlan};
 use super::keymap::Keymap;
 use super::lists::{ClaimColumn, GpuColumn, ListState, Pane, ProjectColumn};
 
@@ -30,8 +30,7 @@ pub use crate::console::lists::{ClaimKey, Cursor, DevKey, Picked, ProjKey};
 pub use by_view::SortRefused;
 pub use command_line::candidates;
 pub use find::GpuName;
-pub use form::{ClaimForm, FormField, FormKind, FormStage, LostClaim, MoveAcross, MoveRow};
-pub use handover::{HandoverRun, StepPlan};
+pub use form::{ClaimForm, FormField, FormKind, FormStage, MoveRow};
 pub use paging::{claims_info_height, events_split, why_pane_height};
 pub use rewind::{
     CHART_SPAN_MS, ChartKey, Charts, DEFAULT_SPEED, Rewind, SPEEDS, STEP_MS, Seeking, Shown,
@@ -96,11 +95,10 @@ pub struct Confirm {
     pub back: Option<Box<Mode>>,
     /// Where the console goes once the action is sent (none: browsing).
     pub then: Option<Box<Mode>>,
-    /// The move across sources this action starts (its first claim), sent tagged with
-    /// the move's id and followed through `State::moving`.
-    pub across: Option<Box<MoveAcross>>,
-    /// A hand-over: every step, `source`/`action` being the first (empty: the one action).
-    pub steps: Vec<StepPlan>,
+    /// The flow OK starts instead of sending `action` alone, not yet under way: a move
+    /// across sources (`action` is its first claim) or a hand-over (`source`/`action`
+    /// are its first step). Started, it is kept in `State::flows`.
+    pub starts: Option<Box<Plan>>,
 }
 
 impl Confirm {
@@ -122,17 +120,24 @@ impl Confirm {
             error: None,
             back: None,
             then: None,
-            across: None,
-            steps: Vec::new(),
+            starts: None,
         }
     }
 
     /// The OK button's word: the action's verb, or `hand over` for a hand-over.
     pub fn ok_label(&self) -> &'static str {
-        if self.steps.is_empty() {
+        if self.steps().is_empty() {
             self.action.verb()
         } else {
             "hand over"
+        }
+    }
+
+    /// A hand-over's steps, in order (empty: no hand-over).
+    pub fn steps(&self) -> &[StepPlan] {
+        match self.starts.as_deref() {
+            Some(Plan::Handover(run)) => &run.steps,
+            _ => &[],
         }
     }
 
@@ -163,9 +168,8 @@ pub struct MovePick {
     pub sent: bool,
     /// The source's refusal, in its words.
     pub error: Option<String>,
-    /// The id of the move to another source under way from this picker (its steps are
-    /// in `State::moving`).
-    pub across: Option<String>,
+    /// The move to another source under way from this picker (kept in `State::flows`).
+    pub flow: Option<FlowId>,
 }
 
 /// What has the keyboard.
@@ -185,7 +189,7 @@ pub enum Mode {
     Confirm(Box<Confirm>),
     /// Picking a move target.
     Move(Box<MovePick>),
-    /// The result pane of the hand-over in `State::handover`.
+    /// The result pane of the last hand-over (`Flows::handover`).
     Handover,
     /// The selected project's reasons in Fair share, whole, scrolled this many lines.
     Why(u16),
@@ -254,15 +258,9 @@ pub struct State {
     pub operator: Option<String>,
     /// The zone dates are shown in: the operator's own (tests set UTC).
     pub zone: jiff::tz::TimeZone,
-    /// Moves across sources under way, followed whatever the operator does meanwhile.
-    pub moving: Vec<MoveAcross>,
-    /// Claims whose answer was lost, their source asked again once the claim landed
-    /// (or nowhere): a claim found there is released (or kept as the answer).
-    pub lost: Vec<LostClaim>,
-    /// The last hand-over confirmed (under way or done), for its result pane.
-    pub handover: Option<HandoverRun>,
-    /// Hand-overs confirmed so far: the last one's id.
-    pub handovers_started: u64,
+    /// The work under way over several answers (moves across sources, lost answers,
+    /// hand-overs), by id, followed whatever the operator does meanwhile.
+    pub flows: Flows,
     /// The fleet as it was at a time, shown instead of the live state (which keeps
     /// updating underneath) until the operator returns to live.
     pub rewind: Option<Box<Rewind>>,
@@ -301,10 +299,7 @@ impl State {
             age_step: 0,
             operator: None,
             zone: jiff::tz::TimeZone::system(),
-            moving: Vec::new(),
-            lost: Vec::new(),
-            handover: None,
-            handovers_started: 0,
+            flows: Flows::default(),
             rewind: None,
             charts: None,
         }

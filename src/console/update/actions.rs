@@ -124,7 +124,7 @@ pub(super) fn open_move_for(state: &mut State, k: ClaimKey) -> bool {
         selected: 0,
         sent: false,
         error: None,
-        across: None,
+        flow: None,
     };
     state.mode = Mode::Move(Box::new(pick));
     true

@@ -1,11 +1,12 @@
 //! The one confirmation dialog: every mutating action (release, move, cordon, project
 //! reset, and any engine action) is asked through `ask` and sent only from `confirm_key`,
-//! once OK is focused and, where asked, the target's id typed. A hand-over's dialog holds
-//! all its steps; OK starts them (`handover`).
+//! once OK is focused and, where asked, the target's id typed. A move across sources or a
+//! hand-over is asked with its plan (`flows::Plan`); OK starts that flow.
 
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use super::{act, flash, refusal};
+use crate::console::flows::Plan;
 use crate::console::keymap::{Context, KeyAction};
 use crate::console::msg::{Asker, Effect};
 use crate::console::state::{Confirm, Mode, State};
@@ -67,7 +68,7 @@ pub(super) fn confirm_key(state: &mut State, mut c: Confirm, ev: KeyEvent) -> Ve
             } else {
                 format!("`{}` is not it: ", c.typed.trim())
             };
-            c.error = Some(if c.steps.is_empty() {
+            c.error = Some(if c.steps().is_empty() {
                 format!(
                     "{wrong}type `{want}` to {} {} (Esc cancels)",
                     c.action.verb(),
@@ -78,16 +79,21 @@ pub(super) fn confirm_key(state: &mut State, mut c: Confirm, ev: KeyEvent) -> Ve
             });
             state.mode = Mode::Confirm(Box::new(c));
         }
-        Some(KeyAction::Confirm) if !c.steps.is_empty() => {
-            return super::handover::start(state, c.steps);
-        }
         Some(KeyAction::Confirm) => {
-            let sent = match c.across.take() {
-                Some(chain) => super::move_across::start(state, *chain),
-                None => act(state, c.source, c.action, Asker::Operator),
+            let (flow, sent) = match c.starts.take().map(|p| *p) {
+                Some(Plan::Handover(run)) => return super::handover::start(state, run),
+                Some(Plan::Move(chain)) => super::move_across::start(state, chain),
+                None => (None, act(state, c.source, c.action, Asker::Operator)),
             };
             state.mode = match c.then {
-                Some(m) if !sent.is_empty() => *m,
+                Some(m) if !sent.is_empty() => {
+                    let mut then = *m;
+                    // The picker follows the move it started, by its id.
+                    if let Mode::Move(pick) = &mut then {
+                        pick.flow = flow;
+                    }
+                    then
+                }
                 _ => c.back.map_or(Mode::Normal, |m| *m),
             };
             return sent;

@@ -22,11 +22,10 @@ use crate::sources::{Action, Failure, Outcome};
 use crate::wire::ClaimDraft;
 
 use super::{act, flash, refusal};
+use crate::console::flows::{Flow, FlowId, HandoverRun, Plan, StepPlan};
 use crate::console::keymap::{Context, KeyAction};
 use crate::console::msg::{Asker, Effect};
-use crate::console::state::{
-    ClaimForm, Confirm, FormStage, HandoverRun, Mode, State, StepPlan, View,
-};
+use crate::console::state::{ClaimForm, Confirm, FormStage, Mode, State, View};
 use crate::request::ClaimRequest;
 
 /// The word between steps.
@@ -35,7 +34,7 @@ const THEN: &str = "then";
 /// `:handover STEP then STEP ...`; alone, it reopens the last hand-over's result pane.
 pub(super) fn command(state: &mut State, arg: &str) -> Vec<Effect> {
     if arg.trim().is_empty() {
-        if state.handover.is_some() {
+        if state.flows.handover().is_some() {
             state.mode = Mode::Handover;
         } else {
             flash(
@@ -108,9 +107,9 @@ pub(super) fn with_form_claim(
 /// one's later steps unsent.
 fn under_way(state: &mut State) -> bool {
     let Some((i, n)) = state
-        .handover
-        .as_ref()
-        .and_then(|r| r.current().map(|i| (i, r.steps.len())))
+        .flows
+        .handover()
+        .and_then(|(_, r)| r.current().map(|i| (i, r.steps.len())))
     else {
         return false;
     };
@@ -422,62 +421,73 @@ fn ask(state: &mut State, steps: Vec<StepPlan>, back: Option<Mode>) {
     let title = format!("Hand-over: {} steps", steps.len());
     let mut confirm = Confirm::new(first.source, first.action, title, body);
     confirm.type_to_confirm = (!typed.is_empty()).then(|| typed.join(" "));
-    confirm.steps = steps;
+    confirm.starts = Some(Box::new(Plan::Handover(HandoverRun::new(steps))));
     confirm.back = back.map(Box::new);
     super::confirm::ask(state, confirm);
 }
 
-/// OK in the confirmation: the run starts with its first step, its pane open.
-pub(super) fn start(state: &mut State, steps: Vec<StepPlan>) -> Vec<Effect> {
-    let n = steps.len();
+/// OK in the confirmation: the run starts with its first step, its pane open (a flow,
+/// which replaces the last hand-over's pane).
+pub(super) fn start(state: &mut State, run: HandoverRun) -> Vec<Effect> {
+    let n = run.steps.len();
     state.push_log(format!("hand-over confirmed: {n} steps"));
-    state.handovers_started += 1;
-    state.handover = Some(HandoverRun::new(state.handovers_started, steps));
+    let flow = state.flows.start(Flow::Handover(run));
     state.mode = Mode::Handover;
-    send_current(state)
+    send_current(state, flow)
 }
 
-/// Sends the step under way, or records its refusal when the console cannot send it.
-fn send_current(state: &mut State) -> Vec<Effect> {
-    let Some((run, i, step)) = state
-        .handover
-        .as_ref()
-        .and_then(|r| r.current().map(|i| (r.id, i, r.steps[i].clone())))
-    else {
+/// Sends the step under way of hand-over `flow`, or records its refusal when the console
+/// cannot send it.
+fn send_current(state: &mut State, flow: FlowId) -> Vec<Effect> {
+    let Some(Flow::Handover(run)) = state.flows.get(flow) else {
+        return Vec::new();
+    };
+    let Some((i, step)) = run.current().map(|i| (i, run.steps[i].clone())) else {
         return Vec::new();
     };
     if let Some(why) = refusal(state, step.source, &step.action) {
-        return answered(state, i, Err(Failure::ReadOnly(why)));
+        let Some(Flow::Handover(run)) = state.flows.take(flow) else {
+            return Vec::new();
+        };
+        return recorded(state, flow, run, i, Err(Failure::ReadOnly(why)));
     }
     act(
         state,
         step.source,
         step.action,
-        Asker::Handover { run, step: i },
+        Asker::Flow { flow, step: i },
     )
 }
 
-/// The answer to step `step` of hand-over `run`: recorded, logged, and the next step sent
-/// (or, after a failure, the rest marked not run). `None` when that run is no longer the
-/// one under way or that step not the one waiting (the answer is then only said).
-pub(super) fn step(
+/// The answer to step `step` of hand-over `flow` (taken out of `State::flows`): recorded,
+/// logged, and the next step sent (or, after a failure, the rest marked not run). An
+/// answer for a step not waiting is only logged.
+pub(super) fn answered(
     state: &mut State,
-    run: u64,
+    flow: FlowId,
+    run: HandoverRun,
     step: usize,
-    result: &Result<Outcome, Failure>,
-) -> Option<Vec<Effect>> {
-    let under_way = state.handover.as_ref()?;
-    if under_way.id != run || under_way.current() != Some(step) {
-        return None;
+    result: Result<Outcome, Failure>,
+) -> Vec<Effect> {
+    if run.current() != Some(step) {
+        state.flows.put(flow, Flow::Handover(run));
+        state.push_log(format!(
+            "hand-over ({flow}) step {}: an answer when it waits for none: nothing done",
+            step + 1
+        ));
+        return Vec::new();
     }
-    Some(answered(state, step, result.clone()))
+    recorded(state, flow, run, step, result)
 }
 
-fn answered(state: &mut State, i: usize, result: Result<Outcome, Failure>) -> Vec<Effect> {
+fn recorded(
+    state: &mut State,
+    flow: FlowId,
+    mut run: HandoverRun,
+    i: usize,
+    result: Result<Outcome, Failure>,
+) -> Vec<Effect> {
     let ok = result.is_ok();
-    let Some(run) = state.handover.as_mut() else {
-        return Vec::new();
-    };
     run.record(
         i,
         match result {
@@ -485,7 +495,8 @@ fn answered(state: &mut State, i: usize, result: Result<Outcome, Failure>) -> Ve
             Err(e) => StepResult::Failed(e),
         },
     );
-    let run = run.clone();
+    // Kept once done too, for its result pane.
+    state.flows.put(flow, Flow::Handover(run.clone()));
     let total = run.steps.len();
     let names: Vec<String> = state.sources.iter().map(|s| s.name.clone()).collect();
     let name = |s: usize| names.get(s).map_or("?", String::as_str).to_string();
@@ -503,7 +514,7 @@ fn answered(state: &mut State, i: usize, result: Result<Outcome, Failure>) -> Ve
         effects.extend(super::sources::changed(state, source));
     }
     match (run.current(), run.failed_at()) {
-        (Some(_), _) => effects.extend(send_current(state)),
+        (Some(_), _) => effects.extend(send_current(state, flow)),
         (None, Some(at)) => {
             let words = match &run.results[at] {
                 Some(StepResult::Failed(e)) => e.to_string(),

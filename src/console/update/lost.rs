@@ -11,7 +11,9 @@
 //! (or, when nothing else took it, kept as the answer); silent to the end, it is named
 //! with the label and when its lease ends. A move across sources asks its target the same
 //! way (a claim it answers with is the move's new claim; a phantom left by a silent target
-//! is released when it comes back).
+//! is released when it comes back). Sent again, a claim keeps who waits for it (the form,
+//! or the move's flow id); a silent source asked once more after landing is a flow of its
+//! own (`flows::Flow::Lost`).
 
 use std::time::Duration;
 
@@ -25,8 +27,9 @@ use crate::snapshot::{ClaimState, ClaimView};
 use crate::sources::{Action, Failure, Outcome};
 
 use super::{act, flash, move_across};
+use crate::console::flows::{Flow, FlowId, LostClaim, MoveAcross};
 use crate::console::msg::{Asker, Effect};
-use crate::console::state::{ClaimForm, LostClaim, Mode, MoveAcross, State};
+use crate::console::state::{ClaimForm, Mode, State};
 
 /// Whether a failure leaves it open whether the source placed the claim: no answer,
 /// unless surely nothing was sent.
@@ -50,14 +53,16 @@ pub(super) fn key(attempt: &AttemptId, source: usize) -> String {
     attempt.key(u32::try_from(source).unwrap_or(u32::MAX))
 }
 
-/// The same request sent again with the same key to the same source, for up to `within`.
-pub(super) fn resend(lost: &LostClaim, within: Duration) -> Effect {
+/// The same request sent again with the same key to the same source, for up to `within`,
+/// for `asker`.
+pub(super) fn resend(lost: &LostClaim, within: Duration, asker: Asker) -> Effect {
     Effect::Recheck {
         source: lost.source,
         attempt: lost.attempt.as_str().to_string(),
         request: lost.request.clone(),
         key: lost.key.clone(),
         move_id: lost.move_id.clone(),
+        asker,
         within,
     }
 }
@@ -94,7 +99,7 @@ pub(super) fn ask_again(
         error: e.to_string(),
         adopt: false,
     };
-    let effect = resend(&lost, RESOLVE_WITHIN);
+    let effect = resend(&lost, RESOLVE_WITHIN, Asker::Form);
     form.rechecking = Some(lost);
     state.mode = Mode::Form(Box::new(form));
     vec![effect]
@@ -131,69 +136,59 @@ fn found(result: Result<Outcome, Failure>) -> (AttemptRecheck, Option<ClaimView>
     }
 }
 
-/// A source answered (or not) when sent the claim again: for the form waiting on it, a
-/// move, or a claim that landed elsewhere (or nowhere) meanwhile.
+/// A source answered (or not) when sent the claim again: to who sent it, the form or a
+/// flow (a move, or a claim that landed elsewhere or nowhere meanwhile).
 pub(super) fn rechecked(
     state: &mut State,
     source: usize,
     attempt: &str,
+    asker: Asker,
     result: Result<Outcome, Failure>,
 ) -> Vec<Effect> {
     state.dirty = true;
-    decided(state, source, attempt, result)
+    match asker {
+        Asker::Flow { flow, .. } => super::flows::rechecked(state, flow, source, attempt, result),
+        Asker::Form => for_the_form(state, source, attempt, result),
+        // The operator sends no claim again.
+        Asker::Operator => Vec::new(),
+    }
 }
 
-/// What asking again decides, for the form, a move, or a claim landed meanwhile.
-fn decided(
+/// The form's claim sent again: its decision, when the form still waits on that source
+/// and attempt.
+fn for_the_form(
     state: &mut State,
     source: usize,
     attempt: &str,
     result: Result<Outcome, Failure>,
 ) -> Vec<Effect> {
-    if let Mode::Form(f) = &state.mode
-        && let Some(lost) = f
-            .rechecking
-            .as_ref()
-            .filter(|l| l.source == source && l.attempt.as_str() == attempt)
-    {
-        let (lost, mut form) = (lost.clone(), (**f).clone());
-        form.rechecking = None;
-        let (what, view) = found(result);
-        return for_form(
-            state,
-            form,
-            lost,
-            decide_attempt(AttemptAnswer::NoAnswer, Some(what)),
-            view,
-        );
-    }
-    if let Some(pos) = state.moving.iter().position(|c| {
-        c.rechecking
-            .as_ref()
-            .is_some_and(|l| l.source == source && l.attempt.as_str() == attempt)
-    }) {
-        let mut chain = state.moving.remove(pos);
-        let Some(lost) = chain.rechecking.take() else {
-            return Vec::new();
-        };
-        return for_move(state, chain, lost, result);
-    }
-    let Some(pos) = state
-        .lost
-        .iter()
-        .position(|l| l.source == source && l.attempt.as_str() == attempt)
+    let Mode::Form(f) = &state.mode else {
+        return Vec::new();
+    };
+    let Some(lost) = f
+        .rechecking
+        .as_ref()
+        .filter(|l| l.source == source && l.attempt.as_str() == attempt)
     else {
         return Vec::new();
     };
-    let lost = state.lost.remove(pos);
+    let (lost, mut form) = (lost.clone(), (**f).clone());
+    form.rechecking = None;
     let (what, view) = found(result);
-    after_landing(state, &lost, what, view)
+    for_form(
+        state,
+        form,
+        lost,
+        decide_attempt(AttemptAnswer::NoAnswer, Some(what)),
+        view,
+    )
 }
 
 /// A move's target asked again: found, the move goes on (the release here); none there,
 /// the next target; silent, the next target and the silent one asked once more at the end.
-fn for_move(
+pub(super) fn for_move(
     state: &mut State,
+    flow: FlowId,
     mut chain: MoveAcross,
     lost: LostClaim,
     result: Result<Outcome, Failure>,
@@ -207,7 +202,7 @@ fn for_move(
                 "move {}: {here} placed it; its answer was lost ({}): sent again with the same key, it answered {here}/{} (label {label})",
                 chain.move_id, lost.error, view.id
             ));
-            move_across::claim_answered(state, chain, Ok(Outcome::Claimed(Box::new(view))))
+            move_across::claim_answered(state, flow, chain, Ok(Outcome::Claimed(Box::new(view))))
         }
         (AttemptStep::TryNextSuspect, _) => {
             let why = format!(
@@ -215,14 +210,14 @@ fn for_move(
                 lost.error
             );
             chain.suspects.push(lost);
-            move_across::go_next(state, chain, &why)
+            move_across::go_next(state, flow, chain, &why)
         }
         _ => {
             let why = format!(
                 "{}; sent again with the same key, it refused the claim labelled {label}",
                 lost.error
             );
-            move_across::go_next(state, chain, &why)
+            move_across::go_next(state, flow, chain, &why)
         }
     }
 }
@@ -310,7 +305,8 @@ fn next_or_fail(state: &mut State, mut form: ClaimForm) -> Vec<Effect> {
     settle(state, suspects, true)
 }
 
-/// The claim landed (or, `nowhere`, did not): each silent source asked once more.
+/// The claim landed (or, `nowhere`, did not): each silent source asked once more, each
+/// a flow of its own.
 pub(super) fn settle(state: &mut State, suspects: Vec<LostClaim>, nowhere: bool) -> Vec<Effect> {
     let mut out = Vec::new();
     for mut s in suspects {
@@ -320,19 +316,21 @@ pub(super) fn settle(state: &mut State, suspects: Vec<LostClaim>, nowhere: bool)
             name(state, s.source),
             s.attempt.label()
         ));
-        out.push(resend(&s, RECHECK_WITHIN));
-        state.lost.push(s);
+        let flow = state.flows.new_id();
+        out.push(resend(&s, RECHECK_WITHIN, Asker::Flow { flow, step: 0 }));
+        state.flows.put(flow, Flow::Lost(s));
     }
     out
 }
 
-/// A silent source asked again once the claim landed elsewhere (or nowhere).
-fn after_landing(
+/// A silent source asked again once the claim landed elsewhere (or nowhere): its flow
+/// ends here.
+pub(super) fn after_landing(
     state: &mut State,
     lost: &LostClaim,
-    what: AttemptRecheck,
-    view: Option<ClaimView>,
+    result: Result<Outcome, Failure>,
 ) -> Vec<Effect> {
+    let (what, view) = found(result);
     let here = name(state, lost.source);
     let label = lost.attempt.label();
     match (what, view) {

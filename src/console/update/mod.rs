@@ -2,12 +2,14 @@
 //! arrives in `Msg::Tick`, data in `Msg::Fetched` (announced by `Msg::Changed`), results in `Msg::Planned`/`Msg::Acted`.
 //! Keys go through `keys` (one handler per mode), the `:` line through `command`, the
 //! claim form through `form`, release/move/cordon through `actions`; what the sources
-//! send back through `sources`.
+//! send back through `sources`, an answer to a flow (`console::flows`) through `flows`
+//! to that flow alone (`move_across`, `lost`, `handover` say what comes next).
 
 mod actions;
 mod command;
 mod confirm;
 mod engine;
+mod flows;
 mod form;
 mod handover;
 mod keys;
@@ -74,17 +76,12 @@ fn step(state: &mut State, msg: Msg) -> Vec<Effect> {
             asker,
             result,
         } => sources::acted(state, source, &action, asker, result),
-        Msg::MoveStepped {
-            source,
-            move_id,
-            action,
-            result,
-        } => move_across::stepped(state, source, &move_id, &action, result),
         Msg::Rechecked {
             source,
             attempt,
+            asker,
             result,
-        } => lost::rechecked(state, source, &attempt, result),
+        } => lost::rechecked(state, source, &attempt, asker, result),
         Msg::Log(line) => {
             state.push_log(line);
             if state.view == View::Events {

@@ -3,7 +3,8 @@
 //! reverse, so the holder never goes without GPUs). Both steps carry one move id, which
 //! both endpoints audit (`wire::move_actor`). A move to "any source" asks the best other
 //! source by placement, then the next when one refuses or does not answer. If the release
-//! fails, both claims are named with the error and the operator releases one.
+//! fails, both claims are named with the error and the operator releases one. A move is a
+//! flow (`flows::Flow::Move`): its sends name its id, and its answers come here by it.
 
 use crate::ids::ClaimId;
 use crate::placement::{DeviceShare, MoveTarget, RESOLVE_WITHIN, moved_request};
@@ -12,8 +13,9 @@ use crate::sources::{Action, Failure, Outcome};
 
 use super::ranking::{self, TRIES};
 use super::{flash, lost, refusal};
+use crate::console::flows::{Flow, FlowId, MOVE_CLAIM, MOVE_RELEASE, MoveAcross, Plan, TakeBack};
 use crate::console::msg::{Asker, Effect};
-use crate::console::state::{Confirm, Mode, MoveAcross, MovePick, MoveRow, State};
+use crate::console::state::{Confirm, Mode, MovePick, MoveRow, State};
 
 /// The GPUs claim `c` of source `own` may move to, on every acting source with data: not
 /// the devices it holds, not cordoned ones; those its largest per-device share fits on
@@ -173,8 +175,9 @@ fn chain(
         return Err(format!("claim {} is gone from its source", m.id));
     };
     if let Some(c) = state
-        .moving
-        .iter()
+        .flows
+        .moves()
+        .into_iter()
         .find(|c| c.source == m.source && c.id == m.id)
     {
         return Err(format!(
@@ -274,19 +277,25 @@ pub(super) fn ask(state: &mut State, m: &mut MovePick, to: Option<(usize, MoveTa
         body,
     );
     confirm.back = Some(Box::new(Mode::Move(Box::new(m.clone()))));
+    // Once the move starts, the picker follows it by its flow id (set by the confirmation).
     let mut under_way = m.clone();
     under_way.sent = true;
     under_way.error = None;
-    under_way.across = Some(chain.move_id.clone());
     confirm.then = Some(Box::new(Mode::Move(Box::new(under_way))));
-    confirm.across = Some(Box::new(chain));
+    confirm.starts = Some(Box::new(Plan::Move(chain)));
     super::confirm::ask(state, confirm);
     true
 }
 
-/// Sends one step of a move, tagged with its id; nothing when the console or the source
-/// cannot act (said on the status line).
-fn send(state: &mut State, source: usize, action: Action, move_id: &str) -> Vec<Effect> {
+/// Sends a step of a move (`step` of flow `flow`), tagged with the move's id; nothing when
+/// the console or the source cannot act (said on the status line).
+fn send(
+    state: &mut State,
+    (flow, step): (FlowId, usize),
+    source: usize,
+    action: Action,
+    move_id: &str,
+) -> Vec<Effect> {
     if let Some(text) = refusal(state, source, &action) {
         flash(state, text, true);
         return Vec::new();
@@ -297,6 +306,7 @@ fn send(state: &mut State, source: usize, action: Action, move_id: &str) -> Vec<
         action.verb(),
         action.target()
     ));
+    let asker = Asker::Flow { flow, step };
     // The new claim goes with a key: a lost answer is asked for again, not booked twice.
     if let Action::Claim { request } = &action
         && let Some(attempt) = crate::placement::AttemptId::of_labels(&request.labels)
@@ -306,26 +316,39 @@ fn send(state: &mut State, source: usize, action: Action, move_id: &str) -> Vec<
             request: request.clone(),
             key: lost::key(&attempt, source),
             move_id: Some(move_id.to_string()),
-            // Answered by `Msg::MoveStepped`, to the move by its id.
-            asker: Asker::Operator,
+            asker,
         }];
     }
     vec![Effect::ActInMove {
         source,
         action,
         move_id: move_id.to_string(),
+        asker,
     }]
 }
 
-/// Starts a confirmed move: its first claim, on the best target. Followed in
-/// `State::moving` from then on, whatever the operator does meanwhile.
-pub(super) fn start(state: &mut State, chain: MoveAcross) -> Vec<Effect> {
+/// Starts a confirmed move: its first claim, on the best target. Kept in `State::flows`
+/// from then on, whatever the operator does meanwhile; its id, unless nothing was sent.
+pub(super) fn start(state: &mut State, chain: MoveAcross) -> (Option<FlowId>, Vec<Effect>) {
+    let flow = state.flows.new_id();
+    let sent = claim_on_target(state, flow, chain);
+    ((!sent.is_empty()).then_some(flow), sent)
+}
+
+/// Sends the move's claim to its target; the move goes on (kept under `flow`) once sent.
+fn claim_on_target(state: &mut State, flow: FlowId, chain: MoveAcross) -> Vec<Effect> {
     let action = Action::Claim {
         request: chain.request.clone(),
     };
-    let sent = send(state, chain.target, action, &chain.move_id);
+    let sent = send(
+        state,
+        (flow, MOVE_CLAIM),
+        chain.target,
+        action,
+        &chain.move_id,
+    );
     if !sent.is_empty() {
-        state.moving.push(chain);
+        state.flows.put(flow, Flow::Move(chain));
     }
     sent
 }
@@ -340,59 +363,63 @@ fn refetch(state: &mut State, i: usize, out: &mut Vec<Effect>) {
     }
 }
 
-/// The picker showing move `move_id`, if it is open.
-fn picker<'a>(state: &'a mut State, move_id: &str) -> Option<&'a mut MovePick> {
+/// The picker showing move `flow`, if it is open.
+fn picker(state: &mut State, flow: FlowId) -> Option<&mut MovePick> {
     match &mut state.mode {
-        Mode::Move(m) if m.across.as_deref() == Some(move_id) => Some(m),
+        Mode::Move(m) if m.flow == Some(flow) => Some(m),
         _ => None,
     }
 }
 
-/// A step of a move across sources came back. After the claim on the target: the release
-/// on the claim's own source, or (refused, no answer) the next target, or nothing changed.
-/// After the release: done, or both claims named with the release's error so the
-/// operator releases one. Each step is said on the status line and in Events.
+/// Step `step` of the move `flow` came back (the move taken out of `State::flows`). After
+/// the claim on the target: the release on the claim's own source, or (refused, no
+/// answer) the next target, or nothing changed. After the release: done, or both claims
+/// named with the release's error so the operator releases one. Each step is said on the
+/// status line and in Events.
 pub(super) fn stepped(
     state: &mut State,
+    flow: FlowId,
+    chain: MoveAcross,
+    step: usize,
     source: usize,
-    move_id: &str,
     action: &Action,
     result: Result<Outcome, Failure>,
 ) -> Vec<Effect> {
     state.dirty = true;
-    let Some(pos) = state.moving.iter().position(|c| c.move_id == move_id) else {
-        // The move ended meanwhile (a queued claim taken back after the last refusal).
-        took_back(state, source, move_id, action, &result);
-        return vec![];
-    };
-    let chain = state.moving.remove(pos);
-    match (action, &chain.claimed) {
-        (Action::Claim { .. }, None) if source == chain.target => {
-            claim_answered(state, chain, result)
+    match (step, action, &chain.claimed) {
+        (MOVE_CLAIM, Action::Claim { .. }, None) if source == chain.target => {
+            claim_answered(state, flow, chain, result)
         }
-        (Action::Release { id }, Some(_)) if source == chain.source && *id == chain.id => {
-            release_answered(state, &chain, result)
+        (MOVE_RELEASE, Action::Release { id }, Some(_))
+            if source == chain.source && *id == chain.id =>
+        {
+            release_answered(state, flow, &chain, result)
         }
-        // The take-back of a claim a target queued instead of placing: said, and the
-        // move goes on.
+        // Not a step the move waits for: it goes on as it was.
         _ => {
-            state.moving.push(chain);
-            took_back(state, source, move_id, action, &result);
+            state.flows.put(flow, Flow::Move(chain));
+            state.push_log(format!(
+                "{}: {} {} answered, which {flow} does not wait for: nothing done",
+                name(state, source),
+                action.verb(),
+                action.target()
+            ));
             Vec::new()
         }
     }
 }
 
-/// Says how a step outside the move's own two went: the take-back of a claim a target
-/// queued (an error leaves that claim there, named, to release by hand).
-fn took_back(
+/// Says how the take-back of a claim a target queued went (an error leaves that claim
+/// there, named, to release by hand): the take-back's flow ends here.
+pub(super) fn took_back(
     state: &mut State,
+    back: &TakeBack,
     source: usize,
-    move_id: &str,
     action: &Action,
     result: &Result<Outcome, Failure>,
 ) {
     let here = name(state, source);
+    let move_id = &back.move_id;
     match result {
         Ok(o) => state.push_log(format!("{here} (move {move_id}): {}", o.message())),
         Err(e) => flash(
@@ -410,6 +437,7 @@ fn took_back(
 /// The target answered the move's claim.
 pub(super) fn claim_answered(
     state: &mut State,
+    flow: FlowId,
     mut chain: MoveAcross,
     result: Result<Outcome, Failure>,
 ) -> Vec<Effect> {
@@ -428,7 +456,13 @@ pub(super) fn claim_answered(
             ));
             chain.claimed = Some((view.id, place));
             let release = Action::Release { id: chain.id };
-            let sent = send(state, chain.source, release, &chain.move_id);
+            let sent = send(
+                state,
+                (flow, MOVE_RELEASE),
+                chain.source,
+                release,
+                &chain.move_id,
+            );
             refetch(state, chain.target, &mut out);
             if sent.is_empty() {
                 let text = state
@@ -436,28 +470,41 @@ pub(super) fn claim_answered(
                     .as_ref()
                     .map(|f| f.text.clone())
                     .unwrap_or_default();
-                return release_failed(state, &chain, &text, out);
+                return release_failed(state, flow, &chain, &text, out);
             }
-            state.moving.push(chain);
+            state.flows.put(flow, Flow::Move(chain));
             out.extend(sent);
             return out;
         }
         // A move's claim never waits; should a target queue it anyway, it is taken back
-        // (tagged with the move id too) and the next target asked.
+        // (tagged with the move id too, a flow of its own so that its answer is said even
+        // once the move is over) and the next target asked.
         Ok(Outcome::Claimed(view)) => {
-            out.extend(send(
+            let back = TakeBack {
+                move_id: chain.move_id.clone(),
+                source: chain.target,
+                id: view.id,
+            };
+            let taking = state.flows.new_id();
+            let sent = send(
                 state,
+                (taking, 0),
                 chain.target,
                 Action::Release { id: view.id },
                 &chain.move_id,
-            ));
+            );
+            if !sent.is_empty() {
+                state.flows.put(taking, Flow::TakeBack(back));
+            }
+            out.extend(sent);
             format!(
                 "queued it as {to}/{} instead of placing it (taken back)",
                 view.id
             )
         }
         Ok(other) => format!("answered `{}` instead of a claim", other.message()),
-        // No answer: the target may have placed it; ask it before anything else.
+        // No answer: the target may have placed it; ask it before anything else (for this
+        // move: the claim sent again keeps the move's id).
         Err(e) if lost::no_answer(&e) && chain.rechecking.is_none() => {
             if let Some(lost) =
                 lost::of_request(state, chain.target, &chain.request, &e, &chain.move_id)
@@ -471,9 +518,13 @@ pub(super) fn claim_answered(
                     ),
                     false,
                 );
-                out.push(lost::resend(&lost, RESOLVE_WITHIN));
+                let asker = Asker::Flow {
+                    flow,
+                    step: MOVE_CLAIM,
+                };
+                out.push(lost::resend(&lost, RESOLVE_WITHIN, asker));
                 chain.rechecking = Some(lost);
-                state.moving.push(chain);
+                state.flows.put(flow, Flow::Move(chain));
                 return out;
             }
             e.to_string()
@@ -486,12 +537,17 @@ pub(super) fn claim_answered(
             words
         }
     };
-    out.extend(go_next(state, chain, &why));
+    out.extend(go_next(state, flow, chain, &why));
     out
 }
 
 /// The target refused (or did not answer, `why`): the next target, or nothing changed.
-pub(super) fn go_next(state: &mut State, mut chain: MoveAcross, why: &str) -> Vec<Effect> {
+pub(super) fn go_next(
+    state: &mut State,
+    flow: FlowId,
+    mut chain: MoveAcross,
+    why: &str,
+) -> Vec<Effect> {
     let to = name(state, chain.target);
     let mut out = Vec::new();
     chain.refused.push(format!("{to}: {why}"));
@@ -503,9 +559,9 @@ pub(super) fn go_next(state: &mut State, mut chain: MoveAcross, why: &str) -> Ve
             chain.id,
             chain.refused.join(" · ")
         );
-        if let Some(m) = picker(state, &chain.move_id) {
+        if let Some(m) = picker(state, flow) {
             m.sent = false;
-            m.across = None;
+            m.flow = None;
             m.error = Some(text.clone());
         }
         flash(state, text, true);
@@ -522,13 +578,14 @@ pub(super) fn go_next(state: &mut State, mut chain: MoveAcross, why: &str) -> Ve
         ),
         false,
     );
-    out.extend(start(state, chain));
+    out.extend(claim_on_target(state, flow, chain));
     out
 }
 
-/// The claim's own source answered the move's release.
+/// The claim's own source answered the move's release: the move ends.
 fn release_answered(
     state: &mut State,
+    flow: FlowId,
     chain: &MoveAcross,
     result: Result<Outcome, Failure>,
 ) -> Vec<Effect> {
@@ -546,20 +603,21 @@ fn release_answered(
             if !chain.refused.is_empty() {
                 text = format!("{text} after {}", chain.refused.join(" · "));
             }
-            if picker(state, &chain.move_id).is_some() {
+            if picker(state, flow).is_some() {
                 state.mode = Mode::Normal;
             }
             flash(state, text, false);
             out
         }
-        Err(e) => release_failed(state, chain, &e.to_string(), out),
+        Err(e) => release_failed(state, flow, chain, &e.to_string(), out),
     }
 }
 
 /// The release of a moved claim failed: both claims hold GPUs; say which, with the
-/// source's words, so the operator releases one.
+/// source's words, so the operator releases one. The move ends.
 fn release_failed(
     state: &mut State,
+    flow: FlowId,
     chain: &MoveAcross,
     words: &str,
     out: Vec<Effect>,
@@ -574,7 +632,7 @@ fn release_failed(
          {from}/{} (old, {}) and {to}/{new} (new, {place}): release one (move {})",
         chain.id, chain.id, chain.from, chain.move_id
     );
-    if picker(state, &chain.move_id).is_some() {
+    if picker(state, flow).is_some() {
         state.mode = Mode::Normal;
     }
     flash(state, text, true);

@@ -224,7 +224,7 @@ pub(super) fn planned(
     state.dirty = true;
 }
 
-/// An action's result, to who sent it (`Asker`): a hand-over's step to the hand-over, the
+/// An action's result, to who sent it (`Asker`): a flow's step to that flow (`flows`), the
 /// claim form's claim to the form; otherwise close its dialog or show its refusal there,
 /// flash it, refetch.
 pub(super) fn acted(
@@ -236,7 +236,9 @@ pub(super) fn acted(
 ) -> Vec<Effect> {
     // The answer goes to who sent it; what none of them takes is said here.
     let taken = match asker {
-        Asker::Handover { run, step } => super::handover::step(state, run, step, &result),
+        Asker::Flow { flow, step } => {
+            return super::flows::acted(state, flow, step, source, action, result);
+        }
         Asker::Form => super::form::claimed(state, source, action, &result),
         Asker::Operator => None,
     };

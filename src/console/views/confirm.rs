@@ -18,7 +18,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
         return;
     };
     // A hand-over's steps are long lines: a wider dialog, each wrapped line counted.
-    let width: u16 = if c.steps.is_empty() { 64 } else { 80 };
+    let width: u16 = if c.steps().is_empty() { 64 } else { 80 };
     let inner_w = usize::from(area.width.min(width).saturating_sub(2)).max(1);
     let body_rows: usize = c
         .body
@@ -73,7 +73,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
 
 /// The hand-over's result pane: one line per step, then the outcome.
 pub(super) fn draw_handover(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
-    let Some(run) = &state.handover else {
+    let Some((_, run)) = state.flows.handover() else {
         return;
     };
     let total = run.steps.len();

@@ -74,10 +74,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     if m.targets.is_empty() {
         lines.push(Line::styled("no other GPU on this source", theme.dim));
     }
-    let chain = m
-        .across
-        .as_deref()
-        .and_then(|id| state.moving.iter().find(|c| c.move_id == id));
+    let chain = m.flow.and_then(|id| state.flows.move_across(id));
     let progress = chain.map(|c| {
         let target = state.sources.get(c.target).map_or("?", |s| s.name.as_str());
         let mut text = match &c.claimed {
@@ -96,7 +93,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     let mut foot_lines = vec![Line::styled(
         if let Some(p) = &progress {
             p.as_str()
-        } else if m.sent && m.across.is_some() {
+        } else if m.sent && m.flow.is_some() {
             "claiming on the target source first…"
         } else if m.sent {
             "moving…"

@@ -1,6 +1,7 @@
 //! A hand-over the operator confirmed: its steps (an action on a source each) and each
-//! step's result as it arrives. `update` sends the steps one at a time through the
-//! driver's executor and stops at the first failure; drawing reads the results.
+//! step's result as it arrives. `update::handover` sends the steps one at a time through
+//! the driver's executor (each named by its position, `Asker::Flow { step }`) and stops
+//! at the first failure; drawing reads the results.
 
 use crate::sources::Action;
 use crate::sources::handover::StepResult;
@@ -14,11 +15,9 @@ pub struct StepPlan {
     pub action: Action,
 }
 
-/// A hand-over under way or done.
+/// A hand-over under way or done (its id is its flow's).
 #[derive(Clone, Debug, PartialEq)]
 pub struct HandoverRun {
-    /// Its id, new for each hand-over confirmed: a step's answer names it.
-    pub id: u64,
     /// The steps, in the order they run.
     pub steps: Vec<StepPlan>,
     /// One per step: `None` until its answer came (the first `None` is under way).
@@ -26,10 +25,10 @@ pub struct HandoverRun {
 }
 
 impl HandoverRun {
-    /// The run `id` of `steps`, none answered yet.
-    pub fn new(id: u64, steps: Vec<StepPlan>) -> HandoverRun {
+    /// A run of `steps`, none answered yet.
+    pub fn new(steps: Vec<StepPlan>) -> HandoverRun {
         let results = vec![None; steps.len()];
-        HandoverRun { id, steps, results }
+        HandoverRun { steps, results }
     }
 
     /// The step waiting for its answer (none: the run is over).
