@@ -5,7 +5,7 @@ use std::cmp::{Ordering, Reverse};
 use crate::snapshot::{ClaimState, ClaimView};
 
 use super::Column;
-use super::shown::{Columns, Shown, Width};
+use super::shown::{Columns, ShownColumn, Width};
 
 /// What the Claims list sorts by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -104,7 +104,7 @@ pub enum ClaimField {
     Age,
 }
 
-impl Shown for ClaimField {
+impl ShownColumn for ClaimField {
     fn header(self) -> &'static str {
         match self {
             ClaimField::Source => "SRC",

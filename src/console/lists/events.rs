@@ -1,7 +1,7 @@
 //! The Events list's columns: audit events, newest first (their order is time; a filter
 //! picks them, `Pane`).
 
-use super::shown::{Columns, Shown, Width};
+use super::shown::{Columns, ShownColumn, Width};
 
 /// A column the Events view shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,7 +20,7 @@ pub enum EventField {
     Detail,
 }
 
-impl Shown for EventField {
+impl ShownColumn for EventField {
     fn header(self) -> &'static str {
         match self {
             EventField::Time => "TIME",

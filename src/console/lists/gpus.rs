@@ -6,7 +6,7 @@ use std::cmp::{Ordering, Reverse};
 use crate::snapshot::DeviceView;
 
 use super::Column;
-use super::shown::{Columns, Shown, Width};
+use super::shown::{Columns, ShownColumn, Width};
 
 /// What the GPUs list sorts by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -111,7 +111,7 @@ pub enum GpuField {
     Flags,
 }
 
-impl Shown for GpuField {
+impl ShownColumn for GpuField {
     fn header(self) -> &'static str {
         match self {
             GpuField::Source => "SRC",

@@ -1,6 +1,6 @@
 //! The console's lists (GPUs, claims, fair-share projects, events) as data: each declares the
 //! columns it sorts by as an enum (`Column`), the columns it shows with their headers
-//! and width policy (`Shown`, laid out per screen width into `Columns`), the words a
+//! and width policy (`ShownColumn`, laid out per screen width into `Columns`), the words a
 //! filter matches per row, and keeps one `ListState`: its filter, sort, cursor, the pick by identity and its
 //! filtered, sorted rows. Views without rows of their own to sort (Overview, GPU detail,
 //! Events, claim detail) keep a `Pane`: a filter and a cursor. The state holds one of
@@ -18,7 +18,7 @@ pub use claims::{ClaimColumn, ClaimField, claim_columns, claim_words};
 pub use events::{EventField, event_columns};
 pub use gpus::{GpuColumn, GpuField, GpuFilter, device_words, gpu_columns};
 pub use projects::{ProjectColumn, ProjectField, project_columns, project_words};
-pub use shown::{Columns, Shown, Width};
+pub use shown::{Columns, ShownColumn, Width};
 
 /// A column a list sorts by: a closed set, so a name that is none of them is an error
 /// naming those there are, never a silent "no sort".

@@ -6,7 +6,7 @@ use crate::clock::Timestamp;
 use crate::snapshot::ProjectView;
 
 use super::Column;
-use super::shown::{Columns, Shown, Width};
+use super::shown::{Columns, ShownColumn, Width};
 
 /// What the Fair share list sorts projects by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -96,7 +96,7 @@ impl ProjectField {
     }
 }
 
-impl Shown for ProjectField {
+impl ShownColumn for ProjectField {
     fn header(self) -> &'static str {
         match self {
             ProjectField::Source => "SRC",

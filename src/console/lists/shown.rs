@@ -1,4 +1,4 @@
-//! The columns a list shows, as data. Each list names its columns as an enum (`Shown`:
+//! The columns a list shows, as data. Each list names its columns as an enum (`ShownColumn`:
 //! the header) and lays them out for a screen width into `Columns`: which of them, in
 //! order, each with its width policy, and what the one filling column gets. The views
 //! draw one cell per column in that order, so a header cannot drift from its cells, and
@@ -14,7 +14,7 @@ pub enum Width {
 }
 
 /// A column a list can show.
-pub trait Shown: Copy + Eq + std::fmt::Debug {
+pub trait ShownColumn: Copy + Eq + std::fmt::Debug {
     /// Its header.
     fn header(self) -> &'static str;
 }
@@ -27,7 +27,7 @@ pub struct Columns<F> {
     pub fill: usize,
 }
 
-impl<F: Shown> Columns<F> {
+impl<F: ShownColumn> Columns<F> {
     /// No columns yet.
     pub fn new() -> Columns<F> {
         Columns {
@@ -59,7 +59,7 @@ impl<F: Shown> Columns<F> {
 
     /// Their headers, in order.
     pub fn headers(&self) -> Vec<&'static str> {
-        self.fields().map(Shown::header).collect()
+        self.fields().map(ShownColumn::header).collect()
     }
 
     /// How many columns are shown.
@@ -105,7 +105,7 @@ impl<F: Shown> Columns<F> {
     }
 }
 
-impl<F: Shown> Default for Columns<F> {
+impl<F: ShownColumn> Default for Columns<F> {
     fn default() -> Self {
         Columns::new()
     }

@@ -9,7 +9,7 @@ use ratatui::widgets::{Block, Cell, Paragraph, Row, Wrap};
 use crate::clock::{self, Timestamp};
 use crate::units::{Bytes, Units};
 
-use crate::console::lists::{Columns, Shown, Width};
+use crate::console::lists::{Columns, ShownColumn, Width};
 use crate::console::state::{SourceHealth, SourceSlot, State};
 use crate::console::theme::Theme;
 
@@ -39,7 +39,7 @@ pub(super) fn pct(u: Units) -> String {
 }
 
 /// A list's columns as the table's constraints, in order.
-pub(super) fn constraints<F: Shown>(cols: &Columns<F>) -> Vec<Constraint> {
+pub(super) fn constraints<F: ShownColumn>(cols: &Columns<F>) -> Vec<Constraint> {
     cols.iter()
         .map(|(_, w)| match w {
             Width::Fixed(n) => Constraint::Length(n),
