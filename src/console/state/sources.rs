@@ -3,7 +3,7 @@
 
 use crate::clock::Timestamp;
 use crate::snapshot::Snapshot;
-use crate::sources::SourceKind;
+use crate::sources::{SourceKind, kubernetes};
 
 use super::State;
 
@@ -50,9 +50,13 @@ pub struct SourceSlot {
 
 impl State {
     /// Stores a source's snapshot and joins remote telemetry (Prometheus dcgm series)
-    /// into the devices of the other sources, by UUID or by node name and index.
+    /// into the devices of the other sources, by UUID or by node name and index, and the
+    /// pods a Kubernetes source has into the processes whose cgroups name their UIDs.
     pub fn store_snapshot(&mut self, source: usize, snap: Snapshot) {
-        let joining = self.sources.iter().any(|s| s.kind.is_telemetry());
+        let joining = self
+            .sources
+            .iter()
+            .any(|s| s.kind.is_telemetry() || s.kind == SourceKind::Kubernetes);
         let Some(slot) = self.sources.get_mut(source) else {
             return;
         };
@@ -70,12 +74,20 @@ impl State {
             .filter(|s| s.kind.is_telemetry())
             .filter_map(|s| s.data.clone())
             .collect();
+        let pods: std::collections::HashMap<_, _> = self
+            .sources
+            .iter()
+            .filter(|s| s.kind == SourceKind::Kubernetes)
+            .filter_map(|s| s.data.as_ref())
+            .flat_map(kubernetes::owners::pod_names)
+            .collect();
         for slot in &mut self.sources {
             if let Some(raw) = &slot.raw {
                 let mut joined = raw.clone();
                 for t in &telemetry {
                     crate::sources::prometheus::join_telemetry(&mut joined, t);
                 }
+                kubernetes::owners::join_owners(&mut joined, &pods);
                 slot.data = Some(joined);
             }
         }

@@ -260,10 +260,15 @@ fn device_row(
     } else {
         theme.cordoned
     };
+    // Unclaimed use says whose, when a cgroup named the owner: `unclaimed:pod ml/x`.
+    let whose = d.unclaimed_owners().first().map(|o| format!("unclaimed:{}", o.short()));
     let shown: Vec<&str> = stale
         .then_some("stale")
         .into_iter()
-        .chain(flags.iter().copied())
+        .chain(flags.iter().map(|f| match (*f, &whose) {
+            ("unclaimed", Some(w)) => w.as_str(),
+            (f, _) => f,
+        }))
         .collect();
     let ftext = fit_flags(&shown, flags_w);
     cells.push(Cell::from(Span::styled(
