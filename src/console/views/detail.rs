@@ -165,7 +165,7 @@ fn process_rows(
                 (Some(_), Some(c), o) => Cell::from(with_owner(claim_here(c, d.index), o)),
                 (Some(id), None, o) => Cell::from(with_owner(format!("claim {id}"), o)),
                 (None, _, Some(o)) => Cell::from(Span::styled(
-                    format!("no claim: {o} (unclaimed use)"),
+                    format!("unclaimed use: {o}"),
                     theme.rogue,
                 )),
                 (None, _, None) => {
