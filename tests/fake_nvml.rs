@@ -13,12 +13,12 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 
+use gpuboard::snapshot::ProcessOwner;
 use gpuboard::telemetry::nvml::NvmlBackend;
 use gpuboard::telemetry::{
     BackendStatus, DeviceError, DeviceState, SamplerConfig, SamplerCore, TelemetryBackend,
     Unavailable,
 };
-use gpuboard::snapshot::ProcessOwner;
 use gpuboard::units::Bytes;
 
 /// The fake reads its fixture from the environment at `nvmlInit_v2`, and one library
@@ -193,7 +193,13 @@ pid = 3
     // Without an owner root, no owner is read at all (the lock above still held).
     drop(nvml);
     let mut plain = NvmlBackend::open(Some(common::fake_nvml_library()));
-    assert!(plain.processes(0).unwrap().iter().all(|p| p.owner.is_none()));
+    assert!(
+        plain
+            .processes(0)
+            .unwrap()
+            .iter()
+            .all(|p| p.owner.is_none())
+    );
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! `gpuboard record --kind kubernetes` against kmock's emulator (tests/peers/kmock_cluster.py):
+//! `gpuboard record --kind kubernetes` against kmock's emulator (`tests/peers/kmock_cluster.py`):
 //! it reads the cluster through its kubeconfig, records what it sees into its own history,
 //! and the history's `GET /v1/snapshot?at=` shows a pod pending before its binding and
 //! bound after it. Skipped only with `GPUBOARD_SKIP_PEERS=kmock`.
@@ -33,7 +33,9 @@ fn pending_big(s: &Snapshot) -> Option<(ClaimState, Option<String>)> {
 async fn at(client: &Client, at: Timestamp) -> Snapshot {
     match client.snapshot_at(at).await.unwrap() {
         SnapshotAt::Shown { snapshot, .. } => *snapshot,
-        other => panic!("no recorded state at {at:?}: {other:?}"),
+        other @ SnapshotAt::BeforeHistory { .. } => {
+            panic!("no recorded state at {at:?}: {other:?}")
+        }
     }
 }
 
@@ -102,8 +104,10 @@ async fn record_keeps_a_pods_binding_in_the_history() {
         .api(
             Method::PATCH,
             "/api/v1/namespaces/ml/pods/pending-big",
-            Some(json!({"spec": {"nodeName": "plain-d"}, "status": {"phase": "Running",
-                "conditions": [{"type": "PodScheduled", "status": "True"}]}})),
+            Some(
+                json!({"spec": {"nodeName": "plain-d"}, "status": {"phase": "Running",
+                "conditions": [{"type": "PodScheduled", "status": "True"}]}}),
+            ),
         )
         .await;
     let after = until(&client, "ml/pending-big bound", |s| {
@@ -142,7 +146,13 @@ fn record_refuses_a_url_for_kubernetes_and_a_kubeconfig_for_the_others() {
     let said = run(&["--kind", "ray", "--kubeconfig", "/nonexistent"]);
     assert!(said.contains("--kind kubernetes only"), "{said}");
     let said = run(&["--kind", "slurm"]);
-    assert!(said.contains("--url is required for --kind slurm"), "{said}");
+    assert!(
+        said.contains("--url is required for --kind slurm"),
+        "{said}"
+    );
     let said = run(&["--kind", "gpuboard", "--url", "http://127.0.0.1:1"]);
-    assert!(said.contains("ray, slurm, boinc, prometheus or kubernetes"), "{said}");
+    assert!(
+        said.contains("ray, slurm, boinc, prometheus or kubernetes"),
+        "{said}"
+    );
 }

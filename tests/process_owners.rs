@@ -84,13 +84,17 @@ fn serve(dir: &Path, driver: &Path) -> common::Server {
     common::Server::spawn(
         cmd,
         &dir.join("data"),
-        &["--open-reads", "--coordination-file", none.to_str().unwrap()],
+        &[
+            "--open-reads",
+            "--coordination-file",
+            none.to_str().unwrap(),
+        ],
     )
 }
 
 /// The served snapshot once its processes are listed with their owners.
 async fn listed(server: &common::Server) -> Snapshot {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_mins(1);
     loop {
         let snap: Option<Snapshot> = match common::http()
             .get(format!("{}/v1/snapshot", server.url))
@@ -101,11 +105,14 @@ async fn listed(server: &common::Server) -> Snapshot {
             Err(_) => None,
         };
         let owned = |s: &Snapshot| {
-            s.nodes.first().and_then(|n| n.devices.first()).is_some_and(|d| {
-                d.telemetry
-                    .as_ref()
-                    .is_some_and(|t| t.processes.iter().filter(|p| p.owner.is_some()).count() == 2)
-            })
+            s.nodes
+                .first()
+                .and_then(|n| n.devices.first())
+                .is_some_and(|d| {
+                    d.telemetry.as_ref().is_some_and(|t| {
+                        t.processes.iter().filter(|p| p.owner.is_some()).count() == 2
+                    })
+                })
         };
         match snap {
             Some(s) if owned(&s) => return s,
@@ -135,7 +142,12 @@ fn steady(mut s: Snapshot) -> Snapshot {
 
 fn one_source(snap: Snapshot) -> State {
     let mut st = State::new(
-        vec![SourceSlot::new("owners", "gpuboard".parse().unwrap(), true, None)],
+        vec![SourceSlot::new(
+            "owners",
+            "gpuboard".parse().unwrap(),
+            true,
+            None,
+        )],
         Keymap::builtin(),
         2_000,
         false,
@@ -190,7 +202,10 @@ async fn gpu_detail_names_a_pod_a_slurm_job_and_an_unknown_process() {
     );
 
     let mut st = one_source(steady(snap));
-    insta::assert_snapshot!("gpu_detail_owners_120x30", screen(&mut st, View::Detail, 120, 30));
+    insta::assert_snapshot!(
+        "gpu_detail_owners_120x30",
+        screen(&mut st, View::Detail, 120, 30)
+    );
     let overview = screen(&mut st, View::Overview, 120, 30);
     assert!(
         overview.contains("(pod 0a1b2c3d, job 4242)"),
@@ -255,9 +270,7 @@ fn a_claimed_process_shows_its_owner_in_gpu_and_claim_detail() {
         "{detail}"
     );
     st.open_claim_named("1").unwrap();
-    let text = buffer_text(
-        &render(&st, &load_strict("default", &[]).unwrap(), 160, 40).unwrap(),
-    );
+    let text = buffer_text(&render(&st, &load_strict("default", &[]).unwrap(), 160, 40).unwrap());
     assert!(text.contains("Slurm job 77 step batch"), "{text}");
     // Nothing else changed: the fixture without owners draws no owner.
     let plain = screen(&mut console_fixtures::lab_state(), View::Detail, 160, 40);

@@ -95,7 +95,10 @@ fn source(a: &RecordArgs) -> anyhow::Result<Arc<dyn Source>> {
             anyhow::bail!("--kubeconfig and --kube-context are for --kind kubernetes only");
         }
         let url = a.url.as_deref().with_context(|| {
-            format!("--url is required for --kind {} (the engine's address)", a.kind)
+            format!(
+                "--url is required for --kind {} (the engine's address)",
+                a.kind
+            )
         })?;
         EndpointConfig::named(&name, url, a.kind)
     };

@@ -65,7 +65,10 @@ impl DeviceView {
     pub fn unclaimed_owners(&self) -> Vec<&super::ProcessOwner> {
         let mut out: Vec<&super::ProcessOwner> = Vec::new();
         let processes = self.telemetry.iter().flat_map(|t| t.processes.iter());
-        for o in processes.filter(|p| p.claim.is_none()).filter_map(|p| p.owner.as_ref()) {
+        for o in processes
+            .filter(|p| p.claim.is_none())
+            .filter_map(|p| p.owner.as_ref())
+        {
             if !out.contains(&o) {
                 out.push(o);
             }

@@ -308,7 +308,10 @@ mod tests {
             std::fs::create_dir_all(root.path().join(pid.to_string())).unwrap();
             std::fs::write(root.path().join(format!("{pid}/cgroup")), text).unwrap();
         };
-        write(7, "0::/system.slice/slurmstepd.scope/job_77/step_0/user/task_0\n");
+        write(
+            7,
+            "0::/system.slice/slurmstepd.scope/job_77/step_0/user/task_0\n",
+        );
         let mut reader = OwnerReader::new(root.path());
         let job = Some(ProcessOwner::SlurmJob {
             job: 77,

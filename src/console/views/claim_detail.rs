@@ -216,7 +216,11 @@ fn processes(state: &State, c: &ClaimView, theme: &Theme) -> Vec<Line<'static>> 
         )),
         Some(ps) => {
             for (dev, p) in ps {
-                let owner = p.owner.as_ref().map(|o| format!("  {o}")).unwrap_or_default();
+                let owner = p
+                    .owner
+                    .as_ref()
+                    .map(|o| format!("  {o}"))
+                    .unwrap_or_default();
                 out.push(Line::styled(
                     format!(
                         "  pid {:<8} {:<16} {:>7}  on {node}:{dev}{owner}",

@@ -162,12 +162,11 @@ fn process_rows(
             )),
             // Whose the process is by its cgroup, after its claim (or in place of one).
             match (p.claim, claim, &p.owner) {
-                (Some(_), Some(c), o) => Cell::from(with_owner(claim_here(c, d.index), o)),
-                (Some(id), None, o) => Cell::from(with_owner(format!("claim {id}"), o)),
-                (None, _, Some(o)) => Cell::from(Span::styled(
-                    format!("unclaimed use: {o}"),
-                    theme.rogue,
-                )),
+                (Some(_), Some(c), o) => Cell::from(with_owner(claim_here(c, d.index), o.as_ref())),
+                (Some(id), None, o) => Cell::from(with_owner(format!("claim {id}"), o.as_ref())),
+                (None, _, Some(o)) => {
+                    Cell::from(Span::styled(format!("unclaimed use: {o}"), theme.rogue))
+                }
                 (None, _, None) => {
                     Cell::from(Span::styled("no claim (unclaimed use)", theme.rogue))
                 }
@@ -190,7 +189,7 @@ fn process_rows(
 }
 
 /// `text`, then whose the process is when its cgroup says.
-fn with_owner(text: String, owner: &Option<ProcessOwner>) -> String {
+fn with_owner(text: String, owner: Option<&ProcessOwner>) -> String {
     match owner {
         Some(o) => format!("{text} · {o}"),
         None => text,

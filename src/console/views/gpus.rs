@@ -261,7 +261,10 @@ fn device_row(
         theme.cordoned
     };
     // Unclaimed use says whose, when a cgroup named the owner: `unclaimed:pod ml/x`.
-    let whose = d.unclaimed_owners().first().map(|o| format!("unclaimed:{}", o.short()));
+    let whose = d
+        .unclaimed_owners()
+        .first()
+        .map(|o| format!("unclaimed:{}", o.short()));
     let shown: Vec<&str> = stale
         .then_some("stale")
         .into_iter()

@@ -428,14 +428,21 @@ mod tests {
         }
     }
 
+    /// App containers, init containers, `nvidia.com/gpu` asked, gpu-memory asked.
+    type Case = (Vec<ContainerFacts>, Vec<ContainerFacts>, u64, Option<Bytes>);
+
     #[test]
     fn init_containers_count_by_the_effective_request_rule() {
         const GPU: &str = "nvidia.com/gpu";
         const MEM: &str = "koordinator.sh/gpu-memory";
-        // (app containers, init containers, nvidia.com/gpu asked, gpu-memory asked)
-        let cases: Vec<(Vec<ContainerFacts>, Vec<ContainerFacts>, u64, Option<Bytes>)> = vec![
+        let cases: Vec<Case> = vec![
             // An init container asking more than the app: its ask wins.
-            (vec![c(&[(GPU, "1")], false)], vec![c(&[(GPU, "2")], false)], 2, None),
+            (
+                vec![c(&[(GPU, "1")], false)],
+                vec![c(&[(GPU, "2")], false)],
+                2,
+                None,
+            ),
             // App containers run together: summed, and more than the init container.
             (
                 vec![c(&[(GPU, "1")], false), c(&[(GPU, "1")], false)],
@@ -453,7 +460,12 @@ mod tests {
             // An init container without GPUs changes nothing.
             (vec![c(&[(GPU, "1")], false)], vec![c(&[], false)], 1, None),
             // A sidecar runs beside the app: added to it.
-            (vec![c(&[(GPU, "1")], false)], vec![c(&[(GPU, "1")], true)], 2, None),
+            (
+                vec![c(&[(GPU, "1")], false)],
+                vec![c(&[(GPU, "1")], true)],
+                2,
+                None,
+            ),
             // A plain init container after a sidecar runs beside it: 1 + 2 = 3 > 1 + 1.
             (
                 vec![c(&[(GPU, "1")], false)],

@@ -3,6 +3,7 @@
 //! host's telemetry knows only the UID, the cluster only the pods. Pure.
 
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 
 use crate::snapshot::{ProcessOwner, Snapshot};
 
@@ -29,7 +30,10 @@ pub fn pod_names(cluster: &Snapshot) -> HashMap<String, (String, String)> {
 
 /// Names the pods `snap`'s processes belong to, where `pods` has their UIDs. Returns how
 /// many were named.
-pub fn join_owners(snap: &mut Snapshot, pods: &HashMap<String, (String, String)>) -> usize {
+pub fn join_owners<S: BuildHasher>(
+    snap: &mut Snapshot,
+    pods: &HashMap<String, (String, String), S>,
+) -> usize {
     let mut named = 0;
     let processes = snap
         .nodes

@@ -698,7 +698,9 @@ fn publish_cgroups(state: &State) {
             continue;
         };
         let dir = root.join(p.pid.to_string());
-        if let Err(e) = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(dir.join("cgroup"), text)) {
+        if let Err(e) =
+            std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(dir.join("cgroup"), text))
+        {
             eprintln!("fake-nvml: cannot write {}/cgroup: {e}", dir.display());
         }
     }
