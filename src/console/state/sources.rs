@@ -53,21 +53,27 @@ impl State {
     /// into the devices of the other sources, by UUID or by node name and index, and the
     /// pods a Kubernetes source has into the processes whose cgroups name their UIDs.
     pub fn store_snapshot(&mut self, source: usize, snap: Snapshot) {
-        let joining = self
+        let telemetry_on = self.sources.iter().any(|s| s.kind.is_telemetry());
+        let pods_on = self
             .sources
             .iter()
-            .any(|s| s.kind.is_telemetry() || s.kind == SourceKind::Kubernetes);
+            .any(|s| s.kind == SourceKind::Kubernetes);
+        // What others' data is joined into: with telemetry, every scheduler's devices; with
+        // pods only, every source's processes but a cluster's own (it has no processes).
+        let joined = |k: SourceKind| {
+            !k.is_telemetry() && (telemetry_on || (pods_on && k != SourceKind::Kubernetes))
+        };
         let Some(slot) = self.sources.get_mut(source) else {
             return;
         };
-        if !joining {
+        if joined(slot.kind) {
+            slot.raw = Some(snap);
+        } else {
             slot.data = Some(snap);
+        }
+        if !telemetry_on && !pods_on {
             return;
         }
-        if !slot.kind.is_telemetry() {
-            slot.raw = Some(snap.clone());
-        }
-        slot.data = Some(snap);
         let telemetry: Vec<Snapshot> = self
             .sources
             .iter()

@@ -25,10 +25,15 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
         .map(|(l, _, _)| *l)
         .filter(|_| selected);
     let mut lines = total_lines(&state.totals, label, theme);
-    if let Some(last) = lines.last_mut()
+    let unclaimed = lines.iter_mut().find(|l| {
+        l.spans
+            .first()
+            .is_some_and(|s| s.content.contains("Unclaimed use"))
+    });
+    if let Some(line) = unclaimed
         && let Some(whose) = unclaimed_whose(state)
     {
-        last.push_span(Span::styled(format!(" ({whose})"), theme.rogue));
+        line.push_span(Span::styled(format!(" ({whose})"), theme.rogue));
     }
     frame.render_widget(Paragraph::new(lines), top);
     sources_table(frame, bottom, state, theme);
