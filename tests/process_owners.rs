@@ -4,7 +4,7 @@
 //! nothing here reads /proc for them). The snapshot carries each owner; GPU detail shows a
 //! pod's, a Slurm job's and an unknown process; with a Kubernetes source (kmock) beside it,
 //! the pod is named by namespace and name. Claim detail and a claimed process, on the
-//! console's fixture lab.
+//! console's fixture lab; a pod's claim detail lists the host's processes in that pod.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
@@ -21,7 +21,14 @@ use gpuboard::console::msg::Msg;
 use gpuboard::console::state::{SourceSlot, State, View};
 use gpuboard::console::theme::load_strict;
 use gpuboard::console::update::{show_view, update};
-use gpuboard::snapshot::{ProcessOwner, Snapshot};
+use gpuboard::snapshot::{
+    DeviceTelemetry, DeviceView, NodeView, ProcessOwner, ProcessView, Snapshot,
+};
+use gpuboard::sources::SourceKind;
+use gpuboard::sources::kubernetes::decode;
+use gpuboard::sources::kubernetes::objects::{node_facts, pod_facts};
+use gpuboard::units::Bytes;
+use serde_json::json;
 
 /// Pod `web/infer` of tests/corpus/kubernetes/cluster.
 const POD_UID: &str = "0a1b2c3d-0009-4000-8000-000000000009";
@@ -275,4 +282,70 @@ fn a_claimed_process_shows_its_owner_in_gpu_and_claim_detail() {
     // Nothing else changed: the fixture without owners draws no owner.
     let plain = screen(&mut console_fixtures::lab_state(), View::Detail, 160, 40);
     assert!(!plain.contains("Slurm job"), "{plain}");
+}
+
+#[test]
+fn a_pods_claim_detail_lists_the_processes_whose_cgroups_name_it() {
+    let owned = |pid: u32, owner: Option<ProcessOwner>| ProcessView {
+        pid,
+        name: Some("python3".into()),
+        used_memory: Some(Bytes::gib(2)),
+        claim: None,
+        owner,
+    };
+    let host = Snapshot {
+        nodes: vec![NodeView {
+            name: "gpu-host".into(),
+            devices: vec![DeviceView {
+                model: "NVIDIA L4".into(),
+                memory_capacity: Some(Bytes::gib(22)),
+                unclaimed_memory: Some(Bytes::gib(4)),
+                telemetry: Some(DeviceTelemetry {
+                    sampled_at: NOW,
+                    memory_used: Some(Bytes::gib(4)),
+                    processes: vec![
+                        owned(4101, Some(ProcessOwner::pod(POD_UID, None, None))),
+                        owned(4102, None),
+                    ],
+                    ..DeviceTelemetry::default()
+                }),
+                ..DeviceView::default()
+            }],
+            ..NodeView::default()
+        }],
+        ..Snapshot::default()
+    };
+    let node = node_facts(&json!({
+        "metadata": {"name": "gpu-host", "uid": "n-1"},
+        "status": {"capacity": {"nvidia.com/gpu": "1"}, "allocatable": {"nvidia.com/gpu": "1"}}
+    }));
+    let pod = pod_facts(&json!({
+        "metadata": {"name": "infer", "namespace": "web", "uid": POD_UID},
+        "spec": {"nodeName": "gpu-host", "containers": [{"name": "main",
+                 "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+        "status": {"phase": "Running"}
+    }));
+    let cluster = decode::snapshot([&node], [&pod], "k8s", "", NOW);
+    let id = cluster.claims[0].id;
+    let mut st = State::new(
+        vec![
+            SourceSlot::new("host", SourceKind::Gpuboard, true, None),
+            SourceSlot::new("k8s", SourceKind::Kubernetes, false, None),
+        ],
+        Keymap::builtin(),
+        2_000,
+        false,
+    );
+    st.zone = jiff::tz::TimeZone::UTC;
+    let _ = update(&mut st, Msg::Tick(NOW));
+    feed(&mut st, 0, host, NOW.0 - 1_000);
+    feed(&mut st, 1, cluster, NOW.0 - 1_000);
+
+    let gpus = screen(&mut st, View::Gpus, 200, 30);
+    assert!(gpus.contains("unclaimed:pod web/infer"), "{gpus}");
+    st.open_claim_named(&id.to_string()).unwrap();
+    let text = buffer_text(&render(&st, &load_strict("default", &[]).unwrap(), 160, 40).unwrap());
+    assert!(text.contains("pid 4101"), "{text}");
+    assert!(text.contains("pod web/infer"), "{text}");
+    assert!(!text.contains("pid 4102"), "not the pod's: {text}");
 }

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 
-use crate::snapshot::{ProcessOwner, Snapshot};
+use crate::snapshot::{ClaimView, ProcessOwner, ProcessView, Snapshot};
 
 /// The labels a pod's claim carries (`claims::request_of`).
 const UID: &str = "k8s.uid";
@@ -26,6 +26,34 @@ pub fn pod_names(cluster: &Snapshot) -> HashMap<String, (String, String)> {
         })
         .filter(|(uid, _)| !uid.is_empty())
         .collect()
+}
+
+/// The UID of the pod a claim stands for, when a Kubernetes source made it.
+pub fn pod_uid(claim: &ClaimView) -> Option<&str> {
+    claim
+        .request
+        .labels
+        .get(UID)
+        .map(String::as_str)
+        .filter(|u| !u.is_empty())
+}
+
+/// The processes whose cgroups name pod `uid`, in `snaps` (the hosts' sources), with the
+/// index of the device each runs on.
+pub fn processes_of_pod<'a>(
+    snaps: impl IntoIterator<Item = &'a Snapshot>,
+    uid: &str,
+) -> Vec<(u32, &'a ProcessView)> {
+    let mut out = Vec::new();
+    for (_, d) in snaps.into_iter().flat_map(Snapshot::devices) {
+        let processes = d.telemetry.iter().flat_map(|t| t.processes.iter());
+        out.extend(
+            processes
+                .filter(|p| p.owner.as_ref().and_then(ProcessOwner::pod_uid) == Some(uid))
+                .map(|p| (d.index, p)),
+        );
+    }
+    out
 }
 
 /// Names the pods `snap`'s processes belong to, where `pods` has their UIDs. Returns how
@@ -127,5 +155,10 @@ mod tests {
         assert_eq!(owners[1], Some(ProcessOwner::pod("u-2", None, None)));
         assert_eq!(owners[2], Some(job));
         assert_eq!(owners[3], None);
+        // The pod's claim finds its process on the host.
+        let uid = pod_uid(&cluster.claims[0]).unwrap();
+        let found = processes_of_pod([&snap], uid);
+        assert_eq!(found.iter().map(|(_, p)| p.pid).collect::<Vec<_>>(), [100]);
+        assert!(processes_of_pod([&snap], "u-9").is_empty());
     }
 }
