@@ -1,7 +1,8 @@
 //! `gpuboard record`: the time machine for engines without a gpuboard endpoint (Ray,
-//! Slurm, BOINC, Prometheus, Kubernetes: its events expire after an hour, this does not). Polls the source, records its snapshots into the same
-//! history a `serve` keeps, and serves it read-only so the console rewinds it as an
-//! endpoint. Runs until SIGTERM or SIGINT.
+//! Slurm, BOINC, Prometheus, Kubernetes: its events expire after an hour, this does not).
+//! Polls the source, records its snapshots into the same history a `serve` keeps, and
+//! serves it read-only so the console rewinds it as an endpoint. Runs until SIGTERM or
+//! SIGINT.
 
 use std::io::Write as _;
 use std::net::SocketAddr;

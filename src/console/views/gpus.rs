@@ -262,9 +262,13 @@ fn device_row(
     };
     // Unclaimed use says whose, when a cgroup named the owner: `unclaimed:pod ml/x`.
     let whose = d
-        .unclaimed_owners()
-        .first()
-        .map(|o| format!("unclaimed:{}", o.short()));
+        .has_unclaimed_use()
+        .then(|| {
+            d.unclaimed_owners()
+                .first()
+                .map(|o| format!("unclaimed:{}", o.short()))
+        })
+        .flatten();
     let shown: Vec<&str> = stale
         .then_some("stale")
         .into_iter()
