@@ -79,6 +79,7 @@ fn hour_of_samples(noise: &mut Noise, start: u64, held: Option<&Held>) -> Vec<De
                         name: Some("python".to_string()),
                         used_memory: Some(Bytes(used)),
                         claim: Some(h.id),
+                        owner: None,
                     }],
                     memory_total: Some(Bytes::gib(80)),
                     power_limit_mw: Some(400_000),

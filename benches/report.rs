@@ -150,6 +150,7 @@ fn sample(at: u64, noise: &mut Noise, h: Option<Held>) -> DeviceSample {
                     name: Some("python".into()),
                     used_memory: Some(Bytes(20 * GIB)),
                     claim: Some(ClaimId(h.id)),
+                    owner: None,
                 })
                 .into_iter()
                 .collect(),

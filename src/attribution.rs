@@ -267,6 +267,7 @@ mod tests {
             pid,
             used_memory: mib.map(Bytes::mib),
             name: None,
+            owner: None,
         }
     }
 

@@ -13,6 +13,7 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 
+use gpuboard::snapshot::ProcessOwner;
 use gpuboard::telemetry::nvml::NvmlBackend;
 use gpuboard::telemetry::{
     BackendStatus, DeviceError, DeviceState, SamplerConfig, SamplerCore, TelemetryBackend,
@@ -129,6 +130,76 @@ fn every_field_through_the_real_wrapper() {
     let pids: Vec<u32> = procs.iter().map(|p| p.pid).collect();
     assert_eq!(pids, vec![5001, 5002]);
     assert_eq!(procs[1].name.as_deref(), Some("Xorg"));
+}
+
+#[test]
+fn declared_cgroups_name_each_processs_owner_without_this_machines_proc() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("proc");
+    let fixture = write_fixture(
+        dir.path(),
+        &format!(
+            r#"proc_root = "{}"
+
+[[devices]]
+name = "NVIDIA L4"
+memory_total = 24152899584
+
+[[devices.processes]]
+pid = 1
+used_memory = 1073741824
+cgroup = "0::/kubepods/burstable/pod6b3e7a6f-1234-4a1b-9c2d-0e1f2a3b4c5d\n"
+
+[[devices.processes]]
+pid = 2
+cgroup = "0::/system.slice/slurmstepd.scope/job_77/step_batch/user/task_0\n"
+
+[[devices.processes]]
+pid = 3
+"#,
+            root.display()
+        ),
+    );
+    let (_guard, nvml) = open_with(&fixture);
+    let mut nvml = nvml.with_owners_under(root);
+    let owners: Vec<_> = nvml
+        .processes(0)
+        .unwrap()
+        .into_iter()
+        .map(|p| (p.pid, p.owner))
+        .collect();
+    assert_eq!(
+        owners,
+        vec![
+            (
+                1,
+                Some(ProcessOwner::pod(
+                    "6b3e7a6f-1234-4a1b-9c2d-0e1f2a3b4c5d",
+                    None,
+                    None
+                ))
+            ),
+            (
+                2,
+                Some(ProcessOwner::SlurmJob {
+                    job: 77,
+                    step: Some("batch".into())
+                })
+            ),
+            // Pid 3 declares nothing: no owner, even though pid 3 may run here.
+            (3, None),
+        ]
+    );
+    // Without an owner root, no owner is read at all (the lock above still held).
+    drop(nvml);
+    let mut plain = NvmlBackend::open(Some(common::fake_nvml_library()));
+    assert!(
+        plain
+            .processes(0)
+            .unwrap()
+            .iter()
+            .all(|p| p.owner.is_none())
+    );
 }
 
 #[test]

@@ -405,3 +405,25 @@ async fn measure_a_thousand_nodes_and_ten_thousand_pods() {
         times[times.len() / 2]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_paged_as_real_servers_page_it_arrives_whole() {
+    if common::skip_peer("kmock") {
+        return;
+    }
+    // 1 200 pods on 150 nodes of 8 GPUs: kube's watcher lists 500 at a time.
+    let cluster = kmock::Cluster::start(&["--synthetic", "150", "1200"]);
+    let src = source(&cluster, None);
+    let s = until(&src, "1 200 pods", |s| s.claims.len() == 1200).await;
+    assert!(
+        s.claims.iter().all(|c| c.state == ClaimState::Placed),
+        "every pod bound"
+    );
+    let names: std::collections::BTreeSet<_> =
+        s.claims.iter().filter_map(|c| c.holder.clone()).collect();
+    assert_eq!(names.len(), 1200, "no pod twice, none missing");
+    let stats = cluster.stats().await;
+    assert_eq!(stats["pages"]["pods"].as_u64(), Some(3), "{stats}");
+    assert_eq!(stats["pages"]["nodes"].as_u64(), Some(1), "{stats}");
+    assert_eq!(stats["lists"].as_u64(), Some(2), "one list each: {stats}");
+}

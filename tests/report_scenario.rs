@@ -221,6 +221,7 @@ fn sample(at: u64, util: u32, procs: &[(u64, u64)]) -> DeviceSample {
                     name: Some("python".into()),
                     used_memory: Some(Bytes(gib * GIB)),
                     claim: Some(ClaimId(claim)),
+                    owner: None,
                 })
                 .collect(),
             ..Rare::default()

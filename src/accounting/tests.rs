@@ -108,6 +108,7 @@ fn sample(at: u64, util: u32, procs: &[(u64, u64)]) -> DeviceSample {
                     name: None,
                     used_memory: Some(Bytes(gib * GIB)),
                     claim: Some(ClaimId(claim)),
+                    owner: None,
                 })
                 .collect(),
             ..Rare::default()

@@ -1,7 +1,8 @@
 //! `gpuboard record`: the time machine for engines without a gpuboard endpoint (Ray,
-//! Slurm, BOINC, Prometheus). Polls the source, records its snapshots into the same
-//! history a `serve` keeps, and serves it read-only so the console rewinds it as an
-//! endpoint. Runs until SIGTERM or SIGINT.
+//! Slurm, BOINC, Prometheus, Kubernetes: its events expire after an hour, this does not).
+//! Polls the source, records its snapshots into the same history a `serve` keeps, and
+//! serves it read-only so the console rewinds it as an endpoint. Runs until SIGTERM or
+//! SIGINT.
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -22,12 +23,19 @@ use crate::units::Bytes;
 /// `gpuboard record` flags.
 #[derive(Args, Debug)]
 pub struct RecordArgs {
-    /// The engine: `ray`, `slurm`, `boinc` or `prometheus`.
+    /// The engine: `ray`, `slurm`, `boinc`, `prometheus` or `kubernetes`.
     #[arg(long, value_parser = engine_kind)]
     pub kind: SourceKind,
-    /// Its address: the Ray dashboard, slurmrestd, Prometheus URL, or BOINC's HOST:PORT.
+    /// Its address: the Ray dashboard, slurmrestd, Prometheus URL, or BOINC's HOST:PORT
+    /// (not for kubernetes: see --kubeconfig).
     #[arg(long)]
-    pub url: String,
+    pub url: Option<String>,
+    /// For kubernetes: the kubeconfig file (default: what kube finds, or in-cluster).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// For kubernetes: the kubeconfig context (default: the file's current one).
+    #[arg(long, value_name = "NAME")]
+    pub kube_context: Option<String>,
     /// The name the console shows (default: the kind).
     #[arg(long)]
     pub name: Option<String>,
@@ -55,11 +63,15 @@ pub struct RecordArgs {
 fn engine_kind(s: &str) -> Result<SourceKind, String> {
     match SourceKind::parse(s) {
         Ok(
-            k @ (SourceKind::Ray | SourceKind::Slurm | SourceKind::Boinc | SourceKind::Prometheus),
+            k @ (SourceKind::Ray
+            | SourceKind::Slurm
+            | SourceKind::Boinc
+            | SourceKind::Prometheus
+            | SourceKind::Kubernetes),
         ) => Ok(k),
         Ok(k) => Err(format!(
             "a {k} endpoint records its own history (`serve --history-days`); record takes \
-             ray, slurm, boinc or prometheus"
+             ray, slurm, boinc, prometheus or kubernetes"
         )),
         Err(e) => Err(e.to_string()),
     }
@@ -68,7 +80,29 @@ fn engine_kind(s: &str) -> Result<SourceKind, String> {
 /// The source `a` names, built as every configured source is (`sources::connect`).
 fn source(a: &RecordArgs) -> anyhow::Result<Arc<dyn Source>> {
     let name = a.name.clone().unwrap_or_else(|| a.kind.to_string());
-    let mut entry = EndpointConfig::named(&name, &a.url, a.kind);
+    let mut entry = if a.kind == SourceKind::Kubernetes {
+        if let Some(url) = &a.url {
+            anyhow::bail!(
+                "--url {url}: a kubernetes source is reached through its kubeconfig; name it \
+                 with --kubeconfig FILE (and --kube-context NAME), or leave both out for \
+                 kube's own search"
+            );
+        }
+        let mut e = EndpointConfig::kubernetes(a.kubeconfig.clone(), a.kube_context.clone());
+        e.name.clone_from(&name);
+        e
+    } else {
+        if a.kubeconfig.is_some() || a.kube_context.is_some() {
+            anyhow::bail!("--kubeconfig and --kube-context are for --kind kubernetes only");
+        }
+        let url = a.url.as_deref().with_context(|| {
+            format!(
+                "--url is required for --kind {} (the engine's address)",
+                a.kind
+            )
+        })?;
+        EndpointConfig::named(&name, url, a.kind)
+    };
     entry.token_file.clone_from(&a.secret_file);
     let secret = entry.file_token()?;
     // A slow answer is waited for a while: a read that times out records nothing.
@@ -111,7 +145,7 @@ pub(super) async fn record(a: RecordArgs) -> anyhow::Result<()> {
             out,
             "gpuboard record: recording {} {} into {}; serving http://{addr}",
             a.kind,
-            a.url,
+            a.url.as_deref().unwrap_or_else(|| source.name()),
             a.data_dir
                 .join(crate::endpoint::history_store::HISTORY_FILE)
                 .display()

@@ -453,6 +453,7 @@ fn device_telemetry(
                 name: p.name.clone(),
                 used_memory: p.used_memory,
                 claim: claim_of(p.pid),
+                owner: p.owner.clone(),
             })
             .collect(),
         history_utilization: t
@@ -513,7 +514,8 @@ pub fn open_local(
     library: Option<&Path>,
     config: crate::telemetry::SamplerConfig,
 ) -> (crate::telemetry::SamplerCore, TelemetrySnapshot) {
-    let backend = crate::telemetry::nvml::NvmlBackend::open(library);
+    let backend = crate::telemetry::nvml::NvmlBackend::open(library)
+        .with_owners_under(crate::telemetry::cgroup_owner::host_proc());
     let mut core = crate::telemetry::SamplerCore::new(
         Box::new(backend),
         Some(Box::new(crate::telemetry::SysinfoHost::new())),
@@ -564,6 +566,7 @@ mod tests {
             pid,
             used_memory: Some(Bytes::mib(mib)),
             name: Some(format!("p{pid}")),
+            owner: None,
         }
     }
 

@@ -220,6 +220,7 @@ mod tests {
                         name: Some("python".into()),
                         used_memory: Some(Bytes(1 << 30)),
                         claim: None,
+                        owner: None,
                     })
                     .collect(),
                 ..Rare::default()

@@ -60,6 +60,22 @@ impl DeviceView {
         self.unclaimed_memory.is_some_and(|b| b.0 > 0)
     }
 
+    /// Whose the unclaimed use is: the owners (by cgroup) of its processes that belong to
+    /// no claim, each once, in process order. Empty when nobody's is known.
+    pub fn unclaimed_owners(&self) -> Vec<&super::ProcessOwner> {
+        let mut out: Vec<&super::ProcessOwner> = Vec::new();
+        let processes = self.telemetry.iter().flat_map(|t| t.processes.iter());
+        for o in processes
+            .filter(|p| p.claim.is_none())
+            .filter_map(|p| p.owner.as_ref())
+        {
+            if !out.contains(&o) {
+                out.push(o);
+            }
+        }
+        out
+    }
+
     /// What an operator should notice about it, in the FLAGS column's order (`Lost`
     /// twice when both its source and its telemetry lost it, as the column shows).
     pub fn flags(&self) -> Vec<DeviceFlag> {

@@ -9,6 +9,7 @@
 
 mod delta;
 mod flags;
+mod owner;
 
 use serde::{Deserialize, Serialize};
 
@@ -20,6 +21,7 @@ use crate::units::{Bytes, Slots, Units};
 
 pub use delta::{SnapshotChange, apply, diff};
 pub use flags::DeviceFlag;
+pub use owner::ProcessOwner;
 
 /// The schema version; bumped on any incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -216,6 +218,9 @@ pub struct ProcessView {
     pub used_memory: Option<Bytes>,
     /// The claim it was attributed to.
     pub claim: Option<ClaimId>,
+    /// Whose it is by its cgroup (a pod, a Slurm job, a container), when the host says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<ProcessOwner>,
 }
 
 /// Whether a claim holds its devices or waits for them.

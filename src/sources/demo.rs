@@ -390,6 +390,7 @@ impl DemoWorld {
                         name: Some("python3".to_string()),
                         used_memory: mem,
                         claim: Some(*id),
+                        owner: None,
                     });
                 }
                 let rogue = rogue.map(fit);
@@ -399,6 +400,7 @@ impl DemoWorld {
                         name: Some("stray-notebook".to_string()),
                         used_memory: Some(b),
                         claim: None,
+                        owner: None,
                     });
                 }
                 dev.unclaimed_memory = Some(rogue.unwrap_or_default());

@@ -11,73 +11,68 @@
 //! - Slurm: `/slurm/uid_1000/job_42/step_0/task_0` (v1), `.../slurmstepd.scope/job_42/step_0/...`
 //!   (v2).
 
-use std::fmt;
-use std::path::Path;
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
 
-/// Who a process belongs to.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CgroupOwner {
-    /// A container of a Kubernetes pod.
-    Pod {
-        /// The pod's UID (with dashes, as the API writes it).
-        uid: String,
-        /// The container's id, when the path names it (not for the pod's own cgroup).
-        container: Option<String>,
-        /// The runtime the path names (`containerd`, `cri-o`, `docker`), when it does.
-        runtime: Option<&'static str>,
-    },
-    /// A Slurm job (and step, when the path names one).
-    SlurmJob {
-        /// The job id.
-        job: u64,
-        /// The step (`0`, `batch`, `extern`), when named.
-        step: Option<String>,
-    },
-    /// A Docker container outside Kubernetes.
-    Docker {
-        /// The container's id.
-        container: String,
-    },
+use crate::snapshot::ProcessOwner;
+
+/// The environment variable naming where the host's `/proc` is, for a gpuboard that runs
+/// in a container with the host's `/proc` mounted elsewhere (`/host/proc`); `/proc` when
+/// unset. Tests point it at a directory of `PID/cgroup` files.
+pub const HOST_PROC_ENV: &str = "GPUBOARD_HOST_PROC";
+
+/// Where the host's `/proc` is: `$GPUBOARD_HOST_PROC`, else `/proc`.
+pub fn host_proc() -> PathBuf {
+    std::env::var_os(HOST_PROC_ENV)
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| PathBuf::from("/proc"), PathBuf::from)
 }
 
-impl fmt::Display for CgroupOwner {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CgroupOwner::Pod { uid, container, .. } => {
-                write!(f, "pod {uid}")?;
-                if let Some(c) = container {
-                    write!(f, " container {}", short(c))?;
-                }
-                Ok(())
-            }
-            CgroupOwner::SlurmJob { job, step } => {
-                write!(f, "Slurm job {job}")?;
-                if let Some(s) = step {
-                    write!(f, " step {s}")?;
-                }
-                Ok(())
-            }
-            CgroupOwner::Docker { container } => write!(f, "Docker container {}", short(container)),
+/// Reads owners under a proc root, each pid once while it stays listed: a cgroup does
+/// not change for a process's life, and the process lists come every few seconds.
+#[derive(Debug)]
+pub struct OwnerReader {
+    root: PathBuf,
+    cache: HashMap<u32, Option<ProcessOwner>>,
+}
+
+impl OwnerReader {
+    /// Reads `ROOT/PID/cgroup`.
+    pub fn new(root: impl Into<PathBuf>) -> OwnerReader {
+        OwnerReader {
+            root: root.into(),
+            cache: HashMap::new(),
         }
     }
-}
 
-/// A container id as `docker ps` and `crictl ps` show it: its first 12 characters.
-fn short(id: &str) -> &str {
-    id.get(..12).unwrap_or(id)
+    /// The owner of `pid`: cached, or read now (`None` when the process has gone or its
+    /// cgroup names nobody: neither is an error).
+    pub fn owner(&mut self, pid: u32) -> Option<ProcessOwner> {
+        if let Some(known) = self.cache.get(&pid) {
+            return known.clone();
+        }
+        let found = read_owner(&self.root, pid);
+        self.cache.insert(pid, found.clone());
+        found
+    }
+
+    /// Forgets the pids not listed now, so a pid the kernel hands out again is read anew.
+    pub fn keep_only(&mut self, listed: &BTreeSet<u32>) {
+        self.cache.retain(|pid, _| listed.contains(pid));
+    }
 }
 
 /// Reads the owner of `pid` under `proc_root` (normally `/proc`); `None` when the file
 /// cannot be read or names no owner.
-pub fn read_owner(proc_root: &Path, pid: u32) -> Option<CgroupOwner> {
+pub fn read_owner(proc_root: &Path, pid: u32) -> Option<ProcessOwner> {
     let text = std::fs::read_to_string(proc_root.join(pid.to_string()).join("cgroup")).ok()?;
     owner_of(&text)
 }
 
 /// The owner a `/proc/PID/cgroup` names: the most precise one over its lines (a pod with
 /// its container over a pod alone).
-pub fn owner_of(cgroup: &str) -> Option<CgroupOwner> {
-    let mut best: Option<CgroupOwner> = None;
+pub fn owner_of(cgroup: &str) -> Option<ProcessOwner> {
+    let mut best: Option<ProcessOwner> = None;
     for line in cgroup.lines() {
         let Some(path) = line.splitn(3, ':').nth(2) else {
             continue;
@@ -87,12 +82,12 @@ pub fn owner_of(cgroup: &str) -> Option<CgroupOwner> {
         };
         let precise = matches!(
             &found,
-            CgroupOwner::Pod {
+            ProcessOwner::Pod {
                 container: Some(_),
                 ..
             }
-        ) || matches!(&found, CgroupOwner::SlurmJob { step: Some(_), .. })
-            || matches!(&found, CgroupOwner::Docker { .. });
+        ) || matches!(&found, ProcessOwner::SlurmJob { step: Some(_), .. })
+            || matches!(&found, ProcessOwner::Docker { .. });
         if precise {
             return Some(found);
         }
@@ -102,7 +97,7 @@ pub fn owner_of(cgroup: &str) -> Option<CgroupOwner> {
 }
 
 /// The owner one cgroup path names.
-pub fn owner_of_path(path: &str) -> Option<CgroupOwner> {
+pub fn owner_of_path(path: &str) -> Option<ProcessOwner> {
     let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
     if let Some(at) = parts.iter().position(|p| pod_uid(p).is_some()) {
         let uid = pod_uid(parts[at])?;
@@ -110,11 +105,7 @@ pub fn owner_of_path(path: &str) -> Option<CgroupOwner> {
             .get(at + 1)
             .and_then(|c| container_id(c))
             .map_or((None, None), |(id, rt)| (Some(id), rt));
-        return Some(CgroupOwner::Pod {
-            uid,
-            container,
-            runtime,
-        });
+        return Some(ProcessOwner::pod(&uid, container, runtime));
     }
     if let Some(at) = parts.iter().position(|p| slurm_job(p).is_some()) {
         let job = slurm_job(parts[at])?;
@@ -122,7 +113,7 @@ pub fn owner_of_path(path: &str) -> Option<CgroupOwner> {
             .get(at + 1)
             .and_then(|s| s.strip_prefix("step_"))
             .map(str::to_string);
-        return Some(CgroupOwner::SlurmJob { job, step });
+        return Some(ProcessOwner::SlurmJob { job, step });
     }
     for (i, p) in parts.iter().enumerate() {
         if let Some(id) = p
@@ -130,7 +121,7 @@ pub fn owner_of_path(path: &str) -> Option<CgroupOwner> {
             .and_then(|r| r.strip_suffix(".scope"))
             && is_container_id(id)
         {
-            return Some(CgroupOwner::Docker {
+            return Some(ProcessOwner::Docker {
                 container: id.to_string(),
             });
         }
@@ -138,7 +129,7 @@ pub fn owner_of_path(path: &str) -> Option<CgroupOwner> {
             && let Some(id) = parts.get(i + 1)
             && is_container_id(id)
         {
-            return Some(CgroupOwner::Docker {
+            return Some(ProcessOwner::Docker {
                 container: (*id).to_string(),
             });
         }
@@ -208,18 +199,14 @@ mod tests {
     const UID: &str = "6b3e7a6f-1234-4a1b-9c2d-0e1f2a3b4c5d";
     const ID: &str = "4f2b1c9d8e7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c";
 
-    fn pod(container: Option<&str>, runtime: Option<&'static str>) -> CgroupOwner {
-        CgroupOwner::Pod {
-            uid: UID.to_string(),
-            container: container.map(str::to_string),
-            runtime,
-        }
+    fn pod(container: Option<&str>, runtime: Option<&'static str>) -> ProcessOwner {
+        ProcessOwner::pod(UID, container.map(str::to_string), runtime)
     }
 
     #[test]
     fn real_shaped_paths_name_their_owner() {
         let uid_ = UID.replace('-', "_");
-        let cases: Vec<(String, Option<CgroupOwner>)> = vec![
+        let cases: Vec<(String, Option<ProcessOwner>)> = vec![
             // cgroup v2, kubelet systemd driver, containerd.
             (
                 format!(
@@ -256,34 +243,34 @@ mod tests {
             // Docker outside Kubernetes, systemd and cgroupfs.
             (
                 format!("0::/system.slice/docker-{ID}.scope\n"),
-                Some(CgroupOwner::Docker {
+                Some(ProcessOwner::Docker {
                     container: ID.into(),
                 }),
             ),
             (
                 format!("4:cpu,cpuacct:/docker/{ID}\n"),
-                Some(CgroupOwner::Docker {
+                Some(ProcessOwner::Docker {
                     container: ID.into(),
                 }),
             ),
             // Slurm, v1 and v2.
             (
                 "7:devices:/slurm/uid_1000/job_4242/step_0/task_0\n".into(),
-                Some(CgroupOwner::SlurmJob {
+                Some(ProcessOwner::SlurmJob {
                     job: 4242,
                     step: Some("0".into()),
                 }),
             ),
             (
                 "0::/system.slice/slurmstepd.scope/job_77/step_batch/user/task_0\n".into(),
-                Some(CgroupOwner::SlurmJob {
+                Some(ProcessOwner::SlurmJob {
                     job: 77,
                     step: Some("batch".into()),
                 }),
             ),
             (
                 "0::/system.slice/slurmstepd.scope/job_77\n".into(),
-                Some(CgroupOwner::SlurmJob {
+                Some(ProcessOwner::SlurmJob {
                     job: 77,
                     step: None,
                 }),
@@ -303,30 +290,41 @@ mod tests {
     }
 
     #[test]
-    fn owners_read_as_operators_write_them() {
-        assert_eq!(
-            pod(Some(ID), Some("containerd")).to_string(),
-            format!("pod {UID} container 4f2b1c9d8e7a")
-        );
-        assert_eq!(
-            CgroupOwner::SlurmJob {
-                job: 42,
-                step: None
-            }
-            .to_string(),
-            "Slurm job 42"
-        );
-    }
-
-    #[test]
     fn the_file_is_read_under_a_proc_root() {
         let root = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(root.path().join("9")).unwrap();
         std::fs::write(root.path().join("9/cgroup"), format!("0::/docker/{ID}\n")).unwrap();
         assert!(matches!(
             read_owner(root.path(), 9),
-            Some(CgroupOwner::Docker { .. })
+            Some(ProcessOwner::Docker { .. })
         ));
         assert_eq!(read_owner(root.path(), 10), None);
+    }
+
+    #[test]
+    fn a_reader_reads_each_listed_pid_once_and_a_gone_one_is_no_error() {
+        let root = tempfile::tempdir().unwrap();
+        let write = |pid: u32, text: &str| {
+            std::fs::create_dir_all(root.path().join(pid.to_string())).unwrap();
+            std::fs::write(root.path().join(format!("{pid}/cgroup")), text).unwrap();
+        };
+        write(
+            7,
+            "0::/system.slice/slurmstepd.scope/job_77/step_0/user/task_0\n",
+        );
+        let mut reader = OwnerReader::new(root.path());
+        let job = Some(ProcessOwner::SlurmJob {
+            job: 77,
+            step: Some("0".into()),
+        });
+        assert_eq!(reader.owner(7), job);
+        // Cached while listed: the file is not read again.
+        write(7, "0::/user.slice\n");
+        assert_eq!(reader.owner(7), job);
+        // No such process: no owner, no error.
+        assert_eq!(reader.owner(8), None);
+        // Once unlisted, a pid is read anew (the kernel may hand it to another process).
+        reader.keep_only(&BTreeSet::from([8]));
+        assert_eq!(reader.owner(7), None);
     }
 }

@@ -140,6 +140,9 @@ pub struct ProcessSample {
     pub used_memory: Option<Bytes>,
     /// Short process name, when it could be read.
     pub name: Option<String>,
+    /// Whose it is by its cgroup (a pod, a Slurm job, a container), when that was read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<crate::snapshot::ProcessOwner>,
 }
 
 /// Whether a device still answers.

@@ -1,6 +1,7 @@
 //! The real backend: NVML through nvml-wrapper, loaded at run time. Without the library
 //! or the driver it still starts, sees zero GPUs and says why.
 
+use std::collections::{BTreeSet, HashMap};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
@@ -10,6 +11,7 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 use nvml_wrapper::{Device, Nvml};
 
+use super::cgroup_owner::OwnerReader;
 use super::{
     BackendStatus, Clocks, DeviceError, DeviceInfo, DeviceMetrics, Ecc, MemoryInfo, MigDevice,
     MigState, ProcessSample, TelemetryBackend, Unavailable, throttle_reason_names,
@@ -25,6 +27,10 @@ const PROCESS_NAME_LEN: usize = 64;
 pub struct NvmlBackend {
     nvml: Option<Nvml>,
     status: BackendStatus,
+    /// Where processes' cgroups are read (`None`: owners are not read).
+    owner_root: Option<PathBuf>,
+    /// Owners read, per device: each device's listing forgets the pids it no longer has.
+    owners: HashMap<u32, OwnerReader>,
 }
 
 impl NvmlBackend {
@@ -56,6 +62,8 @@ impl NvmlBackend {
                 NvmlBackend {
                     nvml: Some(nvml),
                     status,
+                    owner_root: None,
+                    owners: HashMap::new(),
                 }
             }
             Err(error) => NvmlBackend {
@@ -64,8 +72,18 @@ impl NvmlBackend {
                     backend: "nvml".to_string(),
                     reason: classify_init_error(error, library.map(Path::as_os_str)),
                 },
+                owner_root: None,
+                owners: HashMap::new(),
             },
         }
+    }
+
+    /// Names each listed process's owner from `ROOT/PID/cgroup` (`/proc` on a host; a
+    /// fixture directory in tests, whose pids are this machine's real ones).
+    #[must_use]
+    pub fn with_owners_under(mut self, root: PathBuf) -> NvmlBackend {
+        self.owner_root = Some(root);
+        self
     }
 
     fn device(&self, index: u32) -> Result<Device<'_>, DeviceError> {
@@ -210,6 +228,7 @@ fn merge_processes(into: &mut Vec<ProcessSample>, list: Vec<ProcessInfo>) {
                 pid: p.pid,
                 used_memory: used,
                 name: None,
+                owner: None,
             });
         }
     }
@@ -282,6 +301,16 @@ impl TelemetryBackend for NvmlBackend {
         if let Some(nvml) = &self.nvml {
             for p in &mut processes {
                 p.name = nvml.sys_process_name(p.pid, PROCESS_NAME_LEN).ok();
+            }
+        }
+        if let Some(root) = &self.owner_root {
+            let reader = self
+                .owners
+                .entry(index)
+                .or_insert_with(|| OwnerReader::new(root.clone()));
+            reader.keep_only(&processes.iter().map(|p| p.pid).collect::<BTreeSet<_>>());
+            for p in &mut processes {
+                p.owner = reader.owner(p.pid);
             }
         }
         processes.sort_by_key(|p| p.pid);

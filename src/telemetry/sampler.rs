@@ -309,6 +309,7 @@ mod tests {
                 pid: 100,
                 used_memory: Some(Bytes::gib(1)),
                 name: Some("python".into()),
+                owner: None,
             }],
             lost: false,
         }

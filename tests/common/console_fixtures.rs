@@ -107,6 +107,7 @@ pub fn lab_snapshot() -> Snapshot {
                     name: Some(format!("train-{id}")),
                     used_memory: Some(m),
                     claim: Some(*id),
+                    owner: None,
                 });
             }
             let rogue = node.name == "lab-b" && d.index == 0;
@@ -117,6 +118,7 @@ pub fn lab_snapshot() -> Snapshot {
                     name: Some("stray-notebook".into()),
                     used_memory: Some(Bytes::gib(2)),
                     claim: None,
+                    owner: None,
                 });
             }
             d.unclaimed_memory = Some(if rogue { Bytes::gib(2) } else { Bytes(0) });

@@ -210,9 +210,11 @@ impl Server {
     /// test's fake host is its own).
     pub fn start_nvml(dir: &Path, driver_dir: &Path, fixture: &Path, extra: &[&str]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpuboard"));
+        // The fixture's pids are this machine's: their owners are not read from its /proc.
         cmd.env("LD_LIBRARY_PATH", driver_dir)
             .env("GPUBOARD_FAKE_NVML_FIXTURE", fixture)
             .env("GPUBOARD_HOST_LOCK", dir.join("host.lock"))
+            .env("GPUBOARD_HOST_PROC", dir.join("no-proc"))
             .arg("serve");
         Server::spawn(cmd, dir, extra)
     }

@@ -15,6 +15,10 @@ that replays every object as ADDED. What this harness adds, as a real API server
   when told to (`drop-watches`: clients resume from where they were), and answers an
   `ERROR` event with a `410 Gone` Status (reason `Expired`) when N is older than the log;
 - `BOOKMARK` events every --bookmark-s seconds when the client allows them;
+- paged lists: a list with `limit` answers that many items (by namespace and name) and a
+  `continue` token while more remain; the next pages, asked with the token, come from the
+  same point in time (the first page's resourceVersion, as etcd's snapshot read gives a
+  real server), and an unknown token answers `410 Gone` (reason `Expired`);
 - the Eviction API (`POST .../pods/NAME/eviction`): the pod is deleted, or refused with
   429 and the API server's disruption-budget message for pods named by `budget`;
 - control routes under /gpuboard-harness/: `POST drop-watches`, `POST expire` (JSON body
@@ -26,6 +30,7 @@ that replays every object as ADDED. What this harness adds, as a real API server
 
 import argparse
 import asyncio
+import itertools
 import json
 import sys
 
@@ -86,7 +91,9 @@ class Cluster(kmock.KubernetesEmulator):
         self.floor = 0
         self.epoch = 0
         self.bookmark_s = 1.0
-        self.stats = {"lists": 0, "watches": 0, "gone": 0, "bookmarks": 0}
+        self.stats = {"lists": 0, "watches": 0, "gone": 0, "bookmarks": 0, "pages": {}}
+        self.paged = {}
+        self.tokens = itertools.count(1)
         self.cond = None
         self._buses = Taps(self)
         self["post /gpuboard-harness/drop-watches"] << self.drop_watches
@@ -147,6 +154,11 @@ class Cluster(kmock.KubernetesEmulator):
         }, status=code)
 
     async def _handle(self, request):
+        token = request.params.get("continue")
+        if request.resource is not None and token and token not in self.paged:
+            return self.status(410, "Expired",
+                "The provided continue parameter is too old to display a consistent list "
+                "result. You can start a new list without the continue parameter.")
         changing = str(request.method).upper().rsplit(".", 1)[-1] in ("POST", "PATCH", "PUT", "DELETE")
         if request.resource is not None and changing and self.forbidden:
             plural = request.resource.plural
@@ -173,19 +185,37 @@ class Cluster(kmock.KubernetesEmulator):
         return dict(self.stats, rv=self.rv, floor=self.floor)
 
     async def _serve_list(self, request):
-        self.stats["lists"] += 1
         plural = request.resource.plural
-        items = []
-        for (res, ns, name), obj in list(self.objects.items()):
-            if res.plural != plural or obj.deleted:
-                continue
-            if request.namespace and ns != request.namespace:
-                continue
-            items.append(stamp(obj.raw, self.rv_of.get((plural, ns, name), self.rv)))
+        limit = int(request.params.get("limit") or 0)
+        token = request.params.get("continue") or ""
+        if token in self.paged:
+            rv, items = self.paged.pop(token)
+        else:
+            self.stats["lists"] += 1
+            rv = self.rv
+            items = []
+            for (res, ns, name), obj in sorted(self.objects.items(),
+                                               key=lambda kv: (kv[0][1] or "", kv[0][2])):
+                if res.plural != plural or obj.deleted:
+                    continue
+                if request.namespace and ns != request.namespace:
+                    continue
+                items.append(stamp(obj.raw, self.rv_of.get((plural, ns, name), self.rv)))
+        meta = {"resourceVersion": str(rv)}
+        if limit > 0:
+            pages = self.stats["pages"]
+            pages[plural] = pages.get(plural, 0) + 1
+            if len(items) > limit:
+                rest = items[limit:]
+                items = items[:limit]
+                nxt = f"{plural}-{next(self.tokens)}"
+                self.paged[nxt] = (rv, rest)
+                meta["continue"] = nxt
+                meta["remainingItemCount"] = len(rest)
         return {
             "apiVersion": "v1",
             "kind": KINDS.get(plural, "") + "List",
-            "metadata": {"resourceVersion": str(self.rv)},
+            "metadata": meta,
             "items": items,
         }
 

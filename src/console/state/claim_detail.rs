@@ -124,8 +124,16 @@ impl State {
 
     /// The processes telemetry attributes to the detail's claim, with the device index
     /// each runs on; `None` when none of its devices has telemetry (unknown, not none).
+    /// A Kubernetes pod's are those whose cgroups name its UID, in any source.
     pub fn detail_claim_processes(&self) -> Option<Vec<(u32, &ProcessView)>> {
         let (slot, c) = self.detail_claim()?;
+        if let Some(uid) = crate::sources::kubernetes::owners::pod_uid(c) {
+            let snaps = self.sources.iter().filter_map(|s| s.data.as_ref());
+            let found = crate::sources::kubernetes::owners::processes_of_pod(snaps, uid);
+            if !found.is_empty() {
+                return Some(found);
+            }
+        }
         let node = c.node.as_deref()?;
         let n = slot.data.as_ref()?.nodes.iter().find(|n| n.name == node)?;
         let mut seen = false;

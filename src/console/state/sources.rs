@@ -3,7 +3,7 @@
 
 use crate::clock::Timestamp;
 use crate::snapshot::Snapshot;
-use crate::sources::SourceKind;
+use crate::sources::{SourceKind, kubernetes};
 
 use super::State;
 
@@ -50,25 +50,42 @@ pub struct SourceSlot {
 
 impl State {
     /// Stores a source's snapshot and joins remote telemetry (Prometheus dcgm series)
-    /// into the devices of the other sources, by UUID or by node name and index.
+    /// into the devices of the other sources, by UUID or by node name and index, and the
+    /// pods a Kubernetes source has into the processes whose cgroups name their UIDs.
     pub fn store_snapshot(&mut self, source: usize, snap: Snapshot) {
-        let joining = self.sources.iter().any(|s| s.kind.is_telemetry());
+        let telemetry_on = self.sources.iter().any(|s| s.kind.is_telemetry());
+        let pods_on = self
+            .sources
+            .iter()
+            .any(|s| s.kind == SourceKind::Kubernetes);
+        // What others' data is joined into: with telemetry, every scheduler's devices; with
+        // pods only, every source's processes but a cluster's own (it has no processes).
+        let joined = |k: SourceKind| {
+            !k.is_telemetry() && (telemetry_on || (pods_on && k != SourceKind::Kubernetes))
+        };
         let Some(slot) = self.sources.get_mut(source) else {
             return;
         };
-        if !joining {
+        if joined(slot.kind) {
+            slot.raw = Some(snap);
+        } else {
             slot.data = Some(snap);
+        }
+        if !telemetry_on && !pods_on {
             return;
         }
-        if !slot.kind.is_telemetry() {
-            slot.raw = Some(snap.clone());
-        }
-        slot.data = Some(snap);
         let telemetry: Vec<Snapshot> = self
             .sources
             .iter()
             .filter(|s| s.kind.is_telemetry())
             .filter_map(|s| s.data.clone())
+            .collect();
+        let pods: std::collections::HashMap<_, _> = self
+            .sources
+            .iter()
+            .filter(|s| s.kind == SourceKind::Kubernetes)
+            .filter_map(|s| s.data.as_ref())
+            .flat_map(kubernetes::owners::pod_names)
             .collect();
         for slot in &mut self.sources {
             if let Some(raw) = &slot.raw {
@@ -76,6 +93,7 @@ impl State {
                 for t in &telemetry {
                     crate::sources::prometheus::join_telemetry(&mut joined, t);
                 }
+                kubernetes::owners::join_owners(&mut joined, &pods);
                 slot.data = Some(joined);
             }
         }

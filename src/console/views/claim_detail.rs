@@ -216,9 +216,14 @@ fn processes(state: &State, c: &ClaimView, theme: &Theme) -> Vec<Line<'static>> 
         )),
         Some(ps) => {
             for (dev, p) in ps {
+                let owner = p
+                    .owner
+                    .as_ref()
+                    .map(|o| format!("  {o}"))
+                    .unwrap_or_default();
                 out.push(Line::styled(
                     format!(
-                        "  pid {:<8} {:<16} {:>7}  on {node}:{dev}",
+                        "  pid {:<8} {:<16} {:>7}  on {node}:{dev}{owner}",
                         p.pid,
                         p.name.clone().unwrap_or_else(|| "?".into()),
                         p.used_memory.map_or_else(|| "n/a".into(), short_bytes),

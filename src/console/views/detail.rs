@@ -8,7 +8,7 @@ use ratatui::widgets::{Cell, Paragraph, Row, Table, Wrap};
 
 use crate::console::state::{State, View};
 use crate::console::theme::Theme;
-use crate::snapshot::{DeviceTelemetry, DeviceView, Snapshot};
+use crate::snapshot::{DeviceTelemetry, DeviceView, ProcessOwner, Snapshot};
 
 use super::common::{block, na, short_bytes, window};
 
@@ -160,10 +160,16 @@ fn process_rows(
                 p.used_memory.map_or_else(|| "n/a".into(), short_bytes),
                 if over { theme.over_limit } else { theme.used },
             )),
-            match (p.claim, claim) {
-                (Some(_), Some(c)) => Cell::from(claim_here(c, d.index)),
-                (Some(id), None) => Cell::from(format!("claim {id}")),
-                (None, _) => Cell::from(Span::styled("no claim (unclaimed use)", theme.rogue)),
+            // Whose the process is by its cgroup, after its claim (or in place of one).
+            match (p.claim, claim, &p.owner) {
+                (Some(_), Some(c), o) => Cell::from(with_owner(claim_here(c, d.index), o.as_ref())),
+                (Some(id), None, o) => Cell::from(with_owner(format!("claim {id}"), o.as_ref())),
+                (None, _, Some(o)) => {
+                    Cell::from(Span::styled(format!("unclaimed use: {o}"), theme.rogue))
+                }
+                (None, _, None) => {
+                    Cell::from(Span::styled("no claim (unclaimed use)", theme.rogue))
+                }
             },
         ]));
     }
@@ -180,6 +186,14 @@ fn process_rows(
         }
     }
     rows
+}
+
+/// `text`, then whose the process is when its cgroup says.
+fn with_owner(text: String, owner: Option<&ProcessOwner>) -> String {
+    match owner {
+        Some(o) => format!("{text} · {o}"),
+        None => text,
+    }
 }
 
 /// A claim as seen from one GPU: its holder and its share on this GPU (not its total over

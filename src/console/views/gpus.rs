@@ -133,10 +133,22 @@ fn flags_cell(d: &DeviceView, stale: bool, width: usize, theme: &Theme) -> Cell<
     } else {
         theme.cordoned
     };
+    // Unclaimed use says whose, when a cgroup named the owner: `unclaimed:pod ml/x`.
+    let whose = d
+        .has_unclaimed_use()
+        .then(|| {
+            d.unclaimed_owners()
+                .first()
+                .map(|o| format!("unclaimed:{}", o.short()))
+        })
+        .flatten();
     let shown: Vec<&str> = stale
         .then_some("stale")
         .into_iter()
-        .chain(flags.iter().copied())
+        .chain(flags.iter().map(|f| match (*f, &whose) {
+            ("unclaimed", Some(w)) => w.as_str(),
+            (f, _) => f,
+        }))
         .collect();
     Cell::from(Span::styled(
         fit_flags(&shown, width),

@@ -24,12 +24,43 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
         .get(state.cursor_of(View::Overview).selected)
         .map(|(l, _, _)| *l)
         .filter(|_| selected);
-    frame.render_widget(
-        Paragraph::new(total_lines(&state.totals, label, theme)),
-        top,
-    );
+    let mut lines = total_lines(&state.totals, label, theme);
+    let unclaimed = lines.iter_mut().find(|l| {
+        l.spans
+            .first()
+            .is_some_and(|s| s.content.contains("Unclaimed use"))
+    });
+    if let Some(line) = unclaimed
+        && let Some(whose) = unclaimed_whose(state)
+    {
+        line.push_span(Span::styled(format!(" ({whose})"), theme.rogue));
+    }
+    frame.render_widget(Paragraph::new(lines), top);
     sources_table(frame, bottom, state, theme);
     source_notes(frame, bottom, state, theme);
+}
+
+/// Whose the unclaimed use is, as far as the hosts' cgroups say: `pod ml/train-0, job 42`,
+/// the first three and how many more. `None` when no owner is known.
+fn unclaimed_whose(state: &State) -> Option<String> {
+    let mut owners: Vec<String> = Vec::new();
+    for (_, s) in state.shown_sources() {
+        let devices = s.data.iter().flat_map(crate::snapshot::Snapshot::devices);
+        for (_, dev) in devices.filter(|(_, d)| d.has_unclaimed_use()) {
+            for o in dev.unclaimed_owners() {
+                let o = o.short();
+                if !owners.contains(&o) {
+                    owners.push(o);
+                }
+            }
+        }
+    }
+    let more = owners.len().saturating_sub(3);
+    owners.truncate(3);
+    if more > 0 {
+        owners.push(format!("{more} more"));
+    }
+    (!owners.is_empty()).then(|| owners.join(", "))
 }
 
 fn pct_of(a: u64, b: u64) -> f64 {

@@ -1,4 +1,5 @@
-//! A pod as a claim: what it asks for (summed over its containers), the closest gpuboard
+//! A pod as a claim: what it asks for (by Kubernetes's rule over its containers and init
+//! containers), the closest gpuboard
 //! form to what was written, and the claim, pending with the scheduler's reason or placed.
 //! Pure; `decode` decides the shares.
 
@@ -7,7 +8,7 @@ use std::fmt::Write as _;
 
 use super::decode::{MIG_PREFIX, PODS};
 use super::encodings::HAMI_ALLOCATED;
-use super::objects::{PodFacts, Problem};
+use super::objects::{ContainerFacts, PodFacts, Problem};
 use crate::clock::Timestamp;
 use crate::ids::ClaimId;
 use crate::placement::DeviceShare;
@@ -15,8 +16,9 @@ use crate::request::{ClaimRequest, GpuForm, ShareMemory};
 use crate::snapshot::{ClaimState, ClaimView, SourceWarning};
 use crate::units::{Bytes, Units};
 
-/// What a pod asks for, summed over its containers (a limit stands for the request).
-#[derive(Debug, Default)]
+/// What a pod asks for (a limit stands for the request): summed over the containers that
+/// run together, the larger of that and each init container (`asked_of`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct Asked {
     /// The GPU resources as written, summed: name and total.
     pub(super) written: BTreeMap<String, u64>,
@@ -100,11 +102,72 @@ pub(super) fn millicores(text: &str) -> Option<u64> {
     }
 }
 
+/// What a pod asks for, by Kubernetes's rule for the effective request: per resource,
+/// the larger of what runs together at the end (the app containers and every sidecar:
+/// an init container with `restartPolicy: Always`) and what runs during each plain init
+/// container (it, and the sidecars started before it).
 pub(super) fn asked_of(p: &PodFacts, warnings: &mut Vec<SourceWarning>) -> Asked {
+    let app: Vec<(String, &ContainerFacts)> = p
+        .containers
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (format!("spec.containers[{i}]"), c))
+        .chain(
+            p.init_containers
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.sidecar)
+                .map(|(i, c)| (format!("spec.initContainers[{i}]"), c)),
+        )
+        .collect();
+    let mut asked = summed(p, &app, warnings);
+    let mut sidecars: Vec<(String, &ContainerFacts)> = Vec::new();
+    for (i, c) in p.init_containers.iter().enumerate() {
+        let at = format!("spec.initContainers[{i}]");
+        if c.sidecar {
+            sidecars.push((at, c));
+            continue;
+        }
+        // The sidecars' warnings were given with the app containers: only this one's here.
+        let mut during = sidecars.clone();
+        during.push((at.clone(), c));
+        let mut seen = Vec::new();
+        let alone = summed(p, &during, &mut seen);
+        warnings.extend(seen.into_iter().filter(|w| w.path.contains(&at)));
+        asked = asked.larger(alone);
+    }
+    asked
+}
+
+impl Asked {
+    /// Per resource, the larger of the two.
+    fn larger(mut self, other: Asked) -> Asked {
+        for (k, v) in other.written {
+            let e = self.written.entry(k).or_default();
+            *e = (*e).max(v);
+        }
+        if other.koord_memory > self.koord_memory {
+            self.koord_memory = other.koord_memory;
+            self.memory_written = other.memory_written;
+        }
+        self.hami = match (self.hami, other.hami) {
+            (Some(a), Some(b)) => Some((a.0.max(b.0), a.1.max(b.1), a.2.max(b.2), a.3.max(b.3))),
+            (a, b) => a.or(b),
+        };
+        self
+    }
+}
+
+/// What `containers` (each with where it is in the pod) ask for together: summed.
+fn summed(
+    p: &PodFacts,
+    containers: &[(String, &ContainerFacts)],
+    warnings: &mut Vec<SourceWarning>,
+) -> Asked {
     let mut asked = Asked::default();
     let mut hami = (0u64, 0u64, 0u64, 0u64);
     let mut is_hami = false;
-    for (ci, c) in p.containers.iter().enumerate() {
+    for (at, c) in containers {
         let mut merged = c.requests.clone();
         merged.extend(c.limits.clone());
         let mut gpus_here = 0;
@@ -125,7 +188,7 @@ pub(super) fn asked_of(p: &PodFacts, warnings: &mut Vec<SourceWarning>) -> Asked
                     }
                     Err(e) => warnings.push(warning(
                         PODS,
-                        &format!("{} spec.containers[{ci}].resources {k}", pod_label(p)),
+                        &format!("{} {at}.resources {k}", pod_label(p)),
                         e.to_string(),
                         "this resource of its request",
                     )),
@@ -135,7 +198,7 @@ pub(super) fn asked_of(p: &PodFacts, warnings: &mut Vec<SourceWarning>) -> Asked
             let Some(n) = count(v) else {
                 warnings.push(warning(
                     PODS,
-                    &format!("{} spec.containers[{ci}].resources {k}", pod_label(p)),
+                    &format!("{} {at}.resources {k}", pod_label(p)),
                     format!("expected a whole number, found `{v}`"),
                     "this resource of its request",
                 ));
@@ -346,5 +409,125 @@ pub(super) fn placed_claim(
         lease_expires_at: None,
         pending_reasons: Vec::new(),
         infeasible: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A container asking for these resources (as limits); `sidecar` as written.
+    fn c(resources: &[(&str, &str)], sidecar: bool) -> ContainerFacts {
+        ContainerFacts {
+            limits: resources
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+                .collect(),
+            sidecar,
+            ..ContainerFacts::default()
+        }
+    }
+
+    /// App containers, init containers, `nvidia.com/gpu` asked, gpu-memory asked.
+    type Case = (Vec<ContainerFacts>, Vec<ContainerFacts>, u64, Option<Bytes>);
+
+    #[test]
+    fn init_containers_count_by_the_effective_request_rule() {
+        const GPU: &str = "nvidia.com/gpu";
+        const MEM: &str = "koordinator.sh/gpu-memory";
+        let cases: Vec<Case> = vec![
+            // An init container asking more than the app: its ask wins.
+            (
+                vec![c(&[(GPU, "1")], false)],
+                vec![c(&[(GPU, "2")], false)],
+                2,
+                None,
+            ),
+            // App containers run together: summed, and more than the init container.
+            (
+                vec![c(&[(GPU, "1")], false), c(&[(GPU, "1")], false)],
+                vec![c(&[(GPU, "1")], false)],
+                2,
+                None,
+            ),
+            // Init containers run one at a time: the largest, not their sum.
+            (
+                vec![c(&[(GPU, "1")], false)],
+                vec![c(&[(GPU, "2")], false), c(&[(GPU, "2")], false)],
+                2,
+                None,
+            ),
+            // An init container without GPUs changes nothing.
+            (vec![c(&[(GPU, "1")], false)], vec![c(&[], false)], 1, None),
+            // A sidecar runs beside the app: added to it.
+            (
+                vec![c(&[(GPU, "1")], false)],
+                vec![c(&[(GPU, "1")], true)],
+                2,
+                None,
+            ),
+            // A plain init container after a sidecar runs beside it: 1 + 2 = 3 > 1 + 1.
+            (
+                vec![c(&[(GPU, "1")], false)],
+                vec![c(&[(GPU, "1")], true), c(&[(GPU, "2")], false)],
+                3,
+                None,
+            ),
+            // Before the sidecar it runs alone: 2 = 1 + 1.
+            (
+                vec![c(&[(GPU, "1")], false)],
+                vec![c(&[(GPU, "2")], false), c(&[(GPU, "1")], true)],
+                2,
+                None,
+            ),
+            // Byte quantities follow the same rule.
+            (
+                vec![c(&[(MEM, "8Gi")], false)],
+                vec![c(&[(MEM, "16Gi")], false)],
+                0,
+                Some(Bytes::gib(16)),
+            ),
+            (
+                vec![c(&[(MEM, "8Gi")], false), c(&[(MEM, "8Gi")], false)],
+                vec![c(&[(MEM, "12Gi")], false)],
+                0,
+                Some(Bytes::gib(16)),
+            ),
+        ];
+        for (i, (app, init, gpus, memory)) in cases.into_iter().enumerate() {
+            let pod = PodFacts {
+                name: format!("case-{i}"),
+                containers: app,
+                init_containers: init,
+                ..PodFacts::default()
+            };
+            let mut warnings = Vec::new();
+            let asked = asked_of(&pod, &mut warnings);
+            assert_eq!(asked.get(GPU), gpus, "case {i}: {asked:?}");
+            assert_eq!(asked.koord_memory, memory, "case {i}: {asked:?}");
+            assert!(warnings.is_empty(), "case {i}: {warnings:?}");
+        }
+    }
+
+    #[test]
+    fn a_bad_quantity_in_an_init_container_is_named_once() {
+        let pod = PodFacts {
+            name: "p".into(),
+            namespace: "ns".into(),
+            containers: vec![c(&[("nvidia.com/gpu", "1")], false)],
+            init_containers: vec![
+                c(&[("nvidia.com/gpu", "x")], true),
+                c(&[("nvidia.com/gpu", "1")], false),
+            ],
+            ..PodFacts::default()
+        };
+        let mut warnings = Vec::new();
+        let asked = asked_of(&pod, &mut warnings);
+        assert_eq!(asked.get("nvidia.com/gpu"), 1);
+        let paths: Vec<&str> = warnings.iter().map(|w| w.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            vec!["pod ns/p spec.initContainers[0].resources nvidia.com/gpu"]
+        );
     }
 }

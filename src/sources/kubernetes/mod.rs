@@ -11,7 +11,7 @@
 //!
 //! Where things live: `objects` (the trimmed node and pod this source keeps), `encodings`
 //! (HAMi's and Koordinator's annotations), `decode` (nodes and pods into a snapshot),
-//! `cluster` (the watches and their stores).
+//! `cluster` (the watches and their stores), `owners` (pod UIDs from hosts' cgroups named).
 
 mod actions;
 mod claims;
@@ -19,6 +19,7 @@ pub mod cluster;
 pub mod decode;
 pub mod encodings;
 pub mod objects;
+pub mod owners;
 
 use std::path::PathBuf;
 use std::sync::Arc;

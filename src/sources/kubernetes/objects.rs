@@ -73,8 +73,11 @@ pub struct PodFacts {
     pub node_name: Option<String>,
     /// `status.phase` (`Pending`, `Running`, `Succeeded`, `Failed`, `Unknown`).
     pub phase: String,
-    /// Its containers' GPU and CPU resources (init containers are not read).
+    /// Its containers' GPU and CPU resources.
     pub containers: Vec<ContainerFacts>,
+    /// Its init containers' (sidecars among them), in order: they count toward what the
+    /// pod asks for by Kubernetes's rule (`claims::asked_of`).
+    pub init_containers: Vec<ContainerFacts>,
     /// The `PodScheduled` condition, when reported.
     pub scheduled: Option<KubeCondition>,
     /// Fields that could not be read.
@@ -90,6 +93,9 @@ pub struct ContainerFacts {
     pub requests: BTreeMap<String, String>,
     /// `resources.limits`.
     pub limits: BTreeMap<String, String>,
+    /// An init container with `restartPolicy: Always`: a sidecar, running beside the
+    /// app containers rather than before them.
+    pub sidecar: bool,
 }
 
 /// A status condition.
@@ -129,22 +135,8 @@ pub fn node_facts(v: &Value) -> NodeFacts {
 /// Reads a pod object.
 pub fn pod_facts(v: &Value) -> PodFacts {
     let mut r = Reader::default();
-    let mut containers = Vec::new();
-    if let Some(list) = r.array(v, &["spec", "containers"]) {
-        for (i, c) in list.iter().enumerate() {
-            let at = format!("spec.containers[{i}]");
-            let mut sub = Reader::default();
-            containers.push(ContainerFacts {
-                name: sub.string(c, &["name"]).unwrap_or_default(),
-                requests: sub.map_kept(c, &["resources", "requests"], is_kept_resource),
-                limits: sub.map_kept(c, &["resources", "limits"], is_kept_resource),
-            });
-            r.problems.extend(sub.problems.into_iter().map(|p| Problem {
-                path: format!("{at}.{}", p.path),
-                found: p.found,
-            }));
-        }
-    }
+    let containers = containers_at(&mut r, v, "containers");
+    let init_containers = containers_at(&mut r, v, "initContainers");
     let mut p = PodFacts {
         name: r.string(v, &["metadata", "name"]).unwrap_or_default(),
         namespace: r.string(v, &["metadata", "namespace"]).unwrap_or_default(),
@@ -159,11 +151,35 @@ pub fn pod_facts(v: &Value) -> PodFacts {
         node_name: r.string(v, &["spec", "nodeName"]).filter(|s| !s.is_empty()),
         phase: r.string(v, &["status", "phase"]).unwrap_or_default(),
         containers,
+        init_containers,
         scheduled: r.condition(v, "PodScheduled"),
         problems: Vec::new(),
     };
     p.problems = r.problems;
     p
+}
+
+/// The containers under `spec.FIELD` (`containers`, `initContainers`).
+fn containers_at(r: &mut Reader, v: &Value, field: &str) -> Vec<ContainerFacts> {
+    let mut out = Vec::new();
+    let Some(list) = r.array(v, &["spec", field]) else {
+        return out;
+    };
+    for (i, c) in list.iter().enumerate() {
+        let at = format!("spec.{field}[{i}]");
+        let mut sub = Reader::default();
+        out.push(ContainerFacts {
+            name: sub.string(c, &["name"]).unwrap_or_default(),
+            requests: sub.map_kept(c, &["resources", "requests"], is_kept_resource),
+            limits: sub.map_kept(c, &["resources", "limits"], is_kept_resource),
+            sidecar: sub.string(c, &["restartPolicy"]).as_deref() == Some("Always"),
+        });
+        r.problems.extend(sub.problems.into_iter().map(|p| Problem {
+            path: format!("{at}.{}", p.path),
+            found: p.found,
+        }));
+    }
+    out
 }
 
 /// Walks a JSON object, noting each field of the wrong type.

@@ -3,6 +3,10 @@
 //! `GPUBOARD_FAKE_NVML_FIXTURE` (read at `nvmlInit_v2`). A field left out of a device
 //! answers `NVML_ERROR_NOT_SUPPORTED`; a device can be lost after some calls or once a
 //! marker file exists; MIG devices, processes and start-up failures are described there too.
+//! A process may declare its `/proc/PID/cgroup` (`cgroup = "0::/kubepods/..."`): with
+//! `proc_root` set, each listing writes it to `PROC_ROOT/PID/cgroup`, so a test points
+//! gpuboard's owner reading (`GPUBOARD_HOST_PROC`) there instead of this machine's /proc,
+//! where the fixture's pids belong to whatever runs here.
 
 // Every export is called by C code through a pointer table; its safety contract is
 // NVML's documented one, so per-function safety docs would only repeat nvml.h.
@@ -46,6 +50,8 @@ struct Fixture {
     cuda_driver_version: Option<c_int>,
     /// `driver_not_loaded`, `no_permission`, `version_mismatch` or `unknown`.
     init_error: Option<String>,
+    /// Where the processes' declared `cgroup` files are written (`PID/cgroup`).
+    proc_root: Option<PathBuf>,
     #[serde(default)]
     devices: Vec<Device>,
 }
@@ -117,6 +123,8 @@ struct Process {
     #[serde(default)]
     graphics: bool,
     gpu_instance_id: Option<c_uint>,
+    /// Its `/proc/PID/cgroup` content, written under the fixture's `proc_root`.
+    cgroup: Option<String>,
 }
 
 /// The processes on a device now: from its processes file when it names one.
@@ -679,6 +687,25 @@ pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
     unsafe { put(out, v) }
 }
 
+/// Writes every listed process's declared cgroup under the fixture's `proc_root`, before
+/// the listing that names the process answers.
+fn publish_cgroups(state: &State) {
+    let Some(root) = &state.fixture.proc_root else {
+        return;
+    };
+    for p in state.fixture.devices.iter().flat_map(device_processes) {
+        let Some(text) = &p.cgroup else {
+            continue;
+        };
+        let dir = root.join(p.pid.to_string());
+        if let Err(e) =
+            std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(dir.join("cgroup"), text))
+        {
+            eprintln!("fake-nvml: cannot write {}/cgroup: {e}", dir.display());
+        }
+    }
+}
+
 unsafe fn processes(
     h: Handle,
     graphics: bool,
@@ -688,6 +715,10 @@ unsafe fn processes(
     if count.is_null() {
         return INVALID_ARGUMENT;
     }
+    let _ = with_state(|s| {
+        publish_cgroups(s);
+        Ok(())
+    });
     let list = gpu(h, |d| {
         Some(
             device_processes(d)
