@@ -8,12 +8,14 @@
 mod claims;
 mod gpus;
 mod projects;
+mod usage;
 
 use crate::ids::ClaimId;
 
 pub use claims::{ClaimColumn, claim_words};
 pub use gpus::{GpuColumn, GpuFilter, device_words};
 pub use projects::{ProjectColumn, project_words};
+pub use usage::UsageColumn;
 
 /// A column a list sorts by: a closed set, so a name that is none of them is an error
 /// naming those there are, never a silent "no sort".

@@ -12,6 +12,7 @@ mod rows;
 mod selection;
 mod sources;
 mod totals;
+mod usage;
 mod view;
 
 mod why;
@@ -39,6 +40,9 @@ pub use rewind::{
 };
 pub use sources::{STALE_AFTER_INTERVALS, SourceHealth, SourceSlot};
 pub use totals::FleetTotals;
+pub use usage::{
+    ClaimUsage, ProjectUsage, SourceAnswer, SourceUsage, USAGE_STEP_MS, notes_height as usage_notes_height, Usage, UsageKey, UsageWindow,
+};
 pub use view::{OVERVIEW_JUMPS, View};
 pub use why::{WhyLine, WhyTone, reason_now, why_popup_size};
 
@@ -268,6 +272,8 @@ pub struct State {
     pub rewind: Option<Box<Rewind>>,
     /// The charts of the device shown in detail.
     pub charts: Option<Charts>,
+    /// The Usage view: its window, the sources' answers and its lists.
+    pub usage: Usage,
 }
 
 impl State {
@@ -307,6 +313,7 @@ impl State {
             handovers_started: 0,
             rewind: None,
             charts: None,
+            usage: Usage::default(),
         }
     }
 
@@ -350,6 +357,7 @@ impl State {
             View::Events => self.audit_events().len(),
             View::ClaimDetail => self.claim_detail_lines(),
             View::Overview => OVERVIEW_JUMPS.len(),
+            View::Usage => self.usage.active().rows.len(),
         }
     }
 
