@@ -33,6 +33,7 @@ mod console_selection;
 mod console_status;
 mod console_tables;
 mod console_tmux;
+mod console_usage;
 mod console_update;
 mod console_views;
 mod corpus;

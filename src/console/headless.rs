@@ -311,7 +311,7 @@ async fn print_status(
 
 /// Waits for the history and reports `effects` ask (rewinding, the charts, the Usage
 /// view) and for those their answers ask in turn.
-async fn settle(
+pub async fn settle(
     state: &mut State,
     sources: &[Arc<dyn crate::sources::Source>],
     mut effects: Vec<super::msg::Effect>,

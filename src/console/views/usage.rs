@@ -160,10 +160,10 @@ pub(super) fn draw(frame: &mut Frame, body: Rect, state: &State, theme: &Theme) 
     }
 }
 
-/// `Usage 24 h to 03:00`, or `Usage vision 24 h to 03:00` with a project's claims open.
+/// `Usage (GPU-h) · 24 h to 03:00`, and the project whose claims are open.
 fn title_name(state: &State) -> String {
     let u = &state.usage;
-    let mut name = format!("Usage GPU-h · {}", u.window.label());
+    let mut name = format!("Usage (GPU-h) · {}", u.window.label());
     if let Some(to) = window_end(u) {
         name.push_str(&format!(" to {}", short_time(state, to)));
     }
@@ -178,7 +178,8 @@ fn window_end(u: &Usage) -> Option<Timestamp> {
     u.shown_to().or_else(|| {
         u.sources
             .iter()
-            .filter_map(|s| s.asked)
+            .flat_map(|s| [s.key, s.asked])
+            .flatten()
             .filter(|k| k.window == u.window)
             .map(|k| k.to)
             .max()
