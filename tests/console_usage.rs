@@ -262,7 +262,9 @@ fn the_real_console_in_tmux_opens_usage_cycles_the_window_and_lists_a_projects_c
     let screen = s.wait_until("the figures", |t| {
         t.contains("Usage (GPU-h) · 24 h") && t.contains("vision") && t.contains("2.33")
     });
-    assert!(screen.contains("bare: records no history"), "{screen}");
+    // The notes under the table wrap: read them as one text.
+    let flat = screen.lines().map(str::trim).collect::<Vec<_>>().join(" ");
+    assert!(flat.contains("bare: records no history"), "{screen}");
     assert!(screen.contains("0.67"), "{screen}");
     s.keys(&["w"]);
     s.wait_for("7 d to");

@@ -23,6 +23,11 @@ pub(super) fn tabs(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
         };
         spans.push(Span::styled(format!(" {} {} ", i + 1, v.title()), style));
     }
+    // Narrow terminals keep every tab and drop the name.
+    let width: usize = spans.iter().map(|s| s.content.chars().count()).sum();
+    if width > usize::from(area.width) {
+        spans.remove(0);
+    }
     frame.render_widget(Paragraph::new(Line::from(spans)), area);
 }
 
