@@ -101,8 +101,11 @@ fn shown(st: &State) -> &State {
     &st.rewind.as_ref().expect("rewound").shown
 }
 
-/// The projects shown: project -> (claims, reserved, used, idle), GPU-hours, in order.
-fn figures(st: &State) -> Vec<(String, (u32, f64, f64, f64))> {
+/// A project's claims, reserved, used and idle-allocated GPU-hours.
+type Shown = (u32, f64, f64, f64);
+
+/// The projects shown, in order.
+fn figures(st: &State) -> Vec<(String, Shown)> {
     let u = &shown(st).usage;
     u.list
         .rows
@@ -127,7 +130,7 @@ fn figures(st: &State) -> Vec<(String, (u32, f64, f64, f64))> {
         .collect()
 }
 
-fn same(got: &[(String, (u32, f64, f64, f64))], want: &BTreeMap<&str, (u32, f64, f64, f64)>) {
+fn same(got: &[(String, Shown)], want: &BTreeMap<&str, Shown>) {
     assert_eq!(got.len(), want.len(), "{got:?}");
     for (p, (c, r, u, i)) in got {
         let (wc, wr, wu, wi) = want[p.as_str()];
@@ -229,7 +232,7 @@ async fn the_usage_view_shows_the_reports_figures_and_names_the_sources_without_
     assert_eq!(shown(&st).usage.window, UsageWindow::Hour);
     // The last hour: claim 1 (1 GPU, idle 40 of its minutes), claims 2 and 4 (0.25 and 1
     // GPU) and claim 3 (0.5 GPU) gone at its start.
-    let hour: BTreeMap<String, (u32, f64, f64, f64)> = figures(&st).into_iter().collect();
+    let hour: BTreeMap<String, Shown> = figures(&st).into_iter().collect();
     assert!((hour["vision"].1 - 1.0).abs() < 1e-3, "{hour:?}");
     assert!((hour["vision"].3 - 40.0 / 60.0).abs() < 1e-3, "{hour:?}");
     assert!((hour["nlp"].1 - 0.25).abs() < 1e-3, "{hour:?}");
@@ -269,11 +272,16 @@ fn the_real_console_in_tmux_opens_usage_cycles_the_window_and_lists_a_projects_c
     s.keys(&["w"]);
     s.wait_for("7 d to");
     s.keys(&["w"]);
-    s.wait_until("the last hour", |t| t.contains("1 h to") && t.contains("vision"));
+    s.wait_until("the last hour", |t| {
+        t.contains("1 h to") && t.contains("vision")
+    });
     s.keys(&["Enter"]);
     let screen = s.wait_for("vision's claims");
     assert!(screen.contains("CLAIM"), "{screen}");
     let screen = s.escape_from("vision's claims");
     assert!(screen.contains("PROJECT"), "{screen}");
-    assert!(screen.contains("REWIND"), "Esc closes the claims, not the rewind: {screen}");
+    assert!(
+        screen.contains("REWIND"),
+        "Esc closes the claims, not the rewind: {screen}"
+    );
 }

@@ -9,9 +9,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
-use crate::common::scenario::{
-    GIB, MIN, T0, ask, expected, recorded, samples, write_history,
-};
+use crate::common::scenario::{GIB, MIN, T0, ask, expected, recorded, samples, write_history};
 use crate::common::schema;
 
 use std::path::Path;

@@ -14,7 +14,7 @@ use crate::sources::Source;
 
 /// How long a report may take: longer than a fetch, as a week of history is a lot to read;
 /// the view shows "loading…" meanwhile.
-pub const REPORT_TIMEOUT: Duration = Duration::from_secs(60);
+pub const REPORT_TIMEOUT: Duration = Duration::from_mins(1);
 
 /// A window's report asked of one source.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

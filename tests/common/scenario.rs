@@ -305,4 +305,3 @@ pub fn write_history(dir: &Path, t0: u64) {
         }
     }
 }
-

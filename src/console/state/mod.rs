@@ -41,7 +41,8 @@ pub use rewind::{
 pub use sources::{STALE_AFTER_INTERVALS, SourceHealth, SourceSlot};
 pub use totals::FleetTotals;
 pub use usage::{
-    ClaimUsage, ProjectUsage, SourceAnswer, SourceUsage, USAGE_STEP_MS, notes_height as usage_notes_height, Usage, UsageKey, UsageWindow,
+    ClaimUsage, ProjectUsage, SourceAnswer, SourceUsage, USAGE_STEP_MS, Usage, UsageKey,
+    UsageWindow, notes_height as usage_notes_height,
 };
 pub use view::{OVERVIEW_JUMPS, View};
 pub use why::{WhyLine, WhyTone, reason_now, why_popup_size};

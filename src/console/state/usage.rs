@@ -432,9 +432,13 @@ mod tests {
         assert_eq!(st.usage.asks_for(key, 3), [0, 1, 2]);
         assert!(st.usage.asks_for(key, 3).is_empty(), "one ask at a time");
         assert!(st.usage.loading());
+        st.usage.answered(
+            0,
+            key,
+            time(&[("vision", 2.0, 1.0, 0.5), ("nlp", 1.0, 0.5, 0.0)]),
+        );
         st.usage
-            .answered(0, key, time(&[("vision", 2.0, 1.0, 0.5), ("nlp", 1.0, 0.5, 0.0)]));
-        st.usage.answered(1, key, time(&[("vision", 1.0, 0.5, 1.0)]));
+            .answered(1, key, time(&[("vision", 1.0, 0.5, 1.0)]));
         st.usage
             .answered(2, key, SourceUsage::Failed("no answer".into()));
         assert!(!st.usage.loading());
@@ -446,7 +450,11 @@ mod tests {
             .iter()
             .map(|i| {
                 let p = &u.projects[*i];
-                (p.project.as_str(), p.claims, p.figures.idle_allocated.hours())
+                (
+                    p.project.as_str(),
+                    p.claims,
+                    p.figures.idle_allocated.hours(),
+                )
             })
             .collect();
         assert_eq!(shown, [("vision", 2, 1.5), ("nlp", 1, 0.0)]);

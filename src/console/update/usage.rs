@@ -11,16 +11,13 @@ use crate::console::usage::{UsageAnswer, UsageAsk};
 /// asks them after every message.
 pub fn due(state: &mut State) -> Vec<Effect> {
     let live_now = state.now;
-    let (target, rewound, key) = match state.rewind.as_mut() {
-        Some(r) => {
-            let window = r.shown.usage.window;
-            let key = UsageKey { window, to: r.at };
-            (&mut *r.shown, true, key)
-        }
-        None => {
-            let key = UsageKey::live(state.usage.window, live_now);
-            (&mut *state, false, key)
-        }
+    let (target, rewound, key) = if let Some(r) = state.rewind.as_mut() {
+        let window = r.shown.usage.window;
+        let key = UsageKey { window, to: r.at };
+        (&mut *r.shown, true, key)
+    } else {
+        let key = UsageKey::live(state.usage.window, live_now);
+        (&mut *state, false, key)
     };
     // Before the first tick the console does not know the time.
     if target.view != View::Usage || live_now.0 == 0 {

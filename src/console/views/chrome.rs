@@ -84,7 +84,9 @@ pub(super) fn hints(frame: &mut Frame, area: Rect, state: &State, theme: &Theme)
                     KeyAction::Open,
                 ]),
                 View::Ledger => acts.push(KeyAction::ClearBackoff),
-                View::Usage => acts.extend([KeyAction::UsageWindow, KeyAction::Open, KeyAction::Back]),
+                View::Usage => {
+                    acts.extend([KeyAction::UsageWindow, KeyAction::Open, KeyAction::Back]);
+                }
                 View::ClaimDetail => {
                     acts.extend([KeyAction::Back, KeyAction::Release, KeyAction::Move]);
                 }

@@ -51,7 +51,10 @@ pub(super) fn draw(frame: &mut Frame, body: Rect, state: &State, theme: &Theme) 
     };
     let (name_w, extra) = match u.open {
         None => (16u16, vec![("CLAIMS", 6u16)]),
-        Some(_) => (if multi { 16 } else { 8 }, vec![("HOLDER", 14), ("LONGEST IDLE", 12)]),
+        Some(_) => (
+            if multi { 16 } else { 8 },
+            vec![("HOLDER", 14), ("LONGEST IDLE", 12)],
+        ),
     };
     let fixed = name_w + extra.iter().map(|e| e.1 + 1).sum::<u16>() + 4 * (NUM_W + 1) + 2;
     let bar_w = usize::from((area.width.saturating_sub(fixed) / 3).saturating_sub(1)).clamp(0, 24);
@@ -74,29 +77,22 @@ pub(super) fn draw(frame: &mut Frame, body: Rect, state: &State, theme: &Theme) 
         .skip(off)
         .take(height)
         .filter_map(|(i, k)| {
-            let (name, first, figures) = match &u.open {
-                None => {
-                    let p = u.projects.get(*k)?;
-                    (
-                        mid_ellipsis(&p.project, usize::from(name_w)),
-                        Cell::from(p.claims.to_string()),
-                        &p.figures,
-                    )
-                }
-                Some(_) => {
-                    let c = u.claims.get(*k)?;
-                    let name = if multi {
-                        mid_ellipsis(&c.label, usize::from(name_w))
-                    } else {
-                        c.claim.claim.to_string()
-                    };
-                    let holder = c.claim.holder.as_deref().unwrap_or("");
-                    (
-                        name,
-                        Cell::from(mid_ellipsis(holder, 14)),
-                        &c.claim.figures,
-                    )
-                }
+            let (name, first, figures) = if u.open.is_none() {
+                let p = u.projects.get(*k)?;
+                (
+                    mid_ellipsis(&p.project, usize::from(name_w)),
+                    Cell::from(p.claims.to_string()),
+                    &p.figures,
+                )
+            } else {
+                let c = u.claims.get(*k)?;
+                let name = if multi {
+                    mid_ellipsis(&c.label, usize::from(name_w))
+                } else {
+                    c.claim.claim.to_string()
+                };
+                let holder = c.claim.holder.as_deref().unwrap_or("");
+                (name, Cell::from(mid_ellipsis(holder, 14)), &c.claim.figures)
             };
             let [rb, ub, ib] = bars(figures);
             let mut cells = vec![Cell::from(name), first];
@@ -165,7 +161,7 @@ fn title_name(state: &State) -> String {
     let u = &state.usage;
     let mut name = format!("Usage (GPU-h) · {}", u.window.label());
     if let Some(to) = window_end(u) {
-        name.push_str(&format!(" to {}", short_time(state, to)));
+        name = format!("{name} to {}", short_time(state, to));
     }
     if let Some(p) = &u.open {
         name = format!("{name} · {p}'s claims (Esc back)");
@@ -217,7 +213,7 @@ fn empty(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
     let u = &state.usage;
     let text = if !u.active().filter.is_empty() {
         format!("nothing matches the filter `{}`", u.active().filter)
-    } else if u.loading() && u.shown_to().is_none() {
+    } else if (0..u.sources.len()).all(|i| u.said_for_window(i).is_none()) {
         format!("loading… the last {}", u.window.label())
     } else if u.open.is_some() {
         "none of its claims held GPUs in the window".to_string()
