@@ -41,7 +41,7 @@ pub use rewind::{
 pub use sources::{STALE_AFTER_INTERVALS, SourceHealth, SourceSlot};
 pub use totals::FleetTotals;
 pub use usage::{
-    ClaimUsage, ProjectUsage, SourceAnswer, SourceUsage, USAGE_STEP_MS, Usage, UsageKey,
+    SourceAnswer, SourceUsage, USAGE_STEP_MS, UsageClaim, UsageKey, UsageProject, UsageView,
     UsageWindow, notes_height as usage_notes_height,
 };
 pub use view::{OVERVIEW_JUMPS, View};
@@ -274,7 +274,7 @@ pub struct State {
     /// The charts of the device shown in detail.
     pub charts: Option<Charts>,
     /// The Usage view: its window, the sources' answers and its lists.
-    pub usage: Usage,
+    pub usage: UsageView,
 }
 
 impl State {
@@ -314,7 +314,7 @@ impl State {
             handovers_started: 0,
             rewind: None,
             charts: None,
-            usage: Usage::default(),
+            usage: UsageView::default(),
         }
     }
 

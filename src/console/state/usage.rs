@@ -130,7 +130,7 @@ pub struct SourceAnswer {
 
 /// One project's GPU time, summed over the sources.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ProjectUsage {
+pub struct UsageProject {
     /// The project.
     pub project: String,
     /// Claims it held in the window.
@@ -141,7 +141,7 @@ pub struct ProjectUsage {
 
 /// One claim's GPU time, with its source.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ClaimUsage {
+pub struct UsageClaim {
     /// The source's position.
     pub source: usize,
     /// `source/id`: how the list names (and sorts) it.
@@ -152,15 +152,15 @@ pub struct ClaimUsage {
 
 /// The Usage view.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Usage {
+pub struct UsageView {
     /// The window shown.
     pub window: UsageWindow,
     /// Per source, what it answered.
     pub sources: Vec<SourceAnswer>,
     /// Projects over the sources that answered for the window.
-    pub projects: Vec<ProjectUsage>,
+    pub projects: Vec<UsageProject>,
     /// Their claims.
-    pub claims: Vec<ClaimUsage>,
+    pub claims: Vec<UsageClaim>,
     /// The fleet's GPU time over the sources that answered.
     pub physical: GpuSeconds,
     /// What no claim reserved there.
@@ -173,7 +173,7 @@ pub struct Usage {
     pub claim_list: ListState<usize, UsageColumn>,
 }
 
-impl Usage {
+impl UsageView {
     /// The list the keys act on: the open project's claims, or the projects.
     pub fn active(&self) -> &ListState<usize, UsageColumn> {
         if self.open.is_some() {
@@ -297,7 +297,7 @@ impl State {
                 .get(i)
                 .map_or_else(String::new, |c| c.label.clone())
         });
-        let mut projects: Vec<ProjectUsage> = Vec::new();
+        let mut projects: Vec<UsageProject> = Vec::new();
         let mut claims = Vec::new();
         let (mut physical, mut unallocated) = (GpuSeconds::default(), ByShare::default());
         for (source, name) in &shown {
@@ -313,14 +313,14 @@ impl State {
                         x.claims += p.claims;
                         add(&mut x.figures, &p.figures);
                     }
-                    None => projects.push(ProjectUsage {
+                    None => projects.push(UsageProject {
                         project: p.project.clone(),
                         claims: p.claims,
                         figures: p.figures.clone(),
                     }),
                 }
             }
-            claims.extend(usage.claims.iter().map(|c| ClaimUsage {
+            claims.extend(usage.claims.iter().map(|c| UsageClaim {
                 source: *source,
                 label: format!("{name}/{}", c.claim),
                 claim: c.clone(),

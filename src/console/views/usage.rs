@@ -12,7 +12,7 @@ use ratatui::widgets::{Cell, Paragraph, Row, Table, Wrap};
 
 use crate::accounting::{Figures, GpuSeconds};
 use crate::clock::{self, Timestamp};
-use crate::console::state::{SourceUsage, State, Usage, View, usage_notes_height};
+use crate::console::state::{SourceUsage, State, UsageView, View, usage_notes_height};
 use crate::console::theme::Theme;
 use crate::console::update::short_time;
 
@@ -170,7 +170,7 @@ fn title_name(state: &State) -> String {
 }
 
 /// The end of the window shown, or being asked for.
-fn window_end(u: &Usage) -> Option<Timestamp> {
+fn window_end(u: &UsageView) -> Option<Timestamp> {
     u.shown_to().or_else(|| {
         u.sources
             .iter()
