@@ -284,4 +284,34 @@ fn the_real_console_in_tmux_opens_usage_cycles_the_window_and_lists_a_projects_c
         screen.contains("REWIND"),
         "Esc closes the claims, not the rewind: {screen}"
     );
+    // Live: its own Usage view, over the last 24 h to now (the scenario, and its claims
+    // held until this serve started).
+    s.keys(&["G"]);
+    s.wait_until("live", |t| !t.contains("REWIND"));
+    s.keys(&["7"]);
+    let screen = s.wait_until("the live figures", |t| {
+        t.contains("Usage (GPU-h) · 24 h to") && t.contains("vision")
+    });
+    let flat = screen.lines().map(str::trim).collect::<Vec<_>>().join(" ");
+    assert!(flat.contains("bare: records no history"), "{screen}");
+
+    // `status --dump-screen usage` draws the same view headless.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpuboard"))
+        .args([
+            "status",
+            "--dump-screen",
+            "usage",
+            "--size",
+            "120x40",
+            "--config",
+        ])
+        .arg(&config)
+        .args(["--at", &at])
+        .env("HOME", home.path())
+        .output()
+        .unwrap();
+    let text = common::ok(&out);
+    for words in ["vision", "2.33", "0.67", "records no history"] {
+        assert!(text.contains(words), "{words}:\n{text}");
+    }
 }
