@@ -315,3 +315,62 @@ fn the_real_console_in_tmux_opens_usage_cycles_the_window_and_lists_a_projects_c
         assert!(text.contains(words), "{words}:\n{text}");
     }
 }
+
+/// The Usage asks among `effects`.
+fn usage_asks(effects: &[Effect]) -> Vec<gpuboard::console::usage::UsageAsk> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Usage(a) => Some(*a),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_live_usage_view_asks_once_a_minute_one_ask_at_a_time_and_draws_meanwhile() {
+    use crate::common::console_fixtures::{NOW, lab_state};
+    use gpuboard::console::state::UsageKey;
+    use gpuboard::console::usage::UsageAnswer;
+    let mut st = lab_state();
+    // Nothing is asked for a view that is not on screen.
+    assert!(usage_asks(&update(&mut st, Msg::Tick(Timestamp(NOW.0 + 1_000)))).is_empty());
+    let asks = usage_asks(&update(&mut st, k('7')));
+    let key = UsageKey::live(UsageWindow::Day, Timestamp(NOW.0 + 1_000));
+    assert_eq!(asks.len(), 1);
+    assert_eq!((asks[0].key, asks[0].rewound), (key, false));
+    assert!(key.to.0.is_multiple_of(60_000) && key.to.0 >= NOW.0 + 1_000);
+    // While it is under way: drawn, loading, and not asked again, even for a new window.
+    let text = buffer_text(&render(&st, &Theme::plain(), 80, 24).unwrap());
+    assert!(text.contains("loading…"), "{text}");
+    assert!(usage_asks(&update(&mut st, k('w'))).is_empty());
+    // Its answer (for the old window) is kept aside; the new window is asked at once.
+    let answer = |key| {
+        Msg::Usage(UsageAnswer {
+            source: 0,
+            rewound: false,
+            key,
+            said: SourceUsage::NoHistory,
+        })
+    };
+    let asks = usage_asks(&update(&mut st, answer(key)));
+    assert_eq!(asks.len(), 1);
+    assert_eq!(asks[0].key.window, UsageWindow::Week);
+    let week = asks[0].key;
+    assert!(usage_asks(&update(&mut st, answer(week))).is_empty());
+    // The next ask comes when the window's end moves to the next minute.
+    let mut asked_at = Vec::new();
+    for s in 1..=150 {
+        let now = Timestamp(NOW.0 + 1_000 + s * 1_000);
+        for a in usage_asks(&update(&mut st, Msg::Tick(now))) {
+            asked_at.push(a.key.to);
+            let _ = update(&mut st, answer(a.key));
+        }
+    }
+    assert!(
+        (2..=3).contains(&asked_at.len()),
+        "once a minute over 150 s: {asked_at:?}"
+    );
+    let text = buffer_text(&render(&st, &Theme::plain(), 80, 24).unwrap());
+    assert!(text.contains("lab: keeps no history"), "{text}");
+}
