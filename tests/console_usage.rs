@@ -374,3 +374,41 @@ fn a_live_usage_view_asks_once_a_minute_one_ask_at_a_time_and_draws_meanwhile() 
     let text = buffer_text(&render(&st, &Theme::plain(), 80, 24).unwrap());
     assert!(text.contains("lab: keeps no history"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_serve_a_garbled_report_and_a_silent_one_are_each_named_in_words() {
+    use common::Reply;
+    use gpuboard::console::state::UsageKey;
+    use gpuboard::console::usage::{UsageAsk, answer};
+    // What a gpuboard from before the report route answers: its router's 404.
+    let old = br#"{"error":"not_found","detail":"no such route; the API is under /v1 (see README, API section)"}"#;
+    let routes = |reply: Reply| vec![("/v1/history/report", reply)];
+    let old = common::serve(routes(Reply::Full(404, "application/json", old.to_vec()))).await;
+    let garbled = common::serve(routes(Reply::Full(
+        200,
+        "application/json",
+        b"[1,".to_vec(),
+    )))
+    .await;
+    let silent = common::serve(routes(Reply::Silent)).await;
+    let key = UsageKey::live(UsageWindow::Day, Timestamp(1_795_568_400_000));
+    let said = |url: String, limit: Duration| async move {
+        let source = Http::new("x", &url, None, Duration::from_secs(20)).unwrap();
+        let ask = UsageAsk {
+            source: 0,
+            rewound: false,
+            key,
+        };
+        answer(ask, source.history(), limit).await.said
+    };
+    let words = |s: SourceUsage| match s {
+        SourceUsage::Failed(e) => e,
+        other => panic!("not a failure: {other:?}"),
+    };
+    let e = words(said(old, Duration::from_secs(20)).await);
+    assert!(e.contains("older than the report route"), "{e}");
+    let e = words(said(garbled, Duration::from_secs(20)).await);
+    assert!(e.contains("unreadable") || e.contains("decode"), "{e}");
+    let e = words(said(silent, Duration::from_secs(1)).await);
+    assert_eq!(e, "no report within 1 s");
+}
