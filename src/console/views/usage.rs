@@ -57,7 +57,7 @@ pub(super) fn draw(frame: &mut Frame, body: Rect, state: &State, theme: &Theme) 
         ),
     };
     let fixed = name_w + extra.iter().map(|e| e.1 + 1).sum::<u16>() + 4 * (NUM_W + 1) + 2;
-    let bar_w = usize::from((area.width.saturating_sub(fixed) / 3).saturating_sub(1)).clamp(0, 24);
+    let bar_w = usize::from((area.width.saturating_sub(fixed) / 3).saturating_sub(1)).min(24);
     let height = usize::from(area.height.saturating_sub(3));
     let cur = state.cursor_of(View::Usage);
     let rows_of = u.active();
