@@ -15,7 +15,7 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
     #[test]
-    fn any_view_any_size(w in 20u16..=300, h in 5u16..=100, view in 0usize..6, overlay in 0usize..7, down in any::<bool>(), mono in any::<bool>()) {
+    fn any_view_any_size(w in 20u16..=300, h in 5u16..=100, view in 0usize..7, overlay in 0usize..7, down in any::<bool>(), mono in any::<bool>()) {
         let theme = load_strict(if mono { "mono" } else { "default" }, &[]).unwrap();
         let mut st = if down { with_down_source() } else { lab_state() };
         st.size = (w, h);

@@ -34,6 +34,7 @@ mod console_status;
 mod console_tables;
 mod console_tmux;
 mod console_update;
+mod console_usage;
 mod console_views;
 mod corpus;
 mod crash;

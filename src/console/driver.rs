@@ -164,6 +164,7 @@ pub fn perform(
     match effect {
         Effect::Quit => {}
         Effect::History(ask) => super::history::perform(ask, sources, timeout, &tx),
+        Effect::Usage(ask) => super::usage::perform(ask, sources, &tx),
         Effect::Fetch(i) => {
             let Some(src) = sources.get(i) else { return };
             let fut = src.fetch();

@@ -37,7 +37,7 @@ pub struct StatusArgs {
     /// JSON instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// Draw a view as text: overview, gpus, claims, fairshare, detail, events, or claim:ID
+    /// Draw a view as text: overview, gpus, claims, fairshare, detail, events, usage, or claim:ID
     /// (one claim's detail; claim:SOURCE/ID where two sources have that id).
     #[arg(long, value_name = "VIEW", value_parser = view_name)]
     pub dump_screen: Option<String>,
@@ -236,9 +236,11 @@ pub fn run(before: &ConsoleArgs, args: &StatusArgs) -> anyhow::Result<()> {
                 .map_err(|why| NoSuchClaim(format!("--dump-screen {view}: {why}")))?,
             None => super::update::show_view(&mut state, v),
         }
-        if let Some(at) = setup.at {
-            rt.block_on(rewind(&mut state, &setup.sources, at, timeout));
-        }
+        let effects = match setup.at {
+            Some(at) => super::update::rewind_to(&mut state, at),
+            None => super::update::usage_due(&mut state),
+        };
+        rt.block_on(settle(&mut state, &setup.sources, effects, timeout));
         let buf = render(&state, &setup.theme, w, h)?;
         print!("{}", buffer_text(&buf));
         return Ok(());
@@ -307,33 +309,42 @@ async fn print_status(
     }
 }
 
-/// Rewinds the state to `at` and waits for every source's history (and the charts).
-async fn rewind(
+/// Waits for the history and reports `effects` ask (rewinding, the charts, the Usage
+/// view) and for those their answers ask in turn.
+pub async fn settle(
     state: &mut State,
     sources: &[Arc<dyn crate::sources::Source>],
-    at: Timestamp,
+    mut effects: Vec<super::msg::Effect>,
     timeout: Duration,
 ) {
-    let mut effects = super::update::rewind_to(state, at);
+    use super::msg::Effect;
     // Answers may ask again (the charts once the detail's device is known): a few rounds.
     for _ in 0..4 {
-        let asks: Vec<_> = effects
-            .drain(..)
-            .filter_map(|e| match e {
-                super::msg::Effect::History(ask) => Some(ask),
-                _ => None,
-            })
-            .collect();
-        if asks.is_empty() {
+        let (mut history, mut usage) = (Vec::new(), Vec::new());
+        for e in effects.drain(..) {
+            match e {
+                Effect::History(ask) => history.push(ask),
+                Effect::Usage(ask) => usage.push(ask),
+                _ => {}
+            }
+        }
+        if history.is_empty() && usage.is_empty() {
             return;
         }
-        let answers = futures::future::join_all(asks.into_iter().map(|ask| {
+        let history = futures::future::join_all(history.into_iter().map(|ask| {
             let h = super::history::history_of(&ask, sources);
             super::history::answer(ask, h, timeout)
-        }))
-        .await;
-        for a in answers {
+        }));
+        let usage = futures::future::join_all(usage.into_iter().map(|ask| {
+            let h = sources.get(ask.source).and_then(|s| s.history());
+            super::usage::answer(ask, h, super::usage::REPORT_TIMEOUT)
+        }));
+        let (history, usage) = futures::future::join(history, usage).await;
+        for a in history {
             effects.extend(update(state, Msg::History(a)));
+        }
+        for a in usage {
+            effects.extend(update(state, Msg::Usage(a)));
         }
     }
 }

@@ -52,6 +52,7 @@ actions! {
     ViewFairShare "view_fairshare" Normal false "Fair share: projects' debts and backoffs";
     ViewDetail "view_detail" Normal false "GPU detail: history, processes, claims";
     ViewEvents "view_events" Normal false "Events: audit log and console log";
+    ViewUsage "view_usage" Normal false "Usage: GPU-hours per project over a window (Enter: its claims)";
     Up "up" Normal false "select the row above";
     Down "down" Normal false "select the row below";
     PageUp "page_up" Normal false "a page up";
@@ -65,6 +66,7 @@ actions! {
     SortNext "sort_next" Normal false "sort by the next column";
     Problems "problems" Normal false "list the next kind of problem here (over limit, idle, pending...)";
     SortReverse "sort_reverse" Normal false "reverse the sort";
+    UsageWindow "usage_window" Normal false "Usage: the next window (1 h, 24 h, 7 d)";
     Freeze "freeze" Normal false "freeze the display (data keeps coming)";
     NextSource "next_source" Normal false "select the next source (or all)";
     Refresh "refresh" Normal false "fetch every source now";

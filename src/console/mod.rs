@@ -19,6 +19,7 @@ pub mod show;
 pub mod state;
 pub mod theme;
 pub mod update;
+pub mod usage;
 pub mod views;
 pub use crate::when;
 

@@ -76,6 +76,8 @@ pub enum Msg {
     InputClosed(String),
     /// A source's history answered (`Effect::History`).
     History(super::history::HistoryAnswer),
+    /// A source's report for the Usage view answered (`Effect::Usage`).
+    Usage(super::usage::UsageAnswer),
 }
 
 /// Who waits for an action's answer: named when the action is sent and carried back with
@@ -169,6 +171,8 @@ pub enum Effect {
     },
     /// Ask a source's history (rewinding, charts); answered by `Msg::History`.
     History(super::history::HistoryAsk),
+    /// Ask a source's report over a window (the Usage view); answered by `Msg::Usage`.
+    Usage(super::usage::UsageAsk),
     /// Leave: restore the terminal and exit.
     Quit,
 }

@@ -7,7 +7,8 @@ use futures::future::BoxFuture;
 
 use super::Failure;
 use super::history::{AtTime, Sample, SeekDir, SourceHistory, Touching};
-use crate::client::{Client, ClientError, SnapshotAt};
+use crate::accounting::Ask;
+use crate::client::{Client, ClientError, ReportAt, SnapshotAt};
 use crate::clock::Timestamp;
 use crate::history::wire::{Direction, GpuRef, Target};
 
@@ -83,6 +84,22 @@ impl SourceHistory for EndpointHistory {
                 .await
                 .map_err(|e| words(e))?;
             Ok(series.samples)
+        })
+    }
+
+    fn report(&self, ask: Ask) -> BoxFuture<'static, Result<ReportAt, Failure>> {
+        let (client, words) = (self.client.clone(), Arc::clone(&self.words));
+        Box::pin(async move {
+            match client.history_report(&ask).await {
+                // The route's own 404s (no history, before it) are answers: any other is
+                // a gpuboard from before the route.
+                Err(ClientError::NotFound { .. }) => Err(Failure::Refused(
+                    "no usage report: this endpoint's gpuboard is older than the report \
+                     route (upgrade it)"
+                        .to_string(),
+                )),
+                other => other.map_err(|e| words(e)),
+            }
         })
     }
 }

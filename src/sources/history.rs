@@ -6,6 +6,8 @@
 use futures::future::BoxFuture;
 
 use super::Failure;
+use crate::accounting::Ask;
+use crate::client::ReportAt;
 use crate::clock::Timestamp;
 use crate::ids::ClaimId;
 use crate::snapshot::Snapshot;
@@ -90,4 +92,6 @@ pub trait SourceHistory: Send + Sync {
         from: Timestamp,
         to: Timestamp,
     ) -> BoxFuture<'static, Result<Vec<Sample>, Failure>>;
+    /// Its accounting over a window (`GET /v1/history/report`), for the Usage view.
+    fn report(&self, ask: Ask) -> BoxFuture<'static, Result<ReportAt, Failure>>;
 }

@@ -516,6 +516,7 @@ pub mod foreign;
 pub mod kmock;
 pub mod ray_head;
 pub mod relay;
+pub mod scenario;
 pub mod schema;
 pub mod slurm_cluster;
 pub mod tmux;

@@ -11,6 +11,7 @@ mod events;
 mod gpus;
 mod projects;
 mod shown;
+mod usage;
 
 use crate::ids::ClaimId;
 
@@ -19,6 +20,7 @@ pub use events::{EventField, event_columns};
 pub use gpus::{GpuColumn, GpuField, GpuFilter, device_words, gpu_columns};
 pub use projects::{ProjectColumn, ProjectField, project_columns, project_words};
 pub use shown::{Columns, ShownColumn, Width};
+pub use usage::UsageColumn;
 
 /// A column a list sorts by: a closed set, so a name that is none of them is an error
 /// naming those there are, never a silent "no sort".

@@ -1,7 +1,9 @@
 //! Each view's list or pane, found by view: the cursor, filter and sort the keys act on
 //! in whatever view is shown.
 
-use crate::console::lists::{ClaimColumn, Column, Cursor, GpuColumn, ProjectColumn, UnknownColumn};
+use crate::console::lists::{
+    ClaimColumn, Column, Cursor, GpuColumn, ProjectColumn, UnknownColumn, UsageColumn,
+};
 
 use super::{State, View};
 
@@ -26,6 +28,7 @@ impl State {
             View::Overview => self.panes.overview.cursor,
             View::Detail => self.panes.detail.cursor,
             View::Events => self.panes.events.cursor,
+            View::Usage => self.usage.active().cursor,
             View::ClaimDetail => self.panes.claim_detail.cursor,
         }
     }
@@ -39,6 +42,7 @@ impl State {
             View::Overview => &mut self.panes.overview.cursor,
             View::Detail => &mut self.panes.detail.cursor,
             View::Events => &mut self.panes.events.cursor,
+            View::Usage => &mut self.usage.active_mut().cursor,
             View::ClaimDetail => &mut self.panes.claim_detail.cursor,
         }
     }
@@ -57,6 +61,7 @@ impl State {
             View::Overview => &self.panes.overview.filter,
             View::Detail => &self.panes.detail.filter,
             View::Events => &self.panes.events.filter,
+            View::Usage => &self.usage.active().filter,
             View::ClaimDetail => &self.panes.claim_detail.filter,
         }
     }
@@ -70,6 +75,7 @@ impl State {
             View::Overview => &mut self.panes.overview.filter,
             View::Detail => &mut self.panes.detail.filter,
             View::Events => &mut self.panes.events.filter,
+            View::Usage => &mut self.usage.active_mut().filter,
             View::ClaimDetail => &mut self.panes.claim_detail.filter,
         }
     }
@@ -93,6 +99,7 @@ impl State {
             View::Gpus => names::<GpuColumn>(),
             View::Claims => names::<ClaimColumn>(),
             View::Ledger => names::<ProjectColumn>(),
+            View::Usage => names::<UsageColumn>(),
             View::Overview | View::Detail | View::Events | View::ClaimDetail => Vec::new(),
         }
     }
@@ -104,6 +111,10 @@ impl State {
             View::Gpus => Some((self.gpus.sort.name(), self.gpus.reverse)),
             View::Claims => Some((self.claims.sort.name(), self.claims.reverse)),
             View::Ledger => Some((self.projects.sort.name(), self.projects.reverse)),
+            View::Usage => {
+                let l = self.usage.active();
+                Some((l.sort.name(), l.reverse))
+            }
             View::Overview | View::Detail | View::Events | View::ClaimDetail => None,
         }
     }
@@ -118,6 +129,7 @@ impl State {
             View::Gpus => self.gpus.sort_by_name(name)?,
             View::Claims => self.claims.sort_by_name(name)?,
             View::Ledger => self.projects.sort_by_name(name)?,
+            View::Usage => self.usage.active_mut().sort_by_name(name)?,
             v => return Err(SortRefused::NoSort(v.title())),
         }
         Ok(())
@@ -129,6 +141,7 @@ impl State {
             View::Gpus => self.gpus.next_sort(),
             View::Claims => self.claims.next_sort(),
             View::Ledger => self.projects.next_sort(),
+            View::Usage => self.usage.active_mut().next_sort(),
             View::Overview | View::Detail | View::Events | View::ClaimDetail => return false,
         }
         true
@@ -140,6 +153,10 @@ impl State {
             View::Gpus => self.gpus.reverse = !self.gpus.reverse,
             View::Claims => self.claims.reverse = !self.claims.reverse,
             View::Ledger => self.projects.reverse = !self.projects.reverse,
+            View::Usage => {
+                let l = self.usage.active_mut();
+                l.reverse = !l.reverse;
+            }
             View::Overview | View::Detail | View::Events | View::ClaimDetail => {}
         }
     }

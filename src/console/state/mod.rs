@@ -11,6 +11,7 @@ mod rows;
 mod selection;
 mod sources;
 mod totals;
+mod usage;
 mod view;
 
 mod why;
@@ -38,6 +39,10 @@ pub use rewind::{
 };
 pub use sources::{STALE_AFTER_INTERVALS, SourceHealth, SourceSlot};
 pub use totals::FleetTotals;
+pub use usage::{
+    SourceAnswer, SourceUsage, USAGE_STEP_MS, UsageClaim, UsageKey, UsageProject, UsageView,
+    UsageWindow, notes_height as usage_notes_height,
+};
 pub use view::{OVERVIEW_JUMPS, View};
 pub use why::{WhyLine, WhyTone, reason_now, why_popup_size};
 
@@ -266,6 +271,8 @@ pub struct State {
     pub rewind: Option<Box<Rewind>>,
     /// The charts of the device shown in detail.
     pub charts: Option<Charts>,
+    /// The Usage view: its window, the sources' answers and its lists.
+    pub usage: UsageView,
 }
 
 impl State {
@@ -302,6 +309,7 @@ impl State {
             flows: Flows::default(),
             rewind: None,
             charts: None,
+            usage: UsageView::default(),
         }
     }
 
@@ -345,6 +353,7 @@ impl State {
             View::Events => self.audit_events().len(),
             View::ClaimDetail => self.claim_detail_lines(),
             View::Overview => OVERVIEW_JUMPS.len(),
+            View::Usage => self.usage.active().rows.len(),
         }
     }
 

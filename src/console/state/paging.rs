@@ -39,6 +39,7 @@ impl State {
             View::Claims => body.saturating_sub(claims_info_height(body)),
             View::Ledger => body.saturating_sub(why_pane_height(self.size.0, body)),
             View::Events => events_split(Rect::new(0, 0, self.size.0, body))[0].height,
+            View::Usage => body.saturating_sub(super::usage::notes_height(body)),
             _ => body,
         };
         usize::from(table.saturating_sub(3)).max(1)

@@ -18,7 +18,7 @@ impl State {
             View::Gpus => self.gpus.picked.as_ref(),
             View::Claims => self.claims.picked.as_ref(),
             View::Ledger => self.projects.picked.as_ref(),
-            View::Overview | View::Detail | View::Events | View::ClaimDetail => None,
+            View::Overview | View::Detail | View::Events | View::ClaimDetail | View::Usage => None,
         }
     }
 
@@ -28,7 +28,7 @@ impl State {
             View::Gpus => self.gpus.picked = pick,
             View::Claims => self.claims.picked = pick,
             View::Ledger => self.projects.picked = pick,
-            View::Overview | View::Detail | View::Events | View::ClaimDetail => {}
+            View::Overview | View::Detail | View::Events | View::ClaimDetail | View::Usage => {}
         }
     }
 
@@ -103,6 +103,7 @@ impl State {
     /// Rebuilds the rows after the operator changed the filter, sort or shown sources.
     pub fn reshape_rows(&mut self) {
         self.rebuild_rows();
+        self.rebuild_usage();
         self.repick_if_gone();
     }
 

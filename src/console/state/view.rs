@@ -24,19 +24,22 @@ pub enum View {
     Detail,
     /// Audit events and the console log.
     Events,
+    /// GPU time per project over a window, from the sources' recorded history.
+    Usage,
     /// One claim in depth, opened by Enter on a claim (not a tab: it has no tab key).
     ClaimDetail,
 }
 
 impl View {
     /// All views in tab order.
-    pub const ALL: [View; 6] = [
+    pub const ALL: [View; 7] = [
         View::Overview,
         View::Gpus,
         View::Claims,
         View::Ledger,
         View::Detail,
         View::Events,
+        View::Usage,
     ];
     /// Tab title.
     pub fn title(self) -> &'static str {
@@ -47,6 +50,7 @@ impl View {
             View::Ledger => "Fair share",
             View::Detail => "GPU detail",
             View::Events => "Events",
+            View::Usage => "Usage",
             View::ClaimDetail => "Claim detail",
         }
     }
@@ -59,6 +63,7 @@ impl View {
             View::Ledger => "fairshare",
             View::Detail => "detail",
             View::Events => "events",
+            View::Usage => "usage",
             View::ClaimDetail => "claim",
         }
     }

@@ -185,6 +185,8 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
         KeyAction::ViewFairShare => return set_view(state, View::Ledger),
         KeyAction::ViewDetail => return set_view(state, View::Detail),
         KeyAction::ViewEvents => return set_view(state, View::Events),
+        KeyAction::ViewUsage => return set_view(state, View::Usage),
+        KeyAction::UsageWindow => super::usage::next_window(state),
         KeyAction::Up => move_cursor(state, -1),
         KeyAction::Down => move_cursor(state, 1),
         KeyAction::PageUp => move_cursor(state, -page),
@@ -209,6 +211,11 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
                 flash(state, format!("{gone} is gone"), true);
             }
         }
+        KeyAction::Open if state.view == View::Usage => {
+            if state.usage.open.is_none() && state.usage.open_selected() {
+                state.rebuild_usage();
+            }
+        }
         KeyAction::Open if state.view == View::Ledger => {
             // The selected project's reasons, whole (the pane under the table is cut).
             if state.selected_project().is_some() {
@@ -227,6 +234,9 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
         KeyAction::Back => {
             if state.flash.is_some() {
                 state.flash = None;
+            } else if state.view == View::Usage && state.usage.open.is_some() {
+                state.usage.open = None;
+                state.rebuild_usage();
             } else if state.view == View::ClaimDetail {
                 state.view = state.came_from.take().unwrap_or(View::Claims);
             } else if state.view == View::Detail {

@@ -19,6 +19,7 @@ mod named;
 mod ranking;
 mod rewind;
 mod sources;
+mod usage;
 
 use ratatui::crossterm::event::KeyEventKind;
 
@@ -29,11 +30,13 @@ use super::state::{Flash, State, View};
 
 pub use command::{complete, show_view};
 pub use rewind::{BANNER_ROWS, refusal_text, rewind_to, short_time};
+pub use usage::due as usage_due;
 
 /// Applies one message; returns the effects for the driver.
 pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
     let mut effects = step(state, msg);
     effects.extend(rewind::charts_due(state));
+    effects.extend(usage::due(state));
     effects
 }
 
@@ -53,6 +56,10 @@ fn step(state: &mut State, msg: Msg) -> Vec<Effect> {
             Vec::new()
         }
         Msg::History(answer) => rewind::answer(state, answer),
+        Msg::Usage(answer) => {
+            usage::answer(state, answer);
+            Vec::new()
+        }
         Msg::Key(ev) => {
             // Some terminals report releases and repeats too; act on presses only.
             if ev.kind != KeyEventKind::Press {

@@ -85,6 +85,7 @@ fn show_at(state: &mut State, at: Timestamp) -> Vec<Effect> {
     if state.rewind.is_none() {
         let mut shown = state.clone();
         shown.charts = None;
+        shown.usage.forget();
         shown.readonly = true;
         shown.mode = Mode::Normal;
         shown.flash = None;
@@ -227,6 +228,7 @@ pub(super) fn rewound_key(state: &mut State, ev: KeyEvent) -> Vec<Effect> {
 fn nothing_to_close(s: &State) -> bool {
     s.flash.is_none()
         && !matches!(s.view, View::Detail | View::ClaimDetail)
+        && !(s.view == View::Usage && s.usage.open.is_some())
         && s.came_from.is_none()
         && s.filter().is_empty()
 }
@@ -319,7 +321,7 @@ fn selected(s: &State) -> (Option<usize>, Touching) {
                 return (Some(k.source), Touching::Project(p.name.clone()));
             }
         }
-        View::Overview | View::Events => {}
+        View::Overview | View::Events | View::Usage => {}
     }
     (None, Touching::Anything)
 }

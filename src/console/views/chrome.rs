@@ -11,17 +11,30 @@ use crate::console::keymap::KeyAction;
 use crate::console::state::{Mode, State, View, candidates};
 use crate::console::theme::Theme;
 
-/// The tab bar: one tab per view, the current one marked.
+/// The tab bar: one tab per view, the current one marked; tighter where the terminal is
+/// too narrow for the roomy one (80 columns hold all seven).
 pub(super) fn tabs(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
-    let mut spans = vec![Span::styled(" gpuboard ", theme.title)];
-    for (i, v) in View::ALL.iter().enumerate() {
-        // The claim detail has no tab of its own: Claims stays marked.
-        let style = if *v == state.view || (*v == View::Claims && state.view == View::ClaimDetail) {
-            theme.tab_active
-        } else {
-            theme.tab
-        };
-        spans.push(Span::styled(format!(" {} {} ", i + 1, v.title()), style));
+    let bar = |pad: &str| {
+        let mut spans = vec![Span::styled(" gpuboard ", theme.title)];
+        for (i, v) in View::ALL.iter().enumerate() {
+            // The claim detail has no tab of its own: Claims stays marked.
+            let style =
+                if *v == state.view || (*v == View::Claims && state.view == View::ClaimDetail) {
+                    theme.tab_active
+                } else {
+                    theme.tab
+                };
+            spans.push(Span::styled(
+                format!("{pad}{} {} ", i + 1, v.title()),
+                style,
+            ));
+        }
+        spans
+    };
+    let mut spans = bar(" ");
+    let width: usize = spans.iter().map(|s| s.content.chars().count()).sum();
+    if width > usize::from(area.width) {
+        spans = bar("");
     }
     frame.render_widget(Paragraph::new(Line::from(spans)), area);
 }
@@ -79,6 +92,9 @@ pub(super) fn hints(frame: &mut Frame, area: Rect, state: &State, theme: &Theme)
                     KeyAction::Open,
                 ]),
                 View::Ledger => acts.push(KeyAction::ClearBackoff),
+                View::Usage => {
+                    acts.extend([KeyAction::UsageWindow, KeyAction::Open, KeyAction::Back]);
+                }
                 View::ClaimDetail => {
                     acts.extend([KeyAction::Back, KeyAction::Release, KeyAction::Move]);
                 }

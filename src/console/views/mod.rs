@@ -17,6 +17,7 @@ mod help;
 mod movepick;
 mod overview;
 mod rewind;
+mod usage;
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout};
@@ -92,6 +93,7 @@ fn draw_in(frame: &mut Frame, area: ratatui::layout::Rect, state: &State, theme:
         View::Detail => detail::draw(frame, body, state, theme),
         View::Events => events::draw(frame, body, state, theme),
         View::ClaimDetail => claim_detail::draw(frame, body, state, theme),
+        View::Usage => usage::draw(frame, body, state, theme),
     }
     if hints {
         chrome::hints(frame, hint, state, theme);
