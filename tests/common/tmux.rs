@@ -11,6 +11,16 @@
 
 use std::path::Path;
 use std::process::Command;
+
+/// `tmux` on this test process's own server (`-L gpuboard-it-PID`): a server another
+/// process started (another checkout's suite, a person's tmux) would run the console in
+/// its environment, possibly another build's binary; this one starts here and ends with
+/// its last session.
+fn tmux_command() -> Command {
+    let mut cmd = Command::new("tmux");
+    cmd.args(["-L", &format!("gpuboard-it-{}", std::process::id())]);
+    cmd
+}
 use std::time::{Duration, Instant};
 
 /// How long a wait for screen text may take before the test fails.
@@ -25,7 +35,7 @@ impl Session {
     pub fn start(w: u16, h: u16, tag: &str, script: &str) -> Session {
         let name = format!("gpuboard-{tag}-{}", std::process::id());
         let (w, h) = (w.to_string(), h.to_string());
-        let out = Command::new("tmux")
+        let out = tmux_command()
             .args(["new-session", "-d", "-s", &name, "-x", &w, "-y", &h, script])
             .output()
             .expect("tmux is installed (scripts/test installs it)");
@@ -64,7 +74,7 @@ impl Session {
 
     /// Runs tmux with `args`; its stdout.
     pub fn tmux(&self, args: &[&str]) -> String {
-        let out = Command::new("tmux")
+        let out = tmux_command()
             .args(args)
             .output()
             .expect("tmux runs (scripts/test installs it)");
@@ -145,7 +155,7 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        let _ = Command::new("tmux")
+        let _ = tmux_command()
             .args(["kill-session", "-t", &self.0])
             .output();
     }

@@ -20,7 +20,7 @@ pub use events::{EventField, event_columns};
 pub use gpus::{GpuColumn, GpuField, GpuFilter, device_words, gpu_columns};
 pub use projects::{ProjectColumn, ProjectField, project_columns, project_words};
 pub use shown::{Columns, ShownColumn, Width};
-pub use usage::UsageColumn;
+pub use usage::{UsageColumn, UsageField, usage_columns};
 
 /// A column a list sorts by: a closed set, so a name that is none of them is an error
 /// naming those there are, never a silent "no sort".

@@ -10,16 +10,16 @@ use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Cell, Paragraph, Row, Table, Wrap};
 
-use crate::accounting::{Figures, GpuSeconds};
+use crate::accounting::GpuSeconds;
 use crate::clock::{self, Timestamp};
-use crate::console::state::{SourceUsage, State, UsageView, View, usage_notes_height};
+use crate::console::lists::{UsageField, usage_columns};
+use crate::console::state::{
+    SourceUsage, State, UsageClaim, UsageProject, UsageView, View, usage_notes_height,
+};
 use crate::console::theme::Theme;
 use crate::console::update::short_time;
 
-use super::common::{block, list_row, mid_ellipsis, title_with, window};
-
-/// Columns of one figure.
-const NUM_W: u16 = 8;
+use super::common::{block, constraints, list_row, mid_ellipsis, title_with, window};
 
 /// The table, and the notes under it.
 pub(super) fn draw(frame: &mut Frame, body: Rect, state: &State, theme: &Theme) {
@@ -49,27 +49,11 @@ pub(super) fn draw(frame: &mut Frame, body: Rect, state: &State, theme: &Theme) 
             .map(|c| c.claim.figures.reserved.compute.0)
             .fold(0.0, f64::max),
     };
-    let (name_w, extra) = match u.open {
-        None => (16u16, vec![("CLAIMS", 6u16)]),
-        Some(_) => (
-            if multi { 16 } else { 8 },
-            vec![("HOLDER", 14), ("LONGEST IDLE", 12)],
-        ),
-    };
-    let fixed = name_w + extra.iter().map(|e| e.1 + 1).sum::<u16>() + 4 * (NUM_W + 1) + 2;
-    let bar_w = usize::from((area.width.saturating_sub(fixed) / 3).saturating_sub(1)).min(24);
+    let cols = usage_columns(area.width, u.open.is_some(), multi);
     let height = usize::from(area.height.saturating_sub(3));
     let cur = state.cursor_of(View::Usage);
     let rows_of = u.active();
     let off = window(cur.selected, cur.offset, height, rows_of.rows.len());
-    let bars = |f: &Figures| {
-        [
-            (f.reserved.compute, theme.allocated),
-            (f.used, theme.used),
-            (f.idle_allocated, theme.idle),
-        ]
-        .map(|(v, style)| bar(v, scale, bar_w, style, theme))
-    };
     let rows: Vec<Row> = rows_of
         .rows
         .iter()
@@ -77,74 +61,23 @@ pub(super) fn draw(frame: &mut Frame, body: Rect, state: &State, theme: &Theme) 
         .skip(off)
         .take(height)
         .filter_map(|(i, k)| {
-            let (name, first, figures) = if u.open.is_none() {
-                let p = u.projects.get(*k)?;
-                (
-                    mid_ellipsis(&p.project, usize::from(name_w)),
-                    Cell::from(p.claims.to_string()),
-                    &p.figures,
-                )
+            let row = if u.open.is_none() {
+                UsageRow::Project(u.projects.get(*k)?)
             } else {
-                let c = u.claims.get(*k)?;
-                let name = if multi {
-                    mid_ellipsis(&c.label, usize::from(name_w))
-                } else {
-                    c.claim.claim.to_string()
-                };
-                let holder = c.claim.holder.as_deref().unwrap_or("");
-                (name, Cell::from(mid_ellipsis(holder, 14)), &c.claim.figures)
+                UsageRow::Claim(u.claims.get(*k)?)
             };
-            let [rb, ub, ib] = bars(figures);
-            let mut cells = vec![Cell::from(name), first];
-            cells.extend([
-                num(figures.reserved.compute),
-                Cell::from(rb),
-                num(figures.reserved.memory),
-                num(figures.used),
-                Cell::from(ub),
-                num(figures.idle_allocated),
-                Cell::from(ib),
-            ]);
-            if u.open.is_some() {
-                let c = u.claims.get(*k)?;
-                let idle = match c.claim.longest_idle_ms {
-                    0 => String::new(),
-                    ms => clock::age(ms),
-                };
-                cells.push(Cell::from(idle));
-            }
+            let cells = cols
+                .fields()
+                .map(|field| {
+                    let width = cols.width_of(field).unwrap_or(0);
+                    usage_cell(&row, field, width, scale, theme)
+                })
+                .collect();
             Some(list_row(cells, i == cur.selected, false, theme))
         })
         .collect();
-    let mut header = vec![
-        if u.open.is_some() { "CLAIM" } else { "PROJECT" },
-        extra[0].0,
-        "RESERVED",
-        "",
-        "BY MEM",
-        "USED",
-        "",
-        "IDLE",
-        "",
-    ];
-    let bar_c = Constraint::Length(u16::try_from(bar_w).unwrap_or(0));
-    let mut widths = vec![
-        Constraint::Length(name_w),
-        Constraint::Length(extra[0].1),
-        Constraint::Length(NUM_W),
-        bar_c,
-        Constraint::Length(NUM_W),
-        Constraint::Length(NUM_W),
-        bar_c,
-        Constraint::Length(NUM_W),
-        bar_c,
-    ];
-    if let Some((h, w)) = extra.get(1) {
-        header.push(h);
-        widths.push(Constraint::Length(*w));
-    }
-    let table = Table::new(rows, widths)
-        .header(Row::new(header).style(theme.header))
+    let table = Table::new(rows, constraints(&cols))
+        .header(Row::new(cols.headers()).style(theme.header))
         .block(block(title, theme));
     frame.render_widget(table, area);
     if rows_of.rows.is_empty() {
@@ -153,6 +86,57 @@ pub(super) fn draw(frame: &mut Frame, body: Rect, state: &State, theme: &Theme) 
     if notes.height > 0 {
         let p = Paragraph::new(note_lines(state, theme)).wrap(Wrap { trim: true });
         frame.render_widget(p, notes);
+    }
+}
+
+/// A row of the Usage view: a project, or one of the open project's claims.
+enum UsageRow<'a> {
+    Project(&'a UsageProject),
+    Claim(&'a UsageClaim),
+}
+
+/// One cell of a row; bars on the one `scale` (the most reserved in the list).
+fn usage_cell(
+    row: &UsageRow,
+    field: UsageField,
+    width: usize,
+    scale: f64,
+    theme: &Theme,
+) -> Cell<'static> {
+    let figures = match row {
+        UsageRow::Project(p) => &p.figures,
+        UsageRow::Claim(c) => &c.claim.figures,
+    };
+    match (field, row) {
+        (UsageField::Project, UsageRow::Project(p)) => Cell::from(mid_ellipsis(&p.project, width)),
+        (UsageField::Claims, UsageRow::Project(p)) => Cell::from(p.claims.to_string()),
+        (UsageField::SourcedClaim, UsageRow::Claim(c)) => Cell::from(mid_ellipsis(&c.label, width)),
+        (UsageField::Claim, UsageRow::Claim(c)) => Cell::from(c.claim.claim.to_string()),
+        (UsageField::Holder, UsageRow::Claim(c)) => {
+            Cell::from(mid_ellipsis(c.claim.holder.as_deref().unwrap_or(""), width))
+        }
+        (UsageField::LongestIdle, UsageRow::Claim(c)) => {
+            Cell::from(match c.claim.longest_idle_ms {
+                0 => String::new(),
+                ms => clock::age(ms),
+            })
+        }
+        (UsageField::Reserved, _) => num(figures.reserved.compute),
+        (UsageField::ReservedBar, _) => Cell::from(bar(
+            figures.reserved.compute,
+            scale,
+            width,
+            theme.allocated,
+            theme,
+        )),
+        (UsageField::ByMemory, _) => num(figures.reserved.memory),
+        (UsageField::Used, _) => num(figures.used),
+        (UsageField::UsedBar, _) => Cell::from(bar(figures.used, scale, width, theme.used, theme)),
+        (UsageField::Idle, _) => num(figures.idle_allocated),
+        (UsageField::IdleBar, _) => {
+            Cell::from(bar(figures.idle_allocated, scale, width, theme.idle, theme))
+        }
+        _ => Cell::from(""),
     }
 }
 
