@@ -21,7 +21,7 @@ use gpuboard::cli::report::{FleetReport, render};
 use gpuboard::client::{ReportAt, SnapshotAt};
 use gpuboard::clock::Timestamp;
 use gpuboard::endpoint::history_store::HistoryStore;
-use gpuboard::history::sample::Rare;
+use gpuboard::history::sample::{Rare, Tick};
 use gpuboard::history::wire::GpuRef;
 use gpuboard::history::{DeviceSample, Record, Recording, state_of};
 use gpuboard::ids::ClaimId;
@@ -301,6 +301,14 @@ fn expected() -> BTreeMap<&'static str, (u32, f64, f64, f64)> {
     .into()
 }
 
+/// What accounting reads of the scenario's samples.
+fn ticks(t0: u64) -> BTreeMap<GpuRef, Vec<Tick>> {
+    samples(t0)
+        .into_iter()
+        .map(|(gpu, series)| (gpu, series.iter().map(Tick::from).collect()))
+        .collect()
+}
+
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() < 1e-3
 }
@@ -308,7 +316,7 @@ fn close(a: f64, b: f64) -> bool {
 #[test]
 fn the_scenario_adds_up_to_the_hand_computed_figures() {
     let (start, versions) = recorded(T0);
-    let w = report(&start, &versions, &samples(T0), &ask(T0));
+    let w = report(&start, &versions, &ticks(T0), &ask(T0));
     let u = &w.usage;
     assert!(close(u.physical.hours(), 8.0), "4 GPUs x 2 h");
     assert!(
@@ -378,7 +386,7 @@ fn the_scenario_adds_up_to_the_hand_computed_figures() {
 #[test]
 fn the_scenario_reads_as_a_reviewed_markdown_report() {
     let (start, versions) = recorded(T0);
-    let w = report(&start, &versions, &samples(T0), &ask(T0));
+    let w = report(&start, &versions, &ticks(T0), &ask(T0));
     let mut w = w;
     w.history_from = Some(Timestamp(T0));
     let merged = FleetReport::merge(
@@ -731,7 +739,7 @@ are milliseconds.
 #[test]
 fn the_report_json_reference_matches_the_code() {
     let (start, versions) = recorded(T0);
-    let mut w = report(&start, &versions, &samples(T0), &ask(T0));
+    let mut w = report(&start, &versions, &ticks(T0), &ask(T0));
     w.history_from = Some(Timestamp(T0));
     let merged = FleetReport::merge(
         &ask(T0),
