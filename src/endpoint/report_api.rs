@@ -38,7 +38,7 @@ fn number(
 /// The report over `ask`'s window from the history in `s`, cut to where the history begins;
 /// `Err` with where it begins (`None`: nothing recorded) when the window is wholly before it.
 /// [`Parts::Usage`]: the usage table alone, from the hours rolled up where it can.
-pub(crate) fn window_report(
+pub fn window_report(
     s: &HistoryStore,
     ask: Ask,
     parts: Parts,
