@@ -268,7 +268,12 @@ impl HistoryStore {
         // samples of its snapshot), so its accounting can be rolled up now.
         let hours: std::collections::BTreeSet<u64> = groups.keys().map(|(_, h)| *h).collect();
         for hour in hours {
-            self.roll_up(Timestamp(hour))?;
+            match self.roll_up(Timestamp(hour)) {
+                Ok(()) => {}
+                Err(e @ HistoryError::Full(_)) => return Err(e),
+                // Reports replay an hour not rolled up: a damaged hour must not stop recording.
+                Err(e) => tracing::warn!("history: the hour from {} not rolled up: {e}", hour),
+            }
         }
         Ok(())
     }
@@ -718,4 +723,54 @@ fn insert_chunk(
     )
     .map_err(|e| written(e, "a chunk"))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::Recording;
+    use crate::snapshot::{DeviceView, NodeView};
+
+    /// Sealing an hour (the first sample of the next) rolls it up; an hour the history
+    /// does not cover from its start is not.
+    #[test]
+    fn sealing_an_hour_rolls_it_up() {
+        let t0 = 1_795_442_400_000;
+        let mut store = HistoryStore::in_memory().unwrap();
+        let state = |at: u64| Snapshot {
+            schema: 1,
+            revision: 1,
+            taken_at: Timestamp(at),
+            nodes: vec![NodeView {
+                name: "a".into(),
+                devices: vec![DeviceView::default()],
+                ..NodeView::default()
+            }],
+            ..Snapshot::default()
+        };
+        let mut r = Recording::default();
+        let first = r.observe(&state(t0 + 600_000)).unwrap();
+        store.append(&first).unwrap();
+        let gpu = GpuRef {
+            node: "a".into(),
+            index: 0,
+        };
+        let mut at = t0 + 600_000;
+        while at <= t0 + 2 * CHUNK_MS {
+            let s = DeviceSample {
+                at: Timestamp(at),
+                utilization_gpu: Some(50),
+                ..DeviceSample::default()
+            };
+            store.add_samples(&[(gpu.clone(), s)]).unwrap();
+            at += 60_000;
+        }
+        let hours = store
+            .rollups(Timestamp(t0), Timestamp(t0 + 3 * CHUNK_MS), ROLLUP_IDLE_BELOW)
+            .unwrap();
+        // The first hour began before the history: replayed, not rolled up.
+        assert_eq!(hours.len(), 1, "{hours:?}");
+        assert_eq!(hours[0].0, Timestamp(t0 + CHUNK_MS));
+        assert_eq!(hours[0].1.physical, accounting::GpuSeconds(3600.0));
+    }
 }
