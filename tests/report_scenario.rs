@@ -470,7 +470,15 @@ fn usage_from_rolled_up_hours_equals_the_replay() {
     let store = HistoryStore::open(dir.path()).unwrap();
     let whole = Timestamp(T0 + 120 * MIN);
     assert_eq!(store.rollups(Timestamp(T0), whole, 5).unwrap().len(), 2);
-    for (from, to) in [(0, 120), (7, 113), (60, 120), (0, 60), (10, 70), (59, 61), (30, 90)] {
+    for (from, to) in [
+        (0, 120),
+        (7, 113),
+        (60, 120),
+        (0, 60),
+        (10, 70),
+        (59, 61),
+        (30, 90),
+    ] {
         let ask = Ask {
             from: Timestamp(T0 + from * MIN),
             to: Timestamp(T0 + to * MIN),
@@ -484,7 +492,11 @@ fn usage_from_rolled_up_hours_equals_the_replay() {
         assert!(close(a.unallocated.memory.0, u.unallocated.memory.0));
         assert_eq!(a.projects.len(), u.projects.len(), "{from}..{to}");
         for (p, q) in a.projects.iter().zip(&u.projects) {
-            assert_eq!((&p.project, p.claims), (&q.project, q.claims), "{from}..{to}");
+            assert_eq!(
+                (&p.project, p.claims),
+                (&q.project, q.claims),
+                "{from}..{to}"
+            );
             let (f, g) = (&p.figures, &q.figures);
             for (x, y) in [
                 (f.reserved.compute.0, g.reserved.compute.0),
@@ -505,11 +517,17 @@ fn usage_from_rolled_up_hours_equals_the_replay() {
         assert_eq!(longest(&all), longest(&usage), "{from}..{to}");
     }
     let ask = ask(T0);
-    let u = window_report(&store, ask, Parts::Usage).unwrap().unwrap().usage;
+    let u = window_report(&store, ask, Parts::Usage)
+        .unwrap()
+        .unwrap()
+        .usage;
     for (project, (claims, reserved, used, idle)) in expected() {
         let p = u.projects.iter().find(|p| p.project == project).unwrap();
         assert_eq!(p.claims, claims, "{project}");
-        assert!(close(p.figures.reserved.compute.hours(), reserved), "{project}");
+        assert!(
+            close(p.figures.reserved.compute.hours(), reserved),
+            "{project}"
+        );
         assert!(close(p.figures.used.hours(), used), "{project}");
         assert!(close(p.figures.idle_allocated.hours(), idle), "{project}");
     }
@@ -522,10 +540,21 @@ fn usage_from_rolled_up_hours_equals_the_replay() {
         ..ask
     };
     let all = window_report(&store, strict, Parts::All).unwrap().unwrap();
-    let usage = window_report(&store, strict, Parts::Usage).unwrap().unwrap();
-    assert!(usage.usage.projects.iter().any(|p| p.figures.idle_allocated.0 > 0.0));
+    let usage = window_report(&store, strict, Parts::Usage)
+        .unwrap()
+        .unwrap();
+    assert!(
+        usage
+            .usage
+            .projects
+            .iter()
+            .any(|p| p.figures.idle_allocated.0 > 0.0)
+    );
     for (p, q) in all.usage.projects.iter().zip(&usage.usage.projects) {
-        assert!(close(p.figures.idle_allocated.0, q.figures.idle_allocated.0));
+        assert!(close(
+            p.figures.idle_allocated.0,
+            q.figures.idle_allocated.0
+        ));
     }
 }
 

@@ -26,9 +26,9 @@ pub use trouble::Trouble;
 pub use usage::{ByShare, Figures, GpuTime, IdleRule, ProjectGpuTime, Tally, account};
 
 use crate::clock::Timestamp;
-use crate::history::wire::GpuRef;
 use crate::history::Record;
 use crate::history::sample::Tick;
+use crate::history::wire::GpuRef;
 use crate::snapshot::Snapshot;
 
 /// The route.

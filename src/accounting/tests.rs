@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 
-use super::*;
 use super::usage::Tally;
+use super::*;
 use crate::history::Recording;
 use crate::history::sample::Rare;
 use crate::ids::ClaimId;
@@ -289,60 +289,74 @@ fn op() -> impl Strategy<Value = Op> {
 
 /// A random history from `ops`: the recorded states (the first is the start) and every
 /// device's samples, and when it ends.
-fn random_history(ops: Vec<Op>, utils: &[u32]) -> (Vec<Snapshot>, BTreeMap<GpuRef, Vec<Tick>>, u64) {
-        let projects = ["vision", "nlp", "speech"];
-        let mut claims: Vec<(u64, &str, u32, u32, u32)> = Vec::new();
-        let mut cordoned: Vec<(u32, u32)> = Vec::new();
-        let mut at = T0;
-        let mut next_id = 1;
-        let mut states = vec![state(1, at, 2, 2, &claims, &cordoned)];
-        let mut samples: BTreeMap<GpuRef, Vec<Tick>> = BTreeMap::new();
-        for o in ops {
-            match o {
-                Op::Claim { device, units, project } => {
-                    let (n, d) = (device / 2, device % 2);
-                    let used: u32 = claims.iter().filter(|c| c.2 == n && c.3 == d).map(|c| c.4).sum();
-                    if used + units <= 10_000 {
-                        claims.push((next_id, projects[project as usize], n, d, units));
-                        next_id += 1;
-                    }
-                }
-                Op::Release { nth } => {
-                    if !claims.is_empty() {
-                        claims.remove(nth % claims.len());
-                    }
-                }
-                Op::Cordon { device } => {
-                    let k = (device / 2, device % 2);
-                    if let Some(i) = cordoned.iter().position(|c| *c == k) {
-                        cordoned.remove(i);
-                    } else {
-                        cordoned.push(k);
-                    }
-                }
-                Op::Wait { ms } => {
-                    // Telemetry every 5 s while time passes, with the claims' processes.
-                    let mut t = at - at % 5_000 + 5_000;
-                    while t <= at + ms {
-                        for dev in 0..4u32 {
-                            let (n, d) = (dev / 2, dev % 2);
-                            let procs: Vec<(u64, u64)> = claims
-                                .iter()
-                                .filter(|c| c.2 == n && c.3 == d)
-                                .map(|c| (c.0, 1))
-                                .collect();
-                            let u = utils[((t / 5_000) as usize + dev as usize) % utils.len()];
-                            samples.entry(gpu(n, d)).or_default().push(sample(t, u, &procs));
-                        }
-                        t += 5_000;
-                    }
-                    at += ms;
+fn random_history(
+    ops: Vec<Op>,
+    utils: &[u32],
+) -> (Vec<Snapshot>, BTreeMap<GpuRef, Vec<Tick>>, u64) {
+    let projects = ["vision", "nlp", "speech"];
+    let mut claims: Vec<(u64, &str, u32, u32, u32)> = Vec::new();
+    let mut cordoned: Vec<(u32, u32)> = Vec::new();
+    let mut at = T0;
+    let mut next_id = 1;
+    let mut states = vec![state(1, at, 2, 2, &claims, &cordoned)];
+    let mut samples: BTreeMap<GpuRef, Vec<Tick>> = BTreeMap::new();
+    for o in ops {
+        match o {
+            Op::Claim {
+                device,
+                units,
+                project,
+            } => {
+                let (n, d) = (device / 2, device % 2);
+                let used: u32 = claims
+                    .iter()
+                    .filter(|c| c.2 == n && c.3 == d)
+                    .map(|c| c.4)
+                    .sum();
+                if used + units <= 10_000 {
+                    claims.push((next_id, projects[project as usize], n, d, units));
+                    next_id += 1;
                 }
             }
-            at += 1;
-            let rev = states.len() as u64 + 1;
-            states.push(state(rev, at, 2, 2, &claims, &cordoned));
+            Op::Release { nth } => {
+                if !claims.is_empty() {
+                    claims.remove(nth % claims.len());
+                }
+            }
+            Op::Cordon { device } => {
+                let k = (device / 2, device % 2);
+                if let Some(i) = cordoned.iter().position(|c| *c == k) {
+                    cordoned.remove(i);
+                } else {
+                    cordoned.push(k);
+                }
+            }
+            Op::Wait { ms } => {
+                // Telemetry every 5 s while time passes, with the claims' processes.
+                let mut t = at - at % 5_000 + 5_000;
+                while t <= at + ms {
+                    for dev in 0..4u32 {
+                        let (n, d) = (dev / 2, dev % 2);
+                        let procs: Vec<(u64, u64)> = claims
+                            .iter()
+                            .filter(|c| c.2 == n && c.3 == d)
+                            .map(|c| (c.0, 1))
+                            .collect();
+                        let u = utils[((t / 5_000) as usize + dev as usize) % utils.len()];
+                        samples
+                            .entry(gpu(n, d))
+                            .or_default()
+                            .push(sample(t, u, &procs));
+                    }
+                    t += 5_000;
+                }
+                at += ms;
+            }
         }
+        at += 1;
+        let rev = states.len() as u64 + 1;
+        states.push(state(rev, at, 2, 2, &claims, &cordoned));
+    }
     (states, samples, at)
 }
 

@@ -121,11 +121,7 @@ fn push_condition(
 }
 
 /// Finds what went wrong; claims pending at least `pending_ms` are listed.
-pub fn find(
-    story: &Story,
-    samples: &BTreeMap<GpuRef, Vec<Tick>>,
-    pending_ms: u64,
-) -> Trouble {
+pub fn find(story: &Story, samples: &BTreeMap<GpuRef, Vec<Tick>>, pending_ms: u64) -> Trouble {
     let mut devices = Vec::new();
     let mut over: BTreeMap<(ClaimId, String), OverLimit> = BTreeMap::new();
     for (gpu, spans) in &story.devices {

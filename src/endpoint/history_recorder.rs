@@ -338,7 +338,7 @@ mod tests {
             ..Snapshot::default()
         }));
         let deadline = Instant::now() + Duration::from_mins(2);
-        while h.read(|s| s.from()).await.unwrap().is_none() {
+        while h.read(HistoryStore::from).await.unwrap().is_none() {
             assert!(Instant::now() < deadline, "the recorder wrote nothing");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -372,7 +372,10 @@ mod tests {
         .expect("the seek waited for the report")
         .unwrap();
         assert!(matches!(seek, StateAt::Shown(_, _)), "{seek:?}");
-        assert!(!report.is_finished(), "the report is still held at its gate");
+        assert!(
+            !report.is_finished(),
+            "the report is still held at its gate"
+        );
         open.send(()).unwrap();
         let r = report.await.unwrap().unwrap().unwrap();
         assert_eq!(r.history_from, Some(Timestamp(t0)));

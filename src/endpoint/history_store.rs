@@ -14,12 +14,12 @@ use std::path::Path;
 
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 
-use crate::accounting::{self, Tally};
 use crate::accounting::usage::HOLD_MS;
+use crate::accounting::{self, Tally};
 use crate::clock::Timestamp;
 use crate::history::changes::{key, keys, touches};
-use crate::history::wire::{Direction, GpuRef, HistoryChange, HistoryInfo, Seek, Target};
 use crate::history::sample::Tick;
+use crate::history::wire::{Direction, GpuRef, HistoryChange, HistoryInfo, Seek, Target};
 use crate::history::{Body, DeviceSample, Record, chunk, record, replay};
 use crate::snapshot::Snapshot;
 use crate::units::Bytes;
@@ -325,7 +325,10 @@ impl HistoryStore {
         for row in rows {
             let (start, body) = row?;
             let json = zstd::stream::decode_all(body.as_slice()).map_err(damaged)?;
-            out.push((Timestamp(start), serde_json::from_slice(&json).map_err(damaged)?));
+            out.push((
+                Timestamp(start),
+                serde_json::from_slice(&json).map_err(damaged)?,
+            ));
         }
         Ok(out)
     }
@@ -580,17 +583,28 @@ impl HistoryStore {
             "SELECT gpu, body FROM chunks WHERE start BETWEEN ?1 AND ?2 AND end >= ?3
              ORDER BY gpu, start",
         )?;
-        let rows = q.query_map(
-            params![from.0.saturating_sub(CHUNK_MS), to.0, from.0],
-            |r| Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?)),
-        )?;
-        for row in rows {
-            let (name, body) = row?;
-            let Ok(gpu) = name.parse::<GpuRef>() else {
-                continue;
-            };
-            let ticks = chunk::decode_ticks(&body, from, to).map_err(damaged)?;
-            out.entry(gpu).or_default().extend(ticks);
+        let mut rows = q.query(params![from.0.saturating_sub(CHUNK_MS), to.0, from.0])?;
+        let mut current: Option<(String, Vec<Tick>)> = None;
+        while let Some(row) = rows.next()? {
+            let name = row.get_ref(0)?.as_str().map_err(damaged)?;
+            if current.as_ref().is_none_or(|(n, _)| n != name) {
+                if let Some((n, ticks)) = current.take()
+                    && let Ok(gpu) = n.parse::<GpuRef>()
+                {
+                    out.insert(gpu, ticks);
+                }
+                current = Some((name.to_string(), Vec::new()));
+            }
+            if let Some((_, ticks)) = current.as_mut() {
+                // The blob is read where SQLite holds it, not copied first.
+                let body = row.get_ref(1)?.as_blob().map_err(damaged)?;
+                chunk::decode_ticks(body, from, to, ticks).map_err(damaged)?;
+            }
+        }
+        if let Some((n, ticks)) = current
+            && let Ok(gpu) = n.parse::<GpuRef>()
+        {
+            out.insert(gpu, ticks);
         }
         let mut q = self.conn.prepare_cached(
             "SELECT gpu, body FROM recent WHERE at BETWEEN ?1 AND ?2 ORDER BY gpu, at",
@@ -766,7 +780,11 @@ mod tests {
             at += 60_000;
         }
         let hours = store
-            .rollups(Timestamp(t0), Timestamp(t0 + 3 * CHUNK_MS), ROLLUP_IDLE_BELOW)
+            .rollups(
+                Timestamp(t0),
+                Timestamp(t0 + 3 * CHUNK_MS),
+                ROLLUP_IDLE_BELOW,
+            )
             .unwrap();
         // The first hour began before the history: replayed, not rolled up.
         assert_eq!(hours.len(), 1, "{hours:?}");

@@ -8,7 +8,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
 use super::history_api::{HistoryRoutes, bad, failed, history, only, time};
-use crate::accounting::{self, Ask, GpuTime, IdleRule, PENDING_MS, Parts, Tally, WindowReport, usage};
+use crate::accounting::{
+    self, Ask, GpuTime, IdleRule, PENDING_MS, Parts, Tally, WindowReport, usage,
+};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::endpoint::history_store::{CHUNK_MS, HistoryError, HistoryStore, ROLLUP_IDLE_BELOW};
 use crate::history::wire::{self as hw, BeforeHistory};
@@ -127,7 +129,14 @@ pub(crate) async fn report(
 ) -> Result<Response, crate::endpoint::api_error::ApiError> {
     only(
         &q,
-        &["from", "to", "idle_below", "idle_for", "pending_over", "parts"],
+        &[
+            "from",
+            "to",
+            "idle_below",
+            "idle_for",
+            "pending_over",
+            "parts",
+        ],
     )?;
     let parts = match q.get("parts").map(String::as_str) {
         None | Some("all") => Parts::All,

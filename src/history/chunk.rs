@@ -34,6 +34,38 @@ pub enum ChunkError {
     Rare(#[from] serde_json::Error),
 }
 
+/// The most a compressed value may say it holds (a chunk or a version): larger is damage.
+const MAX_RAW: u64 = 1 << 30;
+
+thread_local! {
+    /// One decompression context per thread, not one per chunk (making one was a tenth
+    /// of a long report's time).
+    static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Decompresses a zstd frame written by `zstd::bulk::compress` (which records the size),
+/// reusing this thread's context; other frames are streamed.
+pub(super) fn decompress(bytes: &[u8]) -> Result<Vec<u8>, String> {
+    let size = zstd::zstd_safe::get_frame_content_size(bytes)
+        .ok()
+        .flatten();
+    let Some(size) = size.filter(|s| *s <= MAX_RAW) else {
+        return zstd::stream::decode_all(bytes).map_err(|e| e.to_string());
+    };
+    let capacity = usize::try_from(size).map_err(|e| e.to_string())?;
+    DECOMPRESSOR.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?);
+        }
+        match slot.as_mut() {
+            Some(d) => d.decompress(bytes, capacity).map_err(|e| e.to_string()),
+            None => Err("no zstd context".to_string()),
+        }
+    })
+}
+
 fn put(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
@@ -62,7 +94,7 @@ impl Reader<'_> {
             let b = *self
                 .bytes
                 .get(self.at)
-                .ok_or(ChunkError::Damaged("a column is cut short"))?;
+                .ok_or_else(|| ChunkError::Damaged("a column is cut short"))?;
             self.at += 1;
             v |= u64::from(b & 0x7f) << shift;
             if b & 0x80 == 0 {
@@ -163,8 +195,7 @@ pub fn encode(samples: &[DeviceSample]) -> Vec<u8> {
 
 /// Decompresses a chunk and reads its sample count.
 fn open(chunk: &[u8]) -> Result<(Vec<u8>, usize, usize), ChunkError> {
-    let raw =
-        zstd::stream::decode_all(chunk).map_err(|e| ChunkError::Compression(e.to_string()))?;
+    let raw = decompress(chunk).map_err(ChunkError::Compression)?;
     if raw.first() != Some(&FORMAT) {
         return Err(ChunkError::Damaged("unknown chunk format"));
     }
@@ -177,10 +208,15 @@ fn open(chunk: &[u8]) -> Result<(Vec<u8>, usize, usize), ChunkError> {
     Ok((raw, n, at))
 }
 
-/// Decodes what accounting needs of the samples taken from `from` to `to` (inclusive):
-/// times, GPU utilization and the processes' claims; the other columns are skipped, and
-/// samples with the same processes share one list.
-pub fn decode_ticks(chunk: &[u8], from: Timestamp, to: Timestamp) -> Result<Vec<Tick>, ChunkError> {
+/// Appends to `out` what accounting needs of the samples taken from `from` to `to`
+/// (inclusive): times, GPU utilization and the processes' claims; the other columns are
+/// skipped, and samples with the same processes share one list.
+pub fn decode_ticks(
+    chunk: &[u8],
+    from: Timestamp,
+    to: Timestamp,
+    out: &mut Vec<Tick>,
+) -> Result<(), ChunkError> {
     let (raw, n, at) = open(chunk)?;
     let mut r = Reader { bytes: &raw, at };
     let mut times = Vec::with_capacity(n);
@@ -193,15 +229,18 @@ pub fn decode_ticks(chunk: &[u8], from: Timestamp, to: Timestamp) -> Result<Vec<
     prev = 0;
     for _ in 0..n {
         prev = prev.wrapping_add(unzigzag(r.varint()?) as u64);
-        utils.push(prev.checked_sub(1).map(|u| u32::try_from(u).unwrap_or(u32::MAX)));
+        utils.push(
+            prev.checked_sub(1)
+                .map(|u| u32::try_from(u).unwrap_or(u32::MAX)),
+        );
     }
-    // The other eight columns: only their ends are needed, to find the rare runs.
+    // The other eight columns: only their end is needed, where the rare runs begin.
     let mut left = n * 8;
     while left > 0 {
         let b = *r
             .bytes
             .get(r.at)
-            .ok_or(ChunkError::Damaged("a column is cut short"))?;
+            .ok_or_else(|| ChunkError::Damaged("a column is cut short"))?;
         r.at += 1;
         if b & 0x80 == 0 {
             left -= 1;
@@ -213,7 +252,7 @@ pub fn decode_ticks(chunk: &[u8], from: Timestamp, to: Timestamp) -> Result<Vec<
         .map(|run| Arc::from(run.rare.processes.as_slice()))
         .collect();
     let none: Arc<[ProcessClaim]> = Arc::from(Vec::new());
-    let mut out = Vec::new();
+    out.reserve(n);
     let mut run = 0;
     for (i, (&t, &u)) in times.iter().zip(&utils).enumerate() {
         if t > to.0 {
@@ -222,16 +261,21 @@ pub fn decode_ticks(chunk: &[u8], from: Timestamp, to: Timestamp) -> Result<Vec<
         if t < from.0 {
             continue;
         }
-        while runs.get(run + 1).is_some_and(|next| next.from as usize <= i) {
+        while runs
+            .get(run + 1)
+            .is_some_and(|next| next.from as usize <= i)
+        {
             run += 1;
         }
         out.push(Tick {
             at: Timestamp(t),
             utilization_gpu: u,
-            processes: shared.get(run).map_or_else(|| Arc::clone(&none), Arc::clone),
+            processes: shared
+                .get(run)
+                .map_or_else(|| Arc::clone(&none), Arc::clone),
         });
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Decodes a chunk written by [`encode`].
@@ -351,7 +395,9 @@ mod tests {
                 .collect();
             prop_assert_eq!(decode_between(&encode(&samples), from, to).unwrap(), expected.clone());
             let ticks: Vec<Tick> = expected.iter().map(Tick::from).collect();
-            prop_assert_eq!(decode_ticks(&encode(&samples), from, to).unwrap(), ticks);
+            let mut got = Vec::new();
+            decode_ticks(&encode(&samples), from, to, &mut got).unwrap();
+            prop_assert_eq!(got, ticks);
         }
     }
 
@@ -380,7 +426,8 @@ mod tests {
         assert!(decode(&bad).is_err());
         let short = zstd::bulk::compress(&[FORMAT, 3, 1], 1).unwrap();
         assert!(decode(&short).is_err());
-        assert!(decode_ticks(&short, Timestamp(0), Timestamp(u64::MAX)).is_err());
-        assert!(decode_ticks(b"not zstd", Timestamp(0), Timestamp(u64::MAX)).is_err());
+        let all = (Timestamp(0), Timestamp(u64::MAX));
+        assert!(decode_ticks(&short, all.0, all.1, &mut Vec::new()).is_err());
+        assert!(decode_ticks(b"not zstd", all.0, all.1, &mut Vec::new()).is_err());
     }
 }
