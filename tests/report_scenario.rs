@@ -486,7 +486,9 @@ fn usage_from_rolled_up_hours_equals_the_replay() {
         };
         let all = window_report(&store, ask, Parts::All).unwrap().unwrap();
         let usage = window_report(&store, ask, Parts::Usage).unwrap().unwrap();
-        assert!(usage.actions.is_empty() && usage.trouble == Default::default());
+        assert!(
+            usage.actions.is_empty() && usage.trouble == gpuboard::accounting::Trouble::default()
+        );
         let (a, u) = (&all.usage, &usage.usage);
         assert!(close(a.physical.0, u.physical.0), "{from}..{to}");
         assert!(close(a.unallocated.memory.0, u.unallocated.memory.0));

@@ -94,7 +94,7 @@ impl Reader<'_> {
             let b = *self
                 .bytes
                 .get(self.at)
-                .ok_or_else(|| ChunkError::Damaged("a column is cut short"))?;
+                .ok_or(ChunkError::Damaged("a column is cut short"))?;
             self.at += 1;
             v |= u64::from(b & 0x7f) << shift;
             if b & 0x80 == 0 {
@@ -240,7 +240,7 @@ pub fn decode_ticks(
         let b = *r
             .bytes
             .get(r.at)
-            .ok_or_else(|| ChunkError::Damaged("a column is cut short"))?;
+            .ok_or(ChunkError::Damaged("a column is cut short"))?;
         r.at += 1;
         if b & 0x80 == 0 {
             left -= 1;
