@@ -10,17 +10,28 @@
 //! the real `Recording` into a real store on disk.
 //!
 //! `cargo bench --bench report` (release); `-- --gpus N --hours H` for other sizes.
+//!
+//! `-- --usage [--days D]`: the usage table alone (`parts=usage`, the console's Usage view)
+//! over D days (30) of 1 000 GPUs, from a window 20 minutes into the first hour to 25
+//! minutes before the last one ends: the whole hours are added up from their roll-ups, the
+//! two partial ones replayed. Goal: <= 1 s. The roll-ups are made from the generated hours
+//! with the functions the recorder's `HistoryStore::roll_up` uses (`accounting::tell`,
+//! `usage::tally`); only the two partial hours are written as chunks (30 days of chunks
+//! would take the bench an hour to compress).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
-use gpuboard::accounting::{Ask, IdleRule, PENDING_MS, report};
+use gpuboard::accounting::usage::{IDLE_BELOW_PCT, tally};
+use gpuboard::accounting::{Ask, IdleRule, PENDING_MS, Parts, report, tell};
 use gpuboard::clock::Timestamp;
 use gpuboard::endpoint::history_store::HistoryStore;
-use gpuboard::history::sample::Rare;
+use gpuboard::endpoint::report_api::window_report;
+use gpuboard::history::sample::{ProcessClaim, Rare, Tick};
 use gpuboard::history::wire::GpuRef;
-use gpuboard::history::{DeviceSample, Recording};
+use gpuboard::history::{DeviceSample, Record, Recording, state_of};
 use gpuboard::ids::ClaimId;
 use gpuboard::placement::DeviceShare;
 use gpuboard::snapshot::{
@@ -56,6 +67,10 @@ struct Held {
     /// Runs nothing for its first hour.
     lazy: bool,
     since: u64,
+}
+
+fn flag(name: &str) -> bool {
+    std::env::args().any(|a| a == name)
 }
 
 fn arg(name: &str, default: u64) -> u64 {
@@ -161,28 +176,34 @@ fn sample(at: u64, noise: &mut Noise, h: Option<Held>) -> DeviceSample {
     }
 }
 
-fn main() {
-    let gpus = usize::try_from(arg("--gpus", 1_000)).unwrap();
-    let hours = arg("--hours", 24);
-    let dir = tempfile::tempdir().unwrap();
-    let started = Instant::now();
-    let mut store = HistoryStore::open(dir.path()).unwrap();
-    let mut noise = Noise(27);
-    let mut held: Vec<Option<Held>> = vec![None; gpus];
-    let mut recording = Recording::default();
-    let mut events: Vec<AuditEvent> = Vec::new();
-    let mut next_id = 1;
-    let mut revision = 1;
-    let mut hour: BTreeMap<usize, Vec<DeviceSample>> = BTreeMap::new();
-    let end = T0 + hours * HOUR_MS;
-    let mut at = T0;
-    while at < end {
-        for h in &mut held {
+/// The fleet's claims over time, five minutes at a time.
+struct Fleet {
+    noise: Noise,
+    held: Vec<Option<Held>>,
+    events: Vec<AuditEvent>,
+    next_id: u64,
+    revision: u64,
+}
+
+impl Fleet {
+    fn new(gpus: usize) -> Fleet {
+        Fleet {
+            noise: Noise(27),
+            held: vec![None; gpus],
+            events: Vec::new(),
+            next_id: 1,
+            revision: 1,
+        }
+    }
+
+    /// Releases what expired at `at`, places new claims on free GPUs, and the state then.
+    fn step(&mut self, at: u64) -> Snapshot {
+        for h in &mut self.held {
             if h.is_some_and(|x| x.ends <= at) {
                 let x = h.take().unwrap();
-                revision += 1;
-                events.push(AuditEvent {
-                    revision,
+                self.revision += 1;
+                self.events.push(AuditEvent {
+                    revision: self.revision,
                     at: Timestamp(at),
                     actor: "lease".into(),
                     action: "expire".into(),
@@ -190,39 +211,82 @@ fn main() {
                     detail: "lease expired, released".into(),
                 });
             }
-            if h.is_none() && noise.below(6) == 0 {
+            if h.is_none() && self.noise.below(6) == 0 {
                 *h = Some(Held {
-                    id: next_id,
-                    project: noise.below(4) as usize,
-                    units: [2_500, 5_000, 10_000][noise.below(3) as usize],
-                    ends: at + HOUR_MS * (1 + noise.below(8)),
-                    lazy: noise.below(5) == 0,
+                    id: self.next_id,
+                    project: self.noise.below(4) as usize,
+                    units: [2_500, 5_000, 10_000][self.noise.below(3) as usize],
+                    ends: at + HOUR_MS * (1 + self.noise.below(8)),
+                    lazy: self.noise.below(5) == 0,
                     since: at,
                 });
-                next_id += 1;
-                revision += 1;
+                self.next_id += 1;
+                self.revision += 1;
             }
         }
         // The endpoint keeps its latest audit events, not all of them.
-        let keep = events.len().saturating_sub(200);
-        events.drain(..keep);
-        if let Some(rec) = recording.observe(&state(at, revision, &held, &events)) {
+        let keep = self.events.len().saturating_sub(200);
+        self.events.drain(..keep);
+        state(at, self.revision, &self.held, &self.events)
+    }
+}
+
+fn gpu_ref(g: usize) -> GpuRef {
+    GpuRef {
+        node: format!("node-{:03}", g / 4),
+        index: (g % 4) as u32,
+    }
+}
+
+/// Seconds this thread has run on a CPU (`/proc/thread-self/schedstat`): on a machine
+/// others load, wall time counts their turns too; this does not.
+fn cpu_s() -> f64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+        .map_or(0.0, |ns| ns / 1e9)
+}
+
+fn median(mut times: Vec<f64>) -> (f64, f64, f64) {
+    times.sort_by(f64::total_cmp);
+    (times[times.len() / 2], times[0], times[times.len() - 1])
+}
+
+fn main() {
+    if flag("--usage") {
+        usage();
+    } else {
+        whole();
+    }
+}
+
+/// The whole report over `--hours` of `--gpus`.
+fn whole() {
+    let gpus = usize::try_from(arg("--gpus", 1_000)).unwrap();
+    let hours = arg("--hours", 24);
+    let dir = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let mut store = HistoryStore::open(dir.path()).unwrap();
+    let mut fleet = Fleet::new(gpus);
+    let mut recording = Recording::default();
+    let mut hour: BTreeMap<usize, Vec<DeviceSample>> = BTreeMap::new();
+    let end = T0 + hours * HOUR_MS;
+    let mut at = T0;
+    while at < end {
+        let now = fleet.step(at);
+        if let Some(rec) = recording.observe(&now) {
             store.append(&rec).unwrap();
         }
-        for (g, h) in held.iter().enumerate() {
+        for (g, h) in fleet.held.iter().enumerate() {
             let block = hour.entry(g).or_default();
             for i in 0..(STEP_MS / 5_000) {
-                block.push(sample(at + i * 5_000, &mut noise, *h));
+                block.push(sample(at + i * 5_000, &mut fleet.noise, *h));
             }
         }
         at += STEP_MS;
         if at % HOUR_MS == T0 % HOUR_MS {
             for (g, samples) in std::mem::take(&mut hour) {
-                let gpu = GpuRef {
-                    node: format!("node-{:03}", g / 4),
-                    index: (g % 4) as u32,
-                };
-                store.add_chunk(&gpu, &samples).unwrap();
+                store.add_chunk(&gpu_ref(g), &samples).unwrap();
             }
         }
     }
@@ -236,20 +300,23 @@ fn main() {
         pending_ms: PENDING_MS,
     };
     let mut times = Vec::new();
+    let mut cpus = Vec::new();
     let mut parts = Vec::new();
     let mut last = None;
     for _ in 0..5 {
         let t = Instant::now();
+        let cpu = cpu_s();
         let begins = store.from().unwrap().unwrap();
         let from = ask.from.max(begins);
         let (start, versions) = store.window(from, ask.to).unwrap().unwrap();
         let read_versions = t.elapsed().as_secs_f64();
         let samples = store
-            .all_samples(Timestamp(from.0 - 300_000), ask.to)
+            .all_ticks(Timestamp(from.0 - 300_000), ask.to)
             .unwrap();
         let read_samples = t.elapsed().as_secs_f64() - read_versions;
         let r = report(&start, &versions, &samples, &Ask { from, ..ask });
         let total = t.elapsed().as_secs_f64();
+        cpus.push(cpu_s() - cpu);
         times.push(total);
         parts.push((
             total,
@@ -267,12 +334,14 @@ fn main() {
     parts.sort_by(|a, b| a.0.total_cmp(&b.0));
     let (versions, samples, r) = last.unwrap();
     println!(
-        "report over {hours} h of {gpus} GPUs: median {:.3} s (min {:.3}, max {:.3}; 5 runs): \
-         versions {:.3} s, samples {:.3} s, accounting {:.3} s; {versions} versions, \
-         {samples} samples, {} claims, {} actions; history generated in {generated:.0} s",
+        "report over {hours} h of {gpus} GPUs: median {:.3} s (min {:.3}, max {:.3}; 5 runs; \
+         on-CPU median {:.3} s): versions {:.3} s, samples {:.3} s, accounting {:.3} s; \
+         {versions} versions, {samples} samples, {} claims, {} actions; history generated \
+         in {generated:.0} s",
         times[2],
         times[0],
         times[4],
+        median(cpus).0,
         parts[2].1,
         parts[2].2,
         parts[2].3,
@@ -295,4 +364,130 @@ fn main() {
             .map(|p| p.figures.idle_allocated.hours())
             .sum::<f64>()
     );
+}
+
+/// The usage table alone over `--days` of `--gpus`, from roll-ups and two partial hours.
+fn usage() {
+    let gpus = usize::try_from(arg("--gpus", 1_000)).unwrap();
+    let days = arg("--days", 30);
+    let hours = days * 24;
+    let dir = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let mut store = HistoryStore::open(dir.path()).unwrap();
+    let mut fleet = Fleet::new(gpus);
+    let mut recording = Recording::default();
+    let refs: Vec<GpuRef> = (0..gpus).map(gpu_ref).collect();
+    let end = T0 + hours * HOUR_MS;
+    let (from, to) = (T0 + 20 * 60_000, end - 25 * 60_000);
+    let mut at = T0;
+    let mut hour_start: Option<Snapshot> = None;
+    let mut versions: Vec<Record> = Vec::new();
+    let mut chunks: BTreeMap<usize, Vec<DeviceSample>> = BTreeMap::new();
+    let mut ticks: BTreeMap<GpuRef, Vec<Tick>> = BTreeMap::new();
+    while at < end {
+        let h0 = at - (at - T0) % HOUR_MS;
+        // The first and the last hour are cut by the window: replayed from chunks.
+        let partial = h0 == T0 || h0 + HOUR_MS == end;
+        let now = fleet.step(at);
+        if let Some(rec) = recording.observe(&now) {
+            store.append(&rec).unwrap();
+            if at > h0 {
+                versions.push(rec);
+            }
+        }
+        if at == h0 {
+            hour_start = Some(state_of(&now));
+        }
+        for (g, h) in fleet.held.iter().enumerate() {
+            if partial {
+                let block = chunks.entry(g).or_default();
+                for i in 0..(STEP_MS / 5_000) {
+                    block.push(sample(at + i * 5_000, &mut fleet.noise, *h));
+                }
+                continue;
+            }
+            let series = ticks.entry(refs[g].clone()).or_default();
+            for i in 0..(STEP_MS / 5_000) {
+                let s = sample(at + i * 5_000, &mut fleet.noise, *h);
+                let processes: Arc<[ProcessClaim]> = s
+                    .rare
+                    .processes
+                    .iter()
+                    .map(|p| ProcessClaim {
+                        claim: p.claim,
+                        used_memory: p.used_memory,
+                    })
+                    .collect();
+                series.push(Tick {
+                    at: s.at,
+                    utilization_gpu: s.utilization_gpu,
+                    processes,
+                });
+            }
+        }
+        at += STEP_MS;
+        if (at - T0).is_multiple_of(HOUR_MS) {
+            if partial {
+                for (g, samples) in std::mem::take(&mut chunks) {
+                    store.add_chunk(&refs[g], &samples).unwrap();
+                }
+            } else {
+                let start = hour_start.take().unwrap();
+                let story = tell(&start, &versions, Timestamp(h0), Timestamp(at));
+                let t = tally(&story, &ticks, IDLE_BELOW_PCT);
+                store.add_rollup(Timestamp(h0), &t).unwrap();
+                ticks.clear();
+            }
+            versions.clear();
+        }
+    }
+    let generated = started.elapsed().as_secs_f64();
+    drop(store);
+    let store = HistoryStore::open(dir.path()).unwrap();
+    let ask = Ask {
+        from: Timestamp(from),
+        to: Timestamp(to),
+        idle: IdleRule::default(),
+        pending_ms: PENDING_MS,
+    };
+    let mut times = Vec::new();
+    let mut cpus = Vec::new();
+    let mut last = None;
+    for _ in 0..5 {
+        let t = Instant::now();
+        let cpu = cpu_s();
+        let r = window_report(&store, ask, Parts::Usage).unwrap().unwrap();
+        times.push(t.elapsed().as_secs_f64());
+        cpus.push(cpu_s() - cpu);
+        last = Some(r);
+    }
+    let (mid, min, max) = median(times);
+    let r = last.unwrap();
+    let u = &r.usage;
+    println!(
+        "usage over {days} days of {gpus} GPUs (parts=usage): median {mid:.3} s (min {min:.3}, \
+         max {max:.3}; 5 runs; on-CPU median {:.3} s); {} projects, {} claims; history \
+         generated in {generated:.0} s",
+        median(cpus).0,
+        u.projects.len(),
+        u.claims.len()
+    );
+    let reserved: f64 = u
+        .projects
+        .iter()
+        .map(|p| p.figures.reserved.compute.hours())
+        .sum();
+    let expected = gpus as f64 * (to - from) as f64 / HOUR_MS as f64;
+    println!(
+        "physical {:.1} GPU-h (fleet x window {expected:.1}), reserved {reserved:.1}, \
+         unallocated {:.1}, idle-allocated {:.1}",
+        u.physical.hours(),
+        u.unallocated.compute.hours(),
+        u.projects
+            .iter()
+            .map(|p| p.figures.idle_allocated.hours())
+            .sum::<f64>()
+    );
+    assert!((u.physical.hours() - expected).abs() < 1e-6 * expected);
+    assert!((reserved + u.unallocated.compute.hours() - expected).abs() < 1e-3 * expected);
 }

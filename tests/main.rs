@@ -71,6 +71,7 @@ mod ray_source;
 mod readme;
 mod reference;
 mod refusals;
+mod report_engines;
 mod report_scenario;
 mod run_leases;
 mod serve_nvml;

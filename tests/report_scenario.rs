@@ -9,17 +9,20 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
-use crate::common::scenario::{GIB, MIN, T0, ask, expected, recorded, samples, write_history};
+use crate::common::scenario::{GIB, MIN, T0, ask, expected, recorded, ticks, write_history};
 use crate::common::schema;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use gpuboard::accounting::report;
+use gpuboard::accounting::{Ask, IdleRule, Parts, report};
 use gpuboard::cli::report::{FleetReport, render};
 use gpuboard::client::{ReportAt, SnapshotAt};
 use gpuboard::clock::Timestamp;
+use gpuboard::endpoint::history_store::HistoryStore;
+use gpuboard::endpoint::report_api::window_report;
 use gpuboard::ids::ClaimId;
 use gpuboard::units::Bytes;
 use serde_json::Value;
@@ -31,7 +34,7 @@ fn close(a: f64, b: f64) -> bool {
 #[test]
 fn the_scenario_adds_up_to_the_hand_computed_figures() {
     let (start, versions) = recorded(T0);
-    let w = report(&start, &versions, &samples(T0), &ask(T0));
+    let w = report(&start, &versions, &ticks(T0), &ask(T0));
     let u = &w.usage;
     assert!(close(u.physical.hours(), 8.0), "4 GPUs x 2 h");
     assert!(
@@ -101,7 +104,7 @@ fn the_scenario_adds_up_to_the_hand_computed_figures() {
 #[test]
 fn the_scenario_reads_as_a_reviewed_markdown_report() {
     let (start, versions) = recorded(T0);
-    let w = report(&start, &versions, &samples(T0), &ask(T0));
+    let w = report(&start, &versions, &ticks(T0), &ask(T0));
     let mut w = w;
     w.history_from = Some(Timestamp(T0));
     let merged = FleetReport::merge(
@@ -151,6 +154,106 @@ fn rfc3339(ms: u64) -> String {
     jiff::Timestamp::from_millisecond(ms as i64)
         .unwrap()
         .to_string()
+}
+
+/// The usage table added up from the hours rolled up (and the rest replayed) equals the
+/// whole replay, for windows on the hour and off it; the whole scenario's is the
+/// hand-computed one.
+#[test]
+fn usage_from_rolled_up_hours_equals_the_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    write_history(dir.path(), T0);
+    let store = HistoryStore::open(dir.path()).unwrap();
+    let whole = Timestamp(T0 + 120 * MIN);
+    assert_eq!(store.rollups(Timestamp(T0), whole, 5).unwrap().len(), 2);
+    for (from, to) in [
+        (0, 120),
+        (7, 113),
+        (60, 120),
+        (0, 60),
+        (10, 70),
+        (59, 61),
+        (30, 90),
+    ] {
+        let ask = Ask {
+            from: Timestamp(T0 + from * MIN),
+            to: Timestamp(T0 + to * MIN),
+            ..ask(T0)
+        };
+        let all = window_report(&store, ask, Parts::All).unwrap().unwrap();
+        let usage = window_report(&store, ask, Parts::Usage).unwrap().unwrap();
+        assert!(
+            usage.actions.is_empty() && usage.trouble == gpuboard::accounting::Trouble::default()
+        );
+        let (a, u) = (&all.usage, &usage.usage);
+        assert!(close(a.physical.0, u.physical.0), "{from}..{to}");
+        assert!(close(a.unallocated.memory.0, u.unallocated.memory.0));
+        assert_eq!(a.projects.len(), u.projects.len(), "{from}..{to}");
+        for (p, q) in a.projects.iter().zip(&u.projects) {
+            assert_eq!(
+                (&p.project, p.claims),
+                (&q.project, q.claims),
+                "{from}..{to}"
+            );
+            let (f, g) = (&p.figures, &q.figures);
+            for (x, y) in [
+                (f.reserved.compute.0, g.reserved.compute.0),
+                (f.reserved.memory.0, g.reserved.memory.0),
+                (f.used.0, g.used.0),
+                (f.idle_allocated.0, g.idle_allocated.0),
+            ] {
+                assert!(close(x, y), "{from}..{to} {}: {x} vs {y}", p.project);
+            }
+        }
+        let longest = |r: &gpuboard::accounting::WindowReport| {
+            r.usage
+                .claims
+                .iter()
+                .map(|c| (c.claim, c.longest_idle_ms))
+                .collect::<BTreeMap<_, _>>()
+        };
+        assert_eq!(longest(&all), longest(&usage), "{from}..{to}");
+    }
+    let ask = ask(T0);
+    let u = window_report(&store, ask, Parts::Usage)
+        .unwrap()
+        .unwrap()
+        .usage;
+    for (project, (claims, reserved, used, idle)) in expected() {
+        let p = u.projects.iter().find(|p| p.project == project).unwrap();
+        assert_eq!(p.claims, claims, "{project}");
+        assert!(
+            close(p.figures.reserved.compute.hours(), reserved),
+            "{project}"
+        );
+        assert!(close(p.figures.used.hours(), used), "{project}");
+        assert!(close(p.figures.idle_allocated.hours(), idle), "{project}");
+    }
+    // Another idle threshold than the roll-ups' replays the whole window.
+    let strict = Ask {
+        idle: IdleRule {
+            idle_below_pct: 70,
+            ..IdleRule::default()
+        },
+        ..ask
+    };
+    let all = window_report(&store, strict, Parts::All).unwrap().unwrap();
+    let usage = window_report(&store, strict, Parts::Usage)
+        .unwrap()
+        .unwrap();
+    assert!(
+        usage
+            .usage
+            .projects
+            .iter()
+            .any(|p| p.figures.idle_allocated.0 > 0.0)
+    );
+    for (p, q) in all.usage.projects.iter().zip(&usage.usage.projects) {
+        assert!(close(
+            p.figures.idle_allocated.0,
+            q.figures.idle_allocated.0
+        ));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -437,7 +540,7 @@ are milliseconds.
 #[test]
 fn the_report_json_reference_matches_the_code() {
     let (start, versions) = recorded(T0);
-    let mut w = report(&start, &versions, &samples(T0), &ask(T0));
+    let mut w = report(&start, &versions, &ticks(T0), &ask(T0));
     w.history_from = Some(Timestamp(T0));
     let merged = FleetReport::merge(
         &ask(T0),

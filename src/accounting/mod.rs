@@ -5,8 +5,9 @@
 //! (`endpoint::history_store` reads them, `endpoint::report_api` serves the result).
 //!
 //! The route, a read (the read role may call it):
-//! `GET /v1/history/report?from=TIME&to=TIME[&idle_below=PCT][&idle_for=SECS][&pending_over=SECS]`
-//! answers a [`WindowReport`]. TIME as the other history routes take it. A window that
+//! `GET /v1/history/report?from=TIME&to=TIME[&idle_below=PCT][&idle_for=SECS][&pending_over=SECS][&parts=usage]`
+//! answers a [`WindowReport`]; with `parts=usage` only its `usage` (no actions, no trouble),
+//! added up from the hours the history has rolled up. TIME as the other history routes take it. A window that
 //! begins before the history does is cut to where it begins (`from` says so); a window
 //! wholly before it is a 404 `before_history` answer, as `GET /v1/snapshot?at=`.
 
@@ -22,11 +23,12 @@ use serde::{Deserialize, Serialize};
 pub use gpu_time::GpuSeconds;
 pub use story::{AuditedAction, BackoffSpan, Story, tell};
 pub use trouble::Trouble;
-pub use usage::{ByShare, Figures, GpuTime, IdleRule, ProjectGpuTime, account};
+pub use usage::{ByShare, Figures, GpuTime, IdleRule, ProjectGpuTime, Tally, account};
 
 use crate::clock::Timestamp;
+use crate::history::Record;
+use crate::history::sample::Tick;
 use crate::history::wire::GpuRef;
-use crate::history::{DeviceSample, Record};
 use crate::snapshot::Snapshot;
 
 /// The route.
@@ -61,6 +63,27 @@ impl Ask {
     }
 }
 
+/// Which parts of a report are asked for (`parts=`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Parts {
+    /// Usage, actions and trouble.
+    #[default]
+    All,
+    /// The usage table alone.
+    Usage,
+}
+
+impl Ask {
+    /// The route's query for `parts` of it.
+    pub fn query_for(&self, parts: Parts) -> String {
+        match parts {
+            Parts::All => self.query(),
+            Parts::Usage => format!("{}&parts=usage", self.query()),
+        }
+    }
+}
+
 /// One endpoint's window: `GET /v1/history/report`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct WindowReport {
@@ -84,7 +107,7 @@ pub struct WindowReport {
 pub fn report(
     start: &Snapshot,
     versions: &[Record],
-    samples: &BTreeMap<GpuRef, Vec<DeviceSample>>,
+    samples: &BTreeMap<GpuRef, Vec<Tick>>,
     ask: &Ask,
 ) -> WindowReport {
     let story = tell(start, versions, ask.from, ask.to);

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 
+use super::usage::Tally;
 use super::*;
 use crate::history::Recording;
 use crate::history::sample::Rare;
@@ -96,8 +97,8 @@ fn record(states: &[Snapshot]) -> (Snapshot, Vec<Record>) {
     (crate::history::state_of(&states[0]), records)
 }
 
-fn sample(at: u64, util: u32, procs: &[(u64, u64)]) -> DeviceSample {
-    DeviceSample {
+fn sample(at: u64, util: u32, procs: &[(u64, u64)]) -> Tick {
+    Tick::from(&crate::history::DeviceSample {
         at: Timestamp(at),
         utilization_gpu: Some(util),
         rare: Rare {
@@ -113,8 +114,8 @@ fn sample(at: u64, util: u32, procs: &[(u64, u64)]) -> DeviceSample {
                 .collect(),
             ..Rare::default()
         },
-        ..DeviceSample::default()
-    }
+        ..crate::history::DeviceSample::default()
+    })
 }
 
 fn gpu(n: u32, d: u32) -> GpuRef {
@@ -287,6 +288,79 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// A random history from `ops`: the recorded states (the first is the start) and every
+/// device's samples, and when it ends.
+fn random_history(
+    ops: Vec<Op>,
+    utils: &[u32],
+) -> (Vec<Snapshot>, BTreeMap<GpuRef, Vec<Tick>>, u64) {
+    let projects = ["vision", "nlp", "speech"];
+    let mut claims: Vec<(u64, &str, u32, u32, u32)> = Vec::new();
+    let mut cordoned: Vec<(u32, u32)> = Vec::new();
+    let mut at = T0;
+    let mut next_id = 1;
+    let mut states = vec![state(1, at, 2, 2, &claims, &cordoned)];
+    let mut samples: BTreeMap<GpuRef, Vec<Tick>> = BTreeMap::new();
+    for o in ops {
+        match o {
+            Op::Claim {
+                device,
+                units,
+                project,
+            } => {
+                let (n, d) = (device / 2, device % 2);
+                let used: u32 = claims
+                    .iter()
+                    .filter(|c| c.2 == n && c.3 == d)
+                    .map(|c| c.4)
+                    .sum();
+                if used + units <= 10_000 {
+                    claims.push((next_id, projects[project as usize], n, d, units));
+                    next_id += 1;
+                }
+            }
+            Op::Release { nth } => {
+                if !claims.is_empty() {
+                    claims.remove(nth % claims.len());
+                }
+            }
+            Op::Cordon { device } => {
+                let k = (device / 2, device % 2);
+                if let Some(i) = cordoned.iter().position(|c| *c == k) {
+                    cordoned.remove(i);
+                } else {
+                    cordoned.push(k);
+                }
+            }
+            Op::Wait { ms } => {
+                // Telemetry every 5 s while time passes, with the claims' processes.
+                let mut t = at - at % 5_000 + 5_000;
+                while t <= at + ms {
+                    for dev in 0..4u32 {
+                        let (n, d) = (dev / 2, dev % 2);
+                        let procs: Vec<(u64, u64)> = claims
+                            .iter()
+                            .filter(|c| c.2 == n && c.3 == d)
+                            .map(|c| (c.0, 1))
+                            .collect();
+                        let u = utils[((t / 5_000) as usize + dev as usize) % utils.len()];
+                        samples
+                            .entry(gpu(n, d))
+                            .or_default()
+                            .push(sample(t, u, &procs));
+                    }
+                    t += 5_000;
+                }
+                at += ms;
+            }
+        }
+        at += 1;
+        let rev = states.len() as u64 + 1;
+        states.push(state(rev, at, 2, 2, &claims, &cordoned));
+    }
+    (states, samples, at)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
     #[test]
@@ -295,59 +369,7 @@ proptest! {
         utils in prop::collection::vec(0u32..=100, 50),
         offset in 0u64..600_000,
     ) {
-        let projects = ["vision", "nlp", "speech"];
-        let mut claims: Vec<(u64, &str, u32, u32, u32)> = Vec::new();
-        let mut cordoned: Vec<(u32, u32)> = Vec::new();
-        let mut at = T0;
-        let mut next_id = 1;
-        let mut states = vec![state(1, at, 2, 2, &claims, &cordoned)];
-        let mut samples: BTreeMap<GpuRef, Vec<DeviceSample>> = BTreeMap::new();
-        for o in ops {
-            match o {
-                Op::Claim { device, units, project } => {
-                    let (n, d) = (device / 2, device % 2);
-                    let used: u32 = claims.iter().filter(|c| c.2 == n && c.3 == d).map(|c| c.4).sum();
-                    if used + units <= 10_000 {
-                        claims.push((next_id, projects[project as usize], n, d, units));
-                        next_id += 1;
-                    }
-                }
-                Op::Release { nth } => {
-                    if !claims.is_empty() {
-                        claims.remove(nth % claims.len());
-                    }
-                }
-                Op::Cordon { device } => {
-                    let k = (device / 2, device % 2);
-                    if let Some(i) = cordoned.iter().position(|c| *c == k) {
-                        cordoned.remove(i);
-                    } else {
-                        cordoned.push(k);
-                    }
-                }
-                Op::Wait { ms } => {
-                    // Telemetry every 5 s while time passes, with the claims' processes.
-                    let mut t = at - at % 5_000 + 5_000;
-                    while t <= at + ms {
-                        for dev in 0..4u32 {
-                            let (n, d) = (dev / 2, dev % 2);
-                            let procs: Vec<(u64, u64)> = claims
-                                .iter()
-                                .filter(|c| c.2 == n && c.3 == d)
-                                .map(|c| (c.0, 1))
-                                .collect();
-                            let u = utils[((t / 5_000) as usize + dev as usize) % utils.len()];
-                            samples.entry(gpu(n, d)).or_default().push(sample(t, u, &procs));
-                        }
-                        t += 5_000;
-                    }
-                    at += ms;
-                }
-            }
-            at += 1;
-            let rev = states.len() as u64 + 1;
-            states.push(state(rev, at, 2, 2, &claims, &cordoned));
-        }
+        let (states, samples, at) = random_history(ops, &utils);
         let (start, versions) = record(&states);
         let to = at + offset;
         let r = report(&start, &versions, &samples, &ask(T0, to));
@@ -362,6 +384,76 @@ proptest! {
             let f = &p.figures;
             prop_assert!(f.used.0 <= f.reserved.compute.0 + 1e-6, "{p:?}");
             prop_assert!(f.idle_allocated.0 <= f.reserved.compute.0 + 1e-6, "{p:?}");
+        }
+    }
+}
+
+/// The state at `t`: `start` with the versions recorded up to `t` applied.
+fn state_at(start: &Snapshot, versions: &[Record], t: u64) -> Snapshot {
+    let mut state = start.clone();
+    for v in versions.iter().filter(|v| v.at.0 <= t) {
+        match &v.body {
+            crate::history::Body::Keyframe { state: s } => state = (**s).clone(),
+            crate::history::Body::Delta { delta } => crate::snapshot::apply(&mut state, delta),
+        }
+    }
+    state
+}
+
+fn near(a: GpuSeconds, b: GpuSeconds) -> bool {
+    (a.0 - b.0).abs() <= 1e-6 * a.0.abs().max(b.0.abs()).max(1.0)
+}
+
+fn same_figures(a: &Figures, b: &Figures) -> bool {
+    near(a.reserved.compute, b.reserved.compute)
+        && near(a.reserved.memory, b.reserved.memory)
+        && near(a.used, b.used)
+        && near(a.idle_allocated, b.idle_allocated)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// What rolling up by the hour rests on: a window's tally cut at any edges (hour
+    /// boundaries, at an offset) and added back up settles to the whole window's figures.
+    #[test]
+    fn a_window_cut_into_hours_and_added_up_is_the_whole_window(
+        ops in prop::collection::vec(op(), 1..60),
+        utils in prop::collection::vec(0u32..=100, 50),
+        offset in 0u64..600_000,
+        cut in 1u64..HOUR,
+        idle_for in prop::sample::select(vec![0u64, 300_000, 900_000, 3_600_000]),
+        idle_below in prop::sample::select(vec![5u32, 50]),
+    ) {
+        let (states, samples, at) = random_history(ops, &utils);
+        let (start, versions) = record(&states);
+        let to = at + offset;
+        let policy = IdleRule { idle_below_pct: idle_below, idle_for_ms: idle_for };
+        let whole = account(&tell(&start, &versions, Timestamp(T0), Timestamp(to)), &samples, policy);
+        let mut parts = Tally::default();
+        let mut a = T0;
+        let mut edge = T0 + cut;
+        while a < to {
+            let b = edge.min(to);
+            let here = state_at(&start, &versions, a);
+            let story = tell(&here, &versions, Timestamp(a), Timestamp(b));
+            parts.then(usage::tally(&story, &samples, idle_below));
+            a = b;
+            edge += HOUR;
+        }
+        let split = usage::settle(parts, policy);
+        prop_assert!(near(whole.physical, split.physical));
+        prop_assert!(near(whole.unallocated.compute, split.unallocated.compute));
+        prop_assert!(near(whole.unallocated.memory, split.unallocated.memory));
+        prop_assert_eq!(whole.projects.len(), split.projects.len());
+        for p in &whole.projects {
+            let q = split.projects.iter().find(|q| q.project == p.project);
+            prop_assert!(q.is_some_and(|q| q.claims == p.claims && same_figures(&p.figures, &q.figures)), "{p:?} vs {q:?}");
+        }
+        prop_assert_eq!(whole.claims.len(), split.claims.len());
+        for c in &whole.claims {
+            let d = split.claims.iter().find(|d| d.claim == c.claim);
+            prop_assert!(d.is_some_and(|d| d.longest_idle_ms == c.longest_idle_ms
+                && d.project == c.project && same_figures(&c.figures, &d.figures)), "{c:?} vs {d:?}");
         }
     }
 }

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::story::{BackoffSpan, Story};
 use super::usage::HOLD_MS;
 use crate::clock::Timestamp;
-use crate::history::DeviceSample;
+use crate::history::sample::Tick;
 use crate::history::wire::GpuRef;
 use crate::ids::ClaimId;
 use crate::placement::Health;
@@ -121,11 +121,7 @@ fn push_condition(
 }
 
 /// Finds what went wrong; claims pending at least `pending_ms` are listed.
-pub fn find(
-    story: &Story,
-    samples: &BTreeMap<GpuRef, Vec<DeviceSample>>,
-    pending_ms: u64,
-) -> Trouble {
+pub fn find(story: &Story, samples: &BTreeMap<GpuRef, Vec<Tick>>, pending_ms: u64) -> Trouble {
     let mut devices = Vec::new();
     let mut over: BTreeMap<(ClaimId, String), OverLimit> = BTreeMap::new();
     for (gpu, spans) in &story.devices {
@@ -159,15 +155,12 @@ pub fn find(
             let mut prev = series
                 .first()
                 .map_or(first.from.0, |s| s.at.0.max(first.from.0));
-            for s in series.iter().skip(1).chain(std::iter::once(&DeviceSample {
-                at: last.to,
-                ..DeviceSample::default()
-            })) {
-                if s.at.0.saturating_sub(prev) > HOLD_MS {
+            for at in series.iter().skip(1).map(|s| s.at).chain([last.to]) {
+                if at.0.saturating_sub(prev) > HOLD_MS {
                     let from = Timestamp(prev + HOLD_MS);
-                    push_condition(&mut devices, gpu, Condition::Stale, from, s.at, "");
+                    push_condition(&mut devices, gpu, Condition::Stale, from, at, "");
                 }
-                prev = s.at.0;
+                prev = at.0;
             }
         }
         for span in spans.iter().filter(|x| !x.holds.is_empty()) {
@@ -179,7 +172,6 @@ pub fn find(
                 for h in &span.holds {
                     // The memory of the claim's processes here (a sample has few processes).
                     let m = s
-                        .rare
                         .processes
                         .iter()
                         .filter(|p| p.claim == Some(h.claim))

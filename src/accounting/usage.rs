@@ -19,12 +19,16 @@ use serde::{Deserialize, Serialize};
 
 use super::gpu_time::GpuSeconds;
 use super::story::Story;
-use crate::history::DeviceSample;
+use crate::history::sample::Tick;
 use crate::history::wire::GpuRef;
 use crate::ids::ClaimId;
 
 /// A sample speaks for its device for at most this long (the snapshot's staleness).
 pub const HOLD_MS: u64 = 300_000;
+
+/// Below this utilization, percent, a claim is idle by default (and the hours rolled up
+/// in the history count it so).
+pub const IDLE_BELOW_PCT: u32 = 5;
 
 /// When a claim counts as idle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,7 +42,7 @@ pub struct IdleRule {
 impl Default for IdleRule {
     fn default() -> IdleRule {
         IdleRule {
-            idle_below_pct: 5,
+            idle_below_pct: IDLE_BELOW_PCT,
             idle_for_ms: 15 * 60_000,
         }
     }
@@ -152,8 +156,8 @@ fn intersect(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<(u64, u64)> {
 
 /// The utilization a sample gives `claim` on its device: the device's when one of the
 /// claim's processes is there, else none.
-fn claim_util(s: &DeviceSample, claim: ClaimId) -> u32 {
-    let runs = s.rare.processes.iter().any(|p| p.claim == Some(claim));
+fn claim_util(s: &Tick, claim: ClaimId) -> u32 {
+    let runs = s.processes.iter().any(|p| p.claim == Some(claim));
     if runs {
         s.utilization_gpu.unwrap_or(0).min(100)
     } else {
@@ -161,22 +165,76 @@ fn claim_util(s: &DeviceSample, claim: ClaimId) -> u32 {
     }
 }
 
+/// A time a claim's devices were all idle for it: `[from, to)` ms, at `weight` GPUs.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IdleRun {
+    /// Start, ms.
+    pub from: u64,
+    /// End (excluded), ms.
+    pub to: u64,
+    /// The claim's GPUs over it.
+    pub weight: f64,
+}
+
+/// One claim's GPU time over a span, before the idle rule's minimum is applied.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClaimTally {
+    /// Its project (as last seen).
+    pub project: String,
+    /// Its holder (as last seen).
+    pub holder: Option<String>,
+    /// Reserved.
+    pub reserved: ByShare,
+    /// Used.
+    pub used: GpuSeconds,
+    /// Its idle runs, oldest first.
+    pub idle: Vec<IdleRun>,
+}
+
+/// A span's GPU time as it adds up: spans that follow each other add into the span they
+/// make together ([`Tally::then`]), and [`settle`] turns it into [`GpuTime`]. What an hour
+/// of history is rolled up into.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Tally {
+    /// The fleet's devices times the span.
+    pub physical: GpuSeconds,
+    /// What no claim reserved.
+    pub unallocated: ByShare,
+    /// Per claim that held devices.
+    pub claims: BTreeMap<ClaimId, ClaimTally>,
+}
+
+impl Tally {
+    /// Adds `later`, the span that follows this one.
+    pub fn then(&mut self, later: Tally) {
+        self.physical += later.physical;
+        self.unallocated.compute += later.unallocated.compute;
+        self.unallocated.memory += later.unallocated.memory;
+        for (id, c) in later.claims {
+            let t = self.claims.entry(id).or_default();
+            t.project = c.project;
+            t.holder = c.holder;
+            t.reserved.compute += c.reserved.compute;
+            t.reserved.memory += c.reserved.memory;
+            t.used += c.used;
+            t.idle.extend(c.idle);
+        }
+    }
+}
+
 /// Accounts a window: `story` from [`super::story::tell`], `samples` per device oldest
 /// first (from up to [`HOLD_MS`] before the window's start).
-pub fn account(
-    story: &Story,
-    samples: &BTreeMap<GpuRef, Vec<DeviceSample>>,
-    policy: IdleRule,
-) -> GpuTime {
-    let mut usage = GpuTime {
-        policy,
-        ..GpuTime::default()
-    };
-    let mut claims: BTreeMap<ClaimId, Figures> = BTreeMap::new();
+pub fn account(story: &Story, samples: &BTreeMap<GpuRef, Vec<Tick>>, policy: IdleRule) -> GpuTime {
+    settle(tally(story, samples, policy.idle_below_pct), policy)
+}
+
+/// Adds up a window's GPU time, idle meaning below `idle_below_pct`.
+pub fn tally(story: &Story, samples: &BTreeMap<GpuRef, Vec<Tick>>, idle_below_pct: u32) -> Tally {
+    let mut usage = Tally::default();
+    let mut claims: BTreeMap<ClaimId, ClaimTally> = BTreeMap::new();
     let mut idle: BTreeMap<(ClaimId, &GpuRef), Pieces> = BTreeMap::new();
-    let none = Vec::new();
     for (gpu, spans) in &story.devices {
-        let series = samples.get(gpu).unwrap_or(&none);
+        let series = samples.get(gpu).map_or(&[][..], Vec::as_slice);
         // This device's idle pieces per claim (a device has few claims: no map per sample).
         let mut here: BTreeMap<ClaimId, Pieces> = BTreeMap::new();
         for span in spans {
@@ -184,7 +242,10 @@ pub fn account(
             usage.physical += GpuSeconds::of(1.0, ms);
             let (mut compute, mut memory) = (0.0, 0.0);
             for h in &span.holds {
-                let f = claims.entry(h.claim).or_default();
+                let f = claims.entry(h.claim).or_insert_with(|| ClaimTally {
+                    project: h.project.clone(),
+                    ..ClaimTally::default()
+                });
                 f.reserved.compute += GpuSeconds::of(h.compute, ms);
                 f.reserved.memory += GpuSeconds::of(h.memory, ms);
                 compute += h.compute;
@@ -212,7 +273,7 @@ pub fn account(
                 for (k, h) in span.holds.iter().enumerate() {
                     let util = claim_util(s, h.claim);
                     used[k] += f64::from(util) / 100.0 * h.weight() * (to - from) as f64;
-                    if util < policy.idle_below_pct {
+                    if util < idle_below_pct {
                         idle_here[k].push(from, to);
                     }
                 }
@@ -231,13 +292,13 @@ pub fn account(
             idle.insert((claim, gpu), pieces);
         }
     }
-    let mut out_claims = Vec::new();
-    for (id, story_c) in &story.claims {
-        let Some(mut figures) = claims.remove(id) else {
+    for (id, t) in &mut claims {
+        let Some(story_c) = story.claims.get(id) else {
             continue;
         };
+        t.project.clone_from(&story_c.project);
+        t.holder.clone_from(&story_c.holder);
         // Idle runs: the times every device of a placed span was idle for the claim.
-        let mut runs: Vec<(u64, u64, f64)> = Vec::new();
         for span in &story_c.placed {
             let mut common = vec![(span.from.0, span.to.0)];
             for gpu in &span.devices {
@@ -249,40 +310,53 @@ pub fn account(
             }
             let weight = span_weight(story, *id, span);
             for (from, to) in common {
-                match runs.last_mut() {
-                    Some(last) if last.1 == from && last.2.to_bits() == weight.to_bits() => {
-                        last.1 = to;
+                match t.idle.last_mut() {
+                    Some(last) if last.to == from && last.weight.to_bits() == weight.to_bits() => {
+                        last.to = to;
                     }
-                    _ => runs.push((from, to, weight)),
+                    _ => t.idle.push(IdleRun { from, to, weight }),
                 }
             }
         }
+    }
+    usage.claims = claims;
+    usage
+}
+
+/// A window's GPU time from its tally: idle runs shorter than `policy.idle_for_ms` are not
+/// charged; per project and per claim, the biggest idle-allocated first.
+pub fn settle(tally: Tally, policy: IdleRule) -> GpuTime {
+    let mut out_claims = Vec::new();
+    for (id, t) in tally.claims {
         let mut longest = 0;
         let mut run_start = 0;
         let mut charged = GpuSeconds::default();
         let mut pending = GpuSeconds::default();
         let mut last_end = None;
-        for (from, to, weight) in runs {
-            if last_end != Some(from) {
-                run_start = from;
+        for run in &t.idle {
+            if last_end != Some(run.from) {
+                run_start = run.from;
                 pending = GpuSeconds::default();
             }
-            pending += GpuSeconds::of(weight, to - from);
-            let length = to - run_start;
+            pending += GpuSeconds::of(run.weight, run.to - run.from);
+            let length = run.to - run_start;
             longest = longest.max(length);
             if length >= policy.idle_for_ms {
                 charged += pending;
                 pending = GpuSeconds::default();
             }
-            last_end = Some(to);
+            last_end = Some(run.to);
         }
-        figures.idle_allocated = charged;
         out_claims.push(ClaimGpuTime {
-            claim: *id,
-            project: story_c.project.clone(),
-            holder: story_c.holder.clone(),
+            claim: id,
+            project: t.project,
+            holder: t.holder,
             longest_idle_ms: longest,
-            figures,
+            figures: Figures {
+                reserved: t.reserved,
+                used: t.used,
+                idle_allocated: charged,
+            },
         });
     }
     let mut projects: BTreeMap<&str, ProjectGpuTime> = BTreeMap::new();
@@ -296,8 +370,8 @@ pub fn account(
         p.claims += 1;
         p.figures.add(&c.figures);
     }
-    usage.projects = projects.into_values().collect();
-    sort_projects(&mut usage.projects);
+    let mut projects: Vec<ProjectGpuTime> = projects.into_values().collect();
+    sort_projects(&mut projects);
     out_claims.sort_by(|a, b| {
         b.figures
             .idle_allocated
@@ -305,8 +379,13 @@ pub fn account(
             .total_cmp(&a.figures.idle_allocated.0)
             .then(a.claim.cmp(&b.claim))
     });
-    usage.claims = out_claims;
-    usage
+    GpuTime {
+        policy,
+        physical: tally.physical,
+        unallocated: tally.unallocated,
+        projects,
+        claims: out_claims,
+    }
 }
 
 /// Biggest idle-allocated first, then biggest reserved, then by name.

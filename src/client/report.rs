@@ -4,7 +4,7 @@
 use reqwest::StatusCode;
 
 use super::{Client, ClientError, error_from};
-use crate::accounting::{Ask, REPORT_PATH, WindowReport};
+use crate::accounting::{Ask, Parts, REPORT_PATH, WindowReport};
 use crate::clock::Timestamp;
 use crate::history::wire::{self as hw, BeforeHistory};
 
@@ -24,8 +24,18 @@ pub enum ReportAt {
 impl Client {
     /// `GET /v1/history/report`: the endpoint's report over `ask`'s window.
     pub async fn history_report(&self, ask: &Ask) -> Result<ReportAt, ClientError> {
+        self.history_report_parts(ask, Parts::All).await
+    }
+
+    /// The same, for `parts` of it (`Parts::Usage`: the usage table alone, what a usage
+    /// view needs, fast over weeks).
+    pub async fn history_report_parts(
+        &self,
+        ask: &Ask,
+        parts: Parts,
+    ) -> Result<ReportAt, ClientError> {
         let resp = self
-            .history_get(REPORT_PATH, &ask.query())
+            .history_get(REPORT_PATH, &ask.query_for(parts))
             .send()
             .await
             .map_err(|e| self.transport(&e))?;

@@ -6,7 +6,7 @@
 //! shows; the next write that succeeds clears it.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -42,6 +42,8 @@ const RESUME_AFTER: Duration = Duration::from_mins(1);
 #[derive(Debug)]
 pub struct RecordedHistory {
     reader: Mutex<HistoryStore>,
+    /// Where the history is: long reads open their own connection to it.
+    dir: PathBuf,
     keep: Retention,
     stopped: Arc<watch::Sender<Option<String>>>,
     feed: SyncSender<Arc<Snapshot>>,
@@ -78,6 +80,7 @@ impl RecordedHistory {
             .map_err(|e| HistoryError::Damaged(format!("cannot start the recorder: {e}")))?;
         Ok(Arc::new(RecordedHistory {
             reader: Mutex::new(reader),
+            dir: dir.to_path_buf(),
             keep,
             stopped,
             feed,
@@ -113,6 +116,19 @@ impl RecordedHistory {
     ) -> Result<T, HistoryError> {
         let me = Arc::clone(self);
         tokio::task::spawn_blocking(move || f(&lock(&me.reader)))
+            .await
+            .map_err(|e| HistoryError::Damaged(format!("history reader failed: {e}")))?
+    }
+
+    /// Runs `f` on a reading connection of its own, off the async threads: for long reads
+    /// (a report over days), which must not hold up the short ones (a seek) on the shared
+    /// connection. `SQLite`'s WAL lets readers go side by side.
+    pub async fn read_apart<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&HistoryStore) -> Result<T, HistoryError> + Send + 'static,
+    ) -> Result<T, HistoryError> {
+        let dir = self.dir.clone();
+        tokio::task::spawn_blocking(move || f(&HistoryStore::open_reader(&dir)?))
             .await
             .map_err(|e| HistoryError::Damaged(format!("history reader failed: {e}")))?
     }
@@ -303,6 +319,67 @@ fn step(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A long read on a connection of its own (a report, held here at a gate while it
+    /// "computes") does not hold up a seek on the shared one; the old report held the
+    /// shared connection throughout, so the seek would wait for the gate and time out.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_seek_is_answered_while_a_report_is_held() {
+        use crate::accounting::{Ask, IdleRule, PENDING_MS, Parts};
+        use crate::endpoint::history_store::StateAt;
+        use crate::endpoint::report_api::window_report;
+        let dir = tempfile::tempdir().unwrap();
+        let h = RecordedHistory::open(dir.path(), Retention::default()).unwrap();
+        let t0 = 1_795_442_400_000;
+        h.feed(Arc::new(Snapshot {
+            schema: 1,
+            revision: 1,
+            taken_at: Timestamp(t0),
+            ..Snapshot::default()
+        }));
+        let deadline = Instant::now() + Duration::from_mins(2);
+        while h.read(HistoryStore::from).await.unwrap().is_none() {
+            assert!(Instant::now() < deadline, "the recorder wrote nothing");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let (reached_tx, reached) = std::sync::mpsc::channel();
+        let (open, gate) = std::sync::mpsc::channel::<()>();
+        let ask = Ask {
+            from: Timestamp(t0),
+            to: Timestamp(t0 + 60_000),
+            idle: IdleRule::default(),
+            pending_ms: PENDING_MS,
+        };
+        let report = tokio::spawn({
+            let h = Arc::clone(&h);
+            async move {
+                h.read_apart(move |s| {
+                    reached_tx.send(()).unwrap();
+                    gate.recv().unwrap();
+                    window_report(s, ask, Parts::All)
+                })
+                .await
+            }
+        });
+        tokio::task::spawn_blocking(move || reached.recv().unwrap())
+            .await
+            .unwrap();
+        let seek = tokio::time::timeout(
+            Duration::from_mins(1),
+            h.read(move |s| s.state_at(Timestamp(t0 + 1_000))),
+        )
+        .await
+        .expect("the seek waited for the report")
+        .unwrap();
+        assert!(matches!(seek, StateAt::Shown(_, _)), "{seek:?}");
+        assert!(
+            !report.is_finished(),
+            "the report is still held at its gate"
+        );
+        open.send(()).unwrap();
+        let r = report.await.unwrap().unwrap().unwrap();
+        assert_eq!(r.history_from, Some(Timestamp(t0)));
+    }
 
     fn full() -> HistoryError {
         HistoryError::Full("a version".to_string())

@@ -14,8 +14,11 @@ use std::path::Path;
 
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 
+use crate::accounting::usage::HOLD_MS;
+use crate::accounting::{self, Tally};
 use crate::clock::Timestamp;
 use crate::history::changes::{key, keys, touches};
+use crate::history::sample::Tick;
 use crate::history::wire::{Direction, GpuRef, HistoryChange, HistoryInfo, Seek, Target};
 use crate::history::{Body, DeviceSample, Record, chunk, record, replay};
 use crate::snapshot::Snapshot;
@@ -30,6 +33,9 @@ pub const CHUNK_MS: u64 = 3_600_000;
 /// A device's latest sample older than this, before the time shown, is not shown.
 pub const STALE_MS: u64 = 300_000;
 const SCHEMA: i64 = 1;
+/// Hours are rolled up with the default idle rule's threshold; reports asking another
+/// replay the history.
+pub const ROLLUP_IDLE_BELOW: u32 = accounting::usage::IDLE_BELOW_PCT;
 
 /// Why the history could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -110,6 +116,16 @@ impl HistoryStore {
         Ok(Some(HistoryStore { conn }.info(keep)?))
     }
 
+    /// A reading connection to the history in `dir`, which its recorder has made.
+    pub fn open_reader(dir: &Path) -> Result<HistoryStore, HistoryError> {
+        let conn = Connection::open_with_flags(
+            dir.join(HISTORY_FILE),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        Ok(HistoryStore { conn })
+    }
+
     /// A history in memory (tests, benches).
     pub fn in_memory() -> Result<HistoryStore, HistoryError> {
         Self::start(Connection::open_in_memory()?)
@@ -141,6 +157,8 @@ impl HistoryStore {
                  body BLOB NOT NULL);
              CREATE UNIQUE INDEX IF NOT EXISTS recent_gpu ON recent(gpu, at);
              CREATE INDEX IF NOT EXISTS recent_at ON recent(at);
+             CREATE TABLE IF NOT EXISTS rollups(start INTEGER PRIMARY KEY,
+                 idle_below INTEGER NOT NULL, body BLOB NOT NULL);
              PRAGMA user_version={SCHEMA};"
         ))?;
         Ok(HistoryStore { conn })
@@ -245,7 +263,74 @@ impl HistoryStore {
         }
         tx.execute("DELETE FROM recent WHERE at < ?1", [before.0])
             .map_err(|e| written(e, "a chunk"))?;
-        tx.commit().map_err(|e| written(e, "a chunk"))
+        tx.commit().map_err(|e| written(e, "a chunk"))?;
+        // Every version of a sealed hour is written (a version is written before the
+        // samples of its snapshot), so its accounting can be rolled up now.
+        let hours: std::collections::BTreeSet<u64> = groups.keys().map(|(_, h)| *h).collect();
+        for hour in hours {
+            match self.roll_up(Timestamp(hour)) {
+                Ok(()) => {}
+                Err(e @ HistoryError::Full(_)) => return Err(e),
+                // Reports replay an hour not rolled up: a damaged hour must not stop recording.
+                Err(e) => tracing::warn!("history: the hour from {} not rolled up: {e}", hour),
+            }
+        }
+        Ok(())
+    }
+
+    /// Rolls up the accounting of the hour from `hour` (aligned to [`CHUNK_MS`]) from its
+    /// versions and samples: reports over many hours add these up instead of replaying
+    /// them. An hour the history does not cover from its start is not rolled up.
+    pub fn roll_up(&mut self, hour: Timestamp) -> Result<(), HistoryError> {
+        let end = Timestamp(hour.0 + CHUNK_MS);
+        let Some((start, versions)) = self.window(hour, end)? else {
+            return Ok(());
+        };
+        let ticks = self.all_ticks(Timestamp(hour.0.saturating_sub(HOLD_MS)), end)?;
+        let story = accounting::tell(&start, &versions, hour, end);
+        let tally = accounting::usage::tally(&story, &ticks, ROLLUP_IDLE_BELOW);
+        self.add_rollup(hour, &tally)
+    }
+
+    /// Stores `tally` as the roll-up of the hour from `hour` (what [`Self::roll_up`] does
+    /// with a recorded hour; benches give generated ones).
+    pub fn add_rollup(&mut self, hour: Timestamp, tally: &Tally) -> Result<(), HistoryError> {
+        let json = serde_json::to_vec(tally).map_err(damaged)?;
+        let body = zstd::bulk::compress(&json, 3).map_err(damaged)?;
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO rollups(start, idle_below, body) VALUES (?1, ?2, ?3)",
+                params![hour.0, ROLLUP_IDLE_BELOW, body],
+            )
+            .map_err(|e| written(e, "a roll-up"))?;
+        Ok(())
+    }
+
+    /// The hours rolled up (idle meaning below `idle_below` percent) that lie wholly from
+    /// `from` to `to`, oldest first.
+    pub fn rollups(
+        &self,
+        from: Timestamp,
+        to: Timestamp,
+        idle_below: u32,
+    ) -> Result<Vec<(Timestamp, Tally)>, HistoryError> {
+        let mut q = self.conn.prepare_cached(
+            "SELECT start, body FROM rollups WHERE start >= ?1 AND start + ?2 <= ?3
+             AND idle_below = ?4 ORDER BY start",
+        )?;
+        let rows = q.query_map(params![from.0, CHUNK_MS, to.0, idle_below], |r| {
+            Ok((r.get::<_, u64>(0)?, r.get::<_, Vec<u8>>(1)?))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (start, body) = row?;
+            let json = zstd::stream::decode_all(body.as_slice()).map_err(damaged)?;
+            out.push((
+                Timestamp(start),
+                serde_json::from_slice(&json).map_err(damaged)?,
+            ));
+        }
+        Ok(out)
     }
 
     /// Stores `samples` (one device's, oldest first, within one hour) as a sealed chunk:
@@ -486,29 +571,54 @@ impl HistoryStore {
         Ok(Some((start, out)))
     }
 
-    /// Every device's samples from `from` to `to`, oldest first.
-    pub fn all_samples(
+    /// What accounting needs of every device's samples from `from` to `to`, oldest first.
+    pub fn all_ticks(
         &self,
         from: Timestamp,
         to: Timestamp,
-    ) -> Result<BTreeMap<GpuRef, Vec<DeviceSample>>, HistoryError> {
+    ) -> Result<BTreeMap<GpuRef, Vec<Tick>>, HistoryError> {
+        let mut out: BTreeMap<GpuRef, Vec<Tick>> = BTreeMap::new();
+        // A chunk spans at most an hour, so one that reaches `from` starts after `from - 1h`.
         let mut q = self.conn.prepare_cached(
-            "SELECT DISTINCT gpu FROM chunks WHERE start BETWEEN ?1 AND ?2 AND end >= ?3
-             UNION SELECT DISTINCT gpu FROM recent WHERE at BETWEEN ?3 AND ?2",
+            "SELECT gpu, body FROM chunks WHERE start BETWEEN ?1 AND ?2 AND end >= ?3
+             ORDER BY gpu, start",
         )?;
-        let names = q
-            .query_map(
-                params![from.0.saturating_sub(CHUNK_MS), to.0, from.0],
-                |r| r.get::<_, String>(0),
-            )?
-            .collect::<Result<Vec<String>, _>>()?;
-        let mut out = BTreeMap::new();
-        for name in names {
+        let mut rows = q.query(params![from.0.saturating_sub(CHUNK_MS), to.0, from.0])?;
+        let mut current: Option<(String, Vec<Tick>)> = None;
+        while let Some(row) = rows.next()? {
+            let name = row.get_ref(0)?.as_str().map_err(damaged)?;
+            if current.as_ref().is_none_or(|(n, _)| n != name) {
+                if let Some((n, ticks)) = current.take()
+                    && let Ok(gpu) = n.parse::<GpuRef>()
+                {
+                    out.insert(gpu, ticks);
+                }
+                current = Some((name.to_string(), Vec::new()));
+            }
+            if let Some((_, ticks)) = current.as_mut() {
+                // The blob is read where SQLite holds it, not copied first.
+                let body = row.get_ref(1)?.as_blob().map_err(damaged)?;
+                chunk::decode_ticks(body, from, to, ticks).map_err(damaged)?;
+            }
+        }
+        if let Some((n, ticks)) = current
+            && let Ok(gpu) = n.parse::<GpuRef>()
+        {
+            out.insert(gpu, ticks);
+        }
+        let mut q = self.conn.prepare_cached(
+            "SELECT gpu, body FROM recent WHERE at BETWEEN ?1 AND ?2 ORDER BY gpu, at",
+        )?;
+        let rows = q.query_map(params![from.0, to.0], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
+        })?;
+        for row in rows {
+            let (name, body) = row?;
             let Ok(gpu) = name.parse::<GpuRef>() else {
                 continue;
             };
-            let samples = self.samples(&gpu, from, to, usize::MAX, false)?;
-            out.insert(gpu, samples);
+            let s: DeviceSample = serde_json::from_slice(&body).map_err(damaged)?;
+            out.entry(gpu).or_default().push(Tick::from(&s));
         }
         Ok(out)
     }
@@ -600,6 +710,7 @@ impl HistoryStore {
         tx.execute("DELETE FROM touches WHERE at < ?1", [at])?;
         tx.execute("DELETE FROM chunks WHERE end < ?1", [samples_before.0])?;
         tx.execute("DELETE FROM recent WHERE at < ?1", [samples_before.0])?;
+        tx.execute("DELETE FROM rollups WHERE start < ?1", [at])?;
         tx.commit()?;
         self.conn.execute_batch("PRAGMA incremental_vacuum")?;
         Ok(())
@@ -626,4 +737,58 @@ fn insert_chunk(
     )
     .map_err(|e| written(e, "a chunk"))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::Recording;
+    use crate::snapshot::{DeviceView, NodeView};
+
+    /// Sealing an hour (the first sample of the next) rolls it up; an hour the history
+    /// does not cover from its start is not.
+    #[test]
+    fn sealing_an_hour_rolls_it_up() {
+        let t0 = 1_795_442_400_000;
+        let mut store = HistoryStore::in_memory().unwrap();
+        let state = |at: u64| Snapshot {
+            schema: 1,
+            revision: 1,
+            taken_at: Timestamp(at),
+            nodes: vec![NodeView {
+                name: "a".into(),
+                devices: vec![DeviceView::default()],
+                ..NodeView::default()
+            }],
+            ..Snapshot::default()
+        };
+        let mut r = Recording::default();
+        let first = r.observe(&state(t0 + 600_000)).unwrap();
+        store.append(&first).unwrap();
+        let gpu = GpuRef {
+            node: "a".into(),
+            index: 0,
+        };
+        let mut at = t0 + 600_000;
+        while at <= t0 + 2 * CHUNK_MS {
+            let s = DeviceSample {
+                at: Timestamp(at),
+                utilization_gpu: Some(50),
+                ..DeviceSample::default()
+            };
+            store.add_samples(&[(gpu.clone(), s)]).unwrap();
+            at += 60_000;
+        }
+        let hours = store
+            .rollups(
+                Timestamp(t0),
+                Timestamp(t0 + 3 * CHUNK_MS),
+                ROLLUP_IDLE_BELOW,
+            )
+            .unwrap();
+        // The first hour began before the history: replayed, not rolled up.
+        assert_eq!(hours.len(), 1, "{hours:?}");
+        assert_eq!(hours[0].0, Timestamp(t0 + CHUNK_MS));
+        assert_eq!(hours[0].1.physical, accounting::GpuSeconds(3600.0));
+    }
 }

@@ -14,7 +14,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::accounting::{Ask, IdleRule, PENDING_MS, ProjectGpuTime};
+use crate::accounting::{Ask, IdleRule, PENDING_MS, Parts, ProjectGpuTime};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::endpoint::api_error::{ApiError, serialize_failed};
 use crate::endpoint::api_state::ApiState;
@@ -60,7 +60,9 @@ async fn gpu_time(reg: &mut Registry, st: &ApiState) {
             idle: IdleRule::default(),
             pending_ms: PENDING_MS,
         };
-        let answer = history.read(move |s| window_report(s, ask)).await;
+        let answer = history
+            .read_apart(move |s| window_report(s, ask, Parts::Usage))
+            .await;
         let projects = match answer {
             Ok(Ok(r)) => r.usage.projects,
             _ => Vec::new(),

@@ -20,7 +20,7 @@ pub mod listener;
 pub mod live;
 mod metrics;
 pub mod owners;
-mod report_api;
+pub mod report_api;
 pub mod store;
 pub mod tls;
 pub mod tokens;

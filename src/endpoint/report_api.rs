@@ -8,9 +8,11 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
 use super::history_api::{HistoryRoutes, bad, failed, history, only, time};
-use crate::accounting::{self, Ask, IdleRule, PENDING_MS, WindowReport};
+use crate::accounting::{
+    self, Ask, GpuTime, IdleRule, PENDING_MS, Parts, Tally, WindowReport, usage,
+};
 use crate::clock::{Clock, SystemClock, Timestamp};
-use crate::endpoint::history_store::{HistoryError, HistoryStore};
+use crate::endpoint::history_store::{CHUNK_MS, HistoryError, HistoryStore, ROLLUP_IDLE_BELOW};
 use crate::history::wire::{self as hw, BeforeHistory};
 
 /// A whole number parameter within `range`, or its default.
@@ -37,9 +39,11 @@ fn number(
 
 /// The report over `ask`'s window from the history in `s`, cut to where the history begins;
 /// `Err` with where it begins (`None`: nothing recorded) when the window is wholly before it.
-pub(crate) fn window_report(
+/// [`Parts::Usage`]: the usage table alone, from the hours rolled up where it can.
+pub fn window_report(
     s: &HistoryStore,
     ask: Ask,
+    parts: Parts,
 ) -> Result<Result<WindowReport, Option<Timestamp>>, HistoryError> {
     let Some(begins) = s.from()? else {
         return Ok(Err(None));
@@ -51,25 +55,98 @@ pub(crate) fn window_report(
         from: ask.from.max(begins),
         ..ask
     };
-    let Some((start, versions)) = s.window(ask.from, ask.to)? else {
-        return Ok(Err(Some(begins)));
+    let mut r = match parts {
+        Parts::All => {
+            let Some((start, versions)) = s.window(ask.from, ask.to)? else {
+                return Ok(Err(Some(begins)));
+            };
+            let samples = s.all_ticks(early(ask.from), ask.to)?;
+            accounting::report(&start, &versions, &samples, &ask)
+        }
+        Parts::Usage => WindowReport {
+            from: ask.from,
+            to: ask.to,
+            usage: usage(s, ask.from, ask.to, ask.idle)?,
+            ..WindowReport::default()
+        },
     };
-    let early = Timestamp(ask.from.0.saturating_sub(accounting::usage::HOLD_MS));
-    let samples = s.all_samples(early, ask.to)?;
-    let mut r = accounting::report(&start, &versions, &samples, &ask);
     r.history_from = Some(begins);
     Ok(Ok(r))
 }
 
-/// `GET /v1/history/report?from=&to=[&idle_below=PCT][&idle_for=SECS][&pending_over=SECS]`.
+/// Samples from this long before a window speak for its start.
+fn early(from: Timestamp) -> Timestamp {
+    Timestamp(from.0.saturating_sub(accounting::usage::HOLD_MS))
+}
+
+/// The usage over `from..to`: the hours rolled up with `idle`'s threshold added up, and the
+/// rest (the ends of the window, hours not rolled up) replayed.
+fn usage(
+    s: &HistoryStore,
+    from: Timestamp,
+    to: Timestamp,
+    idle: IdleRule,
+) -> Result<GpuTime, HistoryError> {
+    let rolled = if idle.idle_below_pct == ROLLUP_IDLE_BELOW {
+        s.rollups(from, to, idle.idle_below_pct)?
+    } else {
+        Vec::new()
+    };
+    let mut total = Tally::default();
+    let mut at = from;
+    for (hour, tally) in rolled {
+        if at < hour {
+            total.then(replay(s, at, hour, idle)?);
+        }
+        total.then(tally);
+        at = Timestamp(hour.0 + CHUNK_MS);
+    }
+    if at < to {
+        total.then(replay(s, at, to, idle)?);
+    }
+    Ok(usage::settle(total, idle))
+}
+
+/// The usage of `from..to` tallied from its versions and samples.
+fn replay(
+    s: &HistoryStore,
+    from: Timestamp,
+    to: Timestamp,
+    idle: IdleRule,
+) -> Result<Tally, HistoryError> {
+    let Some((start, versions)) = s.window(from, to)? else {
+        return Ok(Tally::default());
+    };
+    let samples = s.all_ticks(early(from), to)?;
+    let story = accounting::tell(&start, &versions, from, to);
+    Ok(usage::tally(&story, &samples, idle.idle_below_pct))
+}
+
+/// `GET /v1/history/report?from=&to=[&idle_below=PCT][&idle_for=SECS][&pending_over=SECS][&parts=usage]`.
 pub(crate) async fn report(
     State(routes): State<HistoryRoutes>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, crate::endpoint::api_error::ApiError> {
     only(
         &q,
-        &["from", "to", "idle_below", "idle_for", "pending_over"],
+        &[
+            "from",
+            "to",
+            "idle_below",
+            "idle_for",
+            "pending_over",
+            "parts",
+        ],
     )?;
+    let parts = match q.get("parts").map(String::as_str) {
+        None | Some("all") => Parts::All,
+        Some("usage") => Parts::Usage,
+        Some(other) => {
+            return Err(bad(format!(
+                "`parts` is `{other}`: it must be `all` (the default) or `usage` (the usage table alone)"
+            )));
+        }
+    };
     let history = history(&routes)?;
     let from = time(&q, "from")?;
     // The window ends now at the latest: what has not happened is not accounted.
@@ -98,8 +175,9 @@ pub(crate) async fn report(
         },
         pending_ms: number(&q, "pending_over", 0..=86_400 * 366, PENDING_MS / 1000)? * 1000,
     };
+    // A connection of its own: a report over days must not hold up seeks.
     let answer = history
-        .read(move |s| window_report(s, ask))
+        .read_apart(move |s| window_report(s, ask, parts))
         .await
         .map_err(failed)?;
     match answer {

@@ -6,7 +6,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::sample::{DeviceSample, Rare};
+use std::sync::Arc;
+
+use super::sample::{DeviceSample, ProcessClaim, Rare, Tick};
 use crate::clock::Timestamp;
 use crate::units::Bytes;
 
@@ -30,6 +32,38 @@ pub enum ChunkError {
     /// The rare column.
     #[error("chunk damaged: {0}")]
     Rare(#[from] serde_json::Error),
+}
+
+/// The most a compressed value may say it holds (a chunk or a version): larger is damage.
+const MAX_RAW: u64 = 1 << 30;
+
+thread_local! {
+    /// One decompression context per thread, not one per chunk (making one was a tenth
+    /// of a long report's time).
+    static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Decompresses a zstd frame written by `zstd::bulk::compress` (which records the size),
+/// reusing this thread's context; other frames are streamed.
+pub(super) fn decompress(bytes: &[u8]) -> Result<Vec<u8>, String> {
+    let size = zstd::zstd_safe::get_frame_content_size(bytes)
+        .ok()
+        .flatten();
+    let Some(size) = size.filter(|s| *s <= MAX_RAW) else {
+        return zstd::stream::decode_all(bytes).map_err(|e| e.to_string());
+    };
+    let capacity = usize::try_from(size).map_err(|e| e.to_string())?;
+    DECOMPRESSOR.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?);
+        }
+        match slot.as_mut() {
+            Some(d) => d.decompress(bytes, capacity).map_err(|e| e.to_string()),
+            None => Err("no zstd context".to_string()),
+        }
+    })
 }
 
 fn put(out: &mut Vec<u8>, mut v: u64) {
@@ -119,6 +153,20 @@ struct RareRun {
     rare: Rare,
 }
 
+/// A rare run as [`decode_ticks`] reads it: only the processes' claims and memory.
+#[derive(Deserialize)]
+struct TickRun {
+    from: u32,
+    #[serde(default)]
+    rare: TickRare,
+}
+
+#[derive(Default, Deserialize)]
+struct TickRare {
+    #[serde(default)]
+    processes: Vec<ProcessClaim>,
+}
+
 /// Encodes samples (oldest first) as one compressed chunk.
 pub fn encode(samples: &[DeviceSample]) -> Vec<u8> {
     let mut raw = vec![FORMAT];
@@ -145,6 +193,91 @@ pub fn encode(samples: &[DeviceSample]) -> Vec<u8> {
     zstd::bulk::compress(&raw, LEVEL).unwrap_or(raw)
 }
 
+/// Decompresses a chunk and reads its sample count.
+fn open(chunk: &[u8]) -> Result<(Vec<u8>, usize, usize), ChunkError> {
+    let raw = decompress(chunk).map_err(ChunkError::Compression)?;
+    if raw.first() != Some(&FORMAT) {
+        return Err(ChunkError::Damaged("unknown chunk format"));
+    }
+    let mut r = Reader { bytes: &raw, at: 1 };
+    let n = usize::try_from(r.varint()?).unwrap_or(usize::MAX);
+    if n > MAX_SAMPLES {
+        return Err(ChunkError::Damaged("more samples than a chunk holds"));
+    }
+    let at = r.at;
+    Ok((raw, n, at))
+}
+
+/// Appends to `out` what accounting needs of the samples taken from `from` to `to`
+/// (inclusive): times, GPU utilization and the processes' claims; the other columns are
+/// skipped, and samples with the same processes share one list.
+pub fn decode_ticks(
+    chunk: &[u8],
+    from: Timestamp,
+    to: Timestamp,
+    out: &mut Vec<Tick>,
+) -> Result<(), ChunkError> {
+    let (raw, n, at) = open(chunk)?;
+    let mut r = Reader { bytes: &raw, at };
+    let mut times = Vec::with_capacity(n);
+    let mut prev = 0u64;
+    for _ in 0..n {
+        prev = prev.wrapping_add(unzigzag(r.varint()?) as u64);
+        times.push(prev);
+    }
+    let mut utils = Vec::with_capacity(n);
+    prev = 0;
+    for _ in 0..n {
+        prev = prev.wrapping_add(unzigzag(r.varint()?) as u64);
+        utils.push(
+            prev.checked_sub(1)
+                .map(|u| u32::try_from(u).unwrap_or(u32::MAX)),
+        );
+    }
+    // The other eight columns: only their end is needed, where the rare runs begin.
+    let mut left = n * 8;
+    while left > 0 {
+        let b = *r
+            .bytes
+            .get(r.at)
+            .ok_or(ChunkError::Damaged("a column is cut short"))?;
+        r.at += 1;
+        if b & 0x80 == 0 {
+            left -= 1;
+        }
+    }
+    let runs: Vec<TickRun> = serde_json::from_slice(&raw[r.at..])?;
+    let shared: Vec<Arc<[ProcessClaim]>> = runs
+        .iter()
+        .map(|run| Arc::from(run.rare.processes.as_slice()))
+        .collect();
+    let none: Arc<[ProcessClaim]> = Arc::from(Vec::new());
+    out.reserve(n);
+    let mut run = 0;
+    for (i, (&t, &u)) in times.iter().zip(&utils).enumerate() {
+        if t > to.0 {
+            break;
+        }
+        if t < from.0 {
+            continue;
+        }
+        while runs
+            .get(run + 1)
+            .is_some_and(|next| next.from as usize <= i)
+        {
+            run += 1;
+        }
+        out.push(Tick {
+            at: Timestamp(t),
+            utilization_gpu: u,
+            processes: shared
+                .get(run)
+                .map_or_else(|| Arc::clone(&none), Arc::clone),
+        });
+    }
+    Ok(())
+}
+
 /// Decodes a chunk written by [`encode`].
 pub fn decode(chunk: &[u8]) -> Result<Vec<DeviceSample>, ChunkError> {
     decode_between(chunk, Timestamp(0), Timestamp(u64::MAX))
@@ -158,16 +291,8 @@ pub fn decode_between(
     from: Timestamp,
     to: Timestamp,
 ) -> Result<Vec<DeviceSample>, ChunkError> {
-    let raw =
-        zstd::stream::decode_all(chunk).map_err(|e| ChunkError::Compression(e.to_string()))?;
-    if raw.first() != Some(&FORMAT) {
-        return Err(ChunkError::Damaged("unknown chunk format"));
-    }
-    let mut r = Reader { bytes: &raw, at: 1 };
-    let n = usize::try_from(r.varint()?).unwrap_or(usize::MAX);
-    if n > MAX_SAMPLES {
-        return Err(ChunkError::Damaged("more samples than a chunk holds"));
-    }
+    let (raw, n, at) = open(chunk)?;
+    let mut r = Reader { bytes: &raw, at };
     let mut rows = vec![[0u64; 10]; n];
     for col in 0..10 {
         let mut prev = 0u64;
@@ -219,7 +344,7 @@ mod tests {
                         pid: 100 + p,
                         name: Some("python".into()),
                         used_memory: Some(Bytes(1 << 30)),
-                        claim: None,
+                        claim: (p % 2 == 1).then_some(crate::ids::ClaimId(u64::from(p))),
                         owner: None,
                     })
                     .collect(),
@@ -269,7 +394,11 @@ mod tests {
                 .filter(|s| s.at >= from && s.at <= to)
                 .cloned()
                 .collect();
-            prop_assert_eq!(decode_between(&encode(&samples), from, to).unwrap(), expected);
+            prop_assert_eq!(decode_between(&encode(&samples), from, to).unwrap(), expected.clone());
+            let ticks: Vec<Tick> = expected.iter().map(Tick::from).collect();
+            let mut got = Vec::new();
+            decode_ticks(&encode(&samples), from, to, &mut got).unwrap();
+            prop_assert_eq!(got, ticks);
         }
     }
 
@@ -298,5 +427,8 @@ mod tests {
         assert!(decode(&bad).is_err());
         let short = zstd::bulk::compress(&[FORMAT, 3, 1], 1).unwrap();
         assert!(decode(&short).is_err());
+        let all = (Timestamp(0), Timestamp(u64::MAX));
+        assert!(decode_ticks(&short, all.0, all.1, &mut Vec::new()).is_err());
+        assert!(decode_ticks(b"not zstd", all.0, all.1, &mut Vec::new()).is_err());
     }
 }

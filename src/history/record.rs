@@ -39,6 +39,23 @@ pub enum Body {
     },
 }
 
+/// [`Body`] as stored, read field by field.
+#[derive(Deserialize)]
+struct BodyWire {
+    kind: BodyKind,
+    #[serde(default)]
+    state: Option<Box<Snapshot>>,
+    #[serde(default)]
+    delta: Option<Vec<SnapshotChange>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum BodyKind {
+    Keyframe,
+    Delta,
+}
+
 /// One recorded version.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Record {
@@ -62,6 +79,9 @@ pub enum RecordError {
     /// Not a record.
     #[error("record damaged: {0}")]
     Damaged(#[from] serde_json::Error),
+    /// A part the record's kind must have is missing.
+    #[error("record damaged: {0} is missing")]
+    Missing(&'static str),
     /// Deltas without a keyframe before them.
     #[error("no keyframe before version {0}")]
     NoKeyframe(u64),
@@ -75,8 +95,7 @@ pub fn encode_changes(changes: &[HistoryChange]) -> Vec<u8> {
 
 /// Changes read back from [`encode_changes`].
 pub fn decode_changes(bytes: &[u8]) -> Result<Vec<HistoryChange>, RecordError> {
-    let raw =
-        zstd::stream::decode_all(bytes).map_err(|e| RecordError::Compression(e.to_string()))?;
+    let raw = super::chunk::decompress(bytes).map_err(RecordError::Compression)?;
     Ok(serde_json::from_slice(&raw)?)
 }
 
@@ -94,9 +113,16 @@ impl Body {
 
     /// Read back from [`Body::encode`].
     pub fn decode(bytes: &[u8]) -> Result<Body, RecordError> {
-        let raw =
-            zstd::stream::decode_all(bytes).map_err(|e| RecordError::Compression(e.to_string()))?;
-        Ok(serde_json::from_slice(&raw)?)
+        let raw = super::chunk::decompress(bytes).map_err(RecordError::Compression)?;
+        // Read as a plain struct: serde reads an internally tagged enum by first copying
+        // the whole value into a buffer, which doubled the cost of reading a keyframe.
+        let wire: BodyWire = serde_json::from_slice(&raw)?;
+        match (wire.kind, wire.state, wire.delta) {
+            (BodyKind::Keyframe, Some(state), _) => Ok(Body::Keyframe { state }),
+            (BodyKind::Delta, _, Some(delta)) => Ok(Body::Delta { delta }),
+            (BodyKind::Keyframe, None, _) => Err(RecordError::Missing("a keyframe's state")),
+            (BodyKind::Delta, _, None) => Err(RecordError::Missing("a delta's changes")),
+        }
     }
 
     /// Whether it is a keyframe.

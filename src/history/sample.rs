@@ -2,6 +2,7 @@
 //! served snapshot, and put back into a recorded state to show the snapshot of a time.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -75,6 +76,48 @@ pub struct Rare {
     /// Memory used by processes of no claim, bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unclaimed_memory: Option<Bytes>,
+}
+
+/// What accounting reads of a sample: its time, the device's utilization, and the claim
+/// and memory of each process on it. The process list is shared by the samples that have
+/// the same one (it seldom changes), so a day of samples is not a day of copies.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tick {
+    /// When it was sampled.
+    pub at: Timestamp,
+    /// GPU utilization, percent.
+    pub utilization_gpu: Option<u32>,
+    /// Its processes.
+    pub processes: Arc<[ProcessClaim]>,
+}
+
+/// A process as accounting sees it: whose it is and how much memory it uses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+pub struct ProcessClaim {
+    /// The claim it was attributed to.
+    #[serde(default)]
+    pub claim: Option<ClaimId>,
+    /// GPU memory it uses, bytes.
+    #[serde(default)]
+    pub used_memory: Option<Bytes>,
+}
+
+impl From<&DeviceSample> for Tick {
+    fn from(s: &DeviceSample) -> Tick {
+        Tick {
+            at: s.at,
+            utilization_gpu: s.utilization_gpu,
+            processes: s
+                .rare
+                .processes
+                .iter()
+                .map(|p| ProcessClaim {
+                    claim: p.claim,
+                    used_memory: p.used_memory,
+                })
+                .collect(),
+        }
+    }
 }
 
 fn to_watt(mw: u32) -> u32 {

@@ -10,7 +10,7 @@ use std::path::Path;
 use gpuboard::accounting::{Ask, IdleRule, PENDING_MS};
 use gpuboard::clock::Timestamp;
 use gpuboard::endpoint::history_store::HistoryStore;
-use gpuboard::history::sample::Rare;
+use gpuboard::history::sample::{Rare, Tick};
 use gpuboard::history::wire::GpuRef;
 use gpuboard::history::{DeviceSample, Record, Recording, state_of};
 use gpuboard::ids::ClaimId;
@@ -305,4 +305,16 @@ pub fn write_history(dir: &Path, t0: u64) {
             store.add_chunk(&gpu, hour).unwrap();
         }
     }
+    // As the recorder does when it seals each hour.
+    for hour in [t0, t0 + 60 * MIN] {
+        store.roll_up(Timestamp(hour)).unwrap();
+    }
+}
+
+/// What accounting reads of the scenario's samples.
+pub fn ticks(t0: u64) -> BTreeMap<GpuRef, Vec<Tick>> {
+    samples(t0)
+        .into_iter()
+        .map(|(gpu, series)| (gpu, series.iter().map(Tick::from).collect()))
+        .collect()
 }
