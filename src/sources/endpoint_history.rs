@@ -7,7 +7,7 @@ use futures::future::BoxFuture;
 
 use super::Failure;
 use super::history::{AtTime, Sample, SeekDir, SourceHistory, Touching};
-use crate::accounting::Ask;
+use crate::accounting::{Ask, Parts};
 use crate::client::{Client, ClientError, ReportAt, SnapshotAt};
 use crate::clock::Timestamp;
 use crate::history::wire::{Direction, GpuRef, Target};
@@ -90,7 +90,8 @@ impl SourceHistory for EndpointHistory {
     fn report(&self, ask: Ask) -> BoxFuture<'static, Result<ReportAt, Failure>> {
         let (client, words) = (self.client.clone(), Arc::clone(&self.words));
         Box::pin(async move {
-            match client.history_report(&ask).await {
+            // The usage table alone: whole hours from the endpoint's roll-ups.
+            match client.history_report_parts(&ask, Parts::Usage).await {
                 // The route's own 404s (no history, before it) are answers: any other is
                 // a gpuboard from before the route.
                 Err(ClientError::NotFound { .. }) => Err(Failure::Refused(

@@ -92,6 +92,7 @@ pub trait SourceHistory: Send + Sync {
         from: Timestamp,
         to: Timestamp,
     ) -> BoxFuture<'static, Result<Vec<Sample>, Failure>>;
-    /// Its accounting over a window (`GET /v1/history/report`), for the Usage view.
+    /// Its usage table over a window (`GET /v1/history/report?parts=usage`), for the
+    /// Usage view.
     fn report(&self, ask: Ask) -> BoxFuture<'static, Result<ReportAt, Failure>>;
 }
