@@ -109,7 +109,7 @@ fn start_server(dir: &std::path::Path, sync: SyncMode) -> (String, String, Engin
             .unwrap();
         rt.block_on(async move {
             let state = match history {
-                Some(h) => gpuboard::endpoint::history_recorder::attach(state, h).0,
+                Some(h) => state.recording(h).0,
                 None => state,
             };
             let listener = tokio::net::TcpListener::from_std(listener).unwrap();

@@ -239,7 +239,7 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
                 a.history_max_pages,
             )
             .with_context(|| format!("cannot open the history in {}", dir.display()))?;
-            let (with, feed) = crate::endpoint::history_recorder::attach(state, history);
+            let (with, feed) = state.recording(history);
             state = with;
             Some(feed)
         }

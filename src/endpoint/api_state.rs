@@ -10,7 +10,7 @@ use prometheus_client::metrics::family::Family;
 use crate::endpoint::auth::Tokens;
 use crate::endpoint::engine::Engine;
 use crate::endpoint::gate::{Access, Gate};
-use crate::endpoint::history_recorder::RecordedHistory;
+use crate::endpoint::history_recorder::{RecordedHistory, spawn_feed};
 use crate::endpoint::versions::SnapshotVersions;
 use crate::wire;
 
@@ -49,6 +49,17 @@ impl ApiState {
     pub fn with_history(mut self, history: Arc<RecordedHistory>) -> ApiState {
         self.history = Some(history);
         self
+    }
+
+    /// The same, serving `history` and recording into it: the feed (returned) follows this
+    /// state's versions and ends with them. Call from within the runtime.
+    #[must_use]
+    pub fn recording(
+        self,
+        history: Arc<RecordedHistory>,
+    ) -> (ApiState, tokio::task::JoinHandle<()>) {
+        let feed = spawn_feed(Arc::clone(&history), Arc::clone(&self.versions));
+        (self.with_history(history), feed)
     }
 
     /// The same, also accepting the named tokens kept in `dir` (see `tokens`).

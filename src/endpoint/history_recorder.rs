@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::clock::Timestamp;
-use crate::endpoint::api_state::ApiState;
 use crate::endpoint::history_store::{HistoryError, HistoryStore, Retention};
 use crate::endpoint::versions::SnapshotVersions;
 use crate::history::wire::{GpuRef, HistoryInfo};
@@ -140,16 +139,6 @@ impl RecordedHistory {
         info.stopped = self.stopped();
         Ok(info)
     }
-}
-
-/// Serves and records `history` on an endpoint's API state: the routes read it, the feed
-/// writes it. Call from within the runtime; the feed ends when the state's versions do.
-pub fn attach(
-    state: ApiState,
-    history: Arc<RecordedHistory>,
-) -> (ApiState, tokio::task::JoinHandle<()>) {
-    let feed = spawn_feed(Arc::clone(&history), Arc::clone(&state.versions));
-    (state.with_history(history), feed)
 }
 
 /// Feeds the history from an endpoint's snapshot versions: after every commit and every
