@@ -114,8 +114,10 @@ impl DeltaSession {
                     let due = self.last_sent + self.heartbeat;
                     tokio::select! {
                         () = self.changes.changed() => tokio::time::sleep(COALESCE).await,
+                        // No `id:` line: the version is in the data, and the
+                        // last id the watcher has is this one already (27 bytes a beat).
                         () = tokio::time::sleep_until(due) => self.queue.push_back(
-                            event(watch_events::HEARTBEAT, Some(at))
+                            event(watch_events::HEARTBEAT, None)
                                 .data(json_text(&HeartbeatBody { version: at })),
                         ),
                     }
