@@ -10,7 +10,8 @@
 //! default 30); `cargo test --benches` runs it with N = 3 and 3 claims as a smoke test.
 //! `BENCH_BINS=OLD:NEW` times other `gpuboard` binaries against the same endpoints, their
 //! claims interleaved one by one (an older CLI reads whole snapshots: before and after
-//! in one run); `BENCH_SIZES=100` picks the sizes.
+//! in one run); `BENCH_SIZES=100` picks the sizes; `BENCH_HELD=20` has every endpoint
+//! hold that many claims of 1 GiB (four projects) throughout, as endpoints in use do.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fmt::Write as _;
@@ -156,6 +157,31 @@ fn claim_and_release(bin: &str, config: &Path, cache: &Path, eps: &[(String, Str
     took
 }
 
+/// Places `held` claims of 1 GiB on every endpoint (kept until the bench ends).
+fn hold(eps: &[(String, String)], held: usize) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let all = eps.iter().map(|(url, token_file)| async move {
+            let token = std::fs::read_to_string(token_file).unwrap();
+            let client = gpuboard::client::Client::new(
+                url,
+                Some(token.trim().to_string()),
+                Duration::from_secs(60),
+            )
+            .unwrap();
+            for k in 0..held {
+                let project = ["vision", "nlp", "speech", "recsys"][k % 4];
+                let req = gpuboard::request::ClaimRequest::memory(
+                    gpuboard::units::Bytes::gib(1),
+                    project,
+                );
+                client.claim(&req).await.unwrap();
+            }
+        });
+        futures::future::join_all(all).await;
+    });
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --benches` runs it briefly.
     let quick = !std::env::args().any(|a| a == "--bench");
@@ -174,14 +200,26 @@ fn main() {
     };
     let bins: Vec<String> = std::env::var("BENCH_BINS")
         .ok()
-        .map(|v| v.split(':').filter(|b| !b.is_empty()).map(str::to_string).collect())
+        .map(|v| {
+            v.split(':')
+                .filter(|b| !b.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
         .filter(|b: &Vec<String>| !b.is_empty())
         .unwrap_or_else(|| vec![env!("CARGO_BIN_EXE_gpuboard").to_string()]);
     let root = tempfile::tempdir().unwrap();
     let max = sizes.iter().copied().max().unwrap_or(1);
     let eps: Vec<_> = (0..max).map(|i| start(root.path(), i)).collect();
+    let held: usize = std::env::var("BENCH_HELD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    if held > 0 {
+        hold(&eps, held);
+    }
     println!(
-        "fleet claim: `gpuboard claim --memory 1GiB` over N endpoints x 8 GPUs, {iters} claims each"
+        "fleet claim: `gpuboard claim --memory 1GiB` over N endpoints x 8 GPUs holding {held} claims each, {iters} claims each"
     );
     for &n in &sizes {
         for cold in [true, false] {

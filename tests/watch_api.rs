@@ -405,7 +405,10 @@ async fn a_watcher_from_before_per_project_changes_gets_whole_lists_it_can_read(
     let (engine, client) = serve_here(dir.path(), Duration::from_secs(60)).await;
     // An old console: `deltas=1` without `format=2`.
     let mut old = raw_http()
-        .get(format!("{}/v1/watch?deltas=1", client.endpoint().trim_end_matches('/')))
+        .get(format!(
+            "{}/v1/watch?deltas=1",
+            client.endpoint().trim_end_matches('/')
+        ))
         .send()
         .await
         .unwrap();
@@ -444,7 +447,11 @@ async fn a_watcher_from_before_per_project_changes_gets_whole_lists_it_can_read(
         if event != "delta" {
             return false;
         }
-        for op in [r#""op":"project""#, r#""op":"project_removed""#, r#""op":"revision""#] {
+        for op in [
+            r#""op":"project""#,
+            r#""op":"project_removed""#,
+            r#""op":"revision""#,
+        ] {
             assert!(!data.contains(op), "an old reader got {op}: {data}");
         }
         let body: gpuboard::wire::DeltaBody = serde_json::from_str(data).unwrap();
@@ -469,5 +476,8 @@ async fn a_watcher_from_before_per_project_changes_gets_whole_lists_it_can_read(
         }
     }
     assert_eq!(model.snapshot, truth);
-    assert!(keyed, "per-project changes or short headers reached this build");
+    assert!(
+        keyed,
+        "per-project changes or short headers reached this build"
+    );
 }

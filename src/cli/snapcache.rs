@@ -74,7 +74,9 @@ impl SnapshotCache {
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
             .take(200)
             .collect();
-        self.dir.as_ref().map(|d| d.join(format!("{name}.{extension}")))
+        self.dir
+            .as_ref()
+            .map(|d| d.join(format!("{name}.{extension}")))
     }
 
     fn load(&self, url: &str) -> Option<Entry> {

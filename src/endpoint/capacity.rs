@@ -32,8 +32,8 @@ pub(crate) async fn capacity(
     let built = match cached(&st, current.version) {
         Some(b) => b,
         None => {
-            let json = serde_json::to_vec(&Capacity::of(&current.snapshot))
-                .map_err(serialize_failed)?;
+            let json =
+                serde_json::to_vec(&Capacity::of(&current.snapshot)).map_err(serialize_failed)?;
             let etag = HeaderValue::from_str(&capacity_etag(&json))
                 .map_err(|e| serialize_failed(e.to_string()))?;
             let built = Arc::new(BuiltCapacity {
@@ -54,7 +54,11 @@ pub(crate) async fn capacity(
         .map(|t| t.trim().trim_start_matches("W/"))
         .any(|t| t == tag || t == "*");
     if known {
-        return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, built.etag.clone())]).into_response());
+        return Ok((
+            StatusCode::NOT_MODIFIED,
+            [(header::ETAG, built.etag.clone())],
+        )
+            .into_response());
     }
     Ok((
         [

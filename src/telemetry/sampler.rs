@@ -84,6 +84,11 @@ struct HostPace {
 
 impl HostPace {
     fn due(&self, now: Timestamp) -> bool {
+        // A reading without a CPU percent (the first has nothing to compare with) is
+        // followed at once, as the next round comes.
+        if self.last.as_ref().is_some_and(|h| h.cpu_percent.is_none()) {
+            return true;
+        }
         match self.read_at {
             None => true,
             // A clock that went backwards makes the reading due rather than stuck.
@@ -111,9 +116,9 @@ impl HostPace {
     /// Time from `now` until the next reading is due.
     fn wait(&self, now: Timestamp) -> Duration {
         match self.read_at {
-            Some(at) if now >= at => {
-                self.every.saturating_sub(Duration::from_millis(now.millis_since(at)))
-            }
+            Some(at) if now >= at => self
+                .every
+                .saturating_sub(Duration::from_millis(now.millis_since(at))),
             _ => Duration::ZERO,
         }
     }
@@ -566,7 +571,10 @@ mod tests {
         for t in 0..60 {
             let before = host.0.lock().unwrap().1;
             let snap = core.round(at(t));
-            assert!(snap.host.is_some(), "the last reading is kept between readings");
+            assert!(
+                snap.host.is_some(),
+                "the last reading is kept between readings"
+            );
             if host.0.lock().unwrap().1 > before {
                 read_at.push(t);
             }

@@ -233,7 +233,11 @@ mod tests {
         let fleet = cap.fleet().unwrap();
         assert_eq!(fleet.policy(), Policy::Spread);
         // 20 GiB fits nowhere: device 0 has 10 free, 1 is cordoned, 2 is full.
-        assert!(fleet.plan(&ClaimRequest::memory(Bytes::gib(20), "p")).is_err());
+        assert!(
+            fleet
+                .plan(&ClaimRequest::memory(Bytes::gib(20), "p"))
+                .is_err()
+        );
         let got = fleet
             .plan(&ClaimRequest::memory(Bytes::gib(8), "p"))
             .unwrap();

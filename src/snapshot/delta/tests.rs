@@ -257,7 +257,10 @@ fn a_changed_project_travels_alone_under_a_short_header() {
     assert!(matches!(&changes[1], SnapshotChange::Project { project } if project.name == "p7"));
     // The form old readers know: the whole list and the whole header.
     let whole = diff_whole(&old, &new);
-    assert!(matches!(&whole[0], SnapshotChange::Header { revision: 4, .. }));
+    assert!(matches!(
+        &whole[0],
+        SnapshotChange::Header { revision: 4, .. }
+    ));
     assert!(matches!(&whole[1], SnapshotChange::Projects { projects } if projects.len() == 50));
 }
 
