@@ -166,7 +166,7 @@ fn hold(eps: &[(String, String)], held: usize) {
             let client = gpuboard::client::Client::new(
                 url,
                 Some(token.trim().to_string()),
-                Duration::from_secs(60),
+                Duration::from_mins(1),
             )
             .unwrap();
             for k in 0..held {
@@ -192,10 +192,10 @@ fn main() {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(30);
-        let sizes = std::env::var("BENCH_SIZES")
-            .ok()
-            .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
-            .unwrap_or_else(|| vec![1, 10, 50, 100]);
+        let sizes = std::env::var("BENCH_SIZES").ok().map_or_else(
+            || vec![1, 10, 50, 100],
+            |v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect(),
+        );
         (sizes, iters)
     };
     let bins: Vec<String> = std::env::var("BENCH_BINS")

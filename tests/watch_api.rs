@@ -402,7 +402,7 @@ async fn raw_events(
 #[tokio::test]
 async fn a_watcher_from_before_per_project_changes_gets_whole_lists_it_can_read() {
     let dir = tempfile::tempdir().unwrap();
-    let (engine, client) = serve_here(dir.path(), Duration::from_secs(60)).await;
+    let (engine, client) = serve_here(dir.path(), Duration::from_mins(1)).await;
     // An old console: `deltas=1` without `format=2`.
     let mut old = raw_http()
         .get(format!(

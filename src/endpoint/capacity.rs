@@ -29,21 +29,20 @@ pub(crate) async fn capacity(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let current = st.versions.current().await.map_err(serialize_failed)?;
-    let built = match cached(&st, current.version) {
-        Some(b) => b,
-        None => {
-            let json =
-                serde_json::to_vec(&Capacity::of(&current.snapshot)).map_err(serialize_failed)?;
-            let etag = HeaderValue::from_str(&capacity_etag(&json))
-                .map_err(|e| serialize_failed(e.to_string()))?;
-            let built = Arc::new(BuiltCapacity {
-                version: current.version,
-                etag,
-                json: Bytes::from(json),
-            });
-            *st.capacity.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::clone(&built));
-            built
-        }
+    let built = if let Some(b) = cached(&st, current.version) {
+        b
+    } else {
+        let json =
+            serde_json::to_vec(&Capacity::of(&current.snapshot)).map_err(serialize_failed)?;
+        let etag = HeaderValue::from_str(&capacity_etag(&json))
+            .map_err(|e| serialize_failed(e.to_string()))?;
+        let built = Arc::new(BuiltCapacity {
+            version: current.version,
+            etag,
+            json: Bytes::from(json),
+        });
+        *st.capacity.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::clone(&built));
+        built
     };
     let tag = built.etag.to_str().unwrap_or_default();
     let known = headers

@@ -130,18 +130,17 @@ impl DeltaSession {
                         }
                         self.at = Some(current.version);
                     }
-                    Ok(deltas) => match whole_lists(at, &deltas, &current) {
-                        Some(json) => {
+                    Ok(deltas) => {
+                        if let Some(json) = whole_lists(at, &deltas, &current) {
                             self.queue.push_back(
                                 event(watch_events::DELTA, Some(current.version)).data(json),
                             );
                             self.at = Some(current.version);
-                        }
-                        None => {
+                        } else {
                             self.resync("the changes could not be written for this reader");
                             self.send_snapshot(&current);
                         }
-                    },
+                    }
                     Err(gap) => {
                         self.resync(&gap.to_string());
                         self.send_snapshot(&current);
