@@ -19,7 +19,7 @@ use gpuboard::client::Client;
 use gpuboard::request::ClaimRequest;
 use gpuboard::snapshot::Snapshot;
 use gpuboard::sources::fleet_of_snapshot;
-use gpuboard::wire::capacity::Capacity;
+use gpuboard::wire::capacity::CapacitySummary;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -71,10 +71,10 @@ async fn the_capacity_is_the_snapshots_and_answers_304_until_a_claim_changes_it(
     let (status, tag, body) = capacity(&server, None).await;
     assert_eq!(status, StatusCode::OK);
     assert!(tag.starts_with('"') && tag.len() > 2, "a quoted tag: {tag}");
-    let cap: Capacity = serde_json::from_slice(&body).unwrap();
+    let cap: CapacitySummary = serde_json::from_slice(&body).unwrap();
     assert_eq!(
         cap,
-        Capacity::of(&snap),
+        CapacitySummary::of(&snap),
         "the capacity of the same revision"
     );
     // Smaller than the snapshot; it does not grow with claims, accounts or events.
@@ -119,7 +119,7 @@ async fn the_capacity_is_the_snapshots_and_answers_304_until_a_claim_changes_it(
     let (status, changed, body) = capacity(&server, Some(&tag)).await;
     assert_eq!(status, StatusCode::OK);
     assert_ne!(changed, tag);
-    let after: Capacity = serde_json::from_slice(&body).unwrap();
+    let after: CapacitySummary = serde_json::from_slice(&body).unwrap();
     assert!(after.revision > cap.revision);
 }
 

@@ -180,7 +180,7 @@ mod proxy {
             && let Some(s) = &cfg.stale
         {
             let snap: gpuboard::snapshot::Snapshot = serde_json::from_str(s).unwrap();
-            let body = serde_json::to_string(&gpuboard::wire::capacity::Capacity::of(&snap));
+            let body = serde_json::to_string(&gpuboard::wire::capacity::CapacitySummary::of(&snap));
             return ([(header::CONTENT_TYPE, "application/json")], body.unwrap()).into_response();
         }
         if req.method() == Method::DELETE && cfg.fail_release {

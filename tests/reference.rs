@@ -320,7 +320,7 @@ async fn the_snapshot_and_watch_references_match_the_code() {
 /// The capacity page: a real serve's `GET /v1/capacity`, and one of the type with every
 /// optional field set (a cordoned, unhealthy device with a UUID on a node with CPU taken).
 async fn capacity_page(url: &str) -> String {
-    use gpuboard::wire::capacity::{Capacity, DeviceCapacity, NodeCapacity};
+    use gpuboard::wire::capacity::{CapacitySummary, DeviceCapacity, NodeCapacity};
     let served: Value = common::http()
         .get(format!("{url}/v1/capacity"))
         .send()
@@ -329,7 +329,7 @@ async fn capacity_page(url: &str) -> String {
         .json()
         .await
         .unwrap();
-    let every = Capacity {
+    let every = CapacitySummary {
         nodes: vec![NodeCapacity {
             cpus_milli: Some(8000),
             cpus_allocated_milli: 1000,
@@ -341,7 +341,7 @@ async fn capacity_page(url: &str) -> String {
             }],
             ..NodeCapacity::default()
         }],
-        ..Capacity::default()
+        ..CapacitySummary::default()
     };
     let mut page = String::from(
         "# Capacity schema reference\n\n\

@@ -35,7 +35,7 @@ use crate::request::ClaimRequest;
 use crate::snapshot::Snapshot;
 use crate::sources::kind::EndpointsFile;
 use crate::sources::{EndpointConfig, SourceKind};
-use crate::wire::capacity::Capacity;
+use crate::wire::capacity::CapacitySummary;
 use crate::wire::default_endpoint;
 
 /// How a claim is placed across several endpoints.
@@ -378,7 +378,7 @@ pub(super) async fn read_all(
 async fn read_capacities(
     members: &Members,
     cache: &SnapshotCache,
-) -> Vec<Result<Capacity, ClientError>> {
+) -> Vec<Result<CapacitySummary, ClientError>> {
     futures::future::join_all(members.list.iter().map(|m| cache.capacity(&m.client))).await
 }
 

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::client::{CapacityRead, Client, ClientError, Conditional};
 use crate::snapshot::Snapshot;
 use crate::wire::SnapshotVersion;
-use crate::wire::capacity::Capacity;
+use crate::wire::capacity::CapacitySummary;
 
 /// One cached read.
 #[derive(Serialize, Deserialize)]
@@ -31,7 +31,7 @@ struct Entry {
 struct CapacityEntry {
     url: String,
     etag: String,
-    capacity: Capacity,
+    capacity: CapacitySummary,
 }
 
 /// Where the cached snapshots live; `None` turns caching off.
@@ -110,7 +110,7 @@ impl SnapshotCache {
     /// fresh one (cached for the next command when it came with a tag). An endpoint from
     /// before `GET /v1/capacity` gives the capacity of its snapshot (read through the
     /// snapshot cache).
-    pub(super) async fn capacity(&self, client: &Client) -> Result<Capacity, ClientError> {
+    pub(super) async fn capacity(&self, client: &Client) -> Result<CapacitySummary, ClientError> {
         let url = client.endpoint().to_string();
         let cached = self.load_capacity(&url);
         match client
@@ -122,7 +122,7 @@ impl SnapshotCache {
                 // 304 to a request that named no tag: read it whole.
                 None => match client.capacity_if_changed(None).await? {
                     CapacityRead::Fresh { capacity, .. } => Ok(*capacity),
-                    _ => Ok(Capacity::of(&self.read(client).await?)),
+                    _ => Ok(CapacitySummary::of(&self.read(client).await?)),
                 },
             },
             CapacityRead::Fresh { capacity, etag } => {
@@ -139,7 +139,7 @@ impl SnapshotCache {
                 }
                 Ok(*capacity)
             }
-            CapacityRead::NoRoute => Ok(Capacity::of(&self.read(client).await?)),
+            CapacityRead::NoRoute => Ok(CapacitySummary::of(&self.read(client).await?)),
         }
     }
 

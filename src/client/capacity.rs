@@ -4,7 +4,7 @@
 use reqwest::{StatusCode, header};
 
 use super::{Client, ClientError};
-use crate::wire::capacity::{CAPACITY_SCHEMA, Capacity};
+use crate::wire::capacity::{CAPACITY_SCHEMA, CapacitySummary};
 use crate::wire::paths;
 
 /// The answer to a capacity read.
@@ -15,7 +15,7 @@ pub enum CapacityRead {
     /// The capacity, with its tag (`None` when the endpoint sent none).
     Fresh {
         /// The capacity.
-        capacity: Box<Capacity>,
+        capacity: Box<CapacitySummary>,
         /// Its `ETag`, quotes included.
         etag: Option<String>,
     },
@@ -56,7 +56,7 @@ impl Client {
         if !status.is_success() {
             return Err(self.refused(status, &bytes));
         }
-        let capacity: Capacity =
+        let capacity: CapacitySummary =
             serde_json::from_slice(&bytes).map_err(|e| self.decode(e.to_string()))?;
         if capacity.schema != CAPACITY_SCHEMA {
             return Err(self.decode(format!(

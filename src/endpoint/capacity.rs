@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use crate::endpoint::api_error::{ApiError, serialize_failed};
 use crate::endpoint::api_state::{ApiState, BuiltCapacity};
 use crate::wire::SnapshotVersion;
-use crate::wire::capacity::{Capacity, capacity_etag};
+use crate::wire::capacity::{CapacitySummary, capacity_etag};
 
 fn cached(st: &ApiState, version: SnapshotVersion) -> Option<Arc<BuiltCapacity>> {
     st.capacity
@@ -32,8 +32,8 @@ pub(crate) async fn capacity(
     let built = if let Some(b) = cached(&st, current.version) {
         b
     } else {
-        let json =
-            serde_json::to_vec(&Capacity::of(&current.snapshot)).map_err(serialize_failed)?;
+        let json = serde_json::to_vec(&CapacitySummary::of(&current.snapshot))
+            .map_err(serialize_failed)?;
         let etag = HeaderValue::from_str(&capacity_etag(&json))
             .map_err(|e| serialize_failed(e.to_string()))?;
         let built = Arc::new(BuiltCapacity {

@@ -23,7 +23,7 @@ pub const CAPACITY_SCHEMA: u32 = 1;
 
 /// An endpoint's capacity.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Capacity {
+pub struct CapacitySummary {
     /// `CAPACITY_SCHEMA`.
     pub schema: u32,
     /// The endpoint's placement policy (`binpack` or `spread`).
@@ -89,10 +89,10 @@ fn is_healthy(h: &Health) -> bool {
     *h == Health::Healthy
 }
 
-impl Capacity {
+impl CapacitySummary {
     /// The capacity a snapshot shows.
-    pub fn of(snap: &Snapshot) -> Capacity {
-        Capacity {
+    pub fn of(snap: &Snapshot) -> CapacitySummary {
+        CapacitySummary {
             schema: CAPACITY_SCHEMA,
             policy: snap.endpoint.policy.clone(),
             revision: snap.revision,
@@ -229,7 +229,7 @@ mod tests {
             devices: vec![device(0, 70, 40), device(1, 0, 0), device(2, 80, 100)],
         });
         snap.nodes[0].devices[1].cordoned = true;
-        let cap = Capacity::of(&snap);
+        let cap = CapacitySummary::of(&snap);
         let fleet = cap.fleet().unwrap();
         assert_eq!(fleet.policy(), Policy::Spread);
         // 20 GiB fits nowhere: device 0 has 10 free, 1 is cordoned, 2 is full.
@@ -244,7 +244,10 @@ mod tests {
         assert_eq!(got.shares[0].device, 0);
         // The body round-trips and its tag follows its bytes.
         let json = serde_json::to_vec(&cap).unwrap();
-        assert_eq!(serde_json::from_slice::<Capacity>(&json).unwrap(), cap);
+        assert_eq!(
+            serde_json::from_slice::<CapacitySummary>(&json).unwrap(),
+            cap
+        );
         assert_eq!(capacity_etag(&json), capacity_etag(&json));
         let mut other = cap.clone();
         other.nodes[0].devices[0].memory_allocated = Bytes::gib(1);
