@@ -6,12 +6,14 @@
 //! fingerprint or a CA file (`trust`). Every request says who sends it (`user@host`, in
 //! `wire::ACTOR_HEADER`) for the audit log. Answers are gzip-compressed when the endpoint can.
 
+mod capacity;
 mod error;
 mod history;
 mod report;
 mod sse;
 mod trust;
 
+pub use capacity::CapacityRead;
 pub use error::ClientError;
 pub use history::SnapshotAt;
 pub use report::ReportAt;

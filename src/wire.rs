@@ -19,6 +19,7 @@ use crate::snapshot::{ClaimView, Snapshot, SnapshotChange};
 use crate::units::UNITS_PER_DEVICE;
 
 mod bodies;
+pub mod capacity;
 
 pub use bodies::{MoveBody, RenewBody, RequestBody, ShareBody, read_body};
 
@@ -83,16 +84,22 @@ pub mod paths {
     pub const HEALTHZ: &str = "/healthz";
     /// `GET`: the whole state (snapshot schema v1).
     pub const SNAPSHOT: &str = "/v1/snapshot";
+    /// `GET`: what placement needs of the state (`wire::capacity`).
+    pub const CAPACITY: &str = "/v1/capacity";
     /// `GET`: server-sent events as the state changes.
     pub const WATCH: &str = "/v1/watch";
-    /// The query of `GET` [`WATCH`] that asks for the delta watch, resuming after `since`
-    /// when given.
+    /// The query of `GET` [`WATCH`] that asks for the delta watch in the per-project form
+    /// (`format=2`: `project`, `project_removed` and `revision` changes; an endpoint from
+    /// before it ignores the word and sends whole lists, which this build reads too),
+    /// resuming after `since` when given.
     pub fn watch_deltas_query(since: Option<super::SnapshotVersion>) -> String {
         match since {
-            Some(v) => format!("deltas=1&since={v}"),
-            None => "deltas=1".to_string(),
+            Some(v) => format!("deltas=1&format={DELTA_FORMAT}&since={v}"),
+            None => format!("deltas=1&format={DELTA_FORMAT}"),
         }
     }
+    /// The delta form this build reads (see [`watch_deltas_query`]).
+    pub const DELTA_FORMAT: &str = "2";
     /// `POST`: create a claim.
     pub const CLAIMS: &str = "/v1/claims";
     /// `GET`: Prometheus metrics.
@@ -654,7 +661,7 @@ mod tests {
         assert!(serde_json::from_str::<HeartbeatBody>(r#"{"version":3}"#).is_err());
         assert_eq!(
             paths::watch_deltas_query(Some(SnapshotVersion { epoch: 5, seq: 9 })),
-            "deltas=1&since=5.9"
+            "deltas=1&format=2&since=5.9"
         );
     }
 

@@ -5,7 +5,7 @@
 //! release-failure path, `ls` over the fleet, and 50 concurrent claims on 10 endpoints.
 //!
 //! A test proxy stands in front of an endpoint where a race or a failure must happen on
-//! cue: it serves a stale snapshot (the endpoint "filled up since it was read") or refuses
+//! cue: it serves a stale snapshot and capacity (the endpoint "filled up since it was read") or refuses
 //! releases, and forwards everything else to the real endpoint.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -173,6 +173,15 @@ mod proxy {
             && let Some(s) = &cfg.stale
         {
             return ([(header::CONTENT_TYPE, "application/json")], s.clone()).into_response();
+        }
+        // What a fleet claim places on: the capacity of the stale snapshot.
+        if req.method() == Method::GET
+            && req.uri().path() == "/v1/capacity"
+            && let Some(s) = &cfg.stale
+        {
+            let snap: gpuboard::snapshot::Snapshot = serde_json::from_str(s).unwrap();
+            let body = serde_json::to_string(&gpuboard::wire::capacity::CapacitySummary::of(&snap));
+            return ([(header::CONTENT_TYPE, "application/json")], body.unwrap()).into_response();
         }
         if req.method() == Method::DELETE && cfg.fail_release {
             return (

@@ -214,7 +214,8 @@ impl Fleet {
 }
 
 const POST: &str = "POST /v1/claims ";
-const SNAPSHOT: &str = "GET /v1/snapshot ";
+/// What a fleet claim reads of each endpoint before placing.
+const READ: &str = "GET /v1/capacity ";
 
 #[test]
 fn an_answer_lost_after_the_claim_was_placed_is_found_by_its_label_and_nothing_else_is_tried() {
@@ -441,7 +442,7 @@ fn a_move_to_a_target_silent_to_the_end_keeps_the_old_claim_and_names_the_phanto
 fn an_endpoint_refusing_the_connection_was_sent_nothing_and_is_not_suspected() {
     let fleet = Fleet::start();
     // a is read, then stops listening before the claim.
-    fleet.relay_a(&[(SNAPSHOT, Act::ForwardThenShut)]);
+    fleet.relay_a(&[(READ, Act::ForwardThenShut)]);
     let out = fleet.cli(&["claim", "--memory", "10GiB"]);
     let (stdout, stderr) = (ok(&out), text(&out.stderr));
     assert!(

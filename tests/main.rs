@@ -51,6 +51,7 @@ mod fairshare_ledger;
 mod fairshare_sim;
 mod fake_nvml;
 mod faults;
+mod fleet_capacity;
 mod fleet_claims;
 mod fleet_idempotent;
 mod fleet_lost_answers;

@@ -368,3 +368,116 @@ async fn a_since_that_cannot_be_resumed_gets_resync_then_the_snapshot() {
     assert!(resync < text.find("event: snapshot").unwrap(), "{text}");
     assert!(text.contains("not a snapshot version"), "{text}");
 }
+
+/// The events of a raw SSE answer, as (event, data) pairs, read until `until` says stop
+/// (each read bounded: a guard, not a timing assertion).
+async fn raw_events(
+    resp: &mut reqwest::Response,
+    buf: &mut String,
+    mut until: impl FnMut(&str, &str) -> bool,
+) {
+    loop {
+        while let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            let field = |name: &str| {
+                block
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .map(|v| v.strip_prefix(' ').unwrap_or(v).to_string())
+                    .unwrap_or_default()
+            };
+            if until(&field("event:"), &field("data:")) {
+                return;
+            }
+        }
+        let chunk = tokio::time::timeout(Duration::from_secs(30), resp.chunk())
+            .await
+            .expect("an event within 30 s")
+            .unwrap()
+            .expect("the stream goes on");
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+    }
+}
+
+#[tokio::test]
+async fn a_watcher_from_before_per_project_changes_gets_whole_lists_it_can_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, client) = serve_here(dir.path(), Duration::from_mins(1)).await;
+    // An old console: `deltas=1` without `format=2`.
+    let mut old = raw_http()
+        .get(format!(
+            "{}/v1/watch?deltas=1",
+            client.endpoint().trim_end_matches('/')
+        ))
+        .send()
+        .await
+        .unwrap();
+    let mut buf = String::new();
+    let mut old_model: Option<Snapshot> = None;
+    raw_events(&mut old, &mut buf, |event, data| {
+        assert_eq!(event, "snapshot");
+        let snap: Snapshot = serde_json::from_str(data).unwrap();
+        old_model = Some(snap);
+        true
+    })
+    .await;
+    let mut old_snap = old_model.unwrap();
+    // This build's own watcher.
+    let mut stream = client.watch(None).await.unwrap();
+    let mut model = Model::start(&mut stream).await;
+
+    for (gib, project) in [(4, "vision"), (6, "nlp"), (2, "vision")] {
+        engine
+            .submit(
+                claim(serde_json::json!({"gpu_memory": format!("{gib}Gi"), "project": project})),
+                "test",
+            )
+            .await
+            .unwrap();
+    }
+    engine.set_share("nlp", 300, "test").await.unwrap();
+    let Conditional::Fresh { snapshot, version } = client.snapshot_if_changed(None).await.unwrap()
+    else {
+        panic!("a fresh snapshot");
+    };
+    let (truth, version) = (*snapshot, version.unwrap());
+
+    // The old reader: only changes it knows, ending exactly at the served snapshot.
+    raw_events(&mut old, &mut buf, |event, data| {
+        if event != "delta" {
+            return false;
+        }
+        for op in [
+            r#""op":"project""#,
+            r#""op":"project_removed""#,
+            r#""op":"revision""#,
+        ] {
+            assert!(!data.contains(op), "an old reader got {op}: {data}");
+        }
+        let body: gpuboard::wire::DeltaBody = serde_json::from_str(data).unwrap();
+        apply(&mut old_snap, &body.changes);
+        body.to == version
+    })
+    .await;
+    assert_eq!(old_snap, truth, "whole lists rebuild the served snapshot");
+
+    // This build's reader: per-project changes under a short header.
+    let mut keyed = false;
+    while model.version.seq < version.seq {
+        match next(&mut stream).await {
+            WatchEvent::Delta(d) => {
+                assert_eq!(d.from, model.version);
+                keyed |= d.changes.iter().any(gpuboard::snapshot::keyed_only);
+                apply(&mut model.snapshot, &d.changes);
+                model.version = d.to;
+            }
+            WatchEvent::Heartbeat { .. } => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(model.snapshot, truth);
+    assert!(
+        keyed,
+        "per-project changes or short headers reached this build"
+    );
+}

@@ -5,8 +5,9 @@
 //! config's gpuboard endpoints are the fleet, else the default local endpoint. Claim ids
 //! read and print as `ENDPOINT/ID` when more than one endpoint is in play.
 //!
-//! A claim with more than one endpoint reads every endpoint's snapshot (conditionally,
-//! through the snapshot cache), ranks the endpoints that could take it with the
+//! A claim with more than one endpoint reads every endpoint's capacity (`GET
+//! /v1/capacity`, its snapshot from an endpoint without the route; conditionally, through
+//! the snapshot cache, all at once), ranks the endpoints that could take it with the
 //! placement policy across hosts (`placement::rank_hosts`), sends it to the best and, on
 //! a 409 (the endpoint filled up since it was read: it re-checks, being the authority),
 //! to the next. When every one refused, the fleet is read again and the claim goes on
@@ -33,7 +34,8 @@ use crate::placement::{
 use crate::request::ClaimRequest;
 use crate::snapshot::Snapshot;
 use crate::sources::kind::EndpointsFile;
-use crate::sources::{EndpointConfig, SourceKind, fleet_of_snapshot};
+use crate::sources::{EndpointConfig, SourceKind};
+use crate::wire::capacity::CapacitySummary;
 use crate::wire::default_endpoint;
 
 /// How a claim is placed across several endpoints.
@@ -371,6 +373,15 @@ pub(super) async fn read_all(
     futures::future::join_all(members.list.iter().map(|m| cache.read(&m.client))).await
 }
 
+/// Every member's capacity (what placement needs: `GET /v1/capacity`, else its snapshot),
+/// read concurrently (through the cache), in member order.
+async fn read_capacities(
+    members: &Members,
+    cache: &SnapshotCache,
+) -> Vec<Result<CapacitySummary, ClientError>> {
+    futures::future::join_all(members.list.iter().map(|m| cache.capacity(&m.client))).await
+}
+
 /// A claim sent somewhere in the fleet.
 #[derive(Debug)]
 pub(super) struct Placed {
@@ -405,7 +416,7 @@ async fn read_round(
     policy: Option<Policy>,
     cache: &SnapshotCache,
 ) -> Result<(Round, Policy), ClientError> {
-    let reads = read_all(members, cache).await;
+    let reads = read_capacities(members, cache).await;
     let mut unread = Vec::new();
     let mut fleets: Vec<Fleet> = Vec::new();
     let mut of_fleet: Vec<usize> = Vec::new();
@@ -413,10 +424,10 @@ async fn read_round(
     let mut spread_all = true;
     for (i, r) in reads.into_iter().enumerate() {
         let name = &members.list[i].name;
-        match r.map_err(|e| e.to_string()).and_then(|s| {
-            spread_all &= s.endpoint.policy == "spread";
-            revisions.insert(i, s.revision);
-            fleet_of_snapshot(&s).map_err(|e| format!("unreadable snapshot: {e}"))
+        match r.map_err(|e| e.to_string()).and_then(|c| {
+            spread_all &= c.policy == "spread";
+            revisions.insert(i, c.revision);
+            c.fleet().map_err(|e| format!("unreadable capacity: {e}"))
         }) {
             Ok(f) => {
                 fleets.push(f);

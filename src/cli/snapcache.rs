@@ -1,10 +1,11 @@
-//! The CLI's snapshot cache: the last snapshot read from each endpoint (what placement
-//! and `ls` read of it: nodes, claims, the endpoint) and its version,
-//! one file per endpoint URL under the user's cache directory (`GPUBOARD_CACHE_DIR`, else
-//! `~/.cache/gpuboard/snapshots`). A fleet claim reads every endpoint with
-//! `If-None-Match`, so an endpoint that has not changed since the last command answers
-//! 304 and sends nothing. The cache is only a saving: a missing, unreadable or foreign file
-//! is read again from the endpoint, and a file that cannot be written is skipped.
+//! The CLI's snapshot cache: the last snapshot read from each endpoint (what `ls` reads of
+//! it: nodes, claims, the endpoint) and its version, and the last capacity read from it
+//! (`GET /v1/capacity`, what a fleet claim places on) and its tag, one file each per
+//! endpoint URL under the user's cache directory (`GPUBOARD_CACHE_DIR`, else
+//! `~/.cache/gpuboard/snapshots`). Both are read with `If-None-Match`, so an endpoint
+//! that has not changed since the last command answers 304 and sends nothing. The cache
+//! is only a saving: a missing, unreadable or foreign file is read again from the
+//! endpoint, and a file that cannot be written is skipped.
 
 use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
@@ -12,9 +13,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::client::{Client, ClientError, Conditional};
+use crate::client::{CapacityRead, Client, ClientError, Conditional};
 use crate::snapshot::Snapshot;
 use crate::wire::SnapshotVersion;
+use crate::wire::capacity::CapacitySummary;
 
 /// One cached read.
 #[derive(Serialize, Deserialize)]
@@ -22,6 +24,14 @@ struct Entry {
     url: String,
     version: SnapshotVersion,
     snapshot: Snapshot,
+}
+
+/// One cached capacity read.
+#[derive(Serialize, Deserialize)]
+struct CapacityEntry {
+    url: String,
+    etag: String,
+    capacity: CapacitySummary,
 }
 
 /// Where the cached snapshots live; `None` turns caching off.
@@ -55,12 +65,18 @@ impl SnapshotCache {
     }
 
     fn file(&self, url: &str) -> Option<PathBuf> {
+        self.file_for(url, "json")
+    }
+
+    fn file_for(&self, url: &str, extension: &str) -> Option<PathBuf> {
         let name: String = url
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
             .take(200)
             .collect();
-        self.dir.as_ref().map(|d| d.join(format!("{name}.json")))
+        self.dir
+            .as_ref()
+            .map(|d| d.join(format!("{name}.{extension}")))
     }
 
     fn load(&self, url: &str) -> Option<Entry> {
@@ -76,6 +92,55 @@ impl SnapshotCache {
         };
         // Best effort: a read-only or full cache directory only costs the next full read.
         let _ = write_private(&path, entry);
+    }
+
+    fn load_capacity(&self, url: &str) -> Option<CapacityEntry> {
+        let bytes = std::fs::read(self.file_for(url, "capacity.json")?).ok()?;
+        let e: CapacityEntry = serde_json::from_slice(&bytes).ok()?;
+        (e.url == url).then_some(e)
+    }
+
+    fn store_capacity(&self, entry: &CapacityEntry) {
+        if let Some(path) = self.file_for(&entry.url, "capacity.json") {
+            let _ = write_private(&path, entry);
+        }
+    }
+
+    /// The endpoint's capacity: the cached one when the endpoint answers 304, else the
+    /// fresh one (cached for the next command when it came with a tag). An endpoint from
+    /// before `GET /v1/capacity` gives the capacity of its snapshot (read through the
+    /// snapshot cache).
+    pub(super) async fn capacity(&self, client: &Client) -> Result<CapacitySummary, ClientError> {
+        let url = client.endpoint().to_string();
+        let cached = self.load_capacity(&url);
+        match client
+            .capacity_if_changed(cached.as_ref().map(|e| e.etag.as_str()))
+            .await?
+        {
+            CapacityRead::NotModified => match cached {
+                Some(e) => Ok(e.capacity),
+                // 304 to a request that named no tag: read it whole.
+                None => match client.capacity_if_changed(None).await? {
+                    CapacityRead::Fresh { capacity, .. } => Ok(*capacity),
+                    _ => Ok(CapacitySummary::of(&self.read(client).await?)),
+                },
+            },
+            CapacityRead::Fresh { capacity, etag } => {
+                if let Some(etag) = etag
+                    && self.dir.is_some()
+                {
+                    let entry = CapacityEntry {
+                        url,
+                        etag,
+                        capacity: *capacity,
+                    };
+                    self.store_capacity(&entry);
+                    return Ok(entry.capacity);
+                }
+                Ok(*capacity)
+            }
+            CapacityRead::NoRoute => Ok(CapacitySummary::of(&self.read(client).await?)),
+        }
     }
 
     /// The endpoint's snapshot: the cached one when the endpoint answers 304, else the
@@ -123,7 +188,7 @@ impl SnapshotCache {
 
 /// Writes `entry` to `path` through a temporary file, readable by the user only (a
 /// snapshot names holders and projects).
-fn write_private(path: &Path, entry: &Entry) -> std::io::Result<()> {
+fn write_private(path: &Path, entry: &impl Serialize) -> std::io::Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }

@@ -35,6 +35,7 @@ type ApiResult = Result<Response, ApiError>;
 pub fn router(state: ApiState) -> Router {
     let guarded = Router::new()
         .route(paths::SNAPSHOT, get(snapshot))
+        .route(paths::CAPACITY, get(super::capacity::capacity))
         .route(paths::WATCH, get(super::watch::watch))
         .route(paths::CLAIMS, post(create_claim))
         .route("/v1/claims/{id}", delete(release_claim))

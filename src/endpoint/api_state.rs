@@ -27,6 +27,19 @@ pub struct ApiState {
     pub(crate) heartbeat: Duration,
     /// The endpoint's recorded history, when it keeps one.
     pub(crate) history: Option<Arc<RecordedHistory>>,
+    /// The capacity of the last version read (`GET /v1/capacity`).
+    pub(crate) capacity: Arc<std::sync::Mutex<Option<Arc<BuiltCapacity>>>>,
+}
+
+/// A version's capacity, serialized, with its `ETag`.
+#[derive(Debug)]
+pub(crate) struct BuiltCapacity {
+    /// The snapshot version it was derived from.
+    pub(crate) version: wire::SnapshotVersion,
+    /// Its `ETag`.
+    pub(crate) etag: axum::http::HeaderValue,
+    /// Its JSON.
+    pub(crate) json: axum::body::Bytes,
 }
 
 impl ApiState {
@@ -41,6 +54,7 @@ impl ApiState {
             responses: Family::default(),
             heartbeat: wire::HEARTBEAT,
             history: None,
+            capacity: Arc::default(),
         }
     }
 

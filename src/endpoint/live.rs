@@ -257,26 +257,13 @@ impl LiveFeed {
 }
 
 /// Whether the host figures moved enough from those last shown to be worth a new version
-/// to every watching console: another machine shape, CPU busy by 10 points, memory in use
-/// by 2 % of the total, or the 1-minute load by 0.5 and a fifth. An idle host then sends
-/// nothing; a drift adds up against the figures shown until it shows.
+/// to every watching console (`HostSample::moved_from`). An idle host then sends nothing;
+/// a drift adds up against the figures shown until it shows.
 fn host_moved(shown: Option<&HostSample>, now: Option<&HostSample>) -> bool {
-    let (Some(a), Some(b)) = (shown, now) else {
-        return shown.is_some() != now.is_some();
-    };
-    let cpu = match (a.cpu_percent, b.cpu_percent) {
-        (Some(x), Some(y)) => (x - y).abs() >= 10.0,
-        (x, y) => x.is_some() != y.is_some(),
-    };
-    let memory = a.memory_used.0.abs_diff(b.memory_used.0).saturating_mul(50) >= b.memory_total.0;
-    let load = match (&a.load, &b.load) {
-        (Some(x), Some(y)) => {
-            let d = (x.one - y.one).abs();
-            d >= 0.5 && d >= 0.2 * x.one.max(y.one)
-        }
-        (x, y) => x.is_some() != y.is_some(),
-    };
-    a.cpu_count != b.cpu_count || a.memory_total != b.memory_total || cpu || memory || load
+    match (shown, now) {
+        (Some(a), Some(b)) => b.moved_from(a),
+        _ => shown.is_some() != now.is_some(),
+    }
 }
 
 /// How the snapshot's devices meet the round's: (node index in `snap.nodes`, device

@@ -8,6 +8,7 @@ mod api_error;
 mod api_state;
 pub mod auth;
 mod body;
+mod capacity;
 pub mod datadir;
 pub mod engine;
 pub mod gate;

@@ -3,6 +3,11 @@
 //! of the README's "Watch with deltas": a `snapshot`, then one `delta` per version (from
 //! the shared ring, never recomputed per watcher), `resync` when `since` cannot be
 //! resumed, and a `heartbeat` whenever nothing else was sent for a while.
+//!
+//! The ring holds deltas in the per-project form (`snapshot::diff`). A watcher that did
+//! not ask for it (`format=2`, a console from before it) is never sent a change it cannot
+//! read: a run of deltas holding one becomes one delta from its version to the current
+//! one in the whole-list form (`snapshot::to_whole_lists`); other runs go as stored.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -22,8 +27,11 @@ use tokio::time::Instant;
 use crate::endpoint::api_error::ApiError;
 use crate::endpoint::api_state::ApiState;
 use crate::endpoint::engine::{Engine, StateKeyWatch};
+use crate::endpoint::versions::StoredDelta;
 use crate::endpoint::versions::{BuiltSnapshot, SnapshotVersions};
-use crate::wire::{HeartbeatBody, ResyncBody, SnapshotVersion, watch_events};
+use crate::snapshot::to_whole_lists;
+use crate::wire::paths::DELTA_FORMAT;
+use crate::wire::{DeltaBody, HeartbeatBody, ResyncBody, SnapshotVersion, watch_events};
 
 /// How long a watcher waits after a change before reading the new version, so a burst of
 /// commits makes one version.
@@ -33,12 +41,15 @@ const COALESCE: Duration = Duration::from_millis(20);
 pub(crate) struct WatchQuery {
     since: Option<String>,
     deltas: Option<String>,
+    format: Option<String>,
 }
 
 /// Both watches on one path: `deltas=1` (or `true`) picks the delta watch.
 pub(crate) async fn watch(State(st): State<ApiState>, Query(q): Query<WatchQuery>) -> Response {
     if matches!(q.deltas.as_deref(), Some("1" | "true")) {
-        let session = DeltaSession::new(Arc::clone(&st.versions), q.since.as_deref(), st.heartbeat);
+        let mut session =
+            DeltaSession::new(Arc::clone(&st.versions), q.since.as_deref(), st.heartbeat);
+        session.per_project = q.format.as_deref() == Some(DELTA_FORMAT);
         let stream = futures::stream::unfold(session, |mut s| async move {
             s.next().await.map(|ev| (Ok::<Event, Infallible>(ev), s))
         });
@@ -59,6 +70,8 @@ struct DeltaSession {
     queue: VecDeque<Event>,
     heartbeat: Duration,
     last_sent: Instant,
+    /// The watcher reads per-project changes (`format=2`).
+    per_project: bool,
 }
 
 impl DeltaSession {
@@ -71,6 +84,7 @@ impl DeltaSession {
             queue: VecDeque::new(),
             heartbeat,
             last_sent: Instant::now(),
+            per_project: false,
         };
         match since.map(str::parse::<SnapshotVersion>) {
             None => {}
@@ -100,19 +114,32 @@ impl DeltaSession {
                     let due = self.last_sent + self.heartbeat;
                     tokio::select! {
                         () = self.changes.changed() => tokio::time::sleep(COALESCE).await,
+                        // No `id:` line: the version is in the data, and the
+                        // last id the watcher has is this one already (27 bytes a beat).
                         () = tokio::time::sleep_until(due) => self.queue.push_back(
-                            event(watch_events::HEARTBEAT, Some(at))
+                            event(watch_events::HEARTBEAT, None)
                                 .data(json_text(&HeartbeatBody { version: at })),
                         ),
                     }
                 }
                 Some(at) => match self.versions.deltas(at, current.version) {
-                    Ok(deltas) => {
+                    Ok(deltas) if self.per_project || !deltas.iter().any(|d| per_project(d)) => {
                         for d in deltas {
                             self.queue
                                 .push_back(event(watch_events::DELTA, Some(d.to)).data(&d.json));
                         }
                         self.at = Some(current.version);
+                    }
+                    Ok(deltas) => {
+                        if let Some(json) = whole_lists(at, &deltas, &current) {
+                            self.queue.push_back(
+                                event(watch_events::DELTA, Some(current.version)).data(json),
+                            );
+                            self.at = Some(current.version);
+                        } else {
+                            self.resync("the changes could not be written for this reader");
+                            self.send_snapshot(&current);
+                        }
                     }
                     Err(gap) => {
                         self.resync(&gap.to_string());
@@ -139,6 +166,34 @@ impl DeltaSession {
             .push_back(event(watch_events::SNAPSHOT, Some(current.version)).data(text.as_ref()));
         self.at = Some(current.version);
     }
+}
+
+/// Whether a stored delta holds a change only per-project readers know. In JSON written by
+/// serde a string's quotes are escaped, so `"op":"project` appears only as an op.
+fn per_project(d: &StoredDelta) -> bool {
+    d.json.contains(r#""op":"project""#)
+        || d.json.contains(r#""op":"project_removed""#)
+        || d.json.contains(r#""op":"revision""#)
+}
+
+/// The run of `deltas` from `at` to `current` as one delta in the whole-list form (for a
+/// reader from before per-project changes); `None` if a stored delta cannot be read back.
+fn whole_lists(
+    at: SnapshotVersion,
+    deltas: &[Arc<StoredDelta>],
+    current: &BuiltSnapshot,
+) -> Option<String> {
+    let mut changes = Vec::new();
+    for d in deltas {
+        let body: DeltaBody = serde_json::from_str(&d.json).ok()?;
+        changes.extend(body.changes);
+    }
+    let body = DeltaBody {
+        from: at,
+        to: current.version,
+        changes: to_whole_lists(changes, &current.snapshot),
+    };
+    serde_json::to_string(&body).ok()
 }
 
 fn event(name: &str, id: Option<SnapshotVersion>) -> Event {

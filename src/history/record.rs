@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::changes;
 use super::wire::HistoryChange;
 use crate::clock::Timestamp;
-use crate::snapshot::{Snapshot, SnapshotChange, apply, diff};
+use crate::snapshot::{Snapshot, SnapshotChange, apply, diff_whole};
 
 /// A keyframe at least every this many versions: a seek replays at most as many deltas.
 pub const KEYFRAME_EVERY: u32 = 64;
@@ -253,8 +253,9 @@ impl Recording {
             || at.millis_since(self.keyframe_at) >= KEYFRAME_MS;
         let body = if let (Some(last), false) = (&self.last, keyframe) {
             self.since_keyframe += 1;
+            // The form every gpuboard reads, so an older one can still open this history.
             Body::Delta {
-                delta: diff(last, &state),
+                delta: diff_whole(last, &state),
             }
         } else {
             self.since_keyframe = 0;

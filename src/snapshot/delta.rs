@@ -2,9 +2,14 @@
 //! after its first snapshot, so a console that is in sync receives only what changed, and
 //! what the console applies to its copy. `apply(old, diff(old, new))` is `new` exactly.
 //!
-//! Nodes and claims change one at a time (whole, keyed by name or id); the lists that
-//! change together (projects, resources, coordination records) are sent whole; audit
-//! events are appended.
+//! Nodes, claims and projects change one at a time (whole, keyed by name or id); the
+//! lists that change together (resources, coordination records) are sent whole; audit
+//! events are appended. The header (who the endpoint is) is sent only when it changed;
+//! otherwise a version that changed anything carries only its revision and time.
+//!
+//! Readers from before per-project changes and the short header know only the whole
+//! project list and the whole header: [`diff_whole`] writes that form (what the history
+//! records), and [`to_whole_lists`] turns a run of changes into it for them.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -61,10 +66,29 @@ pub enum SnapshotChange {
         /// The claims.
         claims: Vec<ClaimView>,
     },
-    /// Every project's account.
+    /// Every project's account (sent when their order changed, or to a reader that knows
+    /// no per-project change).
     Projects {
         /// The projects.
         projects: Vec<ProjectView>,
+    },
+    /// A project's account, whole: replaces the project of that name, or is appended.
+    Project {
+        /// The project.
+        project: ProjectView,
+    },
+    /// The project of this name is gone.
+    ProjectRemoved {
+        /// Its name.
+        name: String,
+    },
+    /// The revision and time of a snapshot whose endpoint information did not change
+    /// (the short `Header`).
+    Revision {
+        /// Its revision.
+        revision: u64,
+        /// When the new snapshot was taken.
+        taken_at: Timestamp,
     },
     /// Every resource type.
     Resources {
@@ -95,8 +119,70 @@ pub enum SnapshotChange {
     },
 }
 
-/// The changes that turn `old` into `new`; empty when they are equal.
+/// The changes that turn `old` into `new`; empty when they are equal. Projects change
+/// one at a time and the header is short when only the revision and time moved.
 pub fn diff(old: &Snapshot, new: &Snapshot) -> Vec<SnapshotChange> {
+    diff_in(old, new, Form::Keyed)
+}
+
+/// As [`diff`], in the form every reader knows: the whole project list and the whole
+/// header whenever they are sent.
+pub fn diff_whole(old: &Snapshot, new: &Snapshot) -> Vec<SnapshotChange> {
+    diff_in(old, new, Form::Whole)
+}
+
+/// Whether `change` is one that readers from before per-project changes cannot read.
+pub fn keyed_only(change: &SnapshotChange) -> bool {
+    matches!(
+        change,
+        SnapshotChange::Project { .. }
+            | SnapshotChange::ProjectRemoved { .. }
+            | SnapshotChange::Revision { .. }
+    )
+}
+
+/// `changes` (a run of deltas' changes, in order, ending at `now`) in the whole-list form:
+/// the per-project changes and short headers left out, and the whole project list and
+/// header of `now` appended when any was. Both only ever replace what they change, so
+/// applying the result gives the same state as applying `changes`.
+pub fn to_whole_lists(changes: Vec<SnapshotChange>, now: &Snapshot) -> Vec<SnapshotChange> {
+    let (mut projects, mut header) = (false, false);
+    let mut out: Vec<SnapshotChange> = changes
+        .into_iter()
+        .filter(|c| {
+            projects |= matches!(
+                c,
+                SnapshotChange::Project { .. } | SnapshotChange::ProjectRemoved { .. }
+            );
+            header |= matches!(c, SnapshotChange::Revision { .. });
+            !keyed_only(c)
+        })
+        .collect();
+    if projects {
+        out.push(SnapshotChange::Projects {
+            projects: now.projects.clone(),
+        });
+    }
+    if header {
+        out.push(SnapshotChange::Header {
+            endpoint: now.endpoint.clone(),
+            revision: now.revision,
+            taken_at: now.taken_at,
+        });
+    }
+    out
+}
+
+/// Which form a diff is written in.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Form {
+    /// Projects one by one, the short header.
+    Keyed,
+    /// Whole project lists and whole headers.
+    Whole,
+}
+
+fn diff_in(old: &Snapshot, new: &Snapshot, form: Form) -> Vec<SnapshotChange> {
     let mut out = Vec::new();
     keyed(
         &old.nodes,
@@ -118,10 +204,20 @@ pub fn diff(old: &Snapshot, new: &Snapshot) -> Vec<SnapshotChange> {
         |claims| SnapshotChange::Claims { claims },
         &mut out,
     );
-    if old.projects != new.projects {
-        out.push(SnapshotChange::Projects {
+    match form {
+        Form::Keyed => keyed(
+            &old.projects,
+            &new.projects,
+            |p| p.name.clone(),
+            |project| SnapshotChange::Project { project },
+            |name| SnapshotChange::ProjectRemoved { name },
+            |projects| SnapshotChange::Projects { projects },
+            &mut out,
+        ),
+        Form::Whole if old.projects != new.projects => out.push(SnapshotChange::Projects {
             projects: new.projects.clone(),
-        });
+        }),
+        Form::Whole => {}
     }
     if old.resources != new.resources {
         out.push(SnapshotChange::Resources {
@@ -145,14 +241,19 @@ pub fn diff(old: &Snapshot, new: &Snapshot) -> Vec<SnapshotChange> {
         || old.revision != new.revision
         || old.taken_at != new.taken_at;
     if header_changed || !out.is_empty() {
-        out.insert(
-            0,
+        let header = if form == Form::Keyed && old.endpoint == new.endpoint {
+            SnapshotChange::Revision {
+                revision: new.revision,
+                taken_at: new.taken_at,
+            }
+        } else {
             SnapshotChange::Header {
                 endpoint: new.endpoint.clone(),
                 revision: new.revision,
                 taken_at: new.taken_at,
-            },
-        );
+            }
+        };
+        out.insert(0, header);
     }
     out
 }
@@ -223,6 +324,7 @@ fn events(old: &[AuditEvent], new: &[AuditEvent]) -> SnapshotChange {
 pub fn apply(snap: &mut Snapshot, changes: &[SnapshotChange]) {
     let mut nodes: Option<HashMap<String, usize>> = None;
     let mut claims: Option<HashMap<ClaimId, usize>> = None;
+    let mut projects: Option<HashMap<String, usize>> = None;
     for change in changes {
         match change {
             SnapshotChange::Header {
@@ -258,7 +360,23 @@ pub fn apply(snap: &mut Snapshot, changes: &[SnapshotChange]) {
                 snap.claims.clone_from(all);
                 claims = None;
             }
-            SnapshotChange::Projects { projects } => snap.projects.clone_from(projects),
+            SnapshotChange::Revision { revision, taken_at } => {
+                snap.revision = *revision;
+                snap.taken_at = *taken_at;
+            }
+            SnapshotChange::Projects { projects: all } => {
+                snap.projects.clone_from(all);
+                projects = None;
+            }
+            SnapshotChange::Project { project } => {
+                let index =
+                    projects.get_or_insert_with(|| index_of(&snap.projects, |p| p.name.clone()));
+                upsert(&mut snap.projects, index, project.name.clone(), project);
+            }
+            SnapshotChange::ProjectRemoved { name } => {
+                snap.projects.retain(|p| p.name != *name);
+                projects = None;
+            }
             SnapshotChange::Resources { resources } => snap.resources.clone_from(resources),
             SnapshotChange::Coordination { records } => snap.coordination.clone_from(records),
             SnapshotChange::Host { host } => snap.host.clone_from(host),

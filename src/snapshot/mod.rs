@@ -19,7 +19,7 @@ use crate::placement::{DeviceShare, Health};
 use crate::request::ClaimRequest;
 use crate::units::{Bytes, Slots, Units};
 
-pub use delta::{SnapshotChange, apply, diff};
+pub use delta::{SnapshotChange, apply, diff, diff_whole, keyed_only, to_whole_lists};
 pub use flags::DeviceFlag;
 pub use owner::ProcessOwner;
 

@@ -34,6 +34,30 @@ pub struct HostSample {
     pub load: Option<LoadAverage>,
 }
 
+impl HostSample {
+    /// Whether these figures moved enough from `shown` to be worth showing again:
+    /// another machine shape, CPU busy by 10 points, memory in use by 2 % of the total,
+    /// or the 1-minute load by 0.5 and a fifth. A drift adds up against the figures
+    /// compared with until it shows.
+    pub fn moved_from(&self, shown: &HostSample) -> bool {
+        let (a, b) = (shown, self);
+        let cpu = match (a.cpu_percent, b.cpu_percent) {
+            (Some(x), Some(y)) => (x - y).abs() >= 10.0,
+            (x, y) => x.is_some() != y.is_some(),
+        };
+        let memory =
+            a.memory_used.0.abs_diff(b.memory_used.0).saturating_mul(50) >= b.memory_total.0;
+        let load = match (&a.load, &b.load) {
+            (Some(x), Some(y)) => {
+                let d = (x.one - y.one).abs();
+                d >= 0.5 && d >= 0.2 * x.one.max(y.one)
+            }
+            (x, y) => x.is_some() != y.is_some(),
+        };
+        a.cpu_count != b.cpu_count || a.memory_total != b.memory_total || cpu || memory || load
+    }
+}
+
 /// A source of host readings, so the sampler can be tested without the real host.
 pub trait HostSource: Send {
     /// Reads the host now.

@@ -1,6 +1,9 @@
 //! The background sampler: one std thread owns the backend, reads static facts once,
 //! metrics every `metrics_interval`, process lists at most every `process_interval`,
-//! and hands each complete snapshot to a sink. Nothing else ever waits on NVML.
+//! the host at an adaptive pace (see `SamplerConfig::host_interval_max`), and hands each
+//! complete snapshot to a sink. Nothing else ever waits on NVML. Without any device the
+//! thread sleeps until the host is due, so an idle GPU-less endpoint wakes a few times a
+//! minute, not every second.
 
 use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -10,7 +13,7 @@ use std::time::{Duration, Instant};
 use crate::clock::{Clock, SystemClock, Timestamp};
 
 use super::history::{DEFAULT_HISTORY_LEN, DeviceHistory, History};
-use super::host::{HostSource, SysinfoHost};
+use super::host::{HostSample, HostSource, SysinfoHost};
 use super::{
     DeviceError, DeviceMetrics, DeviceReading, DeviceState, TelemetryBackend, TelemetrySnapshot,
 };
@@ -27,6 +30,15 @@ pub struct SamplerConfig {
     pub process_interval: Duration,
     /// Points kept per metric for sparklines (default 120).
     pub history_len: usize,
+    /// The longest time between two host readings (default 15 s). The host is read every
+    /// `metrics_interval` while its figures move; each reading that did not move them
+    /// (`HostSample::moved_from`) doubles the wait, up to this. Why 15 s: the endpoint
+    /// shows new host figures to consoles at most once a minute (`live::HOST_REFRESH_MS`)
+    /// and only once they moved, so a reading up to 15 s old costs the console nothing
+    /// it would see, and the CPU percent is then the average since the last reading. A
+    /// host that starts moving is followed every `metrics_interval` again from the next
+    /// reading. Stale detection does not depend on it (that is the watch's heartbeats).
+    pub host_interval_max: Duration,
     /// How long `Sampler::stop` waits for a round stuck in the driver before leaving the
     /// thread behind (default 2 s).
     pub stop_timeout: Duration,
@@ -38,6 +50,7 @@ impl Default for SamplerConfig {
             metrics_interval: Duration::from_secs(1),
             process_interval: Duration::from_secs(2),
             history_len: DEFAULT_HISTORY_LEN,
+            host_interval_max: Duration::from_secs(15),
             stop_timeout: Duration::from_secs(2),
         }
     }
@@ -58,6 +71,57 @@ pub struct SamplerCore {
     slots: Vec<Slot>,
     last_processes: Option<Timestamp>,
     host_cpu_history: History,
+    host_pace: HostPace,
+}
+
+/// When the host is read next, and the last reading (kept between readings).
+#[derive(Debug, Default)]
+struct HostPace {
+    last: Option<HostSample>,
+    read_at: Option<Timestamp>,
+    every: Duration,
+}
+
+impl HostPace {
+    fn due(&self, now: Timestamp) -> bool {
+        // A reading without a CPU percent (the first has nothing to compare with) is
+        // followed at once, as the next round comes.
+        if self.last.as_ref().is_some_and(|h| h.cpu_percent.is_none()) {
+            return true;
+        }
+        match self.read_at {
+            None => true,
+            // A clock that went backwards makes the reading due rather than stuck.
+            Some(at) if now < at => true,
+            Some(at) => Duration::from_millis(now.millis_since(at)) >= self.every,
+        }
+    }
+
+    /// Notes a reading taken at `now`: the wait resets to `min` when the figures moved
+    /// (or on the first), else doubles up to `max`.
+    fn read(&mut self, now: Timestamp, sample: Option<HostSample>, min: Duration, max: Duration) {
+        let moved = match (&self.last, &sample) {
+            (Some(a), Some(b)) => b.moved_from(a),
+            _ => true,
+        };
+        self.every = if moved {
+            min
+        } else {
+            (self.every * 2).clamp(min, max.max(min))
+        };
+        self.read_at = Some(now);
+        self.last = sample;
+    }
+
+    /// Time from `now` until the next reading is due.
+    fn wait(&self, now: Timestamp) -> Duration {
+        match self.read_at {
+            Some(at) if now >= at => self
+                .every
+                .saturating_sub(Duration::from_millis(now.millis_since(at))),
+            _ => Duration::ZERO,
+        }
+    }
 }
 
 impl SamplerCore {
@@ -75,7 +139,20 @@ impl SamplerCore {
             slots: Vec::new(),
             last_processes: None,
             host_cpu_history,
+            host_pace: HostPace::default(),
         }
+    }
+
+    /// How long the thread may wait after a round taken at `now`: `metrics_interval` while
+    /// there are devices (lost ones included), else until the host is due (NVML's status
+    /// is asked again then too, so a driver loaded later is noticed within
+    /// `host_interval_max`).
+    pub fn next_round_in(&self, now: Timestamp) -> Duration {
+        let every = self.config.metrics_interval;
+        if !self.slots.is_empty() || self.host.is_none() {
+            return every;
+        }
+        self.host_pace.wait(now).max(every)
     }
 
     fn processes_due(&self, now: Timestamp) -> bool {
@@ -125,12 +202,22 @@ impl SamplerCore {
         if processes_due {
             self.last_processes = Some(now);
         }
-        let host = self.host.as_mut().and_then(|h| h.sample());
-        self.host_cpu_history.push(
-            host.as_ref()
-                .and_then(|h| h.cpu_percent)
-                .map(|p| p.round().clamp(0.0, 100.0) as u64),
-        );
+        let host = match self.host.as_mut() {
+            Some(source) if self.host_pace.due(now) => {
+                let sample = source.sample();
+                self.host_cpu_history.push(
+                    sample
+                        .as_ref()
+                        .and_then(|h| h.cpu_percent)
+                        .map(|p| p.round().clamp(0.0, 100.0) as u64),
+                );
+                let (min, max) = (self.config.metrics_interval, self.config.host_interval_max);
+                self.host_pace.read(now, sample.clone(), min, max);
+                sample
+            }
+            Some(_) => self.host_pace.last.clone(),
+            None => None,
+        };
         TelemetrySnapshot {
             fetched_unix_ms: now_ms,
             backend: status,
@@ -225,15 +312,15 @@ impl Sampler {
     ) -> std::io::Result<Sampler> {
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
         let (done_tx, done_rx) = mpsc::channel::<()>();
-        let interval = core.config.metrics_interval;
         let stop_timeout = core.config.stop_timeout;
         let thread = std::thread::Builder::new()
             .name("gpuboard-telemetry".to_string())
             .spawn(move || {
                 loop {
                     let started = Instant::now();
-                    sink(core.round(clock.now()));
-                    let wait = interval.saturating_sub(started.elapsed());
+                    let now = clock.now();
+                    sink(core.round(now));
+                    let wait = core.next_round_in(now).saturating_sub(started.elapsed());
                     match stop_rx.recv_timeout(wait) {
                         Err(RecvTimeoutError::Timeout) => {}
                         Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
@@ -452,6 +539,75 @@ mod tests {
         core.round(at(10));
         core.round(at(5));
         assert_eq!(fake.calls().processes, 2);
+    }
+
+    /// A host whose CPU percent the test sets, counting its readings.
+    #[derive(Clone, Default)]
+    struct SteadyHost(Arc<std::sync::Mutex<(f32, u32)>>);
+    impl HostSource for SteadyHost {
+        fn sample(&mut self) -> Option<HostSample> {
+            let mut s = self.0.lock().unwrap();
+            s.1 += 1;
+            Some(HostSample {
+                cpu_percent: Some(s.0),
+                cpu_count: 2,
+                memory_total: Bytes::gib(8),
+                memory_used: Bytes::gib(2),
+                memory_available: Bytes::gib(6),
+                load: None,
+            })
+        }
+    }
+
+    #[test]
+    fn a_steady_host_is_read_less_often_and_a_moving_one_every_round_again() {
+        let fake = FakeBackend::unavailable(Unavailable::DriverNotLoaded);
+        let host = SteadyHost::default();
+        let mut core = SamplerCore::new(
+            Box::new(fake.clone()),
+            Some(Box::new(host.clone())),
+            SamplerConfig::default(),
+        );
+        let mut read_at = Vec::new();
+        for t in 0..60 {
+            let before = host.0.lock().unwrap().1;
+            let snap = core.round(at(t));
+            assert!(
+                snap.host.is_some(),
+                "the last reading is kept between readings"
+            );
+            if host.0.lock().unwrap().1 > before {
+                read_at.push(t);
+            }
+        }
+        // 1 s, then doubling while nothing moves, up to 15 s.
+        assert_eq!(read_at, vec![0, 1, 3, 7, 15, 30, 45]);
+        assert_eq!(core.next_round_in(at(45)), Duration::from_secs(15));
+        assert_eq!(core.next_round_in(at(50)), Duration::from_secs(10));
+        // The CPU moves: read again at the next due time, then every second.
+        host.0.lock().unwrap().0 = 50.0;
+        core.round(at(60));
+        assert_eq!(core.next_round_in(at(60)), Duration::from_secs(1));
+        let before = host.0.lock().unwrap().1;
+        core.round(at(61));
+        assert_eq!(host.0.lock().unwrap().1, before + 1);
+    }
+
+    #[test]
+    fn devices_keep_the_metrics_pace_while_the_host_slows() {
+        let fake = FakeBackend::new(vec![gpu("a", 10)]);
+        let host = SteadyHost::default();
+        let mut core = SamplerCore::new(
+            Box::new(fake.clone()),
+            Some(Box::new(host.clone())),
+            SamplerConfig::default(),
+        );
+        for t in 0..20 {
+            core.round(at(t));
+            assert_eq!(core.next_round_in(at(t)), Duration::from_secs(1));
+        }
+        assert_eq!(fake.calls().metrics, 20, "a metric round every second");
+        assert_eq!(host.0.lock().unwrap().1, 5, "the host at 0, 1, 3, 7, 15");
     }
 
     #[test]

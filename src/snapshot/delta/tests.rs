@@ -71,6 +71,8 @@ enum Op {
     ShuffleClaims,
     ShuffleNodes,
     Project(u8),
+    OneProject(u8),
+    Endpoint(u8),
     Events(u8),
     TrimEvents(u8),
     Host(u8),
@@ -88,6 +90,8 @@ fn op() -> impl Strategy<Value = Op> {
         Just(Op::ShuffleClaims),
         Just(Op::ShuffleNodes),
         any::<u8>().prop_map(Op::Project),
+        any::<u8>().prop_map(Op::OneProject),
+        any::<u8>().prop_map(Op::Endpoint),
         (1u8..5).prop_map(Op::Events),
         (0u8..8).prop_map(Op::TrimEvents),
         any::<u8>().prop_map(Op::Host),
@@ -148,6 +152,17 @@ fn step(s: &mut Snapshot, op: &Op) {
                 })
                 .collect();
         }
+        Op::OneProject(k) => {
+            if let Some(i) = pick(s.projects.len(), k) {
+                s.projects[i].running += 1;
+            } else {
+                s.projects.push(ProjectView {
+                    name: format!("q{k}"),
+                    ..ProjectView::default()
+                });
+            }
+        }
+        Op::Endpoint(k) => s.endpoint.name = format!("e{}", k % 3),
         Op::Events(n) => {
             let next = s.events.last().map_or(1, |e| e.revision + 1);
             s.events.extend((next..next + u64::from(n)).map(event));
@@ -191,6 +206,62 @@ proptest! {
             prop_assert_eq!(&console, &endpoint);
         }
     }
+
+    /// What an old reader gets: each delta whole-listed, or a run of them collapsed into
+    /// one by `to_whole_lists`, with nothing it cannot read; both give the same state.
+    #[test]
+    fn the_whole_list_forms_carry_a_snapshot_to_the_next(ops in prop::collection::vec(prop::collection::vec(op(), 0..6), 1..12)) {
+        let start = Snapshot::default();
+        let mut endpoint = start.clone();
+        let mut each = start.clone();
+        let mut run = Vec::new();
+        for batch in &ops {
+            let before = endpoint.clone();
+            for o in batch {
+                step(&mut endpoint, o);
+            }
+            let whole = diff_whole(&before, &endpoint);
+            prop_assert!(!whole.iter().any(keyed_only));
+            apply(&mut each, &over_the_wire(&whole));
+            prop_assert_eq!(&each, &endpoint);
+            run.extend(diff(&before, &endpoint));
+        }
+        let collapsed = to_whole_lists(run, &endpoint);
+        prop_assert!(!collapsed.iter().any(keyed_only));
+        let mut old_reader = start;
+        apply(&mut old_reader, &over_the_wire(&collapsed));
+        prop_assert_eq!(&old_reader, &endpoint);
+    }
+}
+
+#[test]
+fn a_changed_project_travels_alone_under_a_short_header() {
+    let old = Snapshot {
+        projects: (0..50)
+            .map(|i| ProjectView {
+                name: format!("p{i}"),
+                ..ProjectView::default()
+            })
+            .collect(),
+        ..Snapshot::default()
+    };
+    let mut new = old.clone();
+    new.projects[7].running = 3;
+    new.revision = 4;
+    let changes = diff(&old, &new);
+    assert_eq!(changes.len(), 2, "{changes:?}");
+    assert_eq!(
+        serde_json::to_value(&changes[0]).unwrap(),
+        serde_json::json!({"op": "revision", "revision": 4, "taken_at": 0})
+    );
+    assert!(matches!(&changes[1], SnapshotChange::Project { project } if project.name == "p7"));
+    // The form old readers know: the whole list and the whole header.
+    let whole = diff_whole(&old, &new);
+    assert!(matches!(
+        &whole[0],
+        SnapshotChange::Header { revision: 4, .. }
+    ));
+    assert!(matches!(&whole[1], SnapshotChange::Projects { projects } if projects.len() == 50));
 }
 
 #[test]

@@ -1,0 +1,228 @@
+//! `GET /v1/capacity` on real `gpuboard serve` processes (127.0.0.1, free ports): it says
+//! what the snapshot says of capacity (placement on either gives the same answer), answers
+//! 304 while its tag is current and a new tag once a claim changed it; and a fleet claim
+//! across an endpoint that predates the route (a relay answering 404 for it, as an old
+//! serve does) reads that endpoint's snapshot instead and still lands.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use crate::common;
+
+use std::io::Write as _;
+use std::net::TcpListener;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::relay::{forward, read_request};
+use common::{Server, demo_fleet, http, ok, one_node_inventory};
+use gpuboard::client::Client;
+use gpuboard::request::ClaimRequest;
+use gpuboard::snapshot::Snapshot;
+use gpuboard::sources::fleet_of_snapshot;
+use gpuboard::wire::capacity::CapacitySummary;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+fn request(v: Value) -> ClaimRequest {
+    ClaimRequest::from_json(&v).unwrap()
+}
+
+/// `GET /v1/capacity` with `If-None-Match: tag` when given: status, tag, body.
+async fn capacity(server: &Server, tag: Option<&str>) -> (StatusCode, String, Vec<u8>) {
+    let mut req = http()
+        .get(format!("{}/v1/capacity", server.url))
+        .bearer_auth(server.read_token());
+    if let Some(t) = tag {
+        req = req.header("if-none-match", t);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status();
+    let tag = resp
+        .headers()
+        .get("etag")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    (status, tag, resp.bytes().await.unwrap().to_vec())
+}
+
+#[tokio::test]
+async fn the_capacity_is_the_snapshots_and_answers_304_until_a_claim_changes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &demo_fleet(), &[]);
+    let client = Client::new(
+        &server.url,
+        Some(server.operator_token()),
+        Duration::from_secs(20),
+    )
+    .unwrap();
+    for r in [
+        json!({"gpu_memory": "10Gi", "project": "vision"}),
+        json!({"num_gpus": 1, "project": "nlp"}),
+        json!({"gpu-memory": "4Gi", "gpu.shared": 2, "project": "speech"}),
+        json!({"num_gpus": 0.3, "project": "vision"}),
+    ] {
+        client.claim(&request(r)).await.unwrap();
+    }
+    let snap: Snapshot = client.snapshot().await.unwrap();
+    let node = snap.nodes[0].name.clone();
+    client.cordon(&node, 1).await.unwrap();
+    let snap: Snapshot = client.snapshot().await.unwrap();
+
+    let (status, tag, body) = capacity(&server, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(tag.starts_with('"') && tag.len() > 2, "a quoted tag: {tag}");
+    let cap: CapacitySummary = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        cap,
+        CapacitySummary::of(&snap),
+        "the capacity of the same revision"
+    );
+    // Smaller than the snapshot; it does not grow with claims, accounts or events.
+    assert!(
+        body.len() < serde_json::to_vec(&snap).unwrap().len(),
+        "{} bytes",
+        body.len()
+    );
+
+    // Placement on the capacity answers as on the snapshot, fits and refusals alike.
+    let from_snapshot = fleet_of_snapshot(&snap).unwrap();
+    let from_capacity = cap.fleet().unwrap();
+    for r in [
+        json!({"gpu_memory": "1Gi"}),
+        json!({"gpu_memory": "70Gi"}),
+        json!({"num_gpus": 1}),
+        json!({"num_gpus": 2}),
+        json!({"num_gpus": 0.5}),
+        json!({"gpu-memory": "8Gi", "gpu.shared": 2}),
+        json!({"koordinator.sh/gpu": 40}),
+        json!({"nvidia.com/gpu": 8}),
+        json!({"gpu_memory": "1Gi", "node": node, "cpus": 2}),
+    ] {
+        let req = request(r.clone());
+        match (from_snapshot.plan(&req), from_capacity.plan(&req)) {
+            (Ok(a), Ok(b)) => assert_eq!(a, b, "{r}"),
+            (Err(_), Err(_)) => {}
+            (a, b) => panic!("{r}: snapshot {a:?}, capacity {b:?}"),
+        }
+    }
+
+    // Unchanged: 304 with the same tag, nothing sent.
+    let (status, again, body) = capacity(&server, Some(&tag)).await;
+    assert_eq!(status, StatusCode::NOT_MODIFIED);
+    assert_eq!(again, tag);
+    assert!(body.is_empty());
+    // A claim changes it: 200 with another tag.
+    client
+        .claim(&request(json!({"gpu_memory": "2Gi"})))
+        .await
+        .unwrap();
+    let (status, changed, body) = capacity(&server, Some(&tag)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_ne!(changed, tag);
+    let after: CapacitySummary = serde_json::from_slice(&body).unwrap();
+    assert!(after.revision > cap.revision);
+}
+
+/// A relay in front of `upstream` that answers `GET /v1/capacity` 404 with the JSON an
+/// endpoint from before the route answers, and forwards everything else; it records
+/// every request line.
+fn old_serve(upstream: &str) -> (String, Arc<Mutex<Vec<String>>>) {
+    let upstream = upstream.trim_start_matches("http://").to_string();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let log = Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let (upstream, log) = (upstream.clone(), Arc::clone(&log));
+            std::thread::spawn(move || {
+                let Some((head, body)) = read_request(&mut conn) else {
+                    return;
+                };
+                let line = head.lines().next().unwrap_or_default().to_string();
+                log.lock().unwrap().push(line.clone());
+                if line.starts_with("GET /v1/capacity ") {
+                    let body = r#"{"error":"not_found","detail":"no such route; the API is under /v1 (see README, API section)"}"#;
+                    let _ = write!(
+                        conn,
+                        "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                } else {
+                    forward(&mut conn, &upstream, &head, &body);
+                }
+            });
+        }
+    });
+    (url, seen)
+}
+
+#[test]
+fn a_fleet_claim_reads_the_snapshot_of_an_endpoint_without_the_route() {
+    let root = tempfile::tempdir().unwrap();
+    let start = |name: &str, gib: &str| {
+        let dir = root.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let inv = one_node_inventory(
+            root.path(),
+            &format!("host-{name}"),
+            "NVIDIA A100-SXM4-80GB",
+            gib,
+            1,
+        );
+        Server::start(&dir, &inv, &[])
+    };
+    // Only b (behind the "old serve" relay) has room for 20 GiB.
+    let a = start("a", "8GiB");
+    let b = start("b", "80GiB");
+    let (relay, seen) = old_serve(&b.url);
+    let config = root.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[endpoints]]\nname = \"a\"\nurl = \"{}\"\ntoken_file = \"{}\"\n\
+             [[endpoints]]\nname = \"b\"\nurl = \"{relay}\"\ntoken_file = \"{}\"\n",
+            a.url,
+            a.dir.join("operator.token").display(),
+            b.dir.join("operator.token").display()
+        ),
+    )
+    .unwrap();
+    let claim = || {
+        Command::new(env!("CARGO_BIN_EXE_gpuboard"))
+            .args(["claim", "--memory", "20GiB", "--json", "--config"])
+            .arg(&config)
+            .env("GPUBOARD_CACHE_DIR", root.path().join("cache"))
+            .env_remove("GPUBOARD_TOKEN")
+            .env_remove("GPUBOARD_ENDPOINT")
+            .env_remove("GPUBOARD_DATA_DIR")
+            .output()
+            .unwrap()
+    };
+    // Twice: from an empty cache, then with b's snapshot cached (304).
+    for _ in 0..2 {
+        let v: Value = serde_json::from_str(&ok(&claim())).unwrap();
+        assert_eq!(v["endpoint"], "b", "{v}");
+    }
+    let seen = seen.lock().unwrap().clone();
+    let capacity_reads = seen
+        .iter()
+        .filter(|l| l.starts_with("GET /v1/capacity "))
+        .count();
+    let snapshot_reads = seen
+        .iter()
+        .filter(|l| l.starts_with("GET /v1/snapshot "))
+        .count();
+    assert!(capacity_reads >= 2, "{seen:?}");
+    assert!(snapshot_reads >= 2, "the snapshot instead: {seen:?}");
+    // a, which has the route, was placed on through it: its cache file is a capacity.
+    let cached: Vec<String> = std::fs::read_dir(root.path().join("cache"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        cached.iter().any(|n| n.ends_with(".capacity.json")),
+        "{cached:?}"
+    );
+}
