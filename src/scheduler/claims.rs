@@ -99,6 +99,7 @@ impl Scheduler {
                     return Submitted::Refused(pending.unwrap_or_else(|| NoFit {
                         infeasible: true,
                         nodes: Vec::new(),
+                        fleet: None,
                     }));
                 }
             }
