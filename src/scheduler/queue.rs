@@ -131,7 +131,7 @@ impl Scheduler {
     }
 
     /// The claims without an allocation, in id order.
-    fn waiting(&self) -> std::borrow::Cow<'_, std::collections::BTreeSet<ClaimId>> {
+    pub(super) fn waiting(&self) -> std::borrow::Cow<'_, std::collections::BTreeSet<ClaimId>> {
         #[cfg(test)]
         if self.reference {
             return std::borrow::Cow::Owned(
