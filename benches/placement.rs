@@ -130,7 +130,11 @@ fn placement(c: &mut Criterion) {
         for (name, v) in &cases {
             let r = req(v.clone());
             let planned = fleet.plan(&r);
-            assert_eq!(planned.is_ok(), *name != "no_fit", "{name} at {nodes} nodes");
+            assert_eq!(
+                planned.is_ok(),
+                *name != "no_fit",
+                "{name} at {nodes} nodes"
+            );
             // What the operator reads for the refusal measured.
             if let Err(no) = planned {
                 eprintln!("no_fit at {nodes} nodes: {no}");

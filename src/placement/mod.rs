@@ -6,9 +6,9 @@
 //!
 //! Where things live: `model` (nodes, devices, allocations), `fleet` (the fleet and its
 //! bookkeeping), `index` (the free-memory index and the searches for a fit), `explain`
-//! (why a request does not fit), `summary` (the same, counted across a large fleet), `moves` (atomic moves), `hosts` (ranking the
-//! endpoints of a fleet for a request). Everything public is re-exported
-//! here: use `crate::placement::X`.
+//! (why a request does not fit), `summary` (the same, counted across a large fleet),
+//! `moves` (atomic moves), `hosts` (ranking the endpoints of a fleet for a request).
+//! Everything public is re-exported here: use `crate::placement::X`.
 
 use serde::{Deserialize, Serialize};
 

@@ -188,8 +188,7 @@ impl Fleet {
         let mut fit_now = vec![0u32; self.nodes.len()];
         let mut touched: Vec<u32> = Vec::new();
         for class in &self.classes {
-            let Ok(need) = static_verdict(&class.model, Some(class.capacity), demand, form)
-            else {
+            let Ok(need) = static_verdict(&class.model, Some(class.capacity), demand, form) else {
                 continue;
             };
             let start = (need.memory, 0, 0);
@@ -282,23 +281,26 @@ pub(super) fn fleet_lines(f: &FleetReasons, shown: &[NodeReasons]) -> Vec<String
             let noun = if said_gpus { "" } else { " GPUs" };
             said_gpus = true;
             let figures = figures(r).unwrap_or_default();
-            format!("{}/{}{noun} {}{figures}", r.count, f.devices, r.reason.text())
+            format!(
+                "{}/{}{noun} {}{figures}",
+                r.count,
+                f.devices,
+                r.reason.text()
+            )
         })
         .collect();
     parts.extend(f.node_reasons.iter().map(|r| {
         let of = format!("{}/{} nodes", r.count, f.nodes);
         let (have, needs) = (r.largest_free.unwrap_or(0), r.needs.unwrap_or(0));
         match r.reason {
-            Reason::TooFewDevices => format!("{of}: at most {have} of the {needs} GPUs it needs fit"),
-            Reason::FewerDevicesThanAsked => format!(
-                "{of}: at most {have} GPUs each, the request needs {needs} on one node"
-            ),
+            Reason::TooFewDevices => {
+                format!("{of}: at most {have} of the {needs} GPUs it needs fit")
+            }
+            Reason::FewerDevicesThanAsked => {
+                format!("{of}: at most {have} GPUs each, the request needs {needs} on one node")
+            }
             Reason::NotPinned => format!("{of}: {have} devices pinned, the form takes {needs}"),
-            _ => format!(
-                "{of} {}{}",
-                r.reason.text(),
-                figures(r).unwrap_or_default()
-            ),
+            _ => format!("{of} {}{}", r.reason.text(), figures(r).unwrap_or_default()),
         }
     }));
     let mut lines = vec![format!(
