@@ -145,12 +145,11 @@ impl Fleet {
 
     /// Multi-device requests anywhere: the free-memory index walked in order of what each
     /// device would have left (smallest first for binpack, largest first for spread),
-    /// merged across the classes the request may use. A node is weighed once: for spread
-    /// when its first device that could take a share comes up, for binpack when its
-    /// `count`-th does (a full fleet plans no node in vain). A node not yet weighed leaves
-    /// at least the current device's leftover times the devices it still lacks (at most
-    /// `count` times, for spread), and the walk stops once that bound is worse than the
-    /// best node found. Chooses what [`Fleet::find_scan`] chooses:
+    /// merged across the classes the request may use. A node is weighed once, when its
+    /// first device that could take a share comes up; since every device it would use
+    /// comes at or after that point, a node not yet weighed leaves at least `count` times
+    /// the current device's leftover (at most, for spread), and the walk stops once that
+    /// bound is worse than the best node found. Chooses what [`Fleet::find_scan`] chooses:
     /// the best leftover, ties to the node added first.
     pub(super) fn find_multi(&self, demand: &Demand, form: &GpuForm) -> Option<Plan> {
         let count = form.device_count() as usize;
@@ -181,12 +180,6 @@ impl Fleet {
             })
             .collect();
         let mut weighed = vec![false; self.nodes.len()];
-        // Binpack weighs a node only once `count` of its devices fit (each node of a full
-        // fleet would otherwise be planned in vain); `partial` is the most fitting devices
-        // seen on a node not yet weighed, so every such node still needs `count - partial`
-        // devices at or after the current one.
-        let mut seen = vec![0u32; if binpack { self.nodes.len() } else { 0 }];
-        let mut partial = 0u64;
         let mut best: Option<(Bytes, Plan)> = None;
         let mut scratch = NodeScratch::default();
         loop {
@@ -207,7 +200,7 @@ impl Fleet {
             let need = cursors[i].need;
             cursors[i].advance();
             if let Some((b, _)) = &best {
-                let bound = Bytes(left.0.saturating_mul(count as u64 - partial));
+                let bound = Bytes(left.0.saturating_mul(count as u64));
                 if (binpack && bound > *b) || (!binpack && bound < *b) {
                     break;
                 }
@@ -215,13 +208,6 @@ impl Fleet {
             let n = n as usize;
             if weighed[n] || !self.nodes[n].devices[d as usize].fits(&need) {
                 continue;
-            }
-            if binpack {
-                seen[n] += 1;
-                if (seen[n] as usize) < count {
-                    partial = partial.max(u64::from(seen[n]));
-                    continue;
-                }
             }
             weighed[n] = true;
             if let Some((left, plan)) = self.node_plan(n, demand, form, None, &mut scratch) {
