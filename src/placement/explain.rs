@@ -107,7 +107,7 @@ pub struct NoFit {
     pub nodes: Vec<NodeReasons>,
     /// On a fleet of more than [`NODES_LISTED`] nodes: the reasons counted across all of them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fleet: Option<FleetReasons>,
+    pub fleet: Option<Box<FleetReasons>>,
 }
 
 impl NoFit {

@@ -159,12 +159,11 @@ impl Fleet {
                 None => profile.push((d.spec.model.clone(), d.spec.memory, 1)),
             }
         }
-        let p = match self.profiles.iter().position(|q| *q == profile) {
-            Some(p) => p,
-            None => {
-                self.profiles.push(profile);
-                self.profiles.len() - 1
-            }
+        let p = if let Some(p) = self.profiles.iter().position(|q| *q == profile) {
+            p
+        } else {
+            self.profiles.push(profile);
+            self.profiles.len() - 1
         };
         // Positions fit in u32: at most 2^32 node make-ups are never built.
         self.profile_of.push(p as u32);

@@ -104,7 +104,7 @@ impl NoFit {
         NoFit {
             infeasible: self.infeasible,
             nodes,
-            fleet: Some(fleet),
+            fleet: Some(Box::new(fleet)),
         }
     }
 }
@@ -261,12 +261,12 @@ impl Fleet {
         NoFit {
             infeasible: !feasible,
             nodes,
-            fleet: Some(FleetReasons {
+            fleet: Some(Box::new(FleetReasons {
                 nodes: weighed,
                 devices,
                 device_reasons: on_devices.into_sorted(),
                 node_reasons: on_nodes.into_sorted(),
-            }),
+            })),
         }
     }
 }

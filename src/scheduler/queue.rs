@@ -173,13 +173,12 @@ impl Scheduler {
                     .get(other)
                     .is_some_and(|o| same_placement(&o.request, &claim.request))
             });
-            let reasons = match same {
-                Some((_, reasons)) => reasons.clone(),
-                None => {
-                    let reasons = self.fleet.plan(&claim.request).err();
-                    seen.push((id, reasons.clone()));
-                    reasons
-                }
+            let reasons = if let Some((_, reasons)) = same {
+                reasons.clone()
+            } else {
+                let reasons = self.fleet.plan(&claim.request).err();
+                seen.push((id, reasons.clone()));
+                reasons
             };
             if let Some(claim) = self.claims.get_mut(&id) {
                 claim.pending = reasons;
