@@ -124,3 +124,54 @@ proptest! {
         }
     }
 }
+
+/// A node whose devices report no memory (or zero), which no request can use.
+fn add_unknown_memory_node(fleet: &mut Fleet, rng: &mut Rng) {
+    let devices = (0..=rng.below(4))
+        .map(|i| DeviceSpec {
+            index: i as u32,
+            model: MODELS[rng.below(3) as usize].0.to_string(),
+            uuid: None,
+            memory: (rng.below(2) == 0).then_some(Bytes(0)),
+            link_group: None,
+        })
+        .collect();
+    fleet
+        .add_node(NodeSpec {
+            name: "unknown".to_string(),
+            devices,
+            cpus: None,
+        })
+        .unwrap();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn a_summarized_refusal_counts_what_the_full_walk_finds(seed in 1u64..) {
+        let mut rng = Rng(seed);
+        let mut fleet = random_fleet(&mut rng, Policy::Binpack);
+        if rng.below(3) == 0 {
+            add_unknown_memory_node(&mut fleet, &mut rng);
+        }
+        for _ in 0..30 {
+            let mut v = random_request(&mut rng, true);
+            if rng.below(4) == 0 {
+                v = json!({"nvidia.com/gpu": 1 + rng.below(9)});
+            }
+            let Ok(r) = ClaimRequest::from_json(&v) else { continue };
+            let Some(form) = r.gpu else { continue };
+            let model = (rng.below(6) == 0).then(|| MODELS[rng.below(3) as usize].0);
+            let demand = Demand::on(&r, model);
+            if fleet.search(&demand, None, None).is_some() {
+                continue;
+            }
+            let summarized = fleet.explain_summarized(&demand, &form);
+            let walked = fleet.explain_walk(&demand, None, None).summarized(&demand);
+            prop_assert_eq!(&summarized, &walked, "{} model {:?}", v, model);
+            // The nodes shown are walked in full, as a small fleet's refusal shows them.
+            prop_assert!(!summarized.nodes.is_empty());
+        }
+    }
+}

@@ -1,5 +1,7 @@
 //! Why a request does not fit: every device's reason, aggregated per node with the
-//! figures an operator needs, and whether waiting could ever help.
+//! figures an operator needs, and whether waiting could ever help. On a fleet of more
+//! than [`NODES_LISTED`] nodes the reasons are counted across the fleet instead, with
+//! the nodes nearest to fitting shown in full (`summary`).
 
 use std::collections::BTreeMap;
 
@@ -7,7 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use super::fleet::{Demand, Fleet};
 use super::model::{Device, Health, Node};
-use crate::request::{GpuForm, Milli};
+use super::summary::{FleetReasons, NODES_LISTED, fleet_lines};
+use crate::request::{GpuForm, Milli, PerDevice};
 use crate::units::{Bytes, Units};
 
 /// Why one device (or node) could not take the request.
@@ -46,7 +49,7 @@ pub enum Reason {
 }
 
 impl Reason {
-    fn text(&self) -> &'static str {
+    pub(super) fn text(&self) -> &'static str {
         match self {
             Reason::Cordoned => "cordoned",
             Reason::Unhealthy => "unhealthy",
@@ -99,14 +102,22 @@ pub struct NodeReasons {
 pub struct NoFit {
     /// It could not fit even on an empty fleet: waiting will not help.
     pub infeasible: bool,
-    /// Per node, aggregated.
+    /// Per node, aggregated: every node weighed, or where `fleet` is set, only the few
+    /// nearest to fitting.
     pub nodes: Vec<NodeReasons>,
+    /// On a fleet of more than [`NODES_LISTED`] nodes: the reasons counted across all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<Box<FleetReasons>>,
 }
 
 impl NoFit {
     /// One line per node: "node a: 3/4 GPUs insufficient memory (largest free 3.1 GiB, needs 20 GiB); 1/4 cordoned".
+    /// Summarized (`fleet` set): a line across the fleet, then the nodes nearest to fitting.
     pub fn lines(&self) -> Vec<String> {
-        self.nodes.iter().map(node_line).collect()
+        match &self.fleet {
+            Some(f) => fleet_lines(f, &self.nodes),
+            None => self.nodes.iter().map(node_line).collect(),
+        }
     }
 
     /// All lines joined, with a lead that says whether waiting can help.
@@ -124,7 +135,7 @@ impl NoFit {
 }
 
 /// One node's line: its reasons, the "GPUs" noun said once.
-fn node_line(n: &NodeReasons) -> String {
+pub(super) fn node_line(n: &NodeReasons) -> String {
     let mut said_gpus = false;
     let parts: Vec<String> = n
         .reasons
@@ -167,7 +178,7 @@ fn node_line(n: &NodeReasons) -> String {
 }
 
 /// " (largest free X, needs Y)" in the reason's own unit, when both figures are known.
-fn figures(r: &ReasonCount) -> Option<String> {
+pub(super) fn figures(r: &ReasonCount) -> Option<String> {
     let (free, needs) = (r.largest_free?, r.needs?);
     let (free, needs) = match r.reason {
         // Within 1% the two read alike (`largest free 79.2 GiB, needs 79.2 GiB`): say by
@@ -197,33 +208,79 @@ fn figures(r: &ReasonCount) -> Option<String> {
 }
 
 /// A reason with its figures (largest free, needs), as one device or node reports it.
-type Noted = (Reason, Option<u64>, Option<u64>);
+pub(super) type Noted = (Reason, Option<u64>, Option<u64>);
 
-/// One node's reasons, counted per reason with the largest figures seen.
+/// Reasons counted per reason with the largest figures seen.
 #[derive(Default)]
-struct Tally(BTreeMap<Reason, ReasonCount>);
+pub(super) struct Tally(BTreeMap<Reason, ReasonCount>);
 
 impl Tally {
-    fn note(&mut self, reason: Reason, free: Option<u64>, needs: Option<u64>) {
+    pub(super) fn note(&mut self, reason: Reason, free: Option<u64>, needs: Option<u64>) {
+        self.add(reason, 1, free, needs);
+    }
+
+    /// `count` devices (or nodes) with one reason.
+    pub(super) fn add(
+        &mut self,
+        reason: Reason,
+        count: usize,
+        free: Option<u64>,
+        needs: Option<u64>,
+    ) {
+        if count == 0 {
+            return;
+        }
         let e = self.0.entry(reason.clone()).or_insert(ReasonCount {
             reason,
             count: 0,
             largest_free: None,
             needs: None,
         });
-        e.count += 1;
+        e.count += count;
         e.largest_free = e.largest_free.max(free);
         e.needs = e.needs.max(needs);
     }
 
-    fn into_reasons(self) -> Vec<ReasonCount> {
+    pub(super) fn into_reasons(self) -> Vec<ReasonCount> {
         self.0.into_values().collect()
     }
+
+    /// The reasons, most first (ties in the reasons' order).
+    pub(super) fn into_sorted(self) -> Vec<ReasonCount> {
+        let mut reasons = self.into_reasons();
+        reasons.sort_by_key(|r| std::cmp::Reverse(r.count));
+        reasons
+    }
+}
+
+/// Why a device of this model and memory can never take its share (`Err`), whatever
+/// its state; else the share it would take.
+pub(super) fn static_verdict(
+    model: &str,
+    memory: Option<Bytes>,
+    demand: &Demand,
+    form: &GpuForm,
+) -> Result<PerDevice, Noted> {
+    if demand
+        .accelerator
+        .as_ref()
+        .is_some_and(|a| !a.matches(model, memory))
+        || demand.model.as_deref().is_some_and(|m| m != model)
+    {
+        return Err((Reason::WrongAccelerator, None, None));
+    }
+    let capacity = match memory {
+        // Zero is as unschedulable as unknown (see `Device::schedulable`).
+        Some(m) if m.0 > 0 => m,
+        _ => return Err((Reason::UnknownMemory, None, None)),
+    };
+    form.per_device(capacity)
+        .map_err(|too| (Reason::TooSmall, Some(capacity.0), Some(too.needs.0)))
 }
 
 /// Why one device cannot take its share now (`None`: it can), and whether it could
 /// when empty and healthy.
-fn device_reason(
+pub(super) fn device_reason(
     dev: &Device,
     demand: &Demand,
     form: &GpuForm,
@@ -232,23 +289,8 @@ fn device_reason(
     if pins.is_some_and(|p| !p.contains(&dev.spec.index)) {
         return (Some((Reason::NotPinned, None, None)), false);
     }
-    if demand
-        .accelerator
-        .as_ref()
-        .is_some_and(|a| !a.matches(&dev.spec.model, dev.spec.memory))
-        || demand.model.as_deref().is_some_and(|m| m != dev.spec.model)
-    {
-        return (Some((Reason::WrongAccelerator, None, None)), false);
-    }
-    if dev.spec.memory.is_none_or(|m| m.0 == 0) {
-        // Zero is as unschedulable as unknown (see `Device::schedulable`).
-        return (Some((Reason::UnknownMemory, None, None)), false);
-    }
-    let need = match form.per_device(dev.capacity()) {
-        Err(too) => {
-            let noted = (Reason::TooSmall, Some(dev.capacity().0), Some(too.needs.0));
-            return (Some(noted), false);
-        }
+    let need = match static_verdict(&dev.spec.model, dev.spec.memory, demand, form) {
+        Err(noted) => return (Some(noted), false),
         Ok(need) => need,
     };
     let reason = if dev.cordoned {
@@ -292,8 +334,33 @@ fn cpu_only_reasons(demand: &Demand, nd: &Node) -> (Vec<ReasonCount>, bool) {
 }
 
 impl Fleet {
-    /// The slow path, only taken on failure: every device's reason, aggregated per node.
+    /// Only taken on failure: every device's reason aggregated per node, or on a large
+    /// fleet, counted across it.
     pub(super) fn explain(
+        &self,
+        demand: &Demand,
+        node: Option<&str>,
+        pins: Option<&[u32]>,
+    ) -> NoFit {
+        if let (Some(form), None, None) = (&demand.gpu, node, pins)
+            && self.gpu_nodes() > NODES_LISTED
+        {
+            return self.explain_summarized(demand, form);
+        }
+        let walked = self.explain_walk(demand, node, pins);
+        if walked.nodes.len() > NODES_LISTED {
+            return walked.summarized(demand);
+        }
+        walked
+    }
+
+    /// The nodes with devices.
+    fn gpu_nodes(&self) -> usize {
+        self.nodes.iter().filter(|n| !n.devices.is_empty()).count()
+    }
+
+    /// Every device's reason, aggregated per node.
+    pub(super) fn explain_walk(
         &self,
         demand: &Demand,
         node: Option<&str>,
@@ -323,12 +390,13 @@ impl Fleet {
         NoFit {
             infeasible: !feasible_somewhere,
             nodes,
+            fleet: None,
         }
     }
 
     /// A GPU request on node `n`: its reasons, most devices first, and whether the node
     /// could ever hold it.
-    fn gpu_reasons(
+    pub(super) fn gpu_reasons(
         &self,
         n: usize,
         demand: &Demand,
@@ -384,8 +452,6 @@ impl Fleet {
                 Some(count as u64),
             );
         }
-        let mut reasons = tally.into_reasons();
-        reasons.sort_by_key(|r| std::cmp::Reverse(r.count));
-        (reasons, feasible)
+        (tally.into_sorted(), feasible)
     }
 }

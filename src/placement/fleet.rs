@@ -94,6 +94,13 @@ pub struct Fleet {
     pub(super) claims: HashMap<ClaimId, (Demand, Allocation)>,
     /// Moves on whenever what fits may have changed.
     pub(super) generation: u64,
+    /// The distinct device make-ups of nodes: (model, memory, devices) in device order.
+    pub(super) profiles: Vec<Vec<(String, Option<Bytes>, usize)>>,
+    /// Each node's make-up, by position in `profiles`.
+    pub(super) profile_of: Vec<u32>,
+    /// (node, device position) of devices that take no claims (cordoned, unhealthy, lost,
+    /// memory unknown): the ones the free-memory index leaves out.
+    pub(super) off: BTreeSet<(u32, u32)>,
 }
 
 /// A placement: node position and (device position, share) pairs.
@@ -142,6 +149,24 @@ impl Fleet {
             })
             .collect();
         devices.sort_by_key(|d| d.spec.index);
+        let mut profile: Vec<(String, Option<Bytes>, usize)> = Vec::new();
+        for d in &devices {
+            match profile
+                .iter_mut()
+                .find(|(m, mem, _)| *m == d.spec.model && *mem == d.spec.memory)
+            {
+                Some(p) => p.2 += 1,
+                None => profile.push((d.spec.model.clone(), d.spec.memory, 1)),
+            }
+        }
+        let p = if let Some(p) = self.profiles.iter().position(|q| *q == profile) {
+            p
+        } else {
+            self.profiles.push(profile);
+            self.profiles.len() - 1
+        };
+        // Positions fit in u32: at most 2^32 node make-ups are never built.
+        self.profile_of.push(p as u32);
         let n = self.nodes.len();
         self.by_name.insert(spec.name.clone(), n);
         self.nodes.push(Node {

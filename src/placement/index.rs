@@ -17,10 +17,10 @@ use crate::units::Bytes;
 /// Devices of one model and memory size, indexed by free memory for fast fits.
 #[derive(Debug, Default)]
 pub(super) struct Class {
-    model: String,
-    capacity: Bytes,
+    pub(super) model: String,
+    pub(super) capacity: Bytes,
     /// (free memory, node, device position) of schedulable devices.
-    free: BTreeSet<(Bytes, u32, u32)>,
+    pub(super) free: BTreeSet<(Bytes, u32, u32)>,
 }
 
 impl Fleet {
@@ -50,8 +50,10 @@ impl Fleet {
     pub(super) fn index(&mut self, n: usize, d: usize) {
         let dev = &self.nodes[n].devices[d];
         if !dev.schedulable() {
+            self.off.insert((n as u32, d as u32));
             return;
         }
+        self.off.remove(&(n as u32, d as u32));
         let (model, capacity) = (dev.spec.model.clone(), dev.capacity());
         let c = self.class_for(&model, capacity);
         let entry = self.entry(n, d);

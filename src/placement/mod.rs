@@ -6,9 +6,9 @@
 //!
 //! Where things live: `model` (nodes, devices, allocations), `fleet` (the fleet and its
 //! bookkeeping), `index` (the free-memory index and the searches for a fit), `explain`
-//! (why a request does not fit), `moves` (atomic moves), `hosts` (ranking the
-//! endpoints of a fleet for a request). Everything public is re-exported
-//! here: use `crate::placement::X`.
+//! (why a request does not fit), `summary` (the same, counted across a large fleet),
+//! `moves` (atomic moves), `hosts` (ranking the endpoints of a fleet for a request).
+//! Everything public is re-exported here: use `crate::placement::X`.
 
 use serde::{Deserialize, Serialize};
 
@@ -19,6 +19,7 @@ mod hosts;
 mod index;
 mod model;
 mod moves;
+mod summary;
 
 #[cfg(test)]
 mod equivalence;
@@ -34,6 +35,7 @@ pub use fleet::{Fleet, FleetError};
 pub use hosts::{HostFit, HostRanking, moved_request, rank_hosts};
 pub use model::{Allocation, Device, DeviceShare, DeviceSpec, Health, Node, NodeSpec};
 pub use moves::{MoveError, MoveTarget};
+pub use summary::{FleetReasons, NODES_LISTED};
 
 /// How to choose among devices that fit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

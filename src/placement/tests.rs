@@ -167,6 +167,66 @@ fn reasons_aggregate_per_node_and_reason() {
 }
 
 #[test]
+fn a_large_fleet_counts_reasons_across_it_and_shows_the_nodes_nearest_to_fitting() {
+    // 20 nodes of 4 A100s: a small claim on devices 0 and 1 of each, and on device 2 of
+    // n07; device 3 of n12 cordoned. Three whole GPUs on one node fit nowhere.
+    let nodes = (0..20)
+        .map(|n| {
+            let gpus = (0..4).map(|i| gpu(i, "A100", Bytes::gib(40))).collect();
+            node(&format!("n{n:02}"), gpus)
+        })
+        .collect();
+    let mut f = fleet(Policy::Binpack, nodes);
+    f.set_cordon("n12", 3, true).unwrap();
+    let mut id = 0;
+    for n in 0..20 {
+        for d in [0, 1, 2] {
+            if d == 2 && n != 7 {
+                continue;
+            }
+            id += 1;
+            let r = json!({"gpu_memory": "1Gi", "node": format!("n{n:02}"), "devices": [d]});
+            f.claim(ClaimId(id), &req(r)).unwrap();
+        }
+    }
+    let e = f
+        .claim(ClaimId(99), &req(json!({"nvidia.com/gpu": 3})))
+        .unwrap_err();
+    assert!(!e.infeasible);
+    assert_eq!(
+        e.lines(),
+        vec![
+            "20 nodes, 80 GPUs: 41/80 GPUs insufficient memory (largest free 39 GiB, needs 40 GiB); \
+             1/80 cordoned; 20/20 nodes: at most 2 of the 3 GPUs it needs fit"
+                .to_string(),
+            "node n00: 2/4 GPUs insufficient memory (largest free 39 GiB, needs 40 GiB); only 2 of \
+             the 3 GPUs it needs fit"
+                .to_string(),
+            "node n01: 2/4 GPUs insufficient memory (largest free 39 GiB, needs 40 GiB); only 2 of \
+             the 3 GPUs it needs fit"
+                .to_string(),
+            "node n02: 2/4 GPUs insufficient memory (largest free 39 GiB, needs 40 GiB); only 2 of \
+             the 3 GPUs it needs fit"
+                .to_string(),
+            "(3 of 20 nodes shown, nearest to fitting first)".to_string(),
+        ]
+    );
+    // n07 and n12 (one whole GPU free each) are not among the nearest, yet counted.
+    let fleet_reasons = e.fleet.as_ref().unwrap();
+    assert_eq!((fleet_reasons.nodes, fleet_reasons.devices), (20, 80));
+    // At the limit, every node still has its own line.
+    let small = fleet(
+        Policy::Binpack,
+        (0..NODES_LISTED)
+            .map(|n| node(&format!("n{n}"), vec![gpu(0, "A100", Bytes::gib(40))]))
+            .collect(),
+    );
+    let e = small.plan(&req(json!({"nvidia.com/gpu": 2}))).unwrap_err();
+    assert!(e.fleet.is_none());
+    assert_eq!(e.lines().len(), NODES_LISTED);
+}
+
+#[test]
 fn koordinator_split_takes_two_devices_of_one_node() {
     let mut f = fleet(
         Policy::Binpack,

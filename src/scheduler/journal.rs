@@ -104,7 +104,7 @@ impl Scheduler {
         // Stored reasons may predate the last placements: a waiting claim must not read
         // "fits now" on a full device before the first tick.
         s.refresh_reasons();
-        s.reasons_at = Some(s.revision);
+        s.reasons_at = Some(s.reasons_key());
         Ok((s, warnings))
     }
 

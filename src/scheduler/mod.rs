@@ -109,7 +109,7 @@ pub struct Scheduler {
     ledger: Ledger,
     rng: StdRng,
     ledger_saved_at: Option<Timestamp>,
-    /// The revision at which waiting claims' reasons were last worked out.
+    /// The fleet generation at which waiting claims' reasons were last worked out.
     reasons_at: Option<u64>,
     /// What a tick must look at (leases by their end, owned claims, waiting claims).
     due: due::Due,

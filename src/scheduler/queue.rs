@@ -8,6 +8,8 @@ use super::{Change, Scheduler, accounting};
 use crate::clock::Timestamp;
 use crate::fairshare::{self, PendingClaim, ResourceId};
 use crate::ids::ClaimId;
+use crate::placement::NoFit;
+use crate::request::ClaimRequest;
 
 /// How one round of work fetch ended.
 enum Round {
@@ -36,10 +38,13 @@ impl Scheduler {
             }
         }
         self.audit_ledger_events();
-        // Reasons only change when the state does: skip the scan (one explanation per
-        // waiting claim, linear in devices) on ticks where nothing happened.
-        if self.reasons_at != Some(self.revision) {
-            self.reasons_at = Some(self.revision);
+        // A waiting claim's reasons depend only on its request and the fleet: skip the
+        // work (one explanation per distinct waiting request) while the fleet is as it
+        // was when they were last worked out; revisions that only touch claims' records,
+        // shares or leases leave them as they are.
+        let at = self.reasons_key();
+        if self.reasons_at != Some(at) {
+            self.reasons_at = Some(at);
             self.refresh_reasons();
         }
         if placed_any {
@@ -126,7 +131,7 @@ impl Scheduler {
     }
 
     /// The claims without an allocation, in id order.
-    fn waiting(&self) -> std::borrow::Cow<'_, std::collections::BTreeSet<ClaimId>> {
+    pub(super) fn waiting(&self) -> std::borrow::Cow<'_, std::collections::BTreeSet<ClaimId>> {
         #[cfg(test)]
         if self.reference {
             return std::borrow::Cow::Owned(
@@ -140,16 +145,53 @@ impl Scheduler {
         std::borrow::Cow::Borrowed(self.due.waiting())
     }
 
-    /// Works out again where each waiting claim cannot go.
+    /// What waiting claims' reasons were last worked out at: the fleet's generation (the
+    /// reference mode of the tests: the revision, as before).
+    pub(super) fn reasons_key(&self) -> u64 {
+        #[cfg(test)]
+        if self.reference {
+            return self.revision;
+        }
+        self.fleet.generation()
+    }
+
+    /// Works out again where each waiting claim cannot go: once per distinct placement
+    /// request (queues are mostly many claims of a few shapes), each answer shared.
     pub(super) fn refresh_reasons(&mut self) {
         let waiting: Vec<ClaimId> = self.waiting().iter().copied().collect();
+        #[cfg(test)]
+        let share = !self.reference;
+        #[cfg(not(test))]
+        let share = true;
+        let mut seen: Vec<(ClaimId, Option<NoFit>)> = Vec::new();
         for id in waiting {
-            if let Some(claim) = self.claims.get(&id) {
+            let Some(claim) = self.claims.get(&id) else {
+                continue;
+            };
+            let same = seen.iter().filter(|_| share).find(|(other, _)| {
+                self.claims
+                    .get(other)
+                    .is_some_and(|o| same_placement(&o.request, &claim.request))
+            });
+            let reasons = if let Some((_, reasons)) = same {
+                reasons.clone()
+            } else {
                 let reasons = self.fleet.plan(&claim.request).err();
-                if let Some(claim) = self.claims.get_mut(&id) {
-                    claim.pending = reasons;
-                }
+                seen.push((id, reasons.clone()));
+                reasons
+            };
+            if let Some(claim) = self.claims.get_mut(&id) {
+                claim.pending = reasons;
             }
         }
     }
+}
+
+/// Whether two requests ask placement the same thing (so their reasons are the same).
+fn same_placement(a: &ClaimRequest, b: &ClaimRequest) -> bool {
+    a.gpu == b.gpu
+        && a.accelerator_type == b.accelerator_type
+        && a.cpus == b.cpus
+        && a.node == b.node
+        && a.devices == b.devices
 }

@@ -1,0 +1,319 @@
+//! Refusals on a large fleet: a line per node of a thousand nodes tells an operator
+//! nothing, and walking every device took most of a refusal's time. Instead the reasons
+//! are counted across the fleet (devices per device reason, nodes per node reason) from
+//! the nodes' make-ups and the free-memory index, and the few nodes nearest to fitting
+//! are walked in full for the words. The counts equal the sum of the full walk's
+//! (`summarized`, the reference the property test compares with).
+
+use serde::{Deserialize, Serialize};
+
+use super::explain::{
+    NoFit, NodeReasons, Noted, Reason, ReasonCount, Tally, device_reason, figures, node_line,
+    static_verdict,
+};
+use super::fleet::{Demand, Fleet};
+use crate::request::GpuForm;
+
+/// Above this many nodes a refusal counts its reasons across the fleet instead of giving a
+/// line per node.
+pub const NODES_LISTED: usize = 16;
+/// Nodes walked in full in a summarized refusal: those nearest to fitting.
+const SAMPLED: usize = 3;
+
+/// A refusal's reasons counted across the fleet.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetReasons {
+    /// The nodes weighed.
+    pub nodes: usize,
+    /// Their devices.
+    pub devices: usize,
+    /// Reasons of single devices (counted in devices), most first.
+    pub device_reasons: Vec<ReasonCount>,
+    /// Reasons of whole nodes (too few devices fit, CPU; counted in nodes), most first.
+    pub node_reasons: Vec<ReasonCount>,
+}
+
+/// Whether a reason is said of a whole node rather than of a device.
+fn node_level(r: &ReasonCount) -> bool {
+    match r.reason {
+        Reason::TooFewDevices
+        | Reason::FewerDevicesThanAsked
+        | Reason::InsufficientCpu
+        | Reason::NoCpuCapacity => true,
+        // Pins of the wrong length are said of the node, with figures; a device outside
+        // the pins, of the device.
+        Reason::NotPinned => r.largest_free.is_some(),
+        _ => false,
+    }
+}
+
+/// How near a node came to fitting, from its reasons: the devices that fit now, at most
+/// the request's count.
+fn nearness(n: &NodeReasons, count: u64) -> u64 {
+    n.reasons
+        .iter()
+        .find_map(|r| match r.reason {
+            Reason::InsufficientCpu if count > 0 => Some(count),
+            Reason::TooFewDevices => r.largest_free,
+            _ => None,
+        })
+        .unwrap_or(0)
+}
+
+/// The `SAMPLED` nodes nearest to fitting, ties to the node added first.
+fn nearest(mut near: Vec<(u64, usize)>) -> Vec<usize> {
+    near.sort_by_key(|&(k, n)| (std::cmp::Reverse(k), n));
+    near.into_iter().take(SAMPLED).map(|(_, n)| n).collect()
+}
+
+impl NoFit {
+    /// The same refusal counted across the fleet, with the nodes nearest to fitting.
+    pub(super) fn summarized(self, demand: &Demand) -> NoFit {
+        let count = demand.gpu.map_or(0, |f| u64::from(f.device_count()));
+        let (mut on_devices, mut on_nodes) = (Tally::default(), Tally::default());
+        let mut devices = 0;
+        for n in &self.nodes {
+            devices += n.devices;
+            for r in &n.reasons {
+                let tally = if node_level(r) {
+                    &mut on_nodes
+                } else {
+                    &mut on_devices
+                };
+                tally.add(r.reason.clone(), r.count, r.largest_free, r.needs);
+            }
+        }
+        let near = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (nearness(n, count), i))
+            .collect();
+        let fleet = FleetReasons {
+            nodes: self.nodes.len(),
+            devices,
+            device_reasons: on_devices.into_sorted(),
+            node_reasons: on_nodes.into_sorted(),
+        };
+        let mut nodes = self.nodes;
+        let keep = nearest(near);
+        let nodes = keep
+            .into_iter()
+            .map(|i| std::mem::replace(&mut nodes[i], empty_node()))
+            .collect();
+        NoFit {
+            infeasible: self.infeasible,
+            nodes,
+            fleet: Some(Box::new(fleet)),
+        }
+    }
+}
+
+fn empty_node() -> NodeReasons {
+    NodeReasons {
+        node: String::new(),
+        devices: 0,
+        reasons: Vec::new(),
+    }
+}
+
+impl Fleet {
+    /// A GPU request on no named node and no pins, counted across the fleet without
+    /// walking every device: static reasons (other model, too small, memory unknown) per
+    /// node make-up, states from the devices that take no claims, free memory and
+    /// compute from the index (only devices with memory enough are looked at one by one).
+    /// Equals `explain_walk(..).summarized(..)`.
+    pub(super) fn explain_summarized(&self, demand: &Demand, form: &GpuForm) -> NoFit {
+        let count = form.device_count() as usize;
+        let (mut on_devices, mut on_nodes) = (Tally::default(), Tally::default());
+        // Per make-up: devices that could hold a share when free, and the static reasons.
+        let statics: Vec<(usize, Vec<(Noted, usize)>)> = self
+            .profiles
+            .iter()
+            .map(|p| {
+                let mut fit_empty = 0;
+                let mut reasons = Vec::new();
+                for (model, memory, k) in p {
+                    match static_verdict(model, *memory, demand, form) {
+                        Ok(_) => fit_empty += k,
+                        Err(noted) => reasons.push((noted, *k)),
+                    }
+                }
+                (fit_empty, reasons)
+            })
+            .collect();
+        let mut nodes_of_profile = vec![0usize; self.profiles.len()];
+        let (mut weighed, mut devices, mut feasible) = (0, 0, false);
+        let mut short_nodes = false;
+        for (n, nd) in self.nodes.iter().enumerate() {
+            if nd.devices.is_empty() {
+                continue;
+            }
+            weighed += 1;
+            devices += nd.devices.len();
+            if nd.devices.len() < count {
+                short_nodes = true;
+                on_nodes.note(
+                    Reason::FewerDevicesThanAsked,
+                    Some(nd.devices.len() as u64),
+                    Some(count as u64),
+                );
+                continue;
+            }
+            let p = self.profile_of[n] as usize;
+            nodes_of_profile[p] += 1;
+            feasible |= statics[p].0 >= count
+                && nd
+                    .cpus
+                    .is_none_or(|c| demand.cpus.is_none_or(|need| need <= c));
+        }
+        for (p, (_, reasons)) in statics.iter().enumerate() {
+            for ((reason, free, needs), k) in reasons {
+                on_devices.add(reason.clone(), k * nodes_of_profile[p], *free, *needs);
+            }
+        }
+        let short = |n: u32| self.nodes[n as usize].devices.len() < count;
+        // Devices that take no claims: their state, where their make-up could hold it.
+        for &(n, d) in &self.off {
+            if short(n) {
+                continue;
+            }
+            let dev = &self.nodes[n as usize].devices[d as usize];
+            if let (Some((reason, free, needs)), true) = device_reason(dev, demand, form, None) {
+                on_devices.note(reason, free, needs);
+            }
+        }
+        // The rest from the index: below the share's memory, counted; at or above it, one
+        // by one for compute and slots.
+        let mut fit_now = vec![0u32; self.nodes.len()];
+        let mut touched: Vec<u32> = Vec::new();
+        for class in &self.classes {
+            let Ok(need) = static_verdict(&class.model, Some(class.capacity), demand, form) else {
+                continue;
+            };
+            let start = (need.memory, 0, 0);
+            let mut enough = 0;
+            for &(_, n, d) in class.free.range(start..) {
+                if short(n) {
+                    continue;
+                }
+                enough += 1;
+                let dev = &self.nodes[n as usize].devices[d as usize];
+                if need.compute > dev.compute_free() {
+                    on_devices.note(
+                        Reason::InsufficientCompute,
+                        Some(u64::from(dev.compute_free().0)),
+                        Some(u64::from(need.compute.0)),
+                    );
+                } else if !dev.fits(&need) {
+                    on_devices.note(Reason::NoSlots, None, None);
+                } else {
+                    if fit_now[n as usize] == 0 {
+                        touched.push(n);
+                    }
+                    fit_now[n as usize] += 1;
+                }
+            }
+            let mut below = class.free.range(..start).rev().filter(|e| !short(e.1));
+            let Some(&(largest, ..)) = below.next() else {
+                continue;
+            };
+            let lacking = if short_nodes {
+                1 + below.count()
+            } else {
+                class.free.len() - enough
+            };
+            on_devices.add(
+                Reason::InsufficientMemory,
+                lacking,
+                Some(largest.0),
+                Some(need.memory.0),
+            );
+        }
+        let mut near = Vec::with_capacity(touched.len());
+        for &n in &touched {
+            let fits = fit_now[n as usize] as usize;
+            if fits < count {
+                on_nodes.note(Reason::TooFewDevices, Some(fits as u64), Some(count as u64));
+            } else if !self.cpu_ok(n as usize, demand.cpus) {
+                let free = self.nodes[n as usize].cpus_free().map(|f| f.0);
+                on_nodes.note(Reason::InsufficientCpu, free, demand.cpus.map(|c| c.0));
+            }
+            near.push((fits.min(count) as u64, n as usize));
+        }
+        // Fewer near nodes than shown: the first nodes with devices fill the rest.
+        for (n, nd) in self.nodes.iter().enumerate() {
+            if near.len() >= SAMPLED + touched.len() {
+                break;
+            }
+            if !nd.devices.is_empty() && fit_now[n] == 0 {
+                near.push((0, n));
+            }
+        }
+        let nodes = nearest(near)
+            .into_iter()
+            .map(|n| NodeReasons {
+                node: self.nodes[n].name.clone(),
+                devices: self.nodes[n].devices.len(),
+                reasons: self.gpu_reasons(n, demand, form, None).0,
+            })
+            .collect();
+        NoFit {
+            infeasible: !feasible,
+            nodes,
+            fleet: Some(Box::new(FleetReasons {
+                nodes: weighed,
+                devices,
+                device_reasons: on_devices.into_sorted(),
+                node_reasons: on_nodes.into_sorted(),
+            })),
+        }
+    }
+}
+
+/// A summarized refusal's lines: the fleet's, then each node shown, then how many were.
+pub(super) fn fleet_lines(f: &FleetReasons, shown: &[NodeReasons]) -> Vec<String> {
+    let mut said_gpus = false;
+    let mut parts: Vec<String> = f
+        .device_reasons
+        .iter()
+        .map(|r| {
+            let noun = if said_gpus { "" } else { " GPUs" };
+            said_gpus = true;
+            let figures = figures(r).unwrap_or_default();
+            format!(
+                "{}/{}{noun} {}{figures}",
+                r.count,
+                f.devices,
+                r.reason.text()
+            )
+        })
+        .collect();
+    parts.extend(f.node_reasons.iter().map(|r| {
+        let of = format!("{}/{} nodes", r.count, f.nodes);
+        let (have, needs) = (r.largest_free.unwrap_or(0), r.needs.unwrap_or(0));
+        match r.reason {
+            Reason::TooFewDevices => {
+                format!("{of}: at most {have} of the {needs} GPUs it needs fit")
+            }
+            Reason::FewerDevicesThanAsked => {
+                format!("{of}: at most {have} GPUs each, the request needs {needs} on one node")
+            }
+            Reason::NotPinned => format!("{of}: {have} devices pinned, the form takes {needs}"),
+            _ => format!("{of} {}{}", r.reason.text(), figures(r).unwrap_or_default()),
+        }
+    }));
+    let mut lines = vec![format!(
+        "{} nodes, {} GPUs: {}",
+        f.nodes,
+        f.devices,
+        parts.join("; ")
+    )];
+    lines.extend(shown.iter().map(node_line));
+    lines.push(format!(
+        "({} of {} nodes shown, nearest to fitting first)",
+        shown.len(),
+        f.nodes
+    ));
+    lines
+}
