@@ -163,7 +163,8 @@ pub struct ErrorBody {
     /// For `invalid_request`: the field at fault (null when none is).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
-    /// For `does_not_fit`: one line per node.
+    /// For `does_not_fit`: one line per node (over 16 nodes: a line for the fleet, the nodes
+    /// nearest to fitting, and a count of the rest).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasons: Option<Vec<String>>,
     /// For `does_not_fit`: waiting will not help.
