@@ -76,6 +76,10 @@ fn console(f: &Fleet, size: (u16, u16)) -> State {
     } else {
         local
     };
+    // Never offset 0: a zero offset is named `UTC` on the rewind banner, any other `local`,
+    // so the screens would change with the hour the test runs at; +24:00 reads the same
+    // times as 0.
+    let offset = if offset == 0 { day as i64 } else { offset };
     let offset = jiff::tz::Offset::from_seconds(i32::try_from(offset).unwrap()).unwrap();
     st.zone = jiff::tz::TimeZone::fixed(offset);
     st.size = size;
