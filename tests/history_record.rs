@@ -62,44 +62,22 @@ async fn record_rewinds_a_prometheus_like_an_endpoint() {
     };
 
     let data = tempfile::tempdir().unwrap();
-    // GPUBOARD_TEST_BIN: a copy, safe from a shared target directory's concurrent rebuilds.
-    let bin = std::env::var_os("GPUBOARD_TEST_BIN").map_or_else(
-        || env!("CARGO_BIN_EXE_gpuboard").into(),
-        std::path::PathBuf::from,
-    );
-    let mut child = Command::new(bin)
-        .args([
-            "record",
+    let prometheus = format!("http://127.0.0.1:{port}");
+    let record = common::start_record(
+        &[
             "--kind",
             "prometheus",
             "--name",
             "dcgm",
             "--every-ms",
             "1000",
-        ])
-        .args(["--url", &format!("http://127.0.0.1:{port}")])
-        .arg("--data-dir")
-        .arg(data.path())
-        .args(["--listen", "127.0.0.1:0"])
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(dir.path().join("record.log")).unwrap())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let _record = Stopper {
-        child,
-        name: "gpuboard record",
-    };
-    let url = line
-        .rsplit_once("serving ")
-        .map(|(_, url)| url.trim())
-        .filter(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("record did not start: {line}"))
-        .to_string();
+            "--url",
+            &prometheus,
+        ],
+        data.path(),
+        &dir.path().join("record.log"),
+    );
+    let url = record.url.clone();
     let client = Client::new(&url, None, Duration::from_secs(10)).unwrap();
     let gpu = GpuRef {
         node: "node-a".to_string(),

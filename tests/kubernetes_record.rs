@@ -62,37 +62,26 @@ async fn record_keeps_a_pods_binding_in_the_history() {
     let cluster = kmock::Cluster::fixtures(&[]);
     let data = tempfile::tempdir().unwrap();
     let log = data.path().join("record.log");
-    let mut child = Command::new(common::gpuboard())
-        .args(["record", "--kind", "kubernetes", "--every-ms", "300"])
-        .arg("--kubeconfig")
-        .arg(cluster.kubeconfig())
-        .args(["--kube-context", "kmock"])
-        .arg("--data-dir")
-        .arg(data.path().join("history"))
-        .args(["--listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let _record = Stopper {
-        child,
-        name: "gpuboard record",
-    };
-    let url = line
-        .rsplit_once("serving ")
-        .map(|(_, url)| url.trim().to_string())
-        .filter(|u| u.starts_with("http://"))
-        .unwrap_or_else(|| {
-            panic!(
-                "record did not start: {line}{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            )
-        });
-    assert!(line.contains("recording kubernetes"), "{line}");
+    let record = common::start_record(
+        &[
+            "--kind".as_ref(),
+            "kubernetes".as_ref(),
+            "--every-ms".as_ref(),
+            "300".as_ref(),
+            "--kubeconfig".as_ref(),
+            cluster.kubeconfig().as_os_str(),
+            "--kube-context".as_ref(),
+            "kmock".as_ref(),
+        ],
+        &data.path().join("history"),
+        &log,
+    );
+    assert!(
+        record.said.contains("recording kubernetes"),
+        "{}",
+        record.said
+    );
+    let url = record.url.clone();
     let client = Client::new(&url, None, Duration::from_secs(10)).unwrap();
 
     let before = until(&client, "ml/pending-big pending", |s| {

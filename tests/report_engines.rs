@@ -18,36 +18,10 @@ use gpuboard::client::{Client, ReportAt};
 use gpuboard::clock::{Clock, SystemClock, Timestamp};
 
 /// Starts `gpuboard record` with `args`, its history in `data`; its URL.
-fn record(args: &[&str], data: &std::path::Path) -> (Stopper, String) {
-    // GPUBOARD_TEST_BIN: a copy, safe from a shared target directory's concurrent rebuilds.
-    let bin = std::env::var_os("GPUBOARD_TEST_BIN").map_or_else(
-        || env!("CARGO_BIN_EXE_gpuboard").into(),
-        std::path::PathBuf::from,
-    );
-    let mut child = Command::new(bin)
-        .arg("record")
-        .args(args)
-        .arg("--data-dir")
-        .arg(data)
-        .args(["--listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(data.join("record.log")).unwrap())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let stopper = Stopper {
-        child,
-        name: "gpuboard record",
-    };
-    let url = line
-        .rsplit_once("serving ")
-        .map(|(_, url)| url.trim().to_string())
-        .filter(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("record did not start: {line}"));
-    (stopper, url)
+fn record(args: &[&str], data: &std::path::Path) -> (common::Recorder, String) {
+    let recorder = common::start_record(args, data, &data.join("record.log"));
+    let url = recorder.url.clone();
+    (recorder, url)
 }
 
 /// The BOINC project's reserved GPU-seconds (by compute) in `r`.

@@ -509,6 +509,57 @@ pub fn isolated_cli(home: &Path) -> Command {
     cmd
 }
 
+/// Starts `gpuboard record ARGS` (`GPUBOARD_TEST_BIN` when set: a copy, safe from a shared
+/// target directory's concurrent rebuilds), its history in `data`, its log in `log`, on a
+/// free port: it runs until the answer is dropped.
+pub fn start_record<S: AsRef<std::ffi::OsStr>>(args: &[S], data: &Path, log: &Path) -> Recorder {
+    let bin = std::env::var_os("GPUBOARD_TEST_BIN")
+        .map_or_else(|| gpuboard().to_path_buf(), PathBuf::from);
+    let mut child = Command::new(bin)
+        .arg("record")
+        .args(args)
+        .arg("--data-dir")
+        .arg(data)
+        .args(["--listen", "127.0.0.1:0"])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let stopper = Stopper {
+        child,
+        name: "gpuboard record",
+    };
+    let url = line
+        .rsplit_once("serving ")
+        .map(|(_, url)| url.trim().to_string())
+        .filter(|u| u.starts_with("http://"))
+        .unwrap_or_else(|| {
+            panic!(
+                "record did not start: {line}{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            )
+        });
+    Recorder {
+        url,
+        said: line,
+        _stop: stopper,
+    }
+}
+
+/// A running `gpuboard record`.
+pub struct Recorder {
+    /// The URL it serves its history on.
+    pub url: String,
+    /// Its first line on stdout (what it records, where).
+    pub said: String,
+    _stop: Stopper,
+}
+
 pub mod boinc_client;
 pub mod console_fixtures;
 pub mod flood;
