@@ -7,11 +7,9 @@
 use crate::common;
 use crate::common::kmock;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::Stopper;
 use gpuboard::client::{Client, SnapshotAt};
 use gpuboard::clock::{Clock, SystemClock, Timestamp};
 use gpuboard::snapshot::{ClaimState, Snapshot};

@@ -8,11 +8,9 @@
 use crate::common;
 use crate::common::boinc_client::{Client as Boinc, PROJECT_NAME};
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Stopper, skip_peer};
+use common::skip_peer;
 use gpuboard::accounting::{Ask, IdleRule, PENDING_MS, Parts, WindowReport};
 use gpuboard::client::{Client, ReportAt};
 use gpuboard::clock::{Clock, SystemClock, Timestamp};
