@@ -21,7 +21,7 @@ use crate::units::UNITS_PER_DEVICE;
 mod bodies;
 pub mod capacity;
 
-pub use bodies::{MoveBody, RenewBody, RequestBody, ShareBody, read_body};
+pub use bodies::{MoveBody, RenewBody, RequestBody, ShareBody, json_kind, read_body};
 
 /// The port `gpuboard serve` listens on unless told otherwise.
 pub const DEFAULT_PORT: u16 = 7420;

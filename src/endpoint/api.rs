@@ -162,13 +162,7 @@ async fn snapshot(
     }
     let built = st.versions.current().await.map_err(serialize_failed)?;
     let etag = format!("\"{}\"", built.version);
-    let known = headers
-        .get_all(header::IF_NONE_MATCH)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|t| t.trim().trim_start_matches("W/"))
-        .any(|t| t == etag || t == "*");
+    let known = crate::endpoint::conditional::unchanged_for(&headers, &etag);
     let etag = HeaderValue::from_str(&etag).map_err(|e| serialize_failed(e.to_string()))?;
     if known {
         return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response());

@@ -108,21 +108,9 @@ pub(crate) async fn no_body(body: Body, route: &str) -> Result<(), ApiError> {
             None,
             format!(
                 "`{route}` takes no body; got {} (send none, or {{}})",
-                kind_of(&other)
+                crate::wire::json_kind(&other)
             ),
         )),
-    }
-}
-
-/// A JSON value's kind, in words.
-fn kind_of(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

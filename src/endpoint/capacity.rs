@@ -45,13 +45,7 @@ pub(crate) async fn capacity(
         built
     };
     let tag = built.etag.to_str().unwrap_or_default();
-    let known = headers
-        .get_all(header::IF_NONE_MATCH)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|t| t.trim().trim_start_matches("W/"))
-        .any(|t| t == tag || t == "*");
+    let known = crate::endpoint::conditional::unchanged_for(&headers, tag);
     if known {
         return Ok((
             StatusCode::NOT_MODIFIED,

@@ -9,6 +9,7 @@ mod api_state;
 pub mod auth;
 mod body;
 mod capacity;
+mod conditional;
 pub mod datadir;
 pub mod engine;
 pub mod gate;

@@ -372,6 +372,18 @@ impl<'de> de::Deserializer<'de> for Reader {
     }
 }
 
+/// A JSON value's kind in words (`an array`, `null`), for errors that say what was found.
+pub fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

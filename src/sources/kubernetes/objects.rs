@@ -188,17 +188,6 @@ struct Reader {
     problems: Vec<Problem>,
 }
 
-fn kind_of(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
 impl Reader {
     /// The value at `path`; `None` when absent or null (not a problem), or when an
     /// object on the way is not one (a problem).
@@ -227,7 +216,10 @@ impl Reader {
         };
         self.problems.push(Problem {
             path,
-            found: format!("expected {expected}, found {}", kind_of(found)),
+            found: format!(
+                "expected {expected}, found {}",
+                crate::wire::json_kind(found)
+            ),
         });
     }
 
