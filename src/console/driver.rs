@@ -20,7 +20,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use crate::clock::{Clock, SystemClock};
 use crate::sources::{Action, Failure, Outcome, Source};
 
-use super::msg::{Effect, Msg};
+use super::msg::{Asker, Effect, Msg};
 use super::state::State;
 use super::theme::Theme;
 use super::update::update;
@@ -160,7 +160,6 @@ pub fn perform(
 ) {
     let tx = tx.clone();
     let clock = Arc::clone(clock);
-    let limit = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
     match effect {
         Effect::Quit => {}
         Effect::History(ask) => super::history::perform(ask, sources, timeout, &tx),
@@ -169,9 +168,7 @@ pub fn perform(
             let Some(src) = sources.get(i) else { return };
             let fut = src.fetch();
             tokio::spawn(async move {
-                let result = tokio::time::timeout(timeout, fut)
-                    .await
-                    .unwrap_or(Err(Failure::Timeout(limit)));
+                let result = bounded(fut, timeout).await;
                 let _ = tx.send(Msg::Fetched {
                     source: i,
                     at: clock.now(),
@@ -200,12 +197,7 @@ pub fn perform(
                 readonly,
                 timeout,
                 &tx,
-                move |action, result| Msg::Acted {
-                    source,
-                    action,
-                    asker,
-                    result,
-                },
+                (source, asker),
             );
         }
         Effect::Recheck {
@@ -251,9 +243,7 @@ pub fn perform(
             };
             let fut = src.plan(request);
             tokio::spawn(async move {
-                let result = tokio::time::timeout(timeout, fut)
-                    .await
-                    .unwrap_or(Err(Failure::Timeout(limit)));
+                let result = bounded(fut, timeout).await;
                 let _ = tx.send(Msg::Planned { source, result });
             });
         }
@@ -274,12 +264,7 @@ pub fn perform(
                 readonly,
                 timeout,
                 &tx,
-                move |action, result| Msg::Acted {
-                    source,
-                    action,
-                    asker,
-                    result,
-                },
+                (source, asker),
             );
         }
         Effect::ActInMove {
@@ -300,12 +285,7 @@ pub fn perform(
                 readonly,
                 timeout,
                 &tx,
-                move |action, result| Msg::Acted {
-                    source,
-                    action,
-                    asker,
-                    result,
-                },
+                (source, asker),
             );
         }
     }
@@ -327,11 +307,8 @@ async fn resend(
         // Patient: a re-sent claim may wait behind the first's commit, longer than a
         // refresh's timeout.
         let each = left.max(Duration::from_millis(100));
-        let ms = u64::try_from(each.as_millis()).unwrap_or(u64::MAX);
         let fut = src.claim_keyed(request.clone(), key.to_string(), move_id.clone(), each);
-        let result = tokio::time::timeout(each, fut)
-            .await
-            .unwrap_or(Err(Failure::Timeout(ms)));
+        let result = bounded(fut, each).await;
         // Silence, "in flight" and a refused connection (restarting) are no answer yet.
         let again = matches!(
             result,
@@ -349,8 +326,20 @@ async fn resend(
     }
 }
 
-/// Runs an action (the future `run` makes) under the timeout and answers with `reply`;
-/// refuses it without making it when the console is read-only or the source cannot act.
+/// A source's answer, or `Failure::Timeout` once `within` has passed without one.
+async fn bounded<T>(
+    fut: impl std::future::Future<Output = Result<T, Failure>>,
+    within: Duration,
+) -> Result<T, Failure> {
+    let ms = u64::try_from(within.as_millis()).unwrap_or(u64::MAX);
+    tokio::time::timeout(within, fut)
+        .await
+        .unwrap_or(Err(Failure::Timeout(ms)))
+}
+
+/// Runs an action (the future `run` makes) under the timeout and answers `Msg::Acted` to
+/// `asker` of `source`; refuses it without making it when the console is read-only or the
+/// source cannot act.
 fn send_action(
     src: &dyn Source,
     action: &Action,
@@ -358,10 +347,15 @@ fn send_action(
     readonly: bool,
     timeout: Duration,
     tx: &UnboundedSender<Msg>,
-    reply: impl FnOnce(Action, Result<Outcome, Failure>) -> Msg + Send + 'static,
+    (source, asker): (usize, Asker),
 ) {
     let name = src.name().to_string();
-    let limit = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+    let reply = move |action, result| Msg::Acted {
+        source,
+        action,
+        asker,
+        result,
+    };
     if readonly {
         tracing::warn!(actor = "console", action = action.verb(), target = %action.target(), source = %name, "refused: read-only");
         let _ = tx.send(reply(
@@ -385,9 +379,7 @@ fn send_action(
     let action = action.clone();
     let tx = tx.clone();
     tokio::spawn(async move {
-        let result = tokio::time::timeout(timeout, fut)
-            .await
-            .unwrap_or(Err(Failure::Timeout(limit)));
+        let result = bounded(fut, timeout).await;
         let user = crate::identity::LocalUser::current().actor();
         match &result {
             Ok(o) => {

@@ -4,23 +4,19 @@
 //! Besides these two (named `admin` and `read`), the named tokens of `tokens` are valid.
 //! Compared in constant time.
 
-use std::fmt::Write as _;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 
 use crate::clock::Timestamp;
-use crate::endpoint::tokens::{ADMIN_NAME, READ_NAME, TokenBook, token_hash};
+use crate::endpoint::tokens::{ADMIN_NAME, READ_NAME, Role, TokenBook, new_secret, token_hash};
 
 /// The operator token's file in the data directory: mutations and reads.
 pub const OPERATOR_TOKEN_FILE: &str = "operator.token";
 /// The read token's file in the data directory: reads only.
 pub const READ_TOKEN_FILE: &str = "read.token";
-/// Bytes of randomness in a token (hex-encoded on disk and on the wire).
-const TOKEN_BYTES: usize = 32;
 
 /// Why tokens could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -47,26 +43,6 @@ pub enum TokenError {
         /// Its permission bits.
         mode: u32,
     },
-}
-
-/// What a request may do.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Role {
-    /// Reads and mutations.
-    #[serde(rename = "operator")]
-    Operator,
-    /// Reads only.
-    #[serde(rename = "read")]
-    Reader,
-}
-
-impl std::fmt::Display for Role {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Role::Operator => "operator",
-            Role::Reader => "read",
-        })
-    }
 }
 
 /// Who a valid token belongs to.
@@ -159,16 +135,6 @@ impl Tokens {
             None
         }
     }
-}
-
-/// A new random token, hex.
-pub fn new_secret() -> String {
-    let mut bytes = [0u8; TOKEN_BYTES];
-    rand::fill(&mut bytes);
-    bytes.iter().fold(String::new(), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
 }
 
 fn load_or_create(path: &Path) -> Result<String, TokenError> {

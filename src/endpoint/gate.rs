@@ -12,7 +12,8 @@ use axum::response::{IntoResponse, Response};
 
 use crate::clock::{Clock as _, SystemClock, Timestamp};
 use crate::endpoint::api_error::ApiError;
-use crate::endpoint::auth::{Role, Tokens, Verdict, bearer};
+use crate::endpoint::auth::{Tokens, Verdict, bearer};
+use crate::endpoint::tokens::Role;
 use crate::endpoint::tokens::{TokenBook, TokenUsage};
 use crate::wire;
 

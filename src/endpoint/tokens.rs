@@ -17,7 +17,46 @@ use sha2::Digest as _;
 use subtle::ConstantTimeEq as _;
 
 use crate::clock::Timestamp;
-use crate::endpoint::auth::{Role, new_secret};
+
+/// Bytes of randomness in a token (hex-encoded on disk and on the wire).
+const TOKEN_BYTES: usize = 32;
+
+/// What a request may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Role {
+    /// Reads and mutations.
+    #[serde(rename = "operator")]
+    Operator,
+    /// Reads only.
+    #[serde(rename = "read")]
+    Reader,
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Role::Operator => "operator",
+            Role::Reader => "read",
+        })
+    }
+}
+
+/// A new random token, hex.
+pub fn new_secret() -> String {
+    let mut bytes = [0u8; TOKEN_BYTES];
+    rand::fill(&mut bytes);
+    hex(&bytes)
+}
+
+/// Bytes as lower-case hex, two digits each.
+fn hex(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
 
 /// The file of named tokens in the data directory.
 pub const TOKENS_FILE: &str = "tokens.json";
@@ -101,12 +140,7 @@ pub struct TokenBook {
 
 /// The hex SHA-256 of a token, as stored.
 pub fn token_hash(token: &str) -> String {
-    sha2::Sha256::digest(token.as_bytes())
-        .iter()
-        .fold(String::with_capacity(64), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
+    hex(&sha2::Sha256::digest(token.as_bytes()))
 }
 
 /// Whether `a` and `b` are equal, in time that does not depend on where they differ.
