@@ -14,7 +14,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockWriteGuard};
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -158,10 +158,11 @@ impl Kept for KeptPod {
     }
 }
 
-type Objects<T> = HashMap<Key, Box<T>>;
+type Objects<T> = HashMap<Key, Arc<T>>;
 
-/// The facts of every object a watch has, by namespace and name. Boxed: a map's free
-/// slots then cost a pointer, not a whole pod's facts.
+/// The facts of every object a watch has, by namespace and name. Behind an `Arc` each, so
+/// a fetch takes them all under a short lock and decodes with the lock released (the watch
+/// never waits on a decode), and a map's free slots cost a pointer, not a pod's facts.
 pub struct Facts<T> {
     objects: RwLock<Objects<T>>,
 }
@@ -175,12 +176,13 @@ impl<T> Default for Facts<T> {
 }
 
 impl<T> Facts<T> {
-    /// What is held now, under a read lock (the watch waits while it is held).
-    pub fn read(&self) -> RwLockReadGuard<'_, Objects<T>> {
-        self.objects.read().unwrap_or_else(PoisonError::into_inner)
+    /// Everything held now.
+    pub fn state(&self) -> Vec<Arc<T>> {
+        let objects = self.objects.read().unwrap_or_else(PoisonError::into_inner);
+        objects.values().cloned().collect()
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Objects<T>> {
+    fn write(&self) -> RwLockWriteGuard<'_, Objects<T>> {
         self.objects.write().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -271,7 +273,7 @@ fn watch<K: Kept>(
                             let (key, facts) = o.into_facts();
                             listing
                                 .get_or_insert_default()
-                                .insert(key, Box::new(facts));
+                                .insert(key, Arc::new(facts));
                         }
                         watcher::Event::InitDone => {
                             let mut listed = listing.take().unwrap_or_default();
@@ -281,7 +283,7 @@ fn watch<K: Kept>(
                         }
                         watcher::Event::Apply(o) => {
                             let (key, facts) = o.into_facts();
-                            kept.write().insert(key, Box::new(facts));
+                            kept.write().insert(key, Arc::new(facts));
                         }
                         watcher::Event::Delete(o) => {
                             let (key, _) = o.into_facts();

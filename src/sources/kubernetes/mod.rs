@@ -235,17 +235,15 @@ impl KubernetesSource {
         if self.inner.shown.swap(generation, Ordering::SeqCst) == generation {
             return Ok(Fetched::Unchanged);
         }
-        let mut snapshot = {
-            let nodes = w.nodes.read();
-            let pods = w.pods.read();
-            decode::snapshot(
-                nodes.values().map(Box::as_ref),
-                pods.values().map(Box::as_ref),
-                self.display_name(),
-                &c.version,
-                self.inner.clock.now(),
-            )
-        };
+        let nodes = w.nodes.state();
+        let pods = w.pods.state();
+        let mut snapshot = decode::snapshot(
+            nodes.iter().map(Arc::as_ref),
+            pods.iter().map(Arc::as_ref),
+            self.display_name(),
+            &c.version,
+            self.inner.clock.now(),
+        );
         for (what, health) in [("nodes", &w.nodes_health), ("pods", &w.pods_health)] {
             if let Some(e) = health.error.lock().ok().and_then(|e| e.clone()) {
                 snapshot.endpoint.warnings.push(SourceWarning {

@@ -52,6 +52,11 @@ impl StrMap {
         self.into_iter()
     }
 
+    /// The names, in order.
+    pub fn keys(&self) -> impl Iterator<Item = &String> {
+        self.0.iter().map(|(k, _)| k)
+    }
+
     /// How many entries.
     pub fn len(&self) -> usize {
         self.0.len()
@@ -425,7 +430,7 @@ mod tests {
         }));
         assert_eq!(p.annotations.len(), 1);
         assert_eq!(p.containers[0].limits.len(), 2, "{:?}", p.containers);
-        assert_eq!(p.containers[0].limits["cpu"], "2");
+        assert_eq!(p.containers[0].limits.get("cpu").unwrap(), "2");
         assert!(p.scheduled.unwrap().is_true);
         assert!(p.problems.is_empty());
     }
