@@ -127,7 +127,9 @@ impl Resource for KeptPod {
 }
 
 /// An object as the watch reads it, and the facts its store keeps of it.
-pub trait Kept: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + 'static {
+pub trait Kept:
+    Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + 'static
+{
     /// What the store keeps.
     type Facts: Send + Sync + 'static;
     /// Its key (namespace, empty for nodes, and name) and its facts.
@@ -271,9 +273,7 @@ fn watch<K: Kept>(
                         watcher::Event::Init => listing = Some(HashMap::new()),
                         watcher::Event::InitApply(o) => {
                             let (key, facts) = o.into_facts();
-                            listing
-                                .get_or_insert_default()
-                                .insert(key, Arc::new(facts));
+                            listing.get_or_insert_default().insert(key, Arc::new(facts));
                         }
                         watcher::Event::InitDone => {
                             let mut listed = listing.take().unwrap_or_default();

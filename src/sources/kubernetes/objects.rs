@@ -350,12 +350,7 @@ impl Reader {
 
     /// A string map (annotations, labels, resource lists), keeping only the keys `keep`
     /// accepts. Kubernetes writes quantities as strings: anything else is a problem.
-    fn map_kept(
-        &mut self,
-        v: &Value,
-        path: &[&str],
-        keep: impl Fn(&str) -> bool,
-    ) -> StrMap {
+    fn map_kept(&mut self, v: &Value, path: &[&str], keep: impl Fn(&str) -> bool) -> StrMap {
         let mut out = StrMap::default();
         let Some(found) = self.at(v, path) else {
             return out;
