@@ -32,11 +32,14 @@ use serde_json::json;
 
 /// Pod `web/infer` of tests/corpus/kubernetes/cluster.
 const POD_UID: &str = "0a1b2c3d-0009-4000-8000-000000000009";
+/// Pod `kube-system/coredns-7db6d8ff4d-x2x9k` of that cluster: it asks for CPU only.
+const COREDNS_UID: &str = "0a1b2c3d-0014-4000-8000-000000000014";
 const CONTAINER: &str = "4f2b1c9d8e7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c";
 
 /// A fake-NVML fixture with one L4 and three processes: in a pod (cgroup v2, systemd
-/// driver, containerd), in a Slurm job (cgroup v1), and in a user session (nobody's).
-fn fixture(dir: &Path) -> PathBuf {
+/// driver, containerd), in a Slurm job (cgroup v1), and in a user session (nobody's);
+/// `extra` appends more `[[devices.processes]]`.
+fn fixture(dir: &Path, extra: &str) -> PathBuf {
     let root = dir.join("proc");
     let uid_ = POD_UID.replace('-', "_");
     let text = format!(
@@ -70,7 +73,7 @@ pid = 4103
 used_memory = 1073741824
 name = "notebook"
 cgroup = "0::/user.slice/user-1000.slice/session-3.scope\n"
-"#,
+{extra}"#,
         root = root.display()
     );
     let path = dir.join("fixture.toml");
@@ -79,8 +82,8 @@ cgroup = "0::/user.slice/user-1000.slice/session-3.scope\n"
 }
 
 /// `gpuboard serve` on the fake driver, reading owners under the fixture's proc root.
-fn serve(dir: &Path, driver: &Path) -> common::Server {
-    let fixture = fixture(dir);
+fn serve(dir: &Path, driver: &Path, extra: &str) -> common::Server {
+    let fixture = fixture(dir, extra);
     let mut cmd = Command::new(common::gpuboard());
     cmd.env("LD_LIBRARY_PATH", driver)
         .env("GPUBOARD_FAKE_NVML_FIXTURE", &fixture)
@@ -99,8 +102,8 @@ fn serve(dir: &Path, driver: &Path) -> common::Server {
     )
 }
 
-/// The served snapshot once its processes are listed with their owners.
-async fn listed(server: &common::Server) -> Snapshot {
+/// The served snapshot once `owned` of its processes are listed with their owners.
+async fn listed(server: &common::Server, owned: usize) -> Snapshot {
     let deadline = Instant::now() + Duration::from_mins(1);
     loop {
         let snap: Option<Snapshot> = match common::http()
@@ -117,7 +120,7 @@ async fn listed(server: &common::Server) -> Snapshot {
                 .and_then(|n| n.devices.first())
                 .is_some_and(|d| {
                     d.telemetry.as_ref().is_some_and(|t| {
-                        t.processes.iter().filter(|p| p.owner.is_some()).count() == 2
+                        t.processes.iter().filter(|p| p.owner.is_some()).count() == owned
                     })
                 })
         };
@@ -175,8 +178,8 @@ fn screen(st: &mut State, view: View, w: u16, h: u16) -> String {
 async fn gpu_detail_names_a_pod_a_slurm_job_and_an_unknown_process() {
     let driver = common::fake_driver_dir();
     let dir = tempfile::tempdir().unwrap();
-    let server = serve(dir.path(), driver.path());
-    let snap = listed(&server).await;
+    let server = serve(dir.path(), driver.path(), "");
+    let snap = listed(&server, 2).await;
 
     let owners: Vec<_> = snap.nodes[0].devices[0]
         .telemetry
@@ -231,8 +234,8 @@ async fn a_kubernetes_source_names_the_pod_a_process_runs_in() {
     let cluster = kmock::Cluster::fixtures(&[]);
     let driver = common::fake_driver_dir();
     let dir = tempfile::tempdir().unwrap();
-    let server = serve(dir.path(), driver.path());
-    listed(&server).await;
+    let server = serve(dir.path(), driver.path(), "");
+    listed(&server, 2).await;
 
     // The console as a binary, over both sources: the endpoint and the cluster.
     let out = Command::new(common::gpuboard())
@@ -253,6 +256,58 @@ async fn a_kubernetes_source_names_the_pod_a_process_runs_in() {
         text.contains("(pod web/infer, job 4242)"),
         "the pod by namespace and name:\n{text}"
     );
+}
+
+/// A process in a pod that asked for no GPU (`kube-system/coredns-...` of the fixture
+/// cluster: a CPU request only, so no claim) is the unclaimed use most worth naming: it is
+/// named from the cluster's pods all the same (cgroup v1, cgroupfs driver, Docker).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_in_a_pod_that_asked_for_no_gpu_is_named_too() {
+    if common::skip_peer("kmock") {
+        eprintln!("skipped: GPUBOARD_SKIP_PEERS lists kmock");
+        return;
+    }
+    let extra = format!(
+        r#"
+[[devices.processes]]
+pid = 4104
+used_memory = 536870912
+name = "coredns"
+cgroup = "11:memory:/kubepods/burstable/pod{COREDNS_UID}/{CONTAINER}\n1:name=systemd:/kubepods/burstable/pod{COREDNS_UID}/{CONTAINER}\n"
+"#
+    );
+    let cluster = kmock::Cluster::fixtures(&[]);
+    let driver = common::fake_driver_dir();
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(dir.path(), driver.path(), &extra);
+    let snap = listed(&server, 3).await;
+    let uids: Vec<_> = snap.nodes[0].devices[0]
+        .telemetry
+        .iter()
+        .flat_map(|t| t.processes.iter())
+        .filter_map(|p| p.owner.as_ref().and_then(ProcessOwner::pod_uid))
+        .collect();
+    assert!(uids.contains(&COREDNS_UID), "{uids:?}");
+
+    let out = Command::new(common::gpuboard())
+        .env("GPUBOARD_DATA_DIR", dir.path().join("console"))
+        .args(["status", "--dump-screen", "overview", "--size", "220x30"])
+        .args(["--endpoint", &server.url])
+        .arg("--kubeconfig")
+        .arg(cluster.kubeconfig())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("pod kube-system/coredns-7db6d8ff4d-x2x9k"),
+        "the GPU-less pod by namespace and name, not by UID:\n{text}"
+    );
+    assert!(text.contains("pod web/infer"), "{text}");
 }
 
 #[test]

@@ -23,6 +23,7 @@ impl Scheduler {
             coordination: Vec::new(),
             host: None,
             events: self.events.iter().cloned().collect(),
+            pods: snapshot::PodNames::default(),
         }
     }
 

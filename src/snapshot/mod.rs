@@ -21,7 +21,7 @@ use crate::units::{Bytes, Slots, Units};
 
 pub use delta::{SnapshotChange, apply, diff, diff_whole, keyed_only, to_whole_lists};
 pub use flags::DeviceFlag;
-pub use owner::ProcessOwner;
+pub use owner::{PodNames, ProcessOwner};
 
 /// The schema version; bumped on any incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -56,6 +56,10 @@ pub struct Snapshot {
     /// Recent audit events, oldest first.
     #[serde(default)]
     pub events: Vec<AuditEvent>,
+    /// A Kubernetes source's pods by UID, to name those hosts' process owners give by UID
+    /// only. In memory only: the wire carries the owners once named.
+    #[serde(skip)]
+    pub pods: PodNames,
 }
 
 /// Who produced a snapshot and how it behaves.

@@ -2,7 +2,9 @@
 //! and its namespace/name once a Kubernetes source has the pod), a Slurm job, or a
 //! Docker container. The driver reports host PIDs only; this is what says whose they are.
 
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -108,6 +110,56 @@ impl fmt::Display for ProcessOwner {
                 write!(f, "Docker container {}", short_id(container))
             }
         }
+    }
+}
+
+/// Every pod a Kubernetes source holds, GPU or not, by UID: its namespace and name. Hosts'
+/// cgroups give a pod's UID only; the console names the pods in other sources' process
+/// owners from this (`ProcessOwner::name_pod`). Shared, so copies of a snapshot share it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodNames(Arc<HashMap<String, (String, String)>>);
+
+impl PodNames {
+    /// The namespace and name of the pod with this UID.
+    pub fn get(&self, uid: &str) -> Option<(&str, &str)> {
+        self.0.get(uid).map(|(ns, n)| (ns.as_str(), n.as_str()))
+    }
+
+    /// How many pods.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl FromIterator<(String, (String, String))> for PodNames {
+    fn from_iter<I: IntoIterator<Item = (String, (String, String))>>(pods: I) -> PodNames {
+        let mut map: HashMap<_, _> = pods.into_iter().collect();
+        map.shrink_to_fit();
+        PodNames(Arc::new(map))
+    }
+}
+
+impl ProcessOwner {
+    /// Names a pod owner whose UID `pods` has; whether it did.
+    pub fn name_pod(&mut self, pods: &PodNames) -> bool {
+        if let ProcessOwner::Pod {
+            uid,
+            namespace,
+            name,
+            ..
+        } = self
+            && let Some((ns, n)) = pods.get(uid)
+        {
+            *namespace = Some(ns.to_string());
+            *name = Some(n.to_string());
+            return true;
+        }
+        false
     }
 }
 

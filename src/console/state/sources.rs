@@ -80,13 +80,14 @@ impl State {
             .filter(|s| s.kind.is_telemetry())
             .filter_map(|s| s.data.clone())
             .collect();
-        let pods: std::collections::HashMap<_, _> = self
+        let pods: Vec<crate::snapshot::PodNames> = self
             .sources
             .iter()
             .filter(|s| s.kind == SourceKind::Kubernetes)
-            .filter_map(|s| s.data.as_ref())
-            .flat_map(kubernetes::owners::pod_names)
+            .filter_map(|s| s.raw.as_ref().or(s.data.as_ref()))
+            .map(|s| s.pods.clone())
             .collect();
+        let pods: Vec<_> = pods.iter().collect();
         for slot in &mut self.sources {
             if let Some(raw) = &slot.raw {
                 let mut joined = raw.clone();

@@ -1,22 +1,26 @@
-//! The cluster as kube-rs watches it: a watcher and a reflector for nodes and for pods,
-//! each keeping the trimmed objects of `objects` (not k8s-openapi's full types, which
-//! would keep every field of 10 000 pods), and a counter bumped at each watch event so a
-//! fetch with nothing new answers `Unchanged` and a change wakes the console at once.
+//! The cluster as kube-rs watches it: a watcher for nodes and one for pods, each feeding a
+//! store of the trimmed facts of `objects` (not k8s-openapi's full types, which would keep
+//! every field of 10 000 pods), and a counter bumped at each watch event so a fetch with
+//! nothing new answers `Unchanged` and a change wakes the console at once.
 //!
 //! kube's watcher lists, then watches from the list's `resourceVersion`, resumes from the
 //! last one it saw (bookmarks included) when a watch ends, and lists again on `410 Gone`;
-//! the reflector's store follows, dropping what a relist no longer shows.
+//! the store follows as kube's reflector would, a relist replacing it whole once read (so
+//! what it no longer shows is dropped). Not the reflector itself: its store keeps each
+//! whole object (its metadata, the facts) and a key of four strings besides; this one keeps
+//! the facts only, keyed by namespace and name.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockWriteGuard};
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 use tokio::sync::Notify;
@@ -39,7 +43,7 @@ pub struct KeptPod {
     pub facts: PodFacts,
 }
 
-/// The identity the reflector keys objects by, and the version the watcher resumes from.
+/// The identity the store keys objects by, and the version the watcher resumes from.
 fn meta_of(v: &Value) -> ObjectMeta {
     let text = |key: &str| {
         v.get("metadata")
@@ -122,6 +126,69 @@ impl Resource for KeptPod {
     }
 }
 
+/// An object as the watch reads it, and the facts its store keeps of it.
+pub trait Kept:
+    Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + 'static
+{
+    /// What the store keeps.
+    type Facts: Send + Sync + 'static;
+    /// Its key (namespace, empty for nodes, and name) and its facts.
+    fn into_facts(self) -> (Key, Self::Facts);
+}
+
+/// Where an object is: its namespace (empty for a node) and name.
+pub type Key = (String, String);
+
+fn key_of(meta: ObjectMeta) -> Key {
+    (
+        meta.namespace.unwrap_or_default(),
+        meta.name.unwrap_or_default(),
+    )
+}
+
+impl Kept for KeptNode {
+    type Facts = NodeFacts;
+    fn into_facts(self) -> (Key, NodeFacts) {
+        (key_of(self.meta), self.facts)
+    }
+}
+
+impl Kept for KeptPod {
+    type Facts = PodFacts;
+    fn into_facts(self) -> (Key, PodFacts) {
+        (key_of(self.meta), self.facts)
+    }
+}
+
+type Objects<T> = HashMap<Key, Arc<T>>;
+
+/// The facts of every object a watch has, by namespace and name. Behind an `Arc` each, so
+/// a fetch takes them all under a short lock and decodes with the lock released (the watch
+/// never waits on a decode), and a map's free slots cost a pointer, not a pod's facts.
+pub struct Facts<T> {
+    objects: RwLock<Objects<T>>,
+}
+
+impl<T> Default for Facts<T> {
+    fn default() -> Self {
+        Facts {
+            objects: RwLock::new(HashMap::new()),
+        }
+    }
+}
+
+impl<T> Facts<T> {
+    /// Everything held now.
+    pub fn state(&self) -> Vec<Arc<T>> {
+        let objects = self.objects.read().unwrap_or_else(PoisonError::into_inner);
+        objects.values().cloned().collect()
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Objects<T>> {
+        self.objects.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 /// What one watch last said: its error, while it has not recovered from it.
 #[derive(Debug, Default)]
 pub struct WatchHealth {
@@ -134,9 +201,9 @@ pub struct WatchHealth {
 /// The stores of a running watch of the cluster; the watches stop when it is dropped.
 pub struct Watching {
     /// Nodes.
-    pub nodes: Store<KeptNode>,
+    pub nodes: Arc<Facts<NodeFacts>>,
     /// Pods.
-    pub pods: Store<KeptPod>,
+    pub pods: Arc<Facts<PodFacts>>,
     /// The nodes watch's health.
     pub nodes_health: Arc<WatchHealth>,
     /// The pods watch's health.
@@ -180,37 +247,51 @@ impl Watching {
     }
 }
 
-fn watch<K>(
+fn watch<K: Kept>(
     api: Api<K>,
     generation: &Arc<AtomicU64>,
     health: &Arc<WatchHealth>,
     changed: &Arc<Notify>,
-) -> (Store<K>, tokio::task::JoinHandle<()>)
-where
-    K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static,
-    K: for<'de> Deserialize<'de>,
-{
-    let (store, writer) = reflector::store();
-    let stream = reflector::reflector(
-        writer,
-        watcher(api, watcher::Config::default()).default_backoff(),
-    );
+) -> (Arc<Facts<K::Facts>>, tokio::task::JoinHandle<()>) {
+    let store = Arc::new(Facts::default());
+    let stream = watcher(api, watcher::Config::default()).default_backoff();
+    let kept = Arc::clone(&store);
     let generation = Arc::clone(generation);
     let health = Arc::clone(health);
     let changed = Arc::clone(changed);
     let task = tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
+        // A list in progress: read whole before it replaces what is kept.
+        let mut listing: Option<Objects<K::Facts>> = None;
         while let Some(event) = stream.next().await {
             match event {
                 Ok(e) => {
                     if let Ok(mut err) = health.error.lock() {
                         *err = None;
                     }
-                    if matches!(e, watcher::Event::InitDone) {
-                        health.listed.store(true, Ordering::SeqCst);
+                    match e {
+                        watcher::Event::Init => listing = Some(HashMap::new()),
+                        watcher::Event::InitApply(o) => {
+                            let (key, facts) = o.into_facts();
+                            listing.get_or_insert_default().insert(key, Arc::new(facts));
+                        }
+                        watcher::Event::InitDone => {
+                            let mut listed = listing.take().unwrap_or_default();
+                            listed.shrink_to_fit();
+                            *kept.write() = listed;
+                            health.listed.store(true, Ordering::SeqCst);
+                        }
+                        watcher::Event::Apply(o) => {
+                            let (key, facts) = o.into_facts();
+                            kept.write().insert(key, Arc::new(facts));
+                        }
+                        watcher::Event::Delete(o) => {
+                            let (key, _) = o.into_facts();
+                            kept.write().remove(&key);
+                        }
                     }
                     // Objects of a list in progress are shown once it is whole.
-                    if !matches!(e, watcher::Event::Init | watcher::Event::InitApply(_)) {
+                    if listing.is_none() {
                         generation.fetch_add(1, Ordering::SeqCst);
                         changed.notify_one();
                     }

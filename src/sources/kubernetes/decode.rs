@@ -25,8 +25,8 @@ use crate::clock::Timestamp;
 use crate::placement::{DeviceShare, Health};
 
 use crate::snapshot::{
-    ClaimState, ClaimView, DeviceView, EndpointInfo, NodeView, ResourceView, SCHEMA_VERSION,
-    Snapshot, SourceWarning,
+    ClaimState, ClaimView, DeviceView, EndpointInfo, NodeView, PodNames, ResourceView,
+    SCHEMA_VERSION, Snapshot, SourceWarning,
 };
 use crate::units::{Bytes, SLOTS_PER_DEVICE, Slots, UNITS_PER_DEVICE, Units};
 
@@ -83,6 +83,13 @@ pub fn snapshot<'a>(
     pods.sort_by(|a, b| {
         (&a.created, &a.namespace, &a.name).cmp(&(&b.created, &b.namespace, &b.name))
     });
+    // Every pod by UID, GPU or not: a process on a GPU in a pod that asked for none is
+    // the unclaimed use most worth naming.
+    let names: PodNames = pods
+        .iter()
+        .filter(|p| !p.uid.is_empty())
+        .map(|p| (p.uid.clone(), (p.namespace.clone(), p.name.clone())))
+        .collect();
 
     let mut claims = Vec::new();
     let mut whole = Vec::new();
@@ -166,6 +173,7 @@ pub fn snapshot<'a>(
         claims,
         projects,
         resources,
+        pods: names,
         ..Snapshot::default()
     }
 }

@@ -238,8 +238,8 @@ impl KubernetesSource {
         let nodes = w.nodes.state();
         let pods = w.pods.state();
         let mut snapshot = decode::snapshot(
-            nodes.iter().map(|n| &n.facts),
-            pods.iter().map(|p| &p.facts),
+            nodes.iter().map(Arc::as_ref),
+            pods.iter().map(Arc::as_ref),
             self.display_name(),
             &c.version,
             self.inner.clock.now(),

@@ -3,8 +3,6 @@
 //! `Problem` (where, what was found) and left out, and the snapshot turns problems into
 //! warnings. Pure: JSON in, facts out.
 
-use std::collections::BTreeMap;
-
 use serde_json::Value;
 
 /// Annotations kept (everything else, `last-applied-configuration` above all, is dropped).
@@ -18,6 +16,102 @@ pub fn is_kept_resource(name: &str) -> bool {
         || name.starts_with("nvidia.com/")
         || name.starts_with("koordinator.sh/gpu")
         || name.starts_with("kubernetes.io/gpu")
+}
+
+/// A few strings by name (the annotations, labels and resources kept), in name order. A
+/// sorted list rather than a `BTreeMap`: most hold one to four entries, and a map's first
+/// node alone takes half a kilobyte, times 10 000 pods.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StrMap(Vec<(String, String)>);
+
+impl StrMap {
+    fn find(&self, key: &str) -> Result<usize, usize> {
+        self.0.binary_search_by(|(k, _)| k.as_str().cmp(key))
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&String> {
+        self.find(key).ok().map(|i| &self.0[i].1)
+    }
+
+    /// Whether `key` is there.
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.find(key).is_ok()
+    }
+
+    /// Sets `key` (replacing its value, as a map does).
+    pub fn insert(&mut self, key: String, value: String) {
+        match self.find(&key) {
+            Ok(i) => self.0[i].1 = value,
+            Err(i) => self.0.insert(i, (key, value)),
+        }
+    }
+
+    /// The entries, in name order.
+    pub fn iter(&self) -> <&StrMap as IntoIterator>::IntoIter {
+        self.into_iter()
+    }
+
+    /// The names, in order.
+    pub fn keys(&self) -> impl Iterator<Item = &String> {
+        self.0.iter().map(|(k, _)| k)
+    }
+
+    /// How many entries.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl Extend<(String, String)> for StrMap {
+    fn extend<I: IntoIterator<Item = (String, String)>>(&mut self, entries: I) {
+        for (k, v) in entries {
+            self.insert(k, v);
+        }
+    }
+}
+
+impl FromIterator<(String, String)> for StrMap {
+    fn from_iter<I: IntoIterator<Item = (String, String)>>(entries: I) -> StrMap {
+        let mut m = StrMap::default();
+        m.extend(entries);
+        m.0.shrink_to_fit();
+        m
+    }
+}
+
+impl<const N: usize> From<[(String, String); N]> for StrMap {
+    fn from(entries: [(String, String); N]) -> StrMap {
+        entries.into_iter().collect()
+    }
+}
+
+impl IntoIterator for StrMap {
+    type Item = (String, String);
+    type IntoIter = std::vec::IntoIter<(String, String)>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a StrMap {
+    type Item = (&'a String, &'a String);
+    type IntoIter = std::iter::Map<
+        std::slice::Iter<'a, (String, String)>,
+        fn(&'a (String, String)) -> (&'a String, &'a String),
+    >;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter().map(pair as fn(_) -> _)
+    }
+}
+
+fn pair((k, v): &(String, String)) -> (&String, &String) {
+    (k, v)
 }
 
 /// A field that could not be read: where it is in the object, and what was there.
@@ -37,15 +131,15 @@ pub struct NodeFacts {
     /// `metadata.uid`.
     pub uid: String,
     /// The GPU-sharing annotations (`hami.io/...`, `scheduling.koordinator.sh/...`).
-    pub annotations: BTreeMap<String, String>,
+    pub annotations: StrMap,
     /// The `nvidia.com/gpu.*` labels.
-    pub labels: BTreeMap<String, String>,
+    pub labels: StrMap,
     /// `spec.unschedulable` (cordoned).
     pub unschedulable: bool,
     /// `status.capacity`, GPU resources and CPU only, quantities as written.
-    pub capacity: BTreeMap<String, String>,
+    pub capacity: StrMap,
     /// `status.allocatable`, likewise.
-    pub allocatable: BTreeMap<String, String>,
+    pub allocatable: StrMap,
     /// The `Ready` condition, when reported.
     pub ready: Option<KubeCondition>,
     /// `status.nodeInfo.kubeletVersion`.
@@ -68,7 +162,7 @@ pub struct PodFacts {
     /// Whether `metadata.deletionTimestamp` is set (terminating).
     pub deleting: bool,
     /// The GPU-sharing annotations.
-    pub annotations: BTreeMap<String, String>,
+    pub annotations: StrMap,
     /// `spec.nodeName`: where it is bound, when it is.
     pub node_name: Option<String>,
     /// `status.phase` (`Pending`, `Running`, `Succeeded`, `Failed`, `Unknown`).
@@ -90,9 +184,9 @@ pub struct ContainerFacts {
     /// `name`.
     pub name: String,
     /// `resources.requests`.
-    pub requests: BTreeMap<String, String>,
+    pub requests: StrMap,
     /// `resources.limits`.
-    pub limits: BTreeMap<String, String>,
+    pub limits: StrMap,
     /// An init container with `restartPolicy: Always`: a sidecar, running beside the
     /// app containers rather than before them.
     pub sidecar: bool,
@@ -179,6 +273,7 @@ fn containers_at(r: &mut Reader, v: &Value, field: &str) -> Vec<ContainerFacts> 
             found: p.found,
         }));
     }
+    out.shrink_to_fit();
     out
 }
 
@@ -255,13 +350,8 @@ impl Reader {
 
     /// A string map (annotations, labels, resource lists), keeping only the keys `keep`
     /// accepts. Kubernetes writes quantities as strings: anything else is a problem.
-    fn map_kept(
-        &mut self,
-        v: &Value,
-        path: &[&str],
-        keep: impl Fn(&str) -> bool,
-    ) -> BTreeMap<String, String> {
-        let mut out = BTreeMap::new();
+    fn map_kept(&mut self, v: &Value, path: &[&str], keep: impl Fn(&str) -> bool) -> StrMap {
+        let mut out = StrMap::default();
         let Some(found) = self.at(v, path) else {
             return out;
         };
@@ -284,6 +374,7 @@ impl Reader {
                 }
             }
         }
+        out.0.shrink_to_fit();
         out
     }
 
@@ -334,7 +425,7 @@ mod tests {
         }));
         assert_eq!(p.annotations.len(), 1);
         assert_eq!(p.containers[0].limits.len(), 2, "{:?}", p.containers);
-        assert_eq!(p.containers[0].limits["cpu"], "2");
+        assert_eq!(p.containers[0].limits.get("cpu").unwrap(), "2");
         assert!(p.scheduled.unwrap().is_true);
         assert!(p.problems.is_empty());
     }

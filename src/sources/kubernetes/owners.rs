@@ -1,32 +1,12 @@
 //! The pods that hosts' cgroups name by UID, given their namespace and name from the pods
-//! a Kubernetes source holds. The console joins them where it merges its sources: the
-//! host's telemetry knows only the UID, the cluster only the pods. Pure.
+//! a Kubernetes source holds (its snapshot's `pods`: every pod, GPU or not). The console
+//! joins them where it merges its sources: the host's telemetry knows only the UID, the
+//! cluster only the pods. Pure.
 
-use std::collections::HashMap;
-use std::hash::BuildHasher;
+use crate::snapshot::{ClaimView, PodNames, ProcessOwner, ProcessView, Snapshot};
 
-use crate::snapshot::{ClaimView, ProcessOwner, ProcessView, Snapshot};
-
-/// The labels a pod's claim carries (`claims::request_of`).
+/// The label a pod's claim carries its UID in (`claims::request_of`).
 const UID: &str = "k8s.uid";
-const NAMESPACE: &str = "k8s.namespace";
-const POD: &str = "k8s.pod";
-
-/// Pod UID to namespace and name, from a Kubernetes source's snapshot (its pods' claims).
-pub fn pod_names(cluster: &Snapshot) -> HashMap<String, (String, String)> {
-    cluster
-        .claims
-        .iter()
-        .filter_map(|c| {
-            let l = &c.request.labels;
-            Some((
-                l.get(UID)?.clone(),
-                (l.get(NAMESPACE)?.clone(), l.get(POD)?.clone()),
-            ))
-        })
-        .filter(|(uid, _)| !uid.is_empty())
-        .collect()
-}
 
 /// The UID of the pod a claim stands for, when a Kubernetes source made it.
 pub fn pod_uid(claim: &ClaimView) -> Option<&str> {
@@ -56,12 +36,9 @@ pub fn processes_of_pod<'a>(
     out
 }
 
-/// Names the pods `snap`'s processes belong to, where `pods` has their UIDs. Returns how
-/// many were named.
-pub fn join_owners<S: BuildHasher>(
-    snap: &mut Snapshot,
-    pods: &HashMap<String, (String, String), S>,
-) -> usize {
+/// Names the pods `snap`'s processes belong to, where one of `pods` (the Kubernetes
+/// sources' pods by UID) has their UIDs. Returns how many were named.
+pub fn join_owners(snap: &mut Snapshot, pods: &[&PodNames]) -> usize {
     let mut named = 0;
     let processes = snap
         .nodes
@@ -69,17 +46,8 @@ pub fn join_owners<S: BuildHasher>(
         .flat_map(|n| n.devices.iter_mut())
         .filter_map(|d| d.telemetry.as_mut())
         .flat_map(|t| t.processes.iter_mut());
-    for p in processes {
-        if let Some(ProcessOwner::Pod {
-            uid,
-            namespace,
-            name,
-            ..
-        }) = &mut p.owner
-            && let Some((ns, n)) = pods.get(uid.as_str())
-        {
-            *namespace = Some(ns.clone());
-            *name = Some(n.clone());
+    for owner in processes.filter_map(|p| p.owner.as_mut()) {
+        if pods.iter().any(|names| owner.name_pod(names)) {
             named += 1;
         }
     }
@@ -120,7 +88,7 @@ mod tests {
     }
 
     #[test]
-    fn a_pod_uid_the_cluster_has_is_named_and_others_are_left_as_they_are() {
+    fn a_pod_uid_the_cluster_has_is_named_gpu_or_not_and_others_are_left_as_they_are() {
         let pod = PodFacts {
             name: "train-0".into(),
             namespace: "ml".into(),
@@ -132,29 +100,39 @@ mod tests {
             }],
             ..PodFacts::default()
         };
-        let cluster = decode::snapshot([], [&pod], "k", "", Timestamp(0));
-        let pods = pod_names(&cluster);
-        assert_eq!(pods.len(), 1);
+        // A pod asking for no GPU is no claim, but its processes are named all the same.
+        let plain = PodFacts {
+            name: "notebook".into(),
+            namespace: "lab".into(),
+            uid: "u-2".into(),
+            phase: "Running".into(),
+            node_name: Some("n1".into()),
+            containers: vec![ContainerFacts::default()],
+            ..PodFacts::default()
+        };
+        let cluster = decode::snapshot([], [&pod, &plain], "k", "", Timestamp(0));
+        assert_eq!(cluster.claims.len(), 1, "the GPU pod only is a claim");
+        assert_eq!(cluster.pods.len(), 2, "both pods are named");
         let job = ProcessOwner::SlurmJob { job: 4, step: None };
         let mut snap = host(vec![
             Some(ProcessOwner::pod("u-1", None, None)),
             Some(ProcessOwner::pod("u-2", None, None)),
+            Some(ProcessOwner::pod("u-3", None, None)),
             Some(job.clone()),
             None,
         ]);
-        assert_eq!(join_owners(&mut snap, &pods), 1);
+        assert_eq!(join_owners(&mut snap, &[&cluster.pods]), 2);
         let owners: Vec<_> = snap.nodes[0].devices[0]
             .telemetry
             .as_ref()
             .map(|t| t.processes.iter().map(|p| p.owner.clone()).collect())
             .unwrap_or_default();
-        assert_eq!(
-            owners[0].as_ref().map(ProcessOwner::short).as_deref(),
-            Some("pod ml/train-0")
-        );
-        assert_eq!(owners[1], Some(ProcessOwner::pod("u-2", None, None)));
-        assert_eq!(owners[2], Some(job));
-        assert_eq!(owners[3], None);
+        let short = |i: usize| owners[i].as_ref().map(ProcessOwner::short);
+        assert_eq!(short(0).as_deref(), Some("pod ml/train-0"));
+        assert_eq!(short(1).as_deref(), Some("pod lab/notebook"));
+        assert_eq!(owners[2], Some(ProcessOwner::pod("u-3", None, None)));
+        assert_eq!(owners[3], Some(job));
+        assert_eq!(owners[4], None);
         // The pod's claim finds its process on the host.
         let uid = pod_uid(&cluster.claims[0]).unwrap();
         let found = processes_of_pod([&snap], uid);
