@@ -520,7 +520,11 @@ async fn a_watcher_that_asks_gets_the_stream_compressed() {
         }
     }
     assert!(text.starts_with("event: snapshot"), "{text:.200}");
-    assert!(sent * 2 < text.len(), "{sent} bytes sent for {}", text.len());
+    assert!(
+        sent * 2 < text.len(),
+        "{sent} bytes sent for {}",
+        text.len()
+    );
     let delta = text.split("event: delta").nth(1).unwrap();
     assert!(delta.contains(r#""cordoned":true"#), "{delta:.300}");
 }

@@ -283,16 +283,15 @@ pub(super) fn members(conn: &Conn) -> anyhow::Result<Members> {
             Some(p) => p.sharing(&url, tok.clone())?,
             None => None,
         };
-        let mut client = match shared {
-            Some(c) => c,
-            None => {
-                let trust = trust_for(conn, &url, trust);
-                let c = Client::with_trust(&url, tok.clone(), timeout, &trust)?;
-                if plain.is_none() && url_is_plain(&url) {
-                    plain = Some(c.clone());
-                }
-                c
+        let mut client = if let Some(c) = shared {
+            c
+        } else {
+            let trust = trust_for(conn, &url, trust);
+            let c = Client::with_trust(&url, tok.clone(), timeout, &trust)?;
+            if plain.is_none() && url_is_plain(&url) {
+                plain = Some(c.clone());
             }
+            c
         };
         if tok.is_some() {
             client = client.with_token_source(from);

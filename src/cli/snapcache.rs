@@ -177,7 +177,11 @@ impl SnapshotCache {
     }
 
     /// One endpoint's capacity, conditionally on `tag` (the cached one's).
-    async fn capacity_read(&self, client: &Client, tag: Option<String>) -> Result<Read, ClientError> {
+    async fn capacity_read(
+        &self,
+        client: &Client,
+        tag: Option<String>,
+    ) -> Result<Read, ClientError> {
         match client.capacity_if_changed(tag.as_deref()).await? {
             CapacityRead::NotModified if tag.is_some() => Ok(Read::Cached),
             // 304 to a request that named no tag: read it whole.

@@ -334,8 +334,11 @@ mod tests {
     fn shown_debts_hide_float_noise_and_keep_what_is_read() {
         // The noise seen between two idle versions: no change a reader could see.
         assert_eq!(shown_debt(-6.4e-11), shown_debt(-1.3e-10));
-        assert!(shown_debt(-1.3e-10).is_sign_positive(), "no `-0` on the wire");
-        assert!((shown_debt(1234.567_89) - 1234.568).abs() < 1e-9);
+        assert!(
+            shown_debt(-1.3e-10).is_sign_positive(),
+            "no `-0` on the wire"
+        );
+        assert!((shown_debt(1_234.567_89) - 1_234.568).abs() < 1e-9);
         assert!((shown_debt(-0.4996) + 0.5).abs() < 1e-9);
     }
 }
