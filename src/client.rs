@@ -50,6 +50,22 @@ fn chain(e: &reqwest::Error) -> String {
     detail
 }
 
+/// `endpoint` as a base URL: `http://` or `https://` with a host.
+fn base_url(endpoint: &str) -> Result<Url, ClientError> {
+    let bad = |detail: &str| ClientError::BadEndpoint {
+        url: endpoint.to_string(),
+        detail: detail.to_string(),
+    };
+    let base = Url::parse(endpoint).map_err(|e| bad(&e.to_string()))?;
+    if !matches!(base.scheme(), "http" | "https") {
+        return Err(bad("only http:// and https:// endpoints are supported"));
+    }
+    if base.cannot_be_a_base() || base.host().is_none() {
+        return Err(bad("expected http://HOST:PORT or https://HOST:PORT"));
+    }
+    Ok(base)
+}
+
 /// How long an idle connection is kept for reuse.
 const POOL_IDLE: Duration = Duration::from_secs(5);
 /// The largest answer read, in bytes.
@@ -135,13 +151,7 @@ impl Client {
             url: endpoint.to_string(),
             detail: detail.to_string(),
         };
-        let base = Url::parse(endpoint).map_err(|e| bad(&e.to_string()))?;
-        if !matches!(base.scheme(), "http" | "https") {
-            return Err(bad("only http:// and https:// endpoints are supported"));
-        }
-        if base.cannot_be_a_base() || base.host().is_none() {
-            return Err(bad("expected http://HOST:PORT or https://HOST:PORT"));
-        }
+        let base = base_url(endpoint)?;
         let mut headers = header::HeaderMap::new();
         if let Ok(v) = header::HeaderValue::from_str(&reported_actor()) {
             headers.insert(wire::ACTOR_HEADER, v);
@@ -172,6 +182,30 @@ impl Client {
             per_call: None,
             token_from: None,
         })
+    }
+
+    /// A client of another `http://` endpoint over this one's connections and settings
+    /// (timeout, headers): a fleet of plain-HTTP endpoints needs one HTTP client, not one
+    /// each. `None` when either is `https://` (each of those checks its own certificate).
+    pub fn sharing(
+        &self,
+        endpoint: &str,
+        token: Option<String>,
+    ) -> Result<Option<Client>, ClientError> {
+        let base = base_url(endpoint)?;
+        if base.scheme() != "http" || self.base.scheme() != "http" {
+            return Ok(None);
+        }
+        Ok(Some(Client {
+            http: self.http.clone(),
+            base,
+            token,
+            timeout: self.timeout,
+            move_id: None,
+            mismatch: None,
+            per_call: None,
+            token_from: None,
+        }))
     }
 
     /// The same client, saying where its token came from (`--token-file F`,
@@ -518,9 +552,20 @@ impl Client {
             return Err(self.refused(status, &bytes));
         }
         let this = self.clone();
+        // Inflated when the endpoint compressed it (it was asked; one from before did not).
+        let mut inflate = resp
+            .headers()
+            .contains_key(wire::deflate::HEADER)
+            .then(wire::deflate::Inflater::default);
         let bytes = resp
             .bytes_stream()
-            .map(move |chunk| chunk.map(|b| b.to_vec()).map_err(|e| this.transport(&e)))
+            .map(move |chunk| {
+                let chunk = chunk.map_err(|e| this.transport(&e))?;
+                match &mut inflate {
+                    Some(z) => z.feed(&chunk).map_err(|e| this.decode(e)),
+                    None => Ok(chunk.to_vec()),
+                }
+            })
             .boxed();
         Ok(sse::watch_events(
             bytes,

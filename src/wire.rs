@@ -20,6 +20,7 @@ use crate::units::UNITS_PER_DEVICE;
 
 mod bodies;
 pub mod capacity;
+pub mod deflate;
 
 pub use bodies::{MoveBody, RenewBody, RequestBody, ShareBody, json_kind, read_body};
 
@@ -91,11 +92,12 @@ pub mod paths {
     /// The query of `GET` [`WATCH`] that asks for the delta watch in the per-project form
     /// (`format=2`: `project`, `project_removed` and `revision` changes; an endpoint from
     /// before it ignores the word and sends whole lists, which this build reads too),
-    /// resuming after `since` when given.
+    /// compressed (`deflate=1`, `wire::deflate`; ignored likewise), resuming after `since`
+    /// when given.
     pub fn watch_deltas_query(since: Option<super::SnapshotVersion>) -> String {
         match since {
-            Some(v) => format!("deltas=1&format={DELTA_FORMAT}&since={v}"),
-            None => format!("deltas=1&format={DELTA_FORMAT}"),
+            Some(v) => format!("deltas=1&format={DELTA_FORMAT}&deflate=1&since={v}"),
+            None => format!("deltas=1&format={DELTA_FORMAT}&deflate=1"),
         }
     }
     /// The delta form this build reads (see [`watch_deltas_query`]).

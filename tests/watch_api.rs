@@ -481,3 +481,50 @@ async fn a_watcher_from_before_per_project_changes_gets_whole_lists_it_can_read(
         "per-project changes or short headers reached this build"
     );
 }
+
+/// A watcher that asks `deflate=1` gets one deflate stream (said in its header) that
+/// inflates to the events as they come, a fraction of their plain size (the heartbeats
+/// repeat); one that does not ask gets plain text, as before.
+#[tokio::test]
+async fn a_watcher_that_asks_gets_the_stream_compressed() {
+    use gpuboard::wire::deflate::{HEADER, Inflater};
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, client) = serve_here(dir.path(), Duration::from_millis(100)).await;
+    let base = client.endpoint().trim_end_matches('/').to_string();
+    let plain = raw_http()
+        .get(format!("{base}/v1/watch?deltas=1&format=2"))
+        .send()
+        .await
+        .unwrap();
+    assert!(plain.headers().get(HEADER).is_none());
+    let mut packed = raw_http()
+        .get(format!("{base}/v1/watch?deltas=1&format=2&deflate=1"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(packed.headers().get(HEADER).unwrap(), "1");
+    let mut z = Inflater::default();
+    let (mut text, mut sent) = (String::new(), 0);
+    let mut cordoned = false;
+    while text.matches("event: heartbeat").count() < 10 || !text.contains("event: delta") {
+        let chunk = tokio::time::timeout(Duration::from_secs(30), packed.chunk())
+            .await
+            .expect("a chunk within 30 s")
+            .unwrap()
+            .expect("the stream goes on");
+        sent += chunk.len();
+        text.push_str(&String::from_utf8(z.feed(&chunk).unwrap()).unwrap());
+        if !cordoned && text.matches("event: heartbeat").count() >= 3 {
+            engine.cordon("g5-a10g", 0, true, "test").await.unwrap();
+            cordoned = true;
+        }
+    }
+    assert!(text.starts_with("event: snapshot"), "{text:.200}");
+    assert!(
+        sent * 2 < text.len(),
+        "{sent} bytes sent for {}",
+        text.len()
+    );
+    let delta = text.split("event: delta").nth(1).unwrap();
+    assert!(delta.contains(r#""cordoned":true"#), "{delta:.300}");
+}

@@ -1,12 +1,13 @@
 //! The CLI's snapshot cache: the last snapshot read from each endpoint (what `ls` reads of
-//! it: nodes, claims, the endpoint) and its version, and the last capacity read from it
-//! (`GET /v1/capacity`, what a fleet claim places on) and its tag, one file each per
-//! endpoint URL under the user's cache directory (`GPUBOARD_CACHE_DIR`, else
+//! it: nodes, claims, the endpoint) and its version, one file per endpoint URL, and the
+//! last capacity read from each (`GET /v1/capacity`, what a fleet claim places on) and its
+//! tag, all in one file (`capacities.json`), under the user's cache directory (`GPUBOARD_CACHE_DIR`, else
 //! `~/.cache/gpuboard/snapshots`). Both are read with `If-None-Match`, so an endpoint
 //! that has not changed since the last command answers 304 and sends nothing. The cache
 //! is only a saving: a missing, unreadable or foreign file is read again from the
 //! endpoint, and a file that cannot be written is skipped.
 
+use std::collections::HashMap;
 use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
@@ -32,6 +33,17 @@ struct CapacityEntry {
     url: String,
     etag: String,
     capacity: CapacitySummary,
+}
+
+/// The file (under the cache directory, `.json`) that holds every endpoint's capacity.
+const CAPACITY_FILE: &str = "capacities";
+
+/// How one capacity was read.
+enum Read {
+    /// 304: the cached one holds.
+    Cached,
+    /// Read whole, with its tag when it came with one.
+    Fresh(Box<CapacitySummary>, Option<String>),
 }
 
 /// Where the cached snapshots live; `None` turns caching off.
@@ -94,52 +106,97 @@ impl SnapshotCache {
         let _ = write_private(&path, entry);
     }
 
-    fn load_capacity(&self, url: &str) -> Option<CapacityEntry> {
-        let bytes = std::fs::read(self.file_for(url, "capacity.json")?).ok()?;
-        let e: CapacityEntry = serde_json::from_slice(&bytes).ok()?;
-        (e.url == url).then_some(e)
+    /// Every cached capacity, by URL (one file for all endpoints: one read and at most one
+    /// write per command, where a file per endpoint cost 100 creations and renames on a
+    /// cold 100-endpoint claim, most of its time).
+    fn load_capacities(&self) -> HashMap<String, CapacityEntry> {
+        let Some(bytes) = self
+            .file_for(CAPACITY_FILE, "json")
+            .and_then(|p| std::fs::read(p).ok())
+        else {
+            return HashMap::new();
+        };
+        serde_json::from_slice::<Vec<CapacityEntry>>(&bytes)
+            .map(|v| v.into_iter().map(|e| (e.url.clone(), e)).collect())
+            .unwrap_or_default()
     }
 
-    fn store_capacity(&self, entry: &CapacityEntry) {
-        if let Some(path) = self.file_for(&entry.url, "capacity.json") {
-            let _ = write_private(&path, entry);
-        }
-    }
-
-    /// The endpoint's capacity: the cached one when the endpoint answers 304, else the
-    /// fresh one (cached for the next command when it came with a tag). An endpoint from
-    /// before `GET /v1/capacity` gives the capacity of its snapshot (read through the
-    /// snapshot cache).
-    pub(super) async fn capacity(&self, client: &Client) -> Result<CapacitySummary, ClientError> {
-        let url = client.endpoint().to_string();
-        let cached = self.load_capacity(&url);
-        match client
-            .capacity_if_changed(cached.as_ref().map(|e| e.etag.as_str()))
-            .await?
-        {
-            CapacityRead::NotModified => match cached {
-                Some(e) => Ok(e.capacity),
-                // 304 to a request that named no tag: read it whole.
-                None => match client.capacity_if_changed(None).await? {
-                    CapacityRead::Fresh { capacity, .. } => Ok(*capacity),
-                    _ => Ok(CapacitySummary::of(&self.read(client).await?)),
-                },
-            },
-            CapacityRead::Fresh { capacity, etag } => {
-                if let Some(etag) = etag
-                    && self.dir.is_some()
-                {
-                    let entry = CapacityEntry {
-                        url,
-                        etag,
-                        capacity: *capacity,
-                    };
-                    self.store_capacity(&entry);
-                    return Ok(entry.capacity);
+    /// Every member's capacity, read concurrently: the cached one where the endpoint answers
+    /// 304, else the fresh one (cached for the next command when it came with a tag). An
+    /// endpoint from before `GET /v1/capacity` gives the capacity of its snapshot (read
+    /// through the snapshot cache).
+    pub(super) async fn capacities(
+        &self,
+        clients: &[&Client],
+    ) -> Vec<Result<CapacitySummary, ClientError>> {
+        let mut cached = if self.dir.is_some() {
+            self.load_capacities()
+        } else {
+            HashMap::new()
+        };
+        let reads = futures::future::join_all(clients.iter().map(|c| {
+            let tag = cached.get(c.endpoint()).map(|e| e.etag.clone());
+            self.capacity_read(c, tag)
+        }))
+        .await;
+        let mut fresh = false;
+        let out = reads
+            .into_iter()
+            .zip(clients)
+            .map(|(read, client)| {
+                let url = client.endpoint();
+                match read? {
+                    Read::Cached => cached.get(url).map(|e| e.capacity.clone()).ok_or_else(|| {
+                        ClientError::Decode {
+                            endpoint: url.to_string(),
+                            detail: "304 for a capacity this cache does not hold".to_string(),
+                        }
+                    }),
+                    Read::Fresh(capacity, Some(etag)) => {
+                        fresh = true;
+                        let entry = CapacityEntry {
+                            url: url.to_string(),
+                            etag,
+                            capacity: *capacity,
+                        };
+                        let capacity = entry.capacity.clone();
+                        cached.insert(url.to_string(), entry);
+                        Ok(capacity)
+                    }
+                    Read::Fresh(capacity, None) => Ok(*capacity),
                 }
-                Ok(*capacity)
-            }
-            CapacityRead::NoRoute => Ok(CapacitySummary::of(&self.read(client).await?)),
+            })
+            .collect();
+        if fresh && let Some(path) = self.file_for(CAPACITY_FILE, "json") {
+            let mut entries: Vec<&CapacityEntry> = cached.values().collect();
+            entries.sort_by(|a, b| a.url.cmp(&b.url));
+            // Best effort: a read-only or full cache directory only costs the next full read.
+            let _ = write_private(&path, &entries);
+        }
+        out
+    }
+
+    /// One endpoint's capacity, conditionally on `tag` (the cached one's).
+    async fn capacity_read(
+        &self,
+        client: &Client,
+        tag: Option<String>,
+    ) -> Result<Read, ClientError> {
+        match client.capacity_if_changed(tag.as_deref()).await? {
+            CapacityRead::NotModified if tag.is_some() => Ok(Read::Cached),
+            // 304 to a request that named no tag: read it whole.
+            CapacityRead::NotModified => match client.capacity_if_changed(None).await? {
+                CapacityRead::Fresh { capacity, .. } => Ok(Read::Fresh(capacity, None)),
+                _ => Ok(Read::Fresh(
+                    Box::new(CapacitySummary::of(&self.read(client).await?)),
+                    None,
+                )),
+            },
+            CapacityRead::Fresh { capacity, etag } => Ok(Read::Fresh(capacity, etag)),
+            CapacityRead::NoRoute => Ok(Read::Fresh(
+                Box::new(CapacitySummary::of(&self.read(client).await?)),
+                None,
+            )),
         }
     }
 

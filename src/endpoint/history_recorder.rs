@@ -22,6 +22,10 @@ use crate::snapshot::Snapshot;
 
 /// Telemetry is recorded every this many milliseconds per device.
 pub const SAMPLE_MS: u64 = 5_000;
+/// How often the feed looks for a new version when no device has telemetry to sample: a
+/// version held back when a telemetry round woke the feed (built too soon after the last)
+/// is recorded by then.
+const IDLE_FEED_MS: u64 = 60_000;
 /// Retention runs this often (in recorded time).
 const RETAIN_EVERY_MS: u64 = 600_000;
 /// Snapshots waiting for the recorder before new ones are skipped.
@@ -141,8 +145,12 @@ impl RecordedHistory {
     }
 }
 
-/// Feeds the history from an endpoint's snapshot versions: after every commit and every
-/// `SAMPLE_MS`, whether or not anyone watches. Ends when `versions` is gone.
+/// Feeds the history from an endpoint's snapshot versions: after every commit, after every
+/// telemetry round that changed what snapshots show, and every `SAMPLE_MS` while some
+/// device has telemetry to sample (or recording has stopped, so a write is tried again);
+/// else only every `IDLE_FEED_MS`, in case a version was held back when it was woken (an
+/// idle endpoint without GPUs otherwise woke every 5 s to feed the version it had fed).
+/// Whether or not anyone watches. Ends when `versions` is gone.
 pub fn spawn_feed(
     history: Arc<RecordedHistory>,
     versions: Arc<SnapshotVersions>,
@@ -150,8 +158,10 @@ pub fn spawn_feed(
     tokio::spawn(async move {
         let mut commits = versions.engine().subscribe();
         let mut stopped = history.watch_stopped();
-        let mut every = tokio::time::interval(Duration::from_millis(SAMPLE_MS));
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut rounds = versions.engine().telemetry().map(|feed| feed.subscribe());
+        // Until the first snapshot says whether any device has telemetry.
+        let mut sampling = true;
+        let mut next = tokio::time::Instant::now();
         loop {
             // The revision a commit woke the feed for: its snapshot must be recorded.
             let mut owed = None;
@@ -163,7 +173,9 @@ pub fn spawn_feed(
                     tokio::time::sleep(COALESCE).await;
                     owed = Some(*commits.borrow_and_update());
                 }
-                _ = every.tick() => {}
+                () = tokio::time::sleep_until(next) => {}
+                // With devices sampled, rounds change every second: the 5 s pace holds.
+                () = news(&mut rounds), if !sampling => {}
                 // The recorder stopped or went on: every snapshot says so from now on.
                 turned = stopped.changed() => {
                     if turned.is_err() {
@@ -180,6 +192,7 @@ pub fn spawn_feed(
             for _ in 0..OWED_TRIES {
                 match versions.current().await {
                     Ok(built) => {
+                        sampling = !samples_of(&built.snapshot).is_empty();
                         history.feed(Arc::clone(&built.snapshot));
                         if owed.is_none_or(|r| built.snapshot.revision >= r) {
                             break;
@@ -192,8 +205,26 @@ pub fn spawn_feed(
                 }
                 tokio::time::sleep(COALESCE).await;
             }
+            let every = if sampling || history.stopped().is_some() {
+                SAMPLE_MS
+            } else {
+                IDLE_FEED_MS
+            };
+            next = tokio::time::Instant::now() + Duration::from_millis(every);
         }
     })
+}
+
+/// Returns when the live feed's generation moves (a telemetry round that changed what
+/// snapshots show); never without telemetry, or once the feed is gone.
+async fn news(rounds: &mut Option<watch::Receiver<u64>>) {
+    let moved = match rounds {
+        Some(rx) => rx.changed().await.is_ok(),
+        None => false,
+    };
+    if !moved {
+        std::future::pending::<()>().await;
+    }
 }
 
 /// The recorder thread: until every feeder is gone.

@@ -2,7 +2,8 @@
 //! original revision feed (`audit`, `revision`, `resync` events). With it, the delta watch
 //! of the README's "Watch with deltas": a `snapshot`, then one `delta` per version (from
 //! the shared ring, never recomputed per watcher), `resync` when `since` cannot be
-//! resumed, and a `heartbeat` whenever nothing else was sent for a while.
+//! resumed, and a `heartbeat` whenever nothing else was sent for a while; with
+//! `deflate=1`, all of it as one deflate stream (`wire::deflate`).
 //!
 //! The ring holds deltas in the per-project form (`snapshot::diff`). A watcher that did
 //! not ask for it (`format=2`, a console from before it) is never sent a change it cannot
@@ -14,11 +15,12 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use futures::Stream;
+use futures::{Stream, StreamExt as _};
 use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::watch;
@@ -30,6 +32,7 @@ use crate::endpoint::engine::{Engine, StateKeyWatch};
 use crate::endpoint::versions::StoredDelta;
 use crate::endpoint::versions::{BuiltSnapshot, SnapshotVersions};
 use crate::snapshot::to_whole_lists;
+use crate::wire::deflate::{self, Deflater};
 use crate::wire::paths::DELTA_FORMAT;
 use crate::wire::{DeltaBody, HeartbeatBody, ResyncBody, SnapshotVersion, watch_events};
 
@@ -42,6 +45,7 @@ pub(crate) struct WatchQuery {
     since: Option<String>,
     deltas: Option<String>,
     format: Option<String>,
+    deflate: Option<String>,
 }
 
 /// Both watches on one path: `deltas=1` (or `true`) picks the delta watch.
@@ -53,7 +57,11 @@ pub(crate) async fn watch(State(st): State<ApiState>, Query(q): Query<WatchQuery
         let stream = futures::stream::unfold(session, |mut s| async move {
             s.next().await.map(|ev| (Ok::<Event, Infallible>(ev), s))
         });
-        return Sse::new(stream).into_response();
+        let sse = Sse::new(stream).into_response();
+        if matches!(q.deflate.as_deref(), Some("1" | "true")) {
+            return deflated(sse);
+        }
+        return sse;
     }
     match revisions(&st.engine, q.since.as_deref()) {
         Ok(sse) => sse.into_response(),
@@ -166,6 +174,21 @@ impl DeltaSession {
             .push_back(event(watch_events::SNAPSHOT, Some(current.version)).data(text.as_ref()));
         self.at = Some(current.version);
     }
+}
+
+/// The event stream as one deflate stream, each event flushed whole (`wire::deflate`),
+/// for a watcher that asked `deflate=1`. Still `text/event-stream`, so the gzip layer
+/// leaves it be; the header tells the watcher to inflate it.
+fn deflated(sse: Response) -> Response {
+    let (mut parts, body) = sse.into_parts();
+    parts
+        .headers
+        .insert(deflate::HEADER, HeaderValue::from_static("1"));
+    let mut z = Deflater::default();
+    let frames = body
+        .into_data_stream()
+        .map(move |chunk| chunk.map(|c| Bytes::from(z.frame(&c))));
+    Response::from_parts(parts, Body::from_stream(frames))
 }
 
 /// Whether a stored delta holds a change only per-project readers know. In JSON written by

@@ -205,6 +205,14 @@ pub fn reason_text(reason: &WaitReason, now: Timestamp) -> Option<String> {
     })
 }
 
+/// A debt as the snapshot shows it: to the thousandth of an instance-second (the console
+/// shows whole ones), so that float noise in the ledger's accrual (a few 1e-10 between two
+/// readings with no commit) makes no new project on the wire. The ledger keeps its own
+/// figure unrounded; `+ 0.0` turns a rounded `-0` into `0`.
+fn shown_debt(debt: f64) -> f64 {
+    (debt * 1e3).round() / 1e3 + 0.0
+}
+
 /// The ledger's projects and resource types as the snapshot shows them.
 pub fn views(view: &FairShareView, now: Timestamp) -> (Vec<ProjectView>, Vec<ResourceView>) {
     let projects: Vec<ProjectView> = view
@@ -215,14 +223,14 @@ pub fn views(view: &FairShareView, now: Timestamp) -> (Vec<ProjectView>, Vec<Res
             share: p.share.get(),
             running: u32::try_from(p.running).unwrap_or(u32::MAX),
             pending: u32::try_from(p.pending).unwrap_or(u32::MAX),
-            overall_debt: p.overall_debt.0,
+            overall_debt: shown_debt(p.overall_debt.0),
             priority: None,
             resources: p
                 .resources
                 .iter()
                 .map(|a| ProjectResourceView {
                     resource: a.resource.to_string(),
-                    debt: a.debt.0,
+                    debt: shown_debt(a.debt.0),
                     target: a.target_instances,
                     used: a.used_instances,
                     eligible: a.accrue,
@@ -320,5 +328,17 @@ mod tests {
         let alloc = f.claim(ClaimId(1), &req).unwrap();
         let (r, u) = usage(&f, &alloc).unwrap();
         assert_eq!((r.as_str(), u), ("gpu:NVIDIA A10G", Units(10_000)));
+    }
+
+    #[test]
+    fn shown_debts_hide_float_noise_and_keep_what_is_read() {
+        // The noise seen between two idle versions: no change a reader could see.
+        assert_eq!(shown_debt(-6.4e-11), shown_debt(-1.3e-10));
+        assert!(
+            shown_debt(-1.3e-10).is_sign_positive(),
+            "no `-0` on the wire"
+        );
+        assert!((shown_debt(1_234.567_89) - 1_234.568).abs() < 1e-9);
+        assert!((shown_debt(-0.4996) + 0.5).abs() < 1e-9);
     }
 }
