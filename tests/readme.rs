@@ -188,7 +188,16 @@ fn every_readme_command_works_as_written() {
     let mut unknown = Vec::new();
     let mut ran = 0;
     for line in readme_lines() {
-        let words: Vec<String> = line.split_whitespace().map(str::to_string).collect();
+        // `NAME=value` before a command only sets its environment.
+        let words: Vec<String> = line
+            .split_whitespace()
+            .skip_while(|w| {
+                w.split_once('=').is_some_and(|(k, _)| {
+                    !k.is_empty() && k.chars().all(|c| c.is_ascii_uppercase() || c == '_')
+                })
+            })
+            .map(str::to_string)
+            .collect();
         match words.first().map(String::as_str) {
             // The set-up commands themselves, and the tools for benchmarks.
             Some("cargo" | "./scripts/test") => continue,

@@ -133,13 +133,13 @@ pub trait Kept:
     /// What the store keeps.
     type Facts: Send + Sync + 'static;
     /// Its key (namespace, empty for nodes, and name) and its facts.
-    fn into_facts(self) -> (Key, Self::Facts);
+    fn into_facts(self) -> (ObjectKey, Self::Facts);
 }
 
 /// Where an object is: its namespace (empty for a node) and name.
-pub type Key = (String, String);
+pub type ObjectKey = (String, String);
 
-fn key_of(meta: ObjectMeta) -> Key {
+fn key_of(meta: ObjectMeta) -> ObjectKey {
     (
         meta.namespace.unwrap_or_default(),
         meta.name.unwrap_or_default(),
@@ -148,19 +148,19 @@ fn key_of(meta: ObjectMeta) -> Key {
 
 impl Kept for KeptNode {
     type Facts = NodeFacts;
-    fn into_facts(self) -> (Key, NodeFacts) {
+    fn into_facts(self) -> (ObjectKey, NodeFacts) {
         (key_of(self.meta), self.facts)
     }
 }
 
 impl Kept for KeptPod {
     type Facts = PodFacts;
-    fn into_facts(self) -> (Key, PodFacts) {
+    fn into_facts(self) -> (ObjectKey, PodFacts) {
         (key_of(self.meta), self.facts)
     }
 }
 
-type Objects<T> = HashMap<Key, Arc<T>>;
+type Objects<T> = HashMap<ObjectKey, Arc<T>>;
 
 /// The facts of every object a watch has, by namespace and name. Behind an `Arc` each, so
 /// a fetch takes them all under a short lock and decodes with the lock released (the watch
