@@ -46,7 +46,7 @@ thread_local! {
 
 /// Decompresses a zstd frame written by `zstd::bulk::compress` (which records the size),
 /// reusing this thread's context; other frames are streamed.
-pub(super) fn decompress(bytes: &[u8]) -> Result<Vec<u8>, String> {
+pub fn decompress(bytes: &[u8]) -> Result<Vec<u8>, String> {
     let size = zstd::zstd_safe::get_frame_content_size(bytes)
         .ok()
         .flatten();
