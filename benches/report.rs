@@ -252,13 +252,11 @@ fn cpu_s() -> f64 {
 /// helper threads too.
 fn process_cpu_s() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the command's closing parenthesis; utime and stime are the 12th and 13th.
+    // Fields after the command's closing parenthesis (state first): utime, stime 12th, 13th.
     let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<f64> = rest
-        .split_whitespace()
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    (f.get(11).copied().unwrap_or(0.0) + f.get(12).copied().unwrap_or(0.0)) / 100.0
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
 }
 
 fn median(mut times: Vec<f64>) -> (f64, f64, f64) {
