@@ -273,10 +273,13 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::accounting::usage::ClaimTally;
     use crate::accounting::ByShare;
+    use crate::accounting::usage::ClaimTally;
 
-    fn tally(claims: Vec<(u64, u8, Option<u8>, f64, Vec<(u64, u64, f64)>)>, p: f64) -> Tally {
+    /// A generated claim: id, project, holder, reserved, idle runs (gap, length, weight).
+    type Gen = (u64, u8, Option<u8>, f64, Vec<(u64, u64, f64)>);
+
+    fn tally(claims: Vec<Gen>, p: f64) -> Tally {
         let names = ["vision", "speech", "nlp", "rl", "ana", "bo"];
         Tally {
             physical: GpuSeconds(p),
@@ -316,7 +319,7 @@ mod tests {
         }
     }
 
-    fn claims() -> impl Strategy<Value = Vec<(u64, u8, Option<u8>, f64, Vec<(u64, u64, f64)>)>> {
+    fn claims() -> impl Strategy<Value = Vec<Gen>> {
         prop::collection::vec(
             (
                 0u64..1 << 40,

@@ -870,7 +870,9 @@ mod tests {
                 .unwrap();
         };
         old(&store, t0, &hour(1.0));
-        store.add_rollup(Timestamp(t0 + CHUNK_MS), &hour(2.0)).unwrap();
+        store
+            .add_rollup(Timestamp(t0 + CHUNK_MS), &hour(2.0))
+            .unwrap();
         old(&store, t0 + 2 * CHUNK_MS, &hour(3.0));
         store
             .add_rollup(Timestamp(t0 + 2 * CHUNK_MS), &hour(4.0))

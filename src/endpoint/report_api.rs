@@ -82,7 +82,9 @@ fn whole(s: &HistoryStore, ask: &Ask) -> Result<Option<WindowReport>, HistoryErr
             w.map(|(start, versions)| accounting::tell(&start, &versions, ask.from, ask.to))
         });
         let samples = match reading {
-            Some(h) => h.join().unwrap_or_else(|_| Err(gone("reading the samples"))),
+            Some(h) => h
+                .join()
+                .unwrap_or_else(|_| Err(gone("reading the samples"))),
             None => s.all_ticks(early(ask.from), ask.to),
         };
         (story, samples)
