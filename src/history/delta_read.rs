@@ -19,22 +19,22 @@ use crate::snapshot::{
 };
 
 /// A list of changes, as [`Vec<SnapshotChange>`] deserializes, read in one pass.
-pub struct Changes(pub Vec<SnapshotChange>);
+pub struct DeltaChanges(pub Vec<SnapshotChange>);
 
-impl<'de> Deserialize<'de> for Changes {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Changes, D::Error> {
+impl<'de> Deserialize<'de> for DeltaChanges {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<DeltaChanges, D::Error> {
         struct List;
         impl<'de> Visitor<'de> for List {
-            type Value = Changes;
+            type Value = DeltaChanges;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("a list of snapshot changes")
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Changes, A::Error> {
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<DeltaChanges, A::Error> {
                 let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
                 while let Some(c) = seq.next_element_seed(One)? {
                     out.push(c);
                 }
-                Ok(Changes(out))
+                Ok(DeltaChanges(out))
             }
         }
         d.deserialize_seq(List)
@@ -338,7 +338,7 @@ mod tests {
         let changes = every_kind();
         let json = serde_json::to_vec(&changes).unwrap();
         let derived: Vec<SnapshotChange> = serde_json::from_slice(&json).unwrap();
-        let fast: Changes = serde_json::from_slice(&json).unwrap();
+        let fast: DeltaChanges = serde_json::from_slice(&json).unwrap();
         assert_eq!(derived, changes);
         assert_eq!(fast.0, changes);
     }
@@ -347,7 +347,7 @@ mod tests {
     fn a_change_whose_tag_is_not_first_is_still_read() {
         let json = r#"[{"revision": 8, "taken_at": 80, "op": "revision"},
             {"name": "b", "op": "node_removed"}, {"op": "claim_removed", "id": 2}]"#;
-        let fast: Changes = serde_json::from_str(json).unwrap();
+        let fast: DeltaChanges = serde_json::from_str(json).unwrap();
         assert_eq!(
             fast.0,
             [
@@ -369,7 +369,7 @@ mod tests {
             (r"[{}]", "missing field `op`"),
             (r#"[{"name": "b"}]"#, "missing field `op`"),
         ] {
-            let err = serde_json::from_str::<Changes>(json).err().unwrap();
+            let err = serde_json::from_str::<DeltaChanges>(json).err().unwrap();
             assert!(err.to_string().contains(says), "{json}: {err}");
         }
     }

@@ -46,7 +46,7 @@ struct BodyWire {
     #[serde(default)]
     state: Option<Box<Snapshot>>,
     #[serde(default)]
-    delta: Option<super::delta_read::Changes>,
+    delta: Option<super::delta_read::DeltaChanges>,
 }
 
 #[derive(Deserialize)]
