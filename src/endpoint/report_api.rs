@@ -72,20 +72,24 @@ pub fn window_report(
 }
 
 /// The whole report (`accounting::report`'s, on two cores): the window's versions read
-/// and replayed on this thread while its samples are read on a connection and thread of
-/// their own; then its usage and its trouble found at once. `None` before the history.
+/// and replayed on a connection and thread of their own while its samples are read on this
+/// one (the samples are most of the memory, kept in this thread's allocator); then its usage
+/// and its trouble found at once. `None` before the history.
 fn whole(s: &HistoryStore, ask: &Ask) -> Result<Option<WindowReport>, HistoryError> {
     let other = s.another_reader()?;
-    let (story, samples) = std::thread::scope(|scope| {
-        let reading = other.map(|o| scope.spawn(move || o.all_ticks(early(ask.from), ask.to)));
-        let story = s.window(ask.from, ask.to).map(|w| {
+    let tell = |store: &HistoryStore| {
+        store.window(ask.from, ask.to).map(|w| {
             w.map(|(start, versions)| accounting::tell(&start, &versions, ask.from, ask.to))
-        });
-        let samples = match reading {
+        })
+    };
+    let (story, samples) = std::thread::scope(|scope| {
+        let telling = other.map(|o| scope.spawn(move || tell(&o)));
+        let samples = s.all_ticks(early(ask.from), ask.to);
+        let story = match telling {
             Some(h) => h
                 .join()
-                .unwrap_or_else(|_| Err(gone("reading the samples"))),
-            None => s.all_ticks(early(ask.from), ask.to),
+                .unwrap_or_else(|_| Err(gone("reading the versions"))),
+            None => tell(s),
         };
         (story, samples)
     });
