@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use gpuboard::accounting::usage::{IDLE_BELOW_PCT, tally};
-use gpuboard::accounting::{Ask, IdleRule, PENDING_MS, Parts, report, tell};
+use gpuboard::accounting::{Ask, IdleRule, PENDING_MS, Parts, WindowReport, report, tell};
 use gpuboard::clock::Timestamp;
 use gpuboard::endpoint::history_store::HistoryStore;
 use gpuboard::endpoint::report_api::window_report;
@@ -247,6 +247,18 @@ fn cpu_s() -> f64 {
         .map_or(0.0, |ns| ns / 1e9)
 }
 
+/// Seconds every thread of this process has run on a CPU, those ended included
+/// (`/proc/self/stat`'s user and system times, in ticks of 10 ms): the route's work runs on
+/// helper threads too.
+fn process_cpu_s() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command's closing parenthesis (state first): utime, stime 12th, 13th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 fn median(mut times: Vec<f64>) -> (f64, f64, f64) {
     times.sort_by(f64::total_cmp);
     (times[times.len() / 2], times[0], times[times.len() - 1])
@@ -299,11 +311,22 @@ fn whole() {
         idle: IdleRule::default(),
         pending_ms: PENDING_MS,
     };
+    // The route's own work (`window_report`: versions and samples read at once on two
+    // connections, usage and trouble found at once), then the same phases one after
+    // another on this thread for the split; runs interleaved.
+    let mut route = Vec::new();
+    let mut route_cpu = Vec::new();
     let mut times = Vec::new();
     let mut cpus = Vec::new();
     let mut parts = Vec::new();
     let mut last = None;
     for _ in 0..5 {
+        let t = Instant::now();
+        let cpu = process_cpu_s();
+        let whole = window_report(&store, ask, Parts::All).unwrap().unwrap();
+        route.push(t.elapsed().as_secs_f64());
+        route_cpu.push(process_cpu_s() - cpu);
+
         let t = Instant::now();
         let cpu = cpu_s();
         let begins = store.from().unwrap().unwrap();
@@ -324,17 +347,26 @@ fn whole() {
             read_samples,
             total - read_versions - read_samples,
         ));
+        assert_eq!(whole.usage, r.usage, "the route's figures are the report's");
+        assert_eq!(whole.actions, r.actions);
+        assert_eq!(whole.trouble, r.trouble);
         last = Some((
             versions.len(),
             samples.values().map(Vec::len).sum::<usize>(),
             r,
         ));
     }
+    let (mid, min, max) = median(route);
+    println!(
+        "the route's report over {hours} h of {gpus} GPUs: median {mid:.3} s (min {min:.3}, \
+         max {max:.3}; 5 runs; on-CPU median {:.3} s, all threads)",
+        median(route_cpu).0
+    );
     times.sort_by(f64::total_cmp);
     parts.sort_by(|a, b| a.0.total_cmp(&b.0));
     let (versions, samples, r) = last.unwrap();
     println!(
-        "report over {hours} h of {gpus} GPUs: median {:.3} s (min {:.3}, max {:.3}; 5 runs; \
+        "one thread, phase by phase: median {:.3} s (min {:.3}, max {:.3}; 5 runs; \
          on-CPU median {:.3} s): versions {:.3} s, samples {:.3} s, accounting {:.3} s; \
          {versions} versions, {samples} samples, {} claims, {} actions; history generated \
          in {generated:.0} s",
@@ -453,22 +485,34 @@ fn usage() {
     let mut times = Vec::new();
     let mut cpus = Vec::new();
     let mut last = None;
+    let mut jsons = Vec::new();
+    let mut size = 0;
     for _ in 0..5 {
         let t = Instant::now();
-        let cpu = cpu_s();
+        let cpu = process_cpu_s();
         let r = window_report(&store, ask, Parts::Usage).unwrap().unwrap();
+        let computed = t.elapsed().as_secs_f64();
+        // What the route sends and the console's client reads back.
+        let json = serde_json::to_vec(&r).unwrap();
+        let back: WindowReport = serde_json::from_slice(&json).unwrap();
         times.push(t.elapsed().as_secs_f64());
-        cpus.push(cpu_s() - cpu);
+        jsons.push(t.elapsed().as_secs_f64() - computed);
+        cpus.push(process_cpu_s() - cpu);
+        size = json.len();
+        assert_eq!(back.usage.projects, r.usage.projects);
         last = Some(r);
     }
     let (mid, min, max) = median(times);
     let r = last.unwrap();
     let u = &r.usage;
     println!(
-        "usage over {days} days of {gpus} GPUs (parts=usage): median {mid:.3} s (min {min:.3}, \
-         max {max:.3}; 5 runs; on-CPU median {:.3} s); {} projects, {} claims; history \
+        "usage over {days} days of {gpus} GPUs (parts=usage, the answer's JSON written and \
+         read back): median {mid:.3} s (min {min:.3}, max {max:.3}; 5 runs; on-CPU median \
+         {:.3} s), of which JSON {:.3} s ({:.1} MiB); {} projects, {} claims; history \
          generated in {generated:.0} s",
         median(cpus).0,
+        median(jsons).0,
+        size as f64 / f64::from(1 << 20),
         u.projects.len(),
         u.claims.len()
     );

@@ -22,6 +22,7 @@ use gpuboard::console::msg::{Effect, Msg};
 use gpuboard::console::state::{SourceSlot, SourceUsage, State, UsageWindow, View};
 use gpuboard::console::theme::Theme;
 use gpuboard::console::update::{rewind_to, update};
+use gpuboard::ids::ClaimId;
 use gpuboard::sources::Source;
 use gpuboard::sources::demo::{Demo, DemoWorld};
 use gpuboard::sources::endpoint::Http;
@@ -211,6 +212,33 @@ async fn the_usage_view_shows_the_reports_figures_and_names_the_sources_without_
     assert!((claims[0].1 - 2.0).abs() < 1e-3 && (claims[0].2 - 40.0 / 60.0).abs() < 1e-3);
     assert!((claims[1].1 - 1.0 / 3.0).abs() < 1e-3, "{claims:?}");
     insta::assert_snapshot!("usage_claims_120x40", screen(&st, &f, 120, 40));
+    // Enter on claim 1 (held at the time shown): its detail as it was then.
+    let effects = update(&mut st, code(KeyCode::Enter));
+    drive(&mut st, &f, effects).await;
+    assert_eq!(shown(&st).view, View::ClaimDetail);
+    assert_eq!(shown(&st).claim_detail, Some((0, ClaimId(1))));
+    insta::assert_snapshot!("usage_claim_detail_120x40", screen(&st, &f, 120, 40));
+    // Esc: vision's claims again; claim 3 (gone an hour before the time shown) has no
+    // detail to show, which a flash says.
+    let effects = update(&mut st, code(KeyCode::Esc));
+    drive(&mut st, &f, effects).await;
+    assert_eq!(shown(&st).view, View::Usage);
+    assert_eq!(shown(&st).usage.open.as_deref(), Some("vision"));
+    let effects = update(&mut st, code(KeyCode::Down));
+    drive(&mut st, &f, effects).await;
+    let effects = update(&mut st, code(KeyCode::Enter));
+    drive(&mut st, &f, effects).await;
+    assert_eq!(shown(&st).view, View::Usage);
+    let said = shown(&st).flash.as_ref().map(|f| f.text.clone());
+    let gone = &shown(&st).usage.claims[shown(&st).usage.claim_list.rows[1]].label;
+    assert_eq!(
+        said.as_deref(),
+        Some(format!("claim {} on a was not held at 03:00:00 (the time shown): only its figures are known", &gone[2..]).as_str())
+    );
+    let effects = update(&mut st, code(KeyCode::Esc));
+    drive(&mut st, &f, effects).await;
+    let effects = update(&mut st, code(KeyCode::Up));
+    drive(&mut st, &f, effects).await;
     // Esc: the projects again (and still rewound).
     let effects = update(&mut st, code(KeyCode::Esc));
     drive(&mut st, &f, effects).await;
@@ -282,6 +310,11 @@ fn the_real_console_in_tmux_opens_usage_cycles_the_window_and_lists_a_projects_c
     s.keys(&["Enter"]);
     let screen = s.wait_for("vision's claims");
     assert!(screen.contains("CLAIM"), "{screen}");
+    // Enter on claim 1 (held at the time shown): its detail; Esc back to the claims.
+    s.keys(&["Enter"]);
+    s.wait_for("claim 1 placed on a");
+    s.keys(&["Escape"]);
+    s.wait_for("vision's claims");
     let screen = s.escape_from("vision's claims");
     assert!(screen.contains("PROJECT"), "{screen}");
     assert!(
@@ -415,4 +448,90 @@ async fn an_older_serve_a_garbled_report_and_a_silent_one_are_each_named_in_word
     assert!(e.contains("unreadable") || e.contains("decode"), "{e}");
     let e = words(said(silent, Duration::from_secs(1)).await);
     assert_eq!(e, "no report within 1 s");
+}
+
+/// Enter on a claim in a live Usage view's claims list opens the claim detail (Esc comes
+/// back to the list); on a claim its source no longer holds, or whose source's state is not
+/// loaded, it says so in one line and stays.
+#[test]
+fn enter_on_a_usage_claim_opens_its_detail_or_says_it_is_no_longer_held() {
+    use crate::common::console_fixtures::{NOW, flash, lab_state};
+    use gpuboard::accounting::usage::ClaimGpuTime;
+    use gpuboard::accounting::{Figures, GpuSeconds, GpuTime, ProjectGpuTime};
+    use gpuboard::console::state::UsageKey;
+    use gpuboard::console::usage::UsageAnswer;
+    let mut st = lab_state();
+    let now = Timestamp(NOW.0 + 1_000);
+    let _ = update(&mut st, Msg::Tick(now));
+    let _ = update(&mut st, k('7'));
+    // Claim 1 (vision, alice) is held now; claim 99 ended before.
+    let claim = |id: u64, idle: f64| ClaimGpuTime {
+        claim: ClaimId(id),
+        project: "vision".into(),
+        holder: None,
+        longest_idle_ms: 0,
+        figures: Figures {
+            idle_allocated: GpuSeconds(idle),
+            ..Figures::default()
+        },
+    };
+    let usage = GpuTime {
+        physical: GpuSeconds(4.0 * 86_400.0),
+        projects: vec![ProjectGpuTime {
+            project: "vision".into(),
+            claims: 2,
+            figures: Figures::default(),
+        }],
+        claims: vec![claim(99, 7.0), claim(1, 3.0)],
+        ..GpuTime::default()
+    };
+    let _ = update(
+        &mut st,
+        Msg::Usage(UsageAnswer {
+            source: 0,
+            rewound: false,
+            key: UsageKey::live(UsageWindow::Day, now),
+            said: SourceUsage::Shown {
+                from: Timestamp(NOW.0 - 86_400_000),
+                usage: Box::new(usage),
+            },
+        }),
+    );
+    let _ = update(&mut st, code(KeyCode::Enter));
+    assert_eq!(st.usage.open.as_deref(), Some("vision"));
+    let listed: Vec<&str> = st
+        .usage
+        .claim_list
+        .rows
+        .iter()
+        .map(|i| st.usage.claims[*i].label.as_str())
+        .collect();
+    assert_eq!(listed, ["lab/99", "lab/1"], "the biggest idle first");
+    // Claim 99: said in a flash, the list stays.
+    let _ = update(&mut st, code(KeyCode::Enter));
+    assert_eq!(st.view, View::Usage);
+    assert_eq!(
+        flash(&st),
+        "claim 99 on lab is no longer held: only its figures are known"
+    );
+    assert_eq!(st.claim_detail, None);
+    // Claim 1: its detail, as the Claims view opens it; Esc comes back to the claims.
+    let _ = update(&mut st, code(KeyCode::Esc));
+    let _ = update(&mut st, code(KeyCode::Down));
+    let _ = update(&mut st, code(KeyCode::Enter));
+    assert_eq!(st.view, View::ClaimDetail);
+    assert_eq!(st.claim_detail, Some((0, ClaimId(1))));
+    let text = buffer_text(&render(&st, &Theme::plain(), 100, 30).unwrap());
+    assert!(text.contains("alice"), "claim 1's detail:\n{text}");
+    let _ = update(&mut st, code(KeyCode::Esc));
+    assert_eq!(st.view, View::Usage);
+    assert_eq!(st.usage.open.as_deref(), Some("vision"));
+    // A source whose state is not loaded (lost, or not fetched yet) cannot show it.
+    st.sources[0].data = None;
+    let _ = update(&mut st, code(KeyCode::Enter));
+    assert_eq!(st.view, View::Usage);
+    assert_eq!(
+        flash(&st),
+        "claim 1: lab's state is not loaded, so its detail cannot be shown"
+    );
 }

@@ -12,6 +12,7 @@
 //! wholly before it is a 404 `before_history` answer, as `GET /v1/snapshot?at=`.
 
 pub mod gpu_time;
+pub mod rollup;
 pub mod story;
 pub mod trouble;
 pub mod usage;

@@ -457,3 +457,46 @@ proptest! {
         }
     }
 }
+
+/// Projects and claims are written flat, their figures beside their names, as the
+/// documented `gpuboard.report/1` has them; and read back so.
+#[test]
+fn project_and_claim_figures_are_written_flat_and_read_back() {
+    let figures = Figures {
+        reserved: ByShare {
+            compute: GpuSeconds(1.5),
+            memory: GpuSeconds(2.0),
+        },
+        used: GpuSeconds(0.5),
+        idle_allocated: GpuSeconds(0.25),
+    };
+    let c = usage::ClaimGpuTime {
+        claim: ClaimId(7),
+        project: "vision".into(),
+        holder: None,
+        longest_idle_ms: 60_000,
+        figures: figures.clone(),
+    };
+    let json = serde_json::to_string(&c).unwrap();
+    assert_eq!(
+        json,
+        r#"{"claim":7,"project":"vision","holder":null,"longest_idle_ms":60000,"reserved":{"compute":1.5,"memory":2.0},"used":0.5,"idle_allocated":0.25}"#
+    );
+    assert_eq!(
+        serde_json::from_str::<usage::ClaimGpuTime>(&json).unwrap(),
+        c
+    );
+    let p = ProjectGpuTime {
+        project: "vision".into(),
+        claims: 3,
+        figures,
+    };
+    let json = serde_json::to_string(&p).unwrap();
+    assert_eq!(
+        json,
+        r#"{"project":"vision","claims":3,"reserved":{"compute":1.5,"memory":2.0},"used":0.5,"idle_allocated":0.25}"#
+    );
+    // Fields a later gpuboard adds are skipped, as before.
+    let later = json.replace(r#""claims":3,"#, r#""claims":3,"cost":{"usd":4},"#);
+    assert_eq!(serde_json::from_str::<ProjectGpuTime>(&later).unwrap(), p);
+}

@@ -77,20 +77,20 @@ impl Figures {
     }
 }
 
-/// A project's GPU time.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// A project's GPU time. Its figures are written beside its name (`{"project", "claims",
+/// "reserved", "used", "idle_allocated"}`).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ProjectGpuTime {
     /// The project.
     pub project: String,
     /// Claims it held in the window.
     pub claims: u32,
     /// Its figures.
-    #[serde(flatten)]
     pub figures: Figures,
 }
 
-/// A claim's GPU time.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// A claim's GPU time. Its figures are written beside its id, as [`ProjectGpuTime`]'s.
+#[derive(Clone, Debug, PartialEq)]
 pub struct ClaimGpuTime {
     /// The claim.
     pub claim: ClaimId,
@@ -101,8 +101,89 @@ pub struct ClaimGpuTime {
     /// Its longest idle run in the window, ms.
     pub longest_idle_ms: u64,
     /// Its figures.
-    #[serde(flatten)]
     pub figures: Figures,
+}
+
+// The two above as written: flat. serde's `flatten` would write the same, but reads a
+// flattened struct by buffering each one first; a month's usage lists some 150 000 claims.
+#[derive(Serialize, Deserialize)]
+struct ProjectWire<P> {
+    project: P,
+    claims: u32,
+    reserved: ByShare,
+    used: GpuSeconds,
+    idle_allocated: GpuSeconds,
+}
+
+#[derive(Serialize, Deserialize)]
+struct ClaimWire<P, H> {
+    claim: ClaimId,
+    project: P,
+    holder: H,
+    longest_idle_ms: u64,
+    reserved: ByShare,
+    used: GpuSeconds,
+    idle_allocated: GpuSeconds,
+}
+
+impl Serialize for ProjectGpuTime {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        ProjectWire {
+            project: &self.project,
+            claims: self.claims,
+            reserved: self.figures.reserved,
+            used: self.figures.used,
+            idle_allocated: self.figures.idle_allocated,
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for ProjectGpuTime {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let w = ProjectWire::<String>::deserialize(d)?;
+        Ok(ProjectGpuTime {
+            project: w.project,
+            claims: w.claims,
+            figures: Figures {
+                reserved: w.reserved,
+                used: w.used,
+                idle_allocated: w.idle_allocated,
+            },
+        })
+    }
+}
+
+impl Serialize for ClaimGpuTime {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        ClaimWire {
+            claim: self.claim,
+            project: &self.project,
+            holder: &self.holder,
+            longest_idle_ms: self.longest_idle_ms,
+            reserved: self.figures.reserved,
+            used: self.figures.used,
+            idle_allocated: self.figures.idle_allocated,
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for ClaimGpuTime {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let w = ClaimWire::<String, Option<String>>::deserialize(d)?;
+        Ok(ClaimGpuTime {
+            claim: w.claim,
+            project: w.project,
+            holder: w.holder,
+            longest_idle_ms: w.longest_idle_ms,
+            figures: Figures {
+                reserved: w.reserved,
+                used: w.used,
+                idle_allocated: w.idle_allocated,
+            },
+        })
+    }
 }
 
 /// A window's GPU time.

@@ -15,7 +15,7 @@ use std::path::Path;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 
 use crate::accounting::usage::HOLD_MS;
-use crate::accounting::{self, Tally};
+use crate::accounting::{self, Tally, rollup};
 use crate::clock::Timestamp;
 use crate::history::changes::{key, keys, touches};
 use crate::history::sample::Tick;
@@ -93,6 +93,35 @@ pub enum StateAt {
     Before(Option<Timestamp>),
 }
 
+/// An hour rolled up, as stored.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RolledUp {
+    /// The compact form (`accounting::rollup`), uncompressed.
+    Compact(Vec<u8>),
+    /// JSON, as gpuboards before the compact form stored it.
+    Json(Tally),
+}
+
+impl RolledUp {
+    /// Adds the hour to `total` (the span just before it), as `Tally::then` does.
+    pub fn add_to(self, total: &mut Tally) -> Result<(), HistoryError> {
+        match self {
+            RolledUp::Compact(bytes) => rollup::add_encoded(total, &bytes).map_err(damaged),
+            RolledUp::Json(t) => {
+                total.then(t);
+                Ok(())
+            }
+        }
+    }
+
+    /// The hour's tally.
+    pub fn tally(self) -> Result<Tally, HistoryError> {
+        let mut t = Tally::default();
+        self.add_to(&mut t)?;
+        Ok(t)
+    }
+}
+
 /// One connection to the history file: the recorder holds one, readers another.
 #[derive(Debug)]
 pub struct HistoryStore {
@@ -124,6 +153,20 @@ impl HistoryStore {
         )?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         Ok(HistoryStore { conn })
+    }
+
+    /// Another reading connection to this history's file, to read two parts of a window at
+    /// once; `None` for a history in memory.
+    pub fn another_reader(&self) -> Result<Option<HistoryStore>, HistoryError> {
+        let Some(path) = self.conn.path().filter(|p| !p.is_empty()) else {
+            return Ok(None);
+        };
+        let conn = Connection::open_with_flags(
+            path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        Ok(Some(HistoryStore { conn }))
     }
 
     /// A history in memory (tests, benches).
@@ -158,6 +201,8 @@ impl HistoryStore {
              CREATE UNIQUE INDEX IF NOT EXISTS recent_gpu ON recent(gpu, at);
              CREATE INDEX IF NOT EXISTS recent_at ON recent(at);
              CREATE TABLE IF NOT EXISTS rollups(start INTEGER PRIMARY KEY,
+                 idle_below INTEGER NOT NULL, body BLOB NOT NULL);
+             CREATE TABLE IF NOT EXISTS rollup_hours(start INTEGER PRIMARY KEY,
                  idle_below INTEGER NOT NULL, body BLOB NOT NULL);
              PRAGMA user_version={SCHEMA};"
         ))?;
@@ -293,13 +338,14 @@ impl HistoryStore {
     }
 
     /// Stores `tally` as the roll-up of the hour from `hour` (what [`Self::roll_up`] does
-    /// with a recorded hour; benches give generated ones).
+    /// with a recorded hour; benches give generated ones), in the compact form
+    /// (`accounting::rollup`) in `rollup_hours`. gpuboards from before it read only the
+    /// JSON roll-ups of `rollups`: they replay these hours instead (the same figures).
     pub fn add_rollup(&mut self, hour: Timestamp, tally: &Tally) -> Result<(), HistoryError> {
-        let json = serde_json::to_vec(tally).map_err(damaged)?;
-        let body = zstd::bulk::compress(&json, 3).map_err(damaged)?;
+        let body = zstd::bulk::compress(&rollup::encode(tally), 3).map_err(damaged)?;
         self.conn
             .execute(
-                "INSERT OR REPLACE INTO rollups(start, idle_below, body) VALUES (?1, ?2, ?3)",
+                "INSERT OR REPLACE INTO rollup_hours(start, idle_below, body) VALUES (?1, ?2, ?3)",
                 params![hour.0, ROLLUP_IDLE_BELOW, body],
             )
             .map_err(|e| written(e, "a roll-up"))?;
@@ -307,30 +353,37 @@ impl HistoryStore {
     }
 
     /// The hours rolled up (idle meaning below `idle_below` percent) that lie wholly from
-    /// `from` to `to`, oldest first.
+    /// `from` to `to`, oldest first: compact ones, and JSON ones of earlier gpuboards for
+    /// hours without a compact one.
     pub fn rollups(
         &self,
         from: Timestamp,
         to: Timestamp,
         idle_below: u32,
-    ) -> Result<Vec<(Timestamp, Tally)>, HistoryError> {
-        let mut q = self.conn.prepare_cached(
-            "SELECT start, body FROM rollups WHERE start >= ?1 AND start + ?2 <= ?3
-             AND idle_below = ?4 ORDER BY start",
-        )?;
-        let rows = q.query_map(params![from.0, CHUNK_MS, to.0, idle_below], |r| {
-            Ok((r.get::<_, u64>(0)?, r.get::<_, Vec<u8>>(1)?))
-        })?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (start, body) = row?;
-            let json = zstd::stream::decode_all(body.as_slice()).map_err(damaged)?;
-            out.push((
-                Timestamp(start),
-                serde_json::from_slice(&json).map_err(damaged)?,
-            ));
+    ) -> Result<Vec<(Timestamp, RolledUp)>, HistoryError> {
+        let mut hours: BTreeMap<u64, RolledUp> = BTreeMap::new();
+        for table in ["rollups", "rollup_hours"] {
+            let mut q = self.conn.prepare_cached(&format!(
+                "SELECT start, body FROM {table} WHERE start >= ?1 AND start + ?2 <= ?3
+                 AND idle_below = ?4 ORDER BY start"
+            ))?;
+            let mut rows = q.query(params![from.0, CHUNK_MS, to.0, idle_below])?;
+            while let Some(row) = rows.next()? {
+                let start: u64 = row.get(0)?;
+                let body = row.get_ref(1)?.as_blob().map_err(damaged)?;
+                let raw = chunk::decompress(body).map_err(damaged)?;
+                let hour = if table == "rollups" {
+                    RolledUp::Json(serde_json::from_slice(&raw).map_err(damaged)?)
+                } else {
+                    RolledUp::Compact(raw)
+                };
+                hours.insert(start, hour);
+            }
         }
-        Ok(out)
+        Ok(hours
+            .into_iter()
+            .map(|(start, h)| (Timestamp(start), h))
+            .collect())
     }
 
     /// Stores `samples` (one device's, oldest first, within one hour) as a sealed chunk:
@@ -711,6 +764,7 @@ impl HistoryStore {
         tx.execute("DELETE FROM chunks WHERE end < ?1", [samples_before.0])?;
         tx.execute("DELETE FROM recent WHERE at < ?1", [samples_before.0])?;
         tx.execute("DELETE FROM rollups WHERE start < ?1", [at])?;
+        tx.execute("DELETE FROM rollup_hours WHERE start < ?1", [at])?;
         tx.commit()?;
         self.conn.execute_batch("PRAGMA incremental_vacuum")?;
         Ok(())
@@ -789,6 +843,57 @@ mod tests {
         // The first hour began before the history: replayed, not rolled up.
         assert_eq!(hours.len(), 1, "{hours:?}");
         assert_eq!(hours[0].0, Timestamp(t0 + CHUNK_MS));
-        assert_eq!(hours[0].1.physical, accounting::GpuSeconds(3600.0));
+        let hour = hours[0].1.clone().tally().unwrap();
+        assert_eq!(hour.physical, accounting::GpuSeconds(3600.0));
+        assert!(matches!(hours[0].1, RolledUp::Compact(_)));
+    }
+
+    /// Roll-ups stored as JSON by gpuboards before the compact form are still read, in
+    /// time order with the compact ones; an hour in both is read from the compact one.
+    #[test]
+    fn json_roll_ups_of_earlier_gpuboards_are_still_read() {
+        let t0 = 1_795_442_400_000;
+        let mut store = HistoryStore::in_memory().unwrap();
+        let hour = |physical: f64| Tally {
+            physical: accounting::GpuSeconds(physical),
+            ..Tally::default()
+        };
+        let old = |store: &HistoryStore, start: u64, t: &Tally| {
+            let json = serde_json::to_vec(t).unwrap();
+            let body = zstd::bulk::compress(&json, 3).unwrap();
+            store
+                .conn
+                .execute(
+                    "INSERT INTO rollups(start, idle_below, body) VALUES (?1, ?2, ?3)",
+                    params![start, ROLLUP_IDLE_BELOW, body],
+                )
+                .unwrap();
+        };
+        old(&store, t0, &hour(1.0));
+        store
+            .add_rollup(Timestamp(t0 + CHUNK_MS), &hour(2.0))
+            .unwrap();
+        old(&store, t0 + 2 * CHUNK_MS, &hour(3.0));
+        store
+            .add_rollup(Timestamp(t0 + 2 * CHUNK_MS), &hour(4.0))
+            .unwrap();
+        let got: Vec<(Timestamp, f64)> = store
+            .rollups(
+                Timestamp(t0),
+                Timestamp(t0 + 3 * CHUNK_MS),
+                ROLLUP_IDLE_BELOW,
+            )
+            .unwrap()
+            .into_iter()
+            .map(|(at, h)| (at, h.tally().unwrap().physical.0))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (Timestamp(t0), 1.0),
+                (Timestamp(t0 + CHUNK_MS), 2.0),
+                (Timestamp(t0 + 2 * CHUNK_MS), 4.0)
+            ]
+        );
     }
 }

@@ -56,13 +56,10 @@ pub fn window_report(
         ..ask
     };
     let mut r = match parts {
-        Parts::All => {
-            let Some((start, versions)) = s.window(ask.from, ask.to)? else {
-                return Ok(Err(Some(begins)));
-            };
-            let samples = s.all_ticks(early(ask.from), ask.to)?;
-            accounting::report(&start, &versions, &samples, &ask)
-        }
+        Parts::All => match whole(s, &ask)? {
+            Some(r) => r,
+            None => return Ok(Err(Some(begins))),
+        },
         Parts::Usage => WindowReport {
             from: ask.from,
             to: ask.to,
@@ -72,6 +69,52 @@ pub fn window_report(
     };
     r.history_from = Some(begins);
     Ok(Ok(r))
+}
+
+/// The whole report (`accounting::report`'s, on two cores): the window's versions read
+/// and replayed on a connection and thread of their own while its samples are read on this
+/// one (the samples are most of the memory, kept in this thread's allocator); then its usage
+/// and its trouble found at once. `None` before the history.
+fn whole(s: &HistoryStore, ask: &Ask) -> Result<Option<WindowReport>, HistoryError> {
+    let other = s.another_reader()?;
+    let tell = |store: &HistoryStore| {
+        store.window(ask.from, ask.to).map(|w| {
+            w.map(|(start, versions)| accounting::tell(&start, &versions, ask.from, ask.to))
+        })
+    };
+    let (story, samples) = std::thread::scope(|scope| {
+        let telling = other.map(|o| scope.spawn(move || tell(&o)));
+        let samples = s.all_ticks(early(ask.from), ask.to);
+        let story = match telling {
+            Some(h) => h
+                .join()
+                .unwrap_or_else(|_| Err(gone("reading the versions"))),
+            None => tell(s),
+        };
+        (story, samples)
+    });
+    let Some(story) = story? else {
+        return Ok(None);
+    };
+    let samples = samples?;
+    let (usage, trouble) = std::thread::scope(|scope| {
+        let trouble = scope.spawn(|| accounting::trouble::find(&story, &samples, ask.pending_ms));
+        let usage = accounting::account(&story, &samples, ask.idle);
+        (usage, trouble.join().map_err(|_| gone("finding trouble")))
+    });
+    Ok(Some(WindowReport {
+        from: ask.from,
+        to: ask.to,
+        history_from: None,
+        usage,
+        trouble: trouble?,
+        actions: story.actions,
+    }))
+}
+
+/// A helper thread of a report that failed.
+fn gone(what: &str) -> HistoryError {
+    HistoryError::Damaged(format!("the report failed {what}"))
 }
 
 /// Samples from this long before a window speak for its start.
@@ -94,11 +137,11 @@ fn usage(
     };
     let mut total = Tally::default();
     let mut at = from;
-    for (hour, tally) in rolled {
+    for (hour, rolled) in rolled {
         if at < hour {
             total.then(replay(s, at, hour, idle)?);
         }
-        total.then(tally);
+        rolled.add_to(&mut total)?;
         at = Timestamp(hour.0 + CHUNK_MS);
     }
     if at < to {

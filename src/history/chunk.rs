@@ -46,7 +46,7 @@ thread_local! {
 
 /// Decompresses a zstd frame written by `zstd::bulk::compress` (which records the size),
 /// reusing this thread's context; other frames are streamed.
-pub(super) fn decompress(bytes: &[u8]) -> Result<Vec<u8>, String> {
+pub fn decompress(bytes: &[u8]) -> Result<Vec<u8>, String> {
     let size = zstd::zstd_safe::get_frame_content_size(bytes)
         .ok()
         .flatten();
@@ -91,10 +91,10 @@ impl Reader<'_> {
     fn varint(&mut self) -> Result<u64, ChunkError> {
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
-            let b = *self
-                .bytes
-                .get(self.at)
-                .ok_or(ChunkError::Damaged("a column is cut short"))?;
+            // A match, not `ok_or(error)`: that builds (and drops) the error for every byte.
+            let Some(&b) = self.bytes.get(self.at) else {
+                return Err(ChunkError::Damaged("a column is cut short"));
+            };
             self.at += 1;
             v |= u64::from(b & 0x7f) << shift;
             if b & 0x80 == 0 {
@@ -235,16 +235,18 @@ pub fn decode_ticks(
         );
     }
     // The other eight columns: only their end is needed, where the rare runs begin.
+    // A varint ends at a byte below 0x80: count those.
     let mut left = n * 8;
-    while left > 0 {
-        let b = *r
-            .bytes
-            .get(r.at)
+    if left > 0 {
+        let rest = r.bytes.get(r.at..).unwrap_or_default();
+        let end = rest
+            .iter()
+            .position(|b| {
+                left -= usize::from(*b < 0x80);
+                left == 0
+            })
             .ok_or(ChunkError::Damaged("a column is cut short"))?;
-        r.at += 1;
-        if b & 0x80 == 0 {
-            left -= 1;
-        }
+        r.at += end + 1;
     }
     let runs: Vec<TickRun> = serde_json::from_slice(&raw[r.at..])?;
     let shared: Vec<Arc<[ProcessClaim]>> = runs

@@ -7,6 +7,7 @@
 
 pub mod changes;
 pub mod chunk;
+mod delta_read;
 pub mod record;
 pub mod sample;
 pub mod wire;

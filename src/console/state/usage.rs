@@ -266,6 +266,13 @@ impl UsageView {
         self.claim_list.filter.clear();
         true
     }
+
+    /// The claim selected in the open project's claims list, if one is.
+    pub fn selected_claim(&self) -> Option<&UsageClaim> {
+        self.open.as_ref()?;
+        let i = self.claim_list.rows.get(self.claim_list.cursor.selected)?;
+        self.claims.get(*i)
+    }
 }
 
 fn add(to: &mut Figures, f: &Figures) {

@@ -211,11 +211,7 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
                 flash(state, format!("{gone} is gone"), true);
             }
         }
-        KeyAction::Open if state.view == View::Usage => {
-            if state.usage.open.is_none() && state.usage.open_selected() {
-                state.rebuild_usage();
-            }
-        }
+        KeyAction::Open if state.view == View::Usage => super::usage::open(state),
         KeyAction::Open if state.view == View::Ledger => {
             // The selected project's reasons, whole (the pane under the table is cut).
             if state.selected_project().is_some() {

@@ -3,6 +3,8 @@
 //! under way at most, and is asked again once it answered if the window moved meanwhile.
 
 use super::flash;
+use super::rewind::short_time;
+use crate::console::lists::Cursor;
 use crate::console::msg::Effect;
 use crate::console::state::{State, UsageKey, View};
 use crate::console::usage::{UsageAnswer, UsageAsk};
@@ -76,4 +78,55 @@ pub(super) fn next_window(state: &mut State) {
     }
     state.usage.window = state.usage.window.next();
     state.rebuild_usage();
+}
+
+/// Enter in the Usage view: the selected project's claims, or, in them, the selected
+/// claim's detail as its source's state shown has it (rewound: as it was at the time
+/// shown). A claim that state does not hold (it ended, or began later) is said in a flash.
+pub(super) fn open(state: &mut State) {
+    if state.usage.open.is_none() {
+        if state.usage.open_selected() {
+            state.rebuild_usage();
+        }
+        return;
+    }
+    let Some(c) = state.usage.selected_claim() else {
+        return;
+    };
+    let (source, id) = (c.source, c.claim.claim);
+    let Some(slot) = state.sources.get(source) else {
+        return;
+    };
+    let name = slot.name.clone();
+    let held = slot.data.as_ref().map(|d| d.claim(id).is_some());
+    let when = state
+        .usage
+        .said_for_window(source)
+        .map(|(key, _)| short_time(state, key.to));
+    match (held, slot.rewound) {
+        (Some(true), _) => {
+            state.claim_detail = Some((source, id));
+            state.panes.claim_detail.cursor = Cursor::default();
+            state.came_from = Some(View::Usage);
+            state.view = View::ClaimDetail;
+        }
+        (None, _) => flash(
+            state,
+            format!("claim {id}: {name}'s state is not loaded, so its detail cannot be shown"),
+            true,
+        ),
+        (Some(false), true) => flash(
+            state,
+            format!(
+                "claim {id} on {name} was not held at {} (the time shown): only its figures are known",
+                when.unwrap_or_else(|| "the time shown".to_string())
+            ),
+            true,
+        ),
+        (Some(false), false) => flash(
+            state,
+            format!("claim {id} on {name} is no longer held: only its figures are known"),
+            true,
+        ),
+    }
 }
