@@ -5,6 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use super::Policy;
 use super::explain::NoFit;
+use super::cells::Cell;
 use super::index::Class;
 use super::model::{Allocation, Device, DeviceShare, Health, Node, NodeSpec};
 use crate::ids::ClaimId;
@@ -89,8 +90,6 @@ pub struct Fleet {
     pub(super) nodes: Vec<Node>,
     pub(super) by_name: HashMap<String, usize>,
     pub(super) classes: Vec<Class>,
-    /// (node, device position) -> class.
-    pub(super) class_of: HashMap<(u32, u32), usize>,
     pub(super) claims: HashMap<ClaimId, (Demand, Allocation)>,
     /// Moves on whenever what fits may have changed.
     pub(super) generation: u64,
@@ -101,6 +100,10 @@ pub struct Fleet {
     /// (node, device position) of devices that take no claims (cordoned, unhealthy, lost,
     /// memory unknown): the ones the free-memory index leaves out.
     pub(super) off: BTreeSet<(u32, u32)>,
+    /// Every device's free figures, node after node (`cells`).
+    pub(super) cells: Vec<Cell>,
+    /// Each node's first cell.
+    pub(super) first_cell: Vec<u32>,
 }
 
 /// A placement: node position and (device position, share) pairs.
@@ -168,6 +171,9 @@ impl Fleet {
         // Positions fit in u32: at most 2^32 node make-ups are never built.
         self.profile_of.push(p as u32);
         let n = self.nodes.len();
+        // Positions fit in u32: at most 2^32 devices are never built.
+        self.first_cell.push(self.cells.len() as u32);
+        self.cells.extend(devices.iter().map(|_| Cell::off()));
         self.by_name.insert(spec.name.clone(), n);
         self.nodes.push(Node {
             name: spec.name,
@@ -453,7 +459,18 @@ impl Fleet {
             }
         }
         for (n, node) in self.nodes.iter().enumerate() {
-            for dev in &node.devices {
+            for (d, dev) in node.devices.iter().enumerate() {
+                let class = self
+                    .classes
+                    .iter()
+                    .position(|c| c.model == dev.spec.model && c.capacity == dev.capacity());
+                let cell = match class {
+                    Some(c) if dev.schedulable() => Cell::of(dev, c as u32),
+                    _ => Cell::off(),
+                };
+                if self.cells_of(n).get(d) != Some(&cell) {
+                    return Err(format!("{}:{} has a stale cell", node.name, dev.spec.index));
+                }
                 let want = expected
                     .get(&(n, dev.spec.index))
                     .copied()

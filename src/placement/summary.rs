@@ -13,6 +13,7 @@ use super::explain::{
 };
 use super::fleet::{Demand, Fleet};
 use crate::request::GpuForm;
+use crate::units::Bytes;
 
 /// Above this many nodes a refusal counts its reasons across the fleet instead of giving a
 /// line per node.
@@ -109,6 +110,11 @@ impl NoFit {
     }
 }
 
+/// Whether node `n` is among the first `touched` of `near` (in node order).
+fn near_has(near: &[(u64, usize)], touched: usize, n: usize) -> bool {
+    near[..touched].binary_search_by_key(&n, |&(_, m)| m).is_ok()
+}
+
 fn empty_node() -> NodeReasons {
     NodeReasons {
         node: String::new(),
@@ -183,70 +189,66 @@ impl Fleet {
                 on_devices.note(reason, free, needs);
             }
         }
-        // The rest from the index: below the share's memory, counted; at or above it, one
-        // by one for compute and slots.
-        let mut fit_now = vec![0u32; self.nodes.len()];
-        let mut touched: Vec<u32> = Vec::new();
-        for class in &self.classes {
-            let Ok(need) = static_verdict(&class.model, Some(class.capacity), demand, form) else {
+        // The rest from the cells, node by node: devices without the share's memory are
+        // counted per class, the others weighed for compute and slots.
+        let needs = self.class_needs(demand, form);
+        let mut lacking: Vec<(usize, Bytes)> = vec![(0, Bytes(0)); needs.len()];
+        let (mut no_compute, mut most_compute, mut compute_needs, mut no_slots) = (0, 0, 0, 0);
+        let mut near = Vec::new();
+        let mut touched = 0;
+        for n in 0..self.nodes.len() {
+            let cells = self.cells_of(n);
+            if cells.is_empty() || cells.len() < count {
                 continue;
-            };
-            let start = (need.memory, 0, 0);
-            let mut enough = 0;
-            for &(_, n, d) in class.free.range(start..) {
-                if short(n) {
+            }
+            let mut fits = 0;
+            for cell in cells {
+                let Some(need) = needs.get(cell.class as usize).and_then(Option::as_ref) else {
                     continue;
-                }
-                enough += 1;
-                let dev = &self.nodes[n as usize].devices[d as usize];
-                if need.compute > dev.compute_free() {
-                    on_devices.note(
-                        Reason::InsufficientCompute,
-                        Some(u64::from(dev.compute_free().0)),
-                        Some(u64::from(need.compute.0)),
-                    );
-                } else if !dev.fits(&need) {
-                    on_devices.note(Reason::NoSlots, None, None);
+                };
+                if cell.memory < need.memory {
+                    let l = &mut lacking[cell.class as usize];
+                    l.0 += 1;
+                    l.1 = l.1.max(cell.memory);
+                } else if need.compute > cell.compute {
+                    no_compute += 1;
+                    most_compute = most_compute.max(cell.compute.0);
+                    compute_needs = compute_needs.max(need.compute.0);
+                } else if !cell.fits(need) {
+                    no_slots += 1;
                 } else {
-                    if fit_now[n as usize] == 0 {
-                        touched.push(n);
-                    }
-                    fit_now[n as usize] += 1;
+                    fits += 1;
                 }
             }
-            let mut below = class.free.range(..start).rev().filter(|e| !short(e.1));
-            let Some(&(largest, ..)) = below.next() else {
+            if fits == 0 {
                 continue;
-            };
-            let lacking = if short_nodes {
-                1 + below.count()
-            } else {
-                class.free.len() - enough
-            };
-            on_devices.add(
-                Reason::InsufficientMemory,
-                lacking,
-                Some(largest.0),
-                Some(need.memory.0),
-            );
-        }
-        let mut near = Vec::with_capacity(touched.len());
-        for &n in &touched {
-            let fits = fit_now[n as usize] as usize;
+            }
+            touched += 1;
             if fits < count {
                 on_nodes.note(Reason::TooFewDevices, Some(fits as u64), Some(count as u64));
-            } else if !self.cpu_ok(n as usize, demand.cpus) {
-                let free = self.nodes[n as usize].cpus_free().map(|f| f.0);
+            } else if !self.cpu_ok(n, demand.cpus) {
+                let free = self.nodes[n].cpus_free().map(|f| f.0);
                 on_nodes.note(Reason::InsufficientCpu, free, demand.cpus.map(|c| c.0));
             }
-            near.push((fits.min(count) as u64, n as usize));
+            near.push((fits.min(count) as u64, n));
         }
+        for (c, &(k, largest)) in lacking.iter().enumerate() {
+            let needs_memory = needs[c].map(|need| need.memory.0);
+            on_devices.add(Reason::InsufficientMemory, k, Some(largest.0), needs_memory);
+        }
+        on_devices.add(
+            Reason::InsufficientCompute,
+            no_compute,
+            Some(u64::from(most_compute)),
+            Some(u64::from(compute_needs)),
+        );
+        on_devices.add(Reason::NoSlots, no_slots, None, None);
         // Fewer near nodes than shown: the first nodes with devices fill the rest.
         for (n, nd) in self.nodes.iter().enumerate() {
-            if near.len() >= SAMPLED + touched.len() {
+            if near.len() >= SAMPLED + touched {
                 break;
             }
-            if !nd.devices.is_empty() && fit_now[n] == 0 {
+            if !nd.devices.is_empty() && !near_has(&near, touched, n) {
                 near.push((0, n));
             }
         }
