@@ -61,10 +61,16 @@ fn nearness(n: &NodeReasons, count: u64) -> u64 {
         .unwrap_or(0)
 }
 
-/// The `SAMPLED` nodes nearest to fitting, ties to the node added first.
+/// The `SAMPLED` nodes nearest to fitting, ties to the node added first (only those are
+/// put in order: a refusal may have hundreds of nodes with some devices free).
 fn nearest(mut near: Vec<(u64, usize)>) -> Vec<usize> {
-    near.sort_by_key(|&(k, n)| (std::cmp::Reverse(k), n));
-    near.into_iter().take(SAMPLED).map(|(_, n)| n).collect()
+    let key = |&(k, n): &(u64, usize)| (std::cmp::Reverse(k), n);
+    if near.len() > SAMPLED {
+        near.select_nth_unstable_by_key(SAMPLED, key);
+        near.truncate(SAMPLED);
+    }
+    near.sort_unstable_by_key(key);
+    near.into_iter().map(|(_, n)| n).collect()
 }
 
 impl NoFit {
@@ -196,6 +202,8 @@ impl Fleet {
         let (mut no_compute, mut most_compute, mut compute_needs, mut no_slots) = (0, 0, 0, 0);
         let mut near = Vec::new();
         let mut touched = 0;
+        // Nodes where some but too few devices fit, and the most that fit on one.
+        let mut too_few = (0, 0);
         for n in 0..self.nodes.len() {
             let cells = self.cells_of(n);
             if cells.is_empty() || cells.len() < count {
@@ -225,7 +233,7 @@ impl Fleet {
             }
             touched += 1;
             if fits < count {
-                on_nodes.note(Reason::TooFewDevices, Some(fits as u64), Some(count as u64));
+                too_few = (too_few.0 + 1, too_few.1.max(fits));
             } else if !self.cpu_ok(n, demand.cpus) {
                 let free = self.nodes[n].cpus_free().map(|f| f.0);
                 on_nodes.note(Reason::InsufficientCpu, free, demand.cpus.map(|c| c.0));
@@ -243,6 +251,12 @@ impl Fleet {
             Some(u64::from(compute_needs)),
         );
         on_devices.add(Reason::NoSlots, no_slots, None, None);
+        on_nodes.add(
+            Reason::TooFewDevices,
+            too_few.0,
+            Some(too_few.1 as u64),
+            Some(count as u64),
+        );
         // Fewer near nodes than shown: the first nodes with devices fill the rest.
         for (n, nd) in self.nodes.iter().enumerate() {
             if near.len() >= SAMPLED + touched {
