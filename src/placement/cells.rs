@@ -87,9 +87,7 @@ impl Fleet {
     ) -> bool {
         (0..self.nodes.len()).any(|n| {
             let cells = self.cells_of(n);
-            cells.len() >= count
-                && fitting(cells, needs) >= count
-                && self.cpu_ok(n, cpus)
+            cells.len() >= count && fitting(cells, needs) >= count && self.cpu_ok(n, cpus)
         })
     }
 }

@@ -4,8 +4,8 @@
 use std::collections::{BTreeSet, HashMap};
 
 use super::Policy;
-use super::explain::NoFit;
 use super::cells::Cell;
+use super::explain::NoFit;
 use super::index::Class;
 use super::model::{Allocation, Device, DeviceShare, Health, Node, NodeSpec};
 use crate::ids::ClaimId;

@@ -118,7 +118,9 @@ impl NoFit {
 
 /// Whether node `n` is among the first `touched` of `near` (in node order).
 fn near_has(near: &[(u64, usize)], touched: usize, n: usize) -> bool {
-    near[..touched].binary_search_by_key(&n, |&(_, m)| m).is_ok()
+    near[..touched]
+        .binary_search_by_key(&n, |&(_, m)| m)
+        .is_ok()
 }
 
 fn empty_node() -> NodeReasons {

@@ -273,7 +273,11 @@ fn the_ledger_is_saved_30_s_after_a_change_and_every_10_minutes_while_nothing_ch
     assert_eq!(saves(&mut s), 0);
     let t1 = t0.plus_millis(LEDGER_SAVE_MS);
     s.tick(t1, &never);
-    assert_eq!(saves(&mut s), 1, "30 s after the last save, with a claim since");
+    assert_eq!(
+        saves(&mut s),
+        1,
+        "30 s after the last save, with a claim since"
+    );
     // Nothing revised since: debts accrue at the same rates, the next save waits.
     s.tick(t1.plus_millis(LEDGER_SAVE_MS), &never);
     assert_eq!(saves(&mut s), 0);
