@@ -158,7 +158,6 @@ impl Fleet {
             .collect();
         let mut nodes_of_profile = vec![0usize; self.profiles.len()];
         let (mut weighed, mut devices, mut feasible) = (0, 0, false);
-        let mut short_nodes = false;
         for (n, nd) in self.nodes.iter().enumerate() {
             if nd.devices.is_empty() {
                 continue;
@@ -166,7 +165,6 @@ impl Fleet {
             weighed += 1;
             devices += nd.devices.len();
             if nd.devices.len() < count {
-                short_nodes = true;
                 on_nodes.note(
                     Reason::FewerDevicesThanAsked,
                     Some(nd.devices.len() as u64),
