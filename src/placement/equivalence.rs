@@ -126,6 +126,11 @@ proptest! {
                 let walk_first = 1 + rng.below(12) as usize;
                 let counted = fleet.find_multi_counting_after(&demand, &form, walk_first);
                 prop_assert_eq!(&counted, &scanned, "{:?} {} after {}", policy, v, walk_first);
+                // Counting the refusal on the way: the same choice when something fits.
+                if let Some(plan) = &scanned {
+                    let found = fleet.find_multi_or_refusal(&demand, &form, walk_first);
+                    prop_assert_eq!(found.as_ref().ok(), Some(plan), "{} after {}", v, walk_first);
+                }
             }
         }
     }
@@ -176,6 +181,13 @@ proptest! {
             let summarized = fleet.explain_summarized(&demand, &form);
             let walked = fleet.explain_walk(&demand, None, None).summarized(&demand);
             prop_assert_eq!(&summarized, &walked, "{} model {:?}", v, model);
+            // A large fleet's multi-device walk counts the refusal itself when it asks
+            // whether anything fits: the same refusal, whenever it asks.
+            if form.device_count() > 1 {
+                let walk_first = 1 + rng.below(12) as usize;
+                let counted = fleet.find_multi_or_refusal(&demand, &form, walk_first);
+                prop_assert_eq!(counted, Err(walked.clone()), "{} after {}", v, walk_first);
+            }
             // The nodes shown are walked in full, as a small fleet's refusal shows them.
             prop_assert!(!summarized.nodes.is_empty());
         }

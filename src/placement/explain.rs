@@ -355,7 +355,7 @@ impl Fleet {
     }
 
     /// The nodes with devices.
-    fn gpu_nodes(&self) -> usize {
+    pub(super) fn gpu_nodes(&self) -> usize {
         self.nodes.iter().filter(|n| !n.devices.is_empty()).count()
     }
 

@@ -11,6 +11,7 @@ use std::collections::btree_set::Range;
 use super::Policy;
 use super::cells::{Cell, OFF};
 use super::explain::NoFit;
+use super::summary::NODES_LISTED;
 use super::fleet::{Demand, Fleet, Plan};
 use crate::request::{GpuForm, Milli, PerDevice};
 use crate::units::Bytes;
@@ -87,8 +88,32 @@ impl Fleet {
         node: Option<&str>,
         pins: Option<&[u32]>,
     ) -> Result<Plan, NoFit> {
+        // A multi-device request on a large fleet: the walk's count of what fits is the
+        // refusal's, so a fleet where nothing fits is counted once.
+        if let (Some(form), None, None) = (&demand.gpu, node, pins)
+            && form.device_count() > 1
+            && self.gpu_nodes() > NODES_LISTED
+        {
+            return self.find_multi_or_refusal(demand, form, WALK_BEFORE_COUNTING);
+        }
         self.search(demand, node, pins)
             .ok_or_else(|| self.explain(demand, node, pins))
+    }
+
+    /// [`Fleet::find_multi`], or the refusal counted across the fleet
+    /// ([`Fleet::explain_summarized`]), worked out when the walk asks whether anything fits.
+    pub(super) fn find_multi_or_refusal(
+        &self,
+        demand: &Demand,
+        form: &GpuForm,
+        walk_first: usize,
+    ) -> Result<Plan, NoFit> {
+        let mut refusal = None;
+        let found = self.walk_multi(demand, form, walk_first, &mut || {
+            refusal = self.counted_refusal(demand, form);
+            refusal.is_some()
+        });
+        found.ok_or_else(|| refusal.unwrap_or_else(|| self.explain_summarized(demand, form)))
     }
 
     /// Finds a place, without saying why when there is none.
@@ -175,6 +200,21 @@ impl Fleet {
         walk_first: usize,
     ) -> Option<Plan> {
         let count = form.device_count() as usize;
+        self.walk_multi(demand, form, walk_first, &mut || {
+            !self.any_node_fits(&self.class_needs(demand, form), count, demand.cpus)
+        })
+    }
+
+    /// The multi-device walk; `nothing_fits` is asked once, after `walk_first` steps with
+    /// no node found, and ends the walk when it answers yes.
+    fn walk_multi(
+        &self,
+        demand: &Demand,
+        form: &GpuForm,
+        walk_first: usize,
+        nothing_fits: &mut dyn FnMut() -> bool,
+    ) -> Option<Plan> {
+        let count = form.device_count() as usize;
         if count == 0 {
             return self.find_scan(demand, form, None, None);
         }
@@ -212,7 +252,7 @@ impl Fleet {
             walked += 1;
             if walked >= walk_first && !counted && best.is_none() {
                 counted = true;
-                if !self.any_node_fits(&self.class_needs(demand, form), count, demand.cpus) {
+                if nothing_fits() {
                     return None;
                 }
             }

@@ -138,6 +138,18 @@ impl Fleet {
     /// compute from the index (only devices with memory enough are looked at one by one).
     /// Equals `explain_walk(..).summarized(..)`.
     pub(super) fn explain_summarized(&self, demand: &Demand, form: &GpuForm) -> NoFit {
+        self.counted(demand, form).0
+    }
+
+    /// [`Fleet::explain_summarized`], or `None` when a node can take the request now.
+    pub(super) fn counted_refusal(&self, demand: &Demand, form: &GpuForm) -> Option<NoFit> {
+        let (refusal, fits) = self.counted(demand, form);
+        (!fits).then_some(refusal)
+    }
+
+    /// The refusal counted across the fleet, and whether some node could take the
+    /// request after all (its reasons then miss that node).
+    fn counted(&self, demand: &Demand, form: &GpuForm) -> (NoFit, bool) {
         let count = form.device_count() as usize;
         let (mut on_devices, mut on_nodes) = (Tally::default(), Tally::default());
         // Per make-up: devices that could hold a share when free, and the static reasons.
@@ -204,6 +216,7 @@ impl Fleet {
         let mut touched = 0;
         // Nodes where some but too few devices fit, and the most that fit on one.
         let mut too_few = (0, 0);
+        let mut fits_somewhere = false;
         for n in 0..self.nodes.len() {
             let cells = self.cells_of(n);
             if cells.is_empty() || cells.len() < count {
@@ -237,6 +250,8 @@ impl Fleet {
             } else if !self.cpu_ok(n, demand.cpus) {
                 let free = self.nodes[n].cpus_free().map(|f| f.0);
                 on_nodes.note(Reason::InsufficientCpu, free, demand.cpus.map(|c| c.0));
+            } else {
+                fits_somewhere = true;
             }
             near.push((fits.min(count) as u64, n));
         }
@@ -274,7 +289,7 @@ impl Fleet {
                 reasons: self.gpu_reasons(n, demand, form, None).0,
             })
             .collect();
-        NoFit {
+        let refusal = NoFit {
             infeasible: !feasible,
             nodes,
             fleet: Some(Box::new(FleetReasons {
@@ -283,7 +298,8 @@ impl Fleet {
                 device_reasons: on_devices.into_sorted(),
                 node_reasons: on_nodes.into_sorted(),
             })),
-        }
+        };
+        (refusal, fits_somewhere)
     }
 }
 
