@@ -11,8 +11,8 @@ use std::collections::btree_set::Range;
 use super::Policy;
 use super::cells::{Cell, OFF};
 use super::explain::NoFit;
-use super::summary::NODES_LISTED;
 use super::fleet::{Demand, Fleet, Plan};
+use super::summary::NODES_LISTED;
 use crate::request::{GpuForm, Milli, PerDevice};
 use crate::units::Bytes;
 
