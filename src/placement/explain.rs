@@ -356,7 +356,7 @@ impl Fleet {
 
     /// The nodes with devices.
     pub(super) fn gpu_nodes(&self) -> usize {
-        self.nodes.iter().filter(|n| !n.devices.is_empty()).count()
+        self.gpu_nodes
     }
 
     /// Every device's reason, aggregated per node.

@@ -104,6 +104,8 @@ pub struct Fleet {
     pub(super) cells: Vec<Cell>,
     /// Each node's first cell.
     pub(super) first_cell: Vec<u32>,
+    /// Nodes with devices (counted once: every multi-device placement asks).
+    pub(super) gpu_nodes: usize,
 }
 
 /// A placement: node position and (device position, share) pairs.
@@ -174,6 +176,7 @@ impl Fleet {
         // Positions fit in u32: at most 2^32 devices are never built.
         self.first_cell.push(self.cells.len() as u32);
         self.cells.extend(devices.iter().map(|_| Cell::off()));
+        self.gpu_nodes += usize::from(!devices.is_empty());
         self.by_name.insert(spec.name.clone(), n);
         self.nodes.push(Node {
             name: spec.name,
@@ -448,6 +451,13 @@ impl Fleet {
 
     /// Free capacity check used by tests and the console: nothing is over-committed.
     pub fn check_invariants(&self) -> Result<(), String> {
+        let with_devices = self.nodes.iter().filter(|n| !n.devices.is_empty()).count();
+        if self.gpu_nodes != with_devices {
+            return Err(format!(
+                "{} nodes counted with devices, {with_devices} have some",
+                self.gpu_nodes
+            ));
+        }
         let mut expected: HashMap<(usize, u32), (Bytes, Units, Slots)> = HashMap::new();
         for (_, alloc) in self.claims.values() {
             let n = self.by_name[&alloc.node];
