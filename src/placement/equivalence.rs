@@ -74,6 +74,8 @@ fn random_fleet(rng: &mut Rng, policy: Policy) -> Fleet {
             let _ = fleet.claim(ClaimId(id + 1), &r);
         }
     }
+    // Among the invariants: every device's cell is what its figures and state say.
+    fleet.check_invariants().unwrap();
     fleet
 }
 
@@ -119,7 +121,16 @@ proptest! {
                 let form = r.gpu.unwrap();
                 let indexed = fleet.find_multi(&demand, &form);
                 let scanned = fleet.find_scan(&demand, &form, None, None);
-                prop_assert_eq!(indexed, scanned, "{:?} {} model {:?}", policy, v, model);
+                prop_assert_eq!(&indexed, &scanned, "{:?} {} model {:?}", policy, v, model);
+                // Asking the cells early (a big fleet's walk with no fit yet) changes nothing.
+                let walk_first = 1 + rng.below(12) as usize;
+                let counted = fleet.find_multi_counting_after(&demand, &form, walk_first);
+                prop_assert_eq!(&counted, &scanned, "{:?} {} after {}", policy, v, walk_first);
+                // Counting the refusal on the way: the same choice when something fits.
+                if let Some(plan) = &scanned {
+                    let found = fleet.find_multi_or_refusal(&demand, &form, walk_first);
+                    prop_assert_eq!(found.as_ref().ok(), Some(plan), "{} after {}", v, walk_first);
+                }
             }
         }
     }
@@ -170,6 +181,13 @@ proptest! {
             let summarized = fleet.explain_summarized(&demand, &form);
             let walked = fleet.explain_walk(&demand, None, None).summarized(&demand);
             prop_assert_eq!(&summarized, &walked, "{} model {:?}", v, model);
+            // A large fleet's multi-device walk counts the refusal itself when it asks
+            // whether anything fits: the same refusal, whenever it asks.
+            if form.device_count() > 1 {
+                let walk_first = 1 + rng.below(12) as usize;
+                let counted = fleet.find_multi_or_refusal(&demand, &form, walk_first);
+                prop_assert_eq!(counted, Err(walked.clone()), "{} after {}", v, walk_first);
+            }
             // The nodes shown are walked in full, as a small fleet's refusal shows them.
             prop_assert!(!summarized.nodes.is_empty());
         }

@@ -355,8 +355,8 @@ impl Fleet {
     }
 
     /// The nodes with devices.
-    fn gpu_nodes(&self) -> usize {
-        self.nodes.iter().filter(|n| !n.devices.is_empty()).count()
+    pub(super) fn gpu_nodes(&self) -> usize {
+        self.gpu_nodes
     }
 
     /// Every device's reason, aggregated per node.

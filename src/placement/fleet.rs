@@ -4,6 +4,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use super::Policy;
+use super::cells::Cell;
 use super::explain::NoFit;
 use super::index::Class;
 use super::model::{Allocation, Device, DeviceShare, Health, Node, NodeSpec};
@@ -89,8 +90,6 @@ pub struct Fleet {
     pub(super) nodes: Vec<Node>,
     pub(super) by_name: HashMap<String, usize>,
     pub(super) classes: Vec<Class>,
-    /// (node, device position) -> class.
-    pub(super) class_of: HashMap<(u32, u32), usize>,
     pub(super) claims: HashMap<ClaimId, (Demand, Allocation)>,
     /// Moves on whenever what fits may have changed.
     pub(super) generation: u64,
@@ -101,6 +100,12 @@ pub struct Fleet {
     /// (node, device position) of devices that take no claims (cordoned, unhealthy, lost,
     /// memory unknown): the ones the free-memory index leaves out.
     pub(super) off: BTreeSet<(u32, u32)>,
+    /// Every device's free figures, node after node (`cells`).
+    pub(super) cells: Vec<Cell>,
+    /// Each node's first cell.
+    pub(super) first_cell: Vec<u32>,
+    /// Nodes with devices (counted once: every multi-device placement asks).
+    pub(super) gpu_nodes: usize,
 }
 
 /// A placement: node position and (device position, share) pairs.
@@ -168,6 +173,10 @@ impl Fleet {
         // Positions fit in u32: at most 2^32 node make-ups are never built.
         self.profile_of.push(p as u32);
         let n = self.nodes.len();
+        // Positions fit in u32: at most 2^32 devices are never built.
+        self.first_cell.push(self.cells.len() as u32);
+        self.cells.extend(devices.iter().map(|_| Cell::off()));
+        self.gpu_nodes += usize::from(!devices.is_empty());
         self.by_name.insert(spec.name.clone(), n);
         self.nodes.push(Node {
             name: spec.name,
@@ -442,6 +451,13 @@ impl Fleet {
 
     /// Free capacity check used by tests and the console: nothing is over-committed.
     pub fn check_invariants(&self) -> Result<(), String> {
+        let with_devices = self.nodes.iter().filter(|n| !n.devices.is_empty()).count();
+        if self.gpu_nodes != with_devices {
+            return Err(format!(
+                "{} nodes counted with devices, {with_devices} have some",
+                self.gpu_nodes
+            ));
+        }
         let mut expected: HashMap<(usize, u32), (Bytes, Units, Slots)> = HashMap::new();
         for (_, alloc) in self.claims.values() {
             let n = self.by_name[&alloc.node];
@@ -453,7 +469,18 @@ impl Fleet {
             }
         }
         for (n, node) in self.nodes.iter().enumerate() {
-            for dev in &node.devices {
+            for (d, dev) in node.devices.iter().enumerate() {
+                let class = self
+                    .classes
+                    .iter()
+                    .position(|c| c.model == dev.spec.model && c.capacity == dev.capacity());
+                let cell = match class {
+                    Some(c) if dev.schedulable() => Cell::of(dev, c as u32),
+                    _ => Cell::off(),
+                };
+                if self.cells_of(n).get(d) != Some(&cell) {
+                    return Err(format!("{}:{} has a stale cell", node.name, dev.spec.index));
+                }
                 let want = expected
                     .get(&(n, dev.spec.index))
                     .copied()

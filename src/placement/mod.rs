@@ -13,6 +13,7 @@
 use serde::{Deserialize, Serialize};
 
 mod attempt;
+mod cells;
 mod explain;
 mod fleet;
 mod hosts;

@@ -13,6 +13,7 @@ use super::explain::{
 };
 use super::fleet::{Demand, Fleet};
 use crate::request::GpuForm;
+use crate::units::Bytes;
 
 /// Above this many nodes a refusal counts its reasons across the fleet instead of giving a
 /// line per node.
@@ -60,10 +61,16 @@ fn nearness(n: &NodeReasons, count: u64) -> u64 {
         .unwrap_or(0)
 }
 
-/// The `SAMPLED` nodes nearest to fitting, ties to the node added first.
+/// The `SAMPLED` nodes nearest to fitting, ties to the node added first (only those are
+/// put in order: a refusal may have hundreds of nodes with some devices free).
 fn nearest(mut near: Vec<(u64, usize)>) -> Vec<usize> {
-    near.sort_by_key(|&(k, n)| (std::cmp::Reverse(k), n));
-    near.into_iter().take(SAMPLED).map(|(_, n)| n).collect()
+    let key = |&(k, n): &(u64, usize)| (std::cmp::Reverse(k), n);
+    if near.len() > SAMPLED {
+        near.select_nth_unstable_by_key(SAMPLED, key);
+        near.truncate(SAMPLED);
+    }
+    near.sort_unstable_by_key(key);
+    near.into_iter().map(|(_, n)| n).collect()
 }
 
 impl NoFit {
@@ -109,6 +116,13 @@ impl NoFit {
     }
 }
 
+/// Whether node `n` is among the first `touched` of `near` (in node order).
+fn near_has(near: &[(u64, usize)], touched: usize, n: usize) -> bool {
+    near[..touched]
+        .binary_search_by_key(&n, |&(_, m)| m)
+        .is_ok()
+}
+
 fn empty_node() -> NodeReasons {
     NodeReasons {
         node: String::new(),
@@ -124,6 +138,18 @@ impl Fleet {
     /// compute from the index (only devices with memory enough are looked at one by one).
     /// Equals `explain_walk(..).summarized(..)`.
     pub(super) fn explain_summarized(&self, demand: &Demand, form: &GpuForm) -> NoFit {
+        self.counted(demand, form).0
+    }
+
+    /// [`Fleet::explain_summarized`], or `None` when a node can take the request now.
+    pub(super) fn counted_refusal(&self, demand: &Demand, form: &GpuForm) -> Option<NoFit> {
+        let (refusal, fits) = self.counted(demand, form);
+        (!fits).then_some(refusal)
+    }
+
+    /// The refusal counted across the fleet, and whether some node could take the
+    /// request after all (its reasons then miss that node).
+    fn counted(&self, demand: &Demand, form: &GpuForm) -> (NoFit, bool) {
         let count = form.device_count() as usize;
         let (mut on_devices, mut on_nodes) = (Tally::default(), Tally::default());
         // Per make-up: devices that could hold a share when free, and the static reasons.
@@ -144,7 +170,6 @@ impl Fleet {
             .collect();
         let mut nodes_of_profile = vec![0usize; self.profiles.len()];
         let (mut weighed, mut devices, mut feasible) = (0, 0, false);
-        let mut short_nodes = false;
         for (n, nd) in self.nodes.iter().enumerate() {
             if nd.devices.is_empty() {
                 continue;
@@ -152,7 +177,6 @@ impl Fleet {
             weighed += 1;
             devices += nd.devices.len();
             if nd.devices.len() < count {
-                short_nodes = true;
                 on_nodes.note(
                     Reason::FewerDevicesThanAsked,
                     Some(nd.devices.len() as u64),
@@ -183,70 +207,77 @@ impl Fleet {
                 on_devices.note(reason, free, needs);
             }
         }
-        // The rest from the index: below the share's memory, counted; at or above it, one
-        // by one for compute and slots.
-        let mut fit_now = vec![0u32; self.nodes.len()];
-        let mut touched: Vec<u32> = Vec::new();
-        for class in &self.classes {
-            let Ok(need) = static_verdict(&class.model, Some(class.capacity), demand, form) else {
+        // The rest from the cells, node by node: devices without the share's memory are
+        // counted per class, the others weighed for compute and slots.
+        let needs = self.class_needs(demand, form);
+        let mut lacking: Vec<(usize, Bytes)> = vec![(0, Bytes(0)); needs.len()];
+        let (mut no_compute, mut most_compute, mut compute_needs, mut no_slots) = (0, 0, 0, 0);
+        let mut near = Vec::new();
+        let mut touched = 0;
+        // Nodes where some but too few devices fit, and the most that fit on one.
+        let mut too_few = (0, 0);
+        let mut fits_somewhere = false;
+        for n in 0..self.nodes.len() {
+            let cells = self.cells_of(n);
+            if cells.is_empty() || cells.len() < count {
                 continue;
-            };
-            let start = (need.memory, 0, 0);
-            let mut enough = 0;
-            for &(_, n, d) in class.free.range(start..) {
-                if short(n) {
+            }
+            let mut fits = 0;
+            for cell in cells {
+                let Some(need) = needs.get(cell.class as usize).and_then(Option::as_ref) else {
                     continue;
-                }
-                enough += 1;
-                let dev = &self.nodes[n as usize].devices[d as usize];
-                if need.compute > dev.compute_free() {
-                    on_devices.note(
-                        Reason::InsufficientCompute,
-                        Some(u64::from(dev.compute_free().0)),
-                        Some(u64::from(need.compute.0)),
-                    );
-                } else if !dev.fits(&need) {
-                    on_devices.note(Reason::NoSlots, None, None);
+                };
+                if cell.memory < need.memory {
+                    let l = &mut lacking[cell.class as usize];
+                    l.0 += 1;
+                    l.1 = l.1.max(cell.memory);
+                } else if need.compute > cell.compute {
+                    no_compute += 1;
+                    most_compute = most_compute.max(cell.compute.0);
+                    compute_needs = compute_needs.max(need.compute.0);
+                } else if !cell.fits(need) {
+                    no_slots += 1;
                 } else {
-                    if fit_now[n as usize] == 0 {
-                        touched.push(n);
-                    }
-                    fit_now[n as usize] += 1;
+                    fits += 1;
                 }
             }
-            let mut below = class.free.range(..start).rev().filter(|e| !short(e.1));
-            let Some(&(largest, ..)) = below.next() else {
+            if fits == 0 {
                 continue;
-            };
-            let lacking = if short_nodes {
-                1 + below.count()
-            } else {
-                class.free.len() - enough
-            };
-            on_devices.add(
-                Reason::InsufficientMemory,
-                lacking,
-                Some(largest.0),
-                Some(need.memory.0),
-            );
-        }
-        let mut near = Vec::with_capacity(touched.len());
-        for &n in &touched {
-            let fits = fit_now[n as usize] as usize;
-            if fits < count {
-                on_nodes.note(Reason::TooFewDevices, Some(fits as u64), Some(count as u64));
-            } else if !self.cpu_ok(n as usize, demand.cpus) {
-                let free = self.nodes[n as usize].cpus_free().map(|f| f.0);
-                on_nodes.note(Reason::InsufficientCpu, free, demand.cpus.map(|c| c.0));
             }
-            near.push((fits.min(count) as u64, n as usize));
+            touched += 1;
+            if fits < count {
+                too_few = (too_few.0 + 1, too_few.1.max(fits));
+            } else if !self.cpu_ok(n, demand.cpus) {
+                let free = self.nodes[n].cpus_free().map(|f| f.0);
+                on_nodes.note(Reason::InsufficientCpu, free, demand.cpus.map(|c| c.0));
+            } else {
+                fits_somewhere = true;
+            }
+            near.push((fits.min(count) as u64, n));
         }
+        for (c, &(k, largest)) in lacking.iter().enumerate() {
+            let needs_memory = needs[c].map(|need| need.memory.0);
+            on_devices.add(Reason::InsufficientMemory, k, Some(largest.0), needs_memory);
+        }
+        on_devices.add(
+            Reason::InsufficientCompute,
+            no_compute,
+            Some(u64::from(most_compute)),
+            Some(u64::from(compute_needs)),
+        );
+        on_devices.add(Reason::NoSlots, no_slots, None, None);
+        on_nodes.add(
+            Reason::TooFewDevices,
+            too_few.0,
+            Some(too_few.1 as u64),
+            Some(count as u64),
+        );
         // Fewer near nodes than shown: the first nodes with devices fill the rest.
         for (n, nd) in self.nodes.iter().enumerate() {
-            if near.len() >= SAMPLED + touched.len() {
+            if near.len() >= SAMPLED + touched {
                 break;
             }
-            if !nd.devices.is_empty() && fit_now[n] == 0 {
+            if !nd.devices.is_empty() && !near_has(&near, touched, n) {
                 near.push((0, n));
             }
         }
@@ -258,7 +289,7 @@ impl Fleet {
                 reasons: self.gpu_reasons(n, demand, form, None).0,
             })
             .collect();
-        NoFit {
+        let refusal = NoFit {
             infeasible: !feasible,
             nodes,
             fleet: Some(Box::new(FleetReasons {
@@ -267,7 +298,8 @@ impl Fleet {
                 device_reasons: on_devices.into_sorted(),
                 node_reasons: on_nodes.into_sorted(),
             })),
-        }
+        };
+        (refusal, fits_somewhere)
     }
 }
 

@@ -220,8 +220,8 @@ fn an_idle_scheduler_says_until_when_ticks_have_nothing_to_do() {
     s.tick(t0, &never);
     assert_eq!(
         s.idle_until(),
-        Some(t0.plus_millis(LEDGER_SAVE_MS)),
-        "the next save"
+        Some(t0.plus_millis(LEDGER_IDLE_SAVE_MS)),
+        "the next save: nothing was revised since this one"
     );
     let lease = ClaimRequest::from_json(&json!({"num_gpus": 0.5, "ttl": 5})).unwrap();
     s.submit(lease, "t", t0);
@@ -250,4 +250,42 @@ fn an_idle_scheduler_says_until_when_ticks_have_nothing_to_do() {
         None,
         "work fetch runs on every tick while a claim waits"
     );
+}
+
+#[test]
+fn the_ledger_is_saved_30_s_after_a_change_and_every_10_minutes_while_nothing_changes() {
+    let t0 = Timestamp(1_000_000);
+    let never = |_: u32| false;
+    let mut s = Scheduler::new(SchedulerConfig::default(), nodes()).unwrap();
+    let saves = |s: &mut Scheduler| {
+        s.take_changes()
+            .iter()
+            .filter(|c| matches!(c, Change::Ledger(_)))
+            .count()
+    };
+    s.tick(t0, &never);
+    assert_eq!(saves(&mut s), 1, "the first tick saves");
+    let r = ClaimRequest::from_json(&json!({"num_gpus": 0.5})).unwrap();
+    s.submit(r, "t", t0.plus_secs(1));
+    s.take_changes();
+    assert_eq!(s.idle_until(), Some(t0.plus_millis(LEDGER_SAVE_MS)));
+    s.tick(t0.plus_secs(29), &never);
+    assert_eq!(saves(&mut s), 0);
+    let t1 = t0.plus_millis(LEDGER_SAVE_MS);
+    s.tick(t1, &never);
+    assert_eq!(
+        saves(&mut s),
+        1,
+        "30 s after the last save, with a claim since"
+    );
+    // Nothing revised since: debts accrue at the same rates, the next save waits.
+    s.tick(t1.plus_millis(LEDGER_SAVE_MS), &never);
+    assert_eq!(saves(&mut s), 0);
+    assert_eq!(s.idle_until(), Some(t1.plus_millis(LEDGER_IDLE_SAVE_MS)));
+    s.tick(t1.plus_millis(LEDGER_IDLE_SAVE_MS), &never);
+    assert_eq!(saves(&mut s), 1, "10 minutes after, all the same");
+    // A release revises: back to 30 s.
+    let t2 = t1.plus_millis(LEDGER_IDLE_SAVE_MS);
+    s.release(ClaimId(1), "t", t2.plus_secs(1));
+    assert_eq!(s.idle_until(), Some(t2.plus_millis(LEDGER_SAVE_MS)));
 }

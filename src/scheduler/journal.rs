@@ -204,7 +204,7 @@ impl Scheduler {
     pub(super) fn save_ledger(&mut self, now: Timestamp) {
         self.journal
             .push(Change::Ledger(Box::new(self.ledger.state())));
-        self.ledger_saved_at = Some(now);
+        self.ledger_saved_at = Some((now, self.revision));
     }
 
     /// Audit events kept in memory with a revision above `after`, oldest first, and

@@ -4,7 +4,7 @@
 //! using the devices. A claim is released when its lease runs out and it has no live
 //! owner, or as soon as the last process of its owner is gone.
 
-use super::{Change, Claim, LEDGER_SAVE_MS, Scheduler};
+use super::{Change, Claim, LEDGER_IDLE_SAVE_MS, LEDGER_SAVE_MS, Scheduler};
 use crate::clock::Timestamp;
 use crate::ids::ClaimId;
 
@@ -141,10 +141,8 @@ impl Scheduler {
         }
         self.ledger.tick(now);
         self.place_pending(now);
-        if self
-            .ledger_saved_at
-            .is_none_or(|t| now.millis_since(t) >= LEDGER_SAVE_MS || t > now)
-        {
+        let saved = self.ledger_saved_at.map(|(t, _)| t);
+        if self.ledger_due().is_none_or(|due| now >= due) || saved.is_some_and(|t| t > now) {
             self.save_ledger(now);
         }
     }
@@ -157,8 +155,20 @@ impl Scheduler {
         if self.due.every_tick() {
             return None;
         }
-        let save = self.ledger_saved_at?.plus_millis(LEDGER_SAVE_MS);
+        let save = self.ledger_due()?;
         Some(self.due.first_lease().map_or(save, |lease| lease.min(save)))
+    }
+
+    /// When the ledger is next saved: 30 s after the last save, or 10 minutes while
+    /// nothing was revised since (`None`: never saved, at the next tick).
+    fn ledger_due(&self) -> Option<Timestamp> {
+        let (t, revision) = self.ledger_saved_at?;
+        let wait = if revision == self.revision {
+            LEDGER_IDLE_SAVE_MS
+        } else {
+            LEDGER_SAVE_MS
+        };
+        Some(t.plus_millis(wait))
     }
 
     /// The claims a tick at `now` must decide about, in id order.

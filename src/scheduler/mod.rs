@@ -49,6 +49,11 @@ const EVENTS_KEPT: usize = 500;
 /// How often the ledger (debts, backoffs) is persisted when nothing else changes it:
 /// a crash loses at most this much debt accrual, never a claim.
 const LEDGER_SAVE_MS: u64 = 30_000;
+/// The same while the revision has not moved since the last save (no claim, release,
+/// renewal, share or ledger event): only debts accrued at the same rates since then,
+/// which a restart accrues again from the saved time with the same claims, so nothing
+/// is lost; an idle endpoint with 20 000 claims then skips writing them every 30 s.
+const LEDGER_IDLE_SAVE_MS: u64 = 600_000;
 
 /// How the scheduler behaves.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -108,7 +113,8 @@ pub struct Scheduler {
     journal: Vec<Change>,
     ledger: Ledger,
     rng: StdRng,
-    ledger_saved_at: Option<Timestamp>,
+    /// When the ledger was last journaled, and the revision then.
+    ledger_saved_at: Option<(Timestamp, u64)>,
     /// The fleet generation at which waiting claims' reasons were last worked out.
     reasons_at: Option<u64>,
     /// What a tick must look at (leases by their end, owned claims, waiting claims).

@@ -1,0 +1,106 @@
+//! Every device's free memory, compute and slots in one flat array, node after node, so
+//! that counting on every node of a large fleet the devices that could take a share reads
+//! a few contiguous kilobytes instead of chasing each device or walking the free-memory
+//! index: how a multi-device request that fits nowhere is found out without weighing
+//! every node, and how its refusal is counted (`summary`).
+
+use super::explain::static_verdict;
+use super::fleet::{Demand, Fleet};
+use super::model::Device;
+use crate::request::{GpuForm, Milli, PerDevice};
+use crate::units::{Bytes, Slots, Units};
+
+/// One device's free figures, and its class in the index (`OFF`: it takes no claims).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Cell {
+    pub(super) memory: Bytes,
+    pub(super) compute: Units,
+    pub(super) slots: Slots,
+    /// No slot taken: an exclusive share may land.
+    pub(super) empty: bool,
+    /// Position of its class in `Fleet::classes`, or `OFF`.
+    pub(super) class: u32,
+}
+
+/// The class of a device that takes no claims (cordoned, unhealthy, lost, memory unknown).
+pub(super) const OFF: u32 = u32::MAX;
+
+impl Cell {
+    /// A device's figures now, in class `class`.
+    pub(super) fn of(dev: &Device, class: u32) -> Cell {
+        Cell {
+            memory: dev.memory_free(),
+            compute: dev.compute_free(),
+            slots: dev.slots_free(),
+            empty: dev.slots_allocated.0 == 0,
+            class,
+        }
+    }
+
+    /// A device that takes no claims.
+    pub(super) fn off() -> Cell {
+        Cell {
+            memory: Bytes(0),
+            compute: Units(0),
+            slots: Slots(0),
+            empty: false,
+            class: OFF,
+        }
+    }
+
+    /// `Device::fits`, on the copy.
+    pub(super) fn fits(&self, need: &PerDevice) -> bool {
+        need.memory <= self.memory
+            && need.compute <= self.compute
+            && need.slots <= self.slots
+            && (!need.exclusive || self.empty)
+    }
+}
+
+impl Fleet {
+    /// Node `n`'s devices' cells, in device order.
+    pub(super) fn cells_of(&self, n: usize) -> &[Cell] {
+        let start = self.first_cell[n] as usize;
+        let end = self
+            .first_cell
+            .get(n + 1)
+            .map_or(self.cells.len(), |&e| e as usize);
+        &self.cells[start..end]
+    }
+
+    /// Per class, the share a device of it would take (`None`: it never can, or the
+    /// request rules its model out).
+    pub(super) fn class_needs(&self, demand: &Demand, form: &GpuForm) -> Vec<Option<PerDevice>> {
+        self.classes
+            .iter()
+            .map(|c| static_verdict(&c.model, Some(c.capacity), demand, form).ok())
+            .collect()
+    }
+
+    /// Whether any node has `count` devices that take their share now and the CPU asked
+    /// for: the condition under which `node_plan` gives a node a plan.
+    pub(super) fn any_node_fits(
+        &self,
+        needs: &[Option<PerDevice>],
+        count: usize,
+        cpus: Option<Milli>,
+    ) -> bool {
+        (0..self.nodes.len()).any(|n| {
+            let cells = self.cells_of(n);
+            cells.len() >= count && fitting(cells, needs) >= count && self.cpu_ok(n, cpus)
+        })
+    }
+}
+
+/// How many of these devices take their share now.
+pub(super) fn fitting(cells: &[Cell], needs: &[Option<PerDevice>]) -> usize {
+    cells
+        .iter()
+        .filter(|c| {
+            needs
+                .get(c.class as usize)
+                .and_then(Option::as_ref)
+                .is_some_and(|need| c.fits(need))
+        })
+        .count()
+}
