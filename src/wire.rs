@@ -664,7 +664,7 @@ mod tests {
         assert!(serde_json::from_str::<HeartbeatBody>(r#"{"version":3}"#).is_err());
         assert_eq!(
             paths::watch_deltas_query(Some(SnapshotVersion { epoch: 5, seq: 9 })),
-            "deltas=1&format=2&since=5.9"
+            "deltas=1&format=2&deflate=1&since=5.9"
         );
     }
 
