@@ -238,20 +238,7 @@ async fn a_kubernetes_source_names_the_pod_a_process_runs_in() {
     listed(&server, 2).await;
 
     // The console as a binary, over both sources: the endpoint and the cluster.
-    let out = Command::new(common::gpuboard())
-        .env("GPUBOARD_DATA_DIR", dir.path().join("console"))
-        .args(["status", "--dump-screen", "overview", "--size", "160x30"])
-        .args(["--endpoint", &server.url])
-        .arg("--kubeconfig")
-        .arg(cluster.kubeconfig())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = overview_over(dir.path(), &server.url, &cluster, "160x30");
     assert!(
         text.contains("(pod web/infer, job 4242)"),
         "the pod by namespace and name:\n{text}"
@@ -289,20 +276,7 @@ cgroup = "11:memory:/kubepods/burstable/pod{COREDNS_UID}/{CONTAINER}\n1:name=sys
         .collect();
     assert!(uids.contains(&COREDNS_UID), "{uids:?}");
 
-    let out = Command::new(common::gpuboard())
-        .env("GPUBOARD_DATA_DIR", dir.path().join("console"))
-        .args(["status", "--dump-screen", "overview", "--size", "220x30"])
-        .args(["--endpoint", &server.url])
-        .arg("--kubeconfig")
-        .arg(cluster.kubeconfig())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = overview_over(dir.path(), &server.url, &cluster, "220x30");
     assert!(
         text.contains("pod kube-system/coredns-7db6d8ff4d-x2x9k"),
         "the GPU-less pod by namespace and name, not by UID:\n{text}"
@@ -403,4 +377,24 @@ fn a_pods_claim_detail_lists_the_processes_whose_cgroups_name_it() {
     assert!(text.contains("pid 4101"), "{text}");
     assert!(text.contains("pod web/infer"), "{text}");
     assert!(!text.contains("pid 4102"), "not the pod's: {text}");
+}
+
+/// The console's overview, as `status --dump-screen` draws it at `size`, over the endpoint at
+/// `url` and the kmock cluster.
+fn overview_over(dir: &Path, url: &str, cluster: &kmock::Cluster, size: &str) -> String {
+    let out = Command::new(common::gpuboard())
+        .env("GPUBOARD_DATA_DIR", dir.join("console"))
+        .args(["status", "--dump-screen", "overview", "--size", size])
+        .args(["--endpoint", url])
+        .arg("--kubeconfig")
+        .arg(cluster.kubeconfig())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
 }
