@@ -9,6 +9,7 @@
 mod capacity;
 mod error;
 mod history;
+mod oneshot;
 mod report;
 mod sse;
 mod trust;

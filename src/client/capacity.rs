@@ -3,7 +3,8 @@
 
 use reqwest::{StatusCode, header};
 
-use super::{Client, ClientError};
+use super::oneshot::{self, Failed, Got};
+use super::{Client, ClientError, MAX_ANSWER, NOT_SENT};
 use crate::wire::capacity::{CAPACITY_SCHEMA, CapacitySummary};
 use crate::wire::paths;
 
@@ -24,12 +25,35 @@ pub enum CapacityRead {
 }
 
 impl Client {
-    /// `GET /v1/capacity` with `If-None-Match: known` when given.
+    /// `GET /v1/capacity` with `If-None-Match: known` when given: on a connection of its
+    /// own for a plain-HTTP endpoint (`oneshot`), else (and for an answer that reader does
+    /// not take) through the pooled client.
     pub async fn capacity_if_changed(
         &self,
         known: Option<&str>,
     ) -> Result<CapacityRead, ClientError> {
-        let mut req = self.http.get(self.url(paths::CAPACITY));
+        let url = self.url(paths::CAPACITY);
+        if url.scheme() == "http" {
+            let bearer = self.token.as_ref().map(|t| format!("Bearer {t}"));
+            let mut headers = Vec::with_capacity(2);
+            if let Some(b) = &bearer {
+                headers.push((header::AUTHORIZATION, b.as_str()));
+            }
+            if let Some(tag) = known {
+                headers.push((header::IF_NONE_MATCH, tag));
+            }
+            let limit = self.per_call.unwrap_or(self.timeout);
+            match oneshot::get(&url, &headers, limit, MAX_ANSWER).await {
+                Ok(Got::Answer { status, etag, body }) => {
+                    let status = StatusCode::from_u16(status)
+                        .map_err(|e| self.decode(format!("HTTP status {status}: {e}")))?;
+                    return self.capacity_answer(status, etag, &body);
+                }
+                Ok(Got::Unusual) => {}
+                Err(failed) => return Err(self.failed(failed)),
+            }
+        }
+        let mut req = self.http.get(url);
         if let Some(t) = &self.token {
             req = req.bearer_auth(t);
         }
@@ -41,23 +65,37 @@ impl Client {
         }
         let resp = req.send().await.map_err(|e| self.transport(&e))?;
         let status = resp.status();
-        if status == StatusCode::NOT_MODIFIED {
-            return Ok(CapacityRead::NotModified);
-        }
         let etag = resp
             .headers()
             .get(header::ETAG)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
-        let bytes = self.body(resp).await?;
+        let bytes = if status == StatusCode::NOT_MODIFIED {
+            Vec::new()
+        } else {
+            self.body(resp).await?
+        };
+        self.capacity_answer(status, etag, &bytes)
+    }
+
+    /// What a capacity answer says, however it was read.
+    fn capacity_answer(
+        &self,
+        status: StatusCode,
+        etag: Option<String>,
+        bytes: &[u8],
+    ) -> Result<CapacityRead, ClientError> {
+        if status == StatusCode::NOT_MODIFIED {
+            return Ok(CapacityRead::NotModified);
+        }
         if status == StatusCode::NOT_FOUND {
             return Ok(CapacityRead::NoRoute);
         }
         if !status.is_success() {
-            return Err(self.refused(status, &bytes));
+            return Err(self.refused(status, bytes));
         }
         let capacity: CapacitySummary =
-            serde_json::from_slice(&bytes).map_err(|e| self.decode(e.to_string()))?;
+            serde_json::from_slice(bytes).map_err(|e| self.decode(e.to_string()))?;
         if capacity.schema != CAPACITY_SCHEMA {
             return Err(self.decode(format!(
                 "capacity schema {} is not the {CAPACITY_SCHEMA} this build reads",
@@ -68,5 +106,26 @@ impl Client {
             capacity: Box::new(capacity),
             etag,
         })
+    }
+
+    /// The error of a one-shot read that got no answer, as the pooled client words it.
+    fn failed(&self, failed: Failed) -> ClientError {
+        let endpoint = self.base.to_string();
+        match failed {
+            Failed::NotSent(detail) => ClientError::Unreachable {
+                endpoint,
+                detail: format!("{NOT_SENT}{detail}"),
+                sent: false,
+            },
+            Failed::Lost(detail) => ClientError::Unreachable {
+                endpoint,
+                detail,
+                sent: true,
+            },
+            Failed::TimedOut => ClientError::Timeout {
+                endpoint,
+                secs: self.timeout.as_secs().max(1),
+            },
+        }
     }
 }

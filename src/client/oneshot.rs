@@ -1,0 +1,375 @@
+//! One plain-HTTP `GET` on a connection of its own, closed after the answer: what a fleet
+//! claim's capacity reads need, without reqwest's pool. A claim across 100 endpoints reads
+//! each once and keeps none of the connections, yet the pool's per-connection buffers,
+//! tasks, channels and socket options were most of the CLI's own time there (and its
+//! kept connections were closed only when the command ended).
+//!
+//! It takes only answers it reads whole: HTTP/1.x, a head `httparse` parses, a body by
+//! `Content-Length`, chunked or up to the close, plain or gzip. Anything else (a URL that
+//! is not plain `http`, a header value that cannot be sent as is, a 1xx, another
+//! encoding, a head it cannot parse, no answer at all) is [`Got::Unusual`], and the
+//! caller asks again through reqwest, whose answer or error then stands. Only a failed
+//! connection and the time limit are errors of their own.
+
+use std::io::Read as _;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use reqwest::Url;
+use reqwest::header::HeaderName;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+
+/// Longest wait for the connection, as the pooled client's `connect_timeout`.
+const CONNECT_LIMIT: Duration = Duration::from_secs(5);
+
+/// Longest head read before the answer counts as unusual.
+const MAX_HEAD: usize = 64 * 1024;
+
+/// An answer read whole.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Got {
+    /// Its status, `ETag` (quotes included) and body (decompressed).
+    Answer {
+        status: u16,
+        etag: Option<String>,
+        body: Vec<u8>,
+    },
+    /// Not an answer this reader takes: ask through the pooled client.
+    Unusual,
+}
+
+/// Why no answer came.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Failed {
+    /// No connection was made, so nothing was sent.
+    NotSent(String),
+    /// The connection broke after the request went out.
+    Lost(String),
+    /// No whole answer within the limit.
+    TimedOut,
+}
+
+/// `GET url` with `headers`, within `limit` for the whole exchange; a body longer than
+/// `max` bytes (after decompression) is unusual.
+pub(super) async fn get(
+    url: &Url,
+    headers: &[(HeaderName, &str)],
+    limit: Duration,
+    max: usize,
+) -> Result<Got, Failed> {
+    let sendable = |v: &str| v.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b));
+    let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else {
+        return Ok(Got::Unusual);
+    };
+    if url.scheme() != "http" || !headers.iter().all(|(_, v)| sendable(v)) {
+        return Ok(Got::Unusual);
+    }
+    let deadline = tokio::time::Instant::now() + limit;
+    let stream = match tokio::time::timeout(limit.min(CONNECT_LIMIT), connect(host, port)).await {
+        Err(_) => {
+            return Err(Failed::NotSent(format!(
+                "tcp connect timed out after {} s",
+                limit.min(CONNECT_LIMIT).as_secs_f64()
+            )));
+        }
+        Ok(Err(e)) => return Err(Failed::NotSent(format!("tcp connect error: {e}"))),
+        Ok(Ok(s)) => s,
+    };
+    let authority = match url.port() {
+        Some(p) => format!("{host}:{p}"),
+        None => host.to_string(),
+    };
+    let mut target = url.path().to_string();
+    if let Some(q) = url.query() {
+        target.push('?');
+        target.push_str(q);
+    }
+    let mut request = format!("GET {target} HTTP/1.1\r\nhost: {authority}\r\n");
+    for (name, value) in headers {
+        request.push_str(name.as_str());
+        request.push_str(": ");
+        request.push_str(value);
+        request.push_str("\r\n");
+    }
+    request.push_str("accept-encoding: gzip\r\nconnection: close\r\n\r\n");
+    tokio::time::timeout_at(deadline, exchange(stream, request.as_bytes(), max))
+        .await
+        .unwrap_or(Err(Failed::TimedOut))
+}
+
+/// A connection to the URL's host: its address, else each address its name resolves to
+/// in turn (the last error when none takes it).
+async fn connect(host: &str, port: u16) -> std::io::Result<TcpStream> {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let addrs: Vec<SocketAddr> = match bare.parse::<IpAddr>() {
+        Ok(ip) => vec![SocketAddr::from((ip, port))],
+        Err(_) => tokio::net::lookup_host((bare, port)).await?.collect(),
+    };
+    let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address to connect to");
+    for addr in addrs {
+        match TcpStream::connect(addr).await {
+            Ok(s) => {
+                // The request is one small write: nothing to gain from Nagle.
+                let _ = s.set_nodelay(true);
+                return Ok(s);
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// How the body of an answer ends.
+enum Framing {
+    /// No body (304, 204).
+    None,
+    /// `Content-Length` bytes.
+    Length(usize),
+    /// Chunked: read up to the close (the request asked for one), then unchunked.
+    Chunked,
+    /// Up to the close.
+    Close,
+}
+
+/// What the head of an answer says.
+struct Head {
+    len: usize,
+    status: u16,
+    etag: Option<String>,
+    framing: Framing,
+    gzip: bool,
+}
+
+async fn exchange(mut stream: TcpStream, request: &[u8], max: usize) -> Result<Got, Failed> {
+    let lost = |e: std::io::Error| Failed::Lost(e.to_string());
+    // A peer that drops the request unanswered (a TLS endpoint named http://, one
+    // closing) is left to the pooled client, which says what it speaks.
+    if stream.write_all(request).await.is_err() {
+        return Ok(Got::Unusual);
+    }
+    let mut buf: Vec<u8> = Vec::with_capacity(1024);
+    let head = loop {
+        let n = match read_more(&mut stream, &mut buf).await {
+            Ok(0) | Err(_) if buf.is_empty() => return Ok(Got::Unusual),
+            Ok(n) => n,
+            Err(e) => return Err(lost(e)),
+        };
+        match head_of(&buf) {
+            Ok(Some(head)) => break head,
+            Ok(None) if n == 0 => {
+                return Err(Failed::Lost(
+                    "the connection closed before the answer's head ended".to_string(),
+                ));
+            }
+            Ok(None) if buf.len() <= MAX_HEAD => {}
+            Ok(None) | Err(()) => return Ok(Got::Unusual),
+        }
+    };
+    let end = match head.framing {
+        Framing::None => Some(head.len),
+        Framing::Length(n) if n <= max => Some(head.len + n),
+        Framing::Length(_) => return Ok(Got::Unusual),
+        Framing::Chunked | Framing::Close => None,
+    };
+    loop {
+        if let Some(end) = end
+            && buf.len() >= end
+        {
+            buf.truncate(end);
+            break;
+        }
+        // Chunk sizes and lines are a small share of a body this size.
+        if buf.len() - head.len > max.saturating_mul(2) {
+            return Ok(Got::Unusual);
+        }
+        if read_more(&mut stream, &mut buf).await.map_err(lost)? == 0 {
+            if end.is_some() {
+                return Err(Failed::Lost(
+                    "the connection closed before the answer's body ended".to_string(),
+                ));
+            }
+            break;
+        }
+    }
+    let raw = buf.split_off(head.len);
+    let body = match head.framing {
+        Framing::Chunked => match unchunked(&raw) {
+            Some(b) => b,
+            None => return Ok(Got::Unusual),
+        },
+        _ => raw,
+    };
+    let body = if head.gzip {
+        let mut out = Vec::with_capacity(body.len() * 4);
+        let limit = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1);
+        match flate2::read::GzDecoder::new(body.as_slice())
+            .take(limit)
+            .read_to_end(&mut out)
+        {
+            Ok(n) if n <= max => out,
+            _ => return Ok(Got::Unusual),
+        }
+    } else {
+        body
+    };
+    if body.len() > max {
+        return Ok(Got::Unusual);
+    }
+    Ok(Got::Answer {
+        status: head.status,
+        etag: head.etag,
+        body,
+    })
+}
+
+/// Reads what is there into `buf`'s free room (grown when full); 0 at the close.
+async fn read_more(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+    if buf.capacity() - buf.len() < 512 {
+        buf.reserve(buf.capacity().max(1024));
+    }
+    stream.read_buf(buf).await
+}
+
+/// The head of the answer at the start of `buf`: `None` while incomplete, `Err` when it
+/// is not one this reader takes.
+fn head_of(buf: &[u8]) -> Result<Option<Head>, ()> {
+    let mut headers = [httparse::EMPTY_HEADER; 32];
+    let mut answer = httparse::Response::new(&mut headers);
+    let len = match answer.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(_) => return Err(()),
+    };
+    let status = answer.code.ok_or(())?;
+    if status < 200 {
+        return Err(());
+    }
+    let mut etag = None;
+    let mut length = None;
+    let mut chunked = false;
+    let mut gzip = false;
+    for h in answer.headers.iter() {
+        let value = std::str::from_utf8(h.value).map_err(|_| ())?.trim();
+        if h.name.eq_ignore_ascii_case("etag") {
+            etag = Some(value.to_string());
+        } else if h.name.eq_ignore_ascii_case("content-length") {
+            let n: usize = value.parse().map_err(|_| ())?;
+            if length.is_some_and(|l| l != n) {
+                return Err(());
+            }
+            length = Some(n);
+        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            if !value.eq_ignore_ascii_case("chunked") {
+                return Err(());
+            }
+            chunked = true;
+        } else if h.name.eq_ignore_ascii_case("content-encoding") {
+            match value.to_ascii_lowercase().as_str() {
+                "gzip" => gzip = true,
+                "identity" => {}
+                _ => return Err(()),
+            }
+        }
+    }
+    let framing = if status == 204 || status == 304 {
+        Framing::None
+    } else if chunked {
+        Framing::Chunked
+    } else {
+        length.map_or(Framing::Close, Framing::Length)
+    };
+    Ok(Some(Head {
+        len,
+        status,
+        etag,
+        framing,
+        gzip,
+    }))
+}
+
+/// The data of a chunked body read whole; `None` when it is damaged or ends early.
+fn unchunked(raw: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(raw.len());
+    let mut at = 0;
+    loop {
+        let (used, size) = match httparse::parse_chunk_size(raw.get(at..)?) {
+            Ok(httparse::Status::Complete(c)) => c,
+            _ => return None,
+        };
+        at += used;
+        if size == 0 {
+            return Some(out);
+        }
+        let size = usize::try_from(size).ok()?;
+        out.extend_from_slice(raw.get(at..at.checked_add(size)?)?);
+        at += size;
+        if raw.get(at..at + 2)? != b"\r\n" {
+            return None;
+        }
+        at += 2;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heads_say_how_the_body_ends() {
+        let h = head_of(b"HTTP/1.1 304 Not Modified\r\netag: \"a1\"\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!((h.status, h.etag.as_deref()), (304, Some("\"a1\"")));
+        assert!(matches!(h.framing, Framing::None));
+        let h = head_of(b"HTTP/1.1 200 OK\r\ncontent-length: 12\r\n\r\n{")
+            .unwrap()
+            .unwrap();
+        assert!(matches!(h.framing, Framing::Length(12)));
+        let h = head_of(
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-encoding: gzip\r\n\r\n",
+        )
+        .unwrap()
+        .unwrap();
+        assert!(matches!(h.framing, Framing::Chunked) && h.gzip);
+        assert!(matches!(
+            head_of(b"HTTP/1.1 200 OK\r\n\r\n")
+                .unwrap()
+                .unwrap()
+                .framing,
+            Framing::Close
+        ));
+        assert!(head_of(b"HTTP/1.1 200 OK\r\ncontent-le").unwrap().is_none());
+    }
+
+    #[test]
+    fn heads_it_does_not_take_are_unusual() {
+        for head in [
+            &b"SSH-2.0-OpenSSH_9.2\r\n\r\n"[..],
+            b"HTTP/1.1 100 Continue\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ncontent-encoding: br\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\ncontent-length: 4\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ncontent-length: lots\r\n\r\n",
+        ] {
+            assert!(head_of(head).is_err(), "{}", String::from_utf8_lossy(head));
+        }
+    }
+
+    #[test]
+    fn chunked_bodies_are_joined_and_damaged_ones_refused() {
+        assert_eq!(
+            unchunked(b"3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n").as_deref(),
+            Some(&b"abcde"[..])
+        );
+        assert_eq!(unchunked(b"0\r\n\r\n").as_deref(), Some(&b""[..]));
+        for damaged in [
+            &b"3\r\nab"[..],
+            b"3\r\nabcX\r\n0\r\n\r\n",
+            b"zz\r\nabc\r\n",
+            b"3\r\nabc\r\n",
+        ] {
+            assert_eq!(unchunked(damaged), None);
+        }
+    }
+}
