@@ -11,6 +11,8 @@ use std::collections::HashMap;
 use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
@@ -50,6 +52,19 @@ enum Read {
 #[derive(Clone, Debug)]
 pub(super) struct SnapshotCache {
     dir: Option<PathBuf>,
+    saving: Arc<Saving>,
+}
+
+/// The capacity file's writes of one command, each on a blocking thread so that a claim
+/// is sent while the file is written (a 100-endpoint file took a millisecond to write,
+/// a twentieth of a warm claim). Writes are numbered: one that finds a later one already
+/// on disk is skipped, so the file ends as the last read left it. The runtime waits for
+/// blocking threads when it is dropped, so none is cut short at exit.
+#[derive(Debug, Default)]
+struct Saving {
+    issued: AtomicU64,
+    /// The number of the write on disk.
+    on_disk: Mutex<u64>,
 }
 
 impl SnapshotCache {
@@ -59,13 +74,19 @@ impl SnapshotCache {
             .filter(|d| !d.is_empty())
             .map(PathBuf::from)
             .or_else(|| dirs::cache_dir().map(|d| d.join("gpuboard").join("snapshots")));
-        SnapshotCache { dir }
+        SnapshotCache {
+            dir,
+            saving: Arc::default(),
+        }
     }
 
     /// No cache: every read is a full one.
     #[cfg(test)]
     pub(super) fn off() -> SnapshotCache {
-        SnapshotCache { dir: None }
+        SnapshotCache {
+            dir: None,
+            saving: Arc::default(),
+        }
     }
 
     /// A cache in `dir`.
@@ -73,6 +94,7 @@ impl SnapshotCache {
     pub(super) fn at(dir: &Path) -> SnapshotCache {
         SnapshotCache {
             dir: Some(dir.to_path_buf()),
+            saving: Arc::default(),
         }
     }
 
@@ -168,10 +190,23 @@ impl SnapshotCache {
             })
             .collect();
         if fresh && let Some(path) = self.file_for(CAPACITY_FILE, "json") {
-            let mut entries: Vec<&CapacityEntry> = cached.values().collect();
-            entries.sort_by(|a, b| a.url.cmp(&b.url));
-            // Best effort: a read-only or full cache directory only costs the next full read.
-            let _ = write_private(&path, &entries);
+            let number = self.saving.issued.fetch_add(1, Ordering::Relaxed) + 1;
+            let saving = Arc::clone(&self.saving);
+            tokio::task::spawn_blocking(move || {
+                let mut on_disk = saving
+                    .on_disk
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                if *on_disk > number {
+                    return;
+                }
+                let mut entries: Vec<&CapacityEntry> = cached.values().collect();
+                entries.sort_by(|a, b| a.url.cmp(&b.url));
+                // Best effort: a read-only or full cache directory only costs the next full
+                // read.
+                let _ = write_private(&path, &entries);
+                *on_disk = number;
+            });
         }
         out
     }
