@@ -66,16 +66,6 @@ pub(super) async fn get(
         return Ok(Got::Unusual);
     }
     let deadline = tokio::time::Instant::now() + limit;
-    let stream = match tokio::time::timeout(limit.min(CONNECT_LIMIT), connect(host, port)).await {
-        Err(_) => {
-            return Err(Failed::NotSent(format!(
-                "tcp connect timed out after {} s",
-                limit.min(CONNECT_LIMIT).as_secs_f64()
-            )));
-        }
-        Ok(Err(e)) => return Err(Failed::NotSent(format!("tcp connect error: {e}"))),
-        Ok(Ok(s)) => s,
-    };
     let authority = match url.port() {
         Some(p) => format!("{host}:{p}"),
         None => host.to_string(),
@@ -93,14 +83,27 @@ pub(super) async fn get(
         request.push_str("\r\n");
     }
     request.push_str("accept-encoding: gzip\r\nconnection: close\r\n\r\n");
-    tokio::time::timeout_at(deadline, exchange(stream, request.as_bytes(), max))
+    let connecting = connect(host, port, request.as_bytes());
+    let (stream, sent) = match tokio::time::timeout(limit.min(CONNECT_LIMIT), connecting).await {
+        Err(_) => {
+            return Err(Failed::NotSent(format!(
+                "tcp connect timed out after {} s",
+                limit.min(CONNECT_LIMIT).as_secs_f64()
+            )));
+        }
+        Ok(Err(e)) => return Err(Failed::NotSent(format!("tcp connect error: {e}"))),
+        Ok(Ok(s)) => s,
+    };
+    let rest = request.as_bytes().get(sent..).unwrap_or_default();
+    tokio::time::timeout_at(deadline, exchange(stream, rest, max))
         .await
         .unwrap_or(Err(Failed::TimedOut))
 }
 
 /// A connection to the URL's host: its address, else each address its name resolves to
 /// in turn (the last error when none takes it).
-async fn connect(host: &str, port: u16) -> std::io::Result<TcpStream> {
+/// Returns the connection and how much of `request` went out with the connect.
+async fn connect(host: &str, port: u16, request: &[u8]) -> std::io::Result<(TcpStream, usize)> {
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     let addrs: Vec<SocketAddr> = match bare.parse::<IpAddr>() {
         Ok(ip) => vec![SocketAddr::from((ip, port))],
@@ -108,16 +111,47 @@ async fn connect(host: &str, port: u16) -> std::io::Result<TcpStream> {
     };
     let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address to connect to");
     for addr in addrs {
-        match TcpStream::connect(addr).await {
-            Ok(s) => {
-                // The request is one small write: nothing to gain from Nagle.
-                let _ = s.set_nodelay(true);
-                return Ok(s);
-            }
+        match connect_sending(addr, request).await {
+            Ok(s) => return Ok(s),
             Err(e) => last = e,
         }
     }
     Err(last)
+}
+
+/// Connects to `addr` and sends what of `request` the socket takes at once: a handshake
+/// that is already done (a nearby endpoint's usually is when `connect` returns) then
+/// carries the request in the same step, so the endpoint wakes once for the connection
+/// and its request, not once for each.
+async fn connect_sending(addr: SocketAddr, request: &[u8]) -> std::io::Result<(TcpStream, usize)> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    socket.set_nonblocking(true)?;
+    // The request is one small write: nothing to gain from Nagle.
+    socket.set_tcp_nodelay(true)?;
+    match socket.connect(&addr.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return Err(e),
+    }
+    let sent = match socket.send(request) {
+        Ok(n) => n,
+        // Still connecting.
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
+        // The connection failed (refused, unreachable): its error, nothing sent.
+        Err(e) => return Err(e),
+    };
+    let stream = TcpStream::from_std(std::net::TcpStream::from(socket))?;
+    if sent == 0 {
+        stream.writable().await?;
+        if let Some(e) = stream.take_error()? {
+            return Err(e);
+        }
+    }
+    Ok((stream, sent))
 }
 
 /// How the body of an answer ends.
@@ -141,11 +175,12 @@ struct Head {
     gzip: bool,
 }
 
+/// Sends what is left of the request, and reads the answer.
 async fn exchange(mut stream: TcpStream, request: &[u8], max: usize) -> Result<Got, Failed> {
     let lost = |e: std::io::Error| Failed::Lost(e.to_string());
     // A peer that drops the request unanswered (a TLS endpoint named http://, one
     // closing) is left to the pooled client, which says what it speaks.
-    if stream.write_all(request).await.is_err() {
+    if !request.is_empty() && stream.write_all(request).await.is_err() {
         return Ok(Got::Unusual);
     }
     let mut buf: Vec<u8> = Vec::with_capacity(1024);
@@ -314,6 +349,143 @@ fn unchunked(raw: &[u8]) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write as _;
+    use tokio::net::TcpListener;
+
+    /// A peer on 127.0.0.1 that reads one request head and answers `answer` (then
+    /// closes), returning the request it read.
+    async fn peer(answer: Vec<u8>) -> (Url, tokio::task::JoinHandle<String>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = Url::parse(&format!(
+            "http://{}/v1/capacity",
+            listener.local_addr().unwrap()
+        ))
+        .unwrap();
+        let task = tokio::spawn(async move {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            let mut got = Vec::new();
+            while !got.ends_with(b"\r\n\r\n") {
+                let mut byte = [0u8; 1];
+                if sock.read(&mut byte).await.unwrap() == 0 {
+                    break;
+                }
+                got.push(byte[0]);
+            }
+            sock.write_all(&answer).await.unwrap();
+            String::from_utf8(got).unwrap()
+        });
+        (url, task)
+    }
+
+    fn gzip(data: &[u8]) -> Vec<u8> {
+        let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        z.write_all(data).unwrap();
+        z.finish().unwrap()
+    }
+
+    const SECOND: Duration = Duration::from_secs(1);
+
+    #[tokio::test]
+    async fn a_conditional_get_sends_its_headers_and_reads_a_304() {
+        let (url, task) = peer(b"HTTP/1.1 304 Not Modified\r\netag: \"t1\"\r\n\r\n".to_vec()).await;
+        let headers = [
+            (reqwest::header::AUTHORIZATION, "Bearer abc"),
+            (reqwest::header::IF_NONE_MATCH, "\"t1\""),
+        ];
+        let got = get(&url, &headers, SECOND, 1024).await.unwrap();
+        assert_eq!(
+            got,
+            Got::Answer {
+                status: 304,
+                etag: Some("\"t1\"".to_string()),
+                body: Vec::new()
+            }
+        );
+        let request = task.await.unwrap();
+        let port = url.port().unwrap();
+        assert!(
+            request.starts_with(&format!(
+                "GET /v1/capacity HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n"
+            )),
+            "{request}"
+        );
+        for line in [
+            "authorization: Bearer abc",
+            "if-none-match: \"t1\"",
+            "connection: close",
+        ] {
+            assert!(request.contains(line), "{line} not in {request}");
+        }
+    }
+
+    #[tokio::test]
+    async fn chunked_gzip_and_close_delimited_bodies_read_whole() {
+        let body = br#"{"schema":1,"nodes":[]}"#;
+        let packed = gzip(body);
+        let mut chunked =
+            b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ntransfer-encoding: chunked\r\n\r\n"
+                .to_vec();
+        for part in packed.chunks(7) {
+            chunked.extend_from_slice(format!("{:x}\r\n", part.len()).as_bytes());
+            chunked.extend_from_slice(part);
+            chunked.extend_from_slice(b"\r\n");
+        }
+        chunked.extend_from_slice(b"0\r\n\r\n");
+        let mut close = b"HTTP/1.1 200 OK\r\netag: \"x\"\r\n\r\n".to_vec();
+        close.extend_from_slice(body);
+        for answer in [chunked, close] {
+            let (url, _task) = peer(answer).await;
+            match get(&url, &[], SECOND, 1024).await.unwrap() {
+                Got::Answer {
+                    status, body: b, ..
+                } => assert_eq!((status, b.as_slice()), (200, &body[..])),
+                Got::Unusual => panic!("unusual"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn garbage_silence_and_oversize_are_unusual_or_errors() {
+        // Not HTTP, and a close with no answer: left to the pooled client.
+        for answer in [b"\x15\x03\x03\x00\x02\x02\x46".to_vec(), Vec::new()] {
+            let (url, _task) = peer(answer).await;
+            assert_eq!(get(&url, &[], SECOND, 1024).await, Ok(Got::Unusual));
+        }
+        // Longer than allowed.
+        let (url, _task) = peer(b"HTTP/1.1 200 OK\r\ncontent-length: 5000\r\n\r\n".to_vec()).await;
+        assert_eq!(get(&url, &[], SECOND, 1024).await, Ok(Got::Unusual));
+        // Cut in the middle of the body.
+        let (url, _task) =
+            peer(b"HTTP/1.1 200 OK\r\ncontent-length: 50\r\n\r\n{\"a\"".to_vec()).await;
+        assert!(matches!(
+            get(&url, &[], SECOND, 1024).await,
+            Err(Failed::Lost(_))
+        ));
+        // A header value that cannot go out as is.
+        let (url, _task) = peer(Vec::new()).await;
+        let bad = [(reqwest::header::AUTHORIZATION, "Bearer a\r\nx: y")];
+        assert_eq!(get(&url, &bad, SECOND, 1024).await, Ok(Got::Unusual));
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_sent_nothing_and_a_silent_peer_times_out() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        let url = Url::parse(&format!("http://{addr}/v1/capacity")).unwrap();
+        assert!(
+            matches!(get(&url, &[], SECOND, 1024).await, Err(Failed::NotSent(e)) if e.contains("refused")),
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = Url::parse(&format!("http://{}/", listener.local_addr().unwrap())).unwrap();
+        let hold = tokio::spawn(async move {
+            let (_sock, _) = listener.accept().await.unwrap();
+            std::future::pending::<()>().await;
+        });
+        let limit = Duration::from_millis(200);
+        assert_eq!(get(&url, &[], limit, 1024).await, Err(Failed::TimedOut));
+        hold.abort();
+    }
 
     #[test]
     fn heads_say_how_the_body_ends() {
