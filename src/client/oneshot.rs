@@ -328,9 +328,10 @@ fn unchunked(raw: &[u8]) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(raw.len());
     let mut at = 0;
     loop {
-        let (used, size) = match httparse::parse_chunk_size(raw.get(at..)?) {
-            Ok(httparse::Status::Complete(c)) => c,
-            _ => return None,
+        let Ok(httparse::Status::Complete((used, size))) =
+            httparse::parse_chunk_size(raw.get(at..)?)
+        else {
+            return None;
         };
         at += used;
         if size == 0 {
