@@ -100,9 +100,9 @@ pub(super) async fn get(
         .unwrap_or(Err(Failed::TimedOut))
 }
 
-/// A connection to the URL's host: its address, else each address its name resolves to
-/// in turn (the last error when none takes it).
-/// Returns the connection and how much of `request` went out with the connect.
+/// A connection to the URL's host (its address, else each address its name resolves to in
+/// turn; the last error when none takes it), and how much of `request` went out with the
+/// connect.
 async fn connect(host: &str, port: u16, request: &[u8]) -> std::io::Result<(TcpStream, usize)> {
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     let addrs: Vec<SocketAddr> = match bare.parse::<IpAddr>() {
@@ -236,7 +236,7 @@ async fn exchange(mut stream: TcpStream, request: &[u8], max: usize) -> Result<G
         _ => raw,
     };
     let body = if head.gzip {
-        let mut out = Vec::with_capacity(body.len() * 4);
+        let mut out = Vec::with_capacity(body.len().saturating_mul(4).min(max));
         let limit = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1);
         match flate2::read::GzDecoder::new(body.as_slice())
             .take(limit)
