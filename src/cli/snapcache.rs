@@ -189,26 +189,33 @@ impl SnapshotCache {
                 }
             })
             .collect();
-        if fresh && let Some(path) = self.file_for(CAPACITY_FILE, "json") {
-            let number = self.saving.issued.fetch_add(1, Ordering::Relaxed) + 1;
-            let saving = Arc::clone(&self.saving);
-            tokio::task::spawn_blocking(move || {
-                let mut on_disk = saving
-                    .on_disk
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                if *on_disk > number {
-                    return;
-                }
-                let mut entries: Vec<&CapacityEntry> = cached.values().collect();
-                entries.sort_by(|a, b| a.url.cmp(&b.url));
-                // Best effort: a read-only or full cache directory only costs the next full
-                // read.
-                let _ = write_private(&path, &entries);
-                *on_disk = number;
-            });
+        if fresh {
+            self.save_capacities(cached);
         }
         out
+    }
+
+    /// Writes `cached` as the capacity file on a blocking thread (`Saving`).
+    fn save_capacities(&self, cached: HashMap<String, CapacityEntry>) {
+        let Some(path) = self.file_for(CAPACITY_FILE, "json") else {
+            return;
+        };
+        let number = self.saving.issued.fetch_add(1, Ordering::Relaxed) + 1;
+        let saving = Arc::clone(&self.saving);
+        tokio::task::spawn_blocking(move || {
+            let mut on_disk = saving
+                .on_disk
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if *on_disk > number {
+                return;
+            }
+            let mut entries: Vec<&CapacityEntry> = cached.values().collect();
+            entries.sort_by(|a, b| a.url.cmp(&b.url));
+            // Best effort: a read-only or full cache directory only costs the next full read.
+            let _ = write_private(&path, &entries);
+            *on_disk = number;
+        });
     }
 
     /// One endpoint's capacity, conditionally on `tag` (the cached one's).
@@ -328,5 +335,34 @@ mod tests {
         let off = SnapshotCache::off();
         off.store(&entry);
         assert!(off.load(url).is_none());
+    }
+
+    #[test]
+    fn the_capacity_file_ends_as_the_last_read_left_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = SnapshotCache::at(dir.path());
+        let url = "http://127.0.0.1:1/";
+        let read = |etag: &str| {
+            let entry = CapacityEntry {
+                url: url.to_string(),
+                etag: etag.to_string(),
+                capacity: CapacitySummary::of(&Snapshot::default()),
+            };
+            HashMap::from([(url.to_string(), entry)])
+        };
+        for round in 0..20 {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                for k in 0..5 {
+                    cache.save_capacities(read(&format!("\"{round}-{k}\"")));
+                }
+            });
+            // Dropping the runtime waits for its blocking threads: every write is done.
+            drop(rt);
+            let on_disk = cache.load_capacities();
+            assert_eq!(on_disk[url].etag, format!("\"{round}-4\""));
+        }
     }
 }
