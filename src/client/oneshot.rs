@@ -6,10 +6,10 @@
 //!
 //! It takes only answers it reads whole: HTTP/1.x, a head `httparse` parses, a body by
 //! `Content-Length`, chunked or up to the close, plain or gzip. Anything else (a URL that
-//! is not plain `http`, a header value that cannot be sent as is, a 1xx, another
-//! encoding, a head it cannot parse, no answer at all) is [`Got::Unusual`], and the
-//! caller asks again through reqwest, whose answer or error then stands. Only a failed
-//! connection and the time limit are errors of their own.
+//! is not plain `http`, a proxy named in the environment, a header value that cannot be
+//! sent as is, a 1xx, another encoding, a head it cannot parse, no answer at all) is
+//! [`Got::Unusual`], and the caller asks through reqwest instead, whose answer or error
+//! then stands. Only a failed connection and the time limit are errors of their own.
 
 use std::io::Read as _;
 use std::net::{IpAddr, SocketAddr};
@@ -62,7 +62,10 @@ pub(super) async fn get(
     let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else {
         return Ok(Got::Unusual);
     };
-    if url.scheme() != "http" || !headers.iter().all(|(_, v)| sendable(v)) {
+    if url.scheme() != "http"
+        || !headers.iter().all(|(_, v)| sendable(v))
+        || proxied(|k| std::env::var_os(k))
+    {
         return Ok(Got::Unusual);
     }
     let deadline = tokio::time::Instant::now() + limit;
@@ -98,6 +101,14 @@ pub(super) async fn get(
     tokio::time::timeout_at(deadline, exchange(stream, rest, max))
         .await
         .unwrap_or(Err(Failed::TimedOut))
+}
+
+/// Whether a proxy may stand between this process and a plain-HTTP endpoint: reqwest
+/// honours these variables (and `NO_PROXY`), so with one set the read is left to it.
+fn proxied(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> bool {
+    ["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"]
+        .iter()
+        .any(|k| var(k).is_some_and(|v| !v.is_empty()))
 }
 
 /// A connection to the URL's host (its address, else each address its name resolves to in
@@ -486,6 +497,25 @@ mod tests {
         let limit = Duration::from_millis(200);
         assert_eq!(get(&url, &[], limit, 1024).await, Err(Failed::TimedOut));
         hold.abort();
+    }
+
+    #[test]
+    fn a_proxy_in_the_environment_leaves_the_read_to_reqwest() {
+        let with = |pairs: &'static [(&'static str, &'static str)]| {
+            proxied(move |k| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| std::ffi::OsString::from(v))
+            })
+        };
+        assert!(!with(&[]));
+        assert!(!with(&[
+            ("http_proxy", ""),
+            ("https_proxy", "http://p:3128")
+        ]));
+        assert!(with(&[("http_proxy", "http://p:3128")]));
+        assert!(with(&[("ALL_PROXY", "socks5://p:1080")]));
     }
 
     #[test]
