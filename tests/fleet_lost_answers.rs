@@ -17,7 +17,6 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -53,17 +52,17 @@ impl Relay {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         listener.set_nonblocking(true).unwrap();
-        let shut = Arc::new(AtomicBool::new(false));
         std::thread::spawn(move || {
-            while !shut.load(Ordering::SeqCst) {
-                let Ok((conn, _)) = listener.accept() else {
+            let mut listening = Some(listener);
+            while let Some(l) = &listening {
+                let Ok((conn, _)) = l.accept() else {
                     std::thread::sleep(Duration::from_millis(5));
                     continue;
                 };
                 conn.set_nonblocking(false).unwrap();
-                let (plan, upstream, shut) = (plan.clone(), upstream.clone(), shut.clone());
-                // One connection at a time, so a shut takes effect before the next accept.
-                relay_one(conn, &upstream, &plan, &shut);
+                // One connection at a time, so a shut closes the listener before the next
+                // connection can be queued on it.
+                relay_one(conn, &upstream, &plan, &mut listening);
             }
         });
         Relay { url }
@@ -74,7 +73,7 @@ fn relay_one(
     mut conn: TcpStream,
     upstream: &str,
     plan: &Mutex<VecDeque<(&'static str, Act)>>,
-    shut: &AtomicBool,
+    listening: &mut Option<TcpListener>,
 ) {
     let Some((head, body)) = read_request(&mut conn) else {
         return;
@@ -102,11 +101,14 @@ fn relay_one(
             let mut up = crate::common::relay::send(upstream, &head, &body).unwrap();
             let mut answer = Vec::new();
             up.read_to_end(&mut answer).unwrap();
+            // Closed before the answer goes out: the kernel queues (and then resets) a
+            // connection made to a listener still open, and a fast client connects again
+            // within microseconds of reading the answer.
+            if matches!(act, Act::ForwardThenShut) {
+                *listening = None;
+            }
             if matches!(act, Act::Forward | Act::ForwardThenShut) {
                 let _ = conn.write_all(&answer);
-            }
-            if matches!(act, Act::ForwardThenShut) {
-                shut.store(true, Ordering::SeqCst);
             }
         }
     }
