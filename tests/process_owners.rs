@@ -390,11 +390,5 @@ fn overview_over(dir: &Path, url: &str, cluster: &kmock::Cluster, size: &str) ->
         .arg(cluster.kubeconfig())
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    text
+    common::ok(&out)
 }
