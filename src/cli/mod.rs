@@ -330,7 +330,7 @@ fn done(conn: &Conn, json: Value, sentence: impl FnOnce() -> String) -> anyhow::
 /// Pretty JSON on stdout, one value then a newline.
 fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
     // Buffered: stdout alone flushes at every newline, a write per line of pretty JSON
-    // (40 for one claim, hundreds of thousands for `ls --json` of a big endpoint).
+    // (about 40 for one claim; one per line of a whole snapshot for `ls --json`).
     let mut out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
     serde_json::to_writer_pretty(&mut out, v)?;
     writeln!(out)?;
