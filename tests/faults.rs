@@ -461,6 +461,16 @@ impl Tmux {
             .expect("tmux runs (scripts/test installs it)");
         assert!(ok.success(), "tmux {args:?}");
     }
+    /// The pane's screen, for a failure's message.
+    fn screen(&self, target: &str) -> String {
+        Command::new("tmux")
+            .args(["-L", &self.0, "capture-pane", "-p", "-t", target])
+            .output()
+            .map_or_else(
+                |e| format!("(no screen: {e})"),
+                |o| String::from_utf8_lossy(&o.stdout).into_owned(),
+            )
+    }
 }
 
 impl Drop for Tmux {
@@ -471,18 +481,51 @@ impl Drop for Tmux {
     }
 }
 
+/// Polls `cond` every 50 ms for up to a minute (long enough for a machine busy with the
+/// rest of the suite); a failure says what `why` tells of the state then.
+async fn wait_or_say(
+    what: &str,
+    mut cond: impl AsyncFnMut() -> bool,
+    why: impl AsyncFn() -> String,
+) {
+    let until = Instant::now() + Duration::from_mins(1);
+    while Instant::now() < until {
+        if cond().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("never: {what}\n{}", why().await);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_terminal_the_command_gets_the_keys() {
     let dir = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
     let serve = spawn_serve(Server::command(&demo_fleet()), dir.path());
     let (url, token) = (serve.url.clone(), serve.operator_token());
-    let out = work.path().join("got");
-    let script = format!("read x; echo got-$x > {}; sleep 300", out.display());
+    let (ready, out, err) = (
+        work.path().join("ready"),
+        work.path().join("got"),
+        work.path().join("run.err"),
+    );
+    // The command says when it runs (it has the terminal by then: `run` hands it over
+    // before the exec), so the keys are typed to it and not to whatever runs before.
+    let script = format!(
+        "echo $$ > {}; read x; echo got-$x > {}; sleep 300",
+        ready.display(),
+        out.display()
+    );
+    // A HOME of its own, as `common::isolated_cli` gives, and `run`'s words kept in a file
+    // for a failure's message.
     let line = format!(
-        "{} run --memory 1GiB --endpoint {url} --data-dir {} -- sh -c '{script}'",
-        gpuboard().display(),
-        dir.path().display()
+        "env -u GPUBOARD_TOKEN -u GPUBOARD_ENDPOINT -u GPUBOARD_CONFIG HOME={home} \
+         XDG_CONFIG_HOME={home}/config XDG_STATE_HOME={home}/state GPUBOARD_CACHE_DIR={home}/cache \
+         {bin} run --memory 1GiB --endpoint {url} --data-dir {data} -- sh -c '{script}' 2>{err}",
+        home = work.path().display(),
+        bin = gpuboard().display(),
+        data = dir.path().display(),
+        err = err.display(),
     );
     let tmux = Tmux::new();
     tmux.run(&[
@@ -496,21 +539,35 @@ async fn on_a_terminal_the_command_gets_the_keys() {
         "20",
         &line,
     ]);
-    eventually("the claim is placed", async || {
-        claims(&url, &token).await == 1
-    })
+    let why = async || {
+        format!(
+            "screen:\n{}\nrun's stderr:\n{}\nclaims: {}",
+            tmux.screen("run"),
+            std::fs::read_to_string(&err).unwrap_or_default(),
+            snapshot(&url, &token).await["claims"]
+        )
+    };
+    wait_or_say(
+        "the command runs under `run`",
+        async || ready.exists() && claims(&url, &token).await == 1,
+        why,
+    )
     .await;
     // Typed keys reach the command (a command in a background group would stop on read).
     tmux.run(&["send-keys", "-t", "run", "hello", "Enter"]);
-    eventually("the command read the line", async || {
-        std::fs::read_to_string(&out).is_ok_and(|t| t.trim() == "got-hello")
-    })
+    wait_or_say(
+        "the command read the line",
+        async || std::fs::read_to_string(&out).is_ok_and(|t| t.trim() == "got-hello"),
+        why,
+    )
     .await;
     // Ctrl-C ends the command; `run` then releases the claim.
     tmux.run(&["send-keys", "-t", "run", "C-c"]);
-    eventually("the claim is released", async || {
-        claims(&url, &token).await == 0
-    })
+    wait_or_say(
+        "the claim is released",
+        async || claims(&url, &token).await == 0,
+        why,
+    )
     .await;
     drop(serve);
 }
