@@ -11,7 +11,9 @@
 //! `BENCH_BINS=OLD:NEW` times other `gpuboard` binaries against the same endpoints, their
 //! claims interleaved one by one (an older CLI reads whole snapshots: before and after
 //! in one run); `BENCH_SIZES=100` picks the sizes; `BENCH_HELD=20` has every endpoint
-//! hold that many claims of 1 GiB (four projects) throughout, as endpoints in use do.
+//! hold that many claims of 1 GiB (four projects) throughout, as endpoints in use do;
+//! `BENCH_BIG=1000` gives the first endpoint that many nodes of 8 GPUs (a large cluster
+//! among small ones: its capacity answer is what a fleet claim reads most of).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fmt::Write as _;
@@ -26,19 +28,26 @@ use gpuboard::endpoint::auth::Tokens;
 use gpuboard::endpoint::engine::{Engine, EngineConfig, LocalProcesses};
 use gpuboard::endpoint::store::SyncMode;
 
-/// One endpoint with one node of 8 x 80 GiB, on its own thread and runtime until the
-/// bench ends; returns its URL and token file.
-fn start(root: &Path, i: usize) -> (String, String) {
+/// One endpoint with `nodes` nodes of 8 x 80 GiB, on its own thread and runtime until
+/// the bench ends; returns its URL and token file.
+fn start(root: &Path, i: usize, nodes: usize) -> (String, String) {
     let dir = root.join(format!("e{i}"));
     std::fs::create_dir_all(&dir).unwrap();
     let inv = dir.join("inventory.toml");
-    std::fs::write(
-        &inv,
-        format!(
-            "[[nodes]]\nname = \"host-{i}\"\n[[nodes.gpus]]\nmodel = \"NVIDIA A100-SXM4-80GB\"\nmemory = \"80GiB\"\ncount = 8\n"
-        ),
-    )
-    .unwrap();
+    let mut text = String::new();
+    for k in 0..nodes {
+        let name = if k == 0 {
+            format!("host-{i}")
+        } else {
+            format!("host-{i}-{k}")
+        };
+        writeln!(
+            text,
+            "[[nodes]]\nname = \"{name}\"\n[[nodes.gpus]]\nmodel = \"NVIDIA A100-SXM4-80GB\"\nmemory = \"80GiB\"\ncount = 8"
+        )
+        .unwrap();
+    }
+    std::fs::write(&inv, text).unwrap();
     let nodes = gpuboard::inventory::load(&inv).unwrap();
     let tokens = Tokens::load_or_create(&dir).unwrap();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -210,7 +219,13 @@ fn main() {
         .unwrap_or_else(|| vec![env!("CARGO_BIN_EXE_gpuboard").to_string()]);
     let root = tempfile::tempdir().unwrap();
     let max = sizes.iter().copied().max().unwrap_or(1);
-    let eps: Vec<_> = (0..max).map(|i| start(root.path(), i)).collect();
+    let big: usize = std::env::var("BENCH_BIG")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let eps: Vec<_> = (0..max)
+        .map(|i| start(root.path(), i, if i == 0 { big.max(1) } else { 1 }))
+        .collect();
     let held: usize = std::env::var("BENCH_HELD")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -219,7 +234,7 @@ fn main() {
         hold(&eps, held);
     }
     println!(
-        "fleet claim: `gpuboard claim --memory 1GiB` over N endpoints x 8 GPUs holding {held} claims each, {iters} claims each"
+        "fleet claim: `gpuboard claim --memory 1GiB` over N endpoints x 8 GPUs (the first {big} nodes) holding {held} claims each, {iters} claims each"
     );
     for &n in &sizes {
         for cold in [true, false] {

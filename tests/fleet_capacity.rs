@@ -9,6 +9,7 @@ use crate::common;
 
 use std::io::Write as _;
 use std::net::TcpListener;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -158,51 +159,64 @@ fn old_serve(upstream: &str) -> (String, Arc<Mutex<Vec<String>>>) {
     (url, seen)
 }
 
-#[test]
-fn a_fleet_claim_reads_the_snapshot_of_an_endpoint_without_the_route() {
-    let root = tempfile::tempdir().unwrap();
-    let start = |name: &str, gib: &str| {
-        let dir = root.path().join(name);
-        std::fs::create_dir_all(&dir).unwrap();
-        let inv = one_node_inventory(
-            root.path(),
-            &format!("host-{name}"),
-            "NVIDIA A100-SXM4-80GB",
-            gib,
-            1,
-        );
-        Server::start(&dir, &inv, &[])
-    };
-    // Only b (behind the "old serve" relay) has room for 20 GiB.
-    let a = start("a", "8GiB");
-    let b = start("b", "80GiB");
-    let (relay, seen) = old_serve(&b.url);
-    let config = root.path().join("config.toml");
+/// A serve in `root/name` with one node of `count` A100s of `memory` each.
+fn start_one_node(root: &Path, name: &str, memory: &str, count: u32) -> Server {
+    let dir = root.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let inv = one_node_inventory(
+        root,
+        &format!("host-{name}"),
+        "NVIDIA A100-SXM4-80GB",
+        memory,
+        count,
+    );
+    Server::start(&dir, &inv, &[])
+}
+
+/// Writes `root/config.toml` naming endpoints a and b (at `urls`, with the token files of
+/// `servers`); returns its path.
+fn two_endpoint_config(root: &Path, urls: [&str; 2], servers: [&Server; 2]) -> PathBuf {
+    let config = root.join("config.toml");
     std::fs::write(
         &config,
         format!(
             "[[endpoints]]\nname = \"a\"\nurl = \"{}\"\ntoken_file = \"{}\"\n\
-             [[endpoints]]\nname = \"b\"\nurl = \"{relay}\"\ntoken_file = \"{}\"\n",
-            a.url,
-            a.dir.join("operator.token").display(),
-            b.dir.join("operator.token").display()
+             [[endpoints]]\nname = \"b\"\nurl = \"{}\"\ntoken_file = \"{}\"\n",
+            urls[0],
+            servers[0].dir.join("operator.token").display(),
+            urls[1],
+            servers[1].dir.join("operator.token").display()
         ),
     )
     .unwrap();
-    let claim = || {
-        Command::new(env!("CARGO_BIN_EXE_gpuboard"))
-            .args(["claim", "--memory", "20GiB", "--json", "--config"])
-            .arg(&config)
-            .env("GPUBOARD_CACHE_DIR", root.path().join("cache"))
-            .env_remove("GPUBOARD_TOKEN")
-            .env_remove("GPUBOARD_ENDPOINT")
-            .env_remove("GPUBOARD_DATA_DIR")
-            .output()
-            .unwrap()
-    };
+    config
+}
+
+/// `gpuboard claim --memory MEMORY --json` across `config`, its cache in `root/cache`.
+fn fleet_claim(root: &Path, config: &Path, memory: &str) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_gpuboard"))
+        .args(["claim", "--memory", memory, "--json", "--config"])
+        .arg(config)
+        .env("GPUBOARD_CACHE_DIR", root.join("cache"))
+        .env_remove("GPUBOARD_TOKEN")
+        .env_remove("GPUBOARD_ENDPOINT")
+        .env_remove("GPUBOARD_DATA_DIR")
+        .output()
+        .unwrap();
+    serde_json::from_str(&ok(&out)).unwrap()
+}
+
+#[test]
+fn a_fleet_claim_reads_the_snapshot_of_an_endpoint_without_the_route() {
+    let root = tempfile::tempdir().unwrap();
+    // Only b (behind the "old serve" relay) has room for 20 GiB.
+    let a = start_one_node(root.path(), "a", "8GiB", 1);
+    let b = start_one_node(root.path(), "b", "80GiB", 1);
+    let (relay, seen) = old_serve(&b.url);
+    let config = two_endpoint_config(root.path(), [&a.url, &relay], [&a, &b]);
     // Twice: from an empty cache, then with b's snapshot cached (304).
     for _ in 0..2 {
-        let v: Value = serde_json::from_str(&ok(&claim())).unwrap();
+        let v = fleet_claim(root.path(), &config, "20GiB");
         assert_eq!(v["endpoint"], "b", "{v}");
     }
     let seen = seen.lock().unwrap().clone();
@@ -226,4 +240,37 @@ fn a_fleet_claim_reads_the_snapshot_of_an_endpoint_without_the_route() {
             .any(|e| e["url"].as_str().unwrap().starts_with(&a.url) && e["etag"].is_string()),
         "{cached:?}"
     );
+}
+
+#[test]
+fn a_cached_capacity_this_build_cannot_read_is_read_again_whole() {
+    let root = tempfile::tempdir().unwrap();
+    let a = start_one_node(root.path(), "a", "80GiB", 2);
+    let b = start_one_node(root.path(), "b", "80GiB", 2);
+    let config = two_endpoint_config(root.path(), [&a.url, &b.url], [&a, &b]);
+    let cache = root.path().join("cache").join("capacities.json");
+    let claim = || fleet_claim(root.path(), &config, "1GiB");
+    claim();
+    // Both tags kept, both capacities replaced by JSON of another schema: the endpoint
+    // that did not change answers 304 for a capacity this build cannot place on.
+    let mut cached: Vec<Value> = serde_json::from_slice(&std::fs::read(&cache).unwrap()).unwrap();
+    assert_eq!(cached.len(), 2, "{cached:?}");
+    cached[0]["capacity"] = json!({"schema": 99, "shape": "unknown"});
+    cached[1]["capacity"] = json!({"schema": 99, "policy": "binpack", "revision": 1, "nodes": []});
+    std::fs::write(&cache, serde_json::to_vec(&cached).unwrap()).unwrap();
+    let v = claim();
+    assert!(v["id"].is_u64(), "{v}");
+    // Read whole again and kept: both capacities are this build's once more.
+    let cached: Vec<Value> = serde_json::from_slice(&std::fs::read(&cache).unwrap()).unwrap();
+    assert_eq!(cached.len(), 2, "{cached:?}");
+    for e in &cached {
+        assert_eq!(e["capacity"]["schema"], 1, "{e}");
+        assert_eq!(
+            e["capacity"]["nodes"][0]["devices"]
+                .as_array()
+                .unwrap()
+                .len(),
+            2
+        );
+    }
 }

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::client::{CapacityRead, Client, ClientError, Conditional};
 use crate::snapshot::Snapshot;
 use crate::wire::SnapshotVersion;
-use crate::wire::capacity::CapacitySummary;
+use crate::wire::capacity::{CAPACITY_SCHEMA, CapacitySummary};
 
 /// One cached read.
 #[derive(Serialize, Deserialize)]
@@ -29,12 +29,22 @@ struct Entry {
     snapshot: Snapshot,
 }
 
-/// One cached capacity read.
-#[derive(Serialize, Deserialize)]
+/// One cached capacity read. The capacity is kept as the JSON the endpoint sent and parsed
+/// only when the endpoint answers 304 for it: a 1 000-node endpoint's is over a megabyte,
+/// and writing it anew whenever another endpoint changed, or parsing it when the endpoint
+/// sent a new one anyway, was most of a warm fleet claim's time.
 struct CapacityEntry {
     url: String,
     etag: String,
-    capacity: CapacitySummary,
+    capacity: Box<str>,
+}
+
+/// A `CapacityEntry` as the file holds it (its capacity checked to be JSON, not read).
+#[derive(Deserialize)]
+struct StoredCapacity {
+    url: String,
+    etag: String,
+    capacity: Box<serde_json::value::RawValue>,
 }
 
 /// The file (under the cache directory, `.json`) that holds every endpoint's capacity.
@@ -43,9 +53,9 @@ const CAPACITY_FILE: &str = "capacities";
 /// How one capacity was read.
 enum Read {
     /// 304: the cached one holds.
-    Cached,
-    /// Read whole, with its tag when it came with one.
-    Fresh(Box<CapacitySummary>, Option<String>),
+    Cached(Box<CapacitySummary>),
+    /// Read whole, with its tag and JSON when it came with a tag.
+    Fresh(Box<CapacitySummary>, Option<(String, String)>),
 }
 
 /// Where the cached snapshots live; `None` turns caching off.
@@ -138,8 +148,19 @@ impl SnapshotCache {
         else {
             return HashMap::new();
         };
-        serde_json::from_slice::<Vec<CapacityEntry>>(&bytes)
-            .map(|v| v.into_iter().map(|e| (e.url.clone(), e)).collect())
+        serde_json::from_slice::<Vec<StoredCapacity>>(&bytes)
+            .map(|v| {
+                v.into_iter()
+                    .map(|e| {
+                        let entry = CapacityEntry {
+                            url: e.url,
+                            etag: e.etag,
+                            capacity: e.capacity.into(),
+                        };
+                        (entry.url.clone(), entry)
+                    })
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -156,36 +177,28 @@ impl SnapshotCache {
         } else {
             HashMap::new()
         };
-        let reads = futures::future::join_all(clients.iter().map(|c| {
-            let tag = cached.get(c.endpoint()).map(|e| e.etag.clone());
-            self.capacity_read(c, tag)
-        }))
+        let reads = futures::future::join_all(
+            clients
+                .iter()
+                .map(|c| self.capacity_read(c, cached.get(c.endpoint()))),
+        )
         .await;
         let mut fresh = false;
         let out = reads
             .into_iter()
             .zip(clients)
-            .map(|(read, client)| {
-                let url = client.endpoint();
-                match read? {
-                    Read::Cached => cached.get(url).map(|e| e.capacity.clone()).ok_or_else(|| {
-                        ClientError::Decode {
-                            endpoint: url.to_string(),
-                            detail: "304 for a capacity this cache does not hold".to_string(),
-                        }
-                    }),
-                    Read::Fresh(capacity, Some(etag)) => {
-                        fresh = true;
-                        let entry = CapacityEntry {
-                            url: url.to_string(),
-                            etag,
-                            capacity: *capacity,
-                        };
-                        let capacity = entry.capacity.clone();
-                        cached.insert(url.to_string(), entry);
-                        Ok(capacity)
-                    }
-                    Read::Fresh(capacity, None) => Ok(*capacity),
+            .map(|(read, client)| match read? {
+                Read::Cached(capacity) | Read::Fresh(capacity, None) => Ok(*capacity),
+                Read::Fresh(capacity, Some((etag, json))) => {
+                    fresh = true;
+                    let url = client.endpoint().to_string();
+                    let entry = CapacityEntry {
+                        url: url.clone(),
+                        etag,
+                        capacity: json.into_boxed_str(),
+                    };
+                    cached.insert(url, entry);
+                    Ok(*capacity)
                 }
             })
             .collect();
@@ -213,29 +226,48 @@ impl SnapshotCache {
             let mut entries: Vec<&CapacityEntry> = cached.values().collect();
             entries.sort_by(|a, b| a.url.cmp(&b.url));
             // Best effort: a read-only or full cache directory only costs the next full read.
-            let _ = write_private(&path, &entries);
+            let _ = write_private_bytes(&path, &capacity_file(&entries));
             *on_disk = number;
         });
     }
 
-    /// One endpoint's capacity, conditionally on `tag` (the cached one's).
+    /// One endpoint's capacity, conditionally on the tag of `cached` (the cached one).
     async fn capacity_read(
         &self,
         client: &Client,
-        tag: Option<String>,
+        cached: Option<&CapacityEntry>,
     ) -> Result<Read, ClientError> {
-        match client.capacity_if_changed(tag.as_deref()).await? {
-            CapacityRead::NotModified if tag.is_some() => Ok(Read::Cached),
-            // 304 to a request that named no tag: read it whole.
-            CapacityRead::NotModified => match client.capacity_if_changed(None).await? {
-                CapacityRead::Fresh { capacity, .. } => Ok(Read::Fresh(capacity, None)),
-                _ => Ok(Read::Fresh(
+        let tag = cached.map(|e| e.etag.as_str());
+        let held = match client.capacity_if_changed(tag).await? {
+            CapacityRead::NotModified => cached.and_then(|e| {
+                serde_json::from_str::<CapacitySummary>(&e.capacity)
+                    .ok()
+                    .filter(|c| c.schema == CAPACITY_SCHEMA)
+            }),
+            CapacityRead::Fresh {
+                capacity,
+                etag,
+                json,
+            } => return Ok(Read::Fresh(capacity, etag.map(|t| (t, json)))),
+            CapacityRead::NoRoute => {
+                return Ok(Read::Fresh(
                     Box::new(CapacitySummary::of(&self.read(client).await?)),
                     None,
-                )),
-            },
-            CapacityRead::Fresh { capacity, etag } => Ok(Read::Fresh(capacity, etag)),
-            CapacityRead::NoRoute => Ok(Read::Fresh(
+                ));
+            }
+        };
+        if let Some(capacity) = held {
+            return Ok(Read::Cached(Box::new(capacity)));
+        }
+        // 304 to a request that named no tag, or for a cached capacity this build cannot
+        // read: read it whole.
+        match client.capacity_if_changed(None).await? {
+            CapacityRead::Fresh {
+                capacity,
+                etag,
+                json,
+            } => Ok(Read::Fresh(capacity, etag.map(|t| (t, json)))),
+            _ => Ok(Read::Fresh(
                 Box::new(CapacitySummary::of(&self.read(client).await?)),
                 None,
             )),
@@ -285,22 +317,53 @@ impl SnapshotCache {
     }
 }
 
+/// The capacity file's text: `[{"url": .., "etag": .., "capacity": ..}, ..]`, each
+/// capacity the JSON it was read as (checked when it was read or loaded).
+fn capacity_file(entries: &[&CapacityEntry]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(entries.iter().map(|e| e.capacity.len() + 128).sum());
+    out.push(b'[');
+    for (i, e) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(br#"{"url":"#);
+        push_json_string(&mut out, &e.url);
+        out.extend_from_slice(br#","etag":"#);
+        push_json_string(&mut out, &e.etag);
+        out.extend_from_slice(br#","capacity":"#);
+        out.extend_from_slice(e.capacity.as_bytes());
+        out.push(b'}');
+    }
+    out.push(b']');
+    out
+}
+
+/// `text` as a JSON string.
+fn push_json_string(out: &mut Vec<u8>, text: &str) {
+    // Serialising a `str` into a `Vec` cannot fail.
+    let _ = serde_json::to_writer(&mut *out, text);
+}
+
 /// Writes `entry` to `path` through a temporary file, readable by the user only (a
 /// snapshot names holders and projects).
 fn write_private(path: &Path, entry: &impl Serialize) -> std::io::Result<()> {
+    // Serialised first, then written in one go (not one syscall per token).
+    write_private_bytes(path, &serde_json::to_vec(entry)?)
+}
+
+/// Writes `bytes` to `path` as `write_private` does.
+fn write_private_bytes(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    // Serialised first, then written in one go (not one syscall per token).
-    let bytes = serde_json::to_vec(entry)?;
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
         .open(&tmp)?;
-    f.write_all(&bytes)?;
+    f.write_all(bytes)?;
     drop(f);
     std::fs::rename(&tmp, path)
 }
@@ -343,10 +406,11 @@ mod tests {
         let cache = SnapshotCache::at(dir.path());
         let url = "http://127.0.0.1:1/";
         let read = |etag: &str| {
+            let capacity = serde_json::to_string(&CapacitySummary::of(&Snapshot::default()));
             let entry = CapacityEntry {
                 url: url.to_string(),
                 etag: etag.to_string(),
-                capacity: CapacitySummary::of(&Snapshot::default()),
+                capacity: capacity.unwrap().into_boxed_str(),
             };
             HashMap::from([(url.to_string(), entry)])
         };
@@ -364,5 +428,36 @@ mod tests {
             let on_disk = cache.load_capacities();
             assert_eq!(on_disk[url].etag, format!("\"{round}-4\""));
         }
+    }
+
+    #[test]
+    fn the_capacity_file_keeps_each_capacity_as_read_and_is_json() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = SnapshotCache::at(dir.path());
+        let entry = |url: &str, etag: &str, capacity: &str| CapacityEntry {
+            url: url.to_string(),
+            etag: etag.to_string(),
+            capacity: capacity.into(),
+        };
+        // Names that need escaping, and capacities written with and without spaces.
+        let written = [
+            entry("http://a/\"x\"\\", "\"c1\"", r#"{"schema":1, "nodes": []}"#),
+            entry("http://b/", "W/\"c2\"", r#"{"schema":1,"policy":"spread"}"#),
+        ];
+        let file = capacity_file(&written.iter().collect::<Vec<_>>());
+        let parsed: serde_json::Value = serde_json::from_slice(&file).unwrap();
+        assert_eq!(parsed[0]["url"], "http://a/\"x\"\\");
+        assert_eq!(parsed[1]["capacity"]["policy"], "spread");
+        std::fs::write(cache.file_for(CAPACITY_FILE, "json").unwrap(), &file).unwrap();
+        let back = cache.load_capacities();
+        for w in &written {
+            let b = &back[&w.url];
+            assert_eq!((&b.etag, &b.capacity), (&w.etag, &w.capacity));
+        }
+        // A capacity that is not JSON makes the whole file a miss, as any foreign file is.
+        let bad = [entry("http://c/", "\"c3\"", "{not json")];
+        let file = capacity_file(&bad.iter().collect::<Vec<_>>());
+        std::fs::write(cache.file_for(CAPACITY_FILE, "json").unwrap(), &file).unwrap();
+        assert!(cache.load_capacities().is_empty());
     }
 }

@@ -19,6 +19,8 @@ pub enum CapacityRead {
         capacity: Box<CapacitySummary>,
         /// Its `ETag`, quotes included.
         etag: Option<String>,
+        /// The JSON it was read from, so a cache can keep it without writing it again.
+        json: String,
     },
     /// The endpoint predates the route (404 for the path): read its snapshot instead.
     NoRoute,
@@ -47,7 +49,7 @@ impl Client {
                 Ok(Got::Answer { status, etag, body }) => {
                     let status = StatusCode::from_u16(status)
                         .map_err(|e| self.decode(format!("HTTP status {status}: {e}")))?;
-                    return self.capacity_answer(status, etag, &body);
+                    return self.capacity_answer(status, etag, body);
                 }
                 Ok(Got::Unusual) => {}
                 Err(failed) => return Err(self.failed(failed)),
@@ -75,7 +77,7 @@ impl Client {
         } else {
             self.body(resp).await?
         };
-        self.capacity_answer(status, etag, &bytes)
+        self.capacity_answer(status, etag, bytes)
     }
 
     /// What a capacity answer says, however it was read.
@@ -83,7 +85,7 @@ impl Client {
         &self,
         status: StatusCode,
         etag: Option<String>,
-        bytes: &[u8],
+        bytes: Vec<u8>,
     ) -> Result<CapacityRead, ClientError> {
         if status == StatusCode::NOT_MODIFIED {
             return Ok(CapacityRead::NotModified);
@@ -92,10 +94,12 @@ impl Client {
             return Ok(CapacityRead::NoRoute);
         }
         if !status.is_success() {
-            return Err(self.refused(status, bytes));
+            return Err(self.refused(status, &bytes));
         }
+        // JSON is UTF-8; text that is not cannot be read as a capacity either.
+        let json = String::from_utf8(bytes).map_err(|e| self.decode(e.to_string()))?;
         let capacity: CapacitySummary =
-            serde_json::from_slice(bytes).map_err(|e| self.decode(e.to_string()))?;
+            serde_json::from_str(&json).map_err(|e| self.decode(e.to_string()))?;
         if capacity.schema != CAPACITY_SCHEMA {
             return Err(self.decode(format!(
                 "capacity schema {} is not the {CAPACITY_SCHEMA} this build reads",
@@ -105,6 +109,7 @@ impl Client {
         Ok(CapacityRead::Fresh {
             capacity: Box::new(capacity),
             etag,
+            json,
         })
     }
 
