@@ -251,26 +251,34 @@ fn a_cached_capacity_this_build_cannot_read_is_read_again_whole() {
     let cache = root.path().join("cache").join("capacities.json");
     let claim = || fleet_claim(root.path(), &config, "1GiB");
     claim();
-    // Both tags kept, both capacities replaced by JSON of another schema: the endpoint
-    // that did not change answers 304 for a capacity this build cannot place on.
-    let mut cached: Vec<Value> = serde_json::from_slice(&std::fs::read(&cache).unwrap()).unwrap();
-    assert_eq!(cached.len(), 2, "{cached:?}");
-    cached[0]["capacity"] = json!({"schema": 99, "shape": "unknown"});
-    cached[1]["capacity"] = json!({"schema": 99, "policy": "binpack", "revision": 1, "nodes": []});
-    std::fs::write(&cache, serde_json::to_vec(&cached).unwrap()).unwrap();
-    let v = claim();
-    assert!(v["id"].is_u64(), "{v}");
-    // Read whole again and kept: both capacities are this build's once more.
-    let cached: Vec<Value> = serde_json::from_slice(&std::fs::read(&cache).unwrap()).unwrap();
-    assert_eq!(cached.len(), 2, "{cached:?}");
-    for e in &cached {
-        assert_eq!(e["capacity"]["schema"], 1, "{e}");
-        assert_eq!(
-            e["capacity"]["nodes"][0]["devices"]
-                .as_array()
-                .unwrap()
-                .len(),
-            2
-        );
+    // Each round: both tags kept, both capacities replaced by JSON this build cannot place
+    // on (another shape; then this shape of another schema). The endpoint the last claim
+    // did not land on answers 304 for it; it is read again whole and kept.
+    let unreadable = [
+        json!({"schema": 99, "shape": "unknown"}),
+        json!({"schema": 99, "policy": "binpack", "revision": 1, "nodes": []}),
+    ];
+    for capacity in unreadable {
+        let mut cached: Vec<Value> =
+            serde_json::from_slice(&std::fs::read(&cache).unwrap()).unwrap();
+        assert_eq!(cached.len(), 2, "{cached:?}");
+        for e in &mut cached {
+            e["capacity"] = capacity.clone();
+        }
+        std::fs::write(&cache, serde_json::to_vec(&cached).unwrap()).unwrap();
+        let v = claim();
+        assert!(v["id"].is_u64(), "{v}");
+        let cached: Vec<Value> = serde_json::from_slice(&std::fs::read(&cache).unwrap()).unwrap();
+        assert_eq!(cached.len(), 2, "{cached:?}");
+        for e in &cached {
+            assert_eq!(e["capacity"]["schema"], 1, "after {capacity}: {e}");
+            assert_eq!(
+                e["capacity"]["nodes"][0]["devices"]
+                    .as_array()
+                    .unwrap()
+                    .len(),
+                2
+            );
+        }
     }
 }
