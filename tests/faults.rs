@@ -41,15 +41,26 @@ fn runs(pid: u32) -> bool {
 }
 
 /// Polls `cond` every 50 ms for up to 20 s.
-async fn eventually(what: &str, mut cond: impl AsyncFnMut() -> bool) {
-    let until = Instant::now() + Duration::from_secs(20);
+async fn eventually(what: &str, cond: impl AsyncFnMut() -> bool) {
+    wait_or_say(what, Duration::from_secs(20), cond, async || String::new()).await;
+}
+
+/// Polls `cond` every 50 ms for up to `within`; a failure says what `why` tells of the
+/// state then.
+async fn wait_or_say(
+    what: &str,
+    within: Duration,
+    mut cond: impl AsyncFnMut() -> bool,
+    why: impl AsyncFn() -> String,
+) {
+    let until = Instant::now() + within;
     while Instant::now() < until {
         if cond().await {
             return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("never: {what}");
+    panic!("never: {what}\n{}", why().await);
 }
 
 async fn snapshot(url: &str, token: &str) -> Value {
@@ -445,42 +456,6 @@ async fn malformed_and_oversized_bodies_and_keys_given_twice() {
     assert_eq!(claims(&server.url, &token).await, 0);
 }
 
-/// A tmux server of its own, killed when dropped.
-struct Tmux(String);
-
-impl Tmux {
-    fn new() -> Tmux {
-        Tmux(format!("gpuboard-faults-{}", std::process::id()))
-    }
-    fn run(&self, args: &[&str]) {
-        let ok = Command::new("tmux")
-            .arg("-L")
-            .arg(&self.0)
-            .args(args)
-            .status()
-            .expect("tmux runs (scripts/test installs it)");
-        assert!(ok.success(), "tmux {args:?}");
-    }
-    /// The pane's screen, for a failure's message.
-    fn screen(&self, target: &str) -> String {
-        Command::new("tmux")
-            .args(["-L", &self.0, "capture-pane", "-p", "-t", target])
-            .output()
-            .map_or_else(
-                |e| format!("(no screen: {e})"),
-                |o| String::from_utf8_lossy(&o.stdout).into_owned(),
-            )
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["-L", &self.0, "kill-server"])
-            .status();
-    }
-}
-
 /// Every process with its group, the terminal's foreground group and its signal masks
 /// (`ps`; empty where it is not installed), for a failure's message.
 fn processes() -> String {
@@ -496,22 +471,9 @@ fn processes() -> String {
         )
 }
 
-/// Polls `cond` every 50 ms for up to a minute (long enough for a machine busy with the
-/// rest of the suite); a failure says what `why` tells of the state then.
-async fn wait_or_say(
-    what: &str,
-    mut cond: impl AsyncFnMut() -> bool,
-    why: impl AsyncFn() -> String,
-) {
-    let until = Instant::now() + Duration::from_mins(1);
-    while Instant::now() < until {
-        if cond().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("never: {what}\n{}", why().await);
-}
+/// How long the terminal test waits for each step: long enough for a machine busy with
+/// the rest of the suite.
+const TERMINAL_WAIT: Duration = Duration::from_mins(1);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_terminal_the_command_gets_the_keys() {
@@ -546,37 +508,28 @@ async fn on_a_terminal_the_command_gets_the_keys() {
         data = dir.path().display(),
         err = err.display(),
     );
-    let tmux = Tmux::new();
-    tmux.run(&[
-        "new-session",
-        "-d",
-        "-s",
-        "run",
-        "-x",
-        "120",
-        "-y",
-        "20",
-        &line,
-    ]);
+    let pane = common::tmux::Session::start(120, 20, "faults-run", &line);
     let why = async || {
         format!(
             "processes:\n{}\nscreen:\n{}\nrun's stderr:\n{}\nclaims: {}",
             processes(),
-            tmux.screen("run"),
+            pane.screen(),
             std::fs::read_to_string(&err).unwrap_or_default(),
             snapshot(&url, &token).await["claims"]
         )
     };
     wait_or_say(
         "the command runs under `run`",
+        TERMINAL_WAIT,
         async || ready.exists() && claims(&url, &token).await == 1,
         why,
     )
     .await;
     // Typed keys reach the command (a command in a background group would stop on read).
-    tmux.run(&["send-keys", "-t", "run", "hello", "Enter"]);
+    pane.keys(&["hello", "Enter"]);
     wait_or_say(
         "the command read the line",
+        TERMINAL_WAIT,
         async || std::fs::read_to_string(&out).is_ok_and(|t| t.trim() == "got-hello"),
         why,
     )
@@ -586,6 +539,7 @@ async fn on_a_terminal_the_command_gets_the_keys() {
     let pid = std::fs::read_to_string(&ready).unwrap();
     wait_or_say(
         "the command is `sleep`",
+        TERMINAL_WAIT,
         async || {
             std::fs::read_to_string(format!("/proc/{}/comm", pid.trim()))
                 .is_ok_and(|c| c.trim() == "sleep")
@@ -593,9 +547,10 @@ async fn on_a_terminal_the_command_gets_the_keys() {
         why,
     )
     .await;
-    tmux.run(&["send-keys", "-t", "run", "C-c"]);
+    pane.keys(&["C-c"]);
     wait_or_say(
         "the claim is released",
+        TERMINAL_WAIT,
         async || claims(&url, &token).await == 0,
         why,
     )
