@@ -62,6 +62,8 @@ pub struct EndpointChecks {
     pub json: serde_json::Value,
     /// For people: lines printed after the machine's report.
     pub text: String,
+    /// The exit code of the endpoints' worst fault (0 when they only got advice).
+    pub exit: u8,
 }
 
 /// The kernel side of the driver.
@@ -559,7 +561,7 @@ pub fn run_with(args: DoctorArgs, endpoints: Option<EndpointChecks>) -> anyhow::
             print!("{}", e.text);
         }
     }
-    Ok(0)
+    Ok(endpoints.map_or(0, |e| i32::from(e.exit)))
 }
 
 #[cfg(test)]

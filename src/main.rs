@@ -84,11 +84,7 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Err(error) => {
             eprintln!("gpuboard: {error:#}");
-            if error.is::<gpuboard::console::headless::NoSuchClaim>() {
-                ExitCode::from(gpuboard::cli::EXIT_NOT_FOUND)
-            } else {
-                ExitCode::FAILURE
-            }
+            ExitCode::from(gpuboard::cli::exit_code(&error))
         }
     }
 }

@@ -1,6 +1,7 @@
-//! The times an operator types (the console's `g` and `--at`, `gpuboard report`'s window):
-//! `03:12` (the last 03:12 in the operator's zone), `-10m` (before now), `2026-11-25 03:12:30` (local),
-//! RFC 3339, or milliseconds since the epoch. Pure: now and the zone are given.
+//! The times an operator types (the console's `g` and `--at`, `status --at`, `events --since`,
+//! `gpuboard report`'s window): `03:12` (the last 03:12 in the operator's zone), `-10m` or
+//! `10m` (before now), `2026-11-25 03:12:30` (local), RFC 3339, or milliseconds since the
+//! epoch. Pure: now and the zone are given. Every command that takes a time reads it here.
 
 use jiff::civil::{Date, DateTime, Time};
 use jiff::tz::TimeZone;
@@ -8,7 +9,7 @@ use jiff::tz::TimeZone;
 use crate::clock::Timestamp;
 
 /// What may be typed, for error messages and help.
-pub const FORMS: &str = "03:12, 03:12:30, -10m, -1h30m, 2026-11-25 03:12, \
+pub const FORMS: &str = "03:12, 03:12:30, -10m (or 10m: ago), -1h30m, 2026-11-25 03:12, \
                          2026-11-25T03:12:30Z (RFC 3339) or ms since the epoch";
 
 /// Why a typed time was refused.
@@ -34,6 +35,9 @@ pub fn parse_when(text: &str, now: Timestamp, zone: &TimeZone) -> Result<Timesta
     let bad = || WhenError::Unreadable(t.to_string());
     let at = if let Some(ago) = t.strip_prefix('-') {
         Timestamp(now.0.saturating_sub(span_ms(ago).ok_or_else(bad)?))
+    } else if let Some(ago) = unit_span_ms(t) {
+        // `10m`, `1h 30m`: a span with its unit can only mean "ago" (`events --since 30m`).
+        Timestamp(now.0.saturating_sub(ago))
     } else if t.len() > 8 && t.bytes().all(|b| b.is_ascii_digit()) {
         Timestamp(t.parse().map_err(|_| bad())?)
     } else if let Ok(ts) = t.parse::<jiff::Timestamp>() {
@@ -73,12 +77,25 @@ fn last_time_of_day(time: Time, now: Timestamp, zone: &TimeZone) -> Option<Times
     }
 }
 
-/// `10m`, `1h30m`, `90s`, `2d` in milliseconds.
+/// A span written with its units (`30m`, `1h 30m`, `90s`): a bare number is left to the
+/// other forms (milliseconds since the epoch), so it is not read as minutes here.
+fn unit_span_ms(text: &str) -> Option<u64> {
+    let last = text.chars().last()?;
+    if last.is_ascii_digit() || !text.starts_with(|c: char| c.is_ascii_digit()) {
+        return None;
+    }
+    span_ms(text)
+}
+
+/// `10m`, `1h30m`, `1h 30m`, `90s`, `2d` in milliseconds.
 fn span_ms(text: &str) -> Option<u64> {
     let mut total: u64 = 0;
     let mut digits = String::new();
     let mut any = false;
     for c in text.chars() {
+        if c == ' ' && digits.is_empty() {
+            continue;
+        }
         if c.is_ascii_digit() {
             digits.push(c);
             continue;
@@ -126,6 +143,10 @@ mod tests {
             ("-1h30m", "2026-11-25T01:55:00Z"),
             ("-90s", "2026-11-25T03:23:30Z"),
             ("-2d", "2026-11-23T03:25:00Z"),
+            ("10m", "2026-11-25T03:15:00Z"),
+            ("1h 30m", "2026-11-25T01:55:00Z"),
+            ("-1h 30m", "2026-11-25T01:55:00Z"),
+            ("90s", "2026-11-25T03:23:30Z"),
             ("2026-11-25 03:12:30", "2026-11-25T03:12:30Z"),
             ("2026-11-25 03:12", "2026-11-25T03:12:00Z"),
             ("2026-11-24", "2026-11-24T00:00:00Z"),

@@ -1461,11 +1461,20 @@ fn colon(s: &Session, text: &str) {
 fn i25_commands_reach_exactly_the_gpu_and_claim_named_or_send_nothing() {
     let (inc, s, _home) = Incident::at_80x24("i25named");
     let events_before = audit(&inc.server);
+    // The hint names what Enter will do with a GPU named by the end of its node's name,
+    // never "no such command" for a command that runs.
+    s.keys(&[":"]);
+    s.wait_for(":▏");
+    s.keys(&["gpu 018:3"]);
+    let screen = s.wait_for(&format!("Enter: open {H018}:3"));
+    assert!(!screen.contains("no such command"), "{screen}");
+    s.keys(&["Escape"]);
+    s.wait_until("the command line closed", |now| !now.contains(":gpu 018:3"));
     // The selected row is node-017:0; the command names node-018:3.
     colon(&s, &format!("cordon {H018} 3"));
     let screen = s.wait_for("[ Cancel ]");
     assert!(
-        screen.contains(&format!("You typed: cordon {H018}:3")),
+        screen.contains(&format!("You typed: cordon {H018} 3")),
         "{screen}"
     );
     assert!(!screen.contains(&format!("{H017}:0")), "{screen}");
@@ -1473,10 +1482,9 @@ fn i25_commands_reach_exactly_the_gpu_and_claim_named_or_send_nothing() {
     s.keys(&["Enter"]);
     s.wait_until("the dialog closed", |now| !now.contains("[ Cancel ]"));
     assert!(cordoned(&inc.server).is_empty());
-    // Typed: Enter confirms that GPU and no other.
+    // Named in full: typed once, so Enter confirms that GPU and no other.
     colon(&s, &format!("cordon {H018}:3"));
     s.wait_for("[ Cancel ]");
-    s.keys(&[&format!("{H018}:3")]);
     s.wait_for(&format!("{H018}:3_"));
     s.keys(&["Enter"]);
     let start = Instant::now();
@@ -1493,7 +1501,7 @@ fn i25_commands_reach_exactly_the_gpu_and_claim_named_or_send_nothing() {
     colon(&s, "release 999");
     s.wait_for("no claim `999`");
     // `:release ID` in another view, with another claim selected: that claim; frank's,
-    // so its id is typed, and Enter after it releases.
+    // so its id must be typed, and the command typed it: Enter releases.
     s.keys(&["3"]);
     s.wait_for("Claims (18)");
     let id = inc.a100_40.to_string();
@@ -1503,7 +1511,6 @@ fn i25_commands_reach_exactly_the_gpu_and_claim_named_or_send_nothing() {
         screen.contains(&format!("Release claim {id} on")),
         "{screen}"
     );
-    s.keys(&[&id]);
     s.wait_for(&format!("confirm: {id}_"));
     s.keys(&["Enter"]);
     s.wait_for("Claims (17)");

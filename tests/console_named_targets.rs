@@ -48,8 +48,9 @@ fn cordon_named_by_command_is_that_gpu_and_asks_for_its_name_typed() {
         c.body.iter().any(|l| l.contains("Cordon GPU lab-b:0")),
         "{c:?}"
     );
+    // Quoted as typed, not as the name it was read as.
     assert!(
-        c.body.iter().any(|l| l == "You typed: cordon lab-b:0"),
+        c.body.iter().any(|l| l == "You typed: cordon lab-b 0"),
         "{c:?}"
     );
     assert!(!c.body.iter().any(|l| l.contains("lab-a")), "{c:?}");
@@ -121,13 +122,16 @@ fn uncordon_by_name_of_the_cordoned_gpu() {
 fn release_by_id_is_that_claim_and_enter_after_the_typed_id_confirms() {
     let mut st = lab_state();
     show_view(&mut st, View::Claims);
-    // Claim 1 (alice's) is selected; claim 3 is carol's: its id must be typed.
+    // Claim 1 (alice's) is selected; claim 3 is carol's: its id must be typed, and the
+    // command typed it already: OK has the focus.
     command(&mut st, "release 3");
     let c = dialog(&st);
     assert_eq!(c.action, Action::Release { id: ClaimId(3) });
     assert!(c.body.iter().any(|l| l == "You typed: release 3"), "{c:?}");
     assert_eq!(c.type_to_confirm.as_deref(), Some("3"));
-    // A wrong id and Enter: said in the dialog, not a silent cancel.
+    assert!(c.ok_focused && c.typed_ok(), "{c:?}");
+    // Typing over it with a wrong id and Enter: said in the dialog, not a silent cancel.
+    run(&mut st, vec![code(KeyCode::Backspace)]);
     typed(&mut st, "4");
     assert!(run(&mut st, vec![code(KeyCode::Enter)]).is_empty());
     let c = dialog(&st);
@@ -143,6 +147,33 @@ fn release_by_id_is_that_claim_and_enter_after_the_typed_id_confirms() {
     typed(&mut st, "3");
     let fx = run(&mut st, vec![code(KeyCode::Enter)]);
     assert_eq!(acts(&fx), vec![Action::Release { id: ClaimId(3) }]);
+}
+
+#[test]
+fn a_target_named_in_full_is_typed_once_and_enter_confirms() {
+    let mut st = lab_state();
+    // `:cordon lab-b:0` then Enter, Enter: the name is typed once.
+    command(&mut st, "cordon lab-b:0");
+    let c = dialog(&st);
+    assert!(
+        c.body.iter().any(|l| l == "You typed: cordon lab-b:0"),
+        "{c:?}"
+    );
+    assert!(c.ok_focused && c.typed_ok(), "{c:?}");
+    let fx = run(&mut st, vec![code(KeyCode::Enter)]);
+    assert_eq!(
+        acts(&fx),
+        vec![Action::Cordon {
+            node: "lab-b".into(),
+            index: 0,
+            cordoned: true
+        }]
+    );
+    // Named by its unique end (`b:0`), the full name is still asked for.
+    command(&mut st, "cordon b:0");
+    let c = dialog(&st);
+    assert!(c.body.iter().any(|l| l == "You typed: cordon b:0"), "{c:?}");
+    assert!(!c.ok_focused && !c.typed_ok(), "{c:?}");
 }
 
 #[test]

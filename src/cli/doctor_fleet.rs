@@ -37,6 +37,10 @@ pub struct EndpointCheck {
     pub clock_skew_seconds: Option<i64>,
     /// Each problem, with what to do about it; empty when all is well.
     pub problems: Vec<String>,
+    /// The exit code its worst fault maps to (README, "Exit codes"): 5 when it could not be
+    /// reached or is not gpuboard, 6 when its token was refused, 0 for advice only.
+    #[serde(skip)]
+    pub exit: u8,
 }
 
 /// Checks every endpoint `conn` names, concurrently, in order.
@@ -59,6 +63,7 @@ async fn check_one(name: &str, client: &Client, now: Timestamp) -> EndpointCheck
         token: "unknown".to_string(),
         clock_skew_seconds: None,
         problems: Vec::new(),
+        exit: 0,
     };
     match client.server_date().await {
         Ok(date) => {
@@ -80,6 +85,7 @@ async fn check_one(name: &str, client: &Client, now: Timestamp) -> EndpointCheck
         }
         Err(e) => {
             check.problems.push(unreachable_fix(&e));
+            check.exit = e.exit_code();
             return check;
         }
     }
@@ -95,13 +101,17 @@ async fn check_one(name: &str, client: &Client, now: Timestamp) -> EndpointCheck
             }
             check.version = Some(theirs);
         }
-        Err(e) => check.problems.push(token_fix(&e)),
+        Err(e) => {
+            check.problems.push(token_fix(&e));
+            check.exit = e.exit_code();
+        }
     }
     // A renewal of a claim that cannot exist: refused for a bad token (401) or a
     // read-only one (403) before the claim is looked up (404), and changes nothing.
     match client.renew(ClaimId(u64::MAX), Some(1)).await {
         Err(ClientError::Unauthorized { detail }) => {
             check.token = "refused".to_string();
+            check.exit = crate::cli::EXIT_AUTH;
             let fix = token_fix(&ClientError::Unauthorized { detail });
             if !check.problems.contains(&fix) {
                 check.problems.push(fix);
@@ -220,6 +230,7 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<i32> {
             text: "endpoints: none configured (give --endpoint URL, or [[endpoints]] in the \
                    config file)\n"
                 .to_string(),
+            exit: 0,
         };
         return crate::doctor::run_with(args, Some(none));
     }
@@ -242,14 +253,17 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<i32> {
         Ok(Ok(checks)) => EndpointChecks {
             json: serde_json::to_value(&checks)?,
             text: text(&checks),
+            exit: checks.iter().map(|c| c.exit).find(|&c| c != 0).unwrap_or(0),
         },
         Ok(Err(e)) => EndpointChecks {
             json: serde_json::json!({ "error": format!("{e:#}") }),
             text: format!("endpoints: cannot check them: {e:#}\n"),
+            exit: super::exit_code(&e),
         },
         Err(_) => EndpointChecks {
             json: serde_json::json!({ "error": "the checks did not finish in time" }),
             text: "endpoints: the checks did not finish in time\n".to_string(),
+            exit: super::EXIT_UNREACHABLE,
         },
     };
     crate::doctor::run_with(args, Some(checks))

@@ -15,9 +15,9 @@ use crate::snapshot::AuditEvent;
 /// `gpuboard events`.
 #[derive(Args, Debug)]
 pub struct EventsArgs {
-    /// Only events at or after this: a time ago (`90s`, `30m`, `2h`, `1d`, `1h 30m`) or a
-    /// time (`2026-11-25T14:00:00Z`).
-    #[arg(long, value_name = "AGO|TIME")]
+    /// Only events at or after this: a time ago (`90s`, `30m`, `-10m`, `1h 30m`) or a
+    /// time (`03:12`, `2026-11-25 03:12`, `2026-11-25T14:00:00Z`).
+    #[arg(long, value_name = "AGO|TIME", allow_hyphen_values = true)]
     pub since: Option<String>,
     /// Only events by this actor (a token's name or role, `lease`, `owner-check`, `scheduler`).
     #[arg(long)]
@@ -35,7 +35,7 @@ pub struct EventsArgs {
 pub struct EventFilter {
     /// At or after.
     pub since: Option<Timestamp>,
-    /// Exactly this actor.
+    /// This actor: its name alone or the whole actor as the audit writes it.
     pub actor: Option<String>,
     /// This target, its last word (an id) or its first (a kind).
     pub target: Option<String>,
@@ -45,7 +45,7 @@ impl EventFilter {
     /// Whether `e` passes.
     pub fn keeps(&self, e: &AuditEvent) -> bool {
         self.since.is_none_or(|s| e.at >= s)
-            && self.actor.as_ref().is_none_or(|a| &e.actor == a)
+            && self.actor.as_ref().is_none_or(|a| actor_is(&e.actor, a))
             && self.target.as_ref().is_none_or(|t| {
                 let t = t.trim();
                 e.target == t
@@ -55,25 +55,18 @@ impl EventFilter {
     }
 }
 
-/// `--since` as an instant: a time ago from `now`, or an RFC 3339 time.
+/// `--since` as an instant: any time `when::parse_when` reads (`30m` or `-30m` ago, `03:12`,
+/// RFC 3339...), named with the flag when it is refused.
 pub fn parse_since(text: &str, now: Timestamp) -> Result<Timestamp, String> {
-    let bad = || {
-        format!(
-            "--since `{text}`: give a time ago (90s, 30m, 2h, 1d, \"1h 30m\") or a time \
-             (2026-11-25T14:00:00Z)"
-        )
-    };
-    if let Ok(t) = text.parse::<jiff::Timestamp>() {
-        return u64::try_from(t.as_millisecond())
-            .map(Timestamp)
-            .map_err(|_| bad());
-    }
-    let ago: jiff::SignedDuration = text.trim().parse().map_err(|_| bad())?;
-    if ago.is_negative() {
-        return Err(bad());
-    }
-    let ms = u64::try_from(ago.as_millis()).map_err(|_| bad())?;
-    Ok(Timestamp(now.0.saturating_sub(ms)))
+    crate::when::parse_when(text, now, &jiff::tz::TimeZone::system())
+        .map_err(|e| format!("--since: {e}"))
+}
+
+/// Whether the event's actor is `who`: the whole actor (`alice (root@vm)`) or its name alone,
+/// the token's name or role that `--actor` takes.
+fn actor_is(actor: &str, who: &str) -> bool {
+    let who = who.trim();
+    actor == who || actor.split(" (").next().is_some_and(|name| name == who)
 }
 
 /// One event with the endpoint it came from.
@@ -230,13 +223,16 @@ mod tests {
     fn since_reads_a_time_ago_or_a_time() {
         let now = Timestamp(1_795_000_000_000);
         assert_eq!(parse_since("30m", now), Ok(Timestamp(now.0 - 1_800_000)));
+        assert_eq!(parse_since("-30m", now), Ok(Timestamp(now.0 - 1_800_000)));
         assert_eq!(parse_since("1h 30m", now), Ok(Timestamp(now.0 - 5_400_000)));
         assert_eq!(
-            parse_since("2026-11-25T14:00:00Z", now),
-            Ok(Timestamp(1_795_615_200_000))
+            parse_since("2026-11-15T14:00:00Z", now),
+            Ok(Timestamp(1_794_751_200_000))
         );
         let e = parse_since("yesterday", now).unwrap_err();
-        assert!(e.contains("yesterday") && e.contains("30m"), "{e}");
+        assert!(e.contains("yesterday") && e.contains("-10m"), "{e}");
+        let e = parse_since("2026-11-25T14:00:00Z", now).unwrap_err();
+        assert!(e.contains("in the future"), "{e}");
     }
 
     #[test]
@@ -249,6 +245,9 @@ mod tests {
         assert!(f.keeps(&ev(1, 1, "alice", "claim 17")));
         assert!(!f.keeps(&ev(1, 1, "alice", "claim 170")));
         assert!(!f.keeps(&ev(1, 1, "bob", "claim 17")));
+        // A token's name matches the actor the audit writes with its user and host.
+        assert!(f.keeps(&ev(1, 1, "alice (root@vm)", "claim 17")));
+        assert!(!f.keeps(&ev(1, 1, "alicex (root@vm)", "claim 17")));
         let kind = EventFilter {
             target: Some("project".into()),
             since: Some(Timestamp(5)),

@@ -218,15 +218,31 @@ pub fn run(cmd: Command) -> ExitCode {
 #[error("{0}")]
 pub(super) struct Usage(pub String);
 
-/// The exit code of a failed command: the client's classification, 3 for a command line
-/// that cannot be carried out, else 1 (README, "Exit codes").
-fn exit_code(e: &anyhow::Error) -> u8 {
+/// A command line that cannot be carried out, for front ends outside `cli` (exit 3).
+pub fn usage(why: String) -> anyhow::Error {
+    Usage(why).into()
+}
+
+/// The exit code of any failed command, the console's `status` and `show` included: the
+/// client's classification, 3 for a command line that cannot be carried out (a time or a
+/// view that cannot be read), 5 when no source answered, 7 for a claim no source lists,
+/// else 1 (README, "Exit codes"). The one mapping from a fault to an exit code.
+pub fn exit_code(e: &anyhow::Error) -> u8 {
+    use crate::console::headless::{NoSourceAnswered, NoSuchClaim};
     for cause in e.chain() {
         if let Some(c) = cause.downcast_ref::<ClientError>() {
             return c.exit_code();
         }
-        if cause.downcast_ref::<Usage>().is_some() {
+        if cause.downcast_ref::<Usage>().is_some()
+            || cause.downcast_ref::<crate::when::WhenError>().is_some()
+        {
             return EXIT_INVALID;
+        }
+        if cause.downcast_ref::<NoSuchClaim>().is_some() {
+            return EXIT_NOT_FOUND;
+        }
+        if let Some(n) = cause.downcast_ref::<NoSourceAnswered>() {
+            return n.exit_code();
         }
     }
     1

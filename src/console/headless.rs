@@ -6,7 +6,6 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use clap::Args;
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
@@ -86,10 +85,10 @@ pub struct Status {
 fn view_name(s: &str) -> Result<String, String> {
     match s.split_once(':') {
         // Which claims there are is known once the sources answered.
-        Some(("claim", id)) if !id.is_empty() => Ok(s.to_string()),
+        Some(("claim" | "gpu", id)) if !id.is_empty() => Ok(s.to_string()),
         _ => View::parse(s).map(|_| s.to_string()).ok_or_else(|| {
             format!(
-                "no view `{s}`; views: {}, claim:ID",
+                "no view `{s}`; views: {}, claim:ID, gpu:NODE:IDX",
                 View::ALL.map(View::name).join(", ")
             )
         }),
@@ -190,11 +189,29 @@ pub fn merged_flags(before: &ConsoleArgs, after: &ConsoleArgs) -> ConsoleArgs {
     }
 }
 
-/// A claim named on the command line that no source lists: exit 7 (not found), as
-/// `release` of an id the endpoint never issued.
+/// A claim or a GPU named on the command line that no source lists: exit 7 (not found),
+/// as `release` of an id the endpoint never issued.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct NoSuchClaim(pub String);
+
+/// `status --once` where no source answered: exit 6 when a token was refused, 1 when an
+/// endpoint failed (HTTP 5xx), else 5 (unreachable, timed out, not a gpuboard endpoint).
+#[derive(Debug, thiserror::Error)]
+#[error("no source answered")]
+pub struct NoSourceAnswered(pub Option<crate::sources::Failure>);
+
+impl NoSourceAnswered {
+    /// Its row of the exit-code table.
+    pub fn exit_code(&self) -> u8 {
+        use crate::sources::Failure;
+        match &self.0 {
+            Some(Failure::Unauthorized(_)) => crate::cli::EXIT_AUTH,
+            Some(Failure::Http { status, .. }) if *status >= 500 => 1,
+            _ => crate::cli::EXIT_UNREACHABLE,
+        }
+    }
+}
 
 /// Runs `gpuboard status`; `before` are the console flags written before `status`.
 pub fn run(before: &ConsoleArgs, args: &StatusArgs) -> anyhow::Result<()> {
@@ -207,13 +224,15 @@ pub fn run(before: &ConsoleArgs, args: &StatusArgs) -> anyhow::Result<()> {
     let timeout = Duration::from_millis(setup.refresh_ms.clamp(1_000, 10_000));
     if let Some(view) = &args.dump_screen {
         let claim = view.strip_prefix("claim:");
+        let gpu = view.strip_prefix("gpu:");
         let v = View::parse(view)
             .or(claim.map(|_| View::ClaimDetail))
-            .with_context(|| {
-                format!(
-                    "no view `{view}`; views: {}, claim:ID",
+            .or(gpu.map(|_| View::Detail))
+            .ok_or_else(|| {
+                crate::cli::usage(format!(
+                    "no view `{view}`; views: {}, claim:ID, gpu:NODE:IDX",
                     View::ALL.map(View::name).join(", ")
-                )
+                ))
             })?;
         let (w, h) = parse_size(&args.size)?;
         let mut state = initial_state(&setup);
@@ -230,11 +249,14 @@ pub fn run(before: &ConsoleArgs, args: &StatusArgs) -> anyhow::Result<()> {
                 },
             );
         }
-        match claim {
-            Some(name) => state
+        match (claim, gpu) {
+            (Some(name), _) => state
                 .open_claim_named(name)
                 .map_err(|why| NoSuchClaim(format!("--dump-screen {view}: {why}")))?,
-            None => super::update::show_view(&mut state, v),
+            (_, Some(name)) => state
+                .open_gpu_named(name)
+                .map_err(|why| NoSuchClaim(format!("--dump-screen {view}: {why}")))?,
+            _ => super::update::show_view(&mut state, v),
         }
         let effects = match setup.at {
             Some(at) => super::update::rewind_to(&mut state, at),
@@ -260,6 +282,7 @@ async fn print_status(
     let mut last: Vec<Option<Snapshot>> = vec![None; setup.sources.len()];
     loop {
         let results = fetch_all(&setup.sources, timeout, clock).await;
+        let mut first_failure = None;
         let status = Status {
             schema: STATUS_SCHEMA,
             generated_at: clock.now().0,
@@ -275,7 +298,11 @@ async fn print_status(
                             (last.clone(), None)
                         }
                         Ok(Fetched::Unchanged) => (last.clone(), None),
-                        Err(e) => (None, Some(e.to_string())),
+                        Err(e) => {
+                            let words = e.to_string();
+                            first_failure.get_or_insert(e);
+                            (None, Some(words))
+                        }
                     };
                     SourceStatus {
                         name: s.name().to_string(),
@@ -301,7 +328,7 @@ async fn print_status(
         if args.once {
             let down = status.sources.iter().all(|s| s.error.is_some());
             if down {
-                anyhow::bail!("no source answered");
+                return Err(NoSourceAnswered(first_failure).into());
             }
             return Ok(());
         }

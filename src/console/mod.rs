@@ -108,7 +108,7 @@ pub struct ConsoleArgs {
     pub tls_ca: Option<PathBuf>,
     /// Start rewound to TIME: 03:12 (today, local), -10m, 2026-11-25 03:12:30 (local),
     /// RFC 3339 or ms since the epoch; G returns to live.
-    #[arg(long, value_name = "TIME")]
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
     pub at: Option<String>,
 }
 

@@ -31,6 +31,52 @@ const COMMANDS: &[&str] = &[
     "filter",
 ];
 
+/// What Enter would do with a command line that no candidate extends, in words for the
+/// hint: the target it names in full (`:gpu 40:5` names `dgx-a100-40:5`), why the target
+/// cannot be found, or `None` when the command itself is unknown.
+pub fn command_hint(state: &State, text: &str) -> Option<String> {
+    let (head, arg) = text
+        .trim_start()
+        .split_once(' ')
+        .map_or((text.trim(), ""), |(h, a)| (h, a.trim()));
+    let gpu = |verb: &str, arg: &str| match state.find_gpu(arg) {
+        Ok((_, node, index)) => format!("Enter: {verb} {node}:{index}"),
+        Err(why) => why,
+    };
+    let claim = |verb: &str, arg: &str| match state.find_claim(arg) {
+        Ok(k) => state.claim(k).map_or_else(
+            || format!("no claim `{arg}`"),
+            |(_, c)| format!("Enter: {verb} claim {}", c.id),
+        ),
+        Err(why) => why,
+    };
+    let known = COMMANDS.contains(&head)
+        || KeyAction::ALL
+            .iter()
+            .any(|a| a.context() == Context::Normal && a.name() == head);
+    Some(match head {
+        "gpu" | "cordon" | "uncordon" if !arg.is_empty() => {
+            gpu(if head == "gpu" { "open" } else { head }, arg)
+        }
+        "claim" | "release" if !arg.is_empty() => {
+            claim(if head == "claim" { "open" } else { head }, arg)
+        }
+        "move" if !arg.is_empty() => {
+            let (id, to) = arg.split_once(' ').unwrap_or((arg, ""));
+            match (state.find_claim(id), to.trim()) {
+                (Err(why), _) => why,
+                (Ok(_), "") => claim("move", id),
+                (Ok(_), to) => match state.find_gpu(to) {
+                    Ok((_, node, index)) => format!("Enter: move claim {id} to {node}:{index}"),
+                    Err(why) => why,
+                },
+            }
+        }
+        _ if known => "Enter run".to_string(),
+        _ => return None,
+    })
+}
+
 /// What the command line could become: the commands (or a command's arguments) that
 /// start with what is typed, sorted. The command line shows them as it is typed.
 pub fn candidates(state: &State, text: &str) -> Vec<String> {

@@ -15,6 +15,18 @@ const NAMES_LISTED: usize = 6;
 pub type GpuName = (usize, String, u32);
 
 impl State {
+    /// Opens the detail of the GPU `text` names (as `find_gpu` reads it); Esc goes back.
+    pub fn open_gpu_named(&mut self, text: &str) -> Result<(), String> {
+        let key = self.find_gpu(text)?;
+        self.detail = Some(key);
+        *self.cursor_mut(super::View::Detail) = super::Cursor::default();
+        if self.view != super::View::Detail {
+            self.came_from = Some(self.view);
+        }
+        self.view = super::View::Detail;
+        Ok(())
+    }
+
     /// The GPU `text` names (`node-b:5`, `node-b 5`, `SOURCE/node-b:5`, or the unique end
     /// of a node's name, `b:5`), among every source's latest data.
     pub fn find_gpu(&self, text: &str) -> Result<GpuName, String> {

@@ -29,7 +29,7 @@ use super::lists::{ClaimColumn, GpuColumn, ListState, Pane, ProjectColumn};
 
 pub use crate::console::lists::{ClaimKey, Cursor, DevKey, Picked, ProjKey};
 pub use by_view::SortRefused;
-pub use command_line::candidates;
+pub use command_line::{candidates, command_hint};
 pub use find::GpuName;
 pub use form::{ClaimForm, FormField, FormKind, FormStage, MoveRow};
 pub use paging::{claims_info_height, events_split, why_pane_height};
@@ -144,6 +144,17 @@ impl Confirm {
             Some(Plan::Handover(run)) => &run.steps,
             _ => &[],
         }
+    }
+
+    /// Asks to type `word` before OK acts, unless the operator's command already named the
+    /// target by exactly that word (`:cordon dgx-a100-80:6`): it is then typed, and OK has
+    /// the focus, so a target named in full is never typed a second time.
+    pub fn type_unless_named(&mut self, word: String, named: Option<&str>) {
+        if named.is_some_and(|n| n.trim() == word) {
+            self.typed.clone_from(&word);
+            self.ok_focused = true;
+        }
+        self.type_to_confirm = Some(word);
     }
 
     /// The typed text allows OK (nothing to type, or typed exactly).

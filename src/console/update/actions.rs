@@ -43,13 +43,13 @@ pub(super) fn release(state: &mut State) -> Vec<Effect> {
         );
         return Vec::new();
     };
-    ask_release(state, k, false);
+    ask_release(state, k, None);
     Vec::new()
 }
 
 /// Asks to release the claim at `k`; `named` when the operator typed its id on the `:`
 /// line (the dialog then says so). Releasing another holder's claim asks for its id.
-pub(super) fn ask_release(state: &mut State, k: ClaimKey, named: bool) {
+pub(super) fn ask_release(state: &mut State, k: ClaimKey, named: Option<&str>) {
     let Some((slot, c)) = state.claim(k) else {
         return;
     };
@@ -75,13 +75,15 @@ pub(super) fn ask_release(state: &mut State, k: ClaimKey, named: bool) {
         .holder
         .as_deref()
         .is_some_and(|h| state.operator.as_deref() != Some(h));
-    if named {
+    if let Some(typed) = named {
         confirm
             .body
-            .insert(0, format!("You typed: release {}", c.id));
+            .insert(0, format!("You typed: release {}", typed.trim()));
     }
     if foreign {
-        confirm.type_to_confirm = Some(c.id.to_string());
+        // The id as typed after `:release`, its source's name before it or not.
+        let bare = named.map(|n| n.rsplit('/').next().unwrap_or(n));
+        confirm.type_unless_named(c.id.to_string(), bare);
     }
     ask(state, confirm);
 }
@@ -237,21 +239,22 @@ pub(super) fn cordon(state: &mut State, to: Option<bool>) -> Vec<Effect> {
         gpu,
         (now_cordoned, model),
         to.unwrap_or(!now_cordoned),
-        false,
+        None,
     );
     Vec::new()
 }
 
 /// Asks to cordon (or uncordon) a GPU: source, node, index, with whether it is cordoned
-/// now and its model. One named on the `:` line (`named`) has its `NODE:INDEX` typed to
-/// confirm, as it was not seen selected; cordoning a cordoned GPU (or the reverse) is
+/// now and its model. One named on the `:` line (`named`, the words as typed) has its
+/// `NODE:INDEX` typed to confirm, as it was not seen selected, unless those words were
+/// already that name in full; cordoning a cordoned GPU (or the reverse) is
 /// refused, saying so.
 pub(super) fn ask_cordon(
     state: &mut State,
     gpu: GpuName,
     (now_cordoned, model): (bool, String),
     cordoned: bool,
-    named: bool,
+    named: Option<&str>,
 ) {
     let (source, node, index) = gpu;
     let src = state.sources.get(source).map_or("", |s| s.name.as_str());
@@ -282,8 +285,11 @@ pub(super) fn ask_cordon(
         then.to_string(),
     ];
     let word = format!("{node}:{index}");
-    if named {
-        body.insert(0, format!("You typed: {} {word}", what.to_lowercase()));
+    if let Some(typed) = named {
+        body.insert(
+            0,
+            format!("You typed: {} {}", what.to_lowercase(), typed.trim()),
+        );
     }
     let action = Action::Cordon {
         node,
@@ -291,8 +297,9 @@ pub(super) fn ask_cordon(
         cordoned,
     };
     let mut confirm = Confirm::new(source, action, title, body);
-    if named {
-        confirm.type_to_confirm = Some(word);
+    if let Some(typed) = named {
+        // `SOURCE/node:index` names it in full too.
+        confirm.type_unless_named(word, Some(typed.rsplit('/').next().unwrap_or(typed)));
     }
     ask(state, confirm);
 }

@@ -6,7 +6,7 @@
 use super::actions::{ask_cordon, ask_release, open_move_for};
 use super::flash;
 use crate::console::msg::Effect;
-use crate::console::state::{Cursor, Mode, State, View};
+use crate::console::state::{Mode, State};
 
 /// `:gpu NODE:INDEX`: that GPU's detail (its holders, processes), from any view.
 pub(super) fn gpu(state: &mut State, arg: &str) -> Vec<Effect> {
@@ -18,16 +18,8 @@ pub(super) fn gpu(state: &mut State, arg: &str) -> Vec<Effect> {
         );
         return Vec::new();
     }
-    match state.find_gpu(arg) {
-        Ok(key) => {
-            state.detail = Some(key);
-            *state.cursor_mut(View::Detail) = Cursor::default();
-            if state.view != View::Detail {
-                state.came_from = Some(state.view);
-            }
-            state.view = View::Detail;
-        }
-        Err(why) => flash(state, why, true),
+    if let Err(why) = state.open_gpu_named(arg) {
+        flash(state, why, true);
     }
     Vec::new()
 }
@@ -54,7 +46,7 @@ pub(super) fn cordon(state: &mut State, arg: &str, to: bool) -> Vec<Effect> {
         .and_then(|n| n.devices.iter().find(|d| d.index == gpu.2))
         .map(|d| (d.cordoned, d.model.clone()));
     if let Some(now) = now {
-        ask_cordon(state, gpu, now, to, true);
+        ask_cordon(state, gpu, now, to, Some(arg));
     }
     Vec::new()
 }
@@ -65,7 +57,7 @@ pub(super) fn release(state: &mut State, arg: &str) -> Vec<Effect> {
         return super::actions::release(state);
     }
     match state.find_claim(arg) {
-        Ok(k) => ask_release(state, k, true),
+        Ok(k) => ask_release(state, k, Some(arg)),
         Err(why) => flash(state, format!("release: {why}; nothing sent"), true),
     }
     Vec::new()

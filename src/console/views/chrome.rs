@@ -8,7 +8,7 @@ use ratatui::widgets::{Clear, Paragraph, Wrap};
 
 use super::common::badge;
 use crate::console::keymap::KeyAction;
-use crate::console::state::{Mode, State, View, candidates};
+use crate::console::state::{Mode, State, View, candidates, command_hint};
 use crate::console::theme::Theme;
 
 /// The tab bar: one tab per view, the current one marked; tighter where the terminal is
@@ -55,7 +55,10 @@ pub(super) fn hints(frame: &mut Frame, area: Rect, state: &State, theme: &Theme)
             // The candidates for what is typed, as many as fit.
             let options = candidates(state, t);
             let tail = match options.as_slice() {
-                [] => " no such command · Esc cancel".to_string(),
+                [] => match command_hint(state, t) {
+                    Some(what) => format!(" {what} · Esc cancel"),
+                    None => " no such command · Esc cancel".to_string(),
+                },
                 [_] if !t.is_empty() => " Tab complete · Enter run".to_string(),
                 many => {
                     let room = usize::from(area.width).saturating_sub(t.chars().count() + 4);
