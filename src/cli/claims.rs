@@ -24,12 +24,12 @@ pub struct ClaimArgs {
     /// GPU memory (20GiB, 512Mi, 40G): Ray's gpu_memory, or Koordinator's gpu-memory with --shared/--core.
     #[arg(long)]
     pub memory: Option<String>,
-    /// A fraction of one GPU (Ray num_gpus, 0 < f < 1).
+    /// A fraction of one GPU (Ray num_gpus): above 0 and below 1 (0.25), or a percent (25%).
     #[arg(long)]
-    pub fraction: Option<f64>,
-    /// Whole GPUs, exclusive (nvidia.com/gpu).
+    pub fraction: Option<String>,
+    /// Whole GPUs, exclusive (nvidia.com/gpu): 1, 2...
     #[arg(long)]
-    pub gpus: Option<u32>,
+    pub gpus: Option<String>,
     /// Percent of each GPU's memory (Koordinator gpu-memory-ratio).
     #[arg(long)]
     pub ratio: Option<u32>,
@@ -48,9 +48,9 @@ pub struct ClaimArgs {
     /// Holder name (default: the user).
     #[arg(long)]
     pub holder: Option<String>,
-    /// Lease in seconds; renew with `gpuboard renew`.
+    /// Lease: seconds (600) or a duration (90s, 10m, 2h, 1d); renew with `gpuboard renew`.
     #[arg(long)]
-    pub ttl: Option<u64>,
+    pub ttl: Option<String>,
     /// Queue when it does not fit now (answer 202) instead of failing.
     #[arg(long)]
     pub wait: bool,
@@ -237,9 +237,17 @@ fn label_filter(label: Option<&str>) -> anyhow::Result<impl Fn(&ClaimView) -> bo
 }
 
 /// `gpuboard renew ID [--ttl]`.
-pub(super) async fn renew(r: &ClaimRef, ttl: Option<u64>, conn: &Conn) -> anyhow::Result<u8> {
+pub(super) async fn renew(r: &ClaimRef, ttl: Option<&str>, conn: &Conn) -> anyhow::Result<u8> {
+    let ttl = ttl
+        .map(|t| crate::request::parse_seconds("ttl", t))
+        .transpose()
+        .map_err(|mut e| {
+            e.message = in_flag_words(&e.message);
+            ClientError::from(e)
+        })?;
     let members = members(conn)?;
     let m = members.resolve(r)?;
+    let asked_at = SystemClock.now();
     let view = members.list[m].client.renew(r.id, ttl).await?;
     if conn.json {
         print_claim(
@@ -250,7 +258,16 @@ pub(super) async fn renew(r: &ClaimRef, ttl: Option<u64>, conn: &Conn) -> anyhow
         return Ok(0);
     }
     let label = members.label(m, view.id);
+    // A renewal never shortens a lease: one that already ran past what was asked is kept.
+    let kept = |until: Timestamp| {
+        ttl.is_some_and(|t| until.0 > asked_at.plus_secs(t).0.saturating_add(5_000))
+    };
     match view.lease_expires_at {
+        Some(until) if kept(until) => println!(
+            "claim {label}: its lease already ends at {} (in {}), later than --ttl asks; kept",
+            until_text(until),
+            age(until.millis_since(SystemClock.now()))
+        ),
         Some(until) => println!(
             "claim {label} renewed: its lease ends at {} (in {})",
             until_text(until),
@@ -447,12 +464,82 @@ fn pending_reason(c: &ClaimView) -> String {
     }
 }
 
+/// The flags whose text the validator would read in another sense than the operator
+/// meant: a memory without a unit (bytes), a fraction of 1 or more (whole GPUs), a
+/// count of GPUs that is not whole. Refused here, naming the flag and what to write;
+/// `--fraction 25%` reads as 0.25.
+fn flag_values(a: &ClaimArgs) -> Result<(Option<String>, Option<String>), Usage> {
+    if let Some(m) = &a.memory {
+        let m = m.trim();
+        if !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(Usage(format!(
+                "--memory {m} has no unit, so it would be {m} bytes: add a unit ({m}GiB, \
+                 {m}Gi or {m}G; {m}B if bytes are meant)"
+            )));
+        }
+    }
+    let fraction = match a.fraction.as_deref().map(str::trim) {
+        None => None,
+        Some(f) => {
+            let value = match f.strip_suffix('%') {
+                Some(p) => p.trim().parse::<f64>().map(|p| p / 100.0),
+                None => f.parse::<f64>(),
+            };
+            match value {
+                Ok(v) if v > 0.0 && v < 1.0 => Some(v.to_string()),
+                // Not whole (1.5): the validator names its rule.
+                Ok(v) if v > 1.0 && v.fract() != 0.0 => Some(v.to_string()),
+                _ => {
+                    return Err(Usage(format!(
+                        "--fraction {f}: a fraction of one GPU is above 0 and below 1 (0.25, \
+                         or 25%); for whole GPUs use --gpus, for a share of memory --memory \
+                         or --ratio"
+                    )));
+                }
+            }
+        }
+    };
+    let gpus = match a.gpus.as_deref().map(str::trim) {
+        None => None,
+        Some(g) => match g.parse::<u32>() {
+            Ok(n) if n > 0 => Some(n.to_string()),
+            _ => {
+                return Err(Usage(format!(
+                    "--gpus {g}: whole GPUs are counted 1, 2, 3...; for part of one GPU use \
+                     --fraction 0.5 or --memory 20GiB"
+                )));
+            }
+        },
+    };
+    Ok((fraction, gpus))
+}
+
+/// The validator's words with the wire fields it names given as the flags that set them
+/// (`gpu.shared` is `--shared` here).
+fn in_flag_words(message: &str) -> String {
+    const FLAGS: &[(&str, &str)] = &[
+        ("`gpu-memory-ratio`", "`--ratio`"),
+        ("`gpu-memory`", "`--memory`"),
+        ("`gpu_memory`", "`--memory`"),
+        ("`gpu-core`", "`--core`"),
+        ("`gpu.shared`", "`--shared`"),
+        ("`num_gpus`", "`--fraction`"),
+        ("`nvidia.com/gpu`", "`--gpus`"),
+        ("`accelerator_type`", "`--accelerator`"),
+        ("`ttl`", "`--ttl`"),
+        ("`cpus`", "`--cpus`"),
+    ];
+    FLAGS
+        .iter()
+        .fold(message.to_string(), |m, (wire, flag)| m.replace(wire, flag))
+}
+
 /// The flags as typed; `wire::ClaimDraft` decides which wire field each becomes.
-fn claim_draft(a: &ClaimArgs) -> ClaimDraft {
+fn claim_draft(a: &ClaimArgs, (fraction, gpus): (Option<String>, Option<String>)) -> ClaimDraft {
     ClaimDraft {
         memory: a.memory.clone(),
-        fraction: a.fraction.map(|f| f.to_string()),
-        gpus: a.gpus.map(|g| g.to_string()),
+        fraction,
+        gpus,
         ratio: a.ratio.map(|r| r.to_string()),
         core: a.core.map(|c| c.to_string()),
         shared: a.shared.map(|s| s.to_string()),
@@ -460,7 +547,7 @@ fn claim_draft(a: &ClaimArgs) -> ClaimDraft {
         accelerator_type: a.accelerator.clone(),
         project: a.project.clone(),
         holder: a.holder.clone().or_else(user),
-        ttl: a.ttl.map(|t| t.to_string()),
+        ttl: a.ttl.clone(),
         node: a.node.clone(),
         devices: a.devices.clone(),
         wait: a.wait,
@@ -491,9 +578,15 @@ fn base_request(a: &ClaimArgs) -> anyhow::Result<Map<String, Value>> {
 /// validator, before anything is sent.
 fn claim_request(a: &ClaimArgs) -> anyhow::Result<ClaimRequest> {
     let base = base_request(a)?;
-    claim_draft(a)
+    claim_draft(a, flag_values(a)?)
         .to_request(base)
-        .map_err(|e| ClientError::from(e).into())
+        .map_err(|mut e| {
+            // Fields of `--request` keep their wire names; a flag is named as a flag.
+            if a.request.is_none() {
+                e.message = in_flag_words(&e.message);
+            }
+            ClientError::from(e).into()
+        })
 }
 
 /// `gpuboard claim`: places or queues the claim, on the best endpoint of the fleet when
@@ -534,7 +627,9 @@ mod tests {
             v.extend_from_slice(extra);
             <T as clap::Parser>::parse_from(v).a
         };
-        let body = |a: ClaimArgs| claim_draft(&a).to_json(base_request(&a).unwrap());
+        let body = |a: ClaimArgs| {
+            claim_draft(&a, flag_values(&a).unwrap()).to_json(base_request(&a).unwrap())
+        };
         let b = body(args(&["--memory", "20GiB", "--holder", "h"]));
         assert_eq!(b, json!({"gpu_memory": "20GiB", "holder": "h"}));
         let b = body(args(&[
@@ -561,5 +656,49 @@ mod tests {
         let e = claim_request(&args(&["--memory", "lots", "--holder", "h"])).unwrap_err();
         let e = e.downcast_ref::<ClientError>().unwrap();
         assert_eq!(e.exit_code(), 3, "refused locally as invalid: {e}");
+        let b = body(args(&["--fraction", "25%", "--ttl", "1h", "--holder", "h"]));
+        assert_eq!(b, json!({"num_gpus": 0.25, "ttl": "1h", "holder": "h"}));
+        assert_eq!(
+            claim_request(&args(&["--ttl", "1h", "--fraction", "0.5"]))
+                .unwrap()
+                .ttl,
+            Some(3600)
+        );
+    }
+
+    #[test]
+    fn flag_values_read_in_another_sense_are_refused_naming_the_flag() {
+        let args = |extra: &[&str]| {
+            #[derive(clap::Parser)]
+            struct T {
+                #[command(flatten)]
+                a: ClaimArgs,
+            }
+            let mut v = vec!["t"];
+            v.extend_from_slice(extra);
+            <T as clap::Parser>::parse_from(v).a
+        };
+        for (flags, says) in [
+            (&["--memory", "8"][..], "--memory 8 has no unit"),
+            (
+                &["--fraction", "25"][..],
+                "--fraction 25: a fraction of one GPU",
+            ),
+            (&["--fraction", "0"][..], "above 0 and below 1"),
+            (&["--gpus", "0.5"][..], "--gpus 0.5: whole GPUs"),
+            (&["--gpus", "0"][..], "whole GPUs are counted"),
+        ] {
+            let e = claim_request(&args(flags)).unwrap_err();
+            assert!(e.to_string().contains(says), "{flags:?}: {e}");
+            assert_eq!(super::super::exit_code(&e), 3, "{flags:?}");
+        }
+        assert!(claim_request(&args(&["--memory", "8B"])).is_ok());
+        // The validator's words name the flag, not the wire field.
+        let e = claim_request(&args(&["--memory", "8Gi", "--core", "30"])).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("`--shared`") && !text.contains("gpu.shared"),
+            "{text}"
+        );
     }
 }

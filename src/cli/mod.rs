@@ -105,9 +105,10 @@ pub enum Command {
     Renew {
         /// Claim id (`ENDPOINT/ID` when more than one endpoint is in play).
         id: ClaimRef,
-        /// New lease length in seconds (default: the claim's own ttl).
+        /// Lease from now: seconds (600) or a duration (90s, 10m, 2h); never shortens a lease
+        /// that already runs longer (default: the claim's own ttl).
         #[arg(long)]
-        ttl: Option<u64>,
+        ttl: Option<String>,
         #[command(flatten)]
         conn: Conn,
     },
@@ -262,7 +263,7 @@ async fn dispatch(cmd: Command) -> anyhow::Result<u8> {
             conn,
         } => claims::move_claim(&id, to.as_deref(), node, devices, &conn).await,
         Command::Ls { label, conn } => claims::ls(&conn, label.as_deref()).await,
-        Command::Renew { id, ttl, conn } => claims::renew(&id, ttl, &conn).await,
+        Command::Renew { id, ttl, conn } => claims::renew(&id, ttl.as_deref(), &conn).await,
         Command::Cordon { node, index, conn } => admin::cordon(node, index, &conn).await,
         Command::Uncordon { node, index, conn } => admin::uncordon(node, index, &conn).await,
         Command::Project(cmd) => admin::project(cmd).await,

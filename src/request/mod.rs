@@ -125,6 +125,12 @@ impl ClaimRequest {
     }
 }
 
+/// A duration as the request's `ttl` takes it (`100`, `90s`, `10m`, `2h`, `1d`): the one
+/// reading of a lease length, for `renew --ttl` as for a claim's.
+pub fn parse_seconds(field: &str, text: &str) -> Result<u64, RequestError> {
+    values::seconds(field, &serde_json::Value::from(text))
+}
+
 /// Normalized accelerator name for matching: `NVIDIA_TESLA_A10G`, `A10G`, `NVIDIA A10G` all give `A10G`;
 /// `NVIDIA A100-SXM4-80GB` gives `A100`.
 pub fn accelerator_key(name: &str) -> String {

@@ -80,9 +80,26 @@ impl Scheduler {
             .get_mut(&id)
             .ok_or(RenewError::UnknownClaim(id))?;
         let ttl = ttl.or(claim.request.ttl).ok_or(RenewError::NoLease(id))?;
+        let asked = now.plus_secs(ttl);
+        // A renewal never shortens a lease: an operator renewing for 100 s a claim with
+        // 54 minutes left means "at least 100 s more", not "end in 100 s".
+        if let Some(end) = claim.lease_expires_at.filter(|end| *end > asked) {
+            let claim = claim.clone();
+            self.audit(
+                now,
+                actor,
+                "renew",
+                format!("claim {id}"),
+                format!(
+                    "lease kept: it runs {} s more, past the {ttl} s asked",
+                    end.millis_since(now) / 1000
+                ),
+            );
+            return Ok(claim);
+        }
         self.due.forget(claim);
         claim.request.ttl = Some(ttl);
-        claim.lease_expires_at = Some(now.plus_secs(ttl));
+        claim.lease_expires_at = Some(asked);
         self.due.note(claim);
         let claim = claim.clone();
         self.journal.push(Change::Claim(Box::new(claim.clone())));
@@ -91,7 +108,7 @@ impl Scheduler {
             actor,
             "renew",
             format!("claim {id}"),
-            format!("lease extended by {ttl} s"),
+            format!("lease renewed: it ends in {ttl} s"),
         );
         Ok(claim)
     }

@@ -119,6 +119,38 @@ fn leases_and_owners() {
 }
 
 #[test]
+fn a_renewal_never_shortens_a_lease_and_says_what_it_did() {
+    let mut s = sched();
+    s.submit(req(json!({"num_gpus": 0.5, "ttl": 3600})), "op", T0);
+    let end = s.claim(ClaimId(1)).unwrap().lease_expires_at;
+    // 54 minutes left, renewed for 100 s: kept, not cut to 100 s.
+    let c = s
+        .renew(ClaimId(1), Some(100), "op", T0.plus_secs(360))
+        .unwrap();
+    assert_eq!(c.lease_expires_at, end);
+    assert_eq!(c.request.ttl, Some(3600));
+    // Longer than what is left: renewed from now.
+    let c = s
+        .renew(ClaimId(1), Some(7200), "op", T0.plus_secs(360))
+        .unwrap();
+    assert_eq!(c.lease_expires_at, Some(T0.plus_secs(360 + 7200)));
+    let details: Vec<String> = s
+        .snapshot(T0)
+        .events
+        .iter()
+        .filter(|e| e.action == "renew")
+        .map(|e| e.detail.clone())
+        .collect();
+    assert_eq!(
+        details,
+        vec![
+            "lease kept: it runs 3240 s more, past the 100 s asked".to_string(),
+            "lease renewed: it ends in 7200 s".to_string()
+        ]
+    );
+}
+
+#[test]
 fn journal_round_trips_through_persisted_state() {
     let mut s = sched();
     s.submit(
