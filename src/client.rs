@@ -57,7 +57,13 @@ fn base_url(endpoint: &str) -> Result<Url, ClientError> {
         url: endpoint.to_string(),
         detail: detail.to_string(),
     };
-    let base = Url::parse(endpoint).map_err(|e| bad(&e.to_string()))?;
+    let mut base = Url::parse(endpoint).map_err(|e| bad(&e.to_string()))?;
+    // `http://host:7420/v1` as copied from an API path: the routes already start with /v1.
+    let path = base.path().trim_end_matches('/');
+    if let Some(prefix) = path.strip_suffix("/v1") {
+        let prefix = prefix.to_string();
+        base.set_path(&prefix);
+    }
     if !matches!(base.scheme(), "http" | "https") {
         return Err(bad("only http:// and https:// endpoints are supported"));
     }
@@ -220,30 +226,22 @@ impl Client {
     }
 
     /// The error of a non-2xx answer: the endpoint's own, or "not a gpuboard endpoint"
-    /// when what answered is not gpuboard's JSON; a refused token says where it came from.
-    fn refused(&self, status: StatusCode, bytes: &[u8]) -> ClientError {
+    /// when what answered is not gpuboard's JSON, described by its status, server and
+    /// content type, never by its markup; a refused token says where it came from.
+    fn refused(
+        &self,
+        status: StatusCode,
+        headers: &header::HeaderMap,
+        bytes: &[u8],
+    ) -> ClientError {
         let is_json = serde_json::from_slice::<Value>(bytes).is_ok_and(|v| v.is_object());
-        let text = String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).into_owned();
-        let foreign = text.trim_start().starts_with('<')
-            || (!is_json && matches!(status.as_u16(), 404 | 405 | 501));
+        let start = String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).into_owned();
+        let markup = start.trim_start().starts_with('<');
+        let foreign = markup || (!is_json && matches!(status.as_u16(), 404 | 405 | 501));
         if foreign {
-            let first: String = text
-                .split_whitespace()
-                .collect::<Vec<_>>()
-                .join(" ")
-                .chars()
-                .take(80)
-                .collect();
             return ClientError::NotGpuboard {
                 endpoint: self.base.to_string(),
-                answered: format!(
-                    "HTTP {status} {}",
-                    if first.is_empty() {
-                        "(empty)".to_string()
-                    } else {
-                        first
-                    }
-                ),
+                answered: foreign_answer(status, headers, bytes.len(), markup),
             };
         }
         let sent = match &self.token_from {
@@ -345,12 +343,13 @@ impl Client {
         }
         let resp = req.send().await.map_err(|e| self.transport(&e))?;
         let status = resp.status();
+        let headers = resp.headers().clone();
         let bytes = self.body(resp).await?;
         if status.is_success() {
             let value = serde_json::from_slice(&bytes).map_err(|e| self.decode(e.to_string()))?;
             return Ok((status, value));
         }
-        Err(self.refused(status, &bytes))
+        Err(self.refused(status, &headers, &bytes))
     }
 
     /// The answer's body, at most `MAX_ANSWER` bytes.
@@ -509,9 +508,10 @@ impl Client {
             .get(header::ETAG)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim_start_matches("W/").trim_matches('"').parse().ok());
+        let headers = resp.headers().clone();
         let bytes = self.body(resp).await?;
         if !status.is_success() {
-            return Err(self.refused(status, &bytes));
+            return Err(self.refused(status, &headers, &bytes));
         }
         let snap = serde_json::from_slice(&bytes).map_err(|e| self.decode(e.to_string()))?;
         Ok(Conditional::Fresh {
@@ -547,10 +547,11 @@ impl Client {
         };
         let status = resp.status();
         if !status.is_success() {
+            let headers = resp.headers().clone();
             let bytes = tokio::time::timeout(self.timeout, self.body(resp))
                 .await
                 .unwrap_or_else(|_| Ok(Vec::new()))?;
-            return Err(self.refused(status, &bytes));
+            return Err(self.refused(status, &headers, &bytes));
         }
         let this = self.clone();
         // Inflated when the endpoint compressed it (it was asked; one from before did not).
@@ -730,6 +731,42 @@ fn error_from(status: StatusCode, bytes: &[u8]) -> ClientError {
     }
 }
 
+/// What answered where a gpuboard endpoint was expected, in a few words: its status, its
+/// `Server` and its content type (`HTTP 404 Not Found from nginx/1.25, text/html, 153
+/// bytes`). Its body is never quoted: a web page's markup tells an operator nothing.
+fn foreign_answer(
+    status: StatusCode,
+    headers: &header::HeaderMap,
+    len: usize,
+    markup: bool,
+) -> String {
+    let word = |name: header::HeaderName| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| {
+                v.chars()
+                    .filter(|c| !c.is_control())
+                    .take(60)
+                    .collect::<String>()
+            })
+            .filter(|v| !v.trim().is_empty())
+    };
+    let mut text = format!("HTTP {status}");
+    if let Some(server) = word(header::SERVER) {
+        text.push_str(&format!(" from {server}"));
+    }
+    let kind = word(header::CONTENT_TYPE)
+        .map(|t| t.split(';').next().unwrap_or_default().trim().to_string())
+        .or_else(|| markup.then(|| "a markup page".to_string()));
+    match (kind, len) {
+        (_, 0) => text.push_str(", empty"),
+        (Some(kind), n) => text.push_str(&format!(", {kind}, {n} bytes")),
+        (None, n) => text.push_str(&format!(", {n} bytes")),
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -749,6 +786,53 @@ mod tests {
             c.url(&crate::wire::paths::cordon("a b/c", 0, true))
                 .as_str(),
             "http://h:1/base/v1/devices/a%20b%2Fc/0/cordon"
+        );
+        // A URL copied with the API's /v1 reaches the same routes.
+        for with_v1 in ["http://h:1/v1", "http://h:1/v1/", "http://h:1/base/v1"] {
+            let c = Client::new(with_v1, None, t).unwrap();
+            assert!(
+                c.url(crate::wire::paths::CAPACITY)
+                    .path()
+                    .ends_with("/v1/capacity")
+                    && !c.url(crate::wire::paths::CAPACITY).path().contains("v1/v1"),
+                "{with_v1}"
+            );
+        }
+    }
+
+    #[test]
+    fn what_is_not_gpuboard_is_described_never_quoted() {
+        let mut h = header::HeaderMap::new();
+        h.insert(
+            header::SERVER,
+            header::HeaderValue::from_static("nginx/1.25"),
+        );
+        h.insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("text/html; charset=utf-8"),
+        );
+        let c = Client::new("http://h:1", None, Duration::from_secs(1)).unwrap();
+        let e = c.refused(
+            StatusCode::NOT_FOUND,
+            &h,
+            b"<!DOCTYPE HTML><html>nope</html>",
+        );
+        let words = e.to_string();
+        assert_eq!(e.exit_code(), 5);
+        assert!(
+            words.ends_with("it answered HTTP 404 Not Found from nginx/1.25, text/html, 32 bytes"),
+            "{words}"
+        );
+        assert!(!words.contains('<'), "{words}");
+        let bare = c.refused(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &header::HeaderMap::new(),
+            b"",
+        );
+        assert!(
+            bare.to_string()
+                .ends_with("HTTP 405 Method Not Allowed, empty"),
+            "{bare}"
         );
     }
 

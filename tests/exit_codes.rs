@@ -205,7 +205,7 @@ fn every_row_of_the_exit_code_table_is_provoked() {
         "a web page where an endpoint should be",
         gpuboard(&home, &["ls", "--endpoint", &page.url]),
         5,
-        "is not a gpuboard endpoint: it answered HTTP 404 Not Found <!DOCTYPE HTML>",
+        "is not a gpuboard endpoint: it answered HTTP 404 Not Found",
     );
     case(
         "https:// to a plain HTTP endpoint",
@@ -339,4 +339,184 @@ fn http_to_a_tls_endpoint_says_it_speaks_tls() {
         err.contains("speaks TLS, not plain HTTP: write https://"),
         "{err}"
     );
+}
+
+/// Every client command lands on the table's row for each fault it can meet: the console's
+/// `status` and `show`, `doctor`, `report`, `events` and `act` as well as the claim commands.
+#[test]
+fn every_client_command_lands_on_its_row() {
+    let root = tempfile::tempdir().unwrap();
+    let home = root.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let dir = root.path().join("a");
+    std::fs::create_dir_all(&dir).unwrap();
+    let a = Server::start(&dir, &inventory(root.path(), "node-a", 2), &[]);
+    let page = Foreign::start(WEB_PAGE);
+    let failing = Foreign::start(FAILING);
+    let wrong_token = root.path().join("wrong.token");
+    std::fs::write(&wrong_token, "not-the-token\n").unwrap();
+    std::fs::set_permissions(
+        &wrong_token,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let wrong = wrong_token.to_str().unwrap();
+    let closed = format!("http://127.0.0.1:{}", common::free_port());
+    let data = dir.to_str().unwrap();
+    // An engine source nobody listens on, for `act`.
+    let engines = root.path().join("engines.toml");
+    std::fs::write(
+        &engines,
+        format!("[[endpoints]]\nname = \"r\"\nkind = \"ray\"\nurl = \"{closed}\"\n"),
+    )
+    .unwrap();
+    let engines = engines.to_str().unwrap();
+    let run = |args: &[&str]| gpuboard(&home, args);
+    let on = |url: &str, args: &[&str]| {
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend(["--endpoint", url]);
+        gpuboard(&home, &all)
+    };
+    let mut cases: Vec<Case> = Vec::new();
+    let mut case = |what: &str, out: Output, code: u8, says: &'static str| {
+        cases.push(Case {
+            what: what.to_string(),
+            out,
+            code,
+            says,
+        });
+    };
+    // 1: the endpoint failed.
+    case(
+        "events, a 500",
+        on(&failing.url, &["events"]),
+        1,
+        "HTTP 500",
+    );
+    case("report, a 500", on(&failing.url, &["report"]), 1, "500");
+    // 3: invalid input.
+    for (what, args) in [
+        (
+            "status --at yesterday",
+            &["status", "--once", "--at", "yesterday"][..],
+        ),
+        (
+            "status --at 25:99",
+            &["status", "--once", "--at", "25:99"][..],
+        ),
+        (
+            "status --at in the future",
+            &["status", "--once", "--at", "2999-01-01 00:00"][..],
+        ),
+        (
+            "events --since yesterday",
+            &["events", "--since", "yesterday"][..],
+        ),
+        (
+            "report --from yesterday",
+            &["report", "--from", "yesterday"][..],
+        ),
+    ] {
+        let mut all = args.to_vec();
+        all.extend(["--endpoint", a.url.as_str(), "--data-dir", data]);
+        case(what, run(&all), 3, "");
+    }
+    case(
+        "status --dump-screen nosuch (does not parse)",
+        run(&["status", "--dump-screen", "nosuch"]),
+        2,
+        "no view `nosuch`",
+    );
+    case(
+        "doctor, an ftp:// endpoint",
+        run(&["doctor", "--endpoint", "ftp://x"]),
+        3,
+        "ftp",
+    );
+    case(
+        "act, a source the config lacks",
+        run(&["act", "nosuch", "--list", "--config", engines]),
+        3,
+        "nosuch",
+    );
+    // 5: no gpuboard endpoint answered.
+    case(
+        "status --once, a web page",
+        on(&page.url, &["status", "--once"]),
+        5,
+        "",
+    );
+    case(
+        "status --once, a closed port",
+        on(&closed, &["status", "--once"]),
+        5,
+        "",
+    );
+    case("doctor, a closed port", on(&closed, &["doctor"]), 5, "");
+    case("doctor, a web page", on(&page.url, &["doctor"]), 5, "");
+    case("events, a closed port", on(&closed, &["events"]), 5, "");
+    case(
+        "report, a web page",
+        on(&page.url, &["report"]),
+        5,
+        "not a gpuboard endpoint",
+    );
+    case("show, a closed port", on(&closed, &["show", "1"]), 5, "");
+    case(
+        "act, an engine not listening",
+        run(&["act", "r", "stop-job", "x", "--yes", "--config", engines]),
+        5,
+        "",
+    );
+    // 6: the token was refused.
+    for (what, args) in [
+        ("ls", &["ls"][..]),
+        ("events", &["events"][..]),
+        ("report", &["report"][..]),
+        ("doctor", &["doctor"][..]),
+        ("status --once", &["status", "--once"][..]),
+    ] {
+        let mut all = args.to_vec();
+        all.extend(["--endpoint", a.url.as_str(), "--token-file", wrong]);
+        case(what, run(&all), 6, "");
+    }
+    // 7: not found.
+    case(
+        "show 999",
+        on(&a.url, &["show", "999", "--data-dir", data]),
+        7,
+        "999",
+    );
+    case(
+        "status --dump-screen gpu:node-z:0",
+        on(
+            &a.url,
+            &[
+                "status",
+                "--dump-screen",
+                "gpu:node-z:0",
+                "--data-dir",
+                data,
+            ],
+        ),
+        7,
+        "node-z",
+    );
+    let mut bad = Vec::new();
+    for c in &cases {
+        let err = text(&c.out.stderr);
+        if c.out.status.code() != Some(i32::from(c.code))
+            || !err.contains(c.says)
+            || err.trim().is_empty()
+        {
+            bad.push(format!(
+                "{}: exit {:?} (want {}), stderr {err:?} (want it to say {:?})",
+                c.what,
+                c.out.status.code(),
+                c.code,
+                c.says
+            ));
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
 }

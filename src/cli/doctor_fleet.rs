@@ -247,24 +247,42 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<i32> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let checks = match rt.block_on(async {
+    let (checks, fault) = match rt.block_on(async {
         tokio::time::timeout(Duration::from_secs(conn.timeout * 4 + 5), check_all(&conn)).await
     }) {
-        Ok(Ok(checks)) => EndpointChecks {
-            json: serde_json::to_value(&checks)?,
-            text: text(&checks),
-            exit: checks.iter().map(|c| c.exit).find(|&c| c != 0).unwrap_or(0),
-        },
-        Ok(Err(e)) => EndpointChecks {
-            json: serde_json::json!({ "error": format!("{e:#}") }),
-            text: format!("endpoints: cannot check them: {e:#}\n"),
-            exit: super::exit_code(&e),
-        },
-        Err(_) => EndpointChecks {
-            json: serde_json::json!({ "error": "the checks did not finish in time" }),
-            text: "endpoints: the checks did not finish in time\n".to_string(),
-            exit: super::EXIT_UNREACHABLE,
-        },
+        Ok(Ok(checks)) => {
+            // The first endpoint whose fault has an exit code is named on stderr too.
+            let fault = checks.iter().find(|c| c.exit != 0).map(|c| {
+                let first = c.problems.first().cloned().unwrap_or_default();
+                (c.exit, format!("endpoint {} ({}): {first}", c.name, c.url))
+            });
+            let found = EndpointChecks {
+                json: serde_json::to_value(&checks)?,
+                text: text(&checks),
+                exit: fault.as_ref().map_or(0, |(code, _)| *code),
+            };
+            (found, fault.map(|(_, words)| words))
+        }
+        Ok(Err(e)) => (
+            EndpointChecks {
+                json: serde_json::json!({ "error": format!("{e:#}") }),
+                text: format!("endpoints: cannot check them: {e:#}\n"),
+                exit: super::exit_code(&e),
+            },
+            Some(format!("cannot check the endpoints: {e:#}")),
+        ),
+        Err(_) => (
+            EndpointChecks {
+                json: serde_json::json!({ "error": "the checks did not finish in time" }),
+                text: "endpoints: the checks did not finish in time\n".to_string(),
+                exit: super::EXIT_UNREACHABLE,
+            },
+            Some("the endpoint checks did not finish in time".to_string()),
+        ),
     };
-    crate::doctor::run_with(args, Some(checks))
+    let code = crate::doctor::run_with(args, Some(checks))?;
+    if let Some(words) = fault.filter(|_| code != 0) {
+        eprintln!("gpuboard: doctor: {words}");
+    }
+    Ok(code)
 }

@@ -12,14 +12,14 @@ use clap::{Args, ValueEnum};
 use serde::{Deserialize, Serialize};
 
 use super::fleet::members;
-use super::{Conn, EXIT_UNREACHABLE, Usage};
+use super::{Conn, Usage};
 use crate::accounting::trouble::{DeviceTrouble, LongPending, OverLimit};
 use crate::accounting::usage::{ClaimGpuTime, sort_projects};
 use crate::accounting::{
     Ask, AuditedAction, BackoffSpan, ByShare, GpuSeconds, IdleRule, PENDING_MS, ProjectGpuTime,
     WindowReport,
 };
-use crate::client::ReportAt;
+use crate::client::{ClientError, ReportAt};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::when::parse_when;
 
@@ -310,8 +310,11 @@ pub async fn report(args: ReportArgs) -> anyhow::Result<u8> {
     let calls = members.list.iter().map(|m| async move {
         let answer = match tokio::time::timeout(deadline, m.client.history_report(&ask)).await {
             Ok(Ok(a)) => Ok(a),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(format!("no answer within {} s", deadline.as_secs())),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(ClientError::Timeout {
+                endpoint: m.client.endpoint().to_string(),
+                secs: deadline.as_secs(),
+            }),
         };
         (
             m.name.clone(),
@@ -320,6 +323,22 @@ pub async fn report(args: ReportArgs) -> anyhow::Result<u8> {
         )
     });
     let answers = futures::future::join_all(calls).await;
+    // Each endpoint that failed is named on stderr; the exit code is the first one's, as
+    // `events` does, and the report still covers the others.
+    let mut code = 0;
+    let answers: Vec<_> = answers
+        .into_iter()
+        .map(|(name, url, answer)| {
+            let answer = answer.map_err(|e| {
+                eprintln!("gpuboard: endpoint {name}: {e}");
+                if code == 0 {
+                    code = e.exit_code();
+                }
+                e.to_string()
+            });
+            (name, url, answer)
+        })
+        .collect();
     let report = FleetReport::merge(&ask, answers);
     let json = args.format == Format::Json || args.conn.json;
     let text = if json {
@@ -328,11 +347,7 @@ pub async fn report(args: ReportArgs) -> anyhow::Result<u8> {
         render::markdown(&report)
     };
     print!("{text}");
-    let none = report
-        .endpoints
-        .iter()
-        .all(|e| e.status == Answered::Unreachable);
-    Ok(if none { EXIT_UNREACHABLE } else { 0 })
+    Ok(code)
 }
 
 #[cfg(test)]

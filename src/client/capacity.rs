@@ -49,7 +49,7 @@ impl Client {
                 Ok(Got::Answer { status, etag, body }) => {
                     let status = StatusCode::from_u16(status)
                         .map_err(|e| self.decode(format!("HTTP status {status}: {e}")))?;
-                    return self.capacity_answer(status, etag, body);
+                    return self.capacity_answer(status, etag, &header::HeaderMap::new(), body);
                 }
                 Ok(Got::Unusual) => {}
                 Err(failed) => return Err(self.failed(failed)),
@@ -72,12 +72,13 @@ impl Client {
             .get(header::ETAG)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
+        let headers = resp.headers().clone();
         let bytes = if status == StatusCode::NOT_MODIFIED {
             Vec::new()
         } else {
             self.body(resp).await?
         };
-        self.capacity_answer(status, etag, bytes)
+        self.capacity_answer(status, etag, &headers, bytes)
     }
 
     /// What a capacity answer says, however it was read.
@@ -85,6 +86,7 @@ impl Client {
         &self,
         status: StatusCode,
         etag: Option<String>,
+        headers: &header::HeaderMap,
         bytes: Vec<u8>,
     ) -> Result<CapacityRead, ClientError> {
         if status == StatusCode::NOT_MODIFIED {
@@ -94,7 +96,7 @@ impl Client {
             return Ok(CapacityRead::NoRoute);
         }
         if !status.is_success() {
-            return Err(self.refused(status, &bytes));
+            return Err(self.refused(status, headers, &bytes));
         }
         // JSON is UTF-8; text that is not cannot be read as a capacity either.
         let json = String::from_utf8(bytes).map_err(|e| self.decode(e.to_string()))?;

@@ -5,7 +5,7 @@ use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::{Client, ClientError, error_from};
+use super::{Client, ClientError};
 use crate::clock::Timestamp;
 use crate::history::wire::{
     self as hw, BeforeHistory, Changes, DeviceSeries, Direction, GpuRef, HistoryInfo, Seek, Target,
@@ -70,9 +70,10 @@ impl Client {
             .await
             .map_err(|e| self.transport(&e))?;
         let status = resp.status();
+        let headers = resp.headers().clone();
         let bytes = self.body(resp).await?;
         if !status.is_success() {
-            return Err(error_from(status, &bytes));
+            return Err(self.refused(status, &headers, &bytes));
         }
         serde_json::from_slice(&bytes).map_err(|e| self.decode(e.to_string()))
     }
@@ -88,6 +89,7 @@ impl Client {
         let status = resp.status();
         let shown = header_time(&resp, hw::AT_HEADER);
         let from = header_time(&resp, hw::HISTORY_FROM_HEADER);
+        let headers = resp.headers().clone();
         let bytes = self.body(resp).await?;
         if status == StatusCode::NOT_FOUND
             && let Ok(body) = serde_json::from_slice::<BeforeHistory>(&bytes)
@@ -98,7 +100,7 @@ impl Client {
             });
         }
         if !status.is_success() {
-            return Err(error_from(status, &bytes));
+            return Err(self.refused(status, &headers, &bytes));
         }
         let Some(shown) = shown else {
             return Err(ClientError::NotFound {

@@ -3,7 +3,7 @@
 
 use reqwest::StatusCode;
 
-use super::{Client, ClientError, error_from};
+use super::{Client, ClientError};
 use crate::accounting::{Ask, Parts, REPORT_PATH, WindowReport};
 use crate::clock::Timestamp;
 use crate::history::wire::{self as hw, BeforeHistory};
@@ -40,6 +40,7 @@ impl Client {
             .await
             .map_err(|e| self.transport(&e))?;
         let status = resp.status();
+        let headers = resp.headers().clone();
         let bytes = self.body(resp).await?;
         if status == StatusCode::NOT_FOUND
             && let Ok(body) = serde_json::from_slice::<BeforeHistory>(&bytes)
@@ -57,7 +58,7 @@ impl Client {
             return Ok(ReportAt::BeforeHistory { history_from: None });
         }
         if !status.is_success() {
-            return Err(error_from(status, &bytes));
+            return Err(self.refused(status, &headers, &bytes));
         }
         let report: WindowReport =
             serde_json::from_slice(&bytes).map_err(|e| self.decode(e.to_string()))?;

@@ -198,7 +198,7 @@ pub struct NoSuchClaim(pub String);
 /// `status --once` where no source answered: exit 6 when a token was refused, 1 when an
 /// endpoint failed (HTTP 5xx), else 5 (unreachable, timed out, not a gpuboard endpoint).
 #[derive(Debug, thiserror::Error)]
-#[error("no source answered")]
+#[error("no source answered{}", .0.as_ref().map(|f| format!(" (the first: {f})")).unwrap_or_default())]
 pub struct NoSourceAnswered(pub Option<crate::sources::Failure>);
 
 impl NoSourceAnswered {
@@ -238,6 +238,16 @@ pub fn run(before: &ConsoleArgs, args: &StatusArgs) -> anyhow::Result<()> {
         let mut state = initial_state(&setup);
         state.size = (w, h);
         let results = rt.block_on(fetch_all(&setup.sources, timeout, &clock));
+        // A claim or GPU named where no source answered: the sources' fault, not the name's.
+        let all_down = !results.is_empty() && results.iter().all(|(_, r)| r.is_err());
+        let first_failure = results.iter().find_map(|(_, r)| r.as_ref().err().cloned());
+        let named_fault = |why: String| -> anyhow::Error {
+            if all_down {
+                NoSourceAnswered(first_failure.clone()).into()
+            } else {
+                NoSuchClaim(format!("--dump-screen {view}: {why}")).into()
+            }
+        };
         update(&mut state, Msg::Tick(clock.now()));
         for (i, (at, r)) in results.into_iter().enumerate() {
             update(
@@ -250,12 +260,8 @@ pub fn run(before: &ConsoleArgs, args: &StatusArgs) -> anyhow::Result<()> {
             );
         }
         match (claim, gpu) {
-            (Some(name), _) => state
-                .open_claim_named(name)
-                .map_err(|why| NoSuchClaim(format!("--dump-screen {view}: {why}")))?,
-            (_, Some(name)) => state
-                .open_gpu_named(name)
-                .map_err(|why| NoSuchClaim(format!("--dump-screen {view}: {why}")))?,
+            (Some(name), _) => state.open_claim_named(name).map_err(named_fault)?,
+            (_, Some(name)) => state.open_gpu_named(name).map_err(named_fault)?,
             _ => super::update::show_view(&mut state, v),
         }
         let effects = match setup.at {
