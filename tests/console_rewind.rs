@@ -236,7 +236,7 @@ fn every_action_is_refused_while_rewound() {
 }
 
 #[test]
-fn live_resumes_exactly_where_the_watch_left_off() {
+fn live_resumes_where_the_watch_left_off_in_the_view_looked_at() {
     // Two consoles watching the same source; one rewinds and browses meanwhile.
     let mut watched = lab_state();
     let mut rewound = lab_state();
@@ -256,11 +256,30 @@ fn live_resumes_exactly_where_the_watch_left_off() {
     }
     // The rewound views showed the fleet then, not the change.
     assert_eq!(shown(&rewound).sources[0].data, Some(then_snapshot()));
-    run(&mut rewound, vec![code(KeyCode::Esc), k('G')]);
+    run(&mut rewound, vec![code(KeyCode::Esc)]);
+    let browsed = shown(&rewound).clone();
+    assert_eq!(browsed.view, View::Detail);
+    run(&mut rewound, vec![k('G')]);
     assert!(rewound.rewind.is_none());
-    watched.dirty = false;
-    rewound.dirty = false;
-    assert_eq!(rewound, watched);
+    // Live data, as the watch kept it; the view, filter and selection looked at.
+    assert_eq!(rewound.view, View::Detail);
+    watched.browse_as(&browsed);
+    assert_eq!(rewound.sources, watched.sources);
+    assert_eq!(
+        (
+            &rewound.gpus,
+            &rewound.claims,
+            &rewound.projects,
+            &rewound.detail
+        ),
+        (
+            &watched.gpus,
+            &watched.claims,
+            &watched.projects,
+            &watched.detail
+        )
+    );
+    assert_eq!(rewound.totals, watched.totals);
     assert_eq!(rewound.sources[0].data, Some(live_snapshot()));
 }
 

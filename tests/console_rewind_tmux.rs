@@ -189,12 +189,14 @@ fn what_held_gpu_3_on_node_x_then_and_what_happened_to_it_next() {
     s.wait_for("actions act on the present; G returns to live");
     assert!(claim_ids(&server).contains(&second));
     assert!(claim_ids(&server).contains(&noise));
-    // G: live again, where the watch left off (the GPUs list, no banner).
+    // G: live again in the view looked at while rewound (the Claims list, no banner).
     s.keys(&["G"]);
     let screen = s.wait_until("live again", |t| {
-        !t.contains("REWIND") && t.contains("GPUs (6)")
+        !t.contains("REWIND") && t.contains("Claims (")
     });
     assert!(screen.contains("● live"), "{screen}");
+    s.keys(&["2"]);
+    s.wait_for("GPUs (6)");
     // A time before the history begins says where it begins.
     s.keys(&["g"]);
     s.wait_for("rewind to:");

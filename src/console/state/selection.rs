@@ -100,6 +100,33 @@ impl State {
         }
     }
 
+    /// Back to live from a rewind: the view looked at, its filter, sort and selection
+    /// (by identity, so the same claim or GPU stays selected where it still is), and the
+    /// detail that was open, are kept from the rewound state `then`.
+    pub fn browse_as(&mut self, then: &State) {
+        self.view = then.view;
+        self.came_from = then.came_from;
+        self.source_filter = then.source_filter;
+        self.detail.clone_from(&then.detail);
+        self.claim_detail = then.claim_detail;
+        self.gpus.filter.clone_from(&then.gpus.filter);
+        self.gpus.sort = then.gpus.sort;
+        self.gpus.reverse = then.gpus.reverse;
+        self.gpus.picked.clone_from(&then.gpus.picked);
+        self.claims.filter.clone_from(&then.claims.filter);
+        self.claims.sort = then.claims.sort;
+        self.claims.reverse = then.claims.reverse;
+        self.claims.picked.clone_from(&then.claims.picked);
+        self.projects.filter.clone_from(&then.projects.filter);
+        self.projects.sort = then.projects.sort;
+        self.projects.reverse = then.projects.reverse;
+        self.projects.picked.clone_from(&then.projects.picked);
+        self.rebuild_rows();
+        self.rebuild_usage();
+        self.follow_picks();
+        self.repick_if_gone();
+    }
+
     /// Rebuilds the rows after the operator changed the filter, sort or shown sources.
     pub fn reshape_rows(&mut self) {
         self.rebuild_rows();

@@ -134,9 +134,12 @@ fn show_at(state: &mut State, at: Timestamp) -> Vec<Effect> {
         .collect()
 }
 
-/// Leaves the rewound view: the live state shows again, exactly as the watch kept it.
+/// Leaves the rewound view: the live state shows again, as the watch kept it, in the view,
+/// filter and selection the operator was looking at while rewound.
 pub(super) fn to_live(state: &mut State) {
-    state.rewind = None;
+    if let Some(r) = state.rewind.take() {
+        state.browse_as(&r.shown);
+    }
     state.dirty = true;
 }
 
