@@ -125,7 +125,8 @@ pub fn table(events: &[FleetEvent], with_endpoint: bool) -> String {
             e.event.actor.clone(),
             e.event.action.clone(),
             e.event.target.clone(),
-            e.event.detail.clone(),
+            // Times in words are UTC, as the TIME column.
+            crate::snapshot::detail_words(&e.event.detail, &jiff::tz::TimeZone::UTC),
         ]);
     }
     if !with_endpoint {

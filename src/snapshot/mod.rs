@@ -10,6 +10,7 @@
 mod delta;
 mod flags;
 mod owner;
+mod words;
 
 use serde::{Deserialize, Serialize};
 
@@ -22,6 +23,7 @@ use crate::units::{Bytes, Slots, Units};
 pub use delta::{SnapshotChange, apply, diff, diff_whole, keyed_only, to_whole_lists};
 pub use flags::DeviceFlag;
 pub use owner::{PodNames, ProcessOwner};
+pub use words::detail_words;
 
 /// The schema version; bumped on any incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;

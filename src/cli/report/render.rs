@@ -201,7 +201,7 @@ fn timeline(out: &mut String, r: &FleetReport) {
                 e.action,
                 e.actor,
                 e.target,
-                e.detail
+                crate::snapshot::detail_words(&e.detail, &jiff::tz::TimeZone::UTC)
             ),
             2,
         );

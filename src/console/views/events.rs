@@ -6,7 +6,6 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Cell, Paragraph, Row, Table, Wrap};
 
 use crate::clock;
-use crate::fairshare::{ClearCause, EventKind};
 use crate::snapshot::AuditEvent;
 
 use super::common::{block, constraints, fit, mid_ellipsis, title_with, window};
@@ -104,48 +103,9 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     );
 }
 
-/// An event's detail in words: the fair-share ledger's events (recorded as JSON) read as
-/// a sentence with local times; any other detail as recorded.
+/// An event's detail in words (`snapshot::detail_words`), times in the console's zone.
 pub(super) fn detail_words(e: &AuditEvent, zone: &jiff::tz::TimeZone) -> String {
-    let Ok(kind) = serde_json::from_str::<EventKind>(&e.detail) else {
-        return e.detail.clone();
-    };
-    match kind {
-        EventKind::BackedOff {
-            project,
-            resource,
-            until,
-            interval_s,
-        } => format!(
-            "{project} backed off on {resource} until {} (interval {})",
-            clock::date_time(until, zone),
-            clock::age(
-                std::time::Duration::try_from_secs_f64(interval_s)
-                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            )
-        ),
-        EventKind::BackoffCleared {
-            project,
-            resource,
-            cause,
-        } => format!(
-            "{project}'s backoff on {resource} cleared: {}",
-            match cause {
-                ClearCause::Placed => "a claim of it was placed there",
-                ClearCause::NewClaim => "it asked for something that can run there",
-                ClearCause::Operator => "by an operator",
-            }
-        ),
-        EventKind::ClockWentBack { from, to } => format!(
-            "the clock went back from {} to {}: every backoff cleared",
-            clock::date_time(from, zone),
-            clock::date_time(to, zone)
-        ),
-        EventKind::DebtsReset { project } => match project {
-            Some(p) => format!("{p}'s debts reset"),
-            None => "every project's debts reset".to_string(),
-        },
-    }
+    crate::snapshot::detail_words(&e.detail, zone)
 }
 
 /// An actor in `width` columns: whole when it fits; else, for `TOKEN (user@host)`, the
