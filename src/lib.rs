@@ -18,6 +18,7 @@ pub mod discovery;
 pub mod doctor;
 pub mod endpoint;
 pub mod fairshare;
+pub mod fleet;
 pub mod history;
 pub mod identity;
 pub mod ids;

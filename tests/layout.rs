@@ -29,6 +29,7 @@ const RANKS: &[(&str, u8)] = &[
     ("endpoint", 9),
     ("client", 9),
     ("sources", 10),
+    ("fleet", 10),
     ("doctor", 10),
     ("console", 11),
     ("cli", 11),

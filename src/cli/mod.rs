@@ -19,6 +19,7 @@ mod events;
 mod fleet;
 mod fleet_move;
 mod lost_answer;
+mod members;
 pub mod man;
 mod record;
 pub mod report;
@@ -45,7 +46,8 @@ pub use act::{ActArgs, EXIT_ENGINE_REFUSED, EXIT_NOT_FOUND};
 pub use admin::ProjectCommand;
 pub use claims::ClaimArgs;
 pub use events::EventsArgs;
-pub use fleet::{ClaimRef, PlaceArgs};
+pub use fleet::PlaceArgs;
+pub use members::ClaimRef;
 pub use run::{RunArgs, mps_limit};
 pub use serve::ServeArgs;
 pub use token::TokenCommand;
@@ -314,7 +316,7 @@ pub(super) fn trust_for(conn: &Conn, url: &str, configured: TlsTrust) -> TlsTrus
 
 /// A client for `conn`'s one endpoint, with its token, trust and timeout.
 fn connect(conn: &Conn) -> anyhow::Result<Client> {
-    Ok(fleet::members(conn)?.single()?.client.clone())
+    Ok(members::members(conn)?.single()?.client.clone())
 }
 
 /// Reports a finished action: `json` with `--json`, else the sentence.
