@@ -18,9 +18,9 @@ use std::time::Instant;
 
 use gpuboard::clock::{ManualClock, Timestamp};
 use gpuboard::endpoint::engine::{Engine, EngineConfig, LocalProcesses};
-use gpuboard::endpoint::history_store::{HistoryStore, Retention, StateAt};
+use gpuboard::store::history::{HistoryStore, Retention, StateAt};
 use gpuboard::history::sample::Rare;
-use gpuboard::history::wire::GpuRef;
+use gpuboard::wire::history::GpuRef;
 use gpuboard::history::{DeviceSample, Recording};
 use gpuboard::ids::ClaimId;
 use gpuboard::request::ClaimRequest;

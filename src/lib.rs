@@ -28,6 +28,7 @@ pub mod request;
 pub mod scheduler;
 pub mod simulate;
 pub mod snapshot;
+pub mod store;
 pub mod sources;
 pub mod telemetry;
 pub mod units;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use gpuboard::client::{Client, ClientError, SnapshotAt};
 use gpuboard::clock::{Clock, SystemClock, Timestamp};
-use gpuboard::history::wire::{ChangeKind, Direction, GpuRef, Target};
+use gpuboard::wire::history::{ChangeKind, Direction, GpuRef, Target};
 use gpuboard::request::ClaimRequest;
 use serde_json::json;
 

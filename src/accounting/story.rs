@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
-use crate::history::wire::{GpuRef, HistoryChange};
+use crate::wire::history::{GpuRef, HistoryChange};
 use crate::history::{Body, Record};
 use crate::ids::ClaimId;
 use crate::placement::Health;

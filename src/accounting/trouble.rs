@@ -10,7 +10,7 @@ use super::story::{BackoffSpan, Story};
 use super::usage::HOLD_MS;
 use crate::clock::Timestamp;
 use crate::history::sample::Tick;
-use crate::history::wire::GpuRef;
+use crate::wire::history::GpuRef;
 use crate::ids::ClaimId;
 use crate::placement::Health;
 use crate::units::Bytes;

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use super::gpu_time::GpuSeconds;
 use super::story::Story;
 use crate::history::sample::Tick;
-use crate::history::wire::GpuRef;
+use crate::wire::history::GpuRef;
 use crate::ids::ClaimId;
 
 /// A sample speaks for its device for at most this long (the snapshot's staleness).

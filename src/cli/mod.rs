@@ -39,7 +39,7 @@ use clap::{Args, Subcommand};
 use serde_json::Value;
 
 use crate::client::{Client, ClientError, TlsTrust};
-use crate::endpoint::store::default_data_dir;
+use crate::store::claims::default_data_dir;
 use crate::endpoint::{auth, tls};
 
 pub use act::{ActArgs, EXIT_ENGINE_REFUSED, EXIT_NOT_FOUND};

@@ -18,7 +18,7 @@ use crate::endpoint::auth::{self, Tokens};
 use crate::endpoint::engine::{Engine, EngineConfig, LocalProcesses};
 use crate::endpoint::hostlock::{self, HostLock};
 use crate::endpoint::listener::{self, ListenConfig};
-use crate::endpoint::store::{SyncMode, default_data_dir};
+use crate::store::claims::{SyncMode, default_data_dir};
 use crate::endpoint::tls;
 use crate::placement::{NodeSpec, Policy};
 use crate::scheduler::SchedulerConfig;
@@ -296,11 +296,11 @@ impl Drop for MadeHere {
 /// The history's retention from `--history-days` and `--history-size`; `None` when off.
 fn history_retention(
     a: &ServeArgs,
-) -> anyhow::Result<Option<crate::endpoint::history_store::Retention>> {
+) -> anyhow::Result<Option<crate::store::history::Retention>> {
     let bytes = Bytes::parse(&a.history_size)
         .map_err(|e| anyhow::anyhow!("--history-size {}: {e}", a.history_size))?;
     Ok(
-        (a.history_days > 0).then_some(crate::endpoint::history_store::Retention {
+        (a.history_days > 0).then_some(crate::store::history::Retention {
             days: a.history_days,
             bytes,
         }),

@@ -9,7 +9,8 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::msg::Msg;
 use crate::clock::Timestamp;
-use crate::sources::history::{AtTime, Sample, SeekDir, SourceHistory, Touching};
+use crate::sources::history::{AtTime, Sample, SourceHistory};
+use crate::wire::history::{Direction, Target};
 use crate::sources::{Failure, Source};
 
 /// A question for one source's history.
@@ -33,9 +34,9 @@ pub enum HistoryAsk {
         /// From when.
         at: Timestamp,
         /// Which way.
-        dir: SeekDir,
+        dir: Direction,
         /// What the change touches.
-        what: Touching,
+        what: Option<Target>,
     },
     /// A device's samples over a window.
     Telemetry {

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::clock::Timestamp;
-use crate::endpoint::history_store::{HistoryError, HistoryStore, Retention};
+use crate::store::history::{HistoryError, HistoryStore, Retention};
 use crate::endpoint::versions::SnapshotVersions;
-use crate::history::wire::{GpuRef, HistoryInfo};
+use crate::wire::history::{GpuRef, HistoryInfo};
 use crate::history::{Recording, samples_of};
 use crate::snapshot::Snapshot;
 
@@ -354,7 +354,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_seek_is_answered_while_a_report_is_held() {
         use crate::accounting::{Ask, IdleRule, PENDING_MS, Parts};
-        use crate::endpoint::history_store::StateAt;
+        use crate::store::history::StateAt;
         use crate::endpoint::report_api::window_report;
         let dir = tempfile::tempdir().unwrap();
         let h = RecordedHistory::open(dir.path(), Retention::default()).unwrap();

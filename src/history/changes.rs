@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::wire::{ChangeKind, GpuRef, HistoryChange, Target};
+use crate::wire::history::{ChangeKind, GpuRef, HistoryChange, Target};
 use crate::clock::Timestamp;
 use crate::ids::ClaimId;
 use crate::snapshot::{AuditEvent, ClaimState, ClaimView, DeviceView, ProjectView, Snapshot};

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::changes;
-use super::wire::HistoryChange;
+use crate::wire::history::HistoryChange;
 use crate::clock::Timestamp;
 use crate::snapshot::{Snapshot, SnapshotChange, apply, diff_whole};
 
@@ -369,7 +369,7 @@ mod tests {
 
     #[test]
     fn a_claim_placed_then_released_reads_as_two_changes() {
-        use crate::history::wire::ChangeKind;
+        use crate::wire::history::ChangeKind;
         let mut with = snap(2, 2_000, 0);
         with.claims.push(ClaimView {
             id: crate::ids::ClaimId(7),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::wire::{GpuRef, Sample};
+use crate::wire::history::{GpuRef, Sample};
 use crate::clock::Timestamp;
 use crate::ids::ClaimId;
 use crate::snapshot::{DeviceTelemetry, ProcessView, Snapshot};

@@ -9,9 +9,9 @@ use std::path::Path;
 
 use gpuboard::accounting::{Ask, IdleRule, PENDING_MS};
 use gpuboard::clock::Timestamp;
-use gpuboard::endpoint::history_store::HistoryStore;
+use gpuboard::store::history::HistoryStore;
 use gpuboard::history::sample::{Rare, Tick};
-use gpuboard::history::wire::GpuRef;
+use gpuboard::wire::history::GpuRef;
 use gpuboard::history::{DeviceSample, Record, Recording, state_of};
 use gpuboard::ids::ClaimId;
 use gpuboard::placement::DeviceShare;

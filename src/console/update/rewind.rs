@@ -17,7 +17,8 @@ use crate::console::state::{
     State, View, chart_window,
 };
 use crate::console::when::parse_when;
-use crate::sources::history::{AtTime, SeekDir, Touching};
+use crate::sources::history::AtTime;
+use crate::wire::history::{Direction, GpuRef, Target};
 
 /// Rows the banner takes above the rewound views.
 pub const BANNER_ROWS: u16 = 2;
@@ -166,8 +167,8 @@ pub(super) fn rewound_key(state: &mut State, ev: KeyEvent) -> Vec<Effect> {
                 state.mode = Mode::RewindTo(String::new());
                 return Vec::new();
             }
-            KeyAction::NextChange => return seek(state, SeekDir::Next),
-            KeyAction::PrevChange => return seek(state, SeekDir::Prev),
+            KeyAction::NextChange => return seek(state, Direction::Next),
+            KeyAction::PrevChange => return seek(state, Direction::Prev),
             KeyAction::StepForward => {
                 let at = r.at.plus_millis(STEP_MS);
                 return rewind_to(state, at);
@@ -235,15 +236,15 @@ fn nothing_to_close(s: &State) -> bool {
 
 /// `}`/`{`: asks for the next (previous) change of what is selected in the rewound
 /// view, or of anything when nothing is.
-fn seek(state: &mut State, dir: SeekDir) -> Vec<Effect> {
+fn seek(state: &mut State, dir: Direction) -> Vec<Effect> {
     let Some(r) = state.rewind.as_mut() else {
         return Vec::new();
     };
     let (only, what) = selected(&r.shown);
     // One ms past the time shown, so a change at exactly that time is not found again.
     let at = match dir {
-        SeekDir::Next => r.at.plus_millis(1),
-        SeekDir::Prev => Timestamp(r.at.0.saturating_sub(1)),
+        Direction::Next => r.at.plus_millis(1),
+        Direction::Prev => Timestamp(r.at.0.saturating_sub(1)),
     };
     r.generation += 1;
     let generation = r.generation;
@@ -280,14 +281,14 @@ fn seek(state: &mut State, dir: SeekDir) -> Vec<Effect> {
 
 /// What `}`/`{` follow: the GPU, claim or project selected (or shown in detail), with
 /// its source; anything, over every source, otherwise.
-fn selected(s: &State) -> (Option<usize>, Touching) {
+fn selected(s: &State) -> (Option<usize>, Option<Target>) {
     let gpu = |src: usize, node: &str, index: u32| {
         (
             Some(src),
-            Touching::Gpu {
+            Some(Target::Gpu(GpuRef {
                 node: node.to_string(),
                 index,
-            },
+            })),
         )
     };
     match s.view {
@@ -304,26 +305,26 @@ fn selected(s: &State) -> (Option<usize>, Touching) {
         }
         View::ClaimDetail => {
             if let Some((src, id)) = &s.claim_detail {
-                return (Some(*src), Touching::Claim(*id));
+                return (Some(*src), Some(Target::Claim(*id)));
             }
         }
         View::Claims => {
             if let Some(k) = s.selected_claim()
                 && let Some((_, c)) = s.claim(k)
             {
-                return (Some(k.source), Touching::Claim(c.id));
+                return (Some(k.source), Some(Target::Claim(c.id)));
             }
         }
         View::Ledger => {
             if let Some(k) = s.selected_project()
                 && let Some((_, p)) = s.project(k)
             {
-                return (Some(k.source), Touching::Project(p.name.clone()));
+                return (Some(k.source), Some(Target::Project(p.name.clone())));
             }
         }
         View::Overview | View::Events | View::Usage => {}
     }
-    (None, Touching::Anything)
+    (None, None)
 }
 
 /// A history answered.
@@ -438,8 +439,8 @@ fn sought(
         Some(Ok(Some(t))) => {
             s.best = Some(match (s.best, s.dir) {
                 (None, _) => t,
-                (Some(b), SeekDir::Next) => b.min(t),
-                (Some(b), SeekDir::Prev) => b.max(t),
+                (Some(b), Direction::Next) => b.min(t),
+                (Some(b), Direction::Prev) => b.max(t),
             });
         }
         Some(Ok(None)) | None => {}
@@ -458,19 +459,22 @@ fn sought(
     let Some(done) = r.seeking.take() else {
         return Vec::new();
     };
-    let what = done.what.describe();
+    let what = done
+        .what
+        .as_ref()
+        .map_or_else(|| "anything".to_string(), ToString::to_string);
     let Some(t) = done.best else {
         let text = match done.dir {
-            SeekDir::Next => format!("no later change of {what} (G returns to live)"),
-            SeekDir::Prev => format!("no earlier change of {what} in the history"),
+            Direction::Next => format!("no later change of {what} (G returns to live)"),
+            Direction::Prev => format!("no earlier change of {what} in the history"),
         };
         flash(&mut r.shown, text, false);
         state.dirty = true;
         return Vec::new();
     };
     let word = match done.dir {
-        SeekDir::Next => "next",
-        SeekDir::Prev => "previous",
+        Direction::Next => "next",
+        Direction::Prev => "previous",
     };
     let text = format!("{word} change of {what}: {}", short_time(state, t));
     let effects = show_at(state, t);
@@ -495,7 +499,7 @@ pub(super) fn live_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
         KeyAction::PrevChange => {
             let now = state.now;
             let mut effects = rewind_to(state, now);
-            effects.extend(seek(state, SeekDir::Prev));
+            effects.extend(seek(state, Direction::Prev));
             effects
         }
         _ => {

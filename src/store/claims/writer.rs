@@ -12,7 +12,7 @@ use super::{
     BUSY_BACKOFF_MAX, BUSY_TIMEOUT_MS, BUSY_WARN_EVERY, Batch, MAX_GROUP, Progress, StoreError,
     StoreStats, load,
 };
-use crate::endpoint::idempotency;
+use crate::store::idempotency;
 use crate::scheduler::Change;
 
 /// The writer thread's state.
