@@ -10,17 +10,17 @@ use crate::common::console_fixtures;
 use console_fixtures::{NOW, code, feed, k, lab_snapshot, lab_state, run};
 use gpuboard::clock::Timestamp;
 use gpuboard::console::headless::{buffer_text, render};
-use gpuboard::console::history::{HistoryAnswer, HistoryAsk};
 use gpuboard::console::keymap::KeyAction;
 use gpuboard::console::msg::{Effect, Msg};
+use gpuboard::console::msg::{HistoryAnswer, HistoryAsk};
 use gpuboard::console::state::{ChartKey, Mode, SourceSlot, State, View};
 use gpuboard::console::theme::Theme;
 use gpuboard::console::update::{show_view, update};
 use gpuboard::ids::ClaimId;
 use gpuboard::snapshot::Snapshot;
 use gpuboard::sources::history::{AtTime, Sample};
-use gpuboard::wire::history::{Direction, GpuRef, Target};
 use gpuboard::units::Bytes;
+use gpuboard::wire::history::{Direction, GpuRef, Target};
 use ratatui::crossterm::event::KeyCode;
 
 /// The time rewound to: 11:47:00, 13 minutes before the fixtures' now.

@@ -8,13 +8,13 @@ use std::sync::Arc;
 
 use gpuboard::clock::{ManualClock, Timestamp};
 use gpuboard::endpoint::engine::{Engine, EngineConfig, LocalProcesses};
-use gpuboard::store::history::{HistoryStore, StateAt};
-use gpuboard::wire::history::{ChangeKind, Direction, Target};
 use gpuboard::history::{Recording, state_of};
 use gpuboard::ids::ClaimId;
 use gpuboard::request::ClaimRequest;
 use gpuboard::scheduler::Submitted;
 use gpuboard::snapshot::Snapshot;
+use gpuboard::store::history::{HistoryStore, StateAt};
+use gpuboard::wire::history::{ChangeKind, Direction, Target};
 use proptest::prelude::*;
 use serde_json::json;
 

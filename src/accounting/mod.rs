@@ -29,8 +29,8 @@ pub use usage::{ByShare, Figures, GpuTime, IdleRule, ProjectGpuTime, Tally, acco
 use crate::clock::Timestamp;
 use crate::history::Record;
 use crate::history::sample::Tick;
-use crate::wire::history::GpuRef;
 use crate::snapshot::Snapshot;
+use crate::wire::history::GpuRef;
 
 /// The route.
 pub const REPORT_PATH: &str = "/v1/history/report";

@@ -8,9 +8,9 @@ use clap::Args;
 use serde_json::{Map, Value, json};
 
 use super::fleet::{PlaceArgs, place, read_all};
+use super::fleet_move::{self, Moved};
 use super::members::{ClaimRef, Members, members};
 use super::snapcache::SnapshotCache;
-use super::fleet_move::{self, Moved};
 use super::{Conn, EXIT_DOES_NOT_FIT, EXIT_INVALID, Usage, print_json, user};
 use crate::client::ClientError;
 use crate::clock::{Clock, SystemClock, Timestamp, age};

@@ -19,7 +19,7 @@ use super::lost_answer;
 use super::members::Members;
 use super::snapcache::SnapshotCache;
 use crate::client::{ClaimOutcome, Client, ClientError};
-use crate::fleet::{Answer as _, Lost, new_attempt};
+use crate::fleet::{ClaimAnswer as _, Lost, new_attempt};
 use crate::placement::{
     AttemptId, AttemptStep, Fleet, HostRanking, Policy, decide_attempt, rank_hosts,
 };

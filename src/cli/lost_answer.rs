@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 use super::members::Members;
 use crate::client::{ClaimOutcome, Client, ClientError};
 use crate::clock::{Clock as _, SystemClock, Timestamp};
-use crate::fleet::{self, Answer, Lost, Reply, Settled};
+use crate::fleet::{self, ClaimAnswer, Lost, Reply, Settled};
 use crate::placement::{AttemptRecheck, RECHECK_WITHIN, RESOLVE_WITHIN};
 use crate::request::ClaimRequest;
 
-impl Answer for Result<ClaimOutcome, ClientError> {
+impl ClaimAnswer for Result<ClaimOutcome, ClientError> {
     fn reply(&self) -> Reply<'_> {
         match self {
             Ok(outcome) => Reply::Claim(outcome.claim()),

@@ -19,8 +19,8 @@ mod events;
 mod fleet;
 mod fleet_move;
 mod lost_answer;
-mod members;
 pub mod man;
+mod members;
 mod record;
 pub mod report;
 mod run;
@@ -39,8 +39,8 @@ use clap::{Args, Subcommand};
 use serde_json::Value;
 
 use crate::client::{Client, ClientError, TlsTrust};
-use crate::store::claims::default_data_dir;
 use crate::endpoint::{auth, tls};
+use crate::store::claims::default_data_dir;
 
 pub use act::{ActArgs, EXIT_ENGINE_REFUSED, EXIT_NOT_FOUND};
 pub use admin::ProjectCommand;

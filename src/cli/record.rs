@@ -14,10 +14,10 @@ use anyhow::Context as _;
 use clap::Args;
 
 use crate::client::TlsTrust;
-use crate::endpoint::record_api::{RecordState, record_router};
 use crate::endpoint::history_recorder::{RecordedHistory, SAMPLE_MS};
-use crate::store::history::Retention;
+use crate::endpoint::record_api::{RecordState, record_router};
 use crate::sources::{EndpointConfig, Source, SourceKind};
+use crate::store::history::Retention;
 use crate::units::Bytes;
 
 /// `gpuboard record` flags.

@@ -18,10 +18,10 @@ use crate::endpoint::auth::{self, Tokens};
 use crate::endpoint::engine::{Engine, EngineConfig, LocalProcesses};
 use crate::endpoint::hostlock::{self, HostLock};
 use crate::endpoint::listener::{self, ListenConfig};
-use crate::store::claims::{SyncMode, default_data_dir};
 use crate::endpoint::tls;
 use crate::placement::{NodeSpec, Policy};
 use crate::scheduler::SchedulerConfig;
+use crate::store::claims::{SyncMode, default_data_dir};
 use crate::telemetry::TelemetrySnapshot;
 use crate::units::Bytes;
 use crate::wire::DEFAULT_PORT;
@@ -294,9 +294,7 @@ impl Drop for MadeHere {
 }
 
 /// The history's retention from `--history-days` and `--history-size`; `None` when off.
-fn history_retention(
-    a: &ServeArgs,
-) -> anyhow::Result<Option<crate::store::history::Retention>> {
+fn history_retention(a: &ServeArgs) -> anyhow::Result<Option<crate::store::history::Retention>> {
     let bytes = Bytes::parse(&a.history_size)
         .map_err(|e| anyhow::anyhow!("--history-size {}: {e}", a.history_size))?;
     Ok(

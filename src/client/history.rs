@@ -7,10 +7,10 @@ use serde_json::Value;
 
 use super::{Client, ClientError, error_from};
 use crate::clock::Timestamp;
+use crate::snapshot::Snapshot;
 use crate::wire::history::{
     self as hw, BeforeHistory, Changes, DeviceSeries, Direction, GpuRef, HistoryInfo, Seek, Target,
 };
-use crate::snapshot::Snapshot;
 use crate::wire::paths;
 
 /// The answer to `GET /v1/snapshot?at=`.

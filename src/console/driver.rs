@@ -28,8 +28,6 @@ use super::{ConsoleArgs, Setup, config, initial_state, logging, setup, views};
 
 /// Minimum time between two frames (a 30 fps cap).
 pub const FRAME_MS: u64 = 33;
-/// How often time advances in the state.
-pub const TICK_MS: u64 = 1_000;
 
 /// Undoes every terminal mode the console enables; idempotent, also run from the panic hook.
 pub struct TerminalGuard {
@@ -458,7 +456,7 @@ async fn event_loop(
         let tx = tx.clone();
         let clock = Arc::clone(&clock);
         tokio::spawn(async move {
-            let mut every = tokio::time::interval(Duration::from_millis(TICK_MS));
+            let mut every = tokio::time::interval(Duration::from_millis(super::time::TICK_MS));
             every.set_missed_tick_behavior(MissedTickBehavior::Delay);
             loop {
                 every.tick().await;

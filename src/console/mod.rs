@@ -18,6 +18,7 @@ pub mod msg;
 pub mod show;
 pub mod state;
 pub mod theme;
+pub mod time;
 pub mod update;
 pub mod usage;
 pub mod views;

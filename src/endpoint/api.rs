@@ -17,11 +17,11 @@ use crate::endpoint::api_error::{ApiError, serialize_failed};
 use crate::endpoint::body::{body_as, body_json, no_body};
 use crate::endpoint::engine::{Keyed, KeyedAnswer};
 use crate::endpoint::gate::{Actor, authorize};
-use crate::store::idempotency::{Fingerprint, KeyAnswer};
 use crate::endpoint::listener::ListenConfig;
 use crate::ids::ClaimId;
 use crate::request::{ClaimRequest, Rule};
 use crate::scheduler::{Submitted, claim_view};
+use crate::store::idempotency::{Fingerprint, KeyAnswer};
 use crate::wire::{
     self, Cordoned, MoveBody, ProjectReset, Released, RenewBody, ShareBody, ShareSet, paths,
 };

@@ -13,15 +13,15 @@ use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 
 use crate::clock::{Clock, Timestamp};
-use crate::store::idempotency::{Fingerprint, KeyAnswer, KeyRecord, KeyTable, Lookup};
 use crate::endpoint::live::{LiveConfig, LiveFeed, LiveRound};
-use crate::store::claims::{Store, StoreError, StoreStats, SyncMode};
 use crate::fairshare::FairShareError;
 use crate::ids::ClaimId;
 use crate::placement::{Allocation, FleetError, MoveError, MoveTarget, NoFit, NodeSpec};
 use crate::request::ClaimRequest;
 use crate::scheduler::{Claim, RenewError, Scheduler, SchedulerConfig, SchedulerError, Submitted};
 use crate::snapshot::{AuditEvent, Snapshot};
+use crate::store::claims::{Store, StoreError, StoreStats, SyncMode};
+use crate::store::idempotency::{Fingerprint, KeyAnswer, KeyRecord, KeyTable, Lookup};
 use crate::telemetry::{Sampler, SamplerCore, TelemetrySnapshot};
 
 /// The largest project share accepted.

@@ -250,8 +250,5 @@ where
     S: Clone + Send + Sync + 'static,
     HistoryRoutes: axum::extract::FromRef<S>,
 {
-    axum::Router::new().route(
-        crate::accounting::REPORT_PATH,
-        axum::routing::get(report),
-    )
+    axum::Router::new().route(crate::accounting::REPORT_PATH, axum::routing::get(report))
 }

@@ -6,7 +6,7 @@
 //! - **Attempt keys.** Every claim sent across the fleet carries one attempt label
 //!   ([`new_attempt`], `placement::AttemptId`) and each send an idempotency key, so an
 //!   endpoint whose answer was lost can be asked what it did.
-//! - **Answers.** A front end's answer reads as a [`Reply`] (trait [`Answer`]);
+//! - **Answers.** A front end's answer reads as a [`Reply`] (trait [`ClaimAnswer`]);
 //!   `placement::decide_attempt` says what comes next.
 //! - **Lost and in-flight answers.** An endpoint that did not answer, or answered "in
 //!   flight", is sent the same claim with the same key again ([`reask`], paced by
@@ -85,7 +85,7 @@ impl Reply<'_> {
 
 /// A front end's answer to a claim (the CLI's client result, the console's source
 /// result), read as a [`Reply`].
-pub trait Answer {
+pub trait ClaimAnswer {
     /// What it says, in the protocol's terms.
     fn reply(&self) -> Reply<'_>;
 }
@@ -94,7 +94,7 @@ pub trait Answer {
 /// HTTP client, the console over its source.
 pub trait Endpoint {
     /// What a call answers.
-    type Answer: Answer;
+    type Answer: ClaimAnswer;
 
     /// Sends `request` with the idempotency `key`, waiting up to `patience` for the answer.
     fn claim(

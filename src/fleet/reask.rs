@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Answer, Endpoint, Reply};
+use super::{ClaimAnswer, Endpoint, Reply};
 use crate::placement::AttemptRecheck;
 use crate::request::ClaimRequest;
 
@@ -33,7 +33,9 @@ pub enum Again {
 impl Reask {
     /// Asking from `now` for `within`.
     pub fn new(now: Instant, within: Duration) -> Reask {
-        Reask { until: now + within }
+        Reask {
+            until: now + within,
+        }
     }
 
     /// How long the next call may wait for its answer: the time left (a re-sent claim may
@@ -100,7 +102,10 @@ mod tests {
             "a call late in the asking still gets a moment"
         );
         let early = t0 + Duration::from_millis(1900);
-        assert_eq!(asking.next(&Reply::NoAnswer, early), Again::After(Duration::ZERO));
+        assert_eq!(
+            asking.next(&Reply::NoAnswer, early),
+            Again::After(Duration::ZERO)
+        );
         assert_eq!(asking.next(&Reply::InFlight, t0), Again::After(PAUSE));
         assert_eq!(
             asking.next(&Reply::NotSent, early),

@@ -6,9 +6,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::changes;
-use crate::wire::history::HistoryChange;
 use crate::clock::Timestamp;
 use crate::snapshot::{Snapshot, SnapshotChange, apply, diff_whole};
+use crate::wire::history::HistoryChange;
 
 /// A keyframe at least every this many versions: a seek replays at most as many deltas.
 pub const KEYFRAME_EVERY: u32 = 64;

@@ -4,9 +4,9 @@
 //! and changes nothing else.
 
 use crate::console::flows::{Flow, FlowId};
-use crate::fleet::Lost;
 use crate::console::msg::Effect;
 use crate::console::state::State;
+use crate::fleet::Lost;
 use crate::sources::{Action, Failure, Outcome};
 
 /// The answer to step `step` of flow `flow`: to that flow.

@@ -18,7 +18,7 @@
 
 use std::time::Duration;
 
-use crate::fleet::{self, Answer, Lost, Reply, Settled};
+use crate::fleet::{self, ClaimAnswer, Lost, Reply, Settled};
 use crate::placement::{
     AttemptAnswer, AttemptId, AttemptRecheck, AttemptStep, RECHECK_WITHIN, RESOLVE_WITHIN,
     decide_attempt,
@@ -32,7 +32,7 @@ use crate::console::flows::{Flow, FlowId, MoveAcross};
 use crate::console::msg::{Asker, Effect};
 use crate::console::state::{ClaimForm, Mode, State};
 
-impl Answer for Result<Outcome, Failure> {
+impl ClaimAnswer for Result<Outcome, Failure> {
     fn reply(&self) -> Reply<'_> {
         match self {
             Ok(Outcome::Claimed(view)) => Reply::Claim(view),

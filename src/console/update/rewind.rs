@@ -9,13 +9,13 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent};
 use super::flash;
 use super::keys::{edit_line, key as view_key};
 use crate::clock::{Timestamp, date_time};
-use crate::console::history::{HistoryAnswer, HistoryAsk};
 use crate::console::keymap::{Context, KeyAction};
-use crate::console::msg::Effect;
+use crate::console::msg::{Effect, HistoryAnswer, HistoryAsk};
 use crate::console::state::{
     ChartKey, Charts, DEFAULT_SPEED, FLASH_MS, Mode, Rewind, SPEEDS, STEP_MS, Seeking, Shown,
     State, View, chart_window,
 };
+use crate::console::time::short_time;
 use crate::console::when::parse_when;
 use crate::sources::history::AtTime;
 use crate::wire::history::{Direction, GpuRef, Target};
@@ -27,19 +27,8 @@ pub const BANNER_ROWS: u16 = 2;
 pub fn refusal_text(state: &State, at: Timestamp) -> String {
     format!(
         "rewound to {}: actions act on the present; G returns to live",
-        short_time(state, at)
+        short_time(at, state.now, &state.zone)
     )
-}
-
-/// `03:12:30` when the time is today (in the console's zone), else the date too.
-pub fn short_time(state: &State, at: Timestamp) -> String {
-    let full = date_time(at, &state.zone);
-    let today = date_time(state.now, &state.zone);
-    if full.get(..10) == today.get(..10) {
-        full.get(11..).unwrap_or(&full).to_string()
-    } else {
-        full
-    }
 }
 
 /// A key while the time is being typed.
@@ -476,7 +465,10 @@ fn sought(
         Direction::Next => "next",
         Direction::Prev => "previous",
     };
-    let text = format!("{word} change of {what}: {}", short_time(state, t));
+    let text = format!(
+        "{word} change of {what}: {}",
+        short_time(t, state.now, &state.zone)
+    );
     let effects = show_at(state, t);
     if let Some(r) = state.rewind.as_mut() {
         flash(&mut r.shown, text, false);
@@ -531,7 +523,7 @@ pub(super) fn tick(state: &mut State, now: Timestamp) -> Vec<Effect> {
         return Vec::new();
     }
     let next =
-        r.at.plus_millis(crate::console::driver::TICK_MS * u64::from(r.speed_x()));
+        r.at.plus_millis(crate::console::time::TICK_MS * u64::from(r.speed_x()));
     if next >= now {
         r.playing = false;
         flash(

@@ -2,11 +2,11 @@
 //! answer for a flow that is over, and a claim sent again after a lost answer.
 
 use crate::console::flows::{FlowId, MOVE_CLAIM, MoveAcross};
-use crate::fleet::Lost;
 use crate::console::keymap::Keymap;
 use crate::console::msg::{Asker, Effect, Msg};
 use crate::console::state::{SourceSlot, State};
 use crate::console::update::update;
+use crate::fleet::Lost;
 use crate::ids::ClaimId;
 use crate::placement::AttemptId;
 use crate::request::ClaimRequest;
