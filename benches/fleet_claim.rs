@@ -26,7 +26,7 @@ use gpuboard::clock::SystemClock;
 use gpuboard::endpoint::api::{self, ApiState};
 use gpuboard::endpoint::auth::Tokens;
 use gpuboard::endpoint::engine::{Engine, EngineConfig, LocalProcesses};
-use gpuboard::endpoint::store::SyncMode;
+use gpuboard::store::claims::SyncMode;
 
 /// One endpoint with `nodes` nodes of 8 x 80 GiB, on its own thread and runtime until
 /// the bench ends; returns its URL and token file.

@@ -18,15 +18,15 @@ use std::time::Instant;
 
 use gpuboard::clock::{ManualClock, Timestamp};
 use gpuboard::endpoint::engine::{Engine, EngineConfig, LocalProcesses};
-use gpuboard::endpoint::history_store::{HistoryStore, Retention, StateAt};
 use gpuboard::history::sample::Rare;
-use gpuboard::history::wire::GpuRef;
 use gpuboard::history::{DeviceSample, Recording};
 use gpuboard::ids::ClaimId;
 use gpuboard::request::ClaimRequest;
 use gpuboard::scheduler::Submitted;
 use gpuboard::snapshot::ProcessView;
+use gpuboard::store::history::{HistoryStore, Retention, StateAt};
 use gpuboard::units::Bytes;
+use gpuboard::wire::history::GpuRef;
 
 const T0: u64 = 1_795_442_400_000;
 const STEP_MS: u64 = 300_000;

@@ -17,7 +17,7 @@ use gpuboard::clock::SystemClock;
 use gpuboard::endpoint::api::{self, ApiState};
 use gpuboard::endpoint::auth::Tokens;
 use gpuboard::endpoint::engine::{Engine, EngineConfig, LocalProcesses};
-use gpuboard::endpoint::store::SyncMode;
+use gpuboard::store::claims::SyncMode;
 
 #[derive(serde::Deserialize)]
 struct IdOnly {
@@ -98,7 +98,7 @@ fn start_server(dir: &std::path::Path, sync: SyncMode) -> (String, String, Engin
     let history = (std::env::var("BENCH_HISTORY").as_deref() == Ok("1")).then(|| {
         gpuboard::endpoint::history_recorder::RecordedHistory::open(
             dir,
-            gpuboard::endpoint::history_store::Retention::default(),
+            gpuboard::store::history::Retention::default(),
         )
         .unwrap()
     });

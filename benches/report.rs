@@ -27,17 +27,17 @@ use std::time::Instant;
 use gpuboard::accounting::usage::{IDLE_BELOW_PCT, tally};
 use gpuboard::accounting::{Ask, IdleRule, PENDING_MS, Parts, WindowReport, report, tell};
 use gpuboard::clock::Timestamp;
-use gpuboard::endpoint::history_store::HistoryStore;
 use gpuboard::endpoint::report_api::window_report;
 use gpuboard::history::sample::{ProcessClaim, Rare, Tick};
-use gpuboard::history::wire::GpuRef;
 use gpuboard::history::{DeviceSample, Record, Recording, state_of};
 use gpuboard::ids::ClaimId;
 use gpuboard::placement::DeviceShare;
 use gpuboard::snapshot::{
     AuditEvent, ClaimState, ClaimView, DeviceView, NodeView, ProcessView, Snapshot,
 };
+use gpuboard::store::history::HistoryStore;
 use gpuboard::units::{Bytes, Slots, Units};
+use gpuboard::wire::history::GpuRef;
 
 const T0: u64 = 1_795_442_400_000;
 const STEP_MS: u64 = 300_000;

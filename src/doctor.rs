@@ -480,7 +480,7 @@ fn human(report: &DoctorReport) -> String {
 /// The line on this host's endpoint history (`history.sqlite` in `dir`): how far back it
 /// goes and its size, and the same as JSON.
 fn history_report(dir: &Path) -> (String, serde_json::Value) {
-    use crate::endpoint::history_store::{HistoryStore, Retention};
+    use crate::store::history::{HistoryStore, Retention};
     let zone = jiff::tz::TimeZone::system();
     match HistoryStore::peek(dir, Retention::default()) {
         Ok(Some(info)) => {
@@ -531,7 +531,7 @@ pub fn run_with(args: DoctorArgs, endpoints: Option<EndpointChecks>) -> anyhow::
     let dir = args
         .data_dir
         .clone()
-        .unwrap_or_else(crate::endpoint::store::default_data_dir);
+        .unwrap_or_else(crate::store::claims::default_data_dir);
     let fingerprint = crate::endpoint::tls::local_fingerprint(&dir);
     let (history_line, history_json) = history_report(&dir);
     if args.json {

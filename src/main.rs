@@ -84,7 +84,7 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Err(error) => {
             eprintln!("gpuboard: {error:#}");
-            ExitCode::from(gpuboard::cli::exit_code(&error))
+            ExitCode::from(gpuboard::exit::exit_code(&error))
         }
     }
 }

@@ -21,6 +21,7 @@ use crate::units::UNITS_PER_DEVICE;
 mod bodies;
 pub mod capacity;
 pub mod deflate;
+pub mod history;
 
 pub use bodies::{MoveBody, RenewBody, RequestBody, ShareBody, json_kind, read_body};
 

@@ -10,16 +10,17 @@ use crate::common::console_fixtures;
 use console_fixtures::{NOW, code, feed, k, lab_snapshot, lab_state, run};
 use gpuboard::clock::Timestamp;
 use gpuboard::console::headless::{buffer_text, render};
-use gpuboard::console::history::{HistoryAnswer, HistoryAsk};
 use gpuboard::console::keymap::KeyAction;
 use gpuboard::console::msg::{Effect, Msg};
+use gpuboard::console::msg::{HistoryAnswer, HistoryAsk};
 use gpuboard::console::state::{ChartKey, Mode, SourceSlot, State, View};
 use gpuboard::console::theme::Theme;
 use gpuboard::console::update::{show_view, update};
 use gpuboard::ids::ClaimId;
 use gpuboard::snapshot::Snapshot;
-use gpuboard::sources::history::{AtTime, Sample, SeekDir, Touching};
+use gpuboard::sources::history::{AtTime, Sample};
 use gpuboard::units::Bytes;
+use gpuboard::wire::history::{Direction, GpuRef, Target};
 use ratatui::crossterm::event::KeyCode;
 
 /// The time rewound to: 11:47:00, 13 minutes before the fixtures' now.
@@ -366,17 +367,17 @@ fn next_and_previous_change_follow_the_gpu_in_detail() {
     let mut st = rewound_lab();
     run(&mut st, vec![k('2'), code(KeyCode::Enter)]);
     let effects = run(&mut st, vec![k('}')]);
-    let gpu = Touching::Gpu {
+    let gpu = Some(Target::Gpu(GpuRef {
         node: "lab-a".into(),
         index: 0,
-    };
+    }));
     assert_eq!(
         asks(&effects),
         vec![HistoryAsk::Seek {
             source: 0,
             generation: 2,
             at: THEN.plus_millis(1),
-            dir: SeekDir::Next,
+            dir: Direction::Next,
             what: gpu.clone(),
         }]
     );
@@ -400,7 +401,7 @@ fn next_and_previous_change_follow_the_gpu_in_detail() {
             source: 0,
             generation: 4,
             at: Timestamp(next.0 - 1),
-            dir: SeekDir::Prev,
+            dir: Direction::Prev,
             what: gpu,
         }),
         "{effects:?}"
@@ -418,7 +419,7 @@ fn next_and_previous_change_follow_the_gpu_in_detail() {
         matches!(
             &asks(&effects)[..],
             [HistoryAsk::Seek {
-                what: Touching::Claim(ClaimId(_)),
+                what: Some(Target::Claim(ClaimId(_))),
                 ..
             }]
         ),
@@ -508,7 +509,7 @@ fn the_rewind_keys_while_live() {
         asks(&effects).iter().any(|a| matches!(
             a,
             HistoryAsk::Seek {
-                dir: SeekDir::Prev,
+                dir: Direction::Prev,
                 ..
             }
         )),

@@ -354,7 +354,7 @@ fn the_real_console_in_tmux_opens_usage_cycles_the_window_and_lists_a_projects_c
 }
 
 /// The Usage asks among `effects`.
-fn usage_asks(effects: &[Effect]) -> Vec<gpuboard::console::usage::UsageAsk> {
+fn usage_asks(effects: &[Effect]) -> Vec<gpuboard::console::msg::UsageAsk> {
     effects
         .iter()
         .filter_map(|e| match e {
@@ -367,8 +367,8 @@ fn usage_asks(effects: &[Effect]) -> Vec<gpuboard::console::usage::UsageAsk> {
 #[test]
 fn a_live_usage_view_asks_once_a_minute_one_ask_at_a_time_and_draws_meanwhile() {
     use crate::common::console_fixtures::{NOW, lab_state};
+    use gpuboard::console::msg::UsageAnswer;
     use gpuboard::console::state::UsageKey;
-    use gpuboard::console::usage::UsageAnswer;
     let mut st = lab_state();
     // Nothing is asked for a view that is not on screen.
     assert!(usage_asks(&update(&mut st, Msg::Tick(Timestamp(NOW.0 + 1_000)))).is_empty());
@@ -415,8 +415,9 @@ fn a_live_usage_view_asks_once_a_minute_one_ask_at_a_time_and_draws_meanwhile() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_older_serve_a_garbled_report_and_a_silent_one_are_each_named_in_words() {
     use common::Reply;
+    use gpuboard::console::msg::UsageAsk;
     use gpuboard::console::state::UsageKey;
-    use gpuboard::console::usage::{UsageAsk, answer};
+    use gpuboard::console::usage::answer;
     // What a gpuboard from before the report route answers: its router's 404.
     let old = br#"{"error":"not_found","detail":"no such route; the API is under /v1 (see README, API section)"}"#;
     let routes = |reply: Reply| vec![("/v1/history/report", reply)];
@@ -458,8 +459,8 @@ fn enter_on_a_usage_claim_opens_its_detail_or_says_it_is_no_longer_held() {
     use crate::common::console_fixtures::{NOW, flash, lab_state};
     use gpuboard::accounting::usage::ClaimGpuTime;
     use gpuboard::accounting::{Figures, GpuSeconds, GpuTime, ProjectGpuTime};
+    use gpuboard::console::msg::UsageAnswer;
     use gpuboard::console::state::UsageKey;
-    use gpuboard::console::usage::UsageAnswer;
     let mut st = lab_state();
     let now = Timestamp(NOW.0 + 1_000);
     let _ = update(&mut st, Msg::Tick(now));

@@ -102,11 +102,14 @@ kind = "ray"
     .unwrap();
 
     let out = doctor(&config, work.path(), true);
-    assert!(
-        out.status.success(),
+    // An endpoint that cannot be reached is the exit-code table's row 5, named on stderr.
+    assert_eq!(
+        out.status.code(),
+        Some(5),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("gpuboard: doctor: endpoint"));
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     let endpoints = report["endpoints"].as_array().unwrap();
     let names: Vec<&str> = endpoints

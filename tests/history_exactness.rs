@@ -8,13 +8,13 @@ use std::sync::Arc;
 
 use gpuboard::clock::{ManualClock, Timestamp};
 use gpuboard::endpoint::engine::{Engine, EngineConfig, LocalProcesses};
-use gpuboard::endpoint::history_store::{HistoryStore, StateAt};
-use gpuboard::history::wire::{ChangeKind, Direction, Target};
 use gpuboard::history::{Recording, state_of};
 use gpuboard::ids::ClaimId;
 use gpuboard::request::ClaimRequest;
 use gpuboard::scheduler::Submitted;
 use gpuboard::snapshot::Snapshot;
+use gpuboard::store::history::{HistoryStore, StateAt};
+use gpuboard::wire::history::{ChangeKind, Direction, Target};
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -241,7 +241,7 @@ proptest! {
         let first = served[0].0;
         let last = served.last().unwrap().0;
         for index in 0..4 {
-            let target = Target::Gpu(gpuboard::history::wire::GpuRef { node: "a".into(), index });
+            let target = Target::Gpu(gpuboard::wire::history::GpuRef { node: "a".into(), index });
             let expected: Vec<Timestamp> = served
                 .windows(2)
                 .filter(|w| gpu_view(&w[0].1, index) != gpu_view(&w[1].1, index))

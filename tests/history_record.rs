@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::{Reply, Stopper, free_port, serve, skip_peer};
 use gpuboard::client::{Client, SnapshotAt};
 use gpuboard::clock::{Clock, SystemClock, Timestamp};
-use gpuboard::history::wire::GpuRef;
+use gpuboard::wire::history::GpuRef;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn record_rewinds_a_prometheus_like_an_endpoint() {

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use gpuboard::client::{Client, ClientError, SnapshotAt};
 use gpuboard::clock::{Clock, SystemClock, Timestamp};
-use gpuboard::history::wire::{ChangeKind, Direction, GpuRef, Target};
 use gpuboard::request::ClaimRequest;
+use gpuboard::wire::history::{ChangeKind, Direction, GpuRef, Target};
 use serde_json::json;
 
 /// The gpuboard binary: `GPUBOARD_TEST_BIN` when set (a copy, safe from a shared target

@@ -20,18 +20,21 @@ const RANKS: &[(&str, u8)] = &[
     ("snapshot", 5),
     ("scheduler", 6),
     ("wire", 6),
-    ("history", 6),
     ("simulate", 6),
+    ("history", 7),
     ("telemetry", 7),
-    ("accounting", 7),
-    ("attribution", 8),
-    ("discovery", 8),
-    ("endpoint", 9),
-    ("client", 9),
-    ("sources", 10),
-    ("doctor", 10),
-    ("console", 11),
-    ("cli", 11),
+    ("accounting", 8),
+    ("attribution", 9),
+    ("discovery", 9),
+    ("store", 9),
+    ("endpoint", 10),
+    ("client", 10),
+    ("sources", 11),
+    ("fleet", 11),
+    ("doctor", 11),
+    ("exit", 11),
+    ("console", 12),
+    ("cli", 12),
 ];
 
 /// Lines a source file may have before its `#[cfg(test)]` block.
@@ -294,22 +297,34 @@ fn no_endpoint_file_imports_the_api_routes_back() {
     );
 }
 
-/// The console's parts that must not import each other in a circle, lowest first: the
-/// lists (columns, sorts, filters) know no state, and the flows (multi-step work: its
-/// values and their store) neither (nor each other); the state knows neither how it
-/// changes nor how it is drawn; `update` changes the state and never asks the drawing;
-/// `views` reads the state (and `update`'s constants) and changes nothing. A part may
-/// import only parts of a strictly lower rank.
+/// The console's parts ranked, lowest first, so that it flows one way: the driver performs
+/// effects and calls `update`, which changes the state; the messages name the state's
+/// keys, never how it changes. The lists (columns, sorts, filters) know no state, the
+/// flows (multi-step work: its values and their store) neither (nor each other), and
+/// `time` (the tick, how a time is written) nothing of the console at all; the state
+/// knows neither how it changes nor how it is drawn; `msg` holds every message, effect,
+/// ask and answer; `history` and `usage` run asks; `update` changes the state and never
+/// asks the drawing; `views` reads the state (and `update`'s constants) and changes
+/// nothing; `driver` runs it all. A part may import only parts of a strictly lower rank.
 const CONSOLE_RANKS: &[(&str, u8)] = &[
     ("lists", 0),
     ("flows", 0),
+    ("time", 0),
     ("state", 1),
-    ("update", 2),
-    ("views", 3),
+    ("msg", 2),
+    ("history", 3),
+    ("usage", 3),
+    ("update", 4),
+    ("views", 5),
+    ("driver", 6),
 ];
 
-/// The console part (`state`, `update`, `driver`, ...) a path like `["state", "rows.rs"]`
-/// under src/console/ belongs to, and the module path its `super::` starts from.
+/// The folders under src/ whose parts (each file or folder directly in it) must not import
+/// each other in a circle.
+const NO_CIRCLES_IN: &[&str] = &["console", "cli", "endpoint"];
+
+/// The part (`state`, `update`, `driver`, ...) a path like `["state", "rows.rs"]` under a
+/// folder (src/console/) belongs to, and the module path its `super::` starts from.
 fn console_module(rel: &[&str]) -> (Option<String>, Vec<String>) {
     let mut path: Vec<String> = rel.iter().map(|s| (*s).to_string()).collect();
     let file = path.pop().unwrap_or_default();
@@ -320,9 +335,9 @@ fn console_module(rel: &[&str]) -> (Option<String>, Vec<String>) {
     (path.first().cloned(), path)
 }
 
-/// The console parts a file's shipped code names: `crate::console::X`, and `super::`
+/// The parts of `folder` a file's shipped code names: `crate::FOLDER::X`, and `super::`
 /// paths resolved from the file's own module (`super::X`, `super::super::{X, Y}`).
-fn console_uses(rel: &[&str], code: &str) -> Vec<String> {
+fn part_uses(folder: &str, rel: &[&str], code: &str) -> Vec<String> {
     let (_, module) = console_module(rel);
     let mut used = Vec::new();
     let ident = |s: &str| -> String {
@@ -330,8 +345,9 @@ fn console_uses(rel: &[&str], code: &str) -> Vec<String> {
             .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
             .collect()
     };
-    for (i, _) in code.match_indices("crate::console::") {
-        used.push(ident(&code[i + "crate::console::".len()..]));
+    let absolute = format!("crate::{folder}::");
+    for (i, _) in code.match_indices(&absolute) {
+        used.push(ident(&code[i + absolute.len()..]));
     }
     let mut rest = code;
     while let Some(i) = rest.find("super::") {
@@ -366,9 +382,14 @@ fn console_uses(rel: &[&str], code: &str) -> Vec<String> {
     used
 }
 
-/// Edges `from -> to` between the console's parts, from (path under src/console/, code);
-/// names at the console's root that are no part (`ConsoleArgs`) are left out.
+/// Edges `from -> to` between the console's parts, from (path under src/console/, code).
 fn console_edges(files: &[(Vec<&str>, &str)]) -> BTreeMap<String, Vec<String>> {
+    part_edges("console", files)
+}
+
+/// Edges `from -> to` between the parts of `folder`, from (path under src/FOLDER/, code);
+/// names at the folder's root that are no part (`ConsoleArgs`) are left out.
+fn part_edges(folder: &str, files: &[(Vec<&str>, &str)]) -> BTreeMap<String, Vec<String>> {
     let parts: Vec<String> = files
         .iter()
         .filter_map(|(rel, _)| console_module(rel).0)
@@ -378,7 +399,7 @@ fn console_edges(files: &[(Vec<&str>, &str)]) -> BTreeMap<String, Vec<String>> {
         let Some(from) = console_module(rel).0 else {
             continue;
         };
-        for to in console_uses(rel, code) {
+        for to in part_uses(folder, rel, code) {
             if to != from && parts.contains(&to) {
                 edges.entry(from.clone()).or_default().push(to);
             }
@@ -392,7 +413,7 @@ fn console_edges(files: &[(Vec<&str>, &str)]) -> BTreeMap<String, Vec<String>> {
 }
 
 /// An import circle among `parts`, as `a -> b -> a`, if there is one.
-fn console_cycle(edges: &BTreeMap<String, Vec<String>>, parts: &[&str]) -> Option<String> {
+fn part_cycle(edges: &BTreeMap<String, Vec<String>>, parts: &[&str]) -> Option<String> {
     fn visit(
         at: &str,
         edges: &BTreeMap<String, Vec<String>>,
@@ -472,7 +493,7 @@ fn the_console_check_sees_a_circle() {
     assert_eq!(edges["update"], ["state"]);
     assert_eq!(edges["headless"], ["views"]);
     assert_eq!(
-        console_cycle(&edges, &["state", "update", "views"]).as_deref(),
+        part_cycle(&edges, &["state", "update", "views"]).as_deref(),
         Some("state -> views -> update -> state")
     );
     assert_eq!(
@@ -483,7 +504,7 @@ fn the_console_check_sees_a_circle() {
     let after: Vec<_> = before.into_iter().skip(1).collect();
     assert_eq!(console_edges(&after)["state"], ["keymap"]);
     let edges = console_edges(&after);
-    assert_eq!(console_cycle(&edges, &["state", "update", "views"]), None);
+    assert_eq!(part_cycle(&edges, &["state", "update", "views"]), None);
     assert!(console_upward(&edges).is_empty());
     // A flow that reads the state it is kept in, or asks `update` how to go on: a circle.
     let mut flows = after.clone();
@@ -496,7 +517,7 @@ fn the_console_check_sees_a_circle() {
     assert_eq!(edges["flows"], ["state", "update"]);
     let parts: Vec<&str> = CONSOLE_RANKS.iter().map(|(p, _)| *p).collect();
     assert_eq!(
-        console_cycle(&edges, &parts).as_deref(),
+        part_cycle(&edges, &parts).as_deref(),
         Some("flows -> state -> flows")
     );
     assert_eq!(
@@ -508,12 +529,12 @@ fn the_console_check_sees_a_circle() {
     );
 }
 
-#[test]
-fn console_lists_state_update_and_views_form_no_circle() {
-    let root = src().join("console");
+/// Every file under src/FOLDER/, as (its path there, its shipped code).
+fn folder_files(folder: &str) -> Vec<(Vec<String>, String)> {
+    let root = src().join(folder);
     let mut paths = Vec::new();
     rust_files(&root, &mut paths);
-    let texts: Vec<(Vec<String>, String)> = paths
+    paths
         .iter()
         .map(|p| {
             let rel = p.strip_prefix(&root).unwrap();
@@ -521,24 +542,106 @@ fn console_lists_state_update_and_views_form_no_circle() {
                 .components()
                 .map(|c| c.as_os_str().to_str().unwrap().to_string())
                 .collect();
-            (parts, std::fs::read_to_string(p).unwrap())
+            let text = std::fs::read_to_string(p).unwrap();
+            (parts, shipped(&text).to_string())
         })
-        .collect();
-    let files: Vec<(Vec<&str>, &str)> = texts
+        .collect()
+}
+
+fn borrowed(texts: &[(Vec<String>, String)]) -> Vec<(Vec<&str>, &str)> {
+    texts
         .iter()
-        .map(|(rel, text)| (rel.iter().map(String::as_str).collect(), shipped(text)))
-        .collect();
+        .map(|(rel, text)| (rel.iter().map(String::as_str).collect(), text.as_str()))
+        .collect()
+}
+
+#[test]
+fn the_circle_check_sees_one_in_any_folder() {
+    // The CLI before its fleet protocol moved out: the claims printed a move that
+    // fleet_move made, and fleet_move printed with the claims' helpers.
+    let cli: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["mod.rs"],
+            "mod claims;\nmod fleet_move;\npub struct Conn;",
+        ),
+        (
+            vec!["claims.rs"],
+            "use super::{Conn, Usage, fleet_move, print_json};\nfleet_move::report(m)",
+        ),
+        (
+            vec!["fleet_move.rs"],
+            "use super::claims::{print_claim, refused};\nuse crate::cli::Conn;",
+        ),
+        (vec!["act", "mod.rs"], "use crate::cli::claims::ClaimArgs;"),
+    ];
+    let edges = part_edges("cli", &cli);
+    assert_eq!(edges["claims"], ["fleet_move"]);
+    assert_eq!(edges["act"], ["claims"]);
+    let parts: Vec<&str> = edges.keys().map(String::as_str).collect();
+    assert_eq!(
+        part_cycle(&edges, &parts).as_deref(),
+        Some("claims -> fleet_move -> claims")
+    );
+    // The routes of the history and the report, each naming the other.
+    let endpoint: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["history_api.rs"],
+            ".route(REPORT_PATH, get(super::report_api::report))",
+        ),
+        (
+            vec!["report_api.rs"],
+            "use super::history_api::{HistoryRoutes, bad};",
+        ),
+    ];
+    let edges = part_edges("endpoint", &endpoint);
+    assert_eq!(
+        part_cycle(&edges, &["history_api", "report_api"]).as_deref(),
+        Some("history_api -> report_api -> history_api")
+    );
+    // One way only: no circle.
+    let one_way: Vec<_> = endpoint.into_iter().skip(1).collect();
+    let edges = part_edges("endpoint", &one_way);
+    assert_eq!(part_cycle(&edges, &["history_api", "report_api"]), None);
+}
+
+#[test]
+fn no_folder_imports_itself_in_a_circle() {
+    for folder in NO_CIRCLES_IN {
+        let texts = folder_files(folder);
+        let files = borrowed(&texts);
+        let edges = part_edges(folder, &files);
+        let mut parts: Vec<&str> = files
+            .iter()
+            .filter_map(|(rel, _)| rel.first().copied())
+            .map(|p| p.strip_suffix(".rs").unwrap_or(p))
+            .filter(|p| *p != "mod")
+            .collect();
+        parts.sort_unstable();
+        parts.dedup();
+        assert_eq!(
+            part_cycle(&edges, &parts),
+            None,
+            "the parts of src/{folder}/ import each other in a circle"
+        );
+    }
+}
+
+#[test]
+fn the_console_flows_one_way() {
+    let texts = folder_files("console");
+    let files = borrowed(&texts);
     let edges = console_edges(&files);
     let parts: Vec<&str> = CONSOLE_RANKS.iter().map(|(p, _)| *p).collect();
     assert_eq!(
-        console_cycle(&edges, &parts),
+        part_cycle(&edges, &parts),
         None,
-        "the console's lists, flows, state, update and views import each other in a circle"
+        "the console's ranked parts import each other in a circle"
     );
     let up = console_upward(&edges);
     assert!(
         up.is_empty(),
-        "console imports against the ranks (lists, flows < state < update < views):\n{}",
+        "console imports against the ranks (lists, flows, time < state < msg < history, \
+         usage < update < views < driver):\n{}",
         up.join("\n")
     );
 }

@@ -21,9 +21,9 @@ use gpuboard::accounting::{Ask, IdleRule, Parts, report};
 use gpuboard::cli::report::{FleetReport, render};
 use gpuboard::client::{ReportAt, SnapshotAt};
 use gpuboard::clock::Timestamp;
-use gpuboard::endpoint::history_store::HistoryStore;
 use gpuboard::endpoint::report_api::window_report;
 use gpuboard::ids::ClaimId;
+use gpuboard::store::history::HistoryStore;
 use gpuboard::units::Bytes;
 use serde_json::Value;
 

@@ -2,7 +2,7 @@
 //! (reserved by compute and by memory fraction, used, idle-allocated, unallocated), what
 //! the audited actions did to their targets, and what went wrong. Pure: it is given the
 //! state at the window's start, the versions recorded in it and the devices' samples
-//! (`endpoint::history_store` reads them, `endpoint::report_api` serves the result).
+//! (`store::history` reads them, `endpoint::report_api` serves the result).
 //!
 //! The route, a read (the read role may call it):
 //! `GET /v1/history/report?from=TIME&to=TIME[&idle_below=PCT][&idle_for=SECS][&pending_over=SECS][&parts=usage]`
@@ -29,8 +29,8 @@ pub use usage::{ByShare, Figures, GpuTime, IdleRule, ProjectGpuTime, Tally, acco
 use crate::clock::Timestamp;
 use crate::history::Record;
 use crate::history::sample::Tick;
-use crate::history::wire::GpuRef;
 use crate::snapshot::Snapshot;
+use crate::wire::history::GpuRef;
 
 /// The route.
 pub const REPORT_PATH: &str = "/v1/history/report";

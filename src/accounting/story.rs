@@ -9,12 +9,12 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
-use crate::history::wire::{GpuRef, HistoryChange};
 use crate::history::{Body, Record};
 use crate::ids::ClaimId;
 use crate::placement::Health;
 use crate::snapshot::{ClaimState, Snapshot, SnapshotChange, apply};
 use crate::units::{Bytes, UNITS_PER_DEVICE};
+use crate::wire::history::{GpuRef, HistoryChange};
 
 /// One claim's share of one device.
 #[derive(Clone, Debug, PartialEq)]

@@ -10,10 +10,10 @@ use super::story::{BackoffSpan, Story};
 use super::usage::HOLD_MS;
 use crate::clock::Timestamp;
 use crate::history::sample::Tick;
-use crate::history::wire::GpuRef;
 use crate::ids::ClaimId;
 use crate::placement::Health;
 use crate::units::Bytes;
+use crate::wire::history::GpuRef;
 
 /// What a device went through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]

@@ -20,8 +20,8 @@ use serde::{Deserialize, Serialize};
 use super::gpu_time::GpuSeconds;
 use super::story::Story;
 use crate::history::sample::Tick;
-use crate::history::wire::GpuRef;
 use crate::ids::ClaimId;
+use crate::wire::history::GpuRef;
 
 /// A sample speaks for its device for at most this long (the snapshot's staleness).
 pub const HOLD_MS: u64 = 300_000;

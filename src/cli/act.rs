@@ -31,10 +31,8 @@ use crate::sources::handover::{HandoverStep, StepResult, hand_over};
 use crate::sources::kind::EndpointsFile;
 use crate::sources::{self, Action, EndpointConfig, Failure, Outcome, Source, SourceKind};
 
-/// Exit code: the engine does not know the target (HTTP 404).
-pub const EXIT_NOT_FOUND: u8 = 7;
 /// Exit code: the engine refused the action in its own words (job gone, not pending).
-pub const EXIT_ENGINE_REFUSED: u8 = 8;
+pub const EXIT_ENGINE_REFUSED: u8 = crate::exit::EXIT_CONFLICT;
 
 /// `gpuboard act`.
 #[derive(Args, Debug)]
@@ -289,7 +287,7 @@ fn exit_code(e: &Failure) -> u8 {
             SourceError::Unauthorized { .. } | SourceError::LoginRefused { .. } => EXIT_AUTH,
             SourceError::BadUrl { .. } | SourceError::SecretFile { .. } => EXIT_INVALID,
             SourceError::Peer { .. } => EXIT_ENGINE_REFUSED,
-            SourceError::Http { status: 404, .. } => EXIT_NOT_FOUND,
+            SourceError::Http { status: 404, .. } => crate::exit::EXIT_NOT_FOUND,
             _ => 1,
         },
         Failure::Http { .. } | Failure::Decode(_) => 1,

@@ -7,9 +7,11 @@ use anyhow::Context;
 use clap::Args;
 use serde_json::{Map, Value, json};
 
-use super::fleet::{ClaimRef, PlaceArgs, members, place, read_all};
+use super::fleet::{PlaceArgs, place, read_all};
+use super::fleet_move::{self, Moved};
+use super::members::{ClaimRef, Members, members};
 use super::snapcache::SnapshotCache;
-use super::{Conn, EXIT_DOES_NOT_FIT, EXIT_INVALID, Usage, fleet_move, print_json, user};
+use super::{Conn, EXIT_DOES_NOT_FIT, EXIT_INVALID, Usage, print_json, user};
 use crate::client::ClientError;
 use crate::clock::{Clock, SystemClock, Timestamp, age};
 use crate::endpoint::strict_json;
@@ -137,7 +139,7 @@ pub(super) async fn move_claim(
             let to_node = to_node.or(node);
             let moved =
                 fleet_move::across(&members, (from, r.id), (target, to_node), devices).await;
-            return fleet_move::report(&members, moved, conn.json);
+            return report_move(&members, moved, conn.json);
         }
         node = to_node.or(node);
     }
@@ -609,6 +611,85 @@ pub(super) async fn claim(a: ClaimArgs) -> anyhow::Result<u8> {
         }
         Err(e) => refused(e, a.conn.json),
     }
+}
+
+/// Prints a move's outcome and returns the exit code: 0 when done, the release error's
+/// code when both claims are held.
+pub(super) fn report_move(
+    members: &Members,
+    moved: Result<Moved, ClientError>,
+    as_json: bool,
+) -> anyhow::Result<u8> {
+    let name = |m: usize| members.list[m].name.as_str();
+    match moved {
+        Err(e) => {
+            if !as_json && matches!(e, ClientError::DoesNotFit { .. }) {
+                eprintln!("gpuboard move: the target refused the claim; nothing changed");
+            }
+            refused(e, as_json)
+        }
+        Ok(Moved::Done {
+            move_id,
+            from,
+            to,
+            released,
+        }) => {
+            if as_json {
+                print_json(&json!({
+                    "move": move_id,
+                    "from": with_endpoint(&from.1, name(from.0))?,
+                    "released": released,
+                    "to": with_endpoint(&to.1, name(to.0))?,
+                }))?;
+            } else {
+                println!(
+                    "claim {} moved to {} (move {move_id}){}",
+                    members.label(from.0, from.1.id),
+                    members.label(to.0, to.1.id),
+                    if released {
+                        ""
+                    } else {
+                        "; the old claim was already gone"
+                    }
+                );
+                print_claim(&to.1, Some(name(to.0)), false)?;
+            }
+            Ok(0)
+        }
+        Ok(Moved::ReleaseFailed {
+            move_id,
+            from,
+            to,
+            error,
+        }) => {
+            let old = members.label(from.0, from.1.id);
+            let new = members.label(to.0, to.1.id);
+            if as_json {
+                print_json(&json!({
+                    "move": move_id,
+                    "from": with_endpoint(&from.1, name(from.0))?,
+                    "released": false,
+                    "to": with_endpoint(&to.1, name(to.0))?,
+                    "error": error.to_string(),
+                }))?;
+            }
+            eprintln!(
+                "gpuboard move: claimed {new} but releasing {old} failed: {error} (move {move_id})"
+            );
+            eprintln!("both claims hold GPUs now:");
+            eprintln!("  {old}  (old) {}", where_held(&from.1));
+            eprintln!("  {new}  (new) {}", where_held(&to.1));
+            eprintln!(
+                "release one of them: `gpuboard release {old}` once it answers, or `gpuboard release {new}` to stay"
+            );
+            Ok(error.exit_code())
+        }
+    }
+}
+
+/// Where a claim sits and what it holds, for the release-failure lines.
+fn where_held(c: &ClaimView) -> String {
+    format!("{}, {}", holding(c), c.form)
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::Conn;
-use super::fleet::members;
+use super::members::members;
 use crate::client::{Client, ClientError};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::doctor::{DoctorArgs, EndpointChecks};

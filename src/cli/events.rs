@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use clap::Args;
 use serde::Serialize;
 
-use super::fleet::members;
+use super::members::members;
 use super::{Conn, EXIT_INVALID, print_json};
 use crate::client::ClientError;
 use crate::clock::{Clock, SystemClock, Timestamp};

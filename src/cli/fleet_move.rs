@@ -5,17 +5,12 @@
 //! release fails, both claims are shown with the error: the operator decides which to
 //! keep.
 
-use serde_json::json;
-
-use super::claims::{print_claim, refused, with_endpoint};
-use super::fleet::Members;
-use super::lost_answer::{self, Suspect, new_attempt, no_answer, phantom_warning};
-use super::print_json;
+use super::lost_answer::{self, phantom_warning};
+use super::members::Members;
 use crate::client::{ClaimOutcome, Client, ClientError};
-use crate::clock::Timestamp;
+use crate::fleet::{self, Lost};
 use crate::ids::ClaimId;
-use crate::placement::{AttemptId, AttemptRecheck, RESOLVE_WITHIN, moved_request};
-use crate::request::ClaimRequest;
+use crate::placement::{AttemptRecheck, RESOLVE_WITHIN, moved_request};
 use crate::snapshot::{ClaimState, ClaimView};
 
 /// What a cross-endpoint move did.
@@ -45,54 +40,32 @@ pub(super) enum Moved {
     },
 }
 
-/// A fresh move id: time, process and chance, so two moves never share one.
-fn new_move_id() -> String {
-    let millis = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
-    format!(
-        "mv-{millis:x}-{:x}-{:08x}",
-        std::process::id(),
-        rand::random::<u32>()
-    )
-}
-
-/// The target of a move did not answer its claim: asked again with the same key (by
-/// `target`, the client that sent it), its answer is the answer (said on stderr when it
-/// placed it); still silent, the error stands and the target is named as a possible
-/// phantom's holder.
+/// The target of a move did not answer its claim (`lost`, sent by `target`, the client
+/// that sent it): asked again with the same key, its answer is the answer (said on stderr
+/// when it placed it); still silent, the error stands and the target is named as a
+/// possible phantom's holder.
 async fn lost(
     members: &Members,
-    (dst, target): (usize, &Client),
-    (attempt, key): (&AttemptId, &str),
-    request: &ClaimRequest,
+    target: &Client,
+    lost: Lost,
     error: ClientError,
-    sent: Timestamp,
 ) -> Result<ClaimOutcome, ClientError> {
+    let dst = lost.endpoint;
     let m = &members.list[dst];
-    match lost_answer::reask(target, request, key, RESOLVE_WITHIN).await {
+    match fleet::reask(target, &lost.request, &lost.key, RESOLVE_WITHIN).await {
         (AttemptRecheck::Found, Ok(outcome)) => {
             eprintln!(
                 "gpuboard: {} placed it; its answer was lost ({error}): found it as {} by its label {} \
                  (asked again with the same key)",
                 m.name,
                 members.label(dst, outcome.claim().id),
-                attempt.label()
+                lost.attempt.label()
             );
             Ok(outcome)
         }
         (AttemptRecheck::NoneThere, refused) => refused,
         (AttemptRecheck::Silent | AttemptRecheck::Found, _) => {
-            let suspect = Suspect {
-                member: dst,
-                error: error.to_string(),
-                sent,
-                key: key.to_string(),
-            };
-            eprintln!(
-                "gpuboard: {}",
-                phantom_warning(members, &suspect, attempt, request.ttl)
-            );
+            eprintln!("gpuboard: {}", phantom_warning(members, &lost));
             Err(error)
         }
     }
@@ -125,15 +98,26 @@ pub(super) async fn across(
     }
     let mut request = moved_request(&old.request, node, devices);
     // A fresh attempt label: if the target's answer is lost, it is asked for this claim.
-    let attempt = new_attempt(lost_answer::now());
+    let attempt = fleet::new_attempt(lost_answer::now());
     attempt.put_on(&mut request.labels);
-    let move_id = new_move_id();
+    let move_id = fleet::new_move_id(lost_answer::now());
     let target = members.list[dst].client.for_move(&move_id);
     let sent = lost_answer::now();
     let key = attempt.key(1);
-    let answer = match target.claim_keyed(&request, Some(&key)).await {
-        Err(e) if no_answer(&e) || e.in_flight() => {
-            lost(members, (dst, &target), (&attempt, &key), &request, e, sent).await?
+    let first = target.claim_keyed(&request, Some(&key)).await;
+    let answer = match first {
+        Err(e) if lost_answer::no_answer(&e) => {
+            let lost_claim = Lost {
+                endpoint: dst,
+                attempt,
+                sent,
+                request,
+                key,
+                move_id: Some(move_id.clone()),
+                error: e.to_string(),
+                adopt: false,
+            };
+            lost(members, &target, lost_claim, e).await?
         }
         other => other?,
     };
@@ -170,95 +154,5 @@ pub(super) async fn across(
             to: (dst, new),
             error,
         }),
-    }
-}
-
-/// Prints a move's outcome and returns the exit code: 0 when done, the release error's
-/// code when both claims are held.
-pub(super) fn report(
-    members: &Members,
-    moved: Result<Moved, ClientError>,
-    as_json: bool,
-) -> anyhow::Result<u8> {
-    let name = |m: usize| members.list[m].name.as_str();
-    match moved {
-        Err(e) => {
-            if !as_json && matches!(e, ClientError::DoesNotFit { .. }) {
-                eprintln!("gpuboard move: the target refused the claim; nothing changed");
-            }
-            refused(e, as_json)
-        }
-        Ok(Moved::Done {
-            move_id,
-            from,
-            to,
-            released,
-        }) => {
-            if as_json {
-                print_json(&json!({
-                    "move": move_id,
-                    "from": with_endpoint(&from.1, name(from.0))?,
-                    "released": released,
-                    "to": with_endpoint(&to.1, name(to.0))?,
-                }))?;
-            } else {
-                println!(
-                    "claim {} moved to {} (move {move_id}){}",
-                    members.label(from.0, from.1.id),
-                    members.label(to.0, to.1.id),
-                    if released {
-                        ""
-                    } else {
-                        "; the old claim was already gone"
-                    }
-                );
-                print_claim(&to.1, Some(name(to.0)), false)?;
-            }
-            Ok(0)
-        }
-        Ok(Moved::ReleaseFailed {
-            move_id,
-            from,
-            to,
-            error,
-        }) => {
-            let old = members.label(from.0, from.1.id);
-            let new = members.label(to.0, to.1.id);
-            if as_json {
-                print_json(&json!({
-                    "move": move_id,
-                    "from": with_endpoint(&from.1, name(from.0))?,
-                    "released": false,
-                    "to": with_endpoint(&to.1, name(to.0))?,
-                    "error": error.to_string(),
-                }))?;
-            }
-            eprintln!(
-                "gpuboard move: claimed {new} but releasing {old} failed: {error} (move {move_id})"
-            );
-            eprintln!("both claims hold GPUs now:");
-            eprintln!("  {old}  (old) {}", place(&from.1));
-            eprintln!("  {new}  (new) {}", place(&to.1));
-            eprintln!(
-                "release one of them: `gpuboard release {old}` once it answers, or `gpuboard release {new}` to stay"
-            );
-            Ok(error.exit_code())
-        }
-    }
-}
-
-/// Where a claim sits and what it holds, for the release-failure lines.
-fn place(c: &ClaimView) -> String {
-    format!("{}, {}", super::claims::holding(c), c.form)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn move_ids_differ_and_are_valid_headers() {
-        assert_ne!(new_move_id(), new_move_id());
-        assert!(crate::wire::move_actor("operator", Some(&new_move_id())).is_ok());
     }
 }

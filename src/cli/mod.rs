@@ -20,6 +20,7 @@ mod fleet;
 mod fleet_move;
 mod lost_answer;
 pub mod man;
+mod members;
 mod record;
 pub mod report;
 mod run;
@@ -37,28 +38,25 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
-use crate::client::{Client, ClientError, TlsTrust};
-use crate::endpoint::store::default_data_dir;
+use crate::client::{Client, TlsTrust};
 use crate::endpoint::{auth, tls};
+use crate::store::claims::default_data_dir;
 
-pub use act::{ActArgs, EXIT_ENGINE_REFUSED, EXIT_NOT_FOUND};
+pub use act::{ActArgs, EXIT_ENGINE_REFUSED};
 pub use admin::ProjectCommand;
 pub use claims::ClaimArgs;
 pub use events::EventsArgs;
-pub use fleet::{ClaimRef, PlaceArgs};
+pub use fleet::PlaceArgs;
+pub use members::ClaimRef;
 pub use run::{RunArgs, mps_limit};
 pub use serve::ServeArgs;
 pub use token::TokenCommand;
 pub use version::VERSION;
 
-/// Exit code: the request was invalid (422, 400, 413, bad flags or endpoint URL).
-pub const EXIT_INVALID: u8 = 3;
-/// Exit code: the claim does not fit (409).
-pub const EXIT_DOES_NOT_FIT: u8 = 4;
-/// Exit code: the endpoint could not be reached or did not answer in time.
-pub const EXIT_UNREACHABLE: u8 = 5;
-/// Exit code: no token, a wrong one, or a read token on a mutation (401, 403).
-pub const EXIT_AUTH: u8 = 6;
+pub use crate::exit::UsageError as Usage;
+pub use crate::exit::{
+    EXIT_AUTH, EXIT_DOES_NOT_FIT, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_UNREACHABLE, exit_code,
+};
 
 /// Endpoint and client subcommands.
 #[derive(Subcommand, Debug)]
@@ -213,42 +211,6 @@ pub fn run(cmd: Command) -> ExitCode {
     }
 }
 
-/// A command line that cannot be carried out as written (a malformed `--endpoint` or
-/// `--request`, a config it cannot use, an ambiguous id): exit 3, nothing sent.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub(super) struct Usage(pub String);
-
-/// A command line that cannot be carried out, for front ends outside `cli` (exit 3).
-pub fn usage(why: String) -> anyhow::Error {
-    Usage(why).into()
-}
-
-/// The exit code of any failed command, the console's `status` and `show` included: the
-/// client's classification, 3 for a command line that cannot be carried out (a time or a
-/// view that cannot be read), 5 when no source answered, 7 for a claim no source lists,
-/// else 1 (README, "Exit codes"). The one mapping from a fault to an exit code.
-pub fn exit_code(e: &anyhow::Error) -> u8 {
-    use crate::console::headless::{NoSourceAnswered, NoSuchClaim};
-    for cause in e.chain() {
-        if let Some(c) = cause.downcast_ref::<ClientError>() {
-            return c.exit_code();
-        }
-        if cause.downcast_ref::<Usage>().is_some()
-            || cause.downcast_ref::<crate::when::WhenError>().is_some()
-        {
-            return EXIT_INVALID;
-        }
-        if cause.downcast_ref::<NoSuchClaim>().is_some() {
-            return EXIT_NOT_FOUND;
-        }
-        if let Some(n) = cause.downcast_ref::<NoSourceAnswered>() {
-            return n.exit_code();
-        }
-    }
-    1
-}
-
 /// Runs one subcommand; `Ok` carries the exit code of a run that finished.
 async fn dispatch(cmd: Command) -> anyhow::Result<u8> {
     match cmd {
@@ -331,7 +293,7 @@ pub(super) fn trust_for(conn: &Conn, url: &str, configured: TlsTrust) -> TlsTrus
 
 /// A client for `conn`'s one endpoint, with its token, trust and timeout.
 fn connect(conn: &Conn) -> anyhow::Result<Client> {
-    Ok(fleet::members(conn)?.single()?.client.clone())
+    Ok(members::members(conn)?.single()?.client.clone())
 }
 
 /// Reports a finished action: `json` with `--json`, else the sentence.

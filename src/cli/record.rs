@@ -14,10 +14,10 @@ use anyhow::Context as _;
 use clap::Args;
 
 use crate::client::TlsTrust;
-use crate::endpoint::history_api::{RecordState, record_router};
 use crate::endpoint::history_recorder::{RecordedHistory, SAMPLE_MS};
-use crate::endpoint::history_store::Retention;
+use crate::endpoint::record_api::{RecordState, record_router};
 use crate::sources::{EndpointConfig, Source, SourceKind};
+use crate::store::history::Retention;
 use crate::units::Bytes;
 
 /// `gpuboard record` flags.
@@ -147,7 +147,7 @@ pub(super) async fn record(a: RecordArgs) -> anyhow::Result<()> {
             a.kind,
             a.url.as_deref().unwrap_or_else(|| source.name()),
             a.data_dir
-                .join(crate::endpoint::history_store::HISTORY_FILE)
+                .join(crate::store::history::HISTORY_FILE)
                 .display()
         )?;
         out.flush()?;

@@ -11,7 +11,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use serde::{Deserialize, Serialize};
 
-use super::fleet::members;
+use super::members::members;
 use super::{Conn, Usage};
 use crate::accounting::trouble::{DeviceTrouble, LongPending, OverLimit};
 use crate::accounting::usage::{ClaimGpuTime, sort_projects};

@@ -16,7 +16,8 @@ use clap::Args;
 use serde_json::{Map, json};
 
 use super::claims::{devices_of, refused};
-use super::fleet::{PlaceArgs, members, place};
+use super::fleet::{PlaceArgs, place};
+use super::members::members;
 use super::run_group::RunGroup;
 use super::snapcache::SnapshotCache;
 use super::{Conn, user};

@@ -18,10 +18,10 @@ use crate::endpoint::auth::{self, Tokens};
 use crate::endpoint::engine::{Engine, EngineConfig, LocalProcesses};
 use crate::endpoint::hostlock::{self, HostLock};
 use crate::endpoint::listener::{self, ListenConfig};
-use crate::endpoint::store::{SyncMode, default_data_dir};
 use crate::endpoint::tls;
 use crate::placement::{NodeSpec, Policy};
 use crate::scheduler::SchedulerConfig;
+use crate::store::claims::{SyncMode, default_data_dir};
 use crate::telemetry::TelemetrySnapshot;
 use crate::units::Bytes;
 use crate::wire::DEFAULT_PORT;
@@ -294,13 +294,11 @@ impl Drop for MadeHere {
 }
 
 /// The history's retention from `--history-days` and `--history-size`; `None` when off.
-fn history_retention(
-    a: &ServeArgs,
-) -> anyhow::Result<Option<crate::endpoint::history_store::Retention>> {
+fn history_retention(a: &ServeArgs) -> anyhow::Result<Option<crate::store::history::Retention>> {
     let bytes = Bytes::parse(&a.history_size)
         .map_err(|e| anyhow::anyhow!("--history-size {}: {e}", a.history_size))?;
     Ok(
-        (a.history_days > 0).then_some(crate::endpoint::history_store::Retention {
+        (a.history_days > 0).then_some(crate::store::history::Retention {
             days: a.history_days,
             bytes,
         }),

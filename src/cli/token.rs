@@ -12,9 +12,9 @@ use clap::{Args, Subcommand};
 
 use crate::clock::{Clock as _, SystemClock};
 use crate::endpoint::auth;
-use crate::endpoint::store::default_data_dir;
 use crate::endpoint::tokens::Role;
 use crate::endpoint::tokens::{ADMIN_NAME, READ_NAME, TokenBook, TokenUsage, parse_expiry};
+use crate::store::claims::default_data_dir;
 
 /// `gpuboard token ...`.
 #[derive(Subcommand, Debug)]

@@ -1,4 +1,4 @@
-//! The history API's calls (`history::wire`): the state at a time, the changes in a
+//! The history API's calls (`wire::history`): the state at a time, the changes in a
 //! window, the next or previous change of a target, a device's samples, and the size.
 
 use reqwest::{Method, StatusCode};
@@ -7,10 +7,10 @@ use serde_json::Value;
 
 use super::{Client, ClientError};
 use crate::clock::Timestamp;
-use crate::history::wire::{
+use crate::snapshot::Snapshot;
+use crate::wire::history::{
     self as hw, BeforeHistory, Changes, DeviceSeries, Direction, GpuRef, HistoryInfo, Seek, Target,
 };
-use crate::snapshot::Snapshot;
 use crate::wire::paths;
 
 /// The answer to `GET /v1/snapshot?at=`.

@@ -6,7 +6,7 @@ use reqwest::StatusCode;
 use super::{Client, ClientError};
 use crate::accounting::{Ask, Parts, REPORT_PATH, WindowReport};
 use crate::clock::Timestamp;
-use crate::history::wire::{self as hw, BeforeHistory};
+use crate::wire::history::{self as hw, BeforeHistory};
 
 /// The answer to a report call.
 #[derive(Clone, Debug, PartialEq)]

@@ -28,8 +28,6 @@ use super::{ConsoleArgs, Setup, config, initial_state, logging, setup, views};
 
 /// Minimum time between two frames (a 30 fps cap).
 pub const FRAME_MS: u64 = 33;
-/// How often time advances in the state.
-pub const TICK_MS: u64 = 1_000;
 
 /// Undoes every terminal mode the console enables; idempotent, also run from the panic hook.
 pub struct TerminalGuard {
@@ -228,7 +226,7 @@ pub fn perform(
             }
             let src = Arc::clone(src);
             tokio::spawn(async move {
-                let result = resend(&*src, request, &key, move_id, within).await;
+                let result = resend(src, request, &key, move_id, within).await;
                 let _ = tx.send(Msg::Rechecked {
                     source,
                     attempt,
@@ -292,37 +290,48 @@ pub fn perform(
 }
 
 /// Sends a claim again with its key until the source answers what the first send did
-/// (placed, queued or refused) or `within` passes: "in flight" and silence are asked
-/// again (a pause between, so that a commit held up is not hammered).
+/// (placed, queued or refused) or `within` passes (`fleet::reask`).
 async fn resend(
-    src: &dyn Source,
+    src: Arc<dyn Source>,
     request: crate::request::ClaimRequest,
     key: &str,
     move_id: Option<String>,
     within: Duration,
 ) -> Result<Outcome, Failure> {
-    let until = Instant::now() + within;
-    loop {
-        let left = until.saturating_duration_since(Instant::now());
-        // Patient: a re-sent claim may wait behind the first's commit, longer than a
-        // refresh's timeout.
-        let each = left.max(Duration::from_millis(100));
-        let fut = src.claim_keyed(request.clone(), key.to_string(), move_id.clone(), each);
-        let result = bounded(fut, each).await;
-        // Silence, "in flight" and a refused connection (restarting) are no answer yet.
-        let again = matches!(
-            result,
-            Err(Failure::InFlight(_) | Failure::Timeout(_) | Failure::Unreachable { .. })
+    let asked = Asked { src, move_id };
+    crate::fleet::reask(&asked, &request, key, within).await.1
+}
+
+/// A source as the fleet protocol's endpoint, its claims tagged with a move's id if any.
+struct Asked {
+    src: Arc<dyn Source>,
+    move_id: Option<String>,
+}
+
+impl crate::fleet::Endpoint for Asked {
+    type Answer = Result<Outcome, Failure>;
+
+    fn claim(
+        &self,
+        request: &crate::request::ClaimRequest,
+        key: &str,
+        patience: Duration,
+    ) -> impl std::future::Future<Output = Self::Answer> + Send {
+        let fut = self.src.claim_keyed(
+            request.clone(),
+            key.to_string(),
+            self.move_id.clone(),
+            patience,
         );
-        if !again || Instant::now() >= until {
-            return result;
-        }
-        if matches!(
-            result,
-            Err(Failure::InFlight(_) | Failure::Unreachable { .. })
-        ) {
-            tokio::time::sleep(Duration::from_millis(250).min(left)).await;
-        }
+        bounded(fut, patience)
+    }
+
+    fn pause(&self, pause: Duration) -> impl std::future::Future<Output = ()> + Send {
+        tokio::time::sleep(pause)
+    }
+
+    fn now(&self) -> std::time::Instant {
+        std::time::Instant::now()
     }
 }
 
@@ -447,7 +456,7 @@ async fn event_loop(
         let tx = tx.clone();
         let clock = Arc::clone(&clock);
         tokio::spawn(async move {
-            let mut every = tokio::time::interval(Duration::from_millis(TICK_MS));
+            let mut every = tokio::time::interval(Duration::from_millis(super::time::TICK_MS));
             every.set_missed_tick_behavior(MissedTickBehavior::Delay);
             loop {
                 every.tick().await;

@@ -189,27 +189,21 @@ pub fn merged_flags(before: &ConsoleArgs, after: &ConsoleArgs) -> ConsoleArgs {
     }
 }
 
-/// A claim or a GPU named on the command line that no source lists: exit 7 (not found),
-/// as `release` of an id the endpoint never issued.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct NoSuchClaim(pub String);
+pub use crate::exit::{NoSourceAnswered, NoSuchClaim};
 
 /// `status --once` where no source answered: exit 6 when a token was refused, 1 when an
 /// endpoint failed (HTTP 5xx), else 5 (unreachable, timed out, not a gpuboard endpoint).
-#[derive(Debug, thiserror::Error)]
-#[error("no source answered{}", .0.as_ref().map(|f| format!(" (the first: {f})")).unwrap_or_default())]
-pub struct NoSourceAnswered(pub Option<crate::sources::Failure>);
-
-impl NoSourceAnswered {
-    /// Its row of the exit-code table.
-    pub fn exit_code(&self) -> u8 {
-        use crate::sources::Failure;
-        match &self.0 {
-            Some(Failure::Unauthorized(_)) => crate::cli::EXIT_AUTH,
-            Some(Failure::Http { status, .. }) if *status >= 500 => 1,
-            _ => crate::cli::EXIT_UNREACHABLE,
-        }
+fn no_source_answered(first: Option<crate::sources::Failure>) -> NoSourceAnswered {
+    use crate::exit::{EXIT_AUTH, EXIT_FAILED, EXIT_UNREACHABLE};
+    use crate::sources::Failure;
+    let code = match &first {
+        Some(Failure::Unauthorized(_)) => EXIT_AUTH,
+        Some(Failure::Http { status, .. }) if *status >= 500 => EXIT_FAILED,
+        _ => EXIT_UNREACHABLE,
+    };
+    NoSourceAnswered {
+        code,
+        first: first.map(|f| f.to_string()),
     }
 }
 
@@ -229,7 +223,7 @@ pub fn run(before: &ConsoleArgs, args: &StatusArgs) -> anyhow::Result<()> {
             .or(claim.map(|_| View::ClaimDetail))
             .or(gpu.map(|_| View::Detail))
             .ok_or_else(|| {
-                crate::cli::usage(format!(
+                crate::exit::UsageError(format!(
                     "no view `{view}`; views: {}, claim:ID, gpu:NODE:IDX",
                     View::ALL.map(View::name).join(", ")
                 ))
@@ -243,7 +237,7 @@ pub fn run(before: &ConsoleArgs, args: &StatusArgs) -> anyhow::Result<()> {
         let first_failure = results.iter().find_map(|(_, r)| r.as_ref().err().cloned());
         let named_fault = |why: String| -> anyhow::Error {
             if all_down {
-                NoSourceAnswered(first_failure.clone()).into()
+                no_source_answered(first_failure.clone()).into()
             } else {
                 NoSuchClaim(format!("--dump-screen {view}: {why}")).into()
             }
@@ -334,7 +328,7 @@ async fn print_status(
         if args.once {
             let down = status.sources.iter().all(|s| s.error.is_some());
             if down {
-                return Err(NoSourceAnswered(first_failure).into());
+                return Err(no_source_answered(first_failure).into());
             }
             return Ok(());
         }

@@ -1,82 +1,15 @@
-//! What the console asks of the sources' history (`Effect::History`) and what comes back
-//! (`Msg::History`); `perform` runs an ask on its own task, so a slow or broken history
-//! never blocks the console.
+//! Asking the sources' history (`Effect::History`, its `msg::HistoryAsk`), the answer
+//! coming back as `Msg::History`: `perform` runs an ask on its own task, so a slow or
+//! broken history never blocks the console.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::msg::Msg;
-use crate::clock::Timestamp;
-use crate::sources::history::{AtTime, Sample, SeekDir, SourceHistory, Touching};
+use super::msg::{HistoryAnswer, HistoryAsk, Msg};
+use crate::sources::history::SourceHistory;
 use crate::sources::{Failure, Source};
-
-/// A question for one source's history.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum HistoryAsk {
-    /// Its state at a time.
-    At {
-        /// The source.
-        source: usize,
-        /// The rewind's ask number.
-        generation: u64,
-        /// The time.
-        at: Timestamp,
-    },
-    /// Its next or previous change touching something.
-    Seek {
-        /// The source.
-        source: usize,
-        /// The rewind's ask number.
-        generation: u64,
-        /// From when.
-        at: Timestamp,
-        /// Which way.
-        dir: SeekDir,
-        /// What the change touches.
-        what: Touching,
-    },
-    /// A device's samples over a window.
-    Telemetry {
-        /// For the rewound state's charts (else the live one's).
-        rewound: bool,
-        /// The device and window.
-        key: super::state::ChartKey,
-    },
-}
-
-/// What a source's history answered.
-#[derive(Clone, Debug, PartialEq)]
-pub enum HistoryAnswer {
-    /// The state at a time.
-    At {
-        /// The source.
-        source: usize,
-        /// The ask it answers.
-        generation: u64,
-        /// The state, or why not; `None`: the source keeps no history.
-        result: Option<Result<AtTime, Failure>>,
-    },
-    /// The change found.
-    Sought {
-        /// The source.
-        source: usize,
-        /// The ask it answers.
-        generation: u64,
-        /// Its time (`None`: no such change), or why not; `None` outside: no history.
-        result: Option<Result<Option<Timestamp>, Failure>>,
-    },
-    /// A device's samples.
-    Telemetry {
-        /// For the rewound state's charts.
-        rewound: bool,
-        /// The device and window asked.
-        key: super::state::ChartKey,
-        /// The samples, or why not; `None`: the source keeps no history.
-        result: Option<Result<Vec<Sample>, Failure>>,
-    },
-}
 
 /// Runs an ask under the timeout on its own task; the answer comes back as `Msg::History`.
 pub fn perform(

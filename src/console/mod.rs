@@ -18,6 +18,7 @@ pub mod msg;
 pub mod show;
 pub mod state;
 pub mod theme;
+pub mod time;
 pub mod update;
 pub mod usage;
 pub mod views;
@@ -174,7 +175,7 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
         data_dir: args
             .data_dir
             .clone()
-            .unwrap_or_else(crate::endpoint::store::default_data_dir),
+            .unwrap_or_else(crate::store::claims::default_data_dir),
         config_token_file: cfg.token_file.clone(),
         fingerprint: args
             .tls_fingerprint
@@ -257,7 +258,7 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
             }
         } else {
             // Its own directory: a `gpuboard serve` may use the data directory itself.
-            let dir = crate::endpoint::store::default_data_dir().join("embedded");
+            let dir = crate::store::claims::default_data_dir().join("embedded");
             sources.push(Arc::new(Embedded::local(Arc::clone(&clock), &dir)?));
         }
     }

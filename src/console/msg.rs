@@ -3,10 +3,13 @@
 use ratatui::crossterm::event::KeyEvent;
 
 use super::flows::FlowId;
+use super::state::{ChartKey, SourceUsage, UsageKey};
 use crate::clock::Timestamp;
 use crate::placement::Allocation;
 use crate::request::ClaimRequest;
+use crate::sources::history::{AtTime, Sample};
 use crate::sources::{Action, Failure, Fetched, Outcome};
+use crate::wire::history::{Direction, Target};
 
 /// Everything that can happen to the console.
 // An action (with its claim request) is moved through the channel once per operator
@@ -75,9 +78,9 @@ pub enum Msg {
     /// The terminal's input is gone (EOF or EIO after an SSH drop).
     InputClosed(String),
     /// A source's history answered (`Effect::History`).
-    History(super::history::HistoryAnswer),
+    History(HistoryAnswer),
     /// A source's report for the Usage view answered (`Effect::Usage`).
-    Usage(super::usage::UsageAnswer),
+    Usage(UsageAnswer),
 }
 
 /// Who waits for an action's answer: named when the action is sent and carried back with
@@ -170,9 +173,99 @@ pub enum Effect {
         within: std::time::Duration,
     },
     /// Ask a source's history (rewinding, charts); answered by `Msg::History`.
-    History(super::history::HistoryAsk),
+    History(HistoryAsk),
     /// Ask a source's report over a window (the Usage view); answered by `Msg::Usage`.
-    Usage(super::usage::UsageAsk),
+    Usage(UsageAsk),
     /// Leave: restore the terminal and exit.
     Quit,
+}
+
+/// A question for one source's history.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HistoryAsk {
+    /// Its state at a time.
+    At {
+        /// The source.
+        source: usize,
+        /// The rewind's ask number.
+        generation: u64,
+        /// The time.
+        at: Timestamp,
+    },
+    /// Its next or previous change touching something.
+    Seek {
+        /// The source.
+        source: usize,
+        /// The rewind's ask number.
+        generation: u64,
+        /// From when.
+        at: Timestamp,
+        /// Which way.
+        dir: Direction,
+        /// What the change touches.
+        what: Option<Target>,
+    },
+    /// A device's samples over a window.
+    Telemetry {
+        /// For the rewound state's charts (else the live one's).
+        rewound: bool,
+        /// The device and window.
+        key: ChartKey,
+    },
+}
+
+/// What a source's history answered.
+#[derive(Clone, Debug, PartialEq)]
+pub enum HistoryAnswer {
+    /// The state at a time.
+    At {
+        /// The source.
+        source: usize,
+        /// The ask it answers.
+        generation: u64,
+        /// The state, or why not; `None`: the source keeps no history.
+        result: Option<Result<AtTime, Failure>>,
+    },
+    /// The change found.
+    Sought {
+        /// The source.
+        source: usize,
+        /// The ask it answers.
+        generation: u64,
+        /// Its time (`None`: no such change), or why not; `None` outside: no history.
+        result: Option<Result<Option<Timestamp>, Failure>>,
+    },
+    /// A device's samples.
+    Telemetry {
+        /// For the rewound state's charts.
+        rewound: bool,
+        /// The device and window asked.
+        key: ChartKey,
+        /// The samples, or why not; `None`: the source keeps no history.
+        result: Option<Result<Vec<Sample>, Failure>>,
+    },
+}
+
+/// A window's report asked of one source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UsageAsk {
+    /// The source.
+    pub source: usize,
+    /// For the rewound state's Usage view (else the live one's).
+    pub rewound: bool,
+    /// The window.
+    pub key: UsageKey,
+}
+
+/// What the source said.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UsageAnswer {
+    /// The source.
+    pub source: usize,
+    /// For the rewound state's Usage view.
+    pub rewound: bool,
+    /// The window asked.
+    pub key: UsageKey,
+    /// Its answer.
+    pub said: SourceUsage,
 }

@@ -1,5 +1,5 @@
-//! What the console asks for the Usage view (`Effect::Usage`) and what comes back
-//! (`Msg::Usage`): one source's report over a window. `perform` runs an ask on its own
+//! Asking a source for the Usage view (`Effect::Usage`, its `msg::UsageAsk`), the answer
+//! coming back as `Msg::Usage`: one source's report over a window. `perform` runs an ask on its own
 //! task, so a slow report (a week of a large fleet) never holds up drawing.
 
 use std::sync::Arc;
@@ -7,38 +7,14 @@ use std::time::Duration;
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::msg::Msg;
-use super::state::{SourceUsage, UsageKey};
+use super::msg::{Msg, UsageAnswer, UsageAsk};
+use super::state::SourceUsage;
 use crate::client::ReportAt;
 use crate::sources::Source;
 
 /// How long a report may take: longer than a fetch, as a week of history is a lot to read;
 /// the view shows "loading…" meanwhile.
 pub const REPORT_TIMEOUT: Duration = Duration::from_mins(1);
-
-/// A window's report asked of one source.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct UsageAsk {
-    /// The source.
-    pub source: usize,
-    /// For the rewound state's Usage view (else the live one's).
-    pub rewound: bool,
-    /// The window.
-    pub key: UsageKey,
-}
-
-/// What the source said.
-#[derive(Clone, Debug, PartialEq)]
-pub struct UsageAnswer {
-    /// The source.
-    pub source: usize,
-    /// For the rewound state's Usage view.
-    pub rewound: bool,
-    /// The window asked.
-    pub key: UsageKey,
-    /// Its answer.
-    pub said: SourceUsage,
-}
 
 /// Runs an ask on its own task; the answer comes back as `Msg::Usage`.
 pub fn perform(ask: UsageAsk, sources: &[Arc<dyn Source>], tx: &UnboundedSender<Msg>) {

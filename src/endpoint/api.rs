@@ -17,11 +17,11 @@ use crate::endpoint::api_error::{ApiError, serialize_failed};
 use crate::endpoint::body::{body_as, body_json, no_body};
 use crate::endpoint::engine::{Keyed, KeyedAnswer};
 use crate::endpoint::gate::{Actor, authorize};
-use crate::endpoint::idempotency::{Fingerprint, KeyAnswer};
 use crate::endpoint::listener::ListenConfig;
 use crate::ids::ClaimId;
 use crate::request::{ClaimRequest, Rule};
 use crate::scheduler::{Submitted, claim_view};
+use crate::store::idempotency::{Fingerprint, KeyAnswer};
 use crate::wire::{
     self, Cordoned, MoveBody, ProjectReset, Released, RenewBody, ShareBody, ShareSet, paths,
 };
@@ -47,6 +47,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/projects/{name}/reset", post(reset_project))
         .route(paths::METRICS, get(super::metrics::metrics))
         .merge(super::history_api::routes())
+        .merge(super::report_api::routes())
         .route_layer(middleware::from_fn_with_state(state.access(), authorize));
     Router::new()
         .route(paths::HEALTHZ, get(healthz))

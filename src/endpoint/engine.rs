@@ -13,15 +13,15 @@ use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 
 use crate::clock::{Clock, Timestamp};
-use crate::endpoint::idempotency::{Fingerprint, KeyAnswer, KeyRecord, KeyTable, Lookup};
 use crate::endpoint::live::{LiveConfig, LiveFeed, LiveRound};
-use crate::endpoint::store::{Store, StoreError, StoreStats, SyncMode};
 use crate::fairshare::FairShareError;
 use crate::ids::ClaimId;
 use crate::placement::{Allocation, FleetError, MoveError, MoveTarget, NoFit, NodeSpec};
 use crate::request::ClaimRequest;
 use crate::scheduler::{Claim, RenewError, Scheduler, SchedulerConfig, SchedulerError, Submitted};
 use crate::snapshot::{AuditEvent, Snapshot};
+use crate::store::claims::{Store, StoreError, StoreStats, SyncMode};
+use crate::store::idempotency::{Fingerprint, KeyAnswer, KeyRecord, KeyTable, Lookup};
 use crate::telemetry::{Sampler, SamplerCore, TelemetrySnapshot};
 
 /// The largest project share accepted.
@@ -913,7 +913,7 @@ mod tests {
         .0;
         // Another connection holds the write lock: the writer's commit waits for it.
         let blocker =
-            rusqlite::Connection::open(dir.path().join(crate::endpoint::store::DB_FILE)).unwrap();
+            rusqlite::Connection::open(dir.path().join(crate::store::claims::DB_FILE)).unwrap();
         blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
         let submitting = engine.clone();
         let submit =
@@ -969,7 +969,7 @@ mod tests {
         // Stored without reasons, as a claim is that queued behind others while it still
         // fitted (reasons found later live only in memory).
         let db =
-            rusqlite::Connection::open(dir.path().join(crate::endpoint::store::DB_FILE)).unwrap();
+            rusqlite::Connection::open(dir.path().join(crate::store::claims::DB_FILE)).unwrap();
         db.execute(
             "UPDATE claims SET body = json_set(body, '$.pending', json('null')) WHERE id = ?1",
             [i64::try_from(waiting.id.0).unwrap()],

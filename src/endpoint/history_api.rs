@@ -1,4 +1,4 @@
-//! The history routes (`history::wire` has the contract): `GET /v1/snapshot?at=`,
+//! The history routes (`wire::history` has the contract): `GET /v1/snapshot?at=`,
 //! `/v1/history`, `/v1/history/changes`, `/v1/history/seek`, `/v1/history/telemetry`.
 //! Reads only; the read role may call them. Served by `gpuboard serve` behind its tokens,
 //! and by `gpuboard record` on its own listener.
@@ -14,8 +14,8 @@ use crate::clock::Timestamp;
 use crate::endpoint::api_error::ApiError;
 use crate::endpoint::api_state::ApiState;
 use crate::endpoint::history_recorder::RecordedHistory;
-use crate::endpoint::history_store::{HistoryError, StateAt};
-use crate::history::wire::{
+use crate::store::history::{HistoryError, StateAt};
+use crate::wire::history::{
     self as hw, BeforeHistory, Changes, DeviceSeries, Direction, GpuRef, MAX_CHANGES, MAX_SAMPLES,
     Target, parse_time,
 };
@@ -267,7 +267,8 @@ pub(crate) async fn telemetry(
     .into_response())
 }
 
-/// The history routes, for a router whose state gives [`HistoryRoutes`].
+/// The history routes, for a router whose state gives [`HistoryRoutes`] (the report's are
+/// `report_api::routes`).
 pub fn routes<S>() -> axum::Router<S>
 where
     S: Clone + Send + Sync + 'static,
@@ -279,70 +280,4 @@ where
         .route(hw::paths::CHANGES, get(changes))
         .route(hw::paths::SEEK, get(seek))
         .route(hw::paths::TELEMETRY, get(telemetry))
-        .route(
-            crate::accounting::REPORT_PATH,
-            get(super::report_api::report),
-        )
-}
-
-/// What `gpuboard record`'s listener serves from: the history, and the latest snapshot.
-#[derive(Clone, Debug)]
-pub struct RecordState {
-    /// The history it records.
-    pub history: Arc<RecordedHistory>,
-    /// The source's latest snapshot, once one was read.
-    pub latest: Arc<std::sync::Mutex<Option<Arc<crate::snapshot::Snapshot>>>>,
-}
-
-impl FromRef<RecordState> for HistoryRoutes {
-    fn from_ref(st: &RecordState) -> HistoryRoutes {
-        HistoryRoutes(Some(Arc::clone(&st.history)))
-    }
-}
-
-/// `gpuboard record`'s read-only API: `/healthz`, `/v1/snapshot` (the latest, or `?at=`)
-/// and the history routes, so the console rewinds a recorded engine as an endpoint.
-pub fn record_router(state: RecordState) -> axum::Router {
-    use axum::routing::get;
-    axum::Router::new()
-        .route(crate::wire::paths::HEALTHZ, get(record_health))
-        .route(crate::wire::paths::SNAPSHOT, get(record_snapshot))
-        .merge(routes())
-        .fallback(|| async {
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                "not_found",
-                "no such route; `gpuboard record` serves /v1/snapshot and /v1/history only",
-            )
-        })
-        .with_state(state)
-}
-
-async fn record_health(State(st): State<RecordState>) -> Response {
-    match st.history.stopped() {
-        Some(why) => format!("ok\nhistory: {why}\n").into_response(),
-        None => "ok\n".into_response(),
-    }
-}
-
-async fn record_snapshot(
-    State(st): State<RecordState>,
-    Query(q): Params,
-) -> Result<Response, ApiError> {
-    if q.contains_key("at") {
-        return snapshot_at(&HistoryRoutes(Some(Arc::clone(&st.history))), &q).await;
-    }
-    let latest = st
-        .latest
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .clone();
-    match latest {
-        Some(snap) => Ok(axum::Json(&*snap).into_response()),
-        None => Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not_yet",
-            "the source has not been read yet",
-        )),
-    }
 }

@@ -14,11 +14,11 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::clock::Timestamp;
-use crate::endpoint::history_store::{HistoryError, HistoryStore, Retention};
 use crate::endpoint::versions::SnapshotVersions;
-use crate::history::wire::{GpuRef, HistoryInfo};
 use crate::history::{Recording, samples_of};
 use crate::snapshot::Snapshot;
+use crate::store::history::{HistoryError, HistoryStore, Retention};
+use crate::wire::history::{GpuRef, HistoryInfo};
 
 /// Telemetry is recorded every this many milliseconds per device.
 pub const SAMPLE_MS: u64 = 5_000;
@@ -354,8 +354,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_seek_is_answered_while_a_report_is_held() {
         use crate::accounting::{Ask, IdleRule, PENDING_MS, Parts};
-        use crate::endpoint::history_store::StateAt;
         use crate::endpoint::report_api::window_report;
+        use crate::store::history::StateAt;
         let dir = tempfile::tempdir().unwrap();
         let h = RecordedHistory::open(dir.path(), Retention::default()).unwrap();
         let t0 = 1_795_442_400_000;

@@ -1,5 +1,6 @@
 //! What `gpuboard serve` is: the engine (scheduler + durable store + ticker + live
-//! telemetry), the `SQLite` store under it, the HTTP API over it and its bearer tokens.
+//! telemetry), the HTTP API over it and its bearer tokens. The `SQLite` stores under it
+//! are `crate::store`'s.
 //!
 //! Start at [`engine::Engine`] for behaviour, at [`api::router`] for the routes.
 
@@ -15,15 +16,13 @@ pub mod engine;
 pub mod gate;
 pub mod history_api;
 pub mod history_recorder;
-pub mod history_store;
 pub mod hostlock;
-pub mod idempotency;
 pub mod listener;
 pub mod live;
 mod metrics;
 pub mod owners;
+pub mod record_api;
 pub mod report_api;
-pub mod store;
 pub mod tls;
 pub mod tokens;
 pub mod versions;

@@ -12,8 +12,8 @@ use crate::accounting::{
     self, Ask, GpuTime, IdleRule, PENDING_MS, Parts, Tally, WindowReport, usage,
 };
 use crate::clock::{Clock, SystemClock, Timestamp};
-use crate::endpoint::history_store::{CHUNK_MS, HistoryError, HistoryStore, ROLLUP_IDLE_BELOW};
-use crate::history::wire::{self as hw, BeforeHistory};
+use crate::store::history::{CHUNK_MS, HistoryError, HistoryStore, ROLLUP_IDLE_BELOW};
+use crate::wire::history::{self as hw, BeforeHistory};
 
 /// A whole number parameter within `range`, or its default.
 fn number(
@@ -166,7 +166,7 @@ fn replay(
 }
 
 /// `GET /v1/history/report?from=&to=[&idle_below=PCT][&idle_for=SECS][&pending_over=SECS][&parts=usage]`.
-pub(crate) async fn report(
+async fn report(
     State(routes): State<HistoryRoutes>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, crate::endpoint::api_error::ApiError> {
@@ -242,4 +242,13 @@ pub(crate) async fn report(
             Ok((StatusCode::NOT_FOUND, axum::Json(body)).into_response())
         }
     }
+}
+
+/// The report's route, for a router whose state gives [`HistoryRoutes`].
+pub fn routes<S>() -> axum::Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    HistoryRoutes: axum::extract::FromRef<S>,
+{
+    axum::Router::new().route(crate::accounting::REPORT_PATH, axum::routing::get(report))
 }

@@ -4,10 +4,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::wire::{ChangeKind, GpuRef, HistoryChange, Target};
 use crate::clock::Timestamp;
 use crate::ids::ClaimId;
 use crate::snapshot::{AuditEvent, ClaimState, ClaimView, DeviceView, ProjectView, Snapshot};
+use crate::wire::history::{ChangeKind, GpuRef, HistoryChange, Target};
 
 fn claim_gpus(c: &ClaimView) -> Vec<GpuRef> {
     let Some(node) = &c.node else {

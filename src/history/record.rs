@@ -6,9 +6,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::changes;
-use super::wire::HistoryChange;
 use crate::clock::Timestamp;
 use crate::snapshot::{Snapshot, SnapshotChange, apply, diff_whole};
+use crate::wire::history::HistoryChange;
 
 /// A keyframe at least every this many versions: a seek replays at most as many deltas.
 pub const KEYFRAME_EVERY: u32 = 64;
@@ -369,7 +369,7 @@ mod tests {
 
     #[test]
     fn a_claim_placed_then_released_reads_as_two_changes() {
-        use crate::history::wire::ChangeKind;
+        use crate::wire::history::ChangeKind;
         let mut with = snap(2, 2_000, 0);
         with.claims.push(ClaimView {
             id: crate::ids::ClaimId(7),

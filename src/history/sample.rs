@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::wire::{GpuRef, Sample};
 use crate::clock::Timestamp;
 use crate::ids::ClaimId;
 use crate::snapshot::{DeviceTelemetry, ProcessView, Snapshot};
 use crate::units::Bytes;
+use crate::wire::history::{GpuRef, Sample};
 
 /// How many earlier samples fill a rewound device's sparkline history.
 pub const SPARKLINE: usize = 60;

@@ -14,10 +14,10 @@ use crate::clock::Clock;
 use crate::clock::SystemClock;
 use crate::endpoint::engine::{Engine, EngineConfig, EngineError, LocalProcesses};
 use crate::endpoint::live::{LiveConfig, hostname};
-use crate::endpoint::store::SyncMode;
 use crate::placement::{Allocation, Policy};
 use crate::request::ClaimRequest;
 use crate::scheduler::{SchedulerConfig, Submitted, claim_view};
+use crate::store::claims::SyncMode;
 use crate::telemetry::{BackendStatus, SamplerConfig};
 use crate::units::Bytes;
 

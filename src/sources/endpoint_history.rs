@@ -6,11 +6,11 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 
 use super::Failure;
-use super::history::{AtTime, Sample, SeekDir, SourceHistory, Touching};
+use super::history::{AtTime, Sample, SourceHistory};
 use crate::accounting::{Ask, Parts};
 use crate::client::{Client, ClientError, ReportAt, SnapshotAt};
 use crate::clock::Timestamp;
-use crate::history::wire::{Direction, GpuRef, Target};
+use crate::wire::history::{Direction, GpuRef, Target};
 
 /// How a client error reads to the console (the endpoint source's words).
 pub type Words = Arc<dyn Fn(ClientError) -> Failure + Send + Sync>;
@@ -47,20 +47,10 @@ impl SourceHistory for EndpointHistory {
     fn seek(
         &self,
         at: Timestamp,
-        dir: SeekDir,
-        what: Touching,
+        dir: Direction,
+        target: Option<Target>,
     ) -> BoxFuture<'static, Result<Option<Timestamp>, Failure>> {
         let (client, words) = (self.client.clone(), Arc::clone(&self.words));
-        let dir = match dir {
-            SeekDir::Next => Direction::Next,
-            SeekDir::Prev => Direction::Prev,
-        };
-        let target = match what {
-            Touching::Anything => None,
-            Touching::Gpu { node, index } => Some(Target::Gpu(GpuRef { node, index })),
-            Touching::Claim(id) => Some(Target::Claim(id)),
-            Touching::Project(p) => Some(Target::Project(p)),
-        };
         Box::pin(async move {
             let found = client
                 .history_seek(at, dir, target.as_ref())

@@ -9,11 +9,11 @@ use super::Failure;
 use crate::accounting::Ask;
 use crate::client::ReportAt;
 use crate::clock::Timestamp;
-use crate::ids::ClaimId;
 use crate::snapshot::Snapshot;
 
 /// One telemetry sample of a device, as the history API answers it.
-pub use crate::history::wire::Sample;
+pub use crate::wire::history::Sample;
+use crate::wire::history::{Direction, Target};
 
 /// What a source showed at a time.
 #[derive(Clone, Debug, PartialEq)]
@@ -33,56 +33,17 @@ pub enum AtTime {
     },
 }
 
-/// Which way to look for a change.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SeekDir {
-    /// The first change after the time.
-    Next,
-    /// The last change before the time.
-    Prev,
-}
-
-/// What a change must touch to count.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Touching {
-    /// Any change.
-    Anything,
-    /// One device.
-    Gpu {
-        /// Its node.
-        node: String,
-        /// Its index on the node.
-        index: u32,
-    },
-    /// One claim.
-    Claim(ClaimId),
-    /// One project.
-    Project(String),
-}
-
-impl Touching {
-    /// How operators name it: `GPU x:3`, `claim 12`, `project vision`, `anything`.
-    pub fn describe(&self) -> String {
-        match self {
-            Touching::Anything => "anything".to_string(),
-            Touching::Gpu { node, index } => format!("GPU {node}:{index}"),
-            Touching::Claim(id) => format!("claim {id}"),
-            Touching::Project(p) => format!("project {p}"),
-        }
-    }
-}
-
 /// A source's history. Futures are `'static` so the driver runs them on their own task.
 pub trait SourceHistory: Send + Sync {
     /// The state the source served at `at`.
     fn snapshot_at(&self, at: Timestamp) -> BoxFuture<'static, Result<AtTime, Failure>>;
-    /// The time of the next (or previous) change after (before) `at` touching `what`;
-    /// `None` when there is none.
+    /// The time of the next (or previous) change after (before) `at` touching `what`
+    /// (`None`: any change); `None` when there is none.
     fn seek(
         &self,
         at: Timestamp,
-        dir: SeekDir,
-        what: Touching,
+        dir: Direction,
+        what: Option<Target>,
     ) -> BoxFuture<'static, Result<Option<Timestamp>, Failure>>;
     /// A device's samples from `from` to `to`, oldest first.
     fn telemetry(

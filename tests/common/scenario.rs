@@ -9,9 +9,7 @@ use std::path::Path;
 
 use gpuboard::accounting::{Ask, IdleRule, PENDING_MS};
 use gpuboard::clock::Timestamp;
-use gpuboard::endpoint::history_store::HistoryStore;
 use gpuboard::history::sample::{Rare, Tick};
-use gpuboard::history::wire::GpuRef;
 use gpuboard::history::{DeviceSample, Record, Recording, state_of};
 use gpuboard::ids::ClaimId;
 use gpuboard::placement::DeviceShare;
@@ -19,7 +17,9 @@ use gpuboard::snapshot::{
     AuditEvent, ClaimState, ClaimView, DeviceView, NodeView, ProcessView, ProjectResourceView,
     ProjectView, Snapshot,
 };
+use gpuboard::store::history::HistoryStore;
 use gpuboard::units::{Bytes, Slots, Units};
+use gpuboard::wire::history::GpuRef;
 
 pub const GIB: u64 = 1 << 30;
 pub const MIN: u64 = 60_000;

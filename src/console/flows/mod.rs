@@ -2,7 +2,7 @@
 //! id ([`FlowId`]), kept in one place ([`Flows`], `State::flows`) from the moment it
 //! starts until its last answer: a move across sources ([`MoveAcross`]: claim on a
 //! target, then release here), a claim whose answer was lost, asked again once the
-//! claim landed elsewhere ([`LostClaim`]), the take-back of a claim a move's target
+//! claim landed elsewhere (`fleet::Lost`), the take-back of a claim a move's target
 //! queued ([`TakeBack`]), a hand-over ([`HandoverRun`]: its steps one at a time).
 //!
 //! Every action a flow sends carries `Asker::Flow { flow, step }` (`msg::Asker`); the
@@ -34,7 +34,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 pub use handover::{HandoverRun, StepPlan};
-pub use lost::{LostClaim, TakeBack};
+pub use lost::TakeBack;
 pub use move_across::{MOVE_CLAIM, MOVE_RELEASE, MoveAcross};
 
 /// A flow's id: new for each flow started, never reused in a console's life.
@@ -56,7 +56,7 @@ pub enum Flow {
     /// A move of a claim to another source.
     Move(MoveAcross),
     /// A claim whose answer was lost, its source asked again once the claim landed.
-    Lost(LostClaim),
+    Lost(crate::fleet::Lost),
     /// A claim a move's target queued, being released there.
     TakeBack(TakeBack),
     /// A hand-over's steps, one at a time (kept once done, for its result pane).
@@ -161,7 +161,7 @@ impl Flows {
     }
 
     /// The claims whose answer was lost, being asked again, oldest first.
-    pub fn lost(&self) -> Vec<&LostClaim> {
+    pub fn lost(&self) -> Vec<&crate::fleet::Lost> {
         self.live
             .values()
             .filter_map(|f| match f {

@@ -2,7 +2,7 @@
 //! when one refuses or does not answer), then released on the claim's own source, never
 //! the reverse. `update::move_across` drives it.
 
-use super::LostClaim;
+use crate::fleet::Lost;
 
 /// A move's step that claims on the target (its answer: placed, refused, or lost).
 pub const MOVE_CLAIM: usize = 0;
@@ -34,7 +34,7 @@ pub struct MoveAcross {
     pub claimed: Option<(crate::ids::ClaimId, String)>,
     /// The target that did not answer the claim, being asked again for its attempt label
     /// (the request carries `gpuboard.attempt`).
-    pub rechecking: Option<LostClaim>,
+    pub rechecking: Option<Lost>,
     /// Targets still silent when asked again: asked once more when the move ends.
-    pub suspects: Vec<LostClaim>,
+    pub suspects: Vec<Lost>,
 }

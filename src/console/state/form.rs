@@ -130,9 +130,9 @@ pub struct ClaimForm {
     /// The attempt label of a claim sent across several sources (`gpuboard.attempt`).
     pub attempt: Option<crate::placement::AttemptId>,
     /// The source that did not answer and is being asked again for the attempt's claim.
-    pub rechecking: Option<crate::console::flows::LostClaim>,
+    pub rechecking: Option<crate::fleet::Lost>,
     /// Sources still silent when asked again: they may hold a phantom claim.
-    pub suspects: Vec<crate::console::flows::LostClaim>,
+    pub suspects: Vec<crate::fleet::Lost>,
 }
 
 impl ClaimForm {

@@ -3,7 +3,8 @@
 //! the device shown in detail.
 
 use crate::clock::Timestamp;
-use crate::sources::history::{Sample, SeekDir, Touching};
+use crate::sources::history::Sample;
+use crate::wire::history::{Direction, Target};
 
 use super::State;
 
@@ -35,9 +36,9 @@ pub enum Shown {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Seeking {
     /// Which way.
-    pub dir: SeekDir,
+    pub dir: Direction,
     /// What the change must touch.
-    pub what: Touching,
+    pub what: Option<Target>,
     /// The ask it answers.
     pub generation: u64,
     /// Sources yet to answer.

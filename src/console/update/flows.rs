@@ -3,9 +3,10 @@
 //! comes next and puts it back while it goes on. An answer whose flow is over is logged
 //! and changes nothing else.
 
-use crate::console::flows::{Flow, FlowId, LostClaim};
+use crate::console::flows::{Flow, FlowId};
 use crate::console::msg::Effect;
 use crate::console::state::State;
+use crate::fleet::Lost;
 use crate::sources::{Action, Failure, Outcome};
 
 /// The answer to step `step` of flow `flow`: to that flow.
@@ -47,7 +48,7 @@ pub(super) fn rechecked(
     attempt: &str,
     result: Result<Outcome, Failure>,
 ) -> Vec<Effect> {
-    let asked = |l: &LostClaim| l.source == source && l.attempt.as_str() == attempt;
+    let asked = |l: &Lost| l.endpoint == source && l.attempt.as_str() == attempt;
     match state.flows.take(flow) {
         Some(Flow::Move(mut chain)) => match chain.rechecking.take() {
             Some(lost) if asked(&lost) => super::lost::for_move(state, flow, chain, lost, result),

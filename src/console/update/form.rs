@@ -8,13 +8,11 @@ use crate::request::ClaimRequest;
 use crate::sources::{Action, Failure, Outcome};
 
 use super::keys::edit_line;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::{act, flash, lost, ranking};
 use crate::console::keymap::{Context, KeyAction};
 use crate::console::msg::{Asker, Effect};
 use crate::console::state::{ClaimForm, FormField, FormKind, FormStage, Mode, State, View};
-use crate::placement::AttemptId;
 
 /// The source new claims go to: the one shown alone, else the selected GPU's, else the
 /// first that can act.
@@ -167,18 +165,6 @@ pub(super) fn claimed(
     }
 }
 
-/// The form's claims so far, so that two attempts at one instant differ.
-static ATTEMPTS: AtomicU32 = AtomicU32::new(0);
-
-/// A new attempt id: the console's now, this process, the next number.
-pub(super) fn new_attempt(state: &State) -> AttemptId {
-    AttemptId::new(
-        state.now.0,
-        std::process::id(),
-        ATTEMPTS.fetch_add(1, Ordering::Relaxed),
-    )
-}
-
 /// Opens the claim form on the claim source, unless that source is read-only.
 pub(super) fn open_form(state: &mut State) {
     let Some(src) = claim_source(state) else {
@@ -292,7 +278,7 @@ pub(super) fn form_key(state: &mut State, mut form: ClaimForm, ev: KeyEvent) -> 
                     form.error = None;
                     match fleet_preview(state, &request) {
                         Some(Ok((order, text))) => {
-                            form.attempt = Some(new_attempt(state));
+                            form.attempt = Some(crate::fleet::new_attempt(state.now));
                             form.source = order.first().copied().unwrap_or(form.source);
                             form.next = order.into_iter().skip(1).collect();
                             form.stage = FormStage::Preview(text);

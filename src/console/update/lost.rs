@@ -1,4 +1,5 @@
-//! A claim from the claim form whose answer did not come (or came "in flight"): every
+//! A claim from the claim form whose answer did not come (or came "in flight"), as the
+//! console asks and says it (the protocol is `fleet`'s): every
 //! claim sent across sources carries an attempt label and an idempotency key
 //! (`AttemptId::key`, the source's position as the send's number: one attempt sends to
 //! each source once), and the silent source is sent the same request with the same key
@@ -17,7 +18,7 @@
 
 use std::time::Duration;
 
-use crate::clock::date_time;
+use crate::fleet::{self, ClaimAnswer, Lost, Reply, Settled};
 use crate::placement::{
     AttemptAnswer, AttemptId, AttemptRecheck, AttemptStep, RECHECK_WITHIN, RESOLVE_WITHIN,
     decide_attempt,
@@ -27,18 +28,35 @@ use crate::snapshot::{ClaimState, ClaimView};
 use crate::sources::{Action, Failure, Outcome};
 
 use super::{act, flash, move_across};
-use crate::console::flows::{Flow, FlowId, LostClaim, MoveAcross};
+use crate::console::flows::{Flow, FlowId, MoveAcross};
 use crate::console::msg::{Asker, Effect};
 use crate::console::state::{ClaimForm, Mode, State};
+
+impl ClaimAnswer for Result<Outcome, Failure> {
+    fn reply(&self) -> Reply<'_> {
+        match self {
+            Ok(Outcome::Claimed(view)) => Reply::Claim(view),
+            Ok(_) => Reply::Other,
+            Err(e) => failure_reply(e),
+        }
+    }
+}
+
+/// What a failure answers, in the protocol's terms.
+fn failure_reply(e: &Failure) -> Reply<'static> {
+    match e {
+        Failure::Refused(_) => Reply::Refused,
+        Failure::InFlight(_) => Reply::InFlight,
+        Failure::Timeout(_) | Failure::Unreachable { sent: true, .. } => Reply::NoAnswer,
+        Failure::Unreachable { sent: false, .. } => Reply::NotSent,
+        _ => Reply::Failed,
+    }
+}
 
 /// Whether a failure leaves it open whether the source placed the claim: no answer,
 /// unless surely nothing was sent.
 pub(super) fn no_answer(e: &Failure) -> bool {
-    match e {
-        Failure::Timeout(_) | Failure::InFlight(_) => true,
-        Failure::Unreachable { sent, .. } => *sent,
-        _ => false,
-    }
+    failure_reply(e).no_answer()
 }
 
 fn name(state: &State, source: usize) -> String {
@@ -55,9 +73,9 @@ pub(super) fn key(attempt: &AttemptId, source: usize) -> String {
 
 /// The same request sent again with the same key to the same source, for up to `within`,
 /// for `asker`.
-pub(super) fn resend(lost: &LostClaim, within: Duration, asker: Asker) -> Effect {
+pub(super) fn resend(lost: &Lost, within: Duration, asker: Asker) -> Effect {
     Effect::Recheck {
-        source: lost.source,
+        source: lost.endpoint,
         attempt: lost.attempt.as_str().to_string(),
         request: lost.request.clone(),
         key: lost.key.clone(),
@@ -89,8 +107,8 @@ pub(super) fn ask_again(
         ),
         false,
     );
-    let lost = LostClaim {
-        source,
+    let lost = Lost {
+        endpoint: source,
         key: key(&attempt, source),
         attempt,
         sent: state.now,
@@ -112,10 +130,10 @@ pub(super) fn of_request(
     request: &ClaimRequest,
     e: &Failure,
     move_id: &str,
-) -> Option<LostClaim> {
+) -> Option<Lost> {
     let attempt = AttemptId::of_labels(&request.labels)?;
-    Some(LostClaim {
-        source,
+    Some(Lost {
+        endpoint: source,
         key: key(&attempt, source),
         attempt,
         sent: state.now,
@@ -129,10 +147,10 @@ pub(super) fn of_request(
 /// What sending again found: the claim the source placed (or queued), its refusal, or no
 /// definite answer in time (silent, or still in flight).
 fn found(result: Result<Outcome, Failure>) -> (AttemptRecheck, Option<ClaimView>) {
+    let what = result.reply().recheck();
     match result {
-        Ok(Outcome::Claimed(view)) => (AttemptRecheck::Found, Some(*view)),
-        Err(Failure::Refused(_)) => (AttemptRecheck::NoneThere, None),
-        _ => (AttemptRecheck::Silent, None),
+        Ok(Outcome::Claimed(view)) => (what, Some(*view)),
+        _ => (what, None),
     }
 }
 
@@ -168,7 +186,7 @@ fn for_the_form(
     let Some(lost) = f
         .rechecking
         .as_ref()
-        .filter(|l| l.source == source && l.attempt.as_str() == attempt)
+        .filter(|l| l.endpoint == source && l.attempt.as_str() == attempt)
     else {
         return Vec::new();
     };
@@ -190,10 +208,10 @@ pub(super) fn for_move(
     state: &mut State,
     flow: FlowId,
     mut chain: MoveAcross,
-    lost: LostClaim,
+    lost: Lost,
     result: Result<Outcome, Failure>,
 ) -> Vec<Effect> {
-    let here = name(state, lost.source);
+    let here = name(state, lost.endpoint);
     let label = lost.attempt.label();
     let (what, view) = found(result);
     match (decide_attempt(AttemptAnswer::NoAnswer, Some(what)), view) {
@@ -226,11 +244,11 @@ pub(super) fn for_move(
 fn for_form(
     state: &mut State,
     mut form: ClaimForm,
-    lost: LostClaim,
+    lost: Lost,
     step: AttemptStep,
     view: Option<ClaimView>,
 ) -> Vec<Effect> {
-    let here = name(state, lost.source);
+    let here = name(state, lost.endpoint);
     let label = lost.attempt.label();
     match (step, view) {
         (AttemptStep::Adopt, Some(view)) => {
@@ -240,7 +258,7 @@ fn for_form(
             );
             state.mode = Mode::Normal;
             flash(state, text, false);
-            let mut out = refetch(state, lost.source);
+            let mut out = refetch(state, lost.endpoint);
             out.extend(settle(state, form.suspects, false));
             out
         }
@@ -307,13 +325,12 @@ fn next_or_fail(state: &mut State, mut form: ClaimForm) -> Vec<Effect> {
 
 /// The claim landed (or, `nowhere`, did not): each silent source asked once more, each
 /// a flow of its own.
-pub(super) fn settle(state: &mut State, suspects: Vec<LostClaim>, nowhere: bool) -> Vec<Effect> {
+pub(super) fn settle(state: &mut State, suspects: Vec<Lost>, nowhere: bool) -> Vec<Effect> {
     let mut out = Vec::new();
-    for mut s in suspects {
-        s.adopt = nowhere;
+    for s in fleet::settle(suspects, !nowhere) {
         state.push_log(format!(
             "sending {} the claim labelled {} again with the same key, to learn what it did",
-            name(state, s.source),
+            name(state, s.endpoint),
             s.attempt.label()
         ));
         let flow = state.flows.new_id();
@@ -327,14 +344,14 @@ pub(super) fn settle(state: &mut State, suspects: Vec<LostClaim>, nowhere: bool)
 /// ends here.
 pub(super) fn after_landing(
     state: &mut State,
-    lost: &LostClaim,
+    lost: &Lost,
     result: Result<Outcome, Failure>,
 ) -> Vec<Effect> {
     let (what, view) = found(result);
-    let here = name(state, lost.source);
+    let here = name(state, lost.endpoint);
     let label = lost.attempt.label();
-    match (what, view) {
-        (AttemptRecheck::Found, Some(view)) if lost.adopt => {
+    match (lost.settled(what), view) {
+        (Settled::Adopt, Some(view)) => {
             let text = format!(
                 "{here} placed it; its answer was lost ({}): it is {here}/{} (label {label}){}",
                 lost.error,
@@ -346,9 +363,9 @@ pub(super) fn after_landing(
                 }
             );
             flash(state, text, false);
-            refetch(state, lost.source)
+            refetch(state, lost.endpoint)
         }
-        (AttemptRecheck::Found, Some(view)) => {
+        (Settled::Release, Some(view)) => {
             let text = format!(
                 "{here} came back: it had placed the claim too, as {here}/{} (label {label}), though its answer was lost; releasing it",
                 view.id
@@ -356,19 +373,13 @@ pub(super) fn after_landing(
             flash(state, text, false);
             act(
                 state,
-                lost.source,
+                lost.endpoint,
                 Action::Release { id: view.id },
                 Asker::Operator,
             )
         }
-        (AttemptRecheck::Silent, _) => {
-            let until = match lost.request.ttl {
-                Some(secs) => format!(
-                    "until its lease ends, about {} UTC",
-                    date_time(lost.sent.plus_secs(secs), &jiff::tz::TimeZone::UTC)
-                ),
-                None => "until it is released (it has no lease)".to_string(),
-            };
+        (Settled::Phantom, _) => {
+            let until = lost.until();
             let text = format!(
                 "{here} may hold a phantom claim: its answer was lost ({}) and it did not answer again; \
                  if it placed it, that claim (label {label}) holds GPUs {until}: look for the label in {here}'s claims and release it",

@@ -29,7 +29,7 @@ use super::msg::{Asker, Effect, Msg};
 use super::state::{Flash, State, View};
 
 pub use command::{complete, show_view};
-pub use rewind::{BANNER_ROWS, refusal_text, rewind_to, short_time};
+pub use rewind::{BANNER_ROWS, refusal_text, rewind_to};
 pub use usage::due as usage_due;
 
 /// Applies one message; returns the effects for the driver.

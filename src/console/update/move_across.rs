@@ -138,12 +138,6 @@ pub(super) fn target(m: &MovePick) -> Result<Option<(usize, MoveTarget)>, String
     )))
 }
 
-/// The move's id, the same on both endpoints' audit lines: when it started, the claim's
-/// source and id (one move per claim at a time).
-fn move_id(state: &State, source: usize, id: ClaimId) -> String {
-    format!("mv-{:x}-{source}-{id}", state.now.0)
-}
-
 fn name(state: &State, source: usize) -> String {
     state
         .sources
@@ -202,13 +196,13 @@ fn chain(
     };
     // A fresh attempt label (the old claim's is not this move's): a lost answer can be found.
     let mut request = request;
-    super::form::new_attempt(state).put_on(&mut request.labels);
+    crate::fleet::new_attempt(state.now).put_on(&mut request.labels);
     // The holder goes with the claim (a snapshot may keep it beside the request).
     if request.holder.is_none() {
         request.holder.clone_from(&old.holder);
     }
     Ok(MoveAcross {
-        move_id: move_id(state, m.source, m.id),
+        move_id: crate::fleet::new_move_id(state.now),
         source: m.source,
         id: m.id,
         from: m.from.clone(),

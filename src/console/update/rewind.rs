@@ -9,15 +9,16 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent};
 use super::flash;
 use super::keys::{edit_line, key as view_key};
 use crate::clock::{Timestamp, date_time};
-use crate::console::history::{HistoryAnswer, HistoryAsk};
 use crate::console::keymap::{Context, KeyAction};
-use crate::console::msg::Effect;
+use crate::console::msg::{Effect, HistoryAnswer, HistoryAsk};
 use crate::console::state::{
     ChartKey, Charts, DEFAULT_SPEED, FLASH_MS, Mode, Rewind, SPEEDS, STEP_MS, Seeking, Shown,
     State, View, chart_window,
 };
+use crate::console::time::short_time;
 use crate::console::when::parse_when;
-use crate::sources::history::{AtTime, SeekDir, Touching};
+use crate::sources::history::AtTime;
+use crate::wire::history::{Direction, GpuRef, Target};
 
 /// Rows the banner takes above the rewound views.
 pub const BANNER_ROWS: u16 = 2;
@@ -26,19 +27,8 @@ pub const BANNER_ROWS: u16 = 2;
 pub fn refusal_text(state: &State, at: Timestamp) -> String {
     format!(
         "rewound to {}: actions act on the present; G returns to live",
-        short_time(state, at)
+        short_time(at, state.now, &state.zone)
     )
-}
-
-/// `03:12:30` when the time is today (in the console's zone), else the date too.
-pub fn short_time(state: &State, at: Timestamp) -> String {
-    let full = date_time(at, &state.zone);
-    let today = date_time(state.now, &state.zone);
-    if full.get(..10) == today.get(..10) {
-        full.get(11..).unwrap_or(&full).to_string()
-    } else {
-        full
-    }
 }
 
 /// A key while the time is being typed.
@@ -169,8 +159,8 @@ pub(super) fn rewound_key(state: &mut State, ev: KeyEvent) -> Vec<Effect> {
                 state.mode = Mode::RewindTo(String::new());
                 return Vec::new();
             }
-            KeyAction::NextChange => return seek(state, SeekDir::Next),
-            KeyAction::PrevChange => return seek(state, SeekDir::Prev),
+            KeyAction::NextChange => return seek(state, Direction::Next),
+            KeyAction::PrevChange => return seek(state, Direction::Prev),
             KeyAction::StepForward => {
                 let at = r.at.plus_millis(STEP_MS);
                 return rewind_to(state, at);
@@ -238,15 +228,15 @@ fn nothing_to_close(s: &State) -> bool {
 
 /// `}`/`{`: asks for the next (previous) change of what is selected in the rewound
 /// view, or of anything when nothing is.
-fn seek(state: &mut State, dir: SeekDir) -> Vec<Effect> {
+fn seek(state: &mut State, dir: Direction) -> Vec<Effect> {
     let Some(r) = state.rewind.as_mut() else {
         return Vec::new();
     };
     let (only, what) = selected(&r.shown);
     // One ms past the time shown, so a change at exactly that time is not found again.
     let at = match dir {
-        SeekDir::Next => r.at.plus_millis(1),
-        SeekDir::Prev => Timestamp(r.at.0.saturating_sub(1)),
+        Direction::Next => r.at.plus_millis(1),
+        Direction::Prev => Timestamp(r.at.0.saturating_sub(1)),
     };
     r.generation += 1;
     let generation = r.generation;
@@ -283,14 +273,14 @@ fn seek(state: &mut State, dir: SeekDir) -> Vec<Effect> {
 
 /// What `}`/`{` follow: the GPU, claim or project selected (or shown in detail), with
 /// its source; anything, over every source, otherwise.
-fn selected(s: &State) -> (Option<usize>, Touching) {
+fn selected(s: &State) -> (Option<usize>, Option<Target>) {
     let gpu = |src: usize, node: &str, index: u32| {
         (
             Some(src),
-            Touching::Gpu {
+            Some(Target::Gpu(GpuRef {
                 node: node.to_string(),
                 index,
-            },
+            })),
         )
     };
     match s.view {
@@ -307,26 +297,26 @@ fn selected(s: &State) -> (Option<usize>, Touching) {
         }
         View::ClaimDetail => {
             if let Some((src, id)) = &s.claim_detail {
-                return (Some(*src), Touching::Claim(*id));
+                return (Some(*src), Some(Target::Claim(*id)));
             }
         }
         View::Claims => {
             if let Some(k) = s.selected_claim()
                 && let Some((_, c)) = s.claim(k)
             {
-                return (Some(k.source), Touching::Claim(c.id));
+                return (Some(k.source), Some(Target::Claim(c.id)));
             }
         }
         View::Ledger => {
             if let Some(k) = s.selected_project()
                 && let Some((_, p)) = s.project(k)
             {
-                return (Some(k.source), Touching::Project(p.name.clone()));
+                return (Some(k.source), Some(Target::Project(p.name.clone())));
             }
         }
         View::Overview | View::Events | View::Usage => {}
     }
-    (None, Touching::Anything)
+    (None, None)
 }
 
 /// A history answered.
@@ -441,8 +431,8 @@ fn sought(
         Some(Ok(Some(t))) => {
             s.best = Some(match (s.best, s.dir) {
                 (None, _) => t,
-                (Some(b), SeekDir::Next) => b.min(t),
-                (Some(b), SeekDir::Prev) => b.max(t),
+                (Some(b), Direction::Next) => b.min(t),
+                (Some(b), Direction::Prev) => b.max(t),
             });
         }
         Some(Ok(None)) | None => {}
@@ -461,21 +451,27 @@ fn sought(
     let Some(done) = r.seeking.take() else {
         return Vec::new();
     };
-    let what = done.what.describe();
+    let what = done
+        .what
+        .as_ref()
+        .map_or_else(|| "anything".to_string(), ToString::to_string);
     let Some(t) = done.best else {
         let text = match done.dir {
-            SeekDir::Next => format!("no later change of {what} (G returns to live)"),
-            SeekDir::Prev => format!("no earlier change of {what} in the history"),
+            Direction::Next => format!("no later change of {what} (G returns to live)"),
+            Direction::Prev => format!("no earlier change of {what} in the history"),
         };
         flash(&mut r.shown, text, false);
         state.dirty = true;
         return Vec::new();
     };
     let word = match done.dir {
-        SeekDir::Next => "next",
-        SeekDir::Prev => "previous",
+        Direction::Next => "next",
+        Direction::Prev => "previous",
     };
-    let text = format!("{word} change of {what}: {}", short_time(state, t));
+    let text = format!(
+        "{word} change of {what}: {}",
+        short_time(t, state.now, &state.zone)
+    );
     let effects = show_at(state, t);
     if let Some(r) = state.rewind.as_mut() {
         flash(&mut r.shown, text, false);
@@ -498,7 +494,7 @@ pub(super) fn live_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
         KeyAction::PrevChange => {
             let now = state.now;
             let mut effects = rewind_to(state, now);
-            effects.extend(seek(state, SeekDir::Prev));
+            effects.extend(seek(state, Direction::Prev));
             effects
         }
         _ => {
@@ -530,7 +526,7 @@ pub(super) fn tick(state: &mut State, now: Timestamp) -> Vec<Effect> {
         return Vec::new();
     }
     let next =
-        r.at.plus_millis(crate::console::driver::TICK_MS * u64::from(r.speed_x()));
+        r.at.plus_millis(crate::console::time::TICK_MS * u64::from(r.speed_x()));
     if next >= now {
         r.playing = false;
         flash(

@@ -3,11 +3,10 @@
 //! under way at most, and is asked again once it answered if the window moved meanwhile.
 
 use super::flash;
-use super::rewind::short_time;
 use crate::console::lists::Cursor;
-use crate::console::msg::Effect;
+use crate::console::msg::{Effect, UsageAnswer, UsageAsk};
 use crate::console::state::{State, UsageKey, View};
-use crate::console::usage::{UsageAnswer, UsageAsk};
+use crate::console::time::short_time;
 
 /// The reports the Usage view on screen needs (none when it is not on screen); `update`
 /// asks them after every message.
@@ -102,7 +101,7 @@ pub(super) fn open(state: &mut State) {
     let when = state
         .usage
         .said_for_window(source)
-        .map(|(key, _)| short_time(state, key.to));
+        .map(|(key, _)| short_time(key.to, state.now, &state.zone));
     match (held, slot.rewound) {
         (Some(true), _) => {
             state.claim_detail = Some((source, id));

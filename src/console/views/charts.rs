@@ -13,7 +13,7 @@ use ratatui::widgets::{Axis, Chart, Dataset, GraphType, Sparkline};
 use super::common::{block, short_bytes};
 use crate::console::state::{Charts, State};
 use crate::console::theme::Theme;
-use crate::console::update::short_time;
+use crate::console::time::short_time;
 use crate::snapshot::{DeviceTelemetry, DeviceView};
 use crate::sources::history::Sample;
 use crate::units::Bytes;
@@ -103,7 +103,10 @@ fn recorded(
         .rev()
         .find(|s| s.at <= state.now)
         .or(c.samples.last());
-    let labels = [short_time(state, c.key.from), short_time(state, c.key.to)];
+    let labels = [
+        short_time(c.key.from, state.now, &state.zone),
+        short_time(c.key.to, state.now, &state.zone),
+    ];
     let panes = [
         (
             cu,

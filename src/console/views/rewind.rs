@@ -10,7 +10,7 @@ use ratatui::widgets::{Clear, Paragraph};
 use crate::clock::{age, date_time};
 use crate::console::state::{Rewind, Shown, State};
 use crate::console::theme::Theme;
-use crate::console::update::short_time;
+use crate::console::time::short_time;
 
 /// Two lines over the rewound views: the time shown and the keys; then each source's
 /// state (shown as of when, or where its history begins).
@@ -73,7 +73,11 @@ fn source_spans<'a>(live: &State, r: &Rewind, theme: &Theme, width: usize) -> Ve
     for (i, (s, _)) in r.sources.iter().enumerate() {
         match s {
             Shown::Loading => loading += 1,
-            Shown::At(t) => shown.push(format!("{} as of {}", name(i), short_time(live, *t))),
+            Shown::At(t) => shown.push(format!(
+                "{} as of {}",
+                name(i),
+                short_time(*t, live.now, &live.zone)
+            )),
             Shown::Before(from) => missing.push(format!(
                 "{}: history begins {}",
                 name(i),

@@ -17,7 +17,7 @@ use crate::console::state::{
     SourceUsage, State, UsageClaim, UsageProject, UsageView, View, usage_notes_height,
 };
 use crate::console::theme::Theme;
-use crate::console::update::short_time;
+use crate::console::time::short_time;
 
 use super::common::{block, constraints, list_row, mid_ellipsis, title_with, window};
 
@@ -145,7 +145,7 @@ fn title_name(state: &State) -> String {
     let u = &state.usage;
     let mut name = format!("Usage (GPU-h) · {}", u.window.label());
     if let Some(to) = window_end(u) {
-        name = format!("{name} to {}", short_time(state, to));
+        name = format!("{name} to {}", short_time(to, state.now, &state.zone));
     }
     if let Some(p) = &u.open {
         name = format!("{name} · {p}'s claims (Esc back)");
@@ -240,7 +240,10 @@ fn note_lines(state: &State, theme: &Theme) -> Vec<Line<'static>> {
             None => continue,
             Some((key, said)) => match said {
                 SourceUsage::Shown { from, .. } if *from > key.from() => (
-                    format!("{name}: history begins {}", short_time(state, *from)),
+                    format!(
+                        "{name}: history begins {}",
+                        short_time(*from, state.now, &state.zone)
+                    ),
                     theme.dim,
                 ),
                 SourceUsage::Shown { .. } | SourceUsage::Unasked => continue,

@@ -1,11 +1,12 @@
 //! Routing answers to flows: by the flow's id alone, with two flows in flight at once, an
 //! answer for a flow that is over, and a claim sent again after a lost answer.
 
-use crate::console::flows::{FlowId, LostClaim, MOVE_CLAIM, MoveAcross};
+use crate::console::flows::{FlowId, MOVE_CLAIM, MoveAcross};
 use crate::console::keymap::Keymap;
 use crate::console::msg::{Asker, Effect, Msg};
 use crate::console::state::{SourceSlot, State};
 use crate::console::update::update;
+use crate::fleet::Lost;
 use crate::ids::ClaimId;
 use crate::placement::AttemptId;
 use crate::request::ClaimRequest;
@@ -204,9 +205,9 @@ fn a_lost_answers_resend_keeps_its_flow_id() {
         panic!("{lost:?}")
     };
     assert!(st.flows.move_across(flow).is_none());
-    let kept: Vec<&LostClaim> = st.flows.lost();
+    let kept: Vec<&Lost> = st.flows.lost();
     assert_eq!(kept.len(), 1);
-    assert_eq!(kept[0].source, 1);
+    assert_eq!(kept[0].endpoint, 1);
     // Its answer goes to it alone and ends it; the other move never moved.
     let before = st.flows.move_across(other).cloned();
     update(

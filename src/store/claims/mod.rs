@@ -23,10 +23,10 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, OptionalExtension};
 use tokio::sync::{oneshot, watch};
 
-use crate::endpoint::idempotency::{self, KeyRecord};
 use crate::ids::ClaimId;
 use crate::scheduler::{Change, Claim, Persisted};
 use crate::snapshot::AuditEvent;
+use crate::store::idempotency::{self, KeyRecord};
 
 mod writer;
 

@@ -19,10 +19,10 @@ use crate::accounting::{self, Tally, rollup};
 use crate::clock::Timestamp;
 use crate::history::changes::{key, keys, touches};
 use crate::history::sample::Tick;
-use crate::history::wire::{Direction, GpuRef, HistoryChange, HistoryInfo, Seek, Target};
 use crate::history::{Body, DeviceSample, Record, chunk, record, replay};
 use crate::snapshot::Snapshot;
 use crate::units::Bytes;
+use crate::wire::history::{Direction, GpuRef, HistoryChange, HistoryInfo, Seek, Target};
 
 /// The history's file in the data directory.
 pub const HISTORY_FILE: &str = "history.sqlite";

@@ -12,8 +12,8 @@ use super::{
     BUSY_BACKOFF_MAX, BUSY_TIMEOUT_MS, BUSY_WARN_EVERY, Batch, MAX_GROUP, Progress, StoreError,
     StoreStats, load,
 };
-use crate::endpoint::idempotency;
 use crate::scheduler::Change;
+use crate::store::idempotency;
 
 /// The writer thread's state.
 pub(super) struct Writer {
