@@ -78,6 +78,16 @@ const POOL_IDLE: Duration = Duration::from_secs(5);
 /// The largest answer read, in bytes.
 const MAX_ANSWER: usize = 64 * 1024 * 1024;
 
+/// What `GET /healthz` said: the endpoint's clock (its `Date`), and the lines where it
+/// says something is wrong though it answers (a stopped history recording, a busy store).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HealthAnswer {
+    /// The endpoint's clock, when its answer carried a date.
+    pub date: Option<crate::clock::Timestamp>,
+    /// Its `history: ...` and `degraded: ...` lines.
+    pub says: Vec<String>,
+}
+
 /// A created claim: placed now, or queued.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ClaimOutcome {
@@ -447,9 +457,10 @@ impl Client {
         }
     }
 
-    /// `GET /healthz`, and the endpoint's clock as its `Date` header says (whole seconds;
-    /// `None` when it sent none): what `gpuboard doctor` compares with this host's clock.
-    pub async fn server_date(&self) -> Result<Option<crate::clock::Timestamp>, ClientError> {
+    /// `GET /healthz`: the endpoint's clock as its `Date` header says (whole seconds; `None`
+    /// when it sent none), which `gpuboard doctor` compares with this host's clock, and
+    /// what it says is wrong though it answers (a stopped history recording).
+    pub async fn server_date(&self) -> Result<HealthAnswer, ClientError> {
         let resp = self
             .http
             .get(self.url(paths::HEALTHZ))
@@ -463,7 +474,16 @@ impl Client {
             .and_then(|v| jiff::fmt::rfc2822::parse(v).ok())
             .and_then(|z| u64::try_from(z.timestamp().as_millisecond()).ok())
             .map(crate::clock::Timestamp);
-        Ok(date)
+        let text = self.body(resp).await.unwrap_or_default();
+        // Its own words beyond `ok` (`history: recording stopped...`, `degraded: ...`), a
+        // few short lines at most; what a foreign server answers is not read further.
+        let says = String::from_utf8_lossy(&text[..text.len().min(4096)])
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with("history:") || l.starts_with("degraded:"))
+            .map(str::to_string)
+            .collect();
+        Ok(HealthAnswer { date, says })
     }
 
     /// `GET /v1/snapshot`, refused as unreadable when its schema is not this build's.

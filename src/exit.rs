@@ -4,8 +4,9 @@
 
 use crate::client::ClientError;
 
-/// Exit code: the endpoint failed (HTTP 5xx) or answered something unreadable.
-pub const EXIT_FAILED: u8 = 1;
+/// The endpoint failed (HTTP 5xx) or answered something unreadable: exit 1, as any other
+/// failure.
+const FAILED: u8 = 1;
 /// Exit code: the request was invalid (422, 400, 413, bad flags, a time or an endpoint URL
 /// that cannot be read), nothing sent.
 pub const EXIT_INVALID: u8 = 3;
@@ -17,7 +18,8 @@ pub const EXIT_UNREACHABLE: u8 = 5;
 pub const EXIT_AUTH: u8 = 6;
 /// Exit code: not found (404; a claim or GPU that no source lists).
 pub const EXIT_NOT_FOUND: u8 = 7;
-/// Exit code: another conflict (an engine refusing the action in its own words).
+/// Exit code: another conflict: nothing to move, no lease to renew, a waiting claim of a
+/// share-0 project, an engine refusing the action in its own words (job gone, not pending).
 pub const EXIT_CONFLICT: u8 = 8;
 
 /// A command line that cannot be carried out as written (a malformed `--endpoint` or
@@ -64,5 +66,5 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
             return n.code;
         }
     }
-    EXIT_FAILED
+    FAILED
 }

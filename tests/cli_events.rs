@@ -136,16 +136,20 @@ fn events_lists_filters_and_prints_json() {
     );
     let nobody = text(&server.cli(&["events", "--actor", "nobody"]));
     assert!(nobody.contains("(no events)"), "{nobody}");
-    // --since: a time ago keeps them, a time in the future none.
+    // --since: a time ago keeps them (`1h` or `-1h`, as every command reads times); a time
+    // in the future is refused as `status --at` refuses it.
     let recent = text(&server.cli(&["events", "--since", "1h", "--target", "claim"]));
     assert!(recent.lines().count() >= 4, "{recent}");
-    let future = text(&server.cli(&["events", "--since", "2999-01-01T00:00:00Z"]));
-    assert!(future.contains("(no events)"), "{future}");
+    let same = text(&server.cli(&["events", "--since", "-1h", "--target", "claim"]));
+    assert_eq!(recent, same);
+    let future = server.cli(&["events", "--since", "2999-01-01T00:00:00Z"]);
+    assert_eq!(future.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&future.stderr).contains("in the future"));
     // A --since that is neither is refused, saying what is allowed.
     let bad = server.cli(&["events", "--since", "soon"]);
     assert_eq!(bad.status.code(), Some(3));
     let err = String::from_utf8_lossy(&bad.stderr);
-    assert!(err.contains("`soon`") && err.contains("30m"), "{err}");
+    assert!(err.contains("`soon`") && err.contains("10m"), "{err}");
 }
 
 #[test]
@@ -233,6 +237,9 @@ fn show_prints_a_claims_detail() {
     ] {
         assert!(page.contains(want), "no `{want}` in\n{page}");
     }
+    // The claim alone: no tab bar, no key hints, no blank rows padding it to a screen.
+    assert!(!page.contains("1 Overview"), "{page}");
+    assert!(!page.ends_with("\n\n"), "{page:?}");
     let placed = text(&show("1"));
     assert!(
         placed.contains("claim 1") && placed.contains("alice") && placed.contains("dgx-a100-80"),

@@ -268,9 +268,11 @@ async fn a_console_move_across_endpoints_is_audited_on_both_with_one_move_id() {
     assert_eq!(on_b.len(), 1);
     let new = &on_b[0];
     assert_eq!(
-        (&new.form, &new.project, &new.holder, new.request.ttl),
-        (&old.form, &old.project, &old.holder, Some(600))
+        (&new.request.gpu, &new.project, &new.holder, new.request.ttl),
+        (&old.request.gpu, &old.project, &old.holder, Some(600))
     );
+    // The form names where it was placed on b: the node and device it was moved to.
+    assert_eq!(new.form, format!("{} node=host-b devices=0", old.form));
     assert_eq!(new.node.as_deref(), Some("host-b"));
     // Both endpoints audit the move under one actor ending with the move id.
     let (on_a, on_b) = (a.move_events().await, b.move_events().await);

@@ -1,7 +1,7 @@
 //! The console rewound, through `update` and the views: `g` and a time ask each source
 //! for its state then; the rewound fleet is a second state under a banner, read-only;
-//! `}`/`{`, `]`/`[` and space move the time shown; G returns to the live state exactly as
-//! the watch kept it; a source whose history begins later says so. Snapshots of the
+//! `}`/`{`, `]`/`[` and space move the time shown; G returns to the live state as the watch
+//! kept it, in the view looked at; a source whose history begins later says so. Snapshots of the
 //! banner and the GPU detail's charts at 80x24 and 120x40.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -584,4 +584,20 @@ fn gpu_detail_charts_the_last_hour_live_and_the_hour_around_the_time_shown() {
     for (w, h) in [(80, 24), (120, 40)] {
         insta::assert_snapshot!(format!("detail_charts_rewound_{w}x{h}"), text(&st, w, h));
     }
+}
+
+#[test]
+fn a_time_then_a_gpu_rewinds_to_that_gpus_detail_in_one_line() {
+    let mut st = lab_state();
+    // `g`, the time and the GPU, Enter: three keys beside what is named.
+    let effects = rewind(&mut st, "11:47 lab-b:0");
+    assert!(st.rewind.is_some(), "{:?}", st.flash);
+    answer_at(&mut st, &effects, |_| Some(shown_then()));
+    assert_eq!(shown(&st).view, View::Detail);
+    assert_eq!(shown(&st).detail, Some((0, "lab-b".to_string(), 0)));
+    // A GPU that is not there: said, and nothing rewound.
+    let mut st = lab_state();
+    let _ = rewind(&mut st, "11:47 lab-z:0");
+    assert!(st.rewind.is_none());
+    assert!(matches!(st.mode, Mode::RewindTo(_)));
 }

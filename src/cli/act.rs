@@ -31,8 +31,7 @@ use crate::sources::handover::{HandoverStep, StepResult, hand_over};
 use crate::sources::kind::EndpointsFile;
 use crate::sources::{self, Action, EndpointConfig, Failure, Outcome, Source, SourceKind};
 
-/// Exit code: the engine refused the action in its own words (job gone, not pending).
-pub const EXIT_ENGINE_REFUSED: u8 = crate::exit::EXIT_CONFLICT;
+pub use crate::exit::EXIT_CONFLICT as EXIT_ENGINE_REFUSED;
 
 /// `gpuboard act`.
 #[derive(Args, Debug)]

@@ -148,7 +148,25 @@ pub(super) async fn move_claim(
         return Ok(EXIT_INVALID);
     }
     let c = &members.list[from].client;
+    // Where it was, to say "moved from ... to ...": one read, for the sentence only.
+    let was = if conn.json {
+        None
+    } else {
+        c.snapshot()
+            .await
+            .ok()
+            .and_then(|s| s.claims.into_iter().find(|x| x.id == r.id))
+            .and_then(|v| v.place())
+    };
     match c.move_claim(r.id, &MoveTarget { node, devices }).await {
+        Ok(view) if !conn.json && view.state == ClaimState::Placed => {
+            let label = members.label(from, view.id);
+            match was {
+                Some(was) => println!("claim {label} moved from {was} to {}", holding(&view)),
+                None => println!("claim {label} moved to {}", holding(&view)),
+            }
+            Ok(0)
+        }
         Ok(view) => {
             print_claim(
                 &view,

@@ -66,8 +66,20 @@ async fn check_one(name: &str, client: &Client, now: Timestamp) -> EndpointCheck
         exit: 0,
     };
     match client.server_date().await {
-        Ok(date) => {
+        Ok(health) => {
             check.reachable = true;
+            for line in &health.says {
+                check.problems.push(match line.strip_prefix("history:") {
+                    Some(why) => format!(
+                        "its history recording has stopped ({}): rewinds and reports miss \
+                         what happens from then on; fix: see the endpoint's log \
+                         (`journalctl -u gpuboard`), free its disk, and restart it",
+                        why.trim()
+                    ),
+                    None => format!("it says {line}"),
+                });
+            }
+            let date = health.date;
             if let Some(date) = date {
                 let skew = date.0 as i64 - now.0 as i64;
                 check.clock_skew_seconds = Some(skew / 1000);

@@ -40,6 +40,10 @@ pub struct StatusArgs {
     /// (one claim's detail; claim:SOURCE/ID where two sources have that id).
     #[arg(long, value_name = "VIEW", value_parser = view_name)]
     pub dump_screen: Option<String>,
+    /// Only the view, without the tabs, key hints and status line, and without the blank
+    /// rows below it (`gpuboard show`).
+    #[arg(skip)]
+    pub body_only: bool,
     /// Screen size for --dump-screen, COLSxROWS.
     #[arg(long, default_value = "120x40", value_name = "COLSxROWS", value_parser = size_text)]
     pub size: String,
@@ -194,11 +198,11 @@ pub use crate::exit::{NoSourceAnswered, NoSuchClaim};
 /// `status --once` where no source answered: exit 6 when a token was refused, 1 when an
 /// endpoint failed (HTTP 5xx), else 5 (unreachable, timed out, not a gpuboard endpoint).
 fn no_source_answered(first: Option<crate::sources::Failure>) -> NoSourceAnswered {
-    use crate::exit::{EXIT_AUTH, EXIT_FAILED, EXIT_UNREACHABLE};
+    use crate::exit::{EXIT_AUTH, EXIT_UNREACHABLE};
     use crate::sources::Failure;
     let code = match &first {
         Some(Failure::Unauthorized(_)) => EXIT_AUTH,
-        Some(Failure::Http { status, .. }) if *status >= 500 => EXIT_FAILED,
+        Some(Failure::Http { status, .. }) if *status >= 500 => 1,
         _ => EXIT_UNREACHABLE,
     };
     NoSourceAnswered {
@@ -263,8 +267,15 @@ pub fn run(before: &ConsoleArgs, args: &StatusArgs) -> anyhow::Result<()> {
             None => super::update::usage_due(&mut state),
         };
         rt.block_on(settle(&mut state, &setup.sources, effects, timeout));
-        let buf = render(&state, &setup.theme, w, h)?;
-        print!("{}", buffer_text(&buf));
+        if args.body_only {
+            let mut term = Terminal::new(TestBackend::new(w, h))?;
+            term.draw(|f| views::draw_body(f, &state, &setup.theme))?;
+            let text = buffer_text(term.backend().buffer());
+            println!("{}", text.trim_end_matches('\n'));
+        } else {
+            let buf = render(&state, &setup.theme, w, h)?;
+            print!("{}", buffer_text(&buf));
+        }
         return Ok(());
     }
     rt.block_on(print_status(&setup, args, timeout, &clock))

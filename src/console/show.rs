@@ -28,6 +28,7 @@ pub fn run(before: &ConsoleArgs, args: &ShowArgs) -> anyhow::Result<()> {
         once: true,
         json: false,
         dump_screen: Some(format!("claim:{}", args.id)),
+        body_only: true,
         size: args.size.clone(),
         console: args.console.clone(),
     };

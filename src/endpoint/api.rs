@@ -212,11 +212,20 @@ async fn create_claim(
     }
 }
 
-/// The request's idempotency key, if it sent one.
+/// The request's idempotency key, if it sent one. Two keys are refused: which one the
+/// client meant cannot be known, and keeping either could run the claim twice.
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-    let Some(raw) = headers.get(wire::IDEMPOTENCY_HEADER) else {
+    let mut all = headers.get_all(wire::IDEMPOTENCY_HEADER).iter();
+    let Some(raw) = all.next() else {
         return Ok(None);
     };
+    if all.next().is_some() {
+        return Err(ApiError::invalid(
+            Rule::WrongType,
+            None,
+            format!("give one {} header, not several", wire::IDEMPOTENCY_HEADER),
+        ));
+    }
     let raw = raw.to_str().unwrap_or("\u{fffd}");
     wire::idempotency_key(raw)
         .map(|k| Some(k.to_string()))

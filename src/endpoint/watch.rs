@@ -48,9 +48,43 @@ pub(crate) struct WatchQuery {
     deflate: Option<String>,
 }
 
-/// Both watches on one path: `deltas=1` (or `true`) picks the delta watch.
+/// A flag's value: absent, `1`/`true` or `0`/`false`; anything else is refused (400) rather
+/// than read as "off" and answered with a watch the client did not ask for.
+fn flag(name: &str, value: Option<&str>) -> Result<bool, ApiError> {
+    match value {
+        None | Some("0" | "false") => Ok(false),
+        Some("1" | "true") => Ok(true),
+        Some(other) => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_query",
+            format!("`{name}` must be 1 or 0 (true or false), not `{other}`"),
+        )),
+    }
+}
+
+/// Both watches on one path: `deltas=1` (or `true`) picks the delta watch. A parameter it
+/// cannot read is refused at once (400), never answered with a stream that stays silent.
 pub(crate) async fn watch(State(st): State<ApiState>, Query(q): Query<WatchQuery>) -> Response {
-    if matches!(q.deltas.as_deref(), Some("1" | "true")) {
+    let checked = flag("deltas", q.deltas.as_deref()).and_then(|deltas| {
+        let deflate = flag("deflate", q.deflate.as_deref())?;
+        match q.format.as_deref() {
+            None | Some("1") => {}
+            Some(f) if f == DELTA_FORMAT => {}
+            Some(other) => {
+                return Err(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "bad_query",
+                    format!("`format` must be 1 or {DELTA_FORMAT}, not `{other}`"),
+                ));
+            }
+        }
+        Ok((deltas, deflate))
+    });
+    let (deltas, deflate) = match checked {
+        Ok(d) => d,
+        Err(e) => return e.into_response(),
+    };
+    if deltas {
         let mut session =
             DeltaSession::new(Arc::clone(&st.versions), q.since.as_deref(), st.heartbeat);
         session.per_project = q.format.as_deref() == Some(DELTA_FORMAT);
@@ -58,7 +92,7 @@ pub(crate) async fn watch(State(st): State<ApiState>, Query(q): Query<WatchQuery
             s.next().await.map(|ev| (Ok::<Event, Infallible>(ev), s))
         });
         let sse = Sse::new(stream).into_response();
-        if matches!(q.deflate.as_deref(), Some("1" | "true")) {
+        if deflate {
             return deflated(sse);
         }
         return sse;
@@ -237,8 +271,9 @@ fn revisions(
     since: Option<&str>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>> + use<>>, ApiError> {
     let rx = engine.subscribe();
+    let now = *rx.borrow();
     let since = match since {
-        None => *rx.borrow(),
+        None => now,
         Some(s) => s.parse::<u64>().map_err(|_| {
             ApiError::new(
                 StatusCode::BAD_REQUEST,
@@ -247,6 +282,15 @@ fn revisions(
             )
         })?,
     };
+    // Far past this endpoint's revision: not one it issued (another endpoint's revisions
+    // are a few ahead at most, and answered with a resync).
+    if since > now.saturating_mul(2).saturating_add(1_000_000) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_query",
+            format!("`since` {since} is no revision of this endpoint (it is at {now})"),
+        ));
+    }
     let start = RevisionWatch {
         engine: engine.clone(),
         rx,

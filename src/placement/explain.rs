@@ -113,10 +113,17 @@ pub struct NoFit {
 impl NoFit {
     /// One line per node: "node a: 3/4 GPUs insufficient memory (largest free 3.1 GiB, needs 20 GiB); 1/4 cordoned".
     /// Summarized (`fleet` set): a line across the fleet, then the nodes nearest to fitting.
+    /// Nodes the request could use come first: one whose every GPU is of another type or
+    /// not pinned says little about why it waits, so it is listed after the real blockers.
     pub fn lines(&self) -> Vec<String> {
         match &self.fleet {
             Some(f) => fleet_lines(f, &self.nodes),
-            None => self.nodes.iter().map(node_line).collect(),
+            None => {
+                let (mut first, then): (Vec<&NodeReasons>, Vec<&NodeReasons>) =
+                    self.nodes.iter().partition(|n| !n.excluded_by_ask());
+                first.extend(then);
+                first.into_iter().map(node_line).collect()
+            }
         }
     }
 
@@ -131,6 +138,18 @@ impl NoFit {
             return format!("{lead}: no node matches (none named so, or none with GPUs)");
         }
         format!("{lead}: {}", self.lines().join(" | "))
+    }
+}
+
+impl NodeReasons {
+    /// Every device was ruled out by what the request asked (another accelerator type,
+    /// not among the pinned devices), not by the state of the node.
+    fn excluded_by_ask(&self) -> bool {
+        !self.reasons.is_empty()
+            && self
+                .reasons
+                .iter()
+                .all(|r| matches!(r.reason, Reason::WrongAccelerator | Reason::NotPinned))
     }
 }
 

@@ -92,6 +92,30 @@ fn infeasible_accelerator_request_says_why() {
 }
 
 #[test]
+fn the_real_blocker_is_listed_before_nodes_of_another_type() {
+    let mut f = fleet(
+        Policy::Binpack,
+        vec![
+            node("a1", vec![gpu(0, "NVIDIA A100-SXM4-80GB", Bytes::gib(80))]),
+            node("b1", vec![gpu(0, "NVIDIA H100 80GB HBM3", Bytes::gib(80))]),
+            node("g5", vec![gpu(0, "NVIDIA A10G", Bytes::gib(24))]),
+        ],
+    );
+    let r = req(json!({"gpu_memory": "30Gi", "accelerator_type": "A10G"}));
+    let lines = f.claim(ClaimId(1), &r).unwrap_err().lines();
+    assert!(
+        lines[0].starts_with("node g5: 1/1 GPUs too small"),
+        "{lines:?}"
+    );
+    assert!(
+        lines[1..]
+            .iter()
+            .all(|l| l.contains("other accelerator type")),
+        "{lines:?}"
+    );
+}
+
+#[test]
 fn node_sums_never_decide_a_fit() {
     let mut f = a100s(2);
     f.claim(

@@ -96,14 +96,27 @@ pub struct ClaimRequest {
 pub const DEFAULT_PROJECT: &str = "default";
 
 impl ClaimRequest {
-    /// A short description of what the claim asks for, for tables and logs.
+    /// A short description of what the claim asks for, for tables and logs: its form, and
+    /// the constraints it placed on where (`accelerator_type=A10G node=n1 devices=0,1`), so
+    /// a waiting claim's "other accelerator type" reasons can be read against what it asked.
     pub fn describe(&self) -> String {
-        match (&self.gpu, self.cpus) {
+        let mut text = match (&self.gpu, self.cpus) {
             (Some(form), Some(c)) => format!("{form} cpus={c}"),
             (Some(form), None) => form.to_string(),
             (None, Some(c)) => format!("cpus={c}"),
             (None, None) => "nothing".to_string(),
+        };
+        if let Some(t) = &self.accelerator_type {
+            text.push_str(&format!(" accelerator_type={t}"));
         }
+        if let Some(n) = &self.node {
+            text.push_str(&format!(" node={n}"));
+        }
+        if let Some(d) = &self.devices {
+            let list: Vec<String> = d.iter().map(u32::to_string).collect();
+            text.push_str(&format!(" devices={}", list.join(",")));
+        }
+        text
     }
 
     /// A plain GPU-memory request, as `gpuboard run --memory` makes.

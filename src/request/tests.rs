@@ -327,6 +327,11 @@ fn the_form_is_shown_as_written() {
             json!({"gpu-memory": "20G", "gpu.shared": 2}),
             "gpu-memory=20GB gpu.shared=2",
         ),
+        // Where it may go is part of what it asked for.
+        (
+            json!({"num_gpus": 0.5, "accelerator_type": "A10G", "node": "n1", "devices": [0, 1]}),
+            "num_gpus=0.5 accelerator_type=A10G node=n1 devices=0,1",
+        ),
     ];
     for (mut v, shown) in cases {
         v["project"] = json!("p");

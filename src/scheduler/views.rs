@@ -91,11 +91,25 @@ impl Scheduler {
                             "fits now; waiting for its project's turn (fair share)".to_string(),
                         );
                     }
+                    // Only the accounts of what it could run on: a claim for an A10G is not
+                    // waiting for the project's turn on an A100.
+                    let wanted = c
+                        .request
+                        .accelerator_type
+                        .as_deref()
+                        .map(crate::request::accelerator_key);
                     let account_reasons = projects
                         .iter()
                         .filter(|p| p.name == c.request.project)
                         .flat_map(|p| p.resources.iter())
                         .filter(|a| a.pending > 0)
+                        .filter(|a| {
+                            wanted.as_deref().is_none_or(|w| {
+                                crate::request::accelerator_key(
+                                    a.resource.strip_prefix("gpu:").unwrap_or(&a.resource),
+                                ) == w
+                            })
+                        })
                         .filter_map(|a| {
                             a.reason
                                 .as_ref()

@@ -59,17 +59,35 @@ pub const MAX_SAMPLES: usize = 20_000;
 /// Reads a TIME argument: whole milliseconds since the Unix epoch, or RFC 3339.
 pub fn parse_time(raw: &str) -> Result<Timestamp, String> {
     let raw = raw.trim();
+    // The latest time any store or clock here can hold (9999-12-30): a later one is the
+    // caller's mistake (400), never an overflow deeper down (500).
+    let latest = u64::try_from(jiff::Timestamp::MAX.as_millisecond()).unwrap_or(u64::MAX);
+    let too_late = || {
+        format!(
+            "time `{raw}` is after 9999-12-30, the latest time accepted ({latest} ms since the \
+             epoch)"
+        )
+    };
     if !raw.is_empty() && raw.bytes().all(|b| b.is_ascii_digit()) {
-        return raw
-            .parse::<u64>()
-            .map(Timestamp)
-            .map_err(|_| format!("time `{raw}` is too large (milliseconds since the epoch)"));
+        return match raw.parse::<u64>() {
+            Ok(ms) if ms <= latest => Ok(Timestamp(ms)),
+            _ => Err(too_late()),
+        };
     }
     let ts: jiff::Timestamp = raw.parse().map_err(|_| {
-        format!(
-            "time `{raw}` is neither milliseconds since the Unix epoch nor RFC 3339 \
-             (2026-11-23T14:05:09Z)"
-        )
+        // `9999-12-31T23:59:59Z` is RFC 3339, only out of range.
+        let dated = raw.len() >= 10
+            && raw.as_bytes()[..4].iter().all(u8::is_ascii_digit)
+            && raw.as_bytes()[4] == b'-'
+            && raw.starts_with("9999");
+        if dated {
+            too_late()
+        } else {
+            format!(
+                "time `{raw}` is neither milliseconds since the Unix epoch nor RFC 3339 \
+                 (2026-11-23T14:05:09Z)"
+            )
+        }
     })?;
     u64::try_from(ts.as_millisecond())
         .map(Timestamp)
@@ -352,6 +370,15 @@ mod tests {
         assert!(e.contains("RFC 3339"), "{e}");
         assert!(parse_time("1969-12-31T23:59:59Z").is_err());
         assert!(parse_time("99999999999999999999999").is_err());
+        // Past what a store can hold: refused as too late, not left to overflow later.
+        for late in [
+            "9223372036854775808",
+            "18446744073709551615",
+            "9999-12-31T23:59:59Z",
+        ] {
+            let e = parse_time(late).unwrap_err();
+            assert!(e.contains("after 9999-12-30"), "{late}: {e}");
+        }
     }
 
     #[test]

@@ -18,13 +18,18 @@ impl State {
     /// Opens the detail of the GPU `text` names (as `find_gpu` reads it); Esc goes back.
     pub fn open_gpu_named(&mut self, text: &str) -> Result<(), String> {
         let key = self.find_gpu(text)?;
+        self.open_gpu(key);
+        Ok(())
+    }
+
+    /// Opens the detail of the GPU `key`; Esc goes back.
+    pub fn open_gpu(&mut self, key: GpuName) {
         self.detail = Some(key);
         *self.cursor_mut(super::View::Detail) = super::Cursor::default();
         if self.view != super::View::Detail {
             self.came_from = Some(self.view);
         }
         self.view = super::View::Detail;
-        Ok(())
     }
 
     /// The GPU `text` names (`node-b:5`, `node-b 5`, `SOURCE/node-b:5`, or the unique end

@@ -332,7 +332,10 @@ fn problems(state: &mut State) {
     state.reshape_rows();
     let count = match state.unmeasured() {
         Some(why) => format!("n/a ({why})"),
-        None => format!("{} rows", state.row_count()),
+        None => match state.row_count() {
+            1 => "1 row".to_string(),
+            n => format!("{n} rows"),
+        },
     };
     let text = if next.is_empty() {
         "all rows again".to_string()

@@ -44,6 +44,32 @@ pub(super) fn prompt_key(state: &mut State, text: String, ev: &KeyEvent) -> Vec<
                 state.mode = Mode::Normal;
                 rewind_to(state, at)
             }
+            // `12:50 node-b:3`: the time, then a GPU whose detail opens at that time.
+            Err(e) if text.split_whitespace().count() > 1 => {
+                let (time, gpu) = text.trim().rsplit_once(' ').unwrap_or((&text, ""));
+                match (
+                    parse_when(time, state.now, &state.zone),
+                    state.find_gpu(gpu),
+                ) {
+                    (Ok(at), Ok(key)) => {
+                        state.mode = Mode::Normal;
+                        let effects = rewind_to(state, at);
+                        // Found among the live sources: the rewound ones are still asked.
+                        if let Some(r) = state.rewind.as_mut() {
+                            r.shown.open_gpu(key);
+                        }
+                        effects
+                    }
+                    (Ok(_), Err(why)) => {
+                        flash(state, why, true);
+                        Vec::new()
+                    }
+                    (Err(_), _) => {
+                        flash(state, e.to_string(), true);
+                        Vec::new()
+                    }
+                }
+            }
             Err(e) => {
                 // The prompt stays open with the text, to be corrected.
                 flash(state, e.to_string(), true);

@@ -63,6 +63,28 @@ pub fn draw(frame: &mut Frame, state: &State, theme: &Theme) {
     }
 }
 
+/// Draws the view alone, without the tabs, hints and status line: what `gpuboard show`
+/// prints.
+pub fn draw_body(frame: &mut Frame, state: &State, theme: &Theme) {
+    let area = frame.area();
+    frame.render_widget(Block::default().style(theme.text), area);
+    draw_view(frame, area, state, theme);
+}
+
+/// Draws the state's current view in `body`.
+fn draw_view(frame: &mut Frame, body: ratatui::layout::Rect, state: &State, theme: &Theme) {
+    match state.view {
+        View::Overview => overview::draw(frame, body, state, theme),
+        View::Gpus => gpus::draw(frame, body, state, theme),
+        View::Claims => claims::draw(frame, body, state, theme),
+        View::Ledger => fairshare::draw(frame, body, state, theme),
+        View::Detail => detail::draw(frame, body, state, theme),
+        View::Events => events::draw(frame, body, state, theme),
+        View::ClaimDetail => claim_detail::draw(frame, body, state, theme),
+        View::Usage => usage::draw(frame, body, state, theme),
+    }
+}
+
 /// Draws one state's views in `area`.
 fn draw_in(frame: &mut Frame, area: ratatui::layout::Rect, state: &State, theme: &Theme) {
     frame.render_widget(Block::default().style(theme.text), area);
@@ -85,16 +107,7 @@ fn draw_in(frame: &mut Frame, area: ratatui::layout::Rect, state: &State, theme:
     ])
     .areas(area);
     chrome::tabs(frame, tabs, state, theme);
-    match state.view {
-        View::Overview => overview::draw(frame, body, state, theme),
-        View::Gpus => gpus::draw(frame, body, state, theme),
-        View::Claims => claims::draw(frame, body, state, theme),
-        View::Ledger => fairshare::draw(frame, body, state, theme),
-        View::Detail => detail::draw(frame, body, state, theme),
-        View::Events => events::draw(frame, body, state, theme),
-        View::ClaimDetail => claim_detail::draw(frame, body, state, theme),
-        View::Usage => usage::draw(frame, body, state, theme),
-    }
+    draw_view(frame, body, state, theme);
     if hints {
         chrome::hints(frame, hint, state, theme);
     }
