@@ -6,7 +6,7 @@
 //!   `attribution`, `simulate`; `fleet` (the protocol of a claim across endpoints, driven by
 //!   both front ends).
 //! - **Edges**: `identity` (who runs this process), `telemetry` (NVML), `discovery` (Flink), `store` (what outlives
-//!   the process, in SQLite), `endpoint` (what `gpuboard serve` is), `client` (its HTTP client), `sources` (where the
+//!   the process, in `SQLite`), `endpoint` (what `gpuboard serve` is), `client` (its HTTP client), `sources` (where the
 //!   console's data comes from), `doctor`.
 //! - **Front ends**: `console` (the terminal UI) and `cli` (the subcommands).
 
