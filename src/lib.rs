@@ -3,9 +3,11 @@
 //! Layers, lowest first; a module imports only from its own layer or below:
 //! - **Domain, no I/O**: `units`, `clock`, `ids`, `fairshare`, `request`, `placement`,
 //!   `scheduler`, `snapshot` (the read model), `history` (its record over time), `wire` (the HTTP contract), `inventory`,
-//!   `attribution`, `simulate`.
-//! - **Edges**: `identity` (who runs this process), `telemetry` (NVML), `discovery` (Flink), `endpoint` (what `gpuboard serve`
-//!   is), `client` (its HTTP client), `sources` (where the console's data comes from), `doctor`.
+//!   `attribution`, `simulate`; `fleet` (the protocol of a claim across endpoints, driven by
+//!   both front ends).
+//! - **Edges**: `identity` (who runs this process), `telemetry` (NVML), `discovery` (Flink), `store` (what outlives
+//!   the process, in `SQLite`), `endpoint` (what `gpuboard serve` is), `client` (its HTTP client), `sources` (where the
+//!   console's data comes from), `doctor`.
 //! - **Front ends**: `console` (the terminal UI) and `cli` (the subcommands).
 
 pub mod accounting;

@@ -89,6 +89,7 @@ pub async fn reask<E: Endpoint>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::snapshot::ClaimView;
 
     #[test]
     fn the_asking_goes_on_while_no_answer_came_and_time_is_left() {
@@ -128,5 +129,101 @@ mod tests {
                 "{reply:?} once the time is out"
             );
         }
+    }
+
+    /// An endpoint that answers from a script, on a clock that moves only by the calls'
+    /// patience (a call that gets no answer waits it out) and the pauses.
+    struct Scripted {
+        answers: std::sync::Mutex<Vec<Reply<'static>>>,
+        t0: Instant,
+        /// Milliseconds since `t0`.
+        clock: std::sync::Mutex<u64>,
+        /// The pauses and patiences asked, in order.
+        asked: std::sync::Mutex<Vec<String>>,
+    }
+
+    struct Said(Reply<'static>);
+
+    impl ClaimAnswer for Said {
+        fn reply(&self) -> Reply<'_> {
+            self.0
+        }
+    }
+
+    impl Endpoint for Scripted {
+        type Answer = Said;
+
+        fn claim(
+            &self,
+            _: &ClaimRequest,
+            key: &str,
+            patience: Duration,
+        ) -> impl std::future::Future<Output = Said> + Send {
+            let reply = self.answers.lock().unwrap().remove(0);
+            if reply == Reply::NoAnswer {
+                *self.clock.lock().unwrap() += u64::try_from(patience.as_millis()).unwrap();
+            }
+            self.asked
+                .lock()
+                .unwrap()
+                .push(format!("{key} within {} ms", patience.as_millis()));
+            std::future::ready(Said(reply))
+        }
+
+        fn pause(&self, pause: Duration) -> impl std::future::Future<Output = ()> + Send {
+            *self.clock.lock().unwrap() += u64::try_from(pause.as_millis()).unwrap();
+            self.asked
+                .lock()
+                .unwrap()
+                .push(format!("pause {} ms", pause.as_millis()));
+            std::future::ready(())
+        }
+
+        fn now(&self) -> Instant {
+            self.t0 + Duration::from_millis(*self.clock.lock().unwrap())
+        }
+    }
+
+    fn scripted(answers: Vec<Reply<'static>>) -> Scripted {
+        Scripted {
+            answers: std::sync::Mutex::new(answers),
+            t0: Instant::now(),
+            clock: std::sync::Mutex::new(0),
+            asked: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    #[tokio::test]
+    async fn asking_again_sends_the_same_key_until_a_definite_answer_or_the_time_is_out() {
+        let request = super::super::a_claim().request;
+        let placed: &'static ClaimView = Box::leak(Box::new(super::super::a_claim()));
+        let e = scripted(vec![Reply::InFlight, Reply::InFlight, Reply::Claim(placed)]);
+        let (what, last) = reask(&e, &request, "a.1", Duration::from_secs(2)).await;
+        assert_eq!(
+            (what, last.0),
+            (AttemptRecheck::Found, Reply::Claim(placed))
+        );
+        assert_eq!(
+            *e.asked.lock().unwrap(),
+            [
+                "a.1 within 2000 ms",
+                "pause 250 ms",
+                "a.1 within 1750 ms",
+                "pause 250 ms",
+                "a.1 within 1500 ms",
+            ],
+            "in flight: the same key again after a pause, each call as patient as the time left"
+        );
+        let e = scripted(vec![Reply::NotSent, Reply::Refused]);
+        let (what, _) = reask(&e, &request, "a.2", Duration::from_secs(2)).await;
+        assert_eq!(what, AttemptRecheck::NoneThere);
+        let e = scripted(vec![Reply::NoAnswer, Reply::NoAnswer]);
+        let (what, last) = reask(&e, &request, "a.3", Duration::from_secs(1)).await;
+        assert_eq!((what, last.0), (AttemptRecheck::Silent, Reply::NoAnswer));
+        assert_eq!(
+            e.asked.lock().unwrap().len(),
+            1,
+            "silent until the time is out: one call that waited it all"
+        );
     }
 }
