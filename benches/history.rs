@@ -277,6 +277,7 @@ fn http_seeks(inventory: &str, f: &Figures, seed: u64, count: usize) -> Vec<f64>
     let mut noise = Noise(seed);
     let span = f.hours * HOUR_MS;
     let mut ms: Vec<f64> = rt.block_on(async {
+        gpuboard::client::install_crypto_provider();
         let http = reqwest::Client::new();
         let get = |at: u64| {
             http.get(format!("{url}/v1/snapshot?at={at}"))

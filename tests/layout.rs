@@ -191,6 +191,7 @@ const KIND_NAMES: &[&str] = &[
     "prometheus",
     "slurm",
     "boinc",
+    "kubernetes",
     "demo",
     "embedded",
 ];
