@@ -1,5 +1,5 @@
-//! The time machine's figures (README, "History"): a recording generated on a simulated
-//! clock through the real engine, recorder and store, then random seeks into it.
+//! The time machine's figures (docs/performance.md, "History"): a recording generated on a
+//! simulated clock through the real engine, recorder and store, then random seeks into it.
 //!
 //! Two recordings: the demo fleet (28 GPUs) for one day, and a 100-GPU endpoint for 90
 //! days. Workload: each GPU is free or held by one claim lasting 1 to 8 hours (four
@@ -129,6 +129,10 @@ struct Figures {
     dir: tempfile::TempDir,
 }
 
+// The recording's script in the order it happens: an in-memory engine, then hour by hour on
+// the simulated clock each GPU's samples, claims placed and released, each version recorded;
+// then the seeks timed.
+#[allow(clippy::too_many_lines)]
 fn record(inventory: &str, hours: u64, seed: u64) -> Figures {
     let started = Instant::now();
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -277,6 +281,7 @@ fn http_seeks(inventory: &str, f: &Figures, seed: u64, count: usize) -> Vec<f64>
     let mut noise = Noise(seed);
     let span = f.hours * HOUR_MS;
     let mut ms: Vec<f64> = rt.block_on(async {
+        gpuboard::client::install_crypto_provider();
         let http = reqwest::Client::new();
         let get = |at: u64| {
             http.get(format!("{url}/v1/snapshot?at={at}"))

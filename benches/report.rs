@@ -1,6 +1,7 @@
-//! `gpuboard report`'s cost (README, "Accounting"): one endpoint's part of the report
-//! (`GET /v1/history/report`: read the window's versions and every device's samples from
-//! `history.sqlite`, replay, account, find trouble) over 24 h of 1 000 GPUs. Goal: <= 2 s.
+//! `gpuboard report`'s cost (docs/performance.md, "The report and the usage table"): one
+//! endpoint's part of the report (`GET /v1/history/report`: read the window's versions and
+//! every device's samples from `history.sqlite`, replay, account, find trouble) over 24 h of
+//! 1 000 GPUs. Goal: <= 2 s.
 //!
 //! The history is generated on a simulated clock as `benches/history.rs` does: 250 nodes of
 //! four 80 GiB GPUs; every 5 minutes each free GPU may get a claim (a quarter, a half or a
@@ -273,6 +274,9 @@ fn main() {
 }
 
 /// The whole report over `--hours` of `--gpus`.
+// The bench's recipe in the order it runs: generate, time the route, time each phase on
+// one thread, check both agree, print the figures.
+#[allow(clippy::too_many_lines)]
 fn whole() {
     let gpus = usize::try_from(arg("--gpus", 1_000)).unwrap();
     let hours = arg("--hours", 24);
@@ -399,6 +403,9 @@ fn whole() {
 }
 
 /// The usage table alone over `--days` of `--gpus`, from roll-ups and two partial hours.
+// The bench's recipe in the order it runs: generate the days and their roll-ups, time
+// the usage table and its JSON, print the figures.
+#[allow(clippy::too_many_lines)]
 fn usage() {
     let gpus = usize::try_from(arg("--gpus", 1_000)).unwrap();
     let days = arg("--days", 30);

@@ -18,7 +18,7 @@ pub use capacity::CapacityRead;
 pub use error::ClientError;
 pub use history::SnapshotAt;
 pub use report::ReportAt;
-pub use trust::{TlsTrust, http_only_tls};
+pub use trust::{TlsTrust, http_only_tls, install_crypto_provider};
 
 use std::time::Duration;
 
@@ -173,6 +173,7 @@ impl Client {
         if let Ok(v) = header::HeaderValue::from_str(&reported_actor()) {
             headers.insert(wire::ACTOR_HEADER, v);
         }
+        install_crypto_provider();
         let mut builder = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(5)))

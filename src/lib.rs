@@ -1,13 +1,19 @@
 //! gpuboard: GPU sharing by memory and fraction, fair share between projects, and an operator console.
 //!
-//! Layers, lowest first; a module imports only from its own layer or below:
-//! - **Domain, no I/O**: `units`, `clock`, `ids`, `fairshare`, `request`, `placement`,
-//!   `scheduler`, `snapshot` (the read model), `history` (its record over time), `wire` (the HTTP contract), `inventory`,
-//!   `attribution`, `simulate`; `fleet` (the protocol of a claim across endpoints, driven by
-//!   both front ends).
-//! - **Edges**: `identity` (who runs this process), `telemetry` (NVML), `discovery` (Flink), `store` (what outlives
-//!   the process, in `SQLite`), `endpoint` (what `gpuboard serve` is), `client` (its HTTP client), `sources` (where the
-//!   console's data comes from), `doctor`.
+//! Layers, lowest first; a module imports only from its own layer or below (`tests/layout.rs`
+//! ranks every module; README, "Code map"):
+//! - **Foundation**: `units`, `clock`, `ids`, `when` (the times an operator types), `identity`
+//!   (who runs this process: the environment and the password database).
+//! - **Domain, no I/O**: `fairshare`, `request`, `placement`, `snapshot` (the read model),
+//!   `scheduler`, `wire` (the HTTP contract), `history` (its record over time), `accounting`
+//!   (GPU time from a window of history); `inventory` and `simulate` read their one input file.
+//! - **GPUs**: `telemetry` (NVML, /proc), `attribution` (whose claim each GPU process is: pure,
+//!   over telemetry's process samples), `discovery` (Flink).
+//! - **Edges**: `store` (what outlives the process, in `SQLite`), `endpoint` (what `gpuboard
+//!   serve` is), `client` (its HTTP client), `sources` (where the console's data comes from),
+//!   `fleet` (the protocol of a claim across endpoints, no I/O of its own, driven by both
+//!   front ends), `doctor`, `exit` (every command's exit codes and the one mapping from a
+//!   fault to its code).
 //! - **Front ends**: `console` (the terminal UI) and `cli` (the subcommands).
 
 pub mod accounting;

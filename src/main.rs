@@ -50,6 +50,7 @@ fn die_quietly_on_broken_pipe() {
 }
 
 fn main() -> ExitCode {
+    gpuboard::client::install_crypto_provider();
     let cli = Cli::parse();
     if matches!(
         cli.command,

@@ -252,6 +252,7 @@ async fn named_tokens_act_under_their_name_and_stop_when_revoked() {
     );
 
     // The bearer scheme is case-insensitive.
+    gpuboard::client::install_crypto_provider();
     let raw = reqwest::Client::new()
         .get(format!("{}/v1/snapshot", serve.url))
         .header(
@@ -300,6 +301,7 @@ async fn https_with_the_pinned_fingerprint_works_end_to_end_and_a_wrong_one_send
     assert!(msg.contains(&fp) && msg.contains(&wrong_fp), "{msg}");
     let after = pinned.snapshot().await.unwrap();
     assert_eq!(before.revision, after.revision);
+    gpuboard::client::install_crypto_provider();
     let metrics = reqwest::Client::builder()
         .tls_danger_accept_invalid_certs(true)
         .build()

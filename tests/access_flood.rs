@@ -100,6 +100,7 @@ host: x
             .healthz()
             .await
             .expect("a health check gets through the flood");
+        gpuboard::client::install_crypto_provider();
         let raw = reqwest::Client::builder()
             .timeout(Duration::from_secs(5))
             .build()

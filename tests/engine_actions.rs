@@ -519,6 +519,7 @@ async fn ray_stop_job_frees_its_gpus() {
          time.sleep(600)\n",
     )
     .unwrap();
+    gpuboard::client::install_crypto_provider();
     let http = reqwest::Client::new();
     let submitted: serde_json::Value = http
         .post(format!("{}/api/jobs/", head.url))

@@ -139,6 +139,7 @@ mod proxy {
 
     /// The proxy's URL; it runs on its own thread until the test process ends.
     pub fn start(upstream: &str, stale: Option<String>, fail_release: bool) -> String {
+        gpuboard::client::install_crypto_provider();
         let cfg = Cfg {
             upstream: upstream.trim_end_matches('/').to_string(),
             stale,

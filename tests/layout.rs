@@ -194,6 +194,7 @@ const KIND_NAMES: &[&str] = &[
     "prometheus",
     "slurm",
     "boinc",
+    "kubernetes",
     "demo",
     "embedded",
 ];
@@ -670,5 +671,97 @@ fn every_test_file_is_a_module_of_the_test_binary() {
     assert!(
         missing.is_empty(),
         "tests/main.rs does not declare these test files (add `mod NAME;`), so they never run: {missing:?}"
+    );
+}
+
+/// The lines (1-based) of `text` that allow `clippy::too_many_lines` without a `//` comment
+/// saying why: on the line itself, or just above it (other attributes and the other lints
+/// of the same `allow(...)` list may stand between).
+fn unreasoned_long_fn_allows(text: &str) -> Vec<usize> {
+    let lines: Vec<&str> = text.lines().collect();
+    let part_of_attribute = |l: &str| {
+        let t = l.trim();
+        t.starts_with("#[")
+            || t.starts_with("#![")
+            || t.starts_with(")]")
+            || (t.starts_with("clippy::") && !t.contains(' '))
+    };
+    let mut found = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        if !line.contains("clippy::too_many_lines") || line.trim_start().starts_with("//") {
+            continue;
+        }
+        let reason_here = line
+            .split_once("//")
+            .is_some_and(|(_, why)| !why.trim().is_empty());
+        let reason_above = lines[..i]
+            .iter()
+            .rev()
+            .find(|l| !part_of_attribute(l))
+            .is_some_and(|l| {
+                let t = l.trim_start();
+                t.starts_with("//") && !t.starts_with("///") && !t.starts_with("//!")
+            });
+        if !reason_here && !reason_above {
+            found.push(i + 1);
+        }
+    }
+    found
+}
+
+#[test]
+fn the_long_function_check_sees_an_allow_without_a_reason() {
+    let code = "\
+/// Does it.
+#[allow(clippy::too_many_lines)]
+fn a() {}
+
+// One match arm per message: cut up, the arms would be read apart from the message.
+#[allow(clippy::too_many_lines)]
+#[must_use]
+fn b() {}
+
+#[allow(clippy::too_many_lines)] // a table of cases, one line each
+fn c() {}
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::too_many_lines
+)]
+";
+    assert_eq!(unreasoned_long_fn_allows(code), vec![2, 15]);
+}
+
+/// `clippy::too_many_lines` is on at its default (100 lines); a function longer than that is
+/// split, or allowed with a comment saying why it reads best whole.
+#[test]
+fn every_long_function_allowed_says_why() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    assert!(
+        !manifest
+            .lines()
+            .any(|l| l.trim().starts_with("too_many_lines")),
+        "Cargo.toml must leave clippy::too_many_lines at its default"
+    );
+    let mut files = Vec::new();
+    for dir in ["src", "tests", "benches"] {
+        rust_files(&root.join(dir), &mut files);
+    }
+    let mut bare = Vec::new();
+    for f in &files {
+        // This file names the lint in its checks and their made-up code.
+        if f.ends_with("tests/layout.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(f).unwrap();
+        for n in unreasoned_long_fn_allows(&text) {
+            bare.push(format!("{}:{n}", f.strip_prefix(root).unwrap().display()));
+        }
+    }
+    assert!(
+        bare.is_empty(),
+        "these allow clippy::too_many_lines without a `//` comment saying why the function reads best whole:\n{}",
+        bare.join("\n")
     );
 }

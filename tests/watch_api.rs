@@ -92,6 +92,7 @@ fn claim(v: serde_json::Value) -> ClaimRequest {
 }
 
 fn raw_http() -> reqwest::Client {
+    gpuboard::client::install_crypto_provider();
     reqwest::Client::builder()
         .no_gzip()
         .timeout(Duration::from_secs(20))

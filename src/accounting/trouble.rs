@@ -203,11 +203,21 @@ pub fn find(story: &Story, samples: &BTreeMap<GpuRef, Vec<Tick>>, pending_ms: u6
     devices.sort_by(|a, b| (a.from, &a.gpu, a.condition).cmp(&(b.from, &b.gpu, b.condition)));
     let mut over_limit: Vec<OverLimit> = over.into_values().collect();
     over_limit.sort_by_key(|a| (a.from, a.claim));
-    let mut long_pending = Vec::new();
+    Trouble {
+        devices,
+        over_limit,
+        long_pending: long_pending(story, pending_ms),
+        backoffs: story.backoffs.clone(),
+    }
+}
+
+/// Every time a claim waited `pending_ms` or longer, earliest first.
+fn long_pending(story: &Story, pending_ms: u64) -> Vec<LongPending> {
+    let mut long = Vec::new();
     for (id, c) in &story.claims {
         for p in &c.pending {
             if p.to.millis_since(p.from) >= pending_ms {
-                long_pending.push(LongPending {
+                long.push(LongPending {
                     claim: *id,
                     project: c.project.clone(),
                     from: p.from,
@@ -217,11 +227,6 @@ pub fn find(story: &Story, samples: &BTreeMap<GpuRef, Vec<Tick>>, pending_ms: u6
             }
         }
     }
-    long_pending.sort_by_key(|a| (a.from, a.claim));
-    Trouble {
-        devices,
-        over_limit,
-        long_pending,
-        backoffs: story.backoffs.clone(),
-    }
+    long.sort_by_key(|a| (a.from, a.claim));
+    long
 }

@@ -112,20 +112,7 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         print!("{}", super::systemd::unit_for(&std::env::current_exe()?));
         return Ok(());
     }
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        // A failing stderr (`2>/dev/full`) loses log lines, never the thread that logs.
-        .log_internal_errors(false);
-    // The journal stamps each line itself and shows no colours.
-    let _ = if super::systemd::under_journald() {
-        logs.without_time().with_ansi(false).try_init()
-    } else {
-        logs.try_init()
-    };
+    init_logs();
     let headroom = match &a.memory_headroom {
         Some(text) => {
             Bytes::parse(text).map_err(|e| anyhow::anyhow!("--memory-headroom {text}: {e}"))?
@@ -177,28 +164,7 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         ..crate::endpoint::live::LiveConfig::local(&host)
     };
     engine.attach_telemetry(core, Some(first), Arc::new(crate::clock::SystemClock), live)?;
-    let mut config = ListenConfig::with_cap(a.max_connections);
-    config.header_timeout = Duration::from_millis(a.header_timeout_ms.max(1));
-    config.idle_timeout = Duration::from_millis(a.idle_timeout_ms.max(1));
-    let mut fingerprint = None;
-    if use_tls {
-        let identity = if let (Some(cert), Some(key)) = (&a.tls_cert, &a.tls_key) {
-            tls::ServerCert::from_files(cert, key)?
-        } else {
-            let names = tls::certificate_names(&host, a.listen.ip());
-            let (identity, made) = tls::ServerCert::load_or_create(&dir, &names)?;
-            if made {
-                eprintln!(
-                    "gpuboard serve: made a certificate for {} in {}",
-                    names.join(", "),
-                    tls::cert_path(&dir).display()
-                );
-            }
-            identity
-        };
-        fingerprint = Some(identity.fingerprint());
-        config.tls = Some(identity.server_config()?);
-    }
+    let (config, fingerprint) = listen_config(&a, use_tls, &host, &dir)?;
     if let Some(w) = exposure_warning(addr, use_tls) {
         warn(&w);
     }
@@ -213,39 +179,10 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let ticker = engine.spawn_ticker();
     // Before anyone is told it listens: a SIGTERM from then on stops it cleanly.
     let shutdown = shutdown_signal();
-    {
-        let mut out = std::io::stdout().lock();
-        writeln!(
-            out,
-            "gpuboard serve: listening on {scheme}://{addr} (data dir {}, tokens {} and {})",
-            dir.display(),
-            auth::OPERATOR_TOKEN_FILE,
-            auth::READ_TOKEN_FILE
-        )?;
-        if let Some(fp) = &fingerprint {
-            writeln!(
-                out,
-                "gpuboard serve: TLS certificate SHA-256 fingerprint {fp} (clients pin it with --tls-fingerprint)"
-            )?;
-        }
-        out.flush()?;
-    }
-    let mut state = ApiState::new(engine, tokens, a.open_reads).with_token_dir(&dir);
-    let recorder = match history_retention(&a)? {
-        Some(keep) => {
-            let history = crate::endpoint::history_recorder::RecordedHistory::open_with(
-                &dir,
-                keep,
-                a.history_max_pages,
-            )
-            .with_context(|| format!("cannot open the history in {}", dir.display()))?;
-            let (with, feed) = state.recording(history);
-            state = with;
-            Some(feed)
-        }
-        None => None,
-    };
-    super::systemd::notify_ready(&format!("{scheme}://{addr}"));
+    announce(&url, &dir, fingerprint.as_deref())?;
+    let state = ApiState::new(engine, tokens, a.open_reads).with_token_dir(&dir);
+    let (state, recorder) = start_recording(&a, &dir, state)?;
+    super::systemd::notify_ready(&url);
     let watchdog = super::systemd::spawn_watchdog();
     let gate = Arc::clone(&state.gate);
     let usage = spawn_usage_flusher(Arc::clone(&gate));
@@ -268,6 +205,97 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     drop(lock);
     drop(host_lock);
     Ok(())
+}
+
+/// Logs to stderr at `RUST_LOG` (default `warn`).
+fn init_logs() {
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        // A failing stderr (`2>/dev/full`) loses log lines, never the thread that logs.
+        .log_internal_errors(false);
+    // The journal stamps each line itself and shows no colours.
+    let _ = if super::systemd::under_journald() {
+        logs.without_time().with_ansi(false).try_init()
+    } else {
+        logs.try_init()
+    };
+}
+
+/// The listener's limits and, with TLS, its certificate (the flags' files, else the data
+/// directory's, made on first start) and that certificate's fingerprint.
+fn listen_config(
+    a: &ServeArgs,
+    use_tls: bool,
+    host: &str,
+    dir: &std::path::Path,
+) -> anyhow::Result<(ListenConfig, Option<String>)> {
+    let mut config = ListenConfig::with_cap(a.max_connections);
+    config.header_timeout = Duration::from_millis(a.header_timeout_ms.max(1));
+    config.idle_timeout = Duration::from_millis(a.idle_timeout_ms.max(1));
+    let mut fingerprint = None;
+    if use_tls {
+        let identity = if let (Some(cert), Some(key)) = (&a.tls_cert, &a.tls_key) {
+            tls::ServerCert::from_files(cert, key)?
+        } else {
+            let names = tls::certificate_names(host, a.listen.ip());
+            let (identity, made) = tls::ServerCert::load_or_create(dir, &names)?;
+            if made {
+                eprintln!(
+                    "gpuboard serve: made a certificate for {} in {}",
+                    names.join(", "),
+                    tls::cert_path(dir).display()
+                );
+            }
+            identity
+        };
+        fingerprint = Some(identity.fingerprint());
+        config.tls = Some(identity.server_config()?);
+    }
+    Ok((config, fingerprint))
+}
+
+/// The first line of stdout says where it listens (tests and scripts wait for it), then the
+/// certificate's fingerprint to pin.
+fn announce(url: &str, dir: &std::path::Path, fingerprint: Option<&str>) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "gpuboard serve: listening on {url} (data dir {}, tokens {} and {})",
+        dir.display(),
+        auth::OPERATOR_TOKEN_FILE,
+        auth::READ_TOKEN_FILE
+    )?;
+    if let Some(fp) = fingerprint {
+        writeln!(
+            out,
+            "gpuboard serve: TLS certificate SHA-256 fingerprint {fp} (clients pin it with --tls-fingerprint)"
+        )?;
+    }
+    out.flush()
+}
+
+/// The API state recording into the data directory's history, and the recorder's feed,
+/// unless `--history-days 0`.
+fn start_recording(
+    a: &ServeArgs,
+    dir: &std::path::Path,
+    state: ApiState,
+) -> anyhow::Result<(ApiState, Option<tokio::task::JoinHandle<()>>)> {
+    let Some(keep) = history_retention(a)? else {
+        return Ok((state, None));
+    };
+    let history = crate::endpoint::history_recorder::RecordedHistory::open_with(
+        dir,
+        keep,
+        a.history_max_pages,
+    )
+    .with_context(|| format!("cannot open the history in {}", dir.display()))?;
+    let (state, feed) = state.recording(history);
+    Ok((state, Some(feed)))
 }
 
 /// The data directory when this start made it: removed again if the start fails before

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 
-use crate::clock::{Clock as _, SystemClock};
+use crate::clock::{Clock as _, SystemClock, Timestamp};
 use crate::endpoint::auth;
 use crate::endpoint::tokens::Role;
 use crate::endpoint::tokens::{ADMIN_NAME, READ_NAME, TokenBook, TokenUsage, parse_expiry};
@@ -98,71 +98,7 @@ pub(super) fn run(cmd: TokenCommand) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        TokenCommand::Ls { json, dir } => {
-            let dir = dir.path();
-            let book = TokenBook::load(&dir)?;
-            // Written by the endpoint every minute and when it stops.
-            let usage = TokenUsage::load(&dir);
-            if json {
-                let rows: Vec<serde_json::Value> = book
-                    .tokens
-                    .iter()
-                    .map(|t| {
-                        let mut v = serde_json::to_value(t).unwrap_or_default();
-                        if let Some(m) = v.as_object_mut() {
-                            m.insert(
-                                "last_used".into(),
-                                serde_json::json!(usage.last_used.get(&t.name)),
-                            );
-                        }
-                        v
-                    })
-                    .collect();
-                return super::print_json(&rows);
-            }
-            let zone = jiff::tz::TimeZone::system();
-            let last = |name: &str| {
-                usage.last_used.get(name).map_or_else(
-                    || "never".to_string(),
-                    |at| crate::clock::date_time(*at, &zone),
-                )
-            };
-            println!(
-                "{:<24} {:<9} {:<20} {:<20} LAST USED",
-                "NAME", "ROLE", "CREATED", "EXPIRES"
-            );
-            println!(
-                "{ADMIN_NAME:<24} {:<9} {:<20} {:<20} {}",
-                "operator",
-                "-",
-                "never",
-                last(ADMIN_NAME)
-            );
-            println!(
-                "{READ_NAME:<24} {:<9} {:<20} {:<20} {}",
-                "read",
-                "-",
-                "never",
-                last(READ_NAME)
-            );
-            for t in &book.tokens {
-                let expires = match t.expires {
-                    None => "never".to_string(),
-                    Some(e) if !t.live(now) => {
-                        format!("{} (expired)", crate::clock::date_time(e, &zone))
-                    }
-                    Some(e) => crate::clock::date_time(e, &zone),
-                };
-                println!(
-                    "{:<24} {:<9} {:<20} {expires:<20} {}",
-                    t.name,
-                    t.role.to_string(),
-                    crate::clock::date_time(t.created, &zone),
-                    last(&t.name)
-                );
-            }
-            Ok(())
-        }
+        TokenCommand::Ls { json, dir } => list(&dir.path(), json, now),
         TokenCommand::Revoke { name, dir } => {
             let dir = dir.path();
             if name == ADMIN_NAME || name == READ_NAME {
@@ -184,6 +120,73 @@ pub(super) fn run(cmd: TokenCommand) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// `token ls`: the data directory's own two tokens, then the named ones, with when each
+/// was last used (as JSON with `--json`).
+fn list(dir: &Path, json: bool, now: Timestamp) -> anyhow::Result<()> {
+    let book = TokenBook::load(dir)?;
+    // Written by the endpoint every minute and when it stops.
+    let usage = TokenUsage::load(dir);
+    if json {
+        let rows: Vec<serde_json::Value> = book
+            .tokens
+            .iter()
+            .map(|t| {
+                let mut v = serde_json::to_value(t).unwrap_or_default();
+                if let Some(m) = v.as_object_mut() {
+                    m.insert(
+                        "last_used".into(),
+                        serde_json::json!(usage.last_used.get(&t.name)),
+                    );
+                }
+                v
+            })
+            .collect();
+        return super::print_json(&rows);
+    }
+    let zone = jiff::tz::TimeZone::system();
+    let last = |name: &str| {
+        usage.last_used.get(name).map_or_else(
+            || "never".to_string(),
+            |at| crate::clock::date_time(*at, &zone),
+        )
+    };
+    println!(
+        "{:<24} {:<9} {:<20} {:<20} LAST USED",
+        "NAME", "ROLE", "CREATED", "EXPIRES"
+    );
+    println!(
+        "{ADMIN_NAME:<24} {:<9} {:<20} {:<20} {}",
+        "operator",
+        "-",
+        "never",
+        last(ADMIN_NAME)
+    );
+    println!(
+        "{READ_NAME:<24} {:<9} {:<20} {:<20} {}",
+        "read",
+        "-",
+        "never",
+        last(READ_NAME)
+    );
+    for t in &book.tokens {
+        let expires = match t.expires {
+            None => "never".to_string(),
+            Some(e) if !t.live(now) => {
+                format!("{} (expired)", crate::clock::date_time(e, &zone))
+            }
+            Some(e) => crate::clock::date_time(e, &zone),
+        };
+        println!(
+            "{:<24} {:<9} {:<20} {expires:<20} {}",
+            t.name,
+            t.role.to_string(),
+            crate::clock::date_time(t.created, &zone),
+            last(&t.name)
+        );
+    }
+    Ok(())
 }
 
 /// An exclusive lock on the token list, so two `token` commands never lose each other's

@@ -38,6 +38,15 @@ impl TlsTrust {
     }
 }
 
+/// Makes ring the process's rustls crypto provider (once; later calls do nothing). The
+/// server, this client's configurations and kube already name ring; reqwest (built without a
+/// provider of its own, so aws-lc-rs is not compiled in) and kube's platform verifier take
+/// the process's provider, and a reqwest client built before one is installed panics.
+pub fn install_crypto_provider() {
+    // An error only says a provider is installed already: ring, as nothing else is compiled in.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// A TLS configuration that trusts no certificate, for clients of `http://` endpoints only.
 /// reqwest builds a TLS connector for every client; its default one loads the system's
 /// root certificates each time (tens of milliseconds), this one costs microseconds (`None` only if

@@ -148,6 +148,9 @@ fn spawn_signals(tx: &UnboundedSender<Msg>) -> io::Result<()> {
 
 /// Performs one effect; results come back as messages. `readonly` is checked here too:
 /// whatever `update` asked, no action reaches a source in read-only mode.
+// One arm per `Effect`, each spawning its call and sending the answer back: the driver's
+// whole repertoire in one match, looked up by effect.
+#[allow(clippy::too_many_lines)]
 pub fn perform(
     effect: Effect,
     sources: &[Arc<dyn Source>],

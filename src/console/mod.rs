@@ -144,14 +144,7 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
     let theme_spec = args.theme.clone().or(cfg.theme.clone());
     let (theme, warn) = theme::load(theme_spec.as_deref(), no_color, &config::theme_dirs());
     warnings.extend(warn);
-    let keymap = match &cfg.keymap {
-        None => keymap::Keymap::builtin(),
-        Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .with_context(|| format!("cannot read keymap {}", p.display()))?;
-            keymap::Keymap::parse(&text).with_context(|| format!("keymap {}", p.display()))?
-        }
-    };
+    let keymap = load_keymap(&cfg)?;
     let timeout = Duration::from_millis(refresh_ms.clamp(1_000, 10_000));
     let at = match &args.at {
         Some(text) => Some(
@@ -184,50 +177,13 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
         ca_file: args.tls_ca.clone().or_else(|| cfg.tls_ca.clone()),
     };
     let none = TlsTrust::default();
-    // One rule with the CLI (`sources::kind::chosen`): sources named on the command line
-    // replace the config's; the config's are the world only when none is named.
-    let mut named: Vec<EndpointConfig> = Vec::new();
-    for (i, url) in args.endpoints.iter().enumerate() {
-        named.push(EndpointConfig::named(
-            &format!("ep{}", i + 1),
-            url,
-            SourceKind::Gpuboard,
-        ));
-    }
-    for (i, url) in args.rays.iter().enumerate() {
-        named.push(EndpointConfig::named(
-            &format!("ray{}", i + 1),
-            url,
-            SourceKind::Ray,
-        ));
-    }
     // `--slurm` takes its JWT from `SLURM_JWT`, as scontrol's token does.
     let slurm_jwt = std::env::var("SLURM_JWT").ok().filter(|t| !t.is_empty());
-    for (i, url) in args.slurms.iter().enumerate() {
-        named.push(EndpointConfig::named(
-            &format!("slurm{}", i + 1),
-            url,
-            SourceKind::Slurm,
-        ));
-    }
-    for (i, address) in args.boincs.iter().enumerate() {
-        let mut ep = EndpointConfig::named(&format!("boinc{}", i + 1), address, SourceKind::Boinc);
-        ep.token_file.clone_from(&args.boinc_password_file);
-        named.push(ep);
-    }
-    if args.kubeconfig.is_some() || args.kube_context.is_some() {
-        named.push(EndpointConfig::kubernetes(
-            args.kubeconfig.clone(),
-            args.kube_context.clone(),
-        ));
-    }
-    for (i, url) in args.prometheuses.iter().enumerate() {
-        let name = format!("prom{}", i + 1);
-        named.push(EndpointConfig::named(&name, url, SourceKind::Prometheus));
-    }
-    // `--demo` reads the config only when `--config` names it (`world_config`), so a demo
-    // never reaches a real endpoint the operator did not add.
-    let world = crate::sources::kind::chosen(named, &cfg.endpoints);
+    // One rule with the CLI (`sources::kind::chosen`): sources named on the command line
+    // replace the config's; the config's are the world only when none is named. `--demo`
+    // reads the config only when `--config` names it (`world_config`), so a demo never
+    // reaches a real endpoint the operator did not add.
+    let world = crate::sources::kind::chosen(named_sources(args), &cfg.endpoints);
     for ep in &world {
         let jwt = slurm_jwt
             .clone()
@@ -271,6 +227,59 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
         warnings,
         at,
     })
+}
+
+/// The config's keymap, else the built-in one.
+fn load_keymap(cfg: &config::Config) -> anyhow::Result<keymap::Keymap> {
+    let Some(p) = &cfg.keymap else {
+        return Ok(keymap::Keymap::builtin());
+    };
+    let text = std::fs::read_to_string(p)
+        .with_context(|| format!("cannot read keymap {}", p.display()))?;
+    keymap::Keymap::parse(&text).with_context(|| format!("keymap {}", p.display()))
+}
+
+/// The sources the command line names, in the order the console lists them: endpoints,
+/// Ray, Slurm, BOINC, Kubernetes, Prometheus.
+fn named_sources(args: &ConsoleArgs) -> Vec<EndpointConfig> {
+    let mut named: Vec<EndpointConfig> = Vec::new();
+    for (i, url) in args.endpoints.iter().enumerate() {
+        named.push(EndpointConfig::named(
+            &format!("ep{}", i + 1),
+            url,
+            SourceKind::Gpuboard,
+        ));
+    }
+    for (i, url) in args.rays.iter().enumerate() {
+        named.push(EndpointConfig::named(
+            &format!("ray{}", i + 1),
+            url,
+            SourceKind::Ray,
+        ));
+    }
+    for (i, url) in args.slurms.iter().enumerate() {
+        named.push(EndpointConfig::named(
+            &format!("slurm{}", i + 1),
+            url,
+            SourceKind::Slurm,
+        ));
+    }
+    for (i, address) in args.boincs.iter().enumerate() {
+        let mut ep = EndpointConfig::named(&format!("boinc{}", i + 1), address, SourceKind::Boinc);
+        ep.token_file.clone_from(&args.boinc_password_file);
+        named.push(ep);
+    }
+    if args.kubeconfig.is_some() || args.kube_context.is_some() {
+        named.push(EndpointConfig::kubernetes(
+            args.kubeconfig.clone(),
+            args.kube_context.clone(),
+        ));
+    }
+    for (i, url) in args.prometheuses.iter().enumerate() {
+        let name = format!("prom{}", i + 1);
+        named.push(EndpointConfig::named(&name, url, SourceKind::Prometheus));
+    }
+    named
 }
 
 /// The config the console's world is built from. `--demo` is the simulated fleet alone:

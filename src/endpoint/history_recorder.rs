@@ -32,7 +32,8 @@ const RETAIN_EVERY_MS: u64 = 600_000;
 const QUEUE: usize = 64;
 /// A commit is recorded after this pause, so a burst of commits makes one version. At 20 ms
 /// a saturating claim load (32 clients, `--sync full`) lost ~20 % of its throughput to the
-/// snapshot builds the history asked for; at 100 ms it is within noise (README, "History").
+/// snapshot builds the history asked for; at 100 ms it is within noise (docs/performance.md,
+/// "History").
 const COALESCE: Duration = Duration::from_millis(100);
 /// How often a snapshot older than the commit that woke the feed is asked again.
 const OWED_TRIES: u32 = 50;

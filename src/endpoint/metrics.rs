@@ -19,7 +19,7 @@ use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::endpoint::api_error::{ApiError, serialize_failed};
 use crate::endpoint::api_state::ApiState;
 use crate::endpoint::report_api::window_report;
-use crate::snapshot::ClaimState;
+use crate::snapshot::{ClaimState, Snapshot};
 
 type Labels = Vec<(String, String)>;
 
@@ -104,50 +104,46 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// The metrics of the durable state (the cached snapshot version) and of the store.
-pub(crate) async fn metrics(
-    State(st): State<ApiState>,
-) -> Result<axum::response::Response, ApiError> {
-    let built = st.versions.current().await.map_err(serialize_failed)?;
-    let snap = &built.snapshot;
-    let mut reg = Registry::with_prefix("gpuboard");
-    let gauge = |reg: &mut Registry, name: &str, help: &str| {
-        let f = Family::<Labels, Gauge>::default();
-        reg.register(name, help, f.clone());
-        f
-    };
-    let mem_cap = gauge(
-        &mut reg,
-        "device_memory_capacity_bytes",
-        "Schedulable memory M",
-    );
+/// An integer gauge family registered under `name`.
+fn gauge(reg: &mut Registry, name: &str, help: &str) -> Family<Labels, Gauge> {
+    let f = Family::<Labels, Gauge>::default();
+    reg.register(name, help, f.clone());
+    f
+}
+
+/// A float gauge family registered under `name`.
+fn float_gauge(
+    reg: &mut Registry,
+    name: &str,
+    help: &str,
+) -> Family<Labels, Gauge<f64, AtomicU64>> {
+    let f = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+    reg.register(name, help, f.clone());
+    f
+}
+
+/// Per device: memory (schedulable, reserved, used, unclaimed), compute, slots, cordon.
+fn device_metrics(reg: &mut Registry, snap: &Snapshot) {
+    let mem_cap = gauge(reg, "device_memory_capacity_bytes", "Schedulable memory M");
     let mem_alloc = gauge(
-        &mut reg,
+        reg,
         "device_memory_allocated_bytes",
         "Memory reserved by claims",
     );
-    let mem_used = gauge(
-        &mut reg,
-        "device_memory_used_bytes",
-        "Memory in use (telemetry)",
-    );
+    let mem_used = gauge(reg, "device_memory_used_bytes", "Memory in use (telemetry)");
     let mem_unclaimed = gauge(
-        &mut reg,
+        reg,
         "device_memory_unclaimed_bytes",
         "Memory used by processes of no claim (telemetry)",
     );
     let compute = gauge(
-        &mut reg,
+        reg,
         "device_compute_allocated_units",
         "Compute reserved, 10000 units per device",
     );
-    let slots = gauge(
-        &mut reg,
-        "device_slots_allocated",
-        "Sharing slots taken, of 100",
-    );
+    let slots = gauge(reg, "device_slots_allocated", "Sharing slots taken, of 100");
     let cordoned = gauge(
-        &mut reg,
+        reg,
         "device_cordoned",
         "1 when the device takes no new claims",
     );
@@ -175,7 +171,11 @@ pub(crate) async fn metrics(
         set(&slots, u64::from(d.slots_allocated.0));
         set(&cordoned, u64::from(d.cordoned));
     }
-    let claims = gauge(&mut reg, "claims", "Claims by state");
+}
+
+/// Claims counted by state.
+fn claim_metrics(reg: &mut Registry, snap: &Snapshot) {
+    let claims = gauge(reg, "claims", "Claims by state");
     for state in [ClaimState::Placed, ClaimState::Pending] {
         let n = snap.claims.iter().filter(|c| c.state == state).count();
         let name = serde_json::to_value(state)
@@ -186,44 +186,39 @@ pub(crate) async fn metrics(
             .get_or_create(&vec![("state".to_string(), name)])
             .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
-    let debt = Family::<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
-    reg.register(
+}
+
+/// Fair share: per project and resource type its debt, backoff and eligibility, per project
+/// its pending claims, per resource type its idle instances and shortfall.
+fn fair_share_metrics(reg: &mut Registry, snap: &Snapshot) {
+    let debt = float_gauge(
+        reg,
         "project_debt",
         "Long-term debt per project and resource, instance-seconds",
-        debt.clone(),
     );
     let backoff = gauge(
-        &mut reg,
+        reg,
         "project_backed_off",
         "1 while the project is backed off for the resource",
     );
-    let float = |reg: &mut Registry, name: &str, help: &str| {
-        let f = Family::<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
-        reg.register(name, help, f.clone());
-        f
-    };
-    let backoff_left = float(
-        &mut reg,
+    let backoff_left = float_gauge(
+        reg,
         "project_backoff_remaining_seconds",
         "Seconds until the project's backoff for the resource ends (0 when not backed off)",
     );
     let eligible = gauge(
-        &mut reg,
+        reg,
         "project_eligible",
         "1 while the project has work the resource could run (it accrues debt)",
     );
-    let pending = gauge(
-        &mut reg,
-        "project_claims_pending",
-        "Pending claims per project",
-    );
-    let idle = float(
-        &mut reg,
+    let pending = gauge(reg, "project_claims_pending", "Pending claims per project");
+    let idle = float_gauge(
+        reg,
         "resource_idle_instances",
         "Idle instances per resource type",
     );
-    let shortfall = float(
-        &mut reg,
+    let shortfall = float_gauge(
+        reg,
         "resource_shortfall_seconds",
         "Shortfall over the buffer horizon per resource type, instance-seconds",
     );
@@ -252,6 +247,18 @@ pub(crate) async fn metrics(
         idle.get_or_create(&l).set(r.idle);
         shortfall.get_or_create(&l).set(r.shortfall);
     }
+}
+
+/// The metrics of the durable state (the cached snapshot version) and of the store.
+pub(crate) async fn metrics(
+    State(st): State<ApiState>,
+) -> Result<axum::response::Response, ApiError> {
+    let built = st.versions.current().await.map_err(serialize_failed)?;
+    let snap = &built.snapshot;
+    let mut reg = Registry::with_prefix("gpuboard");
+    device_metrics(&mut reg, snap);
+    claim_metrics(&mut reg, snap);
+    fair_share_metrics(&mut reg, snap);
     let revision = Gauge::<i64>::default();
     revision.set(i64::try_from(snap.revision).unwrap_or(i64::MAX));
     reg.register("revision", "Revision of the endpoint's state", revision);

@@ -1,6 +1,6 @@
 //! `GET /v1/watch`: server-sent events as the state changes. Without `deltas=1`, the
 //! original revision feed (`audit`, `revision`, `resync` events). With it, the delta watch
-//! of the README's "Watch with deltas": a `snapshot`, then one `delta` per version (from
+//! of docs/api.md, "Watch with deltas": a `snapshot`, then one `delta` per version (from
 //! the shared ring, never recomputed per watcher), `resync` when `since` cannot be
 //! resumed, and a `heartbeat` whenever nothing else was sent for a while; with
 //! `deflate=1`, all of it as one deflate stream (`wire::deflate`).

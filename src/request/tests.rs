@@ -129,6 +129,8 @@ fn legacy_koordinator_gpu_is_mutated() {
 }
 
 #[test]
+// One case per rule, each a few lines, read as the table of rules it checks.
+#[allow(clippy::too_many_lines)]
 fn the_ten_rules_each_name_themselves() {
     let cases: Vec<(Value, Rule, &str)> = vec![
         (

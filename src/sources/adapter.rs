@@ -2,7 +2,8 @@
 //! its configuration, its way to the peer and its clock; the secret-hiding `Debug` helper;
 //! the refusal messages; and `Adapter`, whose blanket `impl Source` gives every adapter
 //! the same answers: engines own their scheduling, so `plan` always refuses, and each
-//! adapter says only how it reads its peer and which actions it carries out.
+//! adapter says only how it reads its peer and which actions it carries out (`engine_adapter!`
+//! says it for an adapter whose only actions are its engine's).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -33,6 +34,51 @@ pub trait Adapter: Clone + Send + Sync + 'static {
     /// Carries out an action, or refuses it in the engine's words.
     fn carry_out(&self, action: Action) -> BoxFuture<'static, Result<Outcome, Failure>>;
 }
+
+/// `impl Adapter` for an engine adapter whose only actions are its engine actions (Ray,
+/// Slurm): named by its shell's config, read with its own `fetch`, `Action::Engine` carried
+/// out with its own `engine_act`, and every other action refused in `$refuse`'s words.
+macro_rules! engine_adapter {
+    ($source:ty, $kind:expr, $refuse:path) => {
+        impl $crate::sources::adapter::Adapter for $source {
+            const KIND: $crate::sources::SourceKind = $kind;
+            fn source_name(&self) -> &str {
+                &self.shell.config.name
+            }
+            fn read(
+                &self,
+            ) -> impl ::std::future::Future<
+                Output = ::std::result::Result<
+                    $crate::snapshot::Snapshot,
+                    $crate::sources::error::SourceError,
+                >,
+            > + Send
+            + '_ {
+                <$source>::fetch(self)
+            }
+            fn carry_out(
+                &self,
+                action: $crate::sources::Action,
+            ) -> ::futures::future::BoxFuture<
+                'static,
+                ::std::result::Result<$crate::sources::Outcome, $crate::sources::Failure>,
+            > {
+                match action {
+                    $crate::sources::Action::Engine(a) => {
+                        let source = ::std::clone::Clone::clone(self);
+                        ::std::boxed::Box::pin(async move {
+                            Ok($crate::sources::Outcome::Engine(
+                                source.engine_act(&a).await?,
+                            ))
+                        })
+                    }
+                    other => $crate::sources::adapter::act_refused($refuse(other.verb())),
+                }
+            }
+        }
+    };
+}
+pub(super) use engine_adapter;
 
 impl<A: Adapter> Source for A {
     fn name(&self) -> &str {

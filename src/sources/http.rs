@@ -163,6 +163,7 @@ impl JsonClient {
         }
         url.set_query(None);
         url.set_fragment(None);
+        crate::client::install_crypto_provider();
         let mut builder = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout);

@@ -496,57 +496,7 @@ pub fn telemetry_snapshot(
     mut endpoint: EndpointInfo,
     taken_at: Timestamp,
 ) -> Snapshot {
-    let mut devices: BTreeMap<(String, u32), Gathered> = BTreeMap::new();
-    for s in series {
-        let Some((node, index)) = place(s, labels, &mut endpoint.warnings) else {
-            continue;
-        };
-        let name = s.label("__name__").unwrap_or("(unnamed)");
-        let Some((at, latest)) = s.latest() else {
-            continue;
-        };
-        let g = devices.entry((node, index)).or_default();
-        g.model = g
-            .model
-            .take()
-            .or_else(|| s.label("modelName").map(str::to_string));
-        g.uuid = g
-            .uuid
-            .take()
-            .or_else(|| s.label("UUID").map(str::to_string));
-        g.pci_bus_id = g
-            .pci_bus_id
-            .take()
-            .or_else(|| s.label("pci_bus_id").map(str::to_string));
-        g.sampled_at = g.sampled_at.max(at);
-        let instance = match s.label("GPU_I_ID") {
-            Some(id) => {
-                let key = match s.label("GPU_I_PROFILE") {
-                    Some(p) => format!("{id} {p}"),
-                    None => id.to_string(),
-                };
-                g.mig_instances.entry(key).or_default()
-            }
-            None => &mut g.whole,
-        };
-        let history = || s.samples.iter().filter_map(|(_, v)| *v);
-        match name {
-            GPU_UTIL => {
-                instance.util = latest;
-                instance.util_history = history().map(percent).collect();
-            }
-            FB_USED => {
-                instance.fb_used = latest;
-                instance.used_history = history().map(|v| mib(v).0).collect();
-            }
-            FB_FREE => instance.fb_free = latest,
-            // Device-wide readings: every MIG instance repeats them.
-            GPU_TEMP => g.temperature = latest.or(g.temperature),
-            POWER_USAGE => g.power = latest.or(g.power),
-            _ => {}
-        }
-    }
-
+    let devices = gather(series, labels, &mut endpoint.warnings);
     let mut nodes: Vec<NodeView> = Vec::new();
     for ((node, index), g) in devices {
         let mig = !g.mig_instances.is_empty();
@@ -606,6 +556,66 @@ pub fn telemetry_snapshot(
         nodes,
         ..Snapshot::default()
     }
+}
+
+/// The series gathered per device (node, `gpu` index), MIG instances apart; a series that
+/// cannot be placed is left out with a warning.
+fn gather(
+    series: &[Series],
+    labels: &NodeLabels,
+    warnings: &mut Vec<SourceWarning>,
+) -> BTreeMap<(String, u32), Gathered> {
+    let mut devices: BTreeMap<(String, u32), Gathered> = BTreeMap::new();
+    for s in series {
+        let Some((node, index)) = place(s, labels, warnings) else {
+            continue;
+        };
+        let name = s.label("__name__").unwrap_or("(unnamed)");
+        let Some((at, latest)) = s.latest() else {
+            continue;
+        };
+        let g = devices.entry((node, index)).or_default();
+        g.model = g
+            .model
+            .take()
+            .or_else(|| s.label("modelName").map(str::to_string));
+        g.uuid = g
+            .uuid
+            .take()
+            .or_else(|| s.label("UUID").map(str::to_string));
+        g.pci_bus_id = g
+            .pci_bus_id
+            .take()
+            .or_else(|| s.label("pci_bus_id").map(str::to_string));
+        g.sampled_at = g.sampled_at.max(at);
+        let instance = match s.label("GPU_I_ID") {
+            Some(id) => {
+                let key = match s.label("GPU_I_PROFILE") {
+                    Some(p) => format!("{id} {p}"),
+                    None => id.to_string(),
+                };
+                g.mig_instances.entry(key).or_default()
+            }
+            None => &mut g.whole,
+        };
+        let history = || s.samples.iter().filter_map(|(_, v)| *v);
+        match name {
+            GPU_UTIL => {
+                instance.util = latest;
+                instance.util_history = history().map(percent).collect();
+            }
+            FB_USED => {
+                instance.fb_used = latest;
+                instance.used_history = history().map(|v| mib(v).0).collect();
+            }
+            FB_FREE => instance.fb_free = latest,
+            // Device-wide readings: every MIG instance repeats them.
+            GPU_TEMP => g.temperature = latest.or(g.temperature),
+            POWER_USAGE => g.power = latest.or(g.power),
+            _ => {}
+        }
+    }
+    devices
 }
 
 /// A series' node and device index, or a warning naming the series and what it lacks.

@@ -38,6 +38,9 @@ fn gpu(index: u32, model: &str, gib: u64) -> DeviceSpec {
 /// A small lab: two A100-40GB on `lab-a`, two A10G on `lab-b`, six claims (one over its
 /// limit, one idle, one pending), one cordoned GPU, unclaimed use on one GPU, and
 /// fair-share accounts with a backoff.
+// The lab written out as data, a node, claim or account a few lines each: read as the
+// fixture it is, top to bottom.
+#[allow(clippy::too_many_lines)]
 pub fn lab_snapshot() -> Snapshot {
     let nodes = vec![
         NodeSpec {

@@ -112,6 +112,7 @@ impl Cluster {
 
     /// A control route: `drop-watches`, `expire` (with `{"delete": [[plural, ns, name]]}`).
     pub async fn control(&self, route: &str, body: Value) -> Value {
+        gpuboard::client::install_crypto_provider();
         reqwest::Client::new()
             .post(format!("{}/gpuboard-harness/{route}", self.url))
             .body(body.to_string())
@@ -125,6 +126,7 @@ impl Cluster {
 
     /// The harness's counters: lists, watches, gone (410s sent), bookmarks, rv.
     pub async fn stats(&self) -> Value {
+        gpuboard::client::install_crypto_provider();
         reqwest::get(format!("{}/gpuboard-harness/stats", self.url))
             .await
             .unwrap()
@@ -135,6 +137,7 @@ impl Cluster {
 
     /// Sends `body` to the Kubernetes API (`POST`, `PATCH` as a merge patch, `DELETE`).
     pub async fn api(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        gpuboard::client::install_crypto_provider();
         let mut req = reqwest::Client::new().request(method.clone(), format!("{}{path}", self.url));
         if let Some(b) = body {
             let kind = if method == reqwest::Method::PATCH {

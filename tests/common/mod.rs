@@ -327,6 +327,7 @@ impl Drop for Server {
 
 /// An HTTP client for raw status and body checks.
 pub fn http() -> reqwest::Client {
+    gpuboard::client::install_crypto_provider();
     let mut builder = reqwest::Client::builder();
     // http:// only: skips loading the system's root certificates for every client.
     if let Some(tls) = gpuboard::client::http_only_tls() {

@@ -82,6 +82,9 @@ pub fn claim_view(t0: u64, &(id, project, device, units): &Claim) -> ClaimView {
 }
 
 /// The endpoint's state at each moment, as it served it.
+// The scenario's moments written out as data, one `Moment` each, in the order they
+// happen: read as the story it is.
+#[allow(clippy::too_many_lines)]
 pub fn states(t0: u64) -> Vec<Snapshot> {
     let base: Vec<Claim> = vec![
         (1, "vision", Some(0), 10_000),

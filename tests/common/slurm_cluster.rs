@@ -153,6 +153,9 @@ impl Cluster {
 
     /// Starts the cluster and waits for its node to be idle. Needs root and Debian's
     /// `slurm-wlm`, `slurmrestd` and `munge`.
+    // The cluster's start in the order it must happen (checks, files and keys, munged,
+    // slurmctld, slurmd, slurmrestd, the node idle): a recipe read top to bottom.
+    #[allow(clippy::too_many_lines)]
     pub fn start() -> Cluster {
         let turn = crate::common::heavy_peer_turn();
         for bin in [

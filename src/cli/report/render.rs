@@ -152,7 +152,13 @@ fn usage(out: &mut String, r: &FleetReport) {
         ""
     );
     out.push('\n');
-    let idle: Vec<_> = u
+    idle_holders(out, r);
+}
+
+/// The ten biggest idle holders, biggest first.
+fn idle_holders(out: &mut String, r: &FleetReport) {
+    let idle: Vec<_> = r
+        .usage
         .claims
         .iter()
         .filter(|c| c.item.figures.idle_allocated.0 > 0.0)
@@ -231,8 +237,15 @@ fn until(to: Timestamp, ongoing: bool) -> String {
 }
 
 fn trouble(out: &mut String, r: &FleetReport) {
-    let t = &r.trouble;
     out.push_str("## What went wrong\n\n");
+    trouble_gpus(out, r);
+    trouble_claims(out, r);
+    trouble_backoffs(out, r);
+}
+
+/// GPUs stale, unhealthy or cordoned, and for how long.
+fn trouble_gpus(out: &mut String, r: &FleetReport) {
+    let t = &r.trouble;
     out.push_str("### GPUs stale, unhealthy or cordoned\n\n");
     for g in &t.gpus {
         let what = match g.item.condition {
@@ -261,6 +274,11 @@ fn trouble(out: &mut String, r: &FleetReport) {
     if t.gpus.is_empty() {
         out.push_str("- none\n");
     }
+}
+
+/// Claims over their memory, and claims long pending with their reasons.
+fn trouble_claims(out: &mut String, r: &FleetReport) {
+    let t = &r.trouble;
     out.push_str("\n### Claims over their memory\n\n");
     for o in &t.over_limit {
         let i = &o.item;
@@ -312,6 +330,11 @@ fn trouble(out: &mut String, r: &FleetReport) {
     if t.long_pending.is_empty() {
         out.push_str("- none\n");
     }
+}
+
+/// Projects backed off, on what and for how long.
+fn trouble_backoffs(out: &mut String, r: &FleetReport) {
+    let t = &r.trouble;
     out.push_str("\n### Projects backed off\n\n");
     for b in &t.backoffs {
         let i = &b.item;

@@ -153,6 +153,9 @@ fn move_cursor(state: &mut State, delta: isize) {
 }
 
 /// A key action while browsing (also reached from the command line).
+// One arm per key action, each a few lines: the keymap's whole repertoire in one match,
+// which a reader looks up by action. (Also being reworked with the console's flow.)
+#[allow(clippy::too_many_lines)]
 pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
     if a.mutates() && state.readonly {
         flash(

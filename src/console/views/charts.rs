@@ -85,17 +85,7 @@ fn recorded(
         .chain(used.iter().chain(&reserved).map(|p| p.1))
         .fold(1.0_f64, f64::max);
     let power_max = power.iter().map(|p| p.1).fold(1.0_f64, f64::max) * 1.1;
-    // Claim starts and ends, and the time shown, as vertical lines.
-    let marks: Vec<(Vec<(f64, f64)>, bool)> = c
-        .claim_marks()
-        .into_iter()
-        .map(|(at, up)| {
-            let mx = at.millis_since(c.key.from) as f64;
-            (vec![(mx, 0.0), (mx, 1.0)], up)
-        })
-        .collect();
-    let now_x = (state.now >= c.key.from && state.now <= c.key.to)
-        .then(|| state.now.millis_since(c.key.from) as f64);
+    let (marks, now_x) = vertical_marks(state, c);
     // The readings at the time shown (live: the latest).
     let last = c
         .samples
@@ -141,47 +131,99 @@ fn recorded(
         ),
     ];
     for (pane, title, series, max) in panes {
-        let scaled_marks: Vec<(Vec<(f64, f64)>, Style)> = marks
-            .iter()
-            .map(|(pts, up)| {
-                (
-                    pts.iter().map(|(x, y)| (*x, y * max)).collect(),
-                    if *up { theme.ok } else { theme.warn },
-                )
-            })
-            .chain(now_x.map(|nx| (vec![(nx, 0.0), (nx, max)], theme.critical)))
-            .collect();
-        let mut sets: Vec<Dataset> = scaled_marks
-            .iter()
-            .map(|(pts, style)| {
-                Dataset::default()
-                    .graph_type(GraphType::Line)
-                    .marker(Marker::Braille)
-                    .style(*style)
-                    .data(pts)
-            })
-            .collect();
-        sets.extend(series.iter().map(|(pts, style)| {
+        let window = Window {
+            span,
+            labels: &labels,
+            marks: &marks,
+            now_x,
+        };
+        chart_pane(frame, pane, title, &series, max, &window, theme);
+    }
+}
+
+/// A vertical line's two points and whether it marks a claim's start (else its end).
+type Mark = (Vec<(f64, f64)>, bool);
+
+/// Claim starts and ends as vertical lines of height 1, and where the time shown falls in the
+/// window.
+fn vertical_marks(state: &State, c: &Charts) -> (Vec<Mark>, Option<f64>) {
+    let marks = c
+        .claim_marks()
+        .into_iter()
+        .map(|(at, up)| {
+            let mx = at.millis_since(c.key.from) as f64;
+            (vec![(mx, 0.0), (mx, 1.0)], up)
+        })
+        .collect();
+    let now_x = (state.now >= c.key.from && state.now <= c.key.to)
+        .then(|| state.now.millis_since(c.key.from) as f64);
+    (marks, now_x)
+}
+
+/// What every pane of the recorded charts shares: the window's length in ms, its two time
+/// labels, the claim marks (starts `true`) and where the time shown falls.
+struct Window<'a> {
+    span: f64,
+    labels: &'a [String; 2],
+    marks: &'a [Mark],
+    now_x: Option<f64>,
+}
+
+/// One chart: the claim marks and the time shown as vertical lines under the series, on a
+/// y axis from 0 to `max`.
+fn chart_pane(
+    frame: &mut Frame,
+    pane: Rect,
+    title: String,
+    series: &[(Vec<(f64, f64)>, Style)],
+    max: f64,
+    w: &Window,
+    theme: &Theme,
+) {
+    let scaled_marks: Vec<(Vec<(f64, f64)>, Style)> = w
+        .marks
+        .iter()
+        .map(|(pts, up)| {
+            (
+                pts.iter().map(|(x, y)| (*x, y * max)).collect(),
+                if *up { theme.ok } else { theme.warn },
+            )
+        })
+        .chain(
+            w.now_x
+                .map(|nx| (vec![(nx, 0.0), (nx, max)], theme.critical)),
+        )
+        .collect();
+    let mut sets: Vec<Dataset> = scaled_marks
+        .iter()
+        .map(|(pts, style)| {
             Dataset::default()
                 .graph_type(GraphType::Line)
                 .marker(Marker::Braille)
                 .style(*style)
                 .data(pts)
-        }));
-        let x_axis = Axis::default().bounds([0.0, span]).style(theme.dim);
-        let x_axis = if pane.height >= 6 && pane.width >= 24 {
-            x_axis.labels(labels.iter().map(|l| Span::styled(l.clone(), theme.dim)))
-        } else {
-            x_axis
-        };
-        frame.render_widget(
-            Chart::new(sets)
-                .block(block(title, theme))
-                .x_axis(x_axis)
-                .y_axis(Axis::default().bounds([0.0, max]).style(theme.dim)),
-            pane,
-        );
-    }
+        })
+        .collect();
+    sets.extend(series.iter().map(|(pts, style)| {
+        Dataset::default()
+            .graph_type(GraphType::Line)
+            .marker(Marker::Braille)
+            .style(*style)
+            .data(pts)
+    }));
+    let x_axis = Axis::default().bounds([0.0, w.span]).style(theme.dim);
+    let x_axis = if pane.height >= 6 && pane.width >= 24 {
+        x_axis.labels(w.labels.iter().map(|l| Span::styled(l.clone(), theme.dim)))
+    } else {
+        x_axis
+    };
+    frame.render_widget(
+        Chart::new(sets)
+            .block(block(title, theme))
+            .x_axis(x_axis)
+            .y_axis(Axis::default().bounds([0.0, max]).style(theme.dim)),
+        pane,
+    );
 }
 
 /// Utilization and memory-use sparklines from the snapshot's own short history.

@@ -71,6 +71,9 @@ fn pct_of(a: u64, b: u64) -> f64 {
     }
 }
 
+// One entry per Overview line, in screen order: a list read top to bottom as the screen
+// shows it.
+#[allow(clippy::too_many_lines)]
 fn total_lines(t: &FleetTotals, selected: Option<&str>, theme: &Theme) -> Vec<Line<'static>> {
     let FleetTotals {
         gpus,

@@ -146,20 +146,7 @@ pub fn snapshot<'a>(
     }
     tally(&mut node_views, &claims);
     let mut claims: Vec<ClaimView> = claims.into_iter().map(|(c, _)| c).collect();
-    claims.sort_by(|a, b| {
-        (
-            a.state == ClaimState::Pending,
-            &a.node,
-            a.shares.first().map(|s| s.device),
-            &a.form,
-        )
-            .cmp(&(
-                b.state == ClaimState::Pending,
-                &b.node,
-                b.shares.first().map(|s| s.device),
-                &b.form,
-            ))
-    });
+    claims.sort_by(claim_order);
     let resources = resources_of(&node_views);
     let projects = crate::sources::adapter::projects_of(&claims);
     let mut endpoint = EndpointInfo::engine(name, "kubernetes", version.to_string());
@@ -178,27 +165,28 @@ pub fn snapshot<'a>(
     }
 }
 
+/// Placed claims first, by node, first device and form; pending ones after.
+fn claim_order(a: &ClaimView, b: &ClaimView) -> std::cmp::Ordering {
+    (
+        a.state == ClaimState::Pending,
+        &a.node,
+        a.shares.first().map(|s| s.device),
+        &a.form,
+    )
+        .cmp(&(
+            b.state == ClaimState::Pending,
+            &b.node,
+            b.shares.first().map(|s| s.device),
+            &b.form,
+        ))
+}
+
 // ---- nodes ----
 
 fn node_view(n: &NodeFacts, warnings: &mut Vec<SourceWarning>) -> NodeView {
     let label = format!("node {}", n.name);
     warn_problems(warnings, NODES, &label, &n.problems, "those fields");
-    let health = match &n.ready {
-        Some(c) if !c.is_true => Health::Unhealthy(format!(
-            "node not Ready{}{}",
-            if c.reason.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", c.reason)
-            },
-            if c.message.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", c.message)
-            }
-        )),
-        _ => Health::Healthy,
-    };
+    let health = node_health(n);
     let model = n
         .labels
         .get("nvidia.com/gpu.product")
@@ -209,19 +197,6 @@ fn node_view(n: &NodeFacts, warnings: &mut Vec<SourceWarning>) -> NodeView {
         .get("nvidia.com/gpu.memory")
         .and_then(|m| count(m))
         .map(Bytes::mib);
-    let capacity_count = |key: &str, warnings: &mut Vec<SourceWarning>| {
-        let text = n.capacity.get(key)?;
-        let c = count(text);
-        if c.is_none() {
-            warnings.push(warning(
-                NODES,
-                &format!("{label} status.capacity.{key}"),
-                format!("expected a whole number, found `{text}`"),
-                "that resource's GPUs",
-            ));
-        }
-        c
-    };
     let device = |index: u32, model: String, memory: Option<Bytes>| DeviceView {
         index,
         model,
@@ -255,29 +230,15 @@ fn node_view(n: &NodeFacts, warnings: &mut Vec<SourceWarning>) -> NodeView {
             )),
         }
     }
-    if devices.is_empty() {
-        let koord = capacity_count("koordinator.sh/gpu-core", warnings)
-            .or_else(|| capacity_count("kubernetes.io/gpu-core", warnings))
-            .map(|core| core / 100);
-        let whole = match koord {
-            Some(k) if k > 0 => {
-                let total = n
-                    .capacity
-                    .get("koordinator.sh/gpu-memory")
-                    .or_else(|| n.capacity.get("kubernetes.io/gpu-memory"))
-                    .and_then(|m| Bytes::parse_capacity(m).ok());
-                Some((k, total.map(|t| Bytes(t.0 / k)).or(labelled_memory)))
-            }
-            _ => capacity_count("nvidia.com/gpu", warnings).map(|c| (c, labelled_memory)),
-        };
-        if let Some((k, memory)) = whole {
-            for i in 0..k.min(1024) {
-                devices.push(device(
-                    u32::try_from(i).unwrap_or(u32::MAX),
-                    model.clone(),
-                    memory,
-                ));
-            }
+    if devices.is_empty()
+        && let Some((k, memory)) = whole_gpus(n, &label, labelled_memory, warnings)
+    {
+        for i in 0..k.min(1024) {
+            devices.push(device(
+                u32::try_from(i).unwrap_or(u32::MAX),
+                model.clone(),
+                memory,
+            ));
         }
     }
     let keys: Vec<String> = n
@@ -288,7 +249,7 @@ fn node_view(n: &NodeFacts, warnings: &mut Vec<SourceWarning>) -> NodeView {
         .collect();
     for key in keys {
         let profile = key.trim_start_matches(MIG_PREFIX).to_string();
-        let k = capacity_count(&key, warnings).unwrap_or(0);
+        let k = capacity_count(n, &label, &key, warnings).unwrap_or(0);
         for _ in 0..k.min(1024) {
             let index = u32::try_from(devices.len()).unwrap_or(u32::MAX);
             devices.push(device(index, format!("{MIG_MODEL}{profile}"), None));
@@ -303,6 +264,70 @@ fn node_view(n: &NodeFacts, warnings: &mut Vec<SourceWarning>) -> NodeView {
             .and_then(|c| millicores(c)),
         cpus_allocated_milli: 0,
         devices,
+    }
+}
+
+/// Healthy, or why the node is not Ready.
+fn node_health(n: &NodeFacts) -> Health {
+    match &n.ready {
+        Some(c) if !c.is_true => Health::Unhealthy(format!(
+            "node not Ready{}{}",
+            if c.reason.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", c.reason)
+            },
+            if c.message.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", c.message)
+            }
+        )),
+        _ => Health::Healthy,
+    }
+}
+
+/// A whole number in the node's `status.capacity` under `key`; a warning when it is not one.
+fn capacity_count(
+    n: &NodeFacts,
+    label: &str,
+    key: &str,
+    warnings: &mut Vec<SourceWarning>,
+) -> Option<u64> {
+    let text = n.capacity.get(key)?;
+    let c = count(text);
+    if c.is_none() {
+        warnings.push(warning(
+            NODES,
+            &format!("{label} status.capacity.{key}"),
+            format!("expected a whole number, found `{text}`"),
+            "that resource's GPUs",
+        ));
+    }
+    c
+}
+
+/// How many whole GPUs the node's resources count, and each one's memory: Koordinator's
+/// `gpu-core` (100 per GPU, its `gpu-memory` shared out), else `nvidia.com/gpu`.
+fn whole_gpus(
+    n: &NodeFacts,
+    label: &str,
+    labelled_memory: Option<Bytes>,
+    warnings: &mut Vec<SourceWarning>,
+) -> Option<(u64, Option<Bytes>)> {
+    let koord = capacity_count(n, label, "koordinator.sh/gpu-core", warnings)
+        .or_else(|| capacity_count(n, label, "kubernetes.io/gpu-core", warnings))
+        .map(|core| core / 100);
+    match koord {
+        Some(k) if k > 0 => {
+            let total = n
+                .capacity
+                .get("koordinator.sh/gpu-memory")
+                .or_else(|| n.capacity.get("kubernetes.io/gpu-memory"))
+                .and_then(|m| Bytes::parse_capacity(m).ok());
+            Some((k, total.map(|t| Bytes(t.0 / k)).or(labelled_memory)))
+        }
+        _ => capacity_count(n, label, "nvidia.com/gpu", warnings).map(|c| (c, labelled_memory)),
     }
 }
 

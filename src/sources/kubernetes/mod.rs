@@ -184,9 +184,8 @@ impl KubernetesSource {
             url: url.clone(),
             why: e.to_string(),
         };
-        // kube's TLS asks rustls for the process's provider, which is ambiguous when two
-        // are compiled in (reqwest brings aws-lc-rs, this crate ring): name ring, once.
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        // kube's TLS asks rustls for the process's provider.
+        crate::client::install_crypto_provider();
         // Actions get no retries: a disruption budget's 429 is an answer to show, not a
         // reason to ask again for minutes (kube retries 429, 503 and 504 by default).
         let mut once = config.clone();

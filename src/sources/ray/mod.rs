@@ -30,22 +30,19 @@ mod resources;
 mod snapshot;
 mod work;
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use serde_json::Value;
 
 pub use answers::{RayAnswerError, RayAnswerKind, RayAnswers, RayParseError, parse_version};
 pub use resources::{RayResource, classify_resource};
 pub use snapshot::snapshot;
 
-use super::adapter::{self, Adapter, Shell};
+use super::adapter::{self, Shell};
 use super::error::SourceError;
 use super::http::{Auth, JsonClient, PeerKind};
 use super::kind::SourceKind;
-use super::{Action, Failure, Outcome};
 use crate::clock::Clock;
 use crate::snapshot::Snapshot;
 
@@ -173,26 +170,9 @@ impl RaySource {
     }
 }
 
-/// Ray owns its GPUs: gpuboard's actions are refused with `refuse_action`; engine actions
-/// run through the Jobs API (`actions`).
-impl Adapter for RaySource {
-    const KIND: SourceKind = SourceKind::Ray;
-    fn source_name(&self) -> &str {
-        &self.shell.config.name
-    }
-    fn read(&self) -> impl Future<Output = Result<Snapshot, SourceError>> + Send + '_ {
-        RaySource::fetch(self)
-    }
-    fn carry_out(&self, action: Action) -> BoxFuture<'static, Result<Outcome, Failure>> {
-        match action {
-            Action::Engine(a) => {
-                let source = self.clone();
-                Box::pin(async move { Ok(Outcome::Engine(source.engine_act(&a).await?)) })
-            }
-            other => adapter::act_refused(refuse_action(other.verb())),
-        }
-    }
-}
+// Ray owns its GPUs: gpuboard's actions are refused with `refuse_action`; engine actions
+// run through the Jobs API (`actions`).
+adapter::engine_adapter!(RaySource, SourceKind::Ray, refuse_action);
 
 #[cfg(test)]
 mod tests {

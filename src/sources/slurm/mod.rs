@@ -24,22 +24,19 @@ mod answers;
 mod jobs;
 mod snapshot;
 
-use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use serde_json::Value;
 
 pub use answers::{SlurmAnswerError, SlurmAnswerKind, SlurmAnswers, SlurmParseError};
 pub use snapshot::snapshot;
 
-use super::adapter::{self, Adapter, Shell};
+use super::adapter::{self, Shell};
 use super::error::SourceError;
 use super::http::{Auth, JsonClient, PeerKind};
 use super::kind::SourceKind;
-use super::{Action, Failure, Outcome};
 use crate::clock::Clock;
 use crate::snapshot::Snapshot;
 
@@ -240,26 +237,9 @@ impl SlurmSource {
     }
 }
 
-/// Slurm owns its GPUs: gpuboard's actions are refused with `refuse_action`; engine
-/// actions go through slurmrestd (`actions`).
-impl Adapter for SlurmSource {
-    const KIND: SourceKind = SourceKind::Slurm;
-    fn source_name(&self) -> &str {
-        &self.shell.config.name
-    }
-    fn read(&self) -> impl Future<Output = Result<Snapshot, SourceError>> + Send + '_ {
-        SlurmSource::fetch(self)
-    }
-    fn carry_out(&self, action: Action) -> BoxFuture<'static, Result<Outcome, Failure>> {
-        match action {
-            Action::Engine(a) => {
-                let source = self.clone();
-                Box::pin(async move { Ok(Outcome::Engine(source.engine_act(&a).await?)) })
-            }
-            other => adapter::act_refused(refuse_action(other.verb())),
-        }
-    }
-}
+// Slurm owns its GPUs: gpuboard's actions are refused with `refuse_action`; engine
+// actions go through slurmrestd (`actions`).
+adapter::engine_adapter!(SlurmSource, SourceKind::Slurm, refuse_action);
 
 #[cfg(test)]
 mod tests {
