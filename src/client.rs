@@ -761,6 +761,7 @@ fn foreign_answer(
     len: usize,
     markup: bool,
 ) -> String {
+    use std::fmt::Write as _;
     let word = |name: header::HeaderName| {
         headers
             .get(name)
@@ -775,15 +776,19 @@ fn foreign_answer(
     };
     let mut text = format!("HTTP {status}");
     if let Some(server) = word(header::SERVER) {
-        text.push_str(&format!(" from {server}"));
+        let _ = write!(text, " from {server}");
     }
     let kind = word(header::CONTENT_TYPE)
         .map(|t| t.split(';').next().unwrap_or_default().trim().to_string())
         .or_else(|| markup.then(|| "a markup page".to_string()));
     match (kind, len) {
         (_, 0) => text.push_str(", empty"),
-        (Some(kind), n) => text.push_str(&format!(", {kind}, {n} bytes")),
-        (None, n) => text.push_str(&format!(", {n} bytes")),
+        (Some(kind), n) => {
+            let _ = write!(text, ", {kind}, {n} bytes");
+        }
+        (None, n) => {
+            let _ = write!(text, ", {n} bytes");
+        }
     }
     text
 }

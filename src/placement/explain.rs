@@ -116,15 +116,13 @@ impl NoFit {
     /// Nodes the request could use come first: one whose every GPU is of another type or
     /// not pinned says little about why it waits, so it is listed after the real blockers.
     pub fn lines(&self) -> Vec<String> {
-        match &self.fleet {
-            Some(f) => fleet_lines(f, &self.nodes),
-            None => {
-                let (mut first, then): (Vec<&NodeReasons>, Vec<&NodeReasons>) =
-                    self.nodes.iter().partition(|n| !n.excluded_by_ask());
-                first.extend(then);
-                first.into_iter().map(node_line).collect()
-            }
+        if let Some(f) = &self.fleet {
+            return fleet_lines(f, &self.nodes);
         }
+        let (mut first, then): (Vec<&NodeReasons>, Vec<&NodeReasons>) =
+            self.nodes.iter().partition(|n| !n.excluded_by_ask());
+        first.extend(then);
+        first.into_iter().map(node_line).collect()
     }
 
     /// All lines joined, with a lead that says whether waiting can help.

@@ -100,6 +100,7 @@ impl ClaimRequest {
     /// the constraints it placed on where (`accelerator_type=A10G node=n1 devices=0,1`), so
     /// a waiting claim's "other accelerator type" reasons can be read against what it asked.
     pub fn describe(&self) -> String {
+        use std::fmt::Write as _;
         let mut text = match (&self.gpu, self.cpus) {
             (Some(form), Some(c)) => format!("{form} cpus={c}"),
             (Some(form), None) => form.to_string(),
@@ -107,14 +108,14 @@ impl ClaimRequest {
             (None, None) => "nothing".to_string(),
         };
         if let Some(t) = &self.accelerator_type {
-            text.push_str(&format!(" accelerator_type={t}"));
+            let _ = write!(text, " accelerator_type={t}");
         }
         if let Some(n) = &self.node {
-            text.push_str(&format!(" node={n}"));
+            let _ = write!(text, " node={n}");
         }
         if let Some(d) = &self.devices {
             let list: Vec<String> = d.iter().map(u32::to_string).collect();
-            text.push_str(&format!(" devices={}", list.join(",")));
+            let _ = write!(text, " devices={}", list.join(","));
         }
         text
     }
