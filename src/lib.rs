@@ -3,7 +3,7 @@
 //! Layers, lowest first; a module imports only from its own layer or below:
 //! - **Domain, no I/O**: `units`, `clock`, `ids`, `fairshare`, `request`, `placement`,
 //!   `scheduler`, `snapshot` (the read model), `history` (its record over time), `wire` (the HTTP contract), `inventory`,
-//!   `attribution`, `simulate`.
+//!   `attribution`, `simulate`, `forecast` (expected starts and previews, on a copy of the scheduler).
 //! - **Edges**: `identity` (who runs this process), `telemetry` (NVML), `discovery` (Flink), `endpoint` (what `gpuboard serve`
 //!   is), `client` (its HTTP client), `sources` (where the console's data comes from), `doctor`.
 //! - **Front ends**: `console` (the terminal UI) and `cli` (the subcommands).
@@ -18,6 +18,7 @@ pub mod discovery;
 pub mod doctor;
 pub mod endpoint;
 pub mod fairshare;
+pub mod forecast;
 pub mod history;
 pub mod identity;
 pub mod ids;

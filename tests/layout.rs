@@ -24,6 +24,7 @@ const RANKS: &[(&str, u8)] = &[
     ("simulate", 6),
     ("telemetry", 7),
     ("accounting", 7),
+    ("forecast", 7),
     ("attribution", 8),
     ("discovery", 8),
     ("endpoint", 9),
