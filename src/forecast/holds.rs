@@ -8,7 +8,7 @@ use crate::clock::Timestamp;
 use crate::history::{Body, Record};
 use crate::ids::ClaimId;
 use crate::scheduler::Claim;
-use crate::snapshot::{ClaimState, ClaimView, SnapshotChange};
+use crate::snapshot::{ClaimState, ClaimView, Snapshot, SnapshotChange};
 use crate::wire::forecast::EndBasis;
 
 /// Past claims of a project and form needed before their hold times are trusted.
@@ -133,12 +133,15 @@ pub fn holder_end(claim: &Claim, since: Timestamp, now: Timestamp, holds: &HoldT
     }
 }
 
-/// The hold times the recorded history shows: each claim seen placed and then gone (or
+/// The hold times the recorded history shows, from the state at a window's start and the
+/// versions after it (`HistoryStore::window`): each claim seen placed and then gone (or
 /// pending again), from the version it was first seen placed in to the one it was gone
-/// in. Claims already placed in the first version are left out (their start is not
-/// known), as are those still placed at the last.
-pub fn learn(records: &[Record]) -> Vec<HoldSample> {
+/// in. Claims already placed at the start are left out (when they were placed is not
+/// known), as are those still placed at the last version.
+pub fn learn(start: &Snapshot, records: &[Record]) -> Vec<HoldSample> {
     let mut learner = Learner::default();
+    learner.all(&start.claims, start.taken_at);
+    learner.started = true;
     for r in records {
         match &r.body {
             Body::Keyframe { state } => learner.all(&state.claims, r.at),
@@ -153,7 +156,6 @@ pub fn learn(records: &[Record]) -> Vec<HoldSample> {
                 }
             }
         }
-        learner.started = true;
     }
     learner.samples
 }
@@ -164,7 +166,7 @@ struct Learner {
     /// Placed claims: project, form and since when (`None`: placed before the history).
     placed: BTreeMap<ClaimId, (String, String, Option<Timestamp>)>,
     samples: Vec<HoldSample>,
-    /// Past the first version: a claim first seen placed now was placed now.
+    /// Past the window's start: a claim first seen placed now was placed now.
     started: bool,
 }
 

@@ -10,7 +10,7 @@
 
 // pub mod backtest;
 pub mod holds;
-// pub mod preview;
+pub mod preview;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -46,9 +46,19 @@ struct Ended {
     place: Option<(String, Vec<u32>)>,
 }
 
-/// One run: when each waiting claim started.
+/// One run: when each waiting claim started, and the copy as the run left it.
 struct Run {
     starts: HashMap<ClaimId, Start>,
+    copy: Scheduler,
+}
+
+/// When a run stops.
+#[derive(Clone, Copy)]
+enum Stop {
+    /// Once no claim waits (or nothing more ends, or the horizon).
+    NoneWait,
+    /// At this time, with everything that ends before it ended.
+    At(Timestamp),
 }
 
 /// A placed claim's node and device indexes.
@@ -61,7 +71,9 @@ fn place_of(c: &Claim) -> Option<(String, Vec<u32>)> {
 /// Every waiting claim's expected start at `now`.
 pub fn forecast(s: &Scheduler, now: Timestamp, holds: &HoldTimes) -> Forecast {
     let ends = holder_ends(s, now, holds);
-    let runs: Vec<Run> = (0..3).map(|q| run(s, now, holds, &ends, q)).collect();
+    let runs: Vec<Run> = (0..3)
+        .map(|q| run(s, now, holds, &ends, q, Stop::NoneWait))
+        .collect();
     let waiting = s.waiting_claims();
     let starts = waiting
         .iter()
@@ -87,13 +99,14 @@ fn holder_ends(s: &Scheduler, now: Timestamp, holds: &HoldTimes) -> HashMap<Clai
 }
 
 /// Runs a forward copy with every holder ending at quantile `q` (0, 1, 2: p10, p50,
-/// p90) until no claim waits, nothing more ends, or the horizon.
+/// p90) until `stop`.
 fn run(
     s: &Scheduler,
     now: Timestamp,
     holds: &HoldTimes,
     ends: &HashMap<ClaimId, HolderEnd>,
     q: usize,
+    stop: Stop,
 ) -> Run {
     let mut copy = s.forward_copy();
     let mut heap: BinaryHeap<Reverse<(Timestamp, ClaimId)>> = ends
@@ -127,17 +140,22 @@ fn run(
                 heap.push(Reverse((at[q], id)));
             }
         }
-        if copy.waiting_claims().is_empty() {
-            break;
-        }
+        let until = match stop {
+            Stop::NoneWait if copy.waiting_claims().is_empty() => break,
+            Stop::NoneWait => horizon,
+            Stop::At(until) => until,
+        };
         let next_end = heap.peek().map(|Reverse((at, _))| *at);
         let wake = copy.next_wakeup(t);
-        let Some(next) = [next_end, wake].into_iter().flatten().min() else {
+        let next = [next_end, wake].into_iter().flatten().min();
+        let Some(next) = next.filter(|&n| n <= until) else {
+            if let Stop::At(until) = stop
+                && until > t
+            {
+                copy.advance(until, &[]);
+            }
             break;
         };
-        if next > horizon {
-            break;
-        }
         t = next.max(t);
         ending.clear();
         ended.clear();
@@ -157,7 +175,7 @@ fn run(
             }
         }
     }
-    Run { starts }
+    Run { starts, copy }
 }
 
 /// The expected start of waiting claim `c` from the three runs.
@@ -253,3 +271,5 @@ fn unknown(s: &Scheduler, c: &Claim, ends: &HashMap<ClaimId, HolderEnd>) -> Unkn
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod preview_tests;
