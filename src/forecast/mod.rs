@@ -8,7 +8,7 @@
 //! Where things live: holder ends and the hold-time table in `holds`; the preview of an
 //! action in `preview`; the backtest over a scenario in `backtest`.
 
-// pub mod backtest;
+pub mod backtest;
 pub mod holds;
 pub mod preview;
 

@@ -243,3 +243,43 @@ fn declared_durations_forecast_what_the_scheduler_then_does() {
         assert_eq!(Some(node), e.node.as_ref(), "claim {}", e.claim);
     }
 }
+
+/// One project on one GPU: the queue is first come, first served, so declared durations
+/// forecast every start exactly; the soonest lease end (twice each duration) does not.
+#[test]
+fn the_backtest_finds_no_error_where_nothing_overtakes() {
+    let scenario: crate::simulate::Scenario = toml::from_str(
+        r#"
+        duration_s = 20000
+        [[hosts]]
+        name = "h"
+        gpus = { "NVIDIA A100-SXM4-80GB" = 1 }
+        [[projects]]
+        name = "solo"
+        [[claims]]
+        project = "solo"
+        on = ["gpu"]
+        duration_s = 600
+        count = 5
+        every_s = 60
+        "#,
+    )
+    .unwrap();
+    let b = backtest::backtest(&scenario).unwrap();
+    assert_eq!(b.claims, 5);
+    let row = |durations: &str, predictor: &str| {
+        b.rows
+            .iter()
+            .find(|r| r.durations == durations && r.predictor == predictor)
+            .unwrap()
+            .clone()
+    };
+    let declared = row("declared", "forecast");
+    assert_eq!((declared.claims, declared.unknown), (4, 0));
+    assert_eq!((declared.median, declared.p90), (0.0, 0.0));
+    assert!(row("declared", "soonest lease end").median > 0.5);
+    // Learned: nothing has ended yet when they wait, and nothing bounds the holder.
+    let learned = row("learned", "forecast");
+    assert_eq!((learned.claims, learned.unknown), (4, 4));
+    assert!(backtest::render(&b).contains("declared   forecast"));
+}

@@ -39,11 +39,35 @@ impl Scheduler {
                 self.ledger.released(now, id);
             }
         }
-        self.ledger.tick(now);
-        self.place_pending(now);
+        // Work fetch places only claims that fit: when no waiting claim fits the fleet as
+        // it now is, it would place nothing and back no one off, so it is skipped (most
+        // holder ends of a busy endpoint free less than any waiting claim needs). The
+        // ledger accrues exactly at its next hook whenever that comes.
+        if self.any_waiting_fits() {
+            self.ledger.tick(now);
+            self.place_pending(now);
+        }
         let placed = placed_in(&self.journal);
         self.journal.clear();
         placed
+    }
+
+    /// Whether some waiting claim fits the fleet now (asked once per distinct request).
+    fn any_waiting_fits(&self) -> bool {
+        let mut asked: Vec<&crate::request::ClaimRequest> = Vec::new();
+        for id in self.waiting().iter() {
+            let Some(c) = self.claims.get(id) else {
+                continue;
+            };
+            if asked.iter().any(|r| super::queue::same_placement(r, &c.request)) {
+                continue;
+            }
+            if self.fleet.fits_on(&c.request, None) {
+                return true;
+            }
+            asked.push(&c.request);
+        }
+        false
     }
 
     /// The claims waiting for devices, in id order.

@@ -189,7 +189,7 @@ impl Scheduler {
 }
 
 /// Whether two requests ask placement the same thing (so their reasons are the same).
-fn same_placement(a: &ClaimRequest, b: &ClaimRequest) -> bool {
+pub(super) fn same_placement(a: &ClaimRequest, b: &ClaimRequest) -> bool {
     a.gpu == b.gpu
         && a.accelerator_type == b.accelerator_type
         && a.cpus == b.cpus
