@@ -39,12 +39,12 @@ impl Scheduler {
                 self.ledger.released(now, id);
             }
         }
-        // Work fetch places only claims that fit: when no waiting claim fits the fleet as
+        // The targets are divided again as a tick would (debts accrue toward them), but
+        // work fetch places only claims that fit: when no waiting claim fits the fleet as
         // it now is, it would place nothing and back no one off, so it is skipped (most
-        // holder ends of a busy endpoint free less than any waiting claim needs). The
-        // ledger accrues exactly at its next hook whenever that comes.
+        // holder ends of a busy endpoint free less than any waiting claim needs).
+        self.ledger.tick(now);
         if self.any_waiting_fits() {
-            self.ledger.tick(now);
             self.place_pending(now);
         }
         let placed = placed_in(&self.journal);
