@@ -94,13 +94,15 @@ fn busy(nodes: usize, waiting: usize) -> (Scheduler, HoldTimes, Timestamp) {
     }
     // Learned hold times: 40 past claims of each project and form, 30 min to 5 h.
     let samples = (0..PROJECTS).flat_map(|p| {
-        ["num_gpus=1", "num_gpus=0.1"].into_iter().flat_map(move |form| {
-            (0..40).map(move |k| HoldSample {
-                project: format!("p{p:02}"),
-                form: form.to_string(),
-                held_ms: 1_800_000 + (k * 7_919 + p * 104_729) % 40 * 405_000,
+        ["num_gpus=1", "num_gpus=0.1"]
+            .into_iter()
+            .flat_map(move |form| {
+                (0..40).map(move |k| HoldSample {
+                    project: format!("p{p:02}"),
+                    form: form.to_string(),
+                    held_ms: 1_800_000 + (k * 7_919 + p * 104_729) % 40 * 405_000,
+                })
             })
-        })
     });
     s.take_changes();
     (s, HoldTimes::from_samples(samples), t.plus_secs(60))

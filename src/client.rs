@@ -683,7 +683,10 @@ impl Client {
         &self,
         action: &wire::forecast::PreviewAction,
     ) -> Result<wire::forecast::Preview, ClientError> {
-        Ok(self.call(Method::POST, paths::PREVIEW, Some(action)).await?.1)
+        Ok(self
+            .call(Method::POST, paths::PREVIEW, Some(action))
+            .await?
+            .1)
     }
 
     /// `POST /v1/projects/{name}/reset`: clears debts and backoffs.

@@ -19,7 +19,10 @@ fn busy_server(dir: &std::path::Path) -> Server {
     .unwrap();
     let server = Server::start(dir, &inventory, &[]);
     for (request, wait) in [
-        (json!({"nvidia.com/gpu": 1, "project": "vision", "expected_duration": 600}), false),
+        (
+            json!({"nvidia.com/gpu": 1, "project": "vision", "expected_duration": 600}),
+            false,
+        ),
         (json!({"nvidia.com/gpu": 1, "project": "vision"}), false),
         (json!({"nvidia.com/gpu": 1, "project": "nlp"}), true),
     ] {
@@ -106,7 +109,11 @@ async fn a_preview_and_a_dry_run_change_nothing() {
     assert_eq!(p["placed"][0]["claim"], 3, "{p}");
     assert_eq!(p["placed"][0]["at"], "node-a:1", "{p}");
 
-    let (status, p) = preview(&server, &json!({"action": "cordon", "node": "node-a", "index": 0})).await;
+    let (status, p) = preview(
+        &server,
+        &json!({"action": "cordon", "node": "node-a", "index": 0}),
+    )
+    .await;
     assert_eq!(status, 200, "{p}");
     assert_eq!(p["on_cordoned"], json!([1]), "{p}");
 
@@ -122,13 +129,27 @@ async fn a_preview_and_a_dry_run_change_nothing() {
     let out = server.cli(&["release", "2", "--dry-run"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let said = text(&out.stdout);
-    assert!(said.contains("dry run: release claim 2 (nothing was changed)"), "{said}");
-    assert!(said.contains("claim 3 (nlp) would be placed on node-a:1"), "{said}");
+    assert!(
+        said.contains("dry run: release claim 2 (nothing was changed)"),
+        "{said}"
+    );
+    assert!(
+        said.contains("claim 3 (nlp) would be placed on node-a:1"),
+        "{said}"
+    );
     for args in [
         vec!["cordon", "node-a", "0", "--dry-run"],
         vec!["project", "set", "nlp", "--share", "300", "--dry-run"],
         vec!["project", "reset", "nlp", "--dry-run"],
-        vec!["claim", "--gpus", "1", "--project", "nlp", "--wait", "--dry-run"],
+        vec![
+            "claim",
+            "--gpus",
+            "1",
+            "--project",
+            "nlp",
+            "--wait",
+            "--dry-run",
+        ],
     ] {
         let out = server.cli(&args);
         assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
@@ -138,7 +159,11 @@ async fn a_preview_and_a_dry_run_change_nothing() {
     // Device 1 is taken: the move would be refused, and the dry run says so.
     let out = server.cli(&["move", "1", "--devices", "1", "--dry-run"]);
     assert!(!out.status.success());
-    assert!(text(&out.stdout).contains("the endpoint would refuse it"), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("the endpoint would refuse it"),
+        "{}",
+        text(&out.stdout)
+    );
 
     let after = get(&server, "/v1/snapshot").await;
     assert_eq!(after["revision"], before["revision"]);

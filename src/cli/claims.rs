@@ -258,7 +258,9 @@ pub(super) async fn ls(conn: &Conn, label: Option<&str>, pending: bool) -> anyho
 
 /// A time of day as the claim detail writes it (`03:40`, local time).
 fn hh_mm(t: Timestamp) -> String {
-    until_text(t).get(..5).map_or_else(|| t.0.to_string(), str::to_string)
+    until_text(t)
+        .get(..5)
+        .map_or_else(|| t.0.to_string(), str::to_string)
 }
 
 /// Which claims `ls --label KEY=VALUE` keeps (all without it).

@@ -2,10 +2,12 @@
 //! `claim`: the endpoint previews the action (`POST /v1/preview`) on a copy of its state
 //! and nothing changes. Prints what follows at once and in the next hour.
 
+use std::fmt::Write as _;
+
 use super::fleet::{ClaimRef, members};
 use super::{Conn, EXIT_INVALID, print_json};
-use crate::clock::{SystemClock, Timestamp};
 use crate::clock::Clock as _;
+use crate::clock::{SystemClock, Timestamp};
 use crate::wire::forecast::{Preview, PreviewAction};
 
 /// Previews `action` on the endpoint `target` names (the only one without it).
@@ -64,7 +66,9 @@ fn what(a: &PreviewAction) -> String {
         }
         PreviewAction::Cordon { node, index } => format!("cordon {node}:{index}"),
         PreviewAction::Uncordon { node, index } => format!("uncordon {node}:{index}"),
-        PreviewAction::Share { project, share } => format!("set project {project}'s share to {share}"),
+        PreviewAction::Share { project, share } => {
+            format!("set project {project}'s share to {share}")
+        }
         PreviewAction::Reset { project } => match project {
             Some(p) => format!("reset project {p}"),
             None => "reset every project".to_string(),
@@ -84,7 +88,7 @@ fn ids(list: &[crate::ids::ClaimId]) -> String {
 pub(super) fn render(p: &Preview, now: Timestamp, clock: &dyn Fn(Timestamp) -> String) -> String {
     let mut out = format!("dry run: {} (nothing was changed)\n", what(&p.action));
     if let Some(why) = &p.refused {
-        out.push_str(&format!("the endpoint would refuse it: {why}\n"));
+        let _ = write!(out, "the endpoint would refuse it: {why}\n");
         return out;
     }
     out.push_str("at once:\n");
@@ -92,48 +96,59 @@ pub(super) fn render(p: &Preview, now: Timestamp, clock: &dyn Fn(Timestamp) -> S
         out.push_str("  no claim would be placed\n");
     }
     for c in &p.placed {
-        out.push_str(&format!(
+        let _ = write!(
+            out,
             "  claim {} ({}) would be placed on {}\n",
             c.claim, c.project, c.at
-        ));
+        );
     }
     if !p.on_cordoned.is_empty() {
-        out.push_str(&format!(
+        let _ = write!(
+            out,
             "  claims {} stay on the cordoned device, which takes no new claim\n",
             ids(&p.on_cordoned)
-        ));
+        );
     }
     if !p.stranded.is_empty() {
-        out.push_str(&format!(
+        let _ = write!(
+            out,
             "  stranded (no expected start any more): claims {}\n",
             ids(&p.stranded)
-        ));
+        );
     }
     if let Some(n) = &p.new_claim
         && !p.placed.iter().any(|c| c.claim == n.claim)
     {
-        out.push_str(&format!("  the new claim would wait: {}\n", n.sentence(clock)));
+        let _ = write!(out, "  the new claim would wait: {}\n", n.sentence(clock));
     }
     out.push_str("in the next hour:\n");
     for d in &p.debts {
-        out.push_str(&format!(
+        let _ = write!(
+            out,
             "  project {}: debt {:.0} GFLOP now, {:.0} in an hour ({:.0} without this)\n",
             d.project, d.before, d.in_an_hour, d.in_an_hour_without
-        ));
+        );
     }
     if p.starts_moved.is_empty() {
         out.push_str("  no expected start moves\n");
     }
-    let at = |t: Option<Timestamp>| t.map_or("unknown".to_string(), |t| {
-        if t <= now { "now".to_string() } else { format!("~{}", clock(t)) }
-    });
+    let at = |t: Option<Timestamp>| {
+        t.map_or("unknown".to_string(), |t| {
+            if t <= now {
+                "now".to_string()
+            } else {
+                format!("~{}", clock(t))
+            }
+        })
+    };
     for m in &p.starts_moved {
-        out.push_str(&format!(
+        let _ = write!(
+            out,
             "  claim {} would start {} instead of {}\n",
             m.claim,
             at(m.after),
             at(m.before)
-        ));
+        );
     }
     out
 }

@@ -13,9 +13,9 @@
 mod act;
 mod admin;
 mod claims;
-mod dry_run;
 pub mod completions;
 pub mod doctor_fleet;
+mod dry_run;
 mod events;
 mod fleet;
 mod fleet_move;
@@ -39,9 +39,9 @@ use clap::{Args, Subcommand};
 use serde_json::Value;
 
 use crate::client::{Client, ClientError, TlsTrust};
-use crate::wire::forecast::PreviewAction;
 use crate::endpoint::store::default_data_dir;
 use crate::endpoint::{auth, tls};
+use crate::wire::forecast::PreviewAction;
 
 pub use act::{ActArgs, EXIT_ENGINE_REFUSED, EXIT_NOT_FOUND};
 pub use admin::ProjectCommand;

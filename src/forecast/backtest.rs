@@ -11,6 +11,8 @@
 //! Only GPU streams are replayed (each host's GPUs as 80 GiB devices of their model); a
 //! stream that names only `cpu` is counted as skipped.
 
+use std::fmt::Write as _;
+
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
@@ -67,7 +69,10 @@ pub struct Backtest {
 
 /// The scheduler and arrivals of a scenario; `declared`: each request declares its
 /// duration.
-fn setup(scenario: &Scenario, declared: bool) -> Result<(Scheduler, Vec<Arrival>, usize), ScenarioError> {
+fn setup(
+    scenario: &Scenario,
+    declared: bool,
+) -> Result<(Scheduler, Vec<Arrival>, usize), ScenarioError> {
     let invalid = |why: String| ScenarioError::Invalid(why);
     let nodes: Vec<NodeSpec> = scenario
         .hosts
@@ -234,7 +239,11 @@ fn replay(scenario: &Scenario, declared: bool) -> Result<(Vec<Seen>, usize, usiz
                 );
             }
         }
-        let wake = if waiting.is_empty() { None } else { s.next_wakeup(t) };
+        let wake = if waiting.is_empty() {
+            None
+        } else {
+            s.next_wakeup(t)
+        };
         let candidates = [
             ends.peek().map(|Reverse((at, _))| *at),
             arrivals.get(next).map(|a| a.at),
@@ -285,7 +294,10 @@ pub fn backtest(scenario: &Scenario) -> Result<Backtest, ScenarioError> {
         skipped = skip;
         let durations = if declared { "declared" } else { "learned" };
         for (predictor, pick) in [
-            ("forecast", (|s: &Seen| s.forecast) as fn(&Seen) -> Option<Timestamp>),
+            (
+                "forecast",
+                (|s: &Seen| s.forecast) as fn(&Seen) -> Option<Timestamp>,
+            ),
             ("soonest lease end", |s: &Seen| s.baseline),
         ] {
             let (errs, unknown) = errors(&seen, pick);
@@ -312,12 +324,14 @@ pub fn render(b: &Backtest) -> String {
         "forecast backtest: {} claims replayed, {} skipped; error = |predicted - actual| / max(actual wait, 60 s), over the claims that waited\n",
         b.claims, b.skipped
     );
-    out.push_str(&format!(
+    let _ = write!(
+        out,
         "{:<10} {:<18} {:>7} {:>8} {:>8} {:>8}\n",
         "durations", "predictor", "waited", "unknown", "median", "p90"
-    ));
+    );
     for r in &b.rows {
-        out.push_str(&format!(
+        let _ = write!(
+            out,
             "{:<10} {:<18} {:>7} {:>8} {:>7.1}% {:>7.1}%\n",
             r.durations,
             r.predictor,
@@ -325,7 +339,7 @@ pub fn render(b: &Backtest) -> String {
             r.unknown,
             r.median * 100.0,
             r.p90 * 100.0
-        ));
+        );
     }
     out
 }

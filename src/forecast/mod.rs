@@ -249,7 +249,7 @@ fn unknown(s: &Scheduler, c: &Claim, ends: &HashMap<ClaimId, HolderEnd>) -> Unkn
     let fits_on = |h: &&Claim| {
         h.allocation.as_ref().is_some_and(|a| {
             c.request.node.as_ref().is_none_or(|n| *n == a.node)
-                && c.request.gpu.is_some() == !a.shares.is_empty()
+                && c.request.gpu.is_some() != a.shares.is_empty()
         })
     };
     let holder = unbounded
@@ -270,6 +270,6 @@ fn unknown(s: &Scheduler, c: &Claim, ends: &HashMap<ClaimId, HolderEnd>) -> Unkn
 }
 
 #[cfg(test)]
-mod tests;
-#[cfg(test)]
 mod preview_tests;
+#[cfg(test)]
+mod tests;

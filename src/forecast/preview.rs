@@ -18,7 +18,12 @@ use crate::wire::forecast::{
 /// fetch hands on what a release, a move or an uncordon freed). Owners are taken to
 /// run. Answers the new claim's id (a `claim` action), or the refusal the endpoint
 /// would answer.
-pub fn apply(s: &mut Scheduler, action: &PreviewAction, actor: &str, now: Timestamp) -> Result<Option<ClaimId>, String> {
+pub fn apply(
+    s: &mut Scheduler,
+    action: &PreviewAction,
+    actor: &str,
+    now: Timestamp,
+) -> Result<Option<ClaimId>, String> {
     let new = match action {
         PreviewAction::Release { claim } => {
             if s.release(*claim, actor, now).is_none() {
@@ -100,7 +105,13 @@ fn debts_in_an_hour(s: &Scheduler, now: Timestamp, holds: &HoldTimes) -> BTreeMa
 }
 
 /// What `action` would do to `s` at `now`.
-pub fn preview(s: &Scheduler, action: &PreviewAction, holds: &HoldTimes, actor: &str, now: Timestamp) -> Preview {
+pub fn preview(
+    s: &Scheduler,
+    action: &PreviewAction,
+    holds: &HoldTimes,
+    actor: &str,
+    now: Timestamp,
+) -> Preview {
     let mut out = Preview {
         action: action.clone(),
         revision: s.revision(),
@@ -213,7 +224,9 @@ fn new_claim(copy: &Scheduler, after: &Forecast, id: ClaimId, now: Timestamp) ->
             p90: now,
         }),
         node: place.map(|a| a.node.clone()),
-        devices: place.map(|a| a.shares.iter().map(|d| d.device).collect()).unwrap_or_default(),
+        devices: place
+            .map(|a| a.shares.iter().map(|d| d.device).collect())
+            .unwrap_or_default(),
         freed_by: None,
         ahead: 0,
         unknown: None,

@@ -202,7 +202,9 @@ fn declared_durations_forecast_what_the_scheduler_then_does() {
         let d = 120 + 37 * k;
         submit(
             &mut s,
-            req(json!({"nvidia.com/gpu": count, "project": p, "wait": true, "expected_duration": d})),
+            req(
+                json!({"nvidia.com/gpu": count, "project": p, "wait": true, "expected_duration": d}),
+            ),
             T0.plus_secs(k),
         );
     }

@@ -11,6 +11,7 @@ use crate::ids::ClaimId;
 impl Scheduler {
     /// A copy of the whole state to run forward. It journals, audits and explains nothing
     /// (none of it is kept): only what it places and where.
+    #[must_use]
     pub fn forward_copy(&self) -> Scheduler {
         let mut copy = self.clone();
         copy.copy = true;
@@ -21,6 +22,7 @@ impl Scheduler {
 
     /// A copy that behaves exactly as this scheduler does, journal and reasons included:
     /// what a preview applies an action to.
+    #[must_use]
     pub fn exact_copy(&self) -> Scheduler {
         let mut copy = self.clone();
         copy.journal.clear();
@@ -59,7 +61,10 @@ impl Scheduler {
             let Some(c) = self.claims.get(id) else {
                 continue;
             };
-            if asked.iter().any(|r| super::queue::same_placement(r, &c.request)) {
+            if asked
+                .iter()
+                .any(|r| super::queue::same_placement(r, &c.request))
+            {
                 continue;
             }
             if self.fleet.fits_on(&c.request, None) {

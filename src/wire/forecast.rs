@@ -3,6 +3,8 @@
 //! sentence of a claim's detail. `forecast` computes them; the CLI and the console render
 //! them from here.
 
+use std::fmt::Write as _;
+
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
@@ -160,15 +162,17 @@ impl ExpectedStart {
         if let Some(node) = &self.node {
             let devices: Vec<String> = self.devices.iter().map(ToString::to_string).collect();
             if devices.is_empty() {
-                s.push_str(&format!(" on {node}"));
+                let _ = write!(s, " on {node}");
             } else {
-                s.push_str(&format!(" on {node}:{}", devices.join(",")));
+                let _ = write!(s, " on {node}:{}", devices.join(","));
             }
         }
         if let Some(f) = &self.freed_by {
-            s.push_str(&format!(" when claim {} ends", f.claim));
+            let _ = write!(s, " when claim {} ends", f.claim);
             match (f.basis, f.lease_expires_at) {
-                (_, Some(lease)) => s.push_str(&format!("; its lease runs to {}", clock(lease))),
+                (_, Some(lease)) => {
+                    let _ = write!(s, "; its lease runs to {}", clock(lease));
+                }
                 (EndBasis::Declared, None) => s.push_str(" (its declared duration)"),
                 (EndBasis::Learned, None) => s.push_str(" (as claims like it did)"),
                 _ => {}
@@ -335,4 +339,98 @@ pub struct Preview {
     pub debts: Vec<DebtChange>,
     /// Waiting claims whose expected start moves by a minute or more.
     pub starts_moved: Vec<StartMoved>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: Timestamp = Timestamp(1_000_000_000);
+
+    fn start(p10_s: u64, p50_s: u64, p90_s: u64) -> ExpectedStart {
+        ExpectedStart {
+            claim: ClaimId(13),
+            project: "vision".into(),
+            start: Some(Band {
+                p10: NOW.plus_secs(p10_s),
+                p50: NOW.plus_secs(p50_s),
+                p90: NOW.plus_secs(p90_s),
+            }),
+            node: Some("node-b".into()),
+            devices: vec![5],
+            freed_by: Some(FreedBy {
+                claim: ClaimId(17),
+                basis: EndBasis::Learned,
+                lease_expires_at: Some(NOW.plus_secs(13 * 60)),
+            }),
+            ahead: 3,
+            unknown: None,
+        }
+    }
+
+    /// Minutes after `NOW` as `HH:MM`, for the sentence (03:25 is `NOW`).
+    fn clock(t: Timestamp) -> String {
+        let m = 3 * 60 + 25 + t.millis_since(NOW) / 60_000;
+        format!("{:02}:{:02}", m / 60, m % 60)
+    }
+
+    #[test]
+    fn the_start_column_is_the_median_and_its_band_in_one_unit() {
+        assert_eq!(start(480, 840, 1860).short(NOW), "~14m (8-31m)");
+        assert_eq!(start(600, 600, 600).short(NOW), "~10m");
+        assert_eq!(start(20, 40, 60).short(NOW), "~40s (20-60s)");
+        assert_eq!(start(0, 0, 0).short(NOW), "now");
+        assert_eq!(start(3 * 3600, 4 * 3600, 9 * 3600).short(NOW), "~4h (3-9h)");
+        let mut unknown = start(0, 0, 0);
+        unknown.start = None;
+        assert_eq!(unknown.short(NOW), "unknown");
+    }
+
+    #[test]
+    fn the_sentence_says_when_where_after_whom_and_behind_how_many() {
+        assert_eq!(
+            start(9 * 60, 15 * 60, 33 * 60).sentence(&clock),
+            "expected to start ~03:40 (03:34-03:58) on node-b:5 when claim 17 ends; its lease \
+             runs to 03:38; 3 claims ahead of it in fair share"
+        );
+        let mut e = start(600, 600, 600);
+        e.freed_by = Some(FreedBy {
+            claim: ClaimId(2),
+            basis: EndBasis::Declared,
+            lease_expires_at: None,
+        });
+        e.ahead = 1;
+        assert_eq!(
+            e.sentence(&clock),
+            "expected to start ~03:35 on node-b:5 when claim 2 ends (its declared duration); 1 \
+             claim ahead of it in fair share"
+        );
+        e.start = None;
+        e.unknown = Some(Unknown {
+            holder: Some(ClaimId(4)),
+            why: "it waits on claim 4".into(),
+        });
+        assert_eq!(e.sentence(&clock), "expected start unknown: it waits on claim 4");
+    }
+
+    #[test]
+    fn a_preview_action_is_read_from_its_json_and_refuses_what_it_does_not_know() {
+        let a: PreviewAction =
+            serde_json::from_value(serde_json::json!({"action": "release", "claim": 17})).unwrap();
+        assert_eq!(a, PreviewAction::Release { claim: ClaimId(17) });
+        let a: PreviewAction = serde_json::from_value(serde_json::json!(
+            {"action": "claim", "request": {"num_gpus": 0.5, "project": "p"}}
+        ))
+        .unwrap();
+        assert!(matches!(a, PreviewAction::Claim { .. }));
+        let back = serde_json::to_value(&a).unwrap();
+        assert_eq!(back["request"]["num_gpus"], 0.5, "{back}");
+        for bad in [
+            serde_json::json!({"action": "drain"}),
+            serde_json::json!({"action": "release", "claim": 1, "extra": 2}),
+            serde_json::json!({"action": "claim", "request": {"num_gpus": 7.5}}),
+        ] {
+            assert!(serde_json::from_value::<PreviewAction>(bad.clone()).is_err(), "{bad}");
+        }
+    }
 }
