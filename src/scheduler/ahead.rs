@@ -3,10 +3,12 @@
 //! ledger), so what they say is what this scheduler would do, not what a second model of
 //! it guesses.
 
+use super::queue::same_placement;
 use super::{Change, Scheduler};
 use crate::clock::Timestamp;
 use crate::fairshare::FairShareView;
 use crate::ids::ClaimId;
+use crate::request::ClaimRequest;
 
 impl Scheduler {
     /// A copy of the whole state to run forward. It journals, audits and explains nothing
@@ -33,20 +35,29 @@ impl Scheduler {
     /// them out: placement, ledger, claims), the ledger accrues to `now`, and work fetch
     /// runs as a tick runs it. Answers the claims placed, in the order placed.
     pub fn advance(&mut self, now: Timestamp, ending: &[ClaimId]) -> Vec<ClaimId> {
-        self.journal.clear();
+        let mut freed: Vec<String> = Vec::new();
         for &id in ending {
             if let Some(claim) = self.claims.remove(&id) {
                 self.due.forget(&claim);
                 self.fleet.release(id);
                 self.ledger.released(now, id);
+                if let Some(a) = claim.allocation
+                    && !freed.contains(&a.node)
+                {
+                    freed.push(a.node);
+                }
             }
         }
-        // The targets are divided again as a tick would (debts accrue toward them), but
-        // work fetch places only claims that fit: when no waiting claim fits the fleet as
-        // it now is, it would place nothing and back no one off, so it is skipped (most
-        // holder ends of a busy endpoint free less than any waiting claim needs).
-        self.ledger.tick(now);
-        if self.any_waiting_fits() {
+        // Work fetch places only claims that fit: when no waiting claim fits what the
+        // step freed, it would place nothing and back no one off, so it is skipped (most
+        // holder ends of a busy endpoint free less than any waiting claim needs). Claims
+        // that fitted before and were passed over wait on a backoff, whose end is a step
+        // of its own (`ending` empty: the whole fleet is asked). The targets are divided
+        // when work fetch runs; the endpoint divides on every tick, which moves debts only
+        // by how the targets changed between two such steps.
+        let nodes = (!ending.is_empty()).then_some(freed.as_slice());
+        if self.any_waiting_fits(nodes) {
+            self.ledger.tick(now);
             self.place_pending(now);
         }
         let placed = placed_in(&self.journal);
@@ -54,23 +65,31 @@ impl Scheduler {
         placed
     }
 
-    /// Whether some waiting claim fits the fleet now (asked once per distinct request).
-    fn any_waiting_fits(&self) -> bool {
-        let mut asked: Vec<&crate::request::ClaimRequest> = Vec::new();
+    /// Whether some waiting claim fits the fleet now, on one of `nodes` when given (asked
+    /// once per distinct request).
+    fn any_waiting_fits(&self, nodes: Option<&[String]>) -> bool {
+        let mut asked: Vec<&ClaimRequest> = Vec::new();
         for id in self.waiting().iter() {
             let Some(c) = self.claims.get(id) else {
                 continue;
             };
-            if asked
-                .iter()
-                .any(|r| super::queue::same_placement(r, &c.request))
-            {
+            if asked.iter().any(|r| same_placement(r, &c.request)) {
                 continue;
             }
-            if self.fleet.fits_on(&c.request, None) {
+            asked.push(&c.request);
+            let fits = match nodes {
+                None => self.fleet.fits_on(&c.request, None),
+                Some(nodes) => nodes.iter().any(|n| {
+                    c.request.node.as_ref().is_none_or(|pin| pin == n) && {
+                        let mut on = c.request.clone();
+                        on.node = Some(n.clone());
+                        self.fleet.fits_on(&on, None)
+                    }
+                }),
+            };
+            if fits {
                 return true;
             }
-            asked.push(&c.request);
         }
         false
     }

@@ -410,7 +410,10 @@ mod tests {
             holder: Some(ClaimId(4)),
             why: "it waits on claim 4".into(),
         });
-        assert_eq!(e.sentence(&clock), "expected start unknown: it waits on claim 4");
+        assert_eq!(
+            e.sentence(&clock),
+            "expected start unknown: it waits on claim 4"
+        );
     }
 
     #[test]
@@ -430,7 +433,10 @@ mod tests {
             serde_json::json!({"action": "release", "claim": 1, "extra": 2}),
             serde_json::json!({"action": "claim", "request": {"num_gpus": 7.5}}),
         ] {
-            assert!(serde_json::from_value::<PreviewAction>(bad.clone()).is_err(), "{bad}");
+            assert!(
+                serde_json::from_value::<PreviewAction>(bad.clone()).is_err(),
+                "{bad}"
+            );
         }
     }
 }
