@@ -692,6 +692,25 @@ impl Client {
         Ok(())
     }
 
+    /// `GET /v1/forecast`: every waiting claim's expected start.
+    pub async fn forecast(&self) -> Result<wire::forecast::Forecast, ClientError> {
+        Ok(self
+            .call(Method::GET, paths::FORECAST, None::<&Value>)
+            .await?
+            .1)
+    }
+
+    /// `POST /v1/preview`: what `action` would do; nothing changes.
+    pub async fn preview(
+        &self,
+        action: &wire::forecast::PreviewAction,
+    ) -> Result<wire::forecast::Preview, ClientError> {
+        Ok(self
+            .call(Method::POST, paths::PREVIEW, Some(action))
+            .await?
+            .1)
+    }
+
     /// `POST /v1/projects/{name}/reset`: clears debts and backoffs.
     pub async fn reset_project(&self, project: &str) -> Result<(), ClientError> {
         let _: wire::ProjectReset = self

@@ -6,7 +6,8 @@
 //!   (who runs this process: the environment and the password database).
 //! - **Domain, no I/O**: `fairshare`, `request`, `placement`, `snapshot` (the read model),
 //!   `scheduler`, `wire` (the HTTP contract), `history` (its record over time), `accounting`
-//!   (GPU time from a window of history); `inventory` and `simulate` read their one input file.
+//!   (GPU time from a window of history), `forecast` (expected starts and previews, on a copy
+//!   of the scheduler); `inventory` and `simulate` read their one input file.
 //! - **GPUs**: `telemetry` (NVML, /proc), `attribution` (whose claim each GPU process is: pure,
 //!   over telemetry's process samples), `discovery` (Flink).
 //! - **Edges**: `store` (what outlives the process, in `SQLite`), `endpoint` (what `gpuboard
@@ -28,6 +29,7 @@ pub mod endpoint;
 pub mod exit;
 pub mod fairshare;
 pub mod fleet;
+pub mod forecast;
 pub mod history;
 pub mod identity;
 pub mod ids;

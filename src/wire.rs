@@ -22,6 +22,7 @@ mod bodies;
 pub mod capacity;
 pub mod deflate;
 pub mod history;
+pub mod forecast;
 
 pub use bodies::{MoveBody, RenewBody, RequestBody, ShareBody, json_kind, read_body};
 
@@ -107,6 +108,10 @@ pub mod paths {
     pub const CLAIMS: &str = "/v1/claims";
     /// `GET`: Prometheus metrics.
     pub const METRICS: &str = "/metrics";
+    /// Every waiting claim's expected start.
+    pub const FORECAST: &str = "/v1/forecast";
+    /// What an action would do, before it is taken.
+    pub const PREVIEW: &str = "/v1/preview";
 
     /// `DELETE`: release a claim.
     pub fn claim(id: ClaimId) -> String {

@@ -24,6 +24,7 @@ const RANKS: &[(&str, u8)] = &[
     ("history", 7),
     ("telemetry", 7),
     ("accounting", 8),
+    ("forecast", 8),
     ("attribution", 9),
     ("discovery", 9),
     ("store", 9),

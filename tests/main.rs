@@ -60,6 +60,7 @@ mod fleet_claims;
 mod fleet_idempotent;
 mod fleet_lost_answers;
 mod fleet_sync;
+mod forecast;
 mod history_exactness;
 mod history_record;
 mod history_serve;

@@ -19,6 +19,7 @@ use crate::placement::MoveTarget;
 use crate::request::ClaimRequest;
 use crate::snapshot::{ClaimState, ClaimView};
 use crate::wire::ClaimDraft;
+use crate::wire::forecast::PreviewAction;
 
 /// `gpuboard claim`.
 #[derive(Args, Debug)]
@@ -68,6 +69,10 @@ pub struct ClaimArgs {
     /// The whole request as a JSON object (any accepted form); other request flags are added to it.
     #[arg(long)]
     pub request: Option<String>,
+    /// Show where it would go or when it would start, and what else would follow; claim
+    /// nothing (one endpoint).
+    #[arg(long)]
+    pub dry_run: bool,
     #[command(flatten)]
     pub place: PlaceArgs,
     #[command(flatten)]
@@ -182,62 +187,100 @@ pub(super) async fn move_claim(
 /// `gpuboard ls`: the claims table, or the claims as JSON; over the fleet with several
 /// endpoints (ids as `ENDPOINT/ID`). An endpoint that cannot be read is named on stderr
 /// and the exit code is its error's; the others are still listed. With `label`
-/// (`KEY=VALUE`), only the claims carrying it.
-pub(super) async fn ls(conn: &Conn, label: Option<&str>) -> anyhow::Result<u8> {
-    let keep = label_filter(label)?;
+/// (`KEY=VALUE`), only the claims carrying it; with `pending`, only the waiting claims,
+/// each with the sentence saying when it is expected to start. A waiting claim's START
+/// is its endpoint's forecast (`GET /v1/forecast`, asked only when claims wait).
+pub(super) async fn ls(conn: &Conn, label: Option<&str>, pending: bool) -> anyhow::Result<u8> {
+    let label_ok = label_filter(label)?;
+    let keep = |c: &ClaimView| label_ok(c) && (!pending || c.state == ClaimState::Pending);
     let members = members(conn)?;
-    if !members.many() {
-        let mut snap = members.single()?.client.snapshot().await?;
-        snap.claims.retain(|c| keep(c));
-        if conn.json {
-            print_json(&snap.claims)?;
-        } else {
-            let rows: Vec<(String, &ClaimView)> =
-                snap.claims.iter().map(|c| (c.id.to_string(), c)).collect();
-            print!("{}", claims_table(&rows, SystemClock.now()));
-        }
-        return Ok(0);
-    }
-    let reads = read_all(&members, &SnapshotCache::user()).await;
     let mut code = 0;
     let mut snaps = Vec::new();
-    let mut errors = Vec::new();
-    for (m, r) in reads.into_iter().enumerate() {
-        match r {
-            Ok(mut s) => {
-                s.claims.retain(|c| keep(c));
-                snaps.push((m, s));
-            }
-            Err(e) => {
-                eprintln!("gpuboard: endpoint {}: {e}", members.list[m].name);
-                if code == 0 {
-                    code = e.exit_code();
+    if members.many() {
+        let reads = read_all(&members, &SnapshotCache::user()).await;
+        let mut errors = Vec::new();
+        for (m, r) in reads.into_iter().enumerate() {
+            match r {
+                Ok(s) => snaps.push((m, s)),
+                Err(e) => {
+                    eprintln!("gpuboard: endpoint {}: {e}", members.list[m].name);
+                    if code == 0 {
+                        code = e.exit_code();
+                    }
+                    errors.push(e);
                 }
-                errors.push(e);
             }
         }
+        if snaps.is_empty()
+            && let Some(e) = errors.into_iter().next()
+        {
+            return Err(e.into());
+        }
+    } else {
+        snaps.push((0, members.single()?.client.snapshot().await?));
     }
-    if snaps.is_empty()
-        && let Some(e) = errors.into_iter().next()
-    {
-        return Err(e.into());
+    let mut listed = Vec::new();
+    for (m, mut s) in snaps {
+        s.claims.retain(|c| keep(c));
+        let waits = s.claims.iter().any(|c| c.state == ClaimState::Pending);
+        // An endpoint that does not forecast leaves START as `?`.
+        let forecast = if waits {
+            members.list[m].client.forecast().await.ok()
+        } else {
+            None
+        };
+        listed.push((m, s.claims, forecast));
     }
+    let now = SystemClock.now();
     if conn.json {
         let mut all = Vec::new();
-        for (m, s) in &snaps {
-            for c in &s.claims {
-                all.push(with_endpoint(c, &members.list[*m].name)?);
+        for (m, claims, forecast) in &listed {
+            for c in claims {
+                let mut v = if members.many() {
+                    with_endpoint(c, &members.list[*m].name)?
+                } else {
+                    serde_json::to_value(c)?
+                };
+                if let Some(e) = forecast.as_ref().and_then(|f| f.of(c.id)) {
+                    v["expected_start"] = serde_json::to_value(e)?;
+                }
+                all.push(v);
             }
         }
         print_json(&all)?;
-    } else {
-        let rows: Vec<(String, &ClaimView)> = snaps
-            .iter()
-            .flat_map(|(m, s)| s.claims.iter().map(|c| (members.label(*m, c.id), c)))
-            .collect();
-        print!("{}", claims_table(&rows, SystemClock.now()));
+        return Ok(code);
+    }
+    let mut rows = Vec::new();
+    let mut sentences = Vec::new();
+    for (m, claims, forecast) in &listed {
+        for c in claims {
+            let label = members.label(*m, c.id);
+            let expected = forecast.as_ref().and_then(|f| f.of(c.id));
+            let start = match (c.state, expected) {
+                (ClaimState::Placed, _) => "-".to_string(),
+                (ClaimState::Pending, Some(e)) => e.short(now),
+                (ClaimState::Pending, None) => "?".to_string(),
+            };
+            if let Some(e) = expected {
+                sentences.push(format!("claim {label}: {}", e.sentence(&hh_mm)));
+            }
+            rows.push((label, c, start));
+        }
+    }
+    print!("{}", claims_table(&rows, now));
+    if pending {
+        for s in sentences {
+            println!("{s}");
+        }
     }
     Ok(code)
+}
+
+/// A time of day as the claim detail writes it (`03:40`, local time).
+fn hh_mm(t: Timestamp) -> String {
+    until_text(t)
+        .get(..5)
+        .map_or_else(|| t.0.to_string(), str::to_string)
 }
 
 /// Which claims `ls --label KEY=VALUE` keeps (all without it).
@@ -414,15 +457,15 @@ pub(super) fn devices_of(c: &ClaimView) -> String {
 
 /// The `ls` table: one row per claim (its id as labelled), columns padded to their
 /// widest cell.
-fn claims_table(claims: &[(String, &ClaimView)], now: Timestamp) -> String {
+fn claims_table(claims: &[(String, &ClaimView, String)], now: Timestamp) -> String {
     let mut rows = vec![
         [
             "ID", "STATE", "PROJECT", "HOLDER", "WHERE", "FORM", "MEMORY", "GPU", "LEASE", "AGE",
-            "REASON",
+            "START", "REASON",
         ]
         .map(str::to_string),
     ];
-    for (label, c) in claims {
+    for (label, c, start) in claims {
         let place = c.place().unwrap_or_else(|| "-".to_string());
         let lease = c
             .lease_expires_at
@@ -441,10 +484,11 @@ fn claims_table(claims: &[(String, &ClaimView)], now: Timestamp) -> String {
             c.compute_reserved.to_string(),
             lease,
             age(now.millis_since(c.created_at)),
+            start.clone(),
             pending_reason(c),
         ]);
     }
-    let mut widths = [0usize; 11];
+    let mut widths = [0usize; 12];
     for r in &rows {
         for (w, cell) in widths.iter_mut().zip(r) {
             *w = (*w).max(cell.chars().count());
@@ -615,6 +659,12 @@ fn claim_request(a: &ClaimArgs) -> anyhow::Result<ClaimRequest> {
 /// does-not-fit code.
 pub(super) async fn claim(a: ClaimArgs) -> anyhow::Result<u8> {
     let request = claim_request(&a)?;
+    if a.dry_run {
+        let action = PreviewAction::Claim {
+            request: Box::new(request),
+        };
+        return super::dry_run::dry_run(action, None, &a.conn).await;
+    }
     let members = members(&a.conn)?;
     match place(&members, &request, &a.place, &SnapshotCache::user()).await {
         Ok(p) => {

@@ -15,6 +15,7 @@ mod admin;
 mod claims;
 pub mod completions;
 pub mod doctor_fleet;
+mod dry_run;
 mod events;
 mod fleet;
 mod fleet_move;
@@ -40,7 +41,7 @@ use serde_json::Value;
 
 use crate::client::{Client, TlsTrust};
 use crate::endpoint::{auth, tls};
-use crate::store::claims::default_data_dir;
+use crate::wire::forecast::PreviewAction;
 
 pub use act::{ActArgs, EXIT_ENGINE_REFUSED};
 pub use admin::ProjectCommand;
@@ -70,6 +71,10 @@ pub enum Command {
         /// Claim ids (`ENDPOINT/ID` when more than one endpoint is in play).
         #[arg(required = true)]
         ids: Vec<ClaimRef>,
+        /// Show what it would do (placements, stranded claims, debts, expected starts)
+        /// and change nothing.
+        #[arg(long)]
+        dry_run: bool,
         #[command(flatten)]
         conn: Conn,
     },
@@ -87,6 +92,10 @@ pub enum Command {
         /// Target device indexes, comma-separated.
         #[arg(long, value_delimiter = ',')]
         devices: Option<Vec<u32>>,
+        /// Show what it would do (placements, stranded claims, debts, expected starts)
+        /// and change nothing.
+        #[arg(long)]
+        dry_run: bool,
         #[command(flatten)]
         conn: Conn,
     },
@@ -96,6 +105,9 @@ pub enum Command {
         /// `gpuboard.attempt=ID`).
         #[arg(long, value_name = "KEY=VALUE")]
         label: Option<String>,
+        /// Only the waiting claims, with when each is expected to start and why then.
+        #[arg(long)]
+        pending: bool,
         #[command(flatten)]
         conn: Conn,
     },
@@ -116,6 +128,10 @@ pub enum Command {
         node: String,
         /// Device index.
         index: u32,
+        /// Show what it would do (placements, stranded claims, debts, expected starts)
+        /// and change nothing.
+        #[arg(long)]
+        dry_run: bool,
         #[command(flatten)]
         conn: Conn,
     },
@@ -125,6 +141,10 @@ pub enum Command {
         node: String,
         /// Device index.
         index: u32,
+        /// Show what it would do (placements, stranded claims, debts, expected starts)
+        /// and change nothing.
+        #[arg(long)]
+        dry_run: bool,
         #[command(flatten)]
         conn: Conn,
     },
@@ -216,18 +236,72 @@ async fn dispatch(cmd: Command) -> anyhow::Result<u8> {
     match cmd {
         Command::Serve(a) => serve::serve(a).await.map(|()| 0),
         Command::Claim(a) => claims::claim(a).await,
-        Command::Release { ids, conn } => claims::release(ids, &conn).await,
+        Command::Release {
+            ids,
+            dry_run: true,
+            conn,
+        } => {
+            let mut code = 0;
+            for r in &ids {
+                let action = PreviewAction::Release { claim: r.id };
+                code = code.max(dry_run::dry_run(action, Some(r), &conn).await?);
+            }
+            Ok(code)
+        }
+        Command::Release { ids, conn, .. } => claims::release(ids, &conn).await,
+        Command::Move {
+            id,
+            to: None,
+            node,
+            devices,
+            dry_run: true,
+            conn,
+        } => {
+            let action = PreviewAction::Move {
+                claim: id.id,
+                node,
+                devices,
+            };
+            dry_run::dry_run(action, Some(&id), &conn).await
+        }
         Command::Move {
             id,
             to,
             node,
             devices,
             conn,
-        } => claims::move_claim(&id, to.as_deref(), node, devices, &conn).await,
-        Command::Ls { label, conn } => claims::ls(&conn, label.as_deref()).await,
+            dry_run,
+        } => {
+            if dry_run {
+                eprintln!("gpuboard move: --dry-run previews a move within one endpoint, not --to");
+                return Ok(EXIT_INVALID);
+            }
+            claims::move_claim(&id, to.as_deref(), node, devices, &conn).await
+        }
+        Command::Ls {
+            label,
+            pending,
+            conn,
+        } => claims::ls(&conn, label.as_deref(), pending).await,
         Command::Renew { id, ttl, conn } => claims::renew(&id, ttl.as_deref(), &conn).await,
-        Command::Cordon { node, index, conn } => admin::cordon(node, index, &conn).await,
-        Command::Uncordon { node, index, conn } => admin::uncordon(node, index, &conn).await,
+        Command::Cordon {
+            node,
+            index,
+            dry_run: true,
+            conn,
+        } => dry_run::dry_run(PreviewAction::Cordon { node, index }, None, &conn).await,
+        Command::Cordon {
+            node, index, conn, ..
+        } => admin::cordon(node, index, &conn).await,
+        Command::Uncordon {
+            node,
+            index,
+            dry_run: true,
+            conn,
+        } => dry_run::dry_run(PreviewAction::Uncordon { node, index }, None, &conn).await,
+        Command::Uncordon {
+            node, index, conn, ..
+        } => admin::uncordon(node, index, &conn).await,
         Command::Project(cmd) => admin::project(cmd).await,
         Command::Run(a) => run::run_command(a).await,
         Command::Act(a) => act::act(a).await,

@@ -46,6 +46,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/projects/{name}", put(set_share))
         .route("/v1/projects/{name}/reset", post(reset_project))
         .route(paths::METRICS, get(super::metrics::metrics))
+        .route(paths::FORECAST, get(super::forecast::forecast_route))
+        .route(paths::PREVIEW, post(super::forecast::preview_route))
         .merge(super::history_api::routes())
         .merge(super::report_api::routes())
         .route_layer(middleware::from_fn_with_state(state.access(), authorize));

@@ -29,6 +29,8 @@ pub struct ApiState {
     pub(crate) history: Option<Arc<RecordedHistory>>,
     /// The capacity of the last version read (`GET /v1/capacity`).
     pub(crate) capacity: Arc<std::sync::Mutex<Option<Arc<BuiltCapacity>>>>,
+    /// The last forecast and the hold times it used (`GET /v1/forecast`).
+    pub(crate) forecasts: Arc<crate::endpoint::forecast::Forecasts>,
 }
 
 /// A version's capacity, serialized, with its `ETag`.
@@ -55,6 +57,7 @@ impl ApiState {
             heartbeat: wire::HEARTBEAT,
             history: None,
             capacity: Arc::default(),
+            forecasts: Arc::default(),
         }
     }
 

@@ -724,6 +724,19 @@ impl Engine {
         self.lock().claim(id).cloned()
     }
 
+    /// A copy of the scheduler and the time now, to run forward (the forecast, a preview):
+    /// only the copy is taken under the lock.
+    pub fn scheduler_copy(&self, exact: bool) -> (Scheduler, Timestamp) {
+        let now = self.now();
+        let s = self.lock();
+        let copy = if exact {
+            s.exact_copy()
+        } else {
+            s.forward_copy()
+        };
+        (copy, now)
+    }
+
     /// Where a request would go now, without placing it (the console's claim preview).
     pub fn plan(&self, req: &ClaimRequest) -> Result<Allocation, NoFit> {
         self.lock().plan(req)

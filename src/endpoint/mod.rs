@@ -13,6 +13,7 @@ mod capacity;
 mod conditional;
 pub mod datadir;
 pub mod engine;
+mod forecast;
 pub mod gate;
 pub mod history_api;
 pub mod history_recorder;

@@ -84,7 +84,7 @@ impl Demand {
 }
 
 /// The fleet: nodes, devices, claims and their allocations.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Fleet {
     pub(super) policy: Policy,
     pub(super) nodes: Vec<Node>,

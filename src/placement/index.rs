@@ -17,7 +17,7 @@ use crate::request::{GpuForm, Milli, PerDevice};
 use crate::units::Bytes;
 
 /// Devices of one model and memory size, indexed by free memory for fast fits.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(super) struct Class {
     pub(super) model: String,
     pub(super) capacity: Bytes,

@@ -26,6 +26,11 @@ pub struct Claim {
     /// Why it waits (latest reasons), when pending.
     #[serde(default)]
     pub pending: Option<NoFit>,
+    /// When it was last placed (a move keeps it): how long it has held its devices,
+    /// which the forecast weighs against the hold times of claims like it. Claims stored
+    /// before it was kept read `None` and count from `created_at`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placed_at: Option<Timestamp>,
 }
 
 impl Claim {
@@ -110,6 +115,7 @@ impl Scheduler {
             id,
             lease_expires_at: req.ttl.map(|t| now.plus_secs(t)),
             request: req,
+            placed_at: allocation.as_ref().map(|_| now),
             allocation,
             created_at: now,
             pending,

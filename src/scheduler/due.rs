@@ -11,7 +11,7 @@ use crate::ids::ClaimId;
 
 /// The tick's work lists. Every change to a claim's lease, owner or allocation goes
 /// through `forget` (before) and `note` (after).
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct Due {
     /// Leases of claims without a local owner, by their end.
     leases: BTreeSet<(Timestamp, ClaimId)>,

@@ -96,6 +96,7 @@ impl Scheduler {
                     claim.id
                 ));
                 claim.allocation = None;
+                claim.placed_at = None;
             }
             s.claims.insert(claim.id, claim);
         }
@@ -185,6 +186,9 @@ impl Scheduler {
         detail: String,
     ) {
         self.revision += 1;
+        if self.copy {
+            return;
+        }
         let event = AuditEvent {
             revision: self.revision,
             at: now,
@@ -202,6 +206,9 @@ impl Scheduler {
 
     /// Journals the whole fair-share ledger.
     pub(super) fn save_ledger(&mut self, now: Timestamp) {
+        if self.copy {
+            return;
+        }
         self.journal
             .push(Change::Ledger(Box::new(self.ledger.state())));
         self.ledger_saved_at = Some((now, self.revision));

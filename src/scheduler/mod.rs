@@ -13,6 +13,7 @@
 //! ledger in `accounting`.
 
 mod accounting;
+mod ahead;
 mod claims;
 mod due;
 #[cfg(test)]
@@ -27,8 +28,8 @@ mod views;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
+use chacha20::ChaCha12Rng;
 use rand::SeedableRng;
-use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
@@ -100,8 +101,9 @@ impl Default for SchedulerConfig {
     }
 }
 
-/// The scheduler's state.
-#[derive(Debug)]
+/// The scheduler's state. A clone is a copy to run forward (`copy`): the forecast and the
+/// preview apply the endpoint's own code to it.
+#[derive(Clone, Debug)]
 pub struct Scheduler {
     config: SchedulerConfig,
     fleet: Fleet,
@@ -112,7 +114,7 @@ pub struct Scheduler {
     next_id: ClaimId,
     journal: Vec<Change>,
     ledger: Ledger,
-    rng: StdRng,
+    rng: Jitter,
     /// When the ledger was last journaled, and the revision then.
     ledger_saved_at: Option<(Timestamp, u64)>,
     /// The fleet generation at which waiting claims' reasons were last worked out.
@@ -123,9 +125,32 @@ pub struct Scheduler {
     /// generation: work fetch asks again every tick, and the answer only changes with the
     /// fleet.
     fits_seen: (u64, HashMap<ClaimId, Vec<(ResourceId, bool)>>),
+    /// A copy run forward to see what would happen (`copy`): it journals, audits and
+    /// explains nothing, since nothing of it is kept or shown, and a forecast steps
+    /// through hundreds of instants.
+    copy: bool,
     /// Tests: scan every claim and work out every fit afresh, as before the lists above.
     #[cfg(test)]
     reference: bool,
+}
+
+/// The backoff jitter's random source: `rand`'s standard generator (the same stream for a
+/// seed), held directly so that a copy of the scheduler continues the very same sequence.
+struct Jitter(ChaCha12Rng);
+
+impl Clone for Jitter {
+    fn clone(&self) -> Jitter {
+        let mut rng = ChaCha12Rng::from_seed(self.0.get_seed());
+        rng.set_stream(self.0.get_stream());
+        rng.set_word_pos(self.0.get_word_pos());
+        Jitter(rng)
+    }
+}
+
+impl std::fmt::Debug for Jitter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Jitter(word {})", self.0.get_word_pos())
+    }
 }
 
 impl Scheduler {
@@ -136,7 +161,7 @@ impl Scheduler {
             fleet.add_node(n)?;
         }
         let ledger = Ledger::new(config.fairshare.clone())?;
-        let rng = StdRng::seed_from_u64(config.seed);
+        let rng = Jitter(ChaCha12Rng::seed_from_u64(config.seed));
         let mut s = Scheduler {
             config,
             fleet,
@@ -152,6 +177,7 @@ impl Scheduler {
             reasons_at: None,
             due: due::Due::default(),
             fits_seen: (0, HashMap::new()),
+            copy: false,
             #[cfg(test)]
             reference: false,
         };

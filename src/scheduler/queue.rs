@@ -43,7 +43,7 @@ impl Scheduler {
         // was when they were last worked out; revisions that only touch claims' records,
         // shares or leases leave them as they are.
         let at = self.reasons_key();
-        if self.reasons_at != Some(at) {
+        if self.reasons_at != Some(at) && !self.copy {
             self.reasons_at = Some(at);
             self.refresh_reasons();
         }
@@ -78,7 +78,7 @@ impl Scheduler {
             known.push((r.clone(), fits));
             fits
         };
-        let Some(fetch) = self.ledger.work_fetch(now, &mut fits, &mut self.rng) else {
+        let Some(fetch) = self.ledger.work_fetch(now, &mut fits, &mut self.rng.0) else {
             return Round::Done;
         };
         let id = fetch.claim;
@@ -95,6 +95,7 @@ impl Scheduler {
         };
         self.due.forget(claim);
         claim.allocation = Some(alloc.clone());
+        claim.placed_at = Some(now);
         claim.pending = None;
         self.due.note(claim);
         let claim = claim.clone();
@@ -188,7 +189,7 @@ impl Scheduler {
 }
 
 /// Whether two requests ask placement the same thing (so their reasons are the same).
-fn same_placement(a: &ClaimRequest, b: &ClaimRequest) -> bool {
+pub(super) fn same_placement(a: &ClaimRequest, b: &ClaimRequest) -> bool {
     a.gpu == b.gpu
         && a.accelerator_type == b.accelerator_type
         && a.cpus == b.cpus

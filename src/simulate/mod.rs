@@ -29,15 +29,25 @@ pub struct SimulateArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Instead of the usage report, backtest the forecast of when waiting claims start:
+    /// its error against the replay, with durations declared and learned, beside the
+    /// baseline "when the soonest lease ends".
+    #[arg(long)]
+    pub backtest: bool,
+}
+
+/// The scenario file `args` names, read.
+pub fn read_scenario(args: &SimulateArgs) -> anyhow::Result<Scenario> {
+    let path = args.scenario.display().to_string();
+    let text = std::fs::read_to_string(&args.scenario)
+        .with_context(|| format!("reading scenario {path}"))?;
+    toml::from_str(&text).with_context(|| format!("reading scenario {path}"))
 }
 
 /// Runs `gpuboard simulate`; returns the exit status.
 pub fn run(args: SimulateArgs) -> anyhow::Result<i32> {
     let path = args.scenario.display().to_string();
-    let text = std::fs::read_to_string(&args.scenario)
-        .with_context(|| format!("reading scenario {path}"))?;
-    let scenario: Scenario =
-        toml::from_str(&text).with_context(|| format!("reading scenario {path}"))?;
+    let scenario = read_scenario(&args)?;
     let report = run_scenario(&scenario).with_context(|| format!("running scenario {path}"))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

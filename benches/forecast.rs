@@ -1,0 +1,146 @@
+//! Forecasting every waiting claim of a busy endpoint: 1 000 nodes of 8 GPUs (8 000 GPUs,
+//! two models), 18 998 claims placed (whole GPUs and tenths, the fleet full) and 1 000
+//! waiting (1, 2 and 0.5 GPU) across 20 projects; half the holders declare a duration,
+//! the others' is learned from a hold-time table. The bound: 200 ms.
+#![allow(clippy::unwrap_used)]
+
+use std::hint::black_box;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use gpuboard::clock::Timestamp;
+use gpuboard::forecast::{HoldSample, HoldTimes, forecast};
+use gpuboard::placement::{DeviceSpec, NodeSpec};
+use gpuboard::request::ClaimRequest;
+use gpuboard::scheduler::{Scheduler, SchedulerConfig, Submitted};
+use gpuboard::units::Bytes;
+use serde_json::{Value, json};
+
+const MODELS: [&str; 2] = ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"];
+const PROJECTS: u64 = 20;
+const T0: Timestamp = Timestamp(1_700_000_000_000);
+
+/// A fixed-seed xorshift, so every run builds the same state.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+fn req(v: Value) -> ClaimRequest {
+    ClaimRequest::from_json(&v).unwrap()
+}
+
+/// The busy endpoint: `nodes` nodes of 8 GPUs, full, with `waiting` claims queued; and the
+/// hold-time table its learned holders use.
+fn busy(nodes: usize, waiting: usize) -> (Scheduler, HoldTimes, Timestamp) {
+    let specs = (0..nodes)
+        .map(|n| NodeSpec {
+            name: format!("node-{n:05}"),
+            devices: (0..8)
+                .map(|i| DeviceSpec {
+                    index: i,
+                    model: MODELS[n % 2].to_string(),
+                    uuid: None,
+                    memory: Some(Bytes::gib(80)),
+                    link_group: None,
+                })
+                .collect(),
+            cpus: None,
+        })
+        .collect();
+    let mut s = Scheduler::new(SchedulerConfig::default(), specs).unwrap();
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let gpus = nodes * 8;
+    // About 85 % of the GPUs whole, the rest in tenths: the fleet is full, with 19 000
+    // holders on 8 000 GPUs.
+    let whole = gpus * 6_778 / 8_000;
+    let tenths = (gpus - whole) * 10;
+    let mut t = T0;
+    let holder = |s: &mut Scheduler, amount: Value, t: Timestamp, rng: &mut Rng| {
+        let mut v = json!({"project": format!("p{:02}", rng.below(PROJECTS))});
+        v["num_gpus"] = amount;
+        // Half declare how long they hold (1 to 4 hours); the rest are learned.
+        if rng.below(2) == 0 {
+            v["expected_duration"] = json!(3_600 + rng.below(10_800));
+        }
+        let placed = matches!(s.submit(req(v), "bench", t), Submitted::Placed(_));
+        assert!(placed, "the fleet fills exactly");
+    };
+    for _ in 0..whole {
+        holder(&mut s, json!(1), t, &mut rng);
+        t = t.plus_millis(100);
+    }
+    for _ in 0..tenths {
+        holder(&mut s, json!(0.1), t, &mut rng);
+        t = t.plus_millis(100);
+    }
+    for k in 0..waiting {
+        let amount = match k % 5 {
+            0..3 => json!(1),
+            3 => json!(0.5),
+            _ => json!(2),
+        };
+        let v = json!({"num_gpus": amount, "wait": true,
+                       "project": format!("p{:02}", rng.below(PROJECTS))});
+        assert!(matches!(
+            s.submit(req(v), "bench", t),
+            Submitted::Pending(_)
+        ));
+    }
+    // Learned hold times: 40 past claims of each project and form, 30 min to 5 h.
+    let samples = (0..PROJECTS).flat_map(|p| {
+        ["num_gpus=1", "num_gpus=0.1"]
+            .into_iter()
+            .flat_map(move |form| {
+                (0..40).map(move |k| HoldSample {
+                    project: format!("p{p:02}"),
+                    form: form.to_string(),
+                    held_ms: 1_800_000 + (k * 7_919 + p * 104_729) % 40 * 405_000,
+                })
+            })
+    });
+    s.take_changes();
+    (s, HoldTimes::from_samples(samples), t.plus_secs(60))
+}
+
+/// `cargo bench` passes `--bench`; `cargo test` runs the bench once as a smoke test, on a
+/// small endpoint, so the test suite stays quick.
+fn size() -> (usize, usize) {
+    if std::env::args().any(|a| a == "--bench") {
+        (1_000, 1_000)
+    } else {
+        (20, 20)
+    }
+}
+
+fn every_waiting_claim(c: &mut Criterion) {
+    let (nodes, waiting) = size();
+    let (s, holds, now) = busy(nodes, waiting);
+    let f = forecast(&s, now, &holds);
+    assert_eq!(f.starts.len(), waiting);
+    let known = f.starts.iter().filter(|e| e.start.is_some()).count();
+    eprintln!(
+        "{} claims, {waiting} waiting, {known} with a start; the last at {} min",
+        s.claims().count(),
+        f.starts
+            .iter()
+            .filter_map(|e| e.start)
+            .map(|b| b.p50.millis_since(now) / 60_000)
+            .max()
+            .unwrap_or(0)
+    );
+    let mut group = c.benchmark_group("forecast");
+    group.sample_size(10);
+    group.bench_function(format!("{}_gpus_{waiting}_waiting", nodes * 8), |b| {
+        b.iter(|| black_box(forecast(&s, now, &holds)));
+    });
+    group.finish();
+}
+
+criterion_group!(benches, every_waiting_claim);
+criterion_main!(benches);

@@ -1,0 +1,359 @@
+//! The forecast backtest (`gpuboard simulate SCENARIO --backtest`): the scenario's claims
+//! are replayed through the endpoint's scheduler on a simulated clock; when a claim has to
+//! wait, its start is forecast at once, and once it starts the error is
+//! |predicted - actual| / max(actual wait, 60 s). Twice: with every claim declaring its
+//! duration (`expected_duration`), and with durations learned from the claims of the
+//! replay that have ended so far. Beside each, the baseline "when the soonest lease
+//! ends", each holder's lease taken as twice its duration from its start (a walltime asked
+//! with a margin). The claims carry no `ttl` (their holders would renew it while they
+//! wait); each is released when its duration is up.
+//!
+//! Only GPU streams are replayed (each host's GPUs as 80 GiB devices of their model); a
+//! stream that names only `cpu` is counted as skipped.
+
+use std::fmt::Write as _;
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+
+use serde::Serialize;
+use serde_json::json;
+
+use super::{HoldSample, HoldTimes, forecast};
+use crate::clock::Timestamp;
+use crate::ids::ClaimId;
+use crate::placement::{DeviceSpec, NodeSpec};
+use crate::request::ClaimRequest;
+use crate::scheduler::{Change, Scheduler, SchedulerConfig, Submitted};
+use crate::simulate::{Scenario, ScenarioError};
+use crate::units::Bytes;
+
+/// The floor of the wait the error is divided by, in ms.
+const FLOOR_MS: u64 = 60_000;
+
+/// One arriving claim.
+#[derive(Clone, Debug)]
+struct Arrival {
+    at: Timestamp,
+    request: ClaimRequest,
+    duration_ms: u64,
+}
+
+/// One line of the table: a predictor's errors over the claims that waited.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ErrorRow {
+    /// `declared` or `learned`.
+    pub durations: String,
+    /// `forecast` or `soonest lease end`.
+    pub predictor: String,
+    /// Claims that waited and started.
+    pub claims: usize,
+    /// Of those, how many the predictor gave no start for.
+    pub unknown: usize,
+    /// Median relative error, 0 to 1 and beyond.
+    pub median: f64,
+    /// 90th percentile relative error.
+    pub p90: f64,
+}
+
+/// The backtest's answer.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Backtest {
+    /// Claims replayed.
+    pub claims: usize,
+    /// Claims not replayed (CPU-only streams, or refused as they can never fit).
+    pub skipped: usize,
+    /// One row per durations mode and predictor.
+    pub rows: Vec<ErrorRow>,
+}
+
+/// The scheduler and arrivals of a scenario; `declared`: each request declares its
+/// duration.
+fn setup(
+    scenario: &Scenario,
+    declared: bool,
+) -> Result<(Scheduler, Vec<Arrival>, usize), ScenarioError> {
+    let invalid = |why: String| ScenarioError::Invalid(why);
+    let nodes: Vec<NodeSpec> = scenario
+        .hosts
+        .iter()
+        .map(|h| NodeSpec {
+            name: h.name.clone(),
+            devices: h
+                .gpus
+                .iter()
+                .flat_map(|(model, n)| std::iter::repeat_n(model.clone(), *n as usize))
+                .enumerate()
+                .map(|(i, model)| DeviceSpec {
+                    index: i as u32,
+                    model,
+                    uuid: None,
+                    memory: Some(Bytes::gib(80)),
+                    link_group: None,
+                })
+                .collect(),
+            cpus: None,
+        })
+        .collect();
+    let config = SchedulerConfig {
+        fairshare: scenario.fairshare.clone(),
+        speeds: scenario.speeds.clone(),
+        seed: scenario.seed,
+        ..SchedulerConfig::default()
+    };
+    let mut s = Scheduler::new(config, nodes).map_err(|e| invalid(e.to_string()))?;
+    for p in &scenario.projects {
+        s.set_share(p.name.as_str(), p.share.get(), "backtest", Timestamp(0))
+            .map_err(|e| invalid(e.to_string()))?;
+    }
+    let mut arrivals = Vec::new();
+    let mut skipped = 0;
+    for stream in &scenario.claims {
+        let gpu = stream.on.iter().any(|o| o.starts_with("gpu"));
+        if !gpu {
+            skipped += stream.count as usize;
+            continue;
+        }
+        let amount = stream.amount;
+        let mut v = if amount < 1.0 {
+            json!({"num_gpus": amount})
+        } else {
+            json!({"nvidia.com/gpu": amount.round() as u64})
+        };
+        let duration_s = stream.duration_s.max(1.0).round() as u64;
+        v["project"] = json!(stream.project.as_str());
+        v["wait"] = json!(true);
+        if declared {
+            v["expected_duration"] = json!(duration_s);
+        }
+        let request = ClaimRequest::from_json(&v).map_err(|e| invalid(e.to_string()))?;
+        for k in 0..stream.count {
+            let at_s = stream.at_s + f64::from(k) * stream.every_s;
+            arrivals.push(Arrival {
+                at: Timestamp((at_s * 1000.0).round() as u64),
+                request: request.clone(),
+                duration_ms: duration_s * 1000,
+            });
+        }
+    }
+    arrivals.sort_by_key(|a| a.at);
+    Ok((s, arrivals, skipped))
+}
+
+/// What one replay saw of each claim that waited: submitted, forecast, baseline, started.
+#[derive(Default)]
+struct Seen {
+    submitted: Timestamp,
+    forecast: Option<Timestamp>,
+    baseline: Option<Timestamp>,
+    started: Option<Timestamp>,
+}
+
+/// One replay: the claims that waited, with what was predicted and what happened.
+fn replay(scenario: &Scenario, declared: bool) -> Result<(Vec<Seen>, usize, usize), ScenarioError> {
+    let (mut s, arrivals, mut skipped) = setup(scenario, declared)?;
+    let end = Timestamp(scenario.duration_s.saturating_mul(1000));
+    let mut ends: BinaryHeap<Reverse<(Timestamp, ClaimId)>> = BinaryHeap::new();
+    let mut duration: HashMap<ClaimId, u64> = HashMap::new();
+    // Each holder's lease, for the baseline: twice its duration from its start.
+    let mut leases: BinaryHeap<Reverse<(Timestamp, ClaimId)>> = BinaryHeap::new();
+    let mut waiting: BTreeMap<ClaimId, Seen> = BTreeMap::new();
+    let mut done: Vec<Seen> = Vec::new();
+    let mut samples: Vec<HoldSample> = Vec::new();
+    let mut holds = HoldTimes::default();
+    let mut learned_from = 0;
+    let mut next = 0;
+    let mut t = Timestamp(0);
+    let mut replayed = 0;
+    loop {
+        // Holders whose time is up leave; the tick hands on what they held.
+        while let Some(&Reverse((at, id))) = ends.peek() {
+            if at > t {
+                break;
+            }
+            ends.pop();
+            if let Some(c) = s.release(id, "backtest", t) {
+                let placed = c.placed_at.unwrap_or(c.created_at);
+                samples.push(HoldSample {
+                    project: c.request.project.clone(),
+                    form: c.request.describe(),
+                    held_ms: t.millis_since(placed),
+                });
+            }
+        }
+        s.tick(t, &|_| true);
+        let mut batch = Vec::new();
+        while let Some(a) = arrivals.get(next).filter(|a| a.at <= t) {
+            next += 1;
+            match s.submit(a.request.clone(), "backtest", t) {
+                Submitted::Placed(c) | Submitted::Pending(c) => {
+                    duration.insert(c.id, a.duration_ms);
+                    batch.push(c.id);
+                    replayed += 1;
+                }
+                Submitted::Refused(_) | Submitted::ShareZero(_) => skipped += 1,
+            }
+        }
+        // Who was placed, by the tick or the submits.
+        for change in s.take_changes() {
+            if let Change::Claim(c) = change
+                && c.allocation.is_some()
+                && c.placed_at == Some(t)
+                && let Some(&d) = duration.get(&c.id)
+                && !ends.iter().any(|Reverse((_, id))| *id == c.id)
+            {
+                ends.push(Reverse((t.plus_millis(d), c.id)));
+                leases.push(Reverse((t.plus_millis(2 * d), c.id)));
+                if let Some(mut seen) = waiting.remove(&c.id) {
+                    seen.started = Some(t);
+                    done.push(seen);
+                }
+            }
+        }
+        let still: Vec<ClaimId> = batch
+            .into_iter()
+            .filter(|id| s.claim(*id).is_some_and(|c| c.allocation.is_none()))
+            .collect();
+        if !still.is_empty() {
+            if !declared && samples.len() != learned_from {
+                holds = HoldTimes::from_samples(samples.iter().cloned());
+                learned_from = samples.len();
+            }
+            let f = forecast(&s, t, &holds);
+            while leases
+                .peek()
+                .is_some_and(|Reverse((_, id))| s.claim(*id).is_none())
+            {
+                leases.pop();
+            }
+            let soonest = leases.peek().map(|Reverse((at, _))| *at);
+            for id in still {
+                waiting.insert(
+                    id,
+                    Seen {
+                        submitted: t,
+                        forecast: f.of(id).and_then(|e| e.start).map(|b| b.p50),
+                        baseline: soonest,
+                        started: None,
+                    },
+                );
+            }
+        }
+        let wake = if waiting.is_empty() {
+            None
+        } else {
+            s.next_wakeup(t)
+        };
+        let candidates = [
+            ends.peek().map(|Reverse((at, _))| *at),
+            arrivals.get(next).map(|a| a.at),
+            wake,
+        ];
+        match candidates.into_iter().flatten().min() {
+            Some(n) if n <= end => t = n.max(t),
+            _ => break,
+        }
+    }
+    Ok((done, replayed, skipped))
+}
+
+/// The relative error of each prediction, `None` where there was none.
+fn errors(seen: &[Seen], pick: impl Fn(&Seen) -> Option<Timestamp>) -> (Vec<f64>, usize) {
+    let mut out = Vec::new();
+    let mut unknown = 0;
+    for s in seen {
+        let Some(actual) = s.started else { continue };
+        let Some(predicted) = pick(s) else {
+            unknown += 1;
+            continue;
+        };
+        let wait = actual.millis_since(s.submitted).max(FLOOR_MS);
+        out.push(predicted.0.abs_diff(actual.0) as f64 / wait as f64);
+    }
+    out.sort_by(f64::total_cmp);
+    (out, unknown)
+}
+
+/// The nearest-rank quantile of sorted values (0 when there are none).
+fn nearest(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+/// Runs the backtest over a scenario.
+pub fn backtest(scenario: &Scenario) -> Result<Backtest, ScenarioError> {
+    let mut rows = Vec::new();
+    let mut claims = 0;
+    let mut skipped = 0;
+    for declared in [true, false] {
+        let (seen, replayed, skip) = replay(scenario, declared)?;
+        claims = replayed;
+        skipped = skip;
+        let durations = if declared { "declared" } else { "learned" };
+        for (predictor, pick) in [
+            (
+                "forecast",
+                (|s: &Seen| s.forecast) as fn(&Seen) -> Option<Timestamp>,
+            ),
+            ("soonest lease end", |s: &Seen| s.baseline),
+        ] {
+            let (errs, unknown) = errors(&seen, pick);
+            rows.push(ErrorRow {
+                durations: durations.to_string(),
+                predictor: predictor.to_string(),
+                claims: errs.len() + unknown,
+                unknown,
+                median: nearest(&errs, 0.5),
+                p90: nearest(&errs, 0.9),
+            });
+        }
+    }
+    Ok(Backtest {
+        claims,
+        skipped,
+        rows,
+    })
+}
+
+/// The backtest as a table.
+pub fn render(b: &Backtest) -> String {
+    let mut out = format!(
+        "forecast backtest: {} claims replayed, {} skipped; error = |predicted - actual| / max(actual wait, 60 s), over the claims that waited\n",
+        b.claims, b.skipped
+    );
+    let _ = write!(
+        out,
+        "{:<10} {:<18} {:>7} {:>8} {:>8} {:>8}\n",
+        "durations", "predictor", "waited", "unknown", "median", "p90"
+    );
+    for r in &b.rows {
+        let _ = write!(
+            out,
+            "{:<10} {:<18} {:>7} {:>8} {:>7.1}% {:>7.1}%\n",
+            r.durations,
+            r.predictor,
+            r.claims,
+            r.unknown,
+            r.median * 100.0,
+            r.p90 * 100.0
+        );
+    }
+    out
+}
+
+/// `gpuboard simulate SCENARIO --backtest`; returns the exit status.
+pub fn run(args: &crate::simulate::SimulateArgs) -> anyhow::Result<i32> {
+    use anyhow::Context as _;
+    let scenario = crate::simulate::read_scenario(args)?;
+    let path = args.scenario.display();
+    let b = backtest(&scenario).with_context(|| format!("backtesting scenario {path}"))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&b)?);
+    } else {
+        print!("{}", render(&b));
+    }
+    Ok(0)
+}

@@ -1,0 +1,216 @@
+//! How long claims hold their devices: each holder's end (declared, learned, its lease, or
+//! unbounded), and the table of past hold times it is learned from, built from the
+//! recorded history (a keyframe and the deltas after it) or handed in by the caller.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::clock::Timestamp;
+use crate::history::{Body, Record};
+use crate::ids::ClaimId;
+use crate::scheduler::Claim;
+use crate::snapshot::{ClaimState, ClaimView, Snapshot, SnapshotChange};
+use crate::wire::forecast::EndBasis;
+
+/// Past claims of a project and form needed before their hold times are trusted.
+pub const MIN_SAMPLES: usize = 3;
+/// Hold times kept per project and form: the most recent.
+pub const MAX_SAMPLES: usize = 500;
+
+/// One past claim: its project, form (`ClaimRequest::describe`) and how long it held.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HoldSample {
+    /// Its project.
+    pub project: String,
+    /// Its request form.
+    pub form: String,
+    /// From placed to released, in milliseconds.
+    pub held_ms: u64,
+}
+
+/// Past hold times by project and form, each list sorted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HoldTimes {
+    by: HashMap<String, HashMap<String, Vec<u64>>>,
+}
+
+impl HoldTimes {
+    /// The table of these samples, oldest first (the last `MAX_SAMPLES` of each kind are
+    /// kept).
+    pub fn from_samples(samples: impl IntoIterator<Item = HoldSample>) -> HoldTimes {
+        let mut by: HashMap<String, HashMap<String, Vec<u64>>> = HashMap::new();
+        for s in samples {
+            by.entry(s.project)
+                .or_default()
+                .entry(s.form)
+                .or_default()
+                .push(s.held_ms);
+        }
+        for forms in by.values_mut() {
+            for held in forms.values_mut() {
+                let cut = held.len().saturating_sub(MAX_SAMPLES);
+                held.drain(..cut);
+                held.sort_unstable();
+            }
+        }
+        HoldTimes { by }
+    }
+
+    /// The sorted hold times of a project and form, when there are enough to trust.
+    pub fn of(&self, project: &str, form: &str) -> Option<&[u64]> {
+        self.by
+            .get(project)
+            .and_then(|f| f.get(form))
+            .map(Vec::as_slice)
+            .filter(|h| h.len() >= MIN_SAMPLES)
+    }
+
+    /// How many kinds (project and form) it knows.
+    pub fn kinds(&self) -> usize {
+        self.by.values().map(HashMap::len).sum()
+    }
+}
+
+/// The `q`-th quantile (0 to 1) of sorted values: the nearest rank.
+pub fn quantile(sorted: &[u64], q: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let last = sorted.len() - 1;
+    // A rank within the list: the product is at most `last`.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let rank = ((last as f64) * q.clamp(0.0, 1.0)).round() as usize;
+    sorted[rank.min(last)]
+}
+
+/// The three quantiles a band is made of.
+pub const QUANTILES: [f64; 3] = [0.1, 0.5, 0.9];
+
+/// When a holder is expected to end: at each of the band's quantiles, or never.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HolderEnd {
+    /// How it was worked out.
+    pub basis: EndBasis,
+    /// p10, p50, p90; `None` for an unbounded holder.
+    pub at: Option<[Timestamp; 3]>,
+}
+
+/// When `claim`, placed and held since `since`, ends, seen at `now`: its declared
+/// duration; else what claims of its project and form held, given it has held this long
+/// already; else its lease when no local owner renews it; else never. An end already
+/// passed is now (it is overdue: it ends any moment).
+pub fn holder_end(claim: &Claim, since: Timestamp, now: Timestamp, holds: &HoldTimes) -> HolderEnd {
+    let req = &claim.request;
+    if let Some(d) = req.expected_duration {
+        let end = since.plus_secs(d).max(now);
+        return HolderEnd {
+            basis: EndBasis::Declared,
+            at: Some([end; 3]),
+        };
+    }
+    if let Some(held) = holds.of(&req.project, &req.describe()) {
+        let elapsed = now.millis_since(since);
+        // The hold times longer than it has held already: what is left of such claims.
+        let longer = &held[held.partition_point(|&h| h <= elapsed)..];
+        let at = if longer.is_empty() {
+            [now; 3]
+        } else {
+            QUANTILES.map(|q| since.plus_millis(quantile(longer, q)).max(now))
+        };
+        return HolderEnd {
+            basis: EndBasis::Learned,
+            at: Some(at),
+        };
+    }
+    match claim.lease_expires_at {
+        Some(lease) if req.pid.is_none() => HolderEnd {
+            basis: EndBasis::Lease,
+            at: Some([lease.max(now); 3]),
+        },
+        _ => HolderEnd {
+            basis: EndBasis::Unbounded,
+            at: None,
+        },
+    }
+}
+
+/// The hold times the recorded history shows, from the state at a window's start and the
+/// versions after it (`HistoryStore::window`): each claim seen placed and then gone (or
+/// pending again), from the version it was first seen placed in to the one it was gone
+/// in. Claims already placed at the start are left out (when they were placed is not
+/// known), as are those still placed at the last version.
+pub fn learn(start: &Snapshot, records: &[Record]) -> Vec<HoldSample> {
+    let mut learner = Learner::default();
+    learner.all(&start.claims, start.taken_at);
+    learner.started = true;
+    for r in records {
+        match &r.body {
+            Body::Keyframe { state } => learner.all(&state.claims, r.at),
+            Body::Delta { delta } => {
+                for change in delta {
+                    match change {
+                        SnapshotChange::Claim { claim } => learner.one(claim, r.at),
+                        SnapshotChange::ClaimRemoved { id } => learner.gone(*id, r.at),
+                        SnapshotChange::Claims { claims } => learner.all(claims, r.at),
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+    learner.samples
+}
+
+/// Claims seen placed so far, and the samples found.
+#[derive(Default)]
+struct Learner {
+    /// Placed claims: project, form and since when (`None`: placed before the history).
+    placed: BTreeMap<ClaimId, (String, String, Option<Timestamp>)>,
+    samples: Vec<HoldSample>,
+    /// Past the window's start: a claim first seen placed now was placed now.
+    started: bool,
+}
+
+impl Learner {
+    fn one(&mut self, c: &ClaimView, at: Timestamp) {
+        if c.state == ClaimState::Placed {
+            if !self.placed.contains_key(&c.id) {
+                let since = self.started.then_some(at);
+                self.placed
+                    .insert(c.id, (c.project.clone(), c.form.clone(), since));
+            }
+        } else {
+            self.gone(c.id, at);
+        }
+    }
+
+    fn gone(&mut self, id: ClaimId, at: Timestamp) {
+        if let Some((project, form, Some(since))) = self.placed.remove(&id) {
+            self.samples.push(HoldSample {
+                project,
+                form,
+                held_ms: at.millis_since(since),
+            });
+        }
+    }
+
+    /// Every claim, whole: those not in it are gone.
+    fn all(&mut self, claims: &[ClaimView], at: Timestamp) {
+        let present: std::collections::BTreeSet<ClaimId> = claims
+            .iter()
+            .filter(|c| c.state == ClaimState::Placed)
+            .map(|c| c.id)
+            .collect();
+        let gone: Vec<ClaimId> = self
+            .placed
+            .keys()
+            .filter(|id| !present.contains(id))
+            .copied()
+            .collect();
+        for id in gone {
+            self.gone(id, at);
+        }
+        for c in claims {
+            self.one(c, at);
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! Expected starts on small fleets, each figure worked out by hand; and against the
+//! scheduler itself, run with holders ending as the forecast assumed.
+
+use serde_json::json;
+
+use super::*;
+use crate::inventory::a100_node;
+use crate::request::ClaimRequest;
+use crate::scheduler::{SchedulerConfig, Submitted};
+use crate::wire::forecast::EndBasis;
+
+const T0: Timestamp = Timestamp(1_000_000_000);
+
+fn sched(gpus: u32) -> Scheduler {
+    Scheduler::new(SchedulerConfig::default(), vec![a100_node("a", gpus)]).unwrap()
+}
+
+fn req(v: serde_json::Value) -> ClaimRequest {
+    ClaimRequest::from_json(&v).unwrap()
+}
+
+/// A whole GPU of `project`, with these extra fields.
+fn gpu(project: &str, extra: serde_json::Value) -> ClaimRequest {
+    let mut v = json!({"nvidia.com/gpu": 1, "project": project, "wait": true});
+    if let (Some(m), Some(e)) = (v.as_object_mut(), extra.as_object()) {
+        m.extend(e.clone());
+    }
+    req(v)
+}
+
+fn submit(s: &mut Scheduler, r: ClaimRequest, at: Timestamp) -> ClaimId {
+    match s.submit(r, "t", at) {
+        Submitted::Placed(c) | Submitted::Pending(c) => c.id,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn secs(n: u64) -> Timestamp {
+    T0.plus_secs(n)
+}
+
+#[test]
+fn a_declared_duration_gives_an_exact_start_where_the_holder_was() {
+    let mut s = sched(1);
+    let holder = submit(&mut s, gpu("vision", json!({"expected_duration": 600})), T0);
+    let waiting = submit(&mut s, gpu("nlp", json!({})), secs(10));
+    let f = forecast(&s, secs(60), &HoldTimes::default());
+    assert_eq!(f.starts.len(), 1);
+    let e = f.of(waiting).unwrap();
+    let b = e.start.unwrap();
+    assert_eq!((b.p10, b.p50, b.p90), (secs(600), secs(600), secs(600)));
+    assert_eq!(e.node.as_deref(), Some("a"));
+    assert_eq!(e.devices, vec![0]);
+    let freed = e.freed_by.as_ref().unwrap();
+    assert_eq!(freed.claim, holder);
+    assert_eq!(freed.basis, EndBasis::Declared);
+    assert_eq!(e.ahead, 0);
+    assert!(e.unknown.is_none());
+}
+
+#[test]
+fn claims_queue_behind_each_other_and_count_who_is_ahead() {
+    let mut s = sched(1);
+    submit(&mut s, gpu("vision", json!({"expected_duration": 600})), T0);
+    let first = submit(
+        &mut s,
+        gpu("nlp", json!({"expected_duration": 300})),
+        secs(1),
+    );
+    let second = submit(&mut s, gpu("nlp", json!({})), secs(2));
+    let f = forecast(&s, secs(60), &HoldTimes::default());
+    let a = f.of(first).unwrap();
+    let b = f.of(second).unwrap();
+    assert_eq!(a.start.unwrap().p50, secs(600));
+    assert_eq!(a.ahead, 0);
+    // The second waits for the first, which holds its declared 300 s from its start.
+    assert_eq!(b.start.unwrap().p50, secs(900));
+    assert_eq!(b.ahead, 1);
+    assert_eq!(b.freed_by.as_ref().unwrap().claim, first);
+}
+
+#[test]
+fn learned_hold_times_give_a_band_and_count_what_a_holder_has_held() {
+    let mut s = sched(1);
+    let holder = submit(&mut s, gpu("vision", json!({})), T0);
+    let waiting = submit(&mut s, gpu("nlp", json!({})), secs(1));
+    let form = s.claim(holder).unwrap().request.describe();
+    // Hold times 100 s, 200 s ... 1 000 s.
+    let samples = (1..=10).map(|k| HoldSample {
+        project: "vision".into(),
+        form: form.clone(),
+        held_ms: k * 100_000,
+    });
+    let holds = HoldTimes::from_samples(samples);
+    let b = forecast(&s, T0, &holds).of(waiting).unwrap().start.unwrap();
+    // Nearest rank over 10 values: p10 -> the 2nd (200 s), p50 -> the 6th (rounded
+    // 4.5 up: 600 s), p90 -> the 9th (rounded 8.1: 900 s).
+    assert_eq!((b.p10, b.p50, b.p90), (secs(200), secs(600), secs(900)));
+    // Having held 450 s already, only the hold times above it count: 500 ... 1 000 s,
+    // ranks 0.5, 2.5 and 4.5 of 0..5 rounded up: 600, 800 and 1 000 s.
+    let b = forecast(&s, secs(450), &holds)
+        .of(waiting)
+        .unwrap()
+        .start
+        .unwrap();
+    assert_eq!((b.p10, b.p50, b.p90), (secs(600), secs(800), secs(1000)));
+    // Past every hold time seen, it is overdue: it ends any moment.
+    let e = forecast(&s, secs(2_000), &holds);
+    let b = e.of(waiting).unwrap().start.unwrap();
+    assert_eq!((b.p10, b.p90), (secs(2_000), secs(2_000)));
+    assert_eq!(
+        e.of(waiting).unwrap().freed_by.as_ref().unwrap().basis,
+        EndBasis::Learned
+    );
+    assert_eq!(e.of(waiting).unwrap().short(secs(2_000)), "now");
+}
+
+#[test]
+fn too_few_samples_are_not_trusted() {
+    let samples = (1..holds::MIN_SAMPLES as u64).map(|k| HoldSample {
+        project: "p".into(),
+        form: "1 GPU".into(),
+        held_ms: k,
+    });
+    assert!(HoldTimes::from_samples(samples).of("p", "1 GPU").is_none());
+}
+
+#[test]
+fn a_lease_without_an_owner_ends_the_hold_and_an_owner_does_not() {
+    let mut s = sched(1);
+    let holder = submit(&mut s, gpu("vision", json!({"ttl": 120})), T0);
+    let waiting = submit(&mut s, gpu("nlp", json!({})), secs(1));
+    let e = forecast(&s, secs(10), &HoldTimes::default());
+    let e = e.of(waiting).unwrap();
+    assert_eq!(e.start.unwrap().p50, secs(120));
+    let freed = e.freed_by.as_ref().unwrap();
+    assert_eq!((freed.claim, freed.basis), (holder, EndBasis::Lease));
+    assert_eq!(freed.lease_expires_at, Some(secs(120)));
+    // A local owner extends its lease while it runs: nothing bounds it.
+    let mut s = sched(1);
+    let owned = submit(&mut s, gpu("vision", json!({"ttl": 120, "pid": 4242})), T0);
+    let waiting = submit(&mut s, gpu("nlp", json!({})), secs(1));
+    let f = forecast(&s, secs(10), &HoldTimes::default());
+    let e = f.of(waiting).unwrap();
+    assert!(e.start.is_none());
+    assert_eq!(e.unknown.as_ref().unwrap().holder, Some(owned));
+    assert_eq!(e.short(secs(10)), "unknown");
+}
+
+#[test]
+fn an_unbounded_holder_is_named_and_a_claim_nothing_frees_says_so() {
+    let mut s = sched(2);
+    let forever = submit(&mut s, gpu("vision", json!({})), T0);
+    let _other = submit(&mut s, gpu("vision", json!({"expected_duration": 60})), T0);
+    // Two GPUs on one node: it needs both, so it waits on the unbounded one too.
+    let both = submit(
+        &mut s,
+        req(json!({"nvidia.com/gpu": 2, "project": "nlp", "wait": true})),
+        secs(1),
+    );
+    let f = forecast(&s, secs(5), &HoldTimes::default());
+    let u = f.of(both).unwrap().unknown.clone().unwrap();
+    assert_eq!(u.holder, Some(forever));
+    assert!(u.why.contains(&format!("claim {forever}")), "{}", u.why);
+    // Cordon both devices: nothing that ends frees it.
+    let mut s = sched(1);
+    submit(&mut s, gpu("vision", json!({"expected_duration": 60})), T0);
+    let waiting = submit(&mut s, gpu("nlp", json!({})), secs(1));
+    s.set_cordon("a", 0, true, "t", secs(2)).unwrap();
+    let f = forecast(&s, secs(5), &HoldTimes::default());
+    let u = f.of(waiting).unwrap().unknown.clone().unwrap();
+    assert_eq!(u.holder, None);
+    assert!(u.why.contains("cordons"), "{}", u.why);
+}
+
+#[test]
+fn forecasting_changes_nothing() {
+    let mut s = sched(1);
+    submit(&mut s, gpu("vision", json!({"expected_duration": 600})), T0);
+    submit(&mut s, gpu("nlp", json!({})), secs(1));
+    s.take_changes();
+    let before = s.snapshot(secs(2));
+    let _ = forecast(&s, secs(2), &HoldTimes::default());
+    assert_eq!(s.snapshot(secs(2)), before);
+    assert!(s.take_changes().is_empty());
+}
+
+/// The forecast with declared durations, against the scheduler itself ticking every
+/// second and releasing each holder when its declared time is up: every waiting claim
+/// starts when forecast, on the node forecast.
+#[test]
+fn declared_durations_forecast_what_the_scheduler_then_does() {
+    let mut s = Scheduler::new(
+        SchedulerConfig::default(),
+        vec![a100_node("a", 2), a100_node("b", 2)],
+    )
+    .unwrap();
+    let projects = ["vision", "nlp", "speech"];
+    for k in 0..12u64 {
+        let p = projects[(k % 3) as usize];
+        let count = 1 + k % 2;
+        let d = 120 + 37 * k;
+        submit(
+            &mut s,
+            req(
+                json!({"nvidia.com/gpu": count, "project": p, "wait": true, "expected_duration": d}),
+            ),
+            T0.plus_secs(k),
+        );
+    }
+    let now = secs(20);
+    s.tick(now, &|_| true);
+    let f = forecast(&s, now, &HoldTimes::default());
+    assert!(!f.starts.is_empty());
+    let mut started = std::collections::BTreeMap::new();
+    let mut t = now;
+    while started.len() < f.starts.len() && t < secs(20_000) {
+        t = t.plus_secs(1);
+        let due: Vec<ClaimId> = s
+            .claims()
+            .filter(|c| {
+                let since = c.placed_at.unwrap_or(c.created_at);
+                c.allocation.is_some()
+                    && c.request
+                        .expected_duration
+                        .is_some_and(|d| since.plus_secs(d) <= t)
+            })
+            .map(|c| c.id)
+            .collect();
+        for id in due {
+            s.release(id, "t", t);
+        }
+        s.tick(t, &|_| true);
+        for e in &f.starts {
+            if let Some(c) = s.claim(e.claim)
+                && let Some(a) = &c.allocation
+            {
+                started.entry(e.claim).or_insert((t, a.node.clone()));
+            }
+        }
+    }
+    for e in &f.starts {
+        let (at, node) = &started[&e.claim];
+        assert_eq!(Some(*at), e.start.map(|b| b.p50), "claim {}", e.claim);
+        assert_eq!(Some(node), e.node.as_ref(), "claim {}", e.claim);
+    }
+}
+
+/// One project on one GPU: the queue is first come, first served, so declared durations
+/// forecast every start exactly; the soonest lease end (twice each duration) does not.
+#[test]
+fn the_backtest_finds_no_error_where_nothing_overtakes() {
+    let scenario: crate::simulate::Scenario = toml::from_str(
+        r#"
+        duration_s = 20000
+        [[hosts]]
+        name = "h"
+        gpus = { "NVIDIA A100-SXM4-80GB" = 1 }
+        [[projects]]
+        name = "solo"
+        [[claims]]
+        project = "solo"
+        on = ["gpu"]
+        duration_s = 600
+        count = 5
+        every_s = 60
+        "#,
+    )
+    .unwrap();
+    let b = backtest::backtest(&scenario).unwrap();
+    assert_eq!(b.claims, 5);
+    let row = |durations: &str, predictor: &str| {
+        b.rows
+            .iter()
+            .find(|r| r.durations == durations && r.predictor == predictor)
+            .unwrap()
+            .clone()
+    };
+    let declared = row("declared", "forecast");
+    assert_eq!((declared.claims, declared.unknown), (4, 0));
+    assert_eq!((declared.median, declared.p90), (0.0, 0.0));
+    assert!(row("declared", "soonest lease end").median > 0.5);
+    // Learned: nothing has ended yet when they wait, and nothing bounds the holder.
+    let learned = row("learned", "forecast");
+    assert_eq!((learned.claims, learned.unknown), (4, 4));
+    assert!(backtest::render(&b).contains("declared   forecast"));
+}
