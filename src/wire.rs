@@ -21,8 +21,8 @@ use crate::units::UNITS_PER_DEVICE;
 mod bodies;
 pub mod capacity;
 pub mod deflate;
-pub mod history;
 pub mod forecast;
+pub mod history;
 
 pub use bodies::{MoveBody, RenewBody, RequestBody, ShareBody, json_kind, read_body};
 

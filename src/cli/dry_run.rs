@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::fleet::{ClaimRef, members};
+use super::members::{ClaimRef, members};
 use super::{Conn, EXIT_INVALID, print_json};
 use crate::clock::Clock as _;
 use crate::clock::{SystemClock, Timestamp};

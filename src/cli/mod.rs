@@ -41,6 +41,7 @@ use serde_json::Value;
 
 use crate::client::{Client, TlsTrust};
 use crate::endpoint::{auth, tls};
+use crate::store::claims::default_data_dir;
 use crate::wire::forecast::PreviewAction;
 
 pub use act::{ActArgs, EXIT_ENGINE_REFUSED};
