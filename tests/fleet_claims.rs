@@ -407,9 +407,15 @@ fn a_move_across_endpoints_keeps_the_form_and_lease_and_is_audited_on_both() {
     let new = &v["to"];
     assert_eq!(new["endpoint"], "b");
     assert_eq!(new["node"], "host-b");
-    for k in ["form", "project", "holder", "memory_reserved"] {
+    for k in ["project", "holder", "memory_reserved"] {
         assert_eq!(new[k], old[k], "{k}");
     }
+    // The same form, pinned where it was moved to (the form names the node it asked for).
+    let (new_form, old_form) = (new["form"].as_str().unwrap(), old["form"].as_str().unwrap());
+    assert!(
+        new_form.starts_with(old_form) && new_form.contains("node=host-b"),
+        "{new_form} / {old_form}"
+    );
     assert_eq!(new["shares"].as_array().unwrap().len(), 2, "both devices");
     assert_eq!(new["request"]["ttl"], 600);
     assert!(new["lease_expires_at"].is_u64());
