@@ -117,22 +117,35 @@ fn run(
     let mut starts = HashMap::new();
     let mut order = 0u32;
     let horizon = now.plus_millis(HORIZON_MS);
+    // The claims it forecasts: those waiting now, not the arrivals it expects.
+    let forecast_for: std::collections::BTreeSet<ClaimId> =
+        s.waiting_claims().into_iter().collect();
+    let arrivals = holds.expected_arrivals(now);
+    let mut next_arrival = 0;
     let mut t = now;
     let mut ending: Vec<ClaimId> = Vec::new();
     let mut ended: Vec<Ended> = Vec::new();
     loop {
+        // Expected arrivals are submitted as claims are; what their submits place comes
+        // back from the step with the rest.
+        while let Some((_, req)) = arrivals.get(next_arrival).filter(|(at, _)| *at <= t) {
+            next_arrival += 1;
+            let _ = copy.submit((*req).clone(), "forecast", t);
+        }
         for id in copy.advance(t, &ending) {
             let Some(c) = copy.claim(id) else { continue };
-            starts.insert(
-                id,
-                Start {
-                    at: t,
-                    order,
-                    place: place_of(c),
-                    freed_by: ended.clone(),
-                },
-            );
-            order += 1;
+            if forecast_for.contains(&id) {
+                starts.insert(
+                    id,
+                    Start {
+                        at: t,
+                        order,
+                        place: place_of(c),
+                        freed_by: ended.clone(),
+                    },
+                );
+                order += 1;
+            }
             // A claim placed in the run holds until its own end.
             let end = holder_end(c, t, t, holds);
             bases.insert(id, end.basis);
@@ -141,13 +154,14 @@ fn run(
             }
         }
         let until = match stop {
-            Stop::NoneWait if copy.waiting_claims().is_empty() => break,
+            Stop::NoneWait if forecast_for.iter().all(|id| starts.contains_key(id)) => break,
             Stop::NoneWait => horizon,
             Stop::At(until) => until,
         };
         let next_end = heap.peek().map(|Reverse((at, _))| *at);
         let wake = copy.next_wakeup(t);
-        let next = [next_end, wake].into_iter().flatten().min();
+        let arrival = arrivals.get(next_arrival).map(|(at, _)| *at);
+        let next = [next_end, wake, arrival].into_iter().flatten().min();
         let Some(next) = next.filter(|&n| n <= until) else {
             if let Stop::At(until) = stop
                 && until > t
