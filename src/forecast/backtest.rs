@@ -337,15 +337,15 @@ pub fn render(b: &Backtest) -> String {
         "forecast backtest: {} claims replayed, {} skipped; error = |predicted - actual| / max(actual wait, 60 s), over the claims that waited\n",
         b.claims, b.skipped
     );
-    let _ = write!(
+    let _ = writeln!(
         out,
-        "{:<10} {:<18} {:>7} {:>8} {:>8} {:>8}\n",
+        "{:<10} {:<18} {:>7} {:>8} {:>8} {:>8}",
         "durations", "predictor", "waited", "unknown", "median", "p90"
     );
     for r in &b.rows {
-        let _ = write!(
+        let _ = writeln!(
             out,
-            "{:<10} {:<18} {:>7} {:>8} {:>7.1}% {:>7.1}%\n",
+            "{:<10} {:<18} {:>7} {:>8} {:>7.1}% {:>7.1}%",
             r.durations,
             r.predictor,
             r.claims,
