@@ -71,9 +71,24 @@ fn place_of(c: &Claim) -> Option<(String, Vec<u32>)> {
 /// Every waiting claim's expected start at `now`.
 pub fn forecast(s: &Scheduler, now: Timestamp, holds: &HoldTimes) -> Forecast {
     let ends = holder_ends(s, now, holds);
-    let runs: Vec<Run> = (0..3)
-        .map(|q| run(s, now, holds, &ends, q, Stop::NoneWait))
-        .collect();
+    // When every end is known exactly (declared, a lease, unbounded), for holders and for
+    // the claims that will hold during the run, the three runs are one.
+    let point = |r: &crate::request::ClaimRequest| {
+        r.expected_duration.is_some() || holds.of(&r.project, &r.describe()).is_none()
+    };
+    let exact = ends.values().all(|e| e.at.is_none_or(|at| at[0] == at[2]))
+        && s.waiting_claims()
+            .iter()
+            .filter_map(|id| s.claim(*id))
+            .all(|c| point(&c.request))
+        && holds.expected_arrivals(now).iter().all(|(_, r)| point(r));
+    let runs: Vec<Run> = if exact {
+        vec![run(s, now, holds, &ends, 1, Stop::NoneWait)]
+    } else {
+        (0..3)
+            .map(|q| run(s, now, holds, &ends, q, Stop::NoneWait))
+            .collect()
+    };
     let waiting = s.waiting_claims();
     let starts = waiting
         .iter()
@@ -210,7 +225,12 @@ fn expected(
         unknown: None,
     };
     let found: Vec<Option<&Start>> = runs.iter().map(|r| r.starts.get(&c.id)).collect();
-    let (Some(lo), Some(mid), Some(hi)) = (found[0], found[1], found[2]) else {
+    let (lo, mid, hi) = match found.as_slice() {
+        [one] => (*one, *one, *one),
+        [lo, mid, hi] => (*lo, *mid, *hi),
+        _ => (None, None, None),
+    };
+    let (Some(lo), Some(mid), Some(hi)) = (lo, mid, hi) else {
         out.unknown = Some(unknown(s, c, ends));
         return out;
     };

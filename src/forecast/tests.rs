@@ -296,9 +296,11 @@ fn the_history_teaches_hold_times_and_recent_arrivals() {
     use crate::snapshot::{Snapshot, SnapshotChange};
     let mut s = sched(4);
     let old = submit(&mut s, gpu("vision", json!({})), T0);
-    let mut start = Snapshot::default();
-    start.taken_at = T0;
-    start.claims = vec![claim_view(s.claim(old).unwrap())];
+    let start = Snapshot {
+        taken_at: T0,
+        claims: vec![claim_view(s.claim(old).unwrap())],
+        ..Snapshot::default()
+    };
     let mut records = Vec::new();
     let delta = |at: Timestamp, delta: Vec<SnapshotChange>| Record {
         at,
