@@ -88,7 +88,7 @@ fn ids(list: &[crate::ids::ClaimId]) -> String {
 pub(super) fn render(p: &Preview, now: Timestamp, clock: &dyn Fn(Timestamp) -> String) -> String {
     let mut out = format!("dry run: {} (nothing was changed)\n", what(&p.action));
     if let Some(why) = &p.refused {
-        let _ = write!(out, "the endpoint would refuse it: {why}\n");
+        let _ = writeln!(out, "the endpoint would refuse it: {why}");
         return out;
     }
     out.push_str("at once:\n");
@@ -96,36 +96,36 @@ pub(super) fn render(p: &Preview, now: Timestamp, clock: &dyn Fn(Timestamp) -> S
         out.push_str("  no claim would be placed\n");
     }
     for c in &p.placed {
-        let _ = write!(
+        let _ = writeln!(
             out,
-            "  claim {} ({}) would be placed on {}\n",
+            "  claim {} ({}) would be placed on {}",
             c.claim, c.project, c.at
         );
     }
     if !p.on_cordoned.is_empty() {
-        let _ = write!(
+        let _ = writeln!(
             out,
-            "  claims {} stay on the cordoned device, which takes no new claim\n",
+            "  claims {} stay on the cordoned device, which takes no new claim",
             ids(&p.on_cordoned)
         );
     }
     if !p.stranded.is_empty() {
-        let _ = write!(
+        let _ = writeln!(
             out,
-            "  stranded (no expected start any more): claims {}\n",
+            "  stranded (no expected start any more): claims {}",
             ids(&p.stranded)
         );
     }
     if let Some(n) = &p.new_claim
         && !p.placed.iter().any(|c| c.claim == n.claim)
     {
-        let _ = write!(out, "  the new claim would wait: {}\n", n.sentence(clock));
+        let _ = writeln!(out, "  the new claim would wait: {}", n.sentence(clock));
     }
     out.push_str("in the next hour:\n");
     for d in &p.debts {
-        let _ = write!(
+        let _ = writeln!(
             out,
-            "  project {}: debt {:.0} GFLOP now, {:.0} in an hour ({:.0} without this)\n",
+            "  project {}: debt {:.0} GFLOP now, {:.0} in an hour ({:.0} without this)",
             d.project, d.before, d.in_an_hour, d.in_an_hour_without
         );
     }
@@ -142,9 +142,9 @@ pub(super) fn render(p: &Preview, now: Timestamp, clock: &dyn Fn(Timestamp) -> S
         })
     };
     for m in &p.starts_moved {
-        let _ = write!(
+        let _ = writeln!(
             out,
-            "  claim {} would start {} instead of {}\n",
+            "  claim {} would start {} instead of {}",
             m.claim,
             at(m.after),
             at(m.before)

@@ -72,7 +72,7 @@ async fn hold_times(st: &ApiState, now: Timestamp) -> Arc<HoldTimes> {
                 })
                 .await;
             match read {
-                Ok(samples) => HoldTimes::from_samples(samples.unwrap_or_default()),
+                Ok(learned) => learned.unwrap_or_default(),
                 Err(e) => {
                     tracing::warn!("forecast: hold times not learned from the history: {e}");
                     HoldTimes::default()

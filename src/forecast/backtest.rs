@@ -161,7 +161,8 @@ fn replay(scenario: &Scenario, declared: bool) -> Result<(Vec<Seen>, usize, usiz
     let mut done: Vec<Seen> = Vec::new();
     let mut samples: Vec<HoldSample> = Vec::new();
     let mut holds = HoldTimes::default();
-    let mut learned_from = 0;
+    let mut learned_from = usize::MAX;
+    let mut arrived: Vec<(Timestamp, ClaimRequest)> = Vec::new();
     let mut next = 0;
     let mut t = Timestamp(0);
     let mut replayed = 0;
@@ -185,6 +186,7 @@ fn replay(scenario: &Scenario, declared: bool) -> Result<(Vec<Seen>, usize, usiz
         let mut batch = Vec::new();
         while let Some(a) = arrivals.get(next).filter(|a| a.at <= t) {
             next += 1;
+            arrived.push((t, a.request.clone()));
             match s.submit(a.request.clone(), "backtest", t) {
                 Submitted::Placed(c) | Submitted::Pending(c) => {
                     duration.insert(c.id, a.duration_ms);
@@ -215,9 +217,20 @@ fn replay(scenario: &Scenario, declared: bool) -> Result<(Vec<Seen>, usize, usiz
             .filter(|id| s.claim(*id).is_some_and(|c| c.allocation.is_none()))
             .collect();
         if !still.is_empty() {
-            if !declared && samples.len() != learned_from {
-                holds = HoldTimes::from_samples(samples.iter().cloned());
-                learned_from = samples.len();
+            if samples.len() + arrived.len() != learned_from {
+                let learned = if declared {
+                    Vec::new()
+                } else {
+                    samples.clone()
+                };
+                let recent = arrived
+                    .iter()
+                    .rev()
+                    .take_while(|(at, _)| t.millis_since(*at) < super::holds::ARRIVALS_MS)
+                    .cloned()
+                    .collect();
+                holds = HoldTimes::from_samples(learned).with_arrivals(recent);
+                learned_from = samples.len() + arrived.len();
             }
             let f = forecast(&s, t, &holds);
             while leases
@@ -324,15 +337,15 @@ pub fn render(b: &Backtest) -> String {
         "forecast backtest: {} claims replayed, {} skipped; error = |predicted - actual| / max(actual wait, 60 s), over the claims that waited\n",
         b.claims, b.skipped
     );
-    let _ = write!(
+    let _ = writeln!(
         out,
-        "{:<10} {:<18} {:>7} {:>8} {:>8} {:>8}\n",
+        "{:<10} {:<18} {:>7} {:>8} {:>8} {:>8}",
         "durations", "predictor", "waited", "unknown", "median", "p90"
     );
     for r in &b.rows {
-        let _ = write!(
+        let _ = writeln!(
             out,
-            "{:<10} {:<18} {:>7} {:>8} {:>7.1}% {:>7.1}%\n",
+            "{:<10} {:<18} {:>7} {:>8} {:>7.1}% {:>7.1}%",
             r.durations,
             r.predictor,
             r.claims,

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use crate::clock::Timestamp;
 use crate::history::{Body, Record};
 use crate::ids::ClaimId;
+use crate::request::ClaimRequest;
 use crate::scheduler::Claim;
 use crate::snapshot::{ClaimState, ClaimView, Snapshot, SnapshotChange};
 use crate::wire::forecast::EndBasis;
@@ -27,11 +28,18 @@ pub struct HoldSample {
     pub held_ms: u64,
 }
 
-/// Past hold times by project and form, each list sorted.
+/// What the past says: hold times by project and form (each list sorted), and the claims
+/// that arrived in the last `ARRIVALS_MS`, which a forecast expects to arrive again over
+/// the next as they did (so a waiting claim sees the claims fair share would put before it).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HoldTimes {
     by: HashMap<String, HashMap<String, Vec<u64>>>,
+    /// Recent arrivals: when, and the request.
+    arrivals: Vec<(Timestamp, ClaimRequest)>,
 }
+
+/// How far back arrivals are taken to repeat, and so how far ahead they are expected.
+pub const ARRIVALS_MS: u64 = 3_600_000;
 
 impl HoldTimes {
     /// The table of these samples, oldest first (the last `MAX_SAMPLES` of each kind are
@@ -52,7 +60,29 @@ impl HoldTimes {
                 held.sort_unstable();
             }
         }
-        HoldTimes { by }
+        HoldTimes {
+            by,
+            arrivals: Vec::new(),
+        }
+    }
+
+    /// The same, with the claims that arrived recently (any order).
+    #[must_use]
+    pub fn with_arrivals(mut self, mut arrivals: Vec<(Timestamp, ClaimRequest)>) -> HoldTimes {
+        arrivals.sort_by_key(|(at, _)| *at);
+        self.arrivals = arrivals;
+        self
+    }
+
+    /// The arrivals expected after `now`: those of the last `ARRIVALS_MS`, each again
+    /// `ARRIVALS_MS` later, in time order.
+    pub fn expected_arrivals(&self, now: Timestamp) -> Vec<(Timestamp, &ClaimRequest)> {
+        let from = Timestamp(now.0.saturating_sub(ARRIVALS_MS));
+        self.arrivals
+            .iter()
+            .filter(|(at, _)| *at > from && *at <= now)
+            .map(|(at, r)| (at.plus_millis(ARRIVALS_MS), r))
+            .collect()
     }
 
     /// The sorted hold times of a project and form, when there are enough to trust.
@@ -138,8 +168,13 @@ pub fn holder_end(claim: &Claim, since: Timestamp, now: Timestamp, holds: &HoldT
 /// pending again), from the version it was first seen placed in to the one it was gone
 /// in. Claims already placed at the start are left out (when they were placed is not
 /// known), as are those still placed at the last version.
-pub fn learn(start: &Snapshot, records: &[Record]) -> Vec<HoldSample> {
+/// The claims first seen in the last `ARRIVALS_MS` before the last version are the recent
+/// arrivals (`HoldTimes::with_arrivals`).
+pub fn learn(start: &Snapshot, records: &[Record]) -> HoldTimes {
     let mut learner = Learner::default();
+    for c in &start.claims {
+        learner.arrived.insert(c.id);
+    }
     learner.all(&start.claims, start.taken_at);
     learner.started = true;
     for r in records {
@@ -157,7 +192,13 @@ pub fn learn(start: &Snapshot, records: &[Record]) -> Vec<HoldSample> {
             }
         }
     }
-    learner.samples
+    let last = records.last().map_or(start.taken_at, |r| r.at);
+    let recent = learner
+        .arrivals
+        .into_iter()
+        .filter(|(at, _)| last.millis_since(*at) < ARRIVALS_MS)
+        .collect();
+    HoldTimes::from_samples(learner.samples).with_arrivals(recent)
 }
 
 /// Claims seen placed so far, and the samples found.
@@ -166,12 +207,18 @@ struct Learner {
     /// Placed claims: project, form and since when (`None`: placed before the history).
     placed: BTreeMap<ClaimId, (String, String, Option<Timestamp>)>,
     samples: Vec<HoldSample>,
+    /// Every claim seen, and when those first seen after the start were created.
+    arrived: std::collections::BTreeSet<ClaimId>,
+    arrivals: Vec<(Timestamp, ClaimRequest)>,
     /// Past the window's start: a claim first seen placed now was placed now.
     started: bool,
 }
 
 impl Learner {
     fn one(&mut self, c: &ClaimView, at: Timestamp) {
+        if self.arrived.insert(c.id) {
+            self.arrivals.push((c.created_at, c.request.clone()));
+        }
         if c.state == ClaimState::Placed {
             if !self.placed.contains_key(&c.id) {
                 let since = self.started.then_some(at);

@@ -71,9 +71,24 @@ fn place_of(c: &Claim) -> Option<(String, Vec<u32>)> {
 /// Every waiting claim's expected start at `now`.
 pub fn forecast(s: &Scheduler, now: Timestamp, holds: &HoldTimes) -> Forecast {
     let ends = holder_ends(s, now, holds);
-    let runs: Vec<Run> = (0..3)
-        .map(|q| run(s, now, holds, &ends, q, Stop::NoneWait))
-        .collect();
+    // When every end is known exactly (declared, a lease, unbounded), for holders and for
+    // the claims that will hold during the run, the three runs are one.
+    let point = |r: &crate::request::ClaimRequest| {
+        r.expected_duration.is_some() || holds.of(&r.project, &r.describe()).is_none()
+    };
+    let exact = ends.values().all(|e| e.at.is_none_or(|at| at[0] == at[2]))
+        && s.waiting_claims()
+            .iter()
+            .filter_map(|id| s.claim(*id))
+            .all(|c| point(&c.request))
+        && holds.expected_arrivals(now).iter().all(|(_, r)| point(r));
+    let runs: Vec<Run> = if exact {
+        vec![run(s, now, holds, &ends, 1, Stop::NoneWait)]
+    } else {
+        (0..3)
+            .map(|q| run(s, now, holds, &ends, q, Stop::NoneWait))
+            .collect()
+    };
     let waiting = s.waiting_claims();
     let starts = waiting
         .iter()
@@ -117,22 +132,35 @@ fn run(
     let mut starts = HashMap::new();
     let mut order = 0u32;
     let horizon = now.plus_millis(HORIZON_MS);
+    // The claims it forecasts: those waiting now, not the arrivals it expects.
+    let forecast_for: std::collections::BTreeSet<ClaimId> =
+        s.waiting_claims().into_iter().collect();
+    let arrivals = holds.expected_arrivals(now);
+    let mut next_arrival = 0;
     let mut t = now;
     let mut ending: Vec<ClaimId> = Vec::new();
     let mut ended: Vec<Ended> = Vec::new();
     loop {
+        // Expected arrivals are submitted as claims are; what their submits place comes
+        // back from the step with the rest.
+        while let Some((_, req)) = arrivals.get(next_arrival).filter(|(at, _)| *at <= t) {
+            next_arrival += 1;
+            let _ = copy.submit((*req).clone(), "forecast", t);
+        }
         for id in copy.advance(t, &ending) {
             let Some(c) = copy.claim(id) else { continue };
-            starts.insert(
-                id,
-                Start {
-                    at: t,
-                    order,
-                    place: place_of(c),
-                    freed_by: ended.clone(),
-                },
-            );
-            order += 1;
+            if forecast_for.contains(&id) {
+                starts.insert(
+                    id,
+                    Start {
+                        at: t,
+                        order,
+                        place: place_of(c),
+                        freed_by: ended.clone(),
+                    },
+                );
+                order += 1;
+            }
             // A claim placed in the run holds until its own end.
             let end = holder_end(c, t, t, holds);
             bases.insert(id, end.basis);
@@ -141,13 +169,14 @@ fn run(
             }
         }
         let until = match stop {
-            Stop::NoneWait if copy.waiting_claims().is_empty() => break,
+            Stop::NoneWait if forecast_for.iter().all(|id| starts.contains_key(id)) => break,
             Stop::NoneWait => horizon,
             Stop::At(until) => until,
         };
         let next_end = heap.peek().map(|Reverse((at, _))| *at);
         let wake = copy.next_wakeup(t);
-        let next = [next_end, wake].into_iter().flatten().min();
+        let arrival = arrivals.get(next_arrival).map(|(at, _)| *at);
+        let next = [next_end, wake, arrival].into_iter().flatten().min();
         let Some(next) = next.filter(|&n| n <= until) else {
             if let Stop::At(until) = stop
                 && until > t
@@ -196,7 +225,12 @@ fn expected(
         unknown: None,
     };
     let found: Vec<Option<&Start>> = runs.iter().map(|r| r.starts.get(&c.id)).collect();
-    let (Some(lo), Some(mid), Some(hi)) = (found[0], found[1], found[2]) else {
+    let (lo, mid, hi) = match found.as_slice() {
+        [one] => (*one, *one, *one),
+        [lo, mid, hi] => (*lo, *mid, *hi),
+        _ => (None, None, None),
+    };
+    let (Some(lo), Some(mid), Some(hi)) = (lo, mid, hi) else {
         out.unknown = Some(unknown(s, c, ends));
         return out;
     };

@@ -285,3 +285,66 @@ fn the_backtest_finds_no_error_where_nothing_overtakes() {
     assert_eq!((learned.claims, learned.unknown), (4, 4));
     assert!(backtest::render(&b).contains("declared   forecast"));
 }
+
+/// Hold times and arrivals from recorded versions: a claim seen placed and then gone gives
+/// its hold; one placed before the window gives none; one first seen in the last hour is
+/// an arrival, expected again an hour after it came.
+#[test]
+fn the_history_teaches_hold_times_and_recent_arrivals() {
+    use crate::history::{Body, Record};
+    use crate::scheduler::claim_view;
+    use crate::snapshot::{Snapshot, SnapshotChange};
+    let mut s = sched(4);
+    let old = submit(&mut s, gpu("vision", json!({})), T0);
+    let start = Snapshot {
+        taken_at: T0,
+        claims: vec![claim_view(s.claim(old).unwrap())],
+        ..Snapshot::default()
+    };
+    let mut records = Vec::new();
+    let delta = |at: Timestamp, delta: Vec<SnapshotChange>| Record {
+        at,
+        revision: 0,
+        body: Body::Delta { delta },
+        changes: Vec::new(),
+    };
+    let mut ids = Vec::new();
+    for k in 0..3u64 {
+        let placed_at = secs(100 + 1_000 * k);
+        let id = submit(&mut s, gpu("vision", json!({})), placed_at);
+        ids.push(id);
+        records.push(delta(
+            placed_at,
+            vec![SnapshotChange::Claim {
+                claim: Box::new(claim_view(s.claim(id).unwrap())),
+            }],
+        ));
+        records.push(delta(
+            placed_at.plus_secs(300 + 100 * k),
+            vec![SnapshotChange::ClaimRemoved { id }],
+        ));
+        s.release(id, "t", placed_at.plus_secs(300 + 100 * k));
+    }
+    // The claim placed before the window ends too: its hold is not known.
+    records.push(delta(
+        secs(4_000),
+        vec![SnapshotChange::ClaimRemoved { id: old }],
+    ));
+    let holds = learn(&start, &records);
+    let form = s.claim(old).map_or_else(
+        || gpu("vision", json!({})).describe(),
+        |c| c.request.describe(),
+    );
+    assert_eq!(
+        holds.of("vision", &form),
+        Some(&[300_000, 400_000, 500_000][..])
+    );
+    // The last version is at 4 000 s: the arrivals at 1 100 s and 2 100 s are within the
+    // hour before it, the one at 100 s is not.
+    let expected: Vec<Timestamp> = holds
+        .expected_arrivals(secs(4_000))
+        .into_iter()
+        .map(|(at, _)| at)
+        .collect();
+    assert_eq!(expected, vec![secs(1_100 + 3_600), secs(2_100 + 3_600)]);
+}

@@ -33,7 +33,8 @@ impl Scheduler {
 
     /// Time passes on a forward copy: the claims in `ending` end (as a release would take
     /// them out: placement, ledger, claims), the ledger accrues to `now`, and work fetch
-    /// runs as a tick runs it. Answers the claims placed, in the order placed.
+    /// runs as a tick runs it. Answers the claims placed since the last step (a submit to
+    /// the copy places some too), in the order placed.
     pub fn advance(&mut self, now: Timestamp, ending: &[ClaimId]) -> Vec<ClaimId> {
         let mut freed: Vec<String> = Vec::new();
         for &id in ending {
