@@ -252,7 +252,7 @@ impl Client {
         if foreign {
             return ClientError::NotGpuboard {
                 endpoint: self.base.to_string(),
-                answered: foreign_answer(status, headers, bytes.len(), markup),
+                answered: error::foreign_answer(status, headers, bytes.len(), markup),
             };
         }
         let sent = match &self.token_from {
@@ -769,47 +769,6 @@ fn error_from(status: StatusCode, bytes: &[u8]) -> ClientError {
             detail,
         },
     }
-}
-
-/// What answered where a gpuboard endpoint was expected, in a few words: its status, its
-/// `Server` and its content type (`HTTP 404 Not Found from nginx/1.25, text/html, 153
-/// bytes`). Its body is never quoted: a web page's markup tells an operator nothing.
-fn foreign_answer(
-    status: StatusCode,
-    headers: &header::HeaderMap,
-    len: usize,
-    markup: bool,
-) -> String {
-    use std::fmt::Write as _;
-    let word = |name: header::HeaderName| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(|v| {
-                v.chars()
-                    .filter(|c| !c.is_control())
-                    .take(60)
-                    .collect::<String>()
-            })
-            .filter(|v| !v.trim().is_empty())
-    };
-    let mut text = format!("HTTP {status}");
-    if let Some(server) = word(header::SERVER) {
-        let _ = write!(text, " from {server}");
-    }
-    let kind = word(header::CONTENT_TYPE)
-        .map(|t| t.split(';').next().unwrap_or_default().trim().to_string())
-        .or_else(|| markup.then(|| "a markup page".to_string()));
-    match (kind, len) {
-        (_, 0) => text.push_str(", empty"),
-        (Some(kind), n) => {
-            let _ = write!(text, ", {kind}, {n} bytes");
-        }
-        (None, n) => {
-            let _ = write!(text, ", {n} bytes");
-        }
-    }
-    text
 }
 
 #[cfg(test)]

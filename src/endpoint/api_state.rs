@@ -30,7 +30,7 @@ pub struct ApiState {
     /// The capacity of the last version read (`GET /v1/capacity`).
     pub(crate) capacity: Arc<std::sync::Mutex<Option<Arc<BuiltCapacity>>>>,
     /// The last forecast and the hold times it used (`GET /v1/forecast`).
-    pub(crate) forecasts: Arc<crate::endpoint::forecast::Forecasts>,
+    pub(crate) forecasts: Arc<crate::endpoint::forecast_cache::Forecasts>,
 }
 
 /// A version's capacity, serialized, with its `ETag`.

@@ -5,7 +5,7 @@
 //! idle endpoint computes none. The hold times learned from the recorded history are read
 //! again at most every `HOLDS_MS`.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Extension, State};
@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use super::api_error::{ApiError, serialize_failed};
 use super::api_state::ApiState;
 use super::body::body_json;
+use super::forecast_cache::lock;
 use super::gate::Actor;
 use crate::clock::Timestamp;
 use crate::forecast::{HoldTimes, forecast, learn, preview};
@@ -27,21 +28,6 @@ pub const REUSE_MS: u64 = 10_000;
 pub const HOLDS_MS: u64 = 600_000;
 /// How far back the history is read for hold times.
 pub const HOLDS_WINDOW_MS: u64 = 3 * 86_400_000;
-
-/// The last forecast and hold-time table, shared by the routes.
-#[derive(Debug, Default)]
-pub struct Forecasts {
-    /// The durable revision it was computed at, and the forecast.
-    last: Mutex<Option<(u64, Arc<Forecast>)>>,
-    /// When the table was built, and the table.
-    holds: Mutex<Option<(Timestamp, Arc<HoldTimes>)>>,
-    /// One computation at a time: a second request waits and takes the first's answer.
-    busy: tokio::sync::Mutex<()>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 fn failed(what: &str, e: impl std::fmt::Display) -> ApiError {
     ApiError::new(

@@ -14,6 +14,7 @@ mod conditional;
 pub mod datadir;
 pub mod engine;
 mod forecast;
+mod forecast_cache;
 pub mod gate;
 pub mod history_api;
 pub mod history_recorder;
