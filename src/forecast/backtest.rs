@@ -150,6 +150,9 @@ struct Seen {
 }
 
 /// One replay: the claims that waited, with what was predicted and what happened.
+// One simulated clock: holders ending, the tick, arrivals, placements and predictions each
+// read and move the loop's shared state (the heaps of ends and leases, who waits).
+#[allow(clippy::too_many_lines)]
 fn replay(scenario: &Scenario, declared: bool) -> Result<(Vec<Seen>, usize, usize), ScenarioError> {
     let (mut s, arrivals, mut skipped) = setup(scenario, declared)?;
     let end = Timestamp(scenario.duration_s.saturating_mul(1000));
