@@ -7,7 +7,9 @@
 //! by compute and by memory (f64 GPU-seconds, exact); the names the claims use (a count,
 //! then each as its length and UTF-8); the claims in id order, each: the id's distance from
 //! the previous id, its project's position among the names, its holder's position plus one
-//! (0: none), reserved by compute and by memory and used (f64), its idle-run count and each
+//! (0: none), reserved by compute and by memory, used and unmeasured (f64; form 1, written
+//! before unmeasured time was counted, has no unmeasured and reads it as 0), its idle-run
+//! count and each
 //! run's start (distance from the previous run's end, or from 0), length (ms) and weight (f64).
 //! Counts, ids, positions and times are LEB128 varints.
 
@@ -17,14 +19,14 @@ use super::gpu_time::GpuSeconds;
 use super::usage::{IdleRun, Tally};
 use crate::ids::ClaimId;
 
-/// The form's first byte: a later form gets another.
-pub const FORM: u8 = 1;
+/// The form's first byte: a later form gets another. Form 1 is still read.
+pub const FORM: u8 = 2;
 
 /// Why a stored roll-up could not be read.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum RollupError {
     /// Not this form (a later gpuboard's, or damaged).
-    #[error("roll-up form {0} is not known to this gpuboard (it reads form {FORM})")]
+    #[error("roll-up form {0} is not known to this gpuboard (it reads forms 1 to {FORM})")]
     Form(u8),
     /// Cut short or malformed.
     #[error("roll-up damaged: {0}")]
@@ -83,6 +85,7 @@ pub fn encode(tally: &Tally) -> Vec<u8> {
         put_f64(&mut out, c.reserved.compute.0);
         put_f64(&mut out, c.reserved.memory.0);
         put_f64(&mut out, c.used.0);
+        put_f64(&mut out, c.unmeasured.0);
         put(&mut out, c.idle.len() as u64);
         let mut prev_end = 0;
         for run in &c.idle {
@@ -168,6 +171,7 @@ pub fn add_encoded(total: &mut Tally, bytes: &[u8]) -> Result<(), RollupError> {
         t.reserved.compute += GpuSeconds(c.compute);
         t.reserved.memory += GpuSeconds(c.memory);
         t.used += GpuSeconds(c.used);
+        t.unmeasured += GpuSeconds(c.unmeasured);
         t.idle.extend_from_slice(&c.idle);
     }
     Ok(())
@@ -195,6 +199,7 @@ struct Claim {
     compute: f64,
     memory: f64,
     used: f64,
+    unmeasured: f64,
     idle: Vec<IdleRun>,
 }
 
@@ -202,7 +207,7 @@ struct Claim {
 fn read(bytes: &[u8]) -> Result<Hour<'_>, RollupError> {
     let mut r = Reader { bytes, at: 0 };
     let form = *bytes.first().ok_or(RollupError::Damaged("empty"))?;
-    if form != FORM {
+    if !(1..=FORM).contains(&form) {
         return Err(RollupError::Form(form));
     }
     r.at = 1;
@@ -233,6 +238,7 @@ fn read(bytes: &[u8]) -> Result<Hour<'_>, RollupError> {
             h => Some(position(h - 1)?),
         };
         let (compute, memory, used) = (r.f64()?, r.f64()?, r.f64()?);
+        let unmeasured = if form >= 2 { r.f64()? } else { 0.0 };
         let runs = r.count()?;
         let mut idle = Vec::with_capacity(runs);
         let mut prev_end = 0u64;
@@ -253,6 +259,7 @@ fn read(bytes: &[u8]) -> Result<Hour<'_>, RollupError> {
             compute,
             memory,
             used,
+            unmeasured,
             idle,
         });
     }
@@ -311,6 +318,7 @@ mod tests {
                             memory: GpuSeconds(r * 0.75),
                         },
                         used: GpuSeconds(r / 9.0),
+                        unmeasured: GpuSeconds(r / 7.0),
                         idle,
                     };
                     (ClaimId(id), c)
@@ -361,6 +369,20 @@ mod tests {
             prop_assert!(add_encoded(&mut total, short).is_err());
             prop_assert_eq!(total, t);
         }
+    }
+
+    #[test]
+    fn an_hour_stored_in_form_1_reads_with_nothing_unmeasured() {
+        let mut t = tally(vec![(7, 1, None, 3600.0, Vec::new())], 100.0);
+        let mut bytes = encode(&t);
+        // Form 1: no unmeasured f64 between `used` and the idle-run count (here the last byte).
+        bytes[0] = 1;
+        let n = bytes.len();
+        bytes.drain(n - 9..n - 1);
+        for c in t.claims.values_mut() {
+            c.unmeasured = GpuSeconds(0.0);
+        }
+        assert_eq!(decode(&bytes).unwrap(), t);
     }
 
     #[test]

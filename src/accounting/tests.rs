@@ -161,6 +161,37 @@ fn a_quarter_gpu_for_an_hour_is_charged_a_quarter_gpu_hour() {
     assert!(close(p.figures.idle_allocated.hours(), 0.0));
     assert!(close(r.usage.physical.hours(), 1.0));
     assert!(close(r.usage.unallocated.compute.hours(), 0.75));
+    assert!(
+        close(p.figures.unmeasured.hours(), 0.0),
+        "every moment sampled"
+    );
+    assert!(!p.figures.unmeasured_whole());
+}
+
+#[test]
+fn a_claim_no_sample_spoke_for_is_unmeasured_not_idle() {
+    let s = state(1, T0, 1, 1, &[(1, "vision", 0, 0, 2_500)], &[]);
+    let (start, versions) = record(&[s]);
+    let r = report(&start, &versions, &BTreeMap::new(), &ask(T0, T0 + HOUR));
+    let p = &r.usage.projects[0];
+    assert!(close(p.figures.reserved.compute.hours(), 0.25), "{p:?}");
+    assert!(close(p.figures.unmeasured.hours(), 0.25), "{p:?}");
+    assert!(p.figures.unmeasured_whole(), "{p:?}");
+    // Half the hour sampled: half of it unmeasured, and the figures are known.
+    let samples: BTreeMap<_, _> = [(
+        gpu(0, 0),
+        (0..360)
+            .map(|i| sample(T0 + i * 5_000, 100, &[(1, 2)]))
+            .collect(),
+    )]
+    .into();
+    let r = report(&start, &versions, &samples, &ask(T0, T0 + HOUR));
+    let p = &r.usage.projects[0];
+    assert!(
+        p.figures.unmeasured.hours() > 0.1 && p.figures.unmeasured.hours() < 0.14,
+        "{p:?}"
+    );
+    assert!(!p.figures.unmeasured_whole());
 }
 
 #[test]
@@ -409,6 +440,7 @@ fn same_figures(a: &Figures, b: &Figures) -> bool {
         && near(a.reserved.memory, b.reserved.memory)
         && near(a.used, b.used)
         && near(a.idle_allocated, b.idle_allocated)
+        && near(a.unmeasured, b.unmeasured)
 }
 
 proptest! {
@@ -469,6 +501,7 @@ fn project_and_claim_figures_are_written_flat_and_read_back() {
         },
         used: GpuSeconds(0.5),
         idle_allocated: GpuSeconds(0.25),
+        unmeasured: GpuSeconds(0.0),
     };
     let c = usage::ClaimGpuTime {
         claim: ClaimId(7),

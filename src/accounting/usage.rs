@@ -66,6 +66,10 @@ pub struct Figures {
     pub used: GpuSeconds,
     /// Held while idle.
     pub idle_allocated: GpuSeconds,
+    /// Reserved (by compute) while no telemetry sample spoke for it: neither used nor idle.
+    /// Windows accounted before this was counted read 0.
+    #[serde(default)]
+    pub unmeasured: GpuSeconds,
 }
 
 impl Figures {
@@ -74,7 +78,20 @@ impl Figures {
         self.reserved.memory += o.reserved.memory;
         self.used += o.used;
         self.idle_allocated += o.idle_allocated;
+        self.unmeasured += o.unmeasured;
     }
+
+    /// Nothing of what was reserved was measured (no telemetry sample at all): its used
+    /// and idle figures mean "unknown", and read n/a, not 0.
+    pub fn unmeasured_whole(&self) -> bool {
+        self.reserved.compute.0 > 0.0 && self.unmeasured.0 >= self.reserved.compute.0 * 0.999
+    }
+}
+
+// serde's `skip_serializing_if` hands a reference.
+#[allow(clippy::trivially_copy_pass_by_ref)]
+fn is_zero(g: &GpuSeconds) -> bool {
+    g.0 == 0.0
 }
 
 /// A project's GPU time. Its figures are written beside its name (`{"project", "claims",
@@ -113,6 +130,8 @@ struct ProjectWire<P> {
     reserved: ByShare,
     used: GpuSeconds,
     idle_allocated: GpuSeconds,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    unmeasured: GpuSeconds,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -124,6 +143,8 @@ struct ClaimWire<P, H> {
     reserved: ByShare,
     used: GpuSeconds,
     idle_allocated: GpuSeconds,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    unmeasured: GpuSeconds,
 }
 
 impl Serialize for ProjectGpuTime {
@@ -134,6 +155,7 @@ impl Serialize for ProjectGpuTime {
             reserved: self.figures.reserved,
             used: self.figures.used,
             idle_allocated: self.figures.idle_allocated,
+            unmeasured: self.figures.unmeasured,
         }
         .serialize(s)
     }
@@ -149,6 +171,7 @@ impl<'de> Deserialize<'de> for ProjectGpuTime {
                 reserved: w.reserved,
                 used: w.used,
                 idle_allocated: w.idle_allocated,
+                unmeasured: w.unmeasured,
             },
         })
     }
@@ -164,6 +187,7 @@ impl Serialize for ClaimGpuTime {
             reserved: self.figures.reserved,
             used: self.figures.used,
             idle_allocated: self.figures.idle_allocated,
+            unmeasured: self.figures.unmeasured,
         }
         .serialize(s)
     }
@@ -181,6 +205,7 @@ impl<'de> Deserialize<'de> for ClaimGpuTime {
                 reserved: w.reserved,
                 used: w.used,
                 idle_allocated: w.idle_allocated,
+                unmeasured: w.unmeasured,
             },
         })
     }
@@ -268,6 +293,9 @@ pub struct ClaimTally {
     pub reserved: ByShare,
     /// Used.
     pub used: GpuSeconds,
+    /// Reserved while no sample spoke for it.
+    #[serde(default)]
+    pub unmeasured: GpuSeconds,
     /// Its idle runs, oldest first.
     pub idle: Vec<IdleRun>,
 }
@@ -298,6 +326,7 @@ impl Tally {
             t.reserved.compute += c.reserved.compute;
             t.reserved.memory += c.reserved.memory;
             t.used += c.used;
+            t.unmeasured += c.unmeasured;
             t.idle.extend(c.idle);
         }
     }
@@ -338,6 +367,8 @@ pub fn tally(story: &Story, samples: &BTreeMap<GpuRef, Vec<Tick>>, idle_below_pc
                 continue;
             }
             let mut used = vec![0.0_f64; span.holds.len()];
+            // How much of the span some sample spoke for, in ms.
+            let mut covered: u64 = 0;
             let mut idle_here: Vec<Pieces> = span.holds.iter().map(|_| Pieces::default()).collect();
             // The samples that speak for part of the span.
             let first = series.partition_point(|s| s.at.0 + HOLD_MS <= span.from.0);
@@ -351,6 +382,7 @@ pub fn tally(story: &Story, samples: &BTreeMap<GpuRef, Vec<Tick>>, idle_below_pc
                 if to <= from {
                     continue;
                 }
+                covered += to - from;
                 for (k, h) in span.holds.iter().enumerate() {
                     let util = claim_util(s, h.claim);
                     used[k] += f64::from(util) / 100.0 * h.weight() * (to - from) as f64;
@@ -359,9 +391,11 @@ pub fn tally(story: &Story, samples: &BTreeMap<GpuRef, Vec<Tick>>, idle_below_pc
                     }
                 }
             }
+            let uncovered = ms.saturating_sub(covered);
             for ((h, u), pieces) in span.holds.iter().zip(used).zip(idle_here) {
                 if let Some(f) = claims.get_mut(&h.claim) {
                     f.used += GpuSeconds(u / 1000.0);
+                    f.unmeasured += GpuSeconds::of(h.compute, uncovered);
                 }
                 let all = here.entry(h.claim).or_default();
                 for (from, to) in pieces.0 {
@@ -437,6 +471,7 @@ pub fn settle(tally: Tally, policy: IdleRule) -> GpuTime {
                 reserved: t.reserved,
                 used: t.used,
                 idle_allocated: charged,
+                unmeasured: t.unmeasured,
             },
         });
     }

@@ -764,18 +764,20 @@ fn where_held(c: &ClaimView) -> String {
 mod tests {
     use super::*;
 
+    /// The claim flags as clap reads them from `extra`.
+    fn args(extra: &[&str]) -> ClaimArgs {
+        #[derive(clap::Parser)]
+        struct T {
+            #[command(flatten)]
+            a: ClaimArgs,
+        }
+        let mut v = vec!["t"];
+        v.extend_from_slice(extra);
+        <T as clap::Parser>::parse_from(v).a
+    }
+
     #[test]
     fn claim_flags_build_the_right_form() {
-        let args = |extra: &[&str]| {
-            #[derive(clap::Parser)]
-            struct T {
-                #[command(flatten)]
-                a: ClaimArgs,
-            }
-            let mut v = vec!["t"];
-            v.extend_from_slice(extra);
-            <T as clap::Parser>::parse_from(v).a
-        };
         let body = |a: ClaimArgs| {
             claim_draft(&a, flag_values(&a).unwrap()).to_json(base_request(&a).unwrap())
         };
@@ -817,16 +819,6 @@ mod tests {
 
     #[test]
     fn flag_values_read_in_another_sense_are_refused_naming_the_flag() {
-        let args = |extra: &[&str]| {
-            #[derive(clap::Parser)]
-            struct T {
-                #[command(flatten)]
-                a: ClaimArgs,
-            }
-            let mut v = vec!["t"];
-            v.extend_from_slice(extra);
-            <T as clap::Parser>::parse_from(v).a
-        };
         for (flags, says) in [
             (&["--memory", "8"][..], "--memory 8 has no unit"),
             (

@@ -112,10 +112,19 @@ fn usage(out: &mut String, r: &FleetReport) {
     );
     for p in &u.projects {
         let f = &p.figures;
-        let pct = if f.reserved.compute.0 > 0.0 {
+        // Nothing measured (no telemetry sample): unknown, not 0.
+        let unknown = f.unmeasured_whole();
+        let pct = if unknown {
+            "n/a".to_string()
+        } else if f.reserved.compute.0 > 0.0 {
             format!("{:.0} %", 100.0 * f.used.0 / f.reserved.compute.0)
         } else {
             "-".to_string()
+        };
+        let (used, idle) = if unknown {
+            ("n/a".to_string(), "n/a".to_string())
+        } else {
+            (h(f.used), h(f.idle_allocated))
         };
         let _ = writeln!(
             out,
@@ -124,8 +133,8 @@ fn usage(out: &mut String, r: &FleetReport) {
             p.claims,
             h(f.reserved.compute),
             h(f.reserved.memory),
-            h(f.used),
-            h(f.idle_allocated),
+            used,
+            idle,
             pct
         );
     }

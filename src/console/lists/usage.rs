@@ -181,6 +181,7 @@ mod tests {
             },
             used: GpuSeconds(used),
             idle_allocated: GpuSeconds(idle),
+            unmeasured: GpuSeconds(0.0),
         }
     }
 

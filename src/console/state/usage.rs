@@ -397,6 +397,7 @@ mod tests {
             },
             used: GpuSeconds(used * 3600.0),
             idle_allocated: GpuSeconds(idle * 3600.0),
+            unmeasured: GpuSeconds(0.0),
         }
     }
 

@@ -130,6 +130,13 @@ fn usage_cell(
             theme,
         )),
         (UsageField::ByMemory, _) => num(figures.reserved.memory),
+        // Nothing measured: unknown, said as n/a rather than 0.
+        (UsageField::Used | UsageField::Idle, _) if figures.unmeasured_whole() => {
+            Cell::from(Span::styled("n/a", theme.dim))
+        }
+        (UsageField::UsedBar | UsageField::IdleBar, _) if figures.unmeasured_whole() => {
+            Cell::from("")
+        }
         (UsageField::Used, _) => num(figures.used),
         (UsageField::UsedBar, _) => Cell::from(bar(figures.used, scale, width, theme.used, theme)),
         (UsageField::Idle, _) => num(figures.idle_allocated),
