@@ -696,3 +696,53 @@ async fn leases_expire_and_dead_owners_are_released() {
         }
     }
 }
+
+/// What an operator's probes found: values the routes cannot read are 400s that say so,
+/// never a 500 (a time past what the store holds) nor a 200 that stays silent (a watch
+/// parameter it cannot read), and two idempotency keys are refused, not one dropped.
+#[tokio::test]
+async fn probes_get_a_clear_refusal() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &demo_fleet(), &[]);
+    let api = Api::new(&server, Some(server.operator_token()));
+    for path in [
+        "/v1/snapshot?at=9223372036854775808",
+        "/v1/snapshot?at=9999-12-31T23:59:59Z",
+        "/v1/history/changes?from=0&to=18446744073709551615",
+    ] {
+        let (s, v) = api.send(Method::GET, path, None).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{path}: {v}");
+        assert!(v.to_string().contains("after 9999-12-30"), "{path}: {v}");
+    }
+    for path in [
+        "/v1/watch?deltas=x",
+        "/v1/watch?deltas=1&format=99",
+        "/v1/watch?since=18446744073709551615",
+    ] {
+        let (s, v) =
+            tokio::time::timeout(Duration::from_secs(10), api.send(Method::GET, path, None))
+                .await
+                .expect("answered at once, not a silent stream");
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{path}: {v}");
+    }
+    let resp = api
+        .http
+        .post(format!("{}/v1/claims", api.url))
+        .bearer_auth(server.operator_token())
+        .header("content-type", "application/json")
+        .header(gpuboard::wire::IDEMPOTENCY_HEADER, "key-a")
+        .header(gpuboard::wire::IDEMPOTENCY_HEADER, "key-b")
+        .body(r#"{"gpu_memory": "1Gi", "holder": "p"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_client_error(), "{}", resp.status());
+    let text = resp.text().await.unwrap();
+    assert!(text.contains("not several"), "{text}");
+    assert!(
+        api.snapshot().await["claims"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+}
