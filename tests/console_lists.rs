@@ -342,3 +342,20 @@ fn overview_counts_open_their_lists() {
             .all(|k| st.claim(*k).unwrap().1.over_limit)
     );
 }
+
+#[test]
+fn a_list_emptied_by_a_filter_says_so_without_the_sources_notes() {
+    let mut st = lab_state();
+    if let Some(d) = st.sources[0].data.as_mut() {
+        d.endpoint.telemetry_note = Some("install the NVIDIA driver".to_string());
+    }
+    show_view(&mut st, View::Gpus);
+    *st.filter_mut() = "no-such-gpu".to_string();
+    st.reshape_rows();
+    let screen = buffer_text(&render(&st, &Theme::plain(), 120, 40).unwrap());
+    assert!(
+        screen.contains("match the filter `no-such-gpu`"),
+        "{screen}"
+    );
+    assert!(!screen.contains("install the NVIDIA driver"), "{screen}");
+}

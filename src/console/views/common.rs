@@ -195,11 +195,14 @@ pub(super) fn empty_note(frame: &mut Frame, area: Rect, state: &State, theme: &T
         },
         theme.dim,
     )];
+    // Empty because of a filter: the sources' notes (no GPUs, no NVML) do not explain it.
+    let filtered = !state.filter().is_empty();
     for (_, s) in state.shown_sources() {
-        if let Some(n) = s.note.clone().or_else(|| {
+        if let Some(n) = s.note.clone().filter(|_| !filtered).or_else(|| {
             s.data
                 .as_ref()
                 .and_then(|d| d.endpoint.telemetry_note.clone())
+                .filter(|_| !filtered)
         }) {
             lines.push(Line::styled(format!("{}: {n}", s.name), theme.warn));
         }
