@@ -96,6 +96,14 @@ async fn the_forecast_route_and_ls_say_when_a_waiting_claim_starts() {
     let all: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
     let pending = all.iter().find(|c| c["id"] == 3).unwrap();
     assert_eq!(pending["expected_start"]["freed_by"]["claim"], 1);
+
+    // `status --json` carries the endpoint's forecast beside its snapshot.
+    let out = server.cli(&["status", "--once", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let starts = &status["sources"][0]["forecast"]["starts"];
+    assert_eq!(starts[0]["claim"], 3, "{status:#}");
+    assert_eq!(starts[0]["freed_by"]["claim"], 1, "{status:#}");
 }
 
 #[tokio::test]

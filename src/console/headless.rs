@@ -71,6 +71,10 @@ pub struct SourceStatus {
     pub fetched_at: Option<u64>,
     /// Its snapshot, when it answered.
     pub snapshot: Option<Snapshot>,
+    /// Every waiting claim's expected start (`--json`, from a gpuboard endpoint that has
+    /// waiting claims; the endpoint's `GET /v1/forecast`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forecast: Option<crate::wire::forecast::Forecast>,
 }
 
 /// The status document.
@@ -294,7 +298,7 @@ async fn print_status(
     loop {
         let results = fetch_all(&setup.sources, timeout, clock).await;
         let mut first_failure = None;
-        let status = Status {
+        let mut status = Status {
             schema: STATUS_SCHEMA,
             generated_at: clock.now().0,
             sources: setup
@@ -327,10 +331,14 @@ async fn print_status(
                             .unwrap_or_default(),
                         fetched_at: snapshot.as_ref().map(|_| at.0),
                         snapshot,
+                        forecast: None,
                     }
                 })
                 .collect(),
         };
+        if args.json {
+            add_forecasts(&mut status, &setup.sources, timeout).await;
+        }
         if args.json {
             println!("{}", serde_json::to_string_pretty(&status)?);
         } else {
@@ -344,6 +352,28 @@ async fn print_status(
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(setup.refresh_ms)).await;
+    }
+}
+
+/// The expected starts of the sources that give them and have a waiting claim; a source
+/// whose forecast cannot be read is left without one (its snapshot says the rest).
+async fn add_forecasts(
+    status: &mut Status,
+    sources: &[Arc<dyn crate::sources::Source>],
+    timeout: Duration,
+) {
+    for (s, source) in status.sources.iter_mut().zip(sources) {
+        let waiting = s.snapshot.as_ref().is_some_and(|snap| {
+            snap.claims
+                .iter()
+                .any(|c| c.state == crate::snapshot::ClaimState::Pending)
+        });
+        if let Some(ask) = source.forecast().filter(|_| waiting) {
+            s.forecast = tokio::time::timeout(timeout, ask)
+                .await
+                .ok()
+                .and_then(Result::ok);
+        }
     }
 }
 

@@ -193,6 +193,15 @@ impl Source for Http {
     fn note(&self) -> Option<String> {
         self.note.clone()
     }
+    fn forecast(
+        &self,
+    ) -> Option<BoxFuture<'static, Result<crate::wire::forecast::Forecast, Failure>>> {
+        let client = self.client.clone();
+        let failure = self.failure();
+        Some(Box::pin(
+            async move { client.forecast().await.map_err(failure) },
+        ))
+    }
     /// The mirrored state; an endpoint whose commit failed is shown as failed, with its
     /// reason, as the embedded scheduler is (its snapshots stay at the durable state).
     fn fetch(&self) -> BoxFuture<'static, Result<Fetched, Failure>> {

@@ -283,6 +283,13 @@ pub trait Source: Send + Sync {
     fn history(&self) -> Option<Arc<dyn history::SourceHistory>> {
         None
     }
+    /// Every waiting claim's expected start, where the source computes one (a gpuboard
+    /// endpoint's `GET /v1/forecast`); `None` (the default) for the others, which give none.
+    fn forecast(
+        &self,
+    ) -> Option<BoxFuture<'static, Result<crate::wire::forecast::Forecast, Failure>>> {
+        None
+    }
     /// Where a claim request would be placed now, without placing it.
     fn plan(&self, request: ClaimRequest) -> BoxFuture<'static, Result<Allocation, Failure>>;
     /// Carries out an action.
