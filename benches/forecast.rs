@@ -13,23 +13,13 @@ use gpuboard::placement::{DeviceSpec, NodeSpec};
 use gpuboard::request::ClaimRequest;
 use gpuboard::scheduler::{Scheduler, SchedulerConfig, Submitted};
 use gpuboard::units::Bytes;
+use rand::rngs::StdRng as Rng;
+use rand::{RngExt, SeedableRng};
 use serde_json::{Value, json};
 
 const MODELS: [&str; 2] = ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"];
 const PROJECTS: u64 = 20;
 const T0: Timestamp = Timestamp(1_700_000_000_000);
-
-/// A fixed-seed xorshift, so every run builds the same state.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
 
 fn req(v: Value) -> ClaimRequest {
     ClaimRequest::from_json(&v).unwrap()
@@ -54,7 +44,8 @@ fn busy(nodes: usize, waiting: usize) -> (Scheduler, HoldTimes, Timestamp) {
         })
         .collect();
     let mut s = Scheduler::new(SchedulerConfig::default(), specs).unwrap();
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    // A fixed seed: every run builds the same state.
+    let mut rng = Rng::seed_from_u64(0x9E37_79B9_7F4A_7C15);
     let gpus = nodes * 8;
     // About 85 % of the GPUs whole, the rest in tenths: the fleet is full, with 19 000
     // holders on 8 000 GPUs.
@@ -62,11 +53,11 @@ fn busy(nodes: usize, waiting: usize) -> (Scheduler, HoldTimes, Timestamp) {
     let tenths = (gpus - whole) * 10;
     let mut t = T0;
     let holder = |s: &mut Scheduler, amount: Value, t: Timestamp, rng: &mut Rng| {
-        let mut v = json!({"project": format!("p{:02}", rng.below(PROJECTS))});
+        let mut v = json!({"project": format!("p{:02}", rng.random_range(0..PROJECTS))});
         v["num_gpus"] = amount;
         // Half declare how long they hold (1 to 4 hours); the rest are learned.
-        if rng.below(2) == 0 {
-            v["expected_duration"] = json!(3_600 + rng.below(10_800));
+        if rng.random_range(0..2) == 0 {
+            v["expected_duration"] = json!(3_600 + rng.random_range(0..10_800));
         }
         let placed = matches!(s.submit(req(v), "bench", t), Submitted::Placed(_));
         assert!(placed, "the fleet fills exactly");
@@ -86,7 +77,7 @@ fn busy(nodes: usize, waiting: usize) -> (Scheduler, HoldTimes, Timestamp) {
             _ => json!(2),
         };
         let v = json!({"num_gpus": amount, "wait": true,
-                       "project": format!("p{:02}", rng.below(PROJECTS))});
+                       "project": format!("p{:02}", rng.random_range(0..PROJECTS))});
         assert!(matches!(
             s.submit(req(v), "bench", t),
             Submitted::Pending(_)

@@ -4,6 +4,8 @@
 //! action, then its next tick).
 
 use proptest::prelude::*;
+use rand::rngs::StdRng as Rng;
+use rand::{RngExt, SeedableRng};
 use serde_json::json;
 
 use super::preview::{debts, placed_by, preview, stranded};
@@ -13,34 +15,22 @@ use crate::request::ClaimRequest;
 use crate::scheduler::SchedulerConfig;
 use crate::wire::forecast::PreviewAction;
 
-/// A fixed-seed xorshift.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
-
 const PROJECTS: [&str; 3] = ["vision", "nlp", "speech"];
 
 fn random_request(rng: &mut Rng) -> ClaimRequest {
-    let mut v = match rng.below(4) {
+    let mut v = match rng.random_range(0..4) {
         0 => json!({"num_gpus": 0.5}),
         1 => json!({"num_gpus": 1}),
         2 => json!({"nvidia.com/gpu": 2}),
         _ => json!({"gpu_memory": "15Gi"}),
     };
-    v["project"] = json!(PROJECTS[rng.below(3) as usize]);
-    v["wait"] = json!(rng.below(5) != 0);
-    if rng.below(2) == 0 {
-        v["expected_duration"] = json!(60 + rng.below(3_600));
+    v["project"] = json!(PROJECTS[rng.random_range(0..3) as usize]);
+    v["wait"] = json!(rng.random_range(0..5) != 0);
+    if rng.random_range(0..2) == 0 {
+        v["expected_duration"] = json!(60 + rng.random_range(0..3_600));
     }
-    if rng.below(4) == 0 {
-        v["ttl"] = json!(30 + rng.below(600));
+    if rng.random_range(0..4) == 0 {
+        v["ttl"] = json!(30 + rng.random_range(0..600));
     }
     ClaimRequest::from_json(&v).unwrap()
 }
@@ -50,36 +40,42 @@ fn random_request(rng: &mut Rng) -> ClaimRequest {
 fn random_state(rng: &mut Rng) -> (Scheduler, Timestamp) {
     let mut s = Scheduler::new(
         SchedulerConfig {
-            seed: rng.below(1_000),
+            seed: rng.random_range(0..1_000),
             ..SchedulerConfig::default()
         },
         vec![a100_node("a", 3), a100_node("b", 3)],
     )
     .unwrap();
     let mut now = Timestamp(1_000_000_000);
-    for _ in 0..(5 + rng.below(30)) {
-        now = now.plus_secs(rng.below(300));
-        match rng.below(10) {
+    for _ in 0..(5 + rng.random_range(0..30)) {
+        now = now.plus_secs(rng.random_range(0..300));
+        match rng.random_range(0..10) {
             0..6 => {
                 s.submit(random_request(rng), "t", now);
             }
             6 => {
-                let id = ClaimId(1 + rng.below(30));
+                let id = ClaimId(1 + rng.random_range(0..30));
                 s.release(id, "t", now);
             }
             7 => {
-                let node = ["a", "b"][rng.below(2) as usize];
-                let _ = s.set_cordon(node, rng.below(3) as u32, rng.below(3) != 0, "t", now);
+                let node = ["a", "b"][rng.random_range(0..2) as usize];
+                let _ = s.set_cordon(
+                    node,
+                    rng.random_range(0..3) as u32,
+                    rng.random_range(0..3) != 0,
+                    "t",
+                    now,
+                );
             }
             8 => {
-                let p = PROJECTS[rng.below(3) as usize];
-                let _ = s.set_share(p, 50 + rng.below(200) as u32, "t", now);
+                let p = PROJECTS[rng.random_range(0..3) as usize];
+                let _ = s.set_share(p, 50 + rng.random_range(0..200) as u32, "t", now);
             }
             _ => s.tick(now, &|_| true),
         }
     }
     s.take_changes();
-    (s, now.plus_secs(rng.below(30)))
+    (s, now.plus_secs(rng.random_range(0..30)))
 }
 
 fn random_action(rng: &mut Rng, s: &Scheduler) -> PreviewAction {
@@ -92,11 +88,11 @@ fn random_action(rng: &mut Rng, s: &Scheduler) -> PreviewAction {
         if ids.is_empty() {
             ClaimId(1)
         } else {
-            ids[rng.below(ids.len() as u64) as usize]
+            ids[rng.random_range(0..ids.len() as u64) as usize]
         }
     };
-    let node = |rng: &mut Rng| ["a", "b"][rng.below(2) as usize].to_string();
-    match rng.below(7) {
+    let node = |rng: &mut Rng| ["a", "b"][rng.random_range(0..2) as usize].to_string();
+    match rng.random_range(0..7) {
         0 => PreviewAction::Release { claim: pick(rng) },
         1 => PreviewAction::Move {
             claim: pick(rng),
@@ -105,18 +101,19 @@ fn random_action(rng: &mut Rng, s: &Scheduler) -> PreviewAction {
         },
         2 => PreviewAction::Cordon {
             node: node(rng),
-            index: rng.below(3) as u32,
+            index: rng.random_range(0..3) as u32,
         },
         3 => PreviewAction::Uncordon {
             node: node(rng),
-            index: rng.below(3) as u32,
+            index: rng.random_range(0..3) as u32,
         },
         4 => PreviewAction::Share {
-            project: PROJECTS[rng.below(3) as usize].to_string(),
-            share: rng.below(300) as u32,
+            project: PROJECTS[rng.random_range(0..3) as usize].to_string(),
+            share: rng.random_range(0..300) as u32,
         },
         5 => PreviewAction::Reset {
-            project: (rng.below(2) == 0).then(|| PROJECTS[rng.below(3) as usize].to_string()),
+            project: (rng.random_range(0..2) == 0)
+                .then(|| PROJECTS[rng.random_range(0..3) as usize].to_string()),
         },
         _ => PreviewAction::Claim {
             request: Box::new(random_request(rng)),
@@ -162,7 +159,7 @@ proptest! {
 
     #[test]
     fn the_preview_is_what_then_happens(seed in 1u64..) {
-        let mut rng = Rng(seed);
+        let mut rng = Rng::seed_from_u64(seed);
         let (mut s, now) = random_state(&mut rng);
         let action = random_action(&mut rng, &s);
         let holds = HoldTimes::default();
