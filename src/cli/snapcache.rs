@@ -33,6 +33,7 @@ struct Entry {
 /// only when the endpoint answers 304 for it: a 1 000-node endpoint's is over a megabyte,
 /// and writing it anew whenever another endpoint changed, or parsing it when the endpoint
 /// sent a new one anyway, was most of a warm fleet claim's time.
+#[derive(Debug)]
 struct CapacityEntry {
     url: String,
     etag: String,
@@ -67,14 +68,46 @@ pub(super) struct SnapshotCache {
 
 /// The capacity file's writes of one command, each on a blocking thread so that a claim
 /// is sent while the file is written (a 100-endpoint file took a millisecond to write,
-/// a twentieth of a warm claim). Writes are numbered: one that finds a later one already
-/// on disk is skipped, so the file ends as the last read left it. The runtime waits for
-/// blocking threads when it is dropped, so none is cut short at exit.
+/// a twentieth of a warm claim). Only the last asked-for content is kept (`pending`); a
+/// thread writes it if nothing later is on disk, so the file ends as the last read left
+/// it. A blocking task still queued when the runtime is dropped never runs, so what is
+/// pending is also written by the next load and when the last handle goes (`Drop`).
 #[derive(Debug, Default)]
 struct Saving {
     issued: AtomicU64,
     /// The number of the write on disk.
     on_disk: Mutex<u64>,
+    /// The last write asked for and not yet done: its number, file and entries.
+    pending: Mutex<Option<PendingWrite>>,
+}
+
+/// A capacity-file write asked for: its number, the file and the entries.
+type PendingWrite = (u64, PathBuf, HashMap<String, CapacityEntry>);
+
+impl Saving {
+    /// Writes what is pending, unless a later write is on disk already.
+    fn flush(&self) {
+        let mut on_disk = self.on_disk.lock().unwrap_or_else(PoisonError::into_inner);
+        let taken = self
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let Some((number, path, cached)) = taken.filter(|(n, _, _)| *n > *on_disk) else {
+            return;
+        };
+        let mut entries: Vec<&CapacityEntry> = cached.values().collect();
+        entries.sort_by(|a, b| a.url.cmp(&b.url));
+        // Best effort: a read-only or full cache directory only costs the next full read.
+        let _ = write_private_bytes(&path, &capacity_file(&entries));
+        *on_disk = number;
+    }
+}
+
+impl Drop for Saving {
+    fn drop(&mut self) {
+        self.flush();
+    }
 }
 
 impl SnapshotCache {
@@ -142,6 +175,8 @@ impl SnapshotCache {
     /// write per command, where a file per endpoint cost 100 creations and renames on a
     /// cold 100-endpoint claim, most of its time).
     fn load_capacities(&self) -> HashMap<String, CapacityEntry> {
+        // A write asked for but cut off with its runtime lands first.
+        self.saving.flush();
         let Some(bytes) = self
             .file_for(CAPACITY_FILE, "json")
             .and_then(|p| std::fs::read(p).ok())
@@ -214,21 +249,18 @@ impl SnapshotCache {
             return;
         };
         let number = self.saving.issued.fetch_add(1, Ordering::Relaxed) + 1;
-        let saving = Arc::clone(&self.saving);
-        tokio::task::spawn_blocking(move || {
-            let mut on_disk = saving
-                .on_disk
+        {
+            let mut pending = self
+                .saving
+                .pending
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            if *on_disk > number {
-                return;
+            if pending.as_ref().is_none_or(|(n, _, _)| *n < number) {
+                *pending = Some((number, path, cached));
             }
-            let mut entries: Vec<&CapacityEntry> = cached.values().collect();
-            entries.sort_by(|a, b| a.url.cmp(&b.url));
-            // Best effort: a read-only or full cache directory only costs the next full read.
-            let _ = write_private_bytes(&path, &capacity_file(&entries));
-            *on_disk = number;
-        });
+        }
+        let saving = Arc::clone(&self.saving);
+        tokio::task::spawn_blocking(move || saving.flush());
     }
 
     /// One endpoint's capacity, conditionally on the tag of `cached` (the cached one).
