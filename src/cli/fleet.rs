@@ -20,9 +20,7 @@ use super::members::Members;
 use super::snapcache::SnapshotCache;
 use crate::client::{ClaimOutcome, Client, ClientError};
 use crate::fleet::{ClaimAnswer as _, Lost, new_attempt};
-use crate::placement::{
-    AttemptId, AttemptStep, Fleet, HostRanking, Policy, decide_attempt, rank_hosts,
-};
+use crate::placement::{AttemptId, AttemptStep, Fleet, HostRanking, Policy, decide_attempt};
 use crate::request::ClaimRequest;
 use crate::snapshot::Snapshot;
 use crate::wire::capacity::CapacitySummary;
@@ -123,11 +121,9 @@ async fn read_round(
     let mut fleets: Vec<Fleet> = Vec::new();
     let mut of_fleet: Vec<usize> = Vec::new();
     let mut revisions = HashMap::new();
-    let mut spread_all = true;
     for (i, r) in reads.into_iter().enumerate() {
         let name = &members.list[i].name;
         match r.map_err(|e| e.to_string()).and_then(|c| {
-            spread_all &= c.policy == "spread";
             revisions.insert(i, c.revision);
             c.fleet().map_err(|e| format!("unreadable capacity: {e}"))
         }) {
@@ -145,13 +141,8 @@ async fn read_round(
             sent: false,
         });
     }
-    let policy = policy.unwrap_or(if spread_all {
-        Policy::Spread
-    } else {
-        Policy::Binpack
-    });
     let refs: Vec<&Fleet> = fleets.iter().collect();
-    let ranking = rank_hosts(&refs, request, policy);
+    let (ranking, policy) = crate::fleet::rank_members(&refs, request, policy);
     let mut reasons = Vec::new();
     let mut infeasible = true;
     for (h, no) in &ranking.refused {

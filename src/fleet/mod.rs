@@ -16,6 +16,8 @@
 //!   (or nowhere) it is asked once more, and [`Lost::settled`] says what its answer means:
 //!   the claim found there is the answer, or a copy to release, or nothing is there, or it
 //!   may hold a phantom until its lease ends.
+//! - **Ranking.** The members that could take a claim, best first ([`rank_members`]):
+//!   by the policy asked for, else spread when every member spreads and binpack otherwise.
 //! - **Move ids.** A move between endpoints tags both its steps with one id
 //!   ([`new_move_id`]), which both endpoints audit (`wire::move_actor`).
 
@@ -30,9 +32,27 @@ pub use ids::{move_id, new_attempt, new_move_id};
 pub use lost::{Lost, Settled, settle};
 pub use reask::{Again, Reask, reask};
 
-use crate::placement::{AttemptAnswer, AttemptRecheck};
+use crate::placement::{AttemptAnswer, AttemptRecheck, Fleet, HostRanking, Policy, rank_hosts};
 use crate::request::ClaimRequest;
 use crate::snapshot::ClaimView;
+
+/// The members (each one's capacity as a [`Fleet`]) that could take `request`, best first,
+/// and the policy used: `policy` when asked for, else spread when every member spreads and
+/// binpack otherwise (one binpacking member would be emptied by spreading across it).
+pub fn rank_members(
+    members: &[&Fleet],
+    request: &ClaimRequest,
+    policy: Option<Policy>,
+) -> (HostRanking, Policy) {
+    let policy = policy.unwrap_or_else(|| {
+        if members.iter().all(|f| f.policy() == Policy::Spread) {
+            Policy::Spread
+        } else {
+            Policy::Binpack
+        }
+    });
+    (rank_hosts(members, request, policy), policy)
+}
 
 /// An endpoint's answer to a claim, as the protocol reads it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -135,5 +155,49 @@ fn a_claim() -> ClaimView {
         lease_expires_at: None,
         pending_reasons: Vec::new(),
         infeasible: false,
+    }
+}
+
+#[cfg(test)]
+mod rank_tests {
+    use super::*;
+    use crate::placement::{DeviceSpec, NodeSpec};
+    use crate::units::Bytes;
+
+    /// A fleet of one node with one free 40 GiB GPU and a second one half taken.
+    fn member(policy: Policy, node: &str) -> Fleet {
+        let mut f = Fleet::new(policy);
+        let gpu = |index| DeviceSpec {
+            index,
+            model: "A100".into(),
+            uuid: None,
+            memory: Some(Bytes::gib(40)),
+            link_group: None,
+        };
+        f.add_node(NodeSpec {
+            name: node.into(),
+            devices: vec![gpu(0), gpu(1)],
+            cpus: None,
+        })
+        .unwrap();
+        f
+    }
+
+    #[test]
+    fn the_default_policy_spreads_only_when_every_member_spreads() {
+        let req = ClaimRequest::memory(Bytes::gib(1), "vision");
+        let spread = [member(Policy::Spread, "a"), member(Policy::Spread, "b")];
+        let refs: Vec<&Fleet> = spread.iter().collect();
+        assert_eq!(rank_members(&refs, &req, None).1, Policy::Spread);
+        let mixed = [member(Policy::Spread, "a"), member(Policy::Binpack, "b")];
+        let refs: Vec<&Fleet> = mixed.iter().collect();
+        let (ranking, policy) = rank_members(&refs, &req, None);
+        assert_eq!(policy, Policy::Binpack);
+        assert_eq!(ranking.fits.len(), 2);
+        // Asked for, the policy is the one used whatever the members say.
+        assert_eq!(
+            rank_members(&refs, &req, Some(Policy::Spread)).1,
+            Policy::Spread
+        );
     }
 }

@@ -136,6 +136,16 @@ pub struct ClaimForm {
 }
 
 impl ClaimForm {
+    /// A fresh form for `source`, its holder the operator (`identity`) when known, as
+    /// the CLI's.
+    pub fn for_holder(source: usize, operator: Option<&str>) -> ClaimForm {
+        let mut form = ClaimForm::new(source);
+        if let Some(me) = operator {
+            form.set_field(FormField::Holder, me.to_string());
+        }
+        form
+    }
+
     /// A fresh form for `source`.
     pub fn new(source: usize) -> ClaimForm {
         let mut text: [String; 9] = Default::default();

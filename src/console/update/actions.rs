@@ -7,8 +7,7 @@ use ratatui::crossterm::event::KeyEvent;
 use crate::snapshot::ClaimState;
 use crate::sources::Action;
 
-use super::confirm::ask;
-use super::{flash, move_across};
+use super::{ask, flash, move_across};
 use crate::console::keymap::{Context, KeyAction};
 use crate::console::msg::Effect;
 use crate::console::state::{ClaimKey, Confirm, GpuName, Mode, MovePick, ProjKey, State, View};

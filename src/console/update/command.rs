@@ -2,10 +2,11 @@
 
 use super::actions::ask_reset;
 use super::keys::normal_action;
+use super::navigate::set_view;
 use super::{flash, quit};
 use crate::console::keymap::{Context, KeyAction};
 use crate::console::msg::Effect;
-use crate::console::state::{Cursor, Mode, State, View, candidates};
+use crate::console::state::{Mode, State, View, candidates};
 
 /// Completes the command line: the longest common prefix of the matching commands.
 pub fn complete(state: &State, text: &str) -> String {
@@ -93,6 +94,10 @@ pub(super) fn command(state: &mut State, text: &str) -> Vec<Effect> {
             }
             Vec::new()
         }
+        // `:act VERB TARGET then ...` is a hand-over.
+        "act" if arg.split_whitespace().any(|w| w == "then") => {
+            super::handover::command(state, &arg)
+        }
         "act" => super::engine::engine_command(state, &arg),
         "handover" => super::handover::command(state, &arg),
         "reset" => {
@@ -139,45 +144,5 @@ pub(super) fn command(state: &mut State, text: &str) -> Vec<Effect> {
                 Vec::new()
             }
         }
-    }
-}
-
-/// Shows a view; the detail view opens on the selected GPU (or the selected claim's).
-pub fn show_view(state: &mut State, v: View) {
-    set_view(state, v);
-    state.dirty = true;
-}
-
-/// Switches to a view (the detail view on the selection when none is open).
-pub(super) fn set_view(state: &mut State, v: View) -> Vec<Effect> {
-    if v == View::Detail && state.detail.is_none() {
-        open_detail(state);
-    }
-    if v == View::Detail && state.view != View::Detail {
-        state.came_from = Some(state.view);
-    } else if v != View::Detail {
-        state.came_from = None;
-    }
-    state.view = v;
-    Vec::new()
-}
-
-/// Points the detail view at the selected GPU, or the selected claim's first GPU.
-pub(super) fn open_detail(state: &mut State) {
-    let key = match state.view {
-        View::Claims => state.selected_claim().and_then(|k| {
-            let (_, c) = state.claim(k)?;
-            let node = c.node.clone()?;
-            let dev = c.shares.first()?.device;
-            Some((k.source, node, dev))
-        }),
-        _ => state.selected_device().and_then(|k| {
-            let (_, n, d) = state.device(k)?;
-            Some((k.source, n.name.clone(), d.index))
-        }),
-    };
-    if key.is_some() {
-        state.detail = key;
-        *state.cursor_mut(View::Detail) = Cursor::default();
     }
 }

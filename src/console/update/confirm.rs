@@ -1,25 +1,15 @@
 //! The one confirmation dialog: every mutating action (release, move, cordon, project
-//! reset, and any engine action) is asked through `ask` and sent only from `confirm_key`,
+//! reset, and any engine action) is asked through `update::ask` and sent only from `confirm_key`,
 //! once OK is focused and, where asked, the target's id typed. A move across sources or a
 //! hand-over is asked with its plan (`flows::Plan`); OK starts that flow.
 
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
-use super::{act, flash, refusal};
+use super::act;
 use crate::console::flows::Plan;
 use crate::console::keymap::{Context, KeyAction};
 use crate::console::msg::{Asker, Effect};
 use crate::console::state::{Confirm, Mode, State};
-
-/// Opens the confirmation for an action, unless the console is read-only or the source
-/// cannot act (refused at once, with the words `act` would use).
-pub(super) fn ask(state: &mut State, confirm: Confirm) {
-    if let Some(text) = refusal(state, confirm.source, &confirm.action) {
-        flash(state, text, true);
-        return;
-    }
-    state.mode = Mode::Confirm(Box::new(confirm));
-}
 
 /// Keys in the confirmation dialog: type the id (when asked), switch buttons, confirm or
 /// cancel. Cancel is focused when it opens; Enter on Cancel closes it. Typing the id asked

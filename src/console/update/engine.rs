@@ -21,10 +21,6 @@ pub(super) fn engine_key(state: &mut State) -> Vec<Effect> {
 
 /// `:act VERB [TARGET]` (`:act` alone is `E`).
 pub(super) fn engine_command(state: &mut State, arg: &str) -> Vec<Effect> {
-    // `:act VERB TARGET then ...` is a hand-over.
-    if arg.split_whitespace().any(|w| w == "then") {
-        return super::handover::command(state, arg);
-    }
     let mut words = arg.split_whitespace();
     let verb = words.next();
     let target = words.next();
@@ -200,5 +196,5 @@ fn ask_engine(
     .then(|| action.target.clone());
     let mut confirm = Confirm::new(source, Action::Engine(action), title, body);
     confirm.type_to_confirm = typed;
-    super::confirm::ask(state, confirm);
+    super::ask(state, confirm);
 }

@@ -51,7 +51,9 @@ pub(super) fn rechecked(
     let asked = |l: &Lost| l.endpoint == source && l.attempt.as_str() == attempt;
     match state.flows.take(flow) {
         Some(Flow::Move(mut chain)) => match chain.rechecking.take() {
-            Some(lost) if asked(&lost) => super::lost::for_move(state, flow, chain, lost, result),
+            Some(lost) if asked(&lost) => {
+                super::move_across::for_move(state, flow, chain, lost, result)
+            }
             waiting => {
                 chain.rechecking = waiting;
                 let line = recheck_line(state, source, attempt, &result);

@@ -7,7 +7,7 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent};
 use crate::request::ClaimRequest;
 use crate::sources::{Action, Failure, Outcome};
 
-use super::keys::edit_line;
+use super::line::edit_line;
 
 use super::{act, flash, lost, ranking};
 use crate::console::keymap::{Context, KeyAction};
@@ -181,16 +181,10 @@ pub(super) fn open_form(state: &mut State) {
         flash(state, text, true);
         return;
     }
-    state.mode = Mode::Form(Box::new(form_for(state, src)));
-}
-
-/// A fresh claim form for `source`, its holder the operator (`identity`), as the CLI's.
-pub(super) fn form_for(state: &State, source: usize) -> ClaimForm {
-    let mut form = ClaimForm::new(source);
-    if let Some(me) = &state.operator {
-        form.set_field(FormField::Holder, me.clone());
-    }
-    form
+    state.mode = Mode::Form(Box::new(ClaimForm::for_holder(
+        src,
+        state.operator.as_deref(),
+    )));
 }
 
 /// Keys in the claim form: move between fields, choose, edit, preview, then claim.

@@ -78,7 +78,7 @@ fn open_form(state: &mut State, before: Vec<StepPlan>, source: usize) {
         "hand-over: the claim on {name} is step {n} of {n}; Enter previews it, Enter again \
          lists every step to confirm"
     );
-    let mut form = super::form::form_for(state, source);
+    let mut form = ClaimForm::for_holder(source, state.operator.as_deref());
     form.handover = before;
     state.mode = Mode::Form(Box::new(form));
     flash(state, text, false);
@@ -423,7 +423,7 @@ fn ask(state: &mut State, steps: Vec<StepPlan>, back: Option<Mode>) {
     confirm.type_to_confirm = (!typed.is_empty()).then(|| typed.join(" "));
     confirm.starts = Some(Box::new(Plan::Handover(HandoverRun::new(steps))));
     confirm.back = back.map(Box::new);
-    super::confirm::ask(state, confirm);
+    super::ask(state, confirm);
 }
 
 /// OK in the confirmation: the run starts with its first step, its pane open (a flow,

@@ -27,8 +27,8 @@ use crate::request::ClaimRequest;
 use crate::snapshot::{ClaimState, ClaimView};
 use crate::sources::{Action, Failure, Outcome};
 
-use super::{act, flash, move_across};
-use crate::console::flows::{Flow, FlowId, MoveAcross};
+use super::{act, flash};
+use crate::console::flows::Flow;
 use crate::console::msg::{Asker, Effect};
 use crate::console::state::{ClaimForm, Mode, State};
 
@@ -146,7 +146,7 @@ pub(super) fn of_request(
 
 /// What sending again found: the claim the source placed (or queued), its refusal, or no
 /// definite answer in time (silent, or still in flight).
-fn found(result: Result<Outcome, Failure>) -> (AttemptRecheck, Option<ClaimView>) {
+pub(super) fn found(result: Result<Outcome, Failure>) -> (AttemptRecheck, Option<ClaimView>) {
     let what = result.reply().recheck();
     match result {
         Ok(Outcome::Claimed(view)) => (what, Some(*view)),
@@ -154,27 +154,9 @@ fn found(result: Result<Outcome, Failure>) -> (AttemptRecheck, Option<ClaimView>
     }
 }
 
-/// A source answered (or not) when sent the claim again: to who sent it, the form or a
-/// flow (a move, or a claim that landed elsewhere or nowhere meanwhile).
-pub(super) fn rechecked(
-    state: &mut State,
-    source: usize,
-    attempt: &str,
-    asker: Asker,
-    result: Result<Outcome, Failure>,
-) -> Vec<Effect> {
-    state.dirty = true;
-    match asker {
-        Asker::Flow { flow, .. } => super::flows::rechecked(state, flow, source, attempt, result),
-        Asker::Form => for_the_form(state, source, attempt, result),
-        // The operator sends no claim again.
-        Asker::Operator => Vec::new(),
-    }
-}
-
 /// The form's claim sent again: its decision, when the form still waits on that source
-/// and attempt.
-fn for_the_form(
+/// and attempt (a flow's goes to `flows::rechecked`).
+pub(super) fn for_the_form(
     state: &mut State,
     source: usize,
     attempt: &str,
@@ -200,44 +182,6 @@ fn for_the_form(
         decide_attempt(AttemptAnswer::NoAnswer, Some(what)),
         view,
     )
-}
-
-/// A move's target asked again: found, the move goes on (the release here); none there,
-/// the next target; silent, the next target and the silent one asked once more at the end.
-pub(super) fn for_move(
-    state: &mut State,
-    flow: FlowId,
-    mut chain: MoveAcross,
-    lost: Lost,
-    result: Result<Outcome, Failure>,
-) -> Vec<Effect> {
-    let here = name(state, lost.endpoint);
-    let label = lost.attempt.label();
-    let (what, view) = found(result);
-    match (decide_attempt(AttemptAnswer::NoAnswer, Some(what)), view) {
-        (AttemptStep::Adopt, Some(view)) => {
-            state.push_log(format!(
-                "move {}: {here} placed it; its answer was lost ({}): sent again with the same key, it answered {here}/{} (label {label})",
-                chain.move_id, lost.error, view.id
-            ));
-            move_across::claim_answered(state, flow, chain, Ok(Outcome::Claimed(Box::new(view))))
-        }
-        (AttemptStep::TryNextSuspect, _) => {
-            let why = format!(
-                "{}; still no answer when sent again with the same key",
-                lost.error
-            );
-            chain.suspects.push(lost);
-            move_across::go_next(state, flow, chain, &why)
-        }
-        _ => {
-            let why = format!(
-                "{}; sent again with the same key, it refused the claim labelled {label}",
-                lost.error
-            );
-            move_across::go_next(state, flow, chain, &why)
-        }
-    }
 }
 
 /// The form's decision after asking again.

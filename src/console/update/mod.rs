@@ -1,9 +1,11 @@
 //! The pure update: `update(&mut State, Msg) -> Vec<Effect>`. No I/O, no clock: time
 //! arrives in `Msg::Tick`, data in `Msg::Fetched` (announced by `Msg::Changed`), results in `Msg::Planned`/`Msg::Acted`.
-//! Keys go through `keys` (one handler per mode), the `:` line through `command`, the
-//! claim form through `form`, release/move/cordon through `actions`; what the sources
-//! send back through `sources`, an answer to a flow (`console::flows`) through `flows`
-//! to that flow alone (`move_across`, `lost`, `handover` say what comes next).
+//! Keys go through `modes` (one handler per mode; browsing's key actions in `keys`), the
+//! `:` line through `command`, the claim form through `form`, release/move/cordon through
+//! `actions`; what the sources send back through `sources`, an answer to a flow
+//! (`console::flows`) through `flows` to that flow alone (`move_across`, `lost`,
+//! `handover` say what comes next). This file routes each message to one of them; the
+//! parts import each other one way only (tests/layout.rs).
 
 mod actions;
 mod command;
@@ -13,9 +15,12 @@ mod flows;
 mod form;
 mod handover;
 mod keys;
+mod line;
 mod lost;
+mod modes;
 mod move_across;
 mod named;
+mod navigate;
 mod ranking;
 mod rewind;
 mod sources;
@@ -26,9 +31,10 @@ use ratatui::crossterm::event::KeyEventKind;
 use crate::sources::Action;
 
 use super::msg::{Asker, Effect, Msg};
-use super::state::{Flash, State, View};
+use super::state::{Confirm, Flash, Mode, State, View};
 
-pub use command::{complete, show_view};
+pub use command::complete;
+pub use navigate::show_view;
 pub use rewind::{BANNER_ROWS, refusal_text, rewind_to};
 pub use usage::due as usage_due;
 
@@ -66,10 +72,17 @@ fn step(state: &mut State, msg: Msg) -> Vec<Effect> {
                 return Vec::new();
             }
             state.dirty = true;
-            if state.rewind.is_some() && state.mode == super::state::Mode::Normal {
-                return rewind::rewound_key(state, ev);
+            if state.rewind.is_some() && state.mode == Mode::Normal {
+                if let Some(done) = rewind::rewound_key(state, &ev) {
+                    return done;
+                }
+                let Some(r) = state.rewind.as_mut() else {
+                    return Vec::new();
+                };
+                let effects = modes::key(&mut r.shown, ev);
+                return rewind::shown_took(state, &effects);
             }
-            keys::key(state, ev)
+            modes::key(state, ev)
         }
         Msg::Fetched { source, at, result } => sources::fetched(state, source, at, result),
         Msg::Changed(source) => sources::changed(state, source),
@@ -82,13 +95,29 @@ fn step(state: &mut State, msg: Msg) -> Vec<Effect> {
             action,
             asker,
             result,
-        } => sources::acted(state, source, &action, asker, result),
+        } => match asker {
+            // The answer goes to who sent it: a flow's step to that flow, the claim form's
+            // claim to the form; what neither takes is said by `sources`.
+            Asker::Flow { flow, step } => flows::acted(state, flow, step, source, &action, result),
+            Asker::Form => form::claimed(state, source, &action, &result)
+                .unwrap_or_else(|| sources::acted(state, source, &action, result)),
+            Asker::Operator => sources::acted(state, source, &action, result),
+        },
         Msg::Rechecked {
             source,
             attempt,
             asker,
             result,
-        } => lost::rechecked(state, source, &attempt, asker, result),
+        } => {
+            // Sent again for who sent it: a flow (a move, or a claim that landed elsewhere
+            // or nowhere meanwhile) or the form; the operator sends no claim again.
+            state.dirty = true;
+            match asker {
+                Asker::Flow { flow, .. } => flows::rechecked(state, flow, source, &attempt, result),
+                Asker::Form => lost::for_the_form(state, source, &attempt, result),
+                Asker::Operator => Vec::new(),
+            }
+        }
         Msg::Log(line) => {
             state.push_log(line);
             if state.view == View::Events {
@@ -145,6 +174,16 @@ pub(super) fn refusal(state: &State, source: usize, action: &Action) -> Option<S
         ));
     }
     None
+}
+
+/// Opens the confirmation for an action, unless the console is read-only or the source
+/// cannot act (refused at once, with the words `act` would use).
+pub(super) fn ask(state: &mut State, confirm: Confirm) {
+    if let Some(text) = refusal(state, confirm.source, &confirm.action) {
+        flash(state, text, true);
+        return;
+    }
+    state.mode = Mode::Confirm(Box::new(confirm));
 }
 
 /// Sends an action to its source for `asker`, unless the console is read-only or the

@@ -6,8 +6,12 @@
 //! fails, both claims are named with the error and the operator releases one. A move is a
 //! flow (`flows::Flow::Move`): its sends name its id, and its answers come here by it.
 
+use crate::fleet::Lost;
 use crate::ids::ClaimId;
-use crate::placement::{DeviceShare, MoveTarget, RESOLVE_WITHIN, moved_request};
+use crate::placement::{
+    AttemptAnswer, AttemptStep, DeviceShare, MoveTarget, RESOLVE_WITHIN, decide_attempt,
+    moved_request,
+};
 use crate::snapshot::{ClaimState, ClaimView};
 use crate::sources::{Action, Failure, Outcome};
 
@@ -277,7 +281,7 @@ pub(super) fn ask(state: &mut State, m: &mut MovePick, to: Option<(usize, MoveTa
     under_way.error = None;
     confirm.then = Some(Box::new(Mode::Move(Box::new(under_way))));
     confirm.starts = Some(Box::new(Plan::Move(chain)));
-    super::confirm::ask(state, confirm);
+    super::ask(state, confirm);
     true
 }
 
@@ -533,6 +537,44 @@ pub(super) fn claim_answered(
     };
     out.extend(go_next(state, flow, chain, &why));
     out
+}
+
+/// A move's target asked again: found, the move goes on (the release here); none there,
+/// the next target; silent, the next target and the silent one asked once more at the end.
+pub(super) fn for_move(
+    state: &mut State,
+    flow: FlowId,
+    mut chain: MoveAcross,
+    lost: Lost,
+    result: Result<Outcome, Failure>,
+) -> Vec<Effect> {
+    let here = name(state, lost.endpoint);
+    let label = lost.attempt.label();
+    let (what, view) = lost::found(result);
+    match (decide_attempt(AttemptAnswer::NoAnswer, Some(what)), view) {
+        (AttemptStep::Adopt, Some(view)) => {
+            state.push_log(format!(
+                "move {}: {here} placed it; its answer was lost ({}): sent again with the same key, it answered {here}/{} (label {label})",
+                chain.move_id, lost.error, view.id
+            ));
+            claim_answered(state, flow, chain, Ok(Outcome::Claimed(Box::new(view))))
+        }
+        (AttemptStep::TryNextSuspect, _) => {
+            let why = format!(
+                "{}; still no answer when sent again with the same key",
+                lost.error
+            );
+            chain.suspects.push(lost);
+            go_next(state, flow, chain, &why)
+        }
+        _ => {
+            let why = format!(
+                "{}; sent again with the same key, it refused the claim labelled {label}",
+                lost.error
+            );
+            go_next(state, flow, chain, &why)
+        }
+    }
 }
 
 /// The target refused (or did not answer, `why`): the next target, or nothing changed.

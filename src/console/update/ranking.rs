@@ -1,9 +1,10 @@
 //! The acting sources ranked for one request, from each source's last snapshot, by the
-//! placement policy across hosts (`placement::rank_hosts`, as the CLI ranks endpoints):
+//! placement policy across hosts (`fleet::rank_members`, as the CLI ranks endpoints):
 //! where the claim form sends a claim and where a move to "any source" goes, with the
 //! next ones to try when the best refuses or does not answer.
 
-use crate::placement::{Fleet, Policy, rank_hosts};
+use crate::fleet::rank_members;
+use crate::placement::{Fleet, Policy};
 use crate::request::ClaimRequest;
 use crate::sources::fleet_of_snapshot;
 
@@ -27,8 +28,8 @@ pub(super) struct Ranked {
     pub policy: &'static str,
 }
 
-/// Ranks the acting sources with a readable snapshot, all but `except`, for `request`:
-/// spread when every one of them spreads, else binpack. `Err` says why none could take it
+/// Ranks the acting sources with a readable snapshot, all but `except`, for `request`,
+/// by the fleet's default policy. `Err` says why none could take it
 /// (each source's reason), or that there is no source to rank.
 pub(super) fn rank(
     state: &State,
@@ -37,14 +38,12 @@ pub(super) fn rank(
 ) -> Result<Ranked, String> {
     let mut fleets = Vec::new();
     let mut of_fleet = Vec::new();
-    let mut spread_all = true;
     for (i, s) in state.sources.iter().enumerate() {
         if !s.can_act || Some(i) == except {
             continue;
         }
         let Some(snap) = &s.data else { continue };
         if let Ok(f) = fleet_of_snapshot(snap) {
-            spread_all &= f.policy() == Policy::Spread;
             fleets.push(f);
             of_fleet.push(i);
         }
@@ -52,13 +51,8 @@ pub(super) fn rank(
     if fleets.is_empty() {
         return Err("no other acting source with data to move to".to_string());
     }
-    let policy = if spread_all {
-        Policy::Spread
-    } else {
-        Policy::Binpack
-    };
     let refs: Vec<&Fleet> = fleets.iter().collect();
-    let ranking = rank_hosts(&refs, request, policy);
+    let (ranking, policy) = rank_members(&refs, request, None);
     let name = |h: usize| state.sources[of_fleet[h]].name.as_str();
     let Some(best) = ranking.fits.first() else {
         let refused: Vec<String> = ranking

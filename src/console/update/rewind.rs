@@ -7,7 +7,7 @@
 use ratatui::crossterm::event::{KeyCode, KeyEvent};
 
 use super::flash;
-use super::keys::{edit_line, key as view_key};
+use super::line::edit_line;
 use crate::clock::{Timestamp, date_time};
 use crate::console::keymap::{Context, KeyAction};
 use crate::console::msg::{Effect, HistoryAnswer, HistoryAsk};
@@ -159,57 +159,58 @@ pub(super) fn to_live(state: &mut State) {
     state.dirty = true;
 }
 
-/// A key while rewound: the rewind's own keys, refusals of actions, and the rest handed
-/// to the rewound state (its views, cursors and filters are its own).
-pub(super) fn rewound_key(state: &mut State, ev: KeyEvent) -> Vec<Effect> {
+/// A key while rewound: the rewind's own keys and refusals of actions; `None` for the rest,
+/// which the rewound state takes itself (its views, cursors and filters are its own) and
+/// `shown_took` then answers for.
+pub(super) fn rewound_key(state: &mut State, ev: &KeyEvent) -> Option<Vec<Effect>> {
     state.dirty = true;
     let Some(refused) = state.rewind.as_ref().map(|r| refusal_text(state, r.at)) else {
-        return Vec::new();
+        return Some(Vec::new());
     };
     let Some(r) = state.rewind.as_mut() else {
-        return Vec::new();
+        return Some(Vec::new());
     };
     let browsing = r.shown.mode == Mode::Normal;
-    let action = state.keymap.action(Context::Normal, &ev);
+    let action = state.keymap.action(Context::Normal, ev);
     if browsing && let Some(a) = action {
         match a {
             KeyAction::Live => {
                 to_live(state);
-                return Vec::new();
+                return Some(Vec::new());
             }
             KeyAction::Back if nothing_to_close(&r.shown) => {
                 to_live(state);
-                return Vec::new();
+                return Some(Vec::new());
             }
             KeyAction::Rewind => {
                 state.mode = Mode::RewindTo(String::new());
-                return Vec::new();
+                return Some(Vec::new());
             }
-            KeyAction::NextChange => return seek(state, Direction::Next),
-            KeyAction::PrevChange => return seek(state, Direction::Prev),
+            KeyAction::NextChange => return Some(seek(state, Direction::Next)),
+            KeyAction::PrevChange => return Some(seek(state, Direction::Prev)),
             KeyAction::StepForward => {
                 let at = r.at.plus_millis(STEP_MS);
-                return rewind_to(state, at);
+                return Some(rewind_to(state, at));
             }
             KeyAction::StepBack => {
                 let at = Timestamp(r.at.0.saturating_sub(STEP_MS));
-                return rewind_to(state, at);
+                return Some(rewind_to(state, at));
             }
             KeyAction::Play => {
                 r.playing = !r.playing;
-                return Vec::new();
+                return Some(Vec::new());
             }
             KeyAction::Faster => {
                 r.speed = (r.speed + 1).min(SPEEDS.len() - 1);
-                return Vec::new();
+                return Some(Vec::new());
             }
             KeyAction::Slower => {
                 r.speed = r.speed.saturating_sub(1);
-                return Vec::new();
+                return Some(Vec::new());
             }
             KeyAction::Refresh => {
                 let at = r.at;
-                return rewind_to(state, at);
+                return Some(rewind_to(state, at));
             }
             KeyAction::Freeze => {
                 flash(
@@ -217,18 +218,28 @@ pub(super) fn rewound_key(state: &mut State, ev: KeyEvent) -> Vec<Effect> {
                     "rewound: the time shown holds still already (space plays)",
                     false,
                 );
-                return Vec::new();
+                return Some(Vec::new());
             }
             a if a.mutates() => {
                 flash(&mut r.shown, refused, true);
-                return Vec::new();
+                return Some(Vec::new());
             }
             _ => {}
         }
     }
-    let effects = view_key(&mut r.shown, ev);
-    // The rewound state is read-only: a command that would act was refused there, in
-    // read-only words; say why in the rewind's.
+    None
+}
+
+/// The rewound state took a key: a command that would act was refused there, in
+/// read-only words, and is said again in the rewind's; nothing it asks reaches a source
+/// but leaving.
+pub(super) fn shown_took(state: &mut State, effects: &[Effect]) -> Vec<Effect> {
+    let Some(refused) = state.rewind.as_ref().map(|r| refusal_text(state, r.at)) else {
+        return Vec::new();
+    };
+    let Some(r) = state.rewind.as_mut() else {
+        return Vec::new();
+    };
     if r.shown
         .flash
         .as_ref()
@@ -236,7 +247,6 @@ pub(super) fn rewound_key(state: &mut State, ev: KeyEvent) -> Vec<Effect> {
     {
         flash(&mut r.shown, refused, true);
     }
-    // Nothing the rewound state asks reaches a source, but leaving.
     if effects.contains(&Effect::Quit) {
         return super::quit(state);
     }

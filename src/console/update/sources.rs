@@ -5,7 +5,7 @@ use crate::clock::Timestamp;
 use crate::sources::{Action, Failure, Fetched, Outcome};
 
 use super::flash;
-use crate::console::msg::{Asker, Effect};
+use crate::console::msg::Effect;
 use crate::console::state::{
     FLASH_MS, FormStage, Mode, STALE_AFTER_INTERVALS, SourceHealth, State, View,
 };
@@ -224,27 +224,14 @@ pub(super) fn planned(
     state.dirty = true;
 }
 
-/// An action's result, to who sent it (`Asker`): a flow's step to that flow (`flows`), the
-/// claim form's claim to the form; otherwise close its dialog or show its refusal there,
-/// flash it, refetch.
+/// An action's result that no flow and no form took: close its dialog or show its refusal
+/// there, flash it, refetch.
 pub(super) fn acted(
     state: &mut State,
     source: usize,
     action: &Action,
-    asker: Asker,
     result: Result<Outcome, Failure>,
 ) -> Vec<Effect> {
-    // The answer goes to who sent it; what none of them takes is said here.
-    let taken = match asker {
-        Asker::Flow { flow, step } => {
-            return super::flows::acted(state, flow, step, source, action, result);
-        }
-        Asker::Form => super::form::claimed(state, source, action, &result),
-        Asker::Operator => None,
-    };
-    if let Some(effects) = taken {
-        return effects;
-    }
     let name = state
         .sources
         .get(source)
