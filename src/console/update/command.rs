@@ -100,23 +100,7 @@ pub(super) fn command(state: &mut State, text: &str) -> Vec<Effect> {
         }
         "act" => super::engine::engine_command(state, &arg),
         "handover" => super::handover::command(state, &arg),
-        "reset" => {
-            if arg.is_empty() {
-                return normal_action(state, KeyAction::ClearBackoff);
-            }
-            let found = state
-                .projects
-                .rows
-                .iter()
-                .find(|k| state.project(**k).is_some_and(|(_, p)| p.name == arg))
-                .copied();
-            if let Some(k) = found {
-                ask_reset(state, k)
-            } else {
-                flash(state, format!("no project `{arg}` in view"), true);
-                Vec::new()
-            }
-        }
+        "reset" => reset(state, &arg),
         other => {
             if let Some(a) = crate::console::keymap::KeyAction::ALL
                 .iter()
@@ -144,5 +128,25 @@ pub(super) fn command(state: &mut State, text: &str) -> Vec<Effect> {
                 Vec::new()
             }
         }
+    }
+}
+
+/// `:reset` clears the selected source's backoff; `:reset PROJECT` asks to reset that
+/// project's debts.
+fn reset(state: &mut State, arg: &str) -> Vec<Effect> {
+    if arg.is_empty() {
+        return normal_action(state, KeyAction::ClearBackoff);
+    }
+    let found = state
+        .projects
+        .rows
+        .iter()
+        .find(|k| state.project(**k).is_some_and(|(_, p)| p.name == arg))
+        .copied();
+    if let Some(k) = found {
+        ask_reset(state, k)
+    } else {
+        flash(state, format!("no project `{arg}` in view"), true);
+        Vec::new()
     }
 }
