@@ -1490,8 +1490,15 @@ fn i25_commands_reach_exactly_the_gpu_and_claim_named_or_send_nothing() {
     s.keys(&["Enter"]);
     s.wait_until("the dialog closed", |now| !now.contains("[ Cancel ]"));
     assert!(cordoned(&inc.server).is_empty());
-    // Named in full: typed once, so Enter confirms that GPU and no other.
-    colon(&s, &format!("cordon {H018}:3"));
+    // Named in full: typed once, so Enter confirms that GPU and no other. From the
+    // Overview, where no GPU is selected, `x` opens `:cordon ` for the name: three keys
+    // (x, Enter, Enter) besides it.
+    s.keys(&["1"]);
+    s.keys(&["x"]);
+    s.wait_for(":cordon ▏");
+    s.keys(&[&format!("{H018}:3")]);
+    s.wait_for(&format!(":cordon {H018}:3"));
+    s.keys(&["Enter"]);
     s.wait_for("[ Cancel ]");
     s.wait_for(&format!("{H018}:3_"));
     s.keys(&["Enter"]);
@@ -1508,12 +1515,13 @@ fn i25_commands_reach_exactly_the_gpu_and_claim_named_or_send_nothing() {
     s.wait_for("no node `node-c`");
     colon(&s, "release 999");
     s.wait_for("no claim `999`");
-    // `:release ID` in another view, with another claim selected: that claim; frank's,
-    // so its id must be typed, and the command typed it: Enter releases.
+    // `:r ID` (the release key as a command) in another view, with another claim
+    // selected: that claim; frank's, so its id must be typed, and the command typed it:
+    // Enter releases. Five keys besides the id.
     s.keys(&["3"]);
     s.wait_for("Claims (18)");
     let id = inc.a100_40.to_string();
-    colon(&s, &format!("release {id}"));
+    colon(&s, &format!("r {id}"));
     let screen = s.wait_for("[ Cancel ]");
     assert!(
         screen.contains(&format!("Release claim {id} on")),

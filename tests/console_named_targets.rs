@@ -1,4 +1,4 @@
-//! Issue 25 in the pure update: a `:` command that names its target acts on that target
+//! In the pure update: a `:` command that names its target acts on that target
 //! (never the selected row) or refuses, naming what it could not find; a GPU is found by
 //! the `NODE:INDEX` the screens print, by `:gpu` and by a filter; the typed id of a
 //! confirmation moves the focus to OK; problem lists read `n/a` when nothing is measured;
@@ -331,4 +331,64 @@ fn a_start_up_warning_outlives_the_first_tick() {
     let later = gpuboard::clock::Timestamp(NOW.0 + 9_000);
     let _ = gpuboard::console::update::update(&mut st, gpuboard::console::msg::Msg::Tick(later));
     assert!(st.flash.is_none(), "gone after its 8 s");
+}
+
+#[test]
+fn releasing_anothers_claim_and_cordoning_by_name_take_few_keys() {
+    // Cordon from the Overview: `x` opens `:cordon `, the name, Enter, Enter: three keys
+    // besides the name.
+    let mut st = lab_state();
+    show_view(&mut st, View::Overview);
+    let _ = run(&mut st, vec![k('x')]);
+    assert_eq!(st.mode, Mode::Command("cordon ".into()));
+    typed(&mut st, "lab-b:0");
+    let _ = run(&mut st, vec![code(KeyCode::Enter)]);
+    assert!(dialog(&st).ok_focused, "{:?}", dialog(&st));
+    let fx = run(&mut st, vec![code(KeyCode::Enter)]);
+    assert_eq!(
+        acts(&fx),
+        vec![Action::Cordon {
+            node: "lab-b".into(),
+            index: 0,
+            cordoned: true
+        }]
+    );
+
+    // By command on the GPUs view, another GPU selected: `:x NAME`, Enter, Enter.
+    let mut st = lab_state();
+    assert_eq!(st.view, View::Gpus);
+    command(&mut st, "x lab-b:0");
+    assert_eq!(
+        dialog(&st).action,
+        Action::Cordon {
+            node: "lab-b".into(),
+            index: 0,
+            cordoned: true
+        }
+    );
+
+    // Another holder's claim by id from the Claims view (alice's selected): `:r 3`, Enter,
+    // Enter: five keys besides the id, typed once.
+    let mut st = lab_state();
+    show_view(&mut st, View::Claims);
+    command(&mut st, "r 3");
+    let c = dialog(&st);
+    assert_eq!(c.action, Action::Release { id: ClaimId(3) });
+    assert!(c.ok_focused && c.typed_ok(), "{c:?}");
+    let fx = run(&mut st, vec![code(KeyCode::Enter)]);
+    assert_eq!(acts(&fx), vec![Action::Release { id: ClaimId(3) }]);
+
+    // A unique start of a command is that command; an ambiguous one is refused by name.
+    let mut st = lab_state();
+    show_view(&mut st, View::Claims);
+    command(&mut st, "rel 3");
+    assert_eq!(dialog(&st).action, Action::Release { id: ClaimId(3) });
+    let mut st = lab_state();
+    assert!(command(&mut st, "re 3").is_empty());
+    assert_eq!(st.mode, Mode::Normal);
+    assert!(
+        flash(&st).contains("unknown command `re`"),
+        "{}",
+        flash(&st)
+    );
 }

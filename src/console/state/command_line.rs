@@ -1,6 +1,8 @@
 //! What the `:` command line accepts and could become as it is typed: `update` completes
 //! with it and the hint line lists it.
 
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
 use crate::console::keymap::{Context, KeyAction};
 
 use super::State;
@@ -31,14 +33,58 @@ const COMMANDS: &[&str] = &[
     "filter",
 ];
 
+/// The command a typed head stands for: itself; the one command or key action it starts
+/// (`rel` is `release`); or, for the actions that take a target, the key that does them
+/// (`:r 17` releases claim 17 as `r` releases the selected one, `:x 80:6` cordons).
+/// `None` when it is none of these, or starts several.
+pub fn command_word(state: &State, head: &str) -> Option<String> {
+    let names = || {
+        COMMANDS.iter().map(|c| (*c).to_string()).chain(
+            KeyAction::ALL
+                .iter()
+                .filter(|a| a.context() == Context::Normal)
+                .map(|a| a.name().to_string()),
+        )
+    };
+    if head.is_empty() {
+        return None;
+    }
+    if names().any(|n| n == head) {
+        return Some(head.to_string());
+    }
+    let mut chars = head.chars();
+    if let (Some(c), None) = (chars.next(), chars.next()) {
+        let ev = KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE);
+        let taking = match state.keymap.action(Context::Normal, &ev) {
+            Some(KeyAction::Release) => Some("release"),
+            Some(KeyAction::Cordon) => Some("cordon"),
+            Some(KeyAction::Move) => Some("move"),
+            _ => None,
+        };
+        if let Some(word) = taking {
+            return Some(word.to_string());
+        }
+    }
+    let starting: std::collections::BTreeSet<String> =
+        names().filter(|n| n.starts_with(head)).collect();
+    let mut starting = starting.into_iter();
+    match (starting.next(), starting.next()) {
+        (Some(one), None) => Some(one),
+        _ => None,
+    }
+}
+
 /// What Enter would do with a command line that no candidate extends, in words for the
 /// hint: the target it names in full (`:gpu 40:5` names `dgx-a100-40:5`), why the target
 /// cannot be found, or `None` when the command itself is unknown.
 pub fn command_hint(state: &State, text: &str) -> Option<String> {
-    let (head, arg) = text
+    let (typed, arg) = text
         .trim_start()
         .split_once(' ')
         .map_or((text.trim(), ""), |(h, a)| (h, a.trim()));
+    // A head that stands for a command (`rel`, `x`) reads as it once something follows.
+    let word = command_word(state, typed).filter(|_| !arg.is_empty());
+    let head = word.as_deref().unwrap_or(typed);
     let gpu = |verb: &str, arg: &str| match state.find_gpu(arg) {
         Ok((_, node, index)) => format!("Enter: {verb} {node}:{index}"),
         Err(why) => why,

@@ -29,7 +29,7 @@ use super::lists::{ClaimColumn, GpuColumn, ListState, Pane, ProjectColumn};
 
 pub use crate::console::lists::{ClaimKey, Cursor, DevKey, Picked, ProjKey};
 pub use by_view::SortRefused;
-pub use command_line::{candidates, command_hint};
+pub use command_line::{candidates, command_hint, command_word};
 pub use find::GpuName;
 pub use form::{ClaimForm, FormField, FormKind, FormStage, MoveRow};
 pub use paging::{claims_info_height, events_split, why_pane_height};

@@ -12,8 +12,18 @@ use crate::console::keymap::{Context, KeyAction};
 use crate::console::msg::Effect;
 use crate::console::state::{ClaimKey, Confirm, GpuName, Mode, MovePick, ProjKey, State, View};
 
-/// Refuses an action whose picked item is gone, or says where to select one.
-fn nothing_selected(state: &mut State, view: View, verb: &str, hint: &str) {
+/// What an action does when nothing is picked for it.
+enum Unpicked<'a> {
+    /// Opens the `:` line with this command typed.
+    Command(&'a str),
+    /// Says where to select one.
+    Hint(&'a str),
+}
+
+/// Refuses an action whose picked item is gone. With nothing picked, an action that takes
+/// a target (`command`) opens the `:` line with its command typed, so the target is named
+/// there once (Tab completes); the others say where to select one.
+fn nothing_selected(state: &mut State, view: View, verb: &str, otherwise: Unpicked<'_>) {
     // The claim detail acts on the claim it shows, which may be gone.
     let gone = state.detail_claim_gone().or_else(|| state.pick_gone(view));
     let text = match gone {
@@ -25,7 +35,13 @@ fn nothing_selected(state: &mut State, view: View, verb: &str, hint: &str) {
             "{what} is gone (released, moved or filtered out since you selected it): \
              nothing to {verb}; select again"
         ),
-        _ => hint.to_string(),
+        _ => match otherwise {
+            Unpicked::Command(command) => {
+                state.mode = Mode::Command(format!("{command} "));
+                return;
+            }
+            Unpicked::Hint(hint) => hint.to_string(),
+        },
     };
     flash(state, text, true);
 }
@@ -34,12 +50,7 @@ fn nothing_selected(state: &mut State, view: View, verb: &str, hint: &str) {
 /// claim detail shows); releasing another holder's claim asks for its id to be typed.
 pub(super) fn release(state: &mut State) -> Vec<Effect> {
     let Some(k) = state.acted_claim() else {
-        nothing_selected(
-            state,
-            View::Claims,
-            "release",
-            "select a claim in the Claims view to release it",
-        );
+        nothing_selected(state, View::Claims, "release", Unpicked::Command("release"));
         return Vec::new();
     };
     ask_release(state, k, None);
@@ -91,12 +102,7 @@ pub(super) fn ask_release(state: &mut State, k: ClaimKey, named: Option<&str>) {
 /// listing the GPUs of every acting source it could move to.
 pub(super) fn open_move(state: &mut State) {
     let Some(k) = state.acted_claim() else {
-        nothing_selected(
-            state,
-            View::Claims,
-            "move",
-            "select a placed claim in the Claims view to move it",
-        );
+        nothing_selected(state, View::Claims, "move", Unpicked::Command("move"));
         return;
     };
     open_move_for(state, k);
@@ -228,7 +234,11 @@ pub(super) fn cordon(state: &mut State, to: Option<bool>) -> Vec<Effect> {
             state,
             View::Gpus,
             "cordon",
-            "select a GPU in the GPUs view to cordon it",
+            Unpicked::Command(if to == Some(false) {
+                "uncordon"
+            } else {
+                "cordon"
+            }),
         );
         return Vec::new();
     };
@@ -313,7 +323,7 @@ pub(super) fn reset_project(state: &mut State) -> Vec<Effect> {
             state,
             View::Ledger,
             "reset",
-            "select a project in the Fair share view first",
+            Unpicked::Hint("select a project in the Fair share view first"),
         );
         return Vec::new();
     };

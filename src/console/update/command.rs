@@ -6,7 +6,7 @@ use super::navigate::set_view;
 use super::{flash, quit};
 use crate::console::keymap::{Context, KeyAction};
 use crate::console::msg::Effect;
-use crate::console::state::{Mode, State, View, candidates};
+use crate::console::state::{Mode, State, View, candidates, command_word};
 
 /// Completes the command line: the longest common prefix of the matching commands.
 pub fn complete(state: &State, text: &str) -> String {
@@ -45,6 +45,11 @@ pub(super) fn command(state: &mut State, text: &str) -> Vec<Effect> {
         return Vec::new();
     };
     let arg = words.collect::<Vec<_>>().join(" ");
+    if let Some(v) = View::parse(head) {
+        return set_view(state, v);
+    }
+    let word = command_word(state, head);
+    let head = word.as_deref().unwrap_or(head);
     if let Some(v) = View::parse(head) {
         return set_view(state, v);
     }
