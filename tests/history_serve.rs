@@ -362,7 +362,26 @@ async fn a_full_history_stops_recording_not_the_scheduler() {
         .snapshot_at(from)
         .await
         .unwrap();
-    assert!(matches!(back, SnapshotAt::Shown { .. }));
+    let SnapshotAt::Shown { snapshot, .. } = back else {
+        panic!("no history at {from:?}")
+    };
+    let gap = |snap: &gpuboard::snapshot::Snapshot| {
+        snap.endpoint
+            .warnings
+            .iter()
+            .find(|w| w.found.contains("nothing was recorded from"))
+            .cloned()
+    };
+    assert_eq!(gap(&snapshot), None, "before the stop there is no gap");
+    // A state asked for inside the stop is the last one recorded before it, and says so.
+    let SnapshotAt::Shown { snapshot, .. } = read.snapshot_at(now()).await.unwrap() else {
+        panic!("no history now")
+    };
+    let w = gap(&snapshot).expect("the state inside the stop names the gap");
+    assert!(
+        w.found.contains("to now (still stopped)") && w.found.contains("disk full"),
+        "{w:?}"
+    );
     let err = client(&server, server.read_token())
         .history_changes(Timestamp(5), Timestamp(1), None, None)
         .await

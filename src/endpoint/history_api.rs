@@ -14,6 +14,8 @@ use crate::clock::Timestamp;
 use crate::endpoint::api_error::ApiError;
 use crate::endpoint::api_state::ApiState;
 use crate::endpoint::history_recorder::RecordedHistory;
+use crate::snapshot::SourceWarning;
+use crate::store::RecordingGap;
 use crate::store::history::{HistoryError, StateAt};
 use crate::wire::history::{
     self as hw, BeforeHistory, Changes, DeviceSeries, Direction, GpuRef, MAX_CHANGES, MAX_SAMPLES,
@@ -111,10 +113,12 @@ pub(crate) async fn snapshot_at(
     only(q, &["at"])?;
     let history = history(routes)?;
     let at = time(q, "at")?;
-    let (state, from) = history
-        .read(move |s| Ok((s.state_at(at)?, s.from()?)))
+    let ongoing = history.stopped_gap().filter(|g| g.covers(at));
+    let (state, from, kept) = history
+        .read(move |s| Ok((s.state_at(at)?, s.from()?, s.gap_at(at)?)))
         .await
         .map_err(failed)?;
+    let gap = kept.or(ongoing);
     let from_header = from.and_then(|f| HeaderValue::from_str(&f.0.to_string()).ok());
     match state {
         StateAt::Before(from) => {
@@ -134,7 +138,10 @@ pub(crate) async fn snapshot_at(
             };
             Ok((StatusCode::NOT_FOUND, axum::Json(body)).into_response())
         }
-        StateAt::Shown(snap, shown) => {
+        StateAt::Shown(mut snap, shown) => {
+            if let Some(gap) = &gap {
+                snap.endpoint.warnings.push(gap_warning(gap));
+            }
             let mut r = axum::Json(snap).into_response();
             let h = r.headers_mut();
             if let Ok(v) = HeaderValue::from_str(&shown.0.to_string()) {
@@ -146,6 +153,27 @@ pub(crate) async fn snapshot_at(
             h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
             Ok(r)
         }
+    }
+}
+
+/// What a state asked for inside a gap in the recording says: it is the last one recorded
+/// before, and what happened meanwhile is not known.
+fn gap_warning(gap: &RecordingGap) -> SourceWarning {
+    let utc = &jiff::tz::TimeZone::UTC;
+    let end = gap.end.map_or_else(
+        || "now (still stopped)".to_string(),
+        |e| crate::clock::date_time(e, utc),
+    );
+    SourceWarning {
+        section: "history".to_string(),
+        path: "history.sqlite".to_string(),
+        found: format!(
+            "nothing was recorded from {} to {end} (recording {})",
+            crate::clock::date_time(gap.start, utc),
+            gap.why
+        ),
+        left_out: "what changed in that time: this is the state recorded last before it"
+            .to_string(),
     }
 }
 

@@ -17,6 +17,7 @@ use crate::clock::Timestamp;
 use crate::endpoint::versions::SnapshotVersions;
 use crate::history::{Recording, samples_of};
 use crate::snapshot::Snapshot;
+use crate::store::RecordingGap;
 use crate::store::history::{HistoryError, HistoryStore, Retention};
 use crate::wire::history::{GpuRef, HistoryInfo};
 
@@ -50,6 +51,8 @@ pub struct RecordedHistory {
     dir: PathBuf,
     keep: Retention,
     stopped: Arc<watch::Sender<Option<String>>>,
+    /// Since when it is stopped (the first snapshot not written).
+    since: Arc<Mutex<Option<Timestamp>>>,
     feed: SyncSender<Arc<Snapshot>>,
 }
 
@@ -78,15 +81,18 @@ impl RecordedHistory {
         let (feed, rx) = sync_channel(QUEUE);
         let stopped = Arc::new(watch::Sender::new(None));
         let thread_stopped = Arc::clone(&stopped);
+        let since = Arc::new(Mutex::new(None));
+        let thread_since = Arc::clone(&since);
         std::thread::Builder::new()
             .name("history".to_string())
-            .spawn(move || record(writer, recording, &rx, keep, &thread_stopped))
+            .spawn(move || record(writer, recording, &rx, keep, &thread_stopped, &thread_since))
             .map_err(|e| HistoryError::Damaged(format!("cannot start the recorder: {e}")))?;
         Ok(Arc::new(RecordedHistory {
             reader: Mutex::new(reader),
             dir: dir.to_path_buf(),
             keep,
             stopped,
+            since,
             feed,
         }))
     }
@@ -101,6 +107,17 @@ impl RecordedHistory {
     /// Why recording has stopped, if it has.
     pub fn stopped(&self) -> Option<String> {
         self.stopped.borrow().clone()
+    }
+
+    /// The gap recording is in now, if it is stopped.
+    pub fn stopped_gap(&self) -> Option<RecordingGap> {
+        let why = self.stopped()?;
+        let start = (*lock(&self.since))?;
+        Some(RecordingGap {
+            start,
+            end: None,
+            why,
+        })
     }
 
     /// Why recording has stopped, as it turns (for the feed to tell the engine at once).
@@ -235,6 +252,7 @@ fn record(
     rx: &Receiver<Arc<Snapshot>>,
     keep: Retention,
     stopped: &watch::Sender<Option<String>>,
+    since: &Mutex<Option<Timestamp>>,
 ) {
     let mut sampled: BTreeMap<GpuRef, Timestamp> = BTreeMap::new();
     let mut retained: Option<Timestamp> = None;
@@ -256,6 +274,7 @@ fn record(
             Ok(wrote)
         });
         recorded = result.is_ok().then(|| Arc::clone(&snap));
+        let before = health.why.clone();
         let said = match result {
             Ok(wrote) => health.went(wrote, Instant::now()),
             Err(e) => {
@@ -264,6 +283,12 @@ fn record(
                 health.failed(&e, Instant::now())
             }
         };
+        if let Some(gap) = health.gap(before, now)
+            && let Err(e) = store.record_gap(&gap)
+        {
+            tracing::warn!("history: the stop from {} not kept: {e}", gap.start.0);
+        }
+        *lock(since) = health.since;
         stopped.send_if_modified(|slot| {
             if *slot == said {
                 return false;
@@ -285,6 +310,8 @@ fn record(
 #[derive(Debug, Default)]
 struct Stop {
     why: Option<String>,
+    /// The time of the first snapshot not written, while stopped.
+    since: Option<Timestamp>,
     last_failure: Option<Instant>,
     /// A version failed to be written and none has been since.
     owed: bool,
@@ -297,6 +324,22 @@ impl Stop {
         self.last_failure = Some(now);
         self.owed = true;
         self.why.clone()
+    }
+
+    /// After the snapshot taken `at`, with `before` the stop before it: starts the gap
+    /// when this one stopped the recording, and hands it over, ended, when this one let
+    /// recording go on.
+    fn gap(&mut self, before: Option<String>, at: Timestamp) -> Option<RecordingGap> {
+        if self.why.is_some() {
+            self.since.get_or_insert(at);
+            return None;
+        }
+        let why = before?;
+        Some(RecordingGap {
+            start: self.since.take().unwrap_or(at),
+            end: Some(at),
+            why,
+        })
     }
 
     /// A snapshot was recorded at `now` (`wrote`: with a version written).
@@ -434,5 +477,31 @@ mod tests {
         // Written, and no failure for a minute: recording again.
         assert_eq!(stop.went(false, at(4 + 59)), why);
         assert_eq!(stop.went(false, at(4 + 60)), None);
+    }
+
+    #[test]
+    fn a_stop_is_kept_as_a_gap_from_its_first_unwritten_snapshot_until_it_lifts() {
+        let t0 = Instant::now();
+        let mut stop = Stop::default();
+        assert_eq!(stop.gap(None, Timestamp(1_000)), None);
+        let before = stop.why.clone();
+        stop.failed(&full(), t0);
+        assert_eq!(stop.gap(before, Timestamp(2_000)), None);
+        assert_eq!(stop.since, Some(Timestamp(2_000)));
+        // Failing again: still the first snapshot's time.
+        let before = stop.why.clone();
+        stop.failed(&full(), t0 + Duration::from_secs(1));
+        assert_eq!(stop.gap(before, Timestamp(3_000)), None);
+        let before = stop.why.clone();
+        stop.went(true, t0 + Duration::from_mins(2));
+        assert_eq!(
+            stop.gap(before, Timestamp(9_000)),
+            Some(RecordingGap {
+                start: Timestamp(2_000),
+                end: Some(Timestamp(9_000)),
+                why: "stopped: disk full writing a version".into(),
+            })
+        );
+        assert_eq!(stop.since, None);
     }
 }

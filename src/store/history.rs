@@ -125,7 +125,7 @@ impl RolledUp {
 /// One connection to the history file: the recorder holds one, readers another.
 #[derive(Debug)]
 pub struct HistoryStore {
-    conn: Connection,
+    pub(super) conn: Connection,
 }
 
 impl HistoryStore {
@@ -204,6 +204,8 @@ impl HistoryStore {
                  idle_below INTEGER NOT NULL, body BLOB NOT NULL);
              CREATE TABLE IF NOT EXISTS rollup_hours(start INTEGER PRIMARY KEY,
                  idle_below INTEGER NOT NULL, body BLOB NOT NULL);
+             CREATE TABLE IF NOT EXISTS gaps(start INTEGER PRIMARY KEY, end INTEGER NOT NULL,
+                 why TEXT NOT NULL);
              PRAGMA user_version={SCHEMA};"
         ))?;
         Ok(HistoryStore { conn })
@@ -734,6 +736,7 @@ impl HistoryStore {
         if let Some((seq, at)) = first_kept {
             self.drop_before(seq, at, Timestamp(cutoff))?;
         }
+        self.drop_gaps_before(Timestamp(cutoff))?;
         while self.bytes()? > keep.bytes {
             // The keyframe after the first: everything before it goes.
             let next: Option<(i64, u64)> = self

@@ -2,9 +2,12 @@
 //! `SQLite`: the claim store (`claims`: the scheduler's journal and state, written by one
 //! writer thread), the idempotency keys of claims (`idempotency`, in the claim store's
 //! database) and the history (`history`: chunks of recorded snapshots, rolled up for
-//! reports). The engine, `gpuboard record`, `doctor` and the API all go through here;
+//! reports; with the periods recording was stopped, `gaps`). The engine, `gpuboard record`, `doctor` and the API all go through here;
 //! nothing above opens these databases itself.
 
 pub mod claims;
+mod gaps;
 pub mod history;
 pub mod idempotency;
+
+pub use gaps::RecordingGap;
