@@ -43,9 +43,9 @@ fn client(url: &str, token: Option<String>) -> Client {
 /// The console as `gpuboard --endpoint URL` (and the flags in `args`) builds it: its one
 /// source reads the endpoint and claims and releases on it.
 async fn console_reads_and_acts(args: ConsoleArgs) -> String {
-    let setup = setup(&args, Arc::new(SystemClock)).unwrap();
-    assert_eq!(setup.sources.len(), 1);
-    let src = &setup.sources[0];
+    let attached = setup(&args, Arc::new(SystemClock)).unwrap();
+    assert_eq!(attached.sources.len(), 1);
+    let src = &attached.sources[0];
     assert_eq!(src.kind().as_str(), "gpuboard");
     let fetched = src.fetch().await.unwrap();
     let Fetched::Snapshot(snap) = fetched else {
@@ -142,9 +142,9 @@ async fn the_console_with_no_source_attaches_to_the_local_serve() {
         config: Some(write_config(dir.path(), "")),
         ..ConsoleArgs::default()
     };
-    let setup = setup(&args, Arc::new(SystemClock)).unwrap();
-    assert_eq!(setup.sources.len(), 1);
-    let src = &setup.sources[0];
+    let attached = setup(&args, Arc::new(SystemClock)).unwrap();
+    assert_eq!(attached.sources.len(), 1);
+    let src = &attached.sources[0];
     assert_eq!(
         src.kind().as_str(),
         "gpuboard",
@@ -162,6 +162,18 @@ async fn the_console_with_no_source_attaches_to_the_local_serve() {
         snap.claims.iter().any(|c| c.id == held.claim().id),
         "the endpoint's claims are shown"
     );
+    assert_eq!(src.name(), "local");
+    // Named on the command line by its URL, this host's serve keeps that name; another
+    // endpoint is `ep2` (the second named).
+    let args = ConsoleArgs {
+        data_dir: Some(dir.path().to_path_buf()),
+        config: Some(write_config(dir.path(), "")),
+        endpoints: vec![serve.url.clone(), "http://127.0.0.1:9".to_string()],
+        ..ConsoleArgs::default()
+    };
+    let named = setup(&args, Arc::new(SystemClock)).unwrap();
+    let names: Vec<&str> = named.sources.iter().map(|s| s.name()).collect();
+    assert_eq!(names, ["local", "ep2"]);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -94,10 +94,20 @@ fn events_lists_filters_and_prints_json() {
         !lines[0].contains("ENDPOINT"),
         "one endpoint: no endpoint column\n{all}"
     );
+    // Each row says whose claim it was, also once it is gone.
+    let release = lines
+        .iter()
+        .find(|l| l.contains("release") && l.contains("claim 1"));
+    assert!(
+        release.is_some_and(|l| l.contains("project vision, holder alice")),
+        "{all}"
+    );
     for (target, what) in [
         ("claim 1", "placed"),
         ("claim 2", "pending"),
         ("claim 1", "release"),
+        ("claim 1", "project vision, holder alice"),
+        ("claim 2", "project nlp, holder bob"),
     ] {
         assert!(
             lines.iter().any(|l| l.contains(target) && l.contains(what)),

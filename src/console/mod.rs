@@ -183,7 +183,14 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
     // replace the config's; the config's are the world only when none is named. `--demo`
     // reads the config only when `--config` names it (`world_config`), so a demo never
     // reaches a real endpoint the operator did not add.
-    let world = crate::sources::kind::chosen(named_sources(args), &cfg.endpoints);
+    // The endpoint this host's serve answers on has one name everywhere: `local`, as when
+    // the console attaches to it by itself (and as `show` calls it).
+    let local_url = (!args.endpoints.is_empty())
+        .then(|| attach::local_serve(&creds.data_dir))
+        .flatten()
+        .map(|l| l.url);
+    let world =
+        crate::sources::kind::chosen(named_sources(args, local_url.as_deref()), &cfg.endpoints);
     for ep in &world {
         let jwt = slurm_jwt
             .clone()
@@ -240,15 +247,18 @@ fn load_keymap(cfg: &config::Config) -> anyhow::Result<keymap::Keymap> {
 }
 
 /// The sources the command line names, in the order the console lists them: endpoints,
-/// Ray, Slurm, BOINC, Kubernetes, Prometheus.
-fn named_sources(args: &ConsoleArgs) -> Vec<EndpointConfig> {
+/// Ray, Slurm, BOINC, Kubernetes, Prometheus. An endpoint at `local_url` (this host's
+/// serve) is `local`, the others `ep1`, `ep2`...
+fn named_sources(args: &ConsoleArgs, local_url: Option<&str>) -> Vec<EndpointConfig> {
     let mut named: Vec<EndpointConfig> = Vec::new();
     for (i, url) in args.endpoints.iter().enumerate() {
-        named.push(EndpointConfig::named(
-            &format!("ep{}", i + 1),
-            url,
-            SourceKind::Gpuboard,
-        ));
+        let same = |l: &str| l.trim_end_matches('/') == url.trim_end_matches('/');
+        let name = if local_url.is_some_and(same) {
+            "local".to_string()
+        } else {
+            format!("ep{}", i + 1)
+        };
+        named.push(EndpointConfig::named(&name, url, SourceKind::Gpuboard));
     }
     for (i, url) in args.rays.iter().enumerate() {
         named.push(EndpointConfig::named(

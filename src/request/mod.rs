@@ -120,6 +120,14 @@ impl ClaimRequest {
         text
     }
 
+    /// Whose it is, in words for the audit: `project vision, holder alice`.
+    pub fn whose(&self) -> String {
+        match &self.holder {
+            Some(h) => format!("project {}, holder {h}", self.project),
+            None => format!("project {}", self.project),
+        }
+    }
+
     /// A plain GPU-memory request, as `gpuboard run --memory` makes.
     pub fn memory(memory: Bytes, project: &str) -> ClaimRequest {
         ClaimRequest {

@@ -124,6 +124,7 @@ impl Scheduler {
             Some(a) => format!("{} placed at {a}", claim.request.describe()),
             None => format!("{} pending", claim.request.describe()),
         };
+        let detail = format!("{detail}; {}", claim.request.whose());
         self.due.note(&claim);
         self.claims.insert(id, claim.clone());
         self.journal.push(Change::Claim(Box::new(claim.clone())));
@@ -168,7 +169,7 @@ impl Scheduler {
             actor,
             action,
             format!("claim {id}"),
-            format!("{why} ({place})"),
+            format!("{why} ({place}); {}", claim.request.whose()),
         );
         Some(claim)
     }
@@ -203,7 +204,7 @@ impl Scheduler {
             actor,
             "move",
             format!("claim {id}"),
-            format!("moved from {from} to {new}"),
+            format!("moved from {from} to {new}; {}", claim.request.whose()),
         );
         Ok(claim)
     }

@@ -99,6 +99,7 @@ impl Scheduler {
         claim.pending = None;
         self.due.note(claim);
         let claim = claim.clone();
+        let whose = claim.request.whose();
         self.journal.push(Change::Claim(Box::new(claim)));
         let trigger = match fetch.trigger {
             fairshare::Trigger::Idle => "idle",
@@ -110,7 +111,7 @@ impl Scheduler {
             "place",
             format!("claim {id}"),
             format!(
-                "work fetch ({trigger} {}) placed it at {alloc}",
+                "work fetch ({trigger} {}) placed it at {alloc}; {whose}",
                 fetch.resource
             ),
         );

@@ -185,7 +185,11 @@ fn journal_round_trips_through_persisted_state() {
 #[test]
 fn moves_keep_the_id_and_are_audited() {
     let mut s = sched();
-    s.submit(req(json!({"num_gpus": 0.5, "devices": [0]})), "op", T0);
+    s.submit(
+        req(json!({"num_gpus": 0.5, "devices": [0], "project": "vision", "holder": "ann"})),
+        "op",
+        T0,
+    );
     let c = s
         .move_claim(
             ClaimId(1),
@@ -199,7 +203,10 @@ fn moves_keep_the_id_and_are_audited() {
         .unwrap();
     assert_eq!(c.allocation.unwrap().shares[0].device, 1);
     let last = s.snapshot(T0).events.last().cloned().unwrap();
-    assert_eq!(last.detail, "moved from a:0 to a:1");
+    assert_eq!(
+        last.detail,
+        "moved from a:0 to a:1; project vision, holder ann"
+    );
 }
 
 fn one_gpu() -> Scheduler {
