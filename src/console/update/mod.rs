@@ -10,6 +10,7 @@ mod command;
 mod confirm;
 mod engine;
 mod flows;
+mod forecast;
 mod form;
 mod handover;
 mod keys;
@@ -29,6 +30,7 @@ use super::msg::{Asker, Effect, Msg};
 use super::state::{Flash, State, View};
 
 pub use command::{complete, show_view};
+pub use forecast::due as asks_due;
 pub use rewind::{BANNER_ROWS, refusal_text, rewind_to};
 pub use usage::due as usage_due;
 
@@ -70,6 +72,18 @@ fn step(state: &mut State, msg: Msg) -> Vec<Effect> {
                 return rewind::rewound_key(state, ev);
             }
             keys::key(state, ev)
+        }
+        Msg::Forecast { source, result } => {
+            forecast::forecast_answered(state, source, result);
+            Vec::new()
+        }
+        Msg::Previewed {
+            source,
+            action,
+            result,
+        } => {
+            forecast::previewed(state, source, &action, result);
+            Vec::new()
         }
         Msg::Fetched { source, at, result } => sources::fetched(state, source, at, result),
         Msg::Changed(source) => sources::changed(state, source),
