@@ -404,17 +404,25 @@ impl Preview {
                 c.claim, c.project, c.at
             ));
         }
-        if !self.on_cordoned.is_empty() {
-            out.push(format!(
+        match self.on_cordoned.as_slice() {
+            [] => {}
+            [one] => out.push(format!(
+                "  claim {one} stays on the cordoned device, which takes no new claim"
+            )),
+            many => out.push(format!(
                 "  claims {} stay on the cordoned device, which takes no new claim",
-                joined(&self.on_cordoned, ", ")
-            ));
+                joined(many, ", ")
+            )),
         }
-        if !self.stranded.is_empty() {
-            out.push(format!(
+        match self.stranded.as_slice() {
+            [] => {}
+            [one] => out.push(format!(
+                "  stranded (no expected start any more): claim {one}"
+            )),
+            many => out.push(format!(
                 "  stranded (no expected start any more): claims {}",
-                joined(&self.stranded, ", ")
-            ));
+                joined(many, ", ")
+            )),
         }
         if let Some(n) = &self.new_claim
             && !self.placed.iter().any(|c| c.claim == n.claim)
@@ -428,7 +436,13 @@ impl Preview {
                 d.project, d.before, d.in_an_hour, d.in_an_hour_without
             ));
         }
-        if self.starts_moved.is_empty() {
+        // A claim the step places is said above, not again as a start that moves.
+        let moved: Vec<&StartMoved> = self
+            .starts_moved
+            .iter()
+            .filter(|m| !self.placed.iter().any(|c| c.claim == m.claim))
+            .collect();
+        if moved.is_empty() {
             out.push("  no expected start moves".to_string());
         }
         let at = |t: Option<Timestamp>| {
@@ -440,7 +454,7 @@ impl Preview {
                 }
             })
         };
-        for m in &self.starts_moved {
+        for m in moved {
             out.push(format!(
                 "  claim {} would start {} instead of {}",
                 m.claim,

@@ -87,12 +87,14 @@ fn claim_row(
                 if c.state == ClaimState::Pending
                     && let Some(start) = super::preview::start_short(state, k.source, c)
                 {
-                    // The expected start first, then the reasons in what is left.
+                    // The expected start first, then the reasons if they fit in what is
+                    // left (uncut: the claim detail lists them all).
                     let left = width.saturating_sub(start.chars().count() + 1);
-                    let text = if c.pending_reasons.is_empty() || left < 6 {
+                    let why = pending_summary(&c.pending_reasons, left);
+                    let text = if c.pending_reasons.is_empty() || why.ends_with('…') {
                         start
                     } else {
-                        format!("{start} {}", pending_summary(&c.pending_reasons, left))
+                        format!("{start} {why}")
                     };
                     Cell::from(Span::styled(text, theme.pending))
                 } else if c.state == ClaimState::Pending && !c.pending_reasons.is_empty() {

@@ -87,12 +87,13 @@ pub(super) fn dialog_lines(
                 "What follows (the source's preview):",
                 theme.header,
             ))
-            .chain(
-                shown
-                    .consequences(state.now, &clock)
-                    .into_iter()
-                    .map(|l| Line::styled(l, style)),
-            )
+            .chain(shown.consequences(state.now, &clock).into_iter().map(|l| {
+                // The dialog trims leading blanks when it wraps: items keep a mark.
+                match l.strip_prefix("  ") {
+                    Some(item) => Line::styled(format!("· {item}"), style),
+                    None => Line::styled(l, theme.dim),
+                }
+            }))
             .collect()
         }
     };
