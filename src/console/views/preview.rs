@@ -15,14 +15,20 @@ use crate::wire::forecast::Preview;
 /// A debt change smaller than this (GFLOP) is not worth a line in a dialog.
 const DEBT_SHOWN: f64 = 0.5;
 
-/// `HH:MM` in the operator's zone.
-pub(super) fn hh_mm(t: Timestamp, zone: &jiff::tz::TimeZone) -> String {
+/// Times further ahead than this are written with their date.
+const DATED_AFTER_MS: u64 = 20 * 3_600_000;
+
+/// `HH:MM` in the operator's zone, or `YYYY-MM-DD HH:MM` for a time more than 20 hours
+/// from `now` (an engine may expect a start a year out).
+pub(super) fn hh_mm(t: Timestamp, now: Timestamp, zone: &jiff::tz::TimeZone) -> String {
+    let far = t.millis_since(now).max(now.millis_since(t)) > DATED_AFTER_MS;
+    let form = if far { "%Y-%m-%d %H:%M" } else { "%H:%M" };
     i64::try_from(t.0)
         .ok()
         .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
         .map_or_else(
             || t.0.to_string(),
-            |ts| ts.to_zoned(zone.clone()).strftime("%H:%M").to_string(),
+            |ts| ts.to_zoned(zone.clone()).strftime(form).to_string(),
         )
 }
 
@@ -50,7 +56,7 @@ pub(super) fn start_sentence(state: &State, source: usize, c: &ClaimView) -> Opt
     }
     let forecast = state.sources.get(source)?.forecast.last.as_ref()?;
     let e = forecast.of(c.id)?;
-    let clock = |t: Timestamp| hh_mm(t, &state.zone);
+    let clock = |t: Timestamp| hh_mm(t, state.now, &state.zone);
     Some(match (&forecast.engine, e.start) {
         (Some(engine), Some(b)) => format!(
             "{engine} expects {} ({engine}'s own estimate; gpuboard does not forecast this \
@@ -77,7 +83,7 @@ pub(super) fn dialog_lines(
         DialogPreview::Unavailable(why) => vec![Line::styled(why.clone(), theme.dim)],
         DialogPreview::Shown(p) => {
             let shown = changed_debts(p);
-            let clock = |t: Timestamp| hh_mm(t, &state.zone);
+            let clock = |t: Timestamp| hh_mm(t, state.now, &state.zone);
             let style = if p.refused.is_some() {
                 theme.critical
             } else {
