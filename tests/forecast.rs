@@ -100,6 +100,15 @@ async fn the_forecast_route_and_ls_say_when_a_waiting_claim_starts() {
     let pending = all.iter().find(|c| c["id"] == 3).unwrap();
     assert_eq!(pending["expected_start"]["freed_by"]["claim"], 1);
 
+    // The claim detail as `--dump-screen` draws it says when it starts, as the console's.
+    let out = server.cli(&["status", "--dump-screen", "claim:3", "--size", "160x40"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let screen = text(&out.stdout);
+    assert!(
+        screen.contains("expected to start ~") && screen.contains("when claim 1 ends"),
+        "{screen}"
+    );
+
     // `status --json` carries the endpoint's forecast beside its snapshot.
     let out = server.cli(&["status", "--once", "--json"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -520,6 +529,36 @@ mod console {
             "{screen}"
         );
         insta::assert_snapshot!("reset_confirm_without_preview_80x24", screen);
+    }
+
+    #[test]
+    fn the_move_dialog_previews_the_move_to_the_target_picked() {
+        let mut st = lab_state();
+        let _ = asks_due(&mut st);
+        command(&mut st, "move 1");
+        let Mode::Move(m) = &st.mode else {
+            panic!("{:?}", st.mode)
+        };
+        let row = m.targets[m.selected].clone();
+        run(&mut st, vec![code(KeyCode::Enter)]);
+        assert!(matches!(st.mode, Mode::Confirm(_)), "{:?}", st.mode);
+        let asks = asks_due(&mut st);
+        let [
+            Effect::Preview {
+                source: 0,
+                action:
+                    PreviewAction::Move {
+                        claim: ClaimId(1),
+                        node,
+                        devices,
+                    },
+            },
+        ] = &asks[..]
+        else {
+            panic!("{asks:?}")
+        };
+        assert_eq!(node.as_deref(), Some(row.node.as_str()));
+        assert_eq!(devices.as_deref(), Some(&[row.index][..]));
     }
 
     #[test]
