@@ -266,14 +266,13 @@ pub fn run(before: &ConsoleArgs, args: &StatusArgs) -> anyhow::Result<()> {
             (_, Some(name)) => state.open_gpu_named(name).map_err(named_fault)?,
             _ => super::update::show_view(&mut state, v),
         }
-        let effects = match setup.at {
-            Some(at) => super::update::rewind_to(&mut state, at),
-            None => {
-                // Live: the waiting claims' expected starts too, as the console asks them.
-                let mut effects = super::update::usage_due(&mut state);
-                effects.extend(super::update::asks_due(&mut state));
-                effects
-            }
+        let effects = if let Some(at) = setup.at {
+            super::update::rewind_to(&mut state, at)
+        } else {
+            // Live: the waiting claims' expected starts too, as the console asks them.
+            let mut effects = super::update::usage_due(&mut state);
+            effects.extend(super::update::asks_due(&mut state));
+            effects
         };
         rt.block_on(settle(&mut state, &setup.sources, effects, timeout));
         if args.body_only {
