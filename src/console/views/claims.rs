@@ -176,9 +176,6 @@ fn selected_info(
         ),
     ])];
     if c.state == ClaimState::Pending {
-        if let Some(start) = start {
-            lines.push(Line::styled(start, theme.pending));
-        }
         if c.pending_reasons.is_empty() {
             lines.push(Line::styled(
                 "waiting; no reason recorded yet",
@@ -194,6 +191,11 @@ fn selected_info(
                 "why pending: ".to_string()
             };
             lines.push(Line::styled(format!("{lead}{r}"), theme.pending));
+        }
+        // After the reasons: PLACE already starts with the expected start, and a short pane
+        // keeps the first reason (and where to read them all).
+        if let Some(start) = start {
+            lines.push(Line::styled(start, theme.pending));
         }
     } else {
         let per: Vec<String> = c
