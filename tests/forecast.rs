@@ -404,6 +404,48 @@ mod console {
     }
 
     #[test]
+    fn a_rewound_claim_shows_no_expected_start_of_the_present() {
+        use gpuboard::console::msg::HistoryAnswer;
+        use gpuboard::console::msg::HistoryAsk;
+        use gpuboard::console::update::rewind_to;
+        use gpuboard::sources::history::AtTime;
+        let mut st = lab_state();
+        let _ = asks_due(&mut st);
+        let _ = update(
+            &mut st,
+            Msg::Forecast {
+                source: 0,
+                result: Some(Ok(lab_forecast())),
+            },
+        );
+        let then = Timestamp(NOW.0 - 60_000);
+        for e in rewind_to(&mut st, then) {
+            if let Effect::History(HistoryAsk::At {
+                source, generation, ..
+            }) = e
+            {
+                let shown = AtTime::Shown {
+                    snapshot: Box::new(crate::common::console_fixtures::lab_snapshot()),
+                    at: then,
+                };
+                let _ = update(
+                    &mut st,
+                    Msg::History(HistoryAnswer::At {
+                        source,
+                        generation,
+                        result: Some(Ok(shown)),
+                    }),
+                );
+            }
+        }
+        let shown = &mut st.rewind.as_mut().expect("rewound").shown;
+        shown.open_claim_named("6").unwrap();
+        let screen = text(shown, 200, 60);
+        assert!(screen.contains("claim 6 pending"), "{screen}");
+        assert!(!screen.contains("expected to start"), "{screen}");
+    }
+
+    #[test]
     fn a_source_without_a_forecast_is_not_asked_again_and_shows_none() {
         let mut st = lab_state();
         assert_eq!(asks_due(&mut st), vec![Effect::Forecast(0)]);

@@ -48,8 +48,11 @@ fn preview_due(state: &mut State) -> Option<Effect> {
                 return None;
             }
             FormStage::Planning | FormStage::Preview(_) if f.what_if == DialogPreview::Unasked => {
-                let action = f.request().ok().map(|r| PreviewAction::Claim {
-                    request: Box::new(r),
+                // A hand-over's claim follows its releases: the claim alone is not it.
+                let action = f.request().ok().filter(|_| f.handover.is_empty()).map(|r| {
+                    PreviewAction::Claim {
+                        request: Box::new(r),
+                    }
                 });
                 (f.source, &mut f.what_if, action)
             }

@@ -10,7 +10,7 @@ use crate::clock::Timestamp;
 use crate::console::state::{DialogPreview, State};
 use crate::console::theme::Theme;
 use crate::snapshot::{ClaimState, ClaimView};
-use crate::wire::forecast::Preview;
+use crate::wire::forecast::{Forecast, Preview};
 
 /// A debt change smaller than this (GFLOP) is not worth a line in a dialog.
 const DEBT_SHOWN: f64 = 0.5;
@@ -35,10 +35,7 @@ pub(super) fn hh_mm(t: Timestamp, now: Timestamp, zone: &jiff::tz::TimeZone) -> 
 /// A waiting claim's expected start in a few columns (`~14m (8-31m)`, `now`, `unknown`,
 /// `Slurm ~14m` for an engine's own estimate); `None` when its source forecast none.
 pub(super) fn start_short(state: &State, source: usize, c: &ClaimView) -> Option<String> {
-    if c.state != ClaimState::Pending {
-        return None;
-    }
-    let forecast = state.sources.get(source)?.forecast.last.as_ref()?;
+    let forecast = live_forecast(state, source, c)?;
     let e = forecast.of(c.id)?;
     let short = e.short(state.now);
     Some(match &forecast.engine {
@@ -51,10 +48,7 @@ pub(super) fn start_short(state: &State, source: usize, c: &ClaimView) -> Option
 /// ~03:40 (03:34-03:58) on node-b:5 when claim 17 ends; ..."), or the engine's own
 /// estimate labelled as such ("Slurm expects 03:40"); `None` when its source gave none.
 pub(super) fn start_sentence(state: &State, source: usize, c: &ClaimView) -> Option<String> {
-    if c.state != ClaimState::Pending {
-        return None;
-    }
-    let forecast = state.sources.get(source)?.forecast.last.as_ref()?;
+    let forecast = live_forecast(state, source, c)?;
     let e = forecast.of(c.id)?;
     let clock = |t: Timestamp| hh_mm(t, state.now, &state.zone);
     Some(match (&forecast.engine, e.start) {
@@ -66,6 +60,16 @@ pub(super) fn start_sentence(state: &State, source: usize, c: &ClaimView) -> Opt
         (Some(engine), None) => format!("{engine} gives no start time for it"),
         (None, _) => e.sentence(&clock),
     })
+}
+
+/// The forecast of a waiting claim's source; none for a claim shown as it was (rewound:
+/// the forecast is of the present).
+fn live_forecast<'a>(state: &'a State, source: usize, c: &ClaimView) -> Option<&'a Forecast> {
+    let slot = state.sources.get(source)?;
+    if c.state != ClaimState::Pending || slot.rewound {
+        return None;
+    }
+    slot.forecast.last.as_ref()
 }
 
 /// The lines a dialog shows of its preview, at most `room` of them (the last then says
