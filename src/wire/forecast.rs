@@ -455,12 +455,24 @@ impl Preview {
             })
         };
         for m in moved {
-            out.push(format!(
-                "  claim {} would start {} instead of {}",
-                m.claim,
-                at(m.after),
-                at(m.before)
-            ));
+            out.push(match (m.before, m.after) {
+                (Some(before), None) => format!(
+                    "  claim {} would have no expected start (now {})",
+                    m.claim,
+                    at(Some(before))
+                ),
+                (None, Some(after)) => format!(
+                    "  claim {} would start {} (unknown now)",
+                    m.claim,
+                    at(Some(after))
+                ),
+                (before, after) => format!(
+                    "  claim {} would start {} instead of {}",
+                    m.claim,
+                    at(after),
+                    at(before)
+                ),
+            });
         }
         out
     }
@@ -538,6 +550,61 @@ mod tests {
         assert_eq!(
             e.sentence(&clock),
             "expected start unknown: it waits on claim 4"
+        );
+    }
+
+    #[test]
+    fn the_consequences_name_each_claim_once_in_the_right_number() {
+        let p = Preview {
+            action: PreviewAction::Cordon {
+                node: "node-a".into(),
+                index: 0,
+            },
+            revision: 1,
+            at: NOW,
+            refused: None,
+            placed: vec![PlacedClaim {
+                claim: ClaimId(3),
+                project: "nlp".into(),
+                at: "node-a:1".into(),
+            }],
+            on_cordoned: vec![ClaimId(1)],
+            stranded: vec![ClaimId(4), ClaimId(5)],
+            new_claim: None,
+            debts: Vec::new(),
+            starts_moved: vec![
+                // Placed at once: said above, not as a start that moves.
+                StartMoved {
+                    claim: ClaimId(3),
+                    before: Some(NOW.plus_secs(600)),
+                    after: Some(NOW),
+                },
+                StartMoved {
+                    claim: ClaimId(6),
+                    before: Some(NOW.plus_secs(33 * 60)),
+                    after: None,
+                },
+            ],
+        };
+        assert_eq!(p.action.describe(), "cordon node-a:0");
+        assert_eq!(
+            p.consequences(NOW, &clock),
+            [
+                "at once:",
+                "  claim 3 (nlp) would be placed on node-a:1",
+                "  claim 1 stays on the cordoned device, which takes no new claim",
+                "  stranded (no expected start any more): claims 4, 5",
+                "in the next hour:",
+                "  claim 6 would have no expected start (now ~03:58)",
+            ]
+        );
+        let refused = Preview {
+            refused: Some("no claim 9".into()),
+            ..p
+        };
+        assert_eq!(
+            refused.consequences(NOW, &clock),
+            ["the endpoint would refuse it: no claim 9"]
         );
     }
 
