@@ -370,11 +370,38 @@ mod console {
             asks_due(&mut st).is_empty(),
             "asked a moment ago, nothing changed"
         );
-        let _ = update(&mut st, Msg::Tick(NOW.plus_secs(10)));
+        let _ = update(&mut st, Msg::Tick(NOW.plus_secs(30)));
+        assert!(asks_due(&mut st).is_empty(), "nothing changed in 30 s");
+        let _ = update(&mut st, Msg::Tick(NOW.plus_secs(60)));
         assert_eq!(
             asks_due(&mut st),
             vec![Effect::Forecast(0)],
-            "again after 10 s"
+            "again after a minute"
+        );
+        // A changed state is asked after 10 s, and never sooner than five times what the
+        // last answer took (here 20 s).
+        let _ = update(&mut st, Msg::Tick(NOW.plus_secs(80)));
+        let _ = update(
+            &mut st,
+            Msg::Forecast {
+                source: 0,
+                result: Some(Ok(lab_forecast())),
+            },
+        );
+        st.sources[0].data.as_mut().unwrap().revision += 1;
+        let _ = update(&mut st, Msg::Tick(NOW.plus_secs(150)));
+        assert!(
+            asks_due(&mut st).is_empty(),
+            "changed, but 5 x 20 s not over"
+        );
+        let _ = update(&mut st, Msg::Tick(NOW.plus_secs(160)));
+        assert_eq!(asks_due(&mut st), vec![Effect::Forecast(0)], "changed");
+        let _ = update(
+            &mut st,
+            Msg::Forecast {
+                source: 0,
+                result: Some(Ok(lab_forecast())),
+            },
         );
         let _ = update(&mut st, Msg::Tick(NOW));
 

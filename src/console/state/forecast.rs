@@ -10,10 +10,17 @@ use crate::wire::forecast::{ExpectedStart, Forecast, Preview};
 
 use super::State;
 
-/// How often a forecast is asked again while the source's state has not changed (an
-/// endpoint reuses its answer for 10 s; holders past their learned ends move the starts
-/// even when nothing changes).
+/// The least time between two asks of a source's forecast: an endpoint forecasts its
+/// state anew at each revision, and a busy one changes every second.
 pub const FORECAST_AGAIN_MS: u64 = 10_000;
+
+/// How often a forecast is asked again while the source's state has not changed (holders
+/// past their learned ends move the starts even when nothing changes).
+pub const FORECAST_STALE_MS: u64 = 60_000;
+
+/// An ask waits at least this many times as long as the last answer took, so that a large
+/// endpoint (seconds per forecast) spends a small part of a core on one console.
+pub const FORECAST_PACE: u64 = 5;
 
 /// How long after a failed forecast it is asked again.
 pub const FORECAST_RETRY_MS: u64 = 60_000;
@@ -33,12 +40,15 @@ pub struct SourceForecast {
     pub asked_at: Option<Timestamp>,
     /// The revision of the snapshot it was last asked at.
     pub asked_revision: u64,
+    /// How long the last answer took, ms.
+    pub took_ms: u64,
 }
 
 impl SourceForecast {
     /// Whether to ask now: the source gives one, none is in flight, a claim waits in
-    /// `snap`, and either the state changed since the last ask (at most once a refresh
-    /// interval, `refresh_ms`) or the last answer is `FORECAST_AGAIN_MS` old.
+    /// `snap`, and either the state changed since the last ask or the last answer is
+    /// `FORECAST_STALE_MS` old; never sooner than a refresh interval (`refresh_ms`),
+    /// `FORECAST_AGAIN_MS` and `FORECAST_PACE` times what the last answer took.
     pub fn due(&self, snap: &Snapshot, now: Timestamp, refresh_ms: u64) -> bool {
         if self.none || self.in_flight || !waits(snap) {
             return false;
@@ -50,7 +60,10 @@ impl SourceForecast {
         if self.error.is_some() {
             return since >= FORECAST_RETRY_MS;
         }
-        (snap.revision != self.asked_revision && since >= refresh_ms) || since >= FORECAST_AGAIN_MS
+        let gap = refresh_ms
+            .max(FORECAST_AGAIN_MS)
+            .max(self.took_ms.saturating_mul(FORECAST_PACE));
+        since >= gap && (snap.revision != self.asked_revision || since >= FORECAST_STALE_MS)
     }
 }
 

@@ -32,7 +32,9 @@ pub use crate::console::lists::{ClaimKey, Cursor, DevKey, Picked, ProjKey};
 pub use by_view::SortRefused;
 pub use command_line::{candidates, command_hint};
 pub use find::GpuName;
-pub use forecast::{DialogPreview, FORECAST_AGAIN_MS, SourceForecast};
+pub use forecast::{
+    DialogPreview, FORECAST_AGAIN_MS, FORECAST_PACE, FORECAST_STALE_MS, SourceForecast,
+};
 pub use form::{ClaimForm, FormField, FormKind, FormStage, MoveRow};
 pub use paging::{claims_info_height, events_split, why_pane_height};
 pub use rewind::{

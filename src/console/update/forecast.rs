@@ -107,11 +107,13 @@ pub(super) fn forecast_answered(
     source: usize,
     result: Option<Result<Forecast, Failure>>,
 ) {
+    let now = state.now;
     let Some(slot) = state.sources.get_mut(source) else {
         return;
     };
     let f = &mut slot.forecast;
     f.in_flight = false;
+    f.took_ms = f.asked_at.map_or(0, |at| now.millis_since(at));
     match result {
         None => f.none = true,
         Some(Ok(forecast)) => {
