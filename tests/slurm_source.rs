@@ -313,3 +313,77 @@ async fn real_cluster_agrees_with_scontrol_and_squeue() {
     let s = source.fetch().await.unwrap();
     assert!(s.nodes[0].devices.iter().all(|d| !d.cordoned));
 }
+
+/// The captured pending job's `start_time` is Slurm's own expected start, labelled as
+/// Slurm's; the running jobs have none.
+#[test]
+fn captured_pending_job_carries_slurm_s_expected_start() {
+    let answers = SlurmAnswers {
+        nodes: json("nodes.json"),
+        jobs: json("jobs.json"),
+    };
+    let f = gpuboard::sources::slurm::estimates(&answers, TAKEN);
+    assert_eq!(f.engine.as_deref(), Some("Slurm"));
+    let s = snapshot(&answers, "lab", TAKEN).unwrap();
+    let pending: Vec<_> = s
+        .claims
+        .iter()
+        .filter(|c| c.state == ClaimState::Pending)
+        .collect();
+    assert_eq!(f.starts.len(), 1, "{f:?}");
+    assert_eq!(f.starts[0].claim, pending[0].id);
+    let p50 = f.starts[0].start.unwrap().p50;
+    assert_eq!(p50, Timestamp(1_826_853_381_000), "as slurmrestd wrote it");
+}
+
+/// Over a real socket: a slurmrestd stand-in answering the captured nodes and jobs by
+/// path. After a fetch, the source's forecast is Slurm's own start for the pending job;
+/// before any fetch it has none.
+#[tokio::test]
+async fn the_source_gives_slurm_s_start_after_a_fetch() {
+    use gpuboard::sources::Source;
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (nodes, jobs) = (
+        json("nodes.json").to_string(),
+        json("jobs.json").to_string(),
+    );
+    std::thread::spawn(move || {
+        for sock in listener.incoming() {
+            let Ok(mut sock) = sock else { return };
+            let mut buf = [0u8; 8192];
+            let _ = sock.set_read_timeout(Some(Duration::from_secs(5)));
+            let n = sock.read(&mut buf).unwrap_or(0);
+            let head = String::from_utf8_lossy(&buf[..n]).to_string();
+            let body = if head.starts_with("GET /slurm/v0.0.38/jobs") {
+                &jobs
+            } else {
+                &nodes
+            };
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+                 Connection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = sock.write_all(reply.as_bytes());
+        }
+    });
+    let mut cfg = SlurmConfig::new(url);
+    cfg.token = Some("t".into());
+    let src = SlurmSource::with_clock(cfg, Arc::new(ManualClock::new(TAKEN))).unwrap();
+    let before = src.forecast().unwrap().await.unwrap();
+    assert!(before.starts.is_empty(), "{before:?}");
+    let snap = src.fetch().await.unwrap();
+    let pending = snap
+        .claims
+        .iter()
+        .find(|c| c.state == ClaimState::Pending)
+        .unwrap();
+    let f = src.forecast().unwrap().await.unwrap();
+    assert_eq!(f.engine.as_deref(), Some("Slurm"));
+    assert_eq!(
+        f.of(pending.id).and_then(|e| e.start).map(|b| b.p50),
+        Some(Timestamp(1_826_853_381_000))
+    );
+}

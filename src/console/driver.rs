@@ -165,6 +165,10 @@ pub fn perform(
         Effect::Quit => {}
         Effect::History(ask) => super::history::perform(ask, sources, timeout, &tx),
         Effect::Usage(ask) => super::usage::perform(ask, sources, &tx),
+        Effect::Forecast(source) => super::forecast::ask_forecast(source, sources, &tx),
+        Effect::Preview { source, action } => {
+            super::forecast::ask_preview(source, action, sources, &tx);
+        }
         Effect::Fetch(i) => {
             let Some(src) = sources.get(i) else { return };
             let fut = src.fetch();
@@ -495,6 +499,9 @@ async fn event_loop(
             for effect in update(&mut state, m) {
                 perform(effect, &setup.sources, setup.readonly, timeout, &clock, &tx);
             }
+        }
+        for effect in super::update::asks_due(&mut state) {
+            perform(effect, &setup.sources, setup.readonly, timeout, &clock, &tx);
         }
         if state.quit {
             break;

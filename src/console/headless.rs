@@ -266,9 +266,13 @@ pub fn run(before: &ConsoleArgs, args: &StatusArgs) -> anyhow::Result<()> {
             (_, Some(name)) => state.open_gpu_named(name).map_err(named_fault)?,
             _ => super::update::show_view(&mut state, v),
         }
-        let effects = match setup.at {
-            Some(at) => super::update::rewind_to(&mut state, at),
-            None => super::update::usage_due(&mut state),
+        let effects = if let Some(at) = setup.at {
+            super::update::rewind_to(&mut state, at)
+        } else {
+            // Live: the waiting claims' expected starts too, as the console asks them.
+            let mut effects = super::update::usage_due(&mut state);
+            effects.extend(super::update::asks_due(&mut state));
+            effects
         };
         rt.block_on(settle(&mut state, &setup.sources, effects, timeout));
         if args.body_only {
@@ -377,8 +381,8 @@ async fn add_forecasts(
     }
 }
 
-/// Waits for the history and reports `effects` ask (rewinding, the charts, the Usage
-/// view) and for those their answers ask in turn.
+/// Waits for the history, reports and forecasts `effects` ask (rewinding, the charts, the
+/// Usage view, the waiting claims' starts) and for those their answers ask in turn.
 pub async fn settle(
     state: &mut State,
     sources: &[Arc<dyn crate::sources::Source>],
@@ -388,16 +392,32 @@ pub async fn settle(
     use super::msg::Effect;
     // Answers may ask again (the charts once the detail's device is known): a few rounds.
     for _ in 0..4 {
-        let (mut history, mut usage) = (Vec::new(), Vec::new());
+        let (mut history, mut usage, mut forecasts) = (Vec::new(), Vec::new(), Vec::new());
         for e in effects.drain(..) {
             match e {
                 Effect::History(ask) => history.push(ask),
                 Effect::Usage(ask) => usage.push(ask),
+                Effect::Forecast(source) => forecasts.push(source),
                 _ => {}
             }
         }
-        if history.is_empty() && usage.is_empty() {
+        if history.is_empty() && usage.is_empty() && forecasts.is_empty() {
             return;
+        }
+        for source in forecasts {
+            let ask = sources.get(source).and_then(|s| s.forecast());
+            let result = match ask {
+                Some(fut) => Some(
+                    tokio::time::timeout(super::forecast::FORECAST_TIMEOUT, fut)
+                        .await
+                        .unwrap_or(Err(crate::sources::Failure::Timeout(
+                            u64::try_from(super::forecast::FORECAST_TIMEOUT.as_millis())
+                                .unwrap_or(u64::MAX),
+                        ))),
+                ),
+                None => None,
+            };
+            effects.extend(update(state, Msg::Forecast { source, result }));
         }
         let history = futures::future::join_all(history.into_iter().map(|ask| {
             let h = super::history::history_of(&ask, sources);

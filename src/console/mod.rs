@@ -9,6 +9,7 @@ pub mod attach;
 pub mod config;
 pub mod driver;
 pub mod flows;
+pub mod forecast;
 pub mod headless;
 pub mod history;
 pub mod keymap;

@@ -9,6 +9,7 @@ use crate::placement::Allocation;
 use crate::request::ClaimRequest;
 use crate::sources::history::{AtTime, Sample};
 use crate::sources::{Action, Failure, Fetched, Outcome};
+use crate::wire::forecast::{Forecast, Preview, PreviewAction};
 use crate::wire::history::{Direction, Target};
 
 /// Everything that can happen to the console.
@@ -81,6 +82,23 @@ pub enum Msg {
     History(HistoryAnswer),
     /// A source's report for the Usage view answered (`Effect::Usage`).
     Usage(UsageAnswer),
+    /// A source's forecast answered (`Effect::Forecast`); `None`: the source gives none.
+    Forecast {
+        /// The source.
+        source: usize,
+        /// Every waiting claim's expected start, or why not.
+        result: Option<Result<Forecast, Failure>>,
+    },
+    /// A source's preview of an action answered (`Effect::Preview`); `None`: the source
+    /// cannot preview.
+    Previewed {
+        /// The source.
+        source: usize,
+        /// What was asked (the dialog still showing it takes the answer).
+        action: PreviewAction,
+        /// What the action would do, or why not.
+        result: Option<Box<Result<Preview, Failure>>>,
+    },
 }
 
 /// Who waits for an action's answer: named when the action is sent and carried back with
@@ -176,6 +194,16 @@ pub enum Effect {
     History(HistoryAsk),
     /// Ask a source's report over a window (the Usage view); answered by `Msg::Usage`.
     Usage(UsageAsk),
+    /// Ask a source for its waiting claims' expected starts; answered by `Msg::Forecast`.
+    Forecast(usize),
+    /// Ask a source what an action would do (a dialog opened); answered by
+    /// `Msg::Previewed`.
+    Preview {
+        /// The source.
+        source: usize,
+        /// The action.
+        action: PreviewAction,
+    },
     /// Leave: restore the terminal and exit.
     Quit,
 }

@@ -99,6 +99,7 @@ pub fn forecast(s: &Scheduler, now: Timestamp, holds: &HoldTimes) -> Forecast {
         revision: s.revision(),
         at: now,
         starts,
+        engine: None,
     }
 }
 

@@ -18,6 +18,7 @@ use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::placement::Allocation;
 use crate::request::ClaimRequest;
 use crate::snapshot::Snapshot;
+use crate::wire::forecast::Forecast;
 
 /// An engine adapter: what it is, how it reads its peer and what it does with an action.
 /// Every adapter is a `Source` through the blanket impl below.
@@ -33,6 +34,17 @@ pub trait Adapter: Clone + Send + Sync + 'static {
     fn read(&self) -> impl Future<Output = Result<Snapshot, SourceError>> + Send + '_;
     /// Carries out an action, or refuses it in the engine's words.
     fn carry_out(&self, action: Action) -> BoxFuture<'static, Result<Outcome, Failure>>;
+    /// The engine's own expected starts of its waiting work, where it gives them
+    /// (`Source::forecast`); `None` (the default) for engines that give none.
+    fn engine_forecast(&self) -> Option<BoxFuture<'static, Result<Forecast, Failure>>> {
+        None
+    }
+}
+
+/// What an engine that gives no expected starts answers (`engine_adapter!` without
+/// `forecast =`).
+pub fn no_forecast<T>(_: &T) -> Option<BoxFuture<'static, Result<Forecast, Failure>>> {
+    None
 }
 
 /// `impl Adapter` for an engine adapter whose only actions are its engine actions (Ray,
@@ -40,6 +52,14 @@ pub trait Adapter: Clone + Send + Sync + 'static {
 /// out with its own `engine_act`, and every other action refused in `$refuse`'s words.
 macro_rules! engine_adapter {
     ($source:ty, $kind:expr, $refuse:path) => {
+        $crate::sources::adapter::engine_adapter!(
+            $source,
+            $kind,
+            $refuse,
+            forecast = $crate::sources::adapter::no_forecast
+        );
+    };
+    ($source:ty, $kind:expr, $refuse:path, forecast = $forecast:path) => {
         impl $crate::sources::adapter::Adapter for $source {
             const KIND: $crate::sources::SourceKind = $kind;
             fn source_name(&self) -> &str {
@@ -75,6 +95,19 @@ macro_rules! engine_adapter {
                     other => $crate::sources::adapter::act_refused($refuse(other.verb())),
                 }
             }
+            fn engine_forecast(
+                &self,
+            ) -> ::std::option::Option<
+                ::futures::future::BoxFuture<
+                    'static,
+                    ::std::result::Result<
+                        $crate::wire::forecast::Forecast,
+                        $crate::sources::Failure,
+                    >,
+                >,
+            > {
+                $forecast(self)
+            }
         }
     };
 }
@@ -99,6 +132,9 @@ impl<A: Adapter> Source for A {
     }
     fn act(&self, action: Action) -> BoxFuture<'static, Result<Outcome, Failure>> {
         self.carry_out(action)
+    }
+    fn forecast(&self) -> Option<BoxFuture<'static, Result<Forecast, Failure>>> {
+        self.engine_forecast()
     }
 }
 

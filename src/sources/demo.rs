@@ -499,6 +499,26 @@ impl Source for Demo {
             plan_on(w.scheduler_mut(), &request)
         })
     }
+    /// Worked out on a copy of the demo's scheduler by the endpoint's own preview, its
+    /// holders ending at their declared durations and leases (the demo records no history).
+    fn preview(
+        &self,
+        action: crate::wire::forecast::PreviewAction,
+    ) -> Option<BoxFuture<'static, Result<crate::wire::forecast::Preview, Failure>>> {
+        let world = Arc::clone(&self.world);
+        let now = self.clock.now();
+        Some(Box::pin(async move {
+            let mut w = world.lock().map_err(poisoned)?;
+            let holds = crate::forecast::HoldTimes::default();
+            Ok(crate::forecast::preview::preview(
+                w.scheduler_mut(),
+                &action,
+                &holds,
+                "console",
+                now,
+            ))
+        }))
+    }
     fn act(&self, action: Action) -> BoxFuture<'static, Result<Outcome, Failure>> {
         let world = Arc::clone(&self.world);
         let now = self.clock.now();

@@ -175,6 +175,32 @@ impl Source for Embedded {
                 .map_err(|no| Failure::Refused(no.summary()))
         })
     }
+    /// The endpoint's own forecast on a copy of the scheduler, from declared durations and
+    /// leases (the console's scheduler learns no hold times).
+    fn forecast(
+        &self,
+    ) -> Option<BoxFuture<'static, Result<crate::wire::forecast::Forecast, Failure>>> {
+        let engine = self.engine.clone();
+        Some(Box::pin(async move {
+            let (copy, now) = engine.scheduler_copy(false);
+            let holds = crate::forecast::HoldTimes::default();
+            Ok(crate::forecast::forecast(&copy, now, &holds))
+        }))
+    }
+    /// The endpoint's own preview on an exact copy of the scheduler.
+    fn preview(
+        &self,
+        action: crate::wire::forecast::PreviewAction,
+    ) -> Option<BoxFuture<'static, Result<crate::wire::forecast::Preview, Failure>>> {
+        let engine = self.engine.clone();
+        Some(Box::pin(async move {
+            let (copy, now) = engine.scheduler_copy(true);
+            let holds = crate::forecast::HoldTimes::default();
+            Ok(crate::forecast::preview::preview(
+                &copy, &action, &holds, "console", now,
+            ))
+        }))
+    }
     fn act(&self, action: Action) -> BoxFuture<'static, Result<Outcome, Failure>> {
         let engine = self.engine.clone();
         Box::pin(async move { act(&engine, action, "console").await })

@@ -202,6 +202,16 @@ impl Source for Http {
             async move { client.forecast().await.map_err(failure) },
         ))
     }
+    fn preview(
+        &self,
+        action: crate::wire::forecast::PreviewAction,
+    ) -> Option<BoxFuture<'static, Result<crate::wire::forecast::Preview, Failure>>> {
+        let client = self.client.clone();
+        let failure = self.failure();
+        Some(Box::pin(async move {
+            client.preview(&action).await.map_err(failure)
+        }))
+    }
     /// The mirrored state; an endpoint whose commit failed is shown as failed, with its
     /// reason, as the embedded scheduler is (its snapshots stay at the durable state).
     fn fetch(&self) -> BoxFuture<'static, Result<Fetched, Failure>> {

@@ -290,6 +290,15 @@ pub trait Source: Send + Sync {
     ) -> Option<BoxFuture<'static, Result<crate::wire::forecast::Forecast, Failure>>> {
         None
     }
+    /// What `action` would do, worked out by the source on a copy of its state (a gpuboard
+    /// endpoint's `POST /v1/preview`); `None` (the default) for sources that cannot say.
+    fn preview(
+        &self,
+        action: crate::wire::forecast::PreviewAction,
+    ) -> Option<BoxFuture<'static, Result<crate::wire::forecast::Preview, Failure>>> {
+        let _ = action;
+        None
+    }
     /// Where a claim request would be placed now, without placing it.
     fn plan(&self, request: ClaimRequest) -> BoxFuture<'static, Result<Allocation, Failure>>;
     /// Carries out an action.

@@ -102,6 +102,11 @@ pub struct Forecast {
     pub at: Timestamp,
     /// One per waiting claim, in id order.
     pub starts: Vec<ExpectedStart>,
+    /// The engine whose own estimates these are (`Slurm`, from its pending jobs'
+    /// `start_time`): each a time alone, with no band, place or reason; `None`: gpuboard's
+    /// forecast.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
 }
 
 impl Forecast {
@@ -257,6 +262,44 @@ impl PreviewAction {
     pub fn move_target(node: Option<String>, devices: Option<Vec<u32>>) -> MoveTarget {
         MoveTarget { node, devices }
     }
+
+    /// What it is, in words: `release claim 2`, `cordon node-a:0`.
+    pub fn describe(&self) -> String {
+        match self {
+            PreviewAction::Release { claim } => format!("release claim {claim}"),
+            PreviewAction::Move {
+                claim,
+                node,
+                devices,
+            } => {
+                let devices = devices.as_ref().map(|d| joined(d, ","));
+                match (node, devices) {
+                    (Some(n), Some(d)) => format!("move claim {claim} to {n}:{d}"),
+                    (Some(n), None) => format!("move claim {claim} to node {n}"),
+                    (None, Some(d)) => format!("move claim {claim} to devices {d}"),
+                    (None, None) => format!("move claim {claim}"),
+                }
+            }
+            PreviewAction::Cordon { node, index } => format!("cordon {node}:{index}"),
+            PreviewAction::Uncordon { node, index } => format!("uncordon {node}:{index}"),
+            PreviewAction::Share { project, share } => {
+                format!("set project {project}'s share to {share}")
+            }
+            PreviewAction::Reset { project } => match project {
+                Some(p) => format!("reset project {p}"),
+                None => "reset every project".to_string(),
+            },
+            PreviewAction::Claim { request } => format!("claim {}", request.describe()),
+        }
+    }
+}
+
+/// Items written one after another, `sep` between them.
+fn joined<T: ToString>(list: &[T], sep: &str) -> String {
+    list.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(sep)
 }
 
 /// A claim request inside a preview, in the wire form `POST /v1/claims` takes.
@@ -341,6 +384,100 @@ pub struct Preview {
     pub starts_moved: Vec<StartMoved>,
 }
 
+impl Preview {
+    /// What follows, for people, a line each: `at once:` (the claims placed and where,
+    /// those left on a cordoned device, those stranded, where the new claim waits) and
+    /// `in the next hour:` (each project's debt, the expected starts that move), or the
+    /// refusal the endpoint would answer. Times as `clock` writes them; `now` is when the
+    /// operator reads it (a start already due reads `now`).
+    pub fn consequences(&self, now: Timestamp, clock: &dyn Fn(Timestamp) -> String) -> Vec<String> {
+        if let Some(why) = &self.refused {
+            return vec![format!("the endpoint would refuse it: {why}")];
+        }
+        let mut out = vec!["at once:".to_string()];
+        if self.placed.is_empty() {
+            out.push("  no claim would be placed".to_string());
+        }
+        for c in &self.placed {
+            out.push(format!(
+                "  claim {} ({}) would be placed on {}",
+                c.claim, c.project, c.at
+            ));
+        }
+        match self.on_cordoned.as_slice() {
+            [] => {}
+            [one] => out.push(format!(
+                "  claim {one} stays on the cordoned device, which takes no new claim"
+            )),
+            many => out.push(format!(
+                "  claims {} stay on the cordoned device, which takes no new claim",
+                joined(many, ", ")
+            )),
+        }
+        match self.stranded.as_slice() {
+            [] => {}
+            [one] => out.push(format!(
+                "  stranded (no expected start any more): claim {one}"
+            )),
+            many => out.push(format!(
+                "  stranded (no expected start any more): claims {}",
+                joined(many, ", ")
+            )),
+        }
+        if let Some(n) = &self.new_claim
+            && !self.placed.iter().any(|c| c.claim == n.claim)
+        {
+            out.push(format!("  the new claim would wait: {}", n.sentence(clock)));
+        }
+        out.push("in the next hour:".to_string());
+        for d in &self.debts {
+            out.push(format!(
+                "  project {}: debt {:.0} GFLOP now, {:.0} in an hour ({:.0} without this)",
+                d.project, d.before, d.in_an_hour, d.in_an_hour_without
+            ));
+        }
+        // A claim the step places is said above, not again as a start that moves.
+        let moved: Vec<&StartMoved> = self
+            .starts_moved
+            .iter()
+            .filter(|m| !self.placed.iter().any(|c| c.claim == m.claim))
+            .collect();
+        if moved.is_empty() {
+            out.push("  no expected start moves".to_string());
+        }
+        let at = |t: Option<Timestamp>| {
+            t.map_or("unknown".to_string(), |t| {
+                if t <= now {
+                    "now".to_string()
+                } else {
+                    format!("~{}", clock(t))
+                }
+            })
+        };
+        for m in moved {
+            out.push(match (m.before, m.after) {
+                (Some(before), None) => format!(
+                    "  claim {} would have no expected start (now {})",
+                    m.claim,
+                    at(Some(before))
+                ),
+                (None, Some(after)) => format!(
+                    "  claim {} would start {} (unknown now)",
+                    m.claim,
+                    at(Some(after))
+                ),
+                (before, after) => format!(
+                    "  claim {} would start {} instead of {}",
+                    m.claim,
+                    at(after),
+                    at(before)
+                ),
+            });
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -413,6 +550,61 @@ mod tests {
         assert_eq!(
             e.sentence(&clock),
             "expected start unknown: it waits on claim 4"
+        );
+    }
+
+    #[test]
+    fn the_consequences_name_each_claim_once_in_the_right_number() {
+        let p = Preview {
+            action: PreviewAction::Cordon {
+                node: "node-a".into(),
+                index: 0,
+            },
+            revision: 1,
+            at: NOW,
+            refused: None,
+            placed: vec![PlacedClaim {
+                claim: ClaimId(3),
+                project: "nlp".into(),
+                at: "node-a:1".into(),
+            }],
+            on_cordoned: vec![ClaimId(1)],
+            stranded: vec![ClaimId(4), ClaimId(5)],
+            new_claim: None,
+            debts: Vec::new(),
+            starts_moved: vec![
+                // Placed at once: said above, not as a start that moves.
+                StartMoved {
+                    claim: ClaimId(3),
+                    before: Some(NOW.plus_secs(600)),
+                    after: Some(NOW),
+                },
+                StartMoved {
+                    claim: ClaimId(6),
+                    before: Some(NOW.plus_secs(33 * 60)),
+                    after: None,
+                },
+            ],
+        };
+        assert_eq!(p.action.describe(), "cordon node-a:0");
+        assert_eq!(
+            p.consequences(NOW, &clock),
+            [
+                "at once:",
+                "  claim 3 (nlp) would be placed on node-a:1",
+                "  claim 1 stays on the cordoned device, which takes no new claim",
+                "  stranded (no expected start any more): claims 4, 5",
+                "in the next hour:",
+                "  claim 6 would have no expected start (now ~03:58)",
+            ]
+        );
+        let refused = Preview {
+            refused: Some("no claim 9".into()),
+            ..p
+        };
+        assert_eq!(
+            refused.consequences(NOW, &clock),
+            ["the endpoint would refuse it: no claim 9"]
         );
     }
 

@@ -198,12 +198,13 @@ impl State {
     }
 
     /// How many lines the claim detail draws at most (its scroll range): the fixed
-    /// lines plus one per share, process, reason, project account and event.
+    /// lines (with a waiting claim's expected start) plus one per share, process, reason,
+    /// project account and event.
     pub(super) fn claim_detail_lines(&self) -> usize {
         let Some((_, c)) = self.detail_claim() else {
             return 0;
         };
-        let fixed = 16;
+        let fixed = 17;
         fixed
             + c.shares.len()
             + self.detail_claim_processes().map_or(1, |p| p.len().max(1))

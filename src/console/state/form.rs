@@ -133,6 +133,9 @@ pub struct ClaimForm {
     pub rechecking: Option<crate::fleet::Lost>,
     /// Sources still silent when asked again: they may hold a phantom claim.
     pub suspects: Vec<crate::fleet::Lost>,
+    /// What the claim would do, as the source previews it (asked once the placement
+    /// preview is shown).
+    pub what_if: super::DialogPreview,
 }
 
 impl ClaimForm {
@@ -165,6 +168,7 @@ impl ClaimForm {
             attempt: None,
             rechecking: None,
             suspects: Vec::new(),
+            what_if: super::DialogPreview::Unasked,
         }
     }
 

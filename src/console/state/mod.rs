@@ -4,6 +4,7 @@ mod by_view;
 mod claim_detail;
 mod command_line;
 mod find;
+mod forecast;
 mod form;
 mod paging;
 mod rewind;
@@ -31,6 +32,9 @@ pub use crate::console::lists::{ClaimKey, Cursor, DevKey, Picked, ProjKey};
 pub use by_view::SortRefused;
 pub use command_line::{candidates, command_hint, command_word};
 pub use find::GpuName;
+pub use forecast::{
+    DialogPreview, FORECAST_AGAIN_MS, FORECAST_PACE, FORECAST_STALE_MS, SourceForecast,
+};
 pub use form::{ClaimForm, FormField, FormKind, FormStage, MoveRow};
 pub use paging::{claims_info_height, events_split, why_pane_height};
 pub use rewind::{
@@ -104,6 +108,8 @@ pub struct Confirm {
     /// across sources (`action` is its first claim) or a hand-over (`source`/`action`
     /// are its first step). Started, it is kept in `State::flows`.
     pub starts: Option<Box<Plan>>,
+    /// What the action would do, as its source previews it.
+    pub preview: DialogPreview,
 }
 
 impl Confirm {
@@ -126,6 +132,7 @@ impl Confirm {
             back: None,
             then: None,
             starts: None,
+            preview: DialogPreview::Unasked,
         }
     }
 

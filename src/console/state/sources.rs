@@ -46,6 +46,8 @@ pub struct SourceSlot {
     pub raw: Option<Snapshot>,
     /// Its data is from history (the console is rewound), not live.
     pub rewound: bool,
+    /// Its waiting claims' expected starts, where it gives them.
+    pub forecast: super::SourceForecast,
 }
 
 impl State {

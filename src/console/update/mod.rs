@@ -12,6 +12,7 @@ mod command;
 mod confirm;
 mod engine;
 mod flows;
+mod forecast;
 mod form;
 mod handover;
 mod keys;
@@ -34,6 +35,7 @@ use super::msg::{Asker, Effect, Msg};
 use super::state::{Confirm, Flash, Mode, State, View};
 
 pub use command::complete;
+pub use forecast::due as asks_due;
 pub use navigate::show_view;
 pub use rewind::{BANNER_ROWS, refusal_text, rewind_to};
 pub use usage::due as usage_due;
@@ -83,6 +85,18 @@ fn step(state: &mut State, msg: Msg) -> Vec<Effect> {
                 return rewind::shown_took(state, &effects);
             }
             modes::key(state, ev)
+        }
+        Msg::Forecast { source, result } => {
+            forecast::forecast_answered(state, source, result);
+            Vec::new()
+        }
+        Msg::Previewed {
+            source,
+            action,
+            result,
+        } => {
+            forecast::previewed(state, source, &action, result);
+            Vec::new()
         }
         Msg::Fetched { source, at, result } => sources::fetched(state, source, at, result),
         Msg::Changed(source) => sources::changed(state, source),

@@ -151,6 +151,12 @@ fn summary(state: &State, c: &ClaimView, theme: &Theme) -> Vec<Line<'static>> {
         flags.push("infeasible");
     }
     if c.state == ClaimState::Pending {
+        if let Some(start) = state
+            .claim_detail
+            .and_then(|(src, _)| super::preview::start_sentence(state, src, c))
+        {
+            out.push(field("start", start, theme.pending, theme));
+        }
         // A pending claim holds nothing yet: 0 would read as a request for nothing.
         out.push(field(
             "reserved",

@@ -50,9 +50,11 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
         empty_note(frame, table_area, state, theme, "no claims");
     }
     if detail_h > 0
-        && let Some((slot, c)) = state.selected_claim().and_then(|k| state.claim(k))
+        && let Some(k) = state.selected_claim()
+        && let Some((slot, c)) = state.claim(k)
     {
-        selected_info(frame, info, slot, c, theme);
+        let start = super::preview::start_sentence(state, k.source, c);
+        selected_info(frame, info, (slot, c), start, theme);
     }
 }
 
@@ -82,7 +84,20 @@ fn claim_row(
             ClaimField::Project => Cell::from(c.project.clone()),
             ClaimField::Holder => Cell::from(c.holder.clone().unwrap_or_else(|| "-".into())),
             ClaimField::Place => {
-                if c.state == ClaimState::Pending && !c.pending_reasons.is_empty() {
+                if c.state == ClaimState::Pending
+                    && let Some(start) = super::preview::start_short(state, k.source, c)
+                {
+                    // The expected start first, then the reasons if they fit in what is
+                    // left (uncut: the claim detail lists them all).
+                    let left = width.saturating_sub(start.chars().count() + 1);
+                    let why = pending_summary(&c.pending_reasons, left);
+                    let text = if c.pending_reasons.is_empty() || why.ends_with('…') {
+                        start
+                    } else {
+                        format!("{start} {why}")
+                    };
+                    Cell::from(Span::styled(text, theme.pending))
+                } else if c.state == ClaimState::Pending && !c.pending_reasons.is_empty() {
                     Cell::from(Span::styled(
                         pending_summary(&c.pending_reasons, width),
                         theme.pending,
@@ -138,8 +153,15 @@ fn end_ellipsis(s: &str, width: usize) -> String {
     out
 }
 
-/// The selected claim: its form, and its shares (or why it is pending).
-fn selected_info(frame: &mut Frame, info: Rect, slot: &SourceSlot, c: &ClaimView, theme: &Theme) {
+/// The selected claim: its form, and its shares (or its expected start, where its source
+/// gives one, and why it is pending).
+fn selected_info(
+    frame: &mut Frame,
+    info: Rect,
+    (slot, c): (&SourceSlot, &ClaimView),
+    start: Option<String>,
+    theme: &Theme,
+) {
     let mut lines = vec![Line::from(vec![
         Span::styled(format!("claim {} ", c.id), theme.title),
         Span::styled(format!("on {}: ", slot.name), theme.dim),
@@ -169,6 +191,11 @@ fn selected_info(frame: &mut Frame, info: Rect, slot: &SourceSlot, c: &ClaimView
                 "why pending: ".to_string()
             };
             lines.push(Line::styled(format!("{lead}{r}"), theme.pending));
+        }
+        // After the reasons: PLACE already starts with the expected start, and a short pane
+        // keeps the first reason (and where to read them all).
+        if let Some(start) = start {
+            lines.push(Line::styled(start, theme.pending));
         }
     } else {
         let per: Vec<String> = c

@@ -31,12 +31,26 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
         1 + rows_of(format!("Type {w} to confirm: {}_", c.typed).chars().count())
     });
     let error_rows = c.error.as_ref().map_or(0, |e| rows_of(e.chars().count()));
+    // The preview takes what the screen leaves once the rest (and the buttons) fit.
+    let fixed = body_rows + type_rows + error_rows + 5;
+    let room = usize::from(area.height).saturating_sub(fixed + 1);
+    let mut preview = super::preview::dialog_lines(&c.preview, state, theme, room);
+    let mut preview_rows: usize = preview.iter().map(|l| rows_of(l.width())).sum();
+    while preview_rows > room && !preview.is_empty() {
+        // Long lines wrap: drop from the end until the wrapped rows fit too.
+        preview =
+            super::preview::dialog_lines(&c.preview, state, theme, preview.len().saturating_sub(1));
+        preview_rows = preview.iter().map(|l| rows_of(l.width())).sum();
+    }
+    let preview_rows = if preview.is_empty() {
+        0
+    } else {
+        preview_rows + 1
+    };
     let r = popup(
         area,
         width,
-        u16::try_from(body_rows + type_rows + error_rows)
-            .unwrap_or(4)
-            .saturating_add(5),
+        u16::try_from(fixed + preview_rows).unwrap_or(u16::MAX),
     );
     frame.render_widget(Clear, r);
     let blk = block(format!(" {} ", c.title), theme);
@@ -47,6 +61,10 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
         .iter()
         .map(|l| Line::styled(l.clone(), theme.text))
         .collect();
+    if !preview.is_empty() {
+        lines.push(Line::raw(""));
+        lines.extend(preview);
+    }
     if let Some(want) = &c.type_to_confirm {
         lines.push(Line::raw(""));
         lines.push(Line::from(vec![

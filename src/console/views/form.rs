@@ -12,13 +12,9 @@ use crate::console::theme::Theme;
 /// The claim form: its fields, the request it makes, and where it is in its round trip.
 pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
     let Mode::Form(f) = &state.mode else { return };
-    let r = popup(area, 72, 20);
-    frame.render_widget(Clear, r);
     let src = state.sources.get(f.source).map_or("?", |s| s.name.as_str());
-    let blk = block(format!(" Claim on {src} "), theme);
-    let inner = blk.inner(r);
-    frame.render_widget(blk, r);
     let mut lines = Vec::new();
+    let mut what_if_at = None;
     for (i, field) in f.visible().into_iter().enumerate() {
         let value = match field {
             FormField::Kind => format!("◂ {} ▸", f.kind.label()),
@@ -69,6 +65,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
                     theme.dim,
                 ));
             }
+            what_if_at = Some(lines.len());
             lines.push(Line::styled(
                 "Enter: claim it · edit to change · Esc: cancel",
                 theme.accent,
@@ -85,5 +82,22 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     if let Some(e) = &f.error {
         lines.push(Line::styled(e.clone(), theme.flash_error));
     }
+    // What the claim would do takes the rows the screen leaves under the rest.
+    let rows = |ls: &[Line]| -> usize { ls.iter().map(|l| l.width().div_ceil(70).max(1)).sum() };
+    if let Some(at) = what_if_at {
+        let room = usize::from(area.height.saturating_sub(2)).saturating_sub(rows(&lines));
+        let mut what_if = super::preview::dialog_lines(&f.what_if, state, theme, room);
+        while rows(&what_if) > room && !what_if.is_empty() {
+            let fewer = what_if.len() - 1;
+            what_if = super::preview::dialog_lines(&f.what_if, state, theme, fewer);
+        }
+        lines.splice(at..at, what_if);
+    }
+    let height = u16::try_from(rows(&lines) + 2).unwrap_or(u16::MAX).max(20);
+    let r = popup(area, 72, height);
+    frame.render_widget(Clear, r);
+    let blk = block(format!(" Claim on {src} "), theme);
+    let inner = blk.inner(r);
+    frame.render_widget(blk, r);
     frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), inner);
 }

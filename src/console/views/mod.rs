@@ -16,6 +16,7 @@ mod gpus;
 mod help;
 mod movepick;
 mod overview;
+mod preview;
 mod rewind;
 mod usage;
 

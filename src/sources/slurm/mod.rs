@@ -11,7 +11,9 @@
 //! - each running job holding GPUs or shards is a placed claim per node (the user as holder,
 //!   the account as project, partition and job id as labels) with whole GPUs at their
 //!   `IDX:` indexes and shards as that part of their GPU;
-//! - each pending job asking for GPUs or shards is a pending claim with Slurm's reason.
+//! - each pending job asking for GPUs or shards is a pending claim with Slurm's reason,
+//!   and its `start_time`, where Slurm set one, is Slurm's own expected start
+//!   (`Source::forecast`, labelled as the engine's: `estimate`).
 //!
 //! Slurm owns the GPUs: gpuboard's actions are refused (`refuse_action`); engine actions
 //! (cancel, hold, release a job) go through slurmrestd (`actions`).
@@ -21,16 +23,19 @@
 
 mod actions;
 mod answers;
+mod estimate;
 mod jobs;
 mod snapshot;
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use serde_json::Value;
 
 pub use answers::{SlurmAnswerError, SlurmAnswerKind, SlurmAnswers, SlurmParseError};
+pub use estimate::estimates;
 pub use snapshot::snapshot;
 
 use super::adapter::{self, Shell};
@@ -39,6 +44,8 @@ use super::http::{Auth, JsonClient, PeerKind};
 use super::kind::SourceKind;
 use crate::clock::Clock;
 use crate::snapshot::Snapshot;
+use crate::sources::Failure;
+use crate::wire::forecast::Forecast;
 
 /// The `OpenAPI` version this source reads.
 pub const API: &str = "v0.0.38";
@@ -99,6 +106,9 @@ pub struct SlurmSource {
     shell: Shell<SlurmConfig, JsonClient>,
     /// The unix socket requests go through, when slurmrestd is reached that way.
     socket: Option<PathBuf>,
+    /// Slurm's expected starts as the last fetch read them (shared by the copies a fetch
+    /// runs on).
+    starts: Arc<Mutex<Option<Forecast>>>,
 }
 
 impl std::fmt::Debug for SlurmSource {
@@ -141,6 +151,7 @@ impl SlurmSource {
         Ok(SlurmSource {
             shell: Shell::new(config, client, clock),
             socket,
+            starts: Arc::default(),
         })
     }
 
@@ -168,7 +179,21 @@ impl SlurmSource {
         adapter::within(self.shell.config.timeout, self.shown(), all).await
     }
 
-    /// Reads slurmrestd and turns its answers into a snapshot.
+    /// Slurm's expected starts as the last fetch read them (none before the first).
+    pub fn forecast_now(&self) -> Option<BoxFuture<'static, Result<Forecast, Failure>>> {
+        let last = self
+            .starts
+            .lock()
+            .map_or(None, |s| s.clone())
+            .unwrap_or_else(|| Forecast {
+                engine: Some(estimate::ENGINE.to_string()),
+                ..Forecast::default()
+            });
+        Some(Box::pin(async move { Ok(last) }))
+    }
+
+    /// Reads slurmrestd and turns its answers into a snapshot, keeping Slurm's expected
+    /// starts for `forecast_now`.
     pub async fn fetch(&self) -> Result<Snapshot, SourceError> {
         let answers = self.fetch_answers().await?;
         let name = if self.shell.config.name.is_empty() {
@@ -176,7 +201,11 @@ impl SlurmSource {
         } else {
             self.shell.config.name.clone()
         };
-        snapshot(&answers, &name, self.shell.now()).map_err(|e| {
+        let now = self.shell.now();
+        if let Ok(mut starts) = self.starts.lock() {
+            *starts = Some(estimates(&answers, now));
+        }
+        snapshot(&answers, &name, now).map_err(|e| {
             let url = format!("{}{}", self.shown(), e.answer.path());
             match e.error {
                 SlurmAnswerError::NotSlurm(why) => SourceError::NotSlurm { url, why },
@@ -239,7 +268,12 @@ impl SlurmSource {
 
 // Slurm owns its GPUs: gpuboard's actions are refused with `refuse_action`; engine
 // actions go through slurmrestd (`actions`).
-adapter::engine_adapter!(SlurmSource, SourceKind::Slurm, refuse_action);
+adapter::engine_adapter!(
+    SlurmSource,
+    SourceKind::Slurm,
+    refuse_action,
+    forecast = SlurmSource::forecast_now
+);
 
 #[cfg(test)]
 mod tests {
