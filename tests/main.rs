@@ -50,6 +50,7 @@ mod endpoint_source;
 mod engine_actions;
 mod engine_console;
 mod engine_fixtures;
+mod engine_names;
 mod exit_codes;
 mod fairshare_ledger;
 mod fairshare_sim;

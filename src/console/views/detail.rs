@@ -206,17 +206,17 @@ fn claim_here(c: &crate::snapshot::ClaimView, index: u32) -> String {
     match c.shares.iter().find(|s| s.device == index) {
         Some(s) if c.shares.len() > 1 => format!(
             "claim {} ({who}: {} / {} GPU here of {})",
-            c.id,
+            c.shown_id(),
             short_bytes(s.memory),
             s.compute,
             short_bytes(c.memory_reserved)
         ),
         Some(s) => format!(
             "claim {} ({who}: {} / {} GPU)",
-            c.id,
+            c.shown_id(),
             short_bytes(s.memory),
             s.compute
         ),
-        None => format!("claim {} ({who})", c.id),
+        None => format!("claim {} ({who})", c.shown_id()),
     }
 }
