@@ -82,6 +82,7 @@ mod report_engines;
 mod report_scenario;
 mod run_leases;
 mod serve_nvml;
+mod simulated_telemetry;
 mod slurm_source;
 mod source_failures;
 mod tls_flood;

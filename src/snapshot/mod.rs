@@ -211,6 +211,10 @@ pub struct DeviceTelemetry {
     /// Recent memory used, bytes, oldest first.
     #[serde(default)]
     pub history_memory_used: Vec<u64>,
+    /// Made up by `serve --simulate-telemetry`, not read from the device: every screen
+    /// that shows it says so.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub simulated: bool,
 }
 
 /// A process on a device, and the claim it belongs to.

@@ -254,7 +254,7 @@ mod tests {
         let pod = ClaimWidths { id: 20, holder: 6 };
         let c = claim_columns(100, false, pod);
         assert_eq!(c.width_of(ClaimField::Id), Some(20));
-        assert_eq!(c.width_of(ClaimField::Place), Some(26));
+        assert_eq!(c.width_of(ClaimField::Place), Some(24));
         // Wide: the ID grows to the longest id, at most 32, HOLDER to the longest holder,
         // at most 24, and FORM keeps the rest.
         let long = ClaimWidths { id: 40, holder: 14 };

@@ -26,8 +26,14 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     };
     let slot = state.sources.get(src);
     let t = d.telemetry.as_ref();
+    // Simulated telemetry says so where it is read, never passing for NVML's.
+    let simulated = if t.is_some_and(|t| t.simulated) {
+        "telemetry SIMULATED "
+    } else {
+        ""
+    };
     let title = format!(
-        " {}:{} {} {} ",
+        " {}:{} {} {} {simulated}",
         n.name,
         d.index,
         d.model,
