@@ -1,7 +1,7 @@
 //! Engines' claims go by the engines' own names: a pod as `NAMESPACE/NAME`, a Slurm job by
 //! its job id, a Ray holder by its id's first 8 characters (a placement-group bundle as
 //! `GROUP:INDEX`). The console shows them in the ID column and takes them in `:claim`,
-//! `:release`, the `/` filter and `--dump-screen claim:ID` (tests/kubernetes_source.rs
+//! `:release`, the `/` filter and `--dump-screen claim:ID` (`tests/kubernetes_source.rs`
 //! checks the last on kmock); gpuboard's own claims keep their numbers.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -123,7 +123,11 @@ fn typed(st: &mut State, keys: &str) {
 }
 
 fn names(s: &Snapshot) -> Vec<String> {
-    let mut v: Vec<String> = s.claims.iter().map(|c| c.shown_id()).collect();
+    let mut v: Vec<String> = s
+        .claims
+        .iter()
+        .map(gpuboard::snapshot::ClaimView::shown_id)
+        .collect();
     v.sort();
     v
 }

@@ -120,7 +120,9 @@ async fn check_one(name: &str, client: &Client, now: Timestamp) -> EndpointCheck
                 .devices()
                 .any(|(_, d)| d.telemetry.as_ref().is_some_and(|t| t.simulated))
             {
-                check.simulated_telemetry = snap.endpoint.telemetry_note.clone();
+                check
+                    .simulated_telemetry
+                    .clone_from(&snap.endpoint.telemetry_note);
             }
         }
         Err(e) => {

@@ -176,12 +176,7 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         ..crate::endpoint::live::LiveConfig::local(&host)
     };
     engine.attach_telemetry(core, Some(first), Arc::new(crate::clock::SystemClock), live)?;
-    if let Some(sim) = &live_simulation(&a) {
-        warn(&sim.note());
-    }
-    let simulation = engine
-        .telemetry()
-        .map(|feed| crate::endpoint::live::spawn_simulation(Arc::clone(feed)));
+    let simulation = start_simulation(&a, &engine);
     let (config, fingerprint) = listen_config(&a, use_tls, &host, &dir)?;
     if let Some(w) = exposure_warning(addr, use_tls) {
         warn(&w);
@@ -297,6 +292,15 @@ fn announce(url: &str, dir: &std::path::Path, fingerprint: Option<&str>) -> std:
         )?;
     }
     out.flush()
+}
+
+/// Steps the simulated telemetry when `--simulate-telemetry` asks for it, saying so.
+fn start_simulation(a: &ServeArgs, engine: &Engine) -> Option<tokio::task::JoinHandle<()>> {
+    let sim = live_simulation(a)?;
+    warn(&sim.note());
+    engine
+        .telemetry()
+        .map(|feed| crate::endpoint::live::spawn_simulation(Arc::clone(feed)))
 }
 
 /// The simulation `--simulate-telemetry[=SEED]` asks for.

@@ -50,7 +50,7 @@ impl Simulation {
     }
 
     /// What the endpoint's telemetry note says while it runs.
-    pub fn note(&self) -> String {
+    pub fn note(self) -> String {
         format!(
             "SIMULATED telemetry (--simulate-telemetry, seed {}): made-up figures that follow \
              the claims; no GPU was read",
@@ -61,7 +61,7 @@ impl Simulation {
     /// Fills every device of `snap` that has no telemetry of its own with simulated
     /// telemetry at `snap.taken_at`, and each placed claim with the memory its simulated
     /// processes use. Devices a real backend read are left as they are.
-    pub fn fill(&self, snap: &mut Snapshot) {
+    pub fn fill(self, snap: &mut Snapshot) {
         let now = snap.taken_at;
         let mut held: BTreeMap<(&str, u32), Vec<Held>> = BTreeMap::new();
         for c in snap.claims.iter().filter(|c| c.state == ClaimState::Placed) {
@@ -108,7 +108,7 @@ impl Simulation {
 
     /// One device's telemetry at `now`.
     fn device(
-        &self,
+        self,
         node: &str,
         d: &DeviceView,
         holders: &[Held],
@@ -165,7 +165,7 @@ impl Simulation {
     }
 
     /// Utilisation (percent) and each holder's memory in use at `at`, within the card.
-    fn load(&self, key: u64, holders: &[Held], cap: Option<Bytes>, at: u64) -> (u32, Vec<Bytes>) {
+    fn load(self, key: u64, holders: &[Held], cap: Option<Bytes>, at: u64) -> (u32, Vec<Bytes>) {
         let cap = cap.unwrap_or_default();
         if holders.is_empty() {
             return ((3.0 * self.drift(key, at)) as u32, Vec::new());
@@ -190,7 +190,7 @@ impl Simulation {
             } else {
                 Bytes((cap.0 as f64 * part.min(1.0) * 0.5) as u64)
             };
-            let frac = 0.5 + 0.45 * self.drift(c ^ 0x6d65_6d, at);
+            let frac = 0.5 + 0.45 * self.drift(c ^ 0x006d_656d, at);
             mem.push(Bytes((reserved.0 as f64 * frac) as u64));
         }
         // Claims past the card squeeze each other, never the card.
@@ -206,7 +206,7 @@ impl Simulation {
 
     /// A value in [0, 1) for `key` that drifts smoothly with time: drawn at knots
     /// `KNOT_MS` apart and eased between them.
-    fn drift(&self, key: u64, at: u64) -> f64 {
+    fn drift(self, key: u64, at: u64) -> f64 {
         let knot = at / KNOT_MS;
         let t = (at % KNOT_MS) as f64 / KNOT_MS as f64;
         let ease = t * t * (3.0 - 2.0 * t);

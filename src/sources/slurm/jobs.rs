@@ -301,6 +301,45 @@ mod tests {
     }
 
     #[test]
+    fn a_job_goes_by_its_id_and_by_node_when_it_spans_several() {
+        let gpus = |detail: &str| gres::parse(detail).unwrap();
+        let mut job = SlurmJob {
+            id: 4242,
+            name: "train".into(),
+            user: "ann".into(),
+            account: "vision".into(),
+            partition: "gpu".into(),
+            state: "RUNNING".into(),
+            reason: "None".into(),
+            wants: "gres:gpu:2".into(),
+            held: vec![("node-a".into(), gpus("gpu:a100:2(IDX:0-1)"))],
+            start_s: 1_800_000_000,
+            submit_s: 1_799_999_000,
+        };
+        let names = |j: &SlurmJob| -> Vec<Option<String>> {
+            job_claims(j, &ShardsPerGpu::new())
+                .into_iter()
+                .map(|c| c.name)
+                .collect()
+        };
+        assert_eq!(names(&job), [Some("4242".to_string())]);
+        job.held
+            .push(("node-b".into(), gpus("gpu:a100:2(IDX:0-1)")));
+        assert_eq!(
+            names(&job),
+            [
+                Some("4242@node-a".to_string()),
+                Some("4242@node-b".to_string())
+            ]
+        );
+        // Pending: the job id, and its age from when it was submitted.
+        job.state = "PENDING".into();
+        let pending = job_claims(&job, &ShardsPerGpu::new());
+        assert_eq!(pending[0].name.as_deref(), Some("4242"));
+        assert_eq!(pending[0].created_at, Timestamp(1_799_999_000_000));
+    }
+
+    #[test]
     fn reasons_are_explained() {
         assert_eq!(
             explain("Resources"),
