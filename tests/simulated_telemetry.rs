@@ -1,7 +1,7 @@
 //! `gpuboard serve --inventory FILE --simulate-telemetry[=SEED]` on a real socket: every
 //! GPU of the inventory gets telemetry that moves, follows the claims (a claimed GPU is
 //! busier) and stays within the board's limits, and it is labelled SIMULATED wherever it
-//! shows: the snapshot (`status --json`), the Sources list, the GPU detail, `doctor` and
+//! shows: the snapshot (`status --json`), `status`, the Sources list, the GPU detail, `doctor` and
 //! `/metrics`. Without `--inventory` the flag is refused.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -86,7 +86,12 @@ fn an_inventory_serve_simulates_labelled_telemetry_that_follows_the_claims() {
         }
         assert!(Instant::now() < deadline, "the telemetry never moved");
     }
-    // Labelled in the Sources list and the GPU detail.
+    // Labelled in `status`, the Sources list and the GPU detail.
+    let status = text(&server.cli(&["status", "--once"]));
+    assert!(
+        status.contains("telemetry: SIMULATED telemetry"),
+        "{status}"
+    );
     let place = claim.place().unwrap();
     let gpu = format!(
         "{}:{}",
