@@ -138,12 +138,15 @@ pub struct ClaimWidths {
 const ID_MAX: u16 = 32;
 /// The HOLDER column at its widest.
 const HOLDER_MAX: u16 = 24;
+/// What PLACE lends the ID from 110 columns when what is spare is not enough.
+const PLACE_LENT: u16 = 4;
 
 /// The Claims view's columns in `width` cells: SRC with several sources, HOLDER,
 /// FRACTION and FORM from 110 columns; under 80 LEASE and AGE drop (and USED too beside
 /// SRC), AGE before 110 beside SRC, so the identity columns (ID, PLACE) are never cut.
 /// What is spare goes first to the ID, up to the longest shown (`longest.id`, at most
-/// `ID_MAX`), so an engine's name can be read and typed whole; then from 110 to HOLDER
+/// `ID_MAX`), so an engine's name can be read and typed whole (from 110, PLACE lends it up
+/// to `PLACE_LENT` more); then from 110 to HOLDER
 /// up to the longest holder, keeping 8 for FORM, which fills the rest; narrower, PLACE
 /// (which says why for a pending claim) takes up to 8 more.
 pub fn claim_columns(width: u16, multi: bool, longest: ClaimWidths) -> Columns<ClaimField> {
@@ -187,15 +190,25 @@ pub fn claim_columns(width: u16, multi: bool, longest: ClaimWidths) -> Columns<C
     let mut spare = width.saturating_sub(1 + taken);
     // FORM keeps 8 of what is spare (the panel below shows it whole).
     let kept = if wide { 8 } else { 0 };
-    let mut grow = |field: ClaimField, from: u16, want: usize, most: u16| {
+    // A column grown from `from` towards `want` (at most `most`) out of what is spare.
+    let mut grow = |c: &mut Columns<ClaimField>, field, from: u16, want: usize, most: u16| {
         let want = u16::try_from(want).unwrap_or(u16::MAX);
         let to = want.clamp(from, (from + spare.saturating_sub(kept)).min(most));
         spare = spare.saturating_sub(to - from);
         c.set(field, Width::Fixed(to));
     };
-    grow(F::Id, 6, longest.id, ID_MAX);
+    grow(&mut c, F::Id, 6, longest.id, ID_MAX);
     if wide {
-        grow(F::Holder, 10, longest.holder, HOLDER_MAX);
+        // An id still cut takes up to `PLACE_LENT` of PLACE: a name is typed, a place read.
+        let id = c
+            .width_of(F::Id)
+            .and_then(|w| u16::try_from(w).ok())
+            .unwrap_or(6);
+        let want = u16::try_from(longest.id).unwrap_or(u16::MAX).min(ID_MAX);
+        let lent = want.saturating_sub(id).min(PLACE_LENT);
+        c.set(F::Id, Width::Fixed(id + lent));
+        c.set(F::Place, Width::Fixed(place - lent));
+        grow(&mut c, F::Holder, 10, longest.holder, HOLDER_MAX);
     } else {
         c.set(F::Place, Width::Fixed(place + spare.min(8)));
     }
@@ -255,6 +268,11 @@ mod tests {
         let c = claim_columns(100, false, pod);
         assert_eq!(c.width_of(ClaimField::Id), Some(20));
         assert_eq!(c.width_of(ClaimField::Place), Some(24));
+        // Beside SRC at 120 nothing is spare: PLACE lends a Ray id's 8 characters 2.
+        let ray = ClaimWidths { id: 8, holder: 6 };
+        let c = claim_columns(120, true, ray);
+        assert_eq!(c.width_of(ClaimField::Id), Some(8));
+        assert_eq!(c.width_of(ClaimField::Place), Some(18));
         // Wide: the ID grows to the longest id, at most 32, HOLDER to the longest holder,
         // at most 24, and FORM keeps the rest.
         let long = ClaimWidths { id: 40, holder: 14 };
