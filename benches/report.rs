@@ -111,6 +111,7 @@ fn state(at: u64, revision: u64, held: &[Option<Held>], events: &[AuditEvent]) -
             if let Some(h) = h {
                 s.claims.push(ClaimView {
                     id: ClaimId(h.id),
+                    name: None,
                     state: ClaimState::Placed,
                     project: PROJECTS[h.project].to_string(),
                     holder: None,

@@ -34,7 +34,11 @@ fn task_block(client: &Client, name: &str) -> String {
 
 /// The claim of the task `name`.
 fn claim<'a>(s: &'a Snapshot, name: &str) -> Option<&'a ClaimView> {
-    s.claims.iter().find(|c| c.holder.as_deref() == Some(name))
+    // A task's claim goes by the task's name, as boinccmd shows it.
+    s.claims
+        .iter()
+        .find(|c| c.holder.as_deref() == Some(name))
+        .inspect(|c| assert_eq!(c.name.as_deref(), Some(name)))
 }
 
 /// The GPUs of the custom type (a host with GPUs of its own shows those too).

@@ -329,7 +329,8 @@ fn the_command_line_opens_a_claim_by_id() {
             "not a number",
             "claim x1\n",
             None,
-            "an id is a number, as `claim 3` or `claim SOURCE/3`; claims: 1, 2",
+            "an id is a number or an engine's name, as the Claims view shows it (`claim 3`, \
+             `claim NAMESPACE/POD`, `claim SOURCE/3`); claims: 1, 2",
         ),
         (
             "a source that is not there",

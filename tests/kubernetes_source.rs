@@ -3,7 +3,8 @@
 //! resumable watches, `410 Gone`, bookmarks): the fixture cluster reads as the decoding
 //! says, a new pod and its binding arrive by the watch, a watch resumed after a drop and a
 //! relist after `410 Gone` both see deletions made while disconnected, bookmarks flow, a bad
-//! context is named, and `gpuboard status --kubeconfig` shows the cluster.
+//! context is named, `gpuboard status --kubeconfig` shows the cluster, and its Claims view
+//! names each pod `NAMESPACE/NAME` with the pod's age (`show NAMESPACE/NAME` draws it).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
@@ -245,6 +246,105 @@ async fn status_reads_the_cluster_from_the_kubeconfig_flag() {
     assert_eq!(sources[0]["kind"], "kubernetes", "{doc:#}");
     let text = doc.to_string();
     assert!(text.contains("double-booked"), "{doc:#}");
+}
+
+/// Runs `gpuboard ARGS --kubeconfig CONFIG` with a home of its own: (exit code, stdout,
+/// stderr).
+async fn gpuboard_on(cluster: &kmock::Cluster, args: &[&str]) -> (Option<i32>, String, String) {
+    let home = tempfile::tempdir().unwrap();
+    let config = cluster.kubeconfig();
+    let args: Vec<String> = args.iter().map(|a| (*a).to_string()).collect();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(common::gpuboard())
+            .args(&args)
+            .arg("--kubeconfig")
+            .arg(&config)
+            .env("HOME", home.path())
+            .env("XDG_CONFIG_HOME", home.path().join("config"))
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Now, in Unix milliseconds.
+fn now_ms() -> u64 {
+    u64::try_from(jiff::Timestamp::now().as_millisecond()).unwrap()
+}
+
+#[tokio::test]
+async fn the_claims_view_names_pods_as_kubectl_does_with_their_age() {
+    if common::skip_peer("kmock") {
+        return;
+    }
+    let cluster = kmock::Cluster::fixtures(&[]);
+    let pods = decoded_fixtures();
+    let before = now_ms();
+    let (code, screen, err) = gpuboard_on(
+        &cluster,
+        &["status", "--dump-screen", "claims", "--size", "140x40"],
+    )
+    .await;
+    let after = now_ms();
+    assert_eq!(code, Some(0), "{err}");
+    let header = screen.lines().find(|l| l.contains("ID ")).unwrap();
+    let age_at = header.find("AGE").unwrap();
+    for c in &pods.claims {
+        let l = &c.request.labels;
+        let name = format!("{}/{}", l["k8s.namespace"], l["k8s.pod"]);
+        // The ID column holds the pod's NAMESPACE/NAME, whole.
+        let row = screen
+            .lines()
+            .find(|r| r.trim_start_matches('│').split_whitespace().next() == Some(&name))
+            .unwrap_or_else(|| panic!("no row for pod {name}:\n{screen}"));
+        // AGE is the pod's, from its creationTimestamp (read before and after the run, so
+        // a change of the shown unit in between cannot fail it).
+        assert!(c.created_at.0 > 0, "{name} has a creation time");
+        let shown: String = row.chars().skip(header[..age_at].chars().count()).collect();
+        let shown = shown.trim_matches(['│', ' ']);
+        let ages = [before, after].map(|t| gpuboard::clock::age(t - c.created_at.0));
+        assert!(
+            ages.iter().any(|a| a == shown),
+            "{name}: AGE `{shown}`, not one of {ages:?}\n{row}"
+        );
+    }
+    // `show NAMESPACE/NAME` draws that claim; so does `--dump-screen claim:NAMESPACE/NAME`.
+    let (code, out, err) = gpuboard_on(&cluster, &["show", "ml/hami-3g"]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("claim ml/hami-3g placed on kubernetes"),
+        "{out}"
+    );
+    assert!(out.contains("pod ml/hami-3g: nvidia.com/gpu=1"), "{out}");
+    let (code, out, err) = gpuboard_on(
+        &cluster,
+        &[
+            "status",
+            "--dump-screen",
+            "claim:web/infer",
+            "--size",
+            "120x30",
+        ],
+    )
+    .await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("claim web/infer placed on kubernetes"),
+        "{out}"
+    );
+    // A pod nobody has is named in the refusal, with names as the view shows them.
+    let (code, _, err) = gpuboard_on(&cluster, &["show", "ml/nope"]).await;
+    assert_ne!(code, Some(0));
+    assert!(
+        err.contains("ml/nope") && err.contains("ml/hami-3g"),
+        "{err}"
+    );
 }
 
 async fn act(src: &Arc<dyn Source>, verb: &str, target: &str) -> Result<String, Failure> {

@@ -92,6 +92,13 @@ impl Walk {
         if first.contains("listening on") {
             assert!(self.serve.is_none(), "two endpoints on the default address");
             self.serve = Some(child);
+            // Simulated telemetry shows, and says it is simulated.
+            if args.iter().any(|a| a.starts_with("--simulate-telemetry")) {
+                let status = ["status", "--once", "--json"].map(str::to_string);
+                let out = self.run(line, &status);
+                assert!(out.contains("SIMULATED telemetry"), "`{line}`: {out}");
+                assert!(out.contains("\"simulated\""), "`{line}`: {out}");
+            }
             return;
         }
         // Without a GPU, `gpuboard serve` must refuse and say what to do instead.

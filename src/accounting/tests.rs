@@ -62,6 +62,7 @@ fn state(
     for &(id, project, n, d, units) in claims {
         s.claims.push(ClaimView {
             id: ClaimId(id),
+            name: None,
             state: ClaimState::Placed,
             project: project.to_string(),
             holder: None,

@@ -35,6 +35,9 @@ pub struct EndpointCheck {
     pub token: String,
     /// Its clock minus this host's, in whole seconds, when its answer carried a date.
     pub clock_skew_seconds: Option<i64>,
+    /// Its telemetry is made up (`serve --simulate-telemetry`), as its note says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub simulated_telemetry: Option<String>,
     /// Each problem, with what to do about it; empty when all is well.
     pub problems: Vec<String>,
     /// The exit code its worst fault maps to (README, "Exit codes"): 5 when it could not be
@@ -62,6 +65,7 @@ async fn check_one(name: &str, client: &Client, now: Timestamp) -> EndpointCheck
         version: None,
         token: "unknown".to_string(),
         clock_skew_seconds: None,
+        simulated_telemetry: None,
         problems: Vec::new(),
         exit: 0,
     };
@@ -112,6 +116,14 @@ async fn check_one(name: &str, client: &Client, now: Timestamp) -> EndpointCheck
                 ));
             }
             check.version = Some(theirs);
+            if snap
+                .devices()
+                .any(|(_, d)| d.telemetry.as_ref().is_some_and(|t| t.simulated))
+            {
+                check
+                    .simulated_telemetry
+                    .clone_from(&snap.endpoint.telemetry_note);
+            }
         }
         Err(e) => {
             check.problems.push(token_fix(&e));
@@ -213,6 +225,9 @@ pub fn text(checks: &[EndpointCheck]) -> String {
             c.url,
             facts.join(", ")
         );
+        if let Some(note) = &c.simulated_telemetry {
+            let _ = writeln!(out, "    telemetry: {note}");
+        }
         for p in &c.problems {
             let _ = writeln!(out, "    - {p}");
         }

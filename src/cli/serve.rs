@@ -33,6 +33,17 @@ pub struct ServeArgs {
     /// Inventory file of nodes and GPUs (TOML; see assets/demo-fleet.toml).
     #[arg(long)]
     pub inventory: Option<PathBuf>,
+    /// Made-up telemetry for the inventory's GPUs that no driver reads, following the
+    /// claims, deterministic for a SEED (default 1); labelled SIMULATED wherever it shows.
+    #[arg(
+        long,
+        value_name = "SEED",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "1",
+        requires = "inventory"
+    )]
+    pub simulate_telemetry: Option<u64>,
     /// Where state and tokens live (default: the user's data directory, gpuboard/).
     #[arg(long, env = "GPUBOARD_DATA_DIR", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
@@ -161,9 +172,11 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     }
     let live = crate::endpoint::live::LiveConfig {
         coordination_file: Some(a.coordination_file.clone()),
+        simulate: live_simulation(&a),
         ..crate::endpoint::live::LiveConfig::local(&host)
     };
     engine.attach_telemetry(core, Some(first), Arc::new(crate::clock::SystemClock), live)?;
+    let simulation = start_simulation(&a, &engine);
     let (config, fingerprint) = listen_config(&a, use_tls, &host, &dir)?;
     if let Some(w) = exposure_warning(addr, use_tls) {
         warn(&w);
@@ -196,6 +209,9 @@ pub(super) async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     }
     ticker.abort();
     usage.abort();
+    if let Some(s) = simulation {
+        s.abort();
+    }
     if let Err(e) = gate.flush_usage() {
         warn(&format!("cannot record when tokens were last used: {e}"));
     }
@@ -276,6 +292,21 @@ fn announce(url: &str, dir: &std::path::Path, fingerprint: Option<&str>) -> std:
         )?;
     }
     out.flush()
+}
+
+/// Steps the simulated telemetry when `--simulate-telemetry` asks for it, saying so.
+fn start_simulation(a: &ServeArgs, engine: &Engine) -> Option<tokio::task::JoinHandle<()>> {
+    let sim = live_simulation(a)?;
+    warn(&sim.note());
+    engine
+        .telemetry()
+        .map(|feed| crate::endpoint::live::spawn_simulation(Arc::clone(feed)))
+}
+
+/// The simulation `--simulate-telemetry[=SEED]` asks for.
+fn live_simulation(a: &ServeArgs) -> Option<crate::telemetry::simulated::Simulation> {
+    a.simulate_telemetry
+        .map(crate::telemetry::simulated::Simulation::new)
 }
 
 /// The API state recording into the data directory's history, and the recorder's feed,

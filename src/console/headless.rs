@@ -493,6 +493,14 @@ pub fn table(status: &Status) -> String {
         if let Some(n) = &s.note {
             let _ = writeln!(out, "  note: {n}");
         }
+        // Made-up figures say so here too, never passing for a GPU's.
+        if let Some(d) = s.snapshot.as_ref().filter(|d| {
+            d.devices()
+                .any(|(_, x)| x.telemetry.as_ref().is_some_and(|t| t.simulated))
+        }) {
+            let note = d.endpoint.telemetry_note.as_deref().unwrap_or("SIMULATED");
+            let _ = writeln!(out, "  telemetry: {note}");
+        }
     }
     out
 }

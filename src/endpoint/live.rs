@@ -19,6 +19,7 @@ use crate::ids::ClaimId;
 use crate::placement::{DeviceSpec, NodeSpec};
 use crate::snapshot::{self, ClaimState, CoordinationRecord, HostView, ProcessView, Snapshot};
 use crate::telemetry::procfs::ProcessOrigin;
+use crate::telemetry::simulated::{self, Simulation};
 use crate::telemetry::{BackendStatus, HostSample, TelemetrySnapshot, procfs};
 use crate::units::Bytes;
 
@@ -33,6 +34,8 @@ pub struct LiveConfig {
     pub proc_root: PathBuf,
     /// When a claim counts as allocated but idle.
     pub idle: IdlePolicy,
+    /// Simulated telemetry for the devices no backend reads (`serve --simulate-telemetry`).
+    pub simulate: Option<Simulation>,
 }
 
 impl LiveConfig {
@@ -45,6 +48,7 @@ impl LiveConfig {
             )),
             proc_root: PathBuf::from("/proc"),
             idle: IdlePolicy::default(),
+            simulate: None,
         }
     }
 }
@@ -248,12 +252,45 @@ impl LiveFeed {
         }
     }
 
-    /// Joins the latest round into `snap` (see `merge`).
+    /// Joins the latest round into `snap` (see `merge`), then, when simulating, fills the
+    /// devices no backend read and says so first in the telemetry note.
     pub fn merge_into(&self, snap: &mut Snapshot) {
-        if let Some(round) = self.latest() {
-            merge(snap, &round, &self.config.node, &self.idle_claims());
+        let round = self.latest();
+        if let Some(round) = &round {
+            merge(snap, round, &self.config.node, &self.idle_claims());
+        }
+        if let Some(sim) = &self.config.simulate {
+            sim.fill(snap);
+            // No driver is expected here: why NVML is missing would only be noise.
+            let coordination = round.as_ref().and_then(|r| r.coordination_error.as_ref());
+            snap.endpoint.telemetry_note = Some(match coordination {
+                Some(e) => format!("{}; {e}", sim.note()),
+                None => sim.note(),
+            });
         }
     }
+
+    /// Moves simulated telemetry on by a step: a new generation, so watchers and caches
+    /// take a fresh snapshot (`spawn_simulation` calls it every `simulated::STEP_MS`).
+    fn simulated_step(&self) {
+        self.generation.send_modify(|g| *g += 1);
+    }
+}
+
+/// Steps the simulated telemetry of `feed` every `simulated::STEP_MS` until aborted; a
+/// no-op task when the feed does not simulate.
+pub fn spawn_simulation(feed: Arc<LiveFeed>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        if feed.config.simulate.is_none() {
+            return;
+        }
+        let mut every = tokio::time::interval(std::time::Duration::from_millis(simulated::STEP_MS));
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            feed.simulated_step();
+        }
+    })
 }
 
 /// Whether the host figures moved enough from those last shown to be worth a new version
@@ -451,6 +488,7 @@ fn device_telemetry(
             .map(|v| u32::try_from(v).unwrap_or(u32::MAX))
             .collect(),
         history_memory_used: t.history.memory_used_bytes.for_sparkline(),
+        simulated: false,
     }
 }
 
@@ -580,6 +618,7 @@ mod tests {
                 threshold_ms: 10_000,
                 max_utilization_percent: 1,
             },
+            simulate: None,
         }
     }
 

@@ -147,6 +147,11 @@ fn device_metrics(reg: &mut Registry, snap: &Snapshot) {
         "device_cordoned",
         "1 when the device takes no new claims",
     );
+    let simulated = gauge(
+        reg,
+        "device_telemetry_simulated",
+        "1 when the device's telemetry is made up (serve --simulate-telemetry), not read",
+    );
     for (n, d) in snap.devices() {
         let l = vec![
             ("node".to_string(), n.name.clone()),
@@ -163,6 +168,9 @@ fn device_metrics(reg: &mut Registry, snap: &Snapshot) {
         set(&mem_alloc, d.memory_allocated.0);
         if let Some(u) = d.telemetry.as_ref().and_then(|t| t.memory_used) {
             set(&mem_used, u.0);
+        }
+        if let Some(t) = &d.telemetry {
+            set(&simulated, u64::from(t.simulated));
         }
         if let Some(u) = d.unclaimed_memory {
             set(&mem_unclaimed, u.0);

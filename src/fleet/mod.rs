@@ -139,6 +139,7 @@ fn a_claim() -> ClaimView {
     use crate::units::{Bytes, Units};
     ClaimView {
         id: ClaimId(7),
+        name: None,
         state: crate::snapshot::ClaimState::Placed,
         project: "vision".into(),
         holder: None,

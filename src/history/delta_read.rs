@@ -241,6 +241,7 @@ mod tests {
     fn claim(id: u64) -> ClaimView {
         ClaimView {
             id: ClaimId(id),
+            name: None,
             state: ClaimState::Placed,
             project: "vision".into(),
             holder: Some("ana".into()),

@@ -373,6 +373,7 @@ mod tests {
         let mut with = snap(2, 2_000, 0);
         with.claims.push(ClaimView {
             id: crate::ids::ClaimId(7),
+            name: None,
             state: ClaimState::Placed,
             project: "vision".into(),
             holder: None,

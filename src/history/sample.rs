@@ -76,6 +76,9 @@ pub struct Rare {
     /// Memory used by processes of no claim, bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unclaimed_memory: Option<Bytes>,
+    /// Made up by `serve --simulate-telemetry`, so a rewind says so too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub simulated: bool,
 }
 
 /// What accounting reads of a sample: its time, the device's utilization, and the claim
@@ -155,6 +158,7 @@ pub fn samples_of(snap: &Snapshot) -> Vec<(GpuRef, DeviceSample)> {
                     throttle: t.throttle.clone(),
                     processes: t.processes.clone(),
                     unclaimed_memory: d.unclaimed_memory,
+                    simulated: t.simulated,
                 },
             };
             Some((gpu, sample))
@@ -204,6 +208,7 @@ impl DeviceSample {
                 .iter()
                 .filter_map(|s| s.memory_used.map(|b| b.0))
                 .collect(),
+            simulated: r.simulated,
         }
     }
 }

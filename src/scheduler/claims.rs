@@ -215,6 +215,7 @@ pub fn claim_view(c: &Claim) -> ClaimView {
     let alloc = c.allocation.as_ref();
     ClaimView {
         id: c.id,
+        name: None,
         state: c.state(),
         project: c.request.project.clone(),
         holder: c.request.holder.clone(),

@@ -211,6 +211,10 @@ pub struct DeviceTelemetry {
     /// Recent memory used, bytes, oldest first.
     #[serde(default)]
     pub history_memory_used: Vec<u64>,
+    /// Made up by `serve --simulate-telemetry`, not read from the device: every screen
+    /// that shows it says so.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub simulated: bool,
 }
 
 /// A process on a device, and the claim it belongs to.
@@ -245,6 +249,11 @@ pub enum ClaimState {
 pub struct ClaimView {
     /// Id, stable across moves and restarts.
     pub id: ClaimId,
+    /// The engine's own name for it, what operators type (`ml/train-0` for a pod, `4242`
+    /// for a Slurm job, a Ray id's first 8 characters, a BOINC task's name); `None` for
+    /// gpuboard's own claims, known by their id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     /// Placed or pending.
     pub state: ClaimState,
     /// Project accounted.
@@ -467,5 +476,11 @@ impl ClaimView {
         } else {
             format!("{node}:{}", index_ranges(&devices))
         })
+    }
+
+    /// What the screens call it and what commands take: the engine's name when it has
+    /// one, else the id.
+    pub fn shown_id(&self) -> String {
+        self.name.clone().unwrap_or_else(|| self.id.to_string())
     }
 }

@@ -427,6 +427,7 @@ impl DemoWorld {
                     processes,
                     history_utilization: uh.iter().copied().collect(),
                     history_memory_used: mh.iter().copied().collect(),
+                    simulated: false,
                 });
             }
         }

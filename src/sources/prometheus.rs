@@ -528,6 +528,7 @@ pub fn telemetry_snapshot(
             mig_enabled: Some(mig),
             history_utilization: util_history,
             history_memory_used: used_history,
+            simulated: false,
             ..DeviceTelemetry::default()
         };
         let device = DeviceView {

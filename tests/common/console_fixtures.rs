@@ -159,6 +159,7 @@ pub fn lab_snapshot() -> Snapshot {
                 processes,
                 history_utilization: history,
                 history_memory_used: (0..60u64).map(|k| used.0 / 60 * (k + 1)).collect(),
+                simulated: false,
             });
         }
     }

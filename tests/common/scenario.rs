@@ -41,6 +41,7 @@ pub fn claim_view(t0: u64, &(id, project, device, units): &Claim) -> ClaimView {
     let memory = Bytes(16 * GIB * u64::from(units) / 10_000);
     ClaimView {
         id: ClaimId(id),
+        name: None,
         state: if device.is_some() {
             ClaimState::Placed
         } else {

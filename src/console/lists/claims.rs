@@ -10,7 +10,7 @@ use super::shown::{Columns, ShownColumn, Width};
 /// What the Claims list sorts by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ClaimColumn {
-    /// Source, then id.
+    /// Source, then id (an engine's claims by name).
     Id,
     /// Project, then id.
     Project,
@@ -62,7 +62,8 @@ impl ClaimColumn {
             )
         };
         match self {
-            ClaimColumn::Id => (sa, a.id).cmp(&(sb, b.id)),
+            // gpuboard's claims by number, an engine's by its name.
+            ClaimColumn::Id => (sa, &a.name, a.id).cmp(&(sb, &b.name, b.id)),
             ClaimColumn::Project => (&a.project, a.id).cmp(&(&b.project, b.id)),
             ClaimColumn::Memory => Reverse(a.memory_reserved).cmp(&Reverse(b.memory_reserved)),
             ClaimColumn::Used => Reverse(used(a)).cmp(&Reverse(used(b))),
@@ -123,13 +124,32 @@ impl ShownColumn for ClaimField {
     }
 }
 
+/// The longest ID and HOLDER among the Claims rows, in characters (kept with the rows so
+/// a draw does not walk 20 000 claims).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClaimWidths {
+    /// The longest id as shown (an engine's name, or gpuboard's number).
+    pub id: usize,
+    /// The longest holder.
+    pub holder: usize,
+}
+
+/// The ID column at its widest: a `NAMESPACE/POD` longer than this is cut in the middle.
+const ID_MAX: u16 = 32;
+/// The HOLDER column at its widest.
+const HOLDER_MAX: u16 = 24;
+/// What PLACE lends the ID from 110 columns when what is spare is not enough.
+const PLACE_LENT: u16 = 4;
+
 /// The Claims view's columns in `width` cells: SRC with several sources, HOLDER,
 /// FRACTION and FORM from 110 columns; under 80 LEASE and AGE drop (and USED too beside
 /// SRC), AGE before 110 beside SRC, so the identity columns (ID, PLACE) are never cut.
-/// From 110 the ID takes the longest id shown (`longest_id` digits, up to a u64's 20)
-/// keeping 16 for FORM, which fills the rest; narrower, PLACE (which says why for a
-/// pending claim) takes up to 8 more.
-pub fn claim_columns(width: u16, multi: bool, longest_id: usize) -> Columns<ClaimField> {
+/// What is spare goes first to the ID, up to the longest shown (`longest.id`, at most
+/// `ID_MAX`), so an engine's name can be read and typed whole (from 110, PLACE lends it up
+/// to `PLACE_LENT` more); then from 110 to HOLDER
+/// up to the longest holder, keeping 8 for FORM, which fills the rest; narrower, PLACE
+/// (which says why for a pending claim) takes up to 8 more.
+pub fn claim_columns(width: u16, multi: bool, longest: ClaimWidths) -> Columns<ClaimField> {
     use ClaimField as F;
     let wide = width >= 110;
     let narrow = width < 80;
@@ -167,11 +187,28 @@ pub fn claim_columns(width: u16, multi: bool, longest_id: usize) -> Columns<Clai
     }
     // What the columns leave: borders, and one gap fewer than columns.
     let taken = c.fixed_total() + u16::try_from(c.len()).unwrap_or(u16::MAX);
-    let spare = width.saturating_sub(1 + taken);
+    let mut spare = width.saturating_sub(1 + taken);
+    // FORM keeps 8 of what is spare (the panel below shows it whole).
+    let kept = if wide { 8 } else { 0 };
+    // A column grown from `from` towards `want` (at most `most`) out of what is spare.
+    let mut grow = |c: &mut Columns<ClaimField>, field, from: u16, want: usize, most: u16| {
+        let want = u16::try_from(want).unwrap_or(u16::MAX);
+        let to = want.clamp(from, (from + spare.saturating_sub(kept)).min(most));
+        spare = spare.saturating_sub(to - from);
+        c.set(field, Width::Fixed(to));
+    };
+    grow(&mut c, F::Id, 6, longest.id, ID_MAX);
     if wide {
-        let longest = u16::try_from(longest_id).unwrap_or(u16::MAX);
-        let id = longest.clamp(6, (6 + spare.saturating_sub(16)).min(20));
-        c.set(F::Id, Width::Fixed(id));
+        // An id still cut takes up to `PLACE_LENT` of PLACE: a name is typed, a place read.
+        let id = c
+            .width_of(F::Id)
+            .and_then(|w| u16::try_from(w).ok())
+            .unwrap_or(6);
+        let want = u16::try_from(longest.id).unwrap_or(u16::MAX).min(ID_MAX);
+        let lent = want.saturating_sub(id).min(PLACE_LENT);
+        c.set(F::Id, Width::Fixed(id + lent));
+        c.set(F::Place, Width::Fixed(place - lent));
+        grow(&mut c, F::Holder, 10, longest.holder, HOLDER_MAX);
     } else {
         c.set(F::Place, Width::Fixed(place + spare.min(8)));
     }
@@ -180,7 +217,8 @@ pub fn claim_columns(width: u16, multi: bool, longest_id: usize) -> Columns<Clai
     c
 }
 
-/// The words a filter matches in a claim row: id, project, holder, node, place and form,
+/// The words a filter matches in a claim row: id (the engine's name where it has one),
+/// project, holder, node, place and form,
 /// the STATE column's words (`placed idle`, `pending never infeasible`), `over-limit`,
 /// and `stale` while its source is.
 pub fn claim_words(c: &ClaimView, stale: bool) -> Vec<String> {
@@ -193,7 +231,7 @@ pub fn claim_words(c: &ClaimView, stale: bool) -> Vec<String> {
     let over = if c.over_limit { "over-limit" } else { "" };
     let stale = if stale { "stale" } else { "" };
     [
-        c.id.to_string(),
+        c.shown_id(),
         c.project.clone(),
         c.holder.clone().unwrap_or_default(),
         c.node.clone().unwrap_or_default(),
@@ -211,7 +249,8 @@ mod tests {
 
     #[test]
     fn the_claim_columns_keep_id_and_place_and_fill_with_form() {
-        let headers = |w, multi| claim_columns(w, multi, 6).headers().join(" ");
+        let six = ClaimWidths { id: 6, holder: 6 };
+        let headers = |w, multi| claim_columns(w, multi, six).headers().join(" ");
         assert_eq!(headers(79, true), "SRC ID STATE PROJECT PLACE RESERVED");
         assert_eq!(
             headers(100, true),
@@ -222,11 +261,24 @@ mod tests {
             "ID STATE PROJECT HOLDER PLACE RESERVED USED FRACTION FORM LEASE AGE"
         );
         // Narrow: PLACE takes up to 8 of what is spare.
-        let c = claim_columns(100, false, 6);
+        let c = claim_columns(100, false, six);
         assert_eq!(c.width_of(ClaimField::Place), Some(24));
-        // Wide: the ID grows to the longest id, at most 20, and FORM keeps the rest.
-        let c = claim_columns(200, false, 20);
+        // A pod's `NAMESPACE/NAME` takes what it needs first.
+        let pod = ClaimWidths { id: 20, holder: 6 };
+        let c = claim_columns(100, false, pod);
         assert_eq!(c.width_of(ClaimField::Id), Some(20));
+        assert_eq!(c.width_of(ClaimField::Place), Some(24));
+        // Beside SRC at 120 nothing is spare: PLACE lends a Ray id's 8 characters 2.
+        let ray = ClaimWidths { id: 8, holder: 6 };
+        let c = claim_columns(120, true, ray);
+        assert_eq!(c.width_of(ClaimField::Id), Some(8));
+        assert_eq!(c.width_of(ClaimField::Place), Some(18));
+        // Wide: the ID grows to the longest id, at most 32, HOLDER to the longest holder,
+        // at most 24, and FORM keeps the rest.
+        let long = ClaimWidths { id: 40, holder: 14 };
+        let c = claim_columns(200, false, long);
+        assert_eq!(c.width_of(ClaimField::Id), Some(32));
+        assert_eq!(c.width_of(ClaimField::Holder), Some(14));
         let gaps = c.len() - 1;
         assert_eq!(2 + gaps + usize::from(c.fixed_total()) + c.fill, 200);
         assert_eq!(c.width_of(ClaimField::Form), Some(c.fill));

@@ -15,7 +15,7 @@ mod usage;
 
 use crate::ids::ClaimId;
 
-pub use claims::{ClaimColumn, ClaimField, claim_columns, claim_words};
+pub use claims::{ClaimColumn, ClaimField, ClaimWidths, claim_columns, claim_words};
 pub use events::{EventField, event_columns};
 pub use gpus::{GpuColumn, GpuField, GpuFilter, device_words, gpu_columns};
 pub use projects::{ProjectColumn, ProjectField, project_columns, project_words};

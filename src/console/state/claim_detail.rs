@@ -25,8 +25,8 @@ impl State {
         true
     }
 
-    /// Opens the claim detail on the claim `name` names: `ID`, or `SOURCE/ID` where two
-    /// sources have that id. The claim becomes the pick in Claims too. An id no source
+    /// Opens the claim detail on the claim `name` names: `ID` (an engine's name, as
+    /// `ml/train-0`, or a number), or `SOURCE/ID` where two sources have that id. The claim becomes the pick in Claims too. An id no source
     /// lists is an error that names the ids there are.
     pub fn open_claim_named(&mut self, name: &str) -> Result<(), String> {
         let k = self.find_claim(name)?;
@@ -57,9 +57,9 @@ impl State {
             .filter_map(|k| {
                 let (slot, c) = self.claim(*k)?;
                 Some(if multi {
-                    format!("{}/{}", slot.name, c.id)
+                    format!("{}/{}", slot.name, c.shown_id())
                 } else {
-                    c.id.to_string()
+                    c.shown_id()
                 })
             })
             .collect()

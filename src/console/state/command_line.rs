@@ -92,7 +92,7 @@ pub fn command_hint(state: &State, text: &str) -> Option<String> {
     let claim = |verb: &str, arg: &str| match state.find_claim(arg) {
         Ok(k) => state.claim(k).map_or_else(
             || format!("no claim `{arg}`"),
-            |(_, c)| format!("Enter: {verb} claim {}", c.id),
+            |(_, c)| format!("Enter: {verb} claim {}", c.shown_id()),
         ),
         Err(why) => why,
     };

@@ -1,8 +1,8 @@
 //! Finding a GPU or a claim by the notation the screens print, for commands that name
 //! their target (`:gpu node-b:5`, `:cordon node-b:5`, `:release 16`, `:move 16`): a GPU is
 //! `NODE:INDEX` (also `NODE INDEX`, `SOURCE/NODE:INDEX` where two sources have that node),
-//! the node's name whole or its unique end (`b:5` for `node-b:5`); a claim is `ID` or
-//! `SOURCE/ID`. What cannot be found is an error that says what there is.
+//! the node's name whole or its unique end (`b:5` for `node-b:5`); a claim is `ID` (an
+//! engine's own name for it, as `ml/train-0`, or gpuboard's number) or `SOURCE/ID`. What cannot be found is an error that says what there is.
 
 use crate::ids::ClaimId;
 
@@ -122,45 +122,64 @@ impl State {
         }
     }
 
-    /// The claim `name` names: `ID`, or `SOURCE/ID` where two sources have that id.
+    /// The claim `name` names: its id as the Claims view shows it (an engine's own name,
+    /// `ml/train-0`, `4242`, else gpuboard's number), or `SOURCE/ID` where two sources
+    /// have that id. gpuboard's number for an engine's claim is taken too.
     pub fn find_claim(&self, name: &str) -> Result<ClaimKey, String> {
         let name = name.trim();
-        let (source, id) = match name.rsplit_once('/') {
-            Some((s, id)) => (Some(s), id),
-            None => (None, name),
-        };
-        let id: ClaimId = id.trim_start_matches('#').parse().map_err(|_| {
-            format!(
-                "claim `{name}`: an id is a number, as `claim 3` or `claim SOURCE/3`; {}",
-                self.claim_names_listed()
-            )
-        })?;
-        let found: Vec<ClaimKey> = self
-            .sources
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| source.is_none_or(|n| s.name == n))
-            .filter_map(|(i, s)| {
-                let idx = s.data.as_ref()?.claims.iter().position(|c| c.id == id)?;
-                Some(ClaimKey { source: i, idx })
-            })
-            .collect();
+        // A pod's name has a `/` of its own: the whole text is tried first, then with a
+        // source's name before the `/`.
+        let mut found = self.claims_named(None, name);
+        if found.is_empty()
+            && let Some((source, id)) = name.split_once('/')
+            && self.sources.iter().any(|s| s.name == source)
+        {
+            found = self.claims_named(Some(source), id);
+        }
         match found.as_slice() {
             [one] => Ok(*one),
+            [] if name.parse::<ClaimId>().is_err() && !name.contains('/') => Err(format!(
+                "claim `{name}`: no claim has that name; an id is a number or an engine's \
+                 name, as the Claims view shows it (`claim 3`, `claim NAMESPACE/POD`, \
+                 `claim SOURCE/3`); {}",
+                self.claim_names_listed()
+            )),
             [] => Err(format!("no claim `{name}`; {}", self.claim_names_listed())),
             many => {
                 let names: Vec<String> = many
                     .iter()
-                    .filter_map(|k| self.sources.get(k.source))
-                    .map(|s| format!("{}/{id}", s.name))
+                    .filter_map(|k| {
+                        let (slot, c) = self.claim(*k)?;
+                        Some(format!("{}/{}", slot.name, c.shown_id()))
+                    })
                     .collect();
                 Err(format!(
-                    "claim {id} is on {} sources: name one, {}",
+                    "claim {name} is on {} sources: name one, {}",
                     many.len(),
                     names.join(" or ")
                 ))
             }
         }
+    }
+
+    /// The claims `id` names among `source`'s (every source's when `None`): by the
+    /// engine's name, or by number (`#3` too).
+    fn claims_named(&self, source: Option<&str>, id: &str) -> Vec<ClaimKey> {
+        let number: Option<ClaimId> = id.trim_start_matches('#').parse().ok();
+        self.sources
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| source.is_none_or(|n| s.name == n))
+            .filter_map(|(i, s)| {
+                let idx = s
+                    .data
+                    .as_ref()?
+                    .claims
+                    .iter()
+                    .position(|c| c.name.as_deref() == Some(id) || Some(c.id) == number)?;
+                Some(ClaimKey { source: i, idx })
+            })
+            .collect()
     }
 
     /// Every GPU as `NODE:INDEX` (`SOURCE/NODE:INDEX` where two sources share a node

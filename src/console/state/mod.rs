@@ -263,9 +263,8 @@ pub struct State {
     pub detail: Option<(usize, String, u32)>,
     /// The claim shown in the claim detail: source, claim id.
     pub claim_detail: Option<(usize, ClaimId)>,
-    /// Digits of the longest claim id in the Claims rows, for the ID column's width (kept
-    /// with the rows so a draw does not walk 20 000 claims).
-    pub claim_id_digits: usize,
+    /// The longest id and holder in the Claims rows, for those columns' widths.
+    pub claim_widths: crate::console::lists::ClaimWidths,
     /// Totals over the shown sources, for the Overview.
     pub totals: FleetTotals,
     /// Terminal size.
@@ -316,7 +315,7 @@ impl State {
             came_from: None,
             detail: None,
             claim_detail: None,
-            claim_id_digits: 0,
+            claim_widths: crate::console::lists::ClaimWidths::default(),
             totals: FleetTotals::default(),
             size: (80, 24),
             dirty: true,

@@ -2,7 +2,8 @@
 //! What a filter matches and how a column sorts are the lists' own (`console::lists`).
 
 use crate::console::lists::{
-    ClaimKey, DevKey, GpuFilter, ProjKey, claim_words, device_words, project_words, words_match,
+    ClaimKey, ClaimWidths, DevKey, GpuFilter, ProjKey, claim_words, device_words, project_words,
+    words_match,
 };
 
 use super::State;
@@ -86,11 +87,17 @@ impl State {
         let sort = self.projects.sort;
         projects.sort_by(|(_, a), (_, b)| sort.order(a, b));
         let mut devs: Vec<DevKey> = devs.into_iter().map(|(k, _)| k).collect();
-        let digits = claims
-            .iter()
-            .map(|(_, c)| c.id.0.checked_ilog10().map_or(1, |d| d as usize + 1))
-            .max()
-            .unwrap_or(0);
+        let widths = claims.iter().fold(ClaimWidths::default(), |w, (_, c)| {
+            let id = c
+                .name
+                .as_ref()
+                .map_or_else(|| digits(c.id.0), |n| n.chars().count());
+            let holder = c.holder.as_ref().map_or(1, |h| h.chars().count());
+            ClaimWidths {
+                id: w.id.max(id),
+                holder: w.holder.max(holder),
+            }
+        });
         let mut claims: Vec<ClaimKey> = claims.into_iter().map(|(k, _)| k).collect();
         let mut projects: Vec<ProjKey> = projects.into_iter().map(|(k, _)| k).collect();
         if self.gpus.reverse {
@@ -103,9 +110,14 @@ impl State {
             projects.reverse();
         }
         self.gpus.set_rows(devs);
-        self.claim_id_digits = digits;
+        self.claim_widths = widths;
         self.claims.set_rows(claims);
         self.projects.set_rows(projects);
         self.follow_picks();
     }
+}
+
+/// Decimal digits of `n`.
+fn digits(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |d| d as usize + 1)
 }

@@ -65,7 +65,7 @@ pub(super) fn ask_release(state: &mut State, k: ClaimKey, named: Option<&str>) {
     };
     let place = crate::sources::endpoint::place(c);
     let body = vec![
-        format!("Release claim {} on {}?", c.id, slot.name),
+        format!("Release claim {} on {}?", c.shown_id(), slot.name),
         format!(
             "project {}, holder {}, {}",
             c.project,
@@ -92,8 +92,9 @@ pub(super) fn ask_release(state: &mut State, k: ClaimKey, named: Option<&str>) {
     }
     if foreign {
         // The id as typed after `:release`, its source's name before it or not.
-        let bare = named.map(|n| n.rsplit('/').next().unwrap_or(n));
-        confirm.type_unless_named(c.id.to_string(), bare);
+        let source = format!("{}/", slot.name);
+        let bare = named.map(|n| n.trim().strip_prefix(&source).unwrap_or(n));
+        confirm.type_unless_named(c.shown_id(), bare);
     }
     ask(state, confirm);
 }

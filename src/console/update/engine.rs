@@ -86,9 +86,9 @@ fn open(state: &mut State, verb: Option<&str>, target: Option<&str>) -> Vec<Effe
     let from = match typed {
         Some(t) => format!(
             "You typed: act {verb} {t} (not the selected claim {})",
-            claim.id
+            claim.shown_id()
         ),
-        None => format!("from claim {}: {}", claim.id, claim.form),
+        None => format!("from claim {}: {}", claim.shown_id(), claim.form),
     };
     let body = vec![
         format!("{verb} {} on {name}?", action.describe_target()),

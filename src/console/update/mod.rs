@@ -179,12 +179,30 @@ pub(super) fn refusal(state: &State, source: usize, action: &Action) -> Option<S
         ));
     }
     if !slot.can_act && !matches!(action, Action::Engine(_)) {
+        // An engine's claim by its name, and the engine's own actions where it has some.
+        let target = match action {
+            Action::Release { id } | Action::Move { id, .. } => slot
+                .data
+                .as_ref()
+                .and_then(|d| d.claims.iter().find(|c| c.id == *id))
+                .map_or_else(|| action.target(), |c| format!("claim {}", c.shown_id())),
+            _ => action.target(),
+        };
+        let verbs: Vec<String> = crate::sources::actions::offers(slot.kind)
+            .iter()
+            .filter(|v| v.unavailable().is_none())
+            .map(ToString::to_string)
+            .collect();
+        let engine = if verbs.is_empty() {
+            String::new()
+        } else {
+            format!(" (its engine's own: :act {})", verbs.join(", :act "))
+        };
         return Some(format!(
-            "{}: this {} source is read-only; {} {} refused",
+            "{}: this {} source is read-only; {} {target} refused{engine}",
             slot.name,
             slot.kind,
             action.verb(),
-            action.target()
         ));
     }
     None

@@ -36,7 +36,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
         ClaimState::Placed => "placed",
         ClaimState::Pending => "pending",
     };
-    let title = format!(" claim {} {state_word} on {} ", c.id, slot.name);
+    let title = format!(" claim {} {state_word} on {} ", c.shown_id(), slot.name);
     let mut lines = summary(state, c, theme);
     lines.extend(shares(c, theme));
     lines.extend(processes(state, c, theme));

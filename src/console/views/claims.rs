@@ -23,7 +23,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     let cols = claim_columns(
         area.width,
         state.shown_sources().count() > 1,
-        state.claim_id_digits,
+        state.claim_widths,
     );
     let detail_h = claims_info_height(area.height);
     let [table_area, info] =
@@ -72,7 +72,7 @@ fn claim_row(
         let width = cols.width_of(field).unwrap_or(0);
         match field {
             ClaimField::Source => Cell::from(slot.name.clone()),
-            ClaimField::Id => Cell::from(mid_ellipsis(&c.id.to_string(), width)),
+            ClaimField::Id => Cell::from(mid_ellipsis(&c.shown_id(), width)),
             ClaimField::State => match c.state {
                 ClaimState::Placed if c.idle => Cell::from(Span::styled("idle", theme.idle)),
                 ClaimState::Placed => Cell::from(Span::styled("placed", theme.ok)),
@@ -163,7 +163,7 @@ fn selected_info(
     theme: &Theme,
 ) {
     let mut lines = vec![Line::from(vec![
-        Span::styled(format!("claim {} ", c.id), theme.title),
+        Span::styled(format!("claim {} ", c.shown_id()), theme.title),
         Span::styled(format!("on {}: ", slot.name), theme.dim),
         Span::styled(c.form.clone(), theme.text),
         Span::styled(

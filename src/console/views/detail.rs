@@ -26,8 +26,14 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     };
     let slot = state.sources.get(src);
     let t = d.telemetry.as_ref();
+    // Simulated telemetry says so where it is read, never passing for NVML's.
+    let simulated = if t.is_some_and(|t| t.simulated) {
+        "telemetry SIMULATED "
+    } else {
+        ""
+    };
     let title = format!(
-        " {}:{} {} {} ",
+        " {}:{} {} {} {simulated}",
         n.name,
         d.index,
         d.model,
@@ -206,17 +212,17 @@ fn claim_here(c: &crate::snapshot::ClaimView, index: u32) -> String {
     match c.shares.iter().find(|s| s.device == index) {
         Some(s) if c.shares.len() > 1 => format!(
             "claim {} ({who}: {} / {} GPU here of {})",
-            c.id,
+            c.shown_id(),
             short_bytes(s.memory),
             s.compute,
             short_bytes(c.memory_reserved)
         ),
         Some(s) => format!(
             "claim {} ({who}: {} / {} GPU)",
-            c.id,
+            c.shown_id(),
             short_bytes(s.memory),
             s.compute
         ),
-        None => format!("claim {} ({who})", c.id),
+        None => format!("claim {} ({who})", c.shown_id()),
     }
 }

@@ -25,6 +25,7 @@ fn node(name: &str, devices: u32, cordoned: u32) -> NodeView {
 fn claim(id: u64, project: &str, node: Option<&str>) -> ClaimView {
     ClaimView {
         id: ClaimId(id),
+        name: None,
         state: if node.is_some() {
             ClaimState::Placed
         } else {

@@ -179,6 +179,8 @@ fn task_claim(
     );
     ClaimView {
         id: claim_id(&t.project, &t.name),
+        // The task's name, as boinccmd and the Manager show it.
+        name: Some(t.name.clone()),
         state: if run {
             ClaimState::Placed
         } else {

@@ -338,6 +338,12 @@ fn claim_id(p: &PodFacts) -> ClaimId {
     }
 }
 
+/// What operators call a pod, and what the console takes for it: `NAMESPACE/NAME`, as
+/// kubectl writes it.
+fn claim_name(p: &PodFacts) -> String {
+    format!("{}/{}", p.namespace, p.name)
+}
+
 pub(super) fn created_at(p: &PodFacts) -> Timestamp {
     p.created
         .as_deref()
@@ -365,6 +371,7 @@ pub(super) fn pending_claim(p: &PodFacts, asked: &Asked) -> ClaimView {
     };
     ClaimView {
         id: claim_id(p),
+        name: Some(claim_name(p)),
         state: ClaimState::Pending,
         project: project_of(p),
         holder: Some(p.name.clone()),
@@ -393,6 +400,7 @@ pub(super) fn placed_claim(
 ) -> ClaimView {
     ClaimView {
         id: claim_id(p),
+        name: Some(claim_name(p)),
         state: ClaimState::Placed,
         project: project_of(p),
         holder: Some(p.name.clone()),

@@ -18,6 +18,15 @@ pub(super) fn claim_id(kind: &str, id: &str) -> ClaimId {
     ClaimId::of_name(&format!("{kind}/{id}"))
 }
 
+/// What operators call a Ray holder: its id's first 8 characters as Ray's CLI shows them,
+/// and a placement-group bundle's index after its group's (`0a1b2c3d:1`).
+pub(super) fn claim_name(ray_id: &str) -> String {
+    match ray_id.rsplit_once(':') {
+        Some((group, index)) => format!("{}:{index}", short(group)),
+        None => short(ray_id).to_string(),
+    }
+}
+
 /// A GPU request in Ray's terms.
 pub(super) fn form_of(shares: &[(u32, Units)], total: Units) -> GpuForm {
     if !shares.is_empty() && shares.iter().all(|(_, u)| *u == Units::FULL) {
@@ -101,6 +110,7 @@ pub(super) fn claim(spec: ClaimSpec) -> ClaimView {
     };
     ClaimView {
         id: claim_id(spec.kind, &spec.ray_id),
+        name: Some(claim_name(&spec.ray_id)),
         state,
         project: request.project.clone(),
         holder: Some(spec.holder),

@@ -25,7 +25,7 @@ pub(super) fn job_claims(j: &SlurmJob, shards_per_gpu: &ShardsPerGpu<'_>) -> Vec
         .iter()
         .filter_map(|(node, held)| {
             let per_gpu = shards_per_gpu.get(node.as_str()).copied().unwrap_or(0);
-            placed_claim(j, node, held, per_gpu)
+            placed_claim(j, node, held, per_gpu, j.held.len() > 1)
         })
         .collect()
 }
@@ -84,6 +84,7 @@ fn pending_claim(j: &SlurmJob) -> Option<ClaimView> {
     };
     Some(ClaimView {
         id: claim_id(j.id, ""),
+        name: Some(j.id.to_string()),
         state: ClaimState::Pending,
         project: project_of(&j.account),
         holder: Some(j.user.clone()),
@@ -105,7 +106,14 @@ fn pending_claim(j: &SlurmJob) -> Option<ClaimView> {
 
 /// What a running job holds on one node: whole GPUs at their indexes, shards as that
 /// part of their GPU (`per_gpu` shards make a GPU). `None` when it holds neither there.
-fn placed_claim(j: &SlurmJob, node: &str, held: &[Gres], per_gpu: u64) -> Option<ClaimView> {
+/// `several`: the job holds GPUs on more than one node, so each part is named by its node.
+fn placed_claim(
+    j: &SlurmJob,
+    node: &str,
+    held: &[Gres],
+    per_gpu: u64,
+    several: bool,
+) -> Option<ClaimView> {
     let mut shares: BTreeMap<u32, (Units, Slots)> = BTreeMap::new();
     let mut whole = 0u64;
     let mut shard_count = 0u64;
@@ -170,6 +178,12 @@ fn placed_claim(j: &SlurmJob, node: &str, held: &[Gres], per_gpu: u64) -> Option
     };
     Some(ClaimView {
         id: claim_id(j.id, node),
+        // The job id squeue prints; a job on several nodes is a claim per node.
+        name: Some(if several {
+            format!("{}@{node}", j.id)
+        } else {
+            j.id.to_string()
+        }),
         state: ClaimState::Placed,
         project: project_of(&j.account),
         holder: Some(j.user.clone()),
@@ -284,6 +298,45 @@ mod tests {
             (1, 2, Some("a100".into()))
         );
         assert_eq!(wanted(""), (0, 0, None));
+    }
+
+    #[test]
+    fn a_job_goes_by_its_id_and_by_node_when_it_spans_several() {
+        let gpus = |detail: &str| gres::parse(detail).unwrap();
+        let mut job = SlurmJob {
+            id: 4242,
+            name: "train".into(),
+            user: "ann".into(),
+            account: "vision".into(),
+            partition: "gpu".into(),
+            state: "RUNNING".into(),
+            reason: "None".into(),
+            wants: "gres:gpu:2".into(),
+            held: vec![("node-a".into(), gpus("gpu:a100:2(IDX:0-1)"))],
+            start_s: 1_800_000_000,
+            submit_s: 1_799_999_000,
+        };
+        let names = |j: &SlurmJob| -> Vec<Option<String>> {
+            job_claims(j, &ShardsPerGpu::new())
+                .into_iter()
+                .map(|c| c.name)
+                .collect()
+        };
+        assert_eq!(names(&job), [Some("4242".to_string())]);
+        job.held
+            .push(("node-b".into(), gpus("gpu:a100:2(IDX:0-1)")));
+        assert_eq!(
+            names(&job),
+            [
+                Some("4242@node-a".to_string()),
+                Some("4242@node-b".to_string())
+            ]
+        );
+        // Pending: the job id, and its age from when it was submitted.
+        job.state = "PENDING".into();
+        let pending = job_claims(&job, &ShardsPerGpu::new());
+        assert_eq!(pending[0].name.as_deref(), Some("4242"));
+        assert_eq!(pending[0].created_at, Timestamp(1_799_999_000_000));
     }
 
     #[test]
