@@ -225,7 +225,7 @@ fn what_held_gpu_3_on_node_x_then_and_what_happened_to_it_next() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        text.contains("REWIND") && text.contains("ep1 as of"),
+        text.contains("REWIND") && text.contains("local as of"),
         "{text}"
     );
     assert!(text.contains("alice") && !text.contains("bob"), "{text}");
