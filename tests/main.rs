@@ -18,6 +18,7 @@ mod boinc_tasks;
 mod busy_store;
 mod cli;
 mod cli_events;
+mod console_by_gpu;
 mod console_claim_detail;
 mod console_detail_tmux;
 mod console_engine_flags;

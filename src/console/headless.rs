@@ -86,6 +86,10 @@ pub struct Status {
     pub generated_at: u64,
     /// Every source.
     pub sources: Vec<SourceStatus>,
+    /// The sources' devices joined into physical GPUs, each with every engine's holders
+    /// and its flags (double-booked, unexplained; idle once watched for long enough), and
+    /// the devices that could not be matched.
+    pub physical: crate::physical::Fleet,
 }
 
 /// Checks `--dump-screen` while the command line is read, so a wrong view is a usage
@@ -295,6 +299,7 @@ async fn print_status(
     clock: &Arc<dyn Clock>,
 ) -> anyhow::Result<()> {
     let mut last: Vec<Option<Snapshot>> = vec![None; setup.sources.len()];
+    let mut idle = crate::physical::IdleTracker::default();
     loop {
         let results = fetch_all(&setup.sources, timeout, clock).await;
         let mut first_failure = None;
@@ -335,7 +340,10 @@ async fn print_status(
                     }
                 })
                 .collect(),
+            physical: crate::physical::Fleet::default(),
         };
+        status.physical = physical_of(&status, &setup.aliases);
+        idle.observe(&mut status.physical, clock.now());
         if args.json {
             add_forecasts(&mut status, &setup.sources, timeout).await;
         }
@@ -353,6 +361,23 @@ async fn print_status(
         }
         tokio::time::sleep(Duration::from_millis(setup.refresh_ms)).await;
     }
+}
+
+/// The answered sources' devices joined into physical GPUs.
+fn physical_of(status: &Status, aliases: &crate::physical::Aliases) -> crate::physical::Fleet {
+    let views: Vec<crate::physical::SourceView<'_>> = status
+        .sources
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| {
+            Some(crate::physical::SourceView {
+                source: i,
+                name: &s.name,
+                snapshot: s.snapshot.as_ref()?,
+            })
+        })
+        .collect();
+    crate::physical::join(&views, aliases)
 }
 
 /// The expected starts of the sources that give them and have a waiting claim; a source
@@ -472,6 +497,12 @@ pub fn table(status: &Status) -> String {
         }
         if let Some(n) = &s.note {
             let _ = writeln!(out, "  note: {n}");
+        }
+    }
+    // What no one source can see: a GPU's flags across engines.
+    for g in &status.physical.gpus {
+        for f in &g.flags {
+            let _ = writeln!(out, "GPU {}: {}", g.place(), f.describe(g));
         }
     }
     out

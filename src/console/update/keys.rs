@@ -168,6 +168,9 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
         );
         return Vec::new();
     }
+    if let Some(effects) = super::by_gpu::action(state, a) {
+        return effects;
+    }
     let page = isize::try_from(state.visible_rows()).unwrap_or(10);
     match a {
         KeyAction::Quit => return quit(state),
@@ -184,6 +187,8 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
         }
         KeyAction::ViewOverview => return set_view(state, View::Overview),
         KeyAction::ViewGpus => return set_view(state, View::Gpus),
+        // Handled by `by_gpu::action` above.
+        KeyAction::ByGpu => {}
         KeyAction::ViewClaims => return set_view(state, View::Claims),
         KeyAction::ViewFairShare => return set_view(state, View::Ledger),
         KeyAction::ViewDetail => return set_view(state, View::Detail),

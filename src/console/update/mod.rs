@@ -6,6 +6,7 @@
 //! to that flow alone (`move_across`, `lost`, `handover` say what comes next).
 
 mod actions;
+mod by_gpu;
 mod command;
 mod confirm;
 mod engine;
