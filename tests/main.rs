@@ -69,6 +69,7 @@ mod kubernetes_decode;
 mod kubernetes_record;
 mod kubernetes_source;
 mod layout;
+mod one_gpu_peers;
 mod one_scheduler;
 mod packaging;
 mod placement_props;

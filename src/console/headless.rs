@@ -267,6 +267,11 @@ pub fn run(before: &ConsoleArgs, args: &StatusArgs) -> anyhow::Result<()> {
         }
         match (claim, gpu) {
             (Some(name), _) => state.open_claim_named(name).map_err(named_fault)?,
+            // A GPU several sources see: every engine's holders, as `:gpu` opens it.
+            (_, Some(name))
+                if !name.contains('/')
+                    && state.physical_shared(name)
+                    && state.open_physical_named(name).is_some() => {}
             (_, Some(name)) => state.open_gpu_named(name).map_err(named_fault)?,
             _ => super::update::show_view(&mut state, v),
         }

@@ -130,7 +130,15 @@ pub(super) fn flags_of(gpu: &PhysicalGpu) -> Vec<GpuFlag> {
             let sum = hs.iter().map(|&i| f(i)).fold(0u64, u64::saturating_add);
             (hs, sum)
         };
-        let (hs, held) = with(&|i| gpu.holders[i].memory.0);
+        // A whole GPU (all its compute) holds all its memory too, whatever its engine says.
+        let memory = |i: usize| {
+            let h = &gpu.holders[i];
+            match gpu.memory {
+                Some(m) if h.memory.0 == 0 && h.compute >= Units::FULL => m.0,
+                _ => h.memory.0,
+            }
+        };
+        let (hs, held) = with(&memory);
         if let Some(has) = gpu.memory
             && hs.len() >= 2
             && held > has.0
@@ -144,7 +152,8 @@ pub(super) fn flags_of(gpu: &PhysicalGpu) -> Vec<GpuFlag> {
         }
         let (hs, held) = with(&|i| u64::from(gpu.holders[i].compute.0));
         let has = u64::from(Units::FULL.0);
-        if hs.len() >= 2 && held > has {
+        // One double booking per GPU: memory's names the same holders already.
+        if out.is_empty() && hs.len() >= 2 && held > has {
             out.push(GpuFlag::DoubleBooked {
                 holders: hs,
                 resource: Resource::Compute,

@@ -291,14 +291,67 @@ fn a_slurm_job_and_a_claim_not_nested_are_double_booked_with_both_named() {
     else {
         panic!()
     };
+    // The whole GPU holds all 40 GiB: with the claim's 10 GiB, 50 of 40.
     assert_eq!(
         (*resource, *held, *has),
-        (Resource::Compute, 15_000, 10_000)
+        (Resource::Memory, 50 * GIB, 40 * GIB)
     );
     assert_eq!(holders.len(), 2);
     let text = g.flags[0].describe(g);
     assert!(text.contains("claim 7 (alice) [serve]"), "{text}");
     assert!(text.contains("Slurm job 42 [slurm]"), "{text}");
+}
+
+#[test]
+fn a_whole_gpu_beside_a_memory_only_claim_is_double_booked_in_memory() {
+    let serve = snap(
+        "gpuboard",
+        vec![node("n1", vec![dev(0, Some("GPU-0"))])],
+        vec![claim(7, "n1", 0, 8 * GIB, 0, &[])],
+    );
+    let slurm = snap(
+        "slurm",
+        vec![node("n1", vec![dev(0, None)])],
+        vec![slurm_job(42, "n1", 0)],
+    );
+    let fleet = join_all(&[("serve", &serve), ("slurm", &slurm)]);
+    let GpuFlag::DoubleBooked {
+        resource,
+        held,
+        has,
+        ..
+    } = &fleet.gpus[0].flags[0]
+    else {
+        panic!("{:?}", fleet.gpus[0].flags)
+    };
+    assert_eq!(
+        (*resource, *held, *has),
+        (Resource::Memory, 48 * GIB, 40 * GIB)
+    );
+}
+
+#[test]
+fn fractions_over_one_gpu_are_double_booked_in_compute() {
+    let ray = snap(
+        "ray",
+        vec![node("n1", vec![dev(0, None)])],
+        vec![
+            claim(1, "n1", 0, 0, 6_000, &[]),
+            claim(2, "n1", 0, 0, 6_000, &[]),
+        ],
+    );
+    let fleet = join_all(&[("ray", &ray)]);
+    let g = &fleet.gpus[0];
+    assert_eq!(
+        g.flags,
+        [GpuFlag::DoubleBooked {
+            holders: vec![0, 1],
+            resource: Resource::Compute,
+            held: 12_000,
+            has: 10_000
+        }]
+    );
+    assert!(g.flags[0].describe(g).contains("hold 1.2 of 1 GPU"));
 }
 
 #[test]
