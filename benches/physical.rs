@@ -11,7 +11,7 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group, criterion_main};
 use gpuboard::clock::Timestamp;
 use gpuboard::ids::ClaimId;
-use gpuboard::physical::{Aliases, IdleTracker, SourceView, join};
+use gpuboard::physical::{Aliases, GpuEngine, IdleClock, SourceView, join};
 use gpuboard::placement::DeviceShare;
 use gpuboard::request::ClaimRequest;
 use gpuboard::snapshot::{
@@ -216,7 +216,7 @@ fn bench(c: &mut Criterion) {
     g.bench_function("8000 GPUs, 4 sources", |b| {
         b.iter(|| join(&views, &aliases));
     });
-    let mut idle = IdleTracker::default();
+    let mut idle = IdleClock::default();
     g.bench_function("8000 GPUs, 4 sources, with the idle flags", |b| {
         b.iter(|| {
             let mut f = join(&views, &aliases);

@@ -230,6 +230,7 @@ async fn post_claim(server: &common::Server, node: &str, device: u32, project: &
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// One scenario over four real peers, read top to bottom: start them, plant, then check.
 #[allow(clippy::too_many_lines)]
 async fn one_node_as_four_engines_see_it() {
     for peer in ["slurm", "kmock", "prometheus"] {

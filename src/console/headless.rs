@@ -89,7 +89,7 @@ pub struct Status {
     /// The sources' devices joined into physical GPUs, each with every engine's holders
     /// and its flags (double-booked, unexplained; idle once watched for long enough), and
     /// the devices that could not be matched.
-    pub physical: crate::physical::Fleet,
+    pub physical: crate::physical::PhysicalFleet,
 }
 
 /// Checks `--dump-screen` while the command line is read, so a wrong view is a usage
@@ -304,7 +304,7 @@ async fn print_status(
     clock: &Arc<dyn Clock>,
 ) -> anyhow::Result<()> {
     let mut last: Vec<Option<Snapshot>> = vec![None; setup.sources.len()];
-    let mut idle = crate::physical::IdleTracker::default();
+    let mut idle = crate::physical::IdleClock::default();
     loop {
         let results = fetch_all(&setup.sources, timeout, clock).await;
         let mut first_failure = None;
@@ -345,9 +345,9 @@ async fn print_status(
                     }
                 })
                 .collect(),
-            physical: crate::physical::Fleet::default(),
+            physical: crate::physical::PhysicalFleet::default(),
         };
-        status.physical = physical_of(&status, &setup.aliases);
+        status.physical = physical_of(&status, &setup.sources, &setup.aliases);
         idle.observe(&mut status.physical, clock.now());
         if args.json {
             add_forecasts(&mut status, &setup.sources, timeout).await;
@@ -369,15 +369,21 @@ async fn print_status(
 }
 
 /// The answered sources' devices joined into physical GPUs.
-fn physical_of(status: &Status, aliases: &crate::physical::Aliases) -> crate::physical::Fleet {
+fn physical_of(
+    status: &Status,
+    sources: &[Arc<dyn crate::sources::Source>],
+    aliases: &crate::physical::Aliases,
+) -> crate::physical::PhysicalFleet {
     let views: Vec<crate::physical::SourceView<'_>> = status
         .sources
         .iter()
+        .zip(sources)
         .enumerate()
-        .filter_map(|(i, s)| {
+        .filter_map(|(i, (s, source))| {
             Some(crate::physical::SourceView {
                 source: i,
                 name: &s.name,
+                engine: source.kind().gpu_engine(),
                 snapshot: s.snapshot.as_ref()?,
             })
         })

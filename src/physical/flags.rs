@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::clock::Timestamp;
 use crate::units::{Bytes, Units};
 
-use super::{Fleet, PhysicalGpu};
+use super::{PhysicalFleet, PhysicalGpu};
 
 /// Below this GPU utilization, percent, a GPU is idle.
 pub const IDLE_BELOW_PERCENT: u32 = 5;
@@ -182,14 +182,14 @@ pub(super) fn flags_of(gpu: &PhysicalGpu) -> Vec<GpuFlag> {
 /// When each GPU went idle, kept across joins: a GPU below `IDLE_BELOW_PERCENT` since a
 /// time at least `IDLE_FOR_MS` ago flags its outermost holders, whichever engine's.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct IdleTracker {
+pub struct IdleClock {
     since: HashMap<String, Timestamp>,
 }
 
-impl IdleTracker {
+impl IdleClock {
     /// Notes each GPU's utilization at `now` and adds the idle flags to `fleet`. A GPU
     /// with no utilization reading is not idle (unmeasured is not idle) and starts over.
-    pub fn observe(&mut self, fleet: &mut Fleet, now: Timestamp) {
+    pub fn observe(&mut self, fleet: &mut PhysicalFleet, now: Timestamp) {
         let mut seen = HashMap::with_capacity(fleet.gpus.len());
         for gpu in &mut fleet.gpus {
             let util = gpu

@@ -14,33 +14,33 @@ use crate::ids::ClaimId;
 use crate::placement::DeviceShare;
 use crate::snapshot::{ClaimView, ProcessOwner};
 
-use super::{Engine, GpuProcess, Holder, Seen};
+use super::{GpuEngine, GpuHolder, GpuProcess, Seen};
 
 /// What a holder is, in a few words.
-pub(super) fn label(engine: Engine, c: &ClaimView) -> String {
+pub(super) fn label(engine: GpuEngine, c: &ClaimView) -> String {
     let l = |k: &str| c.request.labels.get(k);
     let holder = c.holder.as_deref().unwrap_or_default();
     match engine {
-        Engine::Slurm => match l("slurm.job_id") {
+        GpuEngine::Slurm => match l("slurm.job_id") {
             Some(id) => format!("Slurm job {id}"),
             None => c.form.clone(),
         },
-        Engine::Kubernetes => match (l("k8s.namespace"), l("k8s.pod")) {
+        GpuEngine::Kubernetes => match (l("k8s.namespace"), l("k8s.pod")) {
             (Some(ns), Some(pod)) => format!("pod {ns}/{pod}"),
             _ => c.form.clone(),
         },
-        Engine::Ray => format!("Ray {holder}"),
-        Engine::Boinc => format!("BOINC {}", if holder.is_empty() { &c.form } else { holder }),
-        Engine::Gpuboard if holder.is_empty() => format!("claim {}", c.id),
-        Engine::Gpuboard => format!("claim {} ({holder})", c.id),
-        Engine::Telemetry | Engine::Other => c.form.clone(),
+        GpuEngine::Ray => format!("Ray {holder}"),
+        GpuEngine::Boinc => format!("BOINC {}", if holder.is_empty() { &c.form } else { holder }),
+        GpuEngine::Gpuboard if holder.is_empty() => format!("claim {}", c.id),
+        GpuEngine::Gpuboard => format!("claim {} ({holder})", c.id),
+        GpuEngine::Telemetry => c.form.clone(),
     }
 }
 
 /// Whether the engine says which GPU it holds (Kubernetes without a sharing scheduler's
 /// annotation does not: the claim is shown on the first free ones).
-fn guessed(engine: Engine, c: &ClaimView) -> bool {
-    engine == Engine::Kubernetes
+fn guessed(engine: GpuEngine, c: &ClaimView) -> bool {
+    engine == GpuEngine::Kubernetes
         && c.request.labels.get("k8s.devices").map(String::as_str) == Some("guessed")
 }
 
@@ -48,17 +48,17 @@ fn guessed(engine: Engine, c: &ClaimView) -> bool {
 pub(super) fn holders_of<'c>(
     seen: &[Seen<'_>],
     on_device: impl Fn(&Seen<'_>) -> &'c [(&'c ClaimView, &'c DeviceShare)],
-) -> (Vec<Holder>, Vec<GpuProcess>) {
-    let mut holders: Vec<Holder> = Vec::new();
+) -> (Vec<GpuHolder>, Vec<GpuProcess>) {
+    let mut holders: Vec<GpuHolder> = Vec::new();
     let mut views: Vec<&'c ClaimView> = Vec::new();
     // One hold per engine claim (two sources reading one cluster report it once); a
     // gpuboard claim id is its endpoint's own, so there it is per source.
-    let mut at: HashMap<(Engine, Option<usize>, ClaimId), usize> = HashMap::new();
+    let mut at: HashMap<(GpuEngine, Option<usize>, ClaimId), usize> = HashMap::new();
     let mut insides: Vec<(usize, (usize, ClaimId))> = Vec::new();
     for s in seen {
         let engine = s.sighting.engine;
         for (c, share) in on_device(s) {
-            let per_source = (engine == Engine::Gpuboard).then_some(s.sighting.source);
+            let per_source = (engine == GpuEngine::Gpuboard).then_some(s.sighting.source);
             let key = (engine, per_source, c.id);
             if at.contains_key(&key) {
                 continue;
@@ -68,7 +68,7 @@ pub(super) fn holders_of<'c>(
                 insides.push((holders.len(), inside));
             }
             views.push(c);
-            holders.push(Holder {
+            holders.push(GpuHolder {
                 source: s.sighting.source,
                 source_name: s.sighting.source_name.clone(),
                 engine,
@@ -82,7 +82,7 @@ pub(super) fn holders_of<'c>(
             });
         }
     }
-    let find = |holders: &[Holder], source: usize, claim: ClaimId| {
+    let find = |holders: &[GpuHolder], source: usize, claim: ClaimId| {
         holders
             .iter()
             .position(|h| h.source == source && h.claim == claim)
@@ -94,13 +94,13 @@ pub(super) fn holders_of<'c>(
             holders[child].parent = Some(p);
         }
     }
-    let owner_of = |holders: &[Holder], owner: &ProcessOwner| -> Option<usize> {
+    let owner_of = |holders: &[GpuHolder], owner: &ProcessOwner| -> Option<usize> {
         holders.iter().zip(&views).position(|(h, c)| match owner {
             ProcessOwner::Pod { uid, .. } => {
-                h.engine == Engine::Kubernetes && label_of(c, "k8s.uid") == Some(uid.as_str())
+                h.engine == GpuEngine::Kubernetes && label_of(c, "k8s.uid") == Some(uid.as_str())
             }
             ProcessOwner::SlurmJob { job, .. } => {
-                h.engine == Engine::Slurm
+                h.engine == GpuEngine::Slurm
                     && label_of(c, "slurm.job_id").and_then(|j| j.parse().ok()) == Some(*job)
             }
             ProcessOwner::Docker { .. } => false,
@@ -151,7 +151,7 @@ pub(super) fn holders_of<'c>(
         let mut workers = holders
             .iter()
             .enumerate()
-            .filter(|(_, h)| h.parent == Some(o) && h.engine == Engine::Ray);
+            .filter(|(_, h)| h.parent == Some(o) && h.engine == GpuEngine::Ray);
         p.holder = match (workers.next(), workers.next()) {
             (Some((w, _)), None) => Some(w),
             _ => Some(o),
@@ -161,7 +161,7 @@ pub(super) fn holders_of<'c>(
 }
 
 /// Whether `a` is `b` or nested (at any depth) in `b`.
-fn is_under(holders: &[Holder], a: usize, b: usize) -> bool {
+fn is_under(holders: &[GpuHolder], a: usize, b: usize) -> bool {
     let mut at = Some(a);
     for _ in 0..=holders.len() {
         match at {

@@ -22,7 +22,7 @@ use crate::ids::ClaimId;
 use crate::snapshot::{ClaimState, ClaimView, DeviceTelemetry, DeviceView, ProcessOwner, Snapshot};
 use crate::units::{Bytes, Units};
 
-pub use flags::{GpuFlag, IDLE_BELOW_PERCENT, IDLE_FOR_MS, IdleTracker, Resource};
+pub use flags::{GpuFlag, IDLE_BELOW_PERCENT, IDLE_FOR_MS, IdleClock, Resource};
 pub use names::{Aliases, NodeMatch, NodeNames};
 
 /// One source's data, as the join reads it.
@@ -32,14 +32,16 @@ pub struct SourceView<'a> {
     pub source: usize,
     /// Its display name.
     pub name: &'a str,
-    /// Its snapshot (the engine is `endpoint.kind`).
+    /// The engine it speaks for.
+    pub engine: GpuEngine,
+    /// Its snapshot.
     pub snapshot: &'a Snapshot,
 }
 
-/// The engine a source speaks for, from its snapshot's `endpoint.kind`.
+/// The engine a source speaks for (its `SourceKind`, as the join needs it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Engine {
+pub enum GpuEngine {
     /// A gpuboard endpoint (or the embedded scheduler, or the demo).
     Gpuboard,
     /// Slurm.
@@ -52,34 +54,18 @@ pub enum Engine {
     Boinc,
     /// Telemetry only (Prometheus dcgm series): sees GPUs, holds none.
     Telemetry,
-    /// Anything else.
-    Other,
 }
 
-impl Engine {
-    /// The engine of a snapshot's `endpoint.kind`.
-    pub fn of_kind(kind: &str) -> Engine {
-        match kind {
-            "gpuboard" | "embedded" | "demo" => Engine::Gpuboard,
-            "slurm" => Engine::Slurm,
-            "kubernetes" => Engine::Kubernetes,
-            "ray" => Engine::Ray,
-            "boinc" => Engine::Boinc,
-            "prometheus" => Engine::Telemetry,
-            _ => Engine::Other,
-        }
-    }
-
+impl GpuEngine {
     /// Its name as screens show it.
     pub fn word(self) -> &'static str {
         match self {
-            Engine::Gpuboard => "gpuboard",
-            Engine::Slurm => "slurm",
-            Engine::Kubernetes => "kubernetes",
-            Engine::Ray => "ray",
-            Engine::Boinc => "boinc",
-            Engine::Telemetry => "telemetry",
-            Engine::Other => "other",
+            GpuEngine::Gpuboard => "gpuboard",
+            GpuEngine::Slurm => "slurm",
+            GpuEngine::Kubernetes => "kubernetes",
+            GpuEngine::Ray => "ray",
+            GpuEngine::Boinc => "boinc",
+            GpuEngine::Telemetry => "telemetry",
         }
     }
 }
@@ -92,7 +78,7 @@ pub struct Sighting {
     /// The source's name.
     pub source_name: String,
     /// Its engine.
-    pub engine: Engine,
+    pub engine: GpuEngine,
     /// The node as that source names it.
     pub node: String,
     /// The device index in that source.
@@ -103,13 +89,13 @@ pub struct Sighting {
 
 /// One engine's hold on a GPU: a claim, a Slurm job, a pod, a Ray worker, a BOINC task.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Holder {
+pub struct GpuHolder {
     /// The source that reports it.
     pub source: usize,
     /// That source's name.
     pub source_name: String,
     /// Its engine.
-    pub engine: Engine,
+    pub engine: GpuEngine,
     /// Its claim id in that source.
     pub claim: ClaimId,
     /// What it is, in a few words (`Slurm job 42`, `pod ml/train-0`, `Ray actor Trainer`).
@@ -165,7 +151,7 @@ pub struct PhysicalGpu {
     /// The source the telemetry is from.
     pub telemetry_from: Option<usize>,
     /// Every engine's holders; children name their parent.
-    pub holders: Vec<Holder>,
+    pub holders: Vec<GpuHolder>,
     /// Processes on it, each with its holder.
     pub processes: Vec<GpuProcess>,
     /// What is wrong with it.
@@ -189,7 +175,7 @@ impl PhysicalGpu {
     }
 
     /// The chain of holders from the outermost down to `holder` (labels).
-    pub fn chain(&self, holder: usize) -> Vec<&Holder> {
+    pub fn chain(&self, holder: usize) -> Vec<&GpuHolder> {
         let mut out = Vec::new();
         let mut at = Some(holder);
         while let Some(i) = at {
@@ -205,7 +191,7 @@ impl PhysicalGpu {
     }
 
     /// Holders nested in none.
-    pub fn roots(&self) -> impl Iterator<Item = (usize, &Holder)> {
+    pub fn roots(&self) -> impl Iterator<Item = (usize, &GpuHolder)> {
         self.holders
             .iter()
             .enumerate()
@@ -213,7 +199,7 @@ impl PhysicalGpu {
     }
 
     /// The holders directly inside `parent` (or the roots for `None`).
-    pub fn children(&self, parent: Option<usize>) -> impl Iterator<Item = (usize, &Holder)> {
+    pub fn children(&self, parent: Option<usize>) -> impl Iterator<Item = (usize, &GpuHolder)> {
         self.holders
             .iter()
             .enumerate()
@@ -239,14 +225,14 @@ impl PhysicalGpu {
 
 /// Every physical GPU, and what could not be matched.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct Fleet {
+pub struct PhysicalFleet {
     /// GPUs by node and index.
     pub gpus: Vec<PhysicalGpu>,
     /// Why devices were left unmatched, one line each.
     pub warnings: Vec<String>,
 }
 
-impl Fleet {
+impl PhysicalFleet {
     /// The GPU at `node:index`, the node matched as the join matches names (case, short
     /// name, or any source's own name for it).
     pub fn find(&self, node: &str, index: u32) -> Option<&PhysicalGpu> {
@@ -286,11 +272,11 @@ type Slot = (String, u32);
 fn slot_of(
     names: &NodeNames,
     pods: &HashMap<String, Vec<PodHost>>,
-    engine: Engine,
+    engine: GpuEngine,
     node: &str,
     index: u32,
 ) -> Result<(Slot, Option<(usize, ClaimId)>), String> {
-    if engine == Engine::Ray
+    if engine == GpuEngine::Ray
         && let Some(hosts) = pods.get(&node.to_lowercase())
     {
         let [pod] = hosts.as_slice() else {
@@ -338,7 +324,7 @@ struct PodHost {
 fn pod_hosts(sources: &[SourceView<'_>]) -> HashMap<String, Vec<PodHost>> {
     let mut out: HashMap<String, Vec<PodHost>> = HashMap::new();
     for s in sources {
-        if Engine::of_kind(&s.snapshot.endpoint.kind) != Engine::Kubernetes {
+        if s.engine != GpuEngine::Kubernetes {
             continue;
         }
         for c in &s.snapshot.claims {
@@ -353,7 +339,7 @@ fn pod_hosts(sources: &[SourceView<'_>]) -> HashMap<String, Vec<PodHost>> {
             out.entry(pod.to_lowercase()).or_default().push(PodHost {
                 source: s.source,
                 claim: c.id,
-                label: holders::label(Engine::Kubernetes, c),
+                label: holders::label(GpuEngine::Kubernetes, c),
                 node: node.clone(),
                 devices,
             });
@@ -369,8 +355,8 @@ fn norm_uuid(u: Option<&str>) -> Option<String> {
 }
 
 /// Joins the sources' devices into physical GPUs, with every holder and process of each
-/// and the double-booked and unexplained flags (idle ones come from `IdleTracker`).
-pub fn join(sources: &[SourceView<'_>], aliases: &Aliases) -> Fleet {
+/// and the double-booked and unexplained flags (idle ones come from `IdleClock`).
+pub fn join(sources: &[SourceView<'_>], aliases: &Aliases) -> PhysicalFleet {
     let names = NodeNames::new(
         aliases,
         sources
@@ -385,7 +371,7 @@ pub fn join(sources: &[SourceView<'_>], aliases: &Aliases) -> Fleet {
     let mut warnings = Vec::new();
     let mut later = Vec::new();
     for s in sources {
-        let engine = Engine::of_kind(&s.snapshot.endpoint.kind);
+        let engine = s.engine;
         for n in &s.snapshot.nodes {
             for d in &n.devices {
                 let uuid = norm_uuid(d.uuid.as_deref());
@@ -494,7 +480,7 @@ pub fn join(sources: &[SourceView<'_>], aliases: &Aliases) -> Fleet {
         })
         .collect();
     gpus.sort_by(|a, b| (&a.node, a.index, &a.uuid).cmp(&(&b.node, b.index, &b.uuid)));
-    Fleet { gpus, warnings }
+    PhysicalFleet { gpus, warnings }
 }
 
 /// A source's placed claims by (node, device).
@@ -524,7 +510,7 @@ fn telemetry_rank(s: &Seen<'_>) -> Option<(bool, bool, bool, crate::clock::Times
     Some((
         !t.lost,
         !t.processes.is_empty(),
-        s.sighting.engine != Engine::Telemetry,
+        s.sighting.engine != GpuEngine::Telemetry,
         t.sampled_at,
     ))
 }

@@ -13,12 +13,21 @@ use crate::units::Slots;
 
 const GIB: u64 = 1 << 30;
 
-fn snap(kind: &str, nodes: Vec<NodeView>, claims: Vec<ClaimView>) -> Snapshot {
-    Snapshot {
-        endpoint: EndpointInfo::engine("x", kind, String::new()),
-        nodes,
-        claims,
-        ..Snapshot::default()
+/// A source's snapshot and the engine it speaks for.
+struct Src {
+    engine: GpuEngine,
+    snapshot: Snapshot,
+}
+
+fn snap(engine: GpuEngine, nodes: Vec<NodeView>, claims: Vec<ClaimView>) -> Src {
+    Src {
+        engine,
+        snapshot: Snapshot {
+            endpoint: EndpointInfo::engine("x", engine.word(), String::new()),
+            nodes,
+            claims,
+            ..Snapshot::default()
+        },
     }
 }
 
@@ -137,18 +146,19 @@ fn pod(id: u64, name: &str, uid: &str, node: &str, device: u32, memory: u64) -> 
     )
 }
 
-fn join_all(snaps: &[(&str, &Snapshot)]) -> Fleet {
+fn join_all(snaps: &[(&str, &Src)]) -> PhysicalFleet {
     join_with(snaps, &Aliases::default())
 }
 
-fn join_with(snaps: &[(&str, &Snapshot)], aliases: &Aliases) -> Fleet {
+fn join_with(snaps: &[(&str, &Src)], aliases: &Aliases) -> PhysicalFleet {
     let views: Vec<SourceView<'_>> = snaps
         .iter()
         .enumerate()
-        .map(|(i, (name, snapshot))| SourceView {
+        .map(|(i, (name, src))| SourceView {
             source: i,
             name,
-            snapshot,
+            engine: src.engine,
+            snapshot: &src.snapshot,
         })
         .collect();
     join(&views, aliases)
@@ -161,7 +171,7 @@ fn flag_words(g: &PhysicalGpu) -> Vec<&'static str> {
 #[test]
 fn one_gpu_by_uuid_and_by_node_and_index_across_names() {
     let nvml = snap(
-        "gpuboard",
+        GpuEngine::Gpuboard,
         vec![node(
             "n1.cluster.local",
             vec![dev(0, Some("GPU-aaa")), dev(1, Some("GPU-bbb"))],
@@ -169,7 +179,7 @@ fn one_gpu_by_uuid_and_by_node_and_index_across_names() {
         vec![],
     );
     let dcgm = snap(
-        "prometheus",
+        GpuEngine::Telemetry,
         vec![node(
             "N1",
             vec![dev(0, Some("gpu-AAA")), dev(1, Some("GPU-bbb"))],
@@ -177,16 +187,16 @@ fn one_gpu_by_uuid_and_by_node_and_index_across_names() {
         vec![],
     );
     let slurm = snap(
-        "slurm",
+        GpuEngine::Slurm,
         vec![node("n1", vec![dev(0, None), dev(1, None)])],
         vec![],
     );
-    let fleet = join_all(&[("serve", &nvml), ("prom", &dcgm), ("slurm", &slurm)]);
+    let fleet = join_all(&[("serve", &nvml), ("prom", &dcgm), ("batch", &slurm)]);
     assert_eq!(fleet.gpus.len(), 2, "{fleet:#?}");
     assert!(fleet.warnings.is_empty(), "{:?}", fleet.warnings);
     let g0 = fleet.find("n1", 0).unwrap();
     assert_eq!(g0.uuid.as_deref(), Some("gpu-aaa"));
-    assert_eq!(g0.source_names(), ["serve", "prom", "slurm"]);
+    assert_eq!(g0.source_names(), ["serve", "prom", "batch"]);
     assert_eq!(g0.node, "n1");
     assert!(fleet.find("N1.cluster.local", 1).is_some());
     assert!(fleet.find("n1", 2).is_none());
@@ -195,11 +205,15 @@ fn one_gpu_by_uuid_and_by_node_and_index_across_names() {
 #[test]
 fn aliases_join_names_nothing_else_would() {
     let a = snap(
-        "slurm",
+        GpuEngine::Slurm,
         vec![node("gpu-node-7", vec![dev(0, None)])],
         vec![],
     );
-    let b = snap("gpuboard", vec![node("n7", vec![dev(0, None)])], vec![]);
+    let b = snap(
+        GpuEngine::Gpuboard,
+        vec![node("n7", vec![dev(0, None)])],
+        vec![],
+    );
     assert_eq!(join_all(&[("a", &a), ("b", &b)]).gpus.len(), 2);
     let aliases = Aliases::new([("GPU-Node-7", "n7")]);
     let fleet = join_with(&[("a", &a), ("b", &b)], &aliases);
@@ -210,16 +224,20 @@ fn aliases_join_names_nothing_else_would() {
 #[test]
 fn a_short_name_two_domains_share_stays_alone_with_why() {
     let a = snap(
-        "gpuboard",
+        GpuEngine::Gpuboard,
         vec![node("n1.east.example", vec![dev(0, None)])],
         vec![],
     );
     let b = snap(
-        "gpuboard",
+        GpuEngine::Gpuboard,
         vec![node("n1.west.example", vec![dev(0, None)])],
         vec![],
     );
-    let c = snap("slurm", vec![node("n1", vec![dev(0, None)])], vec![]);
+    let c = snap(
+        GpuEngine::Slurm,
+        vec![node("n1", vec![dev(0, None)])],
+        vec![],
+    );
     let fleet = join_all(&[("a", &a), ("b", &b), ("c", &c)]);
     assert_eq!(fleet.gpus.len(), 3, "{fleet:#?}");
     let alone: Vec<_> = fleet
@@ -242,16 +260,20 @@ fn a_short_name_two_domains_share_stays_alone_with_why() {
 #[test]
 fn two_uuids_at_one_place_leave_the_device_without_one_unmatched() {
     let a = snap(
-        "gpuboard",
+        GpuEngine::Gpuboard,
         vec![node("n1", vec![dev(0, Some("GPU-a"))])],
         vec![],
     );
     let b = snap(
-        "prometheus",
+        GpuEngine::Telemetry,
         vec![node("n1", vec![dev(0, Some("GPU-b"))])],
         vec![],
     );
-    let c = snap("slurm", vec![node("n1", vec![dev(0, None)])], vec![]);
+    let c = snap(
+        GpuEngine::Slurm,
+        vec![node("n1", vec![dev(0, None)])],
+        vec![],
+    );
     let fleet = join_all(&[("a", &a), ("b", &b), ("c", &c)]);
     assert_eq!(fleet.gpus.len(), 3);
     let alone = fleet.gpus.iter().find(|g| g.unmatched.is_some()).unwrap();
@@ -269,16 +291,16 @@ fn two_uuids_at_one_place_leave_the_device_without_one_unmatched() {
 #[test]
 fn a_slurm_job_and_a_claim_not_nested_are_double_booked_with_both_named() {
     let serve = snap(
-        "gpuboard",
+        GpuEngine::Gpuboard,
         vec![node("n1", vec![dev(3, Some("GPU-3"))])],
         vec![claim(7, "n1", 3, 10 * GIB, 5_000, &[])],
     );
     let slurm = snap(
-        "slurm",
+        GpuEngine::Slurm,
         vec![node("n1", vec![dev(3, None)])],
         vec![slurm_job(42, "n1", 3)],
     );
-    let fleet = join_all(&[("serve", &serve), ("slurm", &slurm)]);
+    let fleet = join_all(&[("serve", &serve), ("batch", &slurm)]);
     let g = fleet.find("n1", 3).unwrap();
     assert_eq!(g.holders.len(), 2);
     assert_eq!(flag_words(g), ["double-booked"]);
@@ -299,22 +321,22 @@ fn a_slurm_job_and_a_claim_not_nested_are_double_booked_with_both_named() {
     assert_eq!(holders.len(), 2);
     let text = g.flags[0].describe(g);
     assert!(text.contains("claim 7 (alice) [serve]"), "{text}");
-    assert!(text.contains("Slurm job 42 [slurm]"), "{text}");
+    assert!(text.contains("Slurm job 42 [batch]"), "{text}");
 }
 
 #[test]
 fn a_whole_gpu_beside_a_memory_only_claim_is_double_booked_in_memory() {
     let serve = snap(
-        "gpuboard",
+        GpuEngine::Gpuboard,
         vec![node("n1", vec![dev(0, Some("GPU-0"))])],
         vec![claim(7, "n1", 0, 8 * GIB, 0, &[])],
     );
     let slurm = snap(
-        "slurm",
+        GpuEngine::Slurm,
         vec![node("n1", vec![dev(0, None)])],
         vec![slurm_job(42, "n1", 0)],
     );
-    let fleet = join_all(&[("serve", &serve), ("slurm", &slurm)]);
+    let fleet = join_all(&[("serve", &serve), ("batch", &slurm)]);
     let GpuFlag::DoubleBooked {
         resource,
         held,
@@ -333,14 +355,14 @@ fn a_whole_gpu_beside_a_memory_only_claim_is_double_booked_in_memory() {
 #[test]
 fn fractions_over_one_gpu_are_double_booked_in_compute() {
     let ray = snap(
-        "ray",
+        GpuEngine::Ray,
         vec![node("n1", vec![dev(0, None)])],
         vec![
             claim(1, "n1", 0, 0, 6_000, &[]),
             claim(2, "n1", 0, 0, 6_000, &[]),
         ],
     );
-    let fleet = join_all(&[("ray", &ray)]);
+    let fleet = join_all(&[("actors", &ray)]);
     let g = &fleet.gpus[0];
     assert_eq!(
         g.flags,
@@ -361,7 +383,7 @@ fn gpuboard_run_inside_a_slurm_job_is_nested_not_double_booked() {
         step: Some("0".to_string()),
     };
     let serve = snap(
-        "gpuboard",
+        GpuEngine::Gpuboard,
         vec![node(
             "n1",
             vec![with_processes(
@@ -376,22 +398,22 @@ fn gpuboard_run_inside_a_slurm_job_is_nested_not_double_booked() {
         vec![claim(7, "n1", 3, 10 * GIB, 5_000, &[])],
     );
     let slurm = snap(
-        "slurm",
+        GpuEngine::Slurm,
         vec![node("n1", vec![dev(3, None)])],
         vec![slurm_job(42, "n1", 3)],
     );
-    let fleet = join_all(&[("serve", &serve), ("slurm", &slurm)]);
+    let fleet = join_all(&[("serve", &serve), ("batch", &slurm)]);
     let g = fleet.find("n1", 3).unwrap();
     assert!(g.flags.is_empty(), "{:?}", g.flags);
     let run = g
         .holders
         .iter()
-        .position(|h| h.engine == Engine::Gpuboard)
+        .position(|h| h.engine == GpuEngine::Gpuboard)
         .unwrap();
     let job = g
         .holders
         .iter()
-        .position(|h| h.engine == Engine::Slurm)
+        .position(|h| h.engine == GpuEngine::Slurm)
         .unwrap();
     assert_eq!(g.holders[run].parent, Some(job));
     let chain: Vec<&str> = g.chain(run).iter().map(|h| h.label.as_str()).collect();
@@ -405,7 +427,7 @@ fn gpuboard_run_inside_a_slurm_job_is_nested_not_double_booked() {
 fn pod_ray_worker_and_process_are_one_chain() {
     let uid = "6b3e7a6f-0000-4000-8000-000000000001";
     let k8s = snap(
-        "kubernetes",
+        GpuEngine::Kubernetes,
         vec![node(
             "n1",
             vec![dev(0, Some("GPU-0")), dev(1, Some("GPU-1"))],
@@ -423,12 +445,12 @@ fn pod_ray_worker_and_process_are_one_chain() {
     );
     worker.holder = Some("actor Trainer".to_string());
     let ray = snap(
-        "ray",
+        GpuEngine::Ray,
         vec![node("raycluster-worker-x", vec![dev(0, None)])],
         vec![worker],
     );
     let serve = snap(
-        "gpuboard",
+        GpuEngine::Gpuboard,
         vec![node(
             "n1",
             vec![
@@ -447,10 +469,10 @@ fn pod_ray_worker_and_process_are_one_chain() {
         )],
         vec![],
     );
-    let fleet = join_all(&[("k8s", &k8s), ("ray", &ray), ("serve", &serve)]);
+    let fleet = join_all(&[("k8s", &k8s), ("actors", &ray), ("serve", &serve)]);
     assert_eq!(fleet.gpus.len(), 2, "{fleet:#?}");
     let g = fleet.find("n1", 1).unwrap();
-    assert_eq!(g.source_names(), ["k8s", "ray", "serve"]);
+    assert_eq!(g.source_names(), ["k8s", "actors", "serve"]);
     assert!(g.flags.is_empty(), "{:?}", g.flags);
     let p = g.processes[0].holder.unwrap();
     let chain: Vec<&str> = g.chain(p).iter().map(|h| h.label.as_str()).collect();
@@ -461,7 +483,7 @@ fn pod_ray_worker_and_process_are_one_chain() {
 #[test]
 fn memory_no_holder_accounts_for_is_unexplained() {
     let serve = snap(
-        "gpuboard",
+        GpuEngine::Gpuboard,
         vec![node(
             "n1",
             vec![with_processes(
@@ -491,7 +513,7 @@ fn memory_no_holder_accounts_for_is_unexplained() {
 #[test]
 fn memory_shares_over_the_gpu_are_double_booked_and_guessed_ones_book_nothing() {
     let k8s = snap(
-        "kubernetes",
+        GpuEngine::Kubernetes,
         vec![node("n1", vec![dev(0, Some("GPU-0"))])],
         vec![
             pod(1, "a", "u1", "n1", 0, 30 * GIB),
@@ -510,12 +532,16 @@ fn memory_shares_over_the_gpu_are_double_booked_and_guessed_ones_book_nothing() 
         .labels
         .insert("k8s.devices".into(), "guessed".into());
     let k8s = snap(
-        "kubernetes",
+        GpuEngine::Kubernetes,
         vec![node("n1", vec![dev(0, Some("GPU-0"))])],
         vec![pod(1, "a", "u1", "n1", 0, 30 * GIB), guessed],
     );
-    let slurm = snap("slurm", vec![node("n1", vec![dev(0, None)])], vec![]);
-    let fleet = join_all(&[("k8s", &k8s), ("slurm", &slurm)]);
+    let slurm = snap(
+        GpuEngine::Slurm,
+        vec![node("n1", vec![dev(0, None)])],
+        vec![],
+    );
+    let fleet = join_all(&[("k8s", &k8s), ("batch", &slurm)]);
     assert!(fleet.gpus[0].flags.is_empty(), "{:?}", fleet.gpus[0].flags);
     assert_eq!(fleet.gpus[0].holders.len(), 2);
 }
@@ -523,7 +549,7 @@ fn memory_shares_over_the_gpu_are_double_booked_and_guessed_ones_book_nothing() 
 #[test]
 fn two_sources_reading_one_cluster_count_a_pod_once() {
     let k8s = snap(
-        "kubernetes",
+        GpuEngine::Kubernetes,
         vec![node("n1", vec![dev(0, Some("GPU-0"))])],
         vec![pod(1, "a", "u1", "n1", 0, 30 * GIB)],
     );
@@ -540,9 +566,13 @@ fn telemetry_with_processes_wins_over_dcgm() {
         utilization_gpu: Some(1),
         ..DeviceTelemetry::default()
     });
-    let dcgm = snap("prometheus", vec![node("n1", vec![dcgm_dev])], vec![]);
+    let dcgm = snap(
+        GpuEngine::Telemetry,
+        vec![node("n1", vec![dcgm_dev])],
+        vec![],
+    );
     let serve = snap(
-        "gpuboard",
+        GpuEngine::Gpuboard,
         vec![node(
             "n1",
             vec![with_processes(
@@ -563,7 +593,7 @@ fn telemetry_with_processes_wins_over_dcgm() {
 fn idle_for_thirty_minutes_flags_every_engines_holders() {
     let at = |util: u32| {
         snap(
-            "gpuboard",
+            GpuEngine::Gpuboard,
             vec![node(
                 "n1",
                 vec![with_processes(dev(0, Some("GPU-0")), Some(util), vec![])],
@@ -572,15 +602,15 @@ fn idle_for_thirty_minutes_flags_every_engines_holders() {
         )
     };
     let slurm = snap(
-        "slurm",
+        GpuEngine::Slurm,
         vec![node("n1", vec![dev(0, None)])],
         vec![slurm_job(5, "n1", 0)],
     );
-    let mut tracker = IdleTracker::default();
+    let mut tracker = IdleClock::default();
     let t0 = Timestamp(1_000_000);
-    let run = |tracker: &mut IdleTracker, util: u32, t: Timestamp| {
+    let run = |tracker: &mut IdleClock, util: u32, t: Timestamp| {
         let serve = at(util);
-        let mut f = join_all(&[("serve", &serve), ("slurm", &slurm)]);
+        let mut f = join_all(&[("serve", &serve), ("batch", &slurm)]);
         tracker.observe(&mut f, t);
         f.gpus[0].flags.clone()
     };
@@ -600,7 +630,7 @@ fn idle_for_thirty_minutes_flags_every_engines_holders() {
     // Idle but held by no one: not flagged.
     let serve = at(0);
     let mut f = join_all(&[("serve", &serve)]);
-    let mut t = IdleTracker::default();
+    let mut t = IdleClock::default();
     t.observe(&mut f, t0);
     t.observe(&mut f, t0.plus_millis(IDLE_FOR_MS));
     assert!(f.gpus[0].flags.is_empty());
@@ -642,7 +672,7 @@ fn spelled(n: u8, how: u8) -> String {
 proptest! {
     #[test]
     fn every_device_lands_once_and_every_claim_on_its_gpu(sources in arb_sources()) {
-        const KINDS: [&str; 4] = ["gpuboard", "slurm", "kubernetes", "prometheus"];
+        const KINDS: [GpuEngine; 4] = [GpuEngine::Gpuboard, GpuEngine::Slurm, GpuEngine::Kubernetes, GpuEngine::Telemetry];
         let mut snaps = Vec::new();
         for (i, (kind, devices, claims)) in sources.iter().enumerate() {
             let mut nodes: BTreeMap<String, Vec<DeviceView>> = BTreeMap::new();
@@ -666,22 +696,22 @@ proptest! {
             let nodes = nodes.into_iter().map(|(n, d)| node(&n, d)).collect();
             snaps.push((format!("s{i}"), snap(KINDS[*kind], nodes, claims)));
         }
-        let refs: Vec<(&str, &Snapshot)> = snaps.iter().map(|(n, s)| (n.as_str(), s)).collect();
+        let refs: Vec<(&str, &Src)> = snaps.iter().map(|(n, s)| (n.as_str(), s)).collect();
         let fleet = join_all(&refs);
         // Every device is seen exactly once.
-        let devices: usize = snaps.iter().map(|(_, s)| s.nodes.iter().map(|n| n.devices.len()).sum::<usize>()).sum();
+        let devices: usize = snaps.iter().map(|(_, s)| s.snapshot.nodes.iter().map(|n| n.devices.len()).sum::<usize>()).sum();
         let sightings: usize = fleet.gpus.iter().map(|g| g.seen_by.len()).sum();
         prop_assert_eq!(devices, sightings);
         // Every claim on a device that exists is a holder exactly once, on the GPU that
         // device joined (gpuboard ids are per source; other engines' once per engine).
         for (i, (_, s)) in snaps.iter().enumerate() {
-            for c in &s.claims {
+            for c in &s.snapshot.claims {
                 let node = c.node.as_deref().unwrap();
                 let d = c.shares[0].device;
                 let on: Vec<&PhysicalGpu> = fleet.gpus.iter().filter(|g| g.seen_by.iter().any(|v| v.source == i && v.node == node && v.index == d)).collect();
                 prop_assert!(on.len() <= 1);
                 if let Some(g) = on.first() {
-                    let engine = Engine::of_kind(&s.endpoint.kind);
+                    let engine = s.engine;
                     let n = g.holders.iter().filter(|h| h.claim == c.id && h.engine == engine).count();
                     prop_assert_eq!(n, 1);
                 }

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::physical::{Aliases, Fleet, IdleTracker, PhysicalGpu, SourceView, join};
+use crate::physical::{Aliases, IdleClock, PhysicalFleet, PhysicalGpu, SourceView, join};
 
 use super::{Cursor, State, View};
 
@@ -15,9 +15,9 @@ pub const FLAG_FILTERS: [&str; 3] = ["double-booked", "unexplained", "idle"];
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PhysicalView {
     /// The last join, shared so a copy of the state does not copy 8 000 GPUs.
-    pub fleet: Arc<Fleet>,
+    pub fleet: Arc<PhysicalFleet>,
     /// When each GPU went idle, across joins.
-    pub idle: IdleTracker,
+    pub idle: IdleClock,
     /// Node names the config says are one host.
     pub aliases: Aliases,
     /// The GPUs view lists physical GPUs (true) or each source's devices (false).
@@ -92,7 +92,7 @@ fn matches(g: &PhysicalGpu, needle: &str) -> bool {
 impl State {
     /// Every source's devices joined into physical GPUs, as of the last change: what a
     /// view drawing physical GPUs (the by-GPU list, a fleet map) reads.
-    pub fn physical_fleet(&self) -> &Fleet {
+    pub fn physical_fleet(&self) -> &PhysicalFleet {
         &self.physical.fleet
     }
 
@@ -107,6 +107,7 @@ impl State {
                 Some(SourceView {
                     source: i,
                     name: &s.name,
+                    engine: s.kind.gpu_engine(),
                     snapshot: s.data.as_ref()?,
                 })
             })

@@ -10,7 +10,7 @@ use ratatui::widgets::{Cell, Paragraph, Row, Table, Wrap};
 
 use crate::console::state::State;
 use crate::console::theme::Theme;
-use crate::physical::{GpuProcess, Holder, PhysicalGpu};
+use crate::physical::{GpuHolder, GpuProcess, PhysicalGpu};
 use crate::units::Units;
 
 use super::common::{block, fit, list_row, short_bytes, short_model, window};
@@ -283,7 +283,7 @@ struct TreeLines<'a, 'b> {
 
 impl TreeLines<'_, '_> {
     fn children(&mut self, parent: Option<usize>, indent: &str) {
-        let kids: Vec<(usize, &Holder)> = self.g.children(parent).collect();
+        let kids: Vec<(usize, &GpuHolder)> = self.g.children(parent).collect();
         let procs: Vec<&GpuProcess> = match parent {
             Some(p) => self
                 .g
@@ -325,7 +325,7 @@ impl TreeLines<'_, '_> {
     }
 }
 
-fn holder_facts(h: &Holder) -> String {
+fn holder_facts(h: &GpuHolder) -> String {
     let mut parts = vec![h.source_name.clone()];
     if h.source_name != h.engine.word() {
         parts.push(h.engine.word().to_string());
