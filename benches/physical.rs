@@ -67,16 +67,19 @@ fn claim(id: u64, node: &str, device: u32, compute: u32, labels: &[(&str, String
     }
 }
 
-fn telemetry(processes: Vec<ProcessView>) -> Option<DeviceTelemetry> {
-    Some(DeviceTelemetry {
+fn telemetry(processes: Vec<ProcessView>) -> DeviceTelemetry {
+    DeviceTelemetry {
         sampled_at: Timestamp(1),
         memory_used: Some(Bytes(4 << 30)),
         utilization_gpu: Some(3),
         processes,
         ..DeviceTelemetry::default()
-    })
+    }
 }
 
+/// The four sources' snapshots.
+// One node's eight GPUs as each source writes them, in one loop: read whole.
+#[allow(clippy::too_many_lines)]
 fn sources() -> Vec<Snapshot> {
     let snap = |kind: &str| Snapshot {
         endpoint: EndpointInfo::engine(kind, kind, String::new()),
@@ -155,12 +158,12 @@ fn sources() -> Vec<Snapshot> {
                 ..DeviceView::default()
             };
             let mut d = dev(Some(&uuid));
-            d.telemetry = telemetry(processes);
+            d.telemetry = Some(telemetry(processes));
             nodes[0].devices.push(d);
             nodes[1].devices.push(dev(None));
             nodes[2].devices.push(dev(Some(&uuid)));
             let mut d = dev(Some(&uuid));
-            d.telemetry = telemetry(Vec::new());
+            d.telemetry = Some(telemetry(Vec::new()));
             nodes[3].devices.push(d);
             serve.claims.push(claim(id, &fqdn, i, 2_000, &[]));
             serve
@@ -196,14 +199,21 @@ fn sources() -> Vec<Snapshot> {
 
 fn bench(c: &mut Criterion) {
     let snaps = sources();
-    let names = ["serve", "slurm", "k8s", "dcgm"];
+    let names = ["serve", "batch", "k8s", "dcgm"];
+    let engines = [
+        GpuEngine::Gpuboard,
+        GpuEngine::Slurm,
+        GpuEngine::Kubernetes,
+        GpuEngine::Telemetry,
+    ];
     let views: Vec<SourceView<'_>> = snaps
         .iter()
-        .zip(names)
+        .zip(names.into_iter().zip(engines))
         .enumerate()
-        .map(|(i, (s, name))| SourceView {
+        .map(|(i, (s, (name, engine)))| SourceView {
             source: i,
             name,
+            engine,
             snapshot: s,
         })
         .collect();

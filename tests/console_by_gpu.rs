@@ -18,6 +18,7 @@ use gpuboard::console::state::{SourceSlot, State, View};
 use gpuboard::console::theme::load_strict;
 use gpuboard::console::update::{show_view, update};
 use gpuboard::ids::ClaimId;
+use gpuboard::physical::GpuFlag;
 use gpuboard::placement::DeviceShare;
 use gpuboard::request::ClaimRequest;
 use gpuboard::snapshot::{
@@ -123,8 +124,8 @@ fn process(
     }
 }
 
-fn telemetry(util: u32, used: u64, processes: Vec<ProcessView>) -> Option<DeviceTelemetry> {
-    Some(DeviceTelemetry {
+fn telemetry(util: u32, used: u64, processes: Vec<ProcessView>) -> DeviceTelemetry {
+    DeviceTelemetry {
         sampled_at: NOW,
         memory_total: Some(Bytes(40 * GIB)),
         memory_used: Some(Bytes(used * GIB)),
@@ -132,7 +133,7 @@ fn telemetry(util: u32, used: u64, processes: Vec<ProcessView>) -> Option<Device
         temperature_c: Some(51),
         processes,
         ..DeviceTelemetry::default()
-    })
+    }
 }
 
 /// One host, `n1`, as four sources name it. GPU 0: Slurm job 42 with a `gpuboard run`
@@ -157,16 +158,16 @@ fn four_sources() -> State {
         step: Some("0".to_string()),
     };
     let mut g0 = dev(0, Some("GPU-5fd0c8a1-0000"));
-    g0.telemetry = telemetry(
+    g0.telemetry = Some(telemetry(
         63,
         9,
         vec![
             process(5001, "train.py", 8, Some(7), Some(job(42))),
             process(5002, "dataloader", 1, None, Some(job(42))),
         ],
-    );
+    ));
     let mut g1 = dev(1, Some("GPU-9ab31e77-0001"));
-    g1.telemetry = telemetry(
+    g1.telemetry = Some(telemetry(
         88,
         27,
         vec![
@@ -180,7 +181,7 @@ fn four_sources() -> State {
             process(6002, "sim", 10, None, Some(job(43))),
             process(7070, "miner", 5, None, None),
         ],
-    );
+    ));
     let serve = snap(
         "gpuboard",
         "n1.lab.example",
@@ -222,9 +223,9 @@ fn four_sources() -> State {
     );
     feed(&mut st, 2, k8s, NOW.0 - 1_000);
     let mut d0 = dev(0, Some("GPU-5fd0c8a1-0000"));
-    d0.telemetry = telemetry(60, 9, vec![]);
+    d0.telemetry = Some(telemetry(60, 9, vec![]));
     let mut d1 = dev(1, Some("GPU-9ab31e77-0001"));
-    d1.telemetry = telemetry(85, 27, vec![]);
+    d1.telemetry = Some(telemetry(85, 27, vec![]));
     feed(
         &mut st,
         3,
@@ -254,7 +255,7 @@ fn one_row_per_physical_gpu_with_every_engines_holders() {
     assert_eq!(g0.source_names(), ["serve", "slurm", "k8s", "dcgm"]);
     assert!(g0.flags.is_empty(), "{:?}", g0.flags);
     let g1 = fleet.find("n1", 1).unwrap();
-    let words: Vec<&str> = g1.flags.iter().map(|f| f.word()).collect();
+    let words: Vec<&str> = g1.flags.iter().map(GpuFlag::word).collect();
     assert_eq!(words, ["double-booked", "unexplained"]);
     let booked = g1.flags[0].describe(g1);
     assert!(

@@ -20,7 +20,7 @@ use common::{Reply, Stopper, free_port, skip_peer};
 use serde_json::{Value, json};
 
 const POD_UID: &str = "0e1f2a3b-0042-4000-8000-000000000042";
-/// A pid no process has (above any default pid_max of a container), nobody's.
+/// A pid no process has (above any default `pid_max` of a container), nobody's.
 const NOBODYS_PID: u32 = 3_900_001;
 
 fn uuid(i: u32) -> String {

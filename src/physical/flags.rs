@@ -198,7 +198,7 @@ impl IdleClock {
                 .filter(|t| !t.lost)
                 .and_then(|t| t.utilization_gpu);
             let id = gpu.id();
-            if !util.is_some_and(|u| u < IDLE_BELOW_PERCENT) {
+            if util.is_none_or(|u| u >= IDLE_BELOW_PERCENT) {
                 continue;
             }
             let since = self.since.get(&id).copied().unwrap_or(now).min(now);

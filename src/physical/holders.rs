@@ -106,28 +106,7 @@ pub(super) fn holders_of<'c>(
             ProcessOwner::Docker { .. } => false,
         })
     };
-    // Processes, each once (the first source's listing), with the source that listed it.
-    let mut processes: Vec<GpuProcess> = Vec::new();
-    let mut claims_of: Vec<Option<ClaimId>> = Vec::new();
-    for s in seen {
-        let Some(t) = &s.device.telemetry else {
-            continue;
-        };
-        for p in &t.processes {
-            if processes.iter().any(|q| q.pid == p.pid) {
-                continue;
-            }
-            claims_of.push(p.claim);
-            processes.push(GpuProcess {
-                pid: p.pid,
-                name: p.name.clone(),
-                used_memory: p.used_memory,
-                owner: p.owner.clone(),
-                holder: None,
-                source: s.sighting.source,
-            });
-        }
-    }
+    let (mut processes, claims_of) = processes_of(seen);
     // First the claims the processes name, nested in the job or pod their cgroup names.
     for (p, claim) in processes.iter_mut().zip(&claims_of) {
         let Some(claim) = claim else { continue };
@@ -158,6 +137,33 @@ pub(super) fn holders_of<'c>(
         };
     }
     (holders, processes)
+}
+
+/// Every process on the GPU, each once (the first source's listing), with the source that
+/// listed it, not yet placed; and the claim each one's environment names.
+fn processes_of(seen: &[Seen<'_>]) -> (Vec<GpuProcess>, Vec<Option<ClaimId>>) {
+    let mut processes: Vec<GpuProcess> = Vec::new();
+    let mut claims_of: Vec<Option<ClaimId>> = Vec::new();
+    for s in seen {
+        let Some(t) = &s.device.telemetry else {
+            continue;
+        };
+        for p in &t.processes {
+            if processes.iter().any(|q| q.pid == p.pid) {
+                continue;
+            }
+            claims_of.push(p.claim);
+            processes.push(GpuProcess {
+                pid: p.pid,
+                name: p.name.clone(),
+                used_memory: p.used_memory,
+                owner: p.owner.clone(),
+                holder: None,
+                source: s.sighting.source,
+            });
+        }
+    }
+    (processes, claims_of)
 }
 
 /// Whether `a` is `b` or nested (at any depth) in `b`.

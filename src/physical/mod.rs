@@ -319,7 +319,7 @@ struct PodHost {
     devices: Vec<u32>,
 }
 
-/// Placed pods by name (lower case), for Ray nodes that are pods (KubeRay names a raylet
+/// Placed pods by name (lower case), for Ray nodes that are pods (`KubeRay` names a raylet
 /// by its pod's host name).
 fn pod_hosts(sources: &[SourceView<'_>]) -> HashMap<String, Vec<PodHost>> {
     let mut out: HashMap<String, Vec<PodHost>> = HashMap::new();
@@ -356,6 +356,9 @@ fn norm_uuid(u: Option<&str>) -> Option<String> {
 
 /// Joins the sources' devices into physical GPUs, with every holder and process of each
 /// and the double-booked and unexplained flags (idle ones come from `IdleClock`).
+// The two passes (devices with a UUID, then those placed by node and index) share their
+// indexes and warnings: one function, read top to bottom.
+#[allow(clippy::too_many_lines)]
 pub fn join(sources: &[SourceView<'_>], aliases: &Aliases) -> PhysicalFleet {
     let names = NodeNames::new(
         aliases,
@@ -458,12 +461,11 @@ pub fn join(sources: &[SourceView<'_>], aliases: &Aliases) -> PhysicalFleet {
             groups.push((Some(slot), vec![seen], Some(why.clone())));
             continue;
         }
-        match by_slot.get(&slot) {
-            Some(&at) => groups[at].1.push(seen),
-            None => {
-                by_slot.insert(slot.clone(), groups.len());
-                groups.push((Some(slot), vec![seen], None));
-            }
+        if let Some(&at) = by_slot.get(&slot) {
+            groups[at].1.push(seen);
+        } else {
+            by_slot.insert(slot.clone(), groups.len());
+            groups.push((Some(slot), vec![seen], None));
         }
     }
     let claims: Vec<ClaimIndex<'_>> = sources.iter().map(claim_index).collect();

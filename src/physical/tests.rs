@@ -647,10 +647,11 @@ fn flags_serialize_with_their_word() {
     assert_eq!(v["memory"], 5);
 }
 
+/// Per source: kind, devices (node, index, has uuid, spelling), claims (node, index, compute).
+type ArbSource = (usize, Vec<(u8, u8, bool, u8)>, Vec<(u8, u8, u16)>);
+
 /// Sources over a few nodes, named as each source would: short, FQDN, upper case.
-fn arb_sources() -> impl Strategy<Value = Vec<(usize, Vec<(u8, u8, bool, u8)>, Vec<(u8, u8, u16)>)>>
-{
-    // Per source: kind, devices (node, index, has uuid, spelling), claims (node, index, compute).
+fn arb_sources() -> impl Strategy<Value = Vec<ArbSource>> {
     prop::collection::vec(
         (
             0usize..4,

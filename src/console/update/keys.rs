@@ -187,8 +187,6 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
         }
         KeyAction::ViewOverview => return set_view(state, View::Overview),
         KeyAction::ViewGpus => return set_view(state, View::Gpus),
-        // Handled by `by_gpu::action` above.
-        KeyAction::ByGpu => {}
         KeyAction::ViewClaims => return set_view(state, View::Claims),
         KeyAction::ViewFairShare => return set_view(state, View::Ledger),
         KeyAction::ViewDetail => return set_view(state, View::Detail),
@@ -309,7 +307,9 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
         | KeyAction::Play
         | KeyAction::Faster
         | KeyAction::Slower => return super::rewind::live_action(state, a),
-        KeyAction::Confirm
+        // `ByGpu` is handled by `by_gpu::action` above.
+        KeyAction::ByGpu
+        | KeyAction::Confirm
         | KeyAction::Cancel
         | KeyAction::NextField
         | KeyAction::PrevField

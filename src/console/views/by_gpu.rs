@@ -2,6 +2,8 @@
 //! engine's holders and its flags; Enter (or `:gpu NODE:INDEX`) opens one GPU's holders
 //! as a tree, each process under its holder, and the processes no holder accounts for.
 
+use std::fmt::Write as _;
+
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::Style;
@@ -167,7 +169,7 @@ fn holders_text(g: &PhysicalGpu) -> String {
     let nested = g.holders.len() - roots.len();
     let mut s = roots.join(", ");
     if nested > 0 {
-        s.push_str(&format!(" (+{nested} nested)"));
+        let _ = write!(s, " (+{nested} nested)");
     }
     s
 }
@@ -185,10 +187,10 @@ fn draw_tree(
     let mut lines: Vec<Line<'static>> = Vec::new();
     let mut head = format!("{} · {}", g.place(), g.model);
     if let Some(m) = g.memory {
-        head.push_str(&format!(" · {}", short_bytes(m)));
+        let _ = write!(head, " · {}", short_bytes(m));
     }
     if let Some(u) = &g.uuid {
-        head.push_str(&format!(" · {u}"));
+        let _ = write!(head, " · {u}");
     }
     lines.push(Line::styled(head, theme.header));
     let seen: Vec<String> = g
@@ -306,7 +308,7 @@ impl TreeLines<'_, '_> {
         for (i, h) in kids {
             n += 1;
             let (branch, next) = match (parent, n == total) {
-                (None, _) => ("", format!("{indent}")),
+                (None, _) => ("", indent.to_string()),
                 (Some(_), true) => ("└─ ", format!("{indent}   ")),
                 (Some(_), false) => ("├─ ", format!("{indent}│  ")),
             };
@@ -348,14 +350,15 @@ fn holder_facts(h: &GpuHolder) -> String {
 fn process_text(p: &GpuProcess) -> String {
     let mut s = format!("pid {}", p.pid);
     if let Some(n) = &p.name {
-        s.push_str(&format!(" {n}"));
+        let _ = write!(s, " {n}");
     }
-    s.push_str(&format!(
+    let _ = write!(
+        s,
         " {}",
         p.used_memory.map_or_else(|| "n/a".into(), short_bytes)
-    ));
+    );
     if let Some(o) = &p.owner {
-        s.push_str(&format!(" ({})", o.short()));
+        let _ = write!(s, " ({})", o.short());
     }
     s
 }
