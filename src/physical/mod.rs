@@ -376,6 +376,8 @@ pub fn join(sources: &[SourceView<'_>], aliases: &Aliases) -> PhysicalFleet {
     for s in sources {
         let engine = s.engine;
         for n in &s.snapshot.nodes {
+            // A node's key once for all its devices (a Ray node's depends on the device).
+            let key = (engine != GpuEngine::Ray).then(|| names.key(&n.name));
             for d in &n.devices {
                 let uuid = norm_uuid(d.uuid.as_deref());
                 let seen = Seen {
@@ -390,7 +392,11 @@ pub fn join(sources: &[SourceView<'_>], aliases: &Aliases) -> PhysicalFleet {
                     device: d,
                     inside: None,
                 };
-                let placed = slot_of(&names, &pods, engine, &n.name, d.index);
+                let placed = match &key {
+                    Some(NodeMatch::Key(k)) => Ok(((k.clone(), d.index), None)),
+                    Some(NodeMatch::Ambiguous(all)) => Err(ambiguous(&n.name, all)),
+                    None => slot_of(&names, &pods, engine, &n.name, d.index),
+                };
                 let Some(uuid) = uuid else {
                     later.push((seen, placed));
                     continue;
@@ -478,7 +484,7 @@ pub fn join(sources: &[SourceView<'_>], aliases: &Aliases) -> PhysicalFleet {
         .into_iter()
         .map(|(slot, mut seen, unmatched)| {
             seen.sort_by_key(|s| s.sighting.source);
-            gpu_of(slot, &seen, unmatched, &claims, &by_source)
+            gpu_of(slot, seen, unmatched, &claims, &by_source)
         })
         .collect();
     gpus.sort_by(|a, b| (&a.node, a.index, &a.uuid).cmp(&(&b.node, b.index, &b.uuid)));
@@ -519,7 +525,7 @@ fn telemetry_rank(s: &Seen<'_>) -> Option<(bool, bool, bool, crate::clock::Times
 
 fn gpu_of<'c>(
     slot: Option<Slot>,
-    seen: &[Seen<'_>],
+    seen: Vec<Seen<'_>>,
     unmatched: Option<String>,
     claims: &'c [ClaimIndex<'c>],
     by_source: &HashMap<usize, usize>,
@@ -556,16 +562,18 @@ fn gpu_of<'c>(
             .and_then(|c| c.get(&s.sighting.index))
             .map_or(&[][..], Vec::as_slice)
     };
-    let (holders, processes) = holders::holders_of(seen, on_device);
+    let (holders, processes) = holders::holders_of(&seen, on_device);
+    let telemetry_from = best.map(|s| s.sighting.source);
+    let uuid = seen.iter().find_map(|s| s.sighting.uuid.clone());
     let mut gpu = PhysicalGpu {
         node,
         index,
-        uuid: seen.iter().find_map(|s| s.sighting.uuid.clone()),
+        uuid,
         model,
         memory,
-        seen_by: seen.iter().map(|s| s.sighting.clone()).collect(),
+        seen_by: seen.into_iter().map(|s| s.sighting).collect(),
         telemetry,
-        telemetry_from: best.map(|s| s.sighting.source),
+        telemetry_from,
         holders,
         processes,
         flags: Vec::new(),
