@@ -7,7 +7,9 @@
 //! - **Domain, no I/O**: `fairshare`, `request`, `placement`, `snapshot` (the read model),
 //!   `scheduler`, `wire` (the HTTP contract), `history` (its record over time), `accounting`
 //!   (GPU time from a window of history), `forecast` (expected starts and previews, on a copy
-//!   of the scheduler); `inventory` and `simulate` read their one input file.
+//!   of the scheduler), `physical` (one GPU across every source that sees it, with every
+//!   engine's holders nested and the flags no one engine can see); `inventory` and
+//!   `simulate` read their one input file.
 //! - **GPUs**: `telemetry` (NVML, /proc), `attribution` (whose claim each GPU process is: pure,
 //!   over telemetry's process samples), `discovery` (Flink).
 //! - **Edges**: `store` (what outlives the process, in `SQLite`), `endpoint` (what `gpuboard
@@ -34,6 +36,7 @@ pub mod history;
 pub mod identity;
 pub mod ids;
 pub mod inventory;
+pub mod physical;
 pub mod placement;
 pub mod request;
 pub mod scheduler;

@@ -21,6 +21,7 @@ const RANKS: &[(&str, u8)] = &[
     ("scheduler", 6),
     ("wire", 6),
     ("simulate", 6),
+    ("physical", 6),
     ("history", 7),
     ("telemetry", 7),
     ("accounting", 8),

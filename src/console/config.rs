@@ -11,6 +11,8 @@
 //! token_file = "/etc/gpuboard/operator.token"
 //! tls_fingerprint = "AB:CD:..."   # what `gpuboard serve` printed; or tls_ca = "ca.pem"
 //! kind = "gpuboard"        # or "ray", "prometheus", "slurm", "boinc", "kubernetes" (kubeconfig, context)
+//! [aliases]                # node names that are one host, where case and short names do not tell
+//! "gpu-node-7" = "n7"
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -47,6 +49,10 @@ pub struct Config {
     /// A CA file for https endpoints that name neither a fingerprint nor a CA.
     #[serde(default)]
     pub tls_ca: Option<PathBuf>,
+    /// Node names that are one host (alias = name), for joining the sources' GPUs where
+    /// case and short names do not tell.
+    #[serde(default)]
+    pub aliases: std::collections::BTreeMap<String, String>,
 }
 
 /// `~/.config/gpuboard`.

@@ -86,6 +86,10 @@ pub struct Status {
     pub generated_at: u64,
     /// Every source.
     pub sources: Vec<SourceStatus>,
+    /// The sources' devices joined into physical GPUs, each with every engine's holders
+    /// and its flags (double-booked, unexplained; idle once watched for long enough), and
+    /// the devices that could not be matched.
+    pub physical: crate::physical::PhysicalFleet,
 }
 
 /// Checks `--dump-screen` while the command line is read, so a wrong view is a usage
@@ -263,6 +267,11 @@ pub fn run(before: &ConsoleArgs, args: &StatusArgs) -> anyhow::Result<()> {
         }
         match (claim, gpu) {
             (Some(name), _) => state.open_claim_named(name).map_err(named_fault)?,
+            // A GPU several sources see: every engine's holders, as `:gpu` opens it.
+            (_, Some(name))
+                if !name.contains('/')
+                    && state.physical_shared(name)
+                    && state.open_physical_named(name).is_some() => {}
             (_, Some(name)) => state.open_gpu_named(name).map_err(named_fault)?,
             _ => super::update::show_view(&mut state, v),
         }
@@ -299,6 +308,7 @@ async fn print_status(
     clock: &Arc<dyn Clock>,
 ) -> anyhow::Result<()> {
     let mut last: Vec<Option<Snapshot>> = vec![None; setup.sources.len()];
+    let mut idle = crate::physical::IdleClock::default();
     loop {
         let results = fetch_all(&setup.sources, timeout, clock).await;
         let mut first_failure = None;
@@ -339,7 +349,10 @@ async fn print_status(
                     }
                 })
                 .collect(),
+            physical: crate::physical::PhysicalFleet::default(),
         };
+        status.physical = physical_of(&status, &setup.sources, &setup.aliases);
+        idle.observe(&mut status.physical, clock.now());
         if args.json {
             add_forecasts(&mut status, &setup.sources, timeout).await;
         }
@@ -357,6 +370,29 @@ async fn print_status(
         }
         tokio::time::sleep(Duration::from_millis(setup.refresh_ms)).await;
     }
+}
+
+/// The answered sources' devices joined into physical GPUs.
+fn physical_of(
+    status: &Status,
+    sources: &[Arc<dyn crate::sources::Source>],
+    aliases: &crate::physical::Aliases,
+) -> crate::physical::PhysicalFleet {
+    let views: Vec<crate::physical::SourceView<'_>> = status
+        .sources
+        .iter()
+        .zip(sources)
+        .enumerate()
+        .filter_map(|(i, (s, source))| {
+            Some(crate::physical::SourceView {
+                source: i,
+                name: &s.name,
+                engine: source.kind().gpu_engine(),
+                snapshot: s.snapshot.as_ref()?,
+            })
+        })
+        .collect();
+    crate::physical::join(&views, aliases)
 }
 
 /// The expected starts of the sources that give them and have a waiting claim; a source
@@ -500,6 +536,12 @@ pub fn table(status: &Status) -> String {
         }) {
             let note = d.endpoint.telemetry_note.as_deref().unwrap_or("SIMULATED");
             let _ = writeln!(out, "  telemetry: {note}");
+        }
+    }
+    // What no one source can see: a GPU's flags across engines.
+    for g in &status.physical.gpus {
+        for f in &g.flags {
+            let _ = writeln!(out, "GPU {}: {}", g.place(), f.describe(g));
         }
     }
     out

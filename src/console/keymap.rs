@@ -48,6 +48,7 @@ actions! {
     PrevView "prev_view" Normal false "previous view";
     ViewOverview "view_overview" Normal false "Overview: cluster totals and sources";
     ViewGpus "view_gpus" Normal false "GPUs: one row per device";
+    ByGpu "by_gpu" Normal false "GPUs by GPU (one row per physical GPU, every engine's holders) or by source";
     ViewClaims "view_claims" Normal false "Claims: who holds what";
     ViewFairShare "view_fairshare" Normal false "Fair share: projects' debts and backoffs";
     ViewDetail "view_detail" Normal false "GPU detail: history, processes, claims";

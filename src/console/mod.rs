@@ -130,6 +130,8 @@ pub struct Setup {
     pub warnings: Vec<String>,
     /// Start rewound to this time (`--at`).
     pub at: Option<crate::clock::Timestamp>,
+    /// Node names the config says are one host (`[aliases]`).
+    pub aliases: crate::physical::Aliases,
 }
 
 /// Resolves flags and config into sources, theme and keymap.
@@ -234,6 +236,7 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
         readonly: args.readonly || attached_read_only,
         warnings,
         at,
+        aliases: crate::physical::Aliases::new(&cfg.aliases),
     })
 }
 
@@ -338,6 +341,7 @@ pub fn initial_state(setup: &Setup) -> state::State {
         setup.readonly,
     );
     st.operator = Some(crate::identity::LocalUser::current().user);
+    st.physical.aliases = setup.aliases.clone();
     for w in &setup.warnings {
         st.push_log(w.clone());
         st.flash = Some(state::Flash {

@@ -49,6 +49,19 @@ pub enum SourceKind {
 }
 
 impl SourceKind {
+    /// The engine the physical-GPU join counts its holders under.
+    pub fn gpu_engine(self) -> crate::physical::GpuEngine {
+        use crate::physical::GpuEngine;
+        match self {
+            SourceKind::Gpuboard | SourceKind::Demo | SourceKind::Embedded => GpuEngine::Gpuboard,
+            SourceKind::Ray => GpuEngine::Ray,
+            SourceKind::Prometheus => GpuEngine::Telemetry,
+            SourceKind::Slurm => GpuEngine::Slurm,
+            SourceKind::Boinc => GpuEngine::Boinc,
+            SourceKind::Kubernetes => GpuEngine::Kubernetes,
+        }
+    }
+
     /// The kinds a config file may name, in the order the docs list them.
     pub const CONFIGURABLE: [SourceKind; 6] = [
         SourceKind::Gpuboard,

@@ -151,12 +151,17 @@ impl Cluster {
         self.daemons.push(Stopper { child, name });
     }
 
-    /// Starts the cluster and waits for its node to be idle. Needs root and Debian's
-    /// `slurm-wlm`, `slurmrestd` and `munge`.
+    /// Starts the cluster, its node named `gpunode`, and waits for the node to be idle.
+    pub fn start() -> Cluster {
+        Cluster::start_on("gpunode")
+    }
+
+    /// Starts the cluster with its one node named `node` and waits for it to be idle.
+    /// Needs root and Debian's `slurm-wlm`, `slurmrestd` and `munge`.
     // The cluster's start in the order it must happen (checks, files and keys, munged,
     // slurmctld, slurmd, slurmrestd, the node idle): a recipe read top to bottom.
     #[allow(clippy::too_many_lines)]
-    pub fn start() -> Cluster {
+    pub fn start_on(node: &str) -> Cluster {
         let turn = crate::common::heavy_peer_turn();
         for bin in [
             "/usr/sbin/slurmctld",
@@ -223,16 +228,16 @@ impl Cluster {
                  JobAcctGatherType=jobacct_gather/none\nAccountingStorageType=accounting_storage/none\n\
                  SchedulerType=sched/backfill\nSelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n\
                  GresTypes=gpu,shard\nMpiDefault=none\nReturnToService=2\nSlurmdParameters=config_overrides\n\
-                 NodeName=gpunode NodeAddr=127.0.0.1 CPUs=4 RealMemory=1000 Gres=gpu:a100:4,shard:a100:16 State=UNKNOWN\n\
-                 PartitionName=gpu Nodes=gpunode Default=YES MaxTime=INFINITE State=UP\n"
+                 NodeName={node} NodeAddr=127.0.0.1 CPUs=4 RealMemory=1000 Gres=gpu:a100:4,shard:a100:16 State=UNKNOWN\n\
+                 PartitionName=gpu Nodes={node} Default=YES MaxTime=INFINITE State=UP\n"
             ),
         )
         .unwrap();
         std::fs::write(
             dir.join("gres.conf"),
             format!(
-                "AutoDetect=off\nNodeName=gpunode Name=gpu Type=a100 File={d}/dev/nvidia[0-3]\n\
-                 NodeName=gpunode Name=shard Type=a100 Count=16\n"
+                "AutoDetect=off\nNodeName={node} Name=gpu Type=a100 File={d}/dev/nvidia[0-3]\n\
+                 NodeName={node} Name=shard Type=a100 Count=16\n"
             ),
         )
         .unwrap();
@@ -263,7 +268,7 @@ impl Cluster {
         c.spawn(
             "slurmd",
             "/usr/sbin/slurmd",
-            &["-D", "-N", "gpunode", "-f", &conf],
+            &["-D", "-N", node, "-f", &conf],
         );
         let socket = format!("{d}/rest/slurmrestd.sock");
         c.spawn(
@@ -283,7 +288,7 @@ impl Cluster {
         );
         c.wait_for("the node to come up idle", || {
             Command::new("sinfo")
-                .args(["-h", "-n", "gpunode", "-o", "%T"])
+                .args(["-h", "-n", node, "-o", "%T"])
                 .env("SLURM_CONF", &conf)
                 .output()
                 .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "idle")

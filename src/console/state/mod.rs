@@ -7,6 +7,7 @@ mod find;
 mod forecast;
 mod form;
 mod paging;
+mod physical;
 mod rewind;
 mod rows;
 mod selection;
@@ -37,6 +38,7 @@ pub use forecast::{
 };
 pub use form::{ClaimForm, FormField, FormKind, FormStage, MoveRow};
 pub use paging::{claims_info_height, events_split, why_pane_height};
+pub use physical::{FLAG_FILTERS, PhysicalView};
 pub use rewind::{
     CHART_SPAN_MS, ChartKey, Charts, DEFAULT_SPEED, Rewind, SPEEDS, STEP_MS, Seeking, Shown,
     chart_window,
@@ -290,6 +292,8 @@ pub struct State {
     pub charts: Option<Charts>,
     /// The Usage view: its window, the sources' answers and its lists.
     pub usage: UsageView,
+    /// Physical GPUs across sources: the GPUs view's "by GPU" list.
+    pub physical: PhysicalView,
 }
 
 impl State {
@@ -327,6 +331,7 @@ impl State {
             rewind: None,
             charts: None,
             usage: UsageView::default(),
+            physical: PhysicalView::default(),
         }
     }
 
@@ -360,6 +365,7 @@ impl State {
     /// Rows in the current view's list.
     pub fn row_count(&self) -> usize {
         match self.view {
+            View::Gpus if self.physical.by_gpu => self.physical.rows.len(),
             View::Gpus => self.gpus.rows.len(),
             View::Claims => self.claims.rows.len(),
             View::Ledger => self.projects.rows.len(),

@@ -14,6 +14,7 @@ impl State {
     /// only reads the result.
     pub fn rebuild_rows(&mut self) {
         self.recompute_totals();
+        self.physical.reshape(&self.gpus.filter);
         // Each list has its own filter.
         let (dev_needle, claim_needle, proj_needle) = (
             self.gpus.filter.to_lowercase(),

@@ -53,8 +53,14 @@ pub struct SourceSlot {
 impl State {
     /// Stores a source's snapshot and joins remote telemetry (Prometheus dcgm series)
     /// into the devices of the other sources, by UUID or by node name and index, and the
-    /// pods a Kubernetes source has into the processes whose cgroups name their UIDs.
+    /// pods a Kubernetes source has into the processes whose cgroups name their UIDs; then
+    /// joins every source's devices into physical GPUs again.
     pub fn store_snapshot(&mut self, source: usize, snap: Snapshot) {
+        self.store_joined(source, snap);
+        self.rejoin_physical();
+    }
+
+    fn store_joined(&mut self, source: usize, snap: Snapshot) {
         let telemetry_on = self.sources.iter().any(|s| s.kind.is_telemetry());
         let pods_on = self
             .sources

@@ -58,6 +58,9 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
         );
         return Vec::new();
     }
+    if let Some(effects) = super::by_gpu::action(state, a) {
+        return effects;
+    }
     let page = isize::try_from(state.visible_rows()).unwrap_or(10);
     match a {
         KeyAction::Quit => return quit(state),
@@ -194,7 +197,9 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
         | KeyAction::Play
         | KeyAction::Faster
         | KeyAction::Slower => return super::rewind::live_action(state, a),
-        KeyAction::Confirm
+        // `ByGpu` is handled by `by_gpu::action` above.
+        KeyAction::ByGpu
+        | KeyAction::Confirm
         | KeyAction::Cancel
         | KeyAction::NextField
         | KeyAction::PrevField

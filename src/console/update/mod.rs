@@ -8,6 +8,7 @@
 //! parts import each other one way only (tests/layout.rs).
 
 mod actions;
+mod by_gpu;
 mod command;
 mod confirm;
 mod engine;

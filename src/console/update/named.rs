@@ -8,7 +8,8 @@ use super::flash;
 use crate::console::msg::Effect;
 use crate::console::state::{Mode, State};
 
-/// `:gpu NODE:INDEX`: that GPU's detail (its holders, processes), from any view.
+/// `:gpu NODE:INDEX`: that GPU's detail (its holders, processes), from any view; a GPU
+/// more than one source sees opens as one physical GPU with every engine's holders.
 pub(super) fn gpu(state: &mut State, arg: &str) -> Vec<Effect> {
     if arg.is_empty() {
         flash(
@@ -16,6 +17,12 @@ pub(super) fn gpu(state: &mut State, arg: &str) -> Vec<Effect> {
             "gpu: name one as NODE:INDEX, as the screens print it (Tab completes)",
             true,
         );
+        return Vec::new();
+    }
+    // Seen by more than one source (or asked from the by-GPU list): every engine's
+    // holders and processes; `SOURCE/NODE:INDEX` is always that source's device.
+    let across = !arg.contains('/') && (state.physical.by_gpu || state.physical_shared(arg));
+    if across && state.open_physical_named(arg).is_some() {
         return Vec::new();
     }
     if let Err(why) = state.open_gpu_named(arg) {

@@ -2,6 +2,7 @@
 //! rows in view are built, so a fleet of thousands of devices draws in the same time as
 //! a screenful. One file per view and per overlay; `common` holds what they share.
 
+mod by_gpu;
 mod charts;
 mod chrome;
 mod claim_detail;
@@ -76,6 +77,7 @@ pub fn draw_body(frame: &mut Frame, state: &State, theme: &Theme) {
 fn draw_view(frame: &mut Frame, body: ratatui::layout::Rect, state: &State, theme: &Theme) {
     match state.view {
         View::Overview => overview::draw(frame, body, state, theme),
+        View::Gpus if state.physical.by_gpu => by_gpu::draw(frame, body, state, theme),
         View::Gpus => gpus::draw(frame, body, state, theme),
         View::Claims => claims::draw(frame, body, state, theme),
         View::Ledger => fairshare::draw(frame, body, state, theme),

@@ -398,6 +398,13 @@ pub(super) fn placed_claim(
     shares: Vec<DeviceShare>,
     note: &str,
 ) -> ClaimView {
+    let mut request = request_of(p, asked, Some(node));
+    if !note.is_empty() {
+        // Which GPUs is not published: the shares are where the console shows them.
+        request
+            .labels
+            .insert("k8s.devices".to_string(), "guessed".to_string());
+    }
     ClaimView {
         id: claim_id(p),
         name: Some(claim_name(p)),
@@ -405,7 +412,7 @@ pub(super) fn placed_claim(
         project: project_of(p),
         holder: Some(p.name.clone()),
         form: form_text(p, asked, note),
-        request: request_of(p, asked, Some(node)),
+        request,
         node: Some(node.to_string()),
         memory_reserved: shares.iter().fold(Bytes(0), |a, s| a + s.memory),
         compute_reserved: shares.iter().fold(Units(0), |a, s| a + s.compute),

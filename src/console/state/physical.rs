@@ -1,0 +1,184 @@
+//! The "by GPU" side of the GPUs view: every source's devices joined into physical GPUs
+//! (`crate::physical`), rejoined when a source's data changes (never per frame), with its
+//! own cursor, flag filter and open GPU. Views read the joined list from `physical_fleet`.
+
+use std::sync::Arc;
+
+use crate::physical::{Aliases, IdleClock, PhysicalFleet, PhysicalGpu, SourceView, join};
+
+use super::{Cursor, State, View};
+
+/// The flags `!` steps through in the by-GPU list, then none.
+pub const FLAG_FILTERS: [&str; 3] = ["double-booked", "unexplained", "idle"];
+
+/// The by-GPU list's state.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PhysicalView {
+    /// The last join, shared so a copy of the state does not copy 8 000 GPUs.
+    pub fleet: Arc<PhysicalFleet>,
+    /// When each GPU went idle, across joins.
+    pub idle: IdleClock,
+    /// Node names the config says are one host.
+    pub aliases: Aliases,
+    /// The GPUs view lists physical GPUs (true) or each source's devices (false).
+    pub by_gpu: bool,
+    /// The rows shown: indexes into `fleet.gpus`, after the flag filter.
+    pub rows: Vec<usize>,
+    /// The list's cursor.
+    pub cursor: Cursor,
+    /// Only GPUs with this flag, when set.
+    pub flag_filter: Option<&'static str>,
+    /// The GPU whose holder tree is open (its `PhysicalGpu::id`), and its scroll.
+    pub open: Option<(String, u16)>,
+    /// Where Esc returns once the open GPU is closed (`:gpu` from another view).
+    pub back_to: Option<View>,
+}
+
+impl PhysicalView {
+    /// The GPU on the selected row.
+    pub fn selected(&self) -> Option<&PhysicalGpu> {
+        let i = *self.rows.get(self.cursor.selected)?;
+        self.fleet.gpus.get(i)
+    }
+
+    /// The GPU whose holder tree is open.
+    pub fn open_gpu(&self) -> Option<&PhysicalGpu> {
+        let (id, _) = self.open.as_ref()?;
+        self.fleet.gpus.iter().find(|g| &g.id() == id)
+    }
+
+    /// Rebuilds the rows from the flag filter and the GPUs list's text filter (matched
+    /// against the GPU's place, model, sources, holders and flags), keeping the selected
+    /// GPU selected.
+    pub fn reshape(&mut self, text: &str) {
+        let was = self.selected().map(PhysicalGpu::id);
+        let needle = text.trim().to_lowercase();
+        self.rows = self
+            .fleet
+            .gpus
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| self.flag_filter.is_none_or(|f| g.has_flag(f)))
+            .filter(|(_, g)| needle.is_empty() || matches(g, &needle))
+            .map(|(i, _)| i)
+            .collect();
+        if let Some(id) = was
+            && let Some(at) = self
+                .rows
+                .iter()
+                .position(|&i| self.fleet.gpus.get(i).is_some_and(|g| g.id() == id))
+        {
+            self.cursor.selected = at;
+        }
+        self.cursor.selected = self.cursor.selected.min(self.rows.len().saturating_sub(1));
+        self.cursor.offset = self.cursor.offset.min(self.cursor.selected);
+    }
+}
+
+/// Whether a GPU's words contain `needle` (lower case).
+fn matches(g: &PhysicalGpu, needle: &str) -> bool {
+    g.place().contains(needle)
+        || g.model.to_lowercase().contains(needle)
+        || g.uuid.as_deref().is_some_and(|u| u.contains(needle))
+        || g.seen_by
+            .iter()
+            .any(|s| s.source_name.to_lowercase().contains(needle))
+        || g.holders.iter().any(|h| {
+            h.label.to_lowercase().contains(needle) || h.project.to_lowercase().contains(needle)
+        })
+        || g.flags.iter().any(|f| f.word().contains(needle))
+}
+
+impl State {
+    /// Every source's devices joined into physical GPUs, as of the last change: what a
+    /// view drawing physical GPUs (the by-GPU list, a fleet map) reads.
+    pub fn physical_fleet(&self) -> &PhysicalFleet {
+        &self.physical.fleet
+    }
+
+    /// Joins every source's latest data into physical GPUs again, and notes which are
+    /// idle at `now`. Runs when a source's data changes.
+    pub fn rejoin_physical(&mut self) {
+        let views: Vec<SourceView<'_>> = self
+            .sources
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                Some(SourceView {
+                    source: i,
+                    name: &s.name,
+                    engine: s.kind.gpu_engine(),
+                    snapshot: s.data.as_ref()?,
+                })
+            })
+            .collect();
+        let mut fleet = join(&views, &self.physical.aliases);
+        self.physical.idle.observe(&mut fleet, self.now);
+        self.physical.fleet = Arc::new(fleet);
+        self.physical.reshape(&self.gpus.filter);
+    }
+
+    /// Opens the holder tree of the physical GPU `text` names (`NODE:INDEX`), when the
+    /// join knows it; Esc goes back to the view it was opened from.
+    pub fn open_physical_named(&mut self, text: &str) -> Option<()> {
+        let (node, index) = text
+            .trim()
+            .rsplit_once(':')
+            .or_else(|| text.trim().rsplit_once(char::is_whitespace))?;
+        let index: u32 = index.trim().parse().ok()?;
+        let id = self.physical.fleet.find(node.trim(), index)?.id();
+        self.open_physical(&id);
+        Some(())
+    }
+
+    /// Whether the physical GPU `text` names is seen by more than one source.
+    pub fn physical_shared(&self, text: &str) -> bool {
+        let Some((node, index)) = text.trim().rsplit_once(':') else {
+            return false;
+        };
+        index
+            .trim()
+            .parse()
+            .ok()
+            .and_then(|i| self.physical.fleet.find(node.trim(), i))
+            .is_some_and(|g| g.source_names().len() > 1)
+    }
+
+    /// Opens the holder tree of the GPU `id` in the by-GPU list.
+    pub fn open_physical(&mut self, id: &str) {
+        if self.view != View::Gpus {
+            self.physical.back_to = Some(self.view);
+        }
+        self.view = View::Gpus;
+        self.physical.by_gpu = true;
+        self.physical.flag_filter = None;
+        self.physical.reshape(&self.gpus.filter);
+        if let Some(at) = self.physical.rows.iter().position(|&i| {
+            self.physical
+                .fleet
+                .gpus
+                .get(i)
+                .is_some_and(|g| g.id() == id)
+        }) {
+            self.physical.cursor.selected = at;
+        }
+        self.physical.open = Some((id.to_string(), 0));
+        self.dirty = true;
+    }
+
+    /// Steps the by-GPU list's flag filter: each flag in turn, then none.
+    pub fn next_physical_filter(&mut self) {
+        let next = match self.physical.flag_filter {
+            None => Some(FLAG_FILTERS[0]),
+            Some(f) => FLAG_FILTERS
+                .iter()
+                .position(|x| *x == f)
+                .and_then(|i| FLAG_FILTERS.get(i + 1))
+                .copied(),
+        };
+        self.physical.flag_filter = next;
+        self.physical.cursor = Cursor::default();
+        self.physical.reshape(&self.gpus.filter);
+        self.dirty = true;
+    }
+}

@@ -1,0 +1,213 @@
+//! What is wrong with a physical GPU that no one engine can see: two holders that are not
+//! nested and together hold more than the GPU has (double-booked), memory used by
+//! processes no holder accounts for (unexplained), and holders of a GPU that has stayed
+//! below 5 % for 30 minutes (idle, whichever engine holds it).
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::clock::Timestamp;
+use crate::units::{Bytes, Units};
+
+use super::{PhysicalFleet, PhysicalGpu};
+
+/// Below this GPU utilization, percent, a GPU is idle.
+pub const IDLE_BELOW_PERCENT: u32 = 5;
+/// A GPU idle this long flags its holders.
+pub const IDLE_FOR_MS: u64 = 30 * 60 * 1000;
+
+/// What two holders together hold more of than the GPU has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Resource {
+    /// Memory, bytes.
+    Memory,
+    /// Compute, units (10 000 = the whole GPU).
+    Compute,
+}
+
+/// One thing wrong with a physical GPU.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "flag", rename_all = "kebab-case")]
+pub enum GpuFlag {
+    /// Holders not nested in each other hold more than the GPU has.
+    DoubleBooked {
+        /// The outermost holders counted (indexes into the GPU's holders).
+        holders: Vec<usize>,
+        /// Of what.
+        resource: Resource,
+        /// What they hold together (bytes or units).
+        held: u64,
+        /// What the GPU has.
+        has: u64,
+    },
+    /// Processes no holder accounts for use memory here.
+    Unexplained {
+        /// Their memory, where known.
+        memory: Bytes,
+        /// Their pids.
+        pids: Vec<u32>,
+    },
+    /// Held, and below `IDLE_BELOW_PERCENT` since `since`, for at least `IDLE_FOR_MS`.
+    Idle {
+        /// The outermost holders (indexes into the GPU's holders).
+        holders: Vec<usize>,
+        /// Idle since.
+        since: Timestamp,
+    },
+}
+
+impl GpuFlag {
+    /// The word lists, filters and `status --json` use.
+    pub fn word(&self) -> &'static str {
+        match self {
+            GpuFlag::DoubleBooked { .. } => "double-booked",
+            GpuFlag::Unexplained { .. } => "unexplained",
+            GpuFlag::Idle { .. } => "idle",
+        }
+    }
+
+    /// The flag in one line, naming the holders from `gpu`.
+    pub fn describe(&self, gpu: &PhysicalGpu) -> String {
+        let names = |hs: &[usize]| {
+            hs.iter()
+                .filter_map(|&i| gpu.holders.get(i))
+                .map(|h| format!("{} [{}]", h.label, h.source_name))
+                .collect::<Vec<_>>()
+                .join(" and ")
+        };
+        match self {
+            GpuFlag::DoubleBooked {
+                holders,
+                resource: Resource::Memory,
+                held,
+                has,
+            } => format!(
+                "double-booked: {} hold {} of {} memory",
+                names(holders),
+                crate::units::Bytes(*held),
+                crate::units::Bytes(*has)
+            ),
+            GpuFlag::DoubleBooked {
+                holders,
+                resource: Resource::Compute,
+                held,
+                has,
+            } => format!(
+                "double-booked: {} hold {} of {} GPU",
+                names(holders),
+                Units(u32::try_from(*held).unwrap_or(u32::MAX)),
+                Units(u32::try_from(*has).unwrap_or(u32::MAX))
+            ),
+            GpuFlag::Unexplained { memory, pids } => {
+                let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+                format!(
+                    "unexplained: {memory} used by pid {} that no holder accounts for",
+                    pids.join(", ")
+                )
+            }
+            GpuFlag::Idle { holders, .. } => format!(
+                "idle: below {IDLE_BELOW_PERCENT} % for {} min or more, held by {}",
+                IDLE_FOR_MS / 60_000,
+                names(holders)
+            ),
+        }
+    }
+}
+
+/// The double-booked and unexplained flags of a joined GPU.
+pub(super) fn flags_of(gpu: &PhysicalGpu) -> Vec<GpuFlag> {
+    let mut out = Vec::new();
+    let roots: Vec<usize> = gpu
+        .roots()
+        .filter(|(_, h)| !h.guessed)
+        .map(|(i, _)| i)
+        .collect();
+    if roots.len() >= 2 {
+        let with = |f: &dyn Fn(usize) -> u64| -> (Vec<usize>, u64) {
+            let hs: Vec<usize> = roots.iter().copied().filter(|&i| f(i) > 0).collect();
+            let sum = hs.iter().map(|&i| f(i)).fold(0u64, u64::saturating_add);
+            (hs, sum)
+        };
+        // A whole GPU (all its compute) holds all its memory too, whatever its engine says.
+        let memory = |i: usize| {
+            let h = &gpu.holders[i];
+            match gpu.memory {
+                Some(m) if h.memory.0 == 0 && h.compute >= Units::FULL => m.0,
+                _ => h.memory.0,
+            }
+        };
+        let (hs, held) = with(&memory);
+        if let Some(has) = gpu.memory
+            && hs.len() >= 2
+            && held > has.0
+        {
+            out.push(GpuFlag::DoubleBooked {
+                holders: hs,
+                resource: Resource::Memory,
+                held,
+                has: has.0,
+            });
+        }
+        let (hs, held) = with(&|i| u64::from(gpu.holders[i].compute.0));
+        let has = u64::from(Units::FULL.0);
+        // One double booking per GPU: memory's names the same holders already.
+        if out.is_empty() && hs.len() >= 2 && held > has {
+            out.push(GpuFlag::DoubleBooked {
+                holders: hs,
+                resource: Resource::Compute,
+                held,
+                has,
+            });
+        }
+    }
+    let loose: Vec<_> = gpu
+        .processes
+        .iter()
+        .filter(|p| p.holder.is_none())
+        .collect();
+    if !loose.is_empty() {
+        out.push(GpuFlag::Unexplained {
+            memory: loose
+                .iter()
+                .filter_map(|p| p.used_memory)
+                .fold(Bytes(0), |a, b| a + b),
+            pids: loose.iter().map(|p| p.pid).collect(),
+        });
+    }
+    out
+}
+
+/// When each GPU went idle, kept across joins: a GPU below `IDLE_BELOW_PERCENT` since a
+/// time at least `IDLE_FOR_MS` ago flags its outermost holders, whichever engine's.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IdleClock {
+    since: HashMap<String, Timestamp>,
+}
+
+impl IdleClock {
+    /// Notes each GPU's utilization at `now` and adds the idle flags to `fleet`. A GPU
+    /// with no utilization reading is not idle (unmeasured is not idle) and starts over.
+    pub fn observe(&mut self, fleet: &mut PhysicalFleet, now: Timestamp) {
+        let mut seen = HashMap::with_capacity(fleet.gpus.len());
+        for gpu in &mut fleet.gpus {
+            let util = gpu
+                .telemetry
+                .as_ref()
+                .filter(|t| !t.lost)
+                .and_then(|t| t.utilization_gpu);
+            let id = gpu.id();
+            if util.is_none_or(|u| u >= IDLE_BELOW_PERCENT) {
+                continue;
+            }
+            let since = self.since.get(&id).copied().unwrap_or(now).min(now);
+            seen.insert(id, since);
+            let holders: Vec<usize> = gpu.roots().map(|(i, _)| i).collect();
+            if !holders.is_empty() && now.millis_since(since) >= IDLE_FOR_MS {
+                gpu.flags.push(GpuFlag::Idle { holders, since });
+            }
+        }
+        self.since = seen;
+    }
+}

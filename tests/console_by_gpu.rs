@@ -1,0 +1,328 @@
+//! The GPUs view "by GPU": four sources that see the same two GPUs on one host under
+//! different names (a gpuboard endpoint's NVML, Slurm, Kubernetes with HAMi's UUIDs,
+//! dcgm in Prometheus) joined into one row per physical GPU, with every engine's holders,
+//! a `gpuboard run` nested in its Slurm job, a double booking and an unexplained process;
+//! `v` toggles it, Enter and `:gpu NODE:INDEX` open a GPU's holder tree. Snapshot tests at
+//! 80x24, 120x40 and 200x60.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeMap;
+
+use crate::common::console_fixtures::{NOW, code, feed, k, run};
+
+use gpuboard::clock::Timestamp;
+use gpuboard::console::headless::{buffer_text, render};
+use gpuboard::console::keymap::Keymap;
+use gpuboard::console::msg::Msg;
+use gpuboard::console::state::{SourceSlot, State, View};
+use gpuboard::console::theme::load_strict;
+use gpuboard::console::update::{show_view, update};
+use gpuboard::ids::ClaimId;
+use gpuboard::physical::GpuFlag;
+use gpuboard::placement::DeviceShare;
+use gpuboard::request::ClaimRequest;
+use gpuboard::snapshot::{
+    ClaimState, ClaimView, DeviceTelemetry, DeviceView, EndpointInfo, NodeView, ProcessOwner,
+    ProcessView, Snapshot,
+};
+use gpuboard::units::{Bytes, Slots, Units};
+use ratatui::crossterm::event::KeyCode;
+
+const GIB: u64 = 1 << 30;
+const POD_UID: &str = "6b3e7a6f-1111-4000-8000-000000000001";
+
+fn snap(kind: &str, node: &str, devices: Vec<DeviceView>, claims: Vec<ClaimView>) -> Snapshot {
+    Snapshot {
+        schema: 1,
+        endpoint: EndpointInfo::engine(kind, kind, String::new()),
+        taken_at: NOW,
+        nodes: vec![NodeView {
+            name: node.to_string(),
+            devices,
+            ..NodeView::default()
+        }],
+        claims,
+        ..Snapshot::default()
+    }
+}
+
+fn dev(index: u32, uuid: Option<&str>) -> DeviceView {
+    DeviceView {
+        index,
+        model: "NVIDIA A100-SXM4-40GB".to_string(),
+        uuid: uuid.map(str::to_string),
+        memory_capacity: Some(Bytes(40 * GIB)),
+        ..DeviceView::default()
+    }
+}
+
+fn claim(
+    id: u64,
+    holder: &str,
+    node: &str,
+    device: u32,
+    memory: u64,
+    compute: u32,
+    labels: &[(&str, &str)],
+) -> ClaimView {
+    let labels: BTreeMap<String, String> = labels
+        .iter()
+        .map(|(a, b)| ((*a).to_string(), (*b).to_string()))
+        .collect();
+    ClaimView {
+        id: ClaimId(id),
+        state: ClaimState::Placed,
+        project: "ml".to_string(),
+        holder: Some(holder.to_string()),
+        form: format!("form {id}"),
+        request: ClaimRequest {
+            gpu: None,
+            accelerator_type: None,
+            cpus: None,
+            node: None,
+            devices: None,
+            project: "ml".to_string(),
+            holder: Some(holder.to_string()),
+            ttl: None,
+            pid: None,
+            expected_duration: None,
+            labels,
+            wait: false,
+        },
+        node: Some(node.to_string()),
+        shares: vec![DeviceShare {
+            device,
+            memory: Bytes(memory),
+            compute: Units(compute),
+            slots: Slots(1),
+        }],
+        memory_reserved: Bytes(memory),
+        compute_reserved: Units(compute),
+        memory_used: None,
+        over_limit: false,
+        idle: false,
+        created_at: Timestamp(NOW.0 - 3_600_000),
+        lease_expires_at: None,
+        pending_reasons: Vec::new(),
+        infeasible: false,
+    }
+}
+
+fn process(
+    pid: u32,
+    name: &str,
+    gib: u64,
+    claim: Option<u64>,
+    owner: Option<ProcessOwner>,
+) -> ProcessView {
+    ProcessView {
+        pid,
+        name: Some(name.to_string()),
+        used_memory: Some(Bytes(gib * GIB)),
+        claim: claim.map(ClaimId),
+        owner,
+    }
+}
+
+fn telemetry(util: u32, used: u64, processes: Vec<ProcessView>) -> DeviceTelemetry {
+    DeviceTelemetry {
+        sampled_at: NOW,
+        memory_total: Some(Bytes(40 * GIB)),
+        memory_used: Some(Bytes(used * GIB)),
+        utilization_gpu: Some(util),
+        temperature_c: Some(51),
+        processes,
+        ..DeviceTelemetry::default()
+    }
+}
+
+/// One host, `n1`, as four sources name it. GPU 0: Slurm job 42 with a `gpuboard run`
+/// (claim 7) inside it. GPU 1: Slurm job 43 and pod ml/infer (HAMi, half the GPU) side by
+/// side (double-booked), and pid 7070 that no one accounts for.
+fn four_sources() -> State {
+    let mut st = State::new(
+        vec![
+            SourceSlot::new("serve", "gpuboard".parse().unwrap(), true, None),
+            SourceSlot::new("slurm", "slurm".parse().unwrap(), true, None),
+            SourceSlot::new("k8s", "kubernetes".parse().unwrap(), false, None),
+            SourceSlot::new("dcgm", "prometheus".parse().unwrap(), false, None),
+        ],
+        Keymap::builtin(),
+        2_000,
+        false,
+    );
+    st.zone = jiff::tz::TimeZone::UTC;
+    let _ = update(&mut st, Msg::Tick(NOW));
+    let job = |j: u64| ProcessOwner::SlurmJob {
+        job: j,
+        step: Some("0".to_string()),
+    };
+    let mut g0 = dev(0, Some("GPU-5fd0c8a1-0000"));
+    g0.telemetry = Some(telemetry(
+        63,
+        9,
+        vec![
+            process(5001, "train.py", 8, Some(7), Some(job(42))),
+            process(5002, "dataloader", 1, None, Some(job(42))),
+        ],
+    ));
+    let mut g1 = dev(1, Some("GPU-9ab31e77-0001"));
+    g1.telemetry = Some(telemetry(
+        88,
+        27,
+        vec![
+            process(
+                6001,
+                "infer",
+                12,
+                None,
+                Some(ProcessOwner::pod(POD_UID, None, None)),
+            ),
+            process(6002, "sim", 10, None, Some(job(43))),
+            process(7070, "miner", 5, None, None),
+        ],
+    ));
+    let serve = snap(
+        "gpuboard",
+        "n1.lab.example",
+        vec![g0, g1],
+        vec![claim(7, "alice", "n1.lab.example", 0, 10 * GIB, 5_000, &[])],
+    );
+    feed(&mut st, 0, serve, NOW.0 - 1_000);
+    let slurm = snap(
+        "slurm",
+        "n1",
+        vec![dev(0, None), dev(1, None)],
+        vec![
+            claim(1042, "alice", "n1", 0, 0, 10_000, &[("slurm.job_id", "42")]),
+            claim(1043, "bob", "n1", 1, 0, 10_000, &[("slurm.job_id", "43")]),
+        ],
+    );
+    feed(&mut st, 1, slurm, NOW.0 - 1_000);
+    let k8s = snap(
+        "kubernetes",
+        "N1",
+        vec![
+            dev(0, Some("GPU-5fd0c8a1-0000")),
+            dev(1, Some("GPU-9ab31e77-0001")),
+        ],
+        vec![claim(
+            2001,
+            "infer",
+            "N1",
+            1,
+            20 * GIB,
+            5_000,
+            &[
+                ("k8s.namespace", "ml"),
+                ("k8s.pod", "infer"),
+                ("k8s.uid", POD_UID),
+                ("k8s.node", "N1"),
+            ],
+        )],
+    );
+    feed(&mut st, 2, k8s, NOW.0 - 1_000);
+    let mut d0 = dev(0, Some("GPU-5fd0c8a1-0000"));
+    d0.telemetry = Some(telemetry(60, 9, vec![]));
+    let mut d1 = dev(1, Some("GPU-9ab31e77-0001"));
+    d1.telemetry = Some(telemetry(85, 27, vec![]));
+    feed(
+        &mut st,
+        3,
+        snap("prometheus", "n1.lab.example", vec![d0, d1], vec![]),
+        NOW.0 - 1_000,
+    );
+    show_view(&mut st, View::Gpus);
+    st
+}
+
+fn text(st: &State, w: u16, h: u16) -> String {
+    let th = load_strict("default", &[]).unwrap();
+    buffer_text(&render(st, &th, w, h).unwrap())
+}
+
+#[test]
+fn one_row_per_physical_gpu_with_every_engines_holders() {
+    let mut st = four_sources();
+    // By source: each source's devices, eight rows.
+    assert_eq!(st.gpus.rows.len(), 8);
+    run(&mut st, vec![k('v')]);
+    assert!(st.physical.by_gpu);
+    let fleet = st.physical_fleet();
+    assert_eq!(fleet.gpus.len(), 2, "{:?}", fleet.warnings);
+    assert!(fleet.warnings.is_empty(), "{:?}", fleet.warnings);
+    let g0 = fleet.find("n1", 0).unwrap();
+    assert_eq!(g0.source_names(), ["serve", "slurm", "k8s", "dcgm"]);
+    assert!(g0.flags.is_empty(), "{:?}", g0.flags);
+    let g1 = fleet.find("n1", 1).unwrap();
+    let words: Vec<&str> = g1.flags.iter().map(GpuFlag::word).collect();
+    assert_eq!(words, ["double-booked", "unexplained"]);
+    let booked = g1.flags[0].describe(g1);
+    assert!(
+        booked.contains("Slurm job 43 [slurm]") && booked.contains("pod ml/infer [k8s]"),
+        "{booked}"
+    );
+    assert!(g1.flags[1].describe(g1).contains("pid 7070"));
+    let screen = text(&st, 120, 40);
+    assert!(screen.contains("GPUs by GPU (2)"), "{screen}");
+    assert!(screen.contains("double-booked,unexplained"), "{screen}");
+    // `v` again: by source.
+    run(&mut st, vec![k('v')]);
+    assert!(text(&st, 120, 40).contains("GPUs (8)"));
+}
+
+#[test]
+fn the_holder_tree_nests_a_run_in_its_job_and_names_whose_process() {
+    let mut st = four_sources();
+    show_view(&mut st, View::Claims);
+    run(&mut st, vec![k(':')]);
+    run(&mut st, "gpu n1:0".chars().map(k).collect());
+    run(&mut st, vec![code(KeyCode::Enter)]);
+    assert_eq!(st.view, View::Gpus);
+    let screen = text(&st, 120, 40);
+    assert!(screen.contains("Slurm job 42"), "{screen}");
+    assert!(screen.contains("└─ claim 7 (alice)"), "{screen}");
+    assert!(screen.contains("pid 5001 train.py"), "{screen}");
+    assert!(
+        !screen.contains("double-booked"),
+        "GPU 0 has no flag: {screen}"
+    );
+    // Esc: back where `:gpu` was typed.
+    run(&mut st, vec![code(KeyCode::Esc)]);
+    assert_eq!(st.view, View::Claims);
+    // A source's own device still opens by its source's name.
+    run(&mut st, vec![k(':')]);
+    run(&mut st, "gpu slurm/n1:1".chars().map(k).collect());
+    run(&mut st, vec![code(KeyCode::Enter)]);
+    assert_eq!(st.view, View::Detail);
+    assert_eq!(st.detail, Some((1, "n1".to_string(), 1)));
+}
+
+#[test]
+fn problems_key_steps_the_flags() {
+    let mut st = four_sources();
+    run(&mut st, vec![k('v'), k('!')]);
+    assert_eq!(st.physical.flag_filter, Some("double-booked"));
+    assert_eq!(st.physical.rows.len(), 1);
+    run(&mut st, vec![k('!')]);
+    assert_eq!(st.physical.flag_filter, Some("unexplained"));
+    assert_eq!(st.physical.rows.len(), 1);
+    run(&mut st, vec![k('!')]);
+    assert_eq!(st.physical.flag_filter, Some("idle"));
+    assert_eq!(st.physical.rows.len(), 0);
+    assert!(text(&st, 80, 24).contains("no GPUs match"));
+    run(&mut st, vec![code(KeyCode::Esc)]);
+    assert_eq!(st.physical.rows.len(), 2);
+}
+
+#[test]
+fn by_gpu_views_at_three_sizes() {
+    for (w, h) in [(80, 24), (120, 40), (200, 60)] {
+        let mut st = four_sources();
+        st.size = (w, h);
+        run(&mut st, vec![k('v')]);
+        insta::assert_snapshot!(format!("by_gpu_list_{w}x{h}"), text(&st, w, h));
+        run(&mut st, vec![k('j'), code(KeyCode::Enter)]);
+        insta::assert_snapshot!(format!("by_gpu_tree_{w}x{h}"), text(&st, w, h));
+    }
+}
