@@ -268,7 +268,11 @@ pub fn run(before: &ConsoleArgs, args: &StatusArgs) -> anyhow::Result<()> {
         }
         let effects = match setup.at {
             Some(at) => super::update::rewind_to(&mut state, at),
-            None => super::update::usage_due(&mut state),
+            None => {
+                let mut due = super::update::usage_due(&mut state);
+                due.extend(super::update::trends_due(&mut state));
+                due
+            }
         };
         rt.block_on(settle(&mut state, &setup.sources, effects, timeout));
         if args.body_only {

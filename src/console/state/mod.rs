@@ -4,6 +4,7 @@ mod by_view;
 mod claim_detail;
 mod command_line;
 mod find;
+mod fleet_map;
 mod form;
 mod paging;
 mod rewind;
@@ -11,6 +12,7 @@ mod rows;
 mod selection;
 mod sources;
 mod totals;
+mod trends;
 mod usage;
 mod view;
 
@@ -31,6 +33,9 @@ pub use crate::console::lists::{ClaimKey, Cursor, DevKey, Picked, ProjKey};
 pub use by_view::SortRefused;
 pub use command_line::{candidates, command_hint};
 pub use find::GpuName;
+pub use fleet_map::{
+    CellState, Density, FleetMap, MapLayout, OverviewAreas, legend, legend_entry, map_inner,
+};
 pub use form::{ClaimForm, FormField, FormKind, FormStage, MoveRow};
 pub use paging::{claims_info_height, events_split, why_pane_height};
 pub use rewind::{
@@ -39,6 +44,7 @@ pub use rewind::{
 };
 pub use sources::{STALE_AFTER_INTERVALS, SourceHealth, SourceSlot};
 pub use totals::FleetTotals;
+pub use trends::{MINUTE_MS, TrendHistory, TrendPoint, TrendSpan, Trends};
 pub use usage::{
     SourceAnswer, SourceUsage, USAGE_STEP_MS, UsageClaim, UsageKey, UsageProject, UsageView,
     UsageWindow, notes_height as usage_notes_height,
@@ -284,6 +290,10 @@ pub struct State {
     pub charts: Option<Charts>,
     /// The Usage view: its window, the sources' answers and its lists.
     pub usage: UsageView,
+    /// The Overview's fleet map.
+    pub map: FleetMap,
+    /// The Overview's sparklines.
+    pub trends: Trends,
 }
 
 impl State {
@@ -321,6 +331,8 @@ impl State {
             rewind: None,
             charts: None,
             usage: UsageView::default(),
+            map: FleetMap::default(),
+            trends: Trends::default(),
         }
     }
 

@@ -9,6 +9,7 @@ mod actions;
 mod command;
 mod confirm;
 mod engine;
+mod fleet_map;
 mod flows;
 mod form;
 mod handover;
@@ -29,6 +30,7 @@ use super::msg::{Asker, Effect, Msg};
 use super::state::{Flash, State, View};
 
 pub use command::{complete, show_view};
+pub use fleet_map::trends_due;
 pub use rewind::{BANNER_ROWS, refusal_text, rewind_to};
 pub use usage::due as usage_due;
 
@@ -37,6 +39,7 @@ pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
     let mut effects = step(state, msg);
     effects.extend(rewind::charts_due(state));
     effects.extend(usage::due(state));
+    effects.extend(fleet_map::trends_due(state));
     effects
 }
 

@@ -11,12 +11,14 @@ mod confirm;
 mod detail;
 mod events;
 mod fairshare;
+mod fleet_map;
 mod form;
 mod gpus;
 mod help;
 mod movepick;
 mod overview;
 mod rewind;
+mod sparklines;
 mod usage;
 
 use ratatui::Frame;

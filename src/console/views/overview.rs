@@ -1,6 +1,6 @@
 //! The Overview view: fleet totals (memory, compute, claims, waste) over the shown
-//! sources, computed when the data changes (`State::totals`), and one row per source with
-//! its health.
+//! sources, computed when the data changes (`State::totals`), their sparklines beside
+//! them, the fleet map, and one row per source with its health.
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -14,12 +14,22 @@ use super::common::{badge, block, short_bytes};
 use crate::console::state::{FleetTotals, OVERVIEW_JUMPS, SourceSlot, State, View};
 use crate::console::theme::Theme;
 
-/// Totals at the top, the sources below, and long source notes under the table.
+/// Totals at the top with their sparklines, the fleet map, the sources below, and long
+/// source notes under the table.
 pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
-    let [top, bottom] = Layout::vertical([Constraint::Length(9), Constraint::Min(3)]).areas(area);
-    // The selected count (Enter lists its items).
-    let selected =
-        state.view == View::Overview && state.mode == crate::console::state::Mode::Normal;
+    let areas = state.overview_areas(area);
+    let top = areas.top;
+    // The sparklines take what the totals leave (their lines fit in 56 columns).
+    let totals_w = if top.width >= 100 { 62 } else { 56 };
+    let [top, trends] =
+        Layout::horizontal([Constraint::Length(totals_w), Constraint::Fill(1)]).areas(top);
+    super::sparklines::draw(frame, trends, state, theme);
+    super::fleet_map::draw(frame, areas.map, state, theme);
+    let bottom = areas.sources;
+    // The selected count (Enter lists its items), unless the cursor is in the map.
+    let selected = state.view == View::Overview
+        && state.mode == crate::console::state::Mode::Normal
+        && state.map.cursor.is_none();
     let label = OVERVIEW_JUMPS
         .get(state.cursor_of(View::Overview).selected)
         .map(|(l, _, _)| *l)
