@@ -325,9 +325,9 @@ impl Density {
     /// What the map's title says of it.
     pub fn describe(self) -> &'static str {
         match self {
-            Density::Named | Density::Packed => "one cell per GPU",
-            Density::Pairs => "one cell per 2 GPUs (the more urgent)",
-            Density::Nodes => "one cell per node (its most urgent GPU)",
+            Density::Named | Density::Packed => "a cell per GPU",
+            Density::Pairs => "a cell per 2 GPUs",
+            Density::Nodes => "a cell per node",
         }
     }
 }

@@ -85,7 +85,7 @@ pub struct TrendPoint {
     pub alloc: u64,
     /// Memory used, bytes (`None`: no device reported it).
     pub used: Option<u64>,
-    /// Compute allocated, thousandths of a GPU.
+    /// Compute allocated, in `Units` (`UNITS_PER_DEVICE` to a GPU).
     pub compute: u64,
     /// Pending claims.
     pub pending: u64,
@@ -281,13 +281,14 @@ mod tests {
 
     #[test]
     fn slots_end_with_the_one_holding_the_end() {
-        let end = Timestamp(10 * 3_600_000 + 30_000);
+        let end = Timestamp(100 * 3_600_000 + 30_000);
         let s = TrendSpan::Hour.slots(end);
         assert_eq!(s.len(), 60);
-        assert_eq!(s[59], 10 * 3_600_000);
-        assert_eq!(s[0], 10 * 3_600_000 - 59 * MINUTE_MS);
+        assert_eq!(s[59], 100 * 3_600_000);
+        assert_eq!(s[0], 100 * 3_600_000 - 59 * MINUTE_MS);
         let d = TrendSpan::Day.slots(end);
-        assert_eq!((d.len(), d[95]), (96, 10 * 3_600_000));
+        assert_eq!((d.len(), d[95]), (96, 100 * 3_600_000));
+        assert_eq!(d[0], 100 * 3_600_000 - 95 * 15 * MINUTE_MS);
     }
 
     #[test]

@@ -19,11 +19,18 @@ use crate::console::theme::Theme;
 pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
     let areas = state.overview_areas(area);
     let top = areas.top;
-    // The sparklines take what the totals leave (their lines fit in 56 columns).
-    let totals_w = if top.width >= 100 { 62 } else { 56 };
-    let [top, trends] =
-        Layout::horizontal([Constraint::Length(totals_w), Constraint::Fill(1)]).areas(top);
-    super::sparklines::draw(frame, trends, state, theme);
+    // The sparklines take what the totals leave, where that is enough to read them; the
+    // totals' lines are never cut for them.
+    let (top, trends) = if top.width >= TOTALS_W + super::sparklines::MIN_WIDTH {
+        let [t, s] =
+            Layout::horizontal([Constraint::Length(TOTALS_W), Constraint::Fill(1)]).areas(top);
+        (t, Some(s))
+    } else {
+        (top, None)
+    };
+    if let Some(trends) = trends {
+        super::sparklines::draw(frame, trends, state, theme);
+    }
     super::fleet_map::draw(frame, areas.map, state, theme);
     let bottom = areas.sources;
     // The selected count (Enter lists its items), unless the cursor is in the map.
@@ -213,6 +220,10 @@ fn total_lines(t: &FleetTotals, selected: Option<&str>, theme: &Theme) -> Vec<Li
         ),
     ]
 }
+
+/// Columns the totals keep beside the sparklines (`GPUs 8000 (77 cordoned, 154
+/// unhealthy or lost)` whole).
+const TOTALS_W: u16 = 62;
 
 /// The fixed columns of the sources table (NOTE takes the rest): SOURCE, KIND, HEALTH
 /// (`◌ STALE 59m59s`), GPUS, CLAIMS.

@@ -15,7 +15,7 @@ use crate::console::theme::Theme;
 use crate::units::{Bytes, UNITS_PER_DEVICE};
 
 /// Narrowest area the sparklines are drawn in.
-pub const MIN_WIDTH: u16 = 22;
+pub(super) const MIN_WIDTH: u16 = 28;
 
 /// One sparkline: label, the latest value as text, the points, their scale and style.
 struct Row {
