@@ -34,29 +34,29 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     }
     let t = &state.trends;
     let shown: Vec<usize> = state.shown_sources().map(|(i, _)| i).collect();
-    let series = t.series(state.now, &shown);
+    let full = t.series(state.now, &shown);
     let wide = area.width >= 50;
-    let title = if wide {
-        format!(
-            " {} ({} points) · d: {} ",
-            t.span.label(),
-            t.span.points(),
-            t.span.other().label()
-        )
-    } else {
-        format!(" {} (d) ", t.span.label())
-    };
     let inner = Rect::new(
         area.x + 1,
         area.y + 1,
         area.width - 2,
         area.height.saturating_sub(2),
     );
+    let label_w: u16 = if wide { 10 } else { 6 };
+    let value_w: u16 = if wide { 14 } else { 0 };
+    let spark_w = inner.width.saturating_sub(label_w + value_w);
+    // Narrower than its points: a column for every few, the latest of them, so the
+    // whole window still shows.
+    let per = full.len().div_ceil(usize::from(spark_w).max(1)).max(1);
+    let series = thin(&full, per);
+    let span = t.span.label();
+    let title = if wide {
+        format!(" {span} · d: {} ", t.span.other().label())
+    } else {
+        format!(" {span} (d) ")
+    };
     frame.render_widget(block(title, theme), area);
     let rows = rows(&series, theme);
-    let label_w: u16 = if wide { 10 } else { 6 };
-    let value_w: u16 = if wide { 12 } else { 0 };
-    let spark_w = inner.width.saturating_sub(label_w + value_w);
     for (i, r) in rows.iter().enumerate() {
         let Ok(dy) = u16::try_from(i) else { break };
         if dy >= inner.height {
@@ -95,6 +95,20 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
             Rect::new(inner.x, inner.y + n, inner.width, 1),
         );
     }
+}
+
+/// One point for every `per`, the latest known of each group, the groups ending with
+/// the series.
+fn thin(series: &[Option<TrendPoint>], per: usize) -> Vec<Option<TrendPoint>> {
+    if per <= 1 {
+        return series.to_vec();
+    }
+    let mut out: Vec<Option<TrendPoint>> = series
+        .rchunks(per)
+        .map(|c| c.iter().rev().find_map(|p| *p))
+        .collect();
+    out.reverse();
+    out
 }
 
 /// The five sparklines over the series.
