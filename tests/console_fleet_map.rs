@@ -191,7 +191,11 @@ fn a_rewound_console_draws_the_map_then_and_sparklines_ending_at_the_time_shown(
     let series = shown.trends.series(then, &[0]);
     assert!(series.iter().all(Option::is_some), "every minute known");
     // The live state's sparklines are its own.
-    assert!(st.trends.series(NOW, &[0])[..59].iter().all(Option::is_none));
+    assert!(
+        st.trends.series(NOW, &[0])[..59]
+            .iter()
+            .all(Option::is_none)
+    );
     let th = Theme::plain();
     for (w, h) in SIZES {
         let mut st = st.clone();
@@ -250,7 +254,11 @@ fn the_filter_and_the_problem_list_dim_the_cells_they_exclude() {
     // `!` cycles the map's problem words: idle first.
     run(&mut st, vec![code(KeyCode::Esc), k('!')]);
     assert_eq!(st.panes.overview.filter, "idle");
-    let flash = st.flash.as_ref().map(|f| f.text.clone()).unwrap_or_default();
+    let flash = st
+        .flash
+        .as_ref()
+        .map(|f| f.text.clone())
+        .unwrap_or_default();
     assert!(flash.contains("GPUs of 4"), "{flash}");
     run(&mut st, vec![k('!')]);
     assert_eq!(st.panes.overview.filter, "over-limit");

@@ -42,7 +42,10 @@ pub fn fleet_map_state(nodes: usize) -> anyhow::Result<State> {
     );
     st.zone = jiff::tz::TimeZone::UTC;
     // `far` answered two minutes ago and not since: stale now.
-    let _ = update(&mut st, Msg::Tick(gpuboard::clock::Timestamp(NOW.0 - 180_000)));
+    let _ = update(
+        &mut st,
+        Msg::Tick(gpuboard::clock::Timestamp(NOW.0 - 180_000)),
+    );
     feed(&mut st, 1, far, NOW.0 - 120_000);
     feed(&mut st, 0, snap, NOW.0 - 1_000);
     let _ = update(&mut st, Msg::Tick(NOW));

@@ -214,12 +214,8 @@ impl State {
     /// beside them), the fleet map, and the sources table.
     pub fn overview_areas(&self, body: Rect) -> OverviewAreas {
         let top = TOTALS_ROWS.min(body.height);
-        let notes = self
-            .sources
-            .iter()
-            .filter(|s| s.note.is_some() || s.error.is_some())
-            .count();
-        let want = u16::try_from(self.sources.len() + 3 + notes).unwrap_or(u16::MAX);
+        let want =
+            u16::try_from(self.sources.len() + 3 + self.note_rows(body.width)).unwrap_or(u16::MAX);
         let rest = body.height - top;
         // The map takes what the sources leave, when that is enough to read.
         let (mut map_h, src_h) = if rest >= want + MAP_MIN_ROWS {
@@ -243,6 +239,31 @@ impl State {
             map: at(top, map_h),
             sources: at(top + map_h, src_h.max(rest - map_h)),
         }
+    }
+
+    /// Rows the sources' notes may take under their table at `width` (their error, note,
+    /// warning or telemetry note, wrapped; more rather than fewer): the map leaves them.
+    fn note_rows(&self, width: u16) -> usize {
+        let w = usize::from(width.saturating_sub(2)).max(1);
+        self.sources
+            .iter()
+            .map(|s| {
+                let texts = [
+                    s.error.clone(),
+                    s.note.clone(),
+                    s.warning_note(),
+                    s.data
+                        .as_ref()
+                        .and_then(|d| d.endpoint.telemetry_note.clone()),
+                ];
+                texts
+                    .iter()
+                    .flatten()
+                    .map(|t| (s.name.len() + 2 + t.chars().count()).div_ceil(w))
+                    .max()
+                    .unwrap_or(0)
+            })
+            .sum()
     }
 
     /// The fleet map's layout in the area the Overview gives it (by the terminal's size).
@@ -270,7 +291,7 @@ pub struct OverviewAreas {
 }
 
 /// The legend's entries: each state with its count (double-booked only where known).
-pub fn legend(map: &FleetMap) -> Vec<(CellState, usize)> {
+fn legend(map: &FleetMap) -> Vec<(CellState, usize)> {
     CellState::ALL
         .iter()
         .map(|s| (*s, map.counts[s.position()]))
@@ -278,17 +299,43 @@ pub fn legend(map: &FleetMap) -> Vec<(CellState, usize)> {
         .collect()
 }
 
-/// One legend entry's text: `○ free 12`.
-pub fn legend_entry(state: CellState, count: usize) -> String {
-    format!("{} {} {count}", state.glyph(), state.word())
+/// The legend's entries as shown at `width`, on one row where it can: `○ free 12` each,
+/// else the states with no GPU as `z0`, else all as `○12`.
+pub fn legend_entries(map: &FleetMap, width: u16) -> Vec<(CellState, String)> {
+    let items = legend(map);
+    let entries = |words: &dyn Fn(usize) -> bool| -> Vec<(CellState, String)> {
+        items
+            .iter()
+            .map(|(s, n)| {
+                let text = if words(*n) {
+                    format!("{} {} {n}", s.glyph(), s.word())
+                } else {
+                    format!("{}{n}", s.glyph())
+                };
+                (*s, text)
+            })
+            .collect()
+    };
+    let fits = |e: &[(CellState, String)]| {
+        e.iter().map(|(_, t)| t.chars().count() + 2).sum::<usize>() <= usize::from(width) + 2
+    };
+    let all = entries(&|_| true);
+    if fits(&all) {
+        return all;
+    }
+    let some = entries(&|n| n > 0);
+    if fits(&some) {
+        return some;
+    }
+    entries(&|_| false)
 }
 
 /// How many rows the legend takes at `width`, its entries two spaces apart.
 pub fn legend_rows(map: &FleetMap, width: u16) -> u16 {
     let mut rows = 1u16;
     let mut x = 0usize;
-    for (s, n) in legend(map) {
-        let w = legend_entry(s, n).chars().count();
+    for (_, text) in legend_entries(map, width) {
+        let w = text.chars().count();
         if x > 0 && x + 2 + w > usize::from(width) {
             rows += 1;
             x = 0;

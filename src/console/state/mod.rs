@@ -34,7 +34,7 @@ pub use by_view::SortRefused;
 pub use command_line::{candidates, command_hint};
 pub use find::GpuName;
 pub use fleet_map::{
-    CellState, Density, FleetMap, MapLayout, OverviewAreas, legend, legend_entry, map_inner,
+    CellState, Density, FleetMap, MapLayout, OverviewAreas, legend_entries, map_inner,
 };
 pub use form::{ClaimForm, FormField, FormKind, FormStage, MoveRow};
 pub use paging::{claims_info_height, events_split, why_pane_height};

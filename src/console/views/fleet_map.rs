@@ -11,7 +11,7 @@ use ratatui::widgets::Paragraph;
 
 use super::common::block;
 use crate::console::state::{
-    CellState, Density, FleetMap, MapLayout, State, legend, legend_entry, map_inner,
+    CellState, Density, FleetMap, MapLayout, State, legend_entries, map_inner,
 };
 use crate::console::theme::Theme;
 
@@ -121,8 +121,8 @@ fn legend_lines(frame: &mut Frame, area: Rect, inner: Rect, map: &FleetMap, them
     let width = usize::from(inner.width);
     let mut lines: Vec<Line> = vec![Line::default()];
     let mut x = 0usize;
-    for (s, n) in legend(map) {
-        let text = legend_entry(s, n);
+    for (s, text) in legend_entries(map, inner.width) {
+        let n = map.counts[s.position()];
         let w = text.chars().count();
         if x > 0 && x + 2 + w > width {
             lines.push(Line::default());
