@@ -58,8 +58,18 @@ fn a_claim_from_the_cli_turns_its_cell_shared_and_enter_opens_its_gpu() {
     assert_eq!(map_row(&screen, "y").as_deref(), Some("○ ○"), "{screen}");
     s.wait_for("from the recorded history");
     let out = server.cli(&[
-        "claim", "--json", "--memory", "10GiB", "--node", "x", "--devices", "2", "--project",
-        "vision", "--holder", "alice",
+        "claim",
+        "--json",
+        "--memory",
+        "10GiB",
+        "--node",
+        "x",
+        "--devices",
+        "2",
+        "--project",
+        "vision",
+        "--holder",
+        "alice",
     ]);
     assert!(
         out.status.success(),

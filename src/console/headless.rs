@@ -266,13 +266,12 @@ pub fn run(before: &ConsoleArgs, args: &StatusArgs) -> anyhow::Result<()> {
             (_, Some(name)) => state.open_gpu_named(name).map_err(named_fault)?,
             _ => super::update::show_view(&mut state, v),
         }
-        let effects = match setup.at {
-            Some(at) => super::update::rewind_to(&mut state, at),
-            None => {
-                let mut due = super::update::usage_due(&mut state);
-                due.extend(super::update::trends_due(&mut state));
-                due
-            }
+        let effects = if let Some(at) = setup.at {
+            super::update::rewind_to(&mut state, at)
+        } else {
+            let mut due = super::update::usage_due(&mut state);
+            due.extend(super::update::trends_due(&mut state));
+            due
         };
         rt.block_on(settle(&mut state, &setup.sources, effects, timeout));
         if args.body_only {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::msg::{HistoryAnswer, HistoryAsk, Msg};
-use super::state::TrendPoint;
+use super::state::{TrendPoint, TrendPoints};
 use crate::clock::Timestamp;
 use crate::sources::history::{AtTime, SourceHistory};
 use crate::sources::{Failure, Source};
@@ -107,7 +107,7 @@ async fn trend(
     h: &dyn SourceHistory,
     times: Vec<Timestamp>,
     timeout: Duration,
-) -> Result<Vec<(Timestamp, Option<TrendPoint>)>, Failure> {
+) -> Result<TrendPoints, Failure> {
     let limit = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
     let mut out = Vec::with_capacity(times.len());
     for at in times {

@@ -3,7 +3,7 @@
 use ratatui::crossterm::event::KeyEvent;
 
 use super::flows::FlowId;
-use super::state::{ChartKey, SourceUsage, TrendPoint, UsageKey};
+use super::state::{ChartKey, SourceUsage, TrendPoints, UsageKey};
 use crate::clock::Timestamp;
 use crate::placement::Allocation;
 use crate::request::ClaimRequest;
@@ -260,7 +260,7 @@ pub enum HistoryAnswer {
         /// For the rewound state's sparklines.
         rewound: bool,
         /// The figures, or why not; `None` outside: the source keeps no history.
-        result: Option<Result<Vec<(Timestamp, Option<TrendPoint>)>, Failure>>,
+        result: Option<Result<TrendPoints, Failure>>,
     },
 }
 

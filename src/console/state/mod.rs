@@ -44,7 +44,7 @@ pub use rewind::{
 };
 pub use sources::{STALE_AFTER_INTERVALS, SourceHealth, SourceSlot};
 pub use totals::FleetTotals;
-pub use trends::{MINUTE_MS, TrendHistory, TrendPoint, TrendSpan, Trends};
+pub use trends::{MINUTE_MS, TrendHistory, TrendPoint, TrendPoints, TrendSpan, Trends};
 pub use usage::{
     SourceAnswer, SourceUsage, USAGE_STEP_MS, UsageClaim, UsageKey, UsageProject, UsageView,
     UsageWindow, notes_height as usage_notes_height,

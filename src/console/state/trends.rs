@@ -55,6 +55,7 @@ impl TrendSpan {
     }
 
     /// The other span.
+    #[must_use]
     pub fn other(self) -> TrendSpan {
         match self {
             TrendSpan::Hour => TrendSpan::Day,
@@ -132,6 +133,9 @@ impl TrendPoint {
         self.idle = opt(self.idle, o.idle);
     }
 }
+
+/// A source's figures at the times asked (`None` at a time before its history begins).
+pub type TrendPoints = Vec<(Timestamp, Option<TrendPoint>)>;
 
 /// What a source's history said of the sparklines.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

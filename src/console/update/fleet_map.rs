@@ -4,10 +4,9 @@
 //! the sources' history in the background (`HistoryAsk::Trend`) and come back as
 //! `HistoryAnswer::Trend`.
 
-use crate::clock::Timestamp;
 use crate::console::keymap::KeyAction;
 use crate::console::msg::{Effect, HistoryAsk};
-use crate::console::state::{OVERVIEW_JUMPS, State, TrendHistory, TrendPoint, View};
+use crate::console::state::{OVERVIEW_JUMPS, State, TrendHistory, TrendPoints, View};
 use crate::sources::Failure;
 
 use super::flash;
@@ -34,22 +33,21 @@ pub(super) fn key(state: &mut State, a: KeyAction) -> Option<Vec<Effect>> {
     let on_last_total = state.cursor_of(View::Overview).selected + 1 >= OVERVIEW_JUMPS.len();
     let to = match (a, at) {
         (KeyAction::Down, None) if on_last_total => Some(0),
-        (KeyAction::Right, None) => Some(0),
-        (KeyAction::Up, Some(u)) => match layout.vertical(u, -1) {
-            Some(v) => Some(v),
-            // Past the map's first row: back to the totals.
-            None => {
+        (KeyAction::Right, None) | (KeyAction::Top, Some(_)) => Some(0),
+        (KeyAction::Up, Some(u)) => {
+            let Some(v) = layout.vertical(u, -1) else {
+                // Past the map's first row: back to the totals.
                 state.map.cursor = None;
                 state.dirty = true;
                 return Some(Vec::new());
-            }
-        },
+            };
+            Some(v)
+        }
         (KeyAction::Down, Some(u)) => Some(layout.vertical(u, 1).unwrap_or(u)),
         (KeyAction::PageUp, Some(u)) => Some(rows_away(&layout, u, -page)),
         (KeyAction::PageDown, Some(u)) => Some(rows_away(&layout, u, page)),
         (KeyAction::Left, Some(u)) => Some(u.saturating_sub(1)),
         (KeyAction::Right, Some(u)) => Some((u + 1).min(last)),
-        (KeyAction::Top, Some(_)) => Some(0),
         (KeyAction::Bottom, Some(_)) => Some(last),
         (KeyAction::Open, Some(u)) => {
             let gpu = layout
@@ -125,7 +123,7 @@ pub(super) fn answer(
     state: &mut State,
     source: usize,
     rewound: bool,
-    result: Option<Result<Vec<(Timestamp, Option<TrendPoint>)>, Failure>>,
+    result: Option<Result<TrendPoints, Failure>>,
 ) {
     let target = if rewound {
         match state.rewind.as_mut() {

@@ -309,8 +309,10 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
         | KeyAction::Play
         | KeyAction::Faster
         | KeyAction::Slower => return super::rewind::live_action(state, a),
-        KeyAction::Left | KeyAction::Right | KeyAction::TrendSpan => {}
-        KeyAction::Confirm
+        KeyAction::Left
+        | KeyAction::Right
+        | KeyAction::TrendSpan
+        | KeyAction::Confirm
         | KeyAction::Cancel
         | KeyAction::NextField
         | KeyAction::PrevField

@@ -3,6 +3,8 @@
 //! excludes dim, the cursor's cell in the selection style, and the legend with each state's
 //! count under the cells.
 
+use std::fmt::Write as _;
+
 use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
@@ -47,12 +49,13 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
         layout.density.describe()
     );
     if layout.rows > h {
-        title.push_str(&format!(
+        let _ = write!(
+            title,
             "(rows {}-{} of {}) ",
             first + 1,
             (first + h).min(layout.rows),
             layout.rows
-        ));
+        );
     }
     if let Some((source, node, index)) = &map.cursor {
         let name = map
@@ -63,7 +66,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
         let word = cursor
             .and_then(|u| layout.units.get(u))
             .map_or("", |u| map.unit_state(u).0.word());
-        title.push_str(&format!("▸ {name}:{index} {word} (Enter opens) "));
+        let _ = write!(title, "▸ {name}:{index} {word} (Enter opens) ");
     }
     frame.render_widget(block(title, theme), area);
     if map.cells.is_empty() {
