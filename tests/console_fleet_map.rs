@@ -338,3 +338,63 @@ fn sparklines_read_the_history_once_and_an_idle_console_asks_nothing_more() {
     let screen = text(&st, &Theme::plain(), 120, 40);
     assert!(screen.contains("no recorded history"), "{screen}");
 }
+
+/// Over a real `gpuboard serve` holding the accounting scenario's recorded history (two
+/// hours from `t0`, three hours ago), a console started after it draws the sparklines from
+/// that history at once: the last day's quarters read the scenario's claims (one pending
+/// until minute 20; claim 3's 0.5 GPU released at minute 60).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sparklines_read_a_real_endpoints_recorded_history_at_start() {
+    use crate::common::scenario::{MIN, write_history};
+    use gpuboard::console::headless::settle;
+    use gpuboard::sources::Source;
+    use gpuboard::sources::endpoint::Http;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let now = jiff::Timestamp::now().as_millisecond() as u64;
+    let t0 = now - now % 3_600_000 - 3 * 3_600_000;
+    let dir = tempfile::tempdir().unwrap();
+    write_history(dir.path(), t0);
+    let server = crate::common::Server::start(dir.path(), &crate::common::demo_fleet(), &[]);
+    let timeout = Duration::from_secs(20);
+    let source: Arc<dyn Source> =
+        Arc::new(Http::new("a", &server.url, Some(server.read_token()), timeout).unwrap());
+    let mut st = State::new(
+        vec![gpuboard::console::state::SourceSlot::new(
+            source.name(),
+            source.kind(),
+            source.can_act(),
+            source.note(),
+        )],
+        gpuboard::console::keymap::Keymap::builtin(),
+        2_000,
+        true,
+    );
+    let sources = vec![source];
+    let _ = update(&mut st, Msg::Tick(Timestamp(t0 + 121 * MIN)));
+    let effects = update(&mut st, k('1'));
+    settle(&mut st, &sources, effects, timeout).await;
+    assert_eq!(st.trends.sources[0].history, TrendHistory::Recorded);
+    // The hour before: every minute read (the scenario's last state from minute 90 on).
+    let hour = st.trends.series(st.now, &[0]);
+    assert!(hour[..59].iter().all(Option::is_some), "{hour:?}");
+    let p = hour[0].unwrap();
+    assert_eq!((p.pending, p.compute), (0, 22_500), "{p:?}");
+    // The last day: the quarters of the scenario read what it held then.
+    let effects = update(&mut st, k('d'));
+    settle(&mut st, &sources, effects, timeout).await;
+    let day = st.trends.series(st.now, &[0]);
+    let quarter = |m: u64| {
+        let i = day.len() - 1 - usize::try_from((121 - m) / 15).unwrap();
+        day[i].unwrap_or_else(|| panic!("quarter at minute {m}: {day:?}"))
+    };
+    assert_eq!(quarter(0).pending, 1, "claim 4 pending until minute 20");
+    assert_eq!(quarter(15).pending, 0);
+    assert_eq!(quarter(45).compute, 27_500, "claims 1, 2, 3 and 4");
+    assert_eq!(quarter(60).compute, 22_500, "claim 3 released");
+    // Before the history began: nothing drawn there.
+    assert!(day[0].is_none());
+    let screen = text(&st, &Theme::plain(), 120, 40);
+    assert!(screen.contains("from the recorded history"), "{screen}");
+}
