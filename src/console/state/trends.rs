@@ -169,6 +169,9 @@ pub struct Trends {
     pub span: TrendSpan,
     /// Per source position.
     pub sources: Vec<SourceTrend>,
+    /// The window last looked over for asks (span, last slot, sources): until it moves,
+    /// there is nothing new to ask, so a tick costs a comparison.
+    pub checked: Option<(TrendSpan, u64, usize)>,
 }
 
 impl Trends {
@@ -214,6 +217,11 @@ impl Trends {
     /// point), asked at the slot's end. Marks them asked.
     pub fn due(&mut self, end: Timestamp, sources: usize) -> Vec<(usize, Vec<Timestamp>)> {
         let step = self.span.step_ms();
+        let window = (self.span, end.0 / step * step, sources);
+        if self.checked == Some(window) {
+            return Vec::new();
+        }
+        self.checked = Some(window);
         let slots = self.span.slots(end);
         let mut out = Vec::new();
         for i in 0..sources {

@@ -21,6 +21,8 @@ pub(super) fn key(state: &mut State, a: KeyAction) -> Option<Vec<Effect>> {
     }
     let layout = state.map_layout();
     if layout.units.is_empty() {
+        // No map on screen (too small, or no GPUs): the keys are the totals'.
+        state.map.cursor = None;
         return None;
     }
     let at = state
