@@ -18,19 +18,6 @@ use crate::console::theme::Theme;
 /// source notes under the table.
 pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
     let areas = state.overview_areas(area);
-    let top = areas.top;
-    // The sparklines take what the totals leave, where that is enough to read them; the
-    // totals' lines are never cut for them.
-    let (top, trends) = if top.width >= TOTALS_W + super::sparklines::MIN_WIDTH {
-        let [t, s] =
-            Layout::horizontal([Constraint::Length(TOTALS_W), Constraint::Fill(1)]).areas(top);
-        (t, Some(s))
-    } else {
-        (top, None)
-    };
-    if let Some(trends) = trends {
-        super::sparklines::draw(frame, trends, state, theme);
-    }
     super::fleet_map::draw(frame, areas.map, state, theme);
     let bottom = areas.sources;
     // The selected count (Enter lists its items), unless the cursor is in the map.
@@ -52,6 +39,19 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     {
         line.push_span(Span::styled(format!(" ({whose})"), theme.rogue));
     }
+    // The sparklines take what the totals leave, where that is enough to read them; the
+    // totals' lines are never cut for them.
+    let widest = lines.iter().map(Line::width).max().unwrap_or(0);
+    let totals_w = u16::try_from(widest + 1).unwrap_or(u16::MAX).max(TOTALS_W);
+    let top = areas.top;
+    let top = if top.width >= totals_w.saturating_add(super::sparklines::MIN_WIDTH) {
+        let [t, s] =
+            Layout::horizontal([Constraint::Length(totals_w), Constraint::Fill(1)]).areas(top);
+        super::sparklines::draw(frame, s, state, theme);
+        t
+    } else {
+        top
+    };
     frame.render_widget(Paragraph::new(lines), top);
     sources_table(frame, bottom, state, theme);
     source_notes(frame, bottom, state, theme);
@@ -221,8 +221,8 @@ fn total_lines(t: &FleetTotals, selected: Option<&str>, theme: &Theme) -> Vec<Li
     ]
 }
 
-/// Columns the totals keep beside the sparklines (`GPUs 8000 (77 cordoned, 154
-/// unhealthy or lost)` whole).
+/// Columns the totals keep at least beside the sparklines (`GPUs 8000 (77 cordoned, 154
+/// unhealthy or lost)` whole), more when a line is longer.
 const TOTALS_W: u16 = 62;
 
 /// The fixed columns of the sources table (NOTE takes the rest): SOURCE, KIND, HEALTH
