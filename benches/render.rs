@@ -1,11 +1,14 @@
 //! Drawing cost at scale: a demo fleet of 1 000 nodes x 8 GPUs with about 20 000 claims,
 //! GPUs and Claims views at 160x48 into ratatui's `TestBackend` (the same code path as the
 //! terminal, minus the write). Also the cost of rebuilding the sorted rows after a fetch, and
-//! of a key that re-sorts the Claims view until its next frame.
+//! of a key that re-sorts the Claims view until its next frame; and the Overview at 200x50
+//! with its fleet map of 8 000 GPUs (every state present) and an hour of sparklines.
 #![allow(clippy::unwrap_used)]
 
 #[path = "../tests/common/console_fixtures.rs"]
 mod console_fixtures;
+#[path = "../tests/common/fleet_map_fixtures.rs"]
+mod fleet_map_fixtures;
 
 use std::hint::black_box;
 
@@ -67,9 +70,55 @@ fn render(c: &mut Criterion) {
     });
 }
 
+/// The Overview at 200x50 over 1 000 nodes x 8 GPUs: the totals, the fleet map (two GPUs
+/// a cell at that size) and the sparklines with an hour of points per source, as the
+/// history fills them. Also rebuilding the map after a fetch.
+fn overview(c: &mut Criterion) {
+    use gpuboard::console::state::{MINUTE_MS, TrendPoint};
+    let full = std::env::args().any(|a| a == "--bench");
+    let nodes = if full { 1_000 } else { 20 };
+    let mut st = fleet_map_fixtures::fleet_map_state(nodes).unwrap();
+    st.size = (200, 50);
+    let now = st.now.0 / MINUTE_MS * MINUTE_MS;
+    for source in 0..st.sources.len() {
+        for m in 0..60 {
+            let point = TrendPoint {
+                gpus: 4_000,
+                cap: 320 << 40,
+                alloc: (100 + m) << 40,
+                used: Some((50 + m) << 40),
+                compute: 1_000 * 10_000 + m * 10_000,
+                pending: m % 7,
+                idle: Some(m % 11),
+            };
+            st.trends
+                .source_mut(source)
+                .points
+                .insert(now - m * MINUTE_MS, point);
+        }
+    }
+    let gpus = st.map.cells.len();
+    let theme = load_strict("default", &[]).unwrap();
+    let mut term = Terminal::new(TestBackend::new(200, 50)).unwrap();
+    c.bench_function(
+        &format!("draw Overview 200x50: fleet map + sparklines ({gpus} GPUs)"),
+        |b| {
+            b.iter(|| {
+                term.draw(|f| draw(f, black_box(&st), &theme)).unwrap();
+            });
+        },
+    );
+    c.bench_function(&format!("rebuild fleet map ({gpus} GPUs)"), |b| {
+        b.iter(|| {
+            st.rebuild_map();
+            black_box(st.map.counts)
+        });
+    });
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(30);
-    targets = render
+    targets = render, overview
 }
 criterion_main!(benches);

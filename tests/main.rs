@@ -25,6 +25,8 @@ mod console_engine_flags;
 mod console_engine_views;
 mod console_fairshare;
 mod console_fleet;
+mod console_fleet_map;
+mod console_fleet_map_tmux;
 mod console_handover;
 mod console_idempotent;
 mod console_incident;

@@ -278,10 +278,12 @@ pub fn run(before: &ConsoleArgs, args: &StatusArgs) -> anyhow::Result<()> {
         let effects = if let Some(at) = setup.at {
             super::update::rewind_to(&mut state, at)
         } else {
-            // Live: the waiting claims' expected starts too, as the console asks them.
-            let mut effects = super::update::usage_due(&mut state);
-            effects.extend(super::update::asks_due(&mut state));
-            effects
+            // Live: the waiting claims' expected starts and the sparklines' history too, as
+            // the console asks them.
+            let mut due = super::update::usage_due(&mut state);
+            due.extend(super::update::asks_due(&mut state));
+            due.extend(super::update::trends_due(&mut state));
+            due
         };
         rt.block_on(settle(&mut state, &setup.sources, effects, timeout));
         if args.body_only {

@@ -8,7 +8,9 @@ use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::msg::{HistoryAnswer, HistoryAsk, Msg};
-use crate::sources::history::SourceHistory;
+use super::state::{TrendPoint, TrendPoints};
+use crate::clock::Timestamp;
+use crate::sources::history::{AtTime, SourceHistory};
 use crate::sources::{Failure, Source};
 
 /// Runs an ask under the timeout on its own task; the answer comes back as `Msg::History`.
@@ -28,7 +30,9 @@ pub fn perform(
 /// The history the ask is for (`None`: its source keeps none).
 pub fn history_of(ask: &HistoryAsk, sources: &[Arc<dyn Source>]) -> Option<Arc<dyn SourceHistory>> {
     let source = match ask {
-        HistoryAsk::At { source, .. } | HistoryAsk::Seek { source, .. } => *source,
+        HistoryAsk::At { source, .. }
+        | HistoryAsk::Seek { source, .. }
+        | HistoryAsk::Trend { source, .. } => *source,
         HistoryAsk::Telemetry { key, .. } => key.source,
     };
     sources.get(source).and_then(|s| s.history())
@@ -85,7 +89,38 @@ pub async fn answer(
                 ),
             }
         }
+        HistoryAsk::Trend {
+            source,
+            rewound,
+            times,
+        } => HistoryAnswer::Trend {
+            source,
+            rewound,
+            result: Some(trend(h.as_ref(), times, timeout).await),
+        },
     }
+}
+
+/// The source's figures at each time, one state at a time (so a large fleet's endpoint
+/// is never asked for many states at once); the first failure ends the ask.
+async fn trend(
+    h: &dyn SourceHistory,
+    times: Vec<Timestamp>,
+    timeout: Duration,
+) -> Result<TrendPoints, Failure> {
+    let limit = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+    let mut out = Vec::with_capacity(times.len());
+    for at in times {
+        let point = match tokio::time::timeout(timeout, h.snapshot_at(at))
+            .await
+            .unwrap_or(Err(Failure::Timeout(limit)))?
+        {
+            AtTime::Shown { snapshot, .. } => Some(TrendPoint::of(&snapshot)),
+            AtTime::Before { .. } => None,
+        };
+        out.push((at, point));
+    }
+    Ok(out)
 }
 
 /// The answer of a source that keeps no history.
@@ -108,6 +143,13 @@ pub fn no_history(ask: HistoryAsk) -> HistoryAnswer {
         HistoryAsk::Telemetry { rewound, key } => HistoryAnswer::Telemetry {
             rewound,
             key,
+            result: None,
+        },
+        HistoryAsk::Trend {
+            source, rewound, ..
+        } => HistoryAnswer::Trend {
+            source,
+            rewound,
             result: None,
         },
     }

@@ -60,6 +60,9 @@ actions! {
     PageDown "page_down" Normal false "a page down";
     Top "top" Normal false "first row";
     Bottom "bottom" Normal false "last row";
+    Left "left" Normal false "Overview: the fleet map's cell to the left";
+    Right "right" Normal false "Overview: the fleet map's cell to the right";
+    TrendSpan "trend_span" Normal false "Overview: sparklines over the last hour or the last day";
     Open "open" Normal false "open in detail: GPU, claim, a project's reasons (Fair share)";
     Back "back" Normal false "clear the filter, leave detail, dismiss a message";
     Filter "filter" Normal false "filter rows by text";

@@ -3,7 +3,7 @@
 use ratatui::crossterm::event::KeyEvent;
 
 use super::flows::FlowId;
-use super::state::{ChartKey, SourceUsage, UsageKey};
+use super::state::{ChartKey, SourceUsage, TrendPoints, UsageKey};
 use crate::clock::Timestamp;
 use crate::placement::Allocation;
 use crate::request::ClaimRequest;
@@ -240,6 +240,15 @@ pub enum HistoryAsk {
         /// The device and window.
         key: ChartKey,
     },
+    /// Its figures at times, for the Overview's sparklines.
+    Trend {
+        /// The source.
+        source: usize,
+        /// For the rewound state's sparklines (else the live one's).
+        rewound: bool,
+        /// The times, oldest first.
+        times: Vec<Timestamp>,
+    },
 }
 
 /// What a source's history answered.
@@ -271,6 +280,15 @@ pub enum HistoryAnswer {
         key: ChartKey,
         /// The samples, or why not; `None`: the source keeps no history.
         result: Option<Result<Vec<Sample>, Failure>>,
+    },
+    /// Its figures at the times asked (`None` at a time before its history begins).
+    Trend {
+        /// The source.
+        source: usize,
+        /// For the rewound state's sparklines.
+        rewound: bool,
+        /// The figures, or why not; `None` outside: the source keeps no history.
+        result: Option<Result<TrendPoints, Failure>>,
     },
 }
 

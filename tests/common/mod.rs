@@ -563,6 +563,7 @@ pub struct Recorder {
 
 pub mod boinc_client;
 pub mod console_fixtures;
+pub mod fleet_map_fixtures;
 pub mod flood;
 pub mod foreign;
 pub mod kmock;

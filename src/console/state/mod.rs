@@ -5,6 +5,7 @@ mod claim_detail;
 mod command_line;
 mod find;
 mod forecast;
+mod fleet_map;
 mod form;
 mod paging;
 mod physical;
@@ -13,6 +14,7 @@ mod rows;
 mod selection;
 mod sources;
 mod totals;
+mod trends;
 mod usage;
 mod view;
 
@@ -33,6 +35,9 @@ pub use crate::console::lists::{ClaimKey, Cursor, DevKey, Picked, ProjKey};
 pub use by_view::SortRefused;
 pub use command_line::{candidates, command_hint, command_word};
 pub use find::GpuName;
+pub use fleet_map::{
+    CellState, Density, FleetMap, MapLayout, OverviewAreas, legend_entries, map_inner,
+};
 pub use forecast::{
     DialogPreview, FORECAST_AGAIN_MS, FORECAST_PACE, FORECAST_STALE_MS, SourceForecast,
 };
@@ -45,6 +50,7 @@ pub use rewind::{
 };
 pub use sources::{STALE_AFTER_INTERVALS, SourceHealth, SourceSlot};
 pub use totals::FleetTotals;
+pub use trends::{MINUTE_MS, TrendHistory, TrendPoint, TrendPoints, TrendSpan, Trends};
 pub use usage::{
     SourceAnswer, SourceUsage, USAGE_STEP_MS, UsageClaim, UsageKey, UsageProject, UsageView,
     UsageWindow, notes_height as usage_notes_height,
@@ -294,6 +300,10 @@ pub struct State {
     pub usage: UsageView,
     /// Physical GPUs across sources: the GPUs view's "by GPU" list.
     pub physical: PhysicalView,
+    /// The Overview's fleet map.
+    pub map: FleetMap,
+    /// The Overview's sparklines.
+    pub trends: Trends,
 }
 
 impl State {
@@ -332,6 +342,8 @@ impl State {
             charts: None,
             usage: UsageView::default(),
             physical: PhysicalView::default(),
+            map: FleetMap::default(),
+            trends: Trends::default(),
         }
     }
 

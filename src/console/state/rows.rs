@@ -15,6 +15,8 @@ impl State {
     pub fn rebuild_rows(&mut self) {
         self.recompute_totals();
         self.physical.reshape(&self.gpus.filter);
+        self.rebuild_map();
+        self.record_trends();
         // Each list has its own filter.
         let (dev_needle, claim_needle, proj_needle) = (
             self.gpus.filter.to_lowercase(),

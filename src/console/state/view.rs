@@ -81,6 +81,7 @@ impl View {
     /// The problem filters `!` cycles through here: words the rows' states and flags match.
     pub fn problem_filters(self) -> &'static [&'static str] {
         match self {
+            View::Overview => &["idle", "over-limit", "cordoned", "lost", "stale", "free"],
             View::Gpus => &["idle", "unclaimed", "cordon", "unhealthy", "stale"],
             View::Claims => &["over-limit", "pending", "idle", "stale"],
             View::Ledger => &["backed-off"],

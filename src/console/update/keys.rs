@@ -61,6 +61,11 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
     if let Some(effects) = super::by_gpu::action(state, a) {
         return effects;
     }
+    if state.view == View::Overview
+        && let Some(effects) = super::fleet_map::key(state, a)
+    {
+        return effects;
+    }
     let page = isize::try_from(state.visible_rows()).unwrap_or(10);
     match a {
         KeyAction::Quit => return quit(state),
@@ -197,8 +202,11 @@ pub(super) fn normal_action(state: &mut State, a: KeyAction) -> Vec<Effect> {
         | KeyAction::Play
         | KeyAction::Faster
         | KeyAction::Slower => return super::rewind::live_action(state, a),
-        // `ByGpu` is handled by `by_gpu::action` above.
+        // `ByGpu` is handled by `by_gpu::action` above, the map's keys by `fleet_map::key`.
         KeyAction::ByGpu
+        | KeyAction::Left
+        | KeyAction::Right
+        | KeyAction::TrendSpan
         | KeyAction::Confirm
         | KeyAction::Cancel
         | KeyAction::NextField
@@ -230,6 +238,10 @@ fn problems(state: &mut State) {
     state.reshape_rows();
     let count = match state.unmeasured() {
         Some(why) => format!("n/a ({why})"),
+        None if state.view == View::Overview => {
+            let n = state.map.cells.iter().filter(|c| !c.dim).count();
+            format!("{n} GPUs of {}", state.map.cells.len())
+        }
         None => match state.row_count() {
             1 => "1 row".to_string(),
             n => format!("{n} rows"),

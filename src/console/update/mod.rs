@@ -12,6 +12,7 @@ mod by_gpu;
 mod command;
 mod confirm;
 mod engine;
+mod fleet_map;
 mod flows;
 mod forecast;
 mod form;
@@ -36,6 +37,7 @@ use super::msg::{Asker, Effect, Msg};
 use super::state::{Confirm, Flash, Mode, State, View};
 
 pub use command::complete;
+pub use fleet_map::trends_due;
 pub use forecast::due as asks_due;
 pub use navigate::show_view;
 pub use rewind::{BANNER_ROWS, refusal_text, rewind_to};
@@ -46,6 +48,7 @@ pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
     let mut effects = step(state, msg);
     effects.extend(rewind::charts_due(state));
     effects.extend(usage::due(state));
+    effects.extend(fleet_map::trends_due(state));
     effects
 }
 

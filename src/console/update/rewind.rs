@@ -371,6 +371,14 @@ pub(super) fn answer(state: &mut State, a: HistoryAnswer) -> Vec<Effect> {
             generation,
             result,
         } => sought(state, source, generation, result),
+        HistoryAnswer::Trend {
+            source,
+            rewound,
+            result,
+        } => {
+            super::fleet_map::answer(state, source, rewound, result);
+            Vec::new()
+        }
         HistoryAnswer::Telemetry {
             rewound,
             key,

@@ -32,6 +32,8 @@ pub(super) fn tick(state: &mut State, now: Timestamp) -> Vec<Effect> {
     state.now = now;
     if health_signature(state) != before {
         state.dirty = true;
+        // A source turning stale (or fresh again) changes its GPUs' cells.
+        state.rebuild_map();
     }
     // Claims and Fair share show ages to the second (`5m10s`): redraw each second there,
     // each minute elsewhere (stale and down sources redraw every tick, below).

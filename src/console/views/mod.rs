@@ -12,6 +12,7 @@ mod confirm;
 mod detail;
 mod events;
 mod fairshare;
+mod fleet_map;
 mod form;
 mod gpus;
 mod help;
@@ -19,6 +20,7 @@ mod movepick;
 mod overview;
 mod preview;
 mod rewind;
+mod sparklines;
 mod usage;
 
 use ratatui::Frame;

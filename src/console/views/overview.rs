@@ -1,6 +1,6 @@
 //! The Overview view: fleet totals (memory, compute, claims, waste) over the shown
-//! sources, computed when the data changes (`State::totals`), and one row per source with
-//! its health.
+//! sources, computed when the data changes (`State::totals`), their sparklines beside
+//! them, the fleet map, and one row per source with its health.
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -14,12 +14,16 @@ use super::common::{badge, block, short_bytes};
 use crate::console::state::{FleetTotals, OVERVIEW_JUMPS, SourceSlot, State, View};
 use crate::console::theme::Theme;
 
-/// Totals at the top, the sources below, and long source notes under the table.
+/// Totals at the top with their sparklines, the fleet map, the sources below, and long
+/// source notes under the table.
 pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
-    let [top, bottom] = Layout::vertical([Constraint::Length(9), Constraint::Min(3)]).areas(area);
-    // The selected count (Enter lists its items).
-    let selected =
-        state.view == View::Overview && state.mode == crate::console::state::Mode::Normal;
+    let areas = state.overview_areas(area);
+    super::fleet_map::draw(frame, areas.map, state, theme);
+    let bottom = areas.sources;
+    // The selected count (Enter lists its items), unless the cursor is in the map.
+    let selected = state.view == View::Overview
+        && state.mode == crate::console::state::Mode::Normal
+        && state.map.cursor.is_none();
     let label = OVERVIEW_JUMPS
         .get(state.cursor_of(View::Overview).selected)
         .map(|(l, _, _)| *l)
@@ -35,6 +39,19 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     {
         line.push_span(Span::styled(format!(" ({whose})"), theme.rogue));
     }
+    // The sparklines take what the totals leave, where that is enough to read them; the
+    // totals' lines are never cut for them.
+    let widest = lines.iter().map(Line::width).max().unwrap_or(0);
+    let totals_w = u16::try_from(widest + 1).unwrap_or(u16::MAX).max(TOTALS_W);
+    let top = areas.top;
+    let top = if top.width >= totals_w.saturating_add(super::sparklines::MIN_WIDTH) {
+        let [t, s] =
+            Layout::horizontal([Constraint::Length(totals_w), Constraint::Fill(1)]).areas(top);
+        super::sparklines::draw(frame, s, state, theme);
+        t
+    } else {
+        top
+    };
     frame.render_widget(Paragraph::new(lines), top);
     sources_table(frame, bottom, state, theme);
     source_notes(frame, bottom, state, theme);
@@ -203,6 +220,10 @@ fn total_lines(t: &FleetTotals, selected: Option<&str>, theme: &Theme) -> Vec<Li
         ),
     ]
 }
+
+/// Columns the totals keep at least beside the sparklines (`GPUs 8000 (77 cordoned, 154
+/// unhealthy or lost)` whole), more when a line is longer.
+const TOTALS_W: u16 = 62;
 
 /// The fixed columns of the sources table (NOTE takes the rest): SOURCE, KIND, HEALTH
 /// (`◌ STALE 59m59s`), GPUS, CLAIMS.
