@@ -14,7 +14,7 @@ use gpuboard::clock::Timestamp;
 use gpuboard::console::headless::{buffer_text, render};
 use gpuboard::console::keymap::Keymap;
 use gpuboard::console::msg::Msg;
-use gpuboard::console::state::{SourceSlot, State, View};
+use gpuboard::console::state::{CellState, SourceSlot, State, View};
 use gpuboard::console::theme::load_strict;
 use gpuboard::console::update::{show_view, update};
 use gpuboard::ids::ClaimId;
@@ -71,6 +71,7 @@ fn claim(
         .collect();
     ClaimView {
         id: ClaimId(id),
+        name: None,
         state: ClaimState::Placed,
         project: "ml".to_string(),
         holder: Some(holder.to_string()),
@@ -263,6 +264,29 @@ fn one_row_per_physical_gpu_with_every_engines_holders() {
         "{booked}"
     );
     assert!(g1.flags[1].describe(g1).contains("pid 7070"));
+    // The Overview's map shows that GPU double-booked in each source that lists it (by
+    // that source's name for its node), and only that one.
+    let booked: Vec<(usize, &str, u32)> = st
+        .map
+        .nodes
+        .iter()
+        .flat_map(|n| {
+            st.map.cells[n.cells.clone()]
+                .iter()
+                .filter(|c| c.state == CellState::DoubleBooked)
+                .map(move |c| (n.source, n.name.as_str(), c.index))
+        })
+        .collect();
+    assert!(!booked.is_empty(), "{:?}", st.map.counts);
+    assert_eq!(
+        booked,
+        [
+            (0, "n1.lab.example", 1),
+            (1, "n1", 1),
+            (2, "N1", 1),
+            (3, "n1.lab.example", 1)
+        ]
+    );
     let screen = text(&st, 120, 40);
     assert!(screen.contains("GPUs by GPU (2)"), "{screen}");
     assert!(screen.contains("double-booked,unexplained"), "{screen}");

@@ -12,6 +12,7 @@ use ratatui::layout::Rect;
 
 use crate::console::lists::{GpuFilter, device_words, words_match};
 use crate::ids::ClaimId;
+use crate::physical::GpuFlag;
 use crate::placement::Health;
 use crate::snapshot::DeviceView;
 
@@ -25,8 +26,9 @@ pub enum CellState {
     Stale,
     /// Lost, or reported unhealthy.
     Lost,
-    /// Held by two claims from different sources at once. Set once sources are joined
-    /// by physical GPU; no source alone can tell, so nothing sets it yet.
+    /// Held by holders (of one engine or several) that are not nested in each other and
+    /// together hold more than the GPU has: from the join of the sources by physical GPU
+    /// (`physical`), which no source alone can tell.
     DoubleBooked,
     /// A claim on it uses more memory than it reserved.
     OverLimit,
@@ -163,10 +165,24 @@ impl State {
         let needle = self.panes.overview.filter.to_lowercase();
         let named = GpuFilter::parse(&needle);
         let multi = self.shown_sources().count() > 1;
+        // Each source's own name for a GPU the join flags as double-booked.
+        let booked: HashSet<(usize, &str, u32)> = self
+            .physical_fleet()
+            .gpus
+            .iter()
+            .filter(|g| {
+                g.flags
+                    .iter()
+                    .any(|f| matches!(f, GpuFlag::DoubleBooked { .. }))
+            })
+            .flat_map(|g| g.seen_by.iter())
+            .map(|s| (s.source, s.node.as_str(), s.index))
+            .collect();
         let mut map = FleetMap {
-            cursor: self.map.cursor.take(),
+            cursor: self.map.cursor.clone(),
             ..FleetMap::default()
         };
+
         for (si, s) in self.shown_sources() {
             let Some(d) = &s.data else { continue };
             let stale = s.is_stale(self.now, self.refresh_ms);
@@ -179,7 +195,14 @@ impl State {
             for n in &d.nodes {
                 let start = map.cells.len();
                 for dev in &n.devices {
-                    let state = CellState::of(dev, stale, &over);
+                    let own = CellState::of(dev, stale, &over);
+                    let state = if own > CellState::Lost
+                        && booked.contains(&(si, n.name.as_str(), dev.index))
+                    {
+                        CellState::DoubleBooked
+                    } else {
+                        own
+                    };
                     map.counts[state.position()] += 1;
                     let hit = match &named {
                         Some(g) => g.names(&s.name, &n.name, dev.index),
