@@ -196,6 +196,7 @@ const KIND_NAMES: &[&str] = &[
     "slurm",
     "boinc",
     "kubernetes",
+    "ssh",
     "demo",
     "embedded",
 ];

@@ -11,6 +11,8 @@
 //! token_file = "/etc/gpuboard/operator.token"
 //! tls_fingerprint = "AB:CD:..."   # what `gpuboard serve` printed; or tls_ca = "ca.pem"
 //! kind = "gpuboard"        # or "ray", "prometheus", "slurm", "boinc", "kubernetes" (kubeconfig, context)
+//! [[ssh]]
+//! host = "gpu-02"          # or hosts_file = "FILE"; ssh_config = "FILE" optional
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -20,6 +22,7 @@ use serde::Deserialize;
 
 use crate::sources::EndpointConfig;
 use crate::sources::kind::check_names;
+use crate::sources::ssh::hosts::SshEntry;
 
 /// The config file.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -34,9 +37,13 @@ pub struct Config {
     /// A keymap file overriding the built-in keys.
     #[serde(default)]
     pub keymap: Option<PathBuf>,
-    /// Endpoints to read (the sources layer's entries, which the CLI reads too).
+    /// Endpoints to read (the sources layer's entries, which the CLI reads too); after
+    /// `parse`, the `[[ssh]]` hosts too.
     #[serde(default)]
     pub endpoints: Vec<EndpointConfig>,
+    /// Hosts to read over SSH (`parse` adds them to `endpoints`).
+    #[serde(default)]
+    pub ssh: Vec<SshEntry>,
     /// The token file for gpuboard endpoints that name none (after `--token-file`,
     /// `GPUBOARD_TOKEN` and a local endpoint's operator.token).
     #[serde(default)]
@@ -87,7 +94,9 @@ impl Config {
 
     /// Parses and checks config text.
     pub fn parse(text: &str) -> anyhow::Result<Config> {
-        let cfg: Config = toml::from_str(text)?;
+        let mut cfg: Config = toml::from_str(text)?;
+        let hosts = crate::sources::ssh::hosts::from_config(&cfg.ssh)?;
+        cfg.endpoints.extend(hosts);
         check_names(&cfg.endpoints)?;
         Ok(cfg)
     }

@@ -20,6 +20,7 @@ use super::kubernetes::{KubernetesConfig, KubernetesSource};
 use super::prometheus::{PrometheusConfig, PrometheusSource};
 use super::ray::{RayConfig, RaySource};
 use super::slurm::{SlurmConfig, SlurmSource};
+use super::ssh::{SshConfig, SshSource};
 use crate::client::TlsTrust;
 
 /// What a source is. The first five can be named in a config file; `demo` and `embedded`
@@ -42,6 +43,8 @@ pub enum SourceKind {
     Boinc,
     /// A Kubernetes cluster's nodes and pods (read through its kubeconfig).
     Kubernetes,
+    /// A host read over SSH with nvidia-smi: telemetry only.
+    Ssh,
     /// The simulated fleet of `--demo`.
     Demo,
     /// The scheduler the console runs in-process when no endpoint is named.
@@ -50,13 +53,14 @@ pub enum SourceKind {
 
 impl SourceKind {
     /// The kinds a config file may name, in the order the docs list them.
-    pub const CONFIGURABLE: [SourceKind; 6] = [
+    pub const CONFIGURABLE: [SourceKind; 7] = [
         SourceKind::Gpuboard,
         SourceKind::Ray,
         SourceKind::Prometheus,
         SourceKind::Slurm,
         SourceKind::Boinc,
         SourceKind::Kubernetes,
+        SourceKind::Ssh,
     ];
 
     /// Its name, as a config file and the screens write it.
@@ -68,6 +72,7 @@ impl SourceKind {
             SourceKind::Slurm => "slurm",
             SourceKind::Boinc => "boinc",
             SourceKind::Kubernetes => "kubernetes",
+            SourceKind::Ssh => "ssh",
             SourceKind::Demo => "demo",
             SourceKind::Embedded => "embedded",
         }
@@ -100,9 +105,9 @@ impl SourceKind {
         )
     }
 
-    /// Whether it reads telemetry only and holds no claims (Prometheus).
+    /// Whether it reads telemetry only and holds no claims (Prometheus, an SSH host).
     pub fn is_telemetry(self) -> bool {
-        self == SourceKind::Prometheus
+        matches!(self, SourceKind::Prometheus | SourceKind::Ssh)
     }
 }
 
@@ -129,7 +134,7 @@ impl std::str::FromStr for SourceKind {
 /// A kind no config may name.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "kind `{0}` is not supported; supported: gpuboard, ray, prometheus, slurm, boinc, kubernetes"
+    "kind `{0}` is not supported; supported: gpuboard, ray, prometheus, slurm, boinc, kubernetes, ssh"
 )]
 pub struct UnknownKind(pub String);
 
@@ -141,11 +146,12 @@ pub struct UnknownKind(pub String);
 /// url = "https://10.0.0.5:7420"
 /// token_file = "/etc/gpuboard/operator.token"
 /// tls_fingerprint = "AB:CD:..."   # what `gpuboard serve` printed; or tls_ca = "ca.pem"
-/// kind = "gpuboard"               # or ray, prometheus, slurm, boinc, kubernetes
+/// kind = "gpuboard"               # or ray, prometheus, slurm, boinc, kubernetes, ssh
 /// ```
 ///
 /// A `kubernetes` entry names no `url`: `kubeconfig = "FILE"` and `context = "NAME"`
-/// (each optional: what kube finds).
+/// (each optional: what kube finds). An `ssh` entry's `url` is the host as ssh takes it,
+/// with `ssh_config = "FILE"` optional (`[[ssh]]` entries become these).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EndpointConfig {
@@ -172,6 +178,9 @@ pub struct EndpointConfig {
     /// For Kubernetes: the kubeconfig context (default: the file's current one).
     #[serde(default)]
     pub context: Option<String>,
+    /// For SSH: an ssh config file (`ssh -F`) instead of `~/.ssh/config`.
+    #[serde(default)]
+    pub ssh_config: Option<PathBuf>,
 }
 
 impl EndpointConfig {
@@ -186,6 +195,7 @@ impl EndpointConfig {
             tls_ca: None,
             kubeconfig: None,
             context: None,
+            ssh_config: None,
         }
     }
 
@@ -343,6 +353,13 @@ pub fn connect(
             c.timeout = timeout.max(c.timeout);
             Arc::new(KubernetesSource::new(c))
         }
+        SourceKind::Ssh => {
+            let host = super::ssh::hosts::parse(url, &format!(" (endpoint {name})"))?;
+            let mut c = SshConfig::new(&name, &host.destination);
+            c.options.config_file.clone_from(&entry.ssh_config);
+            c.interval = timeout.max(c.interval);
+            Arc::new(SshSource::new(c)?)
+        }
         SourceKind::Demo | SourceKind::Embedded => {
             anyhow::bail!(
                 "endpoint {name}: a {} source is not configured by URL",
@@ -430,7 +447,10 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("kind `gpuBoard` is not supported"), "{e}");
-        assert!(e.contains("gpuboard, ray, prometheus, slurm, boinc"), "{e}");
+        assert!(
+            e.contains("gpuboard, ray, prometheus, slurm, boinc, kubernetes, ssh"),
+            "{e}"
+        );
         assert!(
             SourceKind::parse("demo").is_err(),
             "demo is a flag, not a config kind"
