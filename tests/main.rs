@@ -83,6 +83,7 @@ mod run_leases;
 mod serve_nvml;
 mod slurm_source;
 mod source_failures;
+mod ssh_source;
 mod tls_flood;
 mod token_usage;
 mod watch_api;
