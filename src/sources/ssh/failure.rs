@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::probe::Answer;
+use super::probe::Probed;
 use crate::sources::Failure;
 
 /// Why one host could not be read, in words an operator can act on.
@@ -140,7 +140,7 @@ pub enum Ended {
 }
 
 /// Whether a run failed, and why; `None` when the answer can be read for GPUs.
-pub fn classify(ended: &Ended, stderr: &str, answer: &Answer) -> Option<HostFailure> {
+pub fn classify(ended: &Ended, stderr: &str, answer: &Probed) -> Option<HostFailure> {
     // The script's first line comes from the host: after it, a stop is the command's.
     let connected = answer.hostname.is_some() || answer.gpus.is_some();
     match ended {
@@ -197,8 +197,8 @@ mod tests {
     use super::*;
     use crate::sources::ssh::probe::read;
 
-    fn none() -> Answer {
-        Answer::default()
+    fn none() -> Probed {
+        Probed::default()
     }
 
     #[test]

@@ -24,7 +24,7 @@ use tokio::sync::{Notify, Semaphore, watch};
 
 use self::command::SshOptions;
 use self::failure::{HostFailure, classify};
-use self::probe::{Answer, Reader};
+use self::probe::{Probed, Reader};
 use super::adapter::{self, wall_clock};
 use super::kind::SourceKind;
 use super::{Action, Failure, Fetched, Outcome, Source};
@@ -215,7 +215,7 @@ impl SshSource {
     }
 
     /// The host's snapshot from an answer that has GPUs to read.
-    fn snapshot(&self, answer: &Answer) -> Snapshot {
+    fn snapshot(&self, answer: &Probed) -> Snapshot {
         let now = self.inner.clock.now();
         let mut warnings: Vec<SourceWarning> = Vec::new();
         let (gpus, _) = answer.gpus.clone().unwrap_or_default();

@@ -50,7 +50,7 @@ pub enum Reader {
 
 /// What the script printed, in its parts.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Answer {
+pub struct Probed {
     /// The host's own name (`hostname`), when it said.
     pub hostname: Option<String>,
     /// `gpuboard --version` there, when the binary is on its PATH.
@@ -67,7 +67,7 @@ pub struct Answer {
     pub first_line: Option<String>,
 }
 
-impl Answer {
+impl Probed {
     /// The best reader the host has.
     pub fn reader(&self) -> Reader {
         match (&self.serve, &self.gpuboard) {
@@ -79,8 +79,8 @@ impl Answer {
 }
 
 /// Reads the script's output: marker lines split it into its sections.
-pub fn read(stdout: &str) -> Answer {
-    let mut a = Answer::default();
+pub fn read(stdout: &str) -> Probed {
+    let mut a = Probed::default();
     // The section the lines go to: 1 gpus, 2 apps, 0 none.
     let mut section = 0;
     let mut gpus = String::new();
