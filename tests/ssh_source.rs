@@ -232,3 +232,43 @@ async fn status_shows_ssh_hosts_from_the_flags() {
         "control sockets go under XDG_RUNTIME_DIR"
     );
 }
+
+#[test]
+fn the_console_shows_each_host_and_stays_responsive_while_one_hangs() {
+    if common::skip_peer("ssh") {
+        return;
+    }
+    let server = Sshd::start();
+    let home = tempfile::tempdir().unwrap();
+    let runtime = home.path().join("run");
+    std::fs::create_dir_all(&runtime).unwrap();
+    let script = format!(
+        "env HOME={h} XDG_CONFIG_HOME={h}/config XDG_STATE_HOME={h}/state XDG_RUNTIME_DIR={r} \
+         {bin} --refresh 1 --ssh gpu-fake --ssh gpu-ours --ssh gpu-refused --ssh gpu-nosmi \
+         --ssh gpu-hang --ssh-config {c}; echo EXIT=$?; sleep 60",
+        h = home.path().display(),
+        r = runtime.display(),
+        bin = common::gpuboard().display(),
+        c = server.ssh_config().display()
+    );
+    let s = common::tmux::Session::start(200, 50, "ssh", &script);
+    // Each host with its reader, its unread line or its reason, in the Overview's Sources.
+    s.wait_for("GPUs");
+    s.keys(&["1"]);
+    s.wait_for("reader: nvidia-smi (gpuboard 0.0.0-test is on the host");
+    s.wait_for("this is not a GPU line");
+    s.wait_for("authentication refused");
+    s.wait_for("no nvidia-smi on the remote PATH");
+    // The hanging host holds nothing up: the GPUs of the others are one key away.
+    s.keys(&["2"]);
+    let gpus = s.wait_for("GPUs (4)");
+    assert!(gpus.contains("A100"), "{gpus}");
+    s.keys(&["1"]);
+    // Its own reason comes when its reading's limit (20 s) is past.
+    s.wait_until("the hanging host's reason", |screen| {
+        screen.contains("did not finish within 20 s")
+    });
+    s.keys(&["q"]);
+    let screen = s.wait_for("EXIT=");
+    assert!(screen.contains("EXIT=0"), "{screen}");
+}

@@ -3,7 +3,7 @@
 //! keys made for the test, and an ssh config (`-F`) whose aliases all reach it:
 //!
 //! - `gpu-fake`: a fake `nvidia-smi` on its PATH printing fixture CSV (one line garbled);
-//! - `gpu-ours`: the same, and a fake `gpuboard` binary beside it;
+//! - `gpu-ours`: the same without the garbled line, and a fake `gpuboard` binary beside it;
 //! - `gpu-nosmi`: no nvidia-smi on its PATH;
 //! - `gpu-hang`: an nvidia-smi that never finishes;
 //! - `gpu-refused`: a key the server does not accept;
@@ -74,9 +74,15 @@ fn bin(dir: &Path, name: &str, extra: &[(&str, String)]) -> PathBuf {
     d
 }
 
-fn fake_smi() -> String {
+/// A fake nvidia-smi printing the fixture lines (without the garbled one when `clean`).
+fn fake_smi(clean: bool) -> String {
+    let gpus = if clean {
+        GPU_LINES.replace("this is not a GPU line\n", "")
+    } else {
+        GPU_LINES.to_string()
+    };
     format!(
-        "#!/bin/sh\ncase \"$1\" in\n--query-gpu=*) cat <<'EOF'\n{GPU_LINES}EOF\n;;\n\
+        "#!/bin/sh\ncase \"$1\" in\n--query-gpu=*) cat <<'EOF'\n{gpus}EOF\n;;\n\
          --query-compute-apps=*) cat <<'EOF'\n{APP_LINES}EOF\n;;\nesac\n"
     )
     .replace("cat <<", "/bin/cat <<")
@@ -106,12 +112,12 @@ impl Sshd {
         for k in ["fake", "ours", "nosmi", "hang", "refused"] {
             keygen(&d.join(format!("key_{k}")));
         }
-        let fake = bin(d, "bin-fake", &[("nvidia-smi", fake_smi())]);
+        let fake = bin(d, "bin-fake", &[("nvidia-smi", fake_smi(false))]);
         let ours = bin(
             d,
             "bin-ours",
             &[
-                ("nvidia-smi", fake_smi()),
+                ("nvidia-smi", fake_smi(true)),
                 (
                     "gpuboard",
                     "#!/bin/sh\necho 'gpuboard 0.0.0-test'\n".to_string(),

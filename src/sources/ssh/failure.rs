@@ -170,7 +170,7 @@ pub fn classify(ended: &Ended, stderr: &str, answer: &Probed) -> Option<HostFail
         }
         Some(_) => None,
         None => Some(match ended {
-            Ended::Exited(Some(0)) | Ended::Exited(None) => HostFailure::Unreadable(format!(
+            Ended::Exited(Some(0) | None) => HostFailure::Unreadable(format!(
                 "no nvidia-smi section in what the host printed (first line: `{}`)",
                 answer.first_line.as_deref().unwrap_or("(nothing)")
             )),
