@@ -14,6 +14,7 @@
 //! when dropped. Installed by scripts/install-peers (`openssh-server`).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::fmt::Write as _;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -88,6 +89,51 @@ fn fake_smi(clean: bool) -> String {
     .replace("cat <<", "/bin/cat <<")
 }
 
+/// The host key, a key per alias, a bin directory per behaviour, and `authorized_keys`
+/// giving each accepted key its PATH.
+fn keys_and_paths(d: &Path) {
+    keygen(&d.join("host_key"));
+    for k in ["fake", "ours", "nosmi", "hang", "refused"] {
+        keygen(&d.join(format!("key_{k}")));
+    }
+    let fake = bin(d, "bin-fake", &[("nvidia-smi", fake_smi(false))]);
+    let ours = bin(
+        d,
+        "bin-ours",
+        &[
+            ("nvidia-smi", fake_smi(true)),
+            (
+                "gpuboard",
+                "#!/bin/sh\necho 'gpuboard 0.0.0-test'\n".to_string(),
+            ),
+        ],
+    );
+    let nosmi = bin(d, "bin-nosmi", &[]);
+    let hang = bin(
+        d,
+        "bin-hang",
+        &[(
+            "nvidia-smi",
+            "#!/bin/sh\nwhile :; do echo waiting; sleep 1; done\n".to_string(),
+        )],
+    );
+    let mut authorized = String::new();
+    for (k, path) in [
+        ("fake", &fake),
+        ("ours", &ours),
+        ("nosmi", &nosmi),
+        ("hang", &hang),
+    ] {
+        let public = std::fs::read_to_string(d.join(format!("key_{k}.pub"))).unwrap();
+        let _ = write!(
+            authorized,
+            "environment=\"PATH={}\" {public}",
+            path.display()
+        );
+    }
+    std::fs::write(d.join("authorized_keys"), authorized).unwrap();
+}
+
 impl Sshd {
     /// Whether the server is installed.
     pub fn installed() -> bool {
@@ -108,46 +154,7 @@ impl Sshd {
             // Run as root, sshd needs its privilege-separation directory.
             std::fs::create_dir_all("/run/sshd").unwrap();
         }
-        keygen(&d.join("host_key"));
-        for k in ["fake", "ours", "nosmi", "hang", "refused"] {
-            keygen(&d.join(format!("key_{k}")));
-        }
-        let fake = bin(d, "bin-fake", &[("nvidia-smi", fake_smi(false))]);
-        let ours = bin(
-            d,
-            "bin-ours",
-            &[
-                ("nvidia-smi", fake_smi(true)),
-                (
-                    "gpuboard",
-                    "#!/bin/sh\necho 'gpuboard 0.0.0-test'\n".to_string(),
-                ),
-            ],
-        );
-        let nosmi = bin(d, "bin-nosmi", &[]);
-        let hang = bin(
-            d,
-            "bin-hang",
-            &[(
-                "nvidia-smi",
-                "#!/bin/sh\nwhile :; do echo waiting; sleep 1; done\n".to_string(),
-            )],
-        );
-        let mut authorized = String::new();
-        for (k, path) in [
-            ("fake", &fake),
-            ("ours", &ours),
-            ("nosmi", &nosmi),
-            ("hang", &hang),
-        ] {
-            let public = std::fs::read_to_string(d.join(format!("key_{k}.pub"))).unwrap();
-            authorized.push_str(&format!(
-                "environment=\"PATH={}\" {}",
-                path.display(),
-                public
-            ));
-        }
-        std::fs::write(d.join("authorized_keys"), authorized).unwrap();
+        keys_and_paths(d);
         // One port per alias: connections are shared by host, port and user (ssh's `%C`),
         // and these aliases differ only by key.
         let aliases = [
@@ -159,7 +166,10 @@ impl Sshd {
             "gpu-badkey",
         ];
         let ports: Vec<u16> = aliases.iter().map(|_| free_port()).collect();
-        let port_lines: String = ports.iter().map(|p| format!("Port {p}\n")).collect();
+        let port_lines = ports.iter().fold(String::new(), |mut all, p| {
+            let _ = writeln!(all, "Port {p}");
+            all
+        });
         std::fs::write(
             d.join("sshd_config"),
             format!(

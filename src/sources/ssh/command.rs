@@ -155,7 +155,7 @@ impl SshOptions {
         let mut so = child.stdout.take();
         let mut se = child.stderr.take();
         let finished = tokio::time::timeout(limit, async {
-            let (_, _, status) = tokio::join!(
+            let ((), (), status) = tokio::join!(
                 read_all(so.as_mut(), &mut out),
                 read_all(se.as_mut(), &mut err),
                 child.wait()
@@ -199,7 +199,7 @@ mod tests {
             program: "ssh".into(),
             config_file: Some("/t/ssh_config".into()),
             control_dir: "/run/u/gpuboard-ssh".into(),
-            control_persist: Duration::from_secs(60),
+            control_persist: Duration::from_mins(1),
             connect_timeout: Duration::from_secs(10),
         };
         let a = o.args().join(" ");

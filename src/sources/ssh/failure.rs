@@ -9,7 +9,7 @@ use crate::sources::Failure;
 /// Why one host could not be read, in words an operator can act on.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum HostFailure {
-    /// The server refused every key (or asked for a password, which BatchMode never gives).
+    /// The server refused every key (or asked for a password, which `BatchMode` never gives).
     #[error(
         "authentication refused: {said} (ssh never prompts here: load the key into ssh-agent \
          or name it with IdentityFile in the ssh config)"
@@ -27,7 +27,7 @@ pub enum HostFailure {
         /// ssh's own line.
         said: String,
     },
-    /// No connection within the limit (ssh's ConnectTimeout, or ours).
+    /// No connection within the limit (ssh's `ConnectTimeout`, or ours).
     #[error("timed out connecting: {said}")]
     ConnectTimeout {
         /// ssh's line, or how long we waited.
@@ -151,7 +151,7 @@ pub fn classify(ended: &Ended, stderr: &str, answer: &Probed) -> Option<HostFail
             });
         }
         Ended::Exited(Some(255)) if !connected => return Some(connection_failure(stderr)),
-        _ => {}
+        Ended::Exited(_) => {}
     }
     if answer.no_nvidia_smi || (!connected && *ended == Ended::Exited(Some(127))) {
         return Some(HostFailure::NoNvidiaSmi);

@@ -1,6 +1,6 @@
 //! A host read over SSH, with nothing of ours installed there: each host is one source,
-//! read through the system `ssh` (so `~/.ssh/config`, the agent, ProxyJump and
-//! known_hosts apply) by a script that says which of gpuboard's readers the host has and
+//! read through the system `ssh` (so `~/.ssh/config`, the agent, `ProxyJump` and
+//! `known_hosts` apply) by a script that says which of gpuboard's readers the host has and
 //! prints nvidia-smi's CSV. The GPUs come in as telemetry-only devices (kind `ssh`: no
 //! claims, no actions), joined into other sources' devices like Prometheus's.
 //!
@@ -61,7 +61,7 @@ impl SshConfig {
                 program: "ssh".into(),
                 config_file: None,
                 control_dir: command::default_control_dir(),
-                control_persist: Duration::from_secs(60),
+                control_persist: Duration::from_mins(1),
                 connect_timeout: Duration::from_secs(10),
             },
             interval: Duration::from_secs(2),
@@ -186,7 +186,7 @@ impl SshSource {
     /// reason there is none.
     pub async fn read_once(&self) -> Result<Snapshot, HostFailure> {
         let inner = &self.inner;
-        let connected = inner.latest.lock().map(|l| l.connected).unwrap_or(false);
+        let connected = inner.latest.lock().is_ok_and(|l| l.connected);
         // Only a new connection takes a permit: reuse of a kept one is not bounded.
         let permit = if connected {
             None
@@ -222,7 +222,7 @@ impl SshSource {
         let mut devices = nvidia_smi::devices(&gpus, now, &mut warnings);
         match &answer.apps {
             Some((apps, Some(0))) => {
-                nvidia_smi::attach_processes(apps, &mut devices, &mut warnings)
+                nvidia_smi::attach_processes(apps, &mut devices, &mut warnings);
             }
             Some((apps, status)) => warnings.push(SourceWarning {
                 section: "nvidia-smi --query-compute-apps".to_string(),
