@@ -123,4 +123,31 @@ mod tests {
         );
         assert!(Config::parse("colour = 1\n").is_err());
     }
+
+    #[test]
+    fn ssh_entries_become_ssh_sources_and_a_bad_one_is_named() {
+        let c = Config::parse(
+            "[[endpoints]]\nname = \"a\"\nurl = \"http://127.0.0.1:1\"\n\
+             [[ssh]]\nhost = \"alice@gpu-01:2222\"\nssh_config = \"/lab.conf\"\n\
+             [[ssh]]\nhost = \"gpu-02\"\nname = \"lab-02\"\n",
+        )
+        .unwrap();
+        let kinds: Vec<_> = c
+            .endpoints
+            .iter()
+            .map(|e| (e.name.as_str(), e.kind))
+            .collect();
+        use crate::sources::SourceKind::{Gpuboard, Ssh};
+        assert_eq!(
+            kinds,
+            [("a", Gpuboard), ("alice@gpu-01:2222", Ssh), ("lab-02", Ssh)]
+        );
+        assert_eq!(c.endpoints[1].url, "ssh://alice@gpu-01:2222");
+        let e = Config::parse("[[ssh]]\nhost = \"-oProxyCommand=x\"\n").unwrap_err();
+        assert!(format!("{e:#}").contains("cannot start with `-`"), "{e:#}");
+        let e = Config::parse("[[ssh]]\nhots = \"x\"\n").unwrap_err();
+        assert!(format!("{e:#}").contains("unknown field `hots`"), "{e:#}");
+        let twice = Config::parse("[[ssh]]\nhost = \"g\"\n[[ssh]]\nhost = \"g\"\n").unwrap_err();
+        assert!(format!("{twice:#}").contains("named twice"), "{twice:#}");
+    }
 }

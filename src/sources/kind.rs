@@ -358,9 +358,10 @@ pub fn connect(
             let mut c = SshConfig::new(&name, &host.destination);
             c.options.config_file.clone_from(&entry.ssh_config);
             c.interval = timeout.max(c.interval);
-            // Within the console's timeout, so a quick host's first reading is its first
-            // answer; a slow one shows as connecting until it answers.
-            c.first_wait = timeout * 3 / 4;
+            // Just within the fetch's timeout, so a host that answers in time has its first
+            // reading in its first answer (`status --once` too); a slower one shows as
+            // connecting until it answers.
+            c.first_wait = timeout.saturating_sub(Duration::from_millis(200));
             Arc::new(SshSource::new(c)?)
         }
         SourceKind::Demo | SourceKind::Embedded => {

@@ -142,7 +142,7 @@ pub enum Ended {
 /// Whether a run failed, and why; `None` when the answer can be read for GPUs.
 pub fn classify(ended: &Ended, stderr: &str, answer: &Probed) -> Option<HostFailure> {
     // The script's first line comes from the host: after it, a stop is the command's.
-    let connected = answer.hostname.is_some() || answer.gpus.is_some();
+    let connected = answer.reached || answer.gpus.is_some();
     match ended {
         Ended::TimedOut(limit) if connected => return Some(HostFailure::CommandTimeout(*limit)),
         Ended::TimedOut(limit) => {

@@ -209,7 +209,7 @@ impl SshSource {
             None => Ok(self.snapshot(&answer)),
         };
         if let Ok(mut l) = inner.latest.lock() {
-            l.connected = answer.hostname.is_some();
+            l.connected = answer.reached;
         }
         result
     }

@@ -51,6 +51,8 @@ pub enum Reader {
 /// What the script printed, in its parts.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Probed {
+    /// The script ran on the host (its first line came).
+    pub reached: bool,
     /// The host's own name (`hostname`), when it said.
     pub hostname: Option<String>,
     /// `gpuboard --version` there, when the binary is on its PATH.
@@ -92,7 +94,8 @@ pub fn read(stdout: &str) -> Probed {
         .find(|l| !l.is_empty())
         .map(str::to_string);
     for line in stdout.lines() {
-        if let Some(rest) = line.strip_prefix("@host ") {
+        if let Some(rest) = line.strip_prefix("@host") {
+            a.reached = true;
             a.hostname = Some(rest.trim().to_string()).filter(|h| !h.is_empty());
         } else if let Some(rest) = line.strip_prefix("@gpuboard") {
             a.gpuboard = Some(rest.trim().to_string());
@@ -143,8 +146,9 @@ mod tests {
             Some(("0, GPU-a, T4, 1, 1, 1, 1, 1\n".into(), Some(0)))
         );
         assert_eq!(a.apps, Some((String::new(), Some(6))));
-        let b = read("@host x\n@no-nvidia-smi\n");
-        assert!(b.no_nvidia_smi);
+        let b = read("@host\n@no-nvidia-smi\n");
+        assert!(b.no_nvidia_smi && b.reached);
+        assert_eq!(b.hostname, None);
         assert_eq!(b.reader(), Reader::NvidiaSmi);
         let c = read("@gpuboard gpuboard 0.9.0\n@gpus\n0, cut");
         assert_eq!(c.reader(), Reader::Binary("gpuboard 0.9.0".into()));
