@@ -37,11 +37,10 @@ pub struct Config {
     /// A keymap file overriding the built-in keys.
     #[serde(default)]
     pub keymap: Option<PathBuf>,
-    /// Endpoints to read (the sources layer's entries, which the CLI reads too); after
-    /// `parse`, the `[[ssh]]` hosts too.
+    /// Endpoints to read (the sources layer's entries, which the CLI reads too).
     #[serde(default)]
     pub endpoints: Vec<EndpointConfig>,
-    /// Hosts to read over SSH (`parse` adds them to `endpoints`).
+    /// Hosts to read over SSH (`world` adds them to the endpoints).
     #[serde(default)]
     pub ssh: Vec<SshEntry>,
     /// The token file for gpuboard endpoints that name none (after `--token-file`,
@@ -94,11 +93,21 @@ impl Config {
 
     /// Parses and checks config text.
     pub fn parse(text: &str) -> anyhow::Result<Config> {
-        let mut cfg: Config = toml::from_str(text)?;
-        let hosts = crate::sources::ssh::hosts::from_config(&cfg.ssh)?;
-        cfg.endpoints.extend(hosts);
+        let cfg: Config = toml::from_str(text)?;
         check_names(&cfg.endpoints)?;
         Ok(cfg)
+    }
+
+    /// The sources the file names: its `[[endpoints]]`, then its `[[ssh]]` hosts (hosts
+    /// files read now), every name distinct.
+    ///
+    /// # Errors
+    /// A bad host, a hosts file that cannot be read, a name given twice.
+    pub fn world(&self) -> anyhow::Result<Vec<EndpointConfig>> {
+        let mut all = self.endpoints.clone();
+        all.extend(crate::sources::ssh::hosts::from_config(&self.ssh)?);
+        check_names(&all)?;
+        Ok(all)
     }
 }
 
@@ -126,28 +135,25 @@ mod tests {
 
     #[test]
     fn ssh_entries_become_ssh_sources_and_a_bad_one_is_named() {
-        let c = Config::parse(
+        let world = |text: &str| Config::parse(text).and_then(|c| c.world());
+        let c = world(
             "[[endpoints]]\nname = \"a\"\nurl = \"http://127.0.0.1:1\"\n\
              [[ssh]]\nhost = \"alice@gpu-01:2222\"\nssh_config = \"/lab.conf\"\n\
              [[ssh]]\nhost = \"gpu-02\"\nname = \"lab-02\"\n",
         )
         .unwrap();
-        let kinds: Vec<_> = c
-            .endpoints
-            .iter()
-            .map(|e| (e.name.as_str(), e.kind))
-            .collect();
+        let kinds: Vec<_> = c.iter().map(|e| (e.name.as_str(), e.kind)).collect();
         use crate::sources::SourceKind::{Gpuboard, Ssh};
         assert_eq!(
             kinds,
             [("a", Gpuboard), ("alice@gpu-01:2222", Ssh), ("lab-02", Ssh)]
         );
-        assert_eq!(c.endpoints[1].url, "ssh://alice@gpu-01:2222");
-        let e = Config::parse("[[ssh]]\nhost = \"-oProxyCommand=x\"\n").unwrap_err();
+        assert_eq!(c[1].url, "ssh://alice@gpu-01:2222");
+        let e = world("[[ssh]]\nhost = \"-oProxyCommand=x\"\n").unwrap_err();
         assert!(format!("{e:#}").contains("cannot start with `-`"), "{e:#}");
         let e = Config::parse("[[ssh]]\nhots = \"x\"\n").unwrap_err();
         assert!(format!("{e:#}").contains("unknown field `hots`"), "{e:#}");
-        let twice = Config::parse("[[ssh]]\nhost = \"g\"\n[[ssh]]\nhost = \"g\"\n").unwrap_err();
+        let twice = world("[[ssh]]\nhost = \"g\"\n[[ssh]]\nhost = \"g\"\n").unwrap_err();
         assert!(format!("{twice:#}").contains("named twice"), "{twice:#}");
     }
 }

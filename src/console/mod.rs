@@ -206,7 +206,7 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
         args.ssh_config.as_deref(),
     )?);
     crate::sources::kind::check_names(&named)?;
-    let world = crate::sources::kind::chosen(named, &cfg.endpoints);
+    let world = crate::sources::kind::chosen(named, &cfg.world()?);
     for ep in &world {
         let jwt = slurm_jwt
             .clone()
