@@ -135,6 +135,7 @@ mod tests {
 
     #[test]
     fn ssh_entries_become_ssh_sources_and_a_bad_one_is_named() {
+        use crate::sources::SourceKind::{Gpuboard, Ssh};
         let world = |text: &str| Config::parse(text).and_then(|c| c.world());
         let c = world(
             "[[endpoints]]\nname = \"a\"\nurl = \"http://127.0.0.1:1\"\n\
@@ -143,7 +144,6 @@ mod tests {
         )
         .unwrap();
         let kinds: Vec<_> = c.iter().map(|e| (e.name.as_str(), e.kind)).collect();
-        use crate::sources::SourceKind::{Gpuboard, Ssh};
         assert_eq!(
             kinds,
             [("a", Gpuboard), ("alice@gpu-01:2222", Ssh), ("lab-02", Ssh)]
