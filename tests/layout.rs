@@ -197,6 +197,7 @@ const KIND_NAMES: &[&str] = &[
     "slurm",
     "boinc",
     "kubernetes",
+    "ssh",
     "demo",
     "embedded",
 ];

@@ -69,6 +69,11 @@ fn engine_kind(s: &str) -> Result<SourceKind, String> {
             | SourceKind::Prometheus
             | SourceKind::Kubernetes),
         ) => Ok(k),
+        Ok(SourceKind::Ssh) => Err(
+            "an ssh host is read live only; record takes ray, slurm, boinc, prometheus or \
+             kubernetes"
+                .to_string(),
+        ),
         Ok(k) => Err(format!(
             "a {k} endpoint records its own history (`serve --history-days`); record takes \
              ray, slurm, boinc, prometheus or kubernetes"

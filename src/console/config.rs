@@ -13,6 +13,8 @@
 //! kind = "gpuboard"        # or "ray", "prometheus", "slurm", "boinc", "kubernetes" (kubeconfig, context)
 //! [aliases]                # node names that are one host, where case and short names do not tell
 //! "gpu-node-7" = "n7"
+//! [[ssh]]
+//! host = "gpu-02"          # or hosts_file = "FILE"; ssh_config = "FILE" optional
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -22,6 +24,7 @@ use serde::Deserialize;
 
 use crate::sources::EndpointConfig;
 use crate::sources::kind::check_names;
+use crate::sources::ssh::hosts::SshEntry;
 
 /// The config file.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -39,6 +42,9 @@ pub struct Config {
     /// Endpoints to read (the sources layer's entries, which the CLI reads too).
     #[serde(default)]
     pub endpoints: Vec<EndpointConfig>,
+    /// Hosts to read over SSH (`world` adds them to the endpoints).
+    #[serde(default)]
+    pub ssh: Vec<SshEntry>,
     /// The token file for gpuboard endpoints that name none (after `--token-file`,
     /// `GPUBOARD_TOKEN` and a local endpoint's operator.token).
     #[serde(default)]
@@ -97,6 +103,18 @@ impl Config {
         check_names(&cfg.endpoints)?;
         Ok(cfg)
     }
+
+    /// The sources the file names: its `[[endpoints]]`, then its `[[ssh]]` hosts (hosts
+    /// files read now), every name distinct.
+    ///
+    /// # Errors
+    /// A bad host, a hosts file that cannot be read, a name given twice.
+    pub fn world(&self) -> anyhow::Result<Vec<EndpointConfig>> {
+        let mut all = self.endpoints.clone();
+        all.extend(crate::sources::ssh::hosts::from_config(&self.ssh)?);
+        check_names(&all)?;
+        Ok(all)
+    }
 }
 
 #[cfg(test)]
@@ -119,5 +137,29 @@ mod tests {
             "{e}"
         );
         assert!(Config::parse("colour = 1\n").is_err());
+    }
+
+    #[test]
+    fn ssh_entries_become_ssh_sources_and_a_bad_one_is_named() {
+        use crate::sources::SourceKind::{Gpuboard, Ssh};
+        let world = |text: &str| Config::parse(text).and_then(|c| c.world());
+        let c = world(
+            "[[endpoints]]\nname = \"a\"\nurl = \"http://127.0.0.1:1\"\n\
+             [[ssh]]\nhost = \"alice@gpu-01:2222\"\nssh_config = \"/lab.conf\"\n\
+             [[ssh]]\nhost = \"gpu-02\"\nname = \"lab-02\"\n",
+        )
+        .unwrap();
+        let kinds: Vec<_> = c.iter().map(|e| (e.name.as_str(), e.kind)).collect();
+        assert_eq!(
+            kinds,
+            [("a", Gpuboard), ("alice@gpu-01:2222", Ssh), ("lab-02", Ssh)]
+        );
+        assert_eq!(c[1].url, "ssh://alice@gpu-01:2222");
+        let e = world("[[ssh]]\nhost = \"-oProxyCommand=x\"\n").unwrap_err();
+        assert!(format!("{e:#}").contains("cannot start with `-`"), "{e:#}");
+        let e = Config::parse("[[ssh]]\nhots = \"x\"\n").unwrap_err();
+        assert!(format!("{e:#}").contains("unknown field `hots`"), "{e:#}");
+        let twice = world("[[ssh]]\nhost = \"g\"\n[[ssh]]\nhost = \"g\"\n").unwrap_err();
+        assert!(format!("{twice:#}").contains("named twice"), "{twice:#}");
     }
 }

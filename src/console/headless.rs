@@ -177,6 +177,17 @@ pub fn merged_flags(before: &ConsoleArgs, after: &ConsoleArgs) -> ConsoleArgs {
             .kube_context
             .clone()
             .or_else(|| before.kube_context.clone()),
+        ssh: join(&before.ssh, &after.ssh),
+        ssh_hosts: before
+            .ssh_hosts
+            .iter()
+            .chain(&after.ssh_hosts)
+            .cloned()
+            .collect(),
+        ssh_config: after
+            .ssh_config
+            .clone()
+            .or_else(|| before.ssh_config.clone()),
         config: after.config.clone().or_else(|| before.config.clone()),
         theme: after.theme.clone().or_else(|| before.theme.clone()),
         readonly: before.readonly || after.readonly,

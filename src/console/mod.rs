@@ -79,6 +79,16 @@ pub struct ConsoleArgs {
     /// The context of the Kubernetes cluster to read (with --kubeconfig, or kube's file).
     #[arg(long = "kube-context", value_name = "NAME")]
     pub kube_context: Option<String>,
+    /// A host to read over SSH with nvidia-smi (repeatable): an ssh config alias, HOST,
+    /// USER@HOST or USER@HOST:PORT; read-only.
+    #[arg(long = "ssh", value_name = "HOST")]
+    pub ssh: Vec<String>,
+    /// A file of hosts to read over SSH, one a line (# comments); all-smi's host files too.
+    #[arg(long = "ssh-hosts", value_name = "FILE")]
+    pub ssh_hosts: Vec<PathBuf>,
+    /// The ssh config file (ssh -F) for --ssh and --ssh-hosts (default: ~/.ssh/config).
+    #[arg(long = "ssh-config", value_name = "FILE")]
+    pub ssh_config: Option<PathBuf>,
     /// Config file (default: ~/.config/gpuboard/config.toml when it exists).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -192,8 +202,14 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
         .then(|| attach::local_serve(&creds.data_dir))
         .flatten()
         .map(|l| l.url);
-    let world =
-        crate::sources::kind::chosen(named_sources(args, local_url.as_deref()), &cfg.endpoints);
+    let mut named = named_sources(args, local_url.as_deref());
+    named.extend(crate::sources::ssh::hosts::from_flags(
+        &args.ssh,
+        &args.ssh_hosts,
+        args.ssh_config.as_deref(),
+    )?);
+    crate::sources::kind::check_names(&named)?;
+    let world = crate::sources::kind::chosen(named, &cfg.world()?);
     for ep in &world {
         let jwt = slurm_jwt
             .clone()

@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::clock::Timestamp;
 use crate::units::{Bytes, Units};
 
-use super::{PhysicalFleet, PhysicalGpu};
+use super::{GpuEngine, PhysicalFleet, PhysicalGpu};
 
 /// Below this GPU utilization, percent, a GPU is idle.
 pub const IDLE_BELOW_PERCENT: u32 = 5;
@@ -167,7 +167,10 @@ pub(super) fn flags_of(gpu: &PhysicalGpu) -> Vec<GpuFlag> {
         .iter()
         .filter(|p| p.holder.is_none())
         .collect();
-    if !loose.is_empty() {
+    // Only where some scheduler sees the GPU: a host seen by telemetry alone (a host read
+    // over SSH, dcgm) has no allocations for its processes to be missing from.
+    let scheduled = gpu.seen_by.iter().any(|s| s.engine != GpuEngine::Telemetry);
+    if scheduled && !loose.is_empty() {
         out.push(GpuFlag::Unexplained {
             memory: loose
                 .iter()

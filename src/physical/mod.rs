@@ -52,7 +52,7 @@ pub enum GpuEngine {
     Ray,
     /// BOINC.
     Boinc,
-    /// Telemetry only (Prometheus dcgm series): sees GPUs, holds none.
+    /// Telemetry only (Prometheus dcgm series, a host read over SSH): sees GPUs, holds none.
     Telemetry,
 }
 

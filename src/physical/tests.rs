@@ -82,6 +82,7 @@ fn claim(
         .collect();
     ClaimView {
         id: ClaimId(id),
+        name: None,
         state: ClaimState::Placed,
         project: "p".to_string(),
         holder: Some("alice".to_string()),
@@ -508,6 +509,13 @@ fn memory_no_holder_accounts_for_is_unexplained() {
         }]
     );
     assert!(g.flags[0].describe(g).contains("pid 11, 12"));
+    // Seen by telemetry alone (a host read over SSH), nothing allocates: no flag.
+    let host = Src {
+        engine: GpuEngine::Telemetry,
+        ..serve
+    };
+    let fleet = join_all(&[("ssh", &host)]);
+    assert_eq!(fleet.gpus[0].flags, []);
 }
 
 #[test]

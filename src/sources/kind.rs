@@ -20,6 +20,7 @@ use super::kubernetes::{KubernetesConfig, KubernetesSource};
 use super::prometheus::{PrometheusConfig, PrometheusSource};
 use super::ray::{RayConfig, RaySource};
 use super::slurm::{SlurmConfig, SlurmSource};
+use super::ssh::{SshConfig, SshSource};
 use crate::client::TlsTrust;
 
 /// What a source is. The first five can be named in a config file; `demo` and `embedded`
@@ -42,6 +43,8 @@ pub enum SourceKind {
     Boinc,
     /// A Kubernetes cluster's nodes and pods (read through its kubeconfig).
     Kubernetes,
+    /// A host read over SSH with nvidia-smi: telemetry only.
+    Ssh,
     /// The simulated fleet of `--demo`.
     Demo,
     /// The scheduler the console runs in-process when no endpoint is named.
@@ -55,7 +58,8 @@ impl SourceKind {
         match self {
             SourceKind::Gpuboard | SourceKind::Demo | SourceKind::Embedded => GpuEngine::Gpuboard,
             SourceKind::Ray => GpuEngine::Ray,
-            SourceKind::Prometheus => GpuEngine::Telemetry,
+            // A host read over SSH shows telemetry and processes, no allocations.
+            SourceKind::Prometheus | SourceKind::Ssh => GpuEngine::Telemetry,
             SourceKind::Slurm => GpuEngine::Slurm,
             SourceKind::Boinc => GpuEngine::Boinc,
             SourceKind::Kubernetes => GpuEngine::Kubernetes,
@@ -63,13 +67,14 @@ impl SourceKind {
     }
 
     /// The kinds a config file may name, in the order the docs list them.
-    pub const CONFIGURABLE: [SourceKind; 6] = [
+    pub const CONFIGURABLE: [SourceKind; 7] = [
         SourceKind::Gpuboard,
         SourceKind::Ray,
         SourceKind::Prometheus,
         SourceKind::Slurm,
         SourceKind::Boinc,
         SourceKind::Kubernetes,
+        SourceKind::Ssh,
     ];
 
     /// Its name, as a config file and the screens write it.
@@ -81,6 +86,7 @@ impl SourceKind {
             SourceKind::Slurm => "slurm",
             SourceKind::Boinc => "boinc",
             SourceKind::Kubernetes => "kubernetes",
+            SourceKind::Ssh => "ssh",
             SourceKind::Demo => "demo",
             SourceKind::Embedded => "embedded",
         }
@@ -113,9 +119,9 @@ impl SourceKind {
         )
     }
 
-    /// Whether it reads telemetry only and holds no claims (Prometheus).
+    /// Whether it reads telemetry only and holds no claims (Prometheus, an SSH host).
     pub fn is_telemetry(self) -> bool {
-        self == SourceKind::Prometheus
+        matches!(self, SourceKind::Prometheus | SourceKind::Ssh)
     }
 }
 
@@ -142,7 +148,7 @@ impl std::str::FromStr for SourceKind {
 /// A kind no config may name.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "kind `{0}` is not supported; supported: gpuboard, ray, prometheus, slurm, boinc, kubernetes"
+    "kind `{0}` is not supported; supported: gpuboard, ray, prometheus, slurm, boinc, kubernetes, ssh"
 )]
 pub struct UnknownKind(pub String);
 
@@ -154,11 +160,12 @@ pub struct UnknownKind(pub String);
 /// url = "https://10.0.0.5:7420"
 /// token_file = "/etc/gpuboard/operator.token"
 /// tls_fingerprint = "AB:CD:..."   # what `gpuboard serve` printed; or tls_ca = "ca.pem"
-/// kind = "gpuboard"               # or ray, prometheus, slurm, boinc, kubernetes
+/// kind = "gpuboard"               # or ray, prometheus, slurm, boinc, kubernetes, ssh
 /// ```
 ///
 /// A `kubernetes` entry names no `url`: `kubeconfig = "FILE"` and `context = "NAME"`
-/// (each optional: what kube finds).
+/// (each optional: what kube finds). An `ssh` entry's `url` is the host as ssh takes it,
+/// with `ssh_config = "FILE"` optional (`[[ssh]]` entries become these).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EndpointConfig {
@@ -185,6 +192,9 @@ pub struct EndpointConfig {
     /// For Kubernetes: the kubeconfig context (default: the file's current one).
     #[serde(default)]
     pub context: Option<String>,
+    /// For SSH: an ssh config file (`ssh -F`) instead of `~/.ssh/config`.
+    #[serde(default)]
+    pub ssh_config: Option<PathBuf>,
 }
 
 impl EndpointConfig {
@@ -199,6 +209,7 @@ impl EndpointConfig {
             tls_ca: None,
             kubeconfig: None,
             context: None,
+            ssh_config: None,
         }
     }
 
@@ -356,6 +367,17 @@ pub fn connect(
             c.timeout = timeout.max(c.timeout);
             Arc::new(KubernetesSource::new(c))
         }
+        SourceKind::Ssh => {
+            let host = super::ssh::hosts::parse(url, &format!(" (endpoint {name})"))?;
+            let mut c = SshConfig::new(&name, &host.destination);
+            c.options.config_file.clone_from(&entry.ssh_config);
+            c.interval = timeout.max(c.interval);
+            // Just within the fetch's timeout, so a host that answers in time has its first
+            // reading in its first answer (`status --once` too); a slower one shows as
+            // connecting until it answers.
+            c.first_wait = timeout.saturating_sub(Duration::from_millis(200));
+            Arc::new(SshSource::new(c)?)
+        }
         SourceKind::Demo | SourceKind::Embedded => {
             anyhow::bail!(
                 "endpoint {name}: a {} source is not configured by URL",
@@ -443,7 +465,10 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("kind `gpuBoard` is not supported"), "{e}");
-        assert!(e.contains("gpuboard, ray, prometheus, slurm, boinc"), "{e}");
+        assert!(
+            e.contains("gpuboard, ray, prometheus, slurm, boinc, kubernetes, ssh"),
+            "{e}"
+        );
         assert!(
             SourceKind::parse("demo").is_err(),
             "demo is a flag, not a config kind"

@@ -8,8 +8,8 @@
 //! answers `Fetched::Unchanged` when the source knows nothing changed. The console keeps
 //! each source's last good snapshot, its fetch time and its error, so a source that is
 //! down never blanks the others. Implementations: the embedded scheduler (`embedded`), the demo fleet with a synthetic workload (`demo`),
-//! gpuboard HTTP endpoints (`endpoint`, kept in sync by `watch` over a `feed`), and engine adapters (`ray`, `prometheus`, `slurm`,
-//! `boinc`), each implementing `Source` on the shared shell in `adapter`.
+//! gpuboard HTTP endpoints (`endpoint`, kept in sync by `watch` over a `feed`), engine adapters (`ray`, `prometheus`, `slurm`,
+//! `boinc`), each implementing `Source` on the shared shell in `adapter`, and hosts read over SSH (`ssh`).
 
 pub mod actions;
 mod adapter;
@@ -33,6 +33,7 @@ pub mod prometheus;
 pub mod ray;
 pub mod sections;
 pub mod slurm;
+pub mod ssh;
 mod watch;
 pub mod xml;
 

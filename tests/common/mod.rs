@@ -572,4 +572,5 @@ pub mod relay;
 pub mod scenario;
 pub mod schema;
 pub mod slurm_cluster;
+pub mod sshd;
 pub mod tmux;
