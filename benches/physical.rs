@@ -30,6 +30,7 @@ fn claim(id: u64, node: &str, device: u32, compute: u32, labels: &[(&str, String
         .collect();
     ClaimView {
         id: ClaimId(id),
+        name: None,
         state: ClaimState::Placed,
         project: "p".into(),
         holder: Some("u".into()),

@@ -7,6 +7,7 @@ use crate::console::lists::{
 };
 
 use super::State;
+use crate::snapshot::ClaimView;
 
 impl State {
     /// Recomputes the filtered and sorted rows and the totals from the sources' data.
@@ -90,17 +91,7 @@ impl State {
         let sort = self.projects.sort;
         projects.sort_by(|(_, a), (_, b)| sort.order(a, b));
         let mut devs: Vec<DevKey> = devs.into_iter().map(|(k, _)| k).collect();
-        let widths = claims.iter().fold(ClaimWidths::default(), |w, (_, c)| {
-            let id = c
-                .name
-                .as_ref()
-                .map_or_else(|| digits(c.id.0), |n| n.chars().count());
-            let holder = c.holder.as_ref().map_or(1, |h| h.chars().count());
-            ClaimWidths {
-                id: w.id.max(id),
-                holder: w.holder.max(holder),
-            }
-        });
+        let widths = claim_widths(claims.iter().map(|(_, c)| *c));
         let mut claims: Vec<ClaimKey> = claims.into_iter().map(|(k, _)| k).collect();
         let mut projects: Vec<ProjKey> = projects.into_iter().map(|(k, _)| k).collect();
         if self.gpus.reverse {
@@ -123,4 +114,19 @@ impl State {
 /// Decimal digits of `n`.
 fn digits(n: u64) -> usize {
     n.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
+
+/// The widest id (an engine's name, or the number) and holder among `claims`.
+fn claim_widths<'a>(claims: impl Iterator<Item = &'a ClaimView>) -> ClaimWidths {
+    claims.fold(ClaimWidths::default(), |w, c| {
+        let id = c
+            .name
+            .as_ref()
+            .map_or_else(|| digits(c.id.0), |n| n.chars().count());
+        let holder = c.holder.as_ref().map_or(1, |h| h.chars().count());
+        ClaimWidths {
+            id: w.id.max(id),
+            holder: w.holder.max(holder),
+        }
+    })
 }
