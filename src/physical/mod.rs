@@ -401,6 +401,23 @@ pub fn join(sources: &[SourceView<'_>], aliases: &Aliases) -> PhysicalFleet {
                     later.push((seen, placed));
                     continue;
                 };
+                // One source giving one UUID to two of its GPUs is wrong about one of them:
+                // the second is matched by its node and index instead, and that is said.
+                let twice = by_uuid.get(&uuid).and_then(|&at| {
+                    groups[at].1.iter().find(|o| {
+                        o.sighting.source == s.source
+                            && (o.sighting.node != n.name || o.sighting.index != d.index)
+                    })
+                });
+                if let Some(o) = twice {
+                    warnings.push(format!(
+                        "{}: UUID {uuid} is given to {}:{} and {}:{}; {}:{} is matched by \
+                         its node and index",
+                        s.name, o.sighting.node, o.sighting.index, n.name, d.index, n.name, d.index
+                    ));
+                    later.push((seen, placed));
+                    continue;
+                }
                 // A UUID names the GPU wherever its node and index put it.
                 let (slot, inside) = match placed {
                     Ok((slot, inside)) => (Some(slot), inside),

@@ -482,6 +482,28 @@ fn pod_ray_worker_and_process_are_one_chain() {
 }
 
 #[test]
+fn one_uuid_on_two_gpus_of_one_source_is_not_one_gpu() {
+    let src = snap(
+        GpuEngine::Gpuboard,
+        vec![
+            node("a", vec![dev(0, Some("GPU-same"))]),
+            node("b", vec![dev(0, Some("GPU-same"))]),
+        ],
+        Vec::new(),
+    );
+    let fleet = join_all(&[("serve", &src)]);
+    assert_eq!(fleet.gpus.len(), 2, "{:?}", fleet.warnings);
+    assert!(
+        fleet
+            .warnings
+            .iter()
+            .any(|w| w.contains("UUID gpu-same is given to a:0 and b:0")),
+        "{:?}",
+        fleet.warnings
+    );
+}
+
+#[test]
 fn memory_no_holder_accounts_for_is_unexplained() {
     let serve = snap(
         GpuEngine::Gpuboard,
@@ -514,7 +536,7 @@ fn memory_no_holder_accounts_for_is_unexplained() {
         engine: GpuEngine::Telemetry,
         ..serve
     };
-    let fleet = join_all(&[("ssh", &host)]);
+    let fleet = join_all(&[("remote", &host)]);
     assert_eq!(fleet.gpus[0].flags, []);
 }
 
