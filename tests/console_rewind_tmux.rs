@@ -195,6 +195,18 @@ fn what_held_gpu_3_on_node_x_then_and_what_happened_to_it_next() {
         !t.contains("REWIND") && t.contains("Claims (")
     });
     assert!(screen.contains("● live"), "{screen}");
+    // To a GPU at a minute in one go: `g`, the time and the GPU, Enter (two keys besides
+    // them) opens that GPU's detail as it was then.
+    s.keys(&["g"]);
+    s.wait_for("rewind to:");
+    s.keys(&[&format!("{} x:3", rfc3339(held)), "Enter"]);
+    let screen = s.wait_for(" x:3 NVIDIA A100-SXM4-40GB ep1 ");
+    assert!(
+        screen.contains("REWIND") && screen.contains(&format!("claim {first} (vision, alice")),
+        "{screen}"
+    );
+    s.keys(&["G"]);
+    s.wait_until("live again", |t| !t.contains("REWIND"));
     s.keys(&["2"]);
     s.wait_for("GPUs (6)");
     // A time before the history begins says where it begins.
