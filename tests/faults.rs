@@ -169,14 +169,14 @@ async fn an_existing_data_directory_is_made_private_with_a_warning() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_commit_freezes_the_endpoint_at_the_state_on_disk() {
     let dir = tempfile::tempdir().unwrap();
-    // Files this process writes may not grow past 256 KiB: its disk is "full" there (the history's empty schema fits).
+    // Files this process writes may not grow past 160 KiB: its disk is "full" there.
     let mut cmd = Server::command(&demo_fleet());
     // SAFETY: setrlimit and signal are async-signal-safe.
     unsafe {
         cmd.pre_exec(|| {
             let limit = libc::rlimit {
-                rlim_cur: 256 * 1024,
-                rlim_max: 256 * 1024,
+                rlim_cur: 160 * 1024,
+                rlim_max: 160 * 1024,
             };
             if libc::setrlimit(libc::RLIMIT_FSIZE, &raw const limit) != 0 {
                 return Err(std::io::Error::last_os_error());

@@ -248,15 +248,15 @@ fn inventory_serve(host: &Host) -> Command {
 async fn a_serve_whose_store_failed_is_attached_read_only() {
     use std::os::unix::process::CommandExt as _;
     let host = Host::new();
-    // Files the serve writes may not grow past 256 KiB: its disk is "full" there (the history's empty schema fits).
+    // Files the serve writes may not grow past 160 KiB: its disk is "full" there.
     let mut cmd = host.command();
     cmd.arg("serve");
     // SAFETY: setrlimit and signal are async-signal-safe.
     unsafe {
         cmd.pre_exec(|| {
             let limit = libc::rlimit {
-                rlim_cur: 256 * 1024,
-                rlim_max: 256 * 1024,
+                rlim_cur: 160 * 1024,
+                rlim_max: 160 * 1024,
             };
             if libc::setrlimit(libc::RLIMIT_FSIZE, &raw const limit) != 0 {
                 return Err(std::io::Error::last_os_error());

@@ -319,12 +319,21 @@ fn start_recording(
     let Some(keep) = history_retention(a)? else {
         return Ok((state, None));
     };
-    let history = crate::endpoint::history_recorder::RecordedHistory::open_with(
+    let history = match crate::endpoint::history_recorder::RecordedHistory::open_with(
         dir,
         keep,
         a.history_max_pages,
-    )
-    .with_context(|| format!("cannot open the history in {}", dir.display()))?;
+    ) {
+        Ok(h) => h,
+        Err(e) => {
+            // A history that cannot be opened (a full disk) stops the recording, never the
+            // serve: the scheduler goes on, and /healthz and every snapshot say why.
+            let why = format!("stopped: cannot open the history in {}: {e}", dir.display());
+            warn(&why);
+            state.engine.set_history_stopped(Some(why));
+            return Ok((state, None));
+        }
+    };
     let (state, feed) = state.recording(history);
     Ok((state, Some(feed)))
 }

@@ -113,7 +113,8 @@ async fn healthz(State(st): State<ApiState>) -> Response {
                 ),
             };
             // A stopped recording is said, but the scheduler is healthy: still 200.
-            match st.history.as_ref().and_then(|h| h.stopped()) {
+            let stopped = st.history.as_ref().and_then(|h| h.stopped());
+            match stopped.or_else(|| st.engine.history_stopped()) {
                 Some(why) => format!(
                     "{head}history: {why}
 "

@@ -703,6 +703,15 @@ impl Engine {
         }
     }
 
+    /// Why the history stopped recording, if it did.
+    pub fn history_stopped(&self) -> Option<String> {
+        self.inner
+            .history_stopped
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// The whole state in memory now, with the latest telemetry round joined in when
     /// attached; it may include changes still being committed (in-process readers).
     pub fn snapshot(&self) -> Snapshot {
