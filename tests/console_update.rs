@@ -712,3 +712,74 @@ async fn the_executor_refuses_every_action_in_read_only_mode() {
     assert!(result.is_ok());
     assert_eq!(src.0.load(Ordering::SeqCst), 1);
 }
+
+/// Types `text` on the `:` line and presses Enter.
+fn command_line(st: &mut gpuboard::console::state::State, text: &str) -> Vec<Effect> {
+    let mut keys = vec![k(':')];
+    keys.extend(text.chars().map(k));
+    keys.push(code(KeyCode::Enter));
+    run(st, keys)
+}
+
+#[test]
+fn setting_a_projects_share_asks_what_part_it_would_hold_then_sends_it() {
+    let mut st = lab_state();
+    let shares: Vec<(String, u32)> = st.sources[0]
+        .data
+        .as_ref()
+        .unwrap()
+        .projects
+        .iter()
+        .map(|p| (p.name.clone(), p.share))
+        .collect();
+    let total: u32 = shares.iter().map(|(_, s)| s).sum();
+    let mine = shares.iter().find(|(n, _)| n == "robotics").unwrap().1;
+    assert!(command_line(&mut st, "share robotics 300").is_empty());
+    let Mode::Confirm(c) = &st.mode else {
+        panic!("a confirmation, not {:?} ({})", st.mode, flash(&st));
+    };
+    assert!(!c.ok_focused, "Cancel first");
+    assert_eq!(
+        c.action,
+        Action::SetShare {
+            project: "robotics".into(),
+            share: 300
+        }
+    );
+    let now = f64::from(mine) * 100.0 / f64::from(total);
+    let after = 30_000.0 / f64::from(total - mine + 300);
+    let said = c.body.join(" | ");
+    assert!(
+        said.contains(&format!("from {mine} to 300"))
+            && said.contains(&format!("holds {now:.0}% of the shares now"))
+            && said.contains(&format!("would hold {after:.0}% of the shares")),
+        "{said}"
+    );
+    let sent = acts(&run(
+        &mut st,
+        vec![code(KeyCode::Tab), code(KeyCode::Enter)],
+    ));
+    assert_eq!(
+        sent,
+        vec![Action::SetShare {
+            project: "robotics".into(),
+            share: 300
+        }]
+    );
+    // Bad input names what was wrong and what is allowed, and asks nothing.
+    for (typed, says) in [
+        ("share robotics", "usage: share PROJECT N"),
+        ("share robotics lots", "share `lots` is not allowed"),
+        ("share robotics 1000001", "from 0 to 1000000"),
+        ("share nobody 3", "no project `nobody` in view"),
+    ] {
+        let mut st = lab_state();
+        assert!(command_line(&mut st, typed).is_empty(), "{typed}");
+        assert!(!matches!(st.mode, Mode::Confirm(_)), "{typed}");
+        assert!(flash(&st).contains(says), "{typed}: {}", flash(&st));
+    }
+    let mut ro = lab_state();
+    ro.readonly = true;
+    command_line(&mut ro, "share robotics 300");
+    assert!(flash(&ro).contains("read-only"), "{}", flash(&ro));
+}

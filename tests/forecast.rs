@@ -240,6 +240,35 @@ fn the_console_says_when_a_claim_starts_and_what_a_release_would_start() {
     assert_eq!(all.len(), 3, "{all:?}");
 }
 
+/// The console at 80x24 on the busy serve: `:share nlp 300` previews the next hour's
+/// debts before asking, and once confirmed the serve holds the new share and audits it.
+#[test]
+fn the_console_sets_a_share_after_previewing_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = busy_server(dir.path());
+    let home = tempfile::tempdir().unwrap();
+    let args = format!(
+        "--endpoint {} --token-file {}",
+        server.url,
+        server.dir.join("operator.token").display()
+    );
+    let s = Session::console(80, 24, "share", home.path(), &args);
+    s.wait_for("GPUs (2)");
+    s.keys(&[":", "share nlp 300", "Enter"]);
+    let screen = s.wait_for("What follows");
+    assert!(screen.contains("Set project nlp's share"), "{screen}");
+    assert!(screen.contains("from 100 to 300"), "{screen}");
+    assert!(screen.contains("[ Cancel ]"), "{screen}");
+    s.keys(&["Tab", "Enter"]);
+    s.wait_for("share set to 300");
+    let out = server.cli(&["events", "--json"]);
+    let said = text(&out.stdout);
+    assert!(
+        said.contains("share set to 300") && said.contains("project nlp"),
+        "the serve audits it: {said}"
+    );
+}
+
 /// The console's side, headless on the lab fixtures: what it asks in the background and
 /// how it shows the answers.
 mod console {

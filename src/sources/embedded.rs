@@ -280,5 +280,12 @@ async fn act(engine: &Engine, action: Action, actor: &str) -> Result<Outcome, Fa
                 .map_err(refused)?;
             Ok(Outcome::Reset { project })
         }
+        Action::SetShare { project, share } => {
+            engine
+                .set_share(&project, share, actor)
+                .await
+                .map_err(refused)?;
+            Ok(Outcome::ShareSet { project, share })
+        }
     }
 }

@@ -356,6 +356,10 @@ impl Http {
                     client.reset_project(&project).await.map_err(fail)?;
                     Outcome::Reset { project }
                 }
+                Action::SetShare { project, share } => {
+                    client.set_share(&project, share).await.map_err(fail)?;
+                    Outcome::ShareSet { project, share }
+                }
             })
         })
     }

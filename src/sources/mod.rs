@@ -157,6 +157,13 @@ pub enum Action {
         /// The project.
         project: String,
     },
+    /// Set a project's resource share (0 gets no work).
+    SetShare {
+        /// The project.
+        project: String,
+        /// Its new share (`fairshare::Share`'s range).
+        share: u32,
+    },
     /// An action on the engine itself (Slurm, BOINC, Ray): `actions`.
     Engine(actions::EngineAction),
 }
@@ -171,6 +178,7 @@ impl Action {
             Action::Cordon { cordoned: true, .. } => "cordon",
             Action::Cordon { .. } => "uncordon",
             Action::ResetProject { .. } => "reset",
+            Action::SetShare { .. } => "share",
             Action::Engine(a) => a.verb.name(),
         }
     }
@@ -181,7 +189,9 @@ impl Action {
             Action::Claim { request } => request.describe(),
             Action::Release { id } | Action::Move { id, .. } => format!("claim {id}"),
             Action::Cordon { node, index, .. } => format!("{node}:{index}"),
-            Action::ResetProject { project } => format!("project {project}"),
+            Action::ResetProject { project } | Action::SetShare { project, .. } => {
+                format!("project {project}")
+            }
             Action::Engine(a) => a.describe_target(),
         }
     }
@@ -222,6 +232,13 @@ pub enum Outcome {
         /// The project.
         project: String,
     },
+    /// A project's resource share was set.
+    ShareSet {
+        /// The project.
+        project: String,
+        /// Its share now.
+        share: u32,
+    },
     /// An engine carried out an action; its answer.
     Engine(actions::EngineDone),
 }
@@ -246,6 +263,9 @@ impl Outcome {
                 if *cordoned { "cordoned" } else { "uncordoned" }
             ),
             Outcome::Reset { project } => format!("project {project}: backoffs and debts cleared"),
+            Outcome::ShareSet { project, share } => {
+                format!("project {project}: share set to {share}")
+            }
             Outcome::Engine(done) => format!(
                 "{} {}: {}",
                 done.action.verb,
@@ -399,6 +419,15 @@ pub fn apply(
                 .map_err(|e| Failure::Refused(e.to_string()))?;
             Ok(Outcome::Reset {
                 project: project.clone(),
+            })
+        }
+        Action::SetShare { project, share } => {
+            sched
+                .set_share(project, *share, actor, now)
+                .map_err(|e| Failure::Refused(e.to_string()))?;
+            Ok(Outcome::ShareSet {
+                project: project.clone(),
+                share: *share,
             })
         }
     }

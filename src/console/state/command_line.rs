@@ -24,6 +24,7 @@ const COMMANDS: &[&str] = &[
     "cordon",
     "uncordon",
     "reset",
+    "share",
     "act",
     "handover",
     "freeze",
@@ -149,7 +150,7 @@ pub fn candidates(state: &State, text: &str) -> Vec<String> {
                     .chain(state.sources.iter().map(|s| s.name.clone()))
                     .collect(),
                 "sort" => state.sort_names().into_iter().map(str::to_string).collect(),
-                "reset" => state
+                "reset" | "share" => state
                     .projects
                     .rows
                     .iter()

@@ -361,6 +361,76 @@ pub(super) fn ask_reset(state: &mut State, k: ProjKey) -> Vec<Effect> {
     Vec::new()
 }
 
+/// `:share PROJECT N`: asks to set that project's resource share on its source, saying
+/// what part of the shares it holds now and would hold after.
+pub(super) fn ask_share(state: &mut State, arg: &str) -> Vec<Effect> {
+    const USAGE: &str =
+        "usage: share PROJECT N (N a whole number from 0 to 1000000; 0 gets no new work)";
+    let words: Vec<&str> = arg.split_whitespace().collect();
+    let [name, n] = words.as_slice() else {
+        flash(state, USAGE.to_string(), true);
+        return Vec::new();
+    };
+    let share = match n.parse::<u32>() {
+        Ok(v) if v <= crate::fairshare::Share::MAX => v,
+        _ => {
+            flash(state, format!("share `{n}` is not allowed; {USAGE}"), true);
+            return Vec::new();
+        }
+    };
+    let Some(k) = state
+        .projects
+        .rows
+        .iter()
+        .find(|k| state.project(**k).is_some_and(|(_, p)| p.name == *name))
+        .copied()
+    else {
+        flash(state, format!("no project `{name}` in view"), true);
+        return Vec::new();
+    };
+    let Some((slot, p)) = state.project(k) else {
+        return Vec::new();
+    };
+    let others: u64 = slot.data.as_ref().map_or(0, |d| {
+        d.projects
+            .iter()
+            .filter(|q| q.name != p.name)
+            .map(|q| u64::from(q.share))
+            .sum()
+    });
+    let part = |mine: u32| {
+        let total = others + u64::from(mine);
+        if total == 0 {
+            "none of the shares".to_string()
+        } else {
+            // Shares are at most a million each: far inside f64's exact integers.
+            #[allow(clippy::cast_precision_loss)]
+            let pct = u64::from(mine) as f64 * 100.0 / total as f64;
+            format!("{pct:.0}% of the shares")
+        }
+    };
+    let mut body = vec![
+        format!(
+            "Set project {}'s share on {} from {} to {share}?",
+            p.name, slot.name, p.share
+        ),
+        format!(
+            "It holds {} now and would hold {}.",
+            part(p.share),
+            part(share)
+        ),
+    ];
+    if share == 0 {
+        body.push("At 0 it gets no new work; what it holds runs on.".to_string());
+    }
+    let action = Action::SetShare {
+        project: p.name.clone(),
+        share,
+    };
+    ask(state, Confirm::new(k.source, action, "Set share", body));
+    Vec::new()
+}
+
 /// The project's debts as the Fair share table shows them (per resource type, under half
 /// a unit reading `0`), and that they go back to zero.
 fn debts_line(p: &crate::snapshot::ProjectView) -> String {

@@ -1,6 +1,6 @@
 //! The `:` command line: its commands, Tab completion, and switching views.
 
-use super::actions::ask_reset;
+use super::actions::{ask_reset, ask_share};
 use super::keys::normal_action;
 use super::navigate::set_view;
 use super::{flash, quit};
@@ -106,6 +106,7 @@ pub(super) fn command(state: &mut State, text: &str) -> Vec<Effect> {
         "act" => super::engine::engine_command(state, &arg),
         "handover" => super::handover::command(state, &arg),
         "reset" => reset(state, &arg),
+        "share" => ask_share(state, &arg),
         other => {
             if let Some(a) = crate::console::keymap::KeyAction::ALL
                 .iter()

@@ -96,6 +96,10 @@ fn preview_action(action: &Action) -> Option<PreviewAction> {
         Action::ResetProject { project } => PreviewAction::Reset {
             project: Some(project.clone()),
         },
+        Action::SetShare { project, share } => PreviewAction::Share {
+            project: project.clone(),
+            share: *share,
+        },
         Action::Engine(_) => return None,
     })
 }
