@@ -283,6 +283,11 @@ impl Client {
         }
     }
 
+    /// How long each call waits for its answer.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// The same client giving up on each call after `limit` (when shorter than its own
     /// timeout): a quick question to an endpoint that just failed to answer.
     #[must_use]

@@ -19,7 +19,7 @@ use super::lost_answer;
 use super::members::Members;
 use super::snapcache::SnapshotCache;
 use crate::client::{ClaimOutcome, Client, ClientError};
-use crate::fleet::{ClaimAnswer as _, Lost, new_attempt};
+use crate::fleet::{self, ClaimAnswer as _, Lost, new_attempt};
 use crate::placement::{AttemptId, AttemptStep, Fleet, HostRanking, Policy, decide_attempt};
 use crate::request::ClaimRequest;
 use crate::snapshot::Snapshot;
@@ -195,7 +195,8 @@ impl Placing<'_> {
         self.sends += 1;
         let key = self.attempt.key(self.sends);
         let sent = lost_answer::now();
-        let first = client.claim_keyed(&self.request, Some(&key)).await;
+        // Sent, and asked again below, through the fleet protocol's endpoint.
+        let first = fleet::Endpoint::claim(client, &self.request, &key, client.timeout()).await;
         let answer = first.reply().attempt();
         // After a lost answer: the step, the answer asked again, and the lost one's error.
         let (step, result, lost) = match decide_attempt(answer, None) {

@@ -194,7 +194,16 @@ pub fn perform(
             let action = Action::Claim {
                 request: request.clone(),
             };
-            let run = move || src.claim_keyed(request, key, move_id, timeout);
+            // The first send goes through the fleet protocol's endpoint, as its re-asks do.
+            let asked = Asked {
+                src: Arc::clone(src),
+                move_id,
+            };
+            let run = move || -> BoxFuture<'static, Result<Outcome, Failure>> {
+                Box::pin(async move {
+                    crate::fleet::Endpoint::claim(&asked, &request, &key, timeout).await
+                })
+            };
             send_action(
                 src.as_ref(),
                 &action,
