@@ -7,7 +7,7 @@
 //!   can read from the data directory;
 //! - `gpuboard telemetry --stdio`: this host's GPUs sampled through NVML every interval,
 //!   each round one snapshot of JSON a line (a node with its devices' telemetry and
-//!   processes, and the host); with no NVML it says why and exits 3.
+//!   processes, and the host); with no NVML it says why on stderr and fails.
 
 use std::collections::BTreeSet;
 use std::io::Write as _;
@@ -27,9 +27,6 @@ use crate::snapshot::{DeviceView, EndpointInfo, NodeView, SCHEMA_VERSION, Snapsh
 use crate::telemetry::{BackendStatus, SamplerConfig, TelemetrySnapshot};
 use crate::units::Bytes;
 use crate::wire::SnapshotVersion;
-
-/// The exit status of `telemetry --stdio` on a host without GPU telemetry.
-pub const NO_TELEMETRY: u8 = 3;
 
 /// `gpuboard watch`.
 #[derive(Args, Debug)]
@@ -120,7 +117,7 @@ pub fn watch(args: &WatchArgs) -> anyhow::Result<i32> {
 /// `gpuboard telemetry --stdio`: prints a round now and one every interval.
 ///
 /// # Errors
-/// A bad interval; no GPU telemetry here (exit 3).
+/// A bad interval; no GPU telemetry here.
 pub fn telemetry(args: &TelemetryArgs) -> anyhow::Result<i32> {
     if !(1..=3600).contains(&args.interval) {
         anyhow::bail!(
@@ -130,8 +127,7 @@ pub fn telemetry(args: &TelemetryArgs) -> anyhow::Result<i32> {
     }
     let (mut core, first) = live::open_local(args.nvml_lib.as_deref(), SamplerConfig::default());
     if let BackendStatus::Unavailable { reason, .. } = &first.backend {
-        eprintln!("gpuboard: no GPU telemetry on this host: {reason}");
-        return Ok(i32::from(NO_TELEMETRY));
+        anyhow::bail!("no GPU telemetry on this host: {reason}");
     }
     let host = live::hostname();
     let mut round = first;

@@ -180,6 +180,47 @@ fn keys_and_paths(d: &Path) {
     std::fs::write(d.join("authorized_keys"), authorized).unwrap();
 }
 
+/// The client's ssh config: each alias with its key and port, all reaching the server.
+fn client_config(d: &Path, aliases: &[&str], ports: &[u16]) -> String {
+    let user = gpuboard::identity::LocalUser::current().user;
+    let port_of = |name: &str| ports[aliases.iter().position(|a| *a == name).unwrap()];
+    let alias = |name: &str, key: &str, extra: &str| {
+        format!(
+            "Host {name}\n  IdentityFile {}/key_{key}\n  Port {}\n{extra}",
+            d.display(),
+            port_of(name)
+        )
+    };
+    [
+        alias("gpu-fake", "fake", ""),
+        alias("gpu-ours", "ours", ""),
+        alias("gpu-nosmi", "nosmi", ""),
+        alias("gpu-hang", "hang", ""),
+        alias("gpu-refused", "refused", ""),
+        alias("gpu-serve", "serve", ""),
+        alias("gpu-nvml", "nvml", ""),
+        alias("gpu-stall", "stall", ""),
+        alias(
+            "gpu-badkey",
+            "fake",
+            &format!("  UserKnownHostsFile {}/empty_known_hosts\n", d.display()),
+        ),
+        format!(
+            "Host gpu-down\n  IdentityFile {}/key_fake\n  Port {}\n",
+            d.display(),
+            free_port()
+        ),
+        format!(
+            "Host *\n  HostName 127.0.0.1\n  User {user}\n  IdentitiesOnly yes\n  \
+             IdentityAgent none\n  HostKeyAlias gpuboard-test-sshd\n  CheckHostIP no\n  \
+             UserKnownHostsFile {d}/known_hosts\n  GlobalKnownHostsFile /dev/null\n  \
+             StrictHostKeyChecking yes\n",
+            d = d.display()
+        ),
+    ]
+    .join("")
+}
+
 impl Sshd {
     /// Whether the server is installed.
     pub fn installed() -> bool {
@@ -240,43 +281,7 @@ impl Sshd {
         )
         .unwrap();
         std::fs::write(d.join("empty_known_hosts"), "").unwrap();
-        let user = gpuboard::identity::LocalUser::current().user;
-        let port_of = |name: &str| ports[aliases.iter().position(|a| *a == name).unwrap()];
-        let alias = |name: &str, key: &str, extra: &str| {
-            format!(
-                "Host {name}\n  IdentityFile {}/key_{key}\n  Port {}\n{extra}",
-                d.display(),
-                port_of(name)
-            )
-        };
-        let config = [
-            alias("gpu-fake", "fake", ""),
-            alias("gpu-ours", "ours", ""),
-            alias("gpu-nosmi", "nosmi", ""),
-            alias("gpu-hang", "hang", ""),
-            alias("gpu-refused", "refused", ""),
-            alias("gpu-serve", "serve", ""),
-            alias("gpu-nvml", "nvml", ""),
-            alias("gpu-stall", "stall", ""),
-            alias(
-                "gpu-badkey",
-                "fake",
-                &format!("  UserKnownHostsFile {}/empty_known_hosts\n", d.display()),
-            ),
-            format!(
-                "Host gpu-down\n  IdentityFile {}/key_fake\n  Port {}\n",
-                d.display(),
-                free_port()
-            ),
-            format!(
-                "Host *\n  HostName 127.0.0.1\n  User {user}\n  IdentitiesOnly yes\n  \
-                 IdentityAgent none\n  HostKeyAlias gpuboard-test-sshd\n  CheckHostIP no\n  \
-                 UserKnownHostsFile {d}/known_hosts\n  GlobalKnownHostsFile /dev/null\n  \
-                 StrictHostKeyChecking yes\n",
-                d = d.display()
-            ),
-        ]
-        .join("");
+        let config = client_config(d, &aliases, &ports);
         std::fs::write(d.join("ssh_config"), config).unwrap();
         let port = ports[0];
         let child = Command::new(SSHD)

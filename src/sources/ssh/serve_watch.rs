@@ -89,16 +89,16 @@ pub(super) async fn follow(ctx: &Context, outlet: &Outlet, pid: u32, model: &mut
                         tracing::info!(host = %name, "reconnecting the watch: {why}");
                         break None;
                     }
-                    if step == Step::Changed || fresh {
-                        if let Some(s) = &model.snapshot {
-                            let mut s = s.clone();
-                            relabel(&mut s, name, &note);
-                            if !outlet.publish(Ok(s)) {
-                                return Turn::Gone;
-                            }
-                            delivered = true;
-                            fresh = false;
+                    if (step == Step::Changed || fresh)
+                        && let Some(s) = &model.snapshot
+                    {
+                        let mut s = s.clone();
+                        relabel(&mut s, name, &note);
+                        if !outlet.publish(Ok(s)) {
+                            return Turn::Gone;
                         }
+                        delivered = true;
+                        fresh = false;
                     }
                 }
                 Some(Err(e)) => break Some(e),

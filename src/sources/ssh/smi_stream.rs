@@ -4,7 +4,8 @@
 //! periods: one is complete when the next period's first line comes (its index is not
 //! above the last one's) or when the burst goes quiet. nvidia-smi prints nothing for a
 //! period without processes, so a process is kept while it was printed within the last
-//! period and a half. No GPU line for three periods is a hung stream.
+//! period and a half. A period printing what the last one printed is not given out again.
+//! No GPU line for three periods is a hung stream.
 
 use std::time::Duration;
 
@@ -70,6 +71,8 @@ pub struct Periods {
     /// Processes by (GPU UUID, pid): their line and when it was last printed.
     apps: Vec<(String, String, Timestamp)>,
     apps_status: Option<i32>,
+    /// The last period given out.
+    last: Option<Period>,
 }
 
 impl Periods {
@@ -81,6 +84,7 @@ impl Periods {
             last_index: None,
             apps: Vec::new(),
             apps_status: Some(0),
+            last: None,
         }
     }
 
@@ -112,8 +116,9 @@ impl Periods {
             let mut fed = Fed::Nothing;
             if let (Some(i), Some(last)) = (index, self.last_index)
                 && i <= last
+                && let Some(p) = self.complete(now)
             {
-                fed = Fed::Period(self.complete(now));
+                fed = Fed::Period(p);
             }
             self.gpus.push(rest.to_string());
             if index.is_some() {
@@ -141,10 +146,16 @@ impl Periods {
 
     /// The burst went quiet: the period begun is complete.
     pub fn quiet(&mut self, now: Timestamp) -> Option<Period> {
-        self.pending().then(|| self.complete(now))
+        if self.pending() {
+            self.complete(now)
+        } else {
+            None
+        }
     }
 
-    fn complete(&mut self, now: Timestamp) -> Period {
+    /// Ends the period begun; `None` when it printed what the last one did, which changes
+    /// nothing on screen (as the HTTP watch sends no delta when nothing changed).
+    fn complete(&mut self, now: Timestamp) -> Option<Period> {
         let keep = self.keep_apps_ms;
         self.apps
             .retain(|(_, _, seen)| now.millis_since(*seen) <= keep);
@@ -152,15 +163,23 @@ impl Periods {
         gpus.push('\n');
         self.gpus.clear();
         self.last_index = None;
-        Period {
+        let period = Period {
             gpus,
             apps: self
                 .apps
                 .iter()
-                .map(|(_, line, _)| format!("{line}\n"))
-                .collect(),
+                .fold(String::new(), |mut all, (_, line, _)| {
+                    all.push_str(line);
+                    all.push('\n');
+                    all
+                }),
             apps_status: self.apps_status,
+        };
+        if self.last.as_ref() == Some(&period) {
+            return None;
         }
+        self.last = Some(period.clone());
+        Some(period)
     }
 }
 
@@ -261,6 +280,12 @@ mod tests {
         let second = p.quiet(Timestamp(2200)).unwrap();
         assert_eq!(second.gpus.lines().count(), 2);
         assert_eq!(p.quiet(Timestamp(2300)), None, "nothing pending after it");
+        // The same lines again change nothing: no period is given out.
+        assert_eq!(p.line(A, Timestamp(4000)), Fed::Nothing);
+        assert_eq!(p.line(B, Timestamp(4000)), Fed::Nothing);
+        assert_eq!(p.quiet(Timestamp(4200)), None, "the same as the last");
+        p.line("g 0, GPU-a, T4, 15360, 11, 1, 20.5, 40", Timestamp(6000));
+        assert!(p.quiet(Timestamp(6200)).is_some(), "a value moved");
     }
 
     #[test]
@@ -271,7 +296,7 @@ mod tests {
         p.line(A, Timestamp(100));
         let one = p.quiet(Timestamp(300)).unwrap();
         assert_eq!(one.apps, "gpu-A, 42, 120, python\n", "one line per process");
-        p.line(A, Timestamp(2100));
+        p.line(B, Timestamp(2100));
         assert_eq!(p.quiet(Timestamp(2300)).unwrap().apps.lines().count(), 1);
         p.line(A, Timestamp(4100));
         assert_eq!(p.quiet(Timestamp(4300)).unwrap().apps, "", "gone after 3 s");
