@@ -194,6 +194,23 @@ async fn every_host_shows_its_reader_or_its_reason() {
     .await
     .unwrap();
     assert_eq!(claimed.claims[0].project, "far");
+    // The serve goes: the host falls through the readers it has left (its gpuboard finds no
+    // NVML here, and there is no nvidia-smi), and says each why.
+    drop(serve);
+    let gone = until(src, "the readers left", |r| {
+        r.as_ref()
+            .is_err_and(|e| e.to_string().contains("; before it:"))
+    })
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        gone.starts_with("no nvidia-smi on the remote PATH")
+            && gone.contains(
+                "is on the host, but its telemetry failed: gpuboard: no GPU telemetry on this host"
+            ),
+        "{gone}"
+    );
 
     // Reader 2: this build's NVML telemetry, sampled on the host.
     let nvml = result("gpu-nvml").unwrap_or_else(|e| panic!("gpu-nvml: {e}"));
@@ -272,7 +289,6 @@ async fn every_host_shows_its_reader_or_its_reason() {
     assert_eq!(again.nodes[0].devices.len(), 2);
     assert_eq!(again.endpoint.warnings.len(), 1, "the garbled line again");
     drop(sources);
-    drop(serve);
     drop(server);
 }
 
