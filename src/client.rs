@@ -18,6 +18,8 @@ pub use capacity::CapacityRead;
 pub use error::ClientError;
 pub use history::SnapshotAt;
 pub use report::ReportAt;
+/// The delta watch's decoder, for a watch that arrives by another road (an SSH channel).
+pub(crate) use sse::watch_events;
 pub use trust::{TlsTrust, http_only_tls, install_crypto_provider};
 
 use std::time::Duration;
@@ -552,6 +554,20 @@ impl Client {
     /// connection drops, or on an unreadable event. An endpoint without the delta watch
     /// answers `NotFound` (or `Invalid`), at once or as the stream's first item.
     pub async fn watch(&self, since: Option<SnapshotVersion>) -> Result<WatchStream, ClientError> {
+        let bytes = self.watch_bytes(since).await?;
+        Ok(sse::watch_events(
+            bytes,
+            wire::SILENT_AFTER,
+            self.base.to_string(),
+        ))
+    }
+
+    /// The same watch as its server-sent-events text, inflated, chunk by chunk as it
+    /// arrives (what `gpuboard watch --stdio` relays over an SSH channel).
+    pub async fn watch_bytes(
+        &self,
+        since: Option<SnapshotVersion>,
+    ) -> Result<BoxStream<'static, Result<Vec<u8>, ClientError>>, ClientError> {
         let mut url = self.url(paths::WATCH);
         url.set_query(Some(&paths::watch_deltas_query(since)));
         let mut req = self
@@ -585,7 +601,7 @@ impl Client {
             .headers()
             .contains_key(wire::deflate::HEADER)
             .then(wire::deflate::Inflater::default);
-        let bytes = resp
+        Ok(resp
             .bytes_stream()
             .map(move |chunk| {
                 let chunk = chunk.map_err(|e| this.transport(&e))?;
@@ -594,12 +610,7 @@ impl Client {
                     None => Ok(chunk.to_vec()),
                 }
             })
-            .boxed();
-        Ok(sse::watch_events(
-            bytes,
-            wire::SILENT_AFTER,
-            self.base.to_string(),
-        ))
+            .boxed())
     }
 
     /// `POST /v1/claims` with a validated request, written in its canonical wire form.

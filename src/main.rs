@@ -33,6 +33,12 @@ enum Command {
     Status(StatusArgs),
     /// One claim's detail as text (the console's claim view, drawn once).
     Show(gpuboard::console::show::ShowArgs),
+    /// Relay this host's serve's delta watch to stdout (--stdio): what a console reading
+    /// this host over SSH runs.
+    Watch(gpuboard::console::stdio::WatchArgs),
+    /// Sample this host's GPUs through NVML, one snapshot of JSON a line on stdout
+    /// (--stdio): what a console reading this host over SSH runs.
+    Telemetry(gpuboard::console::stdio::TelemetryArgs),
     /// Print a shell completion script (bash, zsh, fish...) covering every subcommand.
     Completions(gpuboard::cli::completions::CompletionsArgs),
     /// Print the man page, or write one per subcommand into a directory (--out DIR).
@@ -80,6 +86,8 @@ fn main() -> ExitCode {
         }
         Some(Command::Show(args)) => gpuboard::console::show::run(&cli.console, &args).map(|()| 0),
         Some(Command::Man(args)) => gpuboard::cli::man::run(&args, Cli::command()).map(|()| 0),
+        Some(Command::Watch(args)) => gpuboard::console::stdio::watch(&args),
+        Some(Command::Telemetry(args)) => gpuboard::console::stdio::telemetry(&args),
         None => gpuboard::console::driver::run(&cli.console).map(|()| 0),
     };
     match result {

@@ -35,7 +35,7 @@ fn config(server: &Sshd, alias: &str) -> SshConfig {
             control_persist: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(5),
         },
-        interval: Duration::from_millis(300),
+        interval: Duration::from_secs(1),
         timeout: Duration::from_secs(4),
         first_wait: Duration::from_millis(200),
     }
@@ -60,13 +60,50 @@ async fn settled(src: &SshSource) -> Result<Snapshot, Failure> {
     }
 }
 
+/// Fetches until a reading (a snapshot or a failure) that `pred` accepts arrives.
+async fn until(
+    src: &SshSource,
+    what: &str,
+    mut pred: impl FnMut(&Result<Snapshot, Failure>) -> bool,
+) -> Result<Snapshot, Failure> {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let got = match src.fetch().await {
+            Ok(Fetched::Snapshot(s)) => Some(Ok(*s)),
+            Ok(Fetched::Unchanged) => None,
+            Err(e) => Some(Err(e)),
+        };
+        if let Some(got) = got
+            && pred(&got)
+        {
+            return got;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}: no {what} within {PATIENCE:?}",
+            src.name()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn note(s: &Snapshot) -> String {
+    s.endpoint.telemetry_note.clone().unwrap_or_default()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_host_shows_its_reader_or_its_reason() {
     if common::skip_peer("ssh") {
         return;
     }
     let server = Sshd::start();
-    // Two connects at a time for seven hosts: the bound holds them, it does not lose them.
+    // The host with a serve: this build's, over an inventory, in the data directory its
+    // SSH user's `gpuboard` looks in.
+    let inventory_dir = tempfile::tempdir().unwrap();
+    let inventory =
+        common::one_node_inventory(inventory_dir.path(), "far-node", "Far GPU", "24GiB", 2);
+    let serve = common::Server::start(&server.serve_dir(), &inventory, &[]);
+    // Two connects at a time for ten hosts: the bound holds them, it does not lose them.
     let connects = Arc::new(tokio::sync::Semaphore::new(2));
     let aliases = [
         "gpu-fake",
@@ -76,6 +113,9 @@ async fn every_host_shows_its_reader_or_its_reason() {
         "gpu-refused",
         "gpu-badkey",
         "gpu-down",
+        "gpu-serve",
+        "gpu-nvml",
+        "gpu-stall",
     ];
     let sources: Vec<SshSource> = aliases
         .iter()
@@ -89,19 +129,17 @@ async fn every_host_shows_its_reader_or_its_reason() {
         })
         .collect();
     let results = futures::future::join_all(sources.iter().map(settled)).await;
-    let result = |alias: &str| {
-        let i = aliases.iter().position(|a| *a == alias).unwrap();
-        results[i].clone()
-    };
+    let at = |alias: &str| aliases.iter().position(|a| *a == alias).unwrap();
+    let result = |alias: &str| results[at(alias)].clone();
 
     // The fake nvidia-smi: two GPUs with their telemetry, the process, the garbled line.
     let fake = result("gpu-fake").unwrap_or_else(|e| panic!("gpu-fake: {e}"));
     assert_eq!(fake.endpoint.kind, "ssh");
     assert!(!fake.endpoint.actions);
-    let note = fake.endpoint.telemetry_note.clone().unwrap_or_default();
     assert!(
-        note.starts_with("reader: nvidia-smi (nothing of gpuboard's"),
-        "{note}"
+        note(&fake).starts_with("reader: nvidia-smi -l 1 (nothing of gpuboard's"),
+        "{}",
+        note(&fake)
     );
     assert_eq!(fake.nodes.len(), 1);
     let devices = &fake.nodes[0].devices;
@@ -125,14 +163,73 @@ async fn every_host_shows_its_reader_or_its_reason() {
         warnings[0]
     );
 
-    // A gpuboard binary on the host is found and said.
+    // A gpuboard binary that is not this one: its telemetry fails, nvidia-smi reads.
     let ours = result("gpu-ours").unwrap_or_else(|e| panic!("gpu-ours: {e}"));
-    let note = ours.endpoint.telemetry_note.unwrap_or_default();
+    let n = note(&ours);
     assert!(
-        note.contains("gpuboard 0.0.0-test is on the host"),
-        "{note}"
+        n.starts_with("reader: nvidia-smi -l 1 (gpuboard 0.0.0-test is on the host, but its telemetry failed: a line that is not a snapshot"),
+        "{n}"
     );
     assert_eq!(ours.nodes[0].devices.len(), 2);
+
+    // Reader 1: the serve's own state (its inventory, its claims) through the channel.
+    let far = result("gpu-serve").unwrap_or_else(|e| panic!("gpu-serve: {e}"));
+    let n = note(&far);
+    assert!(
+        n.starts_with("reader: gpuboard serve over ssh (pid ") && n.contains("read-only"),
+        "{n}"
+    );
+    assert_eq!(far.endpoint.kind, "ssh");
+    assert!(!far.endpoint.actions, "read-only over ssh");
+    assert_eq!(far.nodes[0].name, "far-node");
+    assert_eq!(far.nodes[0].devices.len(), 2);
+    assert!(far.claims.is_empty());
+    // A claim made there comes as a delta over the same channel.
+    let out = serve.cli(&["claim", "--memory", "1GiB", "--project", "far"]);
+    assert!(out.status.success(), "{}", common::text(&out.stderr));
+    let src = &sources[at("gpu-serve")];
+    let claimed = until(src, "claim over the watch", |r| {
+        r.as_ref().is_ok_and(|s| s.claims.len() == 1)
+    })
+    .await
+    .unwrap();
+    assert_eq!(claimed.claims[0].project, "far");
+    // The serve goes: the host falls through the readers it has left (its gpuboard finds no
+    // NVML here, and there is no nvidia-smi), and says each why.
+    drop(serve);
+    let gone = until(src, "the readers left", |r| {
+        r.as_ref()
+            .is_err_and(|e| e.to_string().contains("; before it:"))
+    })
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        gone.starts_with("no nvidia-smi on the remote PATH")
+            && gone.contains(
+                "is on the host, but its telemetry failed: gpuboard: no GPU telemetry on this host"
+            ),
+        "{gone}"
+    );
+
+    // Reader 2: this build's NVML telemetry, sampled on the host.
+    let nvml = result("gpu-nvml").unwrap_or_else(|e| panic!("gpu-nvml: {e}"));
+    let n = note(&nvml);
+    assert!(
+        n.starts_with("reader: gpuboard's NVML telemetry over ssh (gpuboard "),
+        "{n}"
+    );
+    let d = &nvml.nodes[0].devices;
+    assert_eq!(d.len(), 3, "{d:#?}");
+    assert_eq!(d[0].model, "NVIDIA A100-SXM4-80GB");
+    assert_eq!(
+        d[0].telemetry.as_ref().and_then(|t| t.utilization_gpu),
+        Some(35)
+    );
+    assert_eq!(
+        d[1].uuid.as_deref(),
+        Some("GPU-40904090-0000-0000-0000-000000000000")
+    );
 
     // Each failing host says why.
     let reason = |alias: &str| match result(alias) {
@@ -167,15 +264,30 @@ async fn every_host_shows_its_reader_or_its_reason() {
         "{down}"
     );
 
-    // The connection is kept: a control socket for it, and later readings come through it.
+    // The stream that stops printing is a timeout after three periods.
+    let stall = &sources[at("gpu-stall")];
+    let silent = until(stall, "silence", Result::is_err).await.unwrap_err();
+    assert!(
+        silent
+            .to_string()
+            .contains("connected, but nvidia-smi -l 1 printed nothing for 3 s"),
+        "{silent}"
+    );
+
+    // The connection is kept (a control socket), and later readings come streamed.
     let sockets = std::fs::read_dir(server.control_dir()).unwrap().count();
     assert!(
         sockets >= 1,
         "no control socket in {}",
         server.control_dir().display()
     );
-    let again = settled(&sources[0]).await.unwrap();
-    assert!(again.taken_at > fake.taken_at, "a newer reading came");
+    let again = until(&sources[at("gpu-fake")], "newer reading", |r| {
+        r.as_ref().is_ok_and(|s| s.taken_at > fake.taken_at)
+    })
+    .await
+    .unwrap();
+    assert_eq!(again.nodes[0].devices.len(), 2);
+    assert_eq!(again.endpoint.warnings.len(), 1, "the garbled line again");
     drop(sources);
     drop(server);
 }
@@ -239,13 +351,17 @@ fn the_console_shows_each_host_and_stays_responsive_while_one_hangs() {
         return;
     }
     let server = Sshd::start();
+    let inventory_dir = tempfile::tempdir().unwrap();
+    let inventory =
+        common::one_node_inventory(inventory_dir.path(), "far-node", "Far GPU", "24GiB", 2);
+    let _serve = common::Server::start(&server.serve_dir(), &inventory, &[]);
     let home = tempfile::tempdir().unwrap();
     let runtime = home.path().join("run");
     std::fs::create_dir_all(&runtime).unwrap();
     let script = format!(
         "env HOME={h} XDG_CONFIG_HOME={h}/config XDG_STATE_HOME={h}/state XDG_RUNTIME_DIR={r} \
          {bin} --refresh 1 --ssh gpu-fake --ssh gpu-ours --ssh gpu-refused --ssh gpu-nosmi \
-         --ssh gpu-hang --ssh-config {c}; echo EXIT=$?; sleep 60",
+         --ssh gpu-hang --ssh gpu-serve --ssh gpu-nvml --ssh-config {c}; echo EXIT=$?; sleep 60",
         h = home.path().display(),
         r = runtime.display(),
         bin = common::gpuboard().display(),
@@ -255,14 +371,17 @@ fn the_console_shows_each_host_and_stays_responsive_while_one_hangs() {
     // Each host with its reader, its unread line or its reason, in the Overview's Sources.
     s.wait_for("GPUs");
     s.keys(&["1"]);
-    s.wait_for("reader: nvidia-smi (gpuboard 0.0.0-test is on the host");
+    s.wait_for("reader: gpuboard serve over ssh");
+    s.wait_for("reader: gpuboard's NVML telemetry over ssh");
+    s.wait_for("(gpuboard 0.0.0-test is on the host");
     s.wait_for("this is not a GPU line");
     s.wait_for("authentication refused");
     s.wait_for("no nvidia-smi on the remote PATH");
-    // The hanging host holds nothing up: the GPUs of the others are one key away.
+    // The hanging host holds nothing up: the GPUs of the others are one key away (2 from
+    // nvidia-smi twice, 2 of the serve's, 3 of the NVML host's).
     s.keys(&["2"]);
-    let gpus = s.wait_for("GPUs (4)");
-    assert!(gpus.contains("A100"), "{gpus}");
+    let gpus = s.wait_for("GPUs (9)");
+    assert!(gpus.contains("A100") && gpus.contains("Far GPU"), "{gpus}");
     s.keys(&["1"]);
     // Its own reason comes when its reading's limit (20 s) is past.
     s.wait_until("the hanging host's reason", |screen| {

@@ -18,6 +18,7 @@ pub mod logging;
 pub mod msg;
 pub mod show;
 pub mod state;
+pub mod stdio;
 pub mod theme;
 pub mod time;
 pub mod update;

@@ -2,8 +2,16 @@
 //! the foreground as the current user's login, on a free port, with a host key and user
 //! keys made for the test, and an ssh config (`-F`) whose aliases all reach it:
 //!
-//! - `gpu-fake`: a fake `nvidia-smi` on its PATH printing fixture CSV (one line garbled);
-//! - `gpu-ours`: the same without the garbled line, and a fake `gpuboard` binary beside it;
+//! - `gpu-fake`: a fake `nvidia-smi` on its PATH printing fixture CSV (one line garbled),
+//!   every N seconds when given `-l N`, as the real one does;
+//! - `gpu-ours`: the same without the garbled line, and a fake `gpuboard` binary beside it
+//!   (it only prints its version);
+//! - `gpu-serve`: this build's `gpuboard` on its PATH and a serve of it running (the test
+//!   starts it on `Sshd::serve_dir`), no nvidia-smi;
+//! - `gpu-nvml`: this build's `gpuboard` and no serve, NVML being the fake of
+//!   `tests/fake-nvml` (fixture `mixed.toml`), and the fake nvidia-smi;
+//! - `gpu-stall`: an nvidia-smi that answers once, but with `-l` prints one period and
+//!   then nothing (for 20 s);
 //! - `gpu-nosmi`: no nvidia-smi on its PATH;
 //! - `gpu-hang`: an nvidia-smi that never finishes;
 //! - `gpu-refused`: a key the server does not accept;
@@ -61,7 +69,7 @@ fn keygen(path: &Path) {
 fn bin(dir: &Path, name: &str, extra: &[(&str, String)]) -> PathBuf {
     let d = dir.join(name);
     std::fs::create_dir_all(&d).unwrap();
-    for tool in ["sh", "hostname", "sed", "head", "sleep"] {
+    for tool in ["sh", "hostname", "sed", "head", "sleep", "cat"] {
         let found = ["/bin", "/usr/bin"]
             .iter()
             .map(|b| Path::new(b).join(tool))
@@ -75,16 +83,24 @@ fn bin(dir: &Path, name: &str, extra: &[(&str, String)]) -> PathBuf {
     d
 }
 
-/// A fake nvidia-smi printing the fixture lines (without the garbled one when `clean`).
-fn fake_smi(clean: bool) -> String {
+/// A fake nvidia-smi printing the fixture lines (without the garbled one when `clean`),
+/// once, or every N seconds with `-l N`; with `stall`, one period and then nothing.
+fn fake_smi(clean: bool, stall: bool) -> String {
     let gpus = if clean {
         GPU_LINES.replace("this is not a GPU line\n", "")
     } else {
         GPU_LINES.to_string()
     };
+    let then = if stall {
+        "sleep 20; exit 0"
+    } else {
+        "sleep \"$loop\""
+    };
     format!(
-        "#!/bin/sh\ncase \"$1\" in\n--query-gpu=*) cat <<'EOF'\n{gpus}EOF\n;;\n\
-         --query-compute-apps=*) cat <<'EOF'\n{APP_LINES}EOF\n;;\nesac\n"
+        "#!/bin/sh\nloop=\nq=\nprev=\nfor a in \"$@\"; do\n  [ \"$prev\" = -l ] && loop=$a\n  \
+         case \"$a\" in --query-gpu=*) q=gpu;; --query-compute-apps=*) q=apps;; esac\n  \
+         prev=$a\ndone\nwhile :; do\n  case \"$q\" in\n  gpu) cat <<'EOF'\n{gpus}EOF\n;;\n  \
+         apps) cat <<'EOF'\n{APP_LINES}EOF\n;;\n  esac\n  [ -n \"$loop\" ] || exit 0\n  {then}\ndone\n"
     )
     .replace("cat <<", "/bin/cat <<")
 }
@@ -93,15 +109,17 @@ fn fake_smi(clean: bool) -> String {
 /// giving each accepted key its PATH.
 fn keys_and_paths(d: &Path) {
     keygen(&d.join("host_key"));
-    for k in ["fake", "ours", "nosmi", "hang", "refused"] {
+    for k in [
+        "fake", "ours", "nosmi", "hang", "refused", "serve", "nvml", "stall",
+    ] {
         keygen(&d.join(format!("key_{k}")));
     }
-    let fake = bin(d, "bin-fake", &[("nvidia-smi", fake_smi(false))]);
+    let fake = bin(d, "bin-fake", &[("nvidia-smi", fake_smi(false, false))]);
     let ours = bin(
         d,
         "bin-ours",
         &[
-            ("nvidia-smi", fake_smi(true)),
+            ("nvidia-smi", fake_smi(true, false)),
             (
                 "gpuboard",
                 "#!/bin/sh\necho 'gpuboard 0.0.0-test'\n".to_string(),
@@ -117,21 +135,90 @@ fn keys_and_paths(d: &Path) {
             "#!/bin/sh\nwhile :; do echo waiting; sleep 1; done\n".to_string(),
         )],
     );
+    let ours_binary = |name: &str, smi: bool| {
+        let b = bin(
+            d,
+            name,
+            &if smi {
+                vec![("nvidia-smi", fake_smi(true, false))]
+            } else {
+                Vec::new()
+            },
+        );
+        std::os::unix::fs::symlink(crate::common::gpuboard(), b.join("gpuboard")).unwrap();
+        b
+    };
+    let serve = ours_binary("bin-serve", false);
+    let nvml = ours_binary("bin-nvml", true);
+    let stall = bin(d, "bin-stall", &[("nvidia-smi", fake_smi(true, true))]);
+    let serve_env = format!(
+        ",environment=\"GPUBOARD_DATA_DIR={}\"",
+        d.join("serve-data").display()
+    );
+    let nvml_env = format!(
+        ",environment=\"GPUBOARD_NVML_LIBRARY={}\",environment=\"GPUBOARD_FAKE_NVML_FIXTURE={}\"",
+        crate::common::fake_nvml_library().display(),
+        crate::common::fixture("mixed.toml").display()
+    );
     let mut authorized = String::new();
-    for (k, path) in [
-        ("fake", &fake),
-        ("ours", &ours),
-        ("nosmi", &nosmi),
-        ("hang", &hang),
+    for (k, path, env) in [
+        ("fake", &fake, ""),
+        ("ours", &ours, ""),
+        ("nosmi", &nosmi, ""),
+        ("hang", &hang, ""),
+        ("serve", &serve, serve_env.as_str()),
+        ("nvml", &nvml, nvml_env.as_str()),
+        ("stall", &stall, ""),
     ] {
         let public = std::fs::read_to_string(d.join(format!("key_{k}.pub"))).unwrap();
         let _ = write!(
             authorized,
-            "environment=\"PATH={}\" {public}",
+            "environment=\"PATH={}\"{env} {public}",
             path.display()
         );
     }
     std::fs::write(d.join("authorized_keys"), authorized).unwrap();
+}
+
+/// The client's ssh config: each alias with its key and port, all reaching the server.
+fn client_config(d: &Path, aliases: &[&str], ports: &[u16]) -> String {
+    let user = gpuboard::identity::LocalUser::current().user;
+    let port_of = |name: &str| ports[aliases.iter().position(|a| *a == name).unwrap()];
+    let alias = |name: &str, key: &str, extra: &str| {
+        format!(
+            "Host {name}\n  IdentityFile {}/key_{key}\n  Port {}\n{extra}",
+            d.display(),
+            port_of(name)
+        )
+    };
+    [
+        alias("gpu-fake", "fake", ""),
+        alias("gpu-ours", "ours", ""),
+        alias("gpu-nosmi", "nosmi", ""),
+        alias("gpu-hang", "hang", ""),
+        alias("gpu-refused", "refused", ""),
+        alias("gpu-serve", "serve", ""),
+        alias("gpu-nvml", "nvml", ""),
+        alias("gpu-stall", "stall", ""),
+        alias(
+            "gpu-badkey",
+            "fake",
+            &format!("  UserKnownHostsFile {}/empty_known_hosts\n", d.display()),
+        ),
+        format!(
+            "Host gpu-down\n  IdentityFile {}/key_fake\n  Port {}\n",
+            d.display(),
+            free_port()
+        ),
+        format!(
+            "Host *\n  HostName 127.0.0.1\n  User {user}\n  IdentitiesOnly yes\n  \
+             IdentityAgent none\n  HostKeyAlias gpuboard-test-sshd\n  CheckHostIP no\n  \
+             UserKnownHostsFile {d}/known_hosts\n  GlobalKnownHostsFile /dev/null\n  \
+             StrictHostKeyChecking yes\n",
+            d = d.display()
+        ),
+    ]
+    .join("")
 }
 
 impl Sshd {
@@ -164,6 +251,9 @@ impl Sshd {
             "gpu-hang",
             "gpu-refused",
             "gpu-badkey",
+            "gpu-serve",
+            "gpu-nvml",
+            "gpu-stall",
         ];
         let ports: Vec<u16> = aliases.iter().map(|_| free_port()).collect();
         let port_lines = ports.iter().fold(String::new(), |mut all, p| {
@@ -174,7 +264,7 @@ impl Sshd {
             d.join("sshd_config"),
             format!(
                 "ListenAddress 127.0.0.1\n{port_lines}HostKey {d}/host_key\n\
-                 AuthorizedKeysFile {d}/authorized_keys\nPermitUserEnvironment PATH\n\
+                 AuthorizedKeysFile {d}/authorized_keys\nPermitUserEnvironment PATH,GPUBOARD_*\n\
                  StrictModes no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
                  UsePAM no\nPermitRootLogin prohibit-password\nPidFile none\n\
                  LogLevel ERROR\n",
@@ -191,40 +281,7 @@ impl Sshd {
         )
         .unwrap();
         std::fs::write(d.join("empty_known_hosts"), "").unwrap();
-        let user = gpuboard::identity::LocalUser::current().user;
-        let port_of = |name: &str| ports[aliases.iter().position(|a| *a == name).unwrap()];
-        let alias = |name: &str, key: &str, extra: &str| {
-            format!(
-                "Host {name}\n  IdentityFile {}/key_{key}\n  Port {}\n{extra}",
-                d.display(),
-                port_of(name)
-            )
-        };
-        let config = [
-            alias("gpu-fake", "fake", ""),
-            alias("gpu-ours", "ours", ""),
-            alias("gpu-nosmi", "nosmi", ""),
-            alias("gpu-hang", "hang", ""),
-            alias("gpu-refused", "refused", ""),
-            alias(
-                "gpu-badkey",
-                "fake",
-                &format!("  UserKnownHostsFile {}/empty_known_hosts\n", d.display()),
-            ),
-            format!(
-                "Host gpu-down\n  IdentityFile {}/key_fake\n  Port {}\n",
-                d.display(),
-                free_port()
-            ),
-            format!(
-                "Host *\n  HostName 127.0.0.1\n  User {user}\n  IdentitiesOnly yes\n  \
-                 IdentityAgent none\n  HostKeyAlias gpuboard-test-sshd\n  CheckHostIP no\n  \
-                 UserKnownHostsFile {d}/known_hosts\n  GlobalKnownHostsFile /dev/null\n  \
-                 StrictHostKeyChecking yes\n",
-                d = d.display()
-            ),
-        ]
-        .join("");
+        let config = client_config(d, &aliases, &ports);
         std::fs::write(d.join("ssh_config"), config).unwrap();
         let port = ports[0];
         let child = Command::new(SSHD)
@@ -250,6 +307,11 @@ impl Sshd {
     /// The client's ssh config (`ssh -F`).
     pub fn ssh_config(&self) -> PathBuf {
         self.dir.path().join("ssh_config")
+    }
+
+    /// The data directory `gpu-serve`'s `gpuboard` looks for its serve in.
+    pub fn serve_dir(&self) -> PathBuf {
+        self.dir.path().join("serve-data")
     }
 
     /// A private directory for control sockets (short: a socket path has a length limit).

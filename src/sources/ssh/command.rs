@@ -11,6 +11,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::Semaphore;
 
 use super::failure::Ended;
+use super::probe::quote;
 
 /// How many hosts may be connecting at once, by default.
 pub const DEFAULT_PARALLEL_CONNECTS: usize = 32;
@@ -135,8 +136,8 @@ impl SshOptions {
             // `--`: a destination can never be taken for an option.
             .arg("--")
             .arg(destination)
-            .arg(remote)
-            .stdin(Stdio::null())
+            .arg(tied(remote))
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
@@ -150,6 +151,8 @@ impl SshOptions {
                 };
             }
         };
+        // Held open while the command runs: its end stops the command there (`tied`).
+        let stdin = child.stdin.take();
         let mut out = Vec::new();
         let mut err = Vec::new();
         let mut so = child.stdout.take();
@@ -163,6 +166,7 @@ impl SshOptions {
             status
         })
         .await;
+        drop(stdin);
         let ended = match finished {
             Ok(Ok(status)) => Ended::Exited(status.code()),
             Ok(Err(e)) => {
@@ -180,6 +184,129 @@ impl SshOptions {
             ended,
         }
     }
+}
+
+/// How much of a streaming child's stderr is kept (its end: where ssh says why).
+const STDERR_KEPT: usize = 8 * 1024;
+
+/// A long-lived `ssh` child whose stdout is read as it comes (a reader's stream); killed
+/// when dropped.
+#[derive(Debug)]
+pub struct Streaming {
+    child: tokio::process::Child,
+    /// Held open while the stream is read: its end stops the command there (`tied`).
+    _stdin: Option<tokio::process::ChildStdin>,
+    /// The remote command's stdout, until a reader takes it whole.
+    stdout: Option<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    /// The end of its stderr, read by a task of its own so the child never blocks on it.
+    stderr: tokio::task::JoinHandle<String>,
+}
+
+impl Streaming {
+    /// The next line of stdout (without its line end, invalid UTF-8 replaced); `None` at
+    /// its end.
+    pub async fn line(&mut self) -> Option<String> {
+        use tokio::io::AsyncBufReadExt;
+        let mut buf = Vec::new();
+        let stdout = self.stdout.as_mut()?;
+        match stdout.read_until(b'\n', &mut buf).await {
+            Ok(0) | Err(_) => None,
+            Ok(_) => {
+                while buf.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+                    buf.pop();
+                }
+                Some(String::from_utf8_lossy(&buf).into_owned())
+            }
+        }
+    }
+
+    /// Its stdout, for a reader that reads it as bytes.
+    pub fn take_stdout(&mut self) -> Option<tokio::io::BufReader<tokio::process::ChildStdout>> {
+        self.stdout.take()
+    }
+
+    /// Stops the child if it still runs, and says how it ended and the end of its stderr.
+    pub async fn finish(mut self) -> (Ended, String) {
+        // A child whose stdout ended is ending: a moment to say how, then it is stopped.
+        let ended = match tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await {
+            Ok(Ok(status)) => Ended::Exited(status.code()),
+            Ok(Err(_)) => Ended::Exited(None),
+            Err(_) => {
+                let _ = self.child.start_kill();
+                let _ = self.child.wait().await;
+                Ended::Exited(None)
+            }
+        };
+        let stderr = tokio::time::timeout(Duration::from_secs(2), &mut self.stderr)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        (ended, stderr)
+    }
+
+    /// Stops the child now (a stream gone silent), then as `finish`.
+    pub async fn stop(mut self) -> (Ended, String) {
+        let _ = self.child.start_kill();
+        self.finish().await
+    }
+}
+
+impl SshOptions {
+    /// Starts `remote` on `destination` and hands its stdout over as it comes.
+    ///
+    /// # Errors
+    /// The client cannot be started (its words).
+    pub fn stream(&self, destination: &str, remote: &str) -> Result<Streaming, String> {
+        let mut cmd = tokio::process::Command::new(&self.program);
+        cmd.args(self.args())
+            .arg("--")
+            .arg(destination)
+            .arg(tied(remote))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot run {}: {e}", self.program.display()))?;
+        let stdin = child.stdin.take();
+        let (Some(stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take()) else {
+            return Err("ssh started without its pipes".to_string());
+        };
+        let stderr = tokio::spawn(async move {
+            let mut kept: Vec<u8> = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while let Ok(n) = stderr.read(&mut chunk).await {
+                if n == 0 {
+                    break;
+                }
+                kept.extend_from_slice(&chunk[..n]);
+                if kept.len() > STDERR_KEPT {
+                    kept.drain(..kept.len() - STDERR_KEPT);
+                }
+            }
+            String::from_utf8_lossy(&kept).into_owned()
+        });
+        Ok(Streaming {
+            child,
+            _stdin: stdin,
+            stdout: Some(tokio::io::BufReader::new(stdout)),
+            stderr,
+        })
+    }
+}
+
+/// `remote` tied to the console: without a terminal, sshd never stops a command whose
+/// client went away, so a watchdog on the host reads stdin (which this side holds open
+/// while it reads) and at its end stops the command's process group.
+pub fn tied(remote: &str) -> String {
+    format!(
+        "sh -c {}",
+        quote(&format!(
+            "exec 3<&0; {{ cat <&3; kill 0; }} >/dev/null 2>&1 & exec 3<&-; {remote} </dev/null"
+        ))
+    )
 }
 
 /// Reads `from` to its end into `into` (nothing when there is no pipe).
@@ -213,6 +340,16 @@ mod tests {
         ] {
             assert!(a.contains(want), "{want} in {a}");
         }
+    }
+
+    #[test]
+    fn every_command_is_tied_to_the_console() {
+        let t = tied("gpuboard watch --stdio");
+        assert_eq!(
+            t,
+            "sh -c 'exec 3<&0; { cat <&3; kill 0; } >/dev/null 2>&1 & exec 3<&-; gpuboard \
+             watch --stdio </dev/null'"
+        );
     }
 
     #[test]

@@ -56,6 +56,31 @@ pub enum HostFailure {
     /// The answer was not the script's.
     #[error("unreadable answer: {0}")]
     Unreadable(String),
+    /// No reader could read the host: the last one's failure, and why the better ones
+    /// could not start.
+    #[error("{last}; before it: {tried}")]
+    NoReader {
+        /// nvidia-smi's failure.
+        last: Box<HostFailure>,
+        /// Why gpuboard's readers could not start.
+        tried: String,
+    },
+    /// A reader's stream stopped saying anything (a hung command or connection).
+    #[error("connected, but {what} printed nothing for {secs} s")]
+    Silent {
+        /// The reader (`nvidia-smi -l 2`...).
+        what: String,
+        /// How long it was silent.
+        secs: u64,
+    },
+    /// A reader's stream ended after it had been read.
+    #[error("{what} stopped: {said}")]
+    Stopped {
+        /// The reader.
+        what: String,
+        /// How it ended, and its last words.
+        said: String,
+    },
     /// ssh failed for another reason.
     #[error("ssh failed (exit {status}): {said}")]
     Ssh {
@@ -85,7 +110,7 @@ impl From<HostFailure> for Failure {
 
 /// The line of ssh's stderr that says what went wrong (the last one that is not a
 /// warning), or all of it when no line stands out.
-fn telling_line(stderr: &str) -> String {
+pub fn telling_line(stderr: &str) -> String {
     let lines: Vec<&str> = stderr
         .lines()
         .map(str::trim)
@@ -100,7 +125,7 @@ fn telling_line(stderr: &str) -> String {
 }
 
 /// What ssh's stderr says went wrong, when it is about the connection (exit 255).
-fn connection_failure(stderr: &str) -> HostFailure {
+pub fn connection_failure(stderr: &str) -> HostFailure {
     let said = telling_line(stderr);
     let has = |needle: &str| stderr.contains(needle);
     if has("Permission denied") || has("Too many authentication failures") {
@@ -180,6 +205,26 @@ pub fn classify(ended: &Ended, stderr: &str, answer: &Probed) -> Option<HostFail
             },
             Ended::TimedOut(limit) => HostFailure::CommandTimeout(*limit),
         }),
+    }
+}
+
+/// Why a reader's stream (`what`) that had been read ended: the connection's failure when
+/// ssh says so (exit 255), else how the command ended and its last words.
+pub fn stopped(what: &str, ended: &Ended, stderr: &str) -> HostFailure {
+    match ended {
+        Ended::Exited(Some(255)) => connection_failure(stderr),
+        Ended::TimedOut(limit) => HostFailure::Silent {
+            what: what.to_string(),
+            secs: limit.as_secs(),
+        },
+        Ended::Exited(status) => HostFailure::Stopped {
+            what: what.to_string(),
+            said: format!(
+                "{}: {}",
+                status.map_or_else(|| "stopped".to_string(), |s| format!("exit {s}")),
+                telling_line(stderr)
+            ),
+        },
     }
 }
 

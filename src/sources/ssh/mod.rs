@@ -1,22 +1,29 @@
-//! A host read over SSH, with nothing of ours installed there: each host is one source,
-//! read through the system `ssh` (so `~/.ssh/config`, the agent, `ProxyJump` and
-//! `known_hosts` apply) by a script that says which of gpuboard's readers the host has and
-//! prints nvidia-smi's CSV. The GPUs come in as telemetry-only devices (kind `ssh`: no
-//! claims, no actions), joined into other sources' devices like Prometheus's.
+//! A host read over SSH, with nothing installed there or with gpuboard: each host is one
+//! source, read through the system `ssh` (so `~/.ssh/config`, the agent, `ProxyJump` and
+//! `known_hosts` apply). A script says which of gpuboard's readers the host has and
+//! prints a first nvidia-smi reading (`probe`); then the best reader streams, over one
+//! long-lived ssh child: a running serve's delta watch (`serve_watch`), a gpuboard
+//! binary's NVML telemetry (`telemetry`), or nvidia-smi with `-l` (`smi_stream`). A
+//! reader that cannot start says why and the next one is tried. The host is a source of
+//! kind `ssh`, read-only; its devices join other sources' devices like Prometheus's.
 //!
-//! Each host is read by its own task, every `interval`, so a slow host never holds up a
-//! fetch: `fetch` answers the newest reading (waiting a little for the first). A host
-//! that fails says why (`failure`): authentication, host key, timeout, no nvidia-smi, an
-//! unreadable answer. Where things live: `command` (running ssh), `probe` (the script and
-//! its answer), `nvidia_smi` (the CSV), `failure` (why a run failed), `hosts` (which hosts).
+//! Each host is read by its own task, so a slow host never holds up a fetch: `fetch`
+//! answers the newest reading (waiting a little for the first). A host that fails says
+//! why (`failure`): authentication, host key, timeout, no nvidia-smi, an unreadable line,
+//! a stream gone silent; it is read again after a wait that grows. Where things live:
+//! `command` (running ssh), `probe` (the script and its answer), `nvidia_smi` (the CSV),
+//! `failure` (why a run failed), `hosts` (which hosts).
 
 pub mod command;
 pub mod failure;
 pub mod hosts;
 pub mod nvidia_smi;
 pub mod probe;
+mod serve_watch;
+pub mod smi_stream;
+mod telemetry;
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -24,10 +31,10 @@ use tokio::sync::{Notify, Semaphore, watch};
 
 use self::command::SshOptions;
 use self::failure::{HostFailure, classify};
-use self::probe::{Probed, Reader};
 use super::adapter::{self, wall_clock};
 use super::kind::SourceKind;
-use super::{Action, Failure, Fetched, Outcome, Source};
+use super::watch::{Model, ReconnectDelay};
+use super::{Action, Failure, Fetched, Outcome as ActOutcome, Source};
 use crate::clock::Clock;
 use crate::placement::Allocation;
 use crate::request::ClaimRequest;
@@ -80,8 +87,6 @@ struct Latest {
     generation: u64,
     /// The generation the console last got as a snapshot.
     shown: u64,
-    /// A connection is up (the last reading got through), so the next needs no permit.
-    connected: bool,
 }
 
 struct Inner {
@@ -92,7 +97,17 @@ struct Inner {
     latest: Mutex<Latest>,
     /// The generation, for a first fetch to wait on.
     readings: watch::Sender<u64>,
-    started: std::sync::Once,
+    /// The host's reading task: it holds the source weakly, and is stopped (its ssh child
+    /// with it) when the source goes.
+    task: OnceLock<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(t) = self.task.get() {
+            t.abort();
+        }
+    }
 }
 
 /// One host read over SSH.
@@ -137,7 +152,7 @@ impl SshSource {
                 changed: Arc::new(Notify::new()),
                 latest: Mutex::new(Latest::default()),
                 readings: watch::channel(0).0,
-                started: std::sync::Once::new(),
+                task: OnceLock::new(),
             }),
         })
     }
@@ -145,9 +160,9 @@ impl SshSource {
     /// Starts the host's reading task (once; it ends when the source is dropped).
     fn start(&self) {
         let weak = Arc::downgrade(&self.inner);
-        self.inner.started.call_once(|| {
-            tokio::spawn(read_forever(weak));
-        });
+        self.inner
+            .task
+            .get_or_init(|| tokio::spawn(read_forever(weak)));
     }
 
     /// The newest reading: a snapshot when it is new to the console, `Unchanged` when the
@@ -181,130 +196,230 @@ impl SshSource {
             }
         }
     }
+}
 
-    /// Reads the host once: runs the script, and turns its answer into a snapshot or the
-    /// reason there is none.
-    pub async fn read_once(&self) -> Result<Snapshot, HostFailure> {
-        let inner = &self.inner;
-        let connected = inner.latest.lock().is_ok_and(|l| l.connected);
-        // Only a new connection takes a permit: reuse of a kept one is not bounded.
-        let permit = if connected {
-            None
-        } else {
-            Arc::clone(&inner.connects).acquire_owned().await.ok()
-        };
-        let run = inner
-            .config
-            .options
-            .run(
-                &inner.config.destination,
-                &probe::remote_command(),
-                inner.config.timeout,
-            )
-            .await;
-        drop(permit);
-        let answer = probe::read(&run.stdout);
-        let result = match classify(&run.ended, &run.stderr, &answer) {
-            Some(f) => Err(f),
-            None => Ok(self.snapshot(&answer)),
-        };
-        if let Ok(mut l) = inner.latest.lock() {
-            l.connected = answer.reached;
-        }
-        result
+/// What a host's readers need: how to reach it, and the clock.
+pub(crate) struct Context {
+    config: SshConfig,
+    clock: Arc<dyn Clock>,
+    connects: Arc<Semaphore>,
+}
+
+impl Context {
+    /// The streams' period in whole seconds (what `-l` takes), at least 1.
+    fn period_secs(&self) -> u64 {
+        (self.config.interval.as_secs_f64().round() as u64).max(1)
     }
 
-    /// The host's snapshot from an answer that has GPUs to read.
-    fn snapshot(&self, answer: &Probed) -> Snapshot {
-        let now = self.inner.clock.now();
-        let mut warnings: Vec<SourceWarning> = Vec::new();
-        let (gpus, _) = answer.gpus.clone().unwrap_or_default();
-        let mut devices = nvidia_smi::devices(&gpus, now, &mut warnings);
-        match &answer.apps {
-            Some((apps, Some(0))) => {
-                nvidia_smi::attach_processes(apps, &mut devices, &mut warnings);
-            }
-            Some((apps, status)) => warnings.push(SourceWarning {
-                section: "nvidia-smi --query-compute-apps".to_string(),
-                path: "exit status".to_string(),
-                found: format!(
-                    "{}: {}",
-                    status.map_or_else(|| "cut off".to_string(), |s| format!("exit {s}")),
-                    apps.lines().next().unwrap_or("(no output)")
-                ),
-                left_out: "the GPUs' processes".to_string(),
-            }),
-            None => {}
-        }
-        let node = answer
-            .hostname
-            .clone()
-            .unwrap_or_else(|| self.inner.config.name.clone());
-        Snapshot {
-            schema: SCHEMA_VERSION,
-            endpoint: EndpointInfo {
-                name: self.inner.config.name.clone(),
-                version: "nvidia-smi over ssh".to_string(),
-                kind: SourceKind::Ssh.as_str().to_string(),
-                policy: String::new(),
-                actions: false,
-                telemetry_note: Some(reader_note(&answer.reader())),
-                warnings,
-                store_failed: None,
-            },
-            revision: 0,
-            taken_at: now,
-            nodes: vec![NodeView {
-                name: node,
-                cpus_milli: None,
-                cpus_allocated_milli: 0,
-                devices,
-            }],
-            ..Snapshot::default()
-        }
+    /// How long a stream may say nothing before it counts as hung: three periods.
+    fn silent_after(&self) -> Duration {
+        Duration::from_secs(3 * self.period_secs())
     }
 }
 
-/// Which reader is in use, and what better one the host has.
-pub fn reader_note(reader: &Reader) -> String {
-    match reader {
-        Reader::NvidiaSmi => "reader: nvidia-smi (nothing of gpuboard's on the host)".to_string(),
-        Reader::Binary(v) => format!(
-            "reader: nvidia-smi ({} is on the host; reading its NVML telemetry is not built yet)",
-            if v.is_empty() { "gpuboard" } else { v }
-        ),
-        Reader::Serve(pid) => format!(
-            "reader: nvidia-smi, read-only (a gpuboard serve runs on the host, pid {pid}; \
-             watching it over ssh is not built yet)"
-        ),
-    }
+/// Where a reader puts what it reads: the source's shared state, while the source lives.
+pub(crate) struct Outlet {
+    inner: Weak<Inner>,
 }
 
-/// A host's reading task: reads, stores, wakes the console, waits, until the source is
-/// dropped.
-async fn read_forever(weak: Weak<Inner>) {
-    loop {
-        let Some(inner) = weak.upgrade() else {
-            return;
+impl Outlet {
+    /// Stores a reading and wakes the console; `false` once the source is gone.
+    fn publish(&self, result: Result<Snapshot, HostFailure>) -> bool {
+        let Some(inner) = self.inner.upgrade() else {
+            return false;
         };
-        let source = SshSource {
-            inner: Arc::clone(&inner),
-        };
-        let result = source.read_once().await;
-        let interval = inner.config.interval;
         let generation = match inner.latest.lock() {
             Ok(mut l) => {
                 l.result = Some(result);
                 l.generation += 1;
                 l.generation
             }
-            Err(_) => return,
+            Err(_) => return false,
         };
         inner.readings.send_replace(generation);
         inner.changed.notify_one();
-        drop((source, inner));
-        tokio::time::sleep(interval).await;
+        true
     }
+}
+
+/// How a reader's turn ended.
+pub(crate) enum Turn {
+    /// It never read anything, and says why: the next reader is tried.
+    Unavailable(String),
+    /// It read, then stopped (why): the host is read again soon.
+    Stopped(HostFailure),
+    /// It failed without reading (why): the host is read again after a growing wait.
+    Failed(HostFailure),
+    /// The source is gone.
+    Gone,
+}
+
+/// A reader's snapshot as this host shows it: under the host's name, of kind `ssh`,
+/// read-only, its NOTE saying which reader is in use.
+fn relabel(snap: &mut Snapshot, name: &str, note: &str) {
+    snap.endpoint.name = name.to_string();
+    snap.endpoint.kind = SourceKind::Ssh.as_str().to_string();
+    snap.endpoint.actions = false;
+    snap.endpoint.telemetry_note = Some(match snap.endpoint.telemetry_note.take() {
+        Some(own) if !own.is_empty() => format!("{note}; {own}"),
+        _ => note.to_string(),
+    });
+}
+
+/// A host's snapshot from nvidia-smi's CSV: the `--query-gpu` lines, and the
+/// `--query-compute-apps` lines with that query's exit status.
+fn smi_snapshot(
+    ctx: &Context,
+    hostname: Option<&str>,
+    gpus: &str,
+    apps: Option<(&str, Option<i32>)>,
+    note: &str,
+) -> Snapshot {
+    let now = ctx.clock.now();
+    let mut warnings: Vec<SourceWarning> = Vec::new();
+    let mut devices = nvidia_smi::devices(gpus, now, &mut warnings);
+    match apps {
+        Some((apps, Some(0))) => {
+            nvidia_smi::attach_processes(apps, &mut devices, &mut warnings);
+        }
+        Some((apps, status)) => warnings.push(SourceWarning {
+            section: "nvidia-smi --query-compute-apps".to_string(),
+            path: "exit status".to_string(),
+            found: format!(
+                "{}: {}",
+                status.map_or_else(|| "cut off".to_string(), |s| format!("exit {s}")),
+                apps.lines().next().unwrap_or("(no output)")
+            ),
+            left_out: "the GPUs' processes".to_string(),
+        }),
+        None => {}
+    }
+    let name = &ctx.config.name;
+    Snapshot {
+        schema: SCHEMA_VERSION,
+        endpoint: EndpointInfo {
+            name: name.clone(),
+            version: "nvidia-smi over ssh".to_string(),
+            kind: SourceKind::Ssh.as_str().to_string(),
+            policy: String::new(),
+            actions: false,
+            telemetry_note: Some(note.to_string()),
+            warnings,
+            store_failed: None,
+        },
+        revision: 0,
+        taken_at: now,
+        nodes: vec![NodeView {
+            name: hostname.map_or_else(|| name.clone(), str::to_string),
+            cpus_milli: None,
+            cpus_allocated_milli: 0,
+            devices,
+        }],
+        ..Snapshot::default()
+    }
+}
+
+/// A host's reading task: reads with the best reader until the source is dropped, and
+/// after each failure or end waits (growing from the interval to 30 s while it fails).
+async fn read_forever(weak: Weak<Inner>) {
+    let Some(ctx) = weak.upgrade().map(|i| Context {
+        config: i.config.clone(),
+        clock: Arc::clone(&i.clock),
+        connects: Arc::clone(&i.connects),
+    }) else {
+        return;
+    };
+    let outlet = Outlet { inner: weak };
+    let mut backoff = ReconnectDelay::default();
+    // The serve's state as its watch left it, so a reconnect resumes with `since`.
+    let mut model = Model::default();
+    loop {
+        let failure = match read_host(&ctx, &outlet, &mut model).await {
+            Turn::Gone => return,
+            Turn::Stopped(f) => {
+                backoff.reset();
+                f
+            }
+            Turn::Failed(f) => f,
+            Turn::Unavailable(why) => HostFailure::Unreadable(why),
+        };
+        if !outlet.publish(Err(failure)) {
+            return;
+        }
+        let wait = backoff.next(rand::random::<f64>()).max(ctx.config.interval);
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// One connection's worth of reading: the probe, then the best reader that starts.
+async fn read_host(ctx: &Context, outlet: &Outlet, model: &mut Model) -> Turn {
+    // New connections are bounded; the probe is where one is made (or a kept one reused).
+    let permit = Arc::clone(&ctx.connects).acquire_owned().await.ok();
+    let run = ctx
+        .config
+        .options
+        .run(
+            &ctx.config.destination,
+            &probe::remote_command(),
+            ctx.config.timeout,
+        )
+        .await;
+    drop(permit);
+    let answer = probe::read(&run.stdout);
+    let smi = classify(&run.ended, &run.stderr, &answer);
+    if !answer.reached
+        && let Some(f) = smi
+    {
+        return Turn::Failed(f);
+    }
+    let mut why_not: Vec<String> = Vec::new();
+    if let Some(pid) = answer.serve {
+        match serve_watch::follow(ctx, outlet, pid, model).await {
+            Turn::Unavailable(why) => why_not.push(format!(
+                "a gpuboard serve runs on the host (pid {pid}), but watching it failed: {why}"
+            )),
+            other => return other,
+        }
+    }
+    if let Some(version) = &answer.gpuboard {
+        let version = if version.is_empty() {
+            "gpuboard"
+        } else {
+            version
+        };
+        match telemetry::follow(ctx, outlet, version).await {
+            Turn::Unavailable(why) => why_not.push(format!(
+                "{version} is on the host, but its telemetry failed: {why}"
+            )),
+            other => return other,
+        }
+    }
+    if let Some(f) = smi {
+        return Turn::Failed(if why_not.is_empty() {
+            f
+        } else {
+            HostFailure::NoReader {
+                last: Box::new(f),
+                tried: why_not.join("; "),
+            }
+        });
+    }
+    let note = format!(
+        "reader: nvidia-smi -l {} ({})",
+        ctx.period_secs(),
+        if why_not.is_empty() {
+            "nothing of gpuboard's on the host".to_string()
+        } else {
+            why_not.join("; ")
+        }
+    );
+    let (gpus, _) = answer.gpus.clone().unwrap_or_default();
+    let apps = answer.apps.as_ref().map(|(t, s)| (t.as_str(), *s));
+    let first = smi_snapshot(ctx, answer.hostname.as_deref(), &gpus, apps, &note);
+    if !outlet.publish(Ok(first)) {
+        return Turn::Gone;
+    }
+    smi_stream::follow(ctx, outlet, answer.hostname.as_deref(), &note).await
 }
 
 impl Source for SshSource {
@@ -327,11 +442,11 @@ impl Source for SshSource {
     fn plan(&self, _request: ClaimRequest) -> BoxFuture<'static, Result<Allocation, Failure>> {
         adapter::plan_refused(&self.inner.config.name, SourceKind::Ssh)
     }
-    fn act(&self, action: Action) -> BoxFuture<'static, Result<Outcome, Failure>> {
+    fn act(&self, action: Action) -> BoxFuture<'static, Result<ActOutcome, Failure>> {
         adapter::act_refused(adapter::refusal(
-            "this host is read over ssh with nvidia-smi, read-only",
+            "this host is read over ssh, read-only",
             &format!("{} {}", action.verb(), action.target()),
-            "Run `gpuboard serve` on it and add it as an endpoint to act there.",
+            "Run `gpuboard serve` on it and add that serve as an endpoint (--endpoint) to act there.",
         ))
     }
 }

@@ -33,7 +33,7 @@ pub fn remote_command() -> String {
 }
 
 /// `s` in single quotes for a POSIX shell (csh and fish read it the same way).
-fn quote(s: &str) -> String {
+pub(super) fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 

@@ -1,0 +1,195 @@
+//! What a console runs on an SSH host to read it with gpuboard's own readers, writing to
+//! stdout so the SSH channel carries it and no port is opened:
+//!
+//! - `gpuboard watch --stdio`: this host's running serve's delta watch (found as the
+//!   console finds it: `serve.lock`, the host lock, the default address), relayed as the
+//!   same server-sent events `GET /v1/watch?deltas=1` sends, with the token the SSH user
+//!   can read from the data directory;
+//! - `gpuboard telemetry --stdio`: this host's GPUs sampled through NVML every interval,
+//!   each round one snapshot of JSON a line (a node with its devices' telemetry and
+//!   processes, and the host); with no NVML it says why on stderr and fails.
+
+use std::collections::BTreeSet;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context as _, anyhow};
+use clap::Args;
+use futures::StreamExt as _;
+use tokio::io::AsyncWriteExt as _;
+
+use super::attach::{self, Credentials};
+use crate::client::{Client, TlsTrust};
+use crate::clock::{Clock as _, SystemClock, Timestamp};
+use crate::endpoint::live::{self, LiveConfig, LiveRound};
+use crate::snapshot::{DeviceView, EndpointInfo, NodeView, SCHEMA_VERSION, Snapshot};
+use crate::telemetry::{BackendStatus, SamplerConfig, TelemetrySnapshot};
+use crate::units::Bytes;
+use crate::wire::SnapshotVersion;
+
+/// `gpuboard watch`.
+#[derive(Args, Debug)]
+pub struct WatchArgs {
+    /// Write the events to stdout (the form an SSH host's reader runs; required).
+    #[arg(long, required = true)]
+    pub stdio: bool,
+    /// Resume after this version (`EPOCH.SEQ`, as the HTTP watch's `since`).
+    #[arg(long, value_name = "VERSION")]
+    pub since: Option<String>,
+    /// Data directory of this host's serve (its serve.lock and tokens).
+    #[arg(long, env = "GPUBOARD_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+}
+
+/// `gpuboard telemetry`.
+#[derive(Args, Debug)]
+pub struct TelemetryArgs {
+    /// Write the rounds to stdout (the form an SSH host's reader runs; required).
+    #[arg(long, required = true)]
+    pub stdio: bool,
+    /// Seconds between rounds (1 to 3600).
+    #[arg(long, value_name = "SECONDS", default_value_t = 2)]
+    pub interval: u64,
+    /// Rounds to print before exiting (default: until stdout is closed).
+    #[arg(long)]
+    pub count: Option<u64>,
+    /// NVML library to load instead of the driver's libnvidia-ml.so.1 (a path).
+    #[arg(
+        long,
+        alias = "nvml-library",
+        env = "GPUBOARD_NVML_LIBRARY",
+        value_name = "PATH"
+    )]
+    pub nvml_lib: Option<PathBuf>,
+}
+
+/// `gpuboard watch --stdio`: relays the local serve's watch until it or stdout closes.
+///
+/// # Errors
+/// No serve runs here, its token cannot be read, it refuses the watch, or it closes it.
+pub fn watch(args: &WatchArgs) -> anyhow::Result<i32> {
+    let dir = args
+        .data_dir
+        .clone()
+        .unwrap_or_else(crate::store::claims::default_data_dir);
+    let since = args
+        .since
+        .as_deref()
+        .map(str::parse::<SnapshotVersion>)
+        .transpose()
+        .map_err(|e| anyhow!("--since: {e}"))?;
+    let local = attach::local_serve(&dir).ok_or_else(|| {
+        anyhow!(
+            "no gpuboard serve runs on this host (none named by {}, none answering at the \
+             default address)",
+            dir.join(attach::SERVE_LOCK_FILE).display()
+        )
+    })?;
+    let creds = Credentials {
+        env_token: std::env::var("GPUBOARD_TOKEN").ok(),
+        data_dir: dir,
+        ..Credentials::default()
+    }
+    .for_local(&local);
+    let url = local.url.clone();
+    let token = creds.token(&url).context("the local serve's token")?;
+    let trust = creds.trust(&url, &TlsTrust::default());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let client = Client::with_trust(&url, token, Duration::from_secs(10), &trust)?;
+        let mut bytes = client.watch_bytes(since).await?;
+        let mut out = tokio::io::stdout();
+        while let Some(chunk) = bytes.next().await {
+            let chunk = chunk?;
+            // Written as it comes: the console reads each event as soon as it is sent.
+            if out.write_all(&chunk).await.is_err() || out.flush().await.is_err() {
+                // The console went away: nothing left to do.
+                return Ok(0);
+            }
+        }
+        Err(anyhow!("the serve at {url} closed the watch"))
+    })
+}
+
+/// `gpuboard telemetry --stdio`: prints a round now and one every interval.
+///
+/// # Errors
+/// A bad interval; no GPU telemetry here.
+pub fn telemetry(args: &TelemetryArgs) -> anyhow::Result<i32> {
+    if !(1..=3600).contains(&args.interval) {
+        anyhow::bail!(
+            "--interval {}: give whole seconds from 1 to 3600",
+            args.interval
+        );
+    }
+    let (mut core, first) = live::open_local(args.nvml_lib.as_deref(), SamplerConfig::default());
+    if let BackendStatus::Unavailable { reason, .. } = &first.backend {
+        anyhow::bail!("no GPU telemetry on this host: {reason}");
+    }
+    let host = live::hostname();
+    let mut round = first;
+    let mut printed = 0u64;
+    let mut out = std::io::stdout().lock();
+    loop {
+        let snap = round_snapshot(round, &host);
+        let line = serde_json::to_string(&snap)?;
+        if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+            // The console went away.
+            return Ok(0);
+        }
+        printed += 1;
+        if args.count.is_some_and(|c| printed >= c) {
+            return Ok(0);
+        }
+        std::thread::sleep(Duration::from_secs(args.interval));
+        round = core.round(SystemClock.now());
+    }
+}
+
+/// One round as a snapshot: this host's node, each device with its telemetry and
+/// processes (no claims: nothing schedules here), and the host's figures.
+pub fn round_snapshot(round: TelemetrySnapshot, host: &str) -> Snapshot {
+    let spec = live::inventory(&round, host, Bytes(0));
+    let mut snap = Snapshot {
+        schema: SCHEMA_VERSION,
+        endpoint: EndpointInfo {
+            name: host.to_string(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            kind: "telemetry".to_string(),
+            policy: String::new(),
+            actions: false,
+            telemetry_note: None,
+            warnings: Vec::new(),
+            store_failed: None,
+        },
+        revision: 0,
+        taken_at: Timestamp(round.fetched_unix_ms),
+        nodes: vec![NodeView {
+            name: host.to_string(),
+            cpus_milli: None,
+            cpus_allocated_milli: 0,
+            devices: spec
+                .devices
+                .iter()
+                .map(|d| DeviceView {
+                    index: d.index,
+                    model: d.model.clone(),
+                    uuid: d.uuid.clone(),
+                    memory_capacity: d.memory,
+                    ..DeviceView::default()
+                })
+                .collect(),
+        }],
+        ..Snapshot::default()
+    };
+    let config = LiveConfig {
+        coordination_file: None,
+        ..LiveConfig::local(host)
+    };
+    let live_round = LiveRound::gather(round, &config);
+    live::merge(&mut snap, &live_round, host, &BTreeSet::new());
+    snap
+}
