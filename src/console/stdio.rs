@@ -7,7 +7,8 @@
 //!   can read from the data directory;
 //! - `gpuboard telemetry --stdio`: this host's GPUs sampled through NVML every interval,
 //!   each round one snapshot of JSON a line (a node with its devices' telemetry and
-//!   processes, and the host); with no NVML it says why on stderr and fails.
+//!   processes, and the host), or an empty line when it reads as the last one did; with
+//!   no NVML it says why on stderr and fails.
 
 use std::collections::BTreeSet;
 use std::io::Write as _;
@@ -133,10 +134,23 @@ pub fn telemetry(args: &TelemetryArgs) -> anyhow::Result<i32> {
     let mut round = first;
     let mut printed = 0u64;
     let mut out = std::io::stdout().lock();
+    // The last round written whole, and when.
+    let mut last: Option<(Snapshot, std::time::Instant)> = None;
     loop {
         let snap = round_snapshot(round, &host);
-        let line = serde_json::to_string(&snap)?;
-        if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+        let quiet = last.as_ref().is_some_and(|(shown, at)| {
+            at.elapsed() < Duration::from_millis(live::HOST_REFRESH_MS)
+                && same_but_times(shown, &snap)
+        });
+        let written = if quiet {
+            // Nothing to show changed: an empty line says the stream is alive.
+            writeln!(out)
+        } else {
+            let line = serde_json::to_string(&snap)?;
+            last = Some((snap, std::time::Instant::now()));
+            writeln!(out, "{line}")
+        };
+        if written.and_then(|()| out.flush()).is_err() {
             // The console went away.
             return Ok(0);
         }
@@ -147,6 +161,24 @@ pub fn telemetry(args: &TelemetryArgs) -> anyhow::Result<i32> {
         std::thread::sleep(Duration::from_secs(args.interval));
         round = core.round(SystemClock.now());
     }
+}
+
+/// Whether two rounds read the same but for their times and the host's figures (which
+/// move every round: they are sent at least every `live::HOST_REFRESH_MS`, as a serve
+/// does).
+pub fn same_but_times(a: &Snapshot, b: &Snapshot) -> bool {
+    let plain = |s: &Snapshot| {
+        let mut s = s.clone();
+        s.taken_at = Timestamp(0);
+        s.host = None;
+        for d in s.nodes.iter_mut().flat_map(|n| n.devices.iter_mut()) {
+            if let Some(t) = d.telemetry.as_mut() {
+                t.sampled_at = Timestamp(0);
+            }
+        }
+        s
+    };
+    plain(a) == plain(b)
 }
 
 /// One round as a snapshot: this host's node, each device with its telemetry and
@@ -192,4 +224,45 @@ pub fn round_snapshot(round: TelemetrySnapshot, host: &str) -> Snapshot {
     let live_round = LiveRound::gather(round, &config);
     live::merge(&mut snap, &live_round, host, &BTreeSet::new());
     snap
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::{DeviceTelemetry, HostView};
+
+    fn round(at: u64, util: u32, cpu: f32) -> Snapshot {
+        Snapshot {
+            schema: SCHEMA_VERSION,
+            taken_at: Timestamp(at),
+            nodes: vec![NodeView {
+                name: "h".into(),
+                cpus_milli: None,
+                cpus_allocated_milli: 0,
+                devices: vec![DeviceView {
+                    telemetry: Some(DeviceTelemetry {
+                        sampled_at: Timestamp(at),
+                        utilization_gpu: Some(util),
+                        ..DeviceTelemetry::default()
+                    }),
+                    ..DeviceView::default()
+                }],
+            }],
+            host: Some(HostView {
+                hostname: "h".into(),
+                cpu_pct: Some(cpu),
+                cores: None,
+                memory_used: None,
+                memory_total: None,
+                load1: None,
+            }),
+            ..Snapshot::default()
+        }
+    }
+
+    #[test]
+    fn a_round_that_reads_as_the_last_but_for_its_times_is_not_sent_again() {
+        assert!(same_but_times(&round(1, 30, 5.0), &round(2, 30, 7.0)));
+        assert!(!same_but_times(&round(1, 30, 5.0), &round(2, 31, 5.0)));
+    }
 }
