@@ -86,10 +86,10 @@ impl Busy {
 
     fn bucket(&self, end: Option<Timestamp>) -> Bucket {
         match end {
-            None => Bucket::Long,
             Some(end) if end <= self.at => Bucket::Past,
             Some(end) if end.millis_since(self.at) < self.horizon_ms => Bucket::Window,
-            Some(_) => Bucket::Long,
+            // No end, or one past the horizon: the whole horizon.
+            None | Some(_) => Bucket::Long,
         }
     }
 
