@@ -36,14 +36,14 @@ pub struct Demand {
 /// Guarantees sum over P of y(P,R) <= instances(R) and y(P,R) <= caps[r], and that no
 /// project's processing per share can be raised without lowering that of a project whose
 /// processing per share is no larger.
-// One progressive filling over one flow network: the network, the level and the frozen
-// projects are the algorithm's state, and each step reads all three.
 pub fn targets(resources: &[Capacity], demands: &[Demand]) -> Vec<Vec<f64>> {
     divide(resources, demands, CUT_TYPES)
 }
 
 /// [`targets`], finding levels from the cuts when there are at most `cut_types` types
 /// (0: by bisection alone, as the tests compare).
+// One progressive filling over one flow network: the network, the level and the frozen
+// projects are the algorithm's state, and each step reads all three.
 #[allow(clippy::too_many_lines)]
 fn divide(resources: &[Capacity], demands: &[Demand], cut_types: usize) -> Vec<Vec<f64>> {
     let m = resources.len();
