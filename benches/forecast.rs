@@ -100,13 +100,21 @@ fn busy(nodes: usize, waiting: usize) -> (Scheduler, HoldTimes, Timestamp) {
 }
 
 /// `cargo bench` passes `--bench`; `cargo test` runs the bench once as a smoke test, on a
-/// small endpoint, so the test suite stays quick.
+/// small endpoint, so the test suite stays quick. `BENCH_NODES` and `BENCH_WAITING` set
+/// another size (a smaller one to profile under `perf`).
 fn size() -> (usize, usize) {
-    if std::env::args().any(|a| a == "--bench") {
+    let (nodes, waiting) = if std::env::args().any(|a| a == "--bench") {
         (1_000, 1_000)
     } else {
         (20, 20)
-    }
+    };
+    let env = |name: &str, default: usize| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    (env("BENCH_NODES", nodes), env("BENCH_WAITING", waiting))
 }
 
 fn every_waiting_claim(c: &mut Criterion) {

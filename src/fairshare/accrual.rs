@@ -14,6 +14,7 @@ impl Ledger {
     /// Accrues debt from the last time seen to `now`; a clock that went backwards
     /// clears every backoff instead, since their absolute ends mean nothing any more.
     pub(super) fn advance(&mut self, now: Timestamp) {
+        self.busy.settle(now);
         let Some(last) = self.last_seen else {
             self.last_seen = Some(now);
             return;

@@ -11,9 +11,11 @@ use serde::{Deserialize, Serialize};
 
 use super::FairShareError;
 use super::backoff::BackoffPolicy;
+use super::busy::Busy;
 use super::claim::{PendingClaim, RunningClaim};
 use super::project::{Account, InstanceSecs, ProjectName, Share};
 use super::resource::{ResourceId, ResourceType};
+use super::rr::horizon_ms;
 use super::time::{TimestampExt, secs};
 use super::view::{ClearCause, EventKind, FairShareEvent};
 use super::workfetch::Placed;
@@ -143,6 +145,8 @@ pub struct Ledger {
     /// The targets no longer match the claims, shares or flags.
     pub(super) stale: bool,
     pub(super) events: VecDeque<FairShareEvent>,
+    /// The running claims' use over the horizon, kept as they come and go.
+    pub(super) busy: Busy,
 }
 
 impl Ledger {
@@ -150,6 +154,7 @@ impl Ledger {
     pub fn new(config: LedgerConfig) -> Result<Ledger, FairShareError> {
         config.validate()?;
         Ok(Ledger {
+            busy: Busy::new(horizon_ms(config.horizon)),
             config,
             resources: Vec::new(),
             resource_index: HashMap::new(),
@@ -314,6 +319,13 @@ impl Ledger {
             };
             self.push_event(now, event);
         }
+        self.busy.insert(
+            placed.id,
+            p,
+            r,
+            u64::from(claim.units.0),
+            claim.expected_end,
+        );
         self.running.insert(
             placed.id,
             Holding {
@@ -331,6 +343,7 @@ impl Ledger {
     pub fn released(&mut self, now: Timestamp, id: ClaimId) -> bool {
         self.advance(now);
         if let Some(holding) = self.running.remove(&id) {
+            self.busy.remove(id);
             let slot = &mut self.projects[holding.project];
             slot.running_units[holding.resource] -= u64::from(holding.claim.units.0);
             slot.running_count -= 1;

@@ -9,6 +9,7 @@
 
 mod accrual;
 mod backoff;
+mod busy;
 mod claim;
 mod inspect;
 mod ledger;

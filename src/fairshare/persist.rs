@@ -106,6 +106,10 @@ impl Ledger {
                 .placed(at, placed)
                 .map_err(|e| FairShareError::BadState(format!("running claim {id}: {e}")))?;
             if let Some(h) = ledger.running.get_mut(&id) {
+                let units = u64::from(claim.units.0);
+                ledger
+                    .busy
+                    .insert(id, h.project, h.resource, units, claim.expected_end);
                 h.claim = claim;
             }
         }

@@ -7,9 +7,8 @@
 
 use std::time::Duration;
 
-use super::time::TimestampExt;
 use crate::clock::Timestamp;
-use crate::units::Units;
+use crate::units::{UNITS_PER_DEVICE, Units};
 
 /// One running claim, as the simulation sees it.
 #[derive(Clone, Copy, Debug)]
@@ -36,6 +35,38 @@ pub struct RrOutcome {
     pub project_busy: Vec<f64>,
 }
 
+/// Milliseconds a claim ending at `end` holds over `horizon_ms` from `now`: a claim
+/// already past its expected end is taken to end now, one without an end holds it all.
+pub(super) fn held_ms(end: Option<Timestamp>, now: Timestamp, horizon_ms: u64) -> u64 {
+    end.map_or(horizon_ms, |end| end.millis_since(now).min(horizon_ms))
+}
+
+/// The horizon in whole milliseconds, as the simulation counts it.
+pub(super) fn horizon_ms(horizon: Duration) -> u64 {
+    u64::try_from(horizon.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Unit-milliseconds per instance-second.
+const UNIT_MS_PER_INSTANCE_SEC: f64 = UNITS_PER_DEVICE as f64 * 1000.0;
+
+impl RrOutcome {
+    /// The outcome from units in use per type and busy unit-milliseconds per (project,
+    /// type), flattened `project * resources + resource`. The sums are integers, so any
+    /// order of counting gives the same figures.
+    pub(super) fn from_unit_ms(in_use: Vec<u64>, busy: &[u128], resources: usize) -> RrOutcome {
+        let mut per_type = vec![0u128; resources];
+        for (i, b) in busy.iter().enumerate() {
+            per_type[i % resources.max(1)] += b;
+        }
+        let secs = |b: &u128| *b as f64 / UNIT_MS_PER_INSTANCE_SEC;
+        RrOutcome {
+            in_use,
+            busy: per_type.iter().map(secs).collect(),
+            project_busy: busy.iter().map(secs).collect(),
+        }
+    }
+}
+
 /// Runs the simulation from `now` over `horizon` for `projects` x `resources`.
 pub fn simulate(
     now: Timestamp,
@@ -44,31 +75,24 @@ pub fn simulate(
     resources: usize,
     running: impl IntoIterator<Item = RunningUse>,
 ) -> RrOutcome {
-    let mut out = RrOutcome {
-        in_use: vec![0; resources],
-        busy: vec![0.0; resources],
-        project_busy: vec![0.0; projects * resources],
-    };
-    let horizon_s = horizon.as_secs_f64();
+    let mut in_use = vec![0; resources];
+    let mut busy = vec![0u128; projects * resources];
+    let horizon_ms = horizon_ms(horizon);
     for claim in running {
         if claim.resource >= resources || claim.project >= projects {
             continue;
         }
-        out.in_use[claim.resource] += u64::from(claim.units.0);
-        // A claim already past its expected end is taken to end now.
-        let held_s = claim
-            .expected_end
-            .map_or(horizon_s, |end| end.since(now).as_secs_f64().min(horizon_s));
-        let busy = claim.units.as_fraction() * held_s;
-        out.busy[claim.resource] += busy;
-        out.project_busy[claim.project * resources + claim.resource] += busy;
+        in_use[claim.resource] += u64::from(claim.units.0);
+        busy[claim.project * resources + claim.resource] +=
+            u128::from(claim.units.0) * u128::from(held_ms(claim.expected_end, now, horizon_ms));
     }
-    out
+    RrOutcome::from_unit_ms(in_use, &busy, resources)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fairshare::TimestampExt;
 
     #[test]
     fn claims_hold_their_units_until_their_expected_end() {

@@ -36,10 +36,16 @@ pub struct Demand {
 /// Guarantees sum over P of y(P,R) <= instances(R) and y(P,R) <= caps[r], and that no
 /// project's processing per share can be raised without lowering that of a project whose
 /// processing per share is no larger.
+pub fn targets(resources: &[Capacity], demands: &[Demand]) -> Vec<Vec<f64>> {
+    divide(resources, demands, CUT_TYPES)
+}
+
+/// [`targets`], finding levels from the cuts when there are at most `cut_types` types
+/// (0: by bisection alone, as the tests compare).
 // One progressive filling over one flow network: the network, the level and the frozen
 // projects are the algorithm's state, and each step reads all three.
 #[allow(clippy::too_many_lines)]
-pub fn targets(resources: &[Capacity], demands: &[Demand]) -> Vec<Vec<f64>> {
+fn divide(resources: &[Capacity], demands: &[Demand], cut_types: usize) -> Vec<Vec<f64>> {
     let m = resources.len();
     let mut result = vec![vec![0.0; m]; demands.len()];
     // Only projects with a share and somewhere to run take part.
@@ -66,6 +72,8 @@ pub fn targets(resources: &[Capacity], demands: &[Demand]) -> Vec<Vec<f64>> {
     let tol = 1e-9 * total.max(1.0);
     let mut source_edge = Vec::with_capacity(n);
     let mut project_edges: Vec<Vec<(usize, usize)>> = Vec::with_capacity(n);
+    // The same edges' capacities, for the cuts.
+    let mut reach: Vec<Vec<(usize, f64)>> = Vec::with_capacity(n);
     let mut most = Vec::with_capacity(n);
     let weight: Vec<f64> = active
         .iter()
@@ -74,6 +82,7 @@ pub fn targets(resources: &[Capacity], demands: &[Demand]) -> Vec<Vec<f64>> {
     for (i, &p) in active.iter().enumerate() {
         source_edge.push(net.add(source, i + 1, 0.0));
         let mut edges = Vec::new();
+        let mut caps = Vec::new();
         let mut alone = 0.0;
         for (r, res) in resources.iter().enumerate() {
             let instances = cap_of(&demands[p], r).min(res.instances.max(0.0));
@@ -81,12 +90,15 @@ pub fn targets(resources: &[Capacity], demands: &[Demand]) -> Vec<Vec<f64>> {
                 let c = instances * res.speed.gflops();
                 alone += c;
                 edges.push((r, net.add(i + 1, n + 1 + r, c)));
+                caps.push((r, c));
             }
         }
         most.push(alone);
         project_edges.push(edges);
+        reach.push(caps);
     }
-    let _ = resource_edge;
+    let room: Vec<f64> = resource_edge.iter().map(|&e| net.capacity[e]).collect();
+    let min_weight = weight.iter().copied().fold(f64::INFINITY, f64::min);
 
     // frozen[i]: the processing project i is held at; None while it still grows.
     let mut frozen: Vec<Option<f64>> = vec![None; n];
@@ -116,6 +128,29 @@ pub fn targets(resources: &[Capacity], demands: &[Demand]) -> Vec<Vec<f64>> {
             break;
         }
         let mut high = high;
+        // Where a cut fills, worked out from the cuts (few types); bisection only for
+        // what rounding leaves, or for many types.
+        let cut = Cuts {
+            room: &room,
+            reach: &reach,
+            frozen: &frozen,
+            weight: &weight,
+            most: &most,
+            tol,
+        };
+        if let Some(level) = cut.level(low, high, cut_types) {
+            // Checked on the network: carried at the level and not a little above it (past
+            // the tolerance at the smallest weight); otherwise bisection goes on from it.
+            let above = level + 4.0 * tol / min_weight;
+            if feasible(&mut net, &frozen, level) {
+                low = level;
+                if above < high && !feasible(&mut net, &frozen, above) {
+                    high = level;
+                }
+            } else {
+                high = level;
+            }
+        }
         for _ in 0..200 {
             if high - low <= 1e-13 * high.max(f64::MIN_POSITIVE) {
                 break;
@@ -156,6 +191,82 @@ pub fn targets(resources: &[Capacity], demands: &[Demand]) -> Vec<Vec<f64>> {
     result
 }
 
+/// The most resource types whose sets [`Cuts::level`] goes through (2^m of them).
+const CUT_TYPES: usize = 6;
+
+/// The network's cuts, for finding the level at which one fills without bisecting.
+///
+/// A cut puts a set S of types on the source's side: every project's demand beyond what
+/// it can send to types outside S must fit in S's capacity. The network carries every
+/// demand at a level exactly when that holds for every S (max-flow min-cut).
+struct Cuts<'a> {
+    /// Each type's capacity (instances x speed).
+    room: &'a [f64],
+    /// Each project's edges: (type, capacity).
+    reach: &'a [Vec<(usize, f64)>],
+    frozen: &'a [Option<f64>],
+    weight: &'a [f64],
+    most: &'a [f64],
+    /// What a cut may be over by and still hold: rounding (`over` is flat at `room` along
+    /// stretches, and a rounded point there must not end the stretch early).
+    tol: f64,
+}
+
+impl Cuts<'_> {
+    /// The highest level in `[low, high]` at which every cut holds; `None` with more than
+    /// `most_types` types.
+    fn level(&self, low: f64, high: f64, most_types: usize) -> Option<f64> {
+        let m = self.room.len();
+        if m > most_types {
+            return None;
+        }
+        let n = self.reach.len();
+        let mut level = high;
+        for set in 1u32..(1 << m) {
+            let inside = |r: usize| set & (1 << r) != 0;
+            let room: f64 = (0..m).filter(|&r| inside(r)).map(|r| self.room[r]).sum();
+            // What each project can send around the set.
+            let around: Vec<f64> = self
+                .reach
+                .iter()
+                .map(|e| e.iter().filter(|(r, _)| !inside(*r)).map(|(_, c)| c).sum())
+                .collect();
+            let over = |l: f64| -> f64 {
+                (0..n)
+                    .map(|i| {
+                        let d = self.frozen[i].unwrap_or((self.weight[i] * l).min(self.most[i]));
+                        (d - around[i]).max(0.0)
+                    })
+                    .sum()
+            };
+            let holds = |l: f64| over(l) <= room + self.tol;
+            if holds(level) {
+                continue;
+            }
+            // `over` is piecewise linear and never falls: find where it passes `room`
+            // between its bends.
+            let mut points: Vec<f64> = (0..n)
+                .filter(|&i| self.frozen[i].is_none())
+                .flat_map(|i| [around[i] / self.weight[i], self.most[i] / self.weight[i]])
+                .filter(|&p| p > low && p < level)
+                .chain([low, level])
+                .collect();
+            points.sort_by(f64::total_cmp);
+            points.dedup();
+            let k = points.partition_point(|&p| holds(p));
+            if k == 0 {
+                level = low;
+                continue;
+            }
+            let (a, b) = (points[k - 1], points[k]);
+            let (fa, fb) = (over(a), over(b));
+            let crossing = a + (room - fa) * (b - a) / (fb - fa);
+            level = level.min(crossing.clamp(a, b));
+        }
+        Some(level)
+    }
+}
+
 fn cap_of(demand: &Demand, r: usize) -> f64 {
     demand
         .caps
@@ -174,6 +285,8 @@ struct Network {
     residual: Vec<f64>,
     level: Vec<u32>,
     next: Vec<usize>,
+    /// The breadth-first search's queue, kept between searches (a division runs many).
+    queue: Vec<usize>,
 }
 
 impl Network {
@@ -185,6 +298,7 @@ impl Network {
             residual: Vec::new(),
             level: vec![0; nodes],
             next: vec![0; nodes],
+            queue: Vec::with_capacity(nodes),
         }
     }
 
@@ -229,13 +343,16 @@ impl Network {
     fn levels(&mut self, source: usize, sink: usize, tol: f64) -> bool {
         self.level.iter_mut().for_each(|l| *l = u32::MAX);
         self.level[source] = 0;
-        let mut queue = std::collections::VecDeque::from([source]);
-        while let Some(u) = queue.pop_front() {
+        self.queue.clear();
+        self.queue.push(source);
+        let mut head = 0;
+        while let Some(&u) = self.queue.get(head) {
+            head += 1;
             for &edge in &self.out[u] {
                 let v = self.to[edge];
                 if self.residual[edge] > tol && self.level[v] == u32::MAX {
                     self.level[v] = self.level[u] + 1;
-                    queue.push_back(v);
+                    self.queue.push(v);
                 }
             }
         }
@@ -400,6 +517,39 @@ mod tests {
         for r in 0..2 {
             let used: f64 = y.iter().map(|row| row[r]).sum();
             assert!(used <= resources[r].instances + 1e-9);
+        }
+    }
+
+    proptest::proptest! {
+        /// The levels found from the cuts give the division bisection gives.
+        #[test]
+        fn cuts_divide_as_bisection_does(
+            types in proptest::collection::vec((0u32..6, 1u32..5), 1..4),
+            projects in proptest::collection::vec(
+                (0u32..4, proptest::collection::vec(0u32..8, 3)), 1..7),
+        ) {
+            let resources: Vec<Capacity> = types
+                .iter()
+                .map(|&(n, s)| cap(f64::from(n), f64::from(s)))
+                .collect();
+            let demands: Vec<Demand> = projects
+                .iter()
+                .map(|(share, caps)| {
+                    let caps: Vec<f64> = caps
+                        .iter()
+                        .take(resources.len())
+                        .map(|&c| f64::from(c) / 2.0)
+                        .collect();
+                    demand(share * 50, &caps)
+                })
+                .collect();
+            let by_cuts = divide(&resources, &demands, CUT_TYPES);
+            let by_bisection = divide(&resources, &demands, 0);
+            for (a, b) in by_cuts.iter().zip(&by_bisection) {
+                for (x, y) in a.iter().zip(b) {
+                    proptest::prop_assert!((x - y).abs() < 1e-6, "{by_cuts:?} vs {by_bisection:?}");
+                }
+            }
         }
     }
 

@@ -11,7 +11,7 @@ use super::claim::PendingClaim;
 use super::ledger::Ledger;
 use super::project::ProjectName;
 use super::resource::{ResourceId, instances_of};
-use super::rr::{RrOutcome, RunningUse, simulate};
+use super::rr::RrOutcome;
 use super::view::EventKind;
 use crate::clock::Timestamp;
 use crate::ids::ClaimId;
@@ -22,6 +22,13 @@ use crate::units::Units;
 pub trait Fit {
     /// Whether `claim` could be placed on `resource` now.
     fn fits(&mut self, claim: &PendingClaim, resource: &ResourceId, units: Units) -> bool;
+
+    /// Whether no pending claim fits anywhere now, so that `fits` would answer no to
+    /// each: work fetch then asks none of them (a full endpoint's queue is long). `false`
+    /// when not known.
+    fn nothing_fits(&mut self) -> bool {
+        false
+    }
 }
 
 impl<F: FnMut(&PendingClaim, &ResourceId, Units) -> bool> Fit for F {
@@ -113,21 +120,11 @@ impl Ledger {
             .min()
     }
 
-    /// A simulation of the running claims over the horizon: what is busy, and when.
+    /// A simulation of the running claims over the horizon: what is busy, and when
+    /// (the totals kept as claims come and go, `busy`).
     pub(super) fn rr(&self, now: Timestamp) -> RrOutcome {
-        let uses = self.running.values().map(|h| RunningUse {
-            project: h.project,
-            resource: h.resource,
-            units: h.claim.units,
-            expected_end: h.claim.expected_end,
-        });
-        simulate(
-            now,
-            self.config.horizon,
-            self.projects.len(),
-            self.resources.len(),
-            uses,
-        )
+        self.busy
+            .outcome(now, self.projects.len(), self.resources.len())
     }
 
     /// Instance-seconds of type `r` left idle over the horizon.
@@ -192,9 +189,10 @@ impl Ledger {
         });
         let resource = self.resources[r].id.clone();
         let mut passed_over = Vec::new();
+        let nothing = fit.nothing_fits();
         for (_, p) in candidates {
             let slot = &self.projects[p];
-            let chosen = slot.queue.values().find_map(|id| {
+            let chosen = slot.queue.values().filter(|_| !nothing).find_map(|id| {
                 let waiting = self.pending.get(id)?;
                 let &(_, units) = waiting.demand.iter().find(|(dr, _)| *dr == r)?;
                 fit.fits(&waiting.claim, &resource, units)

@@ -85,6 +85,16 @@ impl HoldTimes {
             .collect()
     }
 
+    /// The arrivals expected after `now`, lazily: the last `ARRIVALS_MS`'s again in each
+    /// of the next `ARRIVAL_REPEATS` such spans (the recent past's rate per project and
+    /// form, kept up), in time order.
+    pub fn arrivals_ahead(&self, now: Timestamp) -> Ahead<'_> {
+        Ahead {
+            span: self.expected_arrivals(now),
+            next: 0,
+        }
+    }
+
     /// The sorted hold times of a project and form, when there are enough to trust.
     pub fn of(&self, project: &str, form: &str) -> Option<&[u64]> {
         self.by
@@ -97,6 +107,37 @@ impl HoldTimes {
     /// How many kinds (project and form) it knows.
     pub fn kinds(&self) -> usize {
         self.by.values().map(HashMap::len).sum()
+    }
+}
+
+/// How many spans of `ARRIVALS_MS` ahead the recent arrivals are expected again: a day.
+pub const ARRIVAL_REPEATS: usize = 24;
+
+/// The arrivals a forecast expects, one after another ([`HoldTimes::arrivals_ahead`]).
+pub struct Ahead<'a> {
+    /// The first span's, in time order.
+    span: Vec<(Timestamp, &'a ClaimRequest)>,
+    /// How many were taken.
+    next: usize,
+}
+
+impl<'a> Ahead<'a> {
+    /// The next one, not taken yet.
+    pub fn peek(&self) -> Option<(Timestamp, &'a ClaimRequest)> {
+        if self.span.is_empty() {
+            return None;
+        }
+        let (k, i) = (self.next / self.span.len(), self.next % self.span.len());
+        let (at, req) = *self.span.get(i)?;
+        let later = ARRIVALS_MS.saturating_mul(u64::try_from(k).unwrap_or(u64::MAX));
+        (k < ARRIVAL_REPEATS).then_some((at.plus_millis(later), req))
+    }
+
+    /// Takes the next one.
+    pub fn take(&mut self) -> Option<(Timestamp, &'a ClaimRequest)> {
+        let next = self.peek()?;
+        self.next += 1;
+        Some(next)
     }
 }
 

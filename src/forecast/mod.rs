@@ -136,21 +136,21 @@ fn run(
     // The claims it forecasts: those waiting now, not the arrivals it expects.
     let forecast_for: std::collections::BTreeSet<ClaimId> =
         s.waiting_claims().into_iter().collect();
-    let arrivals = holds.expected_arrivals(now);
-    let mut next_arrival = 0;
+    let mut arrivals = holds.arrivals_ahead(now);
     let mut t = now;
     let mut ending: Vec<ClaimId> = Vec::new();
     let mut ended: Vec<Ended> = Vec::new();
     loop {
         // Expected arrivals are submitted as claims are; what their submits place comes
         // back from the step with the rest.
-        while let Some((_, req)) = arrivals.get(next_arrival).filter(|(at, _)| *at <= t) {
-            next_arrival += 1;
-            let _ = copy.submit((*req).clone(), "forecast", t);
+        while arrivals.peek().is_some_and(|(at, _)| at <= t) {
+            if let Some((_, req)) = arrivals.take() {
+                let _ = copy.submit(req.clone(), "forecast", t);
+            }
         }
         for id in copy.advance(t, &ending) {
             let Some(c) = copy.claim(id) else { continue };
-            if forecast_for.contains(&id) {
+            if forecast_for.contains(&id) && !starts.contains_key(&id) {
                 starts.insert(
                     id,
                     Start {
@@ -170,13 +170,13 @@ fn run(
             }
         }
         let until = match stop {
-            Stop::NoneWait if forecast_for.iter().all(|id| starts.contains_key(id)) => break,
+            Stop::NoneWait if starts.len() == forecast_for.len() => break,
             Stop::NoneWait => horizon,
             Stop::At(until) => until,
         };
         let next_end = heap.peek().map(|Reverse((at, _))| *at);
         let wake = copy.next_wakeup(t);
-        let arrival = arrivals.get(next_arrival).map(|(at, _)| *at);
+        let arrival = arrivals.peek().map(|(at, _)| at);
         let next = [next_end, wake, arrival].into_iter().flatten().min();
         let Some(next) = next.filter(|&n| n <= until) else {
             if let Stop::At(until) = stop

@@ -85,11 +85,17 @@ pub fn placed_by(journal: &[Change]) -> Vec<PlacedClaim> {
     out
 }
 
-/// Each project's overall debt in a view.
+/// Each project's debt in a view as the Fair share view shows it: instance-seconds (GPU-
+/// or core-seconds), summed over its resource types. The overall debt work fetch breaks ties
+/// with weighs each type by its speed (GFLOP, tens of thousands of times larger for a GPU),
+/// a figure no view shows.
 pub fn debts(view: &FairShareView) -> BTreeMap<String, f64> {
     view.projects
         .iter()
-        .map(|p| (p.name.as_str().to_string(), p.overall_debt.0))
+        .map(|p| {
+            let debt = p.resources.iter().map(|a| a.debt.0).sum();
+            (p.name.as_str().to_string(), debt)
+        })
         .collect()
 }
 

@@ -348,3 +348,32 @@ fn the_history_teaches_hold_times_and_recent_arrivals() {
         .collect();
     assert_eq!(expected, vec![secs(1_100 + 3_600), secs(2_100 + 3_600)]);
 }
+
+#[test]
+fn the_last_hours_arrivals_are_expected_again_every_hour_for_a_day() {
+    let holds = HoldTimes::default().with_arrivals(vec![
+        (secs(1_000), gpu("vision", json!({}))),
+        (secs(3_000), gpu("nlp", json!({}))),
+    ]);
+    let mut ahead = holds.arrivals_ahead(secs(3_600));
+    let mut seen = Vec::new();
+    while let Some((at, req)) = ahead.take() {
+        seen.push((at, req.project.clone()));
+    }
+    assert_eq!(seen.len(), 2 * holds::ARRIVAL_REPEATS);
+    assert_eq!(seen[0], (secs(4_600), "vision".to_string()));
+    assert_eq!(seen[1], (secs(6_600), "nlp".to_string()));
+    assert_eq!(seen[2], (secs(8_200), "vision".to_string()));
+    let hours = u64::try_from(holds::ARRIVAL_REPEATS).unwrap();
+    assert_eq!(
+        seen.last().map(|(at, _)| *at),
+        Some(secs(3_000 + 3_600 * hours))
+    );
+    assert!(seen.windows(2).all(|w| w[0].0 <= w[1].0), "in time order");
+    assert!(
+        HoldTimes::default()
+            .arrivals_ahead(secs(0))
+            .peek()
+            .is_none()
+    );
+}

@@ -267,6 +267,13 @@ impl Fleet {
             .is_some()
     }
 
+    /// Whether the request fits now on node `node` (its own pin, if any, aside).
+    pub fn fits_at(&self, req: &ClaimRequest, node: &str) -> bool {
+        let demand = Demand::on(req, None);
+        self.search(&demand, Some(node), req.devices.as_deref())
+            .is_some()
+    }
+
     /// Where the request would go now, without placing it.
     pub fn plan(&self, req: &ClaimRequest) -> Result<Allocation, NoFit> {
         self.plan_on(req, None)

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::units::{Bytes, SLOTS_PER_DEVICE, Slots, UNITS_PER_DEVICE, Units};
 
 /// How a Koordinator share asks for memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ShareMemory {
     /// `gpu-memory`: bytes in total across the `shared` devices.
@@ -18,7 +18,7 @@ pub enum ShareMemory {
 }
 
 /// The GPU part of a claim: exactly one of the four forms.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "form", rename_all = "snake_case")]
 pub enum GpuForm {
     /// Ray `num_gpus = f` with 0 < f < 1, as compute units.

@@ -3,23 +3,56 @@
 //! ledger), so what they say is what this scheduler would do, not what a second model of
 //! it guesses.
 
-use super::queue::same_placement;
 use super::{Change, Scheduler};
 use crate::clock::Timestamp;
 use crate::fairshare::FairShareView;
 use crate::ids::ClaimId;
-use crate::request::ClaimRequest;
 
 impl Scheduler {
     /// A copy of the whole state to run forward. It journals, audits and explains nothing
     /// (none of it is kept): only what it places and where.
     #[must_use]
     pub fn forward_copy(&self) -> Scheduler {
-        let mut copy = self.clone();
-        copy.copy = true;
-        copy.journal.clear();
-        copy.events.clear();
-        copy
+        // Field by field, leaving out the audit events and the journal (not cloned only to
+        // be cleared: a forecast makes three copies).
+        let Scheduler {
+            config,
+            fleet,
+            claims,
+            shares,
+            events: _,
+            revision,
+            next_id,
+            journal: _,
+            ledger,
+            rng,
+            ledger_saved_at,
+            reasons_at,
+            due,
+            fits_seen,
+            copy: _,
+            #[cfg(test)]
+            reference,
+        } = self;
+        Scheduler {
+            config: config.clone(),
+            fleet: fleet.clone(),
+            claims: claims.clone(),
+            shares: shares.clone(),
+            events: std::collections::VecDeque::new(),
+            revision: *revision,
+            next_id: *next_id,
+            journal: Vec::new(),
+            ledger: ledger.clone(),
+            rng: rng.clone(),
+            ledger_saved_at: *ledger_saved_at,
+            reasons_at: *reasons_at,
+            due: due.clone(),
+            fits_seen: fits_seen.clone(),
+            copy: true,
+            #[cfg(test)]
+            reference: *reference,
+        }
     }
 
     /// A copy that behaves exactly as this scheduler does, journal and reasons included:
@@ -67,32 +100,20 @@ impl Scheduler {
     }
 
     /// Whether some waiting claim fits the fleet now, on one of `nodes` when given (asked
-    /// once per distinct request).
+    /// once per form of the waiting claims).
     fn any_waiting_fits(&self, nodes: Option<&[String]>) -> bool {
-        let mut asked: Vec<&ClaimRequest> = Vec::new();
-        for id in self.waiting().iter() {
-            let Some(c) = self.claims.get(id) else {
-                continue;
+        self.due.one_per_form().any(|id| {
+            let Some(c) = self.claims.get(&id) else {
+                return false;
             };
-            if asked.iter().any(|r| same_placement(r, &c.request)) {
-                continue;
-            }
-            asked.push(&c.request);
-            let fits = match nodes {
+            match nodes {
                 None => self.fleet.fits_on(&c.request, None),
                 Some(nodes) => nodes.iter().any(|n| {
-                    c.request.node.as_ref().is_none_or(|pin| pin == n) && {
-                        let mut on = c.request.clone();
-                        on.node = Some(n.clone());
-                        self.fleet.fits_on(&on, None)
-                    }
+                    c.request.node.as_ref().is_none_or(|pin| pin == n)
+                        && self.fleet.fits_at(&c.request, n)
                 }),
-            };
-            if fits {
-                return true;
             }
-        }
-        false
+        })
     }
 
     /// The claims waiting for devices, in id order.

@@ -3,9 +3,10 @@
 //! (asked about on every tick: a process ending is not on any clock), and the claims
 //! still waiting for devices.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use super::Claim;
+use super::forms::Form;
 use crate::clock::Timestamp;
 use crate::ids::ClaimId;
 
@@ -19,6 +20,8 @@ pub(super) struct Due {
     owned: BTreeSet<ClaimId>,
     /// Claims without an allocation.
     waiting: BTreeSet<ClaimId>,
+    /// The same, by form.
+    forms: HashMap<Form, BTreeSet<ClaimId>>,
 }
 
 impl Due {
@@ -38,8 +41,11 @@ impl Due {
         } else if let Some(at) = c.lease_expires_at {
             self.leases.insert((at, c.id));
         }
-        if c.allocation.is_none() {
-            self.waiting.insert(c.id);
+        if c.allocation.is_none() && self.waiting.insert(c.id) {
+            self.forms
+                .entry(Form::of(&c.request))
+                .or_default()
+                .insert(c.id);
         }
     }
 
@@ -49,7 +55,15 @@ impl Due {
         if let Some(at) = c.lease_expires_at {
             self.leases.remove(&(at, c.id));
         }
-        self.waiting.remove(&c.id);
+        if self.waiting.remove(&c.id) {
+            let form = Form::of(&c.request);
+            if let Some(ids) = self.forms.get_mut(&form) {
+                ids.remove(&c.id);
+                if ids.is_empty() {
+                    self.forms.remove(&form);
+                }
+            }
+        }
     }
 
     /// The claims a tick at `now` must decide about, in id order: leases that ran out
@@ -80,5 +94,10 @@ impl Due {
     /// Claims without an allocation, in id order.
     pub(super) fn waiting(&self) -> &BTreeSet<ClaimId> {
         &self.waiting
+    }
+
+    /// One waiting claim of each form (the oldest), in no set order.
+    pub(super) fn one_per_form(&self) -> impl Iterator<Item = ClaimId> + '_ {
+        self.forms.values().filter_map(|ids| ids.first().copied())
     }
 }

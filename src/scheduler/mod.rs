@@ -18,6 +18,7 @@ mod claims;
 mod due;
 #[cfg(test)]
 mod equivalence;
+mod forms;
 mod journal;
 mod leases;
 mod operator;
@@ -26,14 +27,14 @@ mod queue;
 mod tests;
 mod views;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use chacha20::ChaCha12Rng;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
-use crate::fairshare::{FairShareError, Ledger, LedgerConfig, ResourceId};
+use crate::fairshare::{FairShareError, Ledger, LedgerConfig};
 use crate::ids::ClaimId;
 use crate::placement::{Allocation, Fleet, FleetError, NoFit, NodeSpec, Policy};
 use crate::request::ClaimRequest;
@@ -124,7 +125,7 @@ pub struct Scheduler {
     /// Whether a waiting claim fits on a resource type, as worked out at the fleet's
     /// generation: work fetch asks again every tick, and the answer only changes with the
     /// fleet.
-    fits_seen: (u64, HashMap<ClaimId, Vec<(ResourceId, bool)>>),
+    fits_seen: forms::FitsSeen,
     /// A copy run forward to see what would happen (`copy`): it journals, audits and
     /// explains nothing, since nothing of it is kept or shown, and a forecast steps
     /// through hundreds of instants.
@@ -176,7 +177,7 @@ impl Scheduler {
             ledger_saved_at: None,
             reasons_at: None,
             due: due::Due::default(),
-            fits_seen: (0, HashMap::new()),
+            fits_seen: forms::FitsSeen::default(),
             copy: false,
             #[cfg(test)]
             reference: false,

@@ -2,14 +2,17 @@
 //! is and on which resource type, placement finds the devices), and the claims still
 //! waiting are told why.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
-use super::{Change, Scheduler, accounting};
+use super::due::Due;
+use super::forms::FitsSeen;
+use super::{Change, Claim, Scheduler, accounting};
 use crate::clock::Timestamp;
 use crate::fairshare::{self, PendingClaim, ResourceId};
 use crate::ids::ClaimId;
-use crate::placement::NoFit;
+use crate::placement::{Fleet, NoFit};
 use crate::request::ClaimRequest;
+use crate::units::Units;
 
 /// How one round of work fetch ended.
 enum Round {
@@ -54,29 +57,16 @@ impl Scheduler {
 
     /// One work-fetch decision, carried out.
     fn place_next(&mut self, now: Timestamp) -> Round {
-        let (claims, fleet) = (&self.claims, &self.fleet);
         #[cfg(test)]
         let reference = self.reference;
         #[cfg(not(test))]
         let reference = false;
-        let seen = &mut self.fits_seen;
-        if seen.0 != fleet.generation() {
-            *seen = (fleet.generation(), HashMap::new());
-        }
-        let mut fits = |c: &PendingClaim, r: &ResourceId, _| {
-            let Some(claim) = claims.get(&c.id) else {
-                return false;
-            };
-            if reference {
-                return fleet.plan_on(&claim.request, r.model()).is_ok();
-            }
-            let known = seen.1.entry(c.id).or_default();
-            if let Some(&(_, fits)) = known.iter().find(|(kr, _)| kr == r) {
-                return fits;
-            }
-            let fits = fleet.fits_on(&claim.request, r.model());
-            known.push((r.clone(), fits));
-            fits
+        let mut fits = Fits {
+            claims: &self.claims,
+            fleet: &self.fleet,
+            due: &self.due,
+            seen: &mut self.fits_seen,
+            reference,
         };
         let Some(fetch) = self.ledger.work_fetch(now, &mut fits, &mut self.rng.0) else {
             return Round::Done;
@@ -105,6 +95,10 @@ impl Scheduler {
             fairshare::Trigger::Idle => "idle",
             fairshare::Trigger::Shortfall => "shortfall",
         };
+        if self.copy {
+            self.audit(now, "scheduler", "place", String::new(), String::new());
+            return Round::Placed;
+        }
         self.audit(
             now,
             "scheduler",
@@ -121,7 +115,12 @@ impl Scheduler {
     /// The ledger's own events (backoffs, resets), as audit lines.
     fn audit_ledger_events(&mut self) {
         for event in self.ledger.drain_events() {
-            let detail = serde_json::to_string(&event.kind).unwrap_or_default();
+            // A copy keeps no audit: its events only count revisions.
+            let detail = if self.copy {
+                String::new()
+            } else {
+                serde_json::to_string(&event.kind).unwrap_or_default()
+            };
             self.audit(
                 event.at,
                 "fairshare",
@@ -186,6 +185,47 @@ impl Scheduler {
                 claim.pending = reasons;
             }
         }
+    }
+}
+
+/// Whether a waiting claim fits on a resource type, as work fetch asks placement.
+struct Fits<'a> {
+    claims: &'a BTreeMap<ClaimId, Claim>,
+    fleet: &'a Fleet,
+    due: &'a Due,
+    seen: &'a mut FitsSeen,
+    /// Tests: work out every fit afresh, claim by claim.
+    reference: bool,
+}
+
+impl fairshare::Fit for Fits<'_> {
+    fn fits(&mut self, c: &PendingClaim, r: &ResourceId, _: Units) -> bool {
+        let Some(claim) = self.claims.get(&c.id) else {
+            return false;
+        };
+        if self.reference {
+            return self.fleet.plan_on(&claim.request, r.model()).is_ok();
+        }
+        let fleet = self.fleet;
+        self.seen
+            .fits(fleet.generation(), &claim.request, r.model(), || {
+                fleet.fits_on(&claim.request, r.model())
+            })
+    }
+
+    /// One question per form of the waiting claims, on any model.
+    fn nothing_fits(&mut self) -> bool {
+        if self.reference {
+            return false;
+        }
+        let fleet = self.fleet;
+        !self.due.one_per_form().any(|id| {
+            self.claims.get(&id).is_some_and(|c| {
+                self.seen.fits(fleet.generation(), &c.request, None, || {
+                    fleet.fits_on(&c.request, None)
+                })
+            })
+        })
     }
 }
 

@@ -338,7 +338,8 @@ pub struct PlacedClaim {
 pub struct DebtChange {
     /// The project.
     pub project: String,
-    /// Its overall debt now, in GFLOP.
+    /// Its debt now, in instance-seconds (GPU- or core-seconds) summed over its resource
+    /// types, as the Fair share view shows each.
     pub before: f64,
     /// Right after the action's step.
     pub after_step: f64,
@@ -432,7 +433,7 @@ impl Preview {
         out.push("in the next hour:".to_string());
         for d in &self.debts {
             out.push(format!(
-                "  project {}: debt {:.0} GFLOP now, {:.0} in an hour ({:.0} without this)",
+                "  project {}: debt {:.0} instance-seconds now, {:.0} in an hour ({:.0} without this)",
                 d.project, d.before, d.in_an_hour, d.in_an_hour_without
             ));
         }

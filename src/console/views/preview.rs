@@ -12,7 +12,7 @@ use crate::console::theme::Theme;
 use crate::snapshot::{ClaimState, ClaimView};
 use crate::wire::forecast::{Forecast, Preview};
 
-/// A debt change smaller than this (GFLOP) is not worth a line in a dialog.
+/// A debt change smaller than this (instance-seconds) is not worth a line in a dialog.
 const DEBT_SHOWN: f64 = 0.5;
 
 /// Times further ahead than this are written with their date.
