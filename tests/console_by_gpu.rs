@@ -159,7 +159,7 @@ fn four_sources_in(background: bool) -> State {
         false,
     );
     st.zone = jiff::tz::TimeZone::UTC;
-    st.physical.in_background = background;
+    st.physical.background.on = background;
     let _ = update(&mut st, Msg::Tick(NOW));
     let job = |j: u64| ProcessOwner::SlurmJob {
         job: j,
@@ -375,15 +375,12 @@ fn the_live_console_joins_off_the_update_step_one_join_at_a_time() {
     let mut st = four_sources_in(true);
     // The first change asked for a join; the three after it asked for none while it ran,
     // and nothing is joined on the update step.
-    assert!(st.physical.joining && st.physical.stale);
+    assert!(st.physical.background.in_flight && st.physical.background.stale);
     assert!(st.physical_fleet().gpus.is_empty());
     assert!(join_asked(&update(&mut st, Msg::Tick(NOW))).is_empty());
     // Its answer (whatever it held) is taken, and one more join is asked for: every
     // source's latest data, shared with the state rather than copied.
-    let effects = update(
-        &mut st,
-        Msg::Joined(Box::new(gpuboard::physical::PhysicalFleet::default())),
-    );
+    let effects = update(&mut st, Msg::Joined(Box::default()));
     let [input] = join_asked(&effects).try_into().unwrap();
     assert_eq!(input.sources.len(), 4);
     for (i, _, _, snap) in &input.sources {
@@ -392,11 +389,11 @@ fn the_live_console_joins_off_the_update_step_one_join_at_a_time() {
             st.sources[*i].data.as_ref().unwrap()
         ));
     }
-    assert!(st.physical.joining && !st.physical.stale);
+    assert!(st.physical.background.in_flight && !st.physical.background.stale);
     // Once it is back: the same GPUs, map and totals as joining at once, and no more asks.
     let effects = update(&mut st, Msg::Joined(Box::new(input.join())));
     assert!(join_asked(&effects).is_empty());
-    assert!(!st.physical.joining && !st.physical.stale);
+    assert!(!st.physical.background.in_flight && !st.physical.background.stale);
     assert_eq!(st.physical_fleet(), at_once.physical_fleet());
     assert_eq!(st.map, at_once.map);
     assert_eq!(st.totals, at_once.totals);

@@ -448,7 +448,7 @@ async fn event_loop(
     mut rx: UnboundedReceiver<Msg>,
 ) -> anyhow::Result<()> {
     let mut state: State = initial_state(&setup);
-    state.physical.in_background = true;
+    state.physical.background.on = true;
     let theme: Theme = setup.theme.clone();
     let timeout = Duration::from_millis(setup.refresh_ms.clamp(1_000, 10_000));
     let guard = TerminalGuard::enter()?;

@@ -581,7 +581,8 @@ pub fn join(sources: &[SourceView<'_>], aliases: &Aliases) -> PhysicalFleet {
 }
 
 /// A source's placed claims by (node, device).
-type ClaimIndex<'a> = HashMap<(&'a str, u32), Vec<(&'a ClaimView, &'a crate::placement::DeviceShare)>>;
+type ClaimIndex<'a> =
+    HashMap<(&'a str, u32), Vec<(&'a ClaimView, &'a crate::placement::DeviceShare)>>;
 
 fn claim_index<'a>(s: &SourceView<'a>) -> ClaimIndex<'a> {
     let mut out: ClaimIndex<'a> = HashMap::with_capacity(s.snapshot.claims.len());

@@ -135,7 +135,12 @@ impl State {
             }
         }
         let node = c.node.as_deref()?;
-        let n = slot.data.as_deref()?.nodes.iter().find(|n| n.name == node)?;
+        let n = slot
+            .data
+            .as_deref()?
+            .nodes
+            .iter()
+            .find(|n| n.name == node)?;
         let mut seen = false;
         let mut out = Vec::new();
         for d in &n.devices {

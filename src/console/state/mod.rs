@@ -43,7 +43,7 @@ pub use forecast::{
 };
 pub use form::{ClaimForm, FormField, FormKind, FormStage, MoveRow};
 pub use paging::{claims_info_height, events_split, why_pane_height};
-pub use physical::{FLAG_FILTERS, JoinInput, PhysicalView};
+pub use physical::{BackgroundJoin, FLAG_FILTERS, JoinInput, PhysicalView};
 pub use rewind::{
     CHART_SPAN_MS, ChartKey, Charts, DEFAULT_SPEED, Rewind, SPEEDS, STEP_MS, Seeking, Shown,
     chart_window,

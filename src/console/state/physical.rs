@@ -35,11 +35,18 @@ pub struct PhysicalView {
     pub open: Option<(String, u16)>,
     /// Where Esc returns once the open GPU is closed (`:gpu` from another view).
     pub back_to: Option<View>,
-    /// Joins run off the update step (the live console: `Effect::Join`, answered by
-    /// `Msg::Joined`); else a change joins at once (tests, one-shot screens).
-    pub in_background: bool,
+    /// Whether and how joins run off the update step.
+    pub background: BackgroundJoin,
+}
+
+/// The join off the update step (the live console: `Effect::Join`, answered by
+/// `Msg::Joined`); when off, a change joins at once (tests, one-shot screens).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BackgroundJoin {
+    /// Joins run in the background.
+    pub on: bool,
     /// A join is in flight.
-    pub joining: bool,
+    pub in_flight: bool,
     /// A source's data changed since the last join was asked for.
     pub stale: bool,
 }
@@ -133,10 +140,10 @@ impl State {
     }
 
     /// A source's data changed: joins every source's latest data into physical GPUs again
-    /// now, or marks the join stale for the background (`in_background`).
+    /// now, or marks the join stale for the background (`BackgroundJoin`).
     pub fn rejoin_physical(&mut self) {
-        if self.physical.in_background {
-            self.physical.stale = true;
+        if self.physical.background.on {
+            self.physical.background.stale = true;
         } else {
             let fleet = self.join_input().join();
             self.take_joined(fleet);
@@ -202,13 +209,12 @@ impl State {
         self.physical.by_gpu = true;
         self.physical.flag_filter = None;
         self.physical.reshape(&self.gpus.filter);
-        if let Some(at) = self.physical.rows.iter().position(|&i| {
-            self.physical
-                .fleet
-                .gpus
-                .get(i)
-                .is_some_and(|g| g.is(id))
-        }) {
+        if let Some(at) = self
+            .physical
+            .rows
+            .iter()
+            .position(|&i| self.physical.fleet.gpus.get(i).is_some_and(|g| g.is(id)))
+        {
             self.physical.cursor.selected = at;
         }
         self.physical.open = Some((id.to_string(), 0));

@@ -12,18 +12,18 @@ use crate::physical::PhysicalFleet;
 /// Asks for a join when a source's data changed and none is in flight: one at a time,
 /// so the changes that come meanwhile are joined next, together, from the latest data.
 pub(super) fn join_due(state: &mut State) -> Vec<Effect> {
-    let p = &mut state.physical;
-    if !p.in_background || !p.stale || p.joining {
+    let b = &mut state.physical.background;
+    if !b.on || !b.stale || b.in_flight {
         return Vec::new();
     }
-    p.stale = false;
-    p.joining = true;
+    b.stale = false;
+    b.in_flight = true;
     vec![Effect::Join(Box::new(state.join_input()))]
 }
 
 /// A join came back: the by-GPU list, the fleet map and the totals show it.
 pub(super) fn joined(state: &mut State, fleet: PhysicalFleet) {
-    state.physical.joining = false;
+    state.physical.background.in_flight = false;
     state.take_joined(fleet);
     state.rebuild_map();
     state.recompute_totals();
