@@ -13,7 +13,7 @@ use crate::common::console_fixtures::{NOW, code, feed, k, run};
 use gpuboard::clock::Timestamp;
 use gpuboard::console::headless::{buffer_text, render};
 use gpuboard::console::keymap::Keymap;
-use gpuboard::console::msg::Msg;
+use gpuboard::console::msg::{Effect, Msg};
 use gpuboard::console::state::{CellState, SourceSlot, State, View};
 use gpuboard::console::theme::load_strict;
 use gpuboard::console::update::{show_view, update};
@@ -141,6 +141,12 @@ fn telemetry(util: u32, used: u64, processes: Vec<ProcessView>) -> DeviceTelemet
 /// (claim 7) inside it. GPU 1: Slurm job 43 and pod ml/infer (HAMi, half the GPU) side by
 /// side (double-booked), and pid 7070 that no one accounts for.
 fn four_sources() -> State {
+    four_sources_in(false)
+}
+
+/// The four sources fed in turn; `background`: joined as the live console joins, off the
+/// update step (`feed` drops the effects, so the first change's join is left in flight).
+fn four_sources_in(background: bool) -> State {
     let mut st = State::new(
         vec![
             SourceSlot::new("serve", "gpuboard".parse().unwrap(), true, None),
@@ -153,6 +159,7 @@ fn four_sources() -> State {
         false,
     );
     st.zone = jiff::tz::TimeZone::UTC;
+    st.physical.background.on = background;
     let _ = update(&mut st, Msg::Tick(NOW));
     let job = |j: u64| ProcessOwner::SlurmJob {
         job: j,
@@ -349,4 +356,71 @@ fn by_gpu_views_at_three_sizes() {
         run(&mut st, vec![k('j'), code(KeyCode::Enter)]);
         insta::assert_snapshot!(format!("by_gpu_tree_{w}x{h}"), text(&st, w, h));
     }
+}
+
+/// The join's input in `effects`, when they ask for one.
+fn join_asked(effects: &[Effect]) -> Vec<gpuboard::console::state::JoinInput> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Join(input) => Some((**input).clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn the_live_console_joins_off_the_update_step_one_join_at_a_time() {
+    let at_once = four_sources();
+    let mut st = four_sources_in(true);
+    // The first change asked for a join; the three after it asked for none while it ran,
+    // and nothing is joined on the update step.
+    assert!(st.physical.background.in_flight && st.physical.background.stale);
+    assert!(st.physical_fleet().gpus.is_empty());
+    assert!(join_asked(&update(&mut st, Msg::Tick(NOW))).is_empty());
+    // Its answer (whatever it held) is taken, and one more join is asked for: every
+    // source's latest data, shared with the state rather than copied.
+    let effects = update(&mut st, Msg::Joined(Box::default()));
+    let [input] = join_asked(&effects).try_into().unwrap();
+    assert_eq!(input.sources.len(), 4);
+    for (i, _, _, snap) in &input.sources {
+        assert!(std::sync::Arc::ptr_eq(
+            snap,
+            st.sources[*i].data.as_ref().unwrap()
+        ));
+    }
+    assert!(st.physical.background.in_flight && !st.physical.background.stale);
+    // Once it is back: the same GPUs, map and totals as joining at once, and no more asks.
+    let effects = update(&mut st, Msg::Joined(Box::new(input.join())));
+    assert!(join_asked(&effects).is_empty());
+    assert!(!st.physical.background.in_flight && !st.physical.background.stale);
+    assert_eq!(st.physical_fleet(), at_once.physical_fleet());
+    assert_eq!(st.map, at_once.map);
+    assert_eq!(st.totals, at_once.totals);
+    run(&mut st, vec![k('v')]);
+    let mut shown = at_once.clone();
+    run(&mut shown, vec![k('v')]);
+    assert_eq!(text(&st, 120, 40), text(&shown, 120, 40));
+}
+
+#[tokio::test]
+async fn the_driver_joins_on_the_blocking_pool_and_answers_joined() {
+    use gpuboard::clock::{Clock, ManualClock};
+    let st = four_sources();
+    let input = st.join_input();
+    let clock: std::sync::Arc<dyn Clock> = std::sync::Arc::new(ManualClock::new(NOW));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    gpuboard::console::driver::perform(
+        Effect::Join(Box::new(input.clone())),
+        &[],
+        false,
+        std::time::Duration::from_secs(1),
+        &clock,
+        &tx,
+    );
+    let Some(Msg::Joined(fleet)) = rx.recv().await else {
+        panic!("no join answered")
+    };
+    assert_eq!(*fleet, input.join());
+    assert_eq!(fleet.gpus.len(), 2);
 }

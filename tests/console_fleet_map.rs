@@ -114,6 +114,8 @@ fn eight_thousand_gpus_with_every_state_with_and_without_colour() {
     // 8 000 GPUs; the one the Slurm job and a demo claim both hold is a cell in each source.
     assert_eq!(st.physical_fleet().gpus.len(), 8_000);
     assert_eq!(st.map.cells.len(), 8_001);
+    // The Overview counts it once: physical GPUs, where the join merged devices.
+    assert_eq!(st.totals.gpus, 8_000);
     for s in CellState::ALL {
         let n = st.map.counts[s.position()];
         assert!(n > 0, "{s:?} present: {:?}", st.map.counts);

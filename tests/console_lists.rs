@@ -346,7 +346,7 @@ fn overview_counts_open_their_lists() {
 #[test]
 fn a_list_emptied_by_a_filter_says_so_without_the_sources_notes() {
     let mut st = lab_state();
-    if let Some(d) = st.sources[0].data.as_mut() {
+    if let Some(d) = st.sources[0].data.as_mut().map(std::sync::Arc::make_mut) {
         d.endpoint.telemetry_note = Some("install the NVIDIA driver".to_string());
     }
     show_view(&mut st, View::Gpus);

@@ -417,7 +417,7 @@ mod console {
                 result: Some(Ok(lab_forecast())),
             },
         );
-        st.sources[0].data.as_mut().unwrap().revision += 1;
+        std::sync::Arc::make_mut(st.sources[0].data.as_mut().unwrap()).revision += 1;
         let _ = update(&mut st, Msg::Tick(NOW.plus_secs(150)));
         assert!(
             asks_due(&mut st).is_empty(),

@@ -163,6 +163,13 @@ pub fn perform(
     let clock = Arc::clone(clock);
     match effect {
         Effect::Quit => {}
+        // On the blocking pool: the join takes tens of milliseconds at thousands of GPUs,
+        // and the update step waits for nothing.
+        Effect::Join(input) => {
+            tokio::task::spawn_blocking(move || {
+                let _ = tx.send(Msg::Joined(Box::new(input.join())));
+            });
+        }
         Effect::History(ask) => super::history::perform(ask, sources, timeout, &tx),
         Effect::Usage(ask) => super::usage::perform(ask, sources, &tx),
         Effect::Forecast(source) => super::forecast::ask_forecast(source, sources, &tx),
@@ -450,6 +457,7 @@ async fn event_loop(
     mut rx: UnboundedReceiver<Msg>,
 ) -> anyhow::Result<()> {
     let mut state: State = initial_state(&setup);
+    state.physical.background.on = true;
     let theme: Theme = setup.theme.clone();
     let timeout = Duration::from_millis(setup.refresh_ms.clamp(1_000, 10_000));
     let guard = TerminalGuard::enter()?;

@@ -3,8 +3,9 @@
 use ratatui::crossterm::event::KeyEvent;
 
 use super::flows::FlowId;
-use super::state::{ChartKey, SourceUsage, TrendPoints, UsageKey};
+use super::state::{ChartKey, JoinInput, SourceUsage, TrendPoints, UsageKey};
 use crate::clock::Timestamp;
+use crate::physical::PhysicalFleet;
 use crate::placement::Allocation;
 use crate::request::ClaimRequest;
 use crate::sources::history::{AtTime, Sample};
@@ -40,6 +41,8 @@ pub enum Msg {
     },
     /// A source reported that its data changed: fetch it now.
     Changed(usize),
+    /// The physical-GPU join asked for (`Effect::Join`) is done.
+    Joined(Box<PhysicalFleet>),
     /// A source answered a placement preview.
     Planned {
         /// The source.
@@ -204,6 +207,9 @@ pub enum Effect {
         /// The action.
         action: PreviewAction,
     },
+    /// Join every source's data into physical GPUs off the update step; answered by
+    /// `Msg::Joined`.
+    Join(Box<JoinInput>),
     /// Leave: restore the terminal and exit.
     Quit,
 }

@@ -200,10 +200,10 @@ impl IdleClock {
                 .as_ref()
                 .filter(|t| !t.lost)
                 .and_then(|t| t.utilization_gpu);
-            let id = gpu.id();
             if util.is_none_or(|u| u >= IDLE_BELOW_PERCENT) {
                 continue;
             }
+            let id = gpu.id();
             let since = self.since.get(&id).copied().unwrap_or(now).min(now);
             seen.insert(id, since);
             let holders: Vec<usize> = gpu.roots().map(|(i, _)| i).collect();

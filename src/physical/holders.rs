@@ -8,8 +8,6 @@
 //!   names (to the pod's one Ray worker on the GPU, when it has exactly one); a process no
 //!   holder accounts for is unexplained.
 
-use std::collections::HashMap;
-
 use crate::ids::ClaimId;
 use crate::placement::DeviceShare;
 use crate::snapshot::{ClaimView, ProcessOwner};
@@ -46,24 +44,25 @@ fn guessed(engine: GpuEngine, c: &ClaimView) -> bool {
 
 /// The holders of one GPU and its processes, each under its holder.
 pub(super) fn holders_of<'c>(
-    seen: &[Seen<'_>],
-    on_device: impl Fn(&Seen<'_>) -> &'c [(&'c ClaimView, &'c DeviceShare)],
+    seen: &[Seen<'c>],
+    on_device: impl Fn(&Seen<'c>) -> &'c [(&'c ClaimView, &'c DeviceShare)],
 ) -> (Vec<GpuHolder>, Vec<GpuProcess>) {
     let mut holders: Vec<GpuHolder> = Vec::new();
     let mut views: Vec<&'c ClaimView> = Vec::new();
     // One hold per engine claim (two sources reading one cluster report it once); a
     // gpuboard claim id is its endpoint's own, so there it is per source.
-    let mut at: HashMap<(GpuEngine, Option<usize>, ClaimId), usize> = HashMap::new();
+    // A GPU has a few holders: a list is cheaper than a map.
+    let mut at: Vec<(GpuEngine, Option<usize>, ClaimId)> = Vec::new();
     let mut insides: Vec<(usize, (usize, ClaimId))> = Vec::new();
     for s in seen {
         let engine = s.sighting.engine;
         for (c, share) in on_device(s) {
             let per_source = (engine == GpuEngine::Gpuboard).then_some(s.sighting.source);
             let key = (engine, per_source, c.id);
-            if at.contains_key(&key) {
+            if at.contains(&key) {
                 continue;
             }
-            at.insert(key, holders.len());
+            at.push(key);
             if let Some(inside) = s.inside {
                 insides.push((holders.len(), inside));
             }

@@ -14,7 +14,8 @@ mod flags;
 mod holders;
 mod names;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -70,17 +71,24 @@ impl GpuEngine {
     }
 }
 
+/// A shared string, written as a string.
+fn shared_str<S: serde::Serializer>(s: &Arc<str>, to: S) -> Result<S::Ok, S::Error> {
+    to.serialize_str(s)
+}
+
 /// One source's device, as a sighting of a physical GPU.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Sighting {
     /// The source's position.
     pub source: usize,
-    /// The source's name.
-    pub source_name: String,
+    /// The source's name (shared by all its sightings).
+    #[serde(serialize_with = "shared_str")]
+    pub source_name: Arc<str>,
     /// Its engine.
     pub engine: GpuEngine,
-    /// The node as that source names it.
-    pub node: String,
+    /// The node as that source names it (shared by the node's devices).
+    #[serde(serialize_with = "shared_str")]
+    pub node: Arc<str>,
     /// The device index in that source.
     pub index: u32,
     /// The UUID that source gives, if any.
@@ -93,7 +101,8 @@ pub struct GpuHolder {
     /// The source that reports it.
     pub source: usize,
     /// That source's name.
-    pub source_name: String,
+    #[serde(serialize_with = "shared_str")]
+    pub source_name: Arc<str>,
     /// Its engine.
     pub engine: GpuEngine,
     /// Its claim id in that source.
@@ -169,6 +178,19 @@ impl PhysicalGpu {
             .unwrap_or_else(|| format!("{}:{}", self.node, self.index))
     }
 
+    /// Whether its `id` is `id`, without making the id.
+    pub fn is(&self, id: &str) -> bool {
+        match &self.uuid {
+            Some(u) => u == id,
+            None => id.rsplit_once(':').is_some_and(|(node, index)| {
+                node == self.node
+                    && (index == "0" || !index.starts_with('0'))
+                    && index.bytes().all(|b| b.is_ascii_digit())
+                    && index.parse() == Ok(self.index)
+            }),
+        }
+    }
+
     /// `node:index`, as `:gpu` takes it.
     pub fn place(&self) -> String {
         format!("{}:{}", self.node, self.index)
@@ -210,7 +232,7 @@ impl PhysicalGpu {
     pub fn source_names(&self) -> Vec<&str> {
         let mut out: Vec<&str> = Vec::new();
         for s in &self.seen_by {
-            if !out.contains(&s.source_name.as_str()) {
+            if !out.contains(&&*s.source_name) {
                 out.push(&s.source_name);
             }
         }
@@ -260,46 +282,73 @@ impl PhysicalFleet {
 struct Seen<'a> {
     sighting: Sighting,
     device: &'a DeviceView,
+    /// The node's name in the snapshot (what its claims name).
+    node: &'a str,
     /// The pod a Ray node runs in (source, claim), when the Ray node is a pod.
     inside: Option<(usize, ClaimId)>,
 }
 
-/// A slot: node key and index.
-type Slot = (String, u32);
+/// A slot: node (its number in `Keys`) and index. Numbers, so placing a device hashes
+/// no string and allocates nothing.
+type Slot = (usize, u32);
 
-/// Where a source's device sits: its slot, and the pod it is inside (a Ray node that is a
-/// pod: its devices are the pod's, in order), or why it cannot be placed.
-fn slot_of(
+/// Every node key the join met, each numbered once.
+#[derive(Default)]
+struct Keys {
+    ids: HashMap<String, usize>,
+    names: Vec<String>,
+}
+
+impl Keys {
+    /// The number of `key`, given one if it is new.
+    fn id(&mut self, key: String) -> usize {
+        if let Some(&id) = self.ids.get(&key) {
+            return id;
+        }
+        let id = self.names.len();
+        self.names.push(key.clone());
+        self.ids.insert(key, id);
+        id
+    }
+
+    /// The key numbered `id`.
+    fn name(&self, id: usize) -> &str {
+        self.names.get(id).map_or("", String::as_str)
+    }
+}
+
+/// Where a Ray node's device sits: a Ray node that is a pod (`KubeRay` names a raylet by
+/// its pod's host name) has the pod's devices, in order, on the pod's node; else its own.
+/// Or why it cannot be placed.
+fn ray_slot(
     names: &NodeNames,
+    keys: &mut Keys,
     pods: &HashMap<String, Vec<PodHost>>,
-    engine: GpuEngine,
     node: &str,
     index: u32,
 ) -> Result<(Slot, Option<(usize, ClaimId)>), String> {
-    if engine == GpuEngine::Ray
-        && let Some(hosts) = pods.get(&node.to_lowercase())
-    {
-        let [pod] = hosts.as_slice() else {
-            return Err(format!(
-                "Ray node `{node}` names {} pods; which one it runs in is unknown",
-                hosts.len()
-            ));
+    let Some(hosts) = pods.get(&node.to_lowercase()) else {
+        return match names.key(node) {
+            NodeMatch::Key(k) => Ok(((keys.id(k), index), None)),
+            NodeMatch::Ambiguous(all) => Err(ambiguous(node, &all)),
         };
-        let Some(&device) = pod.devices.get(index as usize) else {
-            return Err(format!(
-                "Ray node `{node}` is pod {} which holds {} GPUs, fewer than index {index}",
-                pod.label,
-                pod.devices.len()
-            ));
-        };
-        return match names.key(&pod.node) {
-            NodeMatch::Key(k) => Ok(((k, device), Some((pod.source, pod.claim)))),
-            NodeMatch::Ambiguous(all) => Err(ambiguous(&pod.node, &all)),
-        };
-    }
-    match names.key(node) {
-        NodeMatch::Key(k) => Ok(((k, index), None)),
-        NodeMatch::Ambiguous(all) => Err(ambiguous(node, &all)),
+    };
+    let [pod] = hosts.as_slice() else {
+        return Err(format!(
+            "Ray node `{node}` names {} pods; which one it runs in is unknown",
+            hosts.len()
+        ));
+    };
+    let Some(&device) = pod.devices.get(index as usize) else {
+        return Err(format!(
+            "Ray node `{node}` is pod {} which holds {} GPUs, fewer than index {index}",
+            pod.label,
+            pod.devices.len()
+        ));
+    };
+    match names.key(&pod.node) {
+        NodeMatch::Key(k) => Ok(((keys.id(k), device), Some((pod.source, pod.claim)))),
+        NodeMatch::Ambiguous(all) => Err(ambiguous(&pod.node, &all)),
     }
 }
 
@@ -319,10 +368,13 @@ struct PodHost {
     devices: Vec<u32>,
 }
 
-/// Placed pods by name (lower case), for Ray nodes that are pods (`KubeRay` names a raylet
-/// by its pod's host name).
+/// Placed pods by name (lower case), for Ray nodes that are pods.
 fn pod_hosts(sources: &[SourceView<'_>]) -> HashMap<String, Vec<PodHost>> {
     let mut out: HashMap<String, Vec<PodHost>> = HashMap::new();
+    // Only a Ray source looks pods up.
+    if !sources.iter().any(|s| s.engine == GpuEngine::Ray) {
+        return out;
+    }
     for s in sources {
         if s.engine != GpuEngine::Kubernetes {
             continue;
@@ -354,6 +406,10 @@ fn norm_uuid(u: Option<&str>) -> Option<String> {
         .map(str::to_lowercase)
 }
 
+/// Devices grouped into GPUs as the join goes: each group's slot, its sightings, and why
+/// it stands alone when it does.
+type Group<'a> = (Option<Slot>, Vec<Seen<'a>>, Option<String>);
+
 /// Joins the sources' devices into physical GPUs, with every holder and process of each
 /// and the double-booked and unexplained flags (idle ones come from `IdleClock`).
 // The two passes (devices with a UUID, then those placed by node and index) share their
@@ -367,46 +423,54 @@ pub fn join(sources: &[SourceView<'_>], aliases: &Aliases) -> PhysicalFleet {
             .flat_map(|s| s.snapshot.nodes.iter().map(|n| n.name.as_str())),
     );
     let pods = pod_hosts(sources);
-    let mut groups: Vec<(Option<Slot>, Vec<Seen<'_>>, Option<String>)> = Vec::new();
+    let mut keys = Keys::default();
+    let mut groups: Vec<Group<'_>> = Vec::new();
     let mut by_uuid: HashMap<String, usize> = HashMap::new();
     let mut by_slot: HashMap<Slot, usize> = HashMap::new();
-    let mut conflicts: HashMap<Slot, String> = HashMap::new();
+    // Ordered, so the warnings come in the same order for the same input.
+    let mut conflicts: BTreeMap<Slot, String> = BTreeMap::new();
     let mut warnings = Vec::new();
     let mut later = Vec::new();
     for s in sources {
         let engine = s.engine;
+        let source_name: Arc<str> = Arc::from(s.name);
         for n in &s.snapshot.nodes {
+            let node: Arc<str> = Arc::from(n.name.as_str());
             // A node's key once for all its devices (a Ray node's depends on the device).
-            let key = (engine != GpuEngine::Ray).then(|| names.key(&n.name));
+            let key = (engine != GpuEngine::Ray).then(|| match names.key(&n.name) {
+                NodeMatch::Key(k) => Ok(keys.id(k)),
+                NodeMatch::Ambiguous(all) => Err(ambiguous(&n.name, &all)),
+            });
             for d in &n.devices {
-                let uuid = norm_uuid(d.uuid.as_deref());
-                let seen = Seen {
+                let placed = match &key {
+                    Some(Ok(k)) => Ok(((*k, d.index), None)),
+                    Some(Err(why)) => Err(why.clone()),
+                    None => ray_slot(&names, &mut keys, &pods, &n.name, d.index),
+                };
+                let mut seen = Seen {
                     sighting: Sighting {
                         source: s.source,
-                        source_name: s.name.to_string(),
+                        source_name: Arc::clone(&source_name),
                         engine,
-                        node: n.name.clone(),
+                        node: Arc::clone(&node),
                         index: d.index,
-                        uuid: uuid.clone(),
+                        uuid: norm_uuid(d.uuid.as_deref()),
                     },
                     device: d,
+                    node: &n.name,
                     inside: None,
                 };
-                let placed = match &key {
-                    Some(NodeMatch::Key(k)) => Ok(((k.clone(), d.index), None)),
-                    Some(NodeMatch::Ambiguous(all)) => Err(ambiguous(&n.name, all)),
-                    None => slot_of(&names, &pods, engine, &n.name, d.index),
-                };
-                let Some(uuid) = uuid else {
+                let Some(uuid) = seen.sighting.uuid.as_deref() else {
                     later.push((seen, placed));
                     continue;
                 };
+                let known = by_uuid.get(uuid).copied();
                 // One source giving one UUID to two of its GPUs is wrong about one of them:
                 // the second is matched by its node and index instead, and that is said.
-                let twice = by_uuid.get(&uuid).and_then(|&at| {
+                let twice = known.and_then(|at| {
                     groups[at].1.iter().find(|o| {
                         o.sighting.source == s.source
-                            && (o.sighting.node != n.name || o.sighting.index != d.index)
+                            && (*o.sighting.node != *n.name || o.sighting.index != d.index)
                     })
                 });
                 if let Some(o) = twice {
@@ -423,36 +487,44 @@ pub fn join(sources: &[SourceView<'_>], aliases: &Aliases) -> PhysicalFleet {
                     Ok((slot, inside)) => (Some(slot), inside),
                     Err(_) => (None, None),
                 };
-                let seen = Seen { inside, ..seen };
-                let at = *by_uuid.entry(uuid.clone()).or_insert_with(|| {
-                    groups.push((slot.clone(), Vec::new(), None));
+                let at = known.unwrap_or_else(|| {
+                    by_uuid.insert(uuid.to_string(), groups.len());
+                    groups.push((slot, Vec::new(), None));
                     groups.len() - 1
                 });
-                if groups[at].0.is_none() {
-                    groups[at].0.clone_from(&slot);
+                seen.inside = inside;
+                let group = &mut groups[at];
+                if group.0.is_none() {
+                    group.0 = slot;
                 }
-                groups[at].1.push(seen);
-                if let Some(slot) = slot {
-                    match by_slot.get(&slot) {
-                        Some(&other) if other != at => {
-                            let was = groups[other].1.first().map_or_else(String::new, |o| {
-                                format!(
-                                    "{} to {}",
-                                    o.sighting.uuid.clone().unwrap_or_default(),
-                                    o.sighting.source_name
-                                )
-                            });
-                            conflicts.entry(slot.clone()).or_insert_with(|| {
-                                format!(
-                                    "GPU {}:{} is {was} but {uuid} to {}",
-                                    slot.0, slot.1, s.name
-                                )
-                            });
-                        }
-                        Some(_) => {}
-                        None => {
-                            by_slot.insert(slot, at);
-                        }
+                group.1.push(seen);
+                let Some(slot) = slot else { continue };
+                match by_slot.get(&slot) {
+                    Some(&other) if other != at => {
+                        let was = groups[other].1.first().map_or_else(String::new, |o| {
+                            format!(
+                                "{} to {}",
+                                o.sighting.uuid.as_deref().unwrap_or_default(),
+                                o.sighting.source_name
+                            )
+                        });
+                        let uuid = groups[at]
+                            .1
+                            .last()
+                            .and_then(|o| o.sighting.uuid.as_deref())
+                            .unwrap_or_default();
+                        conflicts.entry(slot).or_insert_with(|| {
+                            format!(
+                                "GPU {}:{} is {was} but {uuid} to {}",
+                                keys.name(slot.0),
+                                slot.1,
+                                s.name
+                            )
+                        });
+                    }
+                    Some(_) => {}
+                    None => {
+                        by_slot.insert(slot, at);
                     }
                 }
             }
@@ -463,7 +535,7 @@ pub fn join(sources: &[SourceView<'_>], aliases: &Aliases) -> PhysicalFleet {
             "{why}: devices without a UUID there are left unmatched"
         ));
     }
-    for (seen, placed) in later {
+    for (mut seen, placed) in later {
         let (slot, inside) = match placed {
             Ok(p) => p,
             Err(why) => {
@@ -475,7 +547,7 @@ pub fn join(sources: &[SourceView<'_>], aliases: &Aliases) -> PhysicalFleet {
                 continue;
             }
         };
-        let seen = Seen { inside, ..seen };
+        seen.inside = inside;
         if let Some(why) = conflicts.get(&slot) {
             warnings.push(format!(
                 "{} GPU {}:{} left unmatched: {why}",
@@ -487,7 +559,7 @@ pub fn join(sources: &[SourceView<'_>], aliases: &Aliases) -> PhysicalFleet {
         if let Some(&at) = by_slot.get(&slot) {
             groups[at].1.push(seen);
         } else {
-            by_slot.insert(slot.clone(), groups.len());
+            by_slot.insert(slot, groups.len());
             groups.push((Some(slot), vec![seen], None));
         }
     }
@@ -501,7 +573,7 @@ pub fn join(sources: &[SourceView<'_>], aliases: &Aliases) -> PhysicalFleet {
         .into_iter()
         .map(|(slot, mut seen, unmatched)| {
             seen.sort_by_key(|s| s.sighting.source);
-            gpu_of(slot, seen, unmatched, &claims, &by_source)
+            gpu_of(slot, &keys, seen, unmatched, &claims, &by_source)
         })
         .collect();
     gpus.sort_by(|a, b| (&a.node, a.index, &a.uuid).cmp(&(&b.node, b.index, &b.uuid)));
@@ -510,18 +582,16 @@ pub fn join(sources: &[SourceView<'_>], aliases: &Aliases) -> PhysicalFleet {
 
 /// A source's placed claims by (node, device).
 type ClaimIndex<'a> =
-    HashMap<&'a str, HashMap<u32, Vec<(&'a ClaimView, &'a crate::placement::DeviceShare)>>>;
+    HashMap<(&'a str, u32), Vec<(&'a ClaimView, &'a crate::placement::DeviceShare)>>;
 
 fn claim_index<'a>(s: &SourceView<'a>) -> ClaimIndex<'a> {
-    let mut out: ClaimIndex<'a> = HashMap::new();
+    let mut out: ClaimIndex<'a> = HashMap::with_capacity(s.snapshot.claims.len());
     for c in &s.snapshot.claims {
         let (ClaimState::Placed, Some(node)) = (c.state, &c.node) else {
             continue;
         };
         for share in &c.shares {
-            out.entry(node.as_str())
-                .or_default()
-                .entry(share.device)
+            out.entry((node.as_str(), share.device))
                 .or_default()
                 .push((c, share));
         }
@@ -542,17 +612,19 @@ fn telemetry_rank(s: &Seen<'_>) -> Option<(bool, bool, bool, crate::clock::Times
 
 fn gpu_of<'c>(
     slot: Option<Slot>,
-    seen: Vec<Seen<'_>>,
+    keys: &Keys,
+    seen: Vec<Seen<'c>>,
     unmatched: Option<String>,
     claims: &'c [ClaimIndex<'c>],
     by_source: &HashMap<usize, usize>,
 ) -> PhysicalGpu {
     let first = seen.first();
-    let (node, index) = slot.unwrap_or_else(|| {
-        first.map_or((String::new(), 0), |s| {
+    let (node, index) = match slot {
+        Some((id, index)) => (keys.name(id).to_string(), index),
+        None => first.map_or((String::new(), 0), |s| {
             (s.sighting.node.to_lowercase(), s.sighting.index)
-        })
-    });
+        }),
+    };
     let model = seen
         .iter()
         .map(|s| s.device.model.as_str())
@@ -571,12 +643,11 @@ fn gpu_of<'c>(
         .filter_map(|s| s.device.memory_capacity)
         .max()
         .or_else(|| telemetry.as_ref().and_then(|t| t.memory_total));
-    let on_device = |s: &Seen<'_>| -> &'c [(&'c ClaimView, &'c crate::placement::DeviceShare)] {
+    let on_device = |s: &Seen<'c>| -> &'c [(&'c ClaimView, &'c crate::placement::DeviceShare)] {
         by_source
             .get(&s.sighting.source)
             .and_then(|&i| claims.get(i))
-            .and_then(|c| c.get(s.sighting.node.as_str()))
-            .and_then(|c| c.get(&s.sighting.index))
+            .and_then(|c| c.get(&(s.node, s.sighting.index)))
             .map_or(&[][..], Vec::as_slice)
     };
     let (holders, processes) = holders::holders_of(&seen, on_device);

@@ -278,7 +278,7 @@ fn two_uuids_at_one_place_leave_the_device_without_one_unmatched() {
     let fleet = join_all(&[("a", &a), ("b", &b), ("c", &c)]);
     assert_eq!(fleet.gpus.len(), 3);
     let alone = fleet.gpus.iter().find(|g| g.unmatched.is_some()).unwrap();
-    assert_eq!(alone.seen_by[0].source_name, "c");
+    assert_eq!(&*alone.seen_by[0].source_name, "c");
     assert!(
         alone
             .unmatched
@@ -739,7 +739,7 @@ proptest! {
             for c in &s.snapshot.claims {
                 let node = c.node.as_deref().unwrap();
                 let d = c.shares[0].device;
-                let on: Vec<&PhysicalGpu> = fleet.gpus.iter().filter(|g| g.seen_by.iter().any(|v| v.source == i && v.node == node && v.index == d)).collect();
+                let on: Vec<&PhysicalGpu> = fleet.gpus.iter().filter(|g| g.seen_by.iter().any(|v| v.source == i && *v.node == *node && v.index == d)).collect();
                 prop_assert!(on.len() <= 1);
                 if let Some(g) = on.first() {
                     let engine = s.engine;

@@ -119,7 +119,7 @@ impl State {
     pub fn detail_claim(&self) -> Option<(&SourceSlot, &ClaimView)> {
         let (src, id) = self.claim_detail?;
         let slot = self.sources.get(src)?;
-        Some((slot, slot.data.as_ref()?.claim(id)?))
+        Some((slot, slot.data.as_deref()?.claim(id)?))
     }
 
     /// The processes telemetry attributes to the detail's claim, with the device index
@@ -128,14 +128,19 @@ impl State {
     pub fn detail_claim_processes(&self) -> Option<Vec<(u32, &ProcessView)>> {
         let (slot, c) = self.detail_claim()?;
         if let Some(uid) = crate::sources::kubernetes::owners::pod_uid(c) {
-            let snaps = self.sources.iter().filter_map(|s| s.data.as_ref());
+            let snaps = self.sources.iter().filter_map(|s| s.data.as_deref());
             let found = crate::sources::kubernetes::owners::processes_of_pod(snaps, uid);
             if !found.is_empty() {
                 return Some(found);
             }
         }
         let node = c.node.as_deref()?;
-        let n = slot.data.as_ref()?.nodes.iter().find(|n| n.name == node)?;
+        let n = slot
+            .data
+            .as_deref()?
+            .nodes
+            .iter()
+            .find(|n| n.name == node)?;
         let mut seen = false;
         let mut out = Vec::new();
         for d in &n.devices {

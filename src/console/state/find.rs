@@ -70,7 +70,7 @@ impl State {
             .iter()
             .enumerate()
             .filter(|(_, s)| source.is_none_or(|n| s.name == n))
-            .filter_map(|(i, s)| Some((i, s.data.as_ref()?)))
+            .filter_map(|(i, s)| Some((i, s.data.as_deref()?)))
             .flat_map(|(i, d)| d.nodes.iter().map(move |n| (i, n)))
             .collect();
         let mut found: Vec<&(usize, &crate::snapshot::NodeView)> =

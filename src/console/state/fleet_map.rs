@@ -176,7 +176,7 @@ impl State {
                     .any(|f| matches!(f, GpuFlag::DoubleBooked { .. }))
             })
             .flat_map(|g| g.seen_by.iter())
-            .map(|s| (s.source, s.node.as_str(), s.index))
+            .map(|s| (s.source, &*s.node, s.index))
             .collect();
         let mut map = FleetMap {
             cursor: self.map.cursor.clone(),

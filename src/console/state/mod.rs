@@ -43,7 +43,7 @@ pub use forecast::{
 };
 pub use form::{ClaimForm, FormField, FormKind, FormStage, MoveRow};
 pub use paging::{claims_info_height, events_split, why_pane_height};
-pub use physical::{FLAG_FILTERS, PhysicalView};
+pub use physical::{BackgroundJoin, FLAG_FILTERS, JoinInput, PhysicalView};
 pub use rewind::{
     CHART_SPAN_MS, ChartKey, Charts, DEFAULT_SPEED, Rewind, SPEEDS, STEP_MS, Seeking, Shown,
     chart_window,
@@ -350,26 +350,26 @@ impl State {
     /// A device by row key.
     pub fn device(&self, k: DevKey) -> Option<(&SourceSlot, &NodeView, &DeviceView)> {
         let s = self.sources.get(k.source)?;
-        let n = s.data.as_ref()?.nodes.get(k.node)?;
+        let n = s.data.as_deref()?.nodes.get(k.node)?;
         Some((s, n, n.devices.get(k.dev)?))
     }
 
     /// A claim by row key.
     pub fn claim(&self, k: ClaimKey) -> Option<(&SourceSlot, &ClaimView)> {
         let s = self.sources.get(k.source)?;
-        Some((s, s.data.as_ref()?.claims.get(k.idx)?))
+        Some((s, s.data.as_deref()?.claims.get(k.idx)?))
     }
 
     /// A project by row key.
     pub fn project(&self, k: ProjKey) -> Option<(&SourceSlot, &ProjectView)> {
         let s = self.sources.get(k.source)?;
-        Some((s, s.data.as_ref()?.projects.get(k.idx)?))
+        Some((s, s.data.as_deref()?.projects.get(k.idx)?))
     }
 
     /// The device shown in the detail view.
     pub fn detail_device(&self) -> Option<(usize, &NodeView, &DeviceView)> {
         let (src, node, index) = self.detail.as_ref()?;
-        let snap = self.sources.get(*src)?.data.as_ref()?;
+        let snap = self.sources.get(*src)?.data.as_deref()?;
         let n = snap.nodes.iter().find(|n| &n.name == node)?;
         Some((*src, n, n.devices.iter().find(|d| d.index == *index)?))
     }
@@ -395,7 +395,7 @@ impl State {
     /// Audit events across shown sources plus console log lines.
     pub fn event_count(&self) -> usize {
         self.shown_sources()
-            .filter_map(|(_, s)| s.data.as_ref())
+            .filter_map(|(_, s)| s.data.as_deref())
             .map(|d| d.events.len())
             .sum::<usize>()
             + self.log.len()

@@ -53,7 +53,7 @@ impl State {
         let needle = self.panes.events.filter.to_lowercase();
         let mut evs: Vec<(&str, &AuditEvent)> = self
             .shown_sources()
-            .filter_map(|(_, s)| s.data.as_ref().map(|d| (s.name.as_str(), d)))
+            .filter_map(|(_, s)| s.data.as_deref().map(|d| (s.name.as_str(), d)))
             .flat_map(|(n, d)| d.events.iter().map(move |e| (n, e)))
             .filter(|(n, e)| {
                 needle.is_empty()

@@ -4,7 +4,10 @@
 
 use std::sync::Arc;
 
-use crate::physical::{Aliases, IdleClock, PhysicalFleet, PhysicalGpu, SourceView, join};
+use crate::physical::{
+    Aliases, GpuEngine, IdleClock, PhysicalFleet, PhysicalGpu, SourceView, join,
+};
+use crate::snapshot::Snapshot;
 
 use super::{Cursor, State, View};
 
@@ -32,6 +35,46 @@ pub struct PhysicalView {
     pub open: Option<(String, u16)>,
     /// Where Esc returns once the open GPU is closed (`:gpu` from another view).
     pub back_to: Option<View>,
+    /// Whether and how joins run off the update step.
+    pub background: BackgroundJoin,
+}
+
+/// The join off the update step (the live console: `Effect::Join`, answered by
+/// `Msg::Joined`); when off, a change joins at once (tests, one-shot screens).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BackgroundJoin {
+    /// Joins run in the background.
+    pub on: bool,
+    /// A join is in flight.
+    pub in_flight: bool,
+    /// A source's data changed since the last join was asked for.
+    pub stale: bool,
+}
+
+/// What a join reads: every source's latest data, shared with the state, not copied.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JoinInput {
+    /// Per source that has data: its position, name, engine and snapshot.
+    pub sources: Vec<(usize, String, GpuEngine, Arc<Snapshot>)>,
+    /// Node names the config says are one host.
+    pub aliases: Aliases,
+}
+
+impl JoinInput {
+    /// Joins them (`physical::join`): tens of milliseconds at thousands of GPUs.
+    pub fn join(&self) -> PhysicalFleet {
+        let views: Vec<SourceView<'_>> = self
+            .sources
+            .iter()
+            .map(|(source, name, engine, snapshot)| SourceView {
+                source: *source,
+                name,
+                engine: *engine,
+                snapshot,
+            })
+            .collect();
+        join(&views, &self.aliases)
+    }
 }
 
 impl PhysicalView {
@@ -44,7 +87,7 @@ impl PhysicalView {
     /// The GPU whose holder tree is open.
     pub fn open_gpu(&self) -> Option<&PhysicalGpu> {
         let (id, _) = self.open.as_ref()?;
-        self.fleet.gpus.iter().find(|g| &g.id() == id)
+        self.fleet.gpus.iter().find(|g| g.is(id))
     }
 
     /// Rebuilds the rows from the flag filter and the GPUs list's text filter (matched
@@ -66,7 +109,7 @@ impl PhysicalView {
             && let Some(at) = self
                 .rows
                 .iter()
-                .position(|&i| self.fleet.gpus.get(i).is_some_and(|g| g.id() == id))
+                .position(|&i| self.fleet.gpus.get(i).is_some_and(|g| g.is(&id)))
         {
             self.cursor.selected = at;
         }
@@ -96,23 +139,36 @@ impl State {
         &self.physical.fleet
     }
 
-    /// Joins every source's latest data into physical GPUs again, and notes which are
-    /// idle at `now`. Runs when a source's data changes.
+    /// A source's data changed: joins every source's latest data into physical GPUs again
+    /// now, or marks the join stale for the background (`BackgroundJoin`).
     pub fn rejoin_physical(&mut self) {
-        let views: Vec<SourceView<'_>> = self
-            .sources
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| {
-                Some(SourceView {
-                    source: i,
-                    name: &s.name,
-                    engine: s.kind.gpu_engine(),
-                    snapshot: s.data.as_ref()?,
+        if self.physical.background.on {
+            self.physical.background.stale = true;
+        } else {
+            let fleet = self.join_input().join();
+            self.take_joined(fleet);
+        }
+    }
+
+    /// What the next join reads.
+    pub fn join_input(&self) -> JoinInput {
+        JoinInput {
+            sources: self
+                .sources
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| {
+                    let snap = Arc::clone(s.data.as_ref()?);
+                    Some((i, s.name.clone(), s.kind.gpu_engine(), snap))
                 })
-            })
-            .collect();
-        let mut fleet = join(&views, &self.physical.aliases);
+                .collect(),
+            aliases: self.physical.aliases.clone(),
+        }
+    }
+
+    /// Takes a join's result: notes which GPUs are idle at `now`, and reshapes the by-GPU
+    /// rows (the caller rebuilds what else reads the join).
+    pub fn take_joined(&mut self, mut fleet: PhysicalFleet) {
         self.physical.idle.observe(&mut fleet, self.now);
         self.physical.fleet = Arc::new(fleet);
         self.physical.reshape(&self.gpus.filter);
@@ -153,13 +209,12 @@ impl State {
         self.physical.by_gpu = true;
         self.physical.flag_filter = None;
         self.physical.reshape(&self.gpus.filter);
-        if let Some(at) = self.physical.rows.iter().position(|&i| {
-            self.physical
-                .fleet
-                .gpus
-                .get(i)
-                .is_some_and(|g| g.id() == id)
-        }) {
+        if let Some(at) = self
+            .physical
+            .rows
+            .iter()
+            .position(|&i| self.physical.fleet.gpus.get(i).is_some_and(|g| g.is(id)))
+        {
             self.physical.cursor.selected = at;
         }
         self.physical.open = Some((id.to_string(), 0));

@@ -1,6 +1,8 @@
 //! One source as the console holds it (last good data, errors, backoff), its health as
 //! shown, and remote telemetry joined into the other sources' devices.
 
+use std::sync::Arc;
+
 use crate::clock::Timestamp;
 use crate::snapshot::Snapshot;
 use crate::sources::{SourceKind, kubernetes};
@@ -23,8 +25,8 @@ pub struct SourceSlot {
     pub can_act: bool,
     /// A note to show (why no GPUs, how to see the demo).
     pub note: Option<String>,
-    /// Last good snapshot.
-    pub data: Option<Snapshot>,
+    /// Last good snapshot, shared with the physical-GPU join running off the update step.
+    pub data: Option<Arc<Snapshot>>,
     /// When the last good snapshot arrived.
     pub fetched_at: Option<Timestamp>,
     /// The last fetch's error, if it failed.
@@ -77,12 +79,12 @@ impl State {
         if joined(slot.kind) {
             slot.raw = Some(snap);
         } else {
-            slot.data = Some(snap);
+            slot.data = Some(Arc::new(snap));
         }
         if !telemetry_on && !pods_on {
             return;
         }
-        let telemetry: Vec<Snapshot> = self
+        let telemetry: Vec<Arc<Snapshot>> = self
             .sources
             .iter()
             .filter(|s| s.kind.is_telemetry())
@@ -92,7 +94,7 @@ impl State {
             .sources
             .iter()
             .filter(|s| s.kind == SourceKind::Kubernetes)
-            .filter_map(|s| s.raw.as_ref().or(s.data.as_ref()))
+            .filter_map(|s| s.raw.as_ref().or(s.data.as_deref()))
             .map(|s| s.pods.clone())
             .collect();
         let pods: Vec<_> = pods.iter().collect();
@@ -103,7 +105,7 @@ impl State {
                     crate::sources::prometheus::join_telemetry(&mut joined, t);
                 }
                 kubernetes::owners::join_owners(&mut joined, &pods);
-                slot.data = Some(joined);
+                slot.data = Some(Arc::new(joined));
             }
         }
     }
@@ -162,7 +164,7 @@ impl SourceSlot {
     /// A short note on the sections of the peer's answer its last snapshot left out:
     /// `2 parts unread: /api/cluster_status `data.x`: ...`; `None` when all was read.
     pub fn warning_note(&self) -> Option<String> {
-        let warnings = &self.data.as_ref()?.endpoint.warnings;
+        let warnings = &self.data.as_deref()?.endpoint.warnings;
         let first = warnings.first()?;
         let what = if warnings.len() == 1 {
             "1 part unread".to_string()

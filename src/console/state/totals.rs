@@ -9,7 +9,8 @@ use super::{State, View};
 /// Totals over the shown sources' devices and claims.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FleetTotals {
-    /// Devices.
+    /// GPUs: physical ones where the join merged devices several sources list, else
+    /// the devices.
     pub gpus: usize,
     /// Cordoned devices.
     pub cordoned: usize,
@@ -84,6 +85,21 @@ impl State {
                 t.over += usize::from(c.over_limit);
                 t.idle += usize::from(c.idle);
             }
+        }
+        // A GPU several sources list is one GPU: where the join merged devices, count the
+        // physical GPUs a shown source sees.
+        let physical = self
+            .physical_fleet()
+            .gpus
+            .iter()
+            .filter(|g| {
+                g.seen_by
+                    .iter()
+                    .any(|s| self.source_filter.is_none_or(|f| f == s.source))
+            })
+            .count();
+        if physical > 0 && physical < t.gpus {
+            t.gpus = physical;
         }
         self.totals = t;
     }

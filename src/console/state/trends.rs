@@ -252,7 +252,7 @@ impl State {
             .sources
             .iter()
             .enumerate()
-            .filter_map(|(i, s)| Some((i, TrendPoint::of(s.data.as_ref()?))))
+            .filter_map(|(i, s)| Some((i, TrendPoint::of(s.data.as_deref()?))))
             .collect();
         let oldest = minute.saturating_sub(KEPT_MS);
         for (i, p) in points {

@@ -1,10 +1,34 @@
 //! Keys of the GPUs view's "by GPU" list: `v` toggles it with the by-source list; while
 //! it shows, the cursor keys move over physical GPUs, Enter opens a GPU's holder tree
-//! (the keys then scroll it, Esc closes it) and `!` steps the flag filter.
+//! (the keys then scroll it, Esc closes it) and `!` steps the flag filter. And the join
+//! itself, in the live console off the update step: asked for when a source's data
+//! changed, one at a time, its answer shown when it comes.
 
 use crate::console::keymap::KeyAction;
 use crate::console::msg::Effect;
 use crate::console::state::{State, View};
+use crate::physical::PhysicalFleet;
+
+/// Asks for a join when a source's data changed and none is in flight: one at a time,
+/// so the changes that come meanwhile are joined next, together, from the latest data.
+pub(super) fn join_due(state: &mut State) -> Vec<Effect> {
+    let b = &mut state.physical.background;
+    if !b.on || !b.stale || b.in_flight {
+        return Vec::new();
+    }
+    b.stale = false;
+    b.in_flight = true;
+    vec![Effect::Join(Box::new(state.join_input()))]
+}
+
+/// A join came back: the by-GPU list, the fleet map and the totals show it.
+pub(super) fn joined(state: &mut State, fleet: PhysicalFleet) {
+    state.physical.background.in_flight = false;
+    state.take_joined(fleet);
+    state.rebuild_map();
+    state.recompute_totals();
+    state.dirty = true;
+}
 
 /// Handles `a` when it is the toggle or the by-GPU list shows; `None` leaves it to the
 /// by-source handling.

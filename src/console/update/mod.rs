@@ -49,6 +49,7 @@ pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
     effects.extend(rewind::charts_due(state));
     effects.extend(usage::due(state));
     effects.extend(fleet_map::trends_due(state));
+    effects.extend(by_gpu::join_due(state));
     effects
 }
 
@@ -103,6 +104,10 @@ fn step(state: &mut State, msg: Msg) -> Vec<Effect> {
             Vec::new()
         }
         Msg::Fetched { source, at, result } => sources::fetched(state, source, at, result),
+        Msg::Joined(fleet) => {
+            by_gpu::joined(state, *fleet);
+            Vec::new()
+        }
         Msg::Changed(source) => sources::changed(state, source),
         Msg::Planned { source, result } => {
             sources::planned(state, source, result);

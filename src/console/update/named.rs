@@ -48,7 +48,7 @@ pub(super) fn cordon(state: &mut State, arg: &str, to: bool) -> Vec<Effect> {
     let now = state
         .sources
         .get(gpu.0)
-        .and_then(|s| s.data.as_ref())
+        .and_then(|s| s.data.as_deref())
         .and_then(|d| d.nodes.iter().find(|n| n.name == gpu.1))
         .and_then(|n| n.devices.iter().find(|d| d.index == gpu.2))
         .map(|d| (d.cordoned, d.model.clone()));

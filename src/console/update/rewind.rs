@@ -431,7 +431,7 @@ fn shown_at(
     match result {
         Some(Ok(AtTime::Shown { snapshot, at })) => {
             *shown = Shown::At(at);
-            slot.data = Some(*snapshot);
+            slot.data = Some(std::sync::Arc::new(*snapshot));
             slot.note = None;
         }
         Some(Ok(AtTime::Before { from })) => {

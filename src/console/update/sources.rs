@@ -156,7 +156,7 @@ fn answered(state: &mut State, source: usize, at: Timestamp, fetched: Fetched) {
             let changed = slot
                 .raw
                 .as_ref()
-                .or(slot.data.as_ref())
+                .or(slot.data.as_deref())
                 .is_none_or(|d| !d.same_but_time(&snap));
             slot.fetched_at = Some(at);
             if changed {

@@ -97,7 +97,7 @@ pub(super) fn open(state: &mut State) {
         return;
     };
     let name = slot.name.clone();
-    let held = slot.data.as_ref().map(|d| d.claim(id).is_some());
+    let held = slot.data.as_deref().map(|d| d.claim(id).is_some());
     let when = state
         .usage
         .said_for_window(source)

@@ -328,8 +328,8 @@ impl TreeLines<'_, '_> {
 }
 
 fn holder_facts(h: &GpuHolder) -> String {
-    let mut parts = vec![h.source_name.clone()];
-    if h.source_name != h.engine.word() {
+    let mut parts = vec![h.source_name.to_string()];
+    if *h.source_name != *h.engine.word() {
         parts.push(h.engine.word().to_string());
     }
     if !h.project.is_empty() {

@@ -54,7 +54,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     .areas(inner);
     frame.render_widget(Paragraph::new(info_lines(d, t, theme)), info);
     super::charts::draw(frame, spark, state, d, t, theme);
-    let snap = slot.and_then(|s| s.data.as_ref());
+    let snap = slot.and_then(|s| s.data.as_deref());
     let rows = process_rows(d, t, snap, theme);
     let cur = state.cursor_of(View::Detail);
     let h = usize::from(procs.height.saturating_sub(3));

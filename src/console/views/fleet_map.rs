@@ -43,11 +43,14 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
     let cursor = map.cursor.as_ref().and_then(|c| layout.unit_of(map, c));
     let first = layout.first_row(cursor);
     let h = usize::from(inner.height);
-    let mut title = format!(
-        " Fleet map: {} GPUs, {} ",
-        map.cells.len(),
-        layout.density.describe()
-    );
+    // A GPU two sources list is a cell in each: then the devices and the GPUs both.
+    let gpus = state.totals.gpus;
+    let count = if gpus < map.cells.len() {
+        format!("{} devices ({gpus} GPUs)", map.cells.len())
+    } else {
+        format!("{} GPUs", map.cells.len())
+    };
+    let mut title = format!(" Fleet map: {count}, {} ", layout.density.describe());
     if layout.rows > h {
         let _ = write!(
             title,

@@ -19,7 +19,7 @@ use super::common::{
 pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) {
     let longest = state
         .shown_sources()
-        .filter_map(|(_, s)| s.data.as_ref())
+        .filter_map(|(_, s)| s.data.as_deref())
         .flat_map(|d| d.nodes.iter())
         .map(|n| n.name.chars().count())
         .max()

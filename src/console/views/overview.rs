@@ -62,7 +62,11 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
 fn unclaimed_whose(state: &State) -> Option<String> {
     let mut owners: Vec<String> = Vec::new();
     for (_, s) in state.shown_sources() {
-        let devices = s.data.iter().flat_map(crate::snapshot::Snapshot::devices);
+        let devices = s
+            .data
+            .as_deref()
+            .into_iter()
+            .flat_map(crate::snapshot::Snapshot::devices);
         for (_, dev) in devices.filter(|(_, d)| d.has_unclaimed_use()) {
             for o in dev.unclaimed_owners() {
                 let o = o.short();
