@@ -496,7 +496,7 @@ async fn event_loop(
             batch.push(m);
         }
         for m in batch {
-            for effect in update(&mut state, m) {
+            for effect in super::update::update_unsettled(&mut state, m) {
                 perform(effect, &setup.sources, setup.readonly, timeout, &clock, &tx);
             }
         }
@@ -522,6 +522,7 @@ fn draw_now(
     state: &mut State,
     theme: &Theme,
 ) -> io::Result<()> {
+    state.settle();
     let _sync = SyncGuard::begin();
     terminal.draw(|f| views::draw(f, state, theme))?;
     state.dirty = false;

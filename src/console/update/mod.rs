@@ -45,6 +45,18 @@ pub use usage::due as usage_due;
 
 /// Applies one message; returns the effects for the driver.
 pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
+    let effects = update_unsettled(state, msg);
+    state.settle();
+    effects
+}
+
+/// `update`, leaving the rebuild after fetched snapshots to `State::settle`, which the
+/// driver calls before it draws: a burst of answers (a thousand hosts at start) costs one
+/// rebuild per frame. Any other message sees the state settled first.
+pub fn update_unsettled(state: &mut State, msg: Msg) -> Vec<Effect> {
+    if !matches!(msg, Msg::Fetched { .. } | Msg::Changed(_)) {
+        state.settle();
+    }
     let mut effects = step(state, msg);
     effects.extend(rewind::charts_due(state));
     effects.extend(usage::due(state));
