@@ -296,6 +296,47 @@ pub fn perform(
     }
 }
 
+/// Fetches `ids` in one task, answering with one `Msg::FetchedMany` for every group of
+/// answers ready together: a round over a thousand watched sources (each answered from its
+/// mirror at once) is one task and one message, not a thousand; a slow source's answer
+/// still comes on its own when it comes.
+fn fetch_all(
+    ids: Vec<usize>,
+    sources: &[Arc<dyn Source>],
+    timeout: Duration,
+    clock: &Arc<dyn Clock>,
+    tx: &UnboundedSender<Msg>,
+) {
+    use futures::FutureExt as _;
+    use futures::stream::{FuturesUnordered, StreamExt as _};
+    let mut pending: FuturesUnordered<_> = ids
+        .into_iter()
+        .filter_map(|i| {
+            let fut = sources.get(i)?.fetch();
+            Some(async move { (i, bounded(fut, timeout).await) })
+        })
+        .collect();
+    if pending.is_empty() {
+        return;
+    }
+    let (tx, clock) = (tx.clone(), Arc::clone(clock));
+    tokio::spawn(async move {
+        while let Some(first) = pending.next().await {
+            let mut results = vec![first];
+            while let Some(Some(more)) = pending.next().now_or_never() {
+                results.push(more);
+            }
+            let msg = Msg::FetchedMany {
+                at: clock.now(),
+                results,
+            };
+            if tx.send(msg).is_err() {
+                return;
+            }
+        }
+    });
+}
+
 /// Sends a claim again with its key until the source answers what the first send did
 /// (placed, queued or refused) or `within` passes (`fleet::reask`).
 async fn resend(
@@ -495,14 +536,20 @@ async fn event_loop(
         while let Ok(m) = rx.try_recv() {
             batch.push(m);
         }
+        // The fetches the batch asks for go out together (`fetch_all`); the rest one by one.
+        let mut fetches = Vec::new();
+        let mut effects = Vec::new();
         for m in batch {
-            for effect in super::update::update_unsettled(&mut state, m) {
-                perform(effect, &setup.sources, setup.readonly, timeout, &clock, &tx);
+            effects.extend(super::update::update_unsettled(&mut state, m));
+        }
+        effects.extend(super::update::asks_due(&mut state));
+        for effect in effects {
+            match effect {
+                Effect::Fetch(i) => fetches.push(i),
+                other => perform(other, &setup.sources, setup.readonly, timeout, &clock, &tx),
             }
         }
-        for effect in super::update::asks_due(&mut state) {
-            perform(effect, &setup.sources, setup.readonly, timeout, &clock, &tx);
-        }
+        fetch_all(fetches, &setup.sources, timeout, &clock, &tx);
         if state.quit {
             break;
         }

@@ -60,7 +60,8 @@ impl State {
         want > usize::from(rest) && self.pool_count() < self.sources.len()
     }
 
-    /// The pools, in the order their first source comes, each with its counts now.
+    /// The pools, those with a source down first, then those with one stale, each group in
+    /// the order its first source comes, with their counts now.
     pub fn pool_rows(&self) -> Vec<PoolRow> {
         let mut rows: Vec<PoolRow> = Vec::new();
         for s in &self.sources {
@@ -102,6 +103,7 @@ impl State {
                 }
             }
         }
+        rows.sort_by_key(|r| (r.down == 0, r.stale == 0));
         rows
     }
 }
@@ -128,7 +130,8 @@ impl PoolRow {
 
     /// What its NOTE says: how many sources, and the first in trouble and why.
     pub fn note(&self) -> String {
-        let mut text = format!("{} sources", self.sources);
+        let plural = if self.sources == 1 { "" } else { "s" };
+        let mut text = format!("{} source{plural}", self.sources);
         if self.down > 0 {
             text.push_str(&format!(", {} down", self.down));
         }

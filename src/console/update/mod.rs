@@ -54,7 +54,10 @@ pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
 /// driver calls before it draws: a burst of answers (a thousand hosts at start) costs one
 /// rebuild per frame. Any other message sees the state settled first.
 pub fn update_unsettled(state: &mut State, msg: Msg) -> Vec<Effect> {
-    if !matches!(msg, Msg::Fetched { .. } | Msg::Changed(_)) {
+    if !matches!(
+        msg,
+        Msg::Fetched { .. } | Msg::FetchedMany { .. } | Msg::Changed(_)
+    ) {
         state.settle();
     }
     let mut effects = step(state, msg);
@@ -115,6 +118,10 @@ fn step(state: &mut State, msg: Msg) -> Vec<Effect> {
             Vec::new()
         }
         Msg::Fetched { source, at, result } => sources::fetched(state, source, at, result),
+        Msg::FetchedMany { at, results } => results
+            .into_iter()
+            .flat_map(|(source, result)| sources::fetched(state, source, at, result))
+            .collect(),
         Msg::Changed(source) => sources::changed(state, source),
         Msg::Planned { source, result } => {
             sources::planned(state, source, result);
