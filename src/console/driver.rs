@@ -29,6 +29,11 @@ use super::{ConsoleArgs, Setup, config, initial_state, logging, setup, views};
 /// Minimum time between two frames (a 30 fps cap).
 pub const FRAME_MS: u64 = 33;
 
+/// Minimum time between two rebuilds after fetched snapshots (`State::settle`): while
+/// answers stream in (a thousand hosts at start, a hundred changing every second) the
+/// screen follows them four times a second; a key still settles and draws at once.
+pub const SETTLE_MS: u64 = 250;
+
 /// Undoes every terminal mode the console enables; idempotent, also run from the panic hook.
 pub struct TerminalGuard {
     active: bool,
@@ -463,6 +468,9 @@ pub fn run(args: &ConsoleArgs) -> anyhow::Result<()> {
             None
         }
     };
+    for w in &setup.warnings {
+        tracing::warn!("{w}");
+    }
     tracing::info!(
         sources = setup.sources.len(),
         readonly = setup.readonly,
@@ -515,13 +523,28 @@ async fn event_loop(
         });
     }
     let frame = Duration::from_millis(FRAME_MS);
+    let settle = Duration::from_millis(SETTLE_MS);
     let mut last_draw = Instant::now() - frame;
+    let mut last_settle = Instant::now() - settle;
+    // When the next frame may be drawn: a frame after the last, and when it must rebuild
+    // after answers, `settle` after the last rebuild.
+    let next_draw = |state: &State, last_draw: Instant, last_settle: Instant| {
+        let at = last_draw + frame;
+        if state.unsettled {
+            at.max(last_settle + settle)
+        } else {
+            at
+        }
+    };
     loop {
         let msg = if state.dirty {
-            let deadline = last_draw + frame;
+            let deadline = next_draw(&state, last_draw, last_settle);
             tokio::select! {
                 m = rx.recv() => m,
                 () = tokio::time::sleep_until(deadline) => {
+                    if state.unsettled {
+                        last_settle = Instant::now();
+                    }
                     draw_now(&mut terminal, &mut state, &theme)?;
                     last_draw = Instant::now();
                     continue;
@@ -553,7 +576,10 @@ async fn event_loop(
         if state.quit {
             break;
         }
-        if state.dirty && last_draw.elapsed() >= frame {
+        if state.dirty && Instant::now() >= next_draw(&state, last_draw, last_settle) {
+            if state.unsettled {
+                last_settle = Instant::now();
+            }
             draw_now(&mut terminal, &mut state, &theme)?;
             last_draw = Instant::now();
         }

@@ -1,5 +1,5 @@
-//! Open files for the sources. Each source holds a few file descriptors (an endpoint's
-//! watch connection and one for its actions and reads; an SSH host's pipes from its `ssh`),
+//! Open files for the sources. Each source holds a file descriptor or a few (an endpoint's
+//! watch connection; an SSH host's pipes from its `ssh`),
 //! so a thousand sources need more than the common soft limit of 1 024. At start the
 //! console raises its soft limit as far as its sources need, within the hard limit, or says
 //! how many of them it can watch and why. The arithmetic is here, plain; `raise` is the
@@ -8,7 +8,8 @@
 use crate::sources::SourceKind;
 
 /// Descriptors the console holds whatever its sources: the terminal, the log, the
-/// runtime's poller and wakers, history and usage reads, with room to spare.
+/// runtime's poller and wakers, history and usage reads and the connections of the
+/// actions in flight, with room to spare.
 pub const BASE_FDS: u64 = 64;
 
 /// Descriptors one source of `kind` holds while it is watched.
@@ -16,16 +17,16 @@ pub fn per_source(kind: SourceKind) -> u64 {
     match kind {
         // In the console's own process: no descriptor of their own.
         SourceKind::Demo | SourceKind::Embedded => 0,
-        // The stdout and stderr pipes of its `ssh`, and one for a probe beside them.
-        SourceKind::Ssh => 3,
-        // A watch on nodes and one on pods, and one for a read beside them.
-        SourceKind::Kubernetes => 3,
-        // The watch (or poll) connection and one for an action or a read beside it.
+        // An SSH host: the stdout and stderr pipes of its `ssh`, and one for a probe beside
+        // them. A cluster: a watch on nodes and one on pods, and one for a read beside them.
+        SourceKind::Ssh | SourceKind::Kubernetes => 3,
+        // The watch (or poll) connection; an action's or a read's connection is short and
+        // comes out of `BASE_FDS`.
         SourceKind::Gpuboard
         | SourceKind::Ray
         | SourceKind::Prometheus
         | SourceKind::Slurm
-        | SourceKind::Boinc => 2,
+        | SourceKind::Boinc => 1,
     }
 }
 
@@ -213,14 +214,14 @@ mod tests {
 
     #[test]
     fn a_thousand_endpoints_need_more_than_the_common_soft_limit() {
-        assert_eq!(needed(&endpoints(1_000)), 64 + 2_000);
+        assert_eq!(needed(&endpoints(1_000)), 64 + 1_000);
         assert_eq!(needed(&[]), BASE_FDS);
         let soft = Limits {
             soft: 1_024,
             hard: 524_288,
         };
         assert_eq!(plan(&endpoints(100), soft), Plan::Enough);
-        assert_eq!(plan(&endpoints(1_000), soft), Plan::Raise { to: 2_064 });
+        assert_eq!(plan(&endpoints(1_000), soft), Plan::Raise { to: 1_064 });
     }
 
     #[test]
@@ -233,7 +234,8 @@ mod tests {
             SourceKind::Kubernetes,
             SourceKind::Prometheus,
         ];
-        assert_eq!(needed(&kinds), 64 + 3 + 3 + 0 + 0 + 3 + 2);
+        // Two SSH hosts, the cluster and Prometheus; the demo and embedded hold none.
+        assert_eq!(needed(&kinds), 64 + 3 + 3 + 3 + 1);
     }
 
     #[test]
@@ -242,19 +244,19 @@ mod tests {
             soft: 256,
             hard: 1_024,
         };
-        // (1 024 - 64) / 2 = 480 endpoints fit.
+        // 1 024 - 64 = 960 endpoints fit.
         assert_eq!(
             plan(&endpoints(1_000), limits),
             Plan::Short {
                 to: 1_024,
-                watchable: 480,
-                needed: 2_064
+                watchable: 960,
+                needed: 1_064
             }
         );
-        // An SSH host first takes 3: one endpoint fewer fits after it.
+        // An SSH host first takes 3: three endpoints fewer fit after it.
         let mut kinds = vec![SourceKind::Ssh];
         kinds.extend(endpoints(999));
-        assert_eq!(watchable(&kinds, 1_024), 1 + 478);
+        assert_eq!(watchable(&kinds, 1_024), 1 + 957);
         assert_eq!(watchable(&endpoints(10), 10), 0);
     }
 
@@ -264,21 +266,21 @@ mod tests {
             soft: 1_024,
             hard: u64::MAX,
         };
-        assert_eq!(plan(&endpoints(5_000), limits), Plan::Raise { to: 10_064 });
+        assert_eq!(plan(&endpoints(5_000), limits), Plan::Raise { to: 5_064 });
     }
 
     #[test]
     fn the_message_says_how_many_can_be_watched_why_and_what_to_change() {
-        let m = short_message(1_000, 480, 2_064, (1_024, HARD));
+        let m = short_message(1_000, 960, 1_064, (1_024, HARD));
         assert!(
-            m.contains("1000 sources need about 2064 file descriptors"),
+            m.contains("1000 sources need about 1064 file descriptors"),
             "{m}"
         );
         assert!(
             m.contains("may open 1024 (the hard limit, ulimit -Hn)"),
             "{m}"
         );
-        assert!(m.contains("480 of them can be watched"), "{m}");
+        assert!(m.contains("960 of them can be watched"), "{m}");
         assert!(m.contains("LimitNOFILE="), "{m}");
     }
 }

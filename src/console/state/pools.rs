@@ -4,6 +4,8 @@
 //! map keeps its place above them. A source's pool is its name up to the first `.`,
 //! less the number that ends it (`rack03-gpu017` and `rack03-gpu018` are `rack03-gpu*`).
 
+use std::fmt::Write as _;
+
 use crate::sources::SourceKind;
 
 use super::{SourceHealth, State};
@@ -66,16 +68,15 @@ impl State {
         let mut rows: Vec<PoolRow> = Vec::new();
         for s in &self.sources {
             let pool = pool_of(&s.name);
-            let at = match rows.iter().position(|r| r.pool == pool) {
-                Some(i) => i,
-                None => {
-                    rows.push(PoolRow {
-                        pool: pool.to_string(),
-                        kind: Some(s.kind),
-                        ..PoolRow::default()
-                    });
-                    rows.len() - 1
-                }
+            let at = if let Some(i) = rows.iter().position(|r| r.pool == pool) {
+                i
+            } else {
+                rows.push(PoolRow {
+                    pool: pool.to_string(),
+                    kind: Some(s.kind),
+                    ..PoolRow::default()
+                });
+                rows.len() - 1
             };
             let Some(r) = rows.get_mut(at) else { continue };
             if r.kind != Some(s.kind) {
@@ -133,13 +134,13 @@ impl PoolRow {
         let plural = if self.sources == 1 { "" } else { "s" };
         let mut text = format!("{} source{plural}", self.sources);
         if self.down > 0 {
-            text.push_str(&format!(", {} down", self.down));
+            let _ = write!(text, ", {} down", self.down);
         }
         if self.stale > 0 {
-            text.push_str(&format!(", {} stale", self.stale));
+            let _ = write!(text, ", {} stale", self.stale);
         }
         if self.loading > 0 {
-            text.push_str(&format!(", {} loading", self.loading));
+            let _ = write!(text, ", {} loading", self.loading);
         }
         if let Some(p) = &self.first_problem {
             text.push_str(": ");
