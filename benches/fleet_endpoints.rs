@@ -55,7 +55,12 @@ fn args() -> Args {
             "--endpoints" => a.endpoints = it.next().unwrap().parse().unwrap(),
             "--hang" => a.hang = it.next().unwrap().parse().unwrap(),
             "--dir" => a.dir = PathBuf::from(it.next().unwrap()),
-            other => panic!("unknown flag {other}: --endpoints N, --hang N, --dir DIR"),
+            other => {
+                eprintln!(
+                    "fleet_endpoints: unknown flag {other}: --endpoints N, --hang N, --dir DIR"
+                );
+                std::process::exit(2);
+            }
         }
     }
     a
