@@ -61,7 +61,7 @@ pub struct Limits {
 
 /// What to do about the limit for a set of sources.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Plan {
+pub enum FdPlan {
     /// The soft limit already covers them.
     Enough,
     /// Raise the soft limit to `to` (within the hard limit): then every source fits.
@@ -81,14 +81,14 @@ pub enum Plan {
 }
 
 /// The plan for sources of these kinds under `limits`.
-pub fn plan(kinds: &[SourceKind], limits: Limits) -> Plan {
+pub fn plan(kinds: &[SourceKind], limits: Limits) -> FdPlan {
     let need = needed(kinds);
     if need <= limits.soft {
-        Plan::Enough
+        FdPlan::Enough
     } else if need <= limits.hard {
-        Plan::Raise { to: need }
+        FdPlan::Raise { to: need }
     } else {
-        Plan::Short {
+        FdPlan::Short {
             to: limits.hard,
             watchable: watchable(kinds, limits.hard),
             needed: need,
@@ -171,9 +171,9 @@ pub fn raise(kinds: &[SourceKind]) -> Option<String> {
         Err(e) => return Some(format!("open files: cannot read the limit ({e})")),
     };
     let (to, short) = match plan(kinds, limits) {
-        Plan::Enough => return None,
-        Plan::Raise { to } => (to, None),
-        Plan::Short {
+        FdPlan::Enough => return None,
+        FdPlan::Raise { to } => (to, None),
+        FdPlan::Short {
             to,
             watchable,
             needed,
@@ -220,8 +220,8 @@ mod tests {
             soft: 1_024,
             hard: 524_288,
         };
-        assert_eq!(plan(&endpoints(100), soft), Plan::Enough);
-        assert_eq!(plan(&endpoints(1_000), soft), Plan::Raise { to: 1_064 });
+        assert_eq!(plan(&endpoints(100), soft), FdPlan::Enough);
+        assert_eq!(plan(&endpoints(1_000), soft), FdPlan::Raise { to: 1_064 });
     }
 
     #[test]
@@ -247,7 +247,7 @@ mod tests {
         // 1 024 - 64 = 960 endpoints fit.
         assert_eq!(
             plan(&endpoints(1_000), limits),
-            Plan::Short {
+            FdPlan::Short {
                 to: 1_024,
                 watchable: 960,
                 needed: 1_064
@@ -266,7 +266,7 @@ mod tests {
             soft: 1_024,
             hard: u64::MAX,
         };
-        assert_eq!(plan(&endpoints(5_000), limits), Plan::Raise { to: 5_064 });
+        assert_eq!(plan(&endpoints(5_000), limits), FdPlan::Raise { to: 5_064 });
     }
 
     #[test]
