@@ -33,6 +33,7 @@ mod console_incident;
 mod console_lists;
 mod console_moves;
 mod console_named_targets;
+mod console_pools;
 mod console_render_props;
 mod console_rewind;
 mod console_rewind_tmux;

@@ -29,6 +29,11 @@ use super::{ConsoleArgs, Setup, config, initial_state, logging, setup, views};
 /// Minimum time between two frames (a 30 fps cap).
 pub const FRAME_MS: u64 = 33;
 
+/// Minimum time between two rebuilds after fetched snapshots (`State::settle`): while
+/// answers stream in (a thousand hosts at start, a hundred changing every second) the
+/// screen follows them four times a second; a key still settles and draws at once.
+pub const SETTLE_MS: u64 = 250;
+
 /// Undoes every terminal mode the console enables; idempotent, also run from the panic hook.
 pub struct TerminalGuard {
     active: bool,
@@ -312,6 +317,47 @@ pub fn perform(
     }
 }
 
+/// Fetches `ids` in one task, answering with one `Msg::FetchedMany` for every group of
+/// answers ready together: a round over a thousand watched sources (each answered from its
+/// mirror at once) is one task and one message, not a thousand; a slow source's answer
+/// still comes on its own when it comes.
+fn fetch_all(
+    ids: Vec<usize>,
+    sources: &[Arc<dyn Source>],
+    timeout: Duration,
+    clock: &Arc<dyn Clock>,
+    tx: &UnboundedSender<Msg>,
+) {
+    use futures::FutureExt as _;
+    use futures::stream::{FuturesUnordered, StreamExt as _};
+    let mut pending: FuturesUnordered<_> = ids
+        .into_iter()
+        .filter_map(|i| {
+            let fut = sources.get(i)?.fetch();
+            Some(async move { (i, bounded(fut, timeout).await) })
+        })
+        .collect();
+    if pending.is_empty() {
+        return;
+    }
+    let (tx, clock) = (tx.clone(), Arc::clone(clock));
+    tokio::spawn(async move {
+        while let Some(first) = pending.next().await {
+            let mut results = vec![first];
+            while let Some(Some(more)) = pending.next().now_or_never() {
+                results.push(more);
+            }
+            let msg = Msg::FetchedMany {
+                at: clock.now(),
+                results,
+            };
+            if tx.send(msg).is_err() {
+                return;
+            }
+        }
+    });
+}
+
 /// Sends a claim again with its key until the source answers what the first send did
 /// (placed, queued or refused) or `within` passes (`fleet::reask`).
 async fn resend(
@@ -438,6 +484,9 @@ pub fn run(args: &ConsoleArgs) -> anyhow::Result<()> {
             None
         }
     };
+    for w in &setup.warnings {
+        tracing::warn!("{w}");
+    }
     tracing::info!(
         sources = setup.sources.len(),
         readonly = setup.readonly,
@@ -491,14 +540,31 @@ async fn event_loop(
         });
     }
     let frame = Duration::from_millis(FRAME_MS);
+    let settle = Duration::from_millis(SETTLE_MS);
     let mut last_draw = Instant::now() - frame;
+    let mut last_settle = Instant::now() - settle;
+    // When the next frame may be drawn: a frame after the last, and when it must rebuild
+    // after answers, `settle` after the last rebuild.
+    let next_draw = |state: &State, last_draw: Instant, last_settle: Instant| {
+        let at = last_draw + frame;
+        if state.unsettled {
+            at.max(last_settle + settle)
+        } else {
+            at
+        }
+    };
     loop {
         let msg = if state.dirty {
-            let deadline = last_draw + frame;
+            let deadline = next_draw(&state, last_draw, last_settle);
             tokio::select! {
                 m = rx.recv() => m,
                 () = tokio::time::sleep_until(deadline) => {
-                    draw_now(&mut terminal, &mut state, &theme)?;
+                    if state.unsettled {
+                        last_settle = Instant::now();
+                    }
+                    for effect in draw_now(&mut terminal, &mut state, &theme)? {
+                        perform(effect, &setup.sources, setup.readonly, timeout, &clock, &tx);
+                    }
                     last_draw = Instant::now();
                     continue;
                 }
@@ -512,19 +578,30 @@ async fn event_loop(
         while let Ok(m) = rx.try_recv() {
             batch.push(m);
         }
+        // The fetches the batch asks for go out together (`fetch_all`); the rest one by one.
+        let mut fetches = Vec::new();
+        let mut effects = Vec::new();
         for m in batch {
-            for effect in update(&mut state, m) {
-                perform(effect, &setup.sources, setup.readonly, timeout, &clock, &tx);
+            effects.extend(super::update::update_unsettled(&mut state, m));
+        }
+        effects.extend(super::update::asks_due(&mut state));
+        for effect in effects {
+            match effect {
+                Effect::Fetch(i) => fetches.push(i),
+                other => perform(other, &setup.sources, setup.readonly, timeout, &clock, &tx),
             }
         }
-        for effect in super::update::asks_due(&mut state) {
-            perform(effect, &setup.sources, setup.readonly, timeout, &clock, &tx);
-        }
+        fetch_all(fetches, &setup.sources, timeout, &clock, &tx);
         if state.quit {
             break;
         }
-        if state.dirty && last_draw.elapsed() >= frame {
-            draw_now(&mut terminal, &mut state, &theme)?;
+        if state.dirty && Instant::now() >= next_draw(&state, last_draw, last_settle) {
+            if state.unsettled {
+                last_settle = Instant::now();
+            }
+            for effect in draw_now(&mut terminal, &mut state, &theme)? {
+                perform(effect, &setup.sources, setup.readonly, timeout, &clock, &tx);
+            }
             last_draw = Instant::now();
         }
     }
@@ -534,13 +611,16 @@ async fn event_loop(
     Ok(())
 }
 
+/// Settles and draws; answers what settling asks for (a background join) for the caller
+/// to perform.
 fn draw_now(
     terminal: &mut Terminal<CrosstermBackend<io::Stdout>>,
     state: &mut State,
     theme: &Theme,
-) -> io::Result<()> {
+) -> io::Result<Vec<Effect>> {
+    let effects = super::update::settle(state);
     let _sync = SyncGuard::begin();
     terminal.draw(|f| views::draw(f, state, theme))?;
     state.dirty = false;
-    Ok(())
+    Ok(effects)
 }

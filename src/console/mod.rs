@@ -8,6 +8,7 @@
 pub mod attach;
 pub mod config;
 pub mod driver;
+pub mod fds;
 pub mod flows;
 pub mod forecast;
 pub mod headless;
@@ -245,6 +246,8 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
             sources.push(Arc::new(Embedded::local(Arc::clone(&clock), &dir)?));
         }
     }
+    let kinds: Vec<SourceKind> = sources.iter().map(|s| s.kind()).collect();
+    warnings.extend(fds::raise(&kinds));
     Ok(Setup {
         sources,
         theme,

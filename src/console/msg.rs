@@ -39,6 +39,14 @@ pub enum Msg {
         /// The snapshot (or that nothing changed), or why not.
         result: Result<Fetched, Failure>,
     },
+    /// Several sources answered their fetches together (at `at`): one message for a
+    /// thousand hosts' answers to one round, in the order they came.
+    FetchedMany {
+        /// When the last of them completed.
+        at: Timestamp,
+        /// Each source's position and its answer.
+        results: Vec<(usize, Result<Fetched, Failure>)>,
+    },
     /// A source reported that its data changed: fetch it now.
     Changed(usize),
     /// The physical-GPU join asked for (`Effect::Join`) is done.

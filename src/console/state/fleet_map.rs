@@ -237,9 +237,15 @@ impl State {
     /// beside them), the fleet map, and the sources table.
     pub fn overview_areas(&self, body: Rect) -> OverviewAreas {
         let top = TOTALS_ROWS.min(body.height);
-        let want =
-            u16::try_from(self.sources.len() + 3 + self.note_rows(body.width)).unwrap_or(u16::MAX);
         let rest = body.height - top;
+        // More sources than rows: a row per pool, without the notes under the table.
+        let pooled = self.sources_pooled(rest, MAP_MIN_ROWS);
+        let rows = if pooled {
+            self.pool_count()
+        } else {
+            self.sources.len() + self.note_rows(body.width)
+        };
+        let want = u16::try_from(rows + 3).unwrap_or(u16::MAX);
         // The map takes what the sources leave, when that is enough to read.
         let (mut map_h, src_h) = if rest >= want + MAP_MIN_ROWS {
             (rest - want, want)
@@ -261,6 +267,7 @@ impl State {
             top: at(0, top),
             map: at(top, map_h),
             sources: at(top + map_h, src_h.max(rest - map_h)),
+            pooled,
         }
     }
 
@@ -311,6 +318,8 @@ pub struct OverviewAreas {
     pub map: Rect,
     /// The sources table and its notes.
     pub sources: Rect,
+    /// The table lists pools, not sources (`State::sources_pooled`).
+    pub pooled: bool,
 }
 
 /// The legend's entries: each state with its count (double-booked only where known).

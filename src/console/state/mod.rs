@@ -9,6 +9,7 @@ mod forecast;
 mod form;
 mod paging;
 mod physical;
+mod pools;
 mod rewind;
 mod rows;
 mod selection;
@@ -44,6 +45,8 @@ pub use forecast::{
 pub use form::{ClaimForm, FormField, FormKind, FormStage, MoveRow};
 pub use paging::{claims_info_height, events_split, why_pane_height};
 pub use physical::{BackgroundJoin, FLAG_FILTERS, JoinInput, PhysicalView};
+
+pub use pools::{PoolRow, pool_of};
 pub use rewind::{
     CHART_SPAN_MS, ChartKey, Charts, DEFAULT_SPEED, Rewind, SPEEDS, STEP_MS, Seeking, Shown,
     chart_window,
@@ -279,6 +282,9 @@ pub struct State {
     pub size: (u16, u16),
     /// Something visible changed since the last draw.
     pub dirty: bool,
+    /// Snapshots were stored since the physical join, totals, map and rows were last
+    /// rebuilt: `settle` rebuilds them once for all of them.
+    pub unsettled: bool,
     /// Leaving.
     pub quit: bool,
     /// `now` in the unit the shown ages change in (seconds or minutes) at the last tick.
@@ -333,6 +339,7 @@ impl State {
             totals: FleetTotals::default(),
             size: (80, 24),
             dirty: true,
+            unsettled: false,
             quit: false,
             age_step: 0,
             operator: None,

@@ -62,6 +62,23 @@ impl State {
         self.rejoin_physical();
     }
 
+    /// Stores a source's snapshot (joining remote telemetry as `store_snapshot` does) and
+    /// leaves the physical join, totals, map and rows to `settle`: a thousand hosts
+    /// answering at start cost one rebuild per frame, not one per host.
+    pub fn store_unsettled(&mut self, source: usize, snap: Snapshot) {
+        self.store_joined(source, snap);
+        self.unsettled = true;
+    }
+
+    /// Rebuilds the physical join, totals, map and rows once for the snapshots stored
+    /// since the last time (`store_unsettled`); nothing when none was.
+    pub fn settle(&mut self) {
+        if std::mem::take(&mut self.unsettled) {
+            self.rejoin_physical();
+            self.rebuild_rows();
+        }
+    }
+
     fn store_joined(&mut self, source: usize, snap: Snapshot) {
         let telemetry_on = self.sources.iter().any(|s| s.kind.is_telemetry());
         let pods_on = self

@@ -45,6 +45,28 @@ pub use usage::due as usage_due;
 
 /// Applies one message; returns the effects for the driver.
 pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
+    let effects = update_unsettled(state, msg);
+    state.settle();
+    effects
+}
+
+/// Settles the state (the rebuild `update_unsettled` left for the frame) and answers the
+/// background join that rebuild asks for, if any.
+pub fn settle(state: &mut State) -> Vec<Effect> {
+    state.settle();
+    by_gpu::join_due(state)
+}
+
+/// `update`, leaving the rebuild after fetched snapshots to `State::settle`, which the
+/// driver calls before it draws: a burst of answers (a thousand hosts at start) costs one
+/// rebuild per frame. Any other message sees the state settled first.
+pub fn update_unsettled(state: &mut State, msg: Msg) -> Vec<Effect> {
+    if !matches!(
+        msg,
+        Msg::Fetched { .. } | Msg::FetchedMany { .. } | Msg::Changed(_)
+    ) {
+        state.settle();
+    }
     let mut effects = step(state, msg);
     effects.extend(rewind::charts_due(state));
     effects.extend(usage::due(state));
@@ -108,6 +130,10 @@ fn step(state: &mut State, msg: Msg) -> Vec<Effect> {
             by_gpu::joined(state, *fleet);
             Vec::new()
         }
+        Msg::FetchedMany { at, results } => results
+            .into_iter()
+            .flat_map(|(source, result)| sources::fetched(state, source, at, result))
+            .collect(),
         Msg::Changed(source) => sources::changed(state, source),
         Msg::Planned { source, result } => {
             sources::planned(state, source, result);

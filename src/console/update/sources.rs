@@ -125,7 +125,8 @@ pub(super) fn fetched(
     }
 }
 
-/// A good answer: the source is fresh; a changed snapshot is stored and the rows rebuilt.
+/// A good answer: the source is fresh; a changed snapshot is stored, the rows rebuilt
+/// at the next `State::settle`.
 fn answered(state: &mut State, source: usize, at: Timestamp, fetched: Fetched) {
     let refresh = state.refresh_ms;
     let frozen = state.frozen;
@@ -160,16 +161,13 @@ fn answered(state: &mut State, source: usize, at: Timestamp, fetched: Fetched) {
                 .is_none_or(|d| !d.same_but_time(&snap));
             slot.fetched_at = Some(at);
             if changed {
-                state.store_snapshot(source, *snap);
+                state.store_unsettled(source, *snap);
             }
             changed
         }
     };
     if recovered {
         state.push_log(format!("source {name}: answering again"));
-    }
-    if changed {
-        state.rebuild_rows();
     }
     if changed || recovered || was_stale {
         state.dirty = true;

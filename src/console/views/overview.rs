@@ -53,8 +53,61 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, state: &State, theme: &Theme) 
         top
     };
     frame.render_widget(Paragraph::new(lines), top);
-    sources_table(frame, bottom, state, theme);
-    source_notes(frame, bottom, state, theme);
+    if areas.pooled {
+        pools_table(frame, bottom, state, theme);
+    } else {
+        sources_table(frame, bottom, state, theme);
+        source_notes(frame, bottom, state, theme);
+    }
+}
+
+/// One row per pool (more sources than rows): how many of its sources are live, loading,
+/// stale or down, their GPUs and claims, and the first in trouble and why.
+fn pools_table(frame: &mut Frame, bottom: Rect, state: &State, theme: &Theme) {
+    let pools = state.pool_rows();
+    let header = Row::new(["POOL", "KIND", "HEALTH", "GPUS", "CLAIMS", "NOTE"]).style(theme.header);
+    let title = format!(
+        " Sources: {} in {} pools (by name) ",
+        state.sources.len(),
+        pools.len()
+    );
+    let rows: Vec<Row> = pools
+        .iter()
+        .map(|p| {
+            let style = if p.down > 0 {
+                theme.critical
+            } else if p.stale > 0 {
+                theme.stale
+            } else if p.loading > 0 {
+                theme.dim
+            } else {
+                theme.ok
+            };
+            let note_style = if p.down > 0 {
+                theme.critical
+            } else {
+                theme.dim
+            };
+            Row::new(vec![
+                Cell::from(format!("{}*", p.pool)),
+                Cell::from(p.kind.map_or("mixed", |k| k.as_str())),
+                Cell::from(Span::styled(p.health(), style)),
+                Cell::from(p.gpus.to_string()),
+                Cell::from(p.claims.to_string()),
+                Cell::from(Span::styled(p.note(), note_style)),
+            ])
+        })
+        .collect();
+    let t = Table::new(
+        rows,
+        SOURCE_WIDTHS
+            .iter()
+            .map(|&w| Constraint::Length(w))
+            .chain([Constraint::Fill(1)]),
+    )
+    .header(header)
+    .block(block(title, theme));
+    frame.render_widget(t, bottom);
 }
 
 /// Whose the unclaimed use is, as far as the hosts' cgroups say: `pod ml/train-0, job 42`,
