@@ -517,13 +517,16 @@ async fn event_loop(
     spawn_signals(&tx)?;
     spawn_input(tx.clone());
     spawn_change_watchers(&setup.sources, &tx);
+    let perform_all = |effects: Vec<Effect>| {
+        for effect in effects {
+            perform(effect, &setup.sources, setup.readonly, timeout, &clock, &tx);
+        }
+    };
     if let Some(at) = setup.at {
         // Now first: a rewind never goes past it.
         let mut effects = update(&mut state, Msg::Tick(clock.now()));
         effects.extend(super::update::rewind_to(&mut state, at));
-        for effect in effects {
-            perform(effect, &setup.sources, setup.readonly, timeout, &clock, &tx);
-        }
+        perform_all(effects);
     }
     {
         let tx = tx.clone();
@@ -562,9 +565,7 @@ async fn event_loop(
                     if state.unsettled {
                         last_settle = Instant::now();
                     }
-                    for effect in draw_now(&mut terminal, &mut state, &theme)? {
-                        perform(effect, &setup.sources, setup.readonly, timeout, &clock, &tx);
-                    }
+                    perform_all(draw_now(&mut terminal, &mut state, &theme)?);
                     last_draw = Instant::now();
                     continue;
                 }
@@ -599,9 +600,7 @@ async fn event_loop(
             if state.unsettled {
                 last_settle = Instant::now();
             }
-            for effect in draw_now(&mut terminal, &mut state, &theme)? {
-                perform(effect, &setup.sources, setup.readonly, timeout, &clock, &tx);
-            }
+            perform_all(draw_now(&mut terminal, &mut state, &theme)?);
             last_draw = Instant::now();
         }
     }

@@ -130,10 +130,7 @@ fn step(state: &mut State, msg: Msg) -> Vec<Effect> {
             by_gpu::joined(state, *fleet);
             Vec::new()
         }
-        Msg::FetchedMany { at, results } => results
-            .into_iter()
-            .flat_map(|(source, result)| sources::fetched(state, source, at, result))
-            .collect(),
+        Msg::FetchedMany { at, results } => sources::fetched_many(state, at, results),
         Msg::Changed(source) => sources::changed(state, source),
         Msg::Planned { source, result } => {
             sources::planned(state, source, result);

@@ -98,6 +98,18 @@ pub(super) fn changed(state: &mut State, source: usize) -> Vec<Effect> {
     vec![Effect::Fetch(source)]
 }
 
+/// A round of fetches answered together (`Msg::FetchedMany`): each as `fetched`.
+pub(super) fn fetched_many(
+    state: &mut State,
+    at: Timestamp,
+    results: Vec<(usize, Result<Fetched, Failure>)>,
+) -> Vec<Effect> {
+    results
+        .into_iter()
+        .flat_map(|(source, result)| fetched(state, source, at, result))
+        .collect()
+}
+
 /// A fetch answered: keep the data (or hold it while frozen), or record the failure and
 /// back off. `Unchanged` only marks the source fresh: no rows, sorts or totals are rebuilt.
 /// Fetches again at once when the source reported a change meanwhile.
