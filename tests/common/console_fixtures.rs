@@ -247,8 +247,12 @@ pub fn with_down_source() -> State {
     let _ = update(&mut st, Msg::Tick(Timestamp(NOW.0 - 180_000)));
     let mut far = lab_snapshot();
     far.endpoint.name = "far".into();
+    // Another cluster's GPUs: their own UUIDs, so the physical join keeps them apart.
     for n in &mut far.nodes {
         n.name = n.name.replace("lab", "far");
+        for d in &mut n.devices {
+            d.uuid = d.uuid.as_ref().map(|u| u.replace("fixture", "far"));
+        }
     }
     for c in &mut far.claims {
         c.node = c.node.as_ref().map(|n| n.replace("lab", "far"));
