@@ -192,6 +192,18 @@ async fn a_preview_and_a_dry_run_change_nothing() {
     assert_eq!(after["nodes"], before["nodes"]);
 }
 
+/// The console at 80x24 on `server` as its operator, once it shows both GPUs.
+fn console_on(server: &Server, name: &str, home: &std::path::Path) -> Session {
+    let args = format!(
+        "--endpoint {} --token-file {}",
+        server.url,
+        server.dir.join("operator.token").display()
+    );
+    let s = Session::console(80, 24, name, home, &args);
+    s.wait_for("GPUs (2)");
+    s
+}
+
 /// The console at 80x24 on the busy serve: the waiting claim's expected start in Claims
 /// and in its detail, and the release of claim 2 previewed as starting claim 3 there.
 #[test]
@@ -199,13 +211,7 @@ fn the_console_says_when_a_claim_starts_and_what_a_release_would_start() {
     let dir = tempfile::tempdir().unwrap();
     let server = busy_server(dir.path());
     let home = tempfile::tempdir().unwrap();
-    let args = format!(
-        "--endpoint {} --token-file {}",
-        server.url,
-        server.dir.join("operator.token").display()
-    );
-    let s = Session::console(80, 24, "forecast", home.path(), &args);
-    s.wait_for("GPUs (2)");
+    let s = console_on(&server, "forecast", home.path());
     s.keys(&["3"]);
     // The waiting claim's row starts its PLACE with the expected start: claim 1 declared
     // ten minutes a moment ago.
@@ -247,13 +253,7 @@ fn the_console_sets_a_share_after_previewing_it() {
     let dir = tempfile::tempdir().unwrap();
     let server = busy_server(dir.path());
     let home = tempfile::tempdir().unwrap();
-    let args = format!(
-        "--endpoint {} --token-file {}",
-        server.url,
-        server.dir.join("operator.token").display()
-    );
-    let s = Session::console(80, 24, "share", home.path(), &args);
-    s.wait_for("GPUs (2)");
+    let s = console_on(&server, "share", home.path());
     s.keys(&[":", "share nlp 300", "Enter"]);
     let screen = s.wait_for("What follows");
     assert!(screen.contains("Set project nlp's share"), "{screen}");
