@@ -9,7 +9,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
-use crate::common::scenario::{GIB, MIN, T0, ask, expected, recorded, ticks, write_history};
+use crate::common::scenario::{
+    GIB, MIN, T0, ask, expected, flag_episodes, recorded, ticks, write_history,
+};
 use crate::common::schema;
 
 use std::collections::BTreeMap;
@@ -107,6 +109,7 @@ fn the_scenario_reads_as_a_reviewed_markdown_report() {
     let w = report(&start, &versions, &ticks(T0), &ask(T0));
     let mut w = w;
     w.history_from = Some(Timestamp(T0));
+    w.flags = flag_episodes(T0);
     let merged = FleetReport::merge(
         &ask(T0),
         vec![
@@ -122,6 +125,42 @@ fn the_scenario_reads_as_a_reviewed_markdown_report() {
             ),
         ],
     );
+    // The flags add up per flag, and the idle hours go to each engine's owner: the Slurm
+    // account `ml` and the Kubernetes namespace `ml` apart.
+    let t = &merged.flags.totals;
+    let by_flag: Vec<_> = t
+        .by_flag
+        .iter()
+        .map(|f| (f.flag.as_str(), f.episodes, f.gpu_time.hours()))
+        .collect();
+    assert_eq!(
+        by_flag,
+        [
+            ("double-booked", 1, 0.5),
+            ("unexplained", 1, 0.25),
+            ("idle", 2, 2.0)
+        ]
+    );
+    let owners: Vec<_> = t
+        .idle_by_owner
+        .iter()
+        .map(|o| {
+            (
+                o.engine.word(),
+                o.kind.as_str(),
+                o.name.as_str(),
+                o.idle.hours(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        owners,
+        [
+            ("kubernetes", "namespace", "ml", 1.0),
+            ("slurm", "account", "ml", 1.0)
+        ]
+    );
+    assert!(merged.flags.episodes.iter().all(|e| e.endpoint == "gpu-a"));
     let md = render::markdown(&merged);
     for line in md.lines() {
         assert!(
@@ -534,6 +573,16 @@ are milliseconds.
   reserved on `gpu`: the `peak`, first and last sample over), `long_pending[]` (claims that
   waited `pending_over_ms` or longer, with the scheduler's last `reasons`), `backoffs[]`
   (a project backed off on a resource type, from `from` to `to`).
+- `flags`: what the endpoints' recorders flagged on their GPUs (a `gpuboard record --config`
+  joins several engines' sources, so its flags are across engines). `by_flag[]`: per flag
+  (`double-booked`, `unexplained`, `idle`) its `episodes` and `gpu_time` inside the window.
+  `idle_by_owner[]`: idle GPU time charged to whoever held the GPU, by `engine` and `kind`
+  (a Slurm `account`, a Kubernetes `namespace`, a Ray `job`, a gpuboard or BOINC
+  `project`), most first; an idle GPU's time is shared among the holders the episode names
+  by their compute. `episodes[]`: each `flag` on a `gpu` (`node`, `index`, `uuid`), the
+  outermost `holders` it names (`engine`, `label`, `project`, `source`, `compute` in units
+  of 1/10 000 GPU), its `detail` in words, `started` (an idle one: when the GPU went idle)
+  and `ended` (absent while it goes on), with its `endpoint`.
 
 ";
 
@@ -542,6 +591,7 @@ fn the_report_json_reference_matches_the_code() {
     let (start, versions) = recorded(T0);
     let mut w = report(&start, &versions, &ticks(T0), &ask(T0));
     w.history_from = Some(Timestamp(T0));
+    w.flags = flag_episodes(T0);
     let merged = FleetReport::merge(
         &ask(T0),
         vec![

@@ -198,7 +198,68 @@ async fn serve_takes_gpus_from_nvml_and_attributes_a_run_claims_process() {
         let line = format!("gpuboard_{series}{labels} {value}");
         assert!(text.lines().any(|l| l == line), "{line} in {text}");
     }
+    // The stranger's memory flags its GPU: in /metrics as soon as the recorder has joined a
+    // snapshot with it, and in the history as an episode the report reads back.
+    let flagged = format!(
+        "gpuboard_gpu_flagged{{node=\"{}\",index=\"{on}\",uuid=\"gpu-l4-{on}\",\
+         flag=\"unexplained\",holder=\"\",engine=\"\",project=\"\"}} 1",
+        host.trim().to_lowercase().split('.').next().unwrap()
+    );
+    let text = metrics_until(&server, |t| t.lines().any(|l| l == flagged)).await;
+    assert!(
+        !text.contains("flag=\"double-booked\"") && !text.contains("flag=\"idle\""),
+        "{text}"
+    );
+    // The stranger leaves: the episode ends, and the flag is gone from /metrics.
+    std::fs::write(
+        work.path().join(format!("procs-{on}.toml")),
+        format!("[[processes]]\npid = {child_pid}\nused_memory = 2147483648\nname = \"sleep\"\n"),
+    )
+    .unwrap();
+    metrics_until(&server, |t| !t.contains("flag=\"unexplained\"")).await;
+    let now = jiff::Timestamp::now().as_millisecond();
+    let report: Value = common::http()
+        .get(format!(
+            "{}/v1/history/report?from={}&to={now}",
+            server.url,
+            now - 600_000
+        ))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let episodes = report["flags"].as_array().unwrap();
+    assert_eq!(episodes.len(), 1, "{report:#}");
+    let e = &episodes[0];
+    assert_eq!(e["flag"], "unexplained");
+    assert_eq!(e["index"].as_u64(), Some(on));
+    assert_eq!(e["uuid"], format!("gpu-l4-{on}"));
+    assert!(e["detail"].as_str().unwrap().contains("999999"), "{e}");
+    let (started, ended) = (e["started"].as_u64().unwrap(), e["ended"].as_u64().unwrap());
+    assert!(started < ended, "{e}");
     drop(run);
+}
+
+/// Polls `/metrics` until `check` holds (the recorder joins a snapshot every 5 s).
+async fn metrics_until(server: &common::Server, check: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let text = common::http()
+            .get(format!("{}/metrics", server.url))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if check(&text) {
+            return text;
+        }
+        assert!(Instant::now() < deadline, "/metrics never changed: {text}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 #[test]

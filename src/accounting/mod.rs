@@ -11,6 +11,7 @@
 //! begins before the history does is cut to where it begins (`from` says so); a window
 //! wholly before it is a 404 `before_history` answer, as `GET /v1/snapshot?at=`.
 
+pub mod flags;
 pub mod gpu_time;
 pub mod rollup;
 pub mod story;
@@ -100,6 +101,9 @@ pub struct WindowReport {
     pub actions: Vec<AuditedAction>,
     /// What went wrong.
     pub trouble: Trouble,
+    /// The flags' episodes that overlap the window (gpuboards before them send none).
+    #[serde(default)]
+    pub flags: Vec<crate::physical::FlagEpisode>,
 }
 
 /// The whole window's report from its history: `start` is the state at `ask.from`,
@@ -119,6 +123,7 @@ pub fn report(
         usage: account(&story, samples, ask.idle),
         trouble: trouble::find(&story, samples, ask.pending_ms),
         actions: story.actions,
+        flags: Vec::new(),
     }
 }
 

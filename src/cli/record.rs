@@ -137,7 +137,7 @@ pub(super) async fn record(a: RecordArgs) -> anyhow::Result<()> {
         days: a.history_days,
         bytes,
     };
-    let history = RecordedHistory::open(&a.data_dir, keep)
+    let history = RecordedHistory::open_for(&a.data_dir, keep, None, a.kind.gpu_engine())
         .with_context(|| format!("cannot open the history in {}", a.data_dir.display()))?;
     let latest = Arc::new(Mutex::new(None));
     let listener = tokio::net::TcpListener::bind(a.listen)

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::members::members;
 use super::{Conn, Usage};
+use crate::accounting::flags::{FlagTotals, add_up};
 use crate::accounting::trouble::{DeviceTrouble, LongPending, OverLimit};
 use crate::accounting::usage::{ClaimGpuTime, sort_projects};
 use crate::accounting::{
@@ -21,6 +22,7 @@ use crate::accounting::{
 };
 use crate::client::{ClientError, ReportAt};
 use crate::clock::{Clock, SystemClock, Timestamp};
+use crate::physical::FlagEpisode;
 use crate::when::parse_when;
 
 /// The JSON's schema name and version.
@@ -139,6 +141,17 @@ pub struct FleetTrouble {
     pub backoffs: Vec<Tagged<BackoffSpan>>,
 }
 
+/// The flags the endpoints recorded on their GPUs, and what they add up to.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FleetFlags {
+    /// GPU-hours per flag, and idle GPU-hours per owner (Slurm account, Kubernetes
+    /// namespace, Ray job, gpuboard project).
+    #[serde(flatten)]
+    pub totals: FlagTotals,
+    /// Every episode overlapping the window, by start.
+    pub episodes: Vec<Tagged<FlagEpisode>>,
+}
+
 /// The whole report, as `--format json` prints it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FleetReport {
@@ -160,6 +173,9 @@ pub struct FleetReport {
     pub timeline: Vec<Tagged<AuditedAction>>,
     /// What went wrong.
     pub trouble: FleetTrouble,
+    /// Flags: double-booked, unexplained, idle.
+    #[serde(default)]
+    pub flags: FleetFlags,
 }
 
 fn tag<T: Clone>(endpoint: &str, items: &[T]) -> impl Iterator<Item = Tagged<T>> {
@@ -185,6 +201,7 @@ impl FleetReport {
             usage: FleetUsage::default(),
             timeline: Vec::new(),
             trouble: FleetTrouble::default(),
+            flags: FleetFlags::default(),
         };
         let mut projects: std::collections::BTreeMap<String, ProjectGpuTime> =
             std::collections::BTreeMap::new();
@@ -223,6 +240,9 @@ impl FleetReport {
         r.trouble.over_limit.sort_by_key(|t| t.item.from);
         r.trouble.long_pending.sort_by_key(|t| t.item.from);
         r.trouble.backoffs.sort_by_key(|t| t.item.from);
+        r.flags.episodes.sort_by_key(|e| e.item.started);
+        let episodes: Vec<&FlagEpisode> = r.flags.episodes.iter().map(|e| &e.item).collect();
+        r.flags.totals = add_up(&episodes, ask.from, ask.to);
         r
     }
 
@@ -260,6 +280,7 @@ impl FleetReport {
             .long_pending
             .extend(tag(name, &w.trouble.long_pending));
         self.trouble.backoffs.extend(tag(name, &w.trouble.backoffs));
+        self.flags.episodes.extend(tag(name, &w.flags));
     }
 }
 

@@ -3,7 +3,8 @@
 //! snapshots (on every commit, and every sampling interval). Fed through a bounded channel
 //! that never blocks: when the recorder falls behind, a snapshot is skipped, never a claim
 //! delayed. A failed write (a full disk) stops recording with a reason that `/healthz`
-//! shows; the next write that succeeds clears it.
+//! shows; the next write that succeeds clears it. Each snapshot's GPUs are joined
+//! (`physical`) and their flags kept as episodes; the open ones are `/metrics`' flags.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,6 +17,7 @@ use tokio::sync::watch;
 use crate::clock::Timestamp;
 use crate::endpoint::versions::SnapshotVersions;
 use crate::history::{Recording, samples_of};
+use crate::physical::{Aliases, FlagEpisode, FlagTracker, GpuEngine, SourceView};
 use crate::snapshot::Snapshot;
 use crate::store::RecordingGap;
 use crate::store::history::{HistoryError, HistoryStore, Retention};
@@ -54,6 +56,8 @@ pub struct RecordedHistory {
     /// Since when it is stopped (the first snapshot not written).
     since: Arc<Mutex<Option<Timestamp>>>,
     feed: SyncSender<Arc<Snapshot>>,
+    /// The flags' episodes open as of the last snapshot recorded.
+    flags: Arc<Mutex<Vec<FlagEpisode>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -72,9 +76,24 @@ impl RecordedHistory {
         keep: Retention,
         max_pages: Option<u64>,
     ) -> Result<Arc<RecordedHistory>, HistoryError> {
-        let writer = HistoryStore::open(dir)?;
+        Self::open_for(dir, keep, max_pages, GpuEngine::Gpuboard)
+    }
+
+    /// The same, for snapshots of `engine` (`gpuboard record`): its holders are that
+    /// engine's in the flags' episodes.
+    pub fn open_for(
+        dir: &Path,
+        keep: Retention,
+        max_pages: Option<u64>,
+        engine: GpuEngine,
+    ) -> Result<Arc<RecordedHistory>, HistoryError> {
+        let mut writer = HistoryStore::open(dir)?;
         if let Some(p) = max_pages {
             writer.limit_pages(p)?;
+        }
+        // What was open when the last recorder stopped ended then, as far as is known.
+        if let Some(last) = writer.last_recorded()? {
+            writer.close_open_flags(last)?;
         }
         let recording = Recording::after(writer.last_state()?);
         let reader = HistoryStore::open(dir)?;
@@ -83,9 +102,24 @@ impl RecordedHistory {
         let thread_stopped = Arc::clone(&stopped);
         let since = Arc::new(Mutex::new(None));
         let thread_since = Arc::clone(&since);
+        let flags = Arc::new(Mutex::new(Vec::new()));
+        let thread_flags = Flags {
+            engine,
+            tracker: FlagTracker::default(),
+            open: Arc::clone(&flags),
+        };
         std::thread::Builder::new()
             .name("history".to_string())
-            .spawn(move || record(writer, recording, &rx, keep, &thread_stopped, &thread_since))
+            .spawn(move || {
+                record(
+                    writer,
+                    recording,
+                    &rx,
+                    keep,
+                    (&thread_stopped, &thread_since),
+                    thread_flags,
+                );
+            })
             .map_err(|e| HistoryError::Damaged(format!("cannot start the recorder: {e}")))?;
         Ok(Arc::new(RecordedHistory {
             reader: Mutex::new(reader),
@@ -94,7 +128,13 @@ impl RecordedHistory {
             stopped,
             since,
             feed,
+            flags,
         }))
+    }
+
+    /// The flags' episodes open as of the last snapshot recorded.
+    pub fn open_flags(&self) -> Vec<FlagEpisode> {
+        lock(&self.flags).clone()
     }
 
     /// Hands a snapshot to the recorder; skipped when it is behind.
@@ -245,14 +285,38 @@ async fn news(rounds: &mut Option<watch::Receiver<u64>>) {
     }
 }
 
+/// The recorder's flags: the engine its snapshots speak for, the episodes as they go,
+/// and where the open ones are shown.
+struct Flags {
+    engine: GpuEngine,
+    tracker: FlagTracker,
+    open: Arc<Mutex<Vec<FlagEpisode>>>,
+}
+
+impl Flags {
+    /// Joins `snap`'s GPUs, and writes the episodes that began or ended.
+    fn observe(&mut self, store: &mut HistoryStore, snap: &Snapshot) -> Result<(), HistoryError> {
+        let view = SourceView {
+            source: 0,
+            name: &snap.endpoint.name,
+            engine: self.engine,
+            snapshot: snap,
+        };
+        let mut fleet = crate::physical::join(&[view], &Aliases::default());
+        let changes = self.tracker.observe(&mut fleet, snap.taken_at);
+        *lock(&self.open) = self.tracker.open().to_vec();
+        store.record_flags(&changes)
+    }
+}
+
 /// The recorder thread: until every feeder is gone.
 fn record(
     mut store: HistoryStore,
     mut recording: Recording,
     rx: &Receiver<Arc<Snapshot>>,
     keep: Retention,
-    stopped: &watch::Sender<Option<String>>,
-    since: &Mutex<Option<Timestamp>>,
+    (stopped, since): (&watch::Sender<Option<String>>, &Mutex<Option<Timestamp>>),
+    mut flags: Flags,
 ) {
     let mut sampled: BTreeMap<GpuRef, Timestamp> = BTreeMap::new();
     let mut retained: Option<Timestamp> = None;
@@ -267,6 +331,7 @@ fn record(
         }
         let now = snap.taken_at;
         let result = step(&mut store, &mut recording, &mut sampled, &snap).and_then(|wrote| {
+            flags.observe(&mut store, &snap)?;
             if retained.is_none_or(|t| now.millis_since(t) >= RETAIN_EVERY_MS) {
                 retained = Some(now);
                 store.retain(keep, now)?;

@@ -1,5 +1,5 @@
 //! `GET /metrics`: the current snapshot version, the store's commit counters and failure,
-//! and the HTTP answers by status, as `OpenMetrics` text.
+//! the flags its GPUs carry, and the HTTP answers by status, as `OpenMetrics` text.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -257,6 +257,54 @@ fn fair_share_metrics(reg: &mut Registry, snap: &Snapshot) {
     }
 }
 
+/// `gpuboard_gpu_flagged{node, index, uuid, flag, holder, engine, project}`: 1 per flag
+/// one of this endpoint's GPUs carries now and holder it names (none for unexplained
+/// memory). The recorder's open episodes, idle ones included; without a history, this
+/// snapshot's join alone (no idle: that takes 30 minutes of watching).
+fn flag_metrics(reg: &mut Registry, st: &ApiState, snap: &Snapshot) {
+    let open = if let Some(h) = &st.history {
+        h.open_flags()
+    } else {
+        let view = crate::physical::SourceView {
+            source: 0,
+            name: &snap.endpoint.name,
+            engine: crate::physical::GpuEngine::Gpuboard,
+            snapshot: snap,
+        };
+        let mut fleet = crate::physical::join(&[view], &crate::physical::Aliases::default());
+        let mut once = crate::physical::FlagTracker::default();
+        once.observe(&mut fleet, snap.taken_at);
+        once.open().to_vec()
+    };
+    let flagged = gauge(
+        reg,
+        "gpu_flagged",
+        "1 per flag a GPU carries and holder it names: double-booked, unexplained (memory of \
+         processes no claim accounts for), idle (held, below 5 % for 30 min+)",
+    );
+    for e in &open {
+        let l = |holder: &str, engine: &str, project: &str| {
+            vec![
+                ("node".to_string(), e.node.clone()),
+                ("index".to_string(), e.index.to_string()),
+                ("uuid".to_string(), e.uuid.clone().unwrap_or_default()),
+                ("flag".to_string(), e.flag.clone()),
+                ("holder".to_string(), holder.to_string()),
+                ("engine".to_string(), engine.to_string()),
+                ("project".to_string(), project.to_string()),
+            ]
+        };
+        if e.holders.is_empty() {
+            flagged.get_or_create(&l("", "", "")).set(1);
+        }
+        for h in &e.holders {
+            flagged
+                .get_or_create(&l(&h.label, h.engine.word(), &h.project))
+                .set(1);
+        }
+    }
+}
+
 /// The metrics of the durable state (the cached snapshot version) and of the store.
 pub(crate) async fn metrics(
     State(st): State<ApiState>,
@@ -267,6 +315,7 @@ pub(crate) async fn metrics(
     device_metrics(&mut reg, snap);
     claim_metrics(&mut reg, snap);
     fair_share_metrics(&mut reg, snap);
+    flag_metrics(&mut reg, &st, snap);
     let revision = Gauge::<i64>::default();
     revision.set(i64::try_from(snap.revision).unwrap_or(i64::MAX));
     reg.register("revision", "Revision of the endpoint's state", revision);

@@ -57,7 +57,10 @@ pub fn window_report(
     };
     let mut r = match parts {
         Parts::All => match whole(s, &ask)? {
-            Some(r) => r,
+            Some(r) => WindowReport {
+                flags: s.flag_episodes(ask.from, ask.to)?,
+                ..r
+            },
             None => return Ok(Err(Some(begins))),
         },
         Parts::Usage => WindowReport {
@@ -109,6 +112,7 @@ fn whole(s: &HistoryStore, ask: &Ask) -> Result<Option<WindowReport>, HistoryErr
         usage,
         trouble: trouble?,
         actions: story.actions,
+        flags: Vec::new(),
     }))
 }
 

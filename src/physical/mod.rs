@@ -10,6 +10,7 @@
 //! node names matched across sources (`names`). A device that cannot be matched stays
 //! alone, with a warning that says why. Pure: the caller brings the snapshots and the time.
 
+mod episodes;
 mod flags;
 mod holders;
 mod names;
@@ -23,6 +24,7 @@ use crate::ids::ClaimId;
 use crate::snapshot::{ClaimState, ClaimView, DeviceTelemetry, DeviceView, ProcessOwner, Snapshot};
 use crate::units::{Bytes, Units};
 
+pub use episodes::{EpisodeHolder, FlagEpisode, FlagTracker};
 pub use flags::{GpuFlag, IDLE_BELOW_PERCENT, IDLE_FOR_MS, IdleClock, Resource};
 pub use names::{Aliases, NodeMatch, NodeNames};
 
@@ -40,7 +42,7 @@ pub struct SourceView<'a> {
 }
 
 /// The engine a source speaks for (its `SourceKind`, as the join needs it).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum GpuEngine {
     /// A gpuboard endpoint (or the embedded scheduler, or the demo).

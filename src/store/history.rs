@@ -208,6 +208,7 @@ impl HistoryStore {
                  why TEXT NOT NULL);
              PRAGMA user_version={SCHEMA};"
         ))?;
+        super::flag_episodes::create(&conn)?;
         Ok(HistoryStore { conn })
     }
 
@@ -701,15 +702,9 @@ impl HistoryStore {
             [],
             |r| r.get(0),
         )?;
-        let to: Option<u64> = self.conn.query_row(
-            "SELECT max(m) FROM (SELECT max(at) AS m FROM versions UNION ALL SELECT max(at) FROM recent
-                                 UNION ALL SELECT max(end) FROM chunks)",
-            [],
-            |r| r.get(0),
-        )?;
         Ok(HistoryInfo {
             from: self.from()?,
-            to: to.map(Timestamp),
+            to: self.last_recorded()?,
             bytes: self.bytes()?,
             versions,
             keyframes,
@@ -737,6 +732,7 @@ impl HistoryStore {
             self.drop_before(seq, at, Timestamp(cutoff))?;
         }
         self.drop_gaps_before(Timestamp(cutoff))?;
+        self.drop_flags_before(Timestamp(cutoff))?;
         while self.bytes()? > keep.bytes {
             // The keyframe after the first: everything before it goes.
             let next: Option<(i64, u64)> = self

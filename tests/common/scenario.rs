@@ -322,3 +322,73 @@ pub fn ticks(t0: u64) -> BTreeMap<GpuRef, Vec<Tick>> {
         .map(|(gpu, series)| (gpu, series.iter().map(Tick::from).collect()))
         .collect()
 }
+
+/// Flag episodes with known answers, as a serve's history and `gpuboard record`s' would
+/// give them: Slurm account `ml` idle 1 h, Kubernetes namespace `ml` (not the account)
+/// idle the last hour and still, a Slurm job and a pod double-booking `n1:1` for 30
+/// minutes, unexplained memory on `n1:2` for 15.
+pub fn flag_episodes(t0: u64) -> Vec<gpuboard::physical::FlagEpisode> {
+    use gpuboard::physical::{EpisodeHolder, FlagEpisode, GpuEngine};
+    use gpuboard::units::Units;
+    let holder = |engine: GpuEngine, label: &str, project: &str| EpisodeHolder {
+        engine,
+        label: label.to_string(),
+        project: project.to_string(),
+        source: engine.word().to_string(),
+        compute: Units::FULL,
+    };
+    let episode =
+        |flag: &str, index: u32, from: u64, to: Option<u64>, holders, detail: &str| FlagEpisode {
+            flag: flag.to_string(),
+            gpu: format!("n1:{index}"),
+            node: "n1".to_string(),
+            index,
+            uuid: None,
+            holders,
+            detail: detail.to_string(),
+            started: Timestamp(t0 + from),
+            ended: to.map(|t| Timestamp(t0 + t)),
+        };
+    let job = holder(GpuEngine::Slurm, "Slurm job 42", "ml");
+    let pod = holder(GpuEngine::Kubernetes, "pod ml/train-0", "ml");
+    let unexplained = FlagEpisode {
+        gpu: "gpu-n1-2".to_string(),
+        uuid: Some("gpu-n1-2".to_string()),
+        ..episode(
+            "unexplained",
+            2,
+            0,
+            Some(15 * MIN),
+            vec![],
+            "unexplained: 2 GiB used by pid 4242 that no holder accounts for",
+        )
+    };
+    vec![
+        unexplained,
+        episode(
+            "idle",
+            0,
+            10 * MIN,
+            Some(70 * MIN),
+            vec![job.clone()],
+            "idle: below 5 % for 30 min or more, held by Slurm job 42 [slurm]",
+        ),
+        episode(
+            "double-booked",
+            1,
+            30 * MIN,
+            Some(60 * MIN),
+            vec![job, pod.clone()],
+            "double-booked: Slurm job 42 [slurm] and pod ml/train-0 [kubernetes] hold 2.00 GPU \
+             of 1.00 GPU",
+        ),
+        episode(
+            "idle",
+            1,
+            60 * MIN,
+            None,
+            vec![pod],
+            "idle: below 5 % for 30 min or more, held by pod ml/train-0 [kubernetes]",
+        ),
+    ]
+}

@@ -366,6 +366,102 @@ fn trouble_backoffs(out: &mut String, r: &FleetReport) {
     }
 }
 
+/// Episodes listed one by one in Markdown; the JSON has them all.
+const EPISODES_LISTED: usize = 50;
+
+/// GPU-hours per flag, idle GPU-hours per owner of each engine, and the episodes.
+fn flags(out: &mut String, r: &FleetReport) {
+    let f = &r.flags;
+    out.push_str("\n## Flags\n\n");
+    wrapped(
+        out,
+        &format!(
+            "GPU-hours flagged: double-booked (holders not nested in each other hold more than \
+             the GPU has), unexplained (memory used by processes no holder accounts for), idle \
+             (held, below {} % for {} min or longer, from when it went idle).",
+            crate::physical::IDLE_BELOW_PERCENT,
+            crate::physical::IDLE_FOR_MS / 60_000
+        ),
+        0,
+    );
+    out.push('\n');
+    if f.totals.by_flag.is_empty() {
+        out.push_str("- none\n");
+        return;
+    }
+    out.push_str(
+        "| flag          | episodes | GPU-hours |\n|---------------|---------:|----------:|\n",
+    );
+    for t in &f.totals.by_flag {
+        let _ = writeln!(
+            out,
+            "| {:<13} | {:>8} | {:>9} |",
+            t.flag,
+            t.episodes,
+            h(t.gpu_time)
+        );
+    }
+    if !f.totals.idle_by_owner.is_empty() {
+        out.push_str("\n### Idle GPU-hours by owner\n\n");
+        let name_w = f
+            .totals
+            .idle_by_owner
+            .iter()
+            .map(|o| o.name.chars().count())
+            .chain([4])
+            .max()
+            .unwrap_or(4)
+            .min(40);
+        let _ = writeln!(
+            out,
+            "| engine     | owner     | {:<name_w$} | episodes | idle GPU-hours |",
+            "name"
+        );
+        let _ = writeln!(
+            out,
+            "|------------|-----------|{}|---------:|---------------:|",
+            "-".repeat(name_w + 2)
+        );
+        for o in &f.totals.idle_by_owner {
+            let _ = writeln!(
+                out,
+                "| {:<10} | {:<9} | {:<name_w$} | {:>8} | {:>14} |",
+                o.engine.word(),
+                o.kind,
+                o.name,
+                o.episodes,
+                h(o.idle)
+            );
+        }
+    }
+    out.push_str("\n### Episodes\n\n");
+    for e in f.episodes.iter().take(EPISODES_LISTED) {
+        let i = &e.item;
+        let to = i.ended.unwrap_or(r.to).min(r.to);
+        wrapped(
+            out,
+            &format!(
+                "- `{}` {}:{} for {}, from {} {}: {}",
+                e.endpoint,
+                i.node,
+                i.index,
+                span(i.started.max(r.from), to),
+                short(i.started),
+                until(to, i.ended.is_none_or(|end| end > r.to)),
+                i.detail
+            ),
+            2,
+        );
+    }
+    if f.episodes.len() > EPISODES_LISTED {
+        let _ = writeln!(
+            out,
+            "- and {} more (`--format json` lists them all)",
+            f.episodes.len() - EPISODES_LISTED
+        );
+    }
+}
+
 /// The report as Markdown.
 pub fn markdown(r: &FleetReport) -> String {
     let mut out = String::new();
@@ -380,5 +476,6 @@ pub fn markdown(r: &FleetReport) -> String {
     usage(&mut out, r);
     timeline(&mut out, r);
     trouble(&mut out, r);
+    flags(&mut out, r);
     out
 }
