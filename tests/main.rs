@@ -81,6 +81,7 @@ mod process_owners;
 mod prometheus_source;
 mod ray_source;
 mod readme;
+mod record_flags;
 mod reference;
 mod refusals;
 mod report_engines;

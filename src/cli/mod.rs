@@ -23,6 +23,7 @@ mod lost_answer;
 pub mod man;
 mod members;
 mod record;
+mod record_joined;
 pub mod report;
 mod run;
 mod run_group;

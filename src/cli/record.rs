@@ -1,8 +1,9 @@
 //! `gpuboard record`: the time machine for engines without a gpuboard endpoint (Ray,
 //! Slurm, BOINC, Prometheus, Kubernetes: its events expire after an hour, this does not).
 //! Polls the source, records its snapshots into the same history a `serve` keeps, and
-//! serves it read-only so the console rewinds it as an endpoint. Runs until SIGTERM or
-//! SIGINT.
+//! serves it read-only so the console rewinds it as an endpoint. With `--config`, every
+//! source of a config joined instead: the flags only several engines together show
+//! (`record_joined`). Runs until SIGTERM or SIGINT.
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -24,8 +25,14 @@ use crate::units::Bytes;
 #[derive(Args, Debug)]
 pub struct RecordArgs {
     /// The engine: `ray`, `slurm`, `boinc`, `prometheus` or `kubernetes`.
-    #[arg(long, value_parser = engine_kind)]
-    pub kind: SourceKind,
+    #[arg(long, value_parser = engine_kind, required_unless_present = "config")]
+    pub kind: Option<SourceKind>,
+    /// Instead of one engine: every source of this config file (`[[endpoints]]`, with its
+    /// `[aliases]`), joined into physical GPUs; records their flags (double-booked,
+    /// unexplained, idle) and serves them to `report` and `/metrics`, not their snapshots.
+    #[arg(long, value_name = "FILE", conflicts_with_all =
+          ["kind", "url", "kubeconfig", "kube_context", "name", "secret_file"])]
+    pub config: Option<PathBuf>,
     /// Its address: the Ray dashboard, slurmrestd, Prometheus URL, or BOINC's HOST:PORT
     /// (not for kubernetes: see --kubeconfig).
     #[arg(long)]
@@ -83,9 +90,9 @@ fn engine_kind(s: &str) -> Result<SourceKind, String> {
 }
 
 /// The source `a` names, built as every configured source is (`sources::connect`).
-fn source(a: &RecordArgs) -> anyhow::Result<Arc<dyn Source>> {
-    let name = a.name.clone().unwrap_or_else(|| a.kind.to_string());
-    let mut entry = if a.kind == SourceKind::Kubernetes {
+fn source(a: &RecordArgs, kind: SourceKind) -> anyhow::Result<Arc<dyn Source>> {
+    let name = a.name.clone().unwrap_or_else(|| kind.to_string());
+    let mut entry = if kind == SourceKind::Kubernetes {
         if let Some(url) = &a.url {
             anyhow::bail!(
                 "--url {url}: a kubernetes source is reached through its kubeconfig; name it \
@@ -101,12 +108,9 @@ fn source(a: &RecordArgs) -> anyhow::Result<Arc<dyn Source>> {
             anyhow::bail!("--kubeconfig and --kube-context are for --kind kubernetes only");
         }
         let url = a.url.as_deref().with_context(|| {
-            format!(
-                "--url is required for --kind {} (the engine's address)",
-                a.kind
-            )
+            format!("--url is required for --kind {kind} (the engine's address)")
         })?;
-        EndpointConfig::named(&name, url, a.kind)
+        EndpointConfig::named(&name, url, kind)
     };
     entry.token_file.clone_from(&a.secret_file);
     let secret = entry.file_token()?;
@@ -130,14 +134,21 @@ pub(super) async fn record(a: RecordArgs) -> anyhow::Result<()> {
     if a.history_days == 0 {
         anyhow::bail!("--history-days must be at least 1: recording is all `record` does");
     }
-    let source = source(&a)?;
-    std::fs::create_dir_all(&a.data_dir)
-        .with_context(|| format!("cannot make {}", a.data_dir.display()))?;
     let keep = Retention {
         days: a.history_days,
         bytes,
     };
-    let history = RecordedHistory::open_for(&a.data_dir, keep, None, a.kind.gpu_engine())
+    let kind = match (&a.config, a.kind) {
+        (Some(config), _) => return super::record_joined::record(&a, config, keep).await,
+        (None, Some(kind)) => kind,
+        (None, None) => {
+            anyhow::bail!("give --kind (one engine) or --config FILE (every source of it)")
+        }
+    };
+    let source = source(&a, kind)?;
+    std::fs::create_dir_all(&a.data_dir)
+        .with_context(|| format!("cannot make {}", a.data_dir.display()))?;
+    let history = RecordedHistory::open_for(&a.data_dir, keep, None, kind.gpu_engine())
         .with_context(|| format!("cannot open the history in {}", a.data_dir.display()))?;
     let latest = Arc::new(Mutex::new(None));
     let listener = tokio::net::TcpListener::bind(a.listen)
@@ -148,8 +159,7 @@ pub(super) async fn record(a: RecordArgs) -> anyhow::Result<()> {
         let mut out = std::io::stdout().lock();
         writeln!(
             out,
-            "gpuboard record: recording {} {} into {}; serving http://{addr}",
-            a.kind,
+            "gpuboard record: recording {kind} {} into {}; serving http://{addr}",
             a.url.as_deref().unwrap_or_else(|| source.name()),
             a.data_dir
                 .join(crate::store::history::HISTORY_FILE)
@@ -163,24 +173,30 @@ pub(super) async fn record(a: RecordArgs) -> anyhow::Result<()> {
         Arc::clone(&latest),
         Duration::from_millis(a.every_ms.max(100)),
     ));
-    let router = record_router(RecordState { history, latest });
+    let router = record_router(RecordState {
+        history,
+        latest,
+        joined: false,
+    });
     let served = axum::serve(listener, router)
-        .with_graceful_shutdown(async {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                () = async {
-                    match term.as_mut() {
-                        Some(t) => { t.recv().await; }
-                        None => std::future::pending::<()>().await,
-                    }
-                } => {}
-            }
-        })
+        .with_graceful_shutdown(stopped())
         .await;
     poller.abort();
     served.context("the history API failed")
+}
+
+/// Returns on SIGTERM or SIGINT.
+pub(super) async fn stopped() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = async {
+            match term.as_mut() {
+                Some(t) => { t.recv().await; }
+                None => std::future::pending::<()>().await,
+            }
+        } => {}
+    }
 }
 
 /// Reads the source every `every`, feeding what it answers to the history. A failed read

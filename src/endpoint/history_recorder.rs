@@ -137,6 +137,12 @@ impl RecordedHistory {
         lock(&self.flags).clone()
     }
 
+    /// Shows `open` as the flags open now (`gpuboard record --config`, which joins its
+    /// sources itself and feeds no snapshot).
+    pub fn publish_flags(&self, open: Vec<FlagEpisode>) {
+        *lock(&self.flags) = open;
+    }
+
     /// Hands a snapshot to the recorder; skipped when it is behind.
     pub fn feed(&self, snap: Arc<Snapshot>) {
         if let Err(TrySendError::Full(_)) = self.feed.try_send(snap) {

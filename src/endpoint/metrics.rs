@@ -257,10 +257,9 @@ fn fair_share_metrics(reg: &mut Registry, snap: &Snapshot) {
     }
 }
 
-/// `gpuboard_gpu_flagged{node, index, uuid, flag, holder, engine, project}`: 1 per flag
-/// one of this endpoint's GPUs carries now and holder it names (none for unexplained
-/// memory). The recorder's open episodes, idle ones included; without a history, this
-/// snapshot's join alone (no idle: that takes 30 minutes of watching).
+/// This endpoint's GPUs' flags now: the recorder's open episodes, idle ones included;
+/// without a history, this snapshot's join alone (no idle: that takes 30 minutes of
+/// watching).
 fn flag_metrics(reg: &mut Registry, st: &ApiState, snap: &Snapshot) {
     let open = if let Some(h) = &st.history {
         h.open_flags()
@@ -276,13 +275,19 @@ fn flag_metrics(reg: &mut Registry, st: &ApiState, snap: &Snapshot) {
         once.observe(&mut fleet, snap.taken_at);
         once.open().to_vec()
     };
+    flagged(reg, &open);
+}
+
+/// `gpuboard_gpu_flagged{node, index, uuid, flag, holder, engine, project}`: 1 per open
+/// episode and holder it names (one series without a holder for unexplained memory).
+pub(crate) fn flagged(reg: &mut Registry, open: &[crate::physical::FlagEpisode]) {
     let flagged = gauge(
         reg,
         "gpu_flagged",
         "1 per flag a GPU carries and holder it names: double-booked, unexplained (memory of \
-         processes no claim accounts for), idle (held, below 5 % for 30 min+)",
+         processes no holder accounts for), idle (held, below 5 % for 30 min+)",
     );
-    for e in &open {
+    for e in open {
         let l = |holder: &str, engine: &str, project: &str| {
             vec![
                 ("node".to_string(), e.node.clone()),
@@ -303,6 +308,19 @@ fn flag_metrics(reg: &mut Registry, st: &ApiState, snap: &Snapshot) {
                 .set(1);
         }
     }
+}
+
+/// `reg` as `OpenMetrics` text.
+pub(crate) fn exposition(reg: &Registry) -> Result<axum::response::Response, ApiError> {
+    let mut text = String::new();
+    encode(&mut text, reg)
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "metrics", e.to_string()))?;
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    Ok((headers, text).into_response())
 }
 
 /// The metrics of the durable state (the cached snapshot version) and of the store.
@@ -356,13 +374,5 @@ pub(crate) async fn metrics(
         "HTTP responses by status code",
         st.responses.clone(),
     );
-    let mut text = String::new();
-    encode(&mut text, &reg)
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "metrics", e.to_string()))?;
-    let mut headers = HeaderMap::new();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
-    );
-    Ok((headers, text).into_response())
+    exposition(&reg)
 }

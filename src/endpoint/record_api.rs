@@ -1,6 +1,6 @@
 //! `gpuboard record`'s read-only API: `/healthz`, `/v1/snapshot` (the latest, or `?at=`),
 //! the history routes and the report, so the console rewinds a recorded engine as an
-//! endpoint.
+//! endpoint; and `/metrics`, the flags its GPUs carry now.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,6 +23,8 @@ pub struct RecordState {
     pub history: Arc<RecordedHistory>,
     /// The source's latest snapshot, once one was read.
     pub latest: Arc<std::sync::Mutex<Option<Arc<crate::snapshot::Snapshot>>>>,
+    /// It records the flags of several sources joined (`--config`), and no snapshot.
+    pub joined: bool,
 }
 
 impl FromRef<RecordState> for HistoryRoutes {
@@ -37,13 +39,14 @@ pub fn record_router(state: RecordState) -> axum::Router {
     axum::Router::new()
         .route(crate::wire::paths::HEALTHZ, get(record_health))
         .route(crate::wire::paths::SNAPSHOT, get(record_snapshot))
+        .route("/metrics", get(record_metrics))
         .merge(history_api::routes())
         .merge(report_api::routes())
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,
                 "not_found",
-                "no such route; `gpuboard record` serves /v1/snapshot and /v1/history only",
+                "no such route; `gpuboard record` serves /v1/snapshot, /v1/history and /metrics only",
             )
         })
         .with_state(state)
@@ -54,6 +57,13 @@ async fn record_health(State(st): State<RecordState>) -> Response {
         Some(why) => format!("ok\nhistory: {why}\n").into_response(),
         None => "ok\n".into_response(),
     }
+}
+
+/// `gpuboard_gpu_flagged`, as a serve's `/metrics` has it, for the recorded GPUs.
+async fn record_metrics(State(st): State<RecordState>) -> Result<Response, ApiError> {
+    let mut reg = prometheus_client::registry::Registry::with_prefix("gpuboard");
+    super::metrics::flagged(&mut reg, &st.history.open_flags());
+    super::metrics::exposition(&reg)
 }
 
 async fn record_snapshot(
@@ -70,6 +80,12 @@ async fn record_snapshot(
         .clone();
     match latest {
         Some(snap) => Ok(axum::Json(&*snap).into_response()),
+        None if st.joined => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "flags_only",
+            "this `gpuboard record --config` keeps its sources' flags, not their snapshots: \
+             read its /v1/history/report or /metrics",
+        )),
         None => Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "not_yet",

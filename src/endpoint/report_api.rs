@@ -46,7 +46,7 @@ pub fn window_report(
     parts: Parts,
 ) -> Result<Result<WindowReport, Option<Timestamp>>, HistoryError> {
     let Some(begins) = s.from()? else {
-        return Ok(Err(None));
+        return flags_only(s, ask);
     };
     if ask.to < begins {
         return Ok(Err(Some(begins)));
@@ -72,6 +72,27 @@ pub fn window_report(
     };
     r.history_from = Some(begins);
     Ok(Ok(r))
+}
+
+/// The report of a history of flags alone (`gpuboard record --config`): its episodes in
+/// the window, nothing else; `Err` as `window_report`'s.
+fn flags_only(
+    s: &HistoryStore,
+    ask: Ask,
+) -> Result<Result<WindowReport, Option<Timestamp>>, HistoryError> {
+    let Some(begins) = s.flags_from()? else {
+        return Ok(Err(None));
+    };
+    if ask.to < begins {
+        return Ok(Err(Some(begins)));
+    }
+    Ok(Ok(WindowReport {
+        from: ask.from.max(begins),
+        to: ask.to,
+        history_from: Some(begins),
+        flags: s.flag_episodes(ask.from, ask.to)?,
+        ..WindowReport::default()
+    }))
 }
 
 /// The whole report (`accounting::report`'s, on two cores): the window's versions read

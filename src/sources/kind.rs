@@ -394,6 +394,9 @@ pub struct EndpointsFile {
     /// The entries, in file order.
     #[serde(default)]
     pub endpoints: Vec<EndpointConfig>,
+    /// Node names that are one host (`[aliases]`), for joining the entries' GPUs.
+    #[serde(default)]
+    pub aliases: std::collections::BTreeMap<String, String>,
 }
 
 /// `~/.config/gpuboard/config.toml`, the config file read when none is named.

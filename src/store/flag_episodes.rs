@@ -69,11 +69,21 @@ impl HistoryStore {
         Ok(())
     }
 
-    /// The time of the last thing recorded (a version or a sample), if any.
+    /// Where a history of flags alone (`gpuboard record --config`) begins: its first
+    /// episode's start.
+    pub fn flags_from(&self) -> Result<Option<Timestamp>, HistoryError> {
+        let at: Option<u64> =
+            self.conn
+                .query_row("SELECT min(started) FROM flag_episodes", [], |r| r.get(0))?;
+        Ok(at.map(Timestamp))
+    }
+
+    /// The time of the last thing recorded (a version, a sample, a flag's start or end).
     pub fn last_recorded(&self) -> Result<Option<Timestamp>, HistoryError> {
         let at: Option<u64> = self.conn.query_row(
             "SELECT max(m) FROM (SELECT max(at) AS m FROM versions UNION ALL
-                 SELECT max(at) FROM recent UNION ALL SELECT max(end) FROM chunks)",
+                 SELECT max(at) FROM recent UNION ALL SELECT max(end) FROM chunks UNION ALL
+                 SELECT max(coalesce(ended, started)) FROM flag_episodes)",
             [],
             |r| r.get(0),
         )?;
