@@ -139,7 +139,15 @@ pub(super) async fn record(a: RecordArgs) -> anyhow::Result<()> {
         bytes,
     };
     let kind = match (&a.config, a.kind) {
-        (Some(config), _) => return super::record_joined::record(&a, config, keep).await,
+        (Some(config), _) => {
+            let to = super::record_joined::JoinedArgs {
+                data_dir: &a.data_dir,
+                listen: a.listen,
+                every_ms: a.every_ms,
+                keep,
+            };
+            return super::record_joined::record(config, to).await;
+        }
         (None, Some(kind)) => kind,
         (None, None) => {
             anyhow::bail!("give --kind (one engine) or --config FILE (every source of it)")
@@ -179,24 +187,10 @@ pub(super) async fn record(a: RecordArgs) -> anyhow::Result<()> {
         joined: false,
     });
     let served = axum::serve(listener, router)
-        .with_graceful_shutdown(stopped())
+        .with_graceful_shutdown(super::record_joined::stopped())
         .await;
     poller.abort();
     served.context("the history API failed")
-}
-
-/// Returns on SIGTERM or SIGINT.
-pub(super) async fn stopped() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = async {
-            match term.as_mut() {
-                Some(t) => { t.recv().await; }
-                None => std::future::pending::<()>().await,
-            }
-        } => {}
-    }
 }
 
 /// Reads the source every `every`, feeding what it answers to the history. A failed read

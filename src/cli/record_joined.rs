@@ -7,13 +7,13 @@
 //! `gpuboard report` (`/v1/history/report`) and Prometheus (`/metrics`).
 
 use std::io::Write as _;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context as _;
 
-use super::record::{RecordArgs, stopped};
 use crate::client::TlsTrust;
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::endpoint::history_recorder::RecordedHistory;
@@ -54,8 +54,21 @@ fn sources(config: &Path, timeout: Duration) -> anyhow::Result<(Vec<Arc<dyn Sour
     Ok((out, Aliases::new(&file.aliases)))
 }
 
+/// Where and how `record --config` records (its flags, as `record` takes them).
+pub(super) struct JoinedArgs<'a> {
+    /// `--data-dir`.
+    pub data_dir: &'a Path,
+    /// `--listen`.
+    pub listen: SocketAddr,
+    /// `--every-ms`.
+    pub every_ms: u64,
+    /// `--history-days` and `--history-size`.
+    pub keep: Retention,
+}
+
 /// `gpuboard record --config FILE`.
-pub(super) async fn record(a: &RecordArgs, config: &Path, keep: Retention) -> anyhow::Result<()> {
+pub(super) async fn record(config: &Path, a: JoinedArgs<'_>) -> anyhow::Result<()> {
+    let keep = a.keep;
     let timeout = Duration::from_millis(a.every_ms.clamp(10_000, 30_000));
     let (sources, aliases) = sources(config, timeout)?;
     std::fs::create_dir_all(&a.data_dir)
@@ -187,5 +200,19 @@ async fn poll(j: Joined, every: Duration, timeout: Duration) {
             Ok(Err(e)) => tracing::warn!("record: the flags not written: {e}"),
             Err(e) => tracing::warn!("record: the flags' writer failed: {e}"),
         }
+    }
+}
+
+/// Returns on SIGTERM or SIGINT.
+pub(super) async fn stopped() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = async {
+            match term.as_mut() {
+                Some(t) => { t.recv().await; }
+                None => std::future::pending::<()>().await,
+            }
+        } => {}
     }
 }
