@@ -607,3 +607,46 @@ fn a_time_then_a_gpu_rewinds_to_that_gpus_detail_in_one_line() {
     assert!(st.rewind.is_none());
     assert!(matches!(st.mode, Mode::RewindTo(_)));
 }
+
+#[test]
+fn the_rewound_gpus_carry_the_flags_they_had_then_not_the_live_ones() {
+    use gpuboard::snapshot::{DeviceTelemetry, ProcessView};
+    let unexplained = |st: &State| -> Vec<String> {
+        st.physical_fleet()
+            .gpus
+            .iter()
+            .filter(|g| g.has_flag("unexplained"))
+            .map(|g| g.place())
+            .collect()
+    };
+    let mut st = lab_state();
+    assert_eq!(unexplained(&st), ["lab-b:0"], "now: the stray notebook");
+    let effects = rewind(&mut st, "11:47");
+    // Then, the stray notebook was not there yet, and another process no claim accounts
+    // for ran on lab-a:0.
+    let mut then = then_snapshot();
+    for d in then.nodes.iter_mut().flat_map(|n| n.devices.iter_mut()) {
+        if let Some(t) = d.telemetry.as_mut() {
+            t.processes.retain(|p| p.claim.is_some());
+        }
+    }
+    then.nodes[0].devices[0].telemetry = Some(DeviceTelemetry {
+        utilization_gpu: Some(60),
+        processes: vec![ProcessView {
+            pid: 4343,
+            name: Some("rogue".into()),
+            used_memory: Some(Bytes(1 << 30)),
+            claim: None,
+            owner: None,
+        }],
+        ..DeviceTelemetry::default()
+    });
+    answer_at(&mut st, &effects, |_| {
+        Some(AtTime::Shown {
+            snapshot: Box::new(then.clone()),
+            at: THEN,
+        })
+    });
+    assert_eq!(unexplained(shown(&st)), ["lab-a:0"]);
+    assert_eq!(unexplained(&st), ["lab-b:0"], "live is untouched");
+}

@@ -453,6 +453,13 @@ fn shown_at(
             slot.note = Some(format!("its history could not be read: {e}"));
         }
     }
+    // Once every source has answered this time, its GPUs are joined as they were then, so
+    // the by-GPU view and `:gpu` show that time's holders and flags (not live time's). At
+    // once, not in the background: one join per step of the rewind.
+    if r.sources.iter().all(|(_, g)| *g >= r.generation) {
+        let fleet = r.shown.join_input().join();
+        r.shown.take_joined(fleet);
+    }
     r.shown.reshape_rows();
     state.dirty = true;
 }
