@@ -18,7 +18,7 @@ async fn get(url: &str) -> (u16, String) {
 
 /// Polls `url` until `check` holds on its body.
 async fn until(url: &str, what: &str, check: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_mins(1);
     loop {
         let (_, body) = get(url).await;
         if check(&body) {

@@ -71,11 +71,11 @@ pub(super) async fn record(config: &Path, a: JoinedArgs<'_>) -> anyhow::Result<(
     let keep = a.keep;
     let timeout = Duration::from_millis(a.every_ms.clamp(10_000, 30_000));
     let (sources, aliases) = sources(config, timeout)?;
-    std::fs::create_dir_all(&a.data_dir)
+    std::fs::create_dir_all(a.data_dir)
         .with_context(|| format!("cannot make {}", a.data_dir.display()))?;
-    let history = RecordedHistory::open(&a.data_dir, keep)
+    let history = RecordedHistory::open(a.data_dir, keep)
         .with_context(|| format!("cannot open the history in {}", a.data_dir.display()))?;
-    let writer = HistoryStore::open(&a.data_dir)
+    let writer = HistoryStore::open(a.data_dir)
         .with_context(|| format!("cannot open the history in {}", a.data_dir.display()))?;
     let listener = tokio::net::TcpListener::bind(a.listen)
         .await

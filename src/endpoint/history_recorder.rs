@@ -302,6 +302,15 @@ struct Flags {
 impl Flags {
     /// Joins `snap`'s GPUs, and writes the episodes that began or ended.
     fn observe(&mut self, store: &mut HistoryStore, snap: &Snapshot) -> Result<(), HistoryError> {
+        // Without telemetry a serve's GPUs carry no flag (its scheduler never books one
+        // twice): an inventory without telemetry is not joined every few seconds for nothing.
+        // An engine's may (two device plugins in one cluster), so theirs always are.
+        if self.engine == GpuEngine::Gpuboard
+            && self.tracker.open().is_empty()
+            && snap.devices().all(|(_, d)| d.telemetry.is_none())
+        {
+            return Ok(());
+        }
         let view = SourceView {
             source: 0,
             name: &snap.endpoint.name,

@@ -173,7 +173,7 @@ mod tests {
             reader
                 .flag_episodes(Timestamp(6_000), Timestamp(7_000))
                 .unwrap(),
-            [b.clone()]
+            std::slice::from_ref(&b)
         );
         assert!(
             reader
