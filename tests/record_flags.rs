@@ -1,7 +1,9 @@
 //! `gpuboard record --config` over two real serves that each book the one GPU of node `n1`
 //! whole: neither sees the other, the joined recorder does. The double booking shows in its
 //! `/metrics` with both holders named, ends when one claim is released, is kept in its
-//! history and read back by its report route and by `gpuboard report`.
+//! history and read back by its report route and by `gpuboard report`. And a serve's own
+//! recorder, fed snapshots over 40 minutes of their time, keeps its GPUs' unexplained and
+//! idle episodes in its SQLite history and ends the open ones when it starts again.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
@@ -138,4 +140,80 @@ async fn a_joined_recorder_flags_records_and_reports_a_double_booking_across_sou
     assert_eq!(r["flags"]["by_flag"][0]["flag"], "double-booked");
     assert_eq!(r["flags"]["by_flag"][0]["episodes"], 1);
     assert_eq!(r["flags"]["episodes"][0]["endpoint"], "joined");
+}
+
+/// The lab's snapshot at `at` minutes, every GPU at `util` %.
+fn lab_at(t0: u64, at: u64, util: u32) -> gpuboard::snapshot::Snapshot {
+    let mut s = crate::common::console_fixtures::lab_snapshot();
+    s.taken_at = gpuboard::clock::Timestamp(t0 + at * 60_000);
+    s.revision = at + 1;
+    for d in s.nodes.iter_mut().flat_map(|n| n.devices.iter_mut()) {
+        if let Some(t) = d.telemetry.as_mut() {
+            t.utilization_gpu = Some(util);
+            t.sampled_at = s.taken_at;
+        }
+    }
+    s
+}
+
+/// A serve's recorder, fed the lab's snapshots (its own clock is theirs): the stray process
+/// on `lab-b:0` is one unexplained episode from the first snapshot; the held GPUs below 5 %
+/// for 31 minutes are idle episodes from when they went idle, ended when they get busy; all
+/// read back from the SQLite file. Started again, it ends what was left open.
+#[test]
+fn a_serves_recorder_keeps_its_gpus_flags_as_episodes_in_its_history() {
+    use gpuboard::clock::Timestamp;
+    use gpuboard::endpoint::history_recorder::RecordedHistory;
+    use gpuboard::store::history::{HistoryStore, Retention};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = 1_795_568_400_000;
+    let h = RecordedHistory::open(dir.path(), Retention::default()).unwrap();
+    for (at, util) in [(0, 1), (10, 2), (31, 0), (40, 90)] {
+        h.feed(Arc::new(lab_at(t0, at, util)));
+    }
+    let reader = HistoryStore::open_reader(dir.path()).unwrap();
+    let read = || {
+        reader
+            .flag_episodes(Timestamp(t0), Timestamp(t0 + 3_600_000))
+            .unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_mins(1);
+    while read().iter().filter(|e| e.ended.is_some()).count() < 2 {
+        assert!(Instant::now() < deadline, "never recorded: {:?}", read());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let episodes = read();
+    let stray = episodes.iter().find(|e| e.flag == "unexplained").unwrap();
+    assert_eq!(
+        (stray.node.as_str(), stray.index, stray.started),
+        ("lab-b", 0, Timestamp(t0))
+    );
+    assert!(stray.ended.is_none(), "the stray process is still there");
+    assert!(stray.detail.contains("4242"), "{}", stray.detail);
+    let idle: Vec<_> = episodes.iter().filter(|e| e.flag == "idle").collect();
+    assert!(!idle.is_empty());
+    for e in &idle {
+        assert_eq!(e.started, Timestamp(t0), "{e:?}");
+        assert_eq!(e.ended, Some(Timestamp(t0 + 40 * 60_000)), "{e:?}");
+        assert!(!e.holders.is_empty(), "{e:?}");
+        assert!(
+            e.holders.iter().all(|h| h.engine.word() == "gpuboard"),
+            "{e:?}"
+        );
+    }
+    assert_eq!(h.open_flags().len(), 1, "the stray process's, open now");
+    drop(reader);
+    drop(h);
+    // Started again: what was open ended at the last thing recorded.
+    let again = RecordedHistory::open(dir.path(), Retention::default()).unwrap();
+    let reader = HistoryStore::open_reader(dir.path()).unwrap();
+    let stray = reader
+        .flag_episodes(Timestamp(t0), Timestamp(t0 + 3_600_000))
+        .unwrap()
+        .into_iter()
+        .find(|e| e.flag == "unexplained")
+        .unwrap();
+    assert_eq!(stray.ended, Some(Timestamp(t0 + 40 * 60_000)));
+    drop(again);
 }
