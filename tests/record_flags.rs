@@ -3,7 +3,7 @@
 //! `/metrics` with both holders named, ends when one claim is released, is kept in its
 //! history and read back by its report route and by `gpuboard report`. And a serve's own
 //! recorder, fed snapshots over 40 minutes of their time, keeps its GPUs' unexplained and
-//! idle episodes in its SQLite history and ends the open ones when it starts again.
+//! idle episodes in its `SQLite` history and ends the open ones when it starts again.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
@@ -159,7 +159,7 @@ fn lab_at(t0: u64, at: u64, util: u32) -> gpuboard::snapshot::Snapshot {
 /// A serve's recorder, fed the lab's snapshots (its own clock is theirs): the stray process
 /// on `lab-b:0` is one unexplained episode from the first snapshot; the held GPUs below 5 %
 /// for 31 minutes are idle episodes from when they went idle, ended when they get busy; all
-/// read back from the SQLite file. Started again, it ends what was left open.
+/// read back from the `SQLite` file. Started again, it ends what was left open.
 #[test]
 fn a_serves_recorder_keeps_its_gpus_flags_as_episodes_in_its_history() {
     use gpuboard::clock::Timestamp;
