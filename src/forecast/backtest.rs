@@ -253,12 +253,12 @@ fn replay(scenario: &Scenario, declared: bool) -> Result<(Vec<Seen>, usize, usiz
                 } else {
                     samples.clone()
                 };
-                let recent = arrived
-                    .iter()
-                    .rev()
-                    .take_while(|(at, _)| t.millis_since(*at) < super::holds::ARRIVALS_MS)
-                    .cloned()
-                    .collect();
+                // In the order they came: claims that came at one instant are expected
+                // again in that order (reversed, the copy submits them the other way
+                // round and places each where the other went).
+                let from = arrived
+                    .partition_point(|(at, _)| t.millis_since(*at) >= super::holds::ARRIVALS_MS);
+                let recent = arrived.get(from..).unwrap_or_default().to_vec();
                 holds = HoldTimes::from_samples(learned).with_arrivals(recent);
                 learned_from = samples.len() + arrived.len();
             }
