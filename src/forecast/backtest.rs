@@ -65,6 +65,30 @@ pub struct Backtest {
     pub skipped: usize,
     /// One row per durations mode and predictor.
     pub rows: Vec<ErrorRow>,
+    /// Every claim that waited, in each durations mode: what was predicted and what
+    /// happened (for finding which claims make the errors).
+    pub waits: Vec<Wait>,
+}
+
+/// One claim that waited, in one durations mode.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Wait {
+    /// `declared` or `learned`.
+    pub durations: String,
+    /// Its project.
+    pub project: String,
+    /// Its request form.
+    pub form: String,
+    /// When it was submitted, in seconds of the scenario.
+    pub submitted_s: f64,
+    /// How many claims waited when it was submitted, itself included.
+    pub queue: usize,
+    /// The forecast's p50 start, in seconds of the scenario (`None`: unknown).
+    pub forecast_s: Option<f64>,
+    /// The baseline's start, in seconds of the scenario.
+    pub baseline_s: Option<f64>,
+    /// When it started, in seconds of the scenario (`None`: not within the scenario).
+    pub started_s: Option<f64>,
 }
 
 /// The scheduler and arrivals of a scenario; `declared`: each request declares its
@@ -143,6 +167,9 @@ fn setup(
 /// What one replay saw of each claim that waited: submitted, forecast, baseline, started.
 #[derive(Default)]
 struct Seen {
+    project: String,
+    form: String,
+    queue: usize,
     submitted: Timestamp,
     forecast: Option<Timestamp>,
     baseline: Option<Timestamp>,
@@ -226,12 +253,12 @@ fn replay(scenario: &Scenario, declared: bool) -> Result<(Vec<Seen>, usize, usiz
                 } else {
                     samples.clone()
                 };
-                let recent = arrived
-                    .iter()
-                    .rev()
-                    .take_while(|(at, _)| t.millis_since(*at) < super::holds::ARRIVALS_MS)
-                    .cloned()
-                    .collect();
+                // In the order they came: claims that came at one instant are expected
+                // again in that order (reversed, the copy submits them the other way
+                // round and places each where the other went).
+                let from = arrived
+                    .partition_point(|(at, _)| t.millis_since(*at) >= super::holds::ARRIVALS_MS);
+                let recent = arrived.get(from..).unwrap_or_default().to_vec();
                 holds = HoldTimes::from_samples(learned).with_arrivals(recent);
                 learned_from = samples.len() + arrived.len();
             }
@@ -243,10 +270,16 @@ fn replay(scenario: &Scenario, declared: bool) -> Result<(Vec<Seen>, usize, usiz
                 leases.pop();
             }
             let soonest = leases.peek().map(|Reverse((at, _))| *at);
+            let queue = s.waiting_claims().len();
             for id in still {
+                let Some(c) = s.claim(id) else { continue };
+                let (project, form) = (c.request.project.clone(), c.request.describe());
                 waiting.insert(
                     id,
                     Seen {
+                        project,
+                        form,
+                        queue,
                         submitted: t,
                         forecast: f.of(id).and_then(|e| e.start).map(|b| b.p50),
                         baseline: soonest,
@@ -302,6 +335,7 @@ fn nearest(sorted: &[f64], q: f64) -> f64 {
 /// Runs the backtest over a scenario.
 pub fn backtest(scenario: &Scenario) -> Result<Backtest, ScenarioError> {
     let mut rows = Vec::new();
+    let mut waits = Vec::new();
     let mut claims = 0;
     let mut skipped = 0;
     for declared in [true, false] {
@@ -309,6 +343,17 @@ pub fn backtest(scenario: &Scenario) -> Result<Backtest, ScenarioError> {
         claims = replayed;
         skipped = skip;
         let durations = if declared { "declared" } else { "learned" };
+        let secs = |t: Timestamp| t.0 as f64 / 1000.0;
+        waits.extend(seen.iter().map(|s| Wait {
+            durations: durations.to_string(),
+            project: s.project.clone(),
+            form: s.form.clone(),
+            submitted_s: secs(s.submitted),
+            queue: s.queue,
+            forecast_s: s.forecast.map(secs),
+            baseline_s: s.baseline.map(secs),
+            started_s: s.started.map(secs),
+        }));
         for (predictor, pick) in [
             (
                 "forecast",
@@ -331,6 +376,7 @@ pub fn backtest(scenario: &Scenario) -> Result<Backtest, ScenarioError> {
         claims,
         skipped,
         rows,
+        waits,
     })
 }
 

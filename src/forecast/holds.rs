@@ -133,6 +133,12 @@ impl<'a> Ahead<'a> {
         (k < ARRIVAL_REPEATS).then_some((at.plus_millis(later), req))
     }
 
+    /// Takes the next one when it comes by `t`.
+    pub fn take_until(&mut self, t: Timestamp) -> Option<(Timestamp, &'a ClaimRequest)> {
+        self.peek().filter(|(at, _)| *at <= t)?;
+        self.take()
+    }
+
     /// Takes the next one.
     pub fn take(&mut self) -> Option<(Timestamp, &'a ClaimRequest)> {
         let next = self.peek()?;

@@ -17,7 +17,7 @@ use std::collections::{BinaryHeap, HashMap};
 
 use crate::clock::Timestamp;
 use crate::ids::ClaimId;
-use crate::scheduler::{Claim, Scheduler};
+use crate::scheduler::{Change, Claim, Scheduler};
 use crate::wire::forecast::{Band, EndBasis, ExpectedStart, Forecast, FreedBy, Unknown};
 
 pub use holds::{HoldSample, HoldTimes, HolderEnd, holder_end, learn};
@@ -141,14 +141,18 @@ fn run(
     let mut ending: Vec<ClaimId> = Vec::new();
     let mut ended: Vec<Ended> = Vec::new();
     loop {
-        // Expected arrivals are submitted as claims are; what their submits place comes
-        // back from the step with the rest.
-        while arrivals.peek().is_some_and(|(at, _)| at <= t) {
-            if let Some((_, req)) = arrivals.take() {
+        let mut placed = copy.advance(t, &ending);
+        // Expected arrivals are submitted as claims are, after the holders that end at the
+        // same instant have left, as the endpoint sees a release and then a submit:
+        // submitted first, a half-GPU claim goes to another half-free GPU than the one
+        // the holder frees, and that GPU is then wholly free for another project.
+        if arrivals.peek().is_some_and(|(at, _)| at <= t) {
+            while let Some((_, req)) = arrivals.take_until(t) {
                 let _ = copy.submit(req.clone(), "forecast", t);
             }
+            placed.extend(placed_by(copy.take_changes()));
         }
-        for id in copy.advance(t, &ending) {
+        for id in placed {
             let Some(c) = copy.claim(id) else { continue };
             if forecast_for.contains(&id) && !starts.contains_key(&id) {
                 starts.insert(
@@ -206,6 +210,17 @@ fn run(
         }
     }
     Run { starts, copy }
+}
+
+/// The claims a copy's changes placed (its submits), in the order placed.
+fn placed_by(changes: Vec<Change>) -> Vec<ClaimId> {
+    changes
+        .into_iter()
+        .filter_map(|c| match c {
+            Change::Claim(claim) if claim.allocation.is_some() => Some(claim.id),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The expected start of waiting claim `c` from the three runs.

@@ -284,6 +284,31 @@ fn the_backtest_finds_no_error_where_nothing_overtakes() {
     let learned = row("learned", "forecast");
     assert_eq!((learned.claims, learned.unknown), (4, 4));
     assert!(backtest::render(&b).contains("declared   forecast"));
+    // Each claim that waited, per mode: submitted every minute behind the first, queued
+    // behind those before it, started as each 10 minutes ran out, and forecast exactly
+    // with durations declared.
+    let declared: Vec<&backtest::Wait> = b
+        .waits
+        .iter()
+        .filter(|w| w.durations == "declared")
+        .collect();
+    let rows: Vec<(f64, usize, Option<f64>)> = declared
+        .iter()
+        .map(|w| (w.submitted_s, w.queue, w.started_s))
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            (60.0, 1, Some(600.0)),
+            (120.0, 2, Some(1_200.0)),
+            (180.0, 3, Some(1_800.0)),
+            (240.0, 4, Some(2_400.0)),
+        ]
+    );
+    assert!(declared.iter().all(|w| w.forecast_s == w.started_s));
+    assert!(declared.iter().all(|w| w.project == "solo"));
+    let learned = b.waits.iter().filter(|w| w.durations == "learned");
+    assert!(learned.clone().count() == 4 && learned.into_iter().all(|w| w.forecast_s.is_none()));
 }
 
 /// Hold times and arrivals from recorded versions: a claim seen placed and then gone gives
