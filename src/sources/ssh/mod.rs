@@ -5,15 +5,18 @@
 //! long-lived ssh child: a running serve's delta watch (`serve_watch`), a gpuboard
 //! binary's NVML telemetry (`telemetry`), or nvidia-smi with `-l` (`smi_stream`). A
 //! reader that cannot start says why and the next one is tried. The host is a source of
-//! kind `ssh`, read-only; its devices join other sources' devices like Prometheus's.
+//! kind `ssh`; its devices join other sources' devices like Prometheus's. A host whose
+//! serve is read takes actions when its SSH user can read that serve's operator token
+//! (`act`: each is relayed to the serve by `gpuboard relay` there); any other is read-only.
 //!
 //! Each host is read by its own task, so a slow host never holds up a fetch: `fetch`
 //! answers the newest reading (waiting a little for the first). A host that fails says
 //! why (`failure`): authentication, host key, timeout, no nvidia-smi, an unreadable line,
 //! a stream gone silent; it is read again after a wait that grows. Where things live:
 //! `command` (running ssh), `probe` (the script and its answer), `nvidia_smi` (the CSV),
-//! `failure` (why a run failed), `hosts` (which hosts).
+//! `failure` (why a run failed), `hosts` (which hosts), `act` (actions).
 
+pub mod act;
 pub mod command;
 pub mod failure;
 pub mod hosts;
@@ -29,12 +32,14 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use tokio::sync::{Notify, Semaphore, watch};
 
+use self::act::{Acting, SshRelay};
 use self::command::SshOptions;
 use self::failure::{HostFailure, classify};
 use super::adapter::{self, wall_clock};
 use super::kind::SourceKind;
 use super::watch::{Model, ReconnectDelay};
 use super::{Action, Failure, Fetched, Outcome as ActOutcome, Source};
+use crate::client::Client;
 use crate::clock::Clock;
 use crate::placement::Allocation;
 use crate::request::ClaimRequest;
@@ -87,6 +92,10 @@ struct Latest {
     generation: u64,
     /// The generation the console last got as a snapshot.
     shown: u64,
+    /// The last snapshot read, kept through failures (a claim's preview, a move's origin).
+    last_good: Option<Snapshot>,
+    /// Whether actions can go to the host's serve now.
+    acting: Acting,
 }
 
 struct Inner {
@@ -230,6 +239,9 @@ impl Outlet {
         };
         let generation = match inner.latest.lock() {
             Ok(mut l) => {
+                if let Ok(s) = &result {
+                    l.last_good = Some(s.clone());
+                }
                 l.result = Some(result);
                 l.generation += 1;
                 l.generation
@@ -239,6 +251,17 @@ impl Outlet {
         inner.readings.send_replace(generation);
         inner.changed.notify_one();
         true
+    }
+}
+
+impl Outlet {
+    /// Says whether actions can go to the host's serve now.
+    fn set_acting(&self, acting: Acting) {
+        if let Some(inner) = self.inner.upgrade()
+            && let Ok(mut l) = inner.latest.lock()
+        {
+            l.acting = acting;
+        }
     }
 }
 
@@ -254,12 +277,12 @@ pub(crate) enum Turn {
     Gone,
 }
 
-/// A reader's snapshot as this host shows it: under the host's name, of kind `ssh`,
-/// read-only, its NOTE saying which reader is in use.
-fn relabel(snap: &mut Snapshot, name: &str, note: &str) {
+/// A reader's snapshot as this host shows it: under the host's name, of kind `ssh`, taking
+/// actions only when it did and `acts`, its NOTE saying which reader is in use.
+fn relabel(snap: &mut Snapshot, name: &str, note: &str, acts: bool) {
     snap.endpoint.name = name.to_string();
     snap.endpoint.kind = SourceKind::Ssh.as_str().to_string();
-    snap.endpoint.actions = false;
+    snap.endpoint.actions &= acts;
     snap.endpoint.telemetry_note = Some(match snap.endpoint.telemetry_note.take() {
         Some(own) if !own.is_empty() => format!("{note}; {own}"),
         _ => note.to_string(),
@@ -374,7 +397,11 @@ async fn read_host(ctx: &Context, outlet: &Outlet, model: &mut Model) -> Turn {
     }
     let mut why_not: Vec<String> = Vec::new();
     if let Some(pid) = answer.serve {
-        match serve_watch::follow(ctx, outlet, pid, model).await {
+        let acting = Acting::from_check(answer.relay.as_deref());
+        outlet.set_acting(acting.clone());
+        let turn = serve_watch::follow(ctx, outlet, pid, model, &acting).await;
+        outlet.set_acting(Acting::NoServe);
+        match turn {
             Turn::Unavailable(why) => why_not.push(format!(
                 "a gpuboard serve runs on the host (pid {pid}), but watching it failed: {why}"
             )),
@@ -422,6 +449,65 @@ async fn read_host(ctx: &Context, outlet: &Outlet, model: &mut Model) -> Turn {
     smi_stream::follow(ctx, outlet, answer.hostname.as_deref(), &note).await
 }
 
+impl SshSource {
+    /// The API client whose requests are relayed to the host's serve, when actions can go
+    /// there now; else why not.
+    fn acting_client(&self, move_id: Option<&str>) -> Result<Client, Failure> {
+        let acting = self
+            .inner
+            .latest
+            .lock()
+            .map(|l| l.acting.clone())
+            .unwrap_or_default();
+        if let Some(why) = acting.refusal() {
+            return Err(Failure::ReadOnly(format!(
+                "{}: {why}",
+                self.inner.config.name
+            )));
+        }
+        let relay = Arc::new(SshRelay {
+            options: self.inner.config.options.clone(),
+            destination: self.inner.config.destination.clone(),
+        });
+        let client = Client::relayed(relay, self.inner.config.timeout)
+            .map_err(|e| Failure::Decode(e.to_string()))?;
+        Ok(match move_id {
+            Some(id) => client.for_move(id),
+            None => client,
+        })
+    }
+
+    /// The last snapshot read, through failures since.
+    fn last_good(&self) -> Option<Snapshot> {
+        self.inner
+            .latest
+            .lock()
+            .ok()
+            .and_then(|l| l.last_good.clone())
+    }
+
+    /// `action` through the host's serve (tagged with `move_id` in a move across sources).
+    fn act_on(
+        &self,
+        action: Action,
+        move_id: Option<&str>,
+    ) -> BoxFuture<'static, Result<ActOutcome, Failure>> {
+        let client = self.acting_client(move_id);
+        let name = self.inner.config.name.clone();
+        // A move is answered with the new place only; the old one is the last seen.
+        let from = match &action {
+            Action::Move { id, .. } => self
+                .last_good()
+                .and_then(|s| s.claim(*id).map(super::endpoint::place)),
+            _ => None,
+        };
+        Box::pin(async move {
+            super::endpoint::act_through(client?, action, from, move |e| act::failure(&name, e))
+                .await
+        })
+    }
+}
+
 impl Source for SshSource {
     fn name(&self) -> &str {
         &self.inner.config.name
@@ -429,8 +515,9 @@ impl Source for SshSource {
     fn kind(&self) -> SourceKind {
         SourceKind::Ssh
     }
+    /// Whether its serve takes actions now (read, and its operator token readable).
     fn can_act(&self) -> bool {
-        false
+        self.inner.latest.lock().is_ok_and(|l| l.acting.can())
     }
     fn fetch(&self) -> BoxFuture<'static, Result<Fetched, Failure>> {
         let source = self.clone();
@@ -439,14 +526,66 @@ impl Source for SshSource {
     fn changed(&self) -> Option<Arc<Notify>> {
         Some(Arc::clone(&self.inner.changed))
     }
-    fn plan(&self, _request: ClaimRequest) -> BoxFuture<'static, Result<Allocation, Failure>> {
-        adapter::plan_refused(&self.inner.config.name, SourceKind::Ssh)
+    fn forecast(
+        &self,
+    ) -> Option<BoxFuture<'static, Result<crate::wire::forecast::Forecast, Failure>>> {
+        let client = self.acting_client(None).ok()?;
+        let name = self.inner.config.name.clone();
+        Some(Box::pin(async move {
+            client.forecast().await.map_err(|e| act::failure(&name, e))
+        }))
+    }
+    fn preview(
+        &self,
+        action: crate::wire::forecast::PreviewAction,
+    ) -> Option<BoxFuture<'static, Result<crate::wire::forecast::Preview, Failure>>> {
+        let client = self.acting_client(None).ok()?;
+        let name = self.inner.config.name.clone();
+        Some(Box::pin(async move {
+            client
+                .preview(&action)
+                .await
+                .map_err(|e| act::failure(&name, e))
+        }))
+    }
+    /// A preview on the last snapshot of the host's serve, which re-checks the claim when
+    /// it is sent; refused on a host that takes no actions.
+    fn plan(&self, request: ClaimRequest) -> BoxFuture<'static, Result<Allocation, Failure>> {
+        if !self.can_act() {
+            return adapter::plan_refused(&self.inner.config.name, SourceKind::Ssh);
+        }
+        let last = self.last_good();
+        Box::pin(async move {
+            let snap = last.ok_or_else(|| {
+                Failure::Refused("no snapshot from this host yet to preview against".into())
+            })?;
+            super::plan_on_snapshot(&snap, &request)
+        })
     }
     fn act(&self, action: Action) -> BoxFuture<'static, Result<ActOutcome, Failure>> {
-        adapter::act_refused(adapter::refusal(
-            "this host is read over ssh, read-only",
-            &format!("{} {}", action.verb(), action.target()),
-            "Run `gpuboard serve` on it and add that serve as an endpoint (--endpoint) to act there.",
-        ))
+        self.act_on(action, None)
+    }
+    fn act_in_move(
+        &self,
+        action: Action,
+        move_id: &str,
+    ) -> BoxFuture<'static, Result<ActOutcome, Failure>> {
+        self.act_on(action, Some(move_id))
+    }
+    fn claim_keyed(
+        &self,
+        request: ClaimRequest,
+        key: String,
+        move_id: Option<String>,
+        patience: Duration,
+    ) -> BoxFuture<'static, Result<ActOutcome, Failure>> {
+        let client = self.acting_client(move_id.as_deref());
+        let name = self.inner.config.name.clone();
+        Box::pin(async move {
+            super::endpoint::claim_through(client?, request, key, patience, move |e| {
+                act::failure(&name, e)
+            })
+            .await
+        })
     }
 }

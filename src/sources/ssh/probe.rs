@@ -6,7 +6,8 @@
 use super::nvidia_smi::{APP_FIELDS, GPU_FIELDS};
 
 /// The script, for `sh -c`. A running serve is found by the `serve.lock` in the SSH
-/// user's data directory naming a live pid; `command -v` finds the binaries.
+/// user's data directory naming a live pid, and asked whether actions can be relayed to
+/// it (`gpuboard relay --check`); `command -v` finds the binaries.
 pub fn script() -> String {
     format!(
         r#"echo "@host $(hostname 2>/dev/null)"
@@ -14,7 +15,10 @@ if command -v gpuboard >/dev/null 2>&1; then
   echo "@gpuboard $(gpuboard --version 2>/dev/null | head -n 1)"
   lock="${{GPUBOARD_DATA_DIR:-${{XDG_DATA_HOME:-$HOME/.local/share}}/gpuboard}}/serve.lock"
   pid=$(sed -n 's/.*"pid"[^0-9]*\([0-9][0-9]*\).*/\1/p' "$lock" 2>/dev/null | head -n 1)
-  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then echo "@serve $pid"; fi
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    echo "@serve $pid"
+    echo "@relay $(gpuboard relay --check 2>&1 | head -n 1)"
+  fi
 fi
 if ! command -v nvidia-smi >/dev/null 2>&1; then echo "@no-nvidia-smi"; exit 127; fi
 echo "@gpus"
@@ -59,6 +63,8 @@ pub struct Probed {
     pub gpuboard: Option<String>,
     /// The pid of a serve running there.
     pub serve: Option<u32>,
+    /// What `gpuboard relay --check` said there (its first line), with a serve.
+    pub relay: Option<String>,
     /// The script found no nvidia-smi on the PATH.
     pub no_nvidia_smi: bool,
     /// The `--query-gpu` lines, and that query's exit status.
@@ -101,6 +107,8 @@ pub fn read(stdout: &str) -> Probed {
             a.gpuboard = Some(rest.trim().to_string());
         } else if let Some(rest) = line.strip_prefix("@serve ") {
             a.serve = rest.trim().parse().ok();
+        } else if let Some(rest) = line.strip_prefix("@relay") {
+            a.relay = Some(rest.trim().to_string());
         } else if line == "@no-nvidia-smi" {
             a.no_nvidia_smi = true;
         } else if line == "@gpus" {
@@ -137,10 +145,11 @@ mod tests {
     #[test]
     fn the_answer_splits_into_its_sections_and_names_the_best_reader() {
         let a = read(
-            "@host gpu-01\n@gpuboard gpuboard 0.9.0\n@serve 4321\n@gpus\n0, GPU-a, T4, 1, 1, 1, 1, 1\n@gpus-exit 0\n@apps\n@apps-exit 6\n",
+            "@host gpu-01\n@gpuboard gpuboard 0.9.0\n@serve 4321\n@relay ok ann@gpu-01\n@gpus\n0, GPU-a, T4, 1, 1, 1, 1, 1\n@gpus-exit 0\n@apps\n@apps-exit 6\n",
         );
         assert_eq!(a.hostname.as_deref(), Some("gpu-01"));
         assert_eq!(a.reader(), Reader::Serve(4321));
+        assert_eq!(a.relay.as_deref(), Some("ok ann@gpu-01"));
         assert_eq!(
             a.gpus,
             Some(("0, GPU-a, T4, 1, 1, 1, 1, 1\n".into(), Some(0)))
