@@ -200,3 +200,58 @@ async fn actions_go_to_the_hosts_serve_as_its_ssh_user_or_say_why_not() {
     drop((host, ro));
     drop(server);
 }
+
+#[test]
+fn the_console_releases_a_claim_on_an_ssh_host_and_says_why_another_is_read_only() {
+    if common::skip_peer("ssh") {
+        return;
+    }
+    let server = Sshd::start();
+    let inventory_dir = tempfile::tempdir().unwrap();
+    let inventory =
+        common::one_node_inventory(inventory_dir.path(), "far-node", "Far GPU", "24GiB", 2);
+    let serve = common::Server::start(&server.serve_dir(), &inventory, &["--open-reads"]);
+    let out = serve.cli(&["claim", "--memory", "1GiB", "--project", "far"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let home = tempfile::tempdir().unwrap();
+    let runtime = home.path().join("run");
+    std::fs::create_dir_all(&runtime).unwrap();
+    let console = |alias: &str| {
+        format!(
+            "env HOME={h} XDG_CONFIG_HOME={h}/config XDG_STATE_HOME={h}/state \
+             XDG_RUNTIME_DIR={r} {bin} --refresh 1 --ssh {alias} --ssh-config {c}",
+            h = home.path().display(),
+            r = runtime.display(),
+            bin = common::gpuboard().display(),
+            c = server.ssh_config().display()
+        )
+    };
+    // First the host whose SSH user cannot read the token, then the one who can.
+    let script = format!(
+        "{}; echo FIRST=$?; {}; echo EXIT=$?; sleep 60",
+        console("gpu-serve-ro"),
+        console("gpu-serve")
+    );
+    let s = common::tmux::Session::start(200, 50, "sshact", &script);
+    s.wait_for("GPUs");
+    s.keys(&["3"]);
+    s.wait_for("Claims (1)");
+    s.keys(&["r"]);
+    let screen = s.wait_for("cannot read the operator token");
+    assert!(screen.contains("read-only over ssh"), "{screen}");
+    assert!(!screen.contains("[ Cancel ]"), "no dialog: {screen}");
+    s.keys(&["q"]);
+    // The second console comes up at once, over the first one's exit line.
+    s.wait_for("gpu-serve ● live");
+    s.keys(&["3"]);
+    s.wait_for("Claims (1)");
+    s.keys(&["r"]);
+    s.wait_for("[ Cancel ]");
+    s.keys(&["Tab", "Enter"]);
+    s.wait_for("released");
+    s.wait_for("Claims (0)");
+    assert!(claims_there(&serve).is_empty(), "released on the serve");
+    s.keys(&["q"]);
+    let screen = s.wait_for("EXIT=");
+    assert!(screen.contains("FIRST=0") && screen.contains("EXIT=0"), "{screen}");
+}
