@@ -253,5 +253,47 @@ fn the_console_releases_a_claim_on_an_ssh_host_and_says_why_another_is_read_only
     assert!(claims_there(&serve).is_empty(), "released on the serve");
     s.keys(&["q"]);
     let screen = s.wait_for("EXIT=");
-    assert!(screen.contains("FIRST=0") && screen.contains("EXIT=0"), "{screen}");
+    assert!(
+        screen.contains("FIRST=0") && screen.contains("EXIT=0"),
+        "{screen}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_serve_started_after_the_stream_began_is_found_and_read() {
+    if common::skip_peer("ssh") {
+        return;
+    }
+    let server = Sshd::start();
+    let mut c = config(&server, "gpu-late");
+    c.reprobe = Duration::from_secs(1);
+    let host = SshSource::with(
+        c,
+        Arc::new(tokio::sync::Semaphore::new(2)),
+        Arc::new(SystemClock),
+    )
+    .unwrap();
+    // No serve, no NVML: nvidia-smi streams.
+    let first = settled(&host).await.unwrap();
+    assert!(
+        note(&first).starts_with("reader: nvidia-smi -l 1"),
+        "{}",
+        note(&first)
+    );
+    assert!(!host.can_act());
+    // A serve starts there: the host is asked again, and switches to it.
+    let inventory_dir = tempfile::tempdir().unwrap();
+    let inventory =
+        common::one_node_inventory(inventory_dir.path(), "late-node", "Late GPU", "24GiB", 2);
+    let _serve = common::Server::start(&server.late_dir(), &inventory, &[]);
+    let switched = until(&host, "the serve as the reader", |r| {
+        r.as_ref()
+            .is_ok_and(|s| note(s).starts_with("reader: gpuboard serve over ssh"))
+    })
+    .await
+    .unwrap();
+    assert_eq!(switched.nodes[0].name, "late-node");
+    assert!(host.can_act(), "{}", note(&switched));
+    drop(host);
+    drop(server);
 }

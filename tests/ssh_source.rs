@@ -38,6 +38,7 @@ pub(crate) fn config(server: &Sshd, alias: &str) -> SshConfig {
         interval: Duration::from_secs(1),
         timeout: Duration::from_secs(4),
         first_wait: Duration::from_millis(200),
+        reprobe: Duration::from_mins(1),
     }
 }
 

@@ -60,11 +60,14 @@ pub struct SshConfig {
     pub timeout: Duration,
     /// How long the first fetch waits for the first reading.
     pub first_wait: Duration,
+    /// How often a host read without a serve is asked whether one has started there.
+    pub reprobe: Duration,
 }
 
 impl SshConfig {
     /// A host with the defaults: `ssh` from the PATH, `~/.ssh/config`, the default control
-    /// directory, connections kept 60 s, 10 s to connect, read every 2 s within 20 s.
+    /// directory, connections kept 60 s, 10 s to connect, read every 2 s within 20 s, asked
+    /// for a serve started since every 60 s.
     pub fn new(name: &str, destination: &str) -> SshConfig {
         SshConfig {
             name: name.to_string(),
@@ -79,6 +82,7 @@ impl SshConfig {
             interval: Duration::from_secs(2),
             timeout: Duration::from_secs(20),
             first_wait: Duration::from_millis(800),
+            reprobe: Duration::from_mins(1),
         }
     }
 }
@@ -273,6 +277,8 @@ pub(crate) enum Turn {
     Stopped(HostFailure),
     /// It failed without reading (why): the host is read again after a growing wait.
     Failed(HostFailure),
+    /// A better reader can start now (why): the host is read again at once.
+    Again(String),
     /// The source is gone.
     Gone,
 }
@@ -359,6 +365,11 @@ async fn read_forever(weak: Weak<Inner>) {
     loop {
         let failure = match read_host(&ctx, &outlet, &mut model).await {
             Turn::Gone => return,
+            Turn::Again(why) => {
+                tracing::info!(host = %ctx.config.name, "reading the host again: {why}");
+                backoff.reset();
+                continue;
+            }
             Turn::Stopped(f) => {
                 backoff.reset();
                 f
@@ -414,7 +425,7 @@ async fn read_host(ctx: &Context, outlet: &Outlet, model: &mut Model) -> Turn {
         } else {
             version
         };
-        match telemetry::follow(ctx, outlet, version).await {
+        match until_a_serve(ctx, telemetry::follow(ctx, outlet, version)).await {
             Turn::Unavailable(why) => why_not.push(format!(
                 "{version} is on the host, but its telemetry failed: {why}"
             )),
@@ -446,7 +457,36 @@ async fn read_host(ctx: &Context, outlet: &Outlet, model: &mut Model) -> Turn {
     if !outlet.publish(Ok(first)) {
         return Turn::Gone;
     }
-    smi_stream::follow(ctx, outlet, answer.hostname.as_deref(), &note).await
+    until_a_serve(
+        ctx,
+        smi_stream::follow(ctx, outlet, answer.hostname.as_deref(), &note),
+    )
+    .await
+}
+
+/// Runs a reader of a host without a serve, asking the host every `reprobe` (over the kept
+/// connection: one short command) whether a serve has started there; one found ends the
+/// reader's turn, so that the host is probed again at once and read by the serve.
+async fn until_a_serve(ctx: &Context, reader: impl Future<Output = Turn>) -> Turn {
+    let mut reader = std::pin::pin!(reader);
+    loop {
+        tokio::select! {
+            turn = &mut reader => return turn,
+            () = tokio::time::sleep(ctx.config.reprobe) => {}
+        }
+        let run = ctx
+            .config
+            .options
+            .run(
+                &ctx.config.destination,
+                &probe::serve_command(),
+                ctx.config.timeout,
+            )
+            .await;
+        if let Some(pid) = probe::read(&run.stdout).serve {
+            return Turn::Again(format!("a gpuboard serve runs on the host now (pid {pid})"));
+        }
+    }
 }
 
 impl SshSource {

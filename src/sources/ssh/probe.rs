@@ -13,8 +13,7 @@ pub fn script() -> String {
         r#"echo "@host $(hostname 2>/dev/null)"
 if command -v gpuboard >/dev/null 2>&1; then
   echo "@gpuboard $(gpuboard --version 2>/dev/null | head -n 1)"
-  lock="${{GPUBOARD_DATA_DIR:-${{XDG_DATA_HOME:-$HOME/.local/share}}/gpuboard}}/serve.lock"
-  pid=$(sed -n 's/.*"pid"[^0-9]*\([0-9][0-9]*\).*/\1/p' "$lock" 2>/dev/null | head -n 1)
+  {SERVE_PID}
   if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
     echo "@serve $pid"
     echo "@relay $(gpuboard relay --check 2>&1 | head -n 1)"
@@ -29,6 +28,22 @@ nvidia-smi --query-compute-apps={APP_FIELDS} --format=csv,noheader,nounits 2>&1
 echo "@apps-exit $?"
 "#
     )
+}
+
+/// The lines that set `pid` to the pid the SSH user's `serve.lock` names.
+const SERVE_PID: &str = r#"lock="${GPUBOARD_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/gpuboard}/serve.lock"
+  pid=$(sed -n 's/.*"pid"[^0-9]*\([0-9][0-9]*\).*/\1/p' "$lock" 2>/dev/null | head -n 1)"#;
+
+/// The remote command asking only whether a serve runs now (`@serve PID` when one does):
+/// what a host read without one is asked every while.
+pub fn serve_command() -> String {
+    let script = format!(
+        r#"command -v gpuboard >/dev/null 2>&1 || exit 0
+  {SERVE_PID}
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then echo "@serve $pid"; fi
+"#
+    );
+    format!("sh -c {}", quote(&script))
 }
 
 /// The remote command line: the script quoted for the remote shell.
@@ -170,5 +185,14 @@ mod tests {
         assert_eq!(q, r"'a '\''b'\'' c'");
         assert!(remote_command().starts_with("sh -c '"));
         assert!(script().contains("--query-gpu=index,uuid,name,memory.total"));
+        let serve = serve_command();
+        assert!(
+            serve.starts_with("sh -c '") && serve.contains("serve.lock"),
+            "{serve}"
+        );
+        assert!(
+            !serve.contains("nvidia-smi"),
+            "only the serve is asked: {serve}"
+        );
     }
 }
