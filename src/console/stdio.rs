@@ -98,53 +98,43 @@ fn operator_client(dir: &std::path::Path) -> Result<Client, String> {
     if local.read_only {
         return Err(local.note);
     }
-    let user = crate::identity::LocalUser::current().actor();
-    let token = match std::env::var("GPUBOARD_TOKEN")
-        .ok()
-        .filter(|t| !t.trim().is_empty())
-    {
-        Some(t) => t.trim().to_string(),
-        None => {
-            // The serve's own data directory first (the host lock names it), then this
-            // user's; a token that cannot be read is the serve's directory's reason.
-            let dirs: Vec<&std::path::Path> = local
-                .data_dir
-                .iter()
-                .map(PathBuf::as_path)
-                .chain([dir])
-                .collect();
-            let mut first_error = None;
-            let mut found = None;
-            for d in dirs {
-                match crate::endpoint::auth::read_token_file(
-                    &crate::endpoint::auth::default_token_path(d),
-                ) {
-                    Ok(t) => {
-                        found = Some(t);
-                        break;
-                    }
-                    Err(e) => {
-                        first_error.get_or_insert(e);
-                    }
-                }
-            }
-            found.ok_or_else(|| {
-                format!(
-                    "{user} cannot read the operator token of the serve at {}: {}",
-                    local.url,
-                    first_error.map_or_else(|| "none found".to_string(), |e| e.to_string())
-                )
-            })?
-        }
-    };
+    let token = operator_token(&local, dir)?;
     let creds = Credentials {
         data_dir: dir.to_path_buf(),
         ..Credentials::default()
     }
     .for_local(&local);
     let trust = creds.trust(&local.url, &TlsTrust::default());
-    Client::with_trust(&local.url, Some(token), Duration::from_secs(60), &trust)
+    Client::with_trust(&local.url, Some(token), Duration::from_mins(1), &trust)
         .map_err(|e| e.to_string())
+}
+
+/// The operator token of the serve at `local` as this user can read it: `GPUBOARD_TOKEN`,
+/// else `operator.token` in the serve's own data directory (the host lock names it), else
+/// in `dir`; the reason is the first directory's when neither can be read.
+fn operator_token(local: &attach::LocalServe, dir: &std::path::Path) -> Result<String, String> {
+    if let Some(t) = std::env::var("GPUBOARD_TOKEN")
+        .ok()
+        .filter(|t| !t.trim().is_empty())
+    {
+        return Ok(t.trim().to_string());
+    }
+    let mut first_error = None;
+    for d in local.data_dir.iter().map(PathBuf::as_path).chain([dir]) {
+        match crate::endpoint::auth::read_token_file(&crate::endpoint::auth::default_token_path(d))
+        {
+            Ok(t) => return Ok(t),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    Err(format!(
+        "{} cannot read the operator token of the serve at {}: {}",
+        crate::identity::LocalUser::current().actor(),
+        local.url,
+        first_error.map_or_else(|| "none found".to_string(), |e| e.to_string())
+    ))
 }
 
 /// `gpuboard relay`: `--check` says whether this host's serve can be acted on;
