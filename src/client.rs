@@ -10,13 +10,16 @@ mod capacity;
 mod error;
 mod history;
 mod oneshot;
+mod relay;
 mod report;
 mod sse;
 mod trust;
 
 pub use capacity::CapacityRead;
 pub use error::ClientError;
+use error::error_from;
 pub use history::SnapshotAt;
+pub use relay::{RELAY_OK, RELAY_READ_ONLY, Relay, RelayAnswer, Relayed};
 pub use report::ReportAt;
 /// The delta watch's decoder, for a watch that arrives by another road (an SSH channel).
 pub(crate) use sse::watch_events;
@@ -35,7 +38,7 @@ use crate::placement::MoveTarget;
 use crate::request::ClaimRequest;
 use crate::snapshot::{ClaimView, SCHEMA_VERSION, Snapshot};
 use crate::wire::{
-    self, ErrorBody, MoveBody, Released, RenewBody, ShareBody, SnapshotVersion, WatchEvent, paths,
+    self, MoveBody, Released, RenewBody, ShareBody, SnapshotVersion, WatchEvent, paths,
 };
 
 /// How the detail of an `Unreachable` starts when no connection was made, so nothing
@@ -146,6 +149,8 @@ pub struct Client {
     per_call: Option<Duration>,
     /// Where the token came from (a file, a variable), named when it is refused.
     token_from: Option<String>,
+    /// Another road for its requests than a socket of this process (`relay`).
+    relay: Option<std::sync::Arc<dyn Relay>>,
 }
 
 impl Client {
@@ -201,6 +206,7 @@ impl Client {
             mismatch,
             per_call: None,
             token_from: None,
+            relay: None,
         })
     }
 
@@ -225,6 +231,7 @@ impl Client {
             mismatch: None,
             per_call: None,
             token_from: None,
+            relay: None,
         }))
     }
 
@@ -343,6 +350,9 @@ impl Client {
         body: Option<&(impl Serialize + ?Sized)>,
         key: Option<&str>,
     ) -> Result<(StatusCode, T), ClientError> {
+        if let Some(relay) = &self.relay {
+            return self.call_relayed(relay, &method, path, body, key).await;
+        }
         let mut req = self.http.request(method, self.url(path));
         if let Some(k) = key {
             req = req.header(wire::IDEMPOTENCY_HEADER, k);
@@ -746,45 +756,6 @@ fn reported_actor() -> String {
         .take(wire::ACTOR_MAX)
         .collect();
     text
-}
-
-fn error_from(status: StatusCode, bytes: &[u8]) -> ClientError {
-    let body: ErrorBody = serde_json::from_slice(bytes).unwrap_or_else(|_| ErrorBody {
-        detail: String::from_utf8_lossy(&bytes[..bytes.len().min(500)]).into_owned(),
-        ..ErrorBody::default()
-    });
-    let detail = if body.detail.is_empty() {
-        format!("HTTP {status}")
-    } else {
-        body.detail
-    };
-    match status {
-        StatusCode::UNAUTHORIZED => ClientError::Unauthorized { detail },
-        StatusCode::FORBIDDEN => ClientError::Forbidden { detail },
-        StatusCode::NOT_FOUND => ClientError::NotFound { detail },
-        StatusCode::BAD_REQUEST
-        | StatusCode::PAYLOAD_TOO_LARGE
-        | StatusCode::UNPROCESSABLE_ENTITY => ClientError::Invalid {
-            rule: body.rule,
-            rule_number: body.rule_number,
-            field: body.field,
-            detail,
-        },
-        StatusCode::CONFLICT if body.error == "does_not_fit" => ClientError::DoesNotFit {
-            detail,
-            reasons: body.reasons.unwrap_or_default(),
-            infeasible: body.infeasible.unwrap_or(false),
-            no_fit: body.no_fit,
-        },
-        StatusCode::CONFLICT => ClientError::Conflict {
-            error: body.error,
-            detail,
-        },
-        s => ClientError::Server {
-            status: s.as_u16(),
-            detail,
-        },
-    }
 }
 
 #[cfg(test)]

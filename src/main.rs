@@ -39,6 +39,10 @@ enum Command {
     /// Sample this host's GPUs through NVML, one snapshot of JSON a line on stdout
     /// (--stdio): what a console reading this host over SSH runs.
     Telemetry(gpuboard::console::stdio::TelemetryArgs),
+    /// Make one API request to this host's serve with the operator token this user can
+    /// read, printing its answer (--request JSON), or say whether it can (--check): what a
+    /// console acting on this host over SSH runs.
+    Relay(gpuboard::console::stdio::RelayArgs),
     /// Print a shell completion script (bash, zsh, fish...) covering every subcommand.
     Completions(gpuboard::cli::completions::CompletionsArgs),
     /// Print the man page, or write one per subcommand into a directory (--out DIR).
@@ -88,6 +92,7 @@ fn main() -> ExitCode {
         Some(Command::Man(args)) => gpuboard::cli::man::run(&args, Cli::command()).map(|()| 0),
         Some(Command::Watch(args)) => gpuboard::console::stdio::watch(&args),
         Some(Command::Telemetry(args)) => gpuboard::console::stdio::telemetry(&args),
+        Some(Command::Relay(args)) => gpuboard::console::stdio::relay(&args),
         None => gpuboard::console::driver::run(&cli.console).map(|()| 0),
     };
     match result {

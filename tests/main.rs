@@ -91,6 +91,7 @@ mod serve_nvml;
 mod simulated_telemetry;
 mod slurm_source;
 mod source_failures;
+mod ssh_actions;
 mod ssh_source;
 mod tls_flood;
 mod token_usage;

@@ -24,7 +24,7 @@ use serde_json::Value;
 /// Generous: two cores shared with other builders.
 const PATIENCE: Duration = Duration::from_mins(1);
 
-fn config(server: &Sshd, alias: &str) -> SshConfig {
+pub(crate) fn config(server: &Sshd, alias: &str) -> SshConfig {
     SshConfig {
         name: alias.to_string(),
         destination: alias.to_string(),
@@ -38,11 +38,12 @@ fn config(server: &Sshd, alias: &str) -> SshConfig {
         interval: Duration::from_secs(1),
         timeout: Duration::from_secs(4),
         first_wait: Duration::from_millis(200),
+        reprobe: Duration::from_mins(1),
     }
 }
 
 /// Fetches until the host answers with something other than "connecting".
-async fn settled(src: &SshSource) -> Result<Snapshot, Failure> {
+pub(crate) async fn settled(src: &SshSource) -> Result<Snapshot, Failure> {
     let deadline = Instant::now() + PATIENCE;
     loop {
         match src.fetch().await {
@@ -61,7 +62,7 @@ async fn settled(src: &SshSource) -> Result<Snapshot, Failure> {
 }
 
 /// Fetches until a reading (a snapshot or a failure) that `pred` accepts arrives.
-async fn until(
+pub(crate) async fn until(
     src: &SshSource,
     what: &str,
     mut pred: impl FnMut(&Result<Snapshot, Failure>) -> bool,
@@ -87,7 +88,7 @@ async fn until(
     }
 }
 
-fn note(s: &Snapshot) -> String {
+pub(crate) fn note(s: &Snapshot) -> String {
     s.endpoint.telemetry_note.clone().unwrap_or_default()
 }
 
@@ -176,11 +177,15 @@ async fn every_host_shows_its_reader_or_its_reason() {
     let far = result("gpu-serve").unwrap_or_else(|e| panic!("gpu-serve: {e}"));
     let n = note(&far);
     assert!(
-        n.starts_with("reader: gpuboard serve over ssh (pid ") && n.contains("read-only"),
+        n.starts_with("reader: gpuboard serve over ssh (pid ")
+            && n.contains("through its operator token"),
         "{n}"
     );
     assert_eq!(far.endpoint.kind, "ssh");
-    assert!(!far.endpoint.actions, "read-only over ssh");
+    assert!(
+        far.endpoint.actions,
+        "its SSH user reads the operator token"
+    );
     assert_eq!(far.nodes[0].name, "far-node");
     assert_eq!(far.nodes[0].devices.len(), 2);
     assert!(far.claims.is_empty());

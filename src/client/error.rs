@@ -191,3 +191,43 @@ pub(super) fn foreign_answer(
     }
     text
 }
+
+/// The error of a gpuboard endpoint's non-2xx answer, from its status and `wire::ErrorBody`.
+pub(super) fn error_from(status: StatusCode, bytes: &[u8]) -> ClientError {
+    let body: wire::ErrorBody = serde_json::from_slice(bytes).unwrap_or_else(|_| wire::ErrorBody {
+        detail: String::from_utf8_lossy(&bytes[..bytes.len().min(500)]).into_owned(),
+        ..wire::ErrorBody::default()
+    });
+    let detail = if body.detail.is_empty() {
+        format!("HTTP {status}")
+    } else {
+        body.detail
+    };
+    match status {
+        StatusCode::UNAUTHORIZED => ClientError::Unauthorized { detail },
+        StatusCode::FORBIDDEN => ClientError::Forbidden { detail },
+        StatusCode::NOT_FOUND => ClientError::NotFound { detail },
+        StatusCode::BAD_REQUEST
+        | StatusCode::PAYLOAD_TOO_LARGE
+        | StatusCode::UNPROCESSABLE_ENTITY => ClientError::Invalid {
+            rule: body.rule,
+            rule_number: body.rule_number,
+            field: body.field,
+            detail,
+        },
+        StatusCode::CONFLICT if body.error == "does_not_fit" => ClientError::DoesNotFit {
+            detail,
+            reasons: body.reasons.unwrap_or_default(),
+            infeasible: body.infeasible.unwrap_or(false),
+            no_fit: body.no_fit,
+        },
+        StatusCode::CONFLICT => ClientError::Conflict {
+            error: body.error,
+            detail,
+        },
+        s => ClientError::Server {
+            status: s.as_u16(),
+            detail,
+        },
+    }
+}

@@ -8,7 +8,11 @@
 //! - `gpuboard telemetry --stdio`: this host's GPUs sampled through NVML every interval,
 //!   each round one snapshot of JSON a line (a node with its devices' telemetry and
 //!   processes, and the host), or an empty line when it reads as the last one did; with
-//!   no NVML it says why on stderr and fails.
+//!   no NVML it says why on stderr and fails;
+//! - `gpuboard relay --request JSON`: one API request made to this host's serve with the
+//!   operator token the SSH user can read, its answer printed as one JSON line
+//!   (`client::Relayed`, `client::RelayAnswer`); `gpuboard relay --check` says whether that
+//!   token can be read (`ok USER`, or `read-only: WHY`).
 
 use std::collections::BTreeSet;
 use std::io::Write as _;
@@ -21,7 +25,7 @@ use futures::StreamExt as _;
 use tokio::io::AsyncWriteExt as _;
 
 use super::attach::{self, Credentials};
-use crate::client::{Client, TlsTrust};
+use crate::client::{Client, RELAY_OK, RELAY_READ_ONLY, RelayAnswer, Relayed, TlsTrust};
 use crate::clock::{Clock as _, SystemClock, Timestamp};
 use crate::endpoint::live::{self, LiveConfig, LiveRound};
 use crate::snapshot::{DeviceView, EndpointInfo, NodeView, SCHEMA_VERSION, Snapshot};
@@ -63,6 +67,110 @@ pub struct TelemetryArgs {
         value_name = "PATH"
     )]
     pub nvml_lib: Option<PathBuf>,
+}
+
+/// `gpuboard relay`.
+#[derive(Args, Debug)]
+pub struct RelayArgs {
+    /// Say whether this host's serve can be acted on with the operator token this user can
+    /// read: `ok USER@HOST`, or `read-only: WHY`.
+    #[arg(long, conflicts_with = "request")]
+    pub check: bool,
+    /// One API request as JSON (`method`, `path`, `body`, `key`, `move_id`), made to this
+    /// host's serve; its answer is printed as one JSON line.
+    #[arg(long, value_name = "JSON", required_unless_present = "check")]
+    pub request: Option<String>,
+    /// Data directory of this host's serve (its serve.lock and tokens).
+    #[arg(long, env = "GPUBOARD_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+}
+
+/// This host's serve, a client of it holding the operator token this user can read
+/// (`GPUBOARD_TOKEN` first), or why there is none.
+fn operator_client(dir: &std::path::Path) -> Result<Client, String> {
+    let local = attach::local_serve(dir).ok_or_else(|| {
+        format!(
+            "no gpuboard serve runs on this host (none named by {}, none answering at the \
+             default address)",
+            dir.join(attach::SERVE_LOCK_FILE).display()
+        )
+    })?;
+    if local.read_only {
+        return Err(local.note);
+    }
+    let token = operator_token(&local, dir)?;
+    let creds = Credentials {
+        data_dir: dir.to_path_buf(),
+        ..Credentials::default()
+    }
+    .for_local(&local);
+    let trust = creds.trust(&local.url, &TlsTrust::default());
+    Client::with_trust(&local.url, Some(token), Duration::from_mins(1), &trust)
+        .map_err(|e| e.to_string())
+}
+
+/// The operator token of the serve at `local` as this user can read it: `GPUBOARD_TOKEN`,
+/// else `operator.token` in the serve's own data directory (the host lock names it), else
+/// in `dir`; the reason is the first directory's when neither can be read.
+fn operator_token(local: &attach::LocalServe, dir: &std::path::Path) -> Result<String, String> {
+    if let Some(t) = std::env::var("GPUBOARD_TOKEN")
+        .ok()
+        .filter(|t| !t.trim().is_empty())
+    {
+        return Ok(t.trim().to_string());
+    }
+    let mut first_error = None;
+    for d in local.data_dir.iter().map(PathBuf::as_path).chain([dir]) {
+        match crate::endpoint::auth::read_token_file(&crate::endpoint::auth::default_token_path(d))
+        {
+            Ok(t) => return Ok(t),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    Err(format!(
+        "{} cannot read the operator token of the serve at {}: {}",
+        crate::identity::LocalUser::current().actor(),
+        local.url,
+        first_error.map_or_else(|| "none found".to_string(), |e| e.to_string())
+    ))
+}
+
+/// `gpuboard relay`: `--check` says whether this host's serve can be acted on;
+/// `--request` makes one request to it and prints the answer.
+///
+/// # Errors
+/// A request that is not JSON of a relayed request; stdout closed.
+pub fn relay(args: &RelayArgs) -> anyhow::Result<i32> {
+    let dir = args
+        .data_dir
+        .clone()
+        .unwrap_or_else(crate::store::claims::default_data_dir);
+    let client = operator_client(&dir);
+    let mut out = std::io::stdout().lock();
+    let Some(request) = &args.request else {
+        match client {
+            Ok(_) => writeln!(
+                out,
+                "{RELAY_OK} {}",
+                crate::identity::LocalUser::current().actor()
+            )?,
+            Err(why) => writeln!(out, "{RELAY_READ_ONLY} {why}")?,
+        }
+        return Ok(0);
+    };
+    let request: Relayed = serde_json::from_str(request)
+        .map_err(|e| anyhow!("--request: not a relayed API request ({e})"))?;
+    let answer = match client {
+        Err(why) => RelayAnswer::ReadOnly { why },
+        Ok(client) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(client.send_relayed(&request)),
+    };
+    writeln!(out, "{}", serde_json::to_string(&answer)?)?;
+    Ok(0)
 }
 
 /// `gpuboard watch --stdio`: relays the local serve's watch until it or stdout closes.

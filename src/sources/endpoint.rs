@@ -85,7 +85,7 @@ impl Http {
 
 /// The console's view of a client error: the endpoint's words, plus what to do about a
 /// refused token.
-fn failure(source: &str, has_token: bool, e: ClientError) -> Failure {
+pub(super) fn failure(source: &str, has_token: bool, e: ClientError) -> Failure {
     match e {
         ClientError::BadEndpoint { url, detail } => Failure::Unreachable {
             detail: format!("bad endpoint `{url}`: {detail}"),
@@ -285,16 +285,14 @@ impl Source for Http {
         let client = match &move_id {
             Some(id) => self.client.for_move(id),
             None => self.client.clone(),
-        }
-        .patiently(patience);
-        let fail = self.failure();
-        Box::pin(async move {
-            let made = client
-                .claim_keyed(&request, Some(&key))
-                .await
-                .map_err(fail)?;
-            Ok(Outcome::Claimed(Box::new(made.claim().clone())))
-        })
+        };
+        Box::pin(claim_through(
+            client,
+            request,
+            key,
+            patience,
+            self.failure(),
+        ))
     }
 }
 
@@ -305,64 +303,88 @@ impl Http {
         client: Client,
         action: Action,
     ) -> BoxFuture<'static, Result<Outcome, Failure>> {
-        let fail = self.failure();
         // API v1 answers a move with the new place only; the old one is the last seen.
         let from = match &action {
             Action::Move { id, .. } => self.mirror.with_last(|s| s.claim(*id).map(place)).flatten(),
             _ => None,
         };
-        Box::pin(async move {
-            Ok(match action {
-                Action::Engine(a) => {
-                    return Err(Failure::ReadOnly(super::not_an_engine(&a.verb)));
-                }
-                Action::Claim { request } => {
-                    let made = client.claim(&request).await.map_err(fail)?;
-                    Outcome::Claimed(Box::new(made.claim().clone()))
-                }
-                Action::Release { id } => {
-                    let gone = client.release(id).await.map_err(fail)?;
-                    Outcome::Released {
-                        id,
-                        place: gone.claim.filter(|_| gone.released).map(|c| place(&c)),
-                    }
-                }
-                Action::Move { id, target } => {
-                    let moved = client.move_claim(id, &target).await.map_err(fail)?;
-                    Outcome::Moved {
-                        id,
-                        from: from.unwrap_or_else(|| "its old place".to_string()),
-                        to: place(&moved),
-                    }
-                }
-                Action::Cordon {
-                    node,
-                    index,
-                    cordoned,
-                } => {
-                    if cordoned {
-                        client.cordon(&node, index).await
-                    } else {
-                        client.uncordon(&node, index).await
-                    }
-                    .map_err(fail)?;
-                    Outcome::Cordoned {
-                        node,
-                        index,
-                        cordoned,
-                    }
-                }
-                Action::ResetProject { project } => {
-                    client.reset_project(&project).await.map_err(fail)?;
-                    Outcome::Reset { project }
-                }
-                Action::SetShare { project, share } => {
-                    client.set_share(&project, share).await.map_err(fail)?;
-                    Outcome::ShareSet { project, share }
-                }
-            })
-        })
+        Box::pin(act_through(client, action, from, self.failure()))
     }
+}
+
+/// Carries out `action` through `client` (over HTTP, or relayed to an SSH host's serve),
+/// its errors read by `fail`; `from` is a moved claim's place as last seen.
+pub(super) async fn act_through(
+    client: Client,
+    action: Action,
+    from: Option<String>,
+    fail: impl Fn(ClientError) -> Failure,
+) -> Result<Outcome, Failure> {
+    Ok(match action {
+        Action::Engine(a) => {
+            return Err(Failure::ReadOnly(super::not_an_engine(&a.verb)));
+        }
+        Action::Claim { request } => {
+            let made = client.claim(&request).await.map_err(fail)?;
+            Outcome::Claimed(Box::new(made.claim().clone()))
+        }
+        Action::Release { id } => {
+            let gone = client.release(id).await.map_err(fail)?;
+            Outcome::Released {
+                id,
+                place: gone.claim.filter(|_| gone.released).map(|c| place(&c)),
+            }
+        }
+        Action::Move { id, target } => {
+            let moved = client.move_claim(id, &target).await.map_err(fail)?;
+            Outcome::Moved {
+                id,
+                from: from.unwrap_or_else(|| "its old place".to_string()),
+                to: place(&moved),
+            }
+        }
+        Action::Cordon {
+            node,
+            index,
+            cordoned,
+        } => {
+            if cordoned {
+                client.cordon(&node, index).await
+            } else {
+                client.uncordon(&node, index).await
+            }
+            .map_err(fail)?;
+            Outcome::Cordoned {
+                node,
+                index,
+                cordoned,
+            }
+        }
+        Action::ResetProject { project } => {
+            client.reset_project(&project).await.map_err(fail)?;
+            Outcome::Reset { project }
+        }
+        Action::SetShare { project, share } => {
+            client.set_share(&project, share).await.map_err(fail)?;
+            Outcome::ShareSet { project, share }
+        }
+    })
+}
+
+/// A claim sent with its idempotency `key` through `client`, waiting up to `patience`.
+pub(super) async fn claim_through(
+    client: Client,
+    request: ClaimRequest,
+    key: String,
+    patience: Duration,
+    fail: impl Fn(ClientError) -> Failure,
+) -> Result<Outcome, Failure> {
+    let made = client
+        .patiently(patience)
+        .claim_keyed(&request, Some(&key))
+        .await
+        .map_err(fail)?;
+    Ok(Outcome::Claimed(Box::new(made.claim().clone())))
 }
 
 /// `node:0,1`, or `pending`.

@@ -8,6 +8,11 @@
 //!   (it only prints its version);
 //! - `gpu-serve`: this build's `gpuboard` on its PATH and a serve of it running (the test
 //!   starts it on `Sshd::serve_dir`), no nvidia-smi;
+//! - `gpu-serve-ro`: the same serve, found through a `serve.lock` in a data directory of
+//!   its own (`Sshd::read_only_dir`) that holds no operator token: its SSH user cannot act
+//!   (start the serve with `--open-reads`, so that user can still watch it);
+//! - `gpu-late`: this build's `gpuboard` and the fake nvidia-smi, no serve until the test
+//!   starts one on `Sshd::late_dir`;
 //! - `gpu-nvml`: this build's `gpuboard` and no serve, NVML being the fake of
 //!   `tests/fake-nvml` (fixture `mixed.toml`), and the fake nvidia-smi;
 //! - `gpu-stall`: an nvidia-smi that answers once, but with `-l` prints one period and
@@ -110,7 +115,7 @@ fn fake_smi(clean: bool, stall: bool) -> String {
 fn keys_and_paths(d: &Path) {
     keygen(&d.join("host_key"));
     for k in [
-        "fake", "ours", "nosmi", "hang", "refused", "serve", "nvml", "stall",
+        "fake", "ours", "nosmi", "hang", "refused", "serve", "servero", "late", "nvml", "stall",
     ] {
         keygen(&d.join(format!("key_{k}")));
     }
@@ -150,11 +155,24 @@ fn keys_and_paths(d: &Path) {
     };
     let serve = ours_binary("bin-serve", false);
     let nvml = ours_binary("bin-nvml", true);
+    let late = ours_binary("bin-late", true);
+    let late_env = format!(
+        ",environment=\"GPUBOARD_DATA_DIR={}\"",
+        d.join("late-data").display()
+    );
     let stall = bin(d, "bin-stall", &[("nvidia-smi", fake_smi(true, true))]);
     let serve_env = format!(
         ",environment=\"GPUBOARD_DATA_DIR={}\"",
         d.join("serve-data").display()
     );
+    let ro = d.join("ro-data");
+    std::fs::create_dir_all(&ro).unwrap();
+    std::os::unix::fs::symlink(
+        d.join("serve-data").join("serve.lock"),
+        ro.join("serve.lock"),
+    )
+    .unwrap();
+    let ro_env = format!(",environment=\"GPUBOARD_DATA_DIR={}\"", ro.display());
     let nvml_env = format!(
         ",environment=\"GPUBOARD_NVML_LIBRARY={}\",environment=\"GPUBOARD_FAKE_NVML_FIXTURE={}\"",
         crate::common::fake_nvml_library().display(),
@@ -167,6 +185,8 @@ fn keys_and_paths(d: &Path) {
         ("nosmi", &nosmi, ""),
         ("hang", &hang, ""),
         ("serve", &serve, serve_env.as_str()),
+        ("servero", &serve, ro_env.as_str()),
+        ("late", &late, late_env.as_str()),
         ("nvml", &nvml, nvml_env.as_str()),
         ("stall", &stall, ""),
     ] {
@@ -198,6 +218,8 @@ fn client_config(d: &Path, aliases: &[&str], ports: &[u16]) -> String {
         alias("gpu-hang", "hang", ""),
         alias("gpu-refused", "refused", ""),
         alias("gpu-serve", "serve", ""),
+        alias("gpu-serve-ro", "servero", ""),
+        alias("gpu-late", "late", ""),
         alias("gpu-nvml", "nvml", ""),
         alias("gpu-stall", "stall", ""),
         alias(
@@ -252,6 +274,8 @@ impl Sshd {
             "gpu-refused",
             "gpu-badkey",
             "gpu-serve",
+            "gpu-serve-ro",
+            "gpu-late",
             "gpu-nvml",
             "gpu-stall",
         ];
@@ -312,6 +336,16 @@ impl Sshd {
     /// The data directory `gpu-serve`'s `gpuboard` looks for its serve in.
     pub fn serve_dir(&self) -> PathBuf {
         self.dir.path().join("serve-data")
+    }
+
+    /// The data directory of `gpu-serve-ro`: the serve's `serve.lock`, no token.
+    pub fn read_only_dir(&self) -> PathBuf {
+        self.dir.path().join("ro-data")
+    }
+
+    /// The data directory `gpu-late`'s `gpuboard` looks for its serve in.
+    pub fn late_dir(&self) -> PathBuf {
+        self.dir.path().join("late-data")
     }
 
     /// A private directory for control sockets (short: a socket path has a length limit).

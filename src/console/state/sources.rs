@@ -93,6 +93,10 @@ impl State {
         let Some(slot) = self.sources.get_mut(source) else {
             return;
         };
+        // An SSH host takes actions while its serve is read and its token readable.
+        if slot.kind == SourceKind::Ssh {
+            slot.can_act = snap.endpoint.actions;
+        }
         if joined(slot.kind) {
             slot.raw = Some(snap);
         } else {

@@ -210,6 +210,22 @@ pub(super) fn refusal(state: &State, source: usize, action: &Action) -> Option<S
             action.target()
         ));
     }
+    if !slot.can_act && slot.kind == crate::sources::SourceKind::Ssh {
+        // An SSH host says why: no serve read there, or its token unreadable.
+        let note = slot
+            .data
+            .as_ref()
+            .and_then(|d| d.endpoint.telemetry_note.clone());
+        let why = note.as_deref().map_or("it has not been read yet", |n| {
+            crate::sources::ssh::act::read_only_reason(n)
+        });
+        return Some(format!(
+            "{}: read-only over ssh ({why}); {} {} refused",
+            slot.name,
+            action.verb(),
+            action.target()
+        ));
+    }
     if !slot.can_act && !matches!(action, Action::Engine(_)) {
         // An engine's claim by its name, and the engine's own actions where it has some.
         let target = match action {

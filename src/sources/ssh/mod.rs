@@ -5,15 +5,18 @@
 //! long-lived ssh child: a running serve's delta watch (`serve_watch`), a gpuboard
 //! binary's NVML telemetry (`telemetry`), or nvidia-smi with `-l` (`smi_stream`). A
 //! reader that cannot start says why and the next one is tried. The host is a source of
-//! kind `ssh`, read-only; its devices join other sources' devices like Prometheus's.
+//! kind `ssh`; its devices join other sources' devices like Prometheus's. A host whose
+//! serve is read takes actions when its SSH user can read that serve's operator token
+//! (`act`: each is relayed to the serve by `gpuboard relay` there); any other is read-only.
 //!
 //! Each host is read by its own task, so a slow host never holds up a fetch: `fetch`
 //! answers the newest reading (waiting a little for the first). A host that fails says
 //! why (`failure`): authentication, host key, timeout, no nvidia-smi, an unreadable line,
 //! a stream gone silent; it is read again after a wait that grows. Where things live:
 //! `command` (running ssh), `probe` (the script and its answer), `nvidia_smi` (the CSV),
-//! `failure` (why a run failed), `hosts` (which hosts).
+//! `failure` (why a run failed), `hosts` (which hosts), `act` (actions).
 
+pub mod act;
 pub mod command;
 pub mod failure;
 pub mod hosts;
@@ -29,12 +32,14 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use tokio::sync::{Notify, Semaphore, watch};
 
+use self::act::{Acting, SshRelay};
 use self::command::SshOptions;
 use self::failure::{HostFailure, classify};
 use super::adapter::{self, wall_clock};
 use super::kind::SourceKind;
 use super::watch::{Model, ReconnectDelay};
 use super::{Action, Failure, Fetched, Outcome as ActOutcome, Source};
+use crate::client::Client;
 use crate::clock::Clock;
 use crate::placement::Allocation;
 use crate::request::ClaimRequest;
@@ -55,11 +60,14 @@ pub struct SshConfig {
     pub timeout: Duration,
     /// How long the first fetch waits for the first reading.
     pub first_wait: Duration,
+    /// How often a host read without a serve is asked whether one has started there.
+    pub reprobe: Duration,
 }
 
 impl SshConfig {
     /// A host with the defaults: `ssh` from the PATH, `~/.ssh/config`, the default control
-    /// directory, connections kept 60 s, 10 s to connect, read every 2 s within 20 s.
+    /// directory, connections kept 60 s, 10 s to connect, read every 2 s within 20 s, asked
+    /// for a serve started since every 60 s.
     pub fn new(name: &str, destination: &str) -> SshConfig {
         SshConfig {
             name: name.to_string(),
@@ -74,6 +82,7 @@ impl SshConfig {
             interval: Duration::from_secs(2),
             timeout: Duration::from_secs(20),
             first_wait: Duration::from_millis(800),
+            reprobe: Duration::from_mins(1),
         }
     }
 }
@@ -87,6 +96,10 @@ struct Latest {
     generation: u64,
     /// The generation the console last got as a snapshot.
     shown: u64,
+    /// The last snapshot read, kept through failures (a claim's preview, a move's origin).
+    last_good: Option<Snapshot>,
+    /// Whether actions can go to the host's serve now.
+    acting: Acting,
 }
 
 struct Inner {
@@ -230,6 +243,9 @@ impl Outlet {
         };
         let generation = match inner.latest.lock() {
             Ok(mut l) => {
+                if let Ok(s) = &result {
+                    l.last_good = Some(s.clone());
+                }
                 l.result = Some(result);
                 l.generation += 1;
                 l.generation
@@ -242,6 +258,17 @@ impl Outlet {
     }
 }
 
+impl Outlet {
+    /// Says whether actions can go to the host's serve now.
+    fn set_acting(&self, acting: Acting) {
+        if let Some(inner) = self.inner.upgrade()
+            && let Ok(mut l) = inner.latest.lock()
+        {
+            l.acting = acting;
+        }
+    }
+}
+
 /// How a reader's turn ended.
 pub(crate) enum Turn {
     /// It never read anything, and says why: the next reader is tried.
@@ -250,16 +277,18 @@ pub(crate) enum Turn {
     Stopped(HostFailure),
     /// It failed without reading (why): the host is read again after a growing wait.
     Failed(HostFailure),
+    /// A better reader can start now (why): the host is read again at once.
+    Again(String),
     /// The source is gone.
     Gone,
 }
 
-/// A reader's snapshot as this host shows it: under the host's name, of kind `ssh`,
-/// read-only, its NOTE saying which reader is in use.
-fn relabel(snap: &mut Snapshot, name: &str, note: &str) {
+/// A reader's snapshot as this host shows it: under the host's name, of kind `ssh`, taking
+/// actions only when it did and `acts`, its NOTE saying which reader is in use.
+fn relabel(snap: &mut Snapshot, name: &str, note: &str, acts: bool) {
     snap.endpoint.name = name.to_string();
     snap.endpoint.kind = SourceKind::Ssh.as_str().to_string();
-    snap.endpoint.actions = false;
+    snap.endpoint.actions &= acts;
     snap.endpoint.telemetry_note = Some(match snap.endpoint.telemetry_note.take() {
         Some(own) if !own.is_empty() => format!("{note}; {own}"),
         _ => note.to_string(),
@@ -336,6 +365,11 @@ async fn read_forever(weak: Weak<Inner>) {
     loop {
         let failure = match read_host(&ctx, &outlet, &mut model).await {
             Turn::Gone => return,
+            Turn::Again(why) => {
+                tracing::info!(host = %ctx.config.name, "reading the host again: {why}");
+                backoff.reset();
+                continue;
+            }
             Turn::Stopped(f) => {
                 backoff.reset();
                 f
@@ -374,7 +408,11 @@ async fn read_host(ctx: &Context, outlet: &Outlet, model: &mut Model) -> Turn {
     }
     let mut why_not: Vec<String> = Vec::new();
     if let Some(pid) = answer.serve {
-        match serve_watch::follow(ctx, outlet, pid, model).await {
+        let acting = Acting::from_check(answer.relay.as_deref());
+        outlet.set_acting(acting.clone());
+        let turn = serve_watch::follow(ctx, outlet, pid, model, &acting).await;
+        outlet.set_acting(Acting::NoServe);
+        match turn {
             Turn::Unavailable(why) => why_not.push(format!(
                 "a gpuboard serve runs on the host (pid {pid}), but watching it failed: {why}"
             )),
@@ -387,7 +425,7 @@ async fn read_host(ctx: &Context, outlet: &Outlet, model: &mut Model) -> Turn {
         } else {
             version
         };
-        match telemetry::follow(ctx, outlet, version).await {
+        match until_a_serve(ctx, telemetry::follow(ctx, outlet, version)).await {
             Turn::Unavailable(why) => why_not.push(format!(
                 "{version} is on the host, but its telemetry failed: {why}"
             )),
@@ -419,7 +457,95 @@ async fn read_host(ctx: &Context, outlet: &Outlet, model: &mut Model) -> Turn {
     if !outlet.publish(Ok(first)) {
         return Turn::Gone;
     }
-    smi_stream::follow(ctx, outlet, answer.hostname.as_deref(), &note).await
+    until_a_serve(
+        ctx,
+        smi_stream::follow(ctx, outlet, answer.hostname.as_deref(), &note),
+    )
+    .await
+}
+
+/// Runs a reader of a host without a serve, asking the host every `reprobe` (over the kept
+/// connection: one short command) whether a serve has started there; one found ends the
+/// reader's turn, so that the host is probed again at once and read by the serve.
+async fn until_a_serve(ctx: &Context, reader: impl Future<Output = Turn>) -> Turn {
+    let mut reader = std::pin::pin!(reader);
+    loop {
+        tokio::select! {
+            turn = &mut reader => return turn,
+            () = tokio::time::sleep(ctx.config.reprobe) => {}
+        }
+        let run = ctx
+            .config
+            .options
+            .run(
+                &ctx.config.destination,
+                &probe::serve_command(),
+                ctx.config.timeout,
+            )
+            .await;
+        if let Some(pid) = probe::read(&run.stdout).serve {
+            return Turn::Again(format!("a gpuboard serve runs on the host now (pid {pid})"));
+        }
+    }
+}
+
+impl SshSource {
+    /// The API client whose requests are relayed to the host's serve, when actions can go
+    /// there now; else why not.
+    fn acting_client(&self, move_id: Option<&str>) -> Result<Client, Failure> {
+        let acting = self
+            .inner
+            .latest
+            .lock()
+            .map(|l| l.acting.clone())
+            .unwrap_or_default();
+        if let Some(why) = acting.refusal() {
+            return Err(Failure::ReadOnly(format!(
+                "{}: {why}",
+                self.inner.config.name
+            )));
+        }
+        let relay = Arc::new(SshRelay {
+            options: self.inner.config.options.clone(),
+            destination: self.inner.config.destination.clone(),
+        });
+        let client = Client::relayed(relay, self.inner.config.timeout)
+            .map_err(|e| Failure::Decode(e.to_string()))?;
+        Ok(match move_id {
+            Some(id) => client.for_move(id),
+            None => client,
+        })
+    }
+
+    /// The last snapshot read, through failures since.
+    fn last_good(&self) -> Option<Snapshot> {
+        self.inner
+            .latest
+            .lock()
+            .ok()
+            .and_then(|l| l.last_good.clone())
+    }
+
+    /// `action` through the host's serve (tagged with `move_id` in a move across sources).
+    fn act_on(
+        &self,
+        action: Action,
+        move_id: Option<&str>,
+    ) -> BoxFuture<'static, Result<ActOutcome, Failure>> {
+        let client = self.acting_client(move_id);
+        let name = self.inner.config.name.clone();
+        // A move is answered with the new place only; the old one is the last seen.
+        let from = match &action {
+            Action::Move { id, .. } => self
+                .last_good()
+                .and_then(|s| s.claim(*id).map(super::endpoint::place)),
+            _ => None,
+        };
+        Box::pin(async move {
+            super::endpoint::act_through(client?, action, from, move |e| act::failure(&name, e))
+                .await
+        })
+    }
 }
 
 impl Source for SshSource {
@@ -429,8 +555,9 @@ impl Source for SshSource {
     fn kind(&self) -> SourceKind {
         SourceKind::Ssh
     }
+    /// Whether its serve takes actions now (read, and its operator token readable).
     fn can_act(&self) -> bool {
-        false
+        self.inner.latest.lock().is_ok_and(|l| l.acting.can())
     }
     fn fetch(&self) -> BoxFuture<'static, Result<Fetched, Failure>> {
         let source = self.clone();
@@ -439,14 +566,66 @@ impl Source for SshSource {
     fn changed(&self) -> Option<Arc<Notify>> {
         Some(Arc::clone(&self.inner.changed))
     }
-    fn plan(&self, _request: ClaimRequest) -> BoxFuture<'static, Result<Allocation, Failure>> {
-        adapter::plan_refused(&self.inner.config.name, SourceKind::Ssh)
+    fn forecast(
+        &self,
+    ) -> Option<BoxFuture<'static, Result<crate::wire::forecast::Forecast, Failure>>> {
+        let client = self.acting_client(None).ok()?;
+        let name = self.inner.config.name.clone();
+        Some(Box::pin(async move {
+            client.forecast().await.map_err(|e| act::failure(&name, e))
+        }))
+    }
+    fn preview(
+        &self,
+        action: crate::wire::forecast::PreviewAction,
+    ) -> Option<BoxFuture<'static, Result<crate::wire::forecast::Preview, Failure>>> {
+        let client = self.acting_client(None).ok()?;
+        let name = self.inner.config.name.clone();
+        Some(Box::pin(async move {
+            client
+                .preview(&action)
+                .await
+                .map_err(|e| act::failure(&name, e))
+        }))
+    }
+    /// A preview on the last snapshot of the host's serve, which re-checks the claim when
+    /// it is sent; refused on a host that takes no actions.
+    fn plan(&self, request: ClaimRequest) -> BoxFuture<'static, Result<Allocation, Failure>> {
+        if !self.can_act() {
+            return adapter::plan_refused(&self.inner.config.name, SourceKind::Ssh);
+        }
+        let last = self.last_good();
+        Box::pin(async move {
+            let snap = last.ok_or_else(|| {
+                Failure::Refused("no snapshot from this host yet to preview against".into())
+            })?;
+            super::plan_on_snapshot(&snap, &request)
+        })
     }
     fn act(&self, action: Action) -> BoxFuture<'static, Result<ActOutcome, Failure>> {
-        adapter::act_refused(adapter::refusal(
-            "this host is read over ssh, read-only",
-            &format!("{} {}", action.verb(), action.target()),
-            "Run `gpuboard serve` on it and add that serve as an endpoint (--endpoint) to act there.",
-        ))
+        self.act_on(action, None)
+    }
+    fn act_in_move(
+        &self,
+        action: Action,
+        move_id: &str,
+    ) -> BoxFuture<'static, Result<ActOutcome, Failure>> {
+        self.act_on(action, Some(move_id))
+    }
+    fn claim_keyed(
+        &self,
+        request: ClaimRequest,
+        key: String,
+        move_id: Option<String>,
+        patience: Duration,
+    ) -> BoxFuture<'static, Result<ActOutcome, Failure>> {
+        let client = self.acting_client(move_id.as_deref());
+        let name = self.inner.config.name.clone();
+        Box::pin(async move {
+            super::endpoint::claim_through(client?, request, key, patience, move |e| {
+                act::failure(&name, e)
+            })
+            .await
+        })
     }
 }

@@ -6,15 +6,18 @@
 use super::nvidia_smi::{APP_FIELDS, GPU_FIELDS};
 
 /// The script, for `sh -c`. A running serve is found by the `serve.lock` in the SSH
-/// user's data directory naming a live pid; `command -v` finds the binaries.
+/// user's data directory naming a live pid, and asked whether actions can be relayed to
+/// it (`gpuboard relay --check`); `command -v` finds the binaries.
 pub fn script() -> String {
     format!(
         r#"echo "@host $(hostname 2>/dev/null)"
 if command -v gpuboard >/dev/null 2>&1; then
   echo "@gpuboard $(gpuboard --version 2>/dev/null | head -n 1)"
-  lock="${{GPUBOARD_DATA_DIR:-${{XDG_DATA_HOME:-$HOME/.local/share}}/gpuboard}}/serve.lock"
-  pid=$(sed -n 's/.*"pid"[^0-9]*\([0-9][0-9]*\).*/\1/p' "$lock" 2>/dev/null | head -n 1)
-  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then echo "@serve $pid"; fi
+  {SERVE_PID}
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    echo "@serve $pid"
+    echo "@relay $(gpuboard relay --check 2>&1 | head -n 1)"
+  fi
 fi
 if ! command -v nvidia-smi >/dev/null 2>&1; then echo "@no-nvidia-smi"; exit 127; fi
 echo "@gpus"
@@ -25,6 +28,22 @@ nvidia-smi --query-compute-apps={APP_FIELDS} --format=csv,noheader,nounits 2>&1
 echo "@apps-exit $?"
 "#
     )
+}
+
+/// The lines that set `pid` to the pid the SSH user's `serve.lock` names.
+const SERVE_PID: &str = r#"lock="${GPUBOARD_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/gpuboard}/serve.lock"
+  pid=$(sed -n 's/.*"pid"[^0-9]*\([0-9][0-9]*\).*/\1/p' "$lock" 2>/dev/null | head -n 1)"#;
+
+/// The remote command asking only whether a serve runs now (`@serve PID` when one does):
+/// what a host read without one is asked every while.
+pub fn serve_command() -> String {
+    let script = format!(
+        r#"command -v gpuboard >/dev/null 2>&1 || exit 0
+  {SERVE_PID}
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then echo "@serve $pid"; fi
+"#
+    );
+    format!("sh -c {}", quote(&script))
 }
 
 /// The remote command line: the script quoted for the remote shell.
@@ -59,6 +78,8 @@ pub struct Probed {
     pub gpuboard: Option<String>,
     /// The pid of a serve running there.
     pub serve: Option<u32>,
+    /// What `gpuboard relay --check` said there (its first line), with a serve.
+    pub relay: Option<String>,
     /// The script found no nvidia-smi on the PATH.
     pub no_nvidia_smi: bool,
     /// The `--query-gpu` lines, and that query's exit status.
@@ -101,6 +122,8 @@ pub fn read(stdout: &str) -> Probed {
             a.gpuboard = Some(rest.trim().to_string());
         } else if let Some(rest) = line.strip_prefix("@serve ") {
             a.serve = rest.trim().parse().ok();
+        } else if let Some(rest) = line.strip_prefix("@relay") {
+            a.relay = Some(rest.trim().to_string());
         } else if line == "@no-nvidia-smi" {
             a.no_nvidia_smi = true;
         } else if line == "@gpus" {
@@ -137,10 +160,11 @@ mod tests {
     #[test]
     fn the_answer_splits_into_its_sections_and_names_the_best_reader() {
         let a = read(
-            "@host gpu-01\n@gpuboard gpuboard 0.9.0\n@serve 4321\n@gpus\n0, GPU-a, T4, 1, 1, 1, 1, 1\n@gpus-exit 0\n@apps\n@apps-exit 6\n",
+            "@host gpu-01\n@gpuboard gpuboard 0.9.0\n@serve 4321\n@relay ok ann@gpu-01\n@gpus\n0, GPU-a, T4, 1, 1, 1, 1, 1\n@gpus-exit 0\n@apps\n@apps-exit 6\n",
         );
         assert_eq!(a.hostname.as_deref(), Some("gpu-01"));
         assert_eq!(a.reader(), Reader::Serve(4321));
+        assert_eq!(a.relay.as_deref(), Some("ok ann@gpu-01"));
         assert_eq!(
             a.gpus,
             Some(("0, GPU-a, T4, 1, 1, 1, 1, 1\n".into(), Some(0)))
@@ -161,5 +185,14 @@ mod tests {
         assert_eq!(q, r"'a '\''b'\'' c'");
         assert!(remote_command().starts_with("sh -c '"));
         assert!(script().contains("--query-gpu=index,uuid,name,memory.total"));
+        let serve = serve_command();
+        assert!(
+            serve.starts_with("sh -c '") && serve.contains("serve.lock"),
+            "{serve}"
+        );
+        assert!(
+            !serve.contains("nvidia-smi"),
+            "only the serve is asked: {serve}"
+        );
     }
 }

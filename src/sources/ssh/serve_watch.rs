@@ -3,12 +3,14 @@
 //! `GET /v1/watch?deltas=1`) to stdout; here the bytes go through the HTTP watch's own
 //! decoder into the same `Model`, and a reconnect resumes with `since`. No port is
 //! opened to the console and no token crosses the network: SSH's authentication is the
-//! access control. Read-only: actions over SSH are not built.
+//! access control. Actions go to the same serve through `gpuboard relay` (`act`), when
+//! the probe found its operator token readable by the SSH user.
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use tokio::io::AsyncReadExt;
 
+use super::act::Acting;
 use super::failure::{self, HostFailure};
 use super::{Context, Outlet, Turn, relabel};
 use crate::client::ClientError;
@@ -54,11 +56,19 @@ fn chunks(
 }
 
 /// Follows the serve's watch, publishing each change, until the stream fails or the
-/// source is gone. A failure before the first event makes the reader unavailable.
-pub(super) async fn follow(ctx: &Context, outlet: &Outlet, pid: u32, model: &mut Model) -> Turn {
+/// source is gone; its snapshots take actions as `acting` says. A failure before the
+/// first event makes the reader unavailable.
+pub(super) async fn follow(
+    ctx: &Context,
+    outlet: &Outlet,
+    pid: u32,
+    model: &mut Model,
+    acting: &Acting,
+) -> Turn {
     let note = format!(
         "reader: gpuboard serve over ssh (pid {pid}; its delta watch through the SSH \
-         channel), read-only"
+         channel), {}",
+        acting.note()
     );
     let name = &ctx.config.name;
     let mut delivered = false;
@@ -93,7 +103,7 @@ pub(super) async fn follow(ctx: &Context, outlet: &Outlet, pid: u32, model: &mut
                         && let Some(s) = &model.snapshot
                     {
                         let mut s = s.clone();
-                        relabel(&mut s, name, &note);
+                        relabel(&mut s, name, &note, acting.can());
                         if !outlet.publish(Ok(s)) {
                             return Turn::Gone;
                         }

@@ -53,7 +53,7 @@ pub(super) async fn follow(ctx: &Context, outlet: &Outlet, version: &str) -> Tur
             Ok(Some(line)) if line.trim().is_empty() => {}
             Ok(Some(line)) => match read_line(&line) {
                 Ok(mut snap) => {
-                    relabel(&mut snap, &ctx.config.name, &note);
+                    relabel(&mut snap, &ctx.config.name, &note, false);
                     if !outlet.publish(Ok(snap)) {
                         return Turn::Gone;
                     }
