@@ -154,8 +154,18 @@ impl DeltaSession {
                 None => self.send_snapshot(&current),
                 Some(at) if at == current.version => {
                     let due = self.last_sent + self.heartbeat;
+                    // Telemetry held back by its pace is built once the pace allows, even
+                    // when no further round comes to wake the watcher.
+                    let held = self.versions.telemetry_held_until().map(Instant::from_std);
+                    let held = async move {
+                        match held {
+                            Some(at) => tokio::time::sleep_until(at).await,
+                            None => std::future::pending().await,
+                        }
+                    };
                     tokio::select! {
                         () = self.changes.changed() => tokio::time::sleep(COALESCE).await,
+                        () = held => {}
                         // No `id:` line: the version is in the data, and the
                         // last id the watcher has is this one already (27 bytes a beat).
                         () = tokio::time::sleep_until(due) => self.queue.push_back(
