@@ -470,7 +470,8 @@ fn endpoints_fed(background: bool, snaps: [Snapshot; 2]) -> State {
 fn telemetry_alone_reaches_the_physical_gpus_without_a_join() {
     let mut st = endpoints_fed(true, endpoint_snaps(40, 3_000));
     // The joins the first answers asked for, answered until none is asked.
-    let mut effects = update(&mut st, Msg::Joined(Box::new(st.join_input().join())));
+    let first = st.join_input().join();
+    let mut effects = update(&mut st, Msg::Joined(Box::new(first)));
     while let [input] = join_asked(&effects).as_slice() {
         effects = update(&mut st, Msg::Joined(Box::new(input.join())));
     }

@@ -37,6 +37,9 @@ pub struct StoredDelta {
     pub to: SnapshotVersion,
     /// A `wire::DeltaBody` as JSON.
     pub json: String,
+    /// It changes telemetry alone (`Snapshot::same_but_telemetry`): a watcher that asked
+    /// for telemetry at a slower pace may wait to send it.
+    pub telemetry_only: bool,
 }
 
 /// Why a watcher's version cannot be resumed; the text is the `resync` reason.
@@ -185,6 +188,7 @@ impl SnapshotVersions {
                     from: body.from,
                     to: body.to,
                     json: serde_json::to_string(&body)?,
+                    telemetry_only: previous.snapshot.same_but_telemetry(&snapshot),
                 }))
             }
             None => None,
