@@ -584,7 +584,10 @@ impl Client {
         let mut query = paths::watch_deltas_query(since);
         match WATCH_TELEMETRY_MS.load(Ordering::Relaxed) {
             0 => {}
-            ms => query.push_str(&format!("&telemetry_ms={ms}")),
+            ms => {
+                query.push_str("&telemetry_ms=");
+                query.push_str(&ms.to_string());
+            }
         }
         url.set_query(Some(&query));
         let mut req = self

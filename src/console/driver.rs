@@ -547,24 +547,8 @@ async fn event_loop(
             }
         });
     }
-    let frame = Duration::from_millis(FRAME_MS);
-    let settle = Duration::from_millis(SETTLE_MS);
-    let telemetry_settle = Duration::from_millis(TELEMETRY_SETTLE_MS);
-    let mut last_draw = Instant::now() - frame;
-    let mut last_settle = Instant::now() - telemetry_settle;
-    // When the next frame may be drawn: a frame after the last, and when it must rebuild
-    // after answers, `settle` after the last rebuild (`telemetry_settle` when the answers
-    // brought telemetry alone).
-    let next_draw = |state: &State, last_draw: Instant, last_settle: Instant| {
-        let at = last_draw + frame;
-        if !state.unsettled {
-            at
-        } else if state.settling.all {
-            at.max(last_settle + settle)
-        } else {
-            at.max(last_settle + telemetry_settle)
-        }
-    };
+    let mut last_draw = Instant::now() - Duration::from_millis(FRAME_MS);
+    let mut last_settle = Instant::now() - Duration::from_millis(TELEMETRY_SETTLE_MS);
     loop {
         let msg = if state.dirty {
             let deadline = next_draw(&state, last_draw, last_settle);
@@ -617,6 +601,20 @@ async fn event_loop(
     drop(guard);
     tracing::info!("console stopped");
     Ok(())
+}
+
+/// When the next frame may be drawn: a frame after the last, and when it must rebuild
+/// after answers, `SETTLE_MS` after the last rebuild (`TELEMETRY_SETTLE_MS` when the answers
+/// brought telemetry alone).
+fn next_draw(state: &State, last_draw: Instant, last_settle: Instant) -> Instant {
+    let at = last_draw + Duration::from_millis(FRAME_MS);
+    if !state.unsettled {
+        at
+    } else if state.settling.all {
+        at.max(last_settle + Duration::from_millis(SETTLE_MS))
+    } else {
+        at.max(last_settle + Duration::from_millis(TELEMETRY_SETTLE_MS))
+    }
 }
 
 /// Settles and draws; answers what settling asks for (a background join) for the caller

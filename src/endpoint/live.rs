@@ -735,7 +735,7 @@ mod tests {
         // A new sample in the sparklines, and memory moved by less than a MiB: no news.
         fake.update(|gpus| {
             if let Some(m) = gpus[0].metrics.memory.as_mut() {
-                m.used = m.used + Bytes(100_000);
+                m.used += Bytes(100_000);
             }
         });
         assert_eq!(publish(2), 1);

@@ -350,7 +350,7 @@ mod tests {
         // The sampler's thread takes one round (at 1.5 s on its clock), then none for an hour.
         let core = |util| {
             let config = SamplerConfig {
-                metrics_interval: std::time::Duration::from_secs(3_600),
+                metrics_interval: std::time::Duration::from_hours(1),
                 ..SamplerConfig::default()
             };
             SamplerCore::new(Box::new(FakeBackend::new(vec![gpu(util)])), None, config)

@@ -14,6 +14,9 @@ pub fn same_shown(a: &[DeviceReading], b: &[DeviceReading]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(a, b)| Shown::of(a) == Shown::of(b))
 }
 
+/// A process as the screens show it: pid, memory used (MiB), name and owner.
+type ShownProcess<'a> = (u32, Option<u64>, Option<&'a str>, Option<&'a ProcessOwner>);
+
 /// One device's reading at the precision the screens show it.
 #[derive(PartialEq)]
 struct Shown<'a> {
@@ -35,7 +38,7 @@ struct Shown<'a> {
     ecc: Option<Ecc>,
     mig: Option<&'a MigState>,
     /// Pid, memory used (MiB), name and owner of each process.
-    processes: Vec<(u32, Option<u64>, Option<&'a str>, Option<&'a ProcessOwner>)>,
+    processes: Vec<ShownProcess<'a>>,
     processes_error: Option<&'a str>,
     /// The newest samples are all zero (the idle flag reads this).
     quiet: bool,
@@ -135,19 +138,19 @@ mod tests {
         // Another sample in the sparkline, the same figures.
         b.history.record(&b.metrics.clone());
         b.processes_fetched_unix_ms = Some(5);
-        assert!(same_shown(&[a.clone()], &[b]));
+        assert!(same_shown(std::slice::from_ref(&a), &[b]));
         // Any figure as shown moves: news.
         assert!(!same_shown(
-            &[a.clone()],
+            std::slice::from_ref(&a),
             &[reading(41, Bytes::gib(10), 250_000)]
         ));
         let more = reading(40, Bytes::gib(10) + Bytes::mib(1), 250_000);
-        assert!(!same_shown(&[a.clone()], &[more]));
+        assert!(!same_shown(std::slice::from_ref(&a), &[more]));
         assert!(!same_shown(
-            &[a.clone()],
+            std::slice::from_ref(&a),
             &[reading(40, Bytes::gib(10), 251_000)]
         ));
-        assert!(!same_shown(&[a.clone()], &[]));
+        assert!(!same_shown(std::slice::from_ref(&a), &[]));
     }
 
     #[test]
@@ -160,7 +163,7 @@ mod tests {
         for _ in 0..29 {
             b.history.utilization_percent.push(Some(0));
         }
-        assert!(same_shown(&[a.clone()], &[b.clone()]));
+        assert!(same_shown(std::slice::from_ref(&a), &[b.clone()]));
         // ...the one that fills it turns it on.
         let mut c = b.clone();
         c.history.utilization_percent.push(Some(0));
