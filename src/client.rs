@@ -10,6 +10,7 @@ mod capacity;
 mod error;
 mod history;
 mod oneshot;
+mod pace;
 mod report;
 mod sse;
 mod trust;
@@ -17,12 +18,12 @@ mod trust;
 pub use capacity::CapacityRead;
 pub use error::ClientError;
 pub use history::SnapshotAt;
+pub use pace::watch_telemetry_every;
 pub use report::ReportAt;
 /// The delta watch's decoder, for a watch that arrives by another road (an SSH channel).
 pub(crate) use sse::watch_events;
 pub use trust::{TlsTrust, http_only_tls, install_crypto_provider};
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::stream::{BoxStream, StreamExt};
@@ -147,17 +148,6 @@ pub struct Client {
     per_call: Option<Duration>,
     /// Where the token came from (a file, a variable), named when it is refused.
     token_from: Option<String>,
-}
-
-/// The telemetry pace this process's delta watches ask for (`telemetry_ms`); 0: none.
-static WATCH_TELEMETRY_MS: AtomicU64 = AtomicU64::new(0);
-
-/// Asks every delta watch this process opens from now on for telemetry at most every
-/// `pace` (a console watching many endpoints takes in each one's figures more slowly).
-/// An endpoint from before the word ignores it.
-pub fn watch_telemetry_every(pace: Duration) {
-    let ms = u64::try_from(pace.as_millis()).unwrap_or(u64::MAX);
-    WATCH_TELEMETRY_MS.store(ms, Ordering::Relaxed);
 }
 
 impl Client {
@@ -582,13 +572,7 @@ impl Client {
     ) -> Result<BoxStream<'static, Result<Vec<u8>, ClientError>>, ClientError> {
         let mut url = self.url(paths::WATCH);
         let mut query = paths::watch_deltas_query(since);
-        match WATCH_TELEMETRY_MS.load(Ordering::Relaxed) {
-            0 => {}
-            ms => {
-                query.push_str("&telemetry_ms=");
-                query.push_str(&ms.to_string());
-            }
-        }
+        pace::ask(&mut query);
         url.set_query(Some(&query));
         let mut req = self
             .http

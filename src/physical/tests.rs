@@ -820,6 +820,6 @@ fn new_telemetry_is_taken_in_as_a_join_would_take_it() {
         vec![node("n1", vec![dev(0, None)])],
         vec![slurm_job(7, "n1", 0)],
     );
-    let mut shared = join_all(&[("ep", &before), ("slurm", &other)]);
+    let mut shared = join_all(&[("ep", &before), ("batch", &other)]);
     assert!(!shared.refresh_telemetry(0, &after.snapshot));
 }
