@@ -10,6 +10,7 @@ mod capacity;
 mod error;
 mod history;
 mod oneshot;
+mod pace;
 mod relay;
 mod report;
 mod sse;
@@ -19,6 +20,7 @@ pub use capacity::CapacityRead;
 pub use error::ClientError;
 use error::error_from;
 pub use history::SnapshotAt;
+pub use pace::watch_telemetry_every;
 pub use relay::{RELAY_OK, RELAY_READ_ONLY, Relay, RelayAnswer, Relayed};
 pub use report::ReportAt;
 /// The delta watch's decoder, for a watch that arrives by another road (an SSH channel).
@@ -579,7 +581,9 @@ impl Client {
         since: Option<SnapshotVersion>,
     ) -> Result<BoxStream<'static, Result<Vec<u8>, ClientError>>, ClientError> {
         let mut url = self.url(paths::WATCH);
-        url.set_query(Some(&paths::watch_deltas_query(since)));
+        let mut query = paths::watch_deltas_query(since);
+        pace::ask(&mut query);
+        url.set_query(Some(&query));
         let mut req = self
             .http
             .get(url)

@@ -424,3 +424,83 @@ async fn the_driver_joins_on_the_blocking_pool_and_answers_joined() {
     assert_eq!(*fleet, input.join());
     assert_eq!(fleet.gpus.len(), 2);
 }
+
+/// Two endpoints of two GPUs each (`n1`, `n2`); `util` and `mib` are n1's GPU 0 figures.
+fn endpoint_snaps(util: u32, mib: u64) -> [Snapshot; 2] {
+    let mut g0 = dev(0, Some("GPU-aa"));
+    g0.telemetry = Some(telemetry(
+        util,
+        9,
+        vec![process(5001, "train.py", 1, Some(7), None)],
+    ));
+    if let Some(t) = g0.telemetry.as_mut() {
+        t.processes[0].used_memory = Some(Bytes::mib(mib));
+    }
+    let mut g1 = dev(1, Some("GPU-ab"));
+    g1.telemetry = Some(telemetry(3, 0, vec![]));
+    let mut c = claim(7, "alice", "n1", 0, 10 * GIB, 5_000, &[]);
+    c.memory_used = Some(Bytes::mib(mib));
+    let a = snap("gpuboard", "n1", vec![g0, g1], vec![c]);
+    let mut h0 = dev(0, Some("GPU-ba"));
+    h0.telemetry = Some(telemetry(50, 20, vec![]));
+    let b = snap("gpuboard", "n2", vec![h0, dev(1, Some("GPU-bb"))], vec![]);
+    [a, b]
+}
+
+fn endpoints_fed(background: bool, snaps: [Snapshot; 2]) -> State {
+    let mut st = State::new(
+        vec![
+            SourceSlot::new("a", "gpuboard".parse().unwrap(), true, None),
+            SourceSlot::new("b", "gpuboard".parse().unwrap(), true, None),
+        ],
+        Keymap::builtin(),
+        2_000,
+        false,
+    );
+    st.zone = jiff::tz::TimeZone::UTC;
+    st.physical.background.on = background;
+    let _ = update(&mut st, Msg::Tick(NOW));
+    for (i, s) in snaps.into_iter().enumerate() {
+        feed(&mut st, i, s, NOW.0 - 1_000);
+    }
+    st
+}
+
+#[test]
+fn telemetry_alone_reaches_the_physical_gpus_without_a_join() {
+    let mut st = endpoints_fed(true, endpoint_snaps(40, 3_000));
+    // The joins the first answers asked for, answered until none is asked.
+    let first = st.join_input().join();
+    let mut effects = update(&mut st, Msg::Joined(Box::new(first)));
+    while let [input] = join_asked(&effects).as_slice() {
+        effects = update(&mut st, Msg::Joined(Box::new(input.join())));
+    }
+    assert!(!st.physical.background.in_flight && !st.physical.background.stale);
+    // New figures from `a`, nothing else: no join is asked, yet every view has them.
+    let [a, _] = endpoint_snaps(75, 5_000);
+    st.sources[0].in_flight = true;
+    let effects = update(
+        &mut st,
+        Msg::Fetched {
+            source: 0,
+            at: NOW,
+            result: Ok(a.into()),
+        },
+    );
+    assert!(join_asked(&effects).is_empty(), "{effects:?}");
+    assert!(!st.physical.background.stale);
+    let fresh = endpoints_fed(false, endpoint_snaps(75, 5_000));
+    assert_eq!(st.physical_fleet(), fresh.physical_fleet());
+    assert_eq!(st.map, fresh.map);
+    assert_eq!(st.totals, fresh.totals);
+    let util = st.physical_fleet().gpus[0]
+        .telemetry
+        .as_ref()
+        .and_then(|t| t.utilization_gpu);
+    assert_eq!(util, Some(75));
+    // A change beyond telemetry (a cordon) joins again.
+    let [mut a, _] = endpoint_snaps(75, 5_000);
+    a.nodes[0].devices[1].cordoned = true;
+    feed(&mut st, 0, a, NOW.0);
+    assert!(st.physical.background.stale, "a join is due");
+}

@@ -34,6 +34,11 @@ pub const FRAME_MS: u64 = 33;
 /// screen follows them four times a second; a key still settles and draws at once.
 pub const SETTLE_MS: u64 = 250;
 
+/// Minimum time between two rebuilds when only telemetry changed since the last
+/// (`State::settling`): figures on screen move once a second, as a sampler reads them,
+/// however many hosts send theirs in between.
+pub const TELEMETRY_SETTLE_MS: u64 = 1_000;
+
 /// Undoes every terminal mode the console enables; idempotent, also run from the panic hook.
 pub struct TerminalGuard {
     active: bool,
@@ -542,20 +547,8 @@ async fn event_loop(
             }
         });
     }
-    let frame = Duration::from_millis(FRAME_MS);
-    let settle = Duration::from_millis(SETTLE_MS);
-    let mut last_draw = Instant::now() - frame;
-    let mut last_settle = Instant::now() - settle;
-    // When the next frame may be drawn: a frame after the last, and when it must rebuild
-    // after answers, `settle` after the last rebuild.
-    let next_draw = |state: &State, last_draw: Instant, last_settle: Instant| {
-        let at = last_draw + frame;
-        if state.unsettled {
-            at.max(last_settle + settle)
-        } else {
-            at
-        }
-    };
+    let mut last_draw = Instant::now() - Duration::from_millis(FRAME_MS);
+    let mut last_settle = Instant::now() - Duration::from_millis(TELEMETRY_SETTLE_MS);
     loop {
         let msg = if state.dirty {
             let deadline = next_draw(&state, last_draw, last_settle);
@@ -608,6 +601,20 @@ async fn event_loop(
     drop(guard);
     tracing::info!("console stopped");
     Ok(())
+}
+
+/// When the next frame may be drawn: a frame after the last, and when it must rebuild
+/// after answers, `SETTLE_MS` after the last rebuild (`TELEMETRY_SETTLE_MS` when the answers
+/// brought telemetry alone).
+fn next_draw(state: &State, last_draw: Instant, last_settle: Instant) -> Instant {
+    let at = last_draw + Duration::from_millis(FRAME_MS);
+    if !state.unsettled {
+        at
+    } else if state.settling.all {
+        at.max(last_settle + Duration::from_millis(SETTLE_MS))
+    } else {
+        at.max(last_settle + Duration::from_millis(TELEMETRY_SETTLE_MS))
+    }
 }
 
 /// Settles and draws; answers what settling asks for (a background join) for the caller

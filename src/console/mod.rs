@@ -146,6 +146,16 @@ pub struct Setup {
     pub aliases: crate::physical::Aliases,
 }
 
+/// How often the console asks each endpoint for its telemetry: about twenty endpoints'
+/// figures a second over the whole fleet, never more often than every 2 s (what an
+/// endpoint sends at most) nor less than every 10 s: 2 s up to 40 endpoints, 5 s at 100.
+pub fn telemetry_pace(sources: usize) -> Duration {
+    let per_source = Duration::from_millis(50);
+    per_source
+        .saturating_mul(u32::try_from(sources).unwrap_or(u32::MAX))
+        .clamp(Duration::from_secs(2), Duration::from_secs(10))
+}
+
 /// Resolves flags and config into sources, theme and keymap.
 pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup> {
     let cfg = world_config(args)?;
@@ -212,6 +222,7 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
     )?);
     crate::sources::kind::check_names(&named)?;
     let world = crate::sources::kind::chosen(named, &cfg.world()?);
+    crate::client::watch_telemetry_every(telemetry_pace(world.len()));
     for ep in &world {
         let jwt = slurm_jwt
             .clone()
@@ -371,4 +382,17 @@ pub fn initial_state(setup: &Setup) -> state::State {
         });
     }
     st
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_telemetry_pace_grows_with_the_fleet_within_2_to_10_s() {
+        assert_eq!(telemetry_pace(1), Duration::from_secs(2));
+        assert_eq!(telemetry_pace(40), Duration::from_secs(2));
+        assert_eq!(telemetry_pace(100), Duration::from_secs(5));
+        assert_eq!(telemetry_pace(1_000), Duration::from_secs(10));
+    }
 }

@@ -20,7 +20,7 @@ use crate::placement::{DeviceSpec, NodeSpec};
 use crate::snapshot::{self, ClaimState, CoordinationRecord, HostView, ProcessView, Snapshot};
 use crate::telemetry::procfs::ProcessOrigin;
 use crate::telemetry::simulated::{self, Simulation};
-use crate::telemetry::{BackendStatus, HostSample, TelemetrySnapshot, procfs};
+use crate::telemetry::{BackendStatus, HostSample, TelemetrySnapshot, procfs, shown};
 use crate::units::Bytes;
 
 /// Where live telemetry is joined in.
@@ -157,8 +157,9 @@ impl LiveFeed {
     }
 
     /// Replaces the latest round; when what it shows changed, starts a new generation and
-    /// wakes those waiting for it (host figures alone: at most every `HOST_REFRESH_MS`, and
-    /// only once they moved from those last shown, see `host_moved`).
+    /// wakes those waiting for it (devices: a figure as the screens show it, see
+    /// `shown::same_shown`; host figures alone: at most every `HOST_REFRESH_MS`, and only
+    /// once they moved from those last shown, see `host_moved`).
     pub fn publish(&self, round: LiveRound) {
         use std::sync::atomic::Ordering;
         let now = round.telemetry.fetched_unix_ms;
@@ -172,7 +173,7 @@ impl LiveFeed {
             && host_moved(host_shown.as_ref(), round.telemetry.host.as_ref());
         let shown_changed = latest.as_deref().is_none_or(|prev| {
             prev.telemetry.backend != round.telemetry.backend
-                || prev.telemetry.devices != round.telemetry.devices
+                || !shown::same_shown(&prev.telemetry.devices, &round.telemetry.devices)
                 || prev.origins != round.origins
                 || prev.coordination != round.coordination
                 || prev.coordination_error != round.coordination_error
@@ -717,6 +718,39 @@ mod tests {
         let host = snap.host.as_ref().unwrap();
         assert_eq!((host.hostname.as_str(), host.cpu_pct), ("host", Some(12.5)));
         assert_eq!(snap.endpoint.telemetry_note, None);
+    }
+
+    #[test]
+    fn device_figures_make_a_generation_when_they_move_as_the_screens_show_them() {
+        let proc_root = tempfile::tempdir().unwrap();
+        let feed = LiveFeed::new(config(proc_root.path()));
+        let fake = FakeBackend::new(vec![gpu(0, Some(40), vec![proc(100, 3000)])]);
+        let mut core = SamplerCore::new(Box::new(fake.clone()), None, SamplerConfig::default());
+        let mut publish = |secs: u64| {
+            let round = core.round(Timestamp(0).plus_secs(secs));
+            feed.publish(LiveRound::gather(round, feed.config()));
+            feed.generation()
+        };
+        assert_eq!(publish(1), 1, "the first round is news");
+        // A new sample in the sparklines, and memory moved by less than a MiB: no news.
+        fake.update(|gpus| {
+            if let Some(m) = gpus[0].metrics.memory.as_mut() {
+                m.used += Bytes(100_000);
+            }
+        });
+        assert_eq!(publish(2), 1);
+        fake.update(|gpus| gpus[0].metrics.power_mw = Some(70_400));
+        assert_eq!(publish(3), 2, "a power draw appearing is news");
+        fake.update(|gpus| gpus[0].metrics.power_mw = Some(70_300));
+        assert_eq!(publish(4), 2, "the same watts");
+        fake.update(|gpus| gpus[0].metrics.utilization_gpu_percent = Some(41));
+        assert_eq!(publish(5), 3, "one percent more");
+        fake.update(|gpus| gpus[0].processes[0].used_memory = Some(Bytes::mib(3001)));
+        assert_eq!(
+            publish(7),
+            4,
+            "a process's memory, by the MiB (processes are read every 2 s)"
+        );
     }
 
     #[test]

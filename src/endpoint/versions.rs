@@ -37,6 +37,9 @@ pub struct StoredDelta {
     pub to: SnapshotVersion,
     /// A `wire::DeltaBody` as JSON.
     pub json: String,
+    /// It changes telemetry alone (`Snapshot::same_but_telemetry`): a watcher that asked
+    /// for telemetry at a slower pace may wait to send it.
+    pub telemetry_only: bool,
 }
 
 /// Why a watcher's version cannot be resumed; the text is the `resync` reason.
@@ -82,13 +85,19 @@ impl Cache {
 
 /// A telemetry round alone makes a new version at most this often per unit of building
 /// cost: rebuilding for telemetry then takes at most 1/500 (0.2 %) of a core. A host with a
-/// few GPUs rebuilds in about a millisecond and so follows every round; a 20 000-claim
-/// endpoint's telemetry-only versions are spaced out. A new revision is never held back.
+/// few GPUs rebuilds in about a millisecond and so follows `TELEMETRY_PACE`; a 20 000-claim
+/// endpoint's telemetry-only versions are spaced out further. A new revision is never held
+/// back.
 const TELEMETRY_COST_SHARE: u32 = 500;
+
+/// The least time between two versions that differ only by telemetry, however cheap: what
+/// every watching console is sent and decodes. Telemetry every two seconds follows a GPU's
+/// load as an operator reads it; the sparklines still hold every sample (one a second).
+pub const TELEMETRY_PACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The least time between two versions that differ only by telemetry.
 fn telemetry_spacing(build_cost: std::time::Duration) -> std::time::Duration {
-    (build_cost * TELEMETRY_COST_SHARE).max(std::time::Duration::from_secs(1))
+    (build_cost * TELEMETRY_COST_SHARE).max(TELEMETRY_PACE)
 }
 
 /// The versions of one endpoint process.
@@ -179,6 +188,7 @@ impl SnapshotVersions {
                     from: body.from,
                     to: body.to,
                     json: serde_json::to_string(&body)?,
+                    telemetry_only: previous.snapshot.same_but_telemetry(&snapshot),
                 }))
             }
             None => None,
@@ -199,6 +209,18 @@ impl SnapshotVersions {
         cache.current = Some(Arc::clone(&built));
         cache.built = Some((started, started.elapsed()));
         Ok(built)
+    }
+
+    /// When the telemetry the current version holds back (`TELEMETRY_PACE`) may be built:
+    /// `None` while the current version has the engine's latest telemetry, or once that
+    /// time has passed. A watcher waits until then rather than for the next round, which
+    /// may never come.
+    pub fn telemetry_held_until(&self) -> Option<std::time::Instant> {
+        let key = self.engine.state_key();
+        let cache = self.cache();
+        let (cached, (at, cost)) = (cache.key?, cache.built?);
+        let until = at + telemetry_spacing(cost);
+        (cached.telemetry != key.telemetry && until > std::time::Instant::now()).then_some(until)
     }
 
     /// The deltas from `since` up to `upto` (a version built here), in order; empty when
@@ -310,6 +332,64 @@ mod tests {
         drop(building);
         let third = v.current().await.unwrap();
         assert_eq!(third.version.seq, 3);
+    }
+
+    #[tokio::test]
+    async fn telemetry_alone_makes_a_version_at_its_pace_and_a_commit_at_once() {
+        use crate::endpoint::live::{LiveConfig, LiveRound};
+        use crate::telemetry::fake::{FakeBackend, FakeGpu};
+        use crate::telemetry::{DeviceMetrics, SamplerConfig, SamplerCore};
+        let v = versions();
+        let gpu = |util: u32| FakeGpu {
+            metrics: DeviceMetrics {
+                utilization_gpu_percent: Some(util),
+                ..DeviceMetrics::default()
+            },
+            ..FakeGpu::default()
+        };
+        // The sampler's thread takes one round (at 1.5 s on its clock), then none for an hour.
+        let core = |util| {
+            let config = SamplerConfig {
+                metrics_interval: std::time::Duration::from_hours(1),
+                ..SamplerConfig::default()
+            };
+            SamplerCore::new(Box::new(FakeBackend::new(vec![gpu(util)])), None, config)
+        };
+        let clock = Arc::new(ManualClock::new(Timestamp(1_500)));
+        let config = LiveConfig {
+            coordination_file: None,
+            ..LiveConfig::local("a")
+        };
+        let first = core(10).round(Timestamp(1_000));
+        v.engine()
+            .attach_telemetry(core(10), Some(first), clock, config.clone())
+            .unwrap();
+        let feed = v.engine().telemetry().unwrap();
+        for _ in 0..1_000 {
+            if feed.latest().unwrap().telemetry.fetched_unix_ms == 1_500 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let built = v.current().await.unwrap();
+        assert_eq!(v.telemetry_held_until(), None, "nothing newer to hold back");
+        // New figures right after a build wait for the pace, and say until when.
+        let next = core(60).round(Timestamp(2_000));
+        feed.publish(LiveRound::gather(next, &config));
+        let again = v.current().await.unwrap();
+        assert!(Arc::ptr_eq(&built, &again), "held back by the pace");
+        let until = v.telemetry_held_until().expect("held back until when");
+        assert!(until <= std::time::Instant::now() + TELEMETRY_PACE);
+        // A commit is never held back, and carries the telemetry with it.
+        v.engine().cordon("a", 1, true, "op").await.unwrap();
+        let committed = v.current().await.unwrap();
+        assert_eq!(committed.version.seq, built.version.seq + 1);
+        let util = committed.snapshot.nodes[0].devices[0]
+            .telemetry
+            .as_ref()
+            .and_then(|t| t.utilization_gpu);
+        assert_eq!(util, Some(60));
+        assert_eq!(v.telemetry_held_until(), None);
     }
 
     #[tokio::test]

@@ -8,7 +8,9 @@
 //! The ring holds deltas in the per-project form (`snapshot::diff`). A watcher that did
 //! not ask for it (`format=2`, a console from before it) is never sent a change it cannot
 //! read: a run of deltas holding one becomes one delta from its version to the current
-//! one in the whole-list form (`snapshot::to_whole_lists`); other runs go as stored.
+//! one in the whole-list form (`snapshot::to_whole_lists`); other runs go as stored. A
+//! per-project watcher that asked `telemetry_ms=N` gets a run of telemetry-only versions at
+//! most every N ms, as one delta from the version it has (`snapshot::diff`).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -31,7 +33,7 @@ use crate::endpoint::api_state::ApiState;
 use crate::endpoint::engine::{Engine, StateKeyWatch};
 use crate::endpoint::versions::StoredDelta;
 use crate::endpoint::versions::{BuiltSnapshot, SnapshotVersions};
-use crate::snapshot::to_whole_lists;
+use crate::snapshot::{diff, to_whole_lists};
 use crate::wire::deflate::{self, Deflater};
 use crate::wire::paths::DELTA_FORMAT;
 use crate::wire::{DeltaBody, HeartbeatBody, ResyncBody, SnapshotVersion, watch_events};
@@ -46,6 +48,25 @@ pub(crate) struct WatchQuery {
     deltas: Option<String>,
     format: Option<String>,
     deflate: Option<String>,
+    telemetry_ms: Option<String>,
+}
+
+/// The slowest telemetry pace a watcher may ask for (`telemetry_ms`).
+pub const TELEMETRY_MS_MAX: u64 = 60_000;
+
+/// `telemetry_ms`: absent, or whole milliseconds up to `TELEMETRY_MS_MAX`.
+fn telemetry_ms(value: Option<&str>) -> Result<Option<Duration>, ApiError> {
+    let Some(v) = value else { return Ok(None) };
+    match v.parse::<u64>() {
+        Ok(ms) if ms <= TELEMETRY_MS_MAX => Ok(Some(Duration::from_millis(ms))),
+        _ => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_query",
+            format!(
+                "`telemetry_ms` must be whole milliseconds from 0 to {TELEMETRY_MS_MAX}, not `{v}`"
+            ),
+        )),
+    }
 }
 
 /// A flag's value: absent, `1`/`true` or `0`/`false`; anything else is refused (400) rather
@@ -78,9 +99,9 @@ pub(crate) async fn watch(State(st): State<ApiState>, Query(q): Query<WatchQuery
                 ));
             }
         }
-        Ok((deltas, deflate))
+        Ok((deltas, deflate, telemetry_ms(q.telemetry_ms.as_deref())?))
     });
-    let (deltas, deflate) = match checked {
+    let (deltas, deflate, pace) = match checked {
         Ok(d) => d,
         Err(e) => return e.into_response(),
     };
@@ -88,6 +109,8 @@ pub(crate) async fn watch(State(st): State<ApiState>, Query(q): Query<WatchQuery
         let mut session =
             DeltaSession::new(Arc::clone(&st.versions), q.since.as_deref(), st.heartbeat);
         session.per_project = q.format.as_deref() == Some(DELTA_FORMAT);
+        // Merged runs are written in the per-project form: only its readers are paced.
+        session.pace = pace.filter(|_| session.per_project);
         let stream = futures::stream::unfold(session, |mut s| async move {
             s.next().await.map(|ev| (Ok::<Event, Infallible>(ev), s))
         });
@@ -114,6 +137,13 @@ struct DeltaSession {
     last_sent: Instant,
     /// The watcher reads per-project changes (`format=2`).
     per_project: bool,
+    /// Telemetry alone is sent at most this often (`telemetry_ms`): a run of versions
+    /// that changed nothing else waits, then goes as one delta.
+    pace: Option<Duration>,
+    /// The version the watcher has, whole (what a merged delta is computed from).
+    sent: Option<Arc<BuiltSnapshot>>,
+    /// When telemetry was last sent.
+    telemetry_sent: Instant,
 }
 
 impl DeltaSession {
@@ -127,6 +157,9 @@ impl DeltaSession {
             heartbeat,
             last_sent: Instant::now(),
             per_project: false,
+            pace: None,
+            sent: None,
+            telemetry_sent: Instant::now(),
         };
         match since.map(str::parse::<SnapshotVersion>) {
             None => {}
@@ -154,8 +187,18 @@ impl DeltaSession {
                 None => self.send_snapshot(&current),
                 Some(at) if at == current.version => {
                     let due = self.last_sent + self.heartbeat;
+                    // Telemetry held back by its pace is built once the pace allows, even
+                    // when no further round comes to wake the watcher.
+                    let held = self.versions.telemetry_held_until().map(Instant::from_std);
+                    let held = async move {
+                        match held {
+                            Some(at) => tokio::time::sleep_until(at).await,
+                            None => std::future::pending().await,
+                        }
+                    };
                     tokio::select! {
                         () = self.changes.changed() => tokio::time::sleep(COALESCE).await,
+                        () = held => {}
                         // No `id:` line: the version is in the data, and the
                         // last id the watcher has is this one already (27 bytes a beat).
                         () = tokio::time::sleep_until(due) => self.queue.push_back(
@@ -166,11 +209,11 @@ impl DeltaSession {
                 }
                 Some(at) => match self.versions.deltas(at, current.version) {
                     Ok(deltas) if self.per_project || !deltas.iter().any(|d| per_project(d)) => {
-                        for d in deltas {
-                            self.queue
-                                .push_back(event(watch_events::DELTA, Some(d.to)).data(&d.json));
+                        if let Some(due) = self.telemetry_due(&deltas) {
+                            self.wait_for_pace(at, due).await;
+                            continue;
                         }
-                        self.at = Some(current.version);
+                        self.send_deltas(at, deltas, &current);
                     }
                     Ok(deltas) => {
                         if let Some(json) = whole_lists(at, &deltas, &current) {
@@ -192,6 +235,63 @@ impl DeltaSession {
         }
     }
 
+    /// When the run `deltas` may be sent, if it must wait for the watcher's pace: it
+    /// changes telemetry alone and telemetry went out less than the pace ago.
+    fn telemetry_due(&self, deltas: &[Arc<StoredDelta>]) -> Option<Instant> {
+        let due = self.telemetry_sent + self.pace?;
+        (deltas.iter().all(|d| d.telemetry_only) && due > Instant::now()).then_some(due)
+    }
+
+    /// Waits until `due`, another version or a heartbeat (with the version `at` the
+    /// watcher has), whichever comes first.
+    async fn wait_for_pace(&mut self, at: SnapshotVersion, due: Instant) {
+        let beat = self.last_sent + self.heartbeat;
+        tokio::select! {
+            () = self.changes.changed() => tokio::time::sleep(COALESCE).await,
+            () = tokio::time::sleep_until(due) => {}
+            () = tokio::time::sleep_until(beat) => self.queue.push_back(
+                event(watch_events::HEARTBEAT, None)
+                    .data(json_text(&HeartbeatBody { version: at })),
+            ),
+        }
+    }
+
+    /// Queues the run `deltas` from `at` to `current`: as stored, or, for a paced watcher
+    /// and a run of several, as one delta from the version it has.
+    fn send_deltas(
+        &mut self,
+        at: SnapshotVersion,
+        deltas: Vec<Arc<StoredDelta>>,
+        current: &Arc<BuiltSnapshot>,
+    ) {
+        let merged = match &self.sent {
+            Some(sent) if self.pace.is_some() && deltas.len() > 1 && sent.version == at => {
+                let body = DeltaBody {
+                    from: at,
+                    to: current.version,
+                    changes: diff(&sent.snapshot, &current.snapshot),
+                };
+                serde_json::to_string(&body).ok()
+            }
+            _ => None,
+        };
+        // Whatever changed, the watcher now has the latest telemetry.
+        self.telemetry_sent = Instant::now();
+        match merged {
+            Some(json) => self
+                .queue
+                .push_back(event(watch_events::DELTA, Some(current.version)).data(json)),
+            None => {
+                for d in deltas {
+                    self.queue
+                        .push_back(event(watch_events::DELTA, Some(d.to)).data(&d.json));
+                }
+            }
+        }
+        self.at = Some(current.version);
+        self.sent = Some(Arc::clone(current));
+    }
+
     fn resync(&mut self, reason: &str) {
         let body = ResyncBody {
             reason: reason.to_string(),
@@ -201,12 +301,14 @@ impl DeltaSession {
         self.at = None;
     }
 
-    fn send_snapshot(&mut self, current: &BuiltSnapshot) {
+    fn send_snapshot(&mut self, current: &Arc<BuiltSnapshot>) {
         // serde_json writes UTF-8; the check only avoids a panic path.
         let text = String::from_utf8_lossy(&current.json);
         self.queue
             .push_back(event(watch_events::SNAPSHOT, Some(current.version)).data(text.as_ref()));
         self.at = Some(current.version);
+        self.sent = Some(Arc::clone(current));
+        self.telemetry_sent = Instant::now();
     }
 }
 
@@ -355,5 +457,23 @@ impl RevisionWatch {
                 .data(json!({"revision": committed}).to_string()),
         );
         self.last = committed;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_telemetry_pace_is_whole_milliseconds_up_to_a_minute() {
+        assert_eq!(telemetry_ms(None).unwrap(), None);
+        assert_eq!(
+            telemetry_ms(Some("5000")).unwrap(),
+            Some(Duration::from_secs(5))
+        );
+        for bad in ["-1", "2.5", "60001", "soon"] {
+            let e = telemetry_ms(Some(bad)).unwrap_err();
+            assert!(format!("{e:?}").contains("telemetry_ms"), "{bad}: {e:?}");
+        }
     }
 }

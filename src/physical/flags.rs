@@ -190,11 +190,13 @@ pub struct IdleClock {
 }
 
 impl IdleClock {
-    /// Notes each GPU's utilization at `now` and adds the idle flags to `fleet`. A GPU
-    /// with no utilization reading is not idle (unmeasured is not idle) and starts over.
+    /// Notes each GPU's utilization at `now` and sets the idle flags of `fleet` (those of
+    /// an earlier call replaced). A GPU with no utilization reading is not idle (unmeasured
+    /// is not idle) and starts over.
     pub fn observe(&mut self, fleet: &mut PhysicalFleet, now: Timestamp) {
         let mut seen = HashMap::with_capacity(fleet.gpus.len());
         for gpu in &mut fleet.gpus {
+            gpu.flags.retain(|f| !matches!(f, GpuFlag::Idle { .. }));
             let util = gpu
                 .telemetry
                 .as_ref()

@@ -764,3 +764,62 @@ proptest! {
         prop_assert_eq!(join_all(&refs), fleet);
     }
 }
+
+#[test]
+fn new_telemetry_is_taken_in_as_a_join_would_take_it() {
+    let telemetry = |util: u32, own: u64, loose: u64| {
+        snap(
+            GpuEngine::Gpuboard,
+            vec![node(
+                "n1",
+                vec![
+                    with_processes(
+                        dev(0, Some("GPU-A")),
+                        Some(util),
+                        vec![
+                            process(10, own, Some(1), None),
+                            process(11, loose, None, None),
+                        ],
+                    ),
+                    with_processes(dev(1, Some("GPU-B")), Some(util / 2), vec![]),
+                ],
+            )],
+            vec![claim(1, "n1", 0, 8 * GIB, 5_000, &[])],
+        )
+    };
+    let before = telemetry(40, 2_000, 100);
+    let mut fleet = join_all(&[("ep", &before)]);
+    let after = telemetry(70, 3_000, 900);
+    assert!(before.snapshot.same_but_telemetry(&after.snapshot));
+    let mut measured = telemetry(70, 3_000, 900);
+    measured.snapshot.claims[0].memory_used = Some(Bytes::mib(3_000));
+    assert!(before.snapshot.same_but_telemetry(&measured.snapshot));
+    let mut cordoned = telemetry(70, 3_000, 900);
+    cordoned.snapshot.nodes[0].devices[0].cordoned = true;
+    assert!(!before.snapshot.same_but_telemetry(&cordoned.snapshot));
+    assert!(fleet.refresh_telemetry(0, &after.snapshot));
+    assert_eq!(fleet, join_all(&[("ep", &after)]));
+    let unexplained = fleet.gpus[0].flags.iter().find_map(|f| match f {
+        GpuFlag::Unexplained { memory, .. } => Some(*memory),
+        _ => None,
+    });
+    assert_eq!(
+        unexplained,
+        Some(Bytes::mib(900)),
+        "the flag's memory follows"
+    );
+    // A process that came (or a claim that changed) needs the join.
+    let mut came = telemetry(70, 3_000, 900);
+    if let Some(t) = came.snapshot.nodes[0].devices[1].telemetry.as_mut() {
+        t.processes.push(process(12, 10, None, None));
+    }
+    assert!(!fleet.refresh_telemetry(0, &came.snapshot));
+    // A GPU two sources see is the join's.
+    let other = snap(
+        GpuEngine::Slurm,
+        vec![node("n1", vec![dev(0, None)])],
+        vec![slurm_job(7, "n1", 0)],
+    );
+    let mut shared = join_all(&[("ep", &before), ("batch", &other)]);
+    assert!(!shared.refresh_telemetry(0, &after.snapshot));
+}

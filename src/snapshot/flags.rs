@@ -39,6 +39,12 @@ impl DeviceFlag {
     }
 }
 
+/// Whether the newest `IDLE_SAMPLES` of a utilization history (oldest first) are all
+/// zero: what the idle flag reads of the history.
+pub fn quiet_lately(history: impl DoubleEndedIterator<Item = u64>) -> bool {
+    history.rev().take(IDLE_SAMPLES).all(|u| u == 0)
+}
+
 impl DeviceView {
     /// Memory is reserved but the GPU has done nothing for the whole recent history
     /// (false without telemetry: unmeasured is not idle).
@@ -48,11 +54,7 @@ impl DeviceView {
         };
         self.memory_allocated.0 > 0
             && t.utilization_gpu == Some(0)
-            && t.history_utilization
-                .iter()
-                .rev()
-                .take(IDLE_SAMPLES)
-                .all(|u| *u == 0)
+            && quiet_lately(t.history_utilization.iter().map(|u| u64::from(*u)))
     }
 
     /// Memory used outside any claim is known and above zero.

@@ -21,7 +21,7 @@ use crate::request::ClaimRequest;
 use crate::units::{Bytes, Slots, Units};
 
 pub use delta::{SnapshotChange, apply, diff, diff_whole, keyed_only, to_whole_lists};
-pub use flags::DeviceFlag;
+pub use flags::{DeviceFlag, quiet_lately};
 pub use owner::{PodNames, ProcessOwner};
 pub use words::detail_words;
 
@@ -440,6 +440,107 @@ impl Snapshot {
             && self.coordination == other.coordination
             && self.host == other.host
             && self.events == other.events
+    }
+}
+
+impl Snapshot {
+    /// Whether `other` differs from this one only in what telemetry brings: its devices'
+    /// telemetry and unclaimed memory, its claims' measured use (memory used, over limit,
+    /// idle), the host's figures and the times. What joins sources into physical GPUs
+    /// (nodes, devices, claims, pods) is then the same.
+    pub fn same_but_telemetry(&self, other: &Snapshot) -> bool {
+        let device = |a: &DeviceView, b: &DeviceView| {
+            let DeviceView {
+                index,
+                model,
+                uuid,
+                memory_capacity,
+                memory_allocated,
+                memory_free,
+                compute_allocated,
+                compute_free,
+                slots_allocated,
+                slots_free,
+                cordoned,
+                health,
+                holders,
+                telemetry: _,
+                unclaimed_memory: _,
+            } = a;
+            *index == b.index
+                && *model == b.model
+                && *uuid == b.uuid
+                && *memory_capacity == b.memory_capacity
+                && *memory_allocated == b.memory_allocated
+                && *memory_free == b.memory_free
+                && *compute_allocated == b.compute_allocated
+                && *compute_free == b.compute_free
+                && *slots_allocated == b.slots_allocated
+                && *slots_free == b.slots_free
+                && *cordoned == b.cordoned
+                && *health == b.health
+                && *holders == b.holders
+        };
+        let node = |a: &NodeView, b: &NodeView| {
+            a.name == b.name
+                && a.cpus_milli == b.cpus_milli
+                && a.cpus_allocated_milli == b.cpus_allocated_milli
+                && a.devices.len() == b.devices.len()
+                && a.devices.iter().zip(&b.devices).all(|(a, b)| device(a, b))
+        };
+        let claim = |a: &ClaimView, b: &ClaimView| {
+            let ClaimView {
+                id,
+                name,
+                state,
+                project,
+                holder,
+                form,
+                request,
+                node,
+                shares,
+                memory_reserved,
+                compute_reserved,
+                memory_used: _,
+                over_limit: _,
+                idle: _,
+                created_at,
+                lease_expires_at,
+                pending_reasons,
+                infeasible,
+            } = a;
+            *id == b.id
+                && *name == b.name
+                && *state == b.state
+                && *project == b.project
+                && *holder == b.holder
+                && *form == b.form
+                && *request == b.request
+                && *node == b.node
+                && *shares == b.shares
+                && *memory_reserved == b.memory_reserved
+                && *compute_reserved == b.compute_reserved
+                && *created_at == b.created_at
+                && *lease_expires_at == b.lease_expires_at
+                && *pending_reasons == b.pending_reasons
+                && *infeasible == b.infeasible
+        };
+        self.schema == other.schema
+            && self.revision == other.revision
+            && self.endpoint == other.endpoint
+            && self.nodes.len() == other.nodes.len()
+            && self.nodes.iter().zip(&other.nodes).all(|(a, b)| node(a, b))
+            && self.claims.len() == other.claims.len()
+            && self
+                .claims
+                .iter()
+                .zip(&other.claims)
+                .all(|(a, b)| claim(a, b))
+            && self.projects == other.projects
+            && self.resources == other.resources
+            && self.coordination == other.coordination
+            && self.events == other.events
+            && self.pods == other.pods
     }
 }
 

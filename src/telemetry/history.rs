@@ -35,7 +35,7 @@ impl History {
     }
 
     /// Points oldest first, gaps included.
-    pub fn values(&self) -> impl Iterator<Item = Option<u64>> + '_ {
+    pub fn values(&self) -> impl DoubleEndedIterator<Item = Option<u64>> + '_ {
         self.values.iter().copied()
     }
 

@@ -12,6 +12,7 @@ pub mod host;
 pub mod nvml;
 pub mod procfs;
 pub mod sampler;
+pub mod shown;
 pub mod simulated;
 
 use serde::{Deserialize, Serialize};

@@ -146,7 +146,8 @@ impl Simulation {
             utilization_memory: Some(util * 3 / 5),
             temperature_c: Some(30 + util * 45 / 100 + temp_wobble),
             // Idle at 15 % of the limit, 90 % of it at full load.
-            power_mw: Some(limit * 3 / 20 + (limit * 3 / 4) / 100 * util),
+            // Whole watts, as boards report their draw.
+            power_mw: Some((limit * 3 / 20 + (limit * 3 / 4) / 100 * util) / 1_000 * 1_000),
             power_limit_mw: Some(limit),
             clock_sm_mhz: Some(if busy { 1_100 + util * 3 } else { 210 }),
             clock_memory_mhz: Some(1_593),
@@ -200,6 +201,10 @@ impl Simulation {
                 b.0 = u64::try_from(u128::from(b.0) * u128::from(cap.0) / u128::from(total))
                     .unwrap_or(0);
             }
+        }
+        // Whole MiB, as a board reports its memory.
+        for b in &mut mem {
+            b.0 = b.0 >> 20 << 20;
         }
         ((util.round() as u32).min(100), mem)
     }

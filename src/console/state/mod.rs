@@ -51,7 +51,7 @@ pub use rewind::{
     CHART_SPAN_MS, ChartKey, Charts, DEFAULT_SPEED, Rewind, SPEEDS, STEP_MS, Seeking, Shown,
     chart_window,
 };
-pub use sources::{STALE_AFTER_INTERVALS, SourceHealth, SourceSlot};
+pub use sources::{STALE_AFTER_INTERVALS, Settling, SourceHealth, SourceSlot};
 pub use totals::FleetTotals;
 pub use trends::{MINUTE_MS, TrendHistory, TrendPoint, TrendPoints, TrendSpan, Trends};
 pub use usage::{
@@ -285,6 +285,8 @@ pub struct State {
     /// Snapshots were stored since the physical join, totals, map and rows were last
     /// rebuilt: `settle` rebuilds them once for all of them.
     pub unsettled: bool,
+    /// What changed since the last settle: how much of the physical join it needs.
+    pub settling: Settling,
     /// Leaving.
     pub quit: bool,
     /// `now` in the unit the shown ages change in (seconds or minutes) at the last tick.
@@ -340,6 +342,7 @@ impl State {
             size: (80, 24),
             dirty: true,
             unsettled: false,
+            settling: Settling::default(),
             quit: false,
             age_step: 0,
             operator: None,

@@ -2,6 +2,7 @@
 //! (`crate::physical`), rejoined when a source's data changes (never per frame), with its
 //! own cursor, flag filter and open GPU. Views read the joined list from `physical_fleet`.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::physical::{
@@ -148,6 +149,29 @@ impl State {
             let fleet = self.join_input().join();
             self.take_joined(fleet);
         }
+    }
+
+    /// Takes the telemetry of `sources` (their data changed in telemetry alone) into the
+    /// physical GPUs without joining again (`PhysicalFleet::refresh_telemetry`), with the
+    /// idle flags at `now`; `false` when a join is needed: one is in flight or due (its
+    /// answer would not have this telemetry), or the refresh cannot stand for it.
+    pub fn refresh_physical(&mut self, sources: &BTreeSet<usize>) -> bool {
+        let b = self.physical.background;
+        if b.in_flight || b.stale {
+            return false;
+        }
+        let fleet = Arc::make_mut(&mut self.physical.fleet);
+        for &i in sources {
+            let Some(data) = self.sources.get(i).and_then(|s| s.data.as_deref()) else {
+                return false;
+            };
+            if !fleet.refresh_telemetry(i, data) {
+                return false;
+            }
+        }
+        self.physical.idle.observe(fleet, self.now);
+        self.physical.reshape(&self.gpus.filter);
+        true
     }
 
     /// What the next join reads.

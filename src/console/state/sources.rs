@@ -1,6 +1,7 @@
 //! One source as the console holds it (last good data, errors, backoff), its health as
 //! shown, and remote telemetry joined into the other sources' devices.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::clock::Timestamp;
@@ -66,15 +67,36 @@ impl State {
     /// leaves the physical join, totals, map and rows to `settle`: a thousand hosts
     /// answering at start cost one rebuild per frame, not one per host.
     pub fn store_unsettled(&mut self, source: usize, snap: Snapshot) {
+        // Telemetry alone, on a source no other source's data is joined into: the next
+        // settle may take it into the physical GPUs without joining again.
+        let alone = !self
+            .sources
+            .iter()
+            .any(|s| s.kind.is_telemetry() || s.kind == SourceKind::Kubernetes);
+        let telemetry_only = alone
+            && self
+                .sources
+                .get(source)
+                .and_then(|s| s.data.as_deref())
+                .is_some_and(|old| old.same_but_telemetry(&snap));
+        if telemetry_only {
+            self.settling.telemetry.insert(source);
+        } else {
+            self.settling.all = true;
+        }
         self.store_joined(source, snap);
         self.unsettled = true;
     }
 
     /// Rebuilds the physical join, totals, map and rows once for the snapshots stored
-    /// since the last time (`store_unsettled`); nothing when none was.
+    /// since the last time (`store_unsettled`); nothing when none was. Where only
+    /// telemetry changed, the physical GPUs take it without a join (`refresh_physical`).
     pub fn settle(&mut self) {
         if std::mem::take(&mut self.unsettled) {
-            self.rejoin_physical();
+            let settling = std::mem::take(&mut self.settling);
+            if settling.all || !self.refresh_physical(&settling.telemetry) {
+                self.rejoin_physical();
+            }
             self.rebuild_rows();
         }
     }
@@ -130,6 +152,15 @@ impl State {
             }
         }
     }
+}
+
+/// What changed since the last settle (`State::settle`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Settling {
+    /// Sources whose new snapshot differs from the last only in telemetry.
+    pub telemetry: BTreeSet<usize>,
+    /// Some other change: the physical GPUs are joined again.
+    pub all: bool,
 }
 
 /// A source's health, as shown.
