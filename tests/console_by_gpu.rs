@@ -383,10 +383,10 @@ fn the_live_console_joins_off_the_update_step_one_join_at_a_time() {
     let effects = update(&mut st, Msg::Joined(Box::default()));
     let [input] = join_asked(&effects).try_into().unwrap();
     assert_eq!(input.sources.len(), 4);
-    for (i, _, _, snap) in &input.sources {
+    for s in &input.sources {
         assert!(std::sync::Arc::ptr_eq(
-            snap,
-            st.sources[*i].data.as_ref().unwrap()
+            &s.snapshot,
+            st.sources[s.source].data.as_ref().unwrap()
         ));
     }
     assert!(st.physical.background.in_flight && !st.physical.background.stale);

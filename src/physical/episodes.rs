@@ -68,8 +68,8 @@ impl FlagEpisode {
                 .filter_map(|&i| gpu.holders.get(i))
                 .map(|h| EpisodeHolder {
                     engine: h.engine,
-                    label: h.label.clone(),
-                    project: h.project.clone(),
+                    label: h.label.to_string(),
+                    project: h.project.to_string(),
                     source: h.source_name.to_string(),
                     compute: h.compute,
                 })
@@ -156,8 +156,8 @@ mod tests {
             source_name: Arc::from("s"),
             engine,
             claim: crate::ids::ClaimId::of_name(label),
-            label: label.to_string(),
-            project: project.to_string(),
+            label: Arc::from(label),
+            project: Arc::from(project),
             memory: Bytes(0),
             compute: Units::FULL,
             parent: None,
@@ -173,10 +173,10 @@ mod tests {
             model: "H100".into(),
             memory: Some(Bytes(80 << 30)),
             seen_by: Vec::new(),
-            telemetry: Some(DeviceTelemetry {
+            telemetry: Some(Arc::new(DeviceTelemetry {
                 utilization_gpu: util,
                 ..DeviceTelemetry::default()
-            }),
+            })),
             telemetry_from: None,
             holders,
             processes: loose_pid

@@ -125,10 +125,16 @@ pub(super) fn flags_of(gpu: &PhysicalGpu) -> Vec<GpuFlag> {
         .map(|(i, _)| i)
         .collect();
     if roots.len() >= 2 {
-        let with = |f: &dyn Fn(usize) -> u64| -> (Vec<usize>, u64) {
-            let hs: Vec<usize> = roots.iter().copied().filter(|&i| f(i) > 0).collect();
-            let sum = hs.iter().map(|&i| f(i)).fold(0u64, u64::saturating_add);
-            (hs, sum)
+        // How many hold some and their sum; the list is made only for a flag.
+        let with = |f: &dyn Fn(usize) -> u64| -> (usize, u64) {
+            roots
+                .iter()
+                .map(|&i| f(i))
+                .filter(|&v| v > 0)
+                .fold((0, 0u64), |(n, sum), v| (n + 1, sum.saturating_add(v)))
+        };
+        let holding = |f: &dyn Fn(usize) -> u64| -> Vec<usize> {
+            roots.iter().copied().filter(|&i| f(i) > 0).collect()
         };
         // A whole GPU (all its compute) holds all its memory too, whatever its engine says.
         let memory = |i: usize| {
@@ -138,24 +144,25 @@ pub(super) fn flags_of(gpu: &PhysicalGpu) -> Vec<GpuFlag> {
                 _ => h.memory.0,
             }
         };
-        let (hs, held) = with(&memory);
+        let (n, held) = with(&memory);
         if let Some(has) = gpu.memory
-            && hs.len() >= 2
+            && n >= 2
             && held > has.0
         {
             out.push(GpuFlag::DoubleBooked {
-                holders: hs,
+                holders: holding(&memory),
                 resource: Resource::Memory,
                 held,
                 has: has.0,
             });
         }
-        let (hs, held) = with(&|i| u64::from(gpu.holders[i].compute.0));
+        let compute = |i: usize| u64::from(gpu.holders[i].compute.0);
+        let (n, held) = with(&compute);
         let has = u64::from(Units::FULL.0);
         // One double booking per GPU: memory's names the same holders already.
-        if out.is_empty() && hs.len() >= 2 && held > has {
+        if out.is_empty() && n >= 2 && held > has {
             out.push(GpuFlag::DoubleBooked {
-                holders: hs,
+                holders: holding(&compute),
                 resource: Resource::Compute,
                 held,
                 has,

@@ -9,10 +9,11 @@
 //!   holder accounts for is unexplained.
 
 use crate::ids::ClaimId;
-use crate::placement::DeviceShare;
 use crate::snapshot::{ClaimView, ProcessOwner};
 
-use super::{GpuEngine, GpuHolder, GpuProcess, Seen};
+use super::join::Seen;
+use super::prepare::Hold;
+use super::{GpuEngine, GpuHolder, GpuProcess};
 
 /// What a holder is, in a few words.
 pub(super) fn label(engine: GpuEngine, c: &ClaimView) -> String {
@@ -37,48 +38,35 @@ pub(super) fn label(engine: GpuEngine, c: &ClaimView) -> String {
 
 /// Whether the engine says which GPU it holds (Kubernetes without a sharing scheduler's
 /// annotation does not: the claim is shown on the first free ones).
-fn guessed(engine: GpuEngine, c: &ClaimView) -> bool {
+pub(super) fn guessed(engine: GpuEngine, c: &ClaimView) -> bool {
     engine == GpuEngine::Kubernetes
         && c.request.labels.get("k8s.devices").map(String::as_str) == Some("guessed")
 }
 
 /// The holders of one GPU and its processes, each under its holder.
-pub(super) fn holders_of<'c>(
-    seen: &[Seen<'c>],
-    on_device: impl Fn(&Seen<'c>) -> &'c [(&'c ClaimView, &'c DeviceShare)],
-) -> (Vec<GpuHolder>, Vec<GpuProcess>) {
+pub(super) fn holders_of(seen: &[Seen<'_>]) -> (Vec<GpuHolder>, Vec<GpuProcess>) {
     let mut holders: Vec<GpuHolder> = Vec::new();
-    let mut views: Vec<&'c ClaimView> = Vec::new();
+    let mut holds: Vec<&Hold> = Vec::new();
     // One hold per engine claim (two sources reading one cluster report it once); a
     // gpuboard claim id is its endpoint's own, so there it is per source.
-    // A GPU has a few holders: a list is cheaper than a map.
-    let mut at: Vec<(GpuEngine, Option<usize>, ClaimId)> = Vec::new();
+    // A GPU has a few holders: looking through them is cheaper than a map.
     let mut insides: Vec<(usize, (usize, ClaimId))> = Vec::new();
     for s in seen {
         let engine = s.sighting.engine;
-        for (c, share) in on_device(s) {
-            let per_source = (engine == GpuEngine::Gpuboard).then_some(s.sighting.source);
-            let key = (engine, per_source, c.id);
-            if at.contains(&key) {
+        for hold in s.holds {
+            let claim = hold.holder.claim;
+            if holders.iter().any(|h| {
+                h.engine == engine
+                    && h.claim == claim
+                    && (engine != GpuEngine::Gpuboard || h.source == s.sighting.source)
+            }) {
                 continue;
             }
-            at.push(key);
             if let Some(inside) = s.inside {
                 insides.push((holders.len(), inside));
             }
-            views.push(c);
-            holders.push(GpuHolder {
-                source: s.sighting.source,
-                source_name: s.sighting.source_name.clone(),
-                engine,
-                claim: c.id,
-                label: label(engine, c),
-                project: c.project.clone(),
-                memory: share.memory,
-                compute: share.compute,
-                parent: None,
-                guessed: guessed(engine, c),
-            });
+            holds.push(hold);
+            holders.push(hold.holder.clone());
         }
     }
     let find = |holders: &[GpuHolder], source: usize, claim: ClaimId| {
@@ -94,13 +82,12 @@ pub(super) fn holders_of<'c>(
         }
     }
     let owner_of = |holders: &[GpuHolder], owner: &ProcessOwner| -> Option<usize> {
-        holders.iter().zip(&views).position(|(h, c)| match owner {
+        holders.iter().zip(&holds).position(|(h, c)| match owner {
             ProcessOwner::Pod { uid, .. } => {
-                h.engine == GpuEngine::Kubernetes && label_of(c, "k8s.uid") == Some(uid.as_str())
+                h.engine == GpuEngine::Kubernetes && c.pod_uid.as_deref() == Some(uid.as_str())
             }
             ProcessOwner::SlurmJob { job, .. } => {
-                h.engine == GpuEngine::Slurm
-                    && label_of(c, "slurm.job_id").and_then(|j| j.parse().ok()) == Some(*job)
+                h.engine == GpuEngine::Slurm && c.job == Some(*job)
             }
             ProcessOwner::Docker { .. } => false,
         })
@@ -176,8 +163,4 @@ fn is_under(holders: &[GpuHolder], a: usize, b: usize) -> bool {
         }
     }
     false
-}
-
-fn label_of<'a>(c: &'a ClaimView, key: &str) -> Option<&'a str> {
-    c.request.labels.get(key).map(String::as_str)
 }

@@ -31,7 +31,7 @@ impl Aliases {
     }
 
     /// The name `name` is an alias for, lower-cased (itself when it is none).
-    fn resolve(&self, name: &str) -> String {
+    pub(super) fn resolve(&self, name: &str) -> String {
         let lower = name.to_lowercase();
         match self.0.get(&lower) {
             Some(to) => to.clone(),
@@ -50,7 +50,7 @@ pub enum NodeMatch {
 }
 
 /// Every node name the sources use, each mapped to one key per host.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeNames {
     aliases: Aliases,
     /// Short name (lower case) to the distinct fully qualified names (lower case) seen.
@@ -72,13 +72,24 @@ fn short(name: &str) -> &str {
 impl NodeNames {
     /// The names as the sources use them.
     pub fn new<'a>(aliases: &Aliases, names: impl IntoIterator<Item = &'a str>) -> NodeNames {
+        let names: Vec<String> = names.into_iter().map(|n| aliases.resolve(n)).collect();
+        NodeNames::resolved(aliases, names.iter().map(String::as_str))
+    }
+
+    /// The names, already resolved (`Aliases::resolve`).
+    pub(super) fn resolved<'a>(
+        aliases: &Aliases,
+        names: impl IntoIterator<Item = &'a str>,
+    ) -> NodeNames {
         let mut domains: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for name in names {
-            let name = aliases.resolve(name);
-            let s = short(&name).to_string();
-            let set = domains.entry(s).or_default();
-            if name.contains('.') && !is_address(&name) {
-                set.insert(name);
+            let s = short(name);
+            let set = match domains.get_mut(s) {
+                Some(set) => set,
+                None => domains.entry(s.to_string()).or_default(),
+            };
+            if name.contains('.') && !is_address(name) && !set.contains(name) {
+                set.insert(name.to_string());
             }
         }
         NodeNames {
@@ -90,12 +101,16 @@ impl NodeNames {
     /// The key `name` maps to: its short name, unless two domains share that short name
     /// (then a fully qualified name keeps its domain and a short one is ambiguous).
     pub fn key(&self, name: &str) -> NodeMatch {
-        let name = self.aliases.resolve(name);
-        let s = short(&name);
+        self.key_resolved(&self.aliases.resolve(name))
+    }
+
+    /// The key of a name already resolved (`Aliases::resolve`).
+    pub(super) fn key_resolved(&self, name: &str) -> NodeMatch {
+        let s = short(name);
         match self.domains.get(s) {
             Some(full) if full.len() > 1 => {
-                if full.contains(&name) {
-                    NodeMatch::Key(name)
+                if full.contains(name) {
+                    NodeMatch::Key(name.to_string())
                 } else {
                     NodeMatch::Ambiguous(full.iter().cloned().collect())
                 }

@@ -8,7 +8,7 @@ use super::*;
 use crate::clock::Timestamp;
 use crate::placement::DeviceShare;
 use crate::request::ClaimRequest;
-use crate::snapshot::{EndpointInfo, NodeView, ProcessView};
+use crate::snapshot::{ClaimState, ClaimView, DeviceView, EndpointInfo, NodeView, ProcessView};
 use crate::units::Slots;
 
 const GIB: u64 = 1 << 30;
@@ -162,7 +162,24 @@ fn join_with(snaps: &[(&str, &Src)], aliases: &Aliases) -> PhysicalFleet {
             snapshot: &src.snapshot,
         })
         .collect();
-    join(&views, aliases)
+    let fleet = join(&views, aliases);
+    // The kept join gives the same from scratch.
+    let shared = shared(snaps);
+    assert_eq!(Joiner::default().join(&shared, aliases), fleet);
+    fleet
+}
+
+fn shared(snaps: &[(&str, &Src)]) -> Vec<SharedSource> {
+    snaps
+        .iter()
+        .enumerate()
+        .map(|(i, (name, src))| SharedSource {
+            source: i,
+            name: (*name).to_string(),
+            engine: src.engine,
+            snapshot: Arc::new(src.snapshot.clone()),
+        })
+        .collect()
 }
 
 fn flag_words(g: &PhysicalGpu) -> Vec<&'static str> {
@@ -417,7 +434,7 @@ fn gpuboard_run_inside_a_slurm_job_is_nested_not_double_booked() {
         .position(|h| h.engine == GpuEngine::Slurm)
         .unwrap();
     assert_eq!(g.holders[run].parent, Some(job));
-    let chain: Vec<&str> = g.chain(run).iter().map(|h| h.label.as_str()).collect();
+    let chain: Vec<&str> = g.chain(run).iter().map(|h| &*h.label).collect();
     assert_eq!(chain, ["Slurm job 42", "claim 7 (alice)"]);
     // The claim's process under the claim, the job's other process under the job.
     assert_eq!(g.processes[0].holder, Some(run));
@@ -476,7 +493,7 @@ fn pod_ray_worker_and_process_are_one_chain() {
     assert_eq!(g.source_names(), ["k8s", "actors", "serve"]);
     assert!(g.flags.is_empty(), "{:?}", g.flags);
     let p = g.processes[0].holder.unwrap();
-    let chain: Vec<&str> = g.chain(p).iter().map(|h| h.label.as_str()).collect();
+    let chain: Vec<&str> = g.chain(p).iter().map(|h| &*h.label).collect();
     assert_eq!(chain, ["pod ml/raycluster-worker-x", "Ray actor Trainer"]);
     assert!(fleet.find("n1", 0).unwrap().holders.is_empty());
 }
@@ -700,33 +717,76 @@ fn spelled(n: u8, how: u8) -> String {
     }
 }
 
+/// One arbitrary source as a snapshot of engine `kind` (`KINDS`), claims numbered from `i`.
+fn arb_snap(i: usize, (kind, devices, claims): &ArbSource) -> Src {
+    let mut nodes: BTreeMap<String, Vec<DeviceView>> = BTreeMap::new();
+    for (n, idx, uuid, how) in devices {
+        let list = nodes.entry(spelled(*n, *how)).or_default();
+        if list.iter().any(|d| d.index == u32::from(*idx)) {
+            continue;
+        }
+        let uuid = uuid.then(|| format!("GPU-{n}-{idx}"));
+        list.push(dev(u32::from(*idx), uuid.as_deref()));
+    }
+    let names: Vec<String> = nodes.keys().cloned().collect();
+    let claims: Vec<ClaimView> = claims
+        .iter()
+        .enumerate()
+        .filter_map(|(j, (n, idx, compute))| {
+            let name = names
+                .iter()
+                .find(|m| m.to_lowercase().starts_with(&format!("n{n}")))?;
+            let id = (i * 100 + j) as u64;
+            Some(claim(
+                id,
+                name,
+                u32::from(*idx),
+                0,
+                u32::from(*compute),
+                &[],
+            ))
+        })
+        .collect();
+    let nodes = nodes.into_iter().map(|(n, d)| node(&n, d)).collect();
+    snap(KINDS[*kind], nodes, claims)
+}
+
+const KINDS: [GpuEngine; 5] = [
+    GpuEngine::Gpuboard,
+    GpuEngine::Slurm,
+    GpuEngine::Kubernetes,
+    GpuEngine::Telemetry,
+    GpuEngine::Ray,
+];
+
+/// A change to the sources: replace (or add, past the end) the one at a position with a
+/// new snapshot, remove one, join again with nothing changed, or switch the aliases.
+#[derive(Clone, Debug)]
+enum Change {
+    Put(usize, ArbSource),
+    Remove(usize),
+    Nothing,
+    Aliases,
+}
+
+fn arb_change() -> impl Strategy<Value = Change> {
+    prop_oneof![
+        4 => (0usize..5, arb_sources().prop_map(|mut v| v.remove(0)))
+            .prop_map(|(at, s)| Change::Put(at, s)),
+        1 => (0usize..5).prop_map(Change::Remove),
+        1 => Just(Change::Nothing),
+        1 => Just(Change::Aliases),
+    ]
+}
+
 proptest! {
     #[test]
     fn every_device_lands_once_and_every_claim_on_its_gpu(sources in arb_sources()) {
-        const KINDS: [GpuEngine; 4] = [GpuEngine::Gpuboard, GpuEngine::Slurm, GpuEngine::Kubernetes, GpuEngine::Telemetry];
-        let mut snaps = Vec::new();
-        for (i, (kind, devices, claims)) in sources.iter().enumerate() {
-            let mut nodes: BTreeMap<String, Vec<DeviceView>> = BTreeMap::new();
-            for (n, idx, uuid, how) in devices {
-                let list = nodes.entry(spelled(*n, *how)).or_default();
-                if list.iter().any(|d| d.index == u32::from(*idx)) {
-                    continue;
-                }
-                let uuid = uuid.then(|| format!("GPU-{n}-{idx}"));
-                list.push(dev(u32::from(*idx), uuid.as_deref()));
-            }
-            let names: Vec<String> = nodes.keys().cloned().collect();
-            let claims: Vec<ClaimView> = claims
-                .iter()
-                .enumerate()
-                .filter_map(|(j, (n, idx, compute))| {
-                    let name = names.iter().find(|m| m.to_lowercase().starts_with(&format!("n{n}")))?;
-                    Some(claim((i * 100 + j) as u64, name, u32::from(*idx), 0, u32::from(*compute), &[]))
-                })
-                .collect();
-            let nodes = nodes.into_iter().map(|(n, d)| node(&n, d)).collect();
-            snaps.push((format!("s{i}"), snap(KINDS[*kind], nodes, claims)));
-        }
+        let snaps: Vec<(String, Src)> = sources
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (format!("s{i}"), arb_snap(i, s)))
+            .collect();
         let refs: Vec<(&str, &Src)> = snaps.iter().map(|(n, s)| (n.as_str(), s)).collect();
         let fleet = join_all(&refs);
         // Every device is seen exactly once.
@@ -762,6 +822,70 @@ proptest! {
         }
         // The join does not depend on anything but its input.
         prop_assert_eq!(join_all(&refs), fleet);
+    }
+
+    #[test]
+    fn a_kept_join_equals_a_cold_one_after_any_changes(
+        first in arb_sources(),
+        changes in prop::collection::vec(arb_change(), 1..8),
+        ray in any::<bool>(),
+    ) {
+        // Ray sources too, where asked (the Ray pass reads no cached key).
+        let kind = |k: usize| if ray && k == 3 { 4 } else { k };
+        let mut sources: Vec<(String, Arc<Snapshot>, GpuEngine)> = Vec::new();
+        let mut made = 0usize;
+        let mut put = |sources: &mut Vec<(String, Arc<Snapshot>, GpuEngine)>, at: usize, s: &ArbSource| {
+            let mut s = s.clone();
+            s.0 = kind(s.0);
+            let src = arb_snap(made, &s);
+            made += 1;
+            let entry = (format!("s{made}"), Arc::new(src.snapshot), src.engine);
+            match sources.get_mut(at) {
+                Some(slot) => *slot = entry,
+                None => sources.push(entry),
+            }
+        };
+        for s in &first {
+            put(&mut sources, usize::MAX, s);
+        }
+        let mut aliases = Aliases::default();
+        let mut kept = Joiner::default();
+        for change in changes {
+            match change {
+                Change::Put(at, s) => put(&mut sources, at, &s),
+                Change::Remove(at) if at < sources.len() => {
+                    sources.remove(at);
+                }
+                Change::Remove(_) | Change::Nothing => {}
+                Change::Aliases => {
+                    aliases = if aliases.is_empty() {
+                        Aliases::new([("n1", "n2"), ("N0.lab.example", "n0.other.example")])
+                    } else {
+                        Aliases::default()
+                    };
+                }
+            }
+            let shared: Vec<SharedSource> = sources
+                .iter()
+                .enumerate()
+                .map(|(i, (name, snapshot, engine))| SharedSource {
+                    source: i,
+                    name: name.clone(),
+                    engine: *engine,
+                    snapshot: Arc::clone(snapshot),
+                })
+                .collect();
+            let views: Vec<SourceView<'_>> = shared
+                .iter()
+                .map(|s| SourceView {
+                    source: s.source,
+                    name: &s.name,
+                    engine: s.engine,
+                    snapshot: &s.snapshot,
+                })
+                .collect();
+            prop_assert_eq!(kept.join(&shared, &aliases), join(&views, &aliases));
+        }
     }
 }
 

@@ -44,7 +44,7 @@ pub use forecast::{
 };
 pub use form::{ClaimForm, FormField, FormKind, FormStage, MoveRow};
 pub use paging::{claims_info_height, events_split, why_pane_height};
-pub use physical::{BackgroundJoin, FLAG_FILTERS, JoinInput, PhysicalView};
+pub use physical::{BackgroundJoin, FLAG_FILTERS, JoinInput, KeptJoin, PhysicalView};
 
 pub use pools::{PoolRow, pool_of};
 pub use rewind::{

@@ -3,12 +3,9 @@
 //! own cursor, flag filter and open GPU. Views read the joined list from `physical_fleet`.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use crate::physical::{
-    Aliases, GpuEngine, IdleClock, PhysicalFleet, PhysicalGpu, SourceView, join,
-};
-use crate::snapshot::Snapshot;
+use crate::physical::{Aliases, IdleClock, Joiner, PhysicalFleet, PhysicalGpu, SharedSource};
 
 use super::{Cursor, State, View};
 
@@ -38,6 +35,26 @@ pub struct PhysicalView {
     pub back_to: Option<View>,
     /// Whether and how joins run off the update step.
     pub background: BackgroundJoin,
+    /// What the joins keep between changes.
+    pub kept: KeptJoin,
+}
+
+/// The join kept between changes (`physical::Joiner`: each source's snapshot prepared
+/// once), shared by the state and the one join in flight. A cache: it is equal to any
+/// other, so states compare by what they show.
+#[derive(Clone, Default)]
+pub struct KeptJoin(Arc<Mutex<Joiner>>);
+
+impl PartialEq for KeptJoin {
+    fn eq(&self, _: &KeptJoin) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for KeptJoin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KeptJoin")
+    }
 }
 
 /// The join off the update step (the live console: `Effect::Join`, answered by
@@ -56,25 +73,24 @@ pub struct BackgroundJoin {
 #[derive(Clone, Debug, PartialEq)]
 pub struct JoinInput {
     /// Per source that has data: its position, name, engine and snapshot.
-    pub sources: Vec<(usize, String, GpuEngine, Arc<Snapshot>)>,
+    pub sources: Vec<SharedSource>,
     /// Node names the config says are one host.
     pub aliases: Aliases,
+    /// What the last join kept.
+    pub kept: KeptJoin,
 }
 
 impl JoinInput {
-    /// Joins them (`physical::join`): tens of milliseconds at thousands of GPUs.
+    /// Joins them, preparing again only the sources whose snapshot changed
+    /// (`physical::Joiner`).
     pub fn join(&self) -> PhysicalFleet {
-        let views: Vec<SourceView<'_>> = self
-            .sources
-            .iter()
-            .map(|(source, name, engine, snapshot)| SourceView {
-                source: *source,
-                name,
-                engine: *engine,
-                snapshot,
-            })
-            .collect();
-        join(&views, &self.aliases)
+        // A join that panicked left a cache that may be half made: start it again.
+        let mut joiner = self.kept.0.lock().unwrap_or_else(|poisoned| {
+            let mut j = poisoned.into_inner();
+            *j = Joiner::default();
+            j
+        });
+        joiner.join(&self.sources, &self.aliases)
     }
 }
 
@@ -182,11 +198,16 @@ impl State {
                 .iter()
                 .enumerate()
                 .filter_map(|(i, s)| {
-                    let snap = Arc::clone(s.data.as_ref()?);
-                    Some((i, s.name.clone(), s.kind.gpu_engine(), snap))
+                    Some(SharedSource {
+                        source: i,
+                        name: s.name.clone(),
+                        engine: s.kind.gpu_engine(),
+                        snapshot: Arc::clone(s.data.as_ref()?),
+                    })
                 })
                 .collect(),
             aliases: self.physical.aliases.clone(),
+            kept: self.physical.kept.clone(),
         }
     }
 

@@ -165,7 +165,7 @@ fn holders_text(g: &PhysicalGpu) -> String {
     if g.holders.is_empty() {
         return "-".to_string();
     }
-    let roots: Vec<&str> = g.roots().map(|(_, h)| h.label.as_str()).collect();
+    let roots: Vec<&str> = g.roots().map(|(_, h)| &*h.label).collect();
     let nested = g.holders.len() - roots.len();
     let mut s = roots.join(", ");
     if nested > 0 {
@@ -319,7 +319,7 @@ impl TreeLines<'_, '_> {
             };
             self.lines.push(Line::from(vec![
                 Span::raw(format!("{indent}{branch}")),
-                Span::styled(h.label.clone(), style),
+                Span::styled(h.label.to_string(), style),
                 Span::styled(format!("  {}", holder_facts(h)), self.theme.dim),
             ]));
             self.children(Some(i), &next);
@@ -333,7 +333,7 @@ fn holder_facts(h: &GpuHolder) -> String {
         parts.push(h.engine.word().to_string());
     }
     if !h.project.is_empty() {
-        parts.push(h.project.clone());
+        parts.push(h.project.to_string());
     }
     if h.memory.0 > 0 {
         parts.push(short_bytes(h.memory));
