@@ -5,7 +5,7 @@
 use super::ledger::Ledger;
 use super::project::Gflop;
 use super::resource::instances_of;
-use super::targets::{Capacity, Demand, targets};
+use super::targets::{Capacity, Demand, still_fair, targets};
 use super::time::TimestampExt;
 use super::view::EventKind;
 use crate::clock::Timestamp;
@@ -90,10 +90,20 @@ impl Ledger {
                     .collect(),
             })
             .collect();
-        let division = targets(&capacities, &demands);
-        for (slot, row) in self.projects.iter_mut().zip(division) {
-            slot.target = row;
+        // Most changes only narrow what the last division was made for: its targets then
+        // stand (`still_fair`), and a busy endpoint divides again far less often.
+        let now: Vec<&[f64]> = self.projects.iter().map(|s| s.target.as_slice()).collect();
+        let kept = self
+            .divided
+            .as_ref()
+            .is_some_and(|(res, dem)| still_fair((res, dem), (&capacities, &demands), &now));
+        if !kept {
+            let division = targets(&capacities, &demands);
+            for (slot, row) in self.projects.iter_mut().zip(division) {
+                slot.target = row;
+            }
         }
+        self.divided = Some((capacities, demands));
         self.stale = false;
     }
 
