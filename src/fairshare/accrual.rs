@@ -5,7 +5,7 @@
 use super::ledger::Ledger;
 use super::project::Gflop;
 use super::resource::instances_of;
-use super::targets::{Capacity, Demand, still_fair, targets};
+use super::targets::{Capacity, Demand, Narrowed, narrowed, targets};
 use super::time::TimestampExt;
 use super::view::EventKind;
 use crate::clock::Timestamp;
@@ -91,17 +91,20 @@ impl Ledger {
             })
             .collect();
         // Most changes only narrow what the last division was made for: its targets then
-        // stand (`still_fair`), and a busy endpoint divides again far less often.
+        // stand, or are split again (`narrowed`), and a busy endpoint divides again far
+        // less often.
         let now: Vec<&[f64]> = self.projects.iter().map(|s| s.target.as_slice()).collect();
         let kept = self
             .divided
             .as_ref()
-            .is_some_and(|(res, dem)| still_fair((res, dem), (&capacities, &demands), &now));
-        if !kept {
-            let division = targets(&capacities, &demands);
-            for (slot, row) in self.projects.iter_mut().zip(division) {
-                slot.target = row;
-            }
+            .and_then(|(res, dem)| narrowed((res, dem), (&capacities, &demands), &now));
+        let division = match kept {
+            Some(Narrowed::Stands) => None,
+            Some(Narrowed::Split(division)) => Some(division),
+            None => Some(targets(&capacities, &demands)),
+        };
+        for (slot, row) in self.projects.iter_mut().zip(division.into_iter().flatten()) {
+            slot.target = row;
         }
         self.divided = Some((capacities, demands));
         self.stale = false;

@@ -40,48 +40,103 @@ pub fn targets(resources: &[Capacity], demands: &[Demand]) -> Vec<Vec<f64>> {
     divide(resources, demands, CUT_TYPES)
 }
 
-/// Whether `y`, a division made for `before`, is also the division for `after`, so that it
-/// need not be made again: when `after` only narrows what `before` allowed (the same
-/// projects, shares and speeds; no type's instances and no project's cap larger) and `y`
-/// still fits within it. The fairest division of a set is the fairest of any part of it
-/// that holds it, and each project's processing in a weighted max-min fair division is
-/// unique (only how it is split across types could come out otherwise). Most changes of a
-/// busy endpoint are of this kind: a claim ends (its project's cap falls) or a waiting
-/// claim is placed (the caps of the types it did not go to fall).
-pub fn still_fair(
+/// What [`narrowed`] found.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Narrowed {
+    /// The division stands as it is.
+    Stands,
+    /// The same processing per project, split again across the types.
+    Split(Vec<Vec<f64>>),
+}
+
+/// The division for `after` worked out from `y`, the one made for `before`, without
+/// dividing again, when `after` only narrows what `before` allowed (the same projects,
+/// shares and speeds; no type's instances and no project's cap larger): the fairest
+/// division of a set is the fairest of any part of it that still holds it, and each
+/// project's processing in a weighted max-min fair division is unique. So `y` stands while
+/// it fits `after`; else each project's processing in `y` is split again across the types
+/// (one max-flow), if `after` still carries it all. `None`: divide afresh. Most changes
+/// of a busy endpoint narrow: a claim ends (its project's cap falls) or a waiting claim is
+/// placed (the caps of the types it did not go to fall).
+pub fn narrowed(
     before: (&[Capacity], &[Demand]),
     after: (&[Capacity], &[Demand]),
     y: &[&[f64]],
-) -> bool {
+) -> Option<Narrowed> {
     let ((res0, dem0), (res1, dem1)) = (before, after);
     if res0.len() != res1.len() || dem0.len() != dem1.len() || y.len() != dem1.len() {
-        return false;
+        return None;
     }
     let m = res1.len();
+    let mut fits = true;
     for (r, (a, b)) in res0.iter().zip(res1).enumerate() {
         let (was, now) = (a.instances.max(0.0), b.instances.max(0.0));
         if a.speed != b.speed || now > was {
-            return false;
+            return None;
         }
-        // Narrower: what the division hands out must still fit.
-        if now < was
-            && y.iter()
-                .map(|row| row.get(r).copied().unwrap_or(0.0))
-                .sum::<f64>()
-                > now
-        {
-            return false;
+        if now < was {
+            let handed: f64 = y.iter().map(|row| row.get(r).copied().unwrap_or(0.0)).sum();
+            fits &= handed <= now;
         }
     }
-    dem0.iter().zip(dem1).zip(y).all(|((a, b), row)| {
-        a.share == b.share
-            && row.len() == m
-            && (0..m).all(|r| {
-                let was = cap_of(a, r).min(res0[r].instances.max(0.0));
-                let now = cap_of(b, r).min(res1[r].instances.max(0.0));
-                now <= was && row[r] <= now
-            })
-    })
+    for ((a, b), row) in dem0.iter().zip(dem1).zip(y) {
+        if a.share != b.share || row.len() != m {
+            return None;
+        }
+        for r in 0..m {
+            let was = cap_of(a, r).min(res0[r].instances.max(0.0));
+            let now = cap_of(b, r).min(res1[r].instances.max(0.0));
+            if now > was {
+                return None;
+            }
+            fits &= row[r] <= now;
+        }
+    }
+    if fits {
+        return Some(Narrowed::Stands);
+    }
+    split(res1, dem1, y).map(Narrowed::Split)
+}
+
+/// Each project's processing in `y` split again across the types of `resources` and
+/// `demands` by one max-flow; `None` when they cannot carry it all.
+fn split(resources: &[Capacity], demands: &[Demand], y: &[&[f64]]) -> Option<Vec<Vec<f64>>> {
+    let (n, m) = (demands.len(), resources.len());
+    let (source, sink) = (0, n + m + 1);
+    let mut net = Network::new(n + m + 2);
+    let mut total = 0.0;
+    for (r, res) in resources.iter().enumerate() {
+        let c = res.instances.max(0.0) * res.speed.gflops();
+        total += c;
+        net.add(n + 1 + r, sink, c);
+    }
+    let tol = 1e-9 * total.max(1.0);
+    let mut wanted = 0.0;
+    let mut edges = Vec::with_capacity(n);
+    for (p, d) in demands.iter().enumerate() {
+        let x: f64 = (0..m).map(|r| y[p][r] * resources[r].speed.gflops()).sum();
+        wanted += x;
+        net.add(source, p + 1, x);
+        for (r, res) in resources.iter().enumerate() {
+            let instances = cap_of(d, r).min(res.instances.max(0.0));
+            if instances > 0.0 && x > 0.0 {
+                edges.push((
+                    p,
+                    r,
+                    net.add(p + 1, n + 1 + r, instances * res.speed.gflops()),
+                ));
+            }
+        }
+    }
+    if net.max_flow(source, sink, tol) < wanted - tol {
+        return None;
+    }
+    let mut result = vec![vec![0.0; m]; n];
+    for (p, r, edge) in edges {
+        let instances = (net.flow(edge) / resources[r].speed.gflops()).max(0.0);
+        result[p][r] = instances.min(cap_of(&demands[p], r));
+    }
+    Some(result)
 }
 
 /// [`targets`], finding levels from the cuts when there are at most `cut_types` types
@@ -706,9 +761,9 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// A division kept for narrower inputs (`still_fair`) fits them and gives every
-        /// project the processing a division made afresh for them gives; and the check
-        /// keeps it in the common case (caps that fall and stay above the targets).
+        /// A division kept or split again for narrower inputs (`narrowed`) fits them and
+        /// gives every project the processing a division made afresh for them gives; and
+        /// it stands in the common case (caps that fall and stay above the targets).
         #[test]
         fn a_kept_division_is_as_fair_as_one_made_again(
             types in proptest::collection::vec((1u32..6, 1u32..5, 0u32..3), 1..4),
@@ -719,7 +774,7 @@ mod tests {
                 .iter()
                 .map(|&(n, s, _)| cap(f64::from(n), f64::from(s)))
                 .collect();
-            let narrowed: Vec<Capacity> = types
+            let less: Vec<Capacity> = types
                 .iter()
                 .map(|&(n, s, less)| cap(f64::from(n.saturating_sub(less)), f64::from(s)))
                 .collect();
@@ -751,10 +806,12 @@ mod tests {
                 })
                 .collect();
             let rows: Vec<&[f64]> = y.iter().map(Vec::as_slice).collect();
-            for res in [&resources, &narrowed] {
-                if !still_fair((&resources, &demands), (res, &after), &rows) {
-                    continue;
-                }
+            for res in [&resources, &less] {
+                let y = match narrowed((&resources, &demands), (res, &after), &rows) {
+                    None => continue,
+                    Some(Narrowed::Stands) => y.clone(),
+                    Some(Narrowed::Split(y)) => y,
+                };
                 let again = targets(res, &after);
                 for (r, c) in res.iter().enumerate() {
                     let used: f64 = y.iter().map(|row| row[r]).sum();
@@ -770,46 +827,62 @@ mod tests {
                         "kept {y:?}, made again {again:?}");
                 }
             }
-            // Nothing changed at all: always kept.
-            proptest::prop_assert!(still_fair((&resources, &demands), (&resources, &demands), &rows));
+            // Nothing changed at all: it stands.
+            proptest::prop_assert_eq!(
+                narrowed((&resources, &demands), (&resources, &demands), &rows),
+                Some(Narrowed::Stands)
+            );
         }
     }
 
     #[test]
-    fn a_division_is_made_again_when_a_cap_or_a_share_grows_or_a_target_no_longer_fits() {
-        let resources = [cap(4.0, 1.0)];
-        let demands = [demand(100, &[4.0]), demand(100, &[1.0])];
+    fn a_division_stands_is_split_again_or_is_made_again_as_the_inputs_change() {
+        let resources = [cap(4.0, 1.0), cap(2.0, 1.0)];
+        let demands = [demand(100, &[4.0, 0.0]), demand(100, &[1.0, 2.0])];
         let y = targets(&resources, &demands);
-        close(&y, &[&[3.0], &[1.0]]);
         let rows: Vec<&[f64]> = y.iter().map(Vec::as_slice).collect();
         let before = (&resources[..], &demands[..]);
-        // The first project's cap falls to 3.5: 3 still fits, and is still its part.
-        assert!(still_fair(
-            before,
-            (&resources, &[demand(100, &[3.5]), demand(100, &[1.0])]),
-            &rows
-        ));
-        // The second's cap falls below its target of 1: divided again.
-        assert!(!still_fair(
-            before,
-            (&resources, &[demand(100, &[4.0]), demand(100, &[0.5])]),
-            &rows
-        ));
-        // The second's cap grows: it may now take more.
-        assert!(!still_fair(
-            before,
-            (&resources, &[demand(100, &[4.0]), demand(100, &[2.0])]),
-            &rows
-        ));
-        // A share changes, or the type grows.
-        assert!(!still_fair(
-            before,
-            (&resources, &[demand(200, &[4.0]), demand(100, &[1.0])]),
-            &rows
-        ));
-        assert!(!still_fair(before, (&[cap(5.0, 1.0)], &demands), &rows));
-        // The type shrinks below what is handed out.
-        assert!(!still_fair(before, (&[cap(3.5, 1.0)], &demands), &rows));
+        let with = |a: &[f64], b: &[f64]| [demand(100, a), demand(100, b)];
+        let x = |y: &[Vec<f64>]| -> Vec<f64> { y.iter().map(|row| row.iter().sum()).collect() };
+        assert!(
+            (x(&y)[0] - 3.0).abs() < 1e-9 && (x(&y)[1] - 3.0).abs() < 1e-9,
+            "{y:?}"
+        );
+        // The first project's cap falls to 3.5: its 3 still fit, and are still its part.
+        let after = with(&[3.5, 0.0], &[1.0, 2.0]);
+        assert_eq!(
+            narrowed(before, (&resources, &after), &rows),
+            Some(Narrowed::Stands)
+        );
+        // The second's cap on the first type falls to 0: the second type alone cannot
+        // carry its 3, so the division is made again.
+        let after = with(&[4.0, 0.0], &[0.0, 2.0]);
+        assert_eq!(narrowed(before, (&resources, &after), &rows), None);
+        // With caps of 2 on both types, one fair division gives the second project 2 of
+        // the first type and 1 of the second; its cap on the first falls to 1: the same 3
+        // split again, 1 and 2.
+        let before2 = with(&[4.0, 0.0], &[2.0, 2.0]);
+        let y2: [&[f64]; 2] = [&[3.0, 0.0], &[2.0, 1.0]];
+        let after = with(&[4.0, 0.0], &[1.0, 2.0]);
+        let Some(Narrowed::Split(again)) =
+            narrowed((&resources, &before2), (&resources, &after), &y2)
+        else {
+            panic!("not split again");
+        };
+        close(&again, &[&[3.0, 0.0], &[1.0, 2.0]]);
+        // A cap grows, a share changes, a type grows, or shrinks below what is handed out.
+        let after = with(&[4.0, 1.0], &[1.0, 2.0]);
+        assert_eq!(narrowed(before, (&resources, &after), &rows), None);
+        let after = [demand(200, &[4.0, 0.0]), demand(100, &[1.0, 2.0])];
+        assert_eq!(narrowed(before, (&resources, &after), &rows), None);
+        assert_eq!(
+            narrowed(before, (&[cap(5.0, 1.0), cap(2.0, 1.0)], &demands), &rows),
+            None
+        );
+        assert_eq!(
+            narrowed(before, (&[cap(3.5, 1.0), cap(2.0, 1.0)], &demands), &rows),
+            None
+        );
     }
 
     #[test]
