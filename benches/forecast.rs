@@ -1,7 +1,8 @@
 //! Forecasting every waiting claim of a busy endpoint: 1 000 nodes of 8 GPUs (8 000 GPUs,
 //! two models), 18 998 claims placed (whole GPUs and tenths, the fleet full) and 1 000
 //! waiting (1, 2 and 0.5 GPU) across 20 projects; half the holders declare a duration,
-//! the others' is learned from a hold-time table. The bound: 200 ms.
+//! the others' is learned from a hold-time table. The bound: 200 ms. Also the copy of the
+//! scheduler the endpoint takes under its lock before forecasting.
 #![allow(clippy::unwrap_used)]
 
 use std::hint::black_box;
@@ -137,6 +138,10 @@ fn every_waiting_claim(c: &mut Criterion) {
     group.sample_size(10);
     group.bench_function(format!("{}_gpus_{waiting}_waiting", nodes * 8), |b| {
         b.iter(|| black_box(forecast(&s, now, &holds)));
+    });
+    // What `GET /v1/forecast` holds the scheduler's lock for: the copy it forecasts on.
+    group.bench_function(format!("copy_{}_gpus", nodes * 8), |b| {
+        b.iter(|| black_box(s.forward_copy()));
     });
     group.finish();
 }

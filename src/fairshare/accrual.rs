@@ -5,7 +5,7 @@
 use super::ledger::Ledger;
 use super::project::Gflop;
 use super::resource::instances_of;
-use super::targets::{Capacity, Demand, targets};
+use super::targets::{Capacity, Demand, Narrowed, narrowed, targets};
 use super::time::TimestampExt;
 use super::view::EventKind;
 use crate::clock::Timestamp;
@@ -90,10 +90,23 @@ impl Ledger {
                     .collect(),
             })
             .collect();
-        let division = targets(&capacities, &demands);
-        for (slot, row) in self.projects.iter_mut().zip(division) {
+        // Most changes only narrow what the last division was made for: its targets then
+        // stand, or are split again (`narrowed`), and a busy endpoint divides again far
+        // less often.
+        let now: Vec<&[f64]> = self.projects.iter().map(|s| s.target.as_slice()).collect();
+        let kept = self
+            .divided
+            .as_ref()
+            .and_then(|(res, dem)| narrowed((res, dem), (&capacities, &demands), &now));
+        let division = match kept {
+            Some(Narrowed::Stands) => None,
+            Some(Narrowed::Split(division)) => Some(division),
+            None => Some(targets(&capacities, &demands)),
+        };
+        for (slot, row) in self.projects.iter_mut().zip(division.into_iter().flatten()) {
             slot.target = row;
         }
+        self.divided = Some((capacities, demands));
         self.stale = false;
     }
 

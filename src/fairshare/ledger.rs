@@ -16,6 +16,7 @@ use super::claim::{PendingClaim, RunningClaim};
 use super::project::{Account, InstanceSecs, ProjectName, Share};
 use super::resource::{ResourceId, ResourceType};
 use super::rr::horizon_ms;
+use super::targets::{Capacity, Demand};
 use super::time::{TimestampExt, secs};
 use super::view::{ClearCause, EventKind, FairShareEvent};
 use super::workfetch::Placed;
@@ -147,6 +148,9 @@ pub struct Ledger {
     pub(super) events: VecDeque<FairShareEvent>,
     /// The running claims' use over the horizon, kept as they come and go.
     pub(super) busy: Busy,
+    /// What the targets were divided for (or last found still fair for): the types'
+    /// capacities and the projects' demands.
+    pub(super) divided: Option<(Vec<Capacity>, Vec<Demand>)>,
 }
 
 impl Ledger {
@@ -166,6 +170,7 @@ impl Ledger {
             last_seen: None,
             stale: false,
             events: VecDeque::new(),
+            divided: None,
         })
     }
 

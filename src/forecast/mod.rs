@@ -85,9 +85,17 @@ pub fn forecast(s: &Scheduler, now: Timestamp, holds: &HoldTimes) -> Forecast {
     let runs: Vec<Run> = if exact {
         vec![run(s, now, holds, &ends, 1, Stop::NoneWait)]
     } else {
-        (0..3)
-            .map(|q| run(s, now, holds, &ends, q, Stop::NoneWait))
-            .collect()
+        // The three runs share nothing but what they read: one thread each.
+        std::thread::scope(|scope| {
+            let ends = &ends;
+            let handles: Vec<_> = (0..3)
+                .map(|q| scope.spawn(move || run(s, now, holds, ends, q, Stop::NoneWait)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                .collect()
+        })
     };
     let waiting = s.waiting_claims();
     let starts = waiting
