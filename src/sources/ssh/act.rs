@@ -174,14 +174,6 @@ pub fn failure(host: &str, e: ClientError) -> Failure {
         ClientError::Unauthorized { detail } => Failure::Unauthorized(format!(
             "{detail} (the serve on {host} refused the token its SSH user read there)"
         )),
-        ClientError::Unreachable {
-            endpoint,
-            detail,
-            sent,
-        } => Failure::Unreachable {
-            detail: format!("{endpoint}: {detail}"),
-            sent,
-        },
         other => crate::sources::endpoint::failure(host, true, other),
     }
 }
