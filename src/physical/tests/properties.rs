@@ -1,0 +1,260 @@
+//! The join's properties over random sources and changes: a kept join equals a cold one,
+//! and new telemetry is taken in as a join would take it.
+
+use proptest::prelude::*;
+
+use super::*;
+
+/// Per source: kind, devices (node, index, has uuid, spelling), claims (node, index, compute).
+type ArbSource = (usize, Vec<(u8, u8, bool, u8)>, Vec<(u8, u8, u16)>);
+
+/// Sources over a few nodes, named as each source would: short, FQDN, upper case.
+fn arb_sources() -> impl Strategy<Value = Vec<ArbSource>> {
+    prop::collection::vec(
+        (
+            0usize..4,
+            prop::collection::vec((0u8..3, 0u8..4, any::<bool>(), 0u8..3), 0..10),
+            prop::collection::vec((0u8..3, 0u8..4, 0u16..=10_000), 0..6),
+        ),
+        1..5,
+    )
+}
+
+fn spelled(n: u8, how: u8) -> String {
+    match how {
+        0 => format!("n{n}"),
+        1 => format!("N{n}.lab.example"),
+        _ => format!("n{n}.LAB.example"),
+    }
+}
+
+/// One arbitrary source as a snapshot of engine `kind` (`KINDS`), claims numbered from `i`.
+fn arb_snap(i: usize, (kind, devices, claims): &ArbSource) -> Src {
+    let mut nodes: BTreeMap<String, Vec<DeviceView>> = BTreeMap::new();
+    for (n, idx, uuid, how) in devices {
+        let list = nodes.entry(spelled(*n, *how)).or_default();
+        if list.iter().any(|d| d.index == u32::from(*idx)) {
+            continue;
+        }
+        let uuid = uuid.then(|| format!("GPU-{n}-{idx}"));
+        list.push(dev(u32::from(*idx), uuid.as_deref()));
+    }
+    let names: Vec<String> = nodes.keys().cloned().collect();
+    let claims: Vec<ClaimView> = claims
+        .iter()
+        .enumerate()
+        .filter_map(|(j, (n, idx, compute))| {
+            let name = names
+                .iter()
+                .find(|m| m.to_lowercase().starts_with(&format!("n{n}")))?;
+            let id = (i * 100 + j) as u64;
+            Some(claim(
+                id,
+                name,
+                u32::from(*idx),
+                0,
+                u32::from(*compute),
+                &[],
+            ))
+        })
+        .collect();
+    let nodes = nodes.into_iter().map(|(n, d)| node(&n, d)).collect();
+    snap(KINDS[*kind], nodes, claims)
+}
+
+const KINDS: [GpuEngine; 5] = [
+    GpuEngine::Gpuboard,
+    GpuEngine::Slurm,
+    GpuEngine::Kubernetes,
+    GpuEngine::Telemetry,
+    GpuEngine::Ray,
+];
+
+/// A change to the sources: replace (or add, past the end) the one at a position with a
+/// new snapshot, remove one, join again with nothing changed, or switch the aliases.
+#[derive(Clone, Debug)]
+enum Change {
+    Put(usize, ArbSource),
+    Remove(usize),
+    Nothing,
+    Aliases,
+}
+
+fn arb_change() -> impl Strategy<Value = Change> {
+    prop_oneof![
+        4 => (0usize..5, arb_sources().prop_map(|mut v| v.remove(0)))
+            .prop_map(|(at, s)| Change::Put(at, s)),
+        1 => (0usize..5).prop_map(Change::Remove),
+        1 => Just(Change::Nothing),
+        1 => Just(Change::Aliases),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn every_device_lands_once_and_every_claim_on_its_gpu(sources in arb_sources()) {
+        let snaps: Vec<(String, Src)> = sources
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (format!("s{i}"), arb_snap(i, s)))
+            .collect();
+        let refs: Vec<(&str, &Src)> = snaps.iter().map(|(n, s)| (n.as_str(), s)).collect();
+        let fleet = join_all(&refs);
+        // Every device is seen exactly once.
+        let devices: usize = snaps.iter().map(|(_, s)| s.snapshot.nodes.iter().map(|n| n.devices.len()).sum::<usize>()).sum();
+        let sightings: usize = fleet.gpus.iter().map(|g| g.seen_by.len()).sum();
+        prop_assert_eq!(devices, sightings);
+        // Every claim on a device that exists is a holder exactly once, on the GPU that
+        // device joined (gpuboard ids are per source; other engines' once per engine).
+        for (i, (_, s)) in snaps.iter().enumerate() {
+            for c in &s.snapshot.claims {
+                let node = c.node.as_deref().unwrap();
+                let d = c.shares[0].device;
+                let on: Vec<&PhysicalGpu> = fleet.gpus.iter().filter(|g| g.seen_by.iter().any(|v| v.source == i && *v.node == *node && v.index == d)).collect();
+                prop_assert!(on.len() <= 1);
+                if let Some(g) = on.first() {
+                    let engine = s.engine;
+                    let n = g.holders.iter().filter(|h| h.claim == c.id && h.engine == engine).count();
+                    prop_assert_eq!(n, 1);
+                }
+            }
+        }
+        for g in &fleet.gpus {
+            // No chain loops.
+            for i in 0..g.holders.len() {
+                prop_assert!(g.chain(i).len() <= g.holders.len());
+            }
+            // Double-booked exactly when the outermost holders ask more compute than one GPU.
+            let compute: u64 = g.roots().map(|(_, h)| u64::from(h.compute.0)).sum();
+            let with: usize = g.roots().filter(|(_, h)| h.compute.0 > 0).count();
+            prop_assert_eq!(g.has_flag("double-booked"), with >= 2 && compute > 10_000);
+            // Two sightings of one GPU by one source only when it listed it under two names.
+            prop_assert!(g.unmatched.is_none() || g.seen_by.len() == 1);
+        }
+        // The join does not depend on anything but its input.
+        prop_assert_eq!(join_all(&refs), fleet);
+    }
+
+    #[test]
+    fn a_kept_join_equals_a_cold_one_after_any_changes(
+        first in arb_sources(),
+        changes in prop::collection::vec(arb_change(), 1..8),
+        ray in any::<bool>(),
+    ) {
+        // Ray sources too, where asked (the Ray pass reads no cached key).
+        let kind = |k: usize| if ray && k == 3 { 4 } else { k };
+        let mut sources: Vec<(String, Arc<Snapshot>, GpuEngine)> = Vec::new();
+        let mut made = 0usize;
+        let mut put = |sources: &mut Vec<(String, Arc<Snapshot>, GpuEngine)>, at: usize, s: &ArbSource| {
+            let mut s = s.clone();
+            s.0 = kind(s.0);
+            let src = arb_snap(made, &s);
+            made += 1;
+            let entry = (format!("s{made}"), Arc::new(src.snapshot), src.engine);
+            match sources.get_mut(at) {
+                Some(slot) => *slot = entry,
+                None => sources.push(entry),
+            }
+        };
+        for s in &first {
+            put(&mut sources, usize::MAX, s);
+        }
+        let mut aliases = Aliases::default();
+        let mut kept = Joiner::default();
+        for change in changes {
+            match change {
+                Change::Put(at, s) => put(&mut sources, at, &s),
+                Change::Remove(at) if at < sources.len() => {
+                    sources.remove(at);
+                }
+                Change::Remove(_) | Change::Nothing => {}
+                Change::Aliases => {
+                    aliases = if aliases.is_empty() {
+                        Aliases::new([("n1", "n2"), ("N0.lab.example", "n0.other.example")])
+                    } else {
+                        Aliases::default()
+                    };
+                }
+            }
+            let shared: Vec<SharedSource> = sources
+                .iter()
+                .enumerate()
+                .map(|(i, (name, snapshot, engine))| SharedSource {
+                    source: i,
+                    name: name.clone(),
+                    engine: *engine,
+                    snapshot: Arc::clone(snapshot),
+                })
+                .collect();
+            let views: Vec<SourceView<'_>> = shared
+                .iter()
+                .map(|s| SourceView {
+                    source: s.source,
+                    name: &s.name,
+                    engine: s.engine,
+                    snapshot: &s.snapshot,
+                })
+                .collect();
+            prop_assert_eq!(kept.join(&shared, &aliases), join(&views, &aliases));
+        }
+    }
+}
+
+#[test]
+fn new_telemetry_is_taken_in_as_a_join_would_take_it() {
+    let telemetry = |util: u32, own: u64, loose: u64| {
+        snap(
+            GpuEngine::Gpuboard,
+            vec![node(
+                "n1",
+                vec![
+                    with_processes(
+                        dev(0, Some("GPU-A")),
+                        Some(util),
+                        vec![
+                            process(10, own, Some(1), None),
+                            process(11, loose, None, None),
+                        ],
+                    ),
+                    with_processes(dev(1, Some("GPU-B")), Some(util / 2), vec![]),
+                ],
+            )],
+            vec![claim(1, "n1", 0, 8 * GIB, 5_000, &[])],
+        )
+    };
+    let before = telemetry(40, 2_000, 100);
+    let mut fleet = join_all(&[("ep", &before)]);
+    let after = telemetry(70, 3_000, 900);
+    assert!(before.snapshot.same_but_telemetry(&after.snapshot));
+    let mut measured = telemetry(70, 3_000, 900);
+    measured.snapshot.claims[0].memory_used = Some(Bytes::mib(3_000));
+    assert!(before.snapshot.same_but_telemetry(&measured.snapshot));
+    let mut cordoned = telemetry(70, 3_000, 900);
+    cordoned.snapshot.nodes[0].devices[0].cordoned = true;
+    assert!(!before.snapshot.same_but_telemetry(&cordoned.snapshot));
+    assert!(fleet.refresh_telemetry(0, &after.snapshot));
+    assert_eq!(fleet, join_all(&[("ep", &after)]));
+    let unexplained = fleet.gpus[0].flags.iter().find_map(|f| match f {
+        GpuFlag::Unexplained { memory, .. } => Some(*memory),
+        _ => None,
+    });
+    assert_eq!(
+        unexplained,
+        Some(Bytes::mib(900)),
+        "the flag's memory follows"
+    );
+    // A process that came (or a claim that changed) needs the join.
+    let mut came = telemetry(70, 3_000, 900);
+    if let Some(t) = came.snapshot.nodes[0].devices[1].telemetry.as_mut() {
+        t.processes.push(process(12, 10, None, None));
+    }
+    assert!(!fleet.refresh_telemetry(0, &came.snapshot));
+    // A GPU two sources see is the join's.
+    let other = snap(
+        GpuEngine::Slurm,
+        vec![node("n1", vec![dev(0, None)])],
+        vec![slurm_job(7, "n1", 0)],
+    );
+    let mut shared = join_all(&[("ep", &before), ("batch", &other)]);
+    assert!(!shared.refresh_telemetry(0, &after.snapshot));
+}
