@@ -355,6 +355,7 @@ fn alert_rules_pass_promtool_check_and_their_unit_tests() {
         "GpuboardAllocatedButIdle",
         "GpuboardClaimsOverLimit",
         "GpuboardClaimsPendingLong",
+        "GpuboardDoubleBooked",
     ] {
         assert!(text.contains(&format!("alert: {alert}")), "no {alert}");
     }
@@ -442,7 +443,8 @@ async fn the_rules_and_dashboard_use_names_serve_exports() {
     std::fs::write(
         &fixture,
         "driver_version = \"550.54.15\"\n\n[[devices]]\nname = \"NVIDIA L4\"\nuuid = \"GPU-l4-0\"\n\
-         memory_total = 24152899584\nmemory_used = 1073741824\nutilization_gpu = 40\n",
+         memory_total = 24152899584\nmemory_used = 1073741824\nutilization_gpu = 40\n\n\
+         [[devices.processes]]\npid = 4242\nused_memory = 536870912\nname = \"stray\"\n",
     )
     .unwrap();
     let server = Server::start_nvml(work.path(), driver.path(), &fixture, &["--open-reads"]);
