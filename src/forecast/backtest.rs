@@ -10,6 +10,11 @@
 //!
 //! Only GPU streams are replayed (each host's GPUs as 80 GiB devices of their model); a
 //! stream that names only `cpu` is counted as skipped.
+//!
+//! With `evaluate_until_s` (or `--evaluate-until`) only the claims submitted up to then
+//! are forecast and evaluated, the replay going on until they have started (or the
+//! scenario ends): arrivals after the window keep the queue as a workload that goes on
+//! would, so the errors are not those of a workload's end, which no endpoint sees coming.
 
 use std::fmt::Write as _;
 
@@ -50,6 +55,9 @@ pub struct ErrorRow {
     pub claims: usize,
     /// Of those, how many the predictor gave no start for.
     pub unknown: usize,
+    /// Claims that waited but had not started when the scenario ended (left out of the
+    /// errors).
+    pub not_started: usize,
     /// Median relative error, 0 to 1 and beyond.
     pub median: f64,
     /// 90th percentile relative error.
@@ -63,6 +71,8 @@ pub struct Backtest {
     pub claims: usize,
     /// Claims not replayed (CPU-only streams, or refused as they can never fit).
     pub skipped: usize,
+    /// The claims submitted up to this second of the scenario are evaluated.
+    pub evaluated_until_s: u64,
     /// One row per durations mode and predictor.
     pub rows: Vec<ErrorRow>,
     /// Every claim that waited, in each durations mode: what was predicted and what
@@ -176,11 +186,16 @@ struct Seen {
     started: Option<Timestamp>,
 }
 
-/// One replay: the claims that waited, with what was predicted and what happened.
+/// One replay: the claims submitted by `until` that waited, with what was predicted and
+/// what happened.
 // One simulated clock: holders ending, the tick, arrivals, placements and predictions each
 // read and move the loop's shared state (the heaps of ends and leases, who waits).
 #[allow(clippy::too_many_lines)]
-fn replay(scenario: &Scenario, declared: bool) -> Result<(Vec<Seen>, usize, usize), ScenarioError> {
+fn replay(
+    scenario: &Scenario,
+    declared: bool,
+    until: Timestamp,
+) -> Result<(Vec<Seen>, usize, usize), ScenarioError> {
     let (mut s, arrivals, mut skipped) = setup(scenario, declared)?;
     let end = Timestamp(scenario.duration_s.saturating_mul(1000));
     let mut ends: BinaryHeap<Reverse<(Timestamp, ClaimId)>> = BinaryHeap::new();
@@ -246,7 +261,7 @@ fn replay(scenario: &Scenario, declared: bool) -> Result<(Vec<Seen>, usize, usiz
             .into_iter()
             .filter(|id| s.claim(*id).is_some_and(|c| c.allocation.is_none()))
             .collect();
-        if !still.is_empty() {
+        if !still.is_empty() && t <= until {
             if samples.len() + arrived.len() != learned_from {
                 let learned = if declared {
                     Vec::new()
@@ -299,14 +314,18 @@ fn replay(scenario: &Scenario, declared: bool) -> Result<(Vec<Seen>, usize, usiz
             wake,
         ];
         match candidates.into_iter().flatten().min() {
+            // Past the window, once every claim evaluated has started, nothing is left to see.
+            Some(_) if t > until && waiting.is_empty() => break,
             Some(n) if n <= end => t = n.max(t),
             _ => break,
         }
     }
+    done.extend(waiting.into_values());
     Ok((done, replayed, skipped))
 }
 
-/// The relative error of each prediction, `None` where there was none.
+/// The relative error of each prediction of a claim that started, sorted, and how many
+/// had none.
 fn errors(seen: &[Seen], pick: impl Fn(&Seen) -> Option<Timestamp>) -> (Vec<f64>, usize) {
     let mut out = Vec::new();
     let mut unknown = 0;
@@ -334,12 +353,24 @@ fn nearest(sorted: &[f64], q: f64) -> f64 {
 
 /// Runs the backtest over a scenario.
 pub fn backtest(scenario: &Scenario) -> Result<Backtest, ScenarioError> {
+    let until_s = match scenario.evaluate_until_s {
+        None => scenario.duration_s,
+        Some(u) if u > 0 && u <= scenario.duration_s => u,
+        Some(u) => {
+            return Err(ScenarioError::Invalid(format!(
+                "evaluate_until_s {u} must be from 1 to duration_s ({})",
+                scenario.duration_s
+            )));
+        }
+    };
+    let until = Timestamp(until_s.saturating_mul(1000));
     let mut rows = Vec::new();
     let mut waits = Vec::new();
     let mut claims = 0;
     let mut skipped = 0;
     for declared in [true, false] {
-        let (seen, replayed, skip) = replay(scenario, declared)?;
+        let (seen, replayed, skip) = replay(scenario, declared, until)?;
+        let not_started = seen.iter().filter(|s| s.started.is_none()).count();
         claims = replayed;
         skipped = skip;
         let durations = if declared { "declared" } else { "learned" };
@@ -367,6 +398,7 @@ pub fn backtest(scenario: &Scenario) -> Result<Backtest, ScenarioError> {
                 predictor: predictor.to_string(),
                 claims: errs.len() + unknown,
                 unknown,
+                not_started,
                 median: nearest(&errs, 0.5),
                 p90: nearest(&errs, 0.9),
             });
@@ -375,6 +407,7 @@ pub fn backtest(scenario: &Scenario) -> Result<Backtest, ScenarioError> {
     Ok(Backtest {
         claims,
         skipped,
+        evaluated_until_s: until_s,
         rows,
         waits,
     })
@@ -383,22 +416,23 @@ pub fn backtest(scenario: &Scenario) -> Result<Backtest, ScenarioError> {
 /// The backtest as a table.
 pub fn render(b: &Backtest) -> String {
     let mut out = format!(
-        "forecast backtest: {} claims replayed, {} skipped; error = |predicted - actual| / max(actual wait, 60 s), over the claims that waited\n",
-        b.claims, b.skipped
+        "forecast backtest: {} claims replayed, {} skipped; error = |predicted - actual| / max(actual wait, 60 s), over the claims submitted by {} s that waited\n",
+        b.claims, b.skipped, b.evaluated_until_s
     );
     let _ = writeln!(
         out,
-        "{:<10} {:<18} {:>7} {:>8} {:>8} {:>8}",
-        "durations", "predictor", "waited", "unknown", "median", "p90"
+        "{:<10} {:<18} {:>7} {:>8} {:>8} {:>8} {:>8}",
+        "durations", "predictor", "waited", "unknown", "unstarted", "median", "p90"
     );
     for r in &b.rows {
         let _ = writeln!(
             out,
-            "{:<10} {:<18} {:>7} {:>8} {:>7.1}% {:>7.1}%",
+            "{:<10} {:<18} {:>7} {:>8} {:>9} {:>7.1}% {:>7.1}%",
             r.durations,
             r.predictor,
             r.claims,
             r.unknown,
+            r.not_started,
             r.median * 100.0,
             r.p90 * 100.0
         );
@@ -409,7 +443,10 @@ pub fn render(b: &Backtest) -> String {
 /// `gpuboard simulate SCENARIO --backtest`; returns the exit status.
 pub fn run(args: &crate::simulate::SimulateArgs) -> anyhow::Result<i32> {
     use anyhow::Context as _;
-    let scenario = crate::simulate::read_scenario(args)?;
+    let mut scenario = crate::simulate::read_scenario(args)?;
+    if args.evaluate_until.is_some() {
+        scenario.evaluate_until_s = args.evaluate_until;
+    }
     let path = args.scenario.display();
     let b = backtest(&scenario).with_context(|| format!("backtesting scenario {path}"))?;
     if args.json {

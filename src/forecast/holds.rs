@@ -159,22 +159,32 @@ pub fn quantile(sorted: &[u64], q: f64) -> u64 {
     sorted[rank.min(last)]
 }
 
-/// The three quantiles a band is made of.
-pub const QUANTILES: [f64; 3] = [0.1, 0.5, 0.9];
+/// The quantiles the band's ends are taken at (its middle is the mean, [`mean`]).
+pub const BAND: [f64; 2] = [0.1, 0.9];
 
-/// When a holder is expected to end: at each of the band's quantiles, or never.
+/// The mean of values (0 when there are none).
+pub fn mean(values: &[u64]) -> u64 {
+    let sum: u128 = values.iter().map(|&v| u128::from(v)).sum();
+    let n = u128::try_from(values.len()).unwrap_or(u128::MAX).max(1);
+    // At most the largest value.
+    u64::try_from(sum / n).unwrap_or(u64::MAX)
+}
+
+/// When a holder is expected to end, in each of the three runs (early, middle, late), or
+/// never.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HolderEnd {
     /// How it was worked out.
     pub basis: EndBasis,
-    /// p10, p50, p90; `None` for an unbounded holder.
+    /// Early (p10), middle (the mean), late (p90); `None` for an unbounded holder.
     pub at: Option<[Timestamp; 3]>,
 }
 
 /// When `claim`, placed and held since `since`, ends, seen at `now`: its declared
 /// duration; else what claims of its project and form held, given it has held this long
-/// already; else its lease when no local owner renews it; else never. An end already
-/// passed is now (it is overdue: it ends any moment).
+/// already (the p10, the mean and the p90 of those hold times); else its lease when no
+/// local owner renews it; else never. An end already passed is now (it is overdue: it
+/// ends any moment).
 pub fn holder_end(claim: &Claim, since: Timestamp, now: Timestamp, holds: &HoldTimes) -> HolderEnd {
     let req = &claim.request;
     if let Some(d) = req.expected_duration {
@@ -191,7 +201,12 @@ pub fn holder_end(claim: &Claim, since: Timestamp, now: Timestamp, holds: &HoldT
         let at = if longer.is_empty() {
             [now; 3]
         } else {
-            QUANTILES.map(|q| since.plus_millis(quantile(longer, q)).max(now))
+            // The middle run ends it at the mean, not the median: a claim behind a queue
+            // waits for many holds one after another, and their sum is about their number
+            // times the mean. Skewed hold times (most short, some long) have a median
+            // below the mean, and a run of medians made every start in a queue early.
+            let [p10, p90] = BAND.map(|q| quantile(longer, q));
+            [p10, mean(longer), p90].map(|held| since.plus_millis(held).max(now))
         };
         return HolderEnd {
             basis: EndBasis::Learned,

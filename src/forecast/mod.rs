@@ -2,8 +2,8 @@
 //! the endpoint's own scheduler forward on a simulated clock (placement, fair share, work
 //! fetch, backoffs: `Scheduler::advance`). Each holder ends at its declared
 //! `expected_duration`, else at what past claims of its project and form held, else at
-//! its lease, else never (`holds`). The run is made three times, every holder ending at
-//! its p10, p50 and p90: the band. Plain synchronous Rust, no I/O, time passed in.
+//! its lease, else never (`holds`). The run is made three times, every learned holder
+//! ending at the p10, the mean and the p90 of its hold times: the band and its middle. Plain synchronous Rust, no I/O, time passed in.
 //!
 //! Where things live: holder ends and the hold-time table in `holds`; the preview of an
 //! action in `preview`; the backtest over a scenario in `backtest`.
@@ -76,7 +76,9 @@ pub fn forecast(s: &Scheduler, now: Timestamp, holds: &HoldTimes) -> Forecast {
     let point = |r: &crate::request::ClaimRequest| {
         r.expected_duration.is_some() || holds.of(&r.project, &r.describe()).is_none()
     };
-    let exact = ends.values().all(|e| e.at.is_none_or(|at| at[0] == at[2]))
+    let exact = ends
+        .values()
+        .all(|e| e.at.is_none_or(|at| at[0] == at[1] && at[1] == at[2]))
         && s.waiting_claims()
             .iter()
             .filter_map(|id| s.claim(*id))
@@ -122,8 +124,8 @@ fn holder_ends(s: &Scheduler, now: Timestamp, holds: &HoldTimes) -> HashMap<Clai
         .collect()
 }
 
-/// Runs a forward copy with every holder ending at quantile `q` (0, 1, 2: p10, p50,
-/// p90) until `stop`.
+/// Runs a forward copy with every holder ending at its end `q` (0, 1, 2: early, middle,
+/// late; `HolderEnd::at`) until `stop`.
 fn run(
     s: &Scheduler,
     now: Timestamp,

@@ -102,7 +102,8 @@ pub fn debts(view: &FairShareView) -> BTreeMap<String, f64> {
 /// An hour on.
 const HOUR_MS: u64 = 3_600_000;
 
-/// Each project's debt an hour on, every holder ending at its median.
+/// Each project's debt an hour on, every holder ending at its middle end (a learned
+/// one at the mean of its hold times).
 fn debts_in_an_hour(s: &Scheduler, now: Timestamp, holds: &HoldTimes) -> BTreeMap<String, f64> {
     let ends = holder_ends(s, now, holds);
     let until = now.plus_millis(HOUR_MS);

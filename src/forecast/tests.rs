@@ -93,17 +93,17 @@ fn learned_hold_times_give_a_band_and_count_what_a_holder_has_held() {
     });
     let holds = HoldTimes::from_samples(samples);
     let b = forecast(&s, T0, &holds).of(waiting).unwrap().start.unwrap();
-    // Nearest rank over 10 values: p10 -> the 2nd (200 s), p50 -> the 6th (rounded
-    // 4.5 up: 600 s), p90 -> the 9th (rounded 8.1: 900 s).
-    assert_eq!((b.p10, b.p50, b.p90), (secs(200), secs(600), secs(900)));
+    // Nearest rank over 10 values: p10 -> the 2nd (200 s), p90 -> the 9th (rounded
+    // 8.1: 900 s); the middle is the mean, 550 s.
+    assert_eq!((b.p10, b.p50, b.p90), (secs(200), secs(550), secs(900)));
     // Having held 450 s already, only the hold times above it count: 500 ... 1 000 s,
-    // ranks 0.5, 2.5 and 4.5 of 0..5 rounded up: 600, 800 and 1 000 s.
+    // ranks 0.5 and 4.5 of 0..5 rounded up: 600 and 1 000 s; their mean 750 s.
     let b = forecast(&s, secs(450), &holds)
         .of(waiting)
         .unwrap()
         .start
         .unwrap();
-    assert_eq!((b.p10, b.p50, b.p90), (secs(600), secs(800), secs(1000)));
+    assert_eq!((b.p10, b.p50, b.p90), (secs(600), secs(750), secs(1000)));
     // Past every hold time seen, it is overdue: it ends any moment.
     let e = forecast(&s, secs(2_000), &holds);
     let b = e.of(waiting).unwrap().start.unwrap();
@@ -113,6 +113,59 @@ fn learned_hold_times_give_a_band_and_count_what_a_holder_has_held() {
         EndBasis::Learned
     );
     assert_eq!(e.of(waiting).unwrap().short(secs(2_000)), "now");
+}
+
+/// Skewed hold times (two of three 30 minutes, one 45: median 30, mean 35): a queue of
+/// claims like them starts one mean after another in the middle run, not one median
+/// after another; the band's ends are the p10 and p90 runs.
+#[test]
+fn a_queue_behind_skewed_hold_times_moves_at_their_mean() {
+    let mut s = sched(1);
+    submit(&mut s, gpu("vision", json!({})), T0);
+    let queued: Vec<ClaimId> = (1..=3)
+        .map(|k| submit(&mut s, gpu("vision", json!({})), secs(k)))
+        .collect();
+    let form = s.claim(queued[0]).unwrap().request.describe();
+    let samples = [1_800, 1_800, 2_700].map(|held_s: u64| HoldSample {
+        project: "vision".into(),
+        form: form.clone(),
+        held_ms: held_s * 1_000,
+    });
+    let holds = HoldTimes::from_samples(samples);
+    let f = forecast(&s, T0, &holds);
+    let bands: Vec<(Timestamp, Timestamp, Timestamp)> = queued
+        .iter()
+        .map(|id| {
+            let b = f.of(*id).unwrap().start.unwrap();
+            (b.p10, b.p50, b.p90)
+        })
+        .collect();
+    assert_eq!(
+        bands,
+        vec![
+            (secs(1_800), secs(2_100), secs(2_700)),
+            (secs(3_600), secs(4_200), secs(5_400)),
+            (secs(5_400), secs(6_300), secs(8_100)),
+        ]
+    );
+    // Having held 2 000 s, only the 45-minute hold is longer: it ends at 2 700 s in
+    // every run.
+    let b = forecast(&s, secs(2_000), &holds)
+        .of(queued[0])
+        .unwrap()
+        .start
+        .unwrap();
+    assert_eq!(
+        (b.p10, b.p50, b.p90),
+        (secs(2_700), secs(2_700), secs(2_700))
+    );
+}
+
+#[test]
+fn the_mean_of_hold_times_neither_overflows_nor_divides_by_zero() {
+    assert_eq!(holds::mean(&[]), 0);
+    assert_eq!(holds::mean(&[1, 2]), 1);
+    assert_eq!(holds::mean(&[u64::MAX, u64::MAX]), u64::MAX);
 }
 
 #[test]
@@ -309,6 +362,69 @@ fn the_backtest_finds_no_error_where_nothing_overtakes() {
     assert!(declared.iter().all(|w| w.project == "solo"));
     let learned = b.waits.iter().filter(|w| w.durations == "learned");
     assert!(learned.clone().count() == 4 && learned.into_iter().all(|w| w.forecast_s.is_none()));
+}
+
+/// With `evaluate_until_s` only the claims submitted by then are forecast and evaluated,
+/// while the later arrivals go on; an evaluated claim that has not started when the
+/// scenario ends is counted apart, and a window outside the run is refused.
+#[test]
+fn the_backtest_evaluates_the_claims_submitted_in_its_window() {
+    let scenario = |duration_s: u64, until_s: u64| -> crate::simulate::Scenario {
+        toml::from_str(&format!(
+            r#"
+            duration_s = {duration_s}
+            evaluate_until_s = {until_s}
+            [[hosts]]
+            name = "h"
+            gpus = {{ "NVIDIA A100-SXM4-80GB" = 1 }}
+            [[projects]]
+            name = "solo"
+            [[claims]]
+            project = "solo"
+            on = ["gpu"]
+            duration_s = 600
+            count = 10
+            every_s = 60
+            "#
+        ))
+        .unwrap()
+    };
+    let b = backtest::backtest(&scenario(20_000, 180)).unwrap();
+    assert_eq!((b.claims, b.evaluated_until_s), (10, 180));
+    let declared = b
+        .rows
+        .iter()
+        .find(|r| r.durations == "declared" && r.predictor == "forecast")
+        .unwrap();
+    assert_eq!((declared.claims, declared.not_started), (3, 0));
+    assert_eq!((declared.median, declared.p90), (0.0, 0.0));
+    let submitted: Vec<f64> = b
+        .waits
+        .iter()
+        .filter(|w| w.durations == "declared")
+        .map(|w| w.submitted_s)
+        .collect();
+    assert_eq!(submitted, vec![60.0, 120.0, 180.0]);
+    // Ended at 1 500 s: the claim submitted at 180 s would start at 1 800 s.
+    let b = backtest::backtest(&scenario(1_500, 180)).unwrap();
+    let declared = b
+        .rows
+        .iter()
+        .find(|r| r.durations == "declared" && r.predictor == "forecast")
+        .unwrap();
+    assert_eq!((declared.claims, declared.not_started), (2, 1));
+    let last = b.waits.iter().find(|w| w.submitted_s == 180.0).unwrap();
+    assert_eq!((last.forecast_s, last.started_s), (Some(1_800.0), None));
+    assert!(backtest::render(&b).contains("unstarted"));
+    for until_s in [0, 1_501] {
+        let err = backtest::backtest(&scenario(1_500, until_s))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("evaluate_until_s") && err.contains("duration_s (1500)"),
+            "{err}"
+        );
+    }
 }
 
 /// Hold times and arrivals from recorded versions: a claim seen placed and then gone gives

@@ -34,6 +34,10 @@ pub struct SimulateArgs {
     /// baseline "when the soonest lease ends".
     #[arg(long)]
     pub backtest: bool,
+    /// With `--backtest`: evaluate only the claims submitted up to this second of the
+    /// scenario, the run going on to its end (overrides the scenario's `evaluate_until_s`).
+    #[arg(long, value_name = "SECONDS", requires = "backtest")]
+    pub evaluate_until: Option<u64>,
 }
 
 /// The scenario file `args` names, read.

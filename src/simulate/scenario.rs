@@ -42,6 +42,12 @@ pub struct Scenario {
     /// Streams of arriving claims.
     #[serde(default)]
     pub claims: Vec<ClaimStream>,
+    /// For the forecast backtest (`--backtest`) only: the forecasts of the claims submitted
+    /// up to this second are evaluated, while the run goes on to `duration_s`, so that
+    /// claims arriving after the window keep its queue as a workload that goes on would
+    /// (none evaluated sees the arrivals stop). Unset: every claim of the run.
+    #[serde(default)]
+    pub evaluate_until_s: Option<u64>,
 }
 
 fn default_report_every() -> u64 {

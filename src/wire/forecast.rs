@@ -69,7 +69,7 @@ pub struct ExpectedStart {
     pub project: String,
     /// When it starts; `None`: unknown (see `unknown`).
     pub start: Option<Band>,
-    /// Where it starts (the median run's placement).
+    /// Where it starts (the middle run's placement).
     pub node: Option<String>,
     /// The devices on `node` it starts on.
     #[serde(default)]
