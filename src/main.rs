@@ -80,7 +80,7 @@ fn main() -> ExitCode {
         Some(Command::Endpoint(cmd)) => return gpuboard::cli::run(cmd),
         Some(Command::Discover(args)) => gpuboard::discovery::command::run(args),
         Some(Command::Doctor(args)) => gpuboard::cli::doctor_fleet::run(args),
-        Some(Command::Simulate(args)) if args.backtest => gpuboard::forecast::backtest::run(&args),
+        Some(Command::Simulate(args)) if args.backtest => gpuboard::cli::backtest::run(&args),
         Some(Command::Simulate(args)) => gpuboard::simulate::run(args),
         Some(Command::Status(args)) => {
             gpuboard::console::headless::run(&cli.console, &args).map(|()| 0)

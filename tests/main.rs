@@ -66,6 +66,7 @@ mod fleet_idempotent;
 mod fleet_lost_answers;
 mod fleet_sync;
 mod forecast;
+mod forecast_history;
 mod history_exactness;
 mod history_record;
 mod history_serve;

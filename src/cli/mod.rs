@@ -12,6 +12,7 @@
 
 mod act;
 mod admin;
+pub mod backtest;
 mod claims;
 pub mod completions;
 pub mod doctor_fleet;

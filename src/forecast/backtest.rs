@@ -26,11 +26,13 @@ use serde_json::json;
 
 use super::{HoldSample, HoldTimes, forecast};
 use crate::clock::Timestamp;
+use crate::history::Record;
 use crate::ids::ClaimId;
 use crate::placement::{DeviceSpec, NodeSpec};
 use crate::request::ClaimRequest;
 use crate::scheduler::{Change, Scheduler, SchedulerConfig, Submitted};
 use crate::simulate::{Scenario, ScenarioError};
+use crate::snapshot::Snapshot;
 use crate::units::Bytes;
 
 /// The floor of the wait the error is divided by, in ms.
@@ -38,10 +40,40 @@ const FLOOR_MS: u64 = 60_000;
 
 /// One arriving claim.
 #[derive(Clone, Debug)]
-struct Arrival {
-    at: Timestamp,
-    request: ClaimRequest,
-    duration_ms: u64,
+pub(super) struct Arrival {
+    pub(super) at: Timestamp,
+    /// Its request, without `ttl` or `expected_duration` (the replay declares it or not).
+    pub(super) request: ClaimRequest,
+    /// How long it holds once placed; `None`: past the replay's end.
+    pub(super) duration_ms: Option<u64>,
+}
+
+/// What a backtest replays: the fleet, the projects' shares and the claims arriving.
+#[derive(Clone, Debug)]
+pub(super) struct Workload {
+    pub(super) nodes: Vec<NodeSpec>,
+    pub(super) config: SchedulerConfig,
+    pub(super) shares: Vec<(String, u32)>,
+    /// In the order they arrive.
+    pub(super) arrivals: Vec<Arrival>,
+    /// Claims left out before the replay (a scenario's CPU-only streams, a history's claims
+    /// that never started).
+    pub(super) skipped: usize,
+    /// The replay stops here at the latest.
+    pub(super) end: Timestamp,
+    /// The claims submitted up to here are evaluated.
+    pub(super) until: Timestamp,
+}
+
+/// What keeps a backtest from running.
+#[derive(Debug, thiserror::Error)]
+pub enum BacktestError {
+    /// The scenario is not valid.
+    #[error(transparent)]
+    Scenario(#[from] ScenarioError),
+    /// The workload cannot be replayed (its fleet or shares are refused), with why.
+    #[error("backtest: {0}")]
+    Invalid(String),
 }
 
 /// One line of the table: a predictor's errors over the claims that waited.
@@ -101,12 +133,9 @@ pub struct Wait {
     pub started_s: Option<f64>,
 }
 
-/// The scheduler and arrivals of a scenario; `declared`: each request declares its
-/// duration.
-fn setup(
-    scenario: &Scenario,
-    declared: bool,
-) -> Result<(Scheduler, Vec<Arrival>, usize), ScenarioError> {
+/// A scenario's GPU streams as a workload, each host's GPUs as 80 GiB devices of their
+/// model; `until_s`: the claims submitted up to then are evaluated.
+fn from_scenario(scenario: &Scenario, until_s: u64) -> Result<Workload, ScenarioError> {
     let invalid = |why: String| ScenarioError::Invalid(why);
     let nodes: Vec<NodeSpec> = scenario
         .hosts
@@ -135,11 +164,11 @@ fn setup(
         seed: scenario.seed,
         ..SchedulerConfig::default()
     };
-    let mut s = Scheduler::new(config, nodes).map_err(|e| invalid(e.to_string()))?;
-    for p in &scenario.projects {
-        s.set_share(p.name.as_str(), p.share.get(), "backtest", Timestamp(0))
-            .map_err(|e| invalid(e.to_string()))?;
-    }
+    let shares = scenario
+        .projects
+        .iter()
+        .map(|p| (p.name.as_str().to_string(), p.share.get()))
+        .collect();
     let mut arrivals = Vec::new();
     let mut skipped = 0;
     for stream in &scenario.claims {
@@ -157,21 +186,38 @@ fn setup(
         let duration_s = stream.duration_s.max(1.0).round() as u64;
         v["project"] = json!(stream.project.as_str());
         v["wait"] = json!(true);
-        if declared {
-            v["expected_duration"] = json!(duration_s);
-        }
         let request = ClaimRequest::from_json(&v).map_err(|e| invalid(e.to_string()))?;
         for k in 0..stream.count {
             let at_s = stream.at_s + f64::from(k) * stream.every_s;
             arrivals.push(Arrival {
                 at: Timestamp((at_s * 1000.0).round() as u64),
                 request: request.clone(),
-                duration_ms: duration_s * 1000,
+                duration_ms: Some(duration_s * 1000),
             });
         }
     }
     arrivals.sort_by_key(|a| a.at);
-    Ok((s, arrivals, skipped))
+    Ok(Workload {
+        nodes,
+        config,
+        shares,
+        arrivals,
+        skipped,
+        end: Timestamp(scenario.duration_s.saturating_mul(1000)),
+        until: Timestamp(until_s.saturating_mul(1000)),
+    })
+}
+
+/// The scheduler a workload starts from.
+fn scheduler(w: &Workload) -> Result<Scheduler, BacktestError> {
+    let invalid = |why: String| BacktestError::Invalid(why);
+    let mut s =
+        Scheduler::new(w.config.clone(), w.nodes.clone()).map_err(|e| invalid(e.to_string()))?;
+    for (project, share) in &w.shares {
+        s.set_share(project, *share, "backtest", Timestamp(0))
+            .map_err(|e| invalid(e.to_string()))?;
+    }
+    Ok(s)
 }
 
 /// What one replay saw of each claim that waited: submitted, forecast, baseline, started.
@@ -191,15 +237,11 @@ struct Seen {
 // One simulated clock: holders ending, the tick, arrivals, placements and predictions each
 // read and move the loop's shared state (the heaps of ends and leases, who waits).
 #[allow(clippy::too_many_lines)]
-fn replay(
-    scenario: &Scenario,
-    declared: bool,
-    until: Timestamp,
-) -> Result<(Vec<Seen>, usize, usize), ScenarioError> {
-    let (mut s, arrivals, mut skipped) = setup(scenario, declared)?;
-    let end = Timestamp(scenario.duration_s.saturating_mul(1000));
+fn replay(w: &Workload, declared: bool) -> Result<(Vec<Seen>, usize, usize), BacktestError> {
+    let mut s = scheduler(w)?;
+    let (arrivals, mut skipped, end, until) = (&w.arrivals, w.skipped, w.end, w.until);
     let mut ends: BinaryHeap<Reverse<(Timestamp, ClaimId)>> = BinaryHeap::new();
-    let mut duration: HashMap<ClaimId, u64> = HashMap::new();
+    let mut duration: HashMap<ClaimId, Option<u64>> = HashMap::new();
     // Each holder's lease, for the baseline: twice its duration from its start.
     let mut leases: BinaryHeap<Reverse<(Timestamp, ClaimId)>> = BinaryHeap::new();
     let mut waiting: BTreeMap<ClaimId, Seen> = BTreeMap::new();
@@ -232,7 +274,11 @@ fn replay(
         while let Some(a) = arrivals.get(next).filter(|a| a.at <= t) {
             next += 1;
             arrived.push((t, a.request.clone()));
-            match s.submit(a.request.clone(), "backtest", t) {
+            let mut request = a.request.clone();
+            if declared {
+                request.expected_duration = a.duration_ms.map(|d| d.div_ceil(1000));
+            }
+            match s.submit(request, "backtest", t) {
                 Submitted::Placed(c) | Submitted::Pending(c) => {
                     duration.insert(c.id, a.duration_ms);
                     batch.push(c.id);
@@ -249,8 +295,11 @@ fn replay(
                 && let Some(&d) = duration.get(&c.id)
                 && !ends.iter().any(|Reverse((_, id))| *id == c.id)
             {
+                // A claim that held past its recording's end holds past the replay's: it
+                // has neither an end nor a lease.
+                let d = d.unwrap_or(u64::MAX / 4);
                 ends.push(Reverse((t.plus_millis(d), c.id)));
-                leases.push(Reverse((t.plus_millis(2 * d), c.id)));
+                leases.push(Reverse((t.plus_millis(d.saturating_mul(2)), c.id)));
                 if let Some(mut seen) = waiting.remove(&c.id) {
                     seen.started = Some(t);
                     done.push(seen);
@@ -352,7 +401,7 @@ fn nearest(sorted: &[f64], q: f64) -> f64 {
 }
 
 /// Runs the backtest over a scenario.
-pub fn backtest(scenario: &Scenario) -> Result<Backtest, ScenarioError> {
+pub fn backtest(scenario: &Scenario) -> Result<Backtest, BacktestError> {
     let until_s = match scenario.evaluate_until_s {
         None => scenario.duration_s,
         Some(u) if u > 0 && u <= scenario.duration_s => u,
@@ -360,16 +409,33 @@ pub fn backtest(scenario: &Scenario) -> Result<Backtest, ScenarioError> {
             return Err(ScenarioError::Invalid(format!(
                 "evaluate_until_s {u} must be from 1 to duration_s ({})",
                 scenario.duration_s
-            )));
+            ))
+            .into());
         }
     };
-    let until = Timestamp(until_s.saturating_mul(1000));
+    run_workload(&from_scenario(scenario, until_s)?)
+}
+
+/// Runs the backtest over the claims a serve recorded (`start`, its history's first state,
+/// and the versions after it; see `recorded::workload`); `until_s`: evaluate only the
+/// claims submitted up to this second of the recording.
+pub fn backtest_recorded(
+    start: &Snapshot,
+    records: &[Record],
+    until_s: Option<u64>,
+) -> Result<Backtest, BacktestError> {
+    run_workload(&super::recorded::workload(start, records, until_s)?)
+}
+
+/// Both replays of a workload, and their errors.
+fn run_workload(w: &Workload) -> Result<Backtest, BacktestError> {
+    let until_s = w.until.0 / 1000;
     let mut rows = Vec::new();
     let mut waits = Vec::new();
     let mut claims = 0;
     let mut skipped = 0;
     for declared in [true, false] {
-        let (seen, replayed, skip) = replay(scenario, declared, until)?;
+        let (seen, replayed, skip) = replay(w, declared)?;
         let not_started = seen.iter().filter(|s| s.started.is_none()).count();
         claims = replayed;
         skipped = skip;
@@ -438,21 +504,4 @@ pub fn render(b: &Backtest) -> String {
         );
     }
     out
-}
-
-/// `gpuboard simulate SCENARIO --backtest`; returns the exit status.
-pub fn run(args: &crate::simulate::SimulateArgs) -> anyhow::Result<i32> {
-    use anyhow::Context as _;
-    let mut scenario = crate::simulate::read_scenario(args)?;
-    if args.evaluate_until.is_some() {
-        scenario.evaluate_until_s = args.evaluate_until;
-    }
-    let path = args.scenario.display();
-    let b = backtest(&scenario).with_context(|| format!("backtesting scenario {path}"))?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&b)?);
-    } else {
-        print!("{}", render(&b));
-    }
-    Ok(0)
 }

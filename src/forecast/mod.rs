@@ -11,6 +11,7 @@
 pub mod backtest;
 pub mod holds;
 pub mod preview;
+mod recorded;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};

@@ -25,7 +25,8 @@ pub use scenario::{ClaimStream, HostSpec, ProjectSpec, Scenario, ScenarioError};
 #[derive(Clone, Debug, clap::Args)]
 pub struct SimulateArgs {
     /// The scenario file (TOML; see assets/scenarios/).
-    pub scenario: PathBuf,
+    #[arg(required_unless_present = "history")]
+    pub scenario: Option<PathBuf>,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -38,20 +39,32 @@ pub struct SimulateArgs {
     /// scenario, the run going on to its end (overrides the scenario's `evaluate_until_s`).
     #[arg(long, value_name = "SECONDS", requires = "backtest")]
     pub evaluate_until: Option<u64>,
+    /// With `--backtest`: replay the claims a `gpuboard serve` recorded in this data
+    /// directory's `history.sqlite` instead of a scenario.
+    #[arg(
+        long,
+        value_name = "DIR",
+        requires = "backtest",
+        conflicts_with = "scenario"
+    )]
+    pub history: Option<PathBuf>,
 }
 
-/// The scenario file `args` names, read.
-pub fn read_scenario(args: &SimulateArgs) -> anyhow::Result<Scenario> {
-    let path = args.scenario.display().to_string();
-    let text = std::fs::read_to_string(&args.scenario)
-        .with_context(|| format!("reading scenario {path}"))?;
-    toml::from_str(&text).with_context(|| format!("reading scenario {path}"))
+/// The scenario file `args` names, read, and its path as shown.
+pub fn read_scenario(args: &SimulateArgs) -> anyhow::Result<(Scenario, String)> {
+    let file = args
+        .scenario
+        .as_ref()
+        .context("no scenario file given: name one (see assets/scenarios/)")?;
+    let path = file.display().to_string();
+    let text = std::fs::read_to_string(file).with_context(|| format!("reading scenario {path}"))?;
+    let scenario = toml::from_str(&text).with_context(|| format!("reading scenario {path}"))?;
+    Ok((scenario, path))
 }
 
 /// Runs `gpuboard simulate`; returns the exit status.
 pub fn run(args: SimulateArgs) -> anyhow::Result<i32> {
-    let path = args.scenario.display().to_string();
-    let scenario = read_scenario(&args)?;
+    let (scenario, path) = read_scenario(&args)?;
     let report = run_scenario(&scenario).with_context(|| format!("running scenario {path}"))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
