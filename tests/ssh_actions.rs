@@ -22,7 +22,7 @@ use serde_json::Value;
 
 use crate::common::sshd::Sshd;
 use crate::common::{self, text};
-use crate::ssh_source::{config, note, settled, until};
+use crate::ssh_source::{config, note, serve_on, settled, until};
 
 /// The serve's claims, as its own CLI lists them.
 fn claims_there(serve: &common::Server) -> Vec<Value> {
@@ -35,19 +35,22 @@ fn claims_there(serve: &common::Server) -> Vec<Value> {
         .unwrap_or_default()
 }
 
+/// The serve on `far-node` with one claim, its reads open (so that the SSH user who cannot
+/// read its operator token can still watch it).
+fn serve_with_a_claim(server: &Sshd) -> (common::Server, tempfile::TempDir) {
+    let (serve, inventory) = serve_on(&server.serve_dir(), "far-node", &["--open-reads"]);
+    let out = serve.cli(&["claim", "--memory", "1GiB", "--project", "far"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    (serve, inventory)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn actions_go_to_the_hosts_serve_as_its_ssh_user_or_say_why_not() {
     if common::skip_peer("ssh") {
         return;
     }
     let server = Sshd::start();
-    let inventory_dir = tempfile::tempdir().unwrap();
-    let inventory =
-        common::one_node_inventory(inventory_dir.path(), "far-node", "Far GPU", "24GiB", 2);
-    // Open reads: the user who cannot read the operator token can still watch.
-    let serve = common::Server::start(&server.serve_dir(), &inventory, &["--open-reads"]);
-    let out = serve.cli(&["claim", "--memory", "1GiB", "--project", "far"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (serve, _inventory) = serve_with_a_claim(&server);
     let connects = Arc::new(tokio::sync::Semaphore::new(4));
     let source = |alias: &str| {
         SshSource::with(
@@ -207,12 +210,7 @@ fn the_console_releases_a_claim_on_an_ssh_host_and_says_why_another_is_read_only
         return;
     }
     let server = Sshd::start();
-    let inventory_dir = tempfile::tempdir().unwrap();
-    let inventory =
-        common::one_node_inventory(inventory_dir.path(), "far-node", "Far GPU", "24GiB", 2);
-    let serve = common::Server::start(&server.serve_dir(), &inventory, &["--open-reads"]);
-    let out = serve.cli(&["claim", "--memory", "1GiB", "--project", "far"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (serve, _inventory) = serve_with_a_claim(&server);
     let home = tempfile::tempdir().unwrap();
     let runtime = home.path().join("run");
     std::fs::create_dir_all(&runtime).unwrap();
@@ -282,10 +280,7 @@ async fn a_serve_started_after_the_stream_began_is_found_and_read() {
     );
     assert!(!host.can_act());
     // A serve starts there: the host is asked again, and switches to it.
-    let inventory_dir = tempfile::tempdir().unwrap();
-    let inventory =
-        common::one_node_inventory(inventory_dir.path(), "late-node", "Late GPU", "24GiB", 2);
-    let _serve = common::Server::start(&server.late_dir(), &inventory, &[]);
+    let _serve = serve_on(&server.late_dir(), "late-node", &[]);
     let switched = until(&host, "the serve as the reader", |r| {
         r.as_ref()
             .is_ok_and(|s| note(s).starts_with("reader: gpuboard serve over ssh"))

@@ -42,6 +42,19 @@ pub(crate) fn config(server: &Sshd, alias: &str) -> SshConfig {
     }
 }
 
+/// A serve of this build over one node `node` of two 24 GiB GPUs, in the data directory
+/// `dir` (where the SSH user's `gpuboard` looks), started with `args`; with it the
+/// directory its inventory is in.
+pub(crate) fn serve_on(
+    dir: &std::path::Path,
+    node: &str,
+    args: &[&str],
+) -> (common::Server, tempfile::TempDir) {
+    let inventory_dir = tempfile::tempdir().unwrap();
+    let inventory = common::one_node_inventory(inventory_dir.path(), node, "Far GPU", "24GiB", 2);
+    (common::Server::start(dir, &inventory, args), inventory_dir)
+}
+
 /// Fetches until the host answers with something other than "connecting".
 pub(crate) async fn settled(src: &SshSource) -> Result<Snapshot, Failure> {
     let deadline = Instant::now() + PATIENCE;
@@ -100,10 +113,7 @@ async fn every_host_shows_its_reader_or_its_reason() {
     let server = Sshd::start();
     // The host with a serve: this build's, over an inventory, in the data directory its
     // SSH user's `gpuboard` looks in.
-    let inventory_dir = tempfile::tempdir().unwrap();
-    let inventory =
-        common::one_node_inventory(inventory_dir.path(), "far-node", "Far GPU", "24GiB", 2);
-    let serve = common::Server::start(&server.serve_dir(), &inventory, &[]);
+    let (serve, _inventory) = serve_on(&server.serve_dir(), "far-node", &[]);
     // Two connects at a time for ten hosts: the bound holds them, it does not lose them.
     let connects = Arc::new(tokio::sync::Semaphore::new(2));
     let aliases = [
@@ -356,10 +366,7 @@ fn the_console_shows_each_host_and_stays_responsive_while_one_hangs() {
         return;
     }
     let server = Sshd::start();
-    let inventory_dir = tempfile::tempdir().unwrap();
-    let inventory =
-        common::one_node_inventory(inventory_dir.path(), "far-node", "Far GPU", "24GiB", 2);
-    let _serve = common::Server::start(&server.serve_dir(), &inventory, &[]);
+    let _serve = serve_on(&server.serve_dir(), "far-node", &[]);
     let home = tempfile::tempdir().unwrap();
     let runtime = home.path().join("run");
     std::fs::create_dir_all(&runtime).unwrap();

@@ -113,6 +113,8 @@ struct Inner {
     /// The host's reading task: it holds the source weakly, and is stopped (its ssh child
     /// with it) when the source goes.
     task: OnceLock<tokio::task::JoinHandle<()>>,
+    /// When the source was made: the log's stages count from it.
+    born: std::time::Instant,
 }
 
 impl Drop for Inner {
@@ -166,6 +168,7 @@ impl SshSource {
                 latest: Mutex::new(Latest::default()),
                 readings: watch::channel(0).0,
                 task: OnceLock::new(),
+                born: std::time::Instant::now(),
             }),
         })
     }
@@ -244,6 +247,9 @@ impl Outlet {
         let generation = match inner.latest.lock() {
             Ok(mut l) => {
                 if let Ok(s) = &result {
+                    if l.last_good.is_none() {
+                        tracing::debug!(host = %inner.config.name, ms = since(inner.born), "ssh: first reading");
+                    }
                     l.last_good = Some(s.clone());
                 }
                 l.result = Some(result);
@@ -385,10 +391,18 @@ async fn read_forever(weak: Weak<Inner>) {
     }
 }
 
+/// Milliseconds since `t`, for the log.
+fn since(t: std::time::Instant) -> u64 {
+    u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
 /// One connection's worth of reading: the probe, then the best reader that starts.
 async fn read_host(ctx: &Context, outlet: &Outlet, model: &mut Model) -> Turn {
     // New connections are bounded; the probe is where one is made (or a kept one reused).
+    let asked = std::time::Instant::now();
     let permit = Arc::clone(&ctx.connects).acquire_owned().await.ok();
+    tracing::debug!(host = %ctx.config.name, waited_ms = since(asked), "ssh: probing");
+    let probing = std::time::Instant::now();
     let run = ctx
         .config
         .options
@@ -400,6 +414,7 @@ async fn read_host(ctx: &Context, outlet: &Outlet, model: &mut Model) -> Turn {
         .await;
     drop(permit);
     let answer = probe::read(&run.stdout);
+    tracing::debug!(host = %ctx.config.name, ms = since(probing), reader = ?answer.reader(), "ssh: probe answered");
     let smi = classify(&run.ended, &run.stderr, &answer);
     if !answer.reached
         && let Some(f) = smi
