@@ -71,19 +71,70 @@ const KINDS: [GpuEngine; 5] = [
 ];
 
 /// A change to the sources: replace (or add, past the end) the one at a position with a
-/// new snapshot, remove one, join again with nothing changed, or switch the aliases.
+/// new snapshot, give one a new snapshot of the same devices (`touch`), remove one, join
+/// again with nothing changed, or switch the aliases.
 #[derive(Clone, Debug)]
 enum Change {
     Put(usize, ArbSource),
+    Touch(usize, u8, u8),
     Remove(usize),
     Nothing,
     Aliases,
+}
+
+/// The same devices a moment later, changed by `what` (telemetry, a claim gone, a model or
+/// capacity, a process naming a claim, a claim's share), `n` choosing where.
+fn touch(s: &mut Snapshot, what: u8, n: u8) {
+    let first_claim = s.claims.first().map(|c| c.id.0);
+    let mut devices: Vec<&mut DeviceView> =
+        s.nodes.iter_mut().flat_map(|m| m.devices.iter_mut()).collect();
+    let count = devices.len().max(1);
+    let at = usize::from(n) % count;
+    match what {
+        0 => {
+            for (k, d) in devices.iter_mut().enumerate() {
+                let k = u32::try_from(k).unwrap();
+                let ps = if (u32::from(n) + k) % 3 == 0 {
+                    vec![process(1_000 + k, u64::from(n), None, None)]
+                } else {
+                    Vec::new()
+                };
+                **d = with_processes(d.clone(), Some(u32::from(n) % 7 + k), ps);
+            }
+        }
+        1 => {
+            s.claims.pop();
+        }
+        2 => {
+            if let Some(d) = devices.get_mut(at) {
+                d.memory_capacity = Some(Bytes(u64::from(n) * GIB));
+                d.model = format!("M{n}");
+            }
+        }
+        3 => {
+            if let Some(d) = devices.get_mut(at) {
+                let p = process(2_000, 50, first_claim, None);
+                **d = with_processes(d.clone(), Some(1), vec![p]);
+            }
+        }
+        _ => {
+            let len = s.claims.len().max(1);
+            if let Some(share) = s
+                .claims
+                .get_mut(usize::from(n) % len)
+                .and_then(|c| c.shares.first_mut())
+            {
+                share.compute = Units(u32::from(n) * 100);
+            }
+        }
+    }
 }
 
 fn arb_change() -> impl Strategy<Value = Change> {
     prop_oneof![
         4 => (0usize..5, arb_sources().prop_map(|mut v| v.remove(0)))
             .prop_map(|(at, s)| Change::Put(at, s)),
+        6 => (0usize..5, 0u8..5, any::<u8>()).prop_map(|(at, what, n)| Change::Touch(at, what, n)),
         1 => (0usize..5).prop_map(Change::Remove),
         1 => Just(Change::Nothing),
         1 => Just(Change::Aliases),
@@ -110,7 +161,7 @@ proptest! {
             for c in &s.snapshot.claims {
                 let node = c.node.as_deref().unwrap();
                 let d = c.shares[0].device;
-                let on: Vec<&PhysicalGpu> = fleet.gpus.iter().filter(|g| g.seen_by.iter().any(|v| v.source == i && *v.node == *node && v.index == d)).collect();
+                let on: Vec<&PhysicalGpu> = fleet.gpus.iter().map(|g| &**g).filter(|g| g.seen_by.iter().any(|v| v.source == i && *v.node == *node && v.index == d)).collect();
                 prop_assert!(on.len() <= 1);
                 if let Some(g) = on.first() {
                     let engine = s.engine;
@@ -138,7 +189,7 @@ proptest! {
     #[test]
     fn a_kept_join_equals_a_cold_one_after_any_changes(
         first in arb_sources(),
-        changes in prop::collection::vec(arb_change(), 1..8),
+        changes in prop::collection::vec(arb_change(), 1..12),
         ray in any::<bool>(),
     ) {
         // Ray sources too, where asked (the Ray pass reads no cached key).
@@ -164,6 +215,13 @@ proptest! {
         for change in changes {
             match change {
                 Change::Put(at, s) => put(&mut sources, at, &s),
+                Change::Touch(at, what, n) => {
+                    if let Some((_, snapshot, _)) = sources.get_mut(at) {
+                        let mut s = (**snapshot).clone();
+                        touch(&mut s, what, n);
+                        *snapshot = Arc::new(s);
+                    }
+                }
                 Change::Remove(at) if at < sources.len() => {
                     sources.remove(at);
                 }
