@@ -523,7 +523,15 @@ fn a_change_keeps_the_data_of_the_sources_it_does_not_touch_shared() {
         "slurm",
         "n1",
         vec![dev(0, None), dev(1, None)],
-        vec![claim(1042, "alice", "n1", 0, 0, 10_000, &[("slurm.job_id", "42")])],
+        vec![claim(
+            1042,
+            "alice",
+            "n1",
+            0,
+            0,
+            10_000,
+            &[("slurm.job_id", "42")],
+        )],
     );
     feed(&mut st, 1, slurm, NOW.0);
     assert_eq!(kept(&before, &data(&st)), [true, false, true, true]);
@@ -563,4 +571,50 @@ fn a_change_keeps_the_data_of_the_sources_it_does_not_touch_shared() {
         .as_ref()
         .and_then(|t| t.utilization_gpu);
     assert_eq!(util, Some(2));
+}
+
+#[test]
+fn an_idle_console_joins_nothing_for_ten_minutes() {
+    let mut st = four_sources_in(true);
+    // The joins the feeding asked for, answered until none is asked.
+    let mut effects = update(&mut st, Msg::Joined(Box::default()));
+    while let [input] = join_asked(&effects).as_slice() {
+        effects = update(&mut st, Msg::Joined(Box::new(input.join())));
+    }
+    assert_eq!(st.physical_fleet().gpus.len(), 2);
+    let fleet = std::sync::Arc::clone(&st.physical.fleet);
+    // Ten minutes of ticks, each due source answering with what it said before.
+    let mut fetched = 0;
+    for s in 1..=600 {
+        let now = Timestamp(NOW.0 + s * 1_000);
+        let effects = update(&mut st, Msg::Tick(now));
+        assert!(join_asked(&effects).is_empty(), "a join at {s} s");
+        for e in effects {
+            let Effect::Fetch(i) = e else { continue };
+            let slot = &st.sources[i];
+            let same = slot
+                .raw
+                .clone()
+                .unwrap_or_else(|| (**slot.data.as_ref().unwrap()).clone());
+            let effects = update(
+                &mut st,
+                Msg::Fetched {
+                    source: i,
+                    at: now,
+                    result: Ok(same.into()),
+                },
+            );
+            assert!(
+                join_asked(&effects).is_empty(),
+                "a join after a fetch at {s} s"
+            );
+            fetched += 1;
+        }
+    }
+    assert!(fetched >= 4 * 100, "the sources were read again: {fetched}");
+    assert!(!st.physical.background.stale && !st.physical.background.in_flight);
+    assert!(
+        std::sync::Arc::ptr_eq(&fleet, &st.physical.fleet),
+        "no join was taken"
+    );
 }

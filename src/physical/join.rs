@@ -380,7 +380,11 @@ fn combine(
     for (g, (gpu, at)) in built.into_iter().enumerate() {
         placed.starts.push(placed.members.len());
         for c in at {
-            if let Some(slot) = placed.gpu_of.get_mut(c.part).and_then(|p| p.get_mut(c.flat)) {
+            if let Some(slot) = placed
+                .gpu_of
+                .get_mut(c.part)
+                .and_then(|p| p.get_mut(c.flat))
+            {
                 *slot = g;
             }
             placed.members.push(c);

@@ -86,8 +86,11 @@ enum Change {
 /// capacity, a process naming a claim, a claim's share), `n` choosing where.
 fn touch(s: &mut Snapshot, what: u8, n: u8) {
     let first_claim = s.claims.first().map(|c| c.id.0);
-    let mut devices: Vec<&mut DeviceView> =
-        s.nodes.iter_mut().flat_map(|m| m.devices.iter_mut()).collect();
+    let mut devices: Vec<&mut DeviceView> = s
+        .nodes
+        .iter_mut()
+        .flat_map(|m| m.devices.iter_mut())
+        .collect();
     let count = devices.len().max(1);
     let at = usize::from(n) % count;
     match what {
