@@ -397,13 +397,17 @@ fn combine(
 
 /// Telemetry that lists processes first (NVML), then a scheduler's own, then the newest.
 fn telemetry_rank(s: &Seen<'_>) -> Option<(bool, bool, bool, Timestamp)> {
-    let t = s.device.telemetry.as_ref()?;
-    Some((
+    Some(rank(s.device.telemetry.as_ref()?, s.sighting.engine))
+}
+
+/// How a reading ranks as a GPU's telemetry (`telemetry_rank`): the highest is shown.
+pub(super) fn rank(t: &DeviceTelemetry, engine: GpuEngine) -> (bool, bool, bool, Timestamp) {
+    (
         !t.lost,
         !t.processes.is_empty(),
-        s.sighting.engine != GpuEngine::Telemetry,
+        engine != GpuEngine::Telemetry,
         t.sampled_at,
-    ))
+    )
 }
 
 /// The GPU at `node` and `index` that `seen` (sorted by source) are sightings of.

@@ -9,10 +9,10 @@ use std::sync::Arc;
 
 use crate::snapshot::{DeviceView, Snapshot};
 
-use super::join::{Keys, Placed, Seen, assemble, gpu_of};
+use super::join::{Keys, Placed, Seen, assemble, gpu_of, rank};
 use super::names::{Aliases, NodeNames};
 use super::prepare::{Prepared, prepare};
-use super::{GpuEngine, PhysicalFleet};
+use super::{GpuEngine, PhysicalFleet, PhysicalGpu};
 
 /// One source's data, shared with its owner: what `Joiner::join` reads. The snapshot is
 /// known again by its `Arc`, so a source that did not change is not read again.
@@ -158,6 +158,38 @@ fn reads_same(a: &DeviceView, b: &DeviceView) -> bool {
     a.model == b.model && a.memory_capacity == b.memory_capacity && a.telemetry == b.telemetry
 }
 
+/// Whether a device that changed in its telemetry alone leaves its GPU as it was: the
+/// GPU's telemetry is another source's and outranks this reading, before and after, and
+/// the reading lists the same processes (dcgm's series beside NVML's).
+fn unseen_telemetry(
+    was: &DeviceView,
+    now: &DeviceView,
+    (source, engine): (usize, GpuEngine),
+    gpu: &PhysicalGpu,
+) -> bool {
+    let (Some(a), Some(b), Some(best), Some(from)) = (
+        &was.telemetry,
+        &now.telemetry,
+        &gpu.telemetry,
+        gpu.telemetry_from,
+    ) else {
+        return false;
+    };
+    let Some(best_engine) = gpu
+        .seen_by
+        .iter()
+        .find(|s| s.source == from)
+        .map(|s| s.engine)
+    else {
+        return false;
+    };
+    from != source
+        && was.model == now.model
+        && was.memory_capacity == now.memory_capacity
+        && a.processes == b.processes
+        && rank(b, engine) < rank(best, best_engine)
+}
+
 /// Builds again the GPUs of `fleet` that a device of the `replaced` parts changed in (what
 /// the join reads of it, or its source's claims on it); the others stay shared.
 fn rebuild(
@@ -187,11 +219,18 @@ fn rebuild(
                 .zip(wpn.devices)
                 .zip(&mut pn.devices)
             {
+                let at = gpu_at.get(flat).copied();
                 if reads_same(wd, d) && wpd.holds == pd.holds {
                     // Unchanged: its telemetry, once shared, stays the same shared one.
                     pd.telemetry = wpd.telemetry;
-                } else if let Some(g) = gpu_at.get(flat).and_then(|&g| dirty.get_mut(g)) {
-                    *g = true;
+                } else if let Some(g) = at
+                    && !(wpd.holds == pd.holds
+                        && fleet.gpus.get(g).is_some_and(|gpu| {
+                            unseen_telemetry(wd, d, (now.source, now.engine), gpu)
+                        }))
+                    && let Some(dirty) = dirty.get_mut(g)
+                {
+                    *dirty = true;
                 }
                 flat += 1;
             }
