@@ -212,11 +212,19 @@ impl IdleClock {
             let flag = if util.is_some_and(|u| u < IDLE_BELOW_PERCENT) {
                 // The key moves from the last map to this one: no id is made for a GPU
                 // the clock knew by its UUID.
-                let known = match gpu.uuid.as_deref() {
-                    Some(u) => last.remove_entry(u),
-                    None => last.remove_entry(&gpu.id()),
+                let id: std::borrow::Cow<'_, str> = match gpu.uuid.as_deref() {
+                    Some(u) => u.into(),
+                    None => gpu.id().into(),
                 };
-                let (id, since) = known.map_or_else(|| (gpu.id(), now), |(k, t)| (k, t.min(now)));
+                let (id, since) = match last.remove_entry(&*id) {
+                    Some((k, t)) => (k, t.min(now)),
+                    // An id an earlier GPU of this join has (one UUID given to two GPUs)
+                    // reads the clock that one moved.
+                    None => {
+                        let since = seen.get(&*id).copied().unwrap_or(now);
+                        (id.into_owned(), since)
+                    }
+                };
                 seen.insert(id, since);
                 let held = gpu.roots().next().is_some();
                 (held && now.millis_since(since) >= IDLE_FOR_MS).then(|| GpuFlag::Idle {
