@@ -216,14 +216,13 @@ impl IdleClock {
                     Some(u) => u.into(),
                     None => gpu.id().into(),
                 };
-                let (id, since) = match last.remove_entry(&*id) {
-                    Some((k, t)) => (k, t.min(now)),
+                let (id, since) = if let Some((k, t)) = last.remove_entry(&*id) {
+                    (k, t.min(now))
+                } else {
                     // An id an earlier GPU of this join has (one UUID given to two GPUs)
                     // reads the clock that one moved.
-                    None => {
-                        let since = seen.get(&*id).copied().unwrap_or(now);
-                        (id.into_owned(), since)
-                    }
+                    let since = seen.get(&*id).copied().unwrap_or(now);
+                    (id.into_owned(), since)
                 };
                 seen.insert(id, since);
                 let held = gpu.roots().next().is_some();
