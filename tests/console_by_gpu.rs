@@ -504,3 +504,117 @@ fn telemetry_alone_reaches_the_physical_gpus_without_a_join() {
     feed(&mut st, 0, a, NOW.0);
     assert!(st.physical.background.stale, "a join is due");
 }
+
+#[test]
+fn a_change_keeps_the_data_of_the_sources_it_does_not_touch_shared() {
+    let mut st = four_sources();
+    let data = |st: &State| -> Vec<std::sync::Arc<Snapshot>> {
+        st.sources.iter().map(|s| s.data.clone().unwrap()).collect()
+    };
+    let kept = |a: &[std::sync::Arc<Snapshot>], b: &[std::sync::Arc<Snapshot>]| -> Vec<bool> {
+        a.iter()
+            .zip(b)
+            .map(|(a, b)| std::sync::Arc::ptr_eq(a, b))
+            .collect()
+    };
+    // Slurm's job 43 ends: Slurm's data is new, the others' (dcgm joined into them) kept.
+    let before = data(&st);
+    let slurm = snap(
+        "slurm",
+        "n1",
+        vec![dev(0, None), dev(1, None)],
+        vec![claim(
+            1042,
+            "alice",
+            "n1",
+            0,
+            0,
+            10_000,
+            &[("slurm.job_id", "42")],
+        )],
+    );
+    feed(&mut st, 1, slurm, NOW.0);
+    assert_eq!(kept(&before, &data(&st)), [true, false, true, true]);
+    assert!(
+        st.physical_fleet()
+            .gpus
+            .iter()
+            .all(|g| g.holders.iter().all(|h| h.label.as_ref() != "Slurm job 43")),
+        "the join read the new Slurm data"
+    );
+    // dcgm with a new host no other source has: what it joins into is unchanged, so kept.
+    let before = data(&st);
+    let mut d0 = dev(0, Some("GPU-5fd0c8a1-0000"));
+    d0.telemetry = Some(telemetry(60, 9, vec![]));
+    let mut d1 = dev(1, Some("GPU-9ab31e77-0001"));
+    d1.telemetry = Some(telemetry(85, 27, vec![]));
+    let mut dcgm = snap("prometheus", "n1.lab.example", vec![d0, d1], vec![]);
+    let mut n9 = dev(0, Some("GPU-0000-n9"));
+    n9.telemetry = Some(telemetry(10, 1, vec![]));
+    dcgm.nodes.push(NodeView {
+        name: "n9".to_string(),
+        devices: vec![n9],
+        ..NodeView::default()
+    });
+    feed(&mut st, 3, dcgm, NOW.0);
+    assert_eq!(kept(&before, &data(&st)), [true, true, true, false]);
+    // New series: Slurm's devices, which have no telemetry of their own, take them.
+    let before = data(&st);
+    let mut d0 = dev(0, Some("GPU-5fd0c8a1-0000"));
+    d0.telemetry = Some(telemetry(2, 9, vec![]));
+    let dcgm = snap("prometheus", "n1.lab.example", vec![d0], vec![]);
+    feed(&mut st, 3, dcgm, NOW.0);
+    let now = data(&st);
+    assert!(!std::sync::Arc::ptr_eq(&before[1], &now[1]));
+    let util = now[1].nodes[0].devices[0]
+        .telemetry
+        .as_ref()
+        .and_then(|t| t.utilization_gpu);
+    assert_eq!(util, Some(2));
+}
+
+#[test]
+fn an_idle_console_joins_nothing_for_ten_minutes() {
+    let mut st = four_sources_in(true);
+    // The joins the feeding asked for, answered until none is asked.
+    let mut effects = update(&mut st, Msg::Joined(Box::default()));
+    while let [input] = join_asked(&effects).as_slice() {
+        effects = update(&mut st, Msg::Joined(Box::new(input.join())));
+    }
+    assert_eq!(st.physical_fleet().gpus.len(), 2);
+    let fleet = std::sync::Arc::clone(&st.physical.fleet);
+    // Ten minutes of ticks, each due source answering with what it said before.
+    let mut fetched = 0;
+    for s in 1..=600 {
+        let now = Timestamp(NOW.0 + s * 1_000);
+        let effects = update(&mut st, Msg::Tick(now));
+        assert!(join_asked(&effects).is_empty(), "a join at {s} s");
+        for e in effects {
+            let Effect::Fetch(i) = e else { continue };
+            let slot = &st.sources[i];
+            let same = slot
+                .raw
+                .clone()
+                .unwrap_or_else(|| (**slot.data.as_ref().unwrap()).clone());
+            let effects = update(
+                &mut st,
+                Msg::Fetched {
+                    source: i,
+                    at: now,
+                    result: Ok(same.into()),
+                },
+            );
+            assert!(
+                join_asked(&effects).is_empty(),
+                "a join after a fetch at {s} s"
+            );
+            fetched += 1;
+        }
+    }
+    assert!(fetched >= 4 * 100, "the sources were read again: {fetched}");
+    assert!(!st.physical.background.stale && !st.physical.background.in_flight);
+    assert!(
+        std::sync::Arc::ptr_eq(&fleet, &st.physical.fleet),
+        "no join was taken"
+    );
+}

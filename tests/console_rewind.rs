@@ -616,7 +616,7 @@ fn the_rewound_gpus_carry_the_flags_they_had_then_not_the_live_ones() {
             .gpus
             .iter()
             .filter(|g| g.has_flag("unexplained"))
-            .map(gpuboard::physical::PhysicalGpu::place)
+            .map(|g| g.place())
             .collect()
     };
     let mut st = lab_state();

@@ -204,7 +204,7 @@ mod tests {
             });
         }
         PhysicalFleet {
-            gpus: vec![g],
+            gpus: vec![Arc::new(g)],
             warnings: Vec::new(),
         }
     }
@@ -251,12 +251,14 @@ mod tests {
         let mk = |hs: Vec<GpuHolder>, pid: Option<u32>| {
             let mut f = fleet(gpu(Some(50), hs.clone(), pid));
             if hs.len() == 2 {
-                f.gpus[0].flags.push(GpuFlag::DoubleBooked {
-                    holders: vec![0, 1],
-                    resource: crate::physical::Resource::Compute,
-                    held: 20_000,
-                    has: 10_000,
-                });
+                Arc::make_mut(&mut f.gpus[0])
+                    .flags
+                    .push(GpuFlag::DoubleBooked {
+                        holders: vec![0, 1],
+                        resource: crate::physical::Resource::Compute,
+                        held: 20_000,
+                        has: 10_000,
+                    });
             }
             f
         };

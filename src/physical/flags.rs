@@ -201,23 +201,44 @@ impl IdleClock {
     /// an earlier call replaced). A GPU with no utilization reading is not idle (unmeasured
     /// is not idle) and starts over.
     pub fn observe(&mut self, fleet: &mut PhysicalFleet, now: Timestamp) {
-        let mut seen = HashMap::with_capacity(fleet.gpus.len());
+        let mut last = std::mem::take(&mut self.since);
+        let mut seen = HashMap::with_capacity(last.len());
         for gpu in &mut fleet.gpus {
-            gpu.flags.retain(|f| !matches!(f, GpuFlag::Idle { .. }));
             let util = gpu
                 .telemetry
                 .as_ref()
                 .filter(|t| !t.lost)
                 .and_then(|t| t.utilization_gpu);
-            if util.is_none_or(|u| u >= IDLE_BELOW_PERCENT) {
-                continue;
-            }
-            let id = gpu.id();
-            let since = self.since.get(&id).copied().unwrap_or(now).min(now);
-            seen.insert(id, since);
-            let holders: Vec<usize> = gpu.roots().map(|(i, _)| i).collect();
-            if !holders.is_empty() && now.millis_since(since) >= IDLE_FOR_MS {
-                gpu.flags.push(GpuFlag::Idle { holders, since });
+            let flag = if util.is_some_and(|u| u < IDLE_BELOW_PERCENT) {
+                // The key moves from the last map to this one: no id is made for a GPU
+                // the clock knew by its UUID.
+                let id: std::borrow::Cow<'_, str> = match gpu.uuid.as_deref() {
+                    Some(u) => u.into(),
+                    None => gpu.id().into(),
+                };
+                let (id, since) = if let Some((k, t)) = last.remove_entry(&*id) {
+                    (k, t.min(now))
+                } else {
+                    // An id an earlier GPU of this join has (one UUID given to two GPUs)
+                    // reads the clock that one moved.
+                    let since = seen.get(&*id).copied().unwrap_or(now);
+                    (id.into_owned(), since)
+                };
+                seen.insert(id, since);
+                let held = gpu.roots().next().is_some();
+                (held && now.millis_since(since) >= IDLE_FOR_MS).then(|| GpuFlag::Idle {
+                    holders: gpu.roots().map(|(i, _)| i).collect(),
+                    since,
+                })
+            } else {
+                None
+            };
+            // A GPU shared with the kept join is copied only when its idle flag changes.
+            let was = gpu.flags.iter().find(|f| matches!(f, GpuFlag::Idle { .. }));
+            if was != flag.as_ref() {
+                let gpu = std::sync::Arc::make_mut(gpu);
+                gpu.flags.retain(|f| !matches!(f, GpuFlag::Idle { .. }));
+                gpu.flags.extend(flag);
             }
         }
         self.since = seen;

@@ -1,8 +1,7 @@
 //! The join: every prepared source's devices grouped into physical GPUs (by UUID, else by
-//! node and index), each GPU with its holders, processes and flags. And the join kept
-//! between changes (`Joiner`): a source whose snapshot is the same shared one as last time
-//! is not prepared again, so a change of one source costs that source's preparation and
-//! the grouping, not every source's.
+//! node and index), each GPU with its holders, processes and flags, and where each device
+//! went (`Placed`), which the join kept between changes (`kept::Joiner`) reads to build
+//! again only the GPUs a change touches.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, OnceLock};
@@ -14,90 +13,6 @@ use crate::snapshot::{DeviceTelemetry, DeviceView, Snapshot};
 use super::names::{Aliases, NodeMatch, NodeNames};
 use super::prepare::{Hold, PodHost, Prepared, prepare};
 use super::{GpuEngine, PhysicalFleet, PhysicalGpu, Sighting, SourceView, flags, holders};
-
-/// One source's data, shared with its owner: what `Joiner::join` reads. The snapshot is
-/// known again by its `Arc`, so a source that did not change is not read again.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SharedSource {
-    /// The source's position (the console's source index).
-    pub source: usize,
-    /// Its display name.
-    pub name: String,
-    /// The engine it speaks for.
-    pub engine: GpuEngine,
-    /// Its snapshot.
-    pub snapshot: Arc<Snapshot>,
-}
-
-/// The join kept between changes: each source's snapshot prepared (its node names
-/// resolved and keyed, its UUIDs normalised, its claims made holders on their devices),
-/// kept while the source's snapshot is the same `Arc`. `join` gives what the one-shot
-/// `physical::join` gives for the same sources.
-#[derive(Debug, Default)]
-pub struct Joiner {
-    aliases: Aliases,
-    parts: Vec<(Arc<Snapshot>, Prepared)>,
-    /// The node names of the last join: the nodes' keys hold while these do.
-    names: NodeNames,
-    keys: Keys,
-}
-
-impl Joiner {
-    /// Joins the sources, preparing again only those whose snapshot is not the one the
-    /// last join read.
-    pub fn join(&mut self, sources: &[SharedSource], aliases: &Aliases) -> PhysicalFleet {
-        if *aliases != self.aliases {
-            *self = Joiner {
-                aliases: aliases.clone(),
-                ..Joiner::default()
-            };
-        }
-        let mut old: Vec<Option<(Arc<Snapshot>, Prepared)>> = std::mem::take(&mut self.parts)
-            .into_iter()
-            .map(Some)
-            .collect();
-        for (i, s) in sources.iter().enumerate() {
-            let same = |o: &Option<(Arc<Snapshot>, Prepared)>| {
-                o.as_ref().is_some_and(|(snap, p)| {
-                    Arc::ptr_eq(snap, &s.snapshot)
-                        && p.source == s.source
-                        && p.engine == s.engine
-                        && *p.name == *s.name
-                })
-            };
-            // Sources come in the same order each time: look where it was first.
-            let at = if old.get(i).is_some_and(same) {
-                Some(i)
-            } else {
-                old.iter().position(same)
-            };
-            let part = at.and_then(|i| old.get_mut(i)?.take()).unwrap_or_else(|| {
-                let p = prepare(s.source, &s.name, s.engine, &s.snapshot, aliases);
-                (Arc::clone(&s.snapshot), p)
-            });
-            self.parts.push(part);
-        }
-        let names = NodeNames::resolved(
-            aliases,
-            self.parts
-                .iter()
-                .flat_map(|(_, p)| p.nodes.iter().map(|n| n.resolved.as_str())),
-        );
-        if names != self.names {
-            // A name came or went: every node's key is made again.
-            self.names = names;
-            self.keys = Keys::default();
-            for (_, p) in &mut self.parts {
-                for n in &mut p.nodes {
-                    n.key = None;
-                }
-            }
-        }
-        let mut parts: Vec<(&mut Prepared, &Snapshot)> =
-            self.parts.iter_mut().map(|(s, p)| (p, &**s)).collect();
-        assemble(&mut parts, &self.names, &mut self.keys)
-    }
-}
 
 /// Joins the sources once, preparing every one (`Joiner` keeps what it prepared).
 pub fn join(sources: &[SourceView<'_>], aliases: &Aliases) -> PhysicalFleet {
@@ -116,15 +31,15 @@ pub fn join(sources: &[SourceView<'_>], aliases: &Aliases) -> PhysicalFleet {
         .zip(sources)
         .map(|(p, s)| (p, s.snapshot))
         .collect();
-    assemble(&mut parts, &names, &mut Keys::default())
+    assemble(&mut parts, &names, &mut Keys::default()).0
 }
 
 /// Keys the nodes that have none yet, makes the pods Ray nodes may run in, and joins.
-fn assemble(
+pub(super) fn assemble(
     parts: &mut [(&mut Prepared, &Snapshot)],
     names: &NodeNames,
     keys: &mut Keys,
-) -> PhysicalFleet {
+) -> (PhysicalFleet, Placed) {
     let ray = parts.iter().any(|(p, _)| p.engine == GpuEngine::Ray);
     for (p, snap) in parts.iter_mut() {
         if p.engine != GpuEngine::Ray {
@@ -162,6 +77,31 @@ pub(super) struct Seen<'a> {
     pub telemetry: &'a OnceLock<Arc<DeviceTelemetry>>,
     /// The pod a Ray node runs in (source, claim), when the Ray node is a pod.
     pub inside: Option<(usize, ClaimId)>,
+    /// Where the device is in its source.
+    pub at: Coord,
+}
+
+/// Where a device is: its source's part, node and device there, and its position among
+/// the part's devices (node by node).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Coord {
+    pub part: usize,
+    pub node: usize,
+    pub device: usize,
+    pub flat: usize,
+}
+
+/// Where each device of a join went, so the next join can build again only the GPUs a
+/// changed device is part of.
+#[derive(Debug, Default)]
+pub(super) struct Placed {
+    /// Per part, per device (`Coord::flat`): the GPU it is seen in (an index into the
+    /// fleet's GPUs).
+    pub gpu_of: Vec<Vec<usize>>,
+    /// Every GPU's devices, GPU after GPU, each GPU's in `seen_by` order: GPU `g`'s are
+    /// `members[starts[g]..starts[g + 1]]`.
+    pub members: Vec<Coord>,
+    pub starts: Vec<usize>,
 }
 
 /// A slot: node (its number in `Keys`) and index. Numbers, so placing a device hashes
@@ -170,7 +110,7 @@ type Slot = (usize, u32);
 
 /// Every node key the join met, each numbered once.
 #[derive(Debug, Default)]
-struct Keys {
+pub(super) struct Keys {
     ids: HashMap<String, usize>,
     names: Vec<String>,
 }
@@ -244,7 +184,11 @@ type Group<'a> = (Option<Slot>, Vec<Seen<'a>>, Option<String>);
 // The two passes (devices with a UUID, then those placed by node and index) share their
 // indexes and warnings: one function, read top to bottom.
 #[allow(clippy::too_many_lines)]
-fn combine(parts: &[(&Prepared, &Snapshot)], names: &NodeNames, keys: &mut Keys) -> PhysicalFleet {
+fn combine(
+    parts: &[(&Prepared, &Snapshot)],
+    names: &NodeNames,
+    keys: &mut Keys,
+) -> (PhysicalFleet, Placed) {
     // Only a Ray source looks pods up.
     let ray = parts.iter().any(|(p, _)| p.engine == GpuEngine::Ray);
     let pods: HashMap<&str, Vec<&PodHost>> = {
@@ -268,10 +212,18 @@ fn combine(parts: &[(&Prepared, &Snapshot)], names: &NodeNames, keys: &mut Keys)
     let mut conflicts: BTreeMap<Slot, String> = BTreeMap::new();
     let mut warnings = Vec::new();
     let mut later = Vec::new();
-    for (s, snap) in parts {
+    for (part, (s, snap)) in parts.iter().enumerate() {
         let engine = s.engine;
-        for (pn, n) in s.nodes.iter().zip(&snap.nodes) {
-            for (pd, d) in pn.devices.iter().zip(&n.devices) {
+        let mut flat = 0;
+        for (node, (pn, n)) in s.nodes.iter().zip(&snap.nodes).enumerate() {
+            for (device, (pd, d)) in pn.devices.iter().zip(&n.devices).enumerate() {
+                let at = Coord {
+                    part,
+                    node,
+                    device,
+                    flat,
+                };
+                flat += 1;
                 let placed = match &pn.key {
                     _ if engine == GpuEngine::Ray => {
                         ray_slot(names, keys, &pods, &n.name, pd.index)
@@ -295,6 +247,7 @@ fn combine(parts: &[(&Prepared, &Snapshot)], names: &NodeNames, keys: &mut Keys)
                     holds: &pd.holds,
                     telemetry: &pd.telemetry,
                     inside: None,
+                    at,
                 };
                 let Some(uuid) = pd.uuid.as_deref() else {
                     later.push((seen, placed));
@@ -400,41 +353,71 @@ fn combine(parts: &[(&Prepared, &Snapshot)], names: &NodeNames, keys: &mut Keys)
             groups.push((Some(slot), vec![seen], None));
         }
     }
-    let mut gpus: Vec<PhysicalGpu> = groups
+    let mut built: Vec<(PhysicalGpu, Vec<Coord>)> = groups
         .into_iter()
         .map(|(slot, mut seen, unmatched)| {
             seen.sort_by_key(|s| s.sighting.source);
-            gpu_of(slot, keys, seen, unmatched)
+            let at = seen.iter().map(|s| s.at).collect();
+            let (node, index) = match slot {
+                Some((id, index)) => (keys.name(id).to_string(), index),
+                None => seen.first().map_or((String::new(), 0), |s| {
+                    (s.sighting.node.to_lowercase(), s.sighting.index)
+                }),
+            };
+            (gpu_of(node, index, seen, unmatched), at)
         })
         .collect();
-    gpus.sort_by(|a, b| (&a.node, a.index, &a.uuid).cmp(&(&b.node, b.index, &b.uuid)));
-    PhysicalFleet { gpus, warnings }
+    built.sort_by(|(a, _), (b, _)| (&a.node, a.index, &a.uuid).cmp(&(&b.node, b.index, &b.uuid)));
+    let mut placed = Placed {
+        gpu_of: parts
+            .iter()
+            .map(|(p, _)| vec![0; p.nodes.iter().map(|n| n.devices.len()).sum()])
+            .collect(),
+        members: Vec::with_capacity(devices),
+        starts: Vec::with_capacity(built.len() + 1),
+    };
+    let mut gpus = Vec::with_capacity(built.len());
+    for (g, (gpu, at)) in built.into_iter().enumerate() {
+        placed.starts.push(placed.members.len());
+        for c in at {
+            if let Some(slot) = placed
+                .gpu_of
+                .get_mut(c.part)
+                .and_then(|p| p.get_mut(c.flat))
+            {
+                *slot = g;
+            }
+            placed.members.push(c);
+        }
+        gpus.push(Arc::new(gpu));
+    }
+    placed.starts.push(placed.members.len());
+    (PhysicalFleet { gpus, warnings }, placed)
 }
 
 /// Telemetry that lists processes first (NVML), then a scheduler's own, then the newest.
 fn telemetry_rank(s: &Seen<'_>) -> Option<(bool, bool, bool, Timestamp)> {
-    let t = s.device.telemetry.as_ref()?;
-    Some((
-        !t.lost,
-        !t.processes.is_empty(),
-        s.sighting.engine != GpuEngine::Telemetry,
-        t.sampled_at,
-    ))
+    Some(rank(s.device.telemetry.as_ref()?, s.sighting.engine))
 }
 
-fn gpu_of(
-    slot: Option<Slot>,
-    keys: &Keys,
+/// How a reading ranks as a GPU's telemetry (`telemetry_rank`): the highest is shown.
+pub(super) fn rank(t: &DeviceTelemetry, engine: GpuEngine) -> (bool, bool, bool, Timestamp) {
+    (
+        !t.lost,
+        !t.processes.is_empty(),
+        engine != GpuEngine::Telemetry,
+        t.sampled_at,
+    )
+}
+
+/// The GPU at `node` and `index` that `seen` (sorted by source) are sightings of.
+pub(super) fn gpu_of(
+    node: String,
+    index: u32,
     seen: Vec<Seen<'_>>,
     unmatched: Option<String>,
 ) -> PhysicalGpu {
     let first = seen.first();
-    let (node, index) = match slot {
-        Some((id, index)) => (keys.name(id).to_string(), index),
-        None => first.map_or((String::new(), 0), |s| {
-            (s.sighting.node.to_lowercase(), s.sighting.index)
-        }),
-    };
     let model = seen
         .iter()
         .map(|s| s.device.model.as_str())

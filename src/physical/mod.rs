@@ -14,6 +14,7 @@ mod episodes;
 mod flags;
 mod holders;
 mod join;
+mod kept;
 mod names;
 mod prepare;
 
@@ -28,7 +29,8 @@ use crate::units::{Bytes, Units};
 
 pub use episodes::{EpisodeHolder, FlagEpisode, FlagTracker};
 pub use flags::{GpuFlag, IDLE_BELOW_PERCENT, IDLE_FOR_MS, IdleClock, Resource};
-pub use join::{Joiner, SharedSource, join};
+pub use join::join;
+pub use kept::{Joiner, SharedSource};
 pub use names::{Aliases, NodeMatch, NodeNames};
 
 /// One source's data, as the join reads it.
@@ -280,11 +282,18 @@ impl PhysicalGpu {
     }
 }
 
+/// Shared GPUs, written as the GPUs.
+fn shared_gpus<S: serde::Serializer>(gpus: &[Arc<PhysicalGpu>], to: S) -> Result<S::Ok, S::Error> {
+    to.collect_seq(gpus.iter().map(|g| &**g))
+}
+
 /// Every physical GPU, and what could not be matched.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct PhysicalFleet {
-    /// GPUs by node and index.
-    pub gpus: Vec<PhysicalGpu>,
+    /// GPUs by node and index, each shared with the next joins while no device of it
+    /// changes (`Joiner`); one changed here is copied first (`Arc::make_mut`).
+    #[serde(serialize_with = "shared_gpus")]
+    pub gpus: Vec<Arc<PhysicalGpu>>,
     /// Why devices were left unmatched, one line each.
     pub warnings: Vec<String>,
 }
@@ -301,10 +310,10 @@ impl PhysicalFleet {
                     || g.node == short
                     || g.seen_by.iter().any(|s| s.node.eq_ignore_ascii_case(node)))
         };
-        self.gpus
-            .iter()
+        let gpus = || self.gpus.iter().map(|g| &**g);
+        gpus()
             .find(|g| at(g) && g.unmatched.is_none())
-            .or_else(|| self.gpus.iter().find(at))
+            .or_else(|| gpus().find(at))
     }
 
     /// Takes the new telemetry of `source` (its `snapshot`, which differs from the one
@@ -346,6 +355,7 @@ impl PhysicalFleet {
             let Some(gpu) = self.gpus.get_mut(at) else {
                 continue;
             };
+            let gpu = Arc::make_mut(gpu);
             for p in &mut gpu.processes {
                 p.used_memory = telemetry
                     .iter()

@@ -56,7 +56,7 @@ pub(super) struct PreparedDevice {
 
 /// A claim's hold on one device, as a holder (not yet nested), with what processes are
 /// matched to it by.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub(super) struct Hold {
     /// The holder.
     pub holder: GpuHolder,

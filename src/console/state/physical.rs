@@ -98,13 +98,13 @@ impl PhysicalView {
     /// The GPU on the selected row.
     pub fn selected(&self) -> Option<&PhysicalGpu> {
         let i = *self.rows.get(self.cursor.selected)?;
-        self.fleet.gpus.get(i)
+        self.fleet.gpus.get(i).map(|g| &**g)
     }
 
     /// The GPU whose holder tree is open.
     pub fn open_gpu(&self) -> Option<&PhysicalGpu> {
         let (id, _) = self.open.as_ref()?;
-        self.fleet.gpus.iter().find(|g| g.is(id))
+        self.fleet.gpus.iter().map(|g| &**g).find(|g| g.is(id))
     }
 
     /// Rebuilds the rows from the flag filter and the GPUs list's text filter (matched

@@ -119,6 +119,17 @@ impl State {
         if slot.kind == SourceKind::Ssh {
             slot.can_act = snap.endpoint.actions;
         }
+        // What the change touches: a telemetry source's series join into every scheduler's
+        // devices, a cluster's pods into every source's processes; anything else is the
+        // changed source's own. What it does not touch keeps its `Arc`, so the physical
+        // join does not prepare it again.
+        let everyone = slot.kind.is_telemetry()
+            || (slot.kind == SourceKind::Kubernetes
+                && slot
+                    .raw
+                    .as_ref()
+                    .or(slot.data.as_deref())
+                    .is_none_or(|old| old.pods != snap.pods));
         if joined(slot.kind) {
             slot.raw = Some(snap);
         } else {
@@ -141,14 +152,19 @@ impl State {
             .map(|s| s.pods.clone())
             .collect();
         let pods: Vec<_> = pods.iter().collect();
-        for slot in &mut self.sources {
+        for (i, slot) in self.sources.iter_mut().enumerate() {
+            if i != source && !everyone {
+                continue;
+            }
             if let Some(raw) = &slot.raw {
                 let mut joined = raw.clone();
                 for t in &telemetry {
                     crate::sources::prometheus::join_telemetry(&mut joined, t);
                 }
                 kubernetes::owners::join_owners(&mut joined, &pods);
-                slot.data = Some(Arc::new(joined));
+                if slot.data.as_deref() != Some(&joined) {
+                    slot.data = Some(Arc::new(joined));
+                }
             }
         }
     }

@@ -71,19 +71,93 @@ const KINDS: [GpuEngine; 5] = [
 ];
 
 /// A change to the sources: replace (or add, past the end) the one at a position with a
-/// new snapshot, remove one, join again with nothing changed, or switch the aliases.
+/// new snapshot, give one a new snapshot of the same devices (`touch`), remove one, join
+/// again with nothing changed, or switch the aliases.
 #[derive(Clone, Debug)]
 enum Change {
     Put(usize, ArbSource),
+    Touch(usize, u8, u8),
     Remove(usize),
     Nothing,
     Aliases,
+}
+
+/// The same devices a moment later, changed by `what` (telemetry, a claim gone, a model or
+/// capacity, a process naming a claim, a claim's share, the processes' memory), `n`
+/// choosing where.
+fn touch(s: &mut Snapshot, what: u8, n: u8) {
+    let first_claim = s.claims.first().map(|c| c.id.0);
+    let mut devices: Vec<&mut DeviceView> = s
+        .nodes
+        .iter_mut()
+        .flat_map(|m| m.devices.iter_mut())
+        .collect();
+    let count = devices.len().max(1);
+    let at = usize::from(n) % count;
+    match what {
+        0 => {
+            for (k, d) in devices.iter_mut().enumerate() {
+                let k = u32::try_from(k).unwrap();
+                let ps = if (u32::from(n) + k) % 3 == 0 {
+                    vec![process(
+                        1_000 + k + u32::from(n % 2) * 10,
+                        u64::from(n),
+                        None,
+                        None,
+                    )]
+                } else {
+                    Vec::new()
+                };
+                **d = with_processes(d.clone(), Some(u32::from(n) % 7 + k), ps);
+                if let Some(t) = d.telemetry.as_mut() {
+                    t.sampled_at = Timestamp(u64::from(n % 4));
+                }
+            }
+        }
+        5 => {
+            // The same processes using more memory, read later or not.
+            for d in devices {
+                if let Some(t) = d.telemetry.as_mut() {
+                    t.sampled_at = Timestamp(t.sampled_at.0 + u64::from(n % 2));
+                    for p in &mut t.processes {
+                        p.used_memory = p.used_memory.map(|m| m + Bytes::mib(1));
+                    }
+                }
+            }
+        }
+        1 => {
+            s.claims.pop();
+        }
+        2 => {
+            if let Some(d) = devices.get_mut(at) {
+                d.memory_capacity = Some(Bytes(u64::from(n) * GIB));
+                d.model = format!("M{n}");
+            }
+        }
+        3 => {
+            if let Some(d) = devices.get_mut(at) {
+                let p = process(2_000, 50, first_claim, None);
+                **d = with_processes(d.clone(), Some(1), vec![p]);
+            }
+        }
+        _ => {
+            let len = s.claims.len().max(1);
+            if let Some(share) = s
+                .claims
+                .get_mut(usize::from(n) % len)
+                .and_then(|c| c.shares.first_mut())
+            {
+                share.compute = Units(u32::from(n) * 100);
+            }
+        }
+    }
 }
 
 fn arb_change() -> impl Strategy<Value = Change> {
     prop_oneof![
         4 => (0usize..5, arb_sources().prop_map(|mut v| v.remove(0)))
             .prop_map(|(at, s)| Change::Put(at, s)),
+        6 => (0usize..5, 0u8..6, any::<u8>()).prop_map(|(at, what, n)| Change::Touch(at, what, n)),
         1 => (0usize..5).prop_map(Change::Remove),
         1 => Just(Change::Nothing),
         1 => Just(Change::Aliases),
@@ -110,7 +184,7 @@ proptest! {
             for c in &s.snapshot.claims {
                 let node = c.node.as_deref().unwrap();
                 let d = c.shares[0].device;
-                let on: Vec<&PhysicalGpu> = fleet.gpus.iter().filter(|g| g.seen_by.iter().any(|v| v.source == i && *v.node == *node && v.index == d)).collect();
+                let on: Vec<&PhysicalGpu> = fleet.gpus.iter().map(|g| &**g).filter(|g| g.seen_by.iter().any(|v| v.source == i && *v.node == *node && v.index == d)).collect();
                 prop_assert!(on.len() <= 1);
                 if let Some(g) = on.first() {
                     let engine = s.engine;
@@ -138,7 +212,7 @@ proptest! {
     #[test]
     fn a_kept_join_equals_a_cold_one_after_any_changes(
         first in arb_sources(),
-        changes in prop::collection::vec(arb_change(), 1..8),
+        changes in prop::collection::vec(arb_change(), 1..12),
         ray in any::<bool>(),
     ) {
         // Ray sources too, where asked (the Ray pass reads no cached key).
@@ -164,6 +238,13 @@ proptest! {
         for change in changes {
             match change {
                 Change::Put(at, s) => put(&mut sources, at, &s),
+                Change::Touch(at, what, n) => {
+                    if let Some((_, snapshot, _)) = sources.get_mut(at) {
+                        let mut s = (**snapshot).clone();
+                        touch(&mut s, what, n);
+                        *snapshot = Arc::new(s);
+                    }
+                }
                 Change::Remove(at) if at < sources.len() => {
                     sources.remove(at);
                 }
@@ -257,4 +338,90 @@ fn new_telemetry_is_taken_in_as_a_join_would_take_it() {
     );
     let mut shared = join_all(&[("ep", &before), ("batch", &other)]);
     assert!(!shared.refresh_telemetry(0, &after.snapshot));
+}
+
+/// Joins `sources` with `kept` and at once, and says whether they agree.
+fn kept_is_cold(kept: &mut Joiner, sources: &[(&str, GpuEngine, &Arc<Snapshot>)]) -> bool {
+    let shared: Vec<SharedSource> = sources
+        .iter()
+        .enumerate()
+        .map(|(i, (name, engine, snapshot))| SharedSource {
+            source: i,
+            name: (*name).to_string(),
+            engine: *engine,
+            snapshot: Arc::clone(snapshot),
+        })
+        .collect();
+    let views: Vec<SourceView<'_>> = shared
+        .iter()
+        .map(|s| SourceView {
+            source: s.source,
+            name: &s.name,
+            engine: s.engine,
+            snapshot: &s.snapshot,
+        })
+        .collect();
+    kept.join(&shared, &Aliases::default()) == join(&views, &Aliases::default())
+}
+
+#[test]
+fn telemetry_another_reading_outranks_is_skipped_only_while_it_changes_nothing() {
+    // One GPU seen by two endpoints (NVML, each with its own process) and dcgm.
+    let reading = |at: u64, util: u32, ps: Vec<ProcessView>, engine: GpuEngine| {
+        let mut d = with_processes(dev(0, Some("GPU-A")), Some(util), ps);
+        if let Some(t) = d.telemetry.as_mut() {
+            t.sampled_at = Timestamp(at);
+        }
+        Arc::new(snap(engine, vec![node("n1", vec![d])], Vec::new()).snapshot)
+    };
+    let a = |at, mib| {
+        reading(
+            at,
+            50,
+            vec![process(10, mib, None, None)],
+            GpuEngine::Gpuboard,
+        )
+    };
+    let b = |at, mib| {
+        reading(
+            at,
+            60,
+            vec![process(20, mib, None, None)],
+            GpuEngine::Gpuboard,
+        )
+    };
+    let dcgm = |at, util| reading(at, util, Vec::new(), GpuEngine::Telemetry);
+    let mut kept = Joiner::default();
+    let (mut sa, mut sb, mut sd) = (a(5, 100), b(4, 200), dcgm(5, 1));
+    let mut step = |sa: &Arc<Snapshot>, sb: &Arc<Snapshot>, sd: &Arc<Snapshot>| {
+        kept_is_cold(
+            &mut kept,
+            &[
+                ("a", GpuEngine::Gpuboard, sa),
+                ("b", GpuEngine::Gpuboard, sb),
+                ("d", GpuEngine::Telemetry, sd),
+            ],
+        )
+    };
+    assert!(step(&sa, &sb, &sd));
+    // dcgm's new reading is outranked by NVML's: the GPU stays as it was.
+    sd = dcgm(6, 2);
+    assert!(step(&sa, &sb, &sd));
+    // b's process uses more memory: b's reading is not shown, its process is.
+    sb = b(4, 300);
+    assert!(step(&sa, &sb, &sd));
+    // b's reading as new as a's: b, the later source, is shown now.
+    sb = b(5, 300);
+    assert!(step(&sa, &sb, &sd));
+    // a's reading newer again, then lost: b's, then dcgm's, outrank it.
+    sa = a(7, 100);
+    assert!(step(&sa, &sb, &sd));
+    let mut lost = (*a(8, 100)).clone();
+    if let Some(t) = lost.nodes[0].devices[0].telemetry.as_mut() {
+        t.lost = true;
+    }
+    sa = Arc::new(lost);
+    assert!(step(&sa, &sb, &sd));
+    sd = dcgm(9, 3);
+    assert!(step(&sa, &sb, &sd));
 }
