@@ -13,9 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use gpuboard::snapshot::{
-    ClaimFigures, DeviceFigures, NodeFigures, Snapshot, SnapshotChange,
-};
+use gpuboard::snapshot::{ClaimFigures, DeviceFigures, NodeFigures, Snapshot, SnapshotChange};
 use gpuboard::wire::{DeltaBody, HeartbeatBody, ResyncBody, SnapshotVersion, watch_events};
 use serde_json::{Value, json};
 
