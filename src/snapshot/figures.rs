@@ -45,9 +45,10 @@ pub struct DeviceFigures {
     pub fan_pct: Option<u32>,
     /// Memory in use, MiB.
     pub memory_used_mib: Option<u64>,
-    /// Each process's memory in use, MiB, in the order the device lists its processes
-    /// (which are the same ones as before).
-    pub processes_mib: Vec<Option<u64>>,
+    /// Each process's memory in use as the MiB it is short of the device's (of
+    /// `memory_used_mib`, or of 0 when that is unknown): 0 for the one process that uses
+    /// it all. In the order the device lists its processes (the same ones as before).
+    pub processes_short_mib: Vec<Option<i64>>,
     /// Memory used by processes of no claim, MiB.
     pub unclaimed_mib: Option<u64>,
     /// Utilization samples appended to the sparkline since the last version.
@@ -66,7 +67,7 @@ type DeviceWire = (
     Option<u32>,
     Option<u32>,
     Option<u64>,
-    Vec<Option<u64>>,
+    Vec<Option<i64>>,
     Option<u64>,
     Vec<u32>,
     Option<usize>,
@@ -84,7 +85,7 @@ impl From<DeviceWire> for DeviceFigures {
             clock_memory_mhz: w.6,
             fan_pct: w.7,
             memory_used_mib: w.8,
-            processes_mib: w.9,
+            processes_short_mib: w.9,
             unclaimed_mib: w.10,
             utilization_samples: w.11,
             history_len: w.12,
@@ -104,7 +105,7 @@ impl From<DeviceFigures> for DeviceWire {
             f.clock_memory_mhz,
             f.fan_pct,
             f.memory_used_mib,
-            f.processes_mib,
+            f.processes_short_mib,
             f.unclaimed_mib,
             f.utilization_samples,
             f.history_len,
@@ -137,43 +138,45 @@ impl From<NodeFigures> for (String, Vec<DeviceFigures>) {
     }
 }
 
-/// A claim's measured use (`[id, memory_used_mib, over_limit, idle]` on the wire).
+/// A claim's measured use (`[id, memory_beyond_mib, over_limit, idle]` on the wire).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(
-    from = "(ClaimId, Option<u64>, bool, bool)",
-    into = "(ClaimId, Option<u64>, bool, bool)"
+    from = "(ClaimId, Option<i64>, bool, bool)",
+    into = "(ClaimId, Option<i64>, bool, bool)"
 )]
 pub struct ClaimFigures {
     /// The claim.
     pub id: ClaimId,
-    /// Memory its processes use, MiB.
-    pub memory_used_mib: Option<u64>,
+    /// Memory its processes use, as the MiB it is beyond the sum of the memory its
+    /// processes on the snapshot's devices use (0 when it is that sum); `None`: unknown.
+    pub memory_beyond_mib: Option<i64>,
     /// Its processes use more than it reserved.
     pub over_limit: bool,
     /// Its devices have been idle for long.
     pub idle: bool,
 }
 
-impl From<(ClaimId, Option<u64>, bool, bool)> for ClaimFigures {
-    fn from((id, memory_used_mib, over_limit, idle): (ClaimId, Option<u64>, bool, bool)) -> Self {
+impl From<(ClaimId, Option<i64>, bool, bool)> for ClaimFigures {
+    fn from((id, memory_beyond_mib, over_limit, idle): (ClaimId, Option<i64>, bool, bool)) -> Self {
         ClaimFigures {
             id,
-            memory_used_mib,
+            memory_beyond_mib,
             over_limit,
             idle,
         }
     }
 }
 
-impl From<ClaimFigures> for (ClaimId, Option<u64>, bool, bool) {
+impl From<ClaimFigures> for (ClaimId, Option<i64>, bool, bool) {
     fn from(c: ClaimFigures) -> Self {
-        (c.id, c.memory_used_mib, c.over_limit, c.idle)
+        (c.id, c.memory_beyond_mib, c.over_limit, c.idle)
     }
 }
 
 /// The changes that turn `old` into `new` in the third form: [`super::diff`]'s, with each
 /// node whose devices changed in their figures alone, and each claim whose measured use
-/// alone changed, in one `figures` change where the first of them was.
+/// alone changed, in one `figures` change after the others (a claim's memory is read
+/// against its processes' once every device is new).
 pub fn diff_figures(old: &Snapshot, new: &Snapshot) -> Vec<SnapshotChange> {
     with_figures(super::diff(old, new), old, new)
 }
@@ -186,7 +189,8 @@ pub fn with_figures(
 ) -> Vec<SnapshotChange> {
     let mut old_nodes: Option<HashMap<&str, &NodeView>> = None;
     let mut old_claims: Option<HashMap<ClaimId, &ClaimView>> = None;
-    let (mut nodes, mut claims, mut slot) = (Vec::new(), Vec::new(), None);
+    let (mut nodes, mut claims) = (Vec::new(), Vec::new());
+    let mut sums: Option<HashMap<ClaimId, u64>> = None;
     let mut at = None;
     let mut out = Vec::with_capacity(changes.len());
     for change in changes {
@@ -199,22 +203,46 @@ pub fn with_figures(
             SnapshotChange::Claim { claim } => old_claims
                 .get_or_insert_with(|| old.claims.iter().map(|c| (c.id, c)).collect())
                 .get(&claim.id)
-                .and_then(|o| claim_figures(o, claim))
+                .and_then(|o| claim_figures(o, claim, sums.get_or_insert_with(|| sums_of(new))))
                 .map(|f| claims.push(f)),
             _ => None,
         };
-        match compact {
-            Some(()) => {
-                slot.get_or_insert(out.len());
-            }
-            None => out.push(change),
+        if compact.is_none() {
+            out.push(change);
         }
     }
-    if let Some(slot) = slot {
+    if !nodes.is_empty() || !claims.is_empty() {
         let at = at.filter(|t| *t != new.taken_at);
-        out.insert(slot, SnapshotChange::Figures { at, nodes, claims });
+        out.push(SnapshotChange::Figures { at, nodes, claims });
     }
     out
+}
+
+/// Per claim, the MiB its processes use on `snap`'s devices (each process rounded).
+fn sums_of(snap: &Snapshot) -> HashMap<ClaimId, u64> {
+    let mut sums: HashMap<ClaimId, u64> = HashMap::new();
+    let processes = snap
+        .nodes
+        .iter()
+        .flat_map(|n| &n.devices)
+        .filter_map(|d| d.telemetry.as_ref())
+        .flat_map(|t| &t.processes);
+    for p in processes {
+        if let (Some(id), Some(used)) = (p.claim, p.used_memory) {
+            *sums.entry(id).or_default() += mib(used);
+        }
+    }
+    sums
+}
+
+/// `a - b` for MiB figures (far below `i64::MAX`).
+fn less(a: u64, b: u64) -> i64 {
+    i64::try_from(a).unwrap_or(i64::MAX) - i64::try_from(b).unwrap_or(i64::MAX)
+}
+
+/// `base + d`, `None` below zero.
+fn plus(base: u64, d: i64) -> Option<u64> {
+    u64::try_from(i64::try_from(base).ok()?.checked_add(d)?).ok()
 }
 
 /// The figures of `new`'s devices that changed, if only figures did (and every device
@@ -288,10 +316,13 @@ fn device_figures(
         clock_memory_mhz: new.clock_memory_mhz,
         fan_pct: new.fan_pct,
         memory_used_mib: new.memory_used.map(mib),
-        processes_mib: new
+        processes_short_mib: new
             .processes
             .iter()
-            .map(|p| p.used_memory.map(mib))
+            .map(|p| {
+                p.used_memory
+                    .map(|u| less(new.memory_used.map_or(0, mib), mib(u)))
+            })
             .collect(),
         unclaimed_mib: unclaimed.map(mib),
         utilization_samples: appended(old_h, new_h).to_vec(),
@@ -309,14 +340,20 @@ fn appended<'a>(old: &[u32], new: &'a [u32]) -> &'a [u32] {
     &new[keep..]
 }
 
-fn claim_figures(old: &ClaimView, new: &ClaimView) -> Option<ClaimFigures> {
+fn claim_figures(
+    old: &ClaimView,
+    new: &ClaimView,
+    sums: &HashMap<ClaimId, u64>,
+) -> Option<ClaimFigures> {
     let mut o = old.clone();
     o.memory_used = new.memory_used;
     o.over_limit = new.over_limit;
     o.idle = new.idle;
     (o == *new).then(|| ClaimFigures {
         id: new.id,
-        memory_used_mib: new.memory_used.map(mib),
+        memory_beyond_mib: new
+            .memory_used
+            .map(|u| less(mib(u), sums.get(&new.id).copied().unwrap_or(0))),
         over_limit: new.over_limit,
         idle: new.idle,
     })
@@ -354,10 +391,15 @@ pub(super) fn apply_figures(
         }
     }
     if !claims.is_empty() {
+        let sums = sums_of(snap);
         let by_id: HashMap<ClaimId, &ClaimFigures> = claims.iter().map(|c| (c.id, c)).collect();
         for c in &mut snap.claims {
             if let Some(f) = by_id.get(&c.id) {
-                c.memory_used = f.memory_used_mib.map(Bytes::mib);
+                let base = sums.get(&c.id).copied().unwrap_or(0);
+                c.memory_used = f
+                    .memory_beyond_mib
+                    .and_then(|d| plus(base, d))
+                    .map(Bytes::mib);
                 c.over_limit = f.over_limit;
                 c.idle = f.idle;
             }
@@ -377,8 +419,9 @@ fn apply_device(d: &mut DeviceView, f: &DeviceFigures, at: Timestamp) {
     t.clock_memory_mhz = f.clock_memory_mhz;
     t.fan_pct = f.fan_pct;
     t.memory_used = f.memory_used_mib.map(Bytes::mib);
-    for (p, m) in t.processes.iter_mut().zip(&f.processes_mib) {
-        p.used_memory = m.map(Bytes::mib);
+    let device = f.memory_used_mib.unwrap_or(0);
+    for (p, short) in t.processes.iter_mut().zip(&f.processes_short_mib) {
+        p.used_memory = short.and_then(|s| plus(device, -s)).map(Bytes::mib);
     }
     let keep = f.history_len.unwrap_or(t.history_utilization.len());
     t.history_utilization
