@@ -87,7 +87,7 @@ fn http() -> reqwest::Client {
     gpuboard::client::install_crypto_provider();
     reqwest::Client::builder()
         .no_gzip()
-        .timeout(Duration::from_secs(60))
+        .timeout(Duration::from_mins(1))
         .build()
         .unwrap()
 }
