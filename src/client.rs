@@ -580,27 +580,11 @@ impl Client {
         &self,
         since: Option<SnapshotVersion>,
     ) -> Result<BoxStream<'static, Result<Vec<u8>, ClientError>>, ClientError> {
-        let mut url = self.url(paths::WATCH);
-        let mut query = paths::watch_deltas_query(since);
-        pace::ask(&mut query);
-        url.set_query(Some(&query));
-        let mut req = self
-            .http
-            .get(url)
-            .header(header::ACCEPT, "text/event-stream")
-            .timeout(UNBOUNDED);
-        if let Some(t) = &self.token {
-            req = req.bearer_auth(t);
+        let mut resp = self.open_watch(since, paths::DELTA_FORMAT).await?;
+        // An endpoint from before the figures form refuses the word: the per-project form.
+        if resp.status() == StatusCode::BAD_REQUEST {
+            resp = self.open_watch(since, paths::PER_PROJECT_FORMAT).await?;
         }
-        let resp = match tokio::time::timeout(self.timeout, req.send()).await {
-            Err(_) => {
-                return Err(ClientError::Timeout {
-                    endpoint: self.base.to_string(),
-                    secs: self.timeout.as_secs().max(1),
-                });
-            }
-            Ok(sent) => sent.map_err(|e| self.transport(&e))?,
-        };
         let status = resp.status();
         if !status.is_success() {
             let headers = resp.headers().clone();
@@ -625,6 +609,33 @@ impl Client {
                 }
             })
             .boxed())
+    }
+
+    /// Sends the delta watch's request in the form `format`; the answer as it comes.
+    async fn open_watch(
+        &self,
+        since: Option<SnapshotVersion>,
+        format: &str,
+    ) -> Result<reqwest::Response, ClientError> {
+        let mut url = self.url(paths::WATCH);
+        let mut query = paths::watch_deltas_query(since, format);
+        pace::ask(&mut query);
+        url.set_query(Some(&query));
+        let mut req = self
+            .http
+            .get(url)
+            .header(header::ACCEPT, "text/event-stream")
+            .timeout(UNBOUNDED);
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        match tokio::time::timeout(self.timeout, req.send()).await {
+            Err(_) => Err(ClientError::Timeout {
+                endpoint: self.base.to_string(),
+                secs: self.timeout.as_secs().max(1),
+            }),
+            Ok(sent) => sent.map_err(|e| self.transport(&e)),
+        }
     }
 
     /// `POST /v1/claims` with a validated request, written in its canonical wire form.

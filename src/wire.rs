@@ -91,19 +91,24 @@ pub mod paths {
     pub const CAPACITY: &str = "/v1/capacity";
     /// `GET`: server-sent events as the state changes.
     pub const WATCH: &str = "/v1/watch";
-    /// The query of `GET` [`WATCH`] that asks for the delta watch in the per-project form
-    /// (`format=2`: `project`, `project_removed` and `revision` changes; an endpoint from
-    /// before it ignores the word and sends whole lists, which this build reads too),
-    /// compressed (`deflate=1`, `wire::deflate`; ignored likewise), resuming after `since`
-    /// when given.
-    pub fn watch_deltas_query(since: Option<super::SnapshotVersion>) -> String {
+    /// The query of `GET` [`WATCH`] that asks for the delta watch in the form `format`
+    /// (`DELTA_FORMAT`, or `PER_PROJECT_FORMAT` from an endpoint that refused it),
+    /// compressed (`deflate=1`, `wire::deflate`; an endpoint from before it ignores the
+    /// word), resuming after `since` when given.
+    pub fn watch_deltas_query(since: Option<super::SnapshotVersion>, format: &str) -> String {
         match since {
-            Some(v) => format!("deltas=1&format={DELTA_FORMAT}&deflate=1&since={v}"),
-            None => format!("deltas=1&format={DELTA_FORMAT}&deflate=1"),
+            Some(v) => format!("deltas=1&format={format}&deflate=1&since={v}"),
+            None => format!("deltas=1&format={format}&deflate=1"),
         }
     }
-    /// The delta form this build reads (see [`watch_deltas_query`]).
-    pub const DELTA_FORMAT: &str = "2";
+    /// The delta form this build asks for: the per-project form with telemetry figures
+    /// (`format=3`: `figures` changes, `snapshot::with_figures`). An endpoint from before
+    /// it refuses the word (400), and is asked [`PER_PROJECT_FORMAT`] instead.
+    pub const DELTA_FORMAT: &str = "3";
+    /// The per-project form (`format=2`: `project`, `project_removed` and `revision`
+    /// changes; an endpoint from before it ignores the word and sends whole lists, which
+    /// this build reads too).
+    pub const PER_PROJECT_FORMAT: &str = "2";
     /// `POST`: create a claim.
     pub const CLAIMS: &str = "/v1/claims";
     /// `GET`: Prometheus metrics.
@@ -669,8 +674,11 @@ mod tests {
         assert!(serde_json::from_str::<HeartbeatBody>(r#"{"version":"1"}"#).is_err());
         assert!(serde_json::from_str::<HeartbeatBody>(r#"{"version":3}"#).is_err());
         assert_eq!(
-            paths::watch_deltas_query(Some(SnapshotVersion { epoch: 5, seq: 9 })),
-            "deltas=1&format=2&deflate=1&since=5.9"
+            paths::watch_deltas_query(
+                Some(SnapshotVersion { epoch: 5, seq: 9 }),
+                paths::DELTA_FORMAT
+            ),
+            "deltas=1&format=3&deflate=1&since=5.9"
         );
     }
 

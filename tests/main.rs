@@ -97,3 +97,4 @@ mod ssh_source;
 mod tls_flood;
 mod token_usage;
 mod watch_api;
+mod watch_figures;

@@ -11,7 +11,7 @@ use axum::body::Bytes;
 use tokio::sync::Mutex;
 
 use crate::endpoint::engine::{Engine, StateKey};
-use crate::snapshot::{Snapshot, diff};
+use crate::snapshot::{Snapshot, SnapshotChange, diff, with_figures};
 use crate::wire::{DeltaBody, SnapshotVersion};
 
 /// How many deltas are kept: a watcher further behind gets a `resync`.
@@ -37,6 +37,8 @@ pub struct StoredDelta {
     pub to: SnapshotVersion,
     /// A `wire::DeltaBody` as JSON.
     pub json: String,
+    /// The same in the third form (`snapshot::with_figures`), when it differs.
+    pub figures_json: Option<String>,
     /// It changes telemetry alone (`Snapshot::same_but_telemetry`): a watcher that asked
     /// for telemetry at a slower pace may wait to send it.
     pub telemetry_only: bool,
@@ -184,10 +186,25 @@ impl SnapshotVersions {
                     to: version,
                     changes: diff(&previous.snapshot, &snapshot),
                 };
+                let compactable = body.changes.iter().any(|c| {
+                    matches!(
+                        c,
+                        SnapshotChange::Node { .. } | SnapshotChange::Claim { .. }
+                    )
+                });
+                let figures = compactable.then(|| DeltaBody {
+                    changes: with_figures(body.changes.clone(), &previous.snapshot, &snapshot),
+                    ..body.clone()
+                });
+                let figures_json = match figures {
+                    Some(f) if f != body => Some(serde_json::to_string(&f)?),
+                    _ => None,
+                };
                 Some(Arc::new(StoredDelta {
                     from: body.from,
                     to: body.to,
                     json: serde_json::to_string(&body)?,
+                    figures_json,
                     telemetry_only: previous.snapshot.same_but_telemetry(&snapshot),
                 }))
             }

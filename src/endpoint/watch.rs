@@ -9,8 +9,11 @@
 //! not ask for it (`format=2`, a console from before it) is never sent a change it cannot
 //! read: a run of deltas holding one becomes one delta from its version to the current
 //! one in the whole-list form (`snapshot::to_whole_lists`); other runs go as stored. A
-//! per-project watcher that asked `telemetry_ms=N` gets a run of telemetry-only versions at
-//! most every N ms, as one delta from the version it has (`snapshot::diff`).
+//! watcher of the third form (`format=3`) gets each delta's figures form when it has one
+//! (`snapshot::with_figures`: devices and claims whose telemetry figures alone changed, as
+//! those figures). A per-project watcher that asked `telemetry_ms=N` gets a run of
+//! telemetry-only versions at most every N ms, as one delta from the version it has
+//! (`snapshot::diff`, or `snapshot::diff_figures` for the third form).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -33,9 +36,9 @@ use crate::endpoint::api_state::ApiState;
 use crate::endpoint::engine::{Engine, StateKeyWatch};
 use crate::endpoint::versions::StoredDelta;
 use crate::endpoint::versions::{BuiltSnapshot, SnapshotVersions};
-use crate::snapshot::{diff, to_whole_lists};
+use crate::snapshot::{diff, diff_figures, to_whole_lists};
 use crate::wire::deflate::{self, Deflater};
-use crate::wire::paths::DELTA_FORMAT;
+use crate::wire::paths::{DELTA_FORMAT, PER_PROJECT_FORMAT};
 use crate::wire::{DeltaBody, HeartbeatBody, ResyncBody, SnapshotVersion, watch_events};
 
 /// How long a watcher waits after a change before reading the new version, so a burst of
@@ -88,27 +91,36 @@ fn flag(name: &str, value: Option<&str>) -> Result<bool, ApiError> {
 pub(crate) async fn watch(State(st): State<ApiState>, Query(q): Query<WatchQuery>) -> Response {
     let checked = flag("deltas", q.deltas.as_deref()).and_then(|deltas| {
         let deflate = flag("deflate", q.deflate.as_deref())?;
-        match q.format.as_deref() {
-            None | Some("1") => {}
-            Some(f) if f == DELTA_FORMAT => {}
+        let form = match q.format.as_deref() {
+            None | Some("1") => Form::WholeLists,
+            Some(f) if f == PER_PROJECT_FORMAT => Form::PerProject,
+            Some(f) if f == DELTA_FORMAT => Form::Figures,
             Some(other) => {
                 return Err(ApiError::new(
                     StatusCode::BAD_REQUEST,
                     "bad_query",
-                    format!("`format` must be 1 or {DELTA_FORMAT}, not `{other}`"),
+                    format!(
+                        "`format` must be 1, {PER_PROJECT_FORMAT} or {DELTA_FORMAT}, not `{other}`"
+                    ),
                 ));
             }
-        }
-        Ok((deltas, deflate, telemetry_ms(q.telemetry_ms.as_deref())?))
+        };
+        Ok((
+            deltas,
+            deflate,
+            form,
+            telemetry_ms(q.telemetry_ms.as_deref())?,
+        ))
     });
-    let (deltas, deflate, pace) = match checked {
+    let (deltas, deflate, form, pace) = match checked {
         Ok(d) => d,
         Err(e) => return e.into_response(),
     };
     if deltas {
         let mut session =
             DeltaSession::new(Arc::clone(&st.versions), q.since.as_deref(), st.heartbeat);
-        session.per_project = q.format.as_deref() == Some(DELTA_FORMAT);
+        session.per_project = form != Form::WholeLists;
+        session.figures = form == Form::Figures;
         // Merged runs are written in the per-project form: only its readers are paced.
         session.pace = pace.filter(|_| session.per_project);
         let stream = futures::stream::unfold(session, |mut s| async move {
@@ -126,6 +138,17 @@ pub(crate) async fn watch(State(st): State<ApiState>, Query(q): Query<WatchQuery
     }
 }
 
+/// The form of the changes a delta watcher reads (`format`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Form {
+    /// Whole project lists and headers (`format=1`, or none).
+    WholeLists,
+    /// Projects one by one and the short header (`format=2`).
+    PerProject,
+    /// The per-project form with telemetry figures (`format=3`).
+    Figures,
+}
+
 /// One delta watcher: where it is, and what is queued for it.
 struct DeltaSession {
     versions: Arc<SnapshotVersions>,
@@ -135,8 +158,10 @@ struct DeltaSession {
     queue: VecDeque<Event>,
     heartbeat: Duration,
     last_sent: Instant,
-    /// The watcher reads per-project changes (`format=2`).
+    /// The watcher reads per-project changes (`format=2` and later).
     per_project: bool,
+    /// The watcher reads telemetry figures (`format=3`).
+    figures: bool,
     /// Telemetry alone is sent at most this often (`telemetry_ms`): a run of versions
     /// that changed nothing else waits, then goes as one delta.
     pace: Option<Duration>,
@@ -157,6 +182,7 @@ impl DeltaSession {
             heartbeat,
             last_sent: Instant::now(),
             per_project: false,
+            figures: false,
             pace: None,
             sent: None,
             telemetry_sent: Instant::now(),
@@ -266,10 +292,15 @@ impl DeltaSession {
     ) {
         let merged = match &self.sent {
             Some(sent) if self.pace.is_some() && deltas.len() > 1 && sent.version == at => {
+                let changes = if self.figures {
+                    diff_figures(&sent.snapshot, &current.snapshot)
+                } else {
+                    diff(&sent.snapshot, &current.snapshot)
+                };
                 let body = DeltaBody {
                     from: at,
                     to: current.version,
-                    changes: diff(&sent.snapshot, &current.snapshot),
+                    changes,
                 };
                 serde_json::to_string(&body).ok()
             }
@@ -283,8 +314,12 @@ impl DeltaSession {
                 .push_back(event(watch_events::DELTA, Some(current.version)).data(json)),
             None => {
                 for d in deltas {
+                    let json = match &d.figures_json {
+                        Some(f) if self.figures => f,
+                        _ => &d.json,
+                    };
                     self.queue
-                        .push_back(event(watch_events::DELTA, Some(d.to)).data(&d.json));
+                        .push_back(event(watch_events::DELTA, Some(d.to)).data(json));
                 }
             }
         }

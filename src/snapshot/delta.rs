@@ -16,6 +16,7 @@ use std::hash::Hash;
 
 use serde::{Deserialize, Serialize};
 
+use super::figures::{ClaimFigures, NodeFigures, apply_figures};
 use super::{
     AuditEvent, ClaimView, CoordinationRecord, EndpointInfo, HostView, NodeView, ProjectView,
     ResourceView, Snapshot,
@@ -116,6 +117,19 @@ pub enum SnapshotChange {
     Events {
         /// The events.
         events: Vec<AuditEvent>,
+    },
+    /// New telemetry figures of devices and claims whose figures alone changed, as screens
+    /// show them (only to readers of the third form: `super::figures`).
+    Figures {
+        /// When the devices were sampled, when not at the snapshot's time.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        at: Option<Timestamp>,
+        /// Per node, its devices' figures.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        nodes: Vec<NodeFigures>,
+        /// The claims' measured use.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        claims: Vec<ClaimFigures>,
     },
 }
 
@@ -386,6 +400,9 @@ pub fn apply(snap: &mut Snapshot, changes: &[SnapshotChange]) {
                 snap.events.drain(..drop);
             }
             SnapshotChange::Events { events } => snap.events.clone_from(events),
+            SnapshotChange::Figures { at, nodes, claims } => {
+                apply_figures(snap, *at, nodes, claims);
+            }
         }
     }
 }

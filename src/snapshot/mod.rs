@@ -8,6 +8,7 @@
 //! does not know are `null`, never 0.
 
 mod delta;
+mod figures;
 mod flags;
 mod owner;
 mod words;
@@ -21,6 +22,7 @@ use crate::request::ClaimRequest;
 use crate::units::{Bytes, Slots, Units};
 
 pub use delta::{SnapshotChange, apply, diff, diff_whole, keyed_only, to_whole_lists};
+pub use figures::{ClaimFigures, DeviceFigures, NodeFigures, diff_figures, with_figures};
 pub use flags::{DeviceFlag, quiet_lately};
 pub use owner::{PodNames, ProcessOwner};
 pub use words::detail_words;
@@ -443,44 +445,49 @@ impl Snapshot {
     }
 }
 
+impl DeviceView {
+    /// Whether `other` is this device with other telemetry and unclaimed memory.
+    pub fn same_but_telemetry(&self, other: &DeviceView) -> bool {
+        let DeviceView {
+            index,
+            model,
+            uuid,
+            memory_capacity,
+            memory_allocated,
+            memory_free,
+            compute_allocated,
+            compute_free,
+            slots_allocated,
+            slots_free,
+            cordoned,
+            health,
+            holders,
+            telemetry: _,
+            unclaimed_memory: _,
+        } = self;
+        *index == other.index
+            && *model == other.model
+            && *uuid == other.uuid
+            && *memory_capacity == other.memory_capacity
+            && *memory_allocated == other.memory_allocated
+            && *memory_free == other.memory_free
+            && *compute_allocated == other.compute_allocated
+            && *compute_free == other.compute_free
+            && *slots_allocated == other.slots_allocated
+            && *slots_free == other.slots_free
+            && *cordoned == other.cordoned
+            && *health == other.health
+            && *holders == other.holders
+    }
+}
+
 impl Snapshot {
     /// Whether `other` differs from this one only in what telemetry brings: its devices'
     /// telemetry and unclaimed memory, its claims' measured use (memory used, over limit,
     /// idle), the host's figures and the times. What joins sources into physical GPUs
     /// (nodes, devices, claims, pods) is then the same.
     pub fn same_but_telemetry(&self, other: &Snapshot) -> bool {
-        let device = |a: &DeviceView, b: &DeviceView| {
-            let DeviceView {
-                index,
-                model,
-                uuid,
-                memory_capacity,
-                memory_allocated,
-                memory_free,
-                compute_allocated,
-                compute_free,
-                slots_allocated,
-                slots_free,
-                cordoned,
-                health,
-                holders,
-                telemetry: _,
-                unclaimed_memory: _,
-            } = a;
-            *index == b.index
-                && *model == b.model
-                && *uuid == b.uuid
-                && *memory_capacity == b.memory_capacity
-                && *memory_allocated == b.memory_allocated
-                && *memory_free == b.memory_free
-                && *compute_allocated == b.compute_allocated
-                && *compute_free == b.compute_free
-                && *slots_allocated == b.slots_allocated
-                && *slots_free == b.slots_free
-                && *cordoned == b.cordoned
-                && *health == b.health
-                && *holders == b.holders
-        };
+        let device = |a: &DeviceView, b: &DeviceView| a.same_but_telemetry(b);
         let node = |a: &NodeView, b: &NodeView| {
             a.name == b.name
                 && a.cpus_milli == b.cpus_milli

@@ -381,4 +381,50 @@ mod tests {
                 .simulated
         );
     }
+
+    /// A console reading the third form over a paced watch (a version every 5 s of a
+    /// simulation stepping every second) keeps the endpoint's utilization sparkline sample
+    /// for sample, and a memory sparkline of the figures it received: one every 5 s where
+    /// the endpoint's has one a second, as long as the endpoint's.
+    #[test]
+    fn a_console_reading_figures_keeps_the_sparklines_from_what_it_receives() {
+        let t0 = 1_800_000_000_000;
+        let first = filled(7, t0);
+        let (mut endpoint, mut console) = (first.clone(), first.clone());
+        let mut received: Vec<Vec<u64>> = Vec::new();
+        for k in 1..=30 {
+            let next = filled(7, t0 + k * 5 * STEP_MS);
+            let changes = crate::snapshot::diff_figures(&endpoint, &next);
+            let json = serde_json::to_string(&changes).unwrap();
+            assert!(!json.contains("\"op\":\"node\""), "{json}");
+            crate::snapshot::apply(
+                &mut console,
+                &serde_json::from_str::<Vec<_>>(&json).unwrap(),
+            );
+            endpoint = next;
+            received.push(
+                endpoint
+                    .devices()
+                    .map(|(_, d)| d.telemetry.as_ref().unwrap().memory_used.unwrap().0)
+                    .collect(),
+            );
+        }
+        let kept = HISTORY as usize;
+        for (i, ((_, c), (_, e))) in console.devices().zip(endpoint.devices()).enumerate() {
+            let (c, e) = (c.telemetry.as_ref().unwrap(), e.telemetry.as_ref().unwrap());
+            assert_eq!(c.history_utilization, e.history_utilization, "device {i}");
+            assert_eq!(c.utilization_gpu, e.utilization_gpu, "device {i}");
+            // The first snapshot's last 30 samples, then the 30 figures received.
+            let (_, f) = first.devices().nth(i).unwrap();
+            let mut memory =
+                f.telemetry.as_ref().unwrap().history_memory_used[kept - 30..].to_vec();
+            memory.extend(received.iter().map(|r| r[i]));
+            assert_eq!(c.history_memory_used, memory, "device {i}");
+            // Whole MiB and watts, so every figure is the endpoint's exactly.
+            let mut same = c.clone();
+            same.history_memory_used.clone_from(&e.history_memory_used);
+            assert_eq!(&same, e, "device {i}");
+        }
+        assert_eq!(console.claims, endpoint.claims);
+    }
 }
