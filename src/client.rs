@@ -566,7 +566,7 @@ impl Client {
     /// connection drops, or on an unreadable event. An endpoint without the delta watch
     /// answers `NotFound` (or `Invalid`), at once or as the stream's first item.
     pub async fn watch(&self, since: Option<SnapshotVersion>) -> Result<WatchStream, ClientError> {
-        let bytes = self.watch_bytes(since).await?;
+        let bytes = self.watch_bytes(since, true).await?;
         Ok(sse::watch_events(
             bytes,
             wire::SILENT_AFTER,
@@ -575,14 +575,22 @@ impl Client {
     }
 
     /// The same watch as its server-sent-events text, inflated, chunk by chunk as it
-    /// arrives (what `gpuboard watch --stdio` relays over an SSH channel).
+    /// arrives (what `gpuboard watch --stdio` relays over an SSH channel); `figures`: in
+    /// the figures form where the endpoint has it, else the per-project form (what a reader
+    /// from before the figures form can read).
     pub async fn watch_bytes(
         &self,
         since: Option<SnapshotVersion>,
+        figures: bool,
     ) -> Result<BoxStream<'static, Result<Vec<u8>, ClientError>>, ClientError> {
-        let mut resp = self.open_watch(since, paths::DELTA_FORMAT).await?;
+        let format = if figures {
+            paths::DELTA_FORMAT
+        } else {
+            paths::PER_PROJECT_FORMAT
+        };
+        let mut resp = self.open_watch(since, format).await?;
         // An endpoint from before the figures form refuses the word: the per-project form.
-        if resp.status() == StatusCode::BAD_REQUEST {
+        if figures && resp.status() == StatusCode::BAD_REQUEST {
             resp = self.open_watch(since, paths::PER_PROJECT_FORMAT).await?;
         }
         let status = resp.status();

@@ -42,6 +42,11 @@ pub struct WatchArgs {
     /// Resume after this version (`EPOCH.SEQ`, as the HTTP watch's `since`).
     #[arg(long, value_name = "VERSION")]
     pub since: Option<String>,
+    /// Relay the figures form (`format=3`): telemetry as screens show it, without
+    /// sparklines. Without it, the per-project form (`format=2`) a console from before
+    /// the figures form reads.
+    #[arg(long)]
+    pub figures: bool,
     /// Data directory of this host's serve (its serve.lock and tokens).
     #[arg(long, env = "GPUBOARD_DATA_DIR", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
@@ -209,7 +214,7 @@ pub fn watch(args: &WatchArgs) -> anyhow::Result<i32> {
         .build()?;
     rt.block_on(async move {
         let client = Client::with_trust(&url, token, Duration::from_secs(10), &trust)?;
-        let mut bytes = client.watch_bytes(since).await?;
+        let mut bytes = client.watch_bytes(since, args.figures).await?;
         let mut out = tokio::io::stdout();
         while let Some(chunk) = bytes.next().await {
             let chunk = chunk?;

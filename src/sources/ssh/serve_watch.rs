@@ -17,12 +17,15 @@ use crate::client::ClientError;
 use crate::sources::watch::{Model, Step};
 use crate::wire::{SILENT_AFTER, SnapshotVersion};
 
-/// The remote command, resuming after `since` when the console has a version.
+/// The remote command, resuming after `since` when the console has a version: the figures
+/// form where the host's gpuboard relays it (its `watch --help` names `--figures`), else
+/// the form a gpuboard from before it relays.
 pub fn remote_command(since: Option<SnapshotVersion>) -> String {
-    match since {
-        Some(v) => format!("gpuboard watch --stdio --since {v}"),
-        None => "gpuboard watch --stdio".to_string(),
-    }
+    let since = since.map(|v| format!(" --since {v}")).unwrap_or_default();
+    format!(
+        "if gpuboard watch --help 2>/dev/null | grep -q -e --figures; then exec gpuboard \
+         watch --stdio --figures{since}; else exec gpuboard watch --stdio{since}; fi"
+    )
 }
 
 /// The ssh child's stdout as the chunks the watch decoder reads.
@@ -147,5 +150,48 @@ pub(super) async fn follow(
         } else {
             Turn::Unavailable(why)
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The remote command run by `sh` against a `gpuboard` that prints its arguments, with
+    /// or without `--figures` in its help.
+    fn ran_with(help: &str, since: Option<SnapshotVersion>) -> String {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("gpuboard");
+        std::fs::write(
+            &bin,
+            format!(
+                "#!/bin/sh\nif [ \"$2\" = --help ]; then echo '{help}'; exit 0; fi\necho \"$@\"\n"
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = format!("{}:/usr/bin:/bin", dir.path().display());
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(remote_command(since))
+            .env("PATH", path)
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+
+    #[test]
+    fn the_figures_form_is_asked_only_of_a_gpuboard_that_relays_it() {
+        let v: SnapshotVersion = "5.9".parse().unwrap();
+        assert_eq!(
+            ran_with("  --figures  Relay the figures form", Some(v)),
+            "watch --stdio --figures --since 5.9"
+        );
+        assert_eq!(
+            ran_with("  --since <VERSION>", Some(v)),
+            "watch --stdio --since 5.9"
+        );
+        assert_eq!(ran_with("  --figures", None), "watch --stdio --figures");
     }
 }
