@@ -4,6 +4,8 @@
 //! using the devices. A claim is released when its lease runs out and it has no live
 //! owner, or as soon as the last process of its owner is gone.
 
+use std::sync::Arc;
+
 use super::{Change, Claim, LEDGER_IDLE_SAVE_MS, LEDGER_SAVE_MS, Scheduler};
 use crate::clock::Timestamp;
 use crate::ids::ClaimId;
@@ -79,6 +81,7 @@ impl Scheduler {
             .claims
             .get_mut(&id)
             .ok_or(RenewError::UnknownClaim(id))?;
+        let claim = Arc::make_mut(claim);
         let ttl = ttl.or(claim.request.ttl).ok_or(RenewError::NoLease(id))?;
         let asked = now.plus_secs(ttl);
         // A renewal never shortens a lease: an operator renewing for 100 s a claim with
@@ -199,7 +202,7 @@ impl Scheduler {
 
     /// Extends a lease on behalf of its owner's running processes, audited.
     fn extend(&mut self, id: ClaimId, pid: u32, until: Timestamp, now: Timestamp) {
-        let Some(claim) = self.claims.get_mut(&id) else {
+        let Some(claim) = self.claims.get_mut(&id).map(Arc::make_mut) else {
             return;
         };
         self.due.forget(claim);
