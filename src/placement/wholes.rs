@@ -20,14 +20,9 @@ pub(super) struct Wholes {
 }
 
 impl Wholes {
-    /// Counts a node's cells in (`add`) or out.
-    pub(super) fn count(
-        &mut self,
-        fleet_classes: &[super::index::Class],
-        cells: &[Cell],
-        add: bool,
-    ) {
-        let whole = |c: &Cell| is_whole(fleet_classes, c);
+    /// Counts a node's cells in (the recount the invariant check compares with).
+    fn count(&mut self, classes: &[super::index::Class], cells: &[Cell]) {
+        let whole = |c: &Cell| is_whole(classes, c);
         let mut total = 0;
         for (i, cell) in cells.iter().enumerate() {
             if !whole(cell) {
@@ -42,15 +37,28 @@ impl Wholes {
                 .iter()
                 .filter(|o| o.class == cell.class && whole(o))
                 .count();
-            let c = cell.class as usize;
-            if self.per_class.len() <= c {
-                self.per_class.resize(c + 1, Vec::new());
+            self.moved(Some(cell.class as usize), 0, k);
+        }
+        self.moved(None, 0, total);
+    }
+
+    /// A node's count of wholly free devices of class `c` (`None`: of any) went from
+    /// `from` to `to`.
+    fn moved(&mut self, c: Option<usize>, from: usize, to: usize) {
+        if from == to {
+            return;
+        }
+        let counts = match c {
+            Some(c) => {
+                if self.per_class.len() <= c {
+                    self.per_class.resize(c + 1, Vec::new());
+                }
+                &mut self.per_class[c]
             }
-            bump(&mut self.per_class[c], k, add);
-        }
-        if total > 0 {
-            bump(&mut self.any, total, add);
-        }
+            None => &mut self.any,
+        };
+        bump(counts, from, false);
+        bump(counts, to, true);
     }
 
     /// The same counts without the trailing zeros a count that went up and down leaves.
@@ -107,20 +115,40 @@ fn bump(counts: &mut Vec<u32>, k: usize, add: bool) {
 }
 
 impl Fleet {
-    /// Sets a device's cell, keeping the counts of wholly free devices.
+    /// Sets a device's cell, keeping the counts of wholly free devices: one pass over its
+    /// node's cells, and only when the device becomes or stops being wholly free (a
+    /// placement changes a device's cell twice, out of the index and back).
     pub(super) fn set_cell(&mut self, n: usize, d: usize, cell: Cell) {
         let i = self.first_cell[n] as usize + d;
         let old = self.cells[i];
-        let moves = is_whole(&self.classes, &old) || is_whole(&self.classes, &cell);
-        if moves {
-            let (start, end) = self.cell_range(n);
-            self.wholes
-                .count(&self.classes, &self.cells[start..end], false);
-            self.cells[i] = cell;
-            self.wholes
-                .count(&self.classes, &self.cells[start..end], true);
-        } else {
-            self.cells[i] = cell;
+        self.cells[i] = cell;
+        let (was, is) = (
+            is_whole(&self.classes, &old),
+            is_whole(&self.classes, &cell),
+        );
+        if !was && !is {
+            return;
+        }
+        // The node's counts after the change; before it, the one device differs.
+        let (start, end) = self.cell_range(n);
+        let (mut total, mut of_old, mut of_new) = (0, 0, 0);
+        for c in &self.cells[start..end] {
+            if is_whole(&self.classes, c) {
+                total += 1;
+                of_old += usize::from(c.class == old.class);
+                of_new += usize::from(c.class == cell.class);
+            }
+        }
+        let w = &mut self.wholes;
+        w.moved(None, total + usize::from(was) - usize::from(is), total);
+        if was && is && old.class == cell.class {
+            return;
+        }
+        if was {
+            w.moved(Some(old.class as usize), of_old + 1, of_old);
+        }
+        if is {
+            w.moved(Some(cell.class as usize), of_new - 1, of_new);
         }
     }
 
@@ -163,7 +191,7 @@ impl Fleet {
     pub(super) fn wholes_recounted(&self) -> Wholes {
         let mut w = Wholes::default();
         for n in 0..self.nodes.len() {
-            w.count(&self.classes, self.cells_of(n), true);
+            w.count(&self.classes, self.cells_of(n));
         }
         w
     }
