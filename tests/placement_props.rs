@@ -561,7 +561,7 @@ fn health(h: u8) -> Health {
 
 fn snapshot(fleet: &Fleet) -> (Vec<Node>, BTreeMap<ClaimId, Allocation>) {
     (
-        fleet.nodes().to_vec(),
+        fleet.nodes().iter().map(|n| Node::clone(n)).collect(),
         fleet.allocations().map(|(id, a)| (id, a.clone())).collect(),
     )
 }

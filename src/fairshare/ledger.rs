@@ -5,6 +5,7 @@
 //! ticks. Accrual, work fetch, the view and persistence live in their own files.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -139,8 +140,9 @@ pub struct Ledger {
     pub(super) projects: Vec<Slot>,
     pub(super) project_index: HashMap<ProjectName, usize>,
     // Ordered maps: iteration order feeds float sums and choices, which must not vary run to run.
-    pub(super) pending: BTreeMap<ClaimId, Waiting>,
-    pub(super) running: BTreeMap<ClaimId, Holding>,
+    // Each entry behind its own `Arc`: a copy of the ledger (the forecast's) shares them.
+    pub(super) pending: BTreeMap<ClaimId, Arc<Waiting>>,
+    pub(super) running: BTreeMap<ClaimId, Arc<Holding>>,
     pub(super) next_seq: u64,
     pub(super) last_seen: Option<Timestamp>,
     /// The targets no longer match the claims, shares or flags.
@@ -271,12 +273,12 @@ impl Ledger {
         self.projects[p].queue.insert(seq, claim.id);
         self.pending.insert(
             claim.id,
-            Waiting {
+            Arc::new(Waiting {
                 claim,
                 project: p,
                 seq,
                 demand,
-            },
+            }),
         );
         self.stale = true;
         Ok(())
@@ -333,11 +335,11 @@ impl Ledger {
         );
         self.running.insert(
             placed.id,
-            Holding {
+            Arc::new(Holding {
                 claim,
                 project: p,
                 resource: r,
-            },
+            }),
         );
         self.stale = true;
         Ok(())
@@ -472,7 +474,7 @@ impl Ledger {
             })
     }
 
-    fn remove_pending(&mut self, id: ClaimId) -> Option<Waiting> {
+    fn remove_pending(&mut self, id: ClaimId) -> Option<Arc<Waiting>> {
         let waiting = self.pending.remove(&id)?;
         let slot = &mut self.projects[waiting.project];
         slot.queue.remove(&waiting.seq);

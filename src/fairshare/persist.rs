@@ -1,6 +1,8 @@
 //! Saving and resuming the ledger: its whole state as one value, and checking that a
 //! saved state hangs together before resuming from it.
 
+use std::sync::Arc;
+
 use super::FairShareError;
 use super::ledger::{Holding, Ledger, LedgerConfig, Waiting};
 use super::project::Account;
@@ -13,9 +15,9 @@ const STATE_VERSION: u32 = 1;
 impl Ledger {
     /// Everything to persist.
     pub fn state(&self) -> FairShareState {
-        let mut pending: Vec<&Waiting> = self.pending.values().collect();
+        let mut pending: Vec<&Waiting> = self.pending.values().map(|w| &**w).collect();
         pending.sort_by_key(|w| w.seq);
-        let mut running: Vec<&Holding> = self.running.values().collect();
+        let mut running: Vec<&Holding> = self.running.values().map(|h| &**h).collect();
         running.sort_by_key(|h| h.claim.id);
         FairShareState {
             version: STATE_VERSION,
@@ -89,7 +91,7 @@ impl Ledger {
             ledger
                 .submit(at, claim)
                 .map_err(|e| FairShareError::BadState(format!("pending claim {id}: {e}")))?;
-            if let Some(w) = ledger.pending.get_mut(&id) {
+            if let Some(w) = ledger.pending.get_mut(&id).map(Arc::make_mut) {
                 w.claim.submitted = submitted;
             }
         }
@@ -105,7 +107,7 @@ impl Ledger {
             ledger
                 .placed(at, placed)
                 .map_err(|e| FairShareError::BadState(format!("running claim {id}: {e}")))?;
-            if let Some(h) = ledger.running.get_mut(&id) {
+            if let Some(h) = ledger.running.get_mut(&id).map(Arc::make_mut) {
                 let units = u64::from(claim.units.0);
                 ledger
                     .busy

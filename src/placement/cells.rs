@@ -60,12 +60,18 @@ impl Cell {
 impl Fleet {
     /// Node `n`'s devices' cells, in device order.
     pub(super) fn cells_of(&self, n: usize) -> &[Cell] {
+        let (start, end) = self.cell_range(n);
+        &self.cells[start..end]
+    }
+
+    /// Where node `n`'s cells are in `cells`.
+    pub(super) fn cell_range(&self, n: usize) -> (usize, usize) {
         let start = self.first_cell[n] as usize;
         let end = self
             .first_cell
             .get(n + 1)
             .map_or(self.cells.len(), |&e| e as usize);
-        &self.cells[start..end]
+        (start, end)
     }
 
     /// Per class, the share a device of it would take (`None`: it never can, or the

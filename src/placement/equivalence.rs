@@ -122,6 +122,15 @@ proptest! {
                 let indexed = fleet.find_multi(&demand, &form);
                 let scanned = fleet.find_scan(&demand, &form, None, None);
                 prop_assert_eq!(&indexed, &scanned, "{:?} {} model {:?}", policy, v, model);
+                // The counts of wholly free devices answer as the scan does, where they can.
+                if let Some(fits) = fleet.wholes_fit(&demand, &form) {
+                    prop_assert_eq!(fits, scanned.is_some(), "{:?} {} model {:?}", policy, v, model);
+                }
+                prop_assert_eq!(
+                    fleet.fits_on(&r, model),
+                    scanned.is_some(),
+                    "{:?} {} model {:?}", policy, v, model
+                );
                 // Asking the cells early (a big fleet's walk with no fit yet) changes nothing.
                 let walk_first = 1 + rng.below(12) as usize;
                 let counted = fleet.find_multi_counting_after(&demand, &form, walk_first);
@@ -190,6 +199,47 @@ proptest! {
             }
             // The nodes shown are walked in full, as a small fleet's refusal shows them.
             prop_assert!(!summarized.nodes.is_empty());
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn the_counts_of_wholly_free_devices_equal_a_recount_after_any_changes(seed in 1u64..) {
+        let mut rng = Rng(seed);
+        let mut fleet = random_fleet(&mut rng, Policy::Binpack);
+        let mut next = 1_000;
+        for _ in 0..60 {
+            match rng.below(5) {
+                0 | 1 => {
+                    if let Ok(r) = ClaimRequest::from_json(&random_request(&mut rng, true)) {
+                        next += 1;
+                        let _ = fleet.claim(ClaimId(next), &r);
+                    }
+                }
+                2 => {
+                    let held: Vec<ClaimId> = fleet.allocations().map(|(id, _)| id).collect();
+                    if !held.is_empty() {
+                        fleet.release(held[rng.below(held.len() as u64) as usize]);
+                    }
+                }
+                3 => {
+                    let node = format!("n{}", rng.below(12));
+                    let _ = fleet.set_cordon(&node, rng.below(8) as u32, rng.below(2) == 0);
+                }
+                _ => {
+                    let held: Vec<ClaimId> = fleet.allocations().map(|(id, _)| id).collect();
+                    if !held.is_empty() {
+                        let id = held[rng.below(held.len() as u64) as usize];
+                        let target = MoveTarget { node: Some(format!("n{}", rng.below(12))), devices: None };
+                        let _ = fleet.move_claim(id, &target);
+                    }
+                }
+            }
+            prop_assert_eq!(fleet.wholes.trimmed(), fleet.wholes_recounted().trimmed());
+            prop_assert_eq!(fleet.check_invariants(), Ok(()));
         }
     }
 }

@@ -2,12 +2,14 @@
 //! keeps every device's allocated memory, compute and slots equal to its claims' shares.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use super::Policy;
 use super::cells::Cell;
 use super::explain::NoFit;
 use super::index::Class;
 use super::model::{Allocation, Device, DeviceShare, Health, Node, NodeSpec};
+use super::wholes::Wholes;
 use crate::ids::ClaimId;
 use crate::request::{AcceleratorWanted, ClaimRequest, GpuForm, Milli, PerDevice, accelerator_key};
 use crate::units::{Bytes, SLOTS_PER_DEVICE, Slots, Units};
@@ -87,10 +89,14 @@ impl Demand {
 #[derive(Clone, Debug, Default)]
 pub struct Fleet {
     pub(super) policy: Policy,
-    pub(super) nodes: Vec<Node>,
-    pub(super) by_name: HashMap<String, usize>,
+    /// Each node behind its own `Arc`, as the claims: a copy shares those it leaves as
+    /// they are, and placing on a node copies that node only while a copy shares it.
+    pub(super) nodes: Vec<Arc<Node>>,
+    /// Only a new node changes it: shared whole by copies.
+    pub(super) by_name: Arc<HashMap<String, usize>>,
     pub(super) classes: Vec<Class>,
-    pub(super) claims: HashMap<ClaimId, (Demand, Allocation)>,
+    /// Each behind its own `Arc`, so that a copy of the fleet (the forecast's) shares them.
+    pub(super) claims: HashMap<ClaimId, Arc<(Demand, Allocation)>>,
     /// Moves on whenever what fits may have changed.
     pub(super) generation: u64,
     /// The distinct device make-ups of nodes: (model, memory, devices) in device order.
@@ -106,6 +112,8 @@ pub struct Fleet {
     pub(super) first_cell: Vec<u32>,
     /// Nodes with devices (counted once: every multi-device placement asks).
     pub(super) gpu_nodes: usize,
+    /// Nodes by how many wholly free devices they have, kept with the cells.
+    pub(super) wholes: Wholes,
 }
 
 /// A placement: node position and (device position, share) pairs.
@@ -177,13 +185,13 @@ impl Fleet {
         self.first_cell.push(self.cells.len() as u32);
         self.cells.extend(devices.iter().map(|_| Cell::off()));
         self.gpu_nodes += usize::from(!devices.is_empty());
-        self.by_name.insert(spec.name.clone(), n);
-        self.nodes.push(Node {
+        Arc::make_mut(&mut self.by_name).insert(spec.name.clone(), n);
+        self.nodes.push(Arc::new(Node {
             name: spec.name,
             devices,
             cpus: spec.cpus,
             cpus_allocated: Milli(0),
-        });
+        }));
         for d in 0..self.nodes[n].devices.len() {
             self.index(n, d);
         }
@@ -192,23 +200,23 @@ impl Fleet {
     }
 
     /// Nodes in the order they were added.
-    pub fn nodes(&self) -> &[Node] {
+    pub fn nodes(&self) -> &[Arc<Node>] {
         &self.nodes
     }
 
     /// The node with this name.
     pub fn node(&self, name: &str) -> Option<&Node> {
-        self.by_name.get(name).map(|&i| &self.nodes[i])
+        self.by_name.get(name).map(|&i| &*self.nodes[i])
     }
 
     /// A claim's allocation.
     pub fn allocation(&self, id: ClaimId) -> Option<&Allocation> {
-        self.claims.get(&id).map(|(_, a)| a)
+        self.claims.get(&id).map(|c| &c.1)
     }
 
     /// All claims and their allocations, in no particular order.
     pub fn allocations(&self) -> impl Iterator<Item = (ClaimId, &Allocation)> {
-        self.claims.iter().map(|(id, (_, a))| (*id, a))
+        self.claims.iter().map(|(id, c)| (*id, &c.1))
     }
 
     /// How many claims hold an allocation.
@@ -236,7 +244,7 @@ impl Fleet {
     pub fn set_cordon(&mut self, node: &str, index: u32, cordoned: bool) -> Result<(), FleetError> {
         let (n, d) = self.locate(node, index)?;
         self.unindex(n, d);
-        self.nodes[n].devices[d].cordoned = cordoned;
+        Arc::make_mut(&mut self.nodes[n]).devices[d].cordoned = cordoned;
         self.index(n, d);
         self.generation += 1;
         Ok(())
@@ -246,7 +254,7 @@ impl Fleet {
     pub fn set_health(&mut self, node: &str, index: u32, health: Health) -> Result<(), FleetError> {
         let (n, d) = self.locate(node, index)?;
         self.unindex(n, d);
-        self.nodes[n].devices[d].health = health;
+        Arc::make_mut(&mut self.nodes[n]).devices[d].health = health;
         self.index(n, d);
         self.generation += 1;
         Ok(())
@@ -263,6 +271,12 @@ impl Fleet {
     /// given: [`Fleet::plan_on`] without working out the reasons when it does not.
     pub fn fits_on(&self, req: &ClaimRequest, model: Option<&str>) -> bool {
         let demand = Demand::on(req, model);
+        // Whole devices anywhere: the counts say, without a search.
+        if let (Some(form), None, None) = (&demand.gpu, &req.node, &req.devices)
+            && let Some(answer) = self.wholes_fit(&demand, form)
+        {
+            return answer;
+        }
         self.search(&demand, req.node.as_deref(), req.devices.as_deref())
             .is_some()
     }
@@ -309,13 +323,13 @@ impl Fleet {
         // A later move may go to any model: the restriction was for this placement only.
         self.claims.insert(
             id,
-            (
+            Arc::new((
                 Demand {
                     model: None,
                     ..demand
                 },
                 alloc.clone(),
-            ),
+            )),
         );
         Ok(alloc)
     }
@@ -365,13 +379,14 @@ impl Fleet {
             });
         }
         self.apply(id, &(n, parts), alloc.cpus, true);
-        self.claims.insert(id, (Demand::of(req), alloc.clone()));
+        self.claims
+            .insert(id, Arc::new((Demand::of(req), alloc.clone())));
         Ok(())
     }
 
     /// Releases a claim; releasing an unknown claim is a no-op that returns `None`.
     pub fn release(&mut self, id: ClaimId) -> Option<Allocation> {
-        let (_, alloc) = self.claims.remove(&id)?;
+        let (_, alloc) = Arc::unwrap_or_clone(self.claims.remove(&id)?);
         self.unapply(id, &alloc);
         Some(alloc)
     }
@@ -424,7 +439,7 @@ impl Fleet {
         self.generation += 1;
         for (d, p) in parts {
             self.unindex(*n, *d);
-            let dev = &mut self.nodes[*n].devices[*d];
+            let dev = &mut Arc::make_mut(&mut self.nodes[*n]).devices[*d];
             if add {
                 dev.memory_allocated += p.memory;
                 dev.compute_allocated += p.compute;
@@ -439,7 +454,7 @@ impl Fleet {
             self.index(*n, *d);
         }
         if let Some(c) = cpus {
-            let node = &mut self.nodes[*n];
+            let node = Arc::make_mut(&mut self.nodes[*n]);
             node.cpus_allocated = if add {
                 Milli(node.cpus_allocated.0.saturating_add(c.0))
             } else {
@@ -465,8 +480,15 @@ impl Fleet {
                 self.gpu_nodes
             ));
         }
+        if self.wholes.trimmed() != self.wholes_recounted().trimmed() {
+            return Err(format!(
+                "the counts of wholly free devices {:?} are not a recount's {:?}",
+                self.wholes.trimmed(),
+                self.wholes_recounted().trimmed()
+            ));
+        }
         let mut expected: HashMap<(usize, u32), (Bytes, Units, Slots)> = HashMap::new();
-        for (_, alloc) in self.claims.values() {
+        for (_, alloc) in self.claims.values().map(|c| &**c) {
             let n = self.by_name[&alloc.node];
             for s in &alloc.shares {
                 let e = expected.entry((n, s.device)).or_default();

@@ -56,10 +56,9 @@ impl Fleet {
     /// Puts a device into its class's free-memory index, if it can take claims.
     pub(super) fn index(&mut self, n: usize, d: usize) {
         let dev = &self.nodes[n].devices[d];
-        let cell = self.first_cell[n] as usize + d;
         if !dev.schedulable() {
             self.off.insert((n as u32, d as u32));
-            self.cells[cell] = Cell::off();
+            self.set_cell(n, d, Cell::off());
             return;
         }
         self.off.remove(&(n as u32, d as u32));
@@ -67,7 +66,7 @@ impl Fleet {
         let entry = self.entry(n, d);
         self.classes[c].free.insert(entry);
         // Classes fit in u32: at most 2^32 models and sizes are never built.
-        self.cells[cell] = Cell::of(&self.nodes[n].devices[d], c as u32);
+        self.set_cell(n, d, Cell::of(&self.nodes[n].devices[d], c as u32));
     }
 
     /// Takes a device out of the index (before its free memory or state changes).
@@ -77,7 +76,7 @@ impl Fleet {
         if c != OFF {
             let entry = self.entry(n, d);
             self.classes[c as usize].free.remove(&entry);
-            self.cells[cell] = Cell::off();
+            self.set_cell(n, d, Cell::off());
         }
     }
 

@@ -7,6 +7,7 @@
 //! Where things live: `model` (nodes, devices, allocations), `fleet` (the fleet and its
 //! bookkeeping), `index` (the free-memory index and the searches for a fit), `explain`
 //! (why a request does not fit), `summary` (the same, counted across a large fleet),
+//! `wholes` (nodes counted by their wholly free devices: whether whole devices fit),
 //! `moves` (atomic moves), `hosts` (ranking the endpoints of a fleet for a request).
 //! Everything public is re-exported here: use `crate::placement::X`.
 
@@ -21,6 +22,7 @@ mod index;
 mod model;
 mod moves;
 mod summary;
+mod wholes;
 
 #[cfg(test)]
 mod equivalence;

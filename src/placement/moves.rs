@@ -1,6 +1,8 @@
 //! Moving a claim to other devices or another node, atomically: on failure the claim
 //! stays where it was, holder order included.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use super::explain::NoFit;
@@ -41,9 +43,10 @@ impl Fleet {
         id: ClaimId,
         target: &MoveTarget,
     ) -> Result<Allocation, MoveError> {
-        let (demand, old) = self.claims.remove(&id).ok_or(MoveError::UnknownClaim(id))?;
+        let placed = self.claims.remove(&id).ok_or(MoveError::UnknownClaim(id))?;
+        let (demand, old) = Arc::unwrap_or_clone(placed);
         if demand.gpu.is_none() && target.devices.is_some() {
-            self.claims.insert(id, (demand, old));
+            self.claims.insert(id, Arc::new((demand, old)));
             return Err(MoveError::NothingToMove(id));
         }
         // Holder lists are in placement order; a failed move must not reorder them.
@@ -62,7 +65,7 @@ impl Fleet {
             Ok(plan) => {
                 let alloc = self.allocation_of(&demand, &plan);
                 self.apply(id, &plan, demand.cpus, true);
-                self.claims.insert(id, (demand, alloc.clone()));
+                self.claims.insert(id, Arc::new((demand, alloc.clone())));
                 Ok(alloc)
             }
             Err(e) => {
@@ -70,9 +73,9 @@ impl Fleet {
                 let parts = self.parts_of(n, &old);
                 self.apply(id, &(n, parts), old.cpus, true);
                 for (n, d, holders) in held {
-                    self.nodes[n].devices[d].holders = holders;
+                    Arc::make_mut(&mut self.nodes[n]).devices[d].holders = holders;
                 }
-                self.claims.insert(id, (demand, old));
+                self.claims.insert(id, Arc::new((demand, old)));
                 Err(MoveError::NoFit(e))
             }
         }

@@ -75,10 +75,10 @@ impl Scheduler {
                 self.due.forget(&claim);
                 self.fleet.release(id);
                 self.ledger.released(now, id);
-                if let Some(a) = claim.allocation
+                if let Some(a) = &claim.allocation
                     && !freed.contains(&a.node)
                 {
-                    freed.push(a.node);
+                    freed.push(a.node.clone());
                 }
             }
         }

@@ -1,6 +1,8 @@
 //! Claims: what one is, submitting, releasing and moving them, and how the snapshot
 //! shows one.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use super::{Change, Scheduler, accounting};
@@ -126,7 +128,7 @@ impl Scheduler {
         };
         let detail = format!("{detail}; {}", claim.request.whose());
         self.due.note(&claim);
-        self.claims.insert(id, claim.clone());
+        self.claims.insert(id, Arc::new(claim.clone()));
         self.journal.push(Change::Claim(Box::new(claim.clone())));
         self.audit(now, actor, "claim", format!("claim {id}"), detail);
         if claim.allocation.is_some() {
@@ -135,8 +137,8 @@ impl Scheduler {
         // Work fetch may take it (or another waiting claim) right away.
         self.place_pending(now);
         match self.claims.get(&id) {
-            Some(c) if c.allocation.is_some() => Submitted::Placed(c.clone()),
-            Some(c) => Submitted::Pending(c.clone()),
+            Some(c) if c.allocation.is_some() => Submitted::Placed(Claim::clone(c)),
+            Some(c) => Submitted::Pending(Claim::clone(c)),
             None => Submitted::Pending(claim),
         }
     }
@@ -155,7 +157,7 @@ impl Scheduler {
         why: &str,
         now: Timestamp,
     ) -> Option<Claim> {
-        let claim = self.claims.remove(&id)?;
+        let claim = Arc::unwrap_or_clone(self.claims.remove(&id)?);
         self.due.forget(&claim);
         self.fleet.release(id);
         self.ledger.released(now, id);
@@ -189,7 +191,7 @@ impl Scheduler {
         }
         let old = claim.allocation.clone();
         let new = self.fleet.move_claim(id, target)?;
-        let Some(claim) = self.claims.get_mut(&id) else {
+        let Some(claim) = self.claims.get_mut(&id).map(Arc::make_mut) else {
             return Err(MoveError::UnknownClaim(id));
         };
         claim.allocation = Some(new.clone());

@@ -2,6 +2,7 @@
 //! trail, and resuming from the state a store persisted.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -98,9 +99,9 @@ impl Scheduler {
                 claim.allocation = None;
                 claim.placed_at = None;
             }
-            s.claims.insert(claim.id, claim);
+            s.claims.insert(claim.id, Arc::new(claim));
         }
-        s.due = super::due::Due::of(s.claims.values());
+        s.due = super::due::Due::of(s.claims.values().map(|c| &**c));
         s.restore_ledger(persisted.ledger, &mut warnings);
         // Stored reasons may predate the last placements: a waiting claim must not read
         // "fits now" on a full device before the first tick.

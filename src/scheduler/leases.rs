@@ -4,6 +4,8 @@
 //! using the devices. A claim is released when its lease runs out and it has no live
 //! owner, or as soon as the last process of its owner is gone.
 
+use std::sync::Arc;
+
 use super::{Change, Claim, LEDGER_IDLE_SAVE_MS, LEDGER_SAVE_MS, Scheduler};
 use crate::clock::Timestamp;
 use crate::ids::ClaimId;
@@ -75,16 +77,13 @@ impl Scheduler {
         actor: &str,
         now: Timestamp,
     ) -> Result<Claim, RenewError> {
-        let claim = self
-            .claims
-            .get_mut(&id)
-            .ok_or(RenewError::UnknownClaim(id))?;
+        let claim = self.claims.get(&id).ok_or(RenewError::UnknownClaim(id))?;
         let ttl = ttl.or(claim.request.ttl).ok_or(RenewError::NoLease(id))?;
         let asked = now.plus_secs(ttl);
         // A renewal never shortens a lease: an operator renewing for 100 s a claim with
         // 54 minutes left means "at least 100 s more", not "end in 100 s".
         if let Some(end) = claim.lease_expires_at.filter(|end| *end > asked) {
-            let claim = claim.clone();
+            let claim = Claim::clone(claim);
             self.audit(
                 now,
                 actor,
@@ -97,6 +96,10 @@ impl Scheduler {
             );
             return Ok(claim);
         }
+        // Copied here only while a forward copy shares it.
+        let Some(claim) = self.claims.get_mut(&id).map(Arc::make_mut) else {
+            return Err(RenewError::UnknownClaim(id));
+        };
         self.due.forget(claim);
         claim.request.ttl = Some(ttl);
         claim.lease_expires_at = Some(asked);
@@ -199,7 +202,7 @@ impl Scheduler {
 
     /// Extends a lease on behalf of its owner's running processes, audited.
     fn extend(&mut self, id: ClaimId, pid: u32, until: Timestamp, now: Timestamp) {
-        let Some(claim) = self.claims.get_mut(&id) else {
+        let Some(claim) = self.claims.get_mut(&id).map(Arc::make_mut) else {
             return;
         };
         self.due.forget(claim);

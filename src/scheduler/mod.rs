@@ -28,6 +28,7 @@ mod tests;
 mod views;
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 use chacha20::ChaCha12Rng;
 use rand::SeedableRng;
@@ -108,7 +109,10 @@ impl Default for SchedulerConfig {
 pub struct Scheduler {
     config: SchedulerConfig,
     fleet: Fleet,
-    claims: BTreeMap<ClaimId, Claim>,
+    /// Each claim behind its own `Arc`: a copy to run forward shares them (a pointer each,
+    /// not a request with its strings), and a change to one claim copies that one only
+    /// while a copy still shares it (`Arc::make_mut`).
+    claims: BTreeMap<ClaimId, Arc<Claim>>,
     shares: BTreeMap<String, u32>,
     events: VecDeque<AuditEvent>,
     revision: u64,
@@ -209,12 +213,12 @@ impl Scheduler {
 
     /// A claim by id.
     pub fn claim(&self, id: ClaimId) -> Option<&Claim> {
-        self.claims.get(&id)
+        self.claims.get(&id).map(|c| &**c)
     }
 
     /// All claims, by id.
     pub fn claims(&self) -> impl Iterator<Item = &Claim> {
-        self.claims.values()
+        self.claims.values().map(|c| &**c)
     }
 
     /// Where a request would go now, without placing it (the console's preview).

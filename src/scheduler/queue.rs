@@ -3,6 +3,7 @@
 //! waiting are told why.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::due::Due;
 use super::forms::FitsSeen;
@@ -80,7 +81,7 @@ impl Scheduler {
             return Round::Done;
         };
         accounting::record_placed(&mut self.ledger, &self.fleet, now, id, &req, &alloc);
-        let Some(claim) = self.claims.get_mut(&id) else {
+        let Some(claim) = self.claims.get_mut(&id).map(Arc::make_mut) else {
             return Round::Skipped;
         };
         self.due.forget(claim);
@@ -181,8 +182,10 @@ impl Scheduler {
                 seen.push((id, reasons.clone()));
                 reasons
             };
-            if let Some(claim) = self.claims.get_mut(&id) {
-                claim.pending = reasons;
+            if let Some(claim) = self.claims.get_mut(&id)
+                && claim.pending != reasons
+            {
+                Arc::make_mut(claim).pending = reasons;
             }
         }
     }
@@ -190,7 +193,7 @@ impl Scheduler {
 
 /// Whether a waiting claim fits on a resource type, as work fetch asks placement.
 struct Fits<'a> {
-    claims: &'a BTreeMap<ClaimId, Claim>,
+    claims: &'a BTreeMap<ClaimId, Arc<Claim>>,
     fleet: &'a Fleet,
     due: &'a Due,
     seen: &'a mut FitsSeen,
