@@ -16,9 +16,7 @@ use super::backtest::{Arrival, BacktestError, Workload};
 use crate::clock::Timestamp;
 use crate::history::{Body, Record};
 use crate::ids::ClaimId;
-use crate::placement::{DeviceSpec, NodeSpec};
 use crate::request::ClaimRequest;
-use crate::request::Milli;
 use crate::scheduler::SchedulerConfig;
 use crate::snapshot::{ClaimState, ClaimView, Snapshot, SnapshotChange};
 
@@ -104,8 +102,16 @@ pub(super) fn workload(
     }
     arrivals.sort_by_key(|(at, created, _)| (*at, *created));
     Ok(Workload {
-        nodes: start.nodes.iter().map(node_spec).collect(),
-        config: SchedulerConfig::default(),
+        nodes: start
+            .nodes
+            .iter()
+            .map(crate::snapshot::NodeView::spec)
+            .collect(),
+        // The serve's placement policy, as its snapshots name it.
+        config: SchedulerConfig {
+            policy: start.endpoint.placement_policy(),
+            ..SchedulerConfig::default()
+        },
         shares: start
             .projects
             .iter()
@@ -116,25 +122,6 @@ pub(super) fn workload(
         end: Timestamp(span.saturating_add(DRAIN_MS)),
         until: Timestamp(until),
     })
-}
-
-/// A recorded node as the scheduler's inventory has it.
-fn node_spec(n: &crate::snapshot::NodeView) -> NodeSpec {
-    NodeSpec {
-        name: n.name.clone(),
-        devices: n
-            .devices
-            .iter()
-            .map(|d| DeviceSpec {
-                index: d.index,
-                model: d.model.clone(),
-                uuid: d.uuid.clone(),
-                memory: d.memory_capacity,
-                link_group: None,
-            })
-            .collect(),
-        cpus: n.cpus_milli.map(Milli),
-    }
 }
 
 fn one(seen: &mut BTreeMap<ClaimId, Seen>, c: &ClaimView, at: Timestamp) {

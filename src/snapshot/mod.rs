@@ -445,6 +445,39 @@ impl Snapshot {
     }
 }
 
+impl EndpointInfo {
+    /// The placement policy it names: `spread`, else binpack.
+    pub fn placement_policy(&self) -> crate::placement::Policy {
+        if self.policy == "spread" {
+            crate::placement::Policy::Spread
+        } else {
+            crate::placement::Policy::Binpack
+        }
+    }
+}
+
+impl NodeView {
+    /// The node as an inventory describes it: its devices' identity and capacity (what
+    /// placement needs to book claims on it again).
+    pub fn spec(&self) -> crate::placement::NodeSpec {
+        crate::placement::NodeSpec {
+            name: self.name.clone(),
+            devices: self
+                .devices
+                .iter()
+                .map(|d| crate::placement::DeviceSpec {
+                    index: d.index,
+                    model: d.model.clone(),
+                    uuid: d.uuid.clone(),
+                    memory: d.memory_capacity,
+                    link_group: None,
+                })
+                .collect(),
+            cpus: self.cpus_milli.map(crate::request::Milli),
+        }
+    }
+}
+
 impl DeviceView {
     /// Whether `other` is this device with other telemetry and unclaimed memory.
     pub fn same_but_telemetry(&self, other: &DeviceView) -> bool {

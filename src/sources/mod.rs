@@ -464,31 +464,10 @@ pub fn plan_on_snapshot(
 /// The placement fleet a snapshot describes: its devices (cordons and health included)
 /// with its placed claims booked, under the endpoint's policy.
 pub fn fleet_of_snapshot(snapshot: &Snapshot) -> Result<crate::placement::Fleet, Failure> {
-    use crate::placement::{DeviceSpec, Fleet, NodeSpec, Policy};
-    let policy = if snapshot.endpoint.policy == "spread" {
-        Policy::Spread
-    } else {
-        Policy::Binpack
-    };
-    let mut fleet = Fleet::new(policy);
+    let mut fleet = crate::placement::Fleet::new(snapshot.endpoint.placement_policy());
     for n in &snapshot.nodes {
-        let spec = NodeSpec {
-            name: n.name.clone(),
-            devices: n
-                .devices
-                .iter()
-                .map(|d| DeviceSpec {
-                    index: d.index,
-                    model: d.model.clone(),
-                    uuid: d.uuid.clone(),
-                    memory: d.memory_capacity,
-                    link_group: None,
-                })
-                .collect(),
-            cpus: n.cpus_milli.map(crate::request::Milli),
-        };
         fleet
-            .add_node(spec)
+            .add_node(n.spec())
             .map_err(|e| Failure::Decode(e.to_string()))?;
         for d in &n.devices {
             if d.cordoned {
