@@ -5,7 +5,8 @@
 //! change of a source, keeping what it prepared of the others (`Joiner`); the goal is
 //! <= 50 ms per change. "one source changed": each iteration one source, in turn, has a
 //! new snapshot (every GPU's telemetry sampled again, one claim gone or back), the others
-//! the same; "cold": every source prepared (the one-shot join `status` runs).
+//! the same; "SOURCE changed": that source alone, each iteration; "cold": every source
+//! prepared (the one-shot join `status` runs).
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
@@ -286,6 +287,24 @@ fn bench(c: &mut Criterion) {
             });
         },
     );
+    // Each source on its own: a change of the endpoint's telemetry touches every GPU, a
+    // scheduler's claim one.
+    for (i, name) in names.iter().enumerate() {
+        let mut flip = 0usize;
+        let mut idle = IdleClock::default();
+        g.bench_function(
+            format!("8000 GPUs, 4 sources, {name} changed, with the idle flags"),
+            |b| {
+                b.iter(|| {
+                    flip += 1;
+                    shared[i].snapshot = Arc::clone(&versions[i][flip % 2]);
+                    let mut f = joiner.join(&shared, &aliases);
+                    idle.observe(&mut f, Timestamp(1));
+                    f
+                });
+            },
+        );
+    }
     g.bench_function("8000 GPUs, 4 sources, cold", |b| {
         b.iter(|| join(&views, &aliases));
     });
