@@ -44,7 +44,9 @@ fn now() -> Timestamp {
 
 /// Polls until `check` gives a value (the recorder writes a commit ~20 ms after it).
 async fn until<T, F: std::future::Future<Output = Option<T>>>(what: &str, f: impl Fn() -> F) -> T {
-    let deadline = Instant::now() + Duration::from_mins(1);
+    // Generous: a serve whose telemetry stands still is fed to its recorder as seldom as once
+    // a minute (`IDLE_FEED_MS`), so its first sample can take that long to be recorded.
+    let deadline = Instant::now() + Duration::from_mins(3);
     loop {
         if let Some(v) = f().await {
             return v;
