@@ -23,11 +23,12 @@ use crate::store::RecordingGap;
 use crate::store::history::{HistoryError, HistoryStore, Retention};
 use crate::wire::history::{GpuRef, HistoryInfo};
 
-/// Telemetry is recorded every this many milliseconds per device.
+/// Telemetry is recorded every this many milliseconds per device while its figures move as
+/// the screens show them; steady ones make a new version, and so a sample, once a minute
+/// (the host's refresh, `endpoint::live::HOST_REFRESH_MS`).
 pub const SAMPLE_MS: u64 = 5_000;
-/// How often the feed looks for a new version when no device has telemetry to sample: a
-/// version held back when a telemetry round woke the feed (built too soon after the last)
-/// is recorded by then.
+/// How often the feed looks for a new version when no device has telemetry to sample (a
+/// version held back by the telemetry pace is looked for when the pace allows).
 const IDLE_FEED_MS: u64 = 60_000;
 /// Retention runs this often (in recorded time).
 const RETAIN_EVERY_MS: u64 = 600_000;
@@ -212,8 +213,8 @@ impl RecordedHistory {
 /// Feeds the history from an endpoint's snapshot versions: after every commit, after every
 /// telemetry round that changed what snapshots show, and every `SAMPLE_MS` while some
 /// device has telemetry to sample (or recording has stopped, so a write is tried again);
-/// else only every `IDLE_FEED_MS`, in case a version was held back when it was woken (an
-/// idle endpoint without GPUs otherwise woke every 5 s to feed the version it had fed).
+/// else only every `IDLE_FEED_MS` (an idle endpoint without GPUs otherwise woke every 5 s to
+/// feed the version it had fed), or when telemetry held back by the pace may be built.
 /// Whether or not anyone watches. Ends when `versions` is gone.
 pub fn spawn_feed(
     history: Arc<RecordedHistory>,
@@ -275,6 +276,12 @@ pub fn spawn_feed(
                 IDLE_FEED_MS
             };
             next = tokio::time::Instant::now() + Duration::from_millis(every);
+            // A round held back by the pace (it came too soon after the last version) is
+            // built once the pace allows: with steady readings no further round wakes the
+            // feed, so waiting for the idle interval recorded the first sample a minute late.
+            if let Some(held) = versions.telemetry_held_until() {
+                next = next.min(tokio::time::Instant::from_std(held));
+            }
         }
     })
 }
@@ -531,6 +538,70 @@ mod tests {
         open.send(()).unwrap();
         let r = report.await.unwrap().unwrap().unwrap();
         assert_eq!(r.history_from, Some(Timestamp(t0)));
+    }
+
+    /// Telemetry that first comes just after a version without it is held back by the pace;
+    /// with steady readings no later round wakes the feed, which must still record it once
+    /// the pace allows, not at its idle interval a minute later.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn telemetry_held_back_by_the_pace_is_recorded_once_the_pace_allows() {
+        use crate::clock::ManualClock;
+        use crate::endpoint::engine::{Engine, EngineConfig, LocalProcesses};
+        use crate::endpoint::live::LiveConfig;
+        use crate::telemetry::fake::{FakeBackend, FakeGpu};
+        use crate::telemetry::{DeviceMetrics, SamplerConfig, SamplerCore};
+        let engine = Engine::in_memory(
+            EngineConfig::default(),
+            vec![crate::inventory::a100_node("a", 1)],
+            Arc::new(ManualClock::new(Timestamp(1_000))),
+            Arc::new(LocalProcesses),
+        )
+        .unwrap();
+        let versions = Arc::new(SnapshotVersions::new(engine, 1));
+        // A version without telemetry is built; the readings come within its pace (the
+        // sampler's first round, at once) and never change (the next is an hour away).
+        versions.current().await.unwrap();
+        let config = SamplerConfig {
+            metrics_interval: Duration::from_hours(1),
+            ..SamplerConfig::default()
+        };
+        let gpu = FakeGpu {
+            metrics: DeviceMetrics {
+                utilization_gpu_percent: Some(40),
+                ..DeviceMetrics::default()
+            },
+            ..FakeGpu::default()
+        };
+        let core = SamplerCore::new(Box::new(FakeBackend::new(vec![gpu])), None, config);
+        let live = LiveConfig {
+            coordination_file: None,
+            ..LiveConfig::local("a")
+        };
+        let clock = Arc::new(ManualClock::new(Timestamp(1_500)));
+        versions
+            .engine()
+            .attach_telemetry(core, None, clock, live)
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let history = RecordedHistory::open(dir.path(), Retention::default()).unwrap();
+        let feed = spawn_feed(Arc::clone(&history), Arc::clone(&versions));
+        // Well inside the idle interval (a minute), well beyond the pace (two seconds).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let info = history
+                .read(|s| s.info(Retention::default()))
+                .await
+                .unwrap();
+            if info.samples > 0 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the held-back telemetry waited for the idle interval"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        feed.abort();
     }
 
     fn full() -> HistoryError {
