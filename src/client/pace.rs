@@ -22,7 +22,7 @@ mod tests {
         assert_eq!(q, "deltas=1");
         ask(&mut q, Some(Duration::ZERO));
         assert_eq!(q, "deltas=1");
-        ask(&mut q, Some(Duration::from_millis(5_000)));
+        ask(&mut q, Some(Duration::from_secs(5)));
         assert_eq!(q, "deltas=1&telemetry_ms=5000");
     }
 }

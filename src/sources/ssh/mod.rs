@@ -430,7 +430,7 @@ async fn read_host(ctx: &Context, outlet: &Outlet, model: &mut Model) -> Turn {
                 answer,
                 started,
                 child,
-            } => (answer, started, child),
+            } => (answer, started, *child),
         };
         let no_smi = answer.no_nvidia_smi;
         let turn = match (started, answer.serve, &answer.gpuboard) {

@@ -22,7 +22,7 @@ pub(super) enum Opened {
         /// Which reader it started.
         started: Start,
         /// The ssh child, its stdout after the `@start` line.
-        child: Streaming,
+        child: Box<Streaming>,
     },
     /// The script ended, or was stopped at the reading's limit, without starting one.
     Ended {
@@ -78,7 +78,7 @@ pub(super) async fn open(
         Ok(Some(started)) => Opened::Reader {
             answer,
             started,
-            child,
+            child: Box::new(child),
         },
         Ok(None) => {
             let (ended, stderr) = child.finish().await;
