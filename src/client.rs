@@ -20,7 +20,6 @@ pub use capacity::CapacityRead;
 pub use error::ClientError;
 use error::error_from;
 pub use history::SnapshotAt;
-pub use pace::watch_telemetry_every;
 pub use relay::{RELAY_OK, RELAY_READ_ONLY, Relay, RelayAnswer, Relayed};
 pub use report::ReportAt;
 /// The delta watch's decoder, for a watch that arrives by another road (an SSH channel).
@@ -153,6 +152,9 @@ pub struct Client {
     token_from: Option<String>,
     /// Another road for its requests than a socket of this process (`relay`).
     relay: Option<std::sync::Arc<dyn Relay>>,
+    /// How often its delta watches ask for the endpoint's telemetry (the watch's
+    /// `telemetry_ms`), when they ask (`with_telemetry_pace`).
+    telemetry_pace: Option<Duration>,
 }
 
 impl Client {
@@ -209,6 +211,7 @@ impl Client {
             per_call: None,
             token_from: None,
             relay: None,
+            telemetry_pace: None,
         })
     }
 
@@ -234,7 +237,19 @@ impl Client {
             per_call: None,
             token_from: None,
             relay: None,
+            telemetry_pace: self.telemetry_pace,
         }))
+    }
+
+    /// The same client, its delta watches asking for telemetry at most every `pace` (a
+    /// console watching many endpoints takes in each one's figures more slowly). An
+    /// endpoint from before the word ignores it.
+    #[must_use]
+    pub fn with_telemetry_pace(self, pace: Duration) -> Client {
+        Client {
+            telemetry_pace: Some(pace),
+            ..self
+        }
     }
 
     /// The same client, saying where its token came from (`--token-file F`,
@@ -627,7 +642,7 @@ impl Client {
     ) -> Result<reqwest::Response, ClientError> {
         let mut url = self.url(paths::WATCH);
         let mut query = paths::watch_deltas_query(since, format);
-        pace::ask(&mut query);
+        pace::ask(&mut query, self.telemetry_pace);
         url.set_query(Some(&query));
         let mut req = self
             .http

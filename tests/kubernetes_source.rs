@@ -32,7 +32,14 @@ const PATIENCE: Duration = Duration::from_mins(1);
 
 fn source(cluster: &kmock::Cluster, context: Option<&str>) -> Arc<dyn Source> {
     let entry = EndpointConfig::kubernetes(Some(cluster.kubeconfig()), context.map(str::to_string));
-    connect(&entry, None, &TlsTrust::default(), Duration::from_secs(20)).unwrap()
+    connect(
+        &entry,
+        None,
+        &TlsTrust::default(),
+        Duration::from_secs(20),
+        None,
+    )
+    .unwrap()
 }
 
 fn decoded_fixtures() -> Snapshot {
@@ -198,11 +205,17 @@ async fn a_context_that_is_down_or_unknown_is_named() {
     let unknown = source(&cluster, Some("nope")).fetch().await.unwrap_err();
     assert!(unknown.to_string().contains("nope"), "{unknown}");
     let file = EndpointConfig::kubernetes(Some("/nonexistent/kubeconfig".into()), None);
-    let missing = connect(&file, None, &TlsTrust::default(), Duration::from_secs(5))
-        .unwrap()
-        .fetch()
-        .await
-        .unwrap_err();
+    let missing = connect(
+        &file,
+        None,
+        &TlsTrust::default(),
+        Duration::from_secs(5),
+        None,
+    )
+    .unwrap()
+    .fetch()
+    .await
+    .unwrap_err();
     assert!(
         missing.to_string().contains("/nonexistent/kubeconfig"),
         "{missing}"

@@ -206,7 +206,7 @@ pub(super) async fn act(args: ActArgs) -> anyhow::Result<u8> {
                 return Ok(EXIT_INVALID);
             }
         };
-        match sources::connect(&ep, token, &ep.trust(), limit) {
+        match sources::connect(&ep, token, &ep.trust(), limit, None) {
             Ok(http) => steps.push(HandoverStep {
                 source: http,
                 action: Action::Claim { request },
@@ -460,7 +460,7 @@ fn connect(endpoint: &EndpointConfig, timeout: Duration) -> anyhow::Result<Arc<d
         anyhow::bail!("a {} source takes no engine actions", endpoint.kind);
     }
     let token = endpoint.file_token()?;
-    sources::connect(endpoint, token, &TlsTrust::default(), timeout)
+    sources::connect(endpoint, token, &TlsTrust::default(), timeout, None)
 }
 
 /// Appends the audit line to the console's log (`gpuboard/console.log` under the state

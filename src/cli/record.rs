@@ -116,7 +116,7 @@ fn source(a: &RecordArgs, kind: SourceKind) -> anyhow::Result<Arc<dyn Source>> {
     let secret = entry.file_token()?;
     // A slow answer is waited for a while: a read that times out records nothing.
     let timeout = Duration::from_millis(a.every_ms.clamp(10_000, 30_000));
-    crate::sources::connect(&entry, secret, &TlsTrust::default(), timeout)
+    crate::sources::connect(&entry, secret, &TlsTrust::default(), timeout, None)
 }
 
 /// `gpuboard record`.

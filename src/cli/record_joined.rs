@@ -47,7 +47,7 @@ fn sources(config: &Path, timeout: Duration) -> anyhow::Result<(Vec<Arc<dyn Sour
             TlsTrust::default()
         };
         out.push(
-            crate::sources::connect(ep, token, &trust, timeout)
+            crate::sources::connect(ep, token, &trust, timeout, None)
                 .with_context(|| format!("config {}: endpoint {}", path.display(), ep.name))?,
         );
     }

@@ -222,14 +222,14 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
     )?);
     crate::sources::kind::check_names(&named)?;
     let world = crate::sources::kind::chosen(named, &cfg.world()?);
-    crate::client::watch_telemetry_every(telemetry_pace(world.len()));
+    let pace = telemetry_pace(world.len());
     for ep in &world {
         let jwt = slurm_jwt
             .clone()
             .filter(|_| ep.kind == SourceKind::Slurm && ep.token_file.is_none());
         sources.push(match jwt {
-            Some(token) => crate::sources::connect(ep, Some(token), &none, timeout)?,
-            None => engine_source(ep, &creds, timeout)?,
+            Some(token) => crate::sources::connect(ep, Some(token), &none, timeout, Some(pace))?,
+            None => engine_source(ep, &creds, timeout, pace)?,
         });
     }
     let mut attached_read_only = false;
@@ -242,7 +242,7 @@ pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup>
             let token = own.token(url).context("the local endpoint")?;
             let trust = own.trust(url, &none);
             sources.push(Arc::new(
-                Http::with_trust("local", url, token, timeout, &trust)?
+                Http::with_trust("local", url, token, timeout, &trust, Some(pace))?
                     .with_note(local.note.clone()),
             ));
             if local.read_only {
@@ -338,12 +338,13 @@ fn world_config(args: &ConsoleArgs) -> anyhow::Result<config::Config> {
 }
 
 /// The source an entry names (`sources::connect`), with its token and trust: a gpuboard
-/// endpoint's by the console's rules (its own `token_file` first), an engine's from its
-/// `token_file`.
+/// endpoint's by the console's rules (its own `token_file` first), its watch asking for
+/// telemetry every `pace`; an engine's from its `token_file`.
 fn engine_source(
     ep: &EndpointConfig,
     creds: &attach::Credentials,
     timeout: Duration,
+    pace: Duration,
 ) -> anyhow::Result<Arc<dyn Source>> {
     let mut token = ep.file_token()?;
     let mut trust = TlsTrust::default();
@@ -355,7 +356,7 @@ fn engine_source(
         }
         trust = creds.trust(&ep.url, &ep.trust());
     }
-    crate::sources::connect(ep, token, &trust, timeout)
+    crate::sources::connect(ep, token, &trust, timeout, Some(pace))
 }
 
 /// The state for a setup's sources.

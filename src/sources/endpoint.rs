@@ -38,20 +38,25 @@ impl Http {
         token: Option<String>,
         timeout: Duration,
     ) -> anyhow::Result<Http> {
-        Http::with_trust(name, url, token, timeout, &TlsTrust::default())
+        Http::with_trust(name, url, token, timeout, &TlsTrust::default(), None)
     }
 
-    /// The same, trusting an `https://` endpoint as `trust` says.
+    /// The same, trusting an `https://` endpoint as `trust` says, its watch asking for
+    /// telemetry at most every `telemetry_pace` when given (`Client::with_telemetry_pace`).
     pub fn with_trust(
         name: &str,
         url: &str,
         token: Option<String>,
         timeout: Duration,
         trust: &TlsTrust,
+        telemetry_pace: Option<Duration>,
     ) -> anyhow::Result<Http> {
         let has_token = token.is_some();
-        let client = Client::with_trust(url, token, timeout, trust)
+        let mut client = Client::with_trust(url, token, timeout, trust)
             .map_err(|e| anyhow::anyhow!("endpoint {name}: {e}"))?;
+        if let Some(pace) = telemetry_pace {
+            client = client.with_telemetry_pace(pace);
+        }
         let words = name.to_string();
         let mirror = Mirror::new(
             name,

@@ -311,7 +311,8 @@ pub fn chosen(
 }
 
 /// Builds the source an entry names, with the `token` and `trust` resolved for it (for a
-/// gpuboard endpoint, by its caller's rules; for an engine, its `token_file`).
+/// gpuboard endpoint, by its caller's rules; for an engine, its `token_file`); a gpuboard
+/// endpoint's watch asks for telemetry at most every `telemetry_pace` when given.
 ///
 /// # Errors
 /// A bad URL, or a kind that no config names (`demo`, `embedded`).
@@ -320,6 +321,7 @@ pub fn connect(
     token: Option<String>,
     trust: &TlsTrust,
     timeout: Duration,
+    telemetry_pace: Option<Duration>,
 ) -> anyhow::Result<Arc<dyn Source>> {
     let name = entry.name.clone();
     let url = entry.url.as_str();
@@ -330,7 +332,14 @@ pub fn connect(
         );
     }
     Ok(match entry.kind {
-        SourceKind::Gpuboard => Arc::new(Http::with_trust(&name, url, token, timeout, trust)?),
+        SourceKind::Gpuboard => Arc::new(Http::with_trust(
+            &name,
+            url,
+            token,
+            timeout,
+            trust,
+            telemetry_pace,
+        )?),
         SourceKind::Ray => {
             let mut c = RayConfig::new(url);
             c.name = name;
@@ -506,6 +515,7 @@ mod tests {
             None,
             &TlsTrust::default(),
             Duration::from_secs(1),
+            None,
         )
         .err()
         .unwrap()

@@ -23,6 +23,7 @@ pub mod hosts;
 pub mod nvidia_smi;
 pub mod probe;
 mod serve_watch;
+mod session;
 pub mod smi_stream;
 mod telemetry;
 
@@ -35,6 +36,8 @@ use tokio::sync::{Notify, Semaphore, watch};
 use self::act::{Acting, SshRelay};
 use self::command::SshOptions;
 use self::failure::{HostFailure, classify};
+use self::probe::Start;
+use self::session::Opened;
 use super::adapter::{self, wall_clock};
 use super::kind::SourceKind;
 use super::watch::{Model, ReconnectDelay};
@@ -396,66 +399,116 @@ fn since(t: std::time::Instant) -> u64 {
     u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
-/// One connection's worth of reading: the probe, then the best reader that starts.
+/// One connection's worth of reading: the probe's session, which starts the best reader
+/// the host has; a reader that cannot start says why, and a session starting the next one
+/// down is opened.
 async fn read_host(ctx: &Context, outlet: &Outlet, model: &mut Model) -> Turn {
-    // New connections are bounded; the probe is where one is made (or a kept one reused).
-    let asked = std::time::Instant::now();
-    let permit = Arc::clone(&ctx.connects).acquire_owned().await.ok();
-    tracing::debug!(host = %ctx.config.name, waited_ms = since(asked), "ssh: probing");
-    let probing = std::time::Instant::now();
-    let run = ctx
-        .config
-        .options
-        .run(
-            &ctx.config.destination,
-            &probe::remote_command(),
-            ctx.config.timeout,
-        )
-        .await;
-    drop(permit);
-    let answer = probe::read(&run.stdout);
-    tracing::debug!(host = %ctx.config.name, ms = since(probing), reader = ?answer.reader(), "ssh: probe answered");
-    let smi = classify(&run.ended, &run.stderr, &answer);
-    if !answer.reached
-        && let Some(f) = smi
-    {
-        return Turn::Failed(f);
-    }
+    let mut from = Start::Serve;
     let mut why_not: Vec<String> = Vec::new();
-    if let Some(pid) = answer.serve {
-        let acting = Acting::from_check(answer.relay.as_deref());
-        outlet.set_acting(acting.clone());
-        let turn = serve_watch::follow(ctx, outlet, pid, model, &acting).await;
-        outlet.set_acting(Acting::NoServe);
-        match turn {
-            Turn::Unavailable(why) => why_not.push(format!(
-                "a gpuboard serve runs on the host (pid {pid}), but watching it failed: {why}"
-            )),
-            other => return other,
-        }
-    }
-    if let Some(version) = &answer.gpuboard {
-        let version = if version.is_empty() {
-            "gpuboard"
+    loop {
+        let since = if from == Start::Serve {
+            model.since()
         } else {
-            version
+            None
         };
-        match until_a_serve(ctx, telemetry::follow(ctx, outlet, version)).await {
-            Turn::Unavailable(why) => why_not.push(format!(
-                "{version} is on the host, but its telemetry failed: {why}"
-            )),
+        let (answer, started, child) = match session::open(ctx, from, since).await {
+            Opened::Ended {
+                answer,
+                ended,
+                stderr,
+            } => {
+                // The script ended without starting a reader: why is the host's failure.
+                let f = classify(&ended, &stderr, &answer).unwrap_or_else(|| {
+                    HostFailure::Unreadable(format!(
+                        "the host's script ended without starting a reader (first line: `{}`)",
+                        answer.first_line.as_deref().unwrap_or("(nothing)")
+                    ))
+                });
+                return Turn::Failed(with_tried(f, &why_not));
+            }
+            Opened::Reader {
+                answer,
+                started,
+                child,
+            } => (answer, started, *child),
+        };
+        let no_smi = answer.no_nvidia_smi;
+        let turn = match (started, answer.serve, &answer.gpuboard) {
+            (Start::Serve, Some(pid), _) => {
+                let acting = Acting::from_check(answer.relay.as_deref());
+                outlet.set_acting(acting.clone());
+                let turn = serve_watch::follow(ctx, outlet, pid, model, &acting, child).await;
+                outlet.set_acting(Acting::NoServe);
+                match turn {
+                    Turn::Unavailable(why) => Turn::Unavailable(format!(
+                        "a gpuboard serve runs on the host (pid {pid}), but watching it failed: \
+                         {why}"
+                    )),
+                    other => other,
+                }
+            }
+            (Start::Telemetry, _, Some(version)) => {
+                let version = if version.is_empty() {
+                    "gpuboard"
+                } else {
+                    version
+                };
+                match until_a_serve(ctx, telemetry::follow(ctx, outlet, version, child)).await {
+                    Turn::Unavailable(why) => Turn::Unavailable(format!(
+                        "{version} is on the host, but its telemetry failed: {why}"
+                    )),
+                    other => other,
+                }
+            }
+            (Start::NvidiaSmi, _, _) => {
+                return read_smi(ctx, outlet, &answer, &why_not, child).await;
+            }
+            _ => {
+                let _ = child.stop().await;
+                return Turn::Failed(HostFailure::Unreadable(format!(
+                    "the host's script started {started:?} without saying what it found"
+                )));
+            }
+        };
+        match turn {
+            Turn::Unavailable(why) => why_not.push(why),
             other => return other,
         }
+        // The next reader down; without nvidia-smi there is none after gpuboard's.
+        from = match started {
+            Start::Serve => Start::Telemetry,
+            Start::Telemetry | Start::NvidiaSmi => Start::NvidiaSmi,
+        };
+        if from == Start::NvidiaSmi && no_smi {
+            return Turn::Failed(with_tried(HostFailure::NoNvidiaSmi, &why_not));
+        }
     }
-    if let Some(f) = smi {
-        return Turn::Failed(if why_not.is_empty() {
-            f
-        } else {
-            HostFailure::NoReader {
-                last: Box::new(f),
-                tried: why_not.join("; "),
-            }
-        });
+}
+
+/// `f`, with why gpuboard's readers could not start when they were tried.
+fn with_tried(f: HostFailure, why_not: &[String]) -> HostFailure {
+    if why_not.is_empty() {
+        f
+    } else {
+        HostFailure::NoReader {
+            last: Box::new(f),
+            tried: why_not.join("; "),
+        }
+    }
+}
+
+/// Reads nvidia-smi's stream (`child`) after the first reading the script printed; a
+/// first reading listing no GPU ends the session with why.
+async fn read_smi(
+    ctx: &Context,
+    outlet: &Outlet,
+    answer: &probe::Probed,
+    why_not: &[String],
+    child: command::Streaming,
+) -> Turn {
+    if let Some(f) = classify(&failure::Ended::Exited(Some(0)), "", answer) {
+        let _ = child.stop().await;
+        return Turn::Failed(with_tried(f, why_not));
     }
     let note = format!(
         "reader: nvidia-smi -l {} ({})",
@@ -474,7 +527,7 @@ async fn read_host(ctx: &Context, outlet: &Outlet, model: &mut Model) -> Turn {
     }
     until_a_serve(
         ctx,
-        smi_stream::follow(ctx, outlet, answer.hostname.as_deref(), &note),
+        smi_stream::follow(ctx, outlet, answer.hostname.as_deref(), &note, child),
     )
     .await
 }

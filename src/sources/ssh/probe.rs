@@ -1,32 +1,92 @@
 //! What runs on an SSH host, and what its answer says: one POSIX `sh` script (the login
 //! shell may be any, so the script is handed to `sh -c`) that says which of gpuboard's
-//! readers the host has, then prints both nvidia-smi queries between `@` marker lines.
-//! Reading the answer is pure.
+//! readers the host has and then starts the best one in the same session (`@start WHICH`,
+//! after which the output is that reader's), so a host costs one session after its
+//! connection. Before nvidia-smi is streamed, both of its queries are printed once between
+//! `@` marker lines: the first reading, and a command that hangs or fails says so within
+//! the reading's limit. Reading the answer is pure.
 
 use super::nvidia_smi::{APP_FIELDS, GPU_FIELDS};
+use crate::wire::SnapshotVersion;
 
-/// The script, for `sh -c`. A running serve is found by the `serve.lock` in the SSH
-/// user's data directory naming a live pid, and asked whether actions can be relayed to
-/// it (`gpuboard relay --check`); `command -v` finds the binaries.
-pub fn script() -> String {
-    format!(
-        r#"echo "@host $(hostname 2>/dev/null)"
-if command -v gpuboard >/dev/null 2>&1; then
-  echo "@gpuboard $(gpuboard --version 2>/dev/null | head -n 1)"
-  {SERVE_PID}
+/// The best reader a session may start: those above it failed on this connection already.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Start {
+    /// A running serve's delta watch (`gpuboard watch --stdio`).
+    Serve,
+    /// A gpuboard binary's NVML telemetry (`gpuboard telemetry --stdio`).
+    Telemetry,
+    /// nvidia-smi streamed with `-l`.
+    NvidiaSmi,
+}
+
+impl Start {
+    /// The word of its `@start` line.
+    fn word(self) -> &'static str {
+        match self {
+            Start::Serve => "serve",
+            Start::Telemetry => "telemetry",
+            Start::NvidiaSmi => "smi",
+        }
+    }
+}
+
+/// Which reader a line of the script's output starts, when it is an `@start` line: the
+/// lines after it are that reader's.
+pub fn started(line: &str) -> Option<Start> {
+    let word = line.strip_prefix("@start ")?;
+    [Start::Serve, Start::Telemetry, Start::NvidiaSmi]
+        .into_iter()
+        .find(|s| s.word() == word.trim_end())
+}
+
+/// The script, for `sh -c`: it starts the best reader from `from` down, the serve's watch
+/// resuming after `since`, the streams every `secs`. A running serve is found by the
+/// `serve.lock` in the SSH user's data directory naming a live pid, and asked whether
+/// actions can be relayed to it (`gpuboard relay --check`); `command -v` finds the
+/// binaries. Without nvidia-smi and no reader of ours started, it exits 127.
+pub fn script(from: Start, since: Option<SnapshotVersion>, secs: u64) -> String {
+    let serve = if from <= Start::Serve {
+        format!(
+            r#"  {SERVE_PID}
   if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
     echo "@serve $pid"
     echo "@relay $(gpuboard relay --check 2>&1 | head -n 1)"
+    echo "@start serve"
+    {}
   fi
+"#,
+            super::serve_watch::remote_command(since)
+        )
+    } else {
+        String::new()
+    };
+    let ours = if from <= Start::Telemetry {
+        format!(
+            r#"if command -v gpuboard >/dev/null 2>&1; then
+  echo "@gpuboard $(gpuboard --version 2>/dev/null | head -n 1)"
+{serve}  echo "@start telemetry"
+  exec {}
 fi
-if ! command -v nvidia-smi >/dev/null 2>&1; then echo "@no-nvidia-smi"; exit 127; fi
+"#,
+            super::telemetry::remote_command(secs)
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        r#"echo "@host $(hostname 2>/dev/null)"
+if command -v nvidia-smi >/dev/null 2>&1; then smi=1; else smi=; echo "@no-nvidia-smi"; fi
+{ours}[ -n "$smi" ] || exit 127
 echo "@gpus"
 nvidia-smi --query-gpu={GPU_FIELDS} --format=csv,noheader,nounits 2>&1
 echo "@gpus-exit $?"
 echo "@apps"
 nvidia-smi --query-compute-apps={APP_FIELDS} --format=csv,noheader,nounits 2>&1
 echo "@apps-exit $?"
-"#
+echo "@start smi"
+{}"#,
+        super::smi_stream::script(secs)
     )
 }
 
@@ -47,8 +107,8 @@ pub fn serve_command() -> String {
 }
 
 /// The remote command line: the script quoted for the remote shell.
-pub fn remote_command() -> String {
-    format!("sh -c {}", quote(&script()))
+pub fn remote_command(from: Start, since: Option<SnapshotVersion>, secs: u64) -> String {
+    format!("sh -c {}", quote(&script(from, since, secs)))
 }
 
 /// `s` in single quotes for a POSIX shell (csh and fish read it the same way).
@@ -183,8 +243,10 @@ mod tests {
     fn the_script_survives_single_quoting() {
         let q = quote("a 'b' c");
         assert_eq!(q, r"'a '\''b'\'' c'");
-        assert!(remote_command().starts_with("sh -c '"));
-        assert!(script().contains("--query-gpu=index,uuid,name,memory.total"));
+        assert!(remote_command(Start::Serve, None, 2).starts_with("sh -c '"));
+        assert!(
+            script(Start::NvidiaSmi, None, 2).contains("--query-gpu=index,uuid,name,memory.total")
+        );
         let serve = serve_command();
         assert!(
             serve.starts_with("sh -c '") && serve.contains("serve.lock"),
@@ -193,6 +255,108 @@ mod tests {
         assert!(
             !serve.contains("nvidia-smi"),
             "only the serve is asked: {serve}"
+        );
+    }
+
+    #[test]
+    fn a_start_line_names_its_reader() {
+        assert_eq!(started("@start serve"), Some(Start::Serve));
+        assert_eq!(started("@start telemetry"), Some(Start::Telemetry));
+        assert_eq!(started("@start smi"), Some(Start::NvidiaSmi));
+        assert_eq!(started("@start nothing"), None);
+        assert_eq!(started("@serve 12"), None);
+    }
+
+    /// What the script prints under `sh` on a host whose PATH is `bin` (the system's tools
+    /// after it), from `from` down: its findings, and the `@start` line with the reader's
+    /// first line after it.
+    fn ran(bin: &std::path::Path, data: &std::path::Path, from: Start) -> String {
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(script(from, None, 1))
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .env("GPUBOARD_DATA_DIR", data)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn write_exec(path: &std::path::Path, text: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(path, text).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    #[test]
+    fn the_script_starts_the_best_reader_it_may_in_the_same_session() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(&data).unwrap();
+        // Without gpuboard or nvidia-smi: nothing starts.
+        let none = ran(&bin, &data, Start::Serve);
+        assert!(
+            none.starts_with("@host ") && none.contains("@no-nvidia-smi\n"),
+            "{none}"
+        );
+        assert!(!none.contains("@start"), "{none}");
+        // nvidia-smi only (one that prints its last argument and ends, as without -l):
+        // the first reading between the markers, then its stream.
+        write_exec(
+            &bin.join("nvidia-smi"),
+            "#!/bin/sh\nfor a; do :; done; echo \"$a\"\n",
+        );
+        let smi = ran(&bin, &data, Start::Serve);
+        let a = read(&smi[..smi.find("@start").unwrap()]);
+        assert_eq!(
+            a.gpus,
+            Some(("--format=csv,noheader,nounits\n".into(), Some(0))),
+            "{smi}"
+        );
+        let stream = &smi[smi.find("@start smi\n").unwrap()..];
+        assert!(
+            stream.contains("\ng 1\n") && stream.contains("\ng @exit 0\n"),
+            "{smi}"
+        );
+        // A gpuboard binary: its telemetry starts, exec'd in place of the script.
+        write_exec(
+            &bin.join("gpuboard"),
+            "#!/bin/sh\ncase \"$1\" in --version) echo 'gpuboard 9.9.9';; relay) echo 'ok u@h';; \
+             *) echo \"ran $*\";; esac\n",
+        );
+        let ours = ran(&bin, &data, Start::Serve);
+        assert!(
+            ours.ends_with("@start telemetry\nran telemetry --stdio --interval 1\n"),
+            "{ours}"
+        );
+        assert_eq!(
+            read(&ours).reader(),
+            Reader::Binary("gpuboard 9.9.9".into())
+        );
+        // A serve running (this test's own pid is alive): its watch starts, after the relay
+        // check; from the telemetry down, the serve is not looked for.
+        std::fs::write(
+            data.join("serve.lock"),
+            format!("{{\"pid\": {}}}", std::process::id()),
+        )
+        .unwrap();
+        let serve = ran(&bin, &data, Start::Serve);
+        assert!(
+            serve.contains("@relay ok u@h\n@start serve\nran watch --stdio"),
+            "{serve}"
+        );
+        assert_eq!(read(&serve).reader(), Reader::Serve(std::process::id()));
+        let lower = ran(&bin, &data, Start::Telemetry);
+        assert!(
+            !lower.contains("@serve") && lower.contains("@start telemetry"),
+            "{lower}"
+        );
+        let lowest = ran(&bin, &data, Start::NvidiaSmi);
+        assert!(
+            !lowest.contains("@gpuboard") && lowest.contains("@start smi"),
+            "{lowest}"
         );
     }
 }

@@ -1,7 +1,8 @@
 //! Reader 1: a running `gpuboard serve`, watched through the SSH channel. The host runs
-//! `gpuboard watch --stdio`, which relays its serve's delta watch (the same events as
-//! `GET /v1/watch?deltas=1`) to stdout; here the bytes go through the HTTP watch's own
-//! decoder into the same `Model`, and a reconnect resumes with `since`. No port is
+//! `gpuboard watch --stdio` (in the probe's session, after its `@start` line), which
+//! relays its serve's delta watch (the same events as `GET /v1/watch?deltas=1`) to stdout;
+//! here the bytes go through the HTTP watch's own decoder into the same `Model`, and a
+//! reconnect resumes with `since`. No port is
 //! opened to the console and no token crosses the network: SSH's authentication is the
 //! access control. Actions go to the same serve through `gpuboard relay` (`act`), when
 //! the probe found its operator token readable by the SSH user.
@@ -11,6 +12,7 @@ use futures::stream::BoxStream;
 use tokio::io::AsyncReadExt;
 
 use super::act::Acting;
+use super::command::Streaming;
 use super::failure::{self, HostFailure};
 use super::{Context, Outlet, Turn, relabel};
 use crate::client::ClientError;
@@ -58,7 +60,8 @@ fn chunks(
     .boxed()
 }
 
-/// Follows the serve's watch, publishing each change, until the stream fails or the
+/// Follows the serve's watch (`first`, the probe's session after its `@start` line; a
+/// reconnect runs the watch again), publishing each change, until the stream fails or the
 /// source is gone; its snapshots take actions as `acting` says. A failure before the
 /// first event makes the reader unavailable.
 pub(super) async fn follow(
@@ -67,6 +70,7 @@ pub(super) async fn follow(
     pid: u32,
     model: &mut Model,
     acting: &Acting,
+    first: Streaming,
 ) -> Turn {
     let note = format!(
         "reader: gpuboard serve over ssh (pid {pid}; its delta watch through the SSH \
@@ -75,12 +79,16 @@ pub(super) async fn follow(
     );
     let name = &ctx.config.name;
     let mut delivered = false;
+    let mut first = Some(first);
     loop {
-        let mut child = match ctx
-            .config
-            .options
-            .stream(&ctx.config.destination, &remote_command(model.since()))
-        {
+        let mut child = match first.take().map_or_else(
+            || {
+                ctx.config
+                    .options
+                    .stream(&ctx.config.destination, &remote_command(model.since()))
+            },
+            Ok,
+        ) {
             Ok(c) => c,
             Err(said) => return Turn::Failed(HostFailure::Ssh { status: 255, said }),
         };

@@ -9,16 +9,17 @@
 
 use std::time::Duration;
 
+use super::command::Streaming;
 use super::failure::{self, HostFailure};
 use super::nvidia_smi::{APP_FIELDS, GPU_FIELDS};
-use super::probe::quote;
 use super::{Context, Outlet, Turn, smi_snapshot};
 use crate::clock::Timestamp;
 
-/// The remote command: both queries looping every `secs`, their lines tagged, each
-/// query's exit status last (`g @exit N`).
-pub fn remote_command(secs: u64) -> String {
-    let script = format!(
+/// The stream, for `sh` (the end of the probe's script, which prints its `@start` line
+/// first): both queries looping every `secs`, their lines tagged, each query's exit
+/// status last (`g @exit N`).
+pub fn script(secs: u64) -> String {
+    format!(
         r#"run() {{
   tag=$1; shift
   {{ nvidia-smi "$@" --format=csv,noheader,nounits -l {secs} 2>&1; echo "@exit $?"; }} |
@@ -28,8 +29,7 @@ run g --query-gpu={GPU_FIELDS} &
 run a --query-compute-apps={APP_FIELDS} &
 wait
 "#
-    );
-    format!("sh -c {}", quote(&script))
+    )
 }
 
 /// A complete period: its GPU lines and the processes printed lately.
@@ -183,24 +183,18 @@ impl Periods {
     }
 }
 
-/// Streams nvidia-smi on the host, publishing each period, until the stream ends, goes
-/// silent for three periods, or the source is gone.
+/// Reads nvidia-smi's stream on the host (`child`, the probe's session after its `@start`
+/// line), publishing each period, until the stream ends, goes silent for three periods, or
+/// the source is gone.
 pub(super) async fn follow(
     ctx: &Context,
     outlet: &Outlet,
     hostname: Option<&str>,
     note: &str,
+    mut child: Streaming,
 ) -> Turn {
     let secs = ctx.period_secs();
     let what = format!("nvidia-smi -l {secs}");
-    let mut child = match ctx
-        .config
-        .options
-        .stream(&ctx.config.destination, &remote_command(secs))
-    {
-        Ok(c) => c,
-        Err(said) => return Turn::Failed(HostFailure::Ssh { status: 255, said }),
-    };
     let mut periods = Periods::new(Duration::from_secs(secs));
     let silent = ctx.silent_after();
     // A period's lines come in one burst: this much quiet ends it.
@@ -326,9 +320,8 @@ mod tests {
     }
 
     #[test]
-    fn the_command_tags_both_queries_and_loops_them() {
-        let c = remote_command(2);
-        assert!(c.starts_with("sh -c '"), "{c}");
+    fn the_script_tags_both_queries_and_loops_them() {
+        let c = script(2);
         assert!(c.contains("-l 2 2>&1"), "{c}");
         assert!(c.contains("run g --query-gpu=index,uuid"), "{c}");
         assert!(c.contains("run a --query-compute-apps=gpu_uuid"), "{c}");

@@ -1,9 +1,10 @@
-//! Reader 2: a `gpuboard` binary on the host without a serve. It runs `gpuboard
-//! telemetry --stdio`, which samples the host's GPUs through NVML every period and prints
-//! each round as one snapshot of JSON a line; here each line is read, its schema checked
-//! and shown. A binary that cannot (no NVML there, an older gpuboard) says why on its
+//! Reader 2: a `gpuboard` binary on the host without a serve. The probe's script runs
+//! `gpuboard telemetry --stdio` in its session, which samples the host's GPUs through NVML
+//! every period and prints each round as one snapshot of JSON a line; here each line is
+//! read, its schema checked and shown. A binary that cannot (no NVML there, an older gpuboard) says why on its
 //! first line or its stderr, and the next reader is tried.
 
+use super::command::Streaming;
 use super::failure::{self, HostFailure};
 use super::{Context, Outlet, Turn, relabel};
 use crate::snapshot::{SCHEMA_VERSION, Snapshot};
@@ -27,20 +28,18 @@ pub fn read_line(line: &str) -> Result<Snapshot, String> {
     Ok(snap)
 }
 
-/// Reads the host's telemetry stream, publishing each round, until it ends, goes silent
-/// for three periods, or the source is gone.
-pub(super) async fn follow(ctx: &Context, outlet: &Outlet, version: &str) -> Turn {
+/// Reads the host's telemetry stream (`child`, the probe's session after its `@start`
+/// line), publishing each round, until it ends, goes silent for three periods, or the
+/// source is gone.
+pub(super) async fn follow(
+    ctx: &Context,
+    outlet: &Outlet,
+    version: &str,
+    mut child: Streaming,
+) -> Turn {
     let secs = ctx.period_secs();
     let what = format!("gpuboard telemetry every {secs} s");
     let note = format!("reader: gpuboard's NVML telemetry over ssh ({version}, every {secs} s)");
-    let mut child = match ctx
-        .config
-        .options
-        .stream(&ctx.config.destination, &remote_command(secs))
-    {
-        Ok(c) => c,
-        Err(said) => return Turn::Failed(HostFailure::Ssh { status: 255, said }),
-    };
     let mut delivered = false;
     loop {
         // Opening NVML may take a while: the first line gets the whole reading's limit.
