@@ -18,7 +18,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::clock::{Clock, SystemClock};
-use crate::sources::{Action, Failure, Outcome, Source};
+use crate::sources::{Action, Failure, Fetched, Outcome, Source};
 
 use super::msg::{Asker, Effect, Msg};
 use super::state::State;
@@ -322,28 +322,32 @@ pub fn perform(
     }
 }
 
-/// Fetches `ids` in one task, answering with one `Msg::FetchedMany` for every group of
-/// answers ready together: a round over a thousand watched sources (each answered from its
-/// mirror at once) is one task and one message, not a thousand; a slow source's answer
-/// still comes on its own when it comes.
+/// Fetches `ids`: the answers ready at once (a watched endpoint answers from its mirror)
+/// are returned for the caller to take in the same pass, without a task or a message
+/// each; the others go in one task, answering with one `Msg::FetchedMany` for every group
+/// of answers ready together, so a slow source's answer still comes on its own when it
+/// comes.
 fn fetch_all(
     ids: Vec<usize>,
     sources: &[Arc<dyn Source>],
     timeout: Duration,
     clock: &Arc<dyn Clock>,
     tx: &UnboundedSender<Msg>,
-) {
+) -> Vec<(usize, Result<Fetched, Failure>)> {
     use futures::FutureExt as _;
     use futures::stream::{FuturesUnordered, StreamExt as _};
-    let mut pending: FuturesUnordered<_> = ids
-        .into_iter()
-        .filter_map(|i| {
-            let fut = sources.get(i)?.fetch();
-            Some(async move { (i, bounded(fut, timeout).await) })
-        })
-        .collect();
+    let mut ready = Vec::new();
+    let mut pending = FuturesUnordered::new();
+    for i in ids {
+        let Some(src) = sources.get(i) else { continue };
+        let mut fut = src.fetch();
+        match (&mut fut).now_or_never() {
+            Some(result) => ready.push((i, result)),
+            None => pending.push(async move { (i, bounded(fut, timeout).await) }),
+        }
+    }
     if pending.is_empty() {
-        return;
+        return ready;
     }
     let (tx, clock) = (tx.clone(), Arc::clone(clock));
     tokio::spawn(async move {
@@ -361,6 +365,7 @@ fn fetch_all(
             }
         }
     });
+    ready
 }
 
 /// Sends a claim again with its key until the source answers what the first send did
@@ -572,20 +577,33 @@ async fn event_loop(
         while let Ok(m) = rx.try_recv() {
             batch.push(m);
         }
-        // The fetches the batch asks for go out together (`fetch_all`); the rest one by one.
-        let mut fetches = Vec::new();
         let mut effects = Vec::new();
         for m in batch {
             effects.extend(super::update::update_unsettled(&mut state, m));
         }
-        effects.extend(super::update::asks_due(&mut state));
-        for effect in effects {
-            match effect {
-                Effect::Fetch(i) => fetches.push(i),
-                other => perform(other, &setup.sources, setup.readonly, timeout, &clock, &tx),
+        // The fetches the batch asks for go out together (`fetch_all`); the rest one by
+        // one. Those answered at once are taken now, and what they ask for is done in
+        // turn (a second round at most: only a change reported while a fetch was in
+        // flight fetches again, and no message is read meanwhile).
+        loop {
+            effects.extend(super::update::asks_due(&mut state));
+            let mut fetches = Vec::new();
+            for effect in effects.drain(..) {
+                match effect {
+                    Effect::Fetch(i) => fetches.push(i),
+                    other => perform(other, &setup.sources, setup.readonly, timeout, &clock, &tx),
+                }
             }
+            let ready = fetch_all(fetches, &setup.sources, timeout, &clock, &tx);
+            if ready.is_empty() {
+                break;
+            }
+            let answered = Msg::FetchedMany {
+                at: clock.now(),
+                results: ready,
+            };
+            effects = super::update::update_unsettled(&mut state, answered);
         }
-        fetch_all(fetches, &setup.sources, timeout, &clock, &tx);
         if state.quit {
             break;
         }

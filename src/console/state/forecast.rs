@@ -3,6 +3,8 @@
 //! in the background at the source's pace), and the preview a dialog shows of its action
 //! (`POST /v1/preview`, asked when the dialog opens). Drawing only reads what came back.
 
+use std::sync::{Arc, Weak};
+
 use crate::clock::Timestamp;
 use crate::ids::ClaimId;
 use crate::snapshot::{ClaimState, Snapshot};
@@ -42,6 +44,38 @@ pub struct SourceForecast {
     pub asked_revision: u64,
     /// How long the last answer took, ms.
     pub took_ms: u64,
+    /// Whether a claim waits in the snapshot last looked at.
+    pub waiting: Waiting,
+}
+
+/// Whether a claim waits in a snapshot, kept for that snapshot (by identity: a changed
+/// source's data is a new `Arc`): the due check runs after every batch of messages, and
+/// reads a source's claims again only when its data changed.
+#[derive(Clone, Debug, Default)]
+pub struct Waiting {
+    /// The snapshot looked at (held weakly: its memory is not reused while held, so
+    /// the same address is the same snapshot).
+    seen: Weak<Snapshot>,
+    /// Whether a claim waits in it.
+    waits: bool,
+}
+
+impl Waiting {
+    /// Whether a claim waits in `snap`, read from it only when it is not the one seen.
+    pub fn in_snapshot(&mut self, snap: &Arc<Snapshot>) -> bool {
+        if !std::ptr::eq(self.seen.as_ptr(), Arc::as_ptr(snap)) {
+            self.seen = Arc::downgrade(snap);
+            self.waits = waits(snap);
+        }
+        self.waits
+    }
+}
+
+// What is kept is derived from the data: two states are equal whatever they looked at.
+impl PartialEq for Waiting {
+    fn eq(&self, _: &Waiting) -> bool {
+        true
+    }
 }
 
 impl SourceForecast {
@@ -49,8 +83,8 @@ impl SourceForecast {
     /// `snap`, and either the state changed since the last ask or the last answer is
     /// `FORECAST_STALE_MS` old; never sooner than a refresh interval (`refresh_ms`),
     /// `FORECAST_AGAIN_MS` and `FORECAST_PACE` times what the last answer took.
-    pub fn due(&self, snap: &Snapshot, now: Timestamp, refresh_ms: u64) -> bool {
-        if self.none || self.in_flight || !waits(snap) {
+    pub fn due(&mut self, snap: &Arc<Snapshot>, now: Timestamp, refresh_ms: u64) -> bool {
+        if self.none || self.in_flight || !self.waiting.in_snapshot(snap) {
             return false;
         }
         let Some(at) = self.asked_at else {
@@ -96,5 +130,36 @@ impl State {
     /// The expected start of claim `id` of source `source`, where its source forecast one.
     pub fn expected_start(&self, source: usize, id: ClaimId) -> Option<&ExpectedStart> {
         self.sources.get(source)?.forecast.last.as_ref()?.of(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::ProjectView;
+
+    fn with_waiting(pending: u32) -> Arc<Snapshot> {
+        Arc::new(Snapshot {
+            projects: vec![ProjectView {
+                pending,
+                ..ProjectView::default()
+            }],
+            ..Snapshot::default()
+        })
+    }
+
+    #[test]
+    fn a_source_is_read_again_only_when_its_data_changed() {
+        let mut f = SourceForecast::default();
+        let idle = with_waiting(0);
+        assert!(!f.due(&idle, Timestamp(1_000), 1_000));
+        // The same data: what was read stands.
+        assert!(!f.due(&Arc::clone(&idle), Timestamp(2_000), 1_000));
+        // New data with a claim waiting: read, and asked.
+        let busy = with_waiting(1);
+        assert!(f.due(&busy, Timestamp(3_000), 1_000));
+        // Equal content in a new snapshot reads the same.
+        assert!(f.waiting.in_snapshot(&with_waiting(1)));
+        assert!(!f.waiting.in_snapshot(&idle));
     }
 }

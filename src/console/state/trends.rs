@@ -172,6 +172,10 @@ pub struct Trends {
     /// The window last looked over for asks (span, last slot, sources): until it moves,
     /// there is nothing new to ask, so a tick costs a comparison.
     pub checked: Option<(TrendSpan, u64, usize)>,
+    /// The minute `State::record_trends` last gave every source with data its point: no
+    /// source is behind until the next minute begins (a source's new data is recorded by
+    /// the rebuild that follows it), so the check after each message costs a comparison.
+    pub recorded: Option<u64>,
 }
 
 impl Trends {
@@ -255,6 +259,7 @@ impl State {
             .filter_map(|(i, s)| Some((i, TrendPoint::of(s.data.as_deref()?))))
             .collect();
         let oldest = minute.saturating_sub(KEPT_MS);
+        self.trends.recorded = Some(minute);
         for (i, p) in points {
             let s = self.trends.source_mut(i);
             s.points.insert(minute, p);
@@ -268,6 +273,9 @@ impl State {
     /// began since its data last changed).
     pub fn trends_behind(&self) -> bool {
         let minute = self.now.0 / MINUTE_MS * MINUTE_MS;
+        if self.trends.recorded == Some(minute) {
+            return false;
+        }
         self.sources.iter().enumerate().any(|(i, s)| {
             s.data.is_some()
                 && self

@@ -16,7 +16,7 @@ pub fn due(state: &mut State) -> Vec<Effect> {
     let (now, refresh) = (state.now, state.refresh_ms);
     let mut effects = Vec::new();
     for (i, slot) in state.sources.iter_mut().enumerate() {
-        let Some(snap) = slot.data.as_deref().filter(|_| !slot.rewound) else {
+        let Some(snap) = slot.data.as_ref().filter(|_| !slot.rewound) else {
             continue;
         };
         if slot.forecast.due(snap, now, refresh) {
