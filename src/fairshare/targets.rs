@@ -157,7 +157,7 @@ fn split_processing(
 ) -> Option<Vec<Vec<f64>>> {
     let (n, m) = (demands.len(), resources.len());
     let (source, sink) = (0, n + m + 1);
-    let mut net = Network::new(n + m + 2);
+    let mut net = Network::new(n + m + 2, m + n + n * m);
     let mut total = 0.0;
     for (r, res) in resources.iter().enumerate() {
         let c = res.instances.max(0.0) * res.speed.gflops();
@@ -291,7 +291,7 @@ fn divide(resources: &[Capacity], demands: &[Demand], cut_types: usize) -> Vec<V
     let n = active.len();
     let source = 0;
     let sink = n + m + 1;
-    let mut net = Network::new(n + m + 2);
+    let mut net = Network::new(n + m + 2, m + n + n * m);
     let mut total = 0.0;
     let mut resource_edge = Vec::with_capacity(m);
     for (r, res) in resources.iter().enumerate() {
@@ -597,11 +597,21 @@ fn cap_of(demand: &Demand, r: usize) -> f64 {
 }
 
 /// A flow network with real capacities, solved by Dinic's algorithm.
+///
+/// Each node's edges are kept in one array (`adj`, node `u`'s from `start[u]` to
+/// `start[u + 1]`, in the order added), laid out at the first search after edges were
+/// added: a division builds a network every time, and one list per node cost more than
+/// the max-flow itself (the forecast's profile).
 struct Network {
-    out: Vec<Vec<usize>>,
+    /// Each edge's tail; edge `e ^ 1` is the reverse of `e`.
+    from: Vec<usize>,
     to: Vec<usize>,
     capacity: Vec<f64>,
     residual: Vec<f64>,
+    start: Vec<usize>,
+    adj: Vec<usize>,
+    /// `adj` holds every edge added.
+    laid_out: bool,
     level: Vec<u32>,
     next: Vec<usize>,
     /// The breadth-first search's queue, kept between searches (a division runs many).
@@ -609,12 +619,16 @@ struct Network {
 }
 
 impl Network {
-    fn new(nodes: usize) -> Network {
+    /// A network of `nodes` nodes with room for `edges` edges (and their reverses).
+    fn new(nodes: usize, edges: usize) -> Network {
         Network {
-            out: vec![Vec::new(); nodes],
-            to: Vec::new(),
-            capacity: Vec::new(),
-            residual: Vec::new(),
+            from: Vec::with_capacity(2 * edges),
+            to: Vec::with_capacity(2 * edges),
+            capacity: Vec::with_capacity(2 * edges),
+            residual: Vec::with_capacity(2 * edges),
+            start: vec![0; nodes + 1],
+            adj: Vec::with_capacity(2 * edges),
+            laid_out: true,
             level: vec![0; nodes],
             next: vec![0; nodes],
             queue: Vec::with_capacity(nodes),
@@ -624,12 +638,41 @@ impl Network {
     /// Adds `from -> to` and its reverse; returns the forward edge.
     fn add(&mut self, from: usize, to: usize, capacity: f64) -> usize {
         let edge = self.to.len();
+        self.from.extend([from, to]);
         self.to.extend([to, from]);
         self.capacity.extend([capacity, 0.0]);
         self.residual.extend([capacity, 0.0]);
-        self.out[from].push(edge);
-        self.out[to].push(edge + 1);
+        self.laid_out = false;
         edge
+    }
+
+    /// Lays out `adj` (a counting sort of the edges by tail, stable).
+    fn lay_out(&mut self) {
+        if self.laid_out {
+            return;
+        }
+        self.start.iter_mut().for_each(|s| *s = 0);
+        for &u in &self.from {
+            self.start[u + 1] += 1;
+        }
+        for u in 1..self.start.len() {
+            self.start[u] += self.start[u - 1];
+        }
+        self.adj.clear();
+        self.adj.resize(self.from.len(), 0);
+        // `next` as each node's fill position.
+        let nodes = self.next.len();
+        self.next.copy_from_slice(&self.start[..nodes]);
+        for (edge, &u) in self.from.iter().enumerate() {
+            self.adj[self.next[u]] = edge;
+            self.next[u] += 1;
+        }
+        self.laid_out = true;
+    }
+
+    /// Node `u`'s edges.
+    fn out(&self, u: usize) -> &[usize] {
+        &self.adj[self.start[u]..self.start[u + 1]]
     }
 
     fn set_capacity(&mut self, edge: usize, capacity: f64) {
@@ -645,9 +688,11 @@ impl Network {
     }
 
     fn max_flow(&mut self, source: usize, sink: usize, tol: f64) -> f64 {
+        self.lay_out();
         let mut total = 0.0;
         while self.levels(source, sink, tol) {
-            self.next.iter_mut().for_each(|n| *n = 0);
+            let nodes = self.next.len();
+            self.next.copy_from_slice(&self.start[..nodes]);
             loop {
                 let pushed = self.push(source, sink, f64::INFINITY, tol);
                 if pushed <= tol {
@@ -667,7 +712,7 @@ impl Network {
         let mut head = 0;
         while let Some(&u) = self.queue.get(head) {
             head += 1;
-            for &edge in &self.out[u] {
+            for &edge in &self.adj[self.start[u]..self.start[u + 1]] {
                 let v = self.to[edge];
                 if self.residual[edge] > tol && self.level[v] == u32::MAX {
                     self.level[v] = self.level[u] + 1;
@@ -682,8 +727,8 @@ impl Network {
         if u == sink {
             return limit;
         }
-        while self.next[u] < self.out[u].len() {
-            let edge = self.out[u][self.next[u]];
+        while self.next[u] < self.start[u + 1] {
+            let edge = self.adj[self.next[u]];
             let v = self.to[edge];
             if self.residual[edge] > tol && self.level[v] == self.level[u] + 1 {
                 let pushed = self.push(v, sink, limit.min(self.residual[edge]), tol);
@@ -700,11 +745,11 @@ impl Network {
 
     /// Which nodes can still send flow to the sink in the residual network.
     fn reaches_sink(&self, sink: usize, tol: f64) -> Vec<bool> {
-        let mut reaches = vec![false; self.out.len()];
+        let mut reaches = vec![false; self.level.len()];
         reaches[sink] = true;
         let mut queue = vec![sink];
         while let Some(v) = queue.pop() {
-            for &edge in &self.out[v] {
+            for &edge in self.out(v) {
                 // `edge` leaves v; its reverse enters v from `to[edge]`.
                 let u = self.to[edge];
                 if !reaches[u] && self.residual[edge ^ 1] > tol {
