@@ -5,7 +5,9 @@
 //! scheduler the endpoint takes under its lock before forecasting.
 #![allow(clippy::unwrap_used)]
 
+use std::collections::BTreeMap;
 use std::hint::black_box;
+use std::sync::Mutex;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use gpuboard::clock::Timestamp;
@@ -17,6 +19,10 @@ use gpuboard::units::Bytes;
 use rand::rngs::StdRng as Rng;
 use rand::{RngExt, SeedableRng};
 use serde_json::{Value, json};
+use tracing::Level;
+use tracing::field::{Field, Visit};
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::{self, Layer, SubscriberExt};
 
 const MODELS: [&str; 2] = ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"];
 const PROJECTS: u64 = 20;
@@ -118,9 +124,53 @@ fn size() -> (usize, usize) {
     (env("BENCH_NODES", nodes), env("BENCH_WAITING", waiting))
 }
 
+/// Counts the fair-share divisions by outcome (the `gpuboard::division` trace events).
+struct Divisions;
+
+static DIVISIONS: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
+
+impl<S: tracing::Subscriber> Layer<S> for Divisions {
+    fn on_event(&self, event: &tracing::Event<'_>, _: layer::Context<'_, S>) {
+        struct Outcome(Option<String>);
+        impl Visit for Outcome {
+            fn record_str(&mut self, field: &Field, value: &str) {
+                if field.name() == "outcome" {
+                    self.0 = Some(value.to_string());
+                }
+            }
+            fn record_debug(&mut self, _: &Field, _: &dyn std::fmt::Debug) {}
+        }
+        let mut outcome = Outcome(None);
+        event.record(&mut outcome);
+        if let Some(o) = outcome.0 {
+            *DIVISIONS.lock().unwrap().entry(o).or_default() += 1;
+        }
+    }
+}
+
+/// With `BENCH_DIVISIONS` set: one forecast, its divisions counted by outcome (all three
+/// runs together), printed, and nothing timed.
+fn count_divisions(s: &Scheduler, now: Timestamp, holds: &HoldTimes) {
+    // Global: the forecast's runs are on threads of their own.
+    let layer =
+        Divisions.with_filter(Targets::new().with_target("gpuboard::division", Level::TRACE));
+    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer)).unwrap();
+    black_box(forecast(s, now, holds));
+    let counts = DIVISIONS.lock().unwrap();
+    let total: u64 = counts.values().sum();
+    eprintln!("{total} divisions in one forecast (three runs):");
+    for (outcome, n) in counts.iter() {
+        eprintln!("  {n:>7}  {outcome}");
+    }
+}
+
 fn every_waiting_claim(c: &mut Criterion) {
     let (nodes, waiting) = size();
     let (s, holds, now) = busy(nodes, waiting);
+    if std::env::var_os("BENCH_DIVISIONS").is_some() {
+        count_divisions(&s, now, &holds);
+        return;
+    }
     let f = forecast(&s, now, &holds);
     assert_eq!(f.starts.len(), waiting);
     let known = f.starts.iter().filter(|e| e.start.is_some()).count();

@@ -5,7 +5,7 @@
 use super::ledger::Ledger;
 use super::project::Gflop;
 use super::resource::instances_of;
-use super::targets::{Capacity, Demand, Narrowed, narrowed, targets};
+use super::targets::{Afresh, Capacity, Demand, Narrowed, narrowed, targets};
 use super::time::TimestampExt;
 use super::view::EventKind;
 use crate::clock::Timestamp;
@@ -94,14 +94,28 @@ impl Ledger {
         // stand, or are split again (`narrowed`), and a busy endpoint divides again far
         // less often.
         let now: Vec<&[f64]> = self.projects.iter().map(|s| s.target.as_slice()).collect();
-        let kept = self
-            .divided
-            .as_ref()
-            .and_then(|(res, dem)| narrowed((res, dem), (&capacities, &demands), &now));
+        let kept = match &self.divided {
+            Some((res, dem)) => narrowed((res, dem), (&capacities, &demands), &now),
+            None => Err(Afresh::Changed),
+        };
+        // What each division was, for counting them (benches/forecast.rs with
+        // `BENCH_DIVISIONS`); with nothing listening this costs one check of a static.
+        tracing::trace!(target: "gpuboard::division", outcome = match &kept {
+            Ok(Narrowed::Stands) => "stands",
+            Ok(Narrowed::Split(_)) => "split again",
+            Err(Afresh::Changed) => "afresh: projects, types, shares or speeds changed",
+            Err(Afresh::TypeGrew(_)) => "afresh: a type grew",
+            Err(Afresh::CapGrew(p, r)) => match self.divided.as_ref().and_then(|(_, d)| d.get(*p)?.caps.get(*r)) {
+                Some(&c) if c <= 0.0 => "afresh: a cap grew from 0",
+                _ => "afresh: a cap grew",
+            },
+            Err(Afresh::NotCarried { own: true }) => "afresh: a project's caps below its part",
+            Err(Afresh::NotCarried { own: false }) => "afresh: the types cannot carry the parts",
+        });
         let division = match kept {
-            Some(Narrowed::Stands) => None,
-            Some(Narrowed::Split(division)) => Some(division),
-            None => Some(targets(&capacities, &demands)),
+            Ok(Narrowed::Stands) => None,
+            Ok(Narrowed::Split(division)) => Some(division),
+            Err(_) => Some(targets(&capacities, &demands)),
         };
         for (slot, row) in self.projects.iter_mut().zip(division.into_iter().flatten()) {
             slot.target = row;

@@ -37,7 +37,11 @@ pub struct Demand {
 /// project's processing per share can be raised without lowering that of a project whose
 /// processing per share is no larger.
 pub fn targets(resources: &[Capacity], demands: &[Demand]) -> Vec<Vec<f64>> {
-    divide(resources, demands, CUT_TYPES)
+    by_cuts(resources, demands).unwrap_or_else(|| {
+        // Counted with the ledger's divisions (accrual.rs).
+        tracing::trace!(target: "gpuboard::division", outcome = "afresh, on the network");
+        divide(resources, demands, CUT_TYPES)
+    })
 }
 
 /// What [`narrowed`] found.
@@ -49,61 +53,111 @@ pub enum Narrowed {
     Split(Vec<Vec<f64>>),
 }
 
+/// Why [`narrowed`] could not keep a division: it must be made afresh.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Afresh {
+    /// Other projects, types, shares or speeds.
+    Changed,
+    /// A type has more instances than before (`r`).
+    TypeGrew(usize),
+    /// A project's cap on a type is larger than before (`project`, `r`).
+    CapGrew(usize, usize),
+    /// Everything narrowed, but the narrower inputs cannot carry each project's
+    /// processing; `own` when a project's own caps no longer can (its work fell below
+    /// its part), else the types are too small together.
+    NotCarried {
+        /// Some project's caps together are below its processing.
+        own: bool,
+    },
+}
+
 /// The division for `after` worked out from `y`, the one made for `before`, without
 /// dividing again, when `after` only narrows what `before` allowed (the same projects,
 /// shares and speeds; no type's instances and no project's cap larger): the fairest
 /// division of a set is the fairest of any part of it that still holds it, and each
 /// project's processing in a weighted max-min fair division is unique. So `y` stands while
 /// it fits `after`; else each project's processing in `y` is split again across the types
-/// (one max-flow), if `after` still carries it all. `None`: divide afresh. Most changes
-/// of a busy endpoint narrow: a claim ends (its project's cap falls) or a waiting claim is
-/// placed (the caps of the types it did not go to fall).
+/// (one max-flow), if `after` still carries it all. `Err`: divide afresh, and why. Most
+/// changes of a busy endpoint narrow: a claim ends (its project's cap falls) or a waiting
+/// claim is placed (the caps of the types it did not go to fall).
 pub fn narrowed(
     before: (&[Capacity], &[Demand]),
     after: (&[Capacity], &[Demand]),
     y: &[&[f64]],
-) -> Option<Narrowed> {
+) -> Result<Narrowed, Afresh> {
     let ((res0, dem0), (res1, dem1)) = (before, after);
     if res0.len() != res1.len() || dem0.len() != dem1.len() || y.len() != dem1.len() {
-        return None;
+        return Err(Afresh::Changed);
     }
     let m = res1.len();
     let mut fits = true;
     for (r, (a, b)) in res0.iter().zip(res1).enumerate() {
         let (was, now) = (a.instances.max(0.0), b.instances.max(0.0));
-        if a.speed != b.speed || now > was {
-            return None;
+        if a.speed != b.speed {
+            return Err(Afresh::Changed);
+        }
+        if now > was {
+            return Err(Afresh::TypeGrew(r));
         }
         if now < was {
             let handed: f64 = y.iter().map(|row| row.get(r).copied().unwrap_or(0.0)).sum();
             fits &= handed <= now;
         }
     }
-    for ((a, b), row) in dem0.iter().zip(dem1).zip(y) {
+    for (p, ((a, b), row)) in dem0.iter().zip(dem1).zip(y).enumerate() {
         if a.share != b.share || row.len() != m {
-            return None;
+            return Err(Afresh::Changed);
         }
         for r in 0..m {
             let was = cap_of(a, r).min(res0[r].instances.max(0.0));
             let now = cap_of(b, r).min(res1[r].instances.max(0.0));
             if now > was {
-                return None;
+                return Err(Afresh::CapGrew(p, r));
             }
             fits &= row[r] <= now;
         }
     }
     if fits {
-        return Some(Narrowed::Stands);
+        return Ok(Narrowed::Stands);
     }
-    split(res1, dem1, y).map(Narrowed::Split)
+    split(res1, dem1, y).map(Narrowed::Split).ok_or_else(|| {
+        let own = dem1.iter().zip(y).any(|(d, row)| {
+            let (mut x, mut most) = (0.0, 0.0);
+            for (r, res) in res1.iter().enumerate() {
+                x += row[r] * res.speed.gflops();
+                most += cap_of(d, r).min(res.instances.max(0.0)) * res.speed.gflops();
+            }
+            most < x * (1.0 - 1e-9)
+        });
+        Afresh::NotCarried { own }
+    })
 }
 
 /// Each project's processing in `y` split again across the types of `resources` and
 /// `demands` by one max-flow; `None` when they cannot carry it all.
 fn split(resources: &[Capacity], demands: &[Demand], y: &[&[f64]]) -> Option<Vec<Vec<f64>>> {
+    let x: Vec<f64> = y
+        .iter()
+        .map(|row| {
+            row.iter()
+                .zip(resources)
+                .map(|(t, res)| t * res.speed.gflops())
+                .sum()
+        })
+        .collect();
+    split_processing(resources, demands, &x)
+}
+
+/// Processing `x[p]` of each project split across the types by one max-flow; `None` when
+/// the types and caps cannot carry it all.
+fn split_processing(
+    resources: &[Capacity],
+    demands: &[Demand],
+    x: &[f64],
+) -> Option<Vec<Vec<f64>>> {
     let (n, m) = (demands.len(), resources.len());
     let (source, sink) = (0, n + m + 1);
-    let mut net = Network::new(n + m + 2);
+    let mut net = Network::new(n + m + 2, m + n + n * m);
     let mut total = 0.0;
     for (r, res) in resources.iter().enumerate() {
         let c = res.instances.max(0.0) * res.speed.gflops();
@@ -112,9 +166,9 @@ fn split(resources: &[Capacity], demands: &[Demand], y: &[&[f64]]) -> Option<Vec
     }
     let tol = 1e-9 * total.max(1.0);
     let mut wanted = 0.0;
-    let mut edges = Vec::with_capacity(n);
+    let mut edges = Vec::with_capacity(n * m);
     for (p, d) in demands.iter().enumerate() {
-        let x: f64 = (0..m).map(|r| y[p][r] * resources[r].speed.gflops()).sum();
+        let x = x.get(p).copied().unwrap_or(0.0);
         wanted += x;
         net.add(source, p + 1, x);
         for (r, res) in resources.iter().enumerate() {
@@ -139,6 +193,83 @@ fn split(resources: &[Capacity], demands: &[Demand], y: &[&[f64]]) -> Option<Vec
     Some(result)
 }
 
+/// The division found on the cuts alone (at most [`CUT_TYPES`] types): the progressive
+/// filling reads from the 2^m cuts both the level at which one fills and which projects
+/// it stops (those that send into a full cut, or have reached their own limit), with no
+/// max-flow; one max-flow then splits each project's processing across the types. `None`
+/// where rounding leaves a round that stops no project, or the split falls short: the
+/// caller divides on the network instead ([`divide`]).
+fn by_cuts(resources: &[Capacity], demands: &[Demand]) -> Option<Vec<Vec<f64>>> {
+    let m = resources.len();
+    if m > CUT_TYPES {
+        return None;
+    }
+    let active: Vec<usize> = (0..demands.len())
+        .filter(|&p| {
+            demands[p].share.get() > 0
+                && (0..m).any(|r| cap_of(&demands[p], r) > 0.0 && resources[r].instances > 0.0)
+        })
+        .collect();
+    let room: Vec<f64> = resources
+        .iter()
+        .map(|res| res.instances.max(0.0) * res.speed.gflops())
+        .collect();
+    let tol = 1e-9 * room.iter().sum::<f64>().max(1.0);
+    let reach: Vec<Vec<(usize, f64)>> = active
+        .iter()
+        .map(|&p| {
+            (0..m)
+                .filter_map(|r| {
+                    let instances = cap_of(&demands[p], r).min(resources[r].instances.max(0.0));
+                    (instances > 0.0).then(|| (r, instances * resources[r].speed.gflops()))
+                })
+                .collect()
+        })
+        .collect();
+    let most: Vec<f64> = reach
+        .iter()
+        .map(|e| e.iter().map(|(_, c)| c).sum())
+        .collect();
+    let weight: Vec<f64> = active
+        .iter()
+        .map(|&p| f64::from(demands[p].share.get()))
+        .collect();
+    let n = active.len();
+    let mut frozen: Vec<Option<f64>> = vec![None; n];
+    let mut low = 0.0_f64;
+    while frozen.iter().any(Option::is_none) {
+        let high = (0..n)
+            .filter(|&i| frozen[i].is_none())
+            .map(|i| most[i] / weight[i])
+            .fold(low, f64::max);
+        let cuts = Cuts {
+            room: &room,
+            reach: &reach,
+            frozen: &frozen,
+            weight: &weight,
+            most: &most,
+            tol,
+        };
+        let level = cuts.level(low, high, CUT_TYPES)?;
+        let stopped = cuts.stopped(level);
+        if !stopped.iter().any(|&s| s) {
+            return None;
+        }
+        let at: Vec<f64> = (0..n).map(|i| cuts.demand(i, level)).collect();
+        for i in 0..n {
+            if stopped[i] {
+                frozen[i] = Some(at[i]);
+            }
+        }
+        low = level;
+    }
+    let mut x = vec![0.0; demands.len()];
+    for (i, &p) in active.iter().enumerate() {
+        x[p] = frozen[i].unwrap_or(0.0);
+    }
+    split_processing(resources, demands, &x)
+}
+
 /// [`targets`], finding levels from the cuts when there are at most `cut_types` types
 /// (0: by bisection alone, as the tests compare).
 // One progressive filling over one flow network: the network, the level and the frozen
@@ -160,7 +291,7 @@ fn divide(resources: &[Capacity], demands: &[Demand], cut_types: usize) -> Vec<V
     let n = active.len();
     let source = 0;
     let sink = n + m + 1;
-    let mut net = Network::new(n + m + 2);
+    let mut net = Network::new(n + m + 2, m + n + n * m);
     let mut total = 0.0;
     let mut resource_edge = Vec::with_capacity(m);
     for (r, res) in resources.iter().enumerate() {
@@ -354,6 +485,53 @@ struct Cuts<'a> {
 }
 
 impl Cuts<'_> {
+    /// Project `i`'s processing at `level`: where it was frozen, else its share of the
+    /// level up to its own limit.
+    fn demand(&self, i: usize, level: f64) -> f64 {
+        self.frozen[i].unwrap_or((self.weight[i] * level).min(self.most[i]))
+    }
+
+    /// What each project can send to the types outside `set`.
+    fn around(&self, set: u32) -> Vec<f64> {
+        self.reach
+            .iter()
+            .map(|e| {
+                e.iter()
+                    .filter(|(r, _)| set & (1 << r) == 0)
+                    .map(|(_, c)| c)
+                    .sum()
+            })
+            .collect()
+    }
+
+    /// The growing projects that cannot grow past `level`: at their own limit, or sending
+    /// into a cut that is full there (any more of theirs would pass its room).
+    fn stopped(&self, level: f64) -> Vec<bool> {
+        let n = self.reach.len();
+        let m = self.room.len();
+        let mut stopped: Vec<bool> = (0..n)
+            .map(|i| self.frozen[i].is_none() && self.weight[i] * level >= self.most[i] - self.tol)
+            .collect();
+        for set in 1u32..(1 << m) {
+            let room: f64 = (0..m)
+                .filter(|&r| set & (1 << r) != 0)
+                .map(|r| self.room[r])
+                .sum();
+            let around = self.around(set);
+            let over: f64 = (0..n)
+                .map(|i| (self.demand(i, level) - around[i]).max(0.0))
+                .sum();
+            if over >= room - self.tol {
+                for i in 0..n {
+                    if self.frozen[i].is_none() && self.demand(i, level) >= around[i] - self.tol {
+                        stopped[i] = true;
+                    }
+                }
+            }
+        }
+        stopped
+    }
+
     /// The highest level in `[low, high]` at which every cut holds; `None` with more than
     /// `most_types` types.
     fn level(&self, low: f64, high: f64, most_types: usize) -> Option<f64> {
@@ -419,11 +597,21 @@ fn cap_of(demand: &Demand, r: usize) -> f64 {
 }
 
 /// A flow network with real capacities, solved by Dinic's algorithm.
+///
+/// Each node's edges are kept in one array (`adj`, node `u`'s from `start[u]` to
+/// `start[u + 1]`, in the order added), laid out at the first search after edges were
+/// added: a division builds a network every time, and one list per node cost more than
+/// the max-flow itself (the forecast's profile).
 struct Network {
-    out: Vec<Vec<usize>>,
+    /// Each edge's tail; edge `e ^ 1` is the reverse of `e`.
+    from: Vec<usize>,
     to: Vec<usize>,
     capacity: Vec<f64>,
     residual: Vec<f64>,
+    start: Vec<usize>,
+    adj: Vec<usize>,
+    /// `adj` holds every edge added.
+    laid_out: bool,
     level: Vec<u32>,
     next: Vec<usize>,
     /// The breadth-first search's queue, kept between searches (a division runs many).
@@ -431,12 +619,16 @@ struct Network {
 }
 
 impl Network {
-    fn new(nodes: usize) -> Network {
+    /// A network of `nodes` nodes with room for `edges` edges (and their reverses).
+    fn new(nodes: usize, edges: usize) -> Network {
         Network {
-            out: vec![Vec::new(); nodes],
-            to: Vec::new(),
-            capacity: Vec::new(),
-            residual: Vec::new(),
+            from: Vec::with_capacity(2 * edges),
+            to: Vec::with_capacity(2 * edges),
+            capacity: Vec::with_capacity(2 * edges),
+            residual: Vec::with_capacity(2 * edges),
+            start: vec![0; nodes + 1],
+            adj: Vec::with_capacity(2 * edges),
+            laid_out: true,
             level: vec![0; nodes],
             next: vec![0; nodes],
             queue: Vec::with_capacity(nodes),
@@ -446,12 +638,41 @@ impl Network {
     /// Adds `from -> to` and its reverse; returns the forward edge.
     fn add(&mut self, from: usize, to: usize, capacity: f64) -> usize {
         let edge = self.to.len();
+        self.from.extend([from, to]);
         self.to.extend([to, from]);
         self.capacity.extend([capacity, 0.0]);
         self.residual.extend([capacity, 0.0]);
-        self.out[from].push(edge);
-        self.out[to].push(edge + 1);
+        self.laid_out = false;
         edge
+    }
+
+    /// Lays out `adj` (a counting sort of the edges by tail, stable).
+    fn lay_out(&mut self) {
+        if self.laid_out {
+            return;
+        }
+        self.start.iter_mut().for_each(|s| *s = 0);
+        for &u in &self.from {
+            self.start[u + 1] += 1;
+        }
+        for u in 1..self.start.len() {
+            self.start[u] += self.start[u - 1];
+        }
+        self.adj.clear();
+        self.adj.resize(self.from.len(), 0);
+        // `next` as each node's fill position.
+        let nodes = self.next.len();
+        self.next.copy_from_slice(&self.start[..nodes]);
+        for (edge, &u) in self.from.iter().enumerate() {
+            self.adj[self.next[u]] = edge;
+            self.next[u] += 1;
+        }
+        self.laid_out = true;
+    }
+
+    /// Node `u`'s edges.
+    fn out(&self, u: usize) -> &[usize] {
+        &self.adj[self.start[u]..self.start[u + 1]]
     }
 
     fn set_capacity(&mut self, edge: usize, capacity: f64) {
@@ -467,9 +688,11 @@ impl Network {
     }
 
     fn max_flow(&mut self, source: usize, sink: usize, tol: f64) -> f64 {
+        self.lay_out();
         let mut total = 0.0;
         while self.levels(source, sink, tol) {
-            self.next.iter_mut().for_each(|n| *n = 0);
+            let nodes = self.next.len();
+            self.next.copy_from_slice(&self.start[..nodes]);
             loop {
                 let pushed = self.push(source, sink, f64::INFINITY, tol);
                 if pushed <= tol {
@@ -489,7 +712,7 @@ impl Network {
         let mut head = 0;
         while let Some(&u) = self.queue.get(head) {
             head += 1;
-            for &edge in &self.out[u] {
+            for &edge in &self.adj[self.start[u]..self.start[u + 1]] {
                 let v = self.to[edge];
                 if self.residual[edge] > tol && self.level[v] == u32::MAX {
                     self.level[v] = self.level[u] + 1;
@@ -504,8 +727,8 @@ impl Network {
         if u == sink {
             return limit;
         }
-        while self.next[u] < self.out[u].len() {
-            let edge = self.out[u][self.next[u]];
+        while self.next[u] < self.start[u + 1] {
+            let edge = self.adj[self.next[u]];
             let v = self.to[edge];
             if self.residual[edge] > tol && self.level[v] == self.level[u] + 1 {
                 let pushed = self.push(v, sink, limit.min(self.residual[edge]), tol);
@@ -522,11 +745,11 @@ impl Network {
 
     /// Which nodes can still send flow to the sink in the residual network.
     fn reaches_sink(&self, sink: usize, tol: f64) -> Vec<bool> {
-        let mut reaches = vec![false; self.out.len()];
+        let mut reaches = vec![false; self.level.len()];
         reaches[sink] = true;
         let mut queue = vec![sink];
         while let Some(v) = queue.pop() {
-            for &edge in &self.out[v] {
+            for &edge in self.out(v) {
                 // `edge` leaves v; its reverse enters v from `to[edge]`.
                 let u = self.to[edge];
                 if !reaches[u] && self.residual[edge ^ 1] > tol {
@@ -740,7 +963,9 @@ mod tests {
                 .collect();
             let by_cuts = divide(&resources, &demands, CUT_TYPES);
             let by_bisection = divide(&resources, &demands, 0);
-            for y in [&by_cuts, &by_bisection] {
+            // The cuts alone, where rounding lets them finish (else `targets` uses the first).
+            let alone = super::by_cuts(&resources, &demands).unwrap_or_else(|| by_cuts.clone());
+            for y in [&by_cuts, &by_bisection, &alone] {
                 for (r, res) in resources.iter().enumerate() {
                     let used: f64 = y.iter().map(|row| row[r]).sum();
                     proptest::prop_assert!(used <= res.instances + 1e-9, "{y:?}");
@@ -749,13 +974,15 @@ mod tests {
                     }
                 }
             }
-            let cuts = per_share(&resources, &demands, &by_cuts);
             let bisection = per_share(&resources, &demands, &by_bisection);
-            for (a, b) in cuts.iter().zip(&bisection) {
-                proptest::prop_assert!(
-                    (a - b).abs() <= 1e-6 * a.abs().max(1.0),
-                    "cuts {by_cuts:?} vs bisection {by_bisection:?}"
-                );
+            for y in [&by_cuts, &alone] {
+                let cuts = per_share(&resources, &demands, y);
+                for (a, b) in cuts.iter().zip(&bisection) {
+                    proptest::prop_assert!(
+                        (a - b).abs() <= 1e-6 * a.abs().max(1.0),
+                        "cuts {y:?} vs bisection {by_bisection:?}"
+                    );
+                }
             }
         }
     }
@@ -808,9 +1035,9 @@ mod tests {
             let rows: Vec<&[f64]> = y.iter().map(Vec::as_slice).collect();
             for res in [&resources, &less] {
                 let y = match narrowed((&resources, &demands), (res, &after), &rows) {
-                    None => continue,
-                    Some(Narrowed::Stands) => y.clone(),
-                    Some(Narrowed::Split(y)) => y,
+                    Err(_) => continue,
+                    Ok(Narrowed::Stands) => y.clone(),
+                    Ok(Narrowed::Split(y)) => y,
                 };
                 let again = targets(res, &after);
                 for (r, c) in res.iter().enumerate() {
@@ -830,7 +1057,7 @@ mod tests {
             // Nothing changed at all: it stands.
             proptest::prop_assert_eq!(
                 narrowed((&resources, &demands), (&resources, &demands), &rows),
-                Some(Narrowed::Stands)
+                Ok(Narrowed::Stands)
             );
         }
     }
@@ -852,19 +1079,22 @@ mod tests {
         let after = with(&[3.5, 0.0], &[1.0, 2.0]);
         assert_eq!(
             narrowed(before, (&resources, &after), &rows),
-            Some(Narrowed::Stands)
+            Ok(Narrowed::Stands)
         );
         // The second's cap on the first type falls to 0: the second type alone cannot
         // carry its 3, so the division is made again.
         let after = with(&[4.0, 0.0], &[0.0, 2.0]);
-        assert_eq!(narrowed(before, (&resources, &after), &rows), None);
+        assert_eq!(
+            narrowed(before, (&resources, &after), &rows),
+            Err(Afresh::NotCarried { own: true })
+        );
         // With caps of 2 on both types, one fair division gives the second project 2 of
         // the first type and 1 of the second; its cap on the first falls to 1: the same 3
         // split again, 1 and 2.
         let before2 = with(&[4.0, 0.0], &[2.0, 2.0]);
         let y2: [&[f64]; 2] = [&[3.0, 0.0], &[2.0, 1.0]];
         let after = with(&[4.0, 0.0], &[1.0, 2.0]);
-        let Some(Narrowed::Split(again)) =
+        let Ok(Narrowed::Split(again)) =
             narrowed((&resources, &before2), (&resources, &after), &y2)
         else {
             panic!("not split again");
@@ -872,16 +1102,42 @@ mod tests {
         close(&again, &[&[3.0, 0.0], &[1.0, 2.0]]);
         // A cap grows, a share changes, a type grows, or shrinks below what is handed out.
         let after = with(&[4.0, 1.0], &[1.0, 2.0]);
-        assert_eq!(narrowed(before, (&resources, &after), &rows), None);
+        assert_eq!(
+            narrowed(before, (&resources, &after), &rows),
+            Err(Afresh::CapGrew(0, 1))
+        );
         let after = [demand(200, &[4.0, 0.0]), demand(100, &[1.0, 2.0])];
-        assert_eq!(narrowed(before, (&resources, &after), &rows), None);
+        assert_eq!(
+            narrowed(before, (&resources, &after), &rows),
+            Err(Afresh::Changed)
+        );
         assert_eq!(
             narrowed(before, (&[cap(5.0, 1.0), cap(2.0, 1.0)], &demands), &rows),
-            None
+            Err(Afresh::TypeGrew(0))
         );
         assert_eq!(
             narrowed(before, (&[cap(3.5, 1.0), cap(2.0, 1.0)], &demands), &rows),
-            None
+            Err(Afresh::NotCarried { own: false })
+        );
+    }
+
+    #[test]
+    fn the_cuts_alone_finish_the_examples() {
+        // Every division above made by the cuts with one max-flow, not on the network.
+        let resources = [cap(2.0, 1.0), cap(1.0, 6.0)];
+        let demands = [
+            demand(100, &[2.0, 0.0]),
+            demand(100, &[2.0, 0.0]),
+            demand(100, &[0.0, 1.0]),
+            demand(100, &[2.0, 1.0]),
+        ];
+        let y = by_cuts(&resources, &demands).unwrap();
+        close(&y, &[&[1.0, 0.0], &[1.0, 0.0], &[0.0, 0.5], &[0.0, 0.5]]);
+        let resources = [cap(1.0, 1.0), cap(1.0, 2.0)];
+        let demands = [demand(100, &[0.0, 1.0]), demand(100, &[1.0, 1.0])];
+        close(
+            &by_cuts(&resources, &demands).unwrap(),
+            &[&[0.0, 0.75], &[1.0, 0.25]],
         );
     }
 
