@@ -5,8 +5,9 @@
 //! change of a source, keeping what it prepared of the others (`Joiner`); the goal is
 //! <= 50 ms per change. "one source changed": each iteration one source, in turn, has a
 //! new snapshot (every GPU's telemetry sampled again, one claim gone or back), the others
-//! the same; "SOURCE changed": that source alone, each iteration; "cold": every source
-//! prepared (the one-shot join `status` runs).
+//! the same; "SOURCE changed": that source alone, each iteration; "serve's readings alone
+//! changed": the endpoint's telemetry new and no claim; "cold": every source prepared (the
+//! one-shot join `status` runs).
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
@@ -208,6 +209,14 @@ fn sources() -> Vec<Snapshot> {
 /// The same source a moment later: every GPU's telemetry sampled again (a new time and
 /// utilization), and its last claim gone.
 fn changed(s: &Snapshot) -> Snapshot {
+    let mut s = resampled(s);
+    s.claims.pop();
+    s
+}
+
+/// The same source with every GPU's telemetry sampled again and nothing else new (what
+/// the console takes in at once, `State::refresh_physical`).
+fn resampled(s: &Snapshot) -> Snapshot {
     let mut s = s.clone();
     for d in s.nodes.iter_mut().flat_map(|n| n.devices.iter_mut()) {
         if let Some(t) = &mut d.telemetry {
@@ -215,7 +224,6 @@ fn changed(s: &Snapshot) -> Snapshot {
             t.utilization_gpu = Some(40);
         }
     }
-    s.claims.pop();
     s
 }
 
@@ -305,6 +313,22 @@ fn bench(c: &mut Criterion) {
             },
         );
     }
+    // The endpoint's readings alone, no claim gone or back.
+    let readings = [Arc::clone(&versions[0][0]), Arc::new(resampled(&snaps[0]))];
+    let mut flip = 0usize;
+    let mut idle = IdleClock::default();
+    g.bench_function(
+        "8000 GPUs, 4 sources, serve's readings alone changed, with the idle flags",
+        |b| {
+            b.iter(|| {
+                flip += 1;
+                shared[0].snapshot = Arc::clone(&readings[flip % 2]);
+                let mut f = joiner.join(&shared, &aliases);
+                idle.observe(&mut f, Timestamp(1));
+                f
+            });
+        },
+    );
     g.bench_function("8000 GPUs, 4 sources, cold", |b| {
         b.iter(|| join(&views, &aliases));
     });

@@ -37,7 +37,22 @@ fn arb_snap(i: usize, (kind, devices, claims): &ArbSource) -> Src {
             continue;
         }
         let uuid = uuid.then(|| format!("GPU-{n}-{idx}"));
-        list.push(dev(u32::from(*idx), uuid.as_deref()));
+        let mut d = dev(u32::from(*idx), uuid.as_deref());
+        // A reading on some: NVML's with the GPU's one process (each source lists it),
+        // dcgm's without; times that tie across sources, or not.
+        if (n + idx + how) % 2 == 0 {
+            let pid = 3_000 + u32::from(*n) * 10 + u32::from(*idx);
+            let ps = if KINDS[*kind] == GpuEngine::Telemetry {
+                Vec::new()
+            } else {
+                vec![process(pid, 100, None, None)]
+            };
+            d = with_processes(d, Some(u32::from(*idx) * 3), ps);
+            if let Some(t) = d.telemetry.as_mut() {
+                t.sampled_at = Timestamp((i % 3) as u64);
+            }
+        }
+        list.push(d);
     }
     let names: Vec<String> = nodes.keys().cloned().collect();
     let claims: Vec<ClaimView> = claims
@@ -83,8 +98,8 @@ enum Change {
 }
 
 /// The same devices a moment later, changed by `what` (telemetry, a claim gone, a model or
-/// capacity, a process naming a claim, a claim's share, the processes' memory), `n`
-/// choosing where.
+/// capacity, a process naming a claim, a claim's share, the processes' memory, new
+/// readings alone, the claims' order or one from the middle), `n` choosing where.
 fn touch(s: &mut Snapshot, what: u8, n: u8) {
     let first_claim = s.claims.first().map(|c| c.id.0);
     let mut devices: Vec<&mut DeviceView> = s
@@ -125,6 +140,30 @@ fn touch(s: &mut Snapshot, what: u8, n: u8) {
                 }
             }
         }
+        6 => {
+            // New readings alone: the same processes, another utilization and time, the
+            // device lost or back.
+            for (k, d) in devices.iter_mut().enumerate() {
+                let k = u32::try_from(k).unwrap();
+                if let Some(t) = d.telemetry.as_mut() {
+                    t.utilization_gpu = Some((u32::from(n) + k) % 10);
+                    t.sampled_at = Timestamp(t.sampled_at.0 + u64::from(n % 3));
+                    t.lost = (u32::from(n) + k) % 5 == 0;
+                }
+            }
+            for c in &mut s.claims {
+                c.memory_used = Some(Bytes::mib(u64::from(n)));
+            }
+        }
+        7 => {
+            // Claims in another order, or one from the middle gone.
+            if n % 2 == 0 {
+                s.claims.reverse();
+            } else if !s.claims.is_empty() {
+                let len = s.claims.len();
+                s.claims.remove(usize::from(n) % len);
+            }
+        }
         1 => {
             s.claims.pop();
         }
@@ -157,7 +196,7 @@ fn arb_change() -> impl Strategy<Value = Change> {
     prop_oneof![
         4 => (0usize..5, arb_sources().prop_map(|mut v| v.remove(0)))
             .prop_map(|(at, s)| Change::Put(at, s)),
-        6 => (0usize..5, 0u8..6, any::<u8>()).prop_map(|(at, what, n)| Change::Touch(at, what, n)),
+        8 => (0usize..5, 0u8..8, any::<u8>()).prop_map(|(at, what, n)| Change::Touch(at, what, n)),
         1 => (0usize..5).prop_map(Change::Remove),
         1 => Just(Change::Nothing),
         1 => Just(Change::Aliases),
@@ -257,26 +296,12 @@ proptest! {
                     };
                 }
             }
-            let shared: Vec<SharedSource> = sources
+            let named: Vec<(&str, GpuEngine, &Arc<Snapshot>)> = sources
                 .iter()
-                .enumerate()
-                .map(|(i, (name, snapshot, engine))| SharedSource {
-                    source: i,
-                    name: name.clone(),
-                    engine: *engine,
-                    snapshot: Arc::clone(snapshot),
-                })
+                .map(|(name, snapshot, engine)| (name.as_str(), *engine, snapshot))
                 .collect();
-            let views: Vec<SourceView<'_>> = shared
-                .iter()
-                .map(|s| SourceView {
-                    source: s.source,
-                    name: &s.name,
-                    engine: s.engine,
-                    snapshot: &s.snapshot,
-                })
-                .collect();
-            prop_assert_eq!(kept.join(&shared, &aliases), join(&views, &aliases));
+            let (kept_one, cold) = kept_and_cold(&mut kept, &named, &aliases);
+            prop_assert_eq!(kept_one, cold);
         }
     }
 }
@@ -340,8 +365,12 @@ fn new_telemetry_is_taken_in_as_a_join_would_take_it() {
     assert!(!shared.refresh_telemetry(0, &after.snapshot));
 }
 
-/// Joins `sources` with `kept` and at once, and says whether they agree.
-fn kept_is_cold(kept: &mut Joiner, sources: &[(&str, GpuEngine, &Arc<Snapshot>)]) -> bool {
+/// Joins `sources` (name, engine, snapshot) with `kept` and at once: both results.
+fn kept_and_cold(
+    kept: &mut Joiner,
+    sources: &[(&str, GpuEngine, &Arc<Snapshot>)],
+    aliases: &Aliases,
+) -> (PhysicalFleet, PhysicalFleet) {
     let shared: Vec<SharedSource> = sources
         .iter()
         .enumerate()
@@ -361,7 +390,13 @@ fn kept_is_cold(kept: &mut Joiner, sources: &[(&str, GpuEngine, &Arc<Snapshot>)]
             snapshot: &s.snapshot,
         })
         .collect();
-    kept.join(&shared, &Aliases::default()) == join(&views, &Aliases::default())
+    (kept.join(&shared, aliases), join(&views, aliases))
+}
+
+/// Joins `sources` with `kept` and at once, and says whether they agree.
+fn kept_is_cold(kept: &mut Joiner, sources: &[(&str, GpuEngine, &Arc<Snapshot>)]) -> bool {
+    let (kept, cold) = kept_and_cold(kept, sources, &Aliases::default());
+    kept == cold
 }
 
 #[test]
