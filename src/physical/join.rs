@@ -3,7 +3,7 @@
 //! went (`Placed`), which the join kept between changes (`kept::Joiner`) reads to build
 //! again only the GPUs a change touches.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 
 use crate::clock::Timestamp;
@@ -213,6 +213,8 @@ fn combine(
     let mut conflicts: BTreeMap<Slot, String> = BTreeMap::new();
     let mut warnings = Vec::new();
     let mut later = Vec::new();
+    // The GPUs whose UUID two places were given, already said.
+    let mut split_warned: HashSet<usize> = HashSet::new();
     for (part, (s, snap)) in parts.iter().enumerate() {
         let engine = s.engine;
         let mut flat = 0;
@@ -292,6 +294,28 @@ fn combine(
                 let group = &mut groups[at];
                 if group.0.is_none() {
                     group.0 = slot;
+                }
+                // Two sources that give one UUID at two places: one GPU, by its UUID, at
+                // the first one's place; said once, since a node name no rule matches
+                // (or an index a container renumbered) is the likely cause.
+                if let (Some(first), Some(here)) = (group.0, slot)
+                    && first != here
+                    && let Some(o) = group.1.first()
+                    && split_warned.insert(at)
+                {
+                    warnings.push(format!(
+                        "UUID {uuid} is {}:{} to {} but {}:{} to {}: joined as one GPU at {}:{} \
+                         by its UUID (if the nodes are one host, name it in the config's \
+                         [aliases])",
+                        o.sighting.node,
+                        o.sighting.index,
+                        o.sighting.source_name,
+                        n.name,
+                        pd.index,
+                        s.name,
+                        keys.name(first.0),
+                        first.1
+                    ));
                 }
                 group.1.push(seen);
                 let Some(slot) = slot else { continue };

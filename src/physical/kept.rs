@@ -48,6 +48,29 @@ pub struct Joiner {
 }
 
 impl Joiner {
+    /// Joins the sources when every device stays where the last join put it (the same
+    /// sources in the same places, each with the same snapshot or one that lists the same
+    /// devices, and no Ray source): then only the GPUs a changed device is in are built
+    /// again, and those whose devices brought new readings alone only take them. `None`,
+    /// and nothing done, when the devices would be grouped again.
+    pub fn refresh(
+        &mut self,
+        sources: &[SharedSource],
+        aliases: &Aliases,
+    ) -> Option<PhysicalFleet> {
+        let stays = self.last.is_some()
+            && *aliases == self.aliases
+            && self.parts.len() == sources.len()
+            && sources.iter().zip(&self.parts).all(|(s, (snap, p))| {
+                s.engine != GpuEngine::Ray
+                    && p.source == s.source
+                    && p.engine == s.engine
+                    && *p.name == *s.name
+                    && (Arc::ptr_eq(snap, &s.snapshot) || prepare::same_devices(snap, &s.snapshot))
+            });
+        stays.then(|| self.join(sources, aliases))
+    }
+
     /// Joins the sources, preparing again only those whose snapshot is not the one the
     /// last join read, and building again only the GPUs their changed devices are in
     /// when they list the same devices as before.

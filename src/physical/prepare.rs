@@ -211,7 +211,7 @@ pub(super) fn again(
 }
 
 /// Whether two snapshots list the same devices: the same nodes, indexes and UUIDs, in order.
-fn same_devices(a: &Snapshot, b: &Snapshot) -> bool {
+pub(super) fn same_devices(a: &Snapshot, b: &Snapshot) -> bool {
     a.nodes.len() == b.nodes.len()
         && a.nodes.iter().zip(&b.nodes).all(|(m, n)| {
             m.name == n.name

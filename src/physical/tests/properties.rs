@@ -307,7 +307,7 @@ proptest! {
 }
 
 #[test]
-fn new_telemetry_is_taken_in_as_a_join_would_take_it() {
+fn new_readings_are_taken_in_as_a_join_would_take_them() {
     let telemetry = |util: u32, own: u64, loose: u64| {
         snap(
             GpuEngine::Gpuboard,
@@ -329,7 +329,6 @@ fn new_telemetry_is_taken_in_as_a_join_would_take_it() {
         )
     };
     let before = telemetry(40, 2_000, 100);
-    let mut fleet = join_all(&[("ep", &before)]);
     let after = telemetry(70, 3_000, 900);
     assert!(before.snapshot.same_but_telemetry(&after.snapshot));
     let mut measured = telemetry(70, 3_000, 900);
@@ -338,31 +337,43 @@ fn new_telemetry_is_taken_in_as_a_join_would_take_it() {
     let mut cordoned = telemetry(70, 3_000, 900);
     cordoned.snapshot.nodes[0].devices[0].cordoned = true;
     assert!(!before.snapshot.same_but_telemetry(&cordoned.snapshot));
-    assert!(fleet.refresh_telemetry(0, &after.snapshot));
-    assert_eq!(fleet, join_all(&[("ep", &after)]));
-    let unexplained = fleet.gpus[0].flags.iter().find_map(|f| match f {
-        GpuFlag::Unexplained { memory, .. } => Some(*memory),
-        _ => None,
-    });
-    assert_eq!(
-        unexplained,
-        Some(Bytes::mib(900)),
-        "the flag's memory follows"
-    );
-    // A process that came (or a claim that changed) needs the join.
-    let mut came = telemetry(70, 3_000, 900);
-    if let Some(t) = came.snapshot.nodes[0].devices[1].telemetry.as_mut() {
-        t.processes.push(process(12, 10, None, None));
-    }
-    assert!(!fleet.refresh_telemetry(0, &came.snapshot));
-    // A GPU two sources see is the join's.
+    let mut gone = telemetry(70, 3_000, 900);
+    gone.snapshot.nodes[0].devices.pop();
+    // GPU 0 seen by Slurm too: a GPU two sources see takes the readings the same way.
     let other = snap(
         GpuEngine::Slurm,
         vec![node("n1", vec![dev(0, None)])],
         vec![slurm_job(7, "n1", 0)],
     );
-    let mut shared = join_all(&[("ep", &before), ("batch", &other)]);
-    assert!(!shared.refresh_telemetry(0, &after.snapshot));
+    let aliases = Aliases::default();
+    for sources in [1, 2] {
+        let with = |ep| [("ep", ep), ("batch", &other)][..sources].to_vec();
+        let mut kept = Joiner::default();
+        kept.join(&shared(&with(&before)), &aliases);
+        let fleet = kept
+            .refresh(&shared(&with(&after)), &aliases)
+            .expect("the same devices: no grouping again");
+        assert_eq!(fleet, join_all(&with(&after)));
+        assert_eq!(fleet.gpus[0].seen_by.len(), sources);
+        let util = fleet.gpus[0]
+            .telemetry
+            .as_ref()
+            .and_then(|t| t.utilization_gpu);
+        assert_eq!(util, Some(70));
+        let unexplained = fleet.gpus[0].flags.iter().find_map(|f| match f {
+            GpuFlag::Unexplained { memory, .. } => Some(*memory),
+            _ => None,
+        });
+        assert_eq!(
+            unexplained,
+            Some(Bytes::mib(900)),
+            "the flag's memory follows"
+        );
+        // A device gone groups again: not refreshed, and the join kept as it was.
+        assert!(kept.refresh(&shared(&with(&gone)), &aliases).is_none());
+        let again = kept.refresh(&shared(&with(&measured)), &aliases);
+        assert_eq!(again, Some(join_all(&with(&measured))));
+    }
 }
 
 /// Joins `sources` (name, engine, snapshot) with `kept` and at once: both results.
