@@ -176,6 +176,16 @@ fn serve_snapshot(util: u32, train_gib: u64) -> Snapshot {
     )
 }
 
+/// A console over `sources` at `NOW`, in UTC; `background`: it joins as the live console
+/// does, off the update step.
+fn console(sources: Vec<SourceSlot>, background: bool) -> State {
+    let mut st = State::new(sources, Keymap::builtin(), 2_000, false);
+    st.zone = jiff::tz::TimeZone::UTC;
+    st.physical.background.on = background;
+    let _ = update(&mut st, Msg::Tick(NOW));
+    st
+}
+
 /// One host, `n1`, as four sources name it. GPU 0: Slurm job 42 with a `gpuboard run`
 /// (claim 7) inside it. GPU 1: Slurm job 43 and pod ml/infer (HAMi, half the GPU) side by
 /// side (double-booked), and pid 7070 that no one accounts for.
@@ -186,20 +196,15 @@ fn four_sources() -> State {
 /// The four sources fed in turn; `background`: joined as the live console joins, off the
 /// update step (`feed` drops the effects, so the first change's join is left in flight).
 fn four_sources_in(background: bool) -> State {
-    let mut st = State::new(
+    let mut st = console(
         vec![
             SourceSlot::new("serve", "gpuboard".parse().unwrap(), true, None),
             SourceSlot::new("slurm", "slurm".parse().unwrap(), true, None),
             SourceSlot::new("k8s", "kubernetes".parse().unwrap(), false, None),
             SourceSlot::new("dcgm", "prometheus".parse().unwrap(), false, None),
         ],
-        Keymap::builtin(),
-        2_000,
-        false,
+        background,
     );
-    st.zone = jiff::tz::TimeZone::UTC;
-    st.physical.background.on = background;
-    let _ = update(&mut st, Msg::Tick(NOW));
     feed(&mut st, 0, serve_snapshot(63, 8), NOW.0 - 1_000);
     let slurm = snap(
         "slurm",
@@ -452,18 +457,13 @@ fn endpoint_snaps(util: u32, mib: u64) -> [Snapshot; 2] {
 }
 
 fn endpoints_fed(background: bool, snaps: [Snapshot; 2]) -> State {
-    let mut st = State::new(
+    let mut st = console(
         vec![
             SourceSlot::new("a", "gpuboard".parse().unwrap(), true, None),
             SourceSlot::new("b", "gpuboard".parse().unwrap(), true, None),
         ],
-        Keymap::builtin(),
-        2_000,
-        false,
+        background,
     );
-    st.zone = jiff::tz::TimeZone::UTC;
-    st.physical.background.on = background;
-    let _ = update(&mut st, Msg::Tick(NOW));
     for (i, s) in snaps.into_iter().enumerate() {
         feed(&mut st, i, s, NOW.0 - 1_000);
     }
