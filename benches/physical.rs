@@ -230,6 +230,8 @@ fn resampled(s: &Snapshot) -> Snapshot {
     s
 }
 
+// Every figure of the bench in one place, each change beside the others: read top to bottom.
+#[allow(clippy::too_many_lines)]
 fn bench(c: &mut Criterion) {
     let snaps = sources();
     let names = ["serve", "batch", "k8s", "dcgm"];

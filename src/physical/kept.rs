@@ -120,15 +120,12 @@ impl Joiner {
             let again = was
                 .as_mut()
                 .and_then(|(snap, p)| prepare::again(p, snap, &s.snapshot));
-            let prepared = match (was, again) {
-                (Some(was), Some((prepared, same))) => {
-                    replaced.push((i, was, same));
-                    prepared
-                }
-                _ => {
-                    in_place = false;
-                    prepare(s.source, &s.name, s.engine, &s.snapshot, aliases)
-                }
+            let prepared = if let (Some(was), Some((prepared, same))) = (was, again) {
+                replaced.push((i, was, same));
+                prepared
+            } else {
+                in_place = false;
+                prepare(s.source, &s.name, s.engine, &s.snapshot, aliases)
             };
             self.parts.push((Arc::clone(&s.snapshot), prepared));
         }

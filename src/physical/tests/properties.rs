@@ -157,7 +157,7 @@ fn touch(s: &mut Snapshot, what: u8, n: u8) {
         }
         7 => {
             // Claims in another order, or one from the middle gone.
-            if n % 2 == 0 {
+            if n.is_multiple_of(2) {
                 s.claims.reverse();
             } else if !s.claims.is_empty() {
                 let len = s.claims.len();
