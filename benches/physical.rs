@@ -5,8 +5,10 @@
 //! change of a source, keeping what it prepared of the others (`Joiner`); the goal is
 //! <= 50 ms per change. "one source changed": each iteration one source, in turn, has a
 //! new snapshot (every GPU's telemetry sampled again, one claim gone or back), the others
-//! the same; "SOURCE changed": that source alone, each iteration; "cold": every source
-//! prepared (the one-shot join `status` runs).
+//! the same; "SOURCE changed": that source alone, each iteration; "serve's readings alone
+//! changed": the endpoint's telemetry new and no claim; "cold": every source prepared (the
+//! one-shot join `status` runs). A change's result is held until the next join is done, as
+//! the console holds its last.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
@@ -17,7 +19,9 @@ use gpuboard::clock::Timestamp;
 use gpuboard::ids::ClaimId;
 use std::sync::Arc;
 
-use gpuboard::physical::{Aliases, GpuEngine, IdleClock, Joiner, SharedSource, SourceView, join};
+use gpuboard::physical::{
+    Aliases, GpuEngine, IdleClock, Joiner, PhysicalFleet, SharedSource, SourceView, join,
+};
 use gpuboard::placement::DeviceShare;
 use gpuboard::request::ClaimRequest;
 use gpuboard::snapshot::Snapshot;
@@ -208,6 +212,14 @@ fn sources() -> Vec<Snapshot> {
 /// The same source a moment later: every GPU's telemetry sampled again (a new time and
 /// utilization), and its last claim gone.
 fn changed(s: &Snapshot) -> Snapshot {
+    let mut s = resampled(s);
+    s.claims.pop();
+    s
+}
+
+/// The same source with every GPU's telemetry sampled again and nothing else new (what
+/// the console takes in at once, `State::refresh_physical`).
+fn resampled(s: &Snapshot) -> Snapshot {
     let mut s = s.clone();
     for d in s.nodes.iter_mut().flat_map(|n| n.devices.iter_mut()) {
         if let Some(t) = &mut d.telemetry {
@@ -215,10 +227,11 @@ fn changed(s: &Snapshot) -> Snapshot {
             t.utilization_gpu = Some(40);
         }
     }
-    s.claims.pop();
     s
 }
 
+// Every figure of the bench in one place, each change beside the others: read top to bottom.
+#[allow(clippy::too_many_lines)]
 fn bench(c: &mut Criterion) {
     let snaps = sources();
     let names = ["serve", "batch", "k8s", "dcgm"];
@@ -269,10 +282,14 @@ fn bench(c: &mut Criterion) {
     };
     let mut g = c.benchmark_group("physical join");
     g.sample_size(20).measurement_time(Duration::from_secs(10));
+    // Each iteration's result is held until the next join is done, as the console holds
+    // its last: what a join changes in place it copies first, and the last result is
+    // dropped inside the iteration.
+    let mut held: Option<PhysicalFleet> = None;
     g.bench_function("8000 GPUs, 4 sources, one source changed", |b| {
         b.iter(|| {
             change(&mut shared);
-            joiner.join(&shared, &aliases)
+            held.replace(joiner.join(&shared, &aliases))
         });
     });
     let mut idle = IdleClock::default();
@@ -283,7 +300,7 @@ fn bench(c: &mut Criterion) {
                 change(&mut shared);
                 let mut f = joiner.join(&shared, &aliases);
                 idle.observe(&mut f, Timestamp(1));
-                f
+                held.replace(f)
             });
         },
     );
@@ -300,11 +317,27 @@ fn bench(c: &mut Criterion) {
                     shared[i].snapshot = Arc::clone(&versions[i][flip % 2]);
                     let mut f = joiner.join(&shared, &aliases);
                     idle.observe(&mut f, Timestamp(1));
-                    f
+                    held.replace(f)
                 });
             },
         );
     }
+    // The endpoint's readings alone, no claim gone or back.
+    let readings = [Arc::clone(&versions[0][0]), Arc::new(resampled(&snaps[0]))];
+    let mut flip = 0usize;
+    let mut idle = IdleClock::default();
+    g.bench_function(
+        "8000 GPUs, 4 sources, serve's readings alone changed, with the idle flags",
+        |b| {
+            b.iter(|| {
+                flip += 1;
+                shared[0].snapshot = Arc::clone(&readings[flip % 2]);
+                let mut f = joiner.join(&shared, &aliases);
+                idle.observe(&mut f, Timestamp(1));
+                held.replace(f)
+            });
+        },
+    );
     g.bench_function("8000 GPUs, 4 sources, cold", |b| {
         b.iter(|| join(&views, &aliases));
     });

@@ -137,40 +137,18 @@ fn telemetry(util: u32, used: u64, processes: Vec<ProcessView>) -> DeviceTelemet
     }
 }
 
-/// One host, `n1`, as four sources name it. GPU 0: Slurm job 42 with a `gpuboard run`
-/// (claim 7) inside it. GPU 1: Slurm job 43 and pod ml/infer (HAMi, half the GPU) side by
-/// side (double-booked), and pid 7070 that no one accounts for.
-fn four_sources() -> State {
-    four_sources_in(false)
-}
-
-/// The four sources fed in turn; `background`: joined as the live console joins, off the
-/// update step (`feed` drops the effects, so the first change's join is left in flight).
-fn four_sources_in(background: bool) -> State {
-    let mut st = State::new(
-        vec![
-            SourceSlot::new("serve", "gpuboard".parse().unwrap(), true, None),
-            SourceSlot::new("slurm", "slurm".parse().unwrap(), true, None),
-            SourceSlot::new("k8s", "kubernetes".parse().unwrap(), false, None),
-            SourceSlot::new("dcgm", "prometheus".parse().unwrap(), false, None),
-        ],
-        Keymap::builtin(),
-        2_000,
-        false,
-    );
-    st.zone = jiff::tz::TimeZone::UTC;
-    st.physical.background.on = background;
-    let _ = update(&mut st, Msg::Tick(NOW));
+/// The endpoint's snapshot of `n1`: GPU 0 at `util` % with train.py using `train_gib`.
+fn serve_snapshot(util: u32, train_gib: u64) -> Snapshot {
     let job = |j: u64| ProcessOwner::SlurmJob {
         job: j,
         step: Some("0".to_string()),
     };
     let mut g0 = dev(0, Some("GPU-5fd0c8a1-0000"));
     g0.telemetry = Some(telemetry(
-        63,
+        util,
         9,
         vec![
-            process(5001, "train.py", 8, Some(7), Some(job(42))),
+            process(5001, "train.py", train_gib, Some(7), Some(job(42))),
             process(5002, "dataloader", 1, None, Some(job(42))),
         ],
     ));
@@ -190,13 +168,44 @@ fn four_sources_in(background: bool) -> State {
             process(7070, "miner", 5, None, None),
         ],
     ));
-    let serve = snap(
+    snap(
         "gpuboard",
         "n1.lab.example",
         vec![g0, g1],
         vec![claim(7, "alice", "n1.lab.example", 0, 10 * GIB, 5_000, &[])],
+    )
+}
+
+/// A console over `sources` at `NOW`, in UTC; `background`: it joins as the live console
+/// does, off the update step.
+fn console(sources: Vec<SourceSlot>, background: bool) -> State {
+    let mut st = State::new(sources, Keymap::builtin(), 2_000, false);
+    st.zone = jiff::tz::TimeZone::UTC;
+    st.physical.background.on = background;
+    let _ = update(&mut st, Msg::Tick(NOW));
+    st
+}
+
+/// One host, `n1`, as four sources name it. GPU 0: Slurm job 42 with a `gpuboard run`
+/// (claim 7) inside it. GPU 1: Slurm job 43 and pod ml/infer (HAMi, half the GPU) side by
+/// side (double-booked), and pid 7070 that no one accounts for.
+fn four_sources() -> State {
+    four_sources_in(false)
+}
+
+/// The four sources fed in turn; `background`: joined as the live console joins, off the
+/// update step (`feed` drops the effects, so the first change's join is left in flight).
+fn four_sources_in(background: bool) -> State {
+    let mut st = console(
+        vec![
+            SourceSlot::new("serve", "gpuboard".parse().unwrap(), true, None),
+            SourceSlot::new("slurm", "slurm".parse().unwrap(), true, None),
+            SourceSlot::new("k8s", "kubernetes".parse().unwrap(), false, None),
+            SourceSlot::new("dcgm", "prometheus".parse().unwrap(), false, None),
+        ],
+        background,
     );
-    feed(&mut st, 0, serve, NOW.0 - 1_000);
+    feed(&mut st, 0, serve_snapshot(63, 8), NOW.0 - 1_000);
     let slurm = snap(
         "slurm",
         "n1",
@@ -448,18 +457,13 @@ fn endpoint_snaps(util: u32, mib: u64) -> [Snapshot; 2] {
 }
 
 fn endpoints_fed(background: bool, snaps: [Snapshot; 2]) -> State {
-    let mut st = State::new(
+    let mut st = console(
         vec![
             SourceSlot::new("a", "gpuboard".parse().unwrap(), true, None),
             SourceSlot::new("b", "gpuboard".parse().unwrap(), true, None),
         ],
-        Keymap::builtin(),
-        2_000,
-        false,
+        background,
     );
-    st.zone = jiff::tz::TimeZone::UTC;
-    st.physical.background.on = background;
-    let _ = update(&mut st, Msg::Tick(NOW));
     for (i, s) in snaps.into_iter().enumerate() {
         feed(&mut st, i, s, NOW.0 - 1_000);
     }
@@ -503,6 +507,55 @@ fn telemetry_alone_reaches_the_physical_gpus_without_a_join() {
     a.nodes[0].devices[1].cordoned = true;
     feed(&mut st, 0, a, NOW.0);
     assert!(st.physical.background.stale, "a join is due");
+}
+
+#[test]
+fn telemetry_alone_reaches_gpus_other_sources_see_without_a_join() {
+    let mut st = four_sources_in(true);
+    let first = st.join_input().join();
+    let mut effects = update(&mut st, Msg::Joined(Box::new(first)));
+    while let [input] = join_asked(&effects).as_slice() {
+        effects = update(&mut st, Msg::Joined(Box::new(input.join())));
+    }
+    assert!(!st.physical.background.in_flight && !st.physical.background.stale);
+    // The endpoint's new figures for GPU 0, which Slurm, Kubernetes and dcgm see too: no
+    // join is asked, and the GPU has them.
+    st.sources[0].in_flight = true;
+    let effects = update(
+        &mut st,
+        Msg::Fetched {
+            source: 0,
+            at: NOW,
+            result: Ok(serve_snapshot(17, 11).into()),
+        },
+    );
+    assert!(join_asked(&effects).is_empty(), "{effects:?}");
+    assert!(!st.physical.background.stale);
+    let g0 = st.physical_fleet().find("n1", 0).unwrap();
+    assert_eq!(g0.source_names(), ["serve", "slurm", "k8s", "dcgm"]);
+    let util = g0.telemetry.as_ref().and_then(|t| t.utilization_gpu);
+    assert_eq!(util, Some(17));
+    let train = g0.processes.iter().find(|p| p.pid == 5001).unwrap();
+    assert_eq!(train.used_memory, Some(Bytes(11 * GIB)));
+    // What a cold join of the same data gives, and what a console fed it at once shows.
+    let input = st.join_input();
+    let views: Vec<gpuboard::physical::SourceView<'_>> = input
+        .sources
+        .iter()
+        .map(|s| gpuboard::physical::SourceView {
+            source: s.source,
+            name: &s.name,
+            engine: s.engine,
+            snapshot: &s.snapshot,
+        })
+        .collect();
+    assert_eq!(
+        *st.physical_fleet(),
+        gpuboard::physical::join(&views, &input.aliases)
+    );
+    let mut fresh = four_sources();
+    feed(&mut fresh, 0, serve_snapshot(17, 11), NOW.0);
+    assert_eq!(st.physical_fleet(), fresh.physical_fleet());
 }
 
 #[test]

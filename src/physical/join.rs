@@ -3,12 +3,13 @@
 //! went (`Placed`), which the join kept between changes (`kept::Joiner`) reads to build
 //! again only the GPUs a change touches.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 
 use crate::clock::Timestamp;
 use crate::ids::ClaimId;
 use crate::snapshot::{DeviceTelemetry, DeviceView, Snapshot};
+use crate::units::Bytes;
 
 use super::names::{Aliases, NodeMatch, NodeNames};
 use super::prepare::{Hold, PodHost, Prepared, prepare};
@@ -212,6 +213,8 @@ fn combine(
     let mut conflicts: BTreeMap<Slot, String> = BTreeMap::new();
     let mut warnings = Vec::new();
     let mut later = Vec::new();
+    // The GPUs whose UUID two places were given, already said.
+    let mut split_warned: HashSet<usize> = HashSet::new();
     for (part, (s, snap)) in parts.iter().enumerate() {
         let engine = s.engine;
         let mut flat = 0;
@@ -291,6 +294,28 @@ fn combine(
                 let group = &mut groups[at];
                 if group.0.is_none() {
                     group.0 = slot;
+                }
+                // Two sources that give one UUID at two places: one GPU, by its UUID, at
+                // the first one's place; said once, since a node name no rule matches
+                // (or an index a container renumbered) is the likely cause.
+                if let (Some(first), Some(here)) = (group.0, slot)
+                    && first != here
+                    && let Some(o) = group.1.first()
+                    && split_warned.insert(at)
+                {
+                    warnings.push(format!(
+                        "UUID {uuid} is {}:{} to {} but {}:{} to {}: joined as one GPU at {}:{} \
+                         by its UUID (if the nodes are one host, name it in the config's \
+                         [aliases])",
+                        o.sighting.node,
+                        o.sighting.index,
+                        o.sighting.source_name,
+                        n.name,
+                        pd.index,
+                        s.name,
+                        keys.name(first.0),
+                        first.1
+                    ));
                 }
                 group.1.push(seen);
                 let Some(slot) = slot else { continue };
@@ -395,12 +420,8 @@ fn combine(
     (PhysicalFleet { gpus, warnings }, placed)
 }
 
-/// Telemetry that lists processes first (NVML), then a scheduler's own, then the newest.
-fn telemetry_rank(s: &Seen<'_>) -> Option<(bool, bool, bool, Timestamp)> {
-    Some(rank(s.device.telemetry.as_ref()?, s.sighting.engine))
-}
-
-/// How a reading ranks as a GPU's telemetry (`telemetry_rank`): the highest is shown.
+/// How a reading ranks as a GPU's telemetry: one that lists processes (NVML) first, then
+/// a scheduler's own, then the newest; the highest is shown.
 pub(super) fn rank(t: &DeviceTelemetry, engine: GpuEngine) -> (bool, bool, bool, Timestamp) {
     (
         !t.lost,
@@ -408,6 +429,71 @@ pub(super) fn rank(t: &DeviceTelemetry, engine: GpuEngine) -> (bool, bool, bool,
         engine != GpuEngine::Telemetry,
         t.sampled_at,
     )
+}
+
+/// One source's device of a GPU, as what the GPU's telemetry, memory and processes' memory
+/// are read from.
+#[derive(Clone, Copy)]
+pub(super) struct Reading<'a> {
+    pub source: usize,
+    pub engine: GpuEngine,
+    pub device: &'a DeviceView,
+    /// Its telemetry, once shared.
+    pub telemetry: &'a OnceLock<Arc<DeviceTelemetry>>,
+}
+
+impl<'a> Reading<'a> {
+    fn of(s: &Seen<'a>) -> Reading<'a> {
+        Reading {
+            source: s.sighting.source,
+            engine: s.sighting.engine,
+            device: s.device,
+            telemetry: s.telemetry,
+        }
+    }
+}
+
+/// What a GPU's devices (in `seen_by` order) say of it beyond who holds it: the telemetry
+/// shown and its source, and its memory (the sources' capacity, else the driver's total).
+fn readings_of<'a>(
+    readings: impl Iterator<Item = Reading<'a>> + Clone,
+) -> (Option<Arc<DeviceTelemetry>>, Option<usize>, Option<Bytes>) {
+    // The last of equal ranks: the later source.
+    let best = readings
+        .clone()
+        .filter_map(|r| Some((rank(r.device.telemetry.as_ref()?, r.engine), r)))
+        .max_by(|a, b| a.0.cmp(&b.0))
+        .map(|(_, r)| r);
+    let telemetry = best.and_then(|r| {
+        let t = r.device.telemetry.as_ref()?;
+        Some(Arc::clone(r.telemetry.get_or_init(|| Arc::new(t.clone()))))
+    });
+    let memory = readings
+        .filter_map(|r| r.device.memory_capacity)
+        .max()
+        .or_else(|| telemetry.as_ref().and_then(|t| t.memory_total));
+    (telemetry, best.map(|r| r.source), memory)
+}
+
+/// Takes new readings into `gpu`, whose devices (`readings`, in `seen_by` order) changed in
+/// their telemetry alone and list the same processes (pid, name, claim and owner) as when
+/// it was built: its telemetry, memory, processes' memory and flags are what `gpu_of`
+/// gives, without placing holders and processes again. Idle flags are the caller's.
+pub(super) fn take_readings(gpu: &mut PhysicalGpu, readings: &[Reading<'_>]) {
+    let (telemetry, from, memory) = readings_of(readings.iter().copied());
+    // Each process's memory from the first device that lists it, as `gpu_of` takes it.
+    for p in &mut gpu.processes {
+        p.used_memory = readings
+            .iter()
+            .filter_map(|r| r.device.telemetry.as_ref())
+            .flat_map(|t| &t.processes)
+            .find(|q| q.pid == p.pid)
+            .and_then(|q| q.used_memory);
+    }
+    gpu.telemetry = telemetry;
+    gpu.telemetry_from = from;
+    gpu.memory = memory;
+    gpu.flags = flags::flags_of(gpu);
 }
 
 /// The GPU at `node` and `index` that `seen` (sorted by source) are sightings of.
@@ -425,22 +511,8 @@ pub(super) fn gpu_of(
         .or_else(|| first.map(|s| s.device.model.as_str()))
         .unwrap_or_default()
         .to_string();
-    let best = seen
-        .iter()
-        .filter_map(|s| telemetry_rank(s).map(|r| (r, s)))
-        .max_by(|a, b| a.0.cmp(&b.0))
-        .map(|(_, s)| s);
-    let telemetry = best.and_then(|s| {
-        let t = s.device.telemetry.as_ref()?;
-        Some(Arc::clone(s.telemetry.get_or_init(|| Arc::new(t.clone()))))
-    });
-    let memory = seen
-        .iter()
-        .filter_map(|s| s.device.memory_capacity)
-        .max()
-        .or_else(|| telemetry.as_ref().and_then(|t| t.memory_total));
+    let (telemetry, telemetry_from, memory) = readings_of(seen.iter().map(Reading::of));
     let (holders, processes) = holders::holders_of(&seen);
-    let telemetry_from = best.map(|s| s.sighting.source);
     let uuid = seen
         .iter()
         .find_map(|s| s.sighting.uuid.as_deref().map(str::to_string));

@@ -7,11 +7,11 @@
 
 use std::sync::Arc;
 
-use crate::snapshot::{DeviceView, Snapshot};
+use crate::snapshot::{DeviceTelemetry, DeviceView, Snapshot};
 
-use super::join::{Keys, Placed, Seen, assemble, gpu_of, rank};
+use super::join::{Keys, Placed, Reading, Seen, assemble, gpu_of, rank, take_readings};
 use super::names::{Aliases, NodeNames};
-use super::prepare::{Prepared, prepare};
+use super::prepare::{self, Prepared, prepare};
 use super::{GpuEngine, PhysicalFleet, PhysicalGpu};
 
 /// One source's data, shared with its owner: what `Joiner::join` reads. The snapshot is
@@ -48,6 +48,29 @@ pub struct Joiner {
 }
 
 impl Joiner {
+    /// Joins the sources when every device stays where the last join put it (the same
+    /// sources in the same places, each with the same snapshot or one that lists the same
+    /// devices, and no Ray source): then only the GPUs a changed device is in are built
+    /// again, and those whose devices brought new readings alone only take them. `None`,
+    /// and nothing done, when the devices would be grouped again.
+    pub fn refresh(
+        &mut self,
+        sources: &[SharedSource],
+        aliases: &Aliases,
+    ) -> Option<PhysicalFleet> {
+        let stays = self.last.is_some()
+            && *aliases == self.aliases
+            && self.parts.len() == sources.len()
+            && sources.iter().zip(&self.parts).all(|(s, (snap, p))| {
+                s.engine != GpuEngine::Ray
+                    && p.source == s.source
+                    && p.engine == s.engine
+                    && *p.name == *s.name
+                    && (Arc::ptr_eq(snap, &s.snapshot) || prepare::same_devices(snap, &s.snapshot))
+            });
+        stays.then(|| self.join(sources, aliases))
+    }
+
     /// Joins the sources, preparing again only those whose snapshot is not the one the
     /// last join read, and building again only the GPUs their changed devices are in
     /// when they list the same devices as before.
@@ -69,7 +92,7 @@ impl Joiner {
             && old.len() == sources.len()
             && sources.iter().all(|s| s.engine != GpuEngine::Ray);
         // The parts prepared again, each with the one it replaced.
-        let mut replaced: Vec<(usize, Part)> = Vec::new();
+        let mut replaced: Vec<(usize, Part, Vec<bool>)> = Vec::new();
         for (i, s) in sources.iter().enumerate() {
             let same = |o: &Option<Part>| {
                 o.as_ref().is_some_and(|(snap, p)| {
@@ -90,21 +113,21 @@ impl Joiner {
                 self.parts.push(part);
                 continue;
             }
-            let mut part = (
-                Arc::clone(&s.snapshot),
-                prepare(s.source, &s.name, s.engine, &s.snapshot, aliases),
-            );
-            match old.get_mut(i).and_then(Option::take) {
-                Some(was) if in_place && same_devices(&was.1, &part.1) => {
-                    // The same node names: their keys hold.
-                    for (n, w) in part.1.nodes.iter_mut().zip(&was.1.nodes) {
-                        n.key.clone_from(&w.key);
-                    }
-                    replaced.push((i, was));
-                }
-                _ => in_place = false,
-            }
-            self.parts.push(part);
+            // The same devices as the part it replaces: prepared from it.
+            let mut was = old.get_mut(i).and_then(Option::take).filter(|(_, p)| {
+                in_place && p.source == s.source && p.engine == s.engine && *p.name == *s.name
+            });
+            let again = was
+                .as_mut()
+                .and_then(|(snap, p)| prepare::again(p, snap, &s.snapshot));
+            let prepared = if let (Some(was), Some((prepared, same))) = (was, again) {
+                replaced.push((i, was, same));
+                prepared
+            } else {
+                in_place = false;
+                prepare(s.source, &s.name, s.engine, &s.snapshot, aliases)
+            };
+            self.parts.push((Arc::clone(&s.snapshot), prepared));
         }
         if in_place && let Some((fleet, placed)) = &mut self.last {
             rebuild(&mut self.parts, replaced, fleet, placed);
@@ -134,45 +157,16 @@ impl Joiner {
     }
 }
 
-/// Whether two preparations of a source list the same devices: the same source, nodes,
-/// indexes and UUIDs, in the same order (then the join groups them as it did).
-fn same_devices(was: &Prepared, now: &Prepared) -> bool {
-    was.source == now.source
-        && was.engine == now.engine
-        && was.name == now.name
-        && was.nodes.len() == now.nodes.len()
-        && was.nodes.iter().zip(&now.nodes).all(|(a, b)| {
-            a.name == b.name
-                && a.resolved == b.resolved
-                && a.devices.len() == b.devices.len()
-                && a.devices
-                    .iter()
-                    .zip(&b.devices)
-                    .all(|(x, y)| x.index == y.index && x.uuid == y.uuid)
-        })
-}
-
-/// Whether a GPU built from `a` would be the one built from `b`: what the join reads of a
-/// device beyond where it is (`gpu_of` and the holders read these and nothing else).
-fn reads_same(a: &DeviceView, b: &DeviceView) -> bool {
-    a.model == b.model && a.memory_capacity == b.memory_capacity && a.telemetry == b.telemetry
-}
-
-/// Whether a device that changed in its telemetry alone leaves its GPU as it was: the
-/// GPU's telemetry is another source's and outranks this reading, before and after, and
-/// the reading lists the same processes (dcgm's series beside NVML's).
+/// Whether a device's new reading `now` (after `was`, the same processes using the same
+/// memory) leaves its GPU as it was: the GPU's telemetry is another source's and outranks
+/// this reading, before and after (dcgm's series beside NVML's).
 fn unseen_telemetry(
-    was: &DeviceView,
-    now: &DeviceView,
+    was: &DeviceTelemetry,
+    now: &DeviceTelemetry,
     (source, engine): (usize, GpuEngine),
     gpu: &PhysicalGpu,
 ) -> bool {
-    let (Some(a), Some(b), Some(best), Some(from)) = (
-        &was.telemetry,
-        &now.telemetry,
-        &gpu.telemetry,
-        gpu.telemetry_from,
-    ) else {
+    let (Some(best), Some(from)) = (&gpu.telemetry, gpu.telemetry_from) else {
         return false;
     };
     let Some(best_engine) = gpu
@@ -183,28 +177,71 @@ fn unseen_telemetry(
     else {
         return false;
     };
-    from != source
-        && was.model == now.model
-        && was.memory_capacity == now.memory_capacity
-        && a.processes == b.processes
-        && rank(b, engine) < rank(best, best_engine)
+    from != source && was.processes == now.processes && rank(now, engine) < rank(best, best_engine)
+}
+
+/// How much of a GPU a change of its devices touches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Touched {
+    /// Nothing shown.
+    No,
+    /// Its readings alone: telemetry with the same processes (`same_listing`), the same
+    /// model, capacity and claims; the GPU takes them (`take_readings`).
+    Readings,
+    /// What places its holders or processes: it is built again (`gpu_of`).
+    Whole,
+}
+
+/// Whether two readings list the same processes (pid, name, claim and owner, in order):
+/// then the join places them as it did, and only their memory may differ.
+pub(super) fn same_listing(a: &DeviceTelemetry, b: &DeviceTelemetry) -> bool {
+    a.processes.len() == b.processes.len()
+        && a.processes.iter().zip(&b.processes).all(|(p, q)| {
+            p.pid == q.pid && p.name == q.name && p.claim == q.claim && p.owner == q.owner
+        })
+}
+
+/// What a device's change does to its GPU: `was` and `now` with their source's claims on
+/// them (`holds`: the same or not).
+fn touched(
+    was: &DeviceView,
+    now: &DeviceView,
+    same_holds: bool,
+    (source, engine): (usize, GpuEngine),
+    gpu: Option<&PhysicalGpu>,
+) -> Touched {
+    if !same_holds || was.model != now.model || was.memory_capacity != now.memory_capacity {
+        return Touched::Whole;
+    }
+    match (&was.telemetry, &now.telemetry) {
+        (None, None) => Touched::No,
+        (Some(a), Some(b)) if same_listing(a, b) => {
+            if gpu.is_some_and(|gpu| unseen_telemetry(a, b, (source, engine), gpu)) {
+                Touched::No
+            } else {
+                Touched::Readings
+            }
+        }
+        _ => Touched::Whole,
+    }
 }
 
 /// Builds again the GPUs of `fleet` that a device of the `replaced` parts changed in (what
-/// the join reads of it, or its source's claims on it); the others stay shared.
+/// the join reads of it, or its source's claims on it), or takes only its new readings
+/// where nothing else changed; the others stay shared.
 fn rebuild(
     parts: &mut [Part],
-    replaced: Vec<(usize, Part)>,
+    replaced: Vec<(usize, Part, Vec<bool>)>,
     fleet: &mut PhysicalFleet,
     placed: &Placed,
 ) {
-    let mut dirty = vec![false; fleet.gpus.len()];
-    for (i, (was_snap, was)) in replaced {
+    let mut touched_gpus = vec![Touched::No; fleet.gpus.len()];
+    for (i, (was_snap, was), same_holds) in replaced {
         let Some((snap, now)) = parts.get_mut(i) else {
             continue;
         };
-        let gpu_at = placed.gpu_of.get(i).map_or(&[][..], Vec::as_slice);
-        let mut flat = 0;
+        let mut gpu_at = placed.gpu_of.get(i).map_or(&[][..], Vec::as_slice).iter();
+        let mut same_holds = same_holds.into_iter();
         for (((wn, n), wpn), pn) in was_snap
             .nodes
             .iter()
@@ -219,32 +256,51 @@ fn rebuild(
                 .zip(wpn.devices)
                 .zip(&mut pn.devices)
             {
-                let at = gpu_at.get(flat).copied();
-                if reads_same(wd, d) && wpd.holds == pd.holds {
+                // Per device, node by node: its GPU, and whether its holds are the same.
+                let (at, same_holds) = (gpu_at.next().copied(), same_holds.next() == Some(true));
+                if same_holds
+                    && wd.model == d.model
+                    && wd.memory_capacity == d.memory_capacity
+                    && wd.telemetry == d.telemetry
+                {
                     // Unchanged: its telemetry, once shared, stays the same shared one.
                     pd.telemetry = wpd.telemetry;
-                } else if let Some(g) = at
-                    && !(wpd.holds == pd.holds
-                        && fleet.gpus.get(g).is_some_and(|gpu| {
-                            unseen_telemetry(wd, d, (now.source, now.engine), gpu)
-                        }))
-                    && let Some(dirty) = dirty.get_mut(g)
-                {
-                    *dirty = true;
+                    continue;
                 }
-                flat += 1;
+                let Some(g) = at else { continue };
+                let gpu = fleet.gpus.get(g).map(|g| &**g);
+                let t = touched(wd, d, same_holds, (now.source, now.engine), gpu);
+                if let Some(was) = touched_gpus.get_mut(g) {
+                    *was = (*was).max(t);
+                }
             }
         }
     }
     let parts: &[Part] = parts;
+    let mut readings = Vec::new();
     for (g, gpu) in fleet.gpus.iter_mut().enumerate() {
-        if !dirty.get(g).copied().unwrap_or(false) {
+        let t = touched_gpus.get(g).copied().unwrap_or(Touched::No);
+        if t == Touched::No {
             continue;
         }
         let (Some(&from), Some(&to)) = (placed.starts.get(g), placed.starts.get(g + 1)) else {
             continue;
         };
         let members = placed.members.get(from..to).unwrap_or_default();
+        if t == Touched::Readings {
+            readings.clear();
+            readings.extend(members.iter().filter_map(|&at| {
+                let (snap, p) = parts.get(at.part)?;
+                Some(Reading {
+                    source: p.source,
+                    engine: p.engine,
+                    device: snap.nodes.get(at.node)?.devices.get(at.device)?,
+                    telemetry: &p.nodes.get(at.node)?.devices.get(at.device)?.telemetry,
+                })
+            }));
+            take_readings(Arc::make_mut(gpu), &readings);
+            continue;
+        }
         let seen: Vec<Seen<'_>> = members
             .iter()
             .zip(&gpu.seen_by)

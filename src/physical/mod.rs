@@ -18,13 +18,12 @@ mod kept;
 mod names;
 mod prepare;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde::Serialize;
 
 use crate::ids::ClaimId;
-use crate::snapshot::{DeviceTelemetry, DeviceView, ProcessOwner, Snapshot};
+use crate::snapshot::{DeviceTelemetry, ProcessOwner, Snapshot};
 use crate::units::{Bytes, Units};
 
 pub use episodes::{EpisodeHolder, FlagEpisode, FlagTracker};
@@ -316,78 +315,9 @@ impl PhysicalFleet {
             .or_else(|| gpus().find(at))
     }
 
-    /// Takes the new telemetry of `source` (its `snapshot`, which differs from the one
-    /// last joined only in its devices' telemetry) into the GPUs it is the only sighting
-    /// of, without joining again: their telemetry, their processes' memory and the flags
-    /// that memory makes. `false` (nothing changed) when a join is needed instead: a GPU
-    /// it shares with another source, a device gone, or processes that came, went or
-    /// changed claim. Idle flags are the caller's (`IdleClock::observe`).
-    pub fn refresh_telemetry(&mut self, source: usize, snapshot: &Snapshot) -> bool {
-        let devices: HashMap<(&str, u32), &DeviceView> = snapshot
-            .nodes
-            .iter()
-            .flat_map(|n| {
-                n.devices
-                    .iter()
-                    .map(move |d| ((n.name.as_str(), d.index), d))
-            })
-            .collect();
-        let mut updates = Vec::new();
-        for (at, gpu) in self.gpus.iter().enumerate() {
-            if !gpu.seen_by.iter().any(|s| s.source == source) {
-                continue;
-            }
-            let [seen] = gpu.seen_by.as_slice() else {
-                return false;
-            };
-            let Some(device) = devices.get(&(&*seen.node, seen.index)) else {
-                return false;
-            };
-            let (old, new) = (gpu.telemetry.as_deref(), device.telemetry.as_ref());
-            if !same_processes(old, new)
-                || old.map(|t| t.memory_total) != new.map(|t| t.memory_total)
-            {
-                return false;
-            }
-            updates.push((at, new.cloned().map(Arc::new)));
-        }
-        for (at, telemetry) in updates {
-            let Some(gpu) = self.gpus.get_mut(at) else {
-                continue;
-            };
-            let gpu = Arc::make_mut(gpu);
-            for p in &mut gpu.processes {
-                p.used_memory = telemetry
-                    .iter()
-                    .flat_map(|t| t.processes.iter())
-                    .find(|q| q.pid == p.pid)
-                    .and_then(|q| q.used_memory);
-            }
-            gpu.telemetry = telemetry;
-            gpu.flags = flags::flags_of(gpu);
-        }
-        true
-    }
-
     /// How many GPUs carry a flag of this kind.
     pub fn count_flag(&self, word: &str) -> usize {
         self.gpus.iter().filter(|g| g.has_flag(word)).count()
-    }
-}
-
-/// Whether two readings of a GPU list the same processes (pid, name, claim and owner, in
-/// order) and both or neither lost it: then the join would place them as it did.
-fn same_processes(a: Option<&DeviceTelemetry>, b: Option<&DeviceTelemetry>) -> bool {
-    match (a, b) {
-        (None, None) => true,
-        (Some(a), Some(b)) => {
-            a.lost == b.lost
-                && a.processes.len() == b.processes.len()
-                && a.processes.iter().zip(&b.processes).all(|(p, q)| {
-                    p.pid == q.pid && p.name == q.name && p.claim == q.claim && p.owner == q.owner
-                })
-        }
-        _ => false,
     }
 }
 

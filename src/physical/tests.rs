@@ -519,6 +519,36 @@ fn one_uuid_on_two_gpus_of_one_source_is_not_one_gpu() {
 }
 
 #[test]
+fn one_uuid_two_sources_place_apart_is_one_gpu_with_a_warning() {
+    let serve = snap(
+        GpuEngine::Gpuboard,
+        vec![node("gpu-node-7", vec![dev(0, Some("GPU-X"))])],
+        Vec::new(),
+    );
+    let k8s = snap(
+        GpuEngine::Kubernetes,
+        vec![node("n7", vec![dev(3, Some("GPU-X"))])],
+        Vec::new(),
+    );
+    let fleet = join_all(&[("serve", &serve), ("k8s", &k8s)]);
+    assert_eq!(fleet.gpus.len(), 1, "{:?}", fleet.warnings);
+    let gpu = &fleet.gpus[0];
+    assert_eq!(
+        (gpu.id(), gpu.place()),
+        ("gpu-x".to_string(), "gpu-node-7:0".to_string())
+    );
+    assert_eq!(gpu.seen_by.len(), 2);
+    assert_eq!(
+        fleet.warnings,
+        [
+            "UUID gpu-x is gpu-node-7:0 to serve but n7:3 to k8s: joined as one GPU at \
+          gpu-node-7:0 by its UUID (if the nodes are one host, name it in the config's \
+          [aliases])"
+        ]
+    );
+}
+
+#[test]
 fn memory_no_holder_accounts_for_is_unexplained() {
     let serve = snap(
         GpuEngine::Gpuboard,

@@ -94,6 +94,17 @@ impl JoinInput {
     }
 }
 
+impl JoinInput {
+    /// Joins them as `join` does when every device stays where the last join put it (a
+    /// change of readings, or of claims on the same devices: only what changed is built
+    /// again), at once and for little; `None`, and nothing done, when the devices would be
+    /// grouped again (`physical::Joiner::refresh`).
+    pub fn refresh(&self) -> Option<PhysicalFleet> {
+        let mut joiner = self.kept.0.lock().ok()?;
+        joiner.refresh(&self.sources, &self.aliases)
+    }
+}
+
 impl PhysicalView {
     /// The GPU on the selected row.
     pub fn selected(&self) -> Option<&PhysicalGpu> {
@@ -168,25 +179,26 @@ impl State {
     }
 
     /// Takes the telemetry of `sources` (their data changed in telemetry alone) into the
-    /// physical GPUs without joining again (`PhysicalFleet::refresh_telemetry`), with the
-    /// idle flags at `now`; `false` when a join is needed: one is in flight or due (its
-    /// answer would not have this telemetry), or the refresh cannot stand for it.
+    /// physical GPUs at once, shared by other sources or not, through the kept join's
+    /// cheap path (`JoinInput::refresh`: those GPUs take the new readings, nothing is
+    /// grouped or placed again), with the idle flags at `now`; `false` when a join is
+    /// needed: one is in flight or due (its answer would not have this telemetry), or the
+    /// devices would be grouped again.
     pub fn refresh_physical(&mut self, sources: &BTreeSet<usize>) -> bool {
         let b = self.physical.background;
         if b.in_flight || b.stale {
             return false;
         }
-        let fleet = Arc::make_mut(&mut self.physical.fleet);
-        for &i in sources {
-            let Some(data) = self.sources.get(i).and_then(|s| s.data.as_deref()) else {
-                return false;
-            };
-            if !fleet.refresh_telemetry(i, data) {
-                return false;
-            }
+        if sources
+            .iter()
+            .any(|&i| self.sources.get(i).and_then(|s| s.data.as_ref()).is_none())
+        {
+            return false;
         }
-        self.physical.idle.observe(fleet, self.now);
-        self.physical.reshape(&self.gpus.filter);
+        let Some(fleet) = self.join_input().refresh() else {
+            return false;
+        };
+        self.take_joined(fleet);
         true
     }
 

@@ -67,12 +67,13 @@ impl State {
     /// leaves the physical join, totals, map and rows to `settle`: a thousand hosts
     /// answering at start cost one rebuild per frame, not one per host.
     pub fn store_unsettled(&mut self, source: usize, snap: Snapshot) {
-        // Telemetry alone, on a source no other source's data is joined into: the next
-        // settle may take it into the physical GPUs without joining again.
-        let alone = !self
+        // Telemetry alone, on a source whose data is joined into no other's (a telemetry
+        // source's series and a cluster's pods are): the next settle may take it into the
+        // physical GPUs without joining again.
+        let alone = self
             .sources
-            .iter()
-            .any(|s| s.kind.is_telemetry() || s.kind == SourceKind::Kubernetes);
+            .get(source)
+            .is_some_and(|s| !s.kind.is_telemetry() && s.kind != SourceKind::Kubernetes);
         let telemetry_only = alone
             && self
                 .sources

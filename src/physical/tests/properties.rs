@@ -37,7 +37,22 @@ fn arb_snap(i: usize, (kind, devices, claims): &ArbSource) -> Src {
             continue;
         }
         let uuid = uuid.then(|| format!("GPU-{n}-{idx}"));
-        list.push(dev(u32::from(*idx), uuid.as_deref()));
+        let mut d = dev(u32::from(*idx), uuid.as_deref());
+        // A reading on some: NVML's with the GPU's one process (each source lists it),
+        // dcgm's without; times that tie across sources, or not.
+        if (n + idx + how) % 2 == 0 {
+            let pid = 3_000 + u32::from(*n) * 10 + u32::from(*idx);
+            let ps = if KINDS[*kind] == GpuEngine::Telemetry {
+                Vec::new()
+            } else {
+                vec![process(pid, 100, None, None)]
+            };
+            d = with_processes(d, Some(u32::from(*idx) * 3), ps);
+            if let Some(t) = d.telemetry.as_mut() {
+                t.sampled_at = Timestamp((i % 3) as u64);
+            }
+        }
+        list.push(d);
     }
     let names: Vec<String> = nodes.keys().cloned().collect();
     let claims: Vec<ClaimView> = claims
@@ -83,8 +98,8 @@ enum Change {
 }
 
 /// The same devices a moment later, changed by `what` (telemetry, a claim gone, a model or
-/// capacity, a process naming a claim, a claim's share, the processes' memory), `n`
-/// choosing where.
+/// capacity, a process naming a claim, a claim's share, the processes' memory, new
+/// readings alone, the claims' order or one from the middle), `n` choosing where.
 fn touch(s: &mut Snapshot, what: u8, n: u8) {
     let first_claim = s.claims.first().map(|c| c.id.0);
     let mut devices: Vec<&mut DeviceView> = s
@@ -125,6 +140,30 @@ fn touch(s: &mut Snapshot, what: u8, n: u8) {
                 }
             }
         }
+        6 => {
+            // New readings alone: the same processes, another utilization and time, the
+            // device lost or back.
+            for (k, d) in devices.iter_mut().enumerate() {
+                let k = u32::try_from(k).unwrap();
+                if let Some(t) = d.telemetry.as_mut() {
+                    t.utilization_gpu = Some((u32::from(n) + k) % 10);
+                    t.sampled_at = Timestamp(t.sampled_at.0 + u64::from(n % 3));
+                    t.lost = (u32::from(n) + k) % 5 == 0;
+                }
+            }
+            for c in &mut s.claims {
+                c.memory_used = Some(Bytes::mib(u64::from(n)));
+            }
+        }
+        7 => {
+            // Claims in another order, or one from the middle gone.
+            if n.is_multiple_of(2) {
+                s.claims.reverse();
+            } else if !s.claims.is_empty() {
+                let len = s.claims.len();
+                s.claims.remove(usize::from(n) % len);
+            }
+        }
         1 => {
             s.claims.pop();
         }
@@ -157,7 +196,7 @@ fn arb_change() -> impl Strategy<Value = Change> {
     prop_oneof![
         4 => (0usize..5, arb_sources().prop_map(|mut v| v.remove(0)))
             .prop_map(|(at, s)| Change::Put(at, s)),
-        6 => (0usize..5, 0u8..6, any::<u8>()).prop_map(|(at, what, n)| Change::Touch(at, what, n)),
+        8 => (0usize..5, 0u8..8, any::<u8>()).prop_map(|(at, what, n)| Change::Touch(at, what, n)),
         1 => (0usize..5).prop_map(Change::Remove),
         1 => Just(Change::Nothing),
         1 => Just(Change::Aliases),
@@ -257,32 +296,18 @@ proptest! {
                     };
                 }
             }
-            let shared: Vec<SharedSource> = sources
+            let named: Vec<(&str, GpuEngine, &Arc<Snapshot>)> = sources
                 .iter()
-                .enumerate()
-                .map(|(i, (name, snapshot, engine))| SharedSource {
-                    source: i,
-                    name: name.clone(),
-                    engine: *engine,
-                    snapshot: Arc::clone(snapshot),
-                })
+                .map(|(name, snapshot, engine)| (name.as_str(), *engine, snapshot))
                 .collect();
-            let views: Vec<SourceView<'_>> = shared
-                .iter()
-                .map(|s| SourceView {
-                    source: s.source,
-                    name: &s.name,
-                    engine: s.engine,
-                    snapshot: &s.snapshot,
-                })
-                .collect();
-            prop_assert_eq!(kept.join(&shared, &aliases), join(&views, &aliases));
+            let (kept_one, cold) = kept_and_cold(&mut kept, &named, &aliases);
+            prop_assert_eq!(kept_one, cold);
         }
     }
 }
 
 #[test]
-fn new_telemetry_is_taken_in_as_a_join_would_take_it() {
+fn new_readings_are_taken_in_as_a_join_would_take_them() {
     let telemetry = |util: u32, own: u64, loose: u64| {
         snap(
             GpuEngine::Gpuboard,
@@ -304,7 +329,6 @@ fn new_telemetry_is_taken_in_as_a_join_would_take_it() {
         )
     };
     let before = telemetry(40, 2_000, 100);
-    let mut fleet = join_all(&[("ep", &before)]);
     let after = telemetry(70, 3_000, 900);
     assert!(before.snapshot.same_but_telemetry(&after.snapshot));
     let mut measured = telemetry(70, 3_000, 900);
@@ -313,35 +337,51 @@ fn new_telemetry_is_taken_in_as_a_join_would_take_it() {
     let mut cordoned = telemetry(70, 3_000, 900);
     cordoned.snapshot.nodes[0].devices[0].cordoned = true;
     assert!(!before.snapshot.same_but_telemetry(&cordoned.snapshot));
-    assert!(fleet.refresh_telemetry(0, &after.snapshot));
-    assert_eq!(fleet, join_all(&[("ep", &after)]));
-    let unexplained = fleet.gpus[0].flags.iter().find_map(|f| match f {
-        GpuFlag::Unexplained { memory, .. } => Some(*memory),
-        _ => None,
-    });
-    assert_eq!(
-        unexplained,
-        Some(Bytes::mib(900)),
-        "the flag's memory follows"
-    );
-    // A process that came (or a claim that changed) needs the join.
-    let mut came = telemetry(70, 3_000, 900);
-    if let Some(t) = came.snapshot.nodes[0].devices[1].telemetry.as_mut() {
-        t.processes.push(process(12, 10, None, None));
-    }
-    assert!(!fleet.refresh_telemetry(0, &came.snapshot));
-    // A GPU two sources see is the join's.
+    let mut gone = telemetry(70, 3_000, 900);
+    gone.snapshot.nodes[0].devices.pop();
+    // GPU 0 seen by Slurm too: a GPU two sources see takes the readings the same way.
     let other = snap(
         GpuEngine::Slurm,
         vec![node("n1", vec![dev(0, None)])],
         vec![slurm_job(7, "n1", 0)],
     );
-    let mut shared = join_all(&[("ep", &before), ("batch", &other)]);
-    assert!(!shared.refresh_telemetry(0, &after.snapshot));
+    let aliases = Aliases::default();
+    for sources in [1, 2] {
+        let with = |ep| [("ep", ep), ("batch", &other)][..sources].to_vec();
+        let mut kept = Joiner::default();
+        kept.join(&shared(&with(&before)), &aliases);
+        let fleet = kept
+            .refresh(&shared(&with(&after)), &aliases)
+            .expect("the same devices: no grouping again");
+        assert_eq!(fleet, join_all(&with(&after)));
+        assert_eq!(fleet.gpus[0].seen_by.len(), sources);
+        let util = fleet.gpus[0]
+            .telemetry
+            .as_ref()
+            .and_then(|t| t.utilization_gpu);
+        assert_eq!(util, Some(70));
+        let unexplained = fleet.gpus[0].flags.iter().find_map(|f| match f {
+            GpuFlag::Unexplained { memory, .. } => Some(*memory),
+            _ => None,
+        });
+        assert_eq!(
+            unexplained,
+            Some(Bytes::mib(900)),
+            "the flag's memory follows"
+        );
+        // A device gone groups again: not refreshed, and the join kept as it was.
+        assert!(kept.refresh(&shared(&with(&gone)), &aliases).is_none());
+        let again = kept.refresh(&shared(&with(&measured)), &aliases);
+        assert_eq!(again, Some(join_all(&with(&measured))));
+    }
 }
 
-/// Joins `sources` with `kept` and at once, and says whether they agree.
-fn kept_is_cold(kept: &mut Joiner, sources: &[(&str, GpuEngine, &Arc<Snapshot>)]) -> bool {
+/// Joins `sources` (name, engine, snapshot) with `kept` and at once: both results.
+fn kept_and_cold(
+    kept: &mut Joiner,
+    sources: &[(&str, GpuEngine, &Arc<Snapshot>)],
+    aliases: &Aliases,
+) -> (PhysicalFleet, PhysicalFleet) {
     let shared: Vec<SharedSource> = sources
         .iter()
         .enumerate()
@@ -361,7 +401,13 @@ fn kept_is_cold(kept: &mut Joiner, sources: &[(&str, GpuEngine, &Arc<Snapshot>)]
             snapshot: &s.snapshot,
         })
         .collect();
-    kept.join(&shared, &Aliases::default()) == join(&views, &Aliases::default())
+    (kept.join(&shared, aliases), join(&views, aliases))
+}
+
+/// Joins `sources` with `kept` and at once, and says whether they agree.
+fn kept_is_cold(kept: &mut Joiner, sources: &[(&str, GpuEngine, &Arc<Snapshot>)]) -> bool {
+    let (kept, cold) = kept_and_cold(kept, sources, &Aliases::default());
+    kept == cold
 }
 
 #[test]
