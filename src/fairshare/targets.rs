@@ -790,16 +790,19 @@ mod tests {
         }
     }
 
+    /// The division is `want`, and the cuts alone (one max-flow, no fallback) find it.
+    fn divides(resources: &[Capacity], demands: &[Demand], want: &[&[f64]]) {
+        close(&targets(resources, demands), want);
+        close(&by_cuts(resources, demands).unwrap(), want);
+    }
+
     // Resources are [cpu, gpu] in these vectors.
 
     #[test]
     fn the_sources_example_is_75_25_and_cpu_to_b() {
         let resources = [cap(1.0, 1.0), cap(1.0, 2.0)];
         let demands = [demand(100, &[0.0, 1.0]), demand(100, &[1.0, 1.0])];
-        close(
-            &targets(&resources, &demands),
-            &[&[0.0, 0.75], &[1.0, 0.25]],
-        );
+        divides(&resources, &demands, &[&[0.0, 0.75], &[1.0, 0.25]]);
     }
 
     #[test]
@@ -877,7 +880,11 @@ mod tests {
         ];
         let y = targets(&resources, &demands);
         // A and B take the CPUs (1 each), C and D take 3 GFLOP each from the GPU.
-        close(&y, &[&[1.0, 0.0], &[1.0, 0.0], &[0.0, 0.5], &[0.0, 0.5]]);
+        divides(
+            &resources,
+            &demands,
+            &[&[1.0, 0.0], &[1.0, 0.0], &[0.0, 0.5], &[0.0, 0.5]],
+        );
         for r in 0..2 {
             let used: f64 = y.iter().map(|row| row[r]).sum();
             assert!(used <= resources[r].instances + 1e-9);
@@ -1118,26 +1125,6 @@ mod tests {
         assert_eq!(
             narrowed(before, (&[cap(3.5, 1.0), cap(2.0, 1.0)], &demands), &rows),
             Err(Afresh::NotCarried { own: false })
-        );
-    }
-
-    #[test]
-    fn the_cuts_alone_finish_the_examples() {
-        // Every division above made by the cuts with one max-flow, not on the network.
-        let resources = [cap(2.0, 1.0), cap(1.0, 6.0)];
-        let demands = [
-            demand(100, &[2.0, 0.0]),
-            demand(100, &[2.0, 0.0]),
-            demand(100, &[0.0, 1.0]),
-            demand(100, &[2.0, 1.0]),
-        ];
-        let y = by_cuts(&resources, &demands).unwrap();
-        close(&y, &[&[1.0, 0.0], &[1.0, 0.0], &[0.0, 0.5], &[0.0, 0.5]]);
-        let resources = [cap(1.0, 1.0), cap(1.0, 2.0)];
-        let demands = [demand(100, &[0.0, 1.0]), demand(100, &[1.0, 1.0])];
-        close(
-            &by_cuts(&resources, &demands).unwrap(),
-            &[&[0.0, 0.75], &[1.0, 0.25]],
         );
     }
 
