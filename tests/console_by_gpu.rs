@@ -378,6 +378,14 @@ fn join_asked(effects: &[Effect]) -> Vec<gpuboard::console::state::JoinInput> {
         .collect()
 }
 
+/// Updates with `msg`, then answers each join it and what follows ask for until none is.
+fn answer_joins(st: &mut State, msg: Msg) {
+    let mut effects = update(st, msg);
+    while let [input] = join_asked(&effects).as_slice() {
+        effects = update(st, Msg::Joined(Box::new(input.join())));
+    }
+}
+
 #[test]
 fn the_live_console_joins_off_the_update_step_one_join_at_a_time() {
     let at_once = four_sources();
@@ -475,10 +483,7 @@ fn telemetry_alone_reaches_the_physical_gpus_without_a_join() {
     let mut st = endpoints_fed(true, endpoint_snaps(40, 3_000));
     // The joins the first answers asked for, answered until none is asked.
     let first = st.join_input().join();
-    let mut effects = update(&mut st, Msg::Joined(Box::new(first)));
-    while let [input] = join_asked(&effects).as_slice() {
-        effects = update(&mut st, Msg::Joined(Box::new(input.join())));
-    }
+    answer_joins(&mut st, Msg::Joined(Box::new(first)));
     assert!(!st.physical.background.in_flight && !st.physical.background.stale);
     // New figures from `a`, nothing else: no join is asked, yet every view has them.
     let [a, _] = endpoint_snaps(75, 5_000);
@@ -513,10 +518,7 @@ fn telemetry_alone_reaches_the_physical_gpus_without_a_join() {
 fn telemetry_alone_reaches_gpus_other_sources_see_without_a_join() {
     let mut st = four_sources_in(true);
     let first = st.join_input().join();
-    let mut effects = update(&mut st, Msg::Joined(Box::new(first)));
-    while let [input] = join_asked(&effects).as_slice() {
-        effects = update(&mut st, Msg::Joined(Box::new(input.join())));
-    }
+    answer_joins(&mut st, Msg::Joined(Box::new(first)));
     assert!(!st.physical.background.in_flight && !st.physical.background.stale);
     // The endpoint's new figures for GPU 0, which Slurm, Kubernetes and dcgm see too: no
     // join is asked, and the GPU has them.
@@ -630,10 +632,7 @@ fn a_change_keeps_the_data_of_the_sources_it_does_not_touch_shared() {
 fn an_idle_console_joins_nothing_for_ten_minutes() {
     let mut st = four_sources_in(true);
     // The joins the feeding asked for, answered until none is asked.
-    let mut effects = update(&mut st, Msg::Joined(Box::default()));
-    while let [input] = join_asked(&effects).as_slice() {
-        effects = update(&mut st, Msg::Joined(Box::new(input.join())));
-    }
+    answer_joins(&mut st, Msg::Joined(Box::default()));
     assert_eq!(st.physical_fleet().gpus.len(), 2);
     let fleet = std::sync::Arc::clone(&st.physical.fleet);
     // Ten minutes of ticks, each due source answering with what it said before.
