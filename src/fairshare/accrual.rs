@@ -5,7 +5,7 @@
 use super::ledger::Ledger;
 use super::project::Gflop;
 use super::resource::instances_of;
-use super::targets::{Afresh, Capacity, Demand, Narrowed, narrowed, targets};
+use super::targets::{Afresh, Capacity, Demand, Narrowed};
 use super::time::TimestampExt;
 use super::view::EventKind;
 use crate::clock::Timestamp;
@@ -65,37 +65,47 @@ impl Ledger {
                 }
             }
         }
-        let capacities: Vec<Capacity> = self
-            .resources
-            .iter()
-            .zip(&outside)
-            .map(|(res, &held)| Capacity {
-                instances: instances_of(res.capacity().saturating_sub(held)),
-                speed: res.speed,
-            })
-            .collect();
-        let demands: Vec<Demand> = self
-            .projects
-            .iter()
-            .map(|slot| Demand {
-                share: slot.share,
-                caps: (0..m)
-                    .map(|r| {
-                        if slot.accounts[r].accrue {
-                            instances_of(slot.running_units[r] + slot.pending_units[r])
-                        } else {
-                            0.0
-                        }
-                    })
-                    .collect(),
-            })
-            .collect();
+        // Filled in place of the inputs before the last ones: a busy ledger divides at
+        // every instant a claim ends, and these were a score of allocations each time.
+        let (mut capacities, mut demands) = std::mem::take(&mut self.spare);
+        capacities.clear();
+        capacities.extend(
+            self.resources
+                .iter()
+                .zip(&outside)
+                .map(|(res, &held)| Capacity {
+                    instances: instances_of(res.capacity().saturating_sub(held)),
+                    speed: res.speed,
+                }),
+        );
+        demands.truncate(self.projects.len());
+        for (p, slot) in self.projects.iter().enumerate() {
+            let caps = (0..m).map(|r| {
+                if slot.accounts[r].accrue {
+                    instances_of(slot.running_units[r] + slot.pending_units[r])
+                } else {
+                    0.0
+                }
+            });
+            if let Some(d) = demands.get_mut(p) {
+                d.share = slot.share;
+                d.caps.clear();
+                d.caps.extend(caps);
+            } else {
+                demands.push(Demand {
+                    share: slot.share,
+                    caps: caps.collect(),
+                });
+            }
+        }
         // Most changes only narrow what the last division was made for: its targets then
         // stand, or are split again (`narrowed`), and a busy endpoint divides again far
         // less often.
         let now: Vec<&[f64]> = self.projects.iter().map(|s| s.target.as_slice()).collect();
         let kept = match &self.divided {
-            Some((res, dem)) => narrowed((res, dem), (&capacities, &demands), &now),
+            Some((res, dem)) => self
+                .divider
+                .narrowed((res, dem), (&capacities, &demands), &now),
             None => Err(Afresh::Changed),
         };
         // What each division was, for counting them (benches/forecast.rs with
@@ -115,12 +125,14 @@ impl Ledger {
         let division = match kept {
             Ok(Narrowed::Stands) => None,
             Ok(Narrowed::Split(division)) => Some(division),
-            Err(_) => Some(targets(&capacities, &demands)),
+            Err(_) => Some(self.divider.targets(&capacities, &demands)),
         };
         for (slot, row) in self.projects.iter_mut().zip(division.into_iter().flatten()) {
             slot.target = row;
         }
-        self.divided = Some((capacities, demands));
+        if let Some(last) = self.divided.replace((capacities, demands)) {
+            self.spare = last;
+        }
         self.stale = false;
     }
 

@@ -17,7 +17,7 @@ use super::claim::{PendingClaim, RunningClaim};
 use super::project::{Account, InstanceSecs, ProjectName, Share};
 use super::resource::{ResourceId, ResourceType};
 use super::rr::horizon_ms;
-use super::targets::{Capacity, Demand};
+use super::targets::{Capacity, Demand, Divider};
 use super::time::{TimestampExt, secs};
 use super::view::{ClearCause, EventKind, FairShareEvent};
 use super::workfetch::Placed;
@@ -153,6 +153,10 @@ pub struct Ledger {
     /// What the targets were divided for (or last found still fair for): the types'
     /// capacities and the projects' demands.
     pub(super) divided: Option<(Vec<Capacity>, Vec<Demand>)>,
+    /// The inputs of the division before the last one, whose room the next fills.
+    pub(super) spare: (Vec<Capacity>, Vec<Demand>),
+    /// The divisions' flow network, kept between them.
+    pub(super) divider: Divider,
 }
 
 impl Ledger {
@@ -173,6 +177,8 @@ impl Ledger {
             stale: false,
             events: VecDeque::new(),
             divided: None,
+            spare: (Vec::new(), Vec::new()),
+            divider: Divider::default(),
         })
     }
 

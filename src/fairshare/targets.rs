@@ -37,11 +37,39 @@ pub struct Demand {
 /// project's processing per share can be raised without lowering that of a project whose
 /// processing per share is no larger.
 pub fn targets(resources: &[Capacity], demands: &[Demand]) -> Vec<Vec<f64>> {
-    by_cuts(resources, demands).unwrap_or_else(|| {
-        // Counted with the ledger's divisions (accrual.rs).
-        tracing::trace!(target: "gpuboard::division", outcome = "afresh, on the network");
-        divide(resources, demands, CUT_TYPES)
-    })
+    Divider::default().targets(resources, demands)
+}
+
+/// What divisions keep from one to the next: the arrays of the flow network that splits
+/// each one across the types, cleared and filled again each time (a busy ledger divides
+/// thousands of times, and allocating them cost about as much as the max-flow).
+#[derive(Default)]
+pub struct Divider {
+    net: Network,
+}
+
+impl Clone for Divider {
+    /// Scratch space only: a copy starts with its own, empty.
+    fn clone(&self) -> Divider {
+        Divider::default()
+    }
+}
+
+impl std::fmt::Debug for Divider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Divider")
+    }
+}
+
+impl Divider {
+    /// [`targets`], on this divider's network.
+    pub fn targets(&mut self, resources: &[Capacity], demands: &[Demand]) -> Vec<Vec<f64>> {
+        by_cuts(&mut self.net, resources, demands).unwrap_or_else(|| {
+            // Counted with the ledger's divisions (accrual.rs).
+            tracing::trace!(target: "gpuboard::division", outcome = "afresh, on the network");
+            divide(resources, demands, CUT_TYPES)
+        })
+    }
 }
 
 /// What [`narrowed`] found.
@@ -71,71 +99,87 @@ pub enum Afresh {
     },
 }
 
-/// The division for `after` worked out from `y`, the one made for `before`, without
-/// dividing again, when `after` only narrows what `before` allowed (the same projects,
-/// shares and speeds; no type's instances and no project's cap larger): the fairest
-/// division of a set is the fairest of any part of it that still holds it, and each
-/// project's processing in a weighted max-min fair division is unique. So `y` stands while
-/// it fits `after`; else each project's processing in `y` is split again across the types
-/// (one max-flow), if `after` still carries it all. `Err`: divide afresh, and why. Most
-/// changes of a busy endpoint narrow: a claim ends (its project's cap falls) or a waiting
-/// claim is placed (the caps of the types it did not go to fall).
-pub fn narrowed(
-    before: (&[Capacity], &[Demand]),
-    after: (&[Capacity], &[Demand]),
-    y: &[&[f64]],
-) -> Result<Narrowed, Afresh> {
-    let ((res0, dem0), (res1, dem1)) = (before, after);
-    if res0.len() != res1.len() || dem0.len() != dem1.len() || y.len() != dem1.len() {
-        return Err(Afresh::Changed);
-    }
-    let m = res1.len();
-    let mut fits = true;
-    for (r, (a, b)) in res0.iter().zip(res1).enumerate() {
-        let (was, now) = (a.instances.max(0.0), b.instances.max(0.0));
-        if a.speed != b.speed {
+impl Divider {
+    /// The division for `after` worked out from `y`, the one made for `before`, without
+    /// dividing again, when `after` only narrows what `before` allowed (the same projects,
+    /// shares and speeds; no type's instances and no project's cap larger): the fairest
+    /// division of a set is the fairest of any part of it that still holds it, and each
+    /// project's processing in a weighted max-min fair division is unique. So `y` stands while
+    /// it fits `after`; else each project's processing in `y` is split again across the types
+    /// (one max-flow), if `after` still carries it all. `Err`: divide afresh, and why. Most
+    /// changes of a busy endpoint narrow: a claim ends (its project's cap falls) or a waiting
+    /// claim is placed (the caps of the types it did not go to fall).
+    pub fn narrowed(
+        &mut self,
+        before: (&[Capacity], &[Demand]),
+        after: (&[Capacity], &[Demand]),
+        y: &[&[f64]],
+    ) -> Result<Narrowed, Afresh> {
+        let ((res0, dem0), (res1, dem1)) = (before, after);
+        if res0.len() != res1.len() || dem0.len() != dem1.len() || y.len() != dem1.len() {
             return Err(Afresh::Changed);
         }
-        if now > was {
-            return Err(Afresh::TypeGrew(r));
-        }
-        if now < was {
-            let handed: f64 = y.iter().map(|row| row.get(r).copied().unwrap_or(0.0)).sum();
-            fits &= handed <= now;
-        }
-    }
-    for (p, ((a, b), row)) in dem0.iter().zip(dem1).zip(y).enumerate() {
-        if a.share != b.share || row.len() != m {
-            return Err(Afresh::Changed);
-        }
-        for r in 0..m {
-            let was = cap_of(a, r).min(res0[r].instances.max(0.0));
-            let now = cap_of(b, r).min(res1[r].instances.max(0.0));
-            if now > was {
-                return Err(Afresh::CapGrew(p, r));
+        let m = res1.len();
+        let mut fits = true;
+        for (r, (a, b)) in res0.iter().zip(res1).enumerate() {
+            let (was, now) = (a.instances.max(0.0), b.instances.max(0.0));
+            if a.speed != b.speed {
+                return Err(Afresh::Changed);
             }
-            fits &= row[r] <= now;
+            if now > was {
+                return Err(Afresh::TypeGrew(r));
+            }
+            if now < was {
+                let handed: f64 = y.iter().map(|row| row.get(r).copied().unwrap_or(0.0)).sum();
+                fits &= handed <= now;
+            }
         }
-    }
-    if fits {
-        return Ok(Narrowed::Stands);
-    }
-    split(res1, dem1, y).map(Narrowed::Split).ok_or_else(|| {
-        let own = dem1.iter().zip(y).any(|(d, row)| {
+        for (p, ((a, b), row)) in dem0.iter().zip(dem1).zip(y).enumerate() {
+            if a.share != b.share || row.len() != m {
+                return Err(Afresh::Changed);
+            }
+            for r in 0..m {
+                let was = cap_of(a, r).min(res0[r].instances.max(0.0));
+                let now = cap_of(b, r).min(res1[r].instances.max(0.0));
+                if now > was {
+                    return Err(Afresh::CapGrew(p, r));
+                }
+                fits &= row[r] <= now;
+            }
+        }
+        if fits {
+            return Ok(Narrowed::Stands);
+        }
+        // A project whose caps together fall short of its processing by more than the
+        // max-flow's tolerance cannot be carried: known without the max-flow, and the most
+        // common reason a division is made afresh (a holder of a project at its own cap ends).
+        let tol = 1e-9 * res1.iter().map(room_of).sum::<f64>().max(1.0);
+        let mut own = false;
+        for (d, row) in dem1.iter().zip(y) {
             let (mut x, mut most) = (0.0, 0.0);
             for (r, res) in res1.iter().enumerate() {
                 x += row[r] * res.speed.gflops();
                 most += cap_of(d, r).min(res.instances.max(0.0)) * res.speed.gflops();
             }
-            most < x * (1.0 - 1e-9)
-        });
-        Afresh::NotCarried { own }
-    })
+            if most < x - tol {
+                return Err(Afresh::NotCarried { own: true });
+            }
+            own |= most < x * (1.0 - 1e-9);
+        }
+        split(&mut self.net, res1, dem1, y)
+            .map(Narrowed::Split)
+            .ok_or(Afresh::NotCarried { own })
+    }
 }
 
 /// Each project's processing in `y` split again across the types of `resources` and
 /// `demands` by one max-flow; `None` when they cannot carry it all.
-fn split(resources: &[Capacity], demands: &[Demand], y: &[&[f64]]) -> Option<Vec<Vec<f64>>> {
+fn split(
+    net: &mut Network,
+    resources: &[Capacity],
+    demands: &[Demand],
+    y: &[&[f64]],
+) -> Option<Vec<Vec<f64>>> {
     let x: Vec<f64> = y
         .iter()
         .map(|row| {
@@ -145,19 +189,20 @@ fn split(resources: &[Capacity], demands: &[Demand], y: &[&[f64]]) -> Option<Vec
                 .sum()
         })
         .collect();
-    split_processing(resources, demands, &x)
+    split_processing(net, resources, demands, &x)
 }
 
 /// Processing `x[p]` of each project split across the types by one max-flow; `None` when
 /// the types and caps cannot carry it all.
 fn split_processing(
+    net: &mut Network,
     resources: &[Capacity],
     demands: &[Demand],
     x: &[f64],
 ) -> Option<Vec<Vec<f64>>> {
     let (n, m) = (demands.len(), resources.len());
     let (source, sink) = (0, n + m + 1);
-    let mut net = Network::new(n + m + 2, m + n + n * m);
+    net.clear(n + m + 2);
     let mut total = 0.0;
     for (r, res) in resources.iter().enumerate() {
         let c = res.instances.max(0.0) * res.speed.gflops();
@@ -199,7 +244,7 @@ fn split_processing(
 /// max-flow; one max-flow then splits each project's processing across the types. `None`
 /// where rounding leaves a round that stops no project, or the split falls short: the
 /// caller divides on the network instead ([`divide`]).
-fn by_cuts(resources: &[Capacity], demands: &[Demand]) -> Option<Vec<Vec<f64>>> {
+fn by_cuts(net: &mut Network, resources: &[Capacity], demands: &[Demand]) -> Option<Vec<Vec<f64>>> {
     let m = resources.len();
     if m > CUT_TYPES {
         return None;
@@ -235,6 +280,7 @@ fn by_cuts(resources: &[Capacity], demands: &[Demand]) -> Option<Vec<Vec<f64>>> 
         .map(|&p| f64::from(demands[p].share.get()))
         .collect();
     let n = active.len();
+    let mut cuts = Cuts::new(&room, &reach, &weight, &most, tol, CUT_TYPES)?;
     let mut frozen: Vec<Option<f64>> = vec![None; n];
     let mut low = 0.0_f64;
     while frozen.iter().any(Option::is_none) {
@@ -242,20 +288,12 @@ fn by_cuts(resources: &[Capacity], demands: &[Demand]) -> Option<Vec<Vec<f64>>> 
             .filter(|&i| frozen[i].is_none())
             .map(|i| most[i] / weight[i])
             .fold(low, f64::max);
-        let cuts = Cuts {
-            room: &room,
-            reach: &reach,
-            frozen: &frozen,
-            weight: &weight,
-            most: &most,
-            tol,
-        };
-        let level = cuts.level(low, high, CUT_TYPES)?;
-        let stopped = cuts.stopped(level);
+        let level = cuts.level(&frozen, low, high);
+        let stopped = cuts.stopped(&frozen, level);
         if !stopped.iter().any(|&s| s) {
             return None;
         }
-        let at: Vec<f64> = (0..n).map(|i| cuts.demand(i, level)).collect();
+        let at: Vec<f64> = (0..n).map(|i| cuts.demand(&frozen, i, level)).collect();
         for i in 0..n {
             if stopped[i] {
                 frozen[i] = Some(at[i]);
@@ -267,7 +305,7 @@ fn by_cuts(resources: &[Capacity], demands: &[Demand]) -> Option<Vec<Vec<f64>>> 
     for (i, &p) in active.iter().enumerate() {
         x[p] = frozen[i].unwrap_or(0.0);
     }
-    split_processing(resources, demands, &x)
+    split_processing(net, resources, demands, &x)
 }
 
 /// [`targets`], finding levels from the cuts when there are at most `cut_types` types
@@ -329,6 +367,7 @@ fn divide(resources: &[Capacity], demands: &[Demand], cut_types: usize) -> Vec<V
     }
     let room: Vec<f64> = resource_edge.iter().map(|&e| net.capacity[e]).collect();
     let min_weight = weight.iter().copied().fold(f64::INFINITY, f64::min);
+    let mut cuts = Cuts::new(&room, &reach, &weight, &most, tol, cut_types);
 
     // frozen[i]: the processing project i is held at; None while it still grows.
     let mut frozen: Vec<Option<f64>> = vec![None; n];
@@ -383,15 +422,7 @@ fn divide(resources: &[Capacity], demands: &[Demand], cut_types: usize) -> Vec<V
             let mut high = high;
             // Where a cut fills, worked out from the cuts (few types); bisection only for
             // what rounding leaves, or for many types.
-            let cut = Cuts {
-                room: &room,
-                reach: &reach,
-                frozen: &frozen,
-                weight: &weight,
-                most: &most,
-                tol,
-            };
-            if let Some(level) = cut.level(low, high, cut_types) {
+            if let Some(level) = cuts.as_mut().map(|c| c.level(&frozen, low, high)) {
                 // Checked on the network: carried at the level and not a little above it (past
                 // the tolerance at the smallest weight); otherwise bisection goes on from it.
                 let above = level + 4.0 * tol / min_weight;
@@ -470,60 +501,86 @@ const CUT_TYPES: usize = 6;
 ///
 /// A cut puts a set S of types on the source's side: every project's demand beyond what
 /// it can send to types outside S must fit in S's capacity. The network carries every
-/// demand at a level exactly when that holds for every S (max-flow min-cut).
+/// demand at a level exactly when that holds for every S (max-flow min-cut). Each set's
+/// room and what each project can send around it are worked out once per division: they
+/// do not change from round to round, only which projects are frozen does.
 struct Cuts<'a> {
-    /// Each type's capacity (instances x speed).
-    room: &'a [f64],
-    /// Each project's edges: (type, capacity).
-    reach: &'a [Vec<(usize, f64)>],
-    frozen: &'a [Option<f64>],
+    /// Per set (a bit per type; set 0 unused): the room of its types.
+    room: Vec<f64>,
+    /// Per set, per project (`set * n + i`): what it can send to the types outside the set.
+    around: Vec<f64>,
     weight: &'a [f64],
     most: &'a [f64],
     /// What a cut may be over by and still hold: rounding (`over` is flat at `room` along
     /// stretches, and a rounded point there must not end the stretch early).
     tol: f64,
+    /// The bends of one set's `over`, kept between calls.
+    points: Vec<f64>,
 }
 
-impl Cuts<'_> {
+impl<'a> Cuts<'a> {
+    /// The cuts of the types with capacities `room` (instances x speed) and each project's
+    /// edges `reach` (type, capacity); `None` with more than `most_types` types.
+    fn new(
+        room: &[f64],
+        reach: &[Vec<(usize, f64)>],
+        weight: &'a [f64],
+        most: &'a [f64],
+        tol: f64,
+        most_types: usize,
+    ) -> Option<Cuts<'a>> {
+        let m = room.len();
+        if m > most_types {
+            return None;
+        }
+        let (sets, n) = (1usize << m, reach.len());
+        let mut cut_room = vec![0.0; sets];
+        let mut around = vec![0.0; sets * n];
+        for set in 1..sets {
+            let inside = |r: usize| set & (1 << r) != 0;
+            cut_room[set] = (0..m).filter(|&r| inside(r)).map(|r| room[r]).sum();
+            for (i, e) in reach.iter().enumerate() {
+                around[set * n + i] = e.iter().filter(|(r, _)| !inside(*r)).map(|(_, c)| c).sum();
+            }
+        }
+        Some(Cuts {
+            room: cut_room,
+            around,
+            weight,
+            most,
+            tol,
+            points: Vec::with_capacity(2 * n + 2),
+        })
+    }
+
     /// Project `i`'s processing at `level`: where it was frozen, else its share of the
     /// level up to its own limit.
-    fn demand(&self, i: usize, level: f64) -> f64 {
-        self.frozen[i].unwrap_or((self.weight[i] * level).min(self.most[i]))
+    fn demand(&self, frozen: &[Option<f64>], i: usize, level: f64) -> f64 {
+        frozen[i].unwrap_or((self.weight[i] * level).min(self.most[i]))
     }
 
     /// What each project can send to the types outside `set`.
-    fn around(&self, set: u32) -> Vec<f64> {
-        self.reach
-            .iter()
-            .map(|e| {
-                e.iter()
-                    .filter(|(r, _)| set & (1 << r) == 0)
-                    .map(|(_, c)| c)
-                    .sum()
-            })
-            .collect()
+    fn around(&self, set: usize) -> &[f64] {
+        let n = self.weight.len();
+        &self.around[set * n..(set + 1) * n]
     }
 
     /// The growing projects that cannot grow past `level`: at their own limit, or sending
     /// into a cut that is full there (any more of theirs would pass its room).
-    fn stopped(&self, level: f64) -> Vec<bool> {
-        let n = self.reach.len();
-        let m = self.room.len();
+    fn stopped(&self, frozen: &[Option<f64>], level: f64) -> Vec<bool> {
+        let n = self.weight.len();
         let mut stopped: Vec<bool> = (0..n)
-            .map(|i| self.frozen[i].is_none() && self.weight[i] * level >= self.most[i] - self.tol)
+            .map(|i| frozen[i].is_none() && self.weight[i] * level >= self.most[i] - self.tol)
             .collect();
-        for set in 1u32..(1 << m) {
-            let room: f64 = (0..m)
-                .filter(|&r| set & (1 << r) != 0)
-                .map(|r| self.room[r])
-                .sum();
+        for set in 1..self.room.len() {
             let around = self.around(set);
             let over: f64 = (0..n)
-                .map(|i| (self.demand(i, level) - around[i]).max(0.0))
+                .map(|i| (self.demand(frozen, i, level) - around[i]).max(0.0))
                 .sum();
-            if over >= room - self.tol {
+            if over >= self.room[set] - self.tol {
                 for i in 0..n {
-                    if self.frozen[i].is_none() && self.demand(i, level) >= around[i] - self.tol {
+                    if frozen[i].is_none() && self.demand(frozen, i, level) >= around[i] - self.tol
+                    {
                         stopped[i] = true;
                     }
                 }
@@ -532,30 +589,18 @@ impl Cuts<'_> {
         stopped
     }
 
-    /// The highest level in `[low, high]` at which every cut holds; `None` with more than
-    /// `most_types` types.
-    fn level(&self, low: f64, high: f64, most_types: usize) -> Option<f64> {
-        let m = self.room.len();
-        if m > most_types {
-            return None;
-        }
-        let n = self.reach.len();
+    /// The highest level in `[low, high]` at which every cut holds.
+    fn level(&mut self, frozen: &[Option<f64>], low: f64, high: f64) -> f64 {
+        let n = self.weight.len();
         let mut level = high;
-        for set in 1u32..(1 << m) {
-            let inside = |r: usize| set & (1 << r) != 0;
-            let room: f64 = (0..m).filter(|&r| inside(r)).map(|r| self.room[r]).sum();
+        let mut points = std::mem::take(&mut self.points);
+        for set in 1..self.room.len() {
+            let room = self.room[set];
             // What each project can send around the set.
-            let around: Vec<f64> = self
-                .reach
-                .iter()
-                .map(|e| e.iter().filter(|(r, _)| !inside(*r)).map(|(_, c)| c).sum())
-                .collect();
+            let around = self.around(set);
             let over = |l: f64| -> f64 {
                 (0..n)
-                    .map(|i| {
-                        let d = self.frozen[i].unwrap_or((self.weight[i] * l).min(self.most[i]));
-                        (d - around[i]).max(0.0)
-                    })
+                    .map(|i| (self.demand(frozen, i, l) - around[i]).max(0.0))
                     .sum()
             };
             let holds = |l: f64| over(l) <= room + self.tol;
@@ -564,12 +609,14 @@ impl Cuts<'_> {
             }
             // `over` is piecewise linear and never falls: find where it passes `room`
             // between its bends.
-            let mut points: Vec<f64> = (0..n)
-                .filter(|&i| self.frozen[i].is_none())
-                .flat_map(|i| [around[i] / self.weight[i], self.most[i] / self.weight[i]])
-                .filter(|&p| p > low && p < level)
-                .chain([low, level])
-                .collect();
+            points.clear();
+            points.extend(
+                (0..n)
+                    .filter(|&i| frozen[i].is_none())
+                    .flat_map(|i| [around[i] / self.weight[i], self.most[i] / self.weight[i]])
+                    .filter(|&p| p > low && p < level)
+                    .chain([low, level]),
+            );
             points.sort_by(f64::total_cmp);
             points.dedup();
             let k = points.partition_point(|&p| holds(p));
@@ -582,8 +629,14 @@ impl Cuts<'_> {
             let crossing = a + (room - fa) * (b - a) / (fb - fa);
             level = level.min(crossing.clamp(a, b));
         }
-        Some(level)
+        self.points = points;
+        level
     }
+}
+
+/// A type's processing per second: its instances times its speed.
+fn room_of(resource: &Capacity) -> f64 {
+    resource.instances.max(0.0) * resource.speed.gflops()
 }
 
 fn cap_of(demand: &Demand, r: usize) -> f64 {
@@ -618,7 +671,30 @@ struct Network {
     queue: Vec<usize>,
 }
 
+impl Default for Network {
+    fn default() -> Network {
+        Network::new(0, 0)
+    }
+}
+
 impl Network {
+    /// Empties the network for one of `nodes` nodes, keeping its arrays' room.
+    fn clear(&mut self, nodes: usize) {
+        self.from.clear();
+        self.to.clear();
+        self.capacity.clear();
+        self.residual.clear();
+        self.adj.clear();
+        self.start.clear();
+        self.start.resize(nodes + 1, 0);
+        self.level.clear();
+        self.level.resize(nodes, 0);
+        self.next.clear();
+        self.next.resize(nodes, 0);
+        self.queue.clear();
+        self.laid_out = true;
+    }
+
     /// A network of `nodes` nodes with room for `edges` edges (and their reverses).
     fn new(nodes: usize, edges: usize) -> Network {
         Network {
@@ -793,7 +869,10 @@ mod tests {
     /// The division is `want`, and the cuts alone (one max-flow, no fallback) find it.
     fn divides(resources: &[Capacity], demands: &[Demand], want: &[&[f64]]) {
         close(&targets(resources, demands), want);
-        close(&by_cuts(resources, demands).unwrap(), want);
+        close(
+            &by_cuts(&mut Network::default(), resources, demands).unwrap(),
+            want,
+        );
     }
 
     // Resources are [cpu, gpu] in these vectors.
@@ -971,7 +1050,7 @@ mod tests {
             let by_cuts = divide(&resources, &demands, CUT_TYPES);
             let by_bisection = divide(&resources, &demands, 0);
             // The cuts alone, where rounding lets them finish (else `targets` uses the first).
-            let alone = super::by_cuts(&resources, &demands).unwrap_or_else(|| by_cuts.clone());
+            let alone = super::by_cuts(&mut Network::default(), &resources, &demands).unwrap_or_else(|| by_cuts.clone());
             for y in [&by_cuts, &by_bisection, &alone] {
                 for (r, res) in resources.iter().enumerate() {
                     let used: f64 = y.iter().map(|row| row[r]).sum();
@@ -1041,7 +1120,7 @@ mod tests {
                 .collect();
             let rows: Vec<&[f64]> = y.iter().map(Vec::as_slice).collect();
             for res in [&resources, &less] {
-                let y = match narrowed((&resources, &demands), (res, &after), &rows) {
+                let y = match Divider::default().narrowed((&resources, &demands), (res, &after), &rows) {
                     Err(_) => continue,
                     Ok(Narrowed::Stands) => y.clone(),
                     Ok(Narrowed::Split(y)) => y,
@@ -1063,7 +1142,7 @@ mod tests {
             }
             // Nothing changed at all: it stands.
             proptest::prop_assert_eq!(
-                narrowed((&resources, &demands), (&resources, &demands), &rows),
+                Divider::default().narrowed((&resources, &demands), (&resources, &demands), &rows),
                 Ok(Narrowed::Stands)
             );
         }
@@ -1085,14 +1164,14 @@ mod tests {
         // The first project's cap falls to 3.5: its 3 still fit, and are still its part.
         let after = with(&[3.5, 0.0], &[1.0, 2.0]);
         assert_eq!(
-            narrowed(before, (&resources, &after), &rows),
+            Divider::default().narrowed(before, (&resources, &after), &rows),
             Ok(Narrowed::Stands)
         );
         // The second's cap on the first type falls to 0: the second type alone cannot
         // carry its 3, so the division is made again.
         let after = with(&[4.0, 0.0], &[0.0, 2.0]);
         assert_eq!(
-            narrowed(before, (&resources, &after), &rows),
+            Divider::default().narrowed(before, (&resources, &after), &rows),
             Err(Afresh::NotCarried { own: true })
         );
         // With caps of 2 on both types, one fair division gives the second project 2 of
@@ -1102,7 +1181,7 @@ mod tests {
         let y2: [&[f64]; 2] = [&[3.0, 0.0], &[2.0, 1.0]];
         let after = with(&[4.0, 0.0], &[1.0, 2.0]);
         let Ok(Narrowed::Split(again)) =
-            narrowed((&resources, &before2), (&resources, &after), &y2)
+            Divider::default().narrowed((&resources, &before2), (&resources, &after), &y2)
         else {
             panic!("not split again");
         };
@@ -1110,22 +1189,62 @@ mod tests {
         // A cap grows, a share changes, a type grows, or shrinks below what is handed out.
         let after = with(&[4.0, 1.0], &[1.0, 2.0]);
         assert_eq!(
-            narrowed(before, (&resources, &after), &rows),
+            Divider::default().narrowed(before, (&resources, &after), &rows),
             Err(Afresh::CapGrew(0, 1))
         );
         let after = [demand(200, &[4.0, 0.0]), demand(100, &[1.0, 2.0])];
         assert_eq!(
-            narrowed(before, (&resources, &after), &rows),
+            Divider::default().narrowed(before, (&resources, &after), &rows),
             Err(Afresh::Changed)
         );
         assert_eq!(
-            narrowed(before, (&[cap(5.0, 1.0), cap(2.0, 1.0)], &demands), &rows),
+            Divider::default().narrowed(before, (&[cap(5.0, 1.0), cap(2.0, 1.0)], &demands), &rows),
             Err(Afresh::TypeGrew(0))
         );
         assert_eq!(
-            narrowed(before, (&[cap(3.5, 1.0), cap(2.0, 1.0)], &demands), &rows),
+            Divider::default().narrowed(before, (&[cap(3.5, 1.0), cap(2.0, 1.0)], &demands), &rows),
             Err(Afresh::NotCarried { own: false })
         );
+    }
+
+    proptest::proptest! {
+        /// One divider kept across divisions of different sizes (as a ledger keeps it)
+        /// gives exactly what a new one gives each time: its network is laid out afresh.
+        #[test]
+        fn a_kept_divider_divides_as_a_new_one(
+            divisions in proptest::collection::vec((
+                proptest::collection::vec((0u32..6, 1u32..5), 1..4),
+                proptest::collection::vec(
+                    (0u32..4, proptest::collection::vec(0u32..8, 3)), 0..7),
+            ), 1..6),
+        ) {
+            let mut kept = Divider::default();
+            let mut last: Option<(Vec<Capacity>, Vec<Demand>, Vec<Vec<f64>>)> = None;
+            for (types, projects) in &divisions {
+                let resources: Vec<Capacity> = types
+                    .iter()
+                    .map(|&(n, s)| cap(f64::from(n), f64::from(s)))
+                    .collect();
+                let demands: Vec<Demand> = projects
+                    .iter()
+                    .map(|(share, caps)| {
+                        let caps: Vec<f64> =
+                            caps.iter().take(resources.len()).map(|&c| f64::from(c) / 2.0).collect();
+                        demand(share * 50, &caps)
+                    })
+                    .collect();
+                let y = kept.targets(&resources, &demands);
+                proptest::prop_assert_eq!(&y, &targets(&resources, &demands));
+                if let Some((res0, dem0, y0)) = &last {
+                    let rows: Vec<&[f64]> = y0.iter().map(Vec::as_slice).collect();
+                    proptest::prop_assert_eq!(
+                        kept.narrowed((res0, dem0), (&resources, &demands), &rows),
+                        Divider::default().narrowed((res0, dem0), (&resources, &demands), &rows)
+                    );
+                }
+                last = Some((resources, demands, y));
+            }
+        }
     }
 
     #[test]
