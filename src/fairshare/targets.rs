@@ -46,6 +46,16 @@ pub fn targets(resources: &[Capacity], demands: &[Demand]) -> Vec<Vec<f64>> {
 #[derive(Default)]
 pub struct Divider {
     net: Network,
+    /// The filling's arrays ([`Divider::by_cuts`]), likewise.
+    cuts: Cuts,
+    active: Vec<usize>,
+    room: Vec<f64>,
+    /// Per active project its edges (type, capacity); rows past the active ones are kept
+    /// only for their room.
+    reach: Vec<Vec<(usize, f64)>>,
+    frozen: Vec<Option<f64>>,
+    stopped: Vec<bool>,
+    x: Vec<f64>,
 }
 
 impl Clone for Divider {
@@ -64,7 +74,7 @@ impl std::fmt::Debug for Divider {
 impl Divider {
     /// [`targets`], on this divider's network.
     pub fn targets(&mut self, resources: &[Capacity], demands: &[Demand]) -> Vec<Vec<f64>> {
-        by_cuts(&mut self.net, resources, demands).unwrap_or_else(|| {
+        self.by_cuts(resources, demands).unwrap_or_else(|| {
             // Counted with the ledger's divisions (accrual.rs).
             tracing::trace!(target: "gpuboard::division", outcome = "afresh, on the network");
             divide(resources, demands, CUT_TYPES)
@@ -238,74 +248,77 @@ fn split_processing(
     Some(result)
 }
 
-/// The division found on the cuts alone (at most [`CUT_TYPES`] types): the progressive
-/// filling reads from the 2^m cuts both the level at which one fills and which projects
-/// it stops (those that send into a full cut, or have reached their own limit), with no
-/// max-flow; one max-flow then splits each project's processing across the types. `None`
-/// where rounding leaves a round that stops no project, or the split falls short: the
-/// caller divides on the network instead ([`divide`]).
-fn by_cuts(net: &mut Network, resources: &[Capacity], demands: &[Demand]) -> Option<Vec<Vec<f64>>> {
-    let m = resources.len();
-    if m > CUT_TYPES {
-        return None;
-    }
-    let active: Vec<usize> = (0..demands.len())
-        .filter(|&p| {
-            demands[p].share.get() > 0
-                && (0..m).any(|r| cap_of(&demands[p], r) > 0.0 && resources[r].instances > 0.0)
-        })
-        .collect();
-    let room: Vec<f64> = resources
-        .iter()
-        .map(|res| res.instances.max(0.0) * res.speed.gflops())
-        .collect();
-    let tol = 1e-9 * room.iter().sum::<f64>().max(1.0);
-    let reach: Vec<Vec<(usize, f64)>> = active
-        .iter()
-        .map(|&p| {
-            (0..m)
-                .filter_map(|r| {
-                    let instances = cap_of(&demands[p], r).min(resources[r].instances.max(0.0));
-                    (instances > 0.0).then(|| (r, instances * resources[r].speed.gflops()))
-                })
-                .collect()
-        })
-        .collect();
-    let most: Vec<f64> = reach
-        .iter()
-        .map(|e| e.iter().map(|(_, c)| c).sum())
-        .collect();
-    let weight: Vec<f64> = active
-        .iter()
-        .map(|&p| f64::from(demands[p].share.get()))
-        .collect();
-    let n = active.len();
-    let mut cuts = Cuts::new(&room, &reach, &weight, &most, tol, CUT_TYPES)?;
-    let mut frozen: Vec<Option<f64>> = vec![None; n];
-    let mut low = 0.0_f64;
-    while frozen.iter().any(Option::is_none) {
-        let high = (0..n)
-            .filter(|&i| frozen[i].is_none())
-            .map(|i| most[i] / weight[i])
-            .fold(low, f64::max);
-        let level = cuts.level(&frozen, low, high);
-        let stopped = cuts.stopped(&frozen, level);
-        if !stopped.iter().any(|&s| s) {
+impl Divider {
+    /// The division found on the cuts alone (at most [`CUT_TYPES`] types): the progressive
+    /// filling reads from the 2^m cuts both the level at which one fills and which projects
+    /// it stops (those that send into a full cut, or have reached their own limit), with no
+    /// max-flow; one max-flow then splits each project's processing across the types. `None`
+    /// where rounding leaves a round that stops no project, or the split falls short: the
+    /// caller divides on the network instead ([`divide`]).
+    fn by_cuts(&mut self, resources: &[Capacity], demands: &[Demand]) -> Option<Vec<Vec<f64>>> {
+        let m = resources.len();
+        if m > CUT_TYPES {
             return None;
         }
-        let at: Vec<f64> = (0..n).map(|i| cuts.demand(&frozen, i, level)).collect();
-        for i in 0..n {
-            if stopped[i] {
-                frozen[i] = Some(at[i]);
-            }
+        let Divider {
+            net,
+            cuts,
+            active,
+            room,
+            reach,
+            frozen,
+            stopped,
+            x,
+        } = self;
+        active.clear();
+        active.extend((0..demands.len()).filter(|&p| {
+            demands[p].share.get() > 0
+                && (0..m).any(|r| cap_of(&demands[p], r) > 0.0 && resources[r].instances > 0.0)
+        }));
+        room.clear();
+        room.extend(resources.iter().map(room_of));
+        let tol = 1e-9 * room.iter().sum::<f64>().max(1.0);
+        let n = active.len();
+        if reach.len() < n {
+            reach.resize_with(n, Vec::new);
         }
-        low = level;
+        for (e, &p) in reach.iter_mut().zip(active.iter()) {
+            e.clear();
+            e.extend((0..m).filter_map(|r| {
+                let instances = cap_of(&demands[p], r).min(resources[r].instances.max(0.0));
+                (instances > 0.0).then(|| (r, instances * resources[r].speed.gflops()))
+            }));
+        }
+        let weight = active.iter().map(|&p| f64::from(demands[p].share.get()));
+        cuts.fill(room, &reach[..n], weight, tol);
+        frozen.clear();
+        frozen.resize(n, None);
+        let mut low = 0.0_f64;
+        while frozen.iter().any(Option::is_none) {
+            let high = (0..n)
+                .filter(|&i| frozen[i].is_none())
+                .map(|i| cuts.most[i] / cuts.weight[i])
+                .fold(low, f64::max);
+            let level = cuts.level(frozen, low, high);
+            cuts.stopped(frozen, level, stopped);
+            if !stopped.iter().any(|&s| s) {
+                return None;
+            }
+            for i in 0..n {
+                // Only a growing project stops, and its demand reads only its own entry.
+                if stopped[i] {
+                    frozen[i] = Some(cuts.demand(frozen, i, level));
+                }
+            }
+            low = level;
+        }
+        x.clear();
+        x.resize(demands.len(), 0.0);
+        for (i, &p) in active.iter().enumerate() {
+            x[p] = frozen[i].unwrap_or(0.0);
+        }
+        split_processing(net, resources, demands, x)
     }
-    let mut x = vec![0.0; demands.len()];
-    for (i, &p) in active.iter().enumerate() {
-        x[p] = frozen[i].unwrap_or(0.0);
-    }
-    split_processing(net, resources, demands, &x)
 }
 
 /// [`targets`], finding levels from the cuts when there are at most `cut_types` types
@@ -367,7 +380,11 @@ fn divide(resources: &[Capacity], demands: &[Demand], cut_types: usize) -> Vec<V
     }
     let room: Vec<f64> = resource_edge.iter().map(|&e| net.capacity[e]).collect();
     let min_weight = weight.iter().copied().fold(f64::INFINITY, f64::min);
-    let mut cuts = Cuts::new(&room, &reach, &weight, &most, tol, cut_types);
+    let mut cuts = (m <= cut_types).then(|| {
+        let mut cuts = Cuts::default();
+        cuts.fill(&room, &reach, weight.iter().copied(), tol);
+        cuts
+    });
 
     // frozen[i]: the processing project i is held at; None while it still grows.
     let mut frozen: Vec<Option<f64>> = vec![None; n];
@@ -504,13 +521,15 @@ const CUT_TYPES: usize = 6;
 /// demand at a level exactly when that holds for every S (max-flow min-cut). Each set's
 /// room and what each project can send around it are worked out once per division: they
 /// do not change from round to round, only which projects are frozen does.
-struct Cuts<'a> {
+#[derive(Default)]
+struct Cuts {
     /// Per set (a bit per type; set 0 unused): the room of its types.
     room: Vec<f64>,
     /// Per set, per project (`set * n + i`): what it can send to the types outside the set.
     around: Vec<f64>,
-    weight: &'a [f64],
-    most: &'a [f64],
+    /// Per project: its share, and the most it can take (all its edges).
+    weight: Vec<f64>,
+    most: Vec<f64>,
     /// What a cut may be over by and still hold: rounding (`over` is flat at `room` along
     /// stretches, and a rounded point there must not end the stretch early).
     tol: f64,
@@ -518,39 +537,37 @@ struct Cuts<'a> {
     points: Vec<f64>,
 }
 
-impl<'a> Cuts<'a> {
-    /// The cuts of the types with capacities `room` (instances x speed) and each project's
-    /// edges `reach` (type, capacity); `None` with more than `most_types` types.
-    fn new(
+impl Cuts {
+    /// The cuts of the types with capacities `room` (instances x speed), for projects with
+    /// edges `reach` (type, capacity) and shares `weight`; the arrays of the last cuts are
+    /// filled again.
+    fn fill(
+        &mut self,
         room: &[f64],
         reach: &[Vec<(usize, f64)>],
-        weight: &'a [f64],
-        most: &'a [f64],
+        weight: impl Iterator<Item = f64>,
         tol: f64,
-        most_types: usize,
-    ) -> Option<Cuts<'a>> {
+    ) {
         let m = room.len();
-        if m > most_types {
-            return None;
-        }
         let (sets, n) = (1usize << m, reach.len());
-        let mut cut_room = vec![0.0; sets];
-        let mut around = vec![0.0; sets * n];
+        self.weight.clear();
+        self.weight.extend(weight);
+        self.most.clear();
+        self.most
+            .extend(reach.iter().map(|e| e.iter().map(|(_, c)| c).sum::<f64>()));
+        self.room.clear();
+        self.room.resize(sets, 0.0);
+        self.around.clear();
+        self.around.resize(sets * n, 0.0);
         for set in 1..sets {
             let inside = |r: usize| set & (1 << r) != 0;
-            cut_room[set] = (0..m).filter(|&r| inside(r)).map(|r| room[r]).sum();
+            self.room[set] = (0..m).filter(|&r| inside(r)).map(|r| room[r]).sum();
             for (i, e) in reach.iter().enumerate() {
-                around[set * n + i] = e.iter().filter(|(r, _)| !inside(*r)).map(|(_, c)| c).sum();
+                self.around[set * n + i] =
+                    e.iter().filter(|(r, _)| !inside(*r)).map(|(_, c)| c).sum();
             }
         }
-        Some(Cuts {
-            room: cut_room,
-            around,
-            weight,
-            most,
-            tol,
-            points: Vec::with_capacity(2 * n + 2),
-        })
+        self.tol = tol;
     }
 
     /// Project `i`'s processing at `level`: where it was frozen, else its share of the
@@ -565,13 +582,16 @@ impl<'a> Cuts<'a> {
         &self.around[set * n..(set + 1) * n]
     }
 
-    /// The growing projects that cannot grow past `level`: at their own limit, or sending
-    /// into a cut that is full there (any more of theirs would pass its room).
-    fn stopped(&self, frozen: &[Option<f64>], level: f64) -> Vec<bool> {
+    /// Into `stopped`, the growing projects that cannot grow past `level`: at their own
+    /// limit, or sending into a cut that is full there (any more of theirs would pass its
+    /// room).
+    fn stopped(&self, frozen: &[Option<f64>], level: f64, stopped: &mut Vec<bool>) {
         let n = self.weight.len();
-        let mut stopped: Vec<bool> = (0..n)
-            .map(|i| frozen[i].is_none() && self.weight[i] * level >= self.most[i] - self.tol)
-            .collect();
+        stopped.clear();
+        stopped.extend(
+            (0..n)
+                .map(|i| frozen[i].is_none() && self.weight[i] * level >= self.most[i] - self.tol),
+        );
         for set in 1..self.room.len() {
             let around = self.around(set);
             let over: f64 = (0..n)
@@ -586,7 +606,6 @@ impl<'a> Cuts<'a> {
                 }
             }
         }
-        stopped
     }
 
     /// The highest level in `[low, high]` at which every cut holds.
@@ -870,7 +889,7 @@ mod tests {
     fn divides(resources: &[Capacity], demands: &[Demand], want: &[&[f64]]) {
         close(&targets(resources, demands), want);
         close(
-            &by_cuts(&mut Network::default(), resources, demands).unwrap(),
+            &Divider::default().by_cuts(resources, demands).unwrap(),
             want,
         );
     }
@@ -1050,7 +1069,7 @@ mod tests {
             let by_cuts = divide(&resources, &demands, CUT_TYPES);
             let by_bisection = divide(&resources, &demands, 0);
             // The cuts alone, where rounding lets them finish (else `targets` uses the first).
-            let alone = super::by_cuts(&mut Network::default(), &resources, &demands).unwrap_or_else(|| by_cuts.clone());
+            let alone = Divider::default().by_cuts(&resources, &demands).unwrap_or_else(|| by_cuts.clone());
             for y in [&by_cuts, &by_bisection, &alone] {
                 for (r, res) in resources.iter().enumerate() {
                     let used: f64 = y.iter().map(|row| row[r]).sum();
