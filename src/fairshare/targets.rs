@@ -1238,7 +1238,9 @@ mod tests {
             ), 1..6),
         ) {
             let mut kept = Divider::default();
-            let mut last: Option<(Vec<Capacity>, Vec<Demand>, Vec<Vec<f64>>)> = None;
+            // The last division's inputs and targets.
+            type Made = (Vec<Capacity>, Vec<Demand>, Vec<Vec<f64>>);
+            let mut last: Option<Made> = None;
             for (types, projects) in &divisions {
                 let resources: Vec<Capacity> = types
                     .iter()
