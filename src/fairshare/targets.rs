@@ -1237,9 +1237,9 @@ mod tests {
                     (0u32..4, proptest::collection::vec(0u32..8, 3)), 0..7),
             ), 1..6),
         ) {
-            let mut kept = Divider::default();
             // The last division's inputs and targets.
             type Made = (Vec<Capacity>, Vec<Demand>, Vec<Vec<f64>>);
+            let mut kept = Divider::default();
             let mut last: Option<Made> = None;
             for (types, projects) in &divisions {
                 let resources: Vec<Capacity> = types
