@@ -271,13 +271,27 @@ impl Fleet {
             let Some((i, (left, n, d))) = pick else { break };
             let need = cursors[i].need;
             cursors[i].advance();
-            if let Some((b, _)) = &best {
-                let bound = Bytes(left.0.saturating_mul(count as u64));
-                if (binpack && bound > *b) || (!binpack && bound < *b) {
+            let n = n as usize;
+            if let Some((b, (bn, _))) = &best {
+                let bound = |left: Bytes| Bytes(left.0.saturating_mul(count as u64));
+                if (binpack && bound(left) > *b) || (!binpack && bound(left) < *b) {
+                    break;
+                }
+                // Binpack, at the best's leftover: a node met now can at most tie, and a
+                // tie goes to the node added first. Each class comes in node order within
+                // one leftover, so once no class's next device is on a node before the
+                // best one (or leaves more), no node left can be chosen: the walk does not
+                // go on through every wholly free device of the fleet.
+                let after = |l: Bytes, n: usize| bound(l) > *b || (bound(l) == *b && n >= *bn);
+                if binpack
+                    && after(left, n)
+                    && cursors
+                        .iter()
+                        .all(|c| c.head.is_none_or(|(l, hn, _)| after(l, hn as usize)))
+                {
                     break;
                 }
             }
-            let n = n as usize;
             if weighed[n] || !self.nodes[n].devices[d as usize].fits(&need) {
                 continue;
             }
