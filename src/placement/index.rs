@@ -109,6 +109,11 @@ impl Fleet {
     ) -> Result<Plan, NoFit> {
         let mut refusal = None;
         let found = self.walk_multi(demand, form, walk_first, &mut || {
+            // Whole devices that fit somewhere are known from the counts: no count of the
+            // cells, and no refusal to make (work fetch places only what it found fits).
+            if self.wholes_fit(demand, form) == Some(true) {
+                return false;
+            }
             refusal = self.counted_refusal(demand, form);
             refusal.is_some()
         });
@@ -200,7 +205,8 @@ impl Fleet {
     ) -> Option<Plan> {
         let count = form.device_count() as usize;
         self.walk_multi(demand, form, walk_first, &mut || {
-            !self.any_node_fits(&self.class_needs(demand, form), count, demand.cpus)
+            self.wholes_fit(demand, form) != Some(true)
+                && !self.any_node_fits(&self.class_needs(demand, form), count, demand.cpus)
         })
     }
 
@@ -239,6 +245,12 @@ impl Fleet {
                 cursor.advance();
                 Some(cursor)
             })
+            .collect();
+        // Each class's share (`None`: too large for it), for the cells' quick count.
+        let shares: Vec<Option<PerDevice>> = self
+            .classes
+            .iter()
+            .map(|class| form.per_device(class.capacity).ok())
             .collect();
         let mut weighed = vec![false; self.nodes.len()];
         let mut best: Option<(Bytes, Plan)> = None;
@@ -297,6 +309,24 @@ impl Fleet {
             }
             weighed[n] = true;
             walked += 7;
+            // A node with fewer cells that could take a share than the request needs is
+            // not weighed: the plan takes only devices whose cell fits (on a full fleet
+            // most nodes met have one free device).
+            let could = self
+                .cells_of(n)
+                .iter()
+                .filter(|c| {
+                    c.class != OFF
+                        && shares
+                            .get(c.class as usize)
+                            .copied()
+                            .flatten()
+                            .is_some_and(|need| c.fits(&need))
+                })
+                .count();
+            if could < count {
+                continue;
+            }
             if let Some((left, plan)) = self.node_plan(n, demand, form, None, &mut scratch) {
                 let better = best.as_ref().is_none_or(|(b, (bn, _))| {
                     let tie_first = left == *b && n < *bn;
