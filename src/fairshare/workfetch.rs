@@ -249,16 +249,15 @@ impl Ledger {
                 .iter()
                 .find(|(form, u, _)| *form == group.form && *u == units)
                 .map(|&(.., answer)| answer);
-            let fits = match known {
-                Some(answer) => answer,
-                None => {
-                    let Some(waiting) = self.pending.get(&id) else {
-                        continue;
-                    };
-                    let answer = fit.fits(&waiting.claim, resource, units);
-                    asked.push((&group.form, units, answer));
-                    answer
-                }
+            let fits = if let Some(answer) = known {
+                answer
+            } else {
+                let Some(waiting) = self.pending.get(&id) else {
+                    continue;
+                };
+                let answer = fit.fits(&waiting.claim, resource, units);
+                asked.push((&group.form, units, answer));
+                answer
             };
             if fits {
                 best = Some((seq, id, units));

@@ -289,18 +289,7 @@ impl Fleet {
                 if (binpack && bound(left) > *b) || (!binpack && bound(left) < *b) {
                     break;
                 }
-                // Binpack, at the best's leftover: a node met now can at most tie, and a
-                // tie goes to the node added first. Each class comes in node order within
-                // one leftover, so once no class's next device is on a node before the
-                // best one (or leaves more), no node left can be chosen: the walk does not
-                // go on through every wholly free device of the fleet.
-                let after = |l: Bytes, n: usize| bound(l) > *b || (bound(l) == *b && n >= *bn);
-                if binpack
-                    && after(left, n)
-                    && cursors
-                        .iter()
-                        .all(|c| c.head.is_none_or(|(l, hn, _)| after(l, hn as usize)))
-                {
+                if binpack && none_left_wins(&cursors, (left, n), (*b, *bn), count) {
                     break;
                 }
             }
@@ -312,19 +301,7 @@ impl Fleet {
             // A node with fewer cells that could take a share than the request needs is
             // not weighed: the plan takes only devices whose cell fits (on a full fleet
             // most nodes met have one free device).
-            let could = self
-                .cells_of(n)
-                .iter()
-                .filter(|c| {
-                    c.class != OFF
-                        && shares
-                            .get(c.class as usize)
-                            .copied()
-                            .flatten()
-                            .is_some_and(|need| c.fits(&need))
-                })
-                .count();
-            if could < count {
+            if self.cells_taking(n, &shares) < count {
                 continue;
             }
             if let Some((left, plan)) = self.node_plan(n, demand, form, None, &mut scratch) {
@@ -338,6 +315,21 @@ impl Fleet {
             }
         }
         best.map(|(_, p)| p)
+    }
+
+    /// How many of node `n`'s cells could take their class's share (`shares`, by class).
+    fn cells_taking(&self, n: usize, shares: &[Option<PerDevice>]) -> usize {
+        self.cells_of(n)
+            .iter()
+            .filter(|c| {
+                c.class != OFF
+                    && shares
+                        .get(c.class as usize)
+                        .copied()
+                        .flatten()
+                        .is_some_and(|need| c.fits(&need))
+            })
+            .count()
     }
 
     /// Multi-device or pinned requests: each node in turn, choosing its best devices.
@@ -474,6 +466,29 @@ impl Fleet {
 /// weighed, against 1 000 in the placement bench), and a request that fits is placed long
 /// before (the bench's 2-device request within a few steps).
 const WALK_BEFORE_COUNTING: usize = 256;
+
+/// Binpack, with the best node `best` (its leftover, its position) found and the device
+/// `met` (its leftover, its node) just taken from the walk of a `count`-device request:
+/// whether no node left can be chosen. A node met at the best's leftover can at most tie,
+/// and a tie goes to the node added first; each class comes in node order within one
+/// leftover, so once neither the device met nor any class's next device is on a node before
+/// the best one (or leaves more), the walk need not go on through every wholly free device
+/// of the fleet.
+fn none_left_wins(
+    cursors: &[Cursor<'_>],
+    met: (Bytes, usize),
+    best: (Bytes, usize),
+    count: usize,
+) -> bool {
+    let after = |left: Bytes, n: usize| {
+        let bound = Bytes(left.0.saturating_mul(count as u64));
+        bound > best.0 || (bound == best.0 && n >= best.1)
+    };
+    after(met.0, met.1)
+        && cursors
+            .iter()
+            .all(|c| c.head.is_none_or(|(l, n, _)| after(l, n as usize)))
+}
 
 /// One class's part of the multi-device walk: its per-device need and the next device.
 struct Cursor<'a> {
