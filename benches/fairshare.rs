@@ -56,6 +56,7 @@ fn ledger(projects: usize) -> Ledger {
                 demand,
                 expected_duration: Some(Duration::from_secs(600 + 60 * k as u64)),
                 submitted: t0,
+                form: None,
             };
             ledger.submit(t0, claim).unwrap();
             id += 1;

@@ -31,6 +31,7 @@ fn claim(id: u64, project: &str, units: u32) -> PendingClaim {
         }],
         expected_duration: Some(Duration::from_mins(10)),
         submitted: Timestamp(0),
+        form: None,
     }
 }
 

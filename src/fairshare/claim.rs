@@ -36,6 +36,11 @@ pub struct PendingClaim {
     /// When it was submitted (set by [`super::Ledger::submit`]).
     #[serde(default)]
     pub submitted: Timestamp,
+    /// What placement looks at in it, in the caller's words: claims of one project with
+    /// the same form and demand must fit alike ([`super::Fit`]), so work fetch asks
+    /// about the oldest of them only. `None`: asked about on its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub form: Option<String>,
 }
 
 impl PendingClaim {

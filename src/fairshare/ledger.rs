@@ -14,6 +14,7 @@ use super::FairShareError;
 use super::backoff::BackoffPolicy;
 use super::busy::Busy;
 use super::claim::{PendingClaim, RunningClaim};
+use super::forms::Forms;
 use super::project::{Account, InstanceSecs, ProjectName, Share};
 use super::resource::{ResourceId, ResourceType};
 use super::rr::horizon_ms;
@@ -71,6 +72,8 @@ pub(super) struct Slot {
     pub(super) nothing_fit: Vec<Option<Timestamp>>,
     /// Pending claims, oldest first.
     pub(super) queue: BTreeMap<u64, ClaimId>,
+    /// The same claims by form, as work fetch asks about them.
+    pub(super) forms: Forms,
     pub(super) pending_count: Vec<u32>,
     pub(super) pending_units: Vec<u64>,
     pub(super) running_units: Vec<u64>,
@@ -86,6 +89,7 @@ impl Slot {
             target: vec![0.0; resources],
             nothing_fit: vec![None; resources],
             queue: BTreeMap::new(),
+            forms: Forms::default(),
             pending_count: vec![0; resources],
             pending_units: vec![0; resources],
             running_units: vec![0; resources],
@@ -277,6 +281,9 @@ impl Ledger {
             }
         }
         self.projects[p].queue.insert(seq, claim.id);
+        self.projects[p]
+            .forms
+            .insert(seq, claim.id, claim.form.as_deref(), &demand);
         self.pending.insert(
             claim.id,
             Arc::new(Waiting {
@@ -484,6 +491,8 @@ impl Ledger {
         let waiting = self.pending.remove(&id)?;
         let slot = &mut self.projects[waiting.project];
         slot.queue.remove(&waiting.seq);
+        slot.forms
+            .remove(waiting.seq, waiting.claim.form.as_deref(), &waiting.demand);
         for &(r, units) in &waiting.demand {
             slot.pending_count[r] -= 1;
             slot.pending_units[r] -= u64::from(units.0);

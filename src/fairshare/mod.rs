@@ -11,6 +11,7 @@ mod accrual;
 mod backoff;
 mod busy;
 mod claim;
+mod forms;
 mod inspect;
 mod ledger;
 mod persist;

@@ -190,14 +190,15 @@ impl Ledger {
         let resource = self.resources[r].id.clone();
         let mut passed_over = Vec::new();
         let nothing = fit.nothing_fits();
+        // What was asked in this decision, by form: each project's queue has the same
+        // few forms, and the fleet does not change between two projects.
+        let mut asked: Vec<(&str, Units, bool)> = Vec::new();
         for (_, p) in candidates {
-            let slot = &self.projects[p];
-            let chosen = slot.queue.values().filter(|_| !nothing).find_map(|id| {
-                let waiting = self.pending.get(id)?;
-                let &(_, units) = waiting.demand.iter().find(|(dr, _)| *dr == r)?;
-                fit.fits(&waiting.claim, &resource, units)
-                    .then_some((*id, units))
-            });
+            let chosen = if nothing {
+                None
+            } else {
+                self.first_fitting(p, r, &resource, fit, &mut asked)
+            };
             if let Some((claim, units)) = chosen {
                 for q in passed_over {
                     self.back_off(now, q, r, rng);
@@ -219,6 +220,60 @@ impl Ledger {
             self.projects[q].nothing_fit[r].get_or_insert(now);
         }
         None
+    }
+
+    /// Project `p`'s oldest claim that fits on type `r`, with what it takes there: the
+    /// oldest of each form is asked about (the others of its form fit alike and come
+    /// after it), the claims without a form one by one, up to the oldest that fits.
+    fn first_fitting<'a>(
+        &'a self,
+        p: usize,
+        r: usize,
+        resource: &ResourceId,
+        fit: &mut impl Fit,
+        asked: &mut Vec<(&'a str, Units, bool)>,
+    ) -> Option<(ClaimId, Units)> {
+        let forms = &self.projects[p].forms;
+        let mut best: Option<(u64, ClaimId, Units)> = None;
+        for group in &forms.groups {
+            let Some(&(_, units)) = group.demand.iter().find(|(dr, _)| *dr == r) else {
+                continue;
+            };
+            let Some((&seq, &id)) = group.queue.first_key_value() else {
+                continue;
+            };
+            if best.is_some_and(|(b, ..)| b < seq) {
+                continue;
+            }
+            let known = asked
+                .iter()
+                .find(|(form, u, _)| *form == group.form && *u == units)
+                .map(|&(.., answer)| answer);
+            let fits = if let Some(answer) = known {
+                answer
+            } else {
+                let Some(waiting) = self.pending.get(&id) else {
+                    continue;
+                };
+                let answer = fit.fits(&waiting.claim, resource, units);
+                asked.push((&group.form, units, answer));
+                answer
+            };
+            if fits {
+                best = Some((seq, id, units));
+            }
+        }
+        let before = best.map_or(u64::MAX, |(seq, ..)| seq);
+        forms
+            .alone
+            .range(..before)
+            .find_map(|(_, id)| {
+                let waiting = self.pending.get(id)?;
+                let &(_, units) = waiting.demand.iter().find(|(dr, _)| *dr == r)?;
+                fit.fits(&waiting.claim, resource, units)
+                    .then_some((*id, units))
+            })
+            .or(best.map(|(_, id, units)| (id, units)))
     }
 
     /// Backs a project off on a type after none of its claims fit there.

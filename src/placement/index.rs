@@ -109,6 +109,11 @@ impl Fleet {
     ) -> Result<Plan, NoFit> {
         let mut refusal = None;
         let found = self.walk_multi(demand, form, walk_first, &mut || {
+            // Whole devices that fit somewhere are known from the counts: no count of the
+            // cells, and no refusal to make (work fetch places only what it found fits).
+            if self.wholes_fit(demand, form) == Some(true) {
+                return false;
+            }
             refusal = self.counted_refusal(demand, form);
             refusal.is_some()
         });
@@ -200,7 +205,8 @@ impl Fleet {
     ) -> Option<Plan> {
         let count = form.device_count() as usize;
         self.walk_multi(demand, form, walk_first, &mut || {
-            !self.any_node_fits(&self.class_needs(demand, form), count, demand.cpus)
+            self.wholes_fit(demand, form) != Some(true)
+                && !self.any_node_fits(&self.class_needs(demand, form), count, demand.cpus)
         })
     }
 
@@ -240,6 +246,12 @@ impl Fleet {
                 Some(cursor)
             })
             .collect();
+        // Each class's share (`None`: too large for it), for the cells' quick count.
+        let shares: Vec<Option<PerDevice>> = self
+            .classes
+            .iter()
+            .map(|class| form.per_device(class.capacity).ok())
+            .collect();
         let mut weighed = vec![false; self.nodes.len()];
         let mut best: Option<(Bytes, Plan)> = None;
         let mut scratch = NodeScratch::default();
@@ -271,18 +283,27 @@ impl Fleet {
             let Some((i, (left, n, d))) = pick else { break };
             let need = cursors[i].need;
             cursors[i].advance();
-            if let Some((b, _)) = &best {
-                let bound = Bytes(left.0.saturating_mul(count as u64));
-                if (binpack && bound > *b) || (!binpack && bound < *b) {
+            let n = n as usize;
+            if let Some((b, (bn, _))) = &best {
+                let bound = |left: Bytes| Bytes(left.0.saturating_mul(count as u64));
+                if (binpack && bound(left) > *b) || (!binpack && bound(left) < *b) {
+                    break;
+                }
+                if binpack && none_left_wins(&cursors, (left, n), (*b, *bn), count) {
                     break;
                 }
             }
-            let n = n as usize;
             if weighed[n] || !self.nodes[n].devices[d as usize].fits(&need) {
                 continue;
             }
             weighed[n] = true;
             walked += 7;
+            // A node with fewer cells that could take a share than the request needs is
+            // not weighed: the plan takes only devices whose cell fits (on a full fleet
+            // most nodes met have one free device).
+            if self.cells_taking(n, &shares) < count {
+                continue;
+            }
             if let Some((left, plan)) = self.node_plan(n, demand, form, None, &mut scratch) {
                 let better = best.as_ref().is_none_or(|(b, (bn, _))| {
                     let tie_first = left == *b && n < *bn;
@@ -294,6 +315,21 @@ impl Fleet {
             }
         }
         best.map(|(_, p)| p)
+    }
+
+    /// How many of node `n`'s cells could take their class's share (`shares`, by class).
+    fn cells_taking(&self, n: usize, shares: &[Option<PerDevice>]) -> usize {
+        self.cells_of(n)
+            .iter()
+            .filter(|c| {
+                c.class != OFF
+                    && shares
+                        .get(c.class as usize)
+                        .copied()
+                        .flatten()
+                        .is_some_and(|need| c.fits(&need))
+            })
+            .count()
     }
 
     /// Multi-device or pinned requests: each node in turn, choosing its best devices.
@@ -430,6 +466,29 @@ impl Fleet {
 /// weighed, against 1 000 in the placement bench), and a request that fits is placed long
 /// before (the bench's 2-device request within a few steps).
 const WALK_BEFORE_COUNTING: usize = 256;
+
+/// Binpack, with the best node `best` (its leftover, its position) found and the device
+/// `met` (its leftover, its node) just taken from the walk of a `count`-device request:
+/// whether no node left can be chosen. A node met at the best's leftover can at most tie,
+/// and a tie goes to the node added first; each class comes in node order within one
+/// leftover, so once neither the device met nor any class's next device is on a node before
+/// the best one (or leaves more), the walk need not go on through every wholly free device
+/// of the fleet.
+fn none_left_wins(
+    cursors: &[Cursor<'_>],
+    met: (Bytes, usize),
+    best: (Bytes, usize),
+    count: usize,
+) -> bool {
+    let after = |left: Bytes, n: usize| {
+        let bound = Bytes(left.0.saturating_mul(count as u64));
+        bound > best.0 || (bound == best.0 && n >= best.1)
+    };
+    after(met.0, met.1)
+        && cursors
+            .iter()
+            .all(|c| c.head.is_none_or(|(l, n, _)| after(l, n as usize)))
+}
 
 /// One class's part of the multi-device walk: its per-device need and the next device.
 struct Cursor<'a> {

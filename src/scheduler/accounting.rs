@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::forms::Form;
 use crate::clock::{Timestamp, age};
 use crate::fairshare::{
     FairShareView, Ledger, PendingClaim, Placed, ProjectName, ResourceDemand, ResourceId,
@@ -178,6 +179,8 @@ pub fn record_pending(
         demand: demand(fleet, req),
         expected_duration: req.expected_duration.map(Duration::from_secs),
         submitted: now,
+        // Claims of one form fit alike (`queue::Fits` asks placement by form).
+        form: Some(Form::words(req)),
     };
     match ledger.submit(now, pending) {
         Ok(()) => true,

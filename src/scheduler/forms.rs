@@ -31,6 +31,12 @@ impl Form {
         }
     }
 
+    /// The form in words that tell every two forms apart (the fair-share ledger groups
+    /// a project's waiting claims by them, `PendingClaim::form`).
+    pub(super) fn words(req: &ClaimRequest) -> String {
+        format!("{:?}", Form::of(req))
+    }
+
     /// Whether `req` is of this form.
     fn is(&self, req: &ClaimRequest) -> bool {
         self.gpu == req.gpu

@@ -73,14 +73,14 @@ impl Scheduler {
             return Round::Done;
         };
         let id = fetch.claim;
-        let Some(req) = self.claims.get(&id).map(|c| c.request.clone()) else {
+        let Some(req) = self.claims.get(&id).map(|c| &c.request) else {
             self.ledger.released(now, fetch.claim);
             return Round::Skipped;
         };
-        let Ok(alloc) = self.fleet.claim_on(id, &req, fetch.resource.model()) else {
+        let Ok(alloc) = self.fleet.claim_on(id, req, fetch.resource.model()) else {
             return Round::Done;
         };
-        accounting::record_placed(&mut self.ledger, &self.fleet, now, id, &req, &alloc);
+        accounting::record_placed(&mut self.ledger, &self.fleet, now, id, req, &alloc);
         let Some(claim) = self.claims.get_mut(&id).map(Arc::make_mut) else {
             return Round::Skipped;
         };
@@ -90,16 +90,20 @@ impl Scheduler {
         claim.pending = None;
         self.due.note(claim);
         let claim = claim.clone();
-        let whose = claim.request.whose();
         self.journal.push(Change::Claim(Box::new(claim)));
-        let trigger = match fetch.trigger {
-            fairshare::Trigger::Idle => "idle",
-            fairshare::Trigger::Shortfall => "shortfall",
-        };
         if self.copy {
             self.audit(now, "scheduler", "place", String::new(), String::new());
             return Round::Placed;
         }
+        let whose = self
+            .claims
+            .get(&id)
+            .map(|c| c.request.whose())
+            .unwrap_or_default();
+        let trigger = match fetch.trigger {
+            fairshare::Trigger::Idle => "idle",
+            fairshare::Trigger::Shortfall => "shortfall",
+        };
         self.audit(
             now,
             "scheduler",

@@ -169,6 +169,7 @@ impl<'a, H: SimHosts> Run<'a, H> {
                 demand: arrival.demand.clone(),
                 expected_duration: Some(arrival.duration),
                 submitted: now,
+                form: None,
             };
             self.ledger.submit(now, claim)?;
             self.durations
