@@ -95,6 +95,11 @@ fn thousand_hosts() -> State {
         }
     }
     assert!(st.unsettled, "a burst of answers waits for one rebuild");
+    let _ = update_unsettled(&mut st, Msg::Tick(Timestamp(NOW.0 - 500)));
+    assert!(
+        st.unsettled,
+        "a tick leaves the rebuild to the frame's pace"
+    );
     let _ = update(&mut st, Msg::Tick(NOW));
     assert!(!st.unsettled);
     st.view = View::Overview;

@@ -59,11 +59,17 @@ pub fn settle(state: &mut State) -> Vec<Effect> {
 
 /// `update`, leaving the rebuild after fetched snapshots to `State::settle`, which the
 /// driver calls before it draws: a burst of answers (a thousand hosts at start) costs one
-/// rebuild per frame. Any other message sees the state settled first.
+/// rebuild per frame. A tick and a log line leave it there too (neither reads the rows,
+/// totals or map; a tick that settled first made a second rebuild, and a second frame, a
+/// second while telemetry streams in). Any other message sees the state settled first.
 pub fn update_unsettled(state: &mut State, msg: Msg) -> Vec<Effect> {
     if !matches!(
         msg,
-        Msg::Fetched { .. } | Msg::FetchedMany { .. } | Msg::Changed(_)
+        Msg::Fetched { .. }
+            | Msg::FetchedMany { .. }
+            | Msg::Changed(_)
+            | Msg::Tick(_)
+            | Msg::Log(_)
     ) {
         state.settle();
     }
