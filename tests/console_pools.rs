@@ -146,3 +146,40 @@ fn a_few_hosts_are_still_listed_one_a_row() {
     assert!(text.contains("rack04-gpu000"), "{text}");
     assert!(!text.contains("pools"), "{text}");
 }
+
+#[test]
+fn a_tick_within_the_minute_leaves_the_rebuild_to_the_frame() {
+    let mut st = thousand_hosts();
+    let mut snap = (*st.sources[0].data.clone().unwrap()).clone();
+    snap.revision += 1;
+    fetched(
+        &mut st,
+        0,
+        NOW.0,
+        Ok(Fetched::Snapshot(Box::new(snap.clone()))),
+    );
+    assert!(st.unsettled);
+    // NOW begins a minute: a tick a second later is within it.
+    let _ = update_unsettled(&mut st, Msg::Tick(Timestamp(NOW.0 + 1_000)));
+    let _ = update_unsettled(&mut st, Msg::Log("a line".into()));
+    assert!(st.unsettled, "the frame rebuilds, not the tick");
+    let _ = update_unsettled(
+        &mut st,
+        Msg::Resize {
+            width: 200,
+            height: 60,
+        },
+    );
+    assert!(!st.unsettled, "any other message sees the state settled");
+    // A tick that begins the next minute settles first, for the trends' point.
+    snap.revision += 1;
+    fetched(
+        &mut st,
+        0,
+        NOW.0 + 2_000,
+        Ok(Fetched::Snapshot(Box::new(snap))),
+    );
+    assert!(st.unsettled);
+    let _ = update_unsettled(&mut st, Msg::Tick(Timestamp(NOW.0 + 60_000)));
+    assert!(!st.unsettled);
+}

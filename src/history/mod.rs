@@ -7,7 +7,6 @@
 
 pub mod changes;
 pub mod chunk;
-mod delta_read;
 pub mod record;
 pub mod sample;
 

@@ -46,7 +46,7 @@ struct BodyWire {
     #[serde(default)]
     state: Option<Box<Snapshot>>,
     #[serde(default)]
-    delta: Option<super::delta_read::DeltaChanges>,
+    delta: Option<Vec<SnapshotChange>>,
 }
 
 #[derive(Deserialize)]
@@ -119,7 +119,7 @@ impl Body {
         let wire: BodyWire = serde_json::from_slice(&raw)?;
         match (wire.kind, wire.state, wire.delta) {
             (BodyKind::Keyframe, Some(state), _) => Ok(Body::Keyframe { state }),
-            (BodyKind::Delta, _, Some(delta)) => Ok(Body::Delta { delta: delta.0 }),
+            (BodyKind::Delta, _, Some(delta)) => Ok(Body::Delta { delta }),
             (BodyKind::Keyframe, None, _) => Err(RecordError::Missing("a keyframe's state")),
             (BodyKind::Delta, _, None) => Err(RecordError::Missing("a delta's changes")),
         }

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::figures::{ClaimFigures, NodeFigures, apply_figures};
 use super::{
@@ -24,8 +24,11 @@ use super::{
 use crate::clock::Timestamp;
 use crate::ids::ClaimId;
 
-/// One change from a snapshot to the next.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+mod read;
+
+/// One change from a snapshot to the next. Read in one pass, its tag first (`read`): the
+/// derived reader of a tagged enum buffers each change whole before reading it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum SnapshotChange {
     /// Who produced the snapshot, its revision and when it was taken.

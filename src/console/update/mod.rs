@@ -34,7 +34,7 @@ use ratatui::crossterm::event::KeyEventKind;
 use crate::sources::Action;
 
 use super::msg::{Asker, Effect, Msg};
-use super::state::{Confirm, Flash, Mode, State, View};
+use super::state::{Confirm, Flash, MINUTE_MS, Mode, State, View};
 
 pub use command::complete;
 pub use fleet_map::trends_due;
@@ -59,12 +59,18 @@ pub fn settle(state: &mut State) -> Vec<Effect> {
 
 /// `update`, leaving the rebuild after fetched snapshots to `State::settle`, which the
 /// driver calls before it draws: a burst of answers (a thousand hosts at start) costs one
-/// rebuild per frame. Any other message sees the state settled first.
+/// rebuild per frame. A log line and a tick within the minute leave it there too (neither
+/// reads the rows, totals or map; a tick that settled first made a second rebuild, and a
+/// second frame, each second while telemetry streams in); a tick that begins a minute
+/// settles first, so what came before is in the trends' point of the minute it came in.
+/// Any other message sees the state settled first.
 pub fn update_unsettled(state: &mut State, msg: Msg) -> Vec<Effect> {
-    if !matches!(
-        msg,
-        Msg::Fetched { .. } | Msg::FetchedMany { .. } | Msg::Changed(_)
-    ) {
+    let settle_first = match &msg {
+        Msg::Fetched { .. } | Msg::FetchedMany { .. } | Msg::Changed(_) | Msg::Log(_) => false,
+        Msg::Tick(now) => now.0 / MINUTE_MS != state.now.0 / MINUTE_MS,
+        _ => true,
+    };
+    if settle_first {
         state.settle();
     }
     let mut effects = step(state, msg);

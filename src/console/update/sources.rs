@@ -152,7 +152,8 @@ fn answered(state: &mut State, source: usize, at: Timestamp, fetched: Fetched) {
     let was_stale = slot
         .fetched_at
         .is_none_or(|t| at.millis_since(t) > refresh * STALE_AFTER_INTERVALS);
-    let name = slot.name.clone();
+    // Named only when it recovered (an unchanged answer comes every refresh per source).
+    let name = recovered.then(|| slot.name.clone());
     let changed = match fetched {
         Fetched::Unchanged => {
             match &mut slot.held {
@@ -178,7 +179,7 @@ fn answered(state: &mut State, source: usize, at: Timestamp, fetched: Fetched) {
             changed
         }
     };
-    if recovered {
+    if let Some(name) = name {
         state.push_log(format!("source {name}: answering again"));
     }
     if changed || recovered || was_stale {
