@@ -273,11 +273,13 @@ fn replay(w: &Workload, declared: bool) -> Result<(Vec<Seen>, usize, usize), Bac
         let mut batch = Vec::new();
         while let Some(a) = arrivals.get(next).filter(|a| a.at <= t) {
             next += 1;
-            arrived.push((t, a.request.clone()));
             let mut request = a.request.clone();
             if declared {
                 request.expected_duration = a.duration_ms.map(|d| d.div_ceil(1000));
             }
+            // As submitted: the arrivals a forecast expects again declare their durations
+            // as these did (bare, they would hold for what no history says).
+            arrived.push((t, request.clone()));
             match s.submit(request, "backtest", t) {
                 Submitted::Placed(c) | Submitted::Pending(c) => {
                     duration.insert(c.id, a.duration_ms);

@@ -364,6 +364,69 @@ fn the_backtest_finds_no_error_where_nothing_overtakes() {
     assert!(learned.clone().count() == 4 && learned.into_iter().all(|w| w.forecast_s.is_none()));
 }
 
+/// An hourly project (share 300) overtakes a queue of another on one GPU: the last
+/// claim of the queue waits for the hourly claim expected at 5 400 s, which the forecast
+/// made at its submit (3 880 s) expects from the one at 1 800 s. With durations declared
+/// that expected claim declares its 300 s as the one it repeats did, so every start is
+/// exact; given bare, it held without end in the forward copy and the last start was
+/// unknown.
+#[test]
+fn the_backtest_expects_arrivals_that_declare_their_durations() {
+    let scenario: crate::simulate::Scenario = toml::from_str(
+        r#"
+        duration_s = 20000
+        [[hosts]]
+        name = "h"
+        gpus = { "NVIDIA A100-SXM4-80GB" = 1 }
+        [[projects]]
+        name = "queue"
+        [[projects]]
+        name = "hourly"
+        share = 300
+        [[claims]]
+        project = "hourly"
+        on = ["gpu"]
+        duration_s = 300
+        count = 5
+        every_s = 1800
+        [[claims]]
+        project = "queue"
+        on = ["gpu"]
+        at_s = 3700
+        duration_s = 600
+        count = 4
+        every_s = 60
+        "#,
+    )
+    .unwrap();
+    let b = backtest::backtest(&scenario).unwrap();
+    let declared: Vec<(&str, f64, Option<f64>, Option<f64>)> = b
+        .waits
+        .iter()
+        .filter(|w| w.durations == "declared")
+        .map(|w| (w.project.as_str(), w.submitted_s, w.forecast_s, w.started_s))
+        .collect();
+    assert_eq!(
+        declared,
+        vec![
+            ("queue", 3_700.0, Some(3_900.0), Some(3_900.0)),
+            ("queue", 3_760.0, Some(4_500.0), Some(4_500.0)),
+            ("queue", 3_820.0, Some(5_100.0), Some(5_100.0)),
+            ("hourly", 5_400.0, Some(5_700.0), Some(5_700.0)),
+            ("queue", 3_880.0, Some(6_000.0), Some(6_000.0)),
+        ]
+    );
+    let row = b
+        .rows
+        .iter()
+        .find(|r| r.durations == "declared" && r.predictor == "forecast")
+        .unwrap();
+    assert_eq!(
+        (row.claims, row.unknown, row.median, row.p90),
+        (5, 0, 0.0, 0.0)
+    );
+}
+
 /// With `evaluate_until_s` only the claims submitted by then are forecast and evaluated,
 /// while the later arrivals go on; an evaluated claim that has not started when the
 /// scenario ends is counted apart, and a window outside the run is refused.
