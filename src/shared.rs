@@ -363,7 +363,7 @@ mod tests {
         assert_eq!(a.get(200), None);
         assert_eq!(a.iter().copied().sum::<u32>(), (0..199).sum::<u32>() + 1);
         assert!(
-            std::ptr::eq(&*a.chunks[0], &*b.chunks[0]),
+            Arc::ptr_eq(&a.chunks[0], &b.chunks[0]),
             "untouched chunks stay shared"
         );
         assert!(!a.is_empty() && SharedVec::<u8>::default().is_empty());

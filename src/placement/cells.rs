@@ -78,7 +78,7 @@ impl Cells {
     /// Adds a node's `devices` cells, all off.
     pub(super) fn push_node(&mut self, devices: usize) {
         let n = self.first.len();
-        if n % NODES_PER_CHUNK == 0 {
+        if n.is_multiple_of(NODES_PER_CHUNK) {
             self.chunks.push(Arc::new(Vec::new()));
         }
         let Some(chunk) = self.chunks.last_mut() else {
@@ -94,7 +94,7 @@ impl Cells {
     fn place(&self, n: usize) -> (usize, usize, usize) {
         let k = n / NODES_PER_CHUNK;
         let start = self.first[n] as usize;
-        let end = if (n + 1) % NODES_PER_CHUNK != 0 && n + 1 < self.first.len() {
+        let end = if !(n + 1).is_multiple_of(NODES_PER_CHUNK) && n + 1 < self.first.len() {
             self.first[n + 1] as usize
         } else {
             self.chunks[k].len()
