@@ -3,7 +3,8 @@
 //! Layers, lowest first; a module imports only from its own layer or below (`tests/layout.rs`
 //! ranks every module; README, "Code map"):
 //! - **Foundation**: `units`, `clock`, `ids`, `when` (the times an operator types), `identity`
-//!   (who runs this process: the environment and the password database).
+//!   (who runs this process: the environment and the password database), `shared` (tables
+//!   whose clone is a pointer: what a copy of the scheduler shares).
 //! - **Domain, no I/O**: `fairshare`, `request`, `placement`, `snapshot` (the read model),
 //!   `scheduler`, `wire` (the HTTP contract), `history` (its record over time), `accounting`
 //!   (GPU time from a window of history), `forecast` (expected starts and previews, on a copy
@@ -40,6 +41,7 @@ pub mod physical;
 pub mod placement;
 pub mod request;
 pub mod scheduler;
+pub mod shared;
 pub mod simulate;
 pub mod snapshot;
 pub mod sources;

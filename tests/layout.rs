@@ -12,6 +12,7 @@ const RANKS: &[(&str, u8)] = &[
     ("clock", 0),
     ("when", 1),
     ("ids", 0),
+    ("shared", 0),
     ("identity", 0),
     ("fairshare", 1),
     ("request", 2),

@@ -10,11 +10,10 @@
 //! since, and [`Busy::settle`] moves them. Integers (units times milliseconds) make the
 //! totals equal a recount, whatever the order of places and releases.
 
-use std::collections::{BTreeSet, HashMap};
-
 use super::rr::{RrOutcome, held_ms};
 use crate::clock::Timestamp;
 use crate::ids::ClaimId;
+use crate::shared::{SharedMap, SharedSet};
 
 /// One (project, resource type)'s sums, against `Busy::at`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -59,11 +58,11 @@ pub(super) struct Busy {
     horizon_ms: u64,
     /// The instant the claims are sorted against.
     at: Timestamp,
-    entries: HashMap<ClaimId, Entry>,
+    entries: SharedMap<ClaimId, Entry>,
     /// Claims in the window, by end.
-    window: BTreeSet<(Timestamp, ClaimId)>,
+    window: SharedSet<(Timestamp, ClaimId)>,
     /// Claims beyond the window with an end, by end.
-    beyond: BTreeSet<(Timestamp, ClaimId)>,
+    beyond: SharedSet<(Timestamp, ClaimId)>,
     /// `[project][resource]`, grown as indexes appear.
     cells: Vec<Vec<Cell>>,
     /// Units in use per resource type.
@@ -76,9 +75,9 @@ impl Busy {
         Busy {
             horizon_ms,
             at: Timestamp(0),
-            entries: HashMap::new(),
-            window: BTreeSet::new(),
-            beyond: BTreeSet::new(),
+            entries: SharedMap::new(),
+            window: SharedSet::new(),
+            beyond: SharedSet::new(),
             cells: Vec::new(),
             in_use: Vec::new(),
         }
@@ -277,6 +276,8 @@ impl Busy {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+    use std::collections::HashMap;
+
     use proptest::prelude::*;
 
     use super::*;

@@ -4,7 +4,7 @@
 //! as it was, so accrual is exact between changes however often (or seldom) the caller
 //! ticks. Accrual, work fetch, the view and persistence live in their own files.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +24,7 @@ use super::view::{ClearCause, EventKind, FairShareEvent};
 use super::workfetch::Placed;
 use crate::clock::Timestamp;
 use crate::ids::ClaimId;
+use crate::shared::SharedMap;
 use crate::units::Units;
 
 /// Events kept for [`Ledger::drain_events`]; older ones are dropped beyond this.
@@ -71,7 +72,7 @@ pub(super) struct Slot {
     /// When work fetch last found none of its claims fits, per resource type.
     pub(super) nothing_fit: Vec<Option<Timestamp>>,
     /// Pending claims, oldest first.
-    pub(super) queue: BTreeMap<u64, ClaimId>,
+    pub(super) queue: SharedMap<u64, ClaimId>,
     /// The same claims by form, as work fetch asks about them.
     pub(super) forms: Forms,
     pub(super) pending_count: Vec<u32>,
@@ -88,7 +89,7 @@ impl Slot {
             accounts: vec![Account::default(); resources],
             target: vec![0.0; resources],
             nothing_fit: vec![None; resources],
-            queue: BTreeMap::new(),
+            queue: SharedMap::new(),
             forms: Forms::default(),
             pending_count: vec![0; resources],
             pending_units: vec![0; resources],
@@ -145,8 +146,8 @@ pub struct Ledger {
     pub(super) project_index: HashMap<ProjectName, usize>,
     // Ordered maps: iteration order feeds float sums and choices, which must not vary run to run.
     // Each entry behind its own `Arc`: a copy of the ledger (the forecast's) shares them.
-    pub(super) pending: BTreeMap<ClaimId, Arc<Waiting>>,
-    pub(super) running: BTreeMap<ClaimId, Arc<Holding>>,
+    pub(super) pending: SharedMap<ClaimId, Arc<Waiting>>,
+    pub(super) running: SharedMap<ClaimId, Arc<Holding>>,
     pub(super) next_seq: u64,
     pub(super) last_seen: Option<Timestamp>,
     /// The targets no longer match the claims, shares or flags.
@@ -174,8 +175,8 @@ impl Ledger {
             resource_index: HashMap::new(),
             projects: Vec::new(),
             project_index: HashMap::new(),
-            pending: BTreeMap::new(),
-            running: BTreeMap::new(),
+            pending: SharedMap::new(),
+            running: SharedMap::new(),
             next_seq: 0,
             last_seen: None,
             stale: false,

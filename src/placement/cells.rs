@@ -4,10 +4,13 @@
 //! index: how a multi-device request that fits nowhere is found out without weighing
 //! every node, and how its refusal is counted (`summary`).
 
+use std::sync::Arc;
+
 use super::explain::static_verdict;
 use super::fleet::{Demand, Fleet};
 use super::model::Device;
 use crate::request::{GpuForm, Milli, PerDevice};
+use crate::shared::SharedVec;
 use crate::units::{Bytes, Slots, Units};
 
 /// One device's free figures, and its class in the index (`OFF`: it takes no claims).
@@ -57,21 +60,65 @@ impl Cell {
     }
 }
 
+/// Nodes whose cells share one chunk.
+const NODES_PER_CHUNK: usize = 64;
+
+/// Every device's cell, node after node, in chunks of 64 nodes each behind an `Arc`: a
+/// node's cells stay contiguous (read as one slice), a copy of the fleet shares the chunks,
+/// and a change copies the one chunk it touches while a copy shares it.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Cells {
+    /// Chunk k: the cells of nodes 64k to 64k + 63.
+    chunks: Vec<Arc<Vec<Cell>>>,
+    /// Each node's first cell in its chunk.
+    first: SharedVec<u32>,
+}
+
+impl Cells {
+    /// Adds a node's `devices` cells, all off.
+    pub(super) fn push_node(&mut self, devices: usize) {
+        let n = self.first.len();
+        if n.is_multiple_of(NODES_PER_CHUNK) {
+            self.chunks.push(Arc::new(Vec::new()));
+        }
+        let Some(chunk) = self.chunks.last_mut() else {
+            return;
+        };
+        let chunk = Arc::make_mut(chunk);
+        // Positions fit in u32: 64 nodes of 2^26 devices are never built.
+        self.first.push(chunk.len() as u32);
+        chunk.extend((0..devices).map(|_| Cell::off()));
+    }
+
+    /// Where node `n`'s cells are: its chunk and the range in it.
+    fn place(&self, n: usize) -> (usize, usize, usize) {
+        let k = n / NODES_PER_CHUNK;
+        let start = self.first[n] as usize;
+        let end = if !(n + 1).is_multiple_of(NODES_PER_CHUNK) && n + 1 < self.first.len() {
+            self.first[n + 1] as usize
+        } else {
+            self.chunks[k].len()
+        };
+        (k, start, end)
+    }
+
+    /// Node `n`'s cells, in device order.
+    pub(super) fn of(&self, n: usize) -> &[Cell] {
+        let (k, start, end) = self.place(n);
+        &self.chunks[k][start..end]
+    }
+
+    /// Sets device `d` of node `n`'s cell, answering the one it replaces.
+    pub(super) fn set(&mut self, n: usize, d: usize, cell: Cell) -> Cell {
+        let (k, start, _) = self.place(n);
+        std::mem::replace(&mut Arc::make_mut(&mut self.chunks[k])[start + d], cell)
+    }
+}
+
 impl Fleet {
     /// Node `n`'s devices' cells, in device order.
     pub(super) fn cells_of(&self, n: usize) -> &[Cell] {
-        let (start, end) = self.cell_range(n);
-        &self.cells[start..end]
-    }
-
-    /// Where node `n`'s cells are in `cells`.
-    pub(super) fn cell_range(&self, n: usize) -> (usize, usize) {
-        let start = self.first_cell[n] as usize;
-        let end = self
-            .first_cell
-            .get(n + 1)
-            .map_or(self.cells.len(), |&e| e as usize);
-        (start, end)
+        self.cells.of(n)
     }
 
     /// Per class, the share a device of it would take (`None`: it never can, or the

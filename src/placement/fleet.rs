@@ -5,13 +5,14 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use super::Policy;
-use super::cells::Cell;
+use super::cells::{Cell, Cells};
 use super::explain::NoFit;
 use super::index::Class;
 use super::model::{Allocation, Device, DeviceShare, Health, Node, NodeSpec};
 use super::wholes::Wholes;
 use crate::ids::ClaimId;
 use crate::request::{AcceleratorWanted, ClaimRequest, GpuForm, Milli, PerDevice, accelerator_key};
+use crate::shared::{SharedMap, SharedVec};
 use crate::units::{Bytes, SLOTS_PER_DEVICE, Slots, Units};
 
 /// Why a fleet change was refused.
@@ -89,27 +90,27 @@ impl Demand {
 #[derive(Clone, Debug, Default)]
 pub struct Fleet {
     pub(super) policy: Policy,
-    /// Each node behind its own `Arc`, as the claims: a copy shares those it leaves as
-    /// they are, and placing on a node copies that node only while a copy shares it.
-    pub(super) nodes: Vec<Arc<Node>>,
+    /// Each node behind its own `Arc`, as the claims, in shared chunks
+    /// (`crate::shared`): a copy shares the table and the nodes it leaves as they are,
+    /// and placing on a node copies that node and its chunk only while a copy shares them.
+    pub(super) nodes: SharedVec<Arc<Node>>,
     /// Only a new node changes it: shared whole by copies.
     pub(super) by_name: Arc<HashMap<String, usize>>,
     pub(super) classes: Vec<Class>,
-    /// Each behind its own `Arc`, so that a copy of the fleet (the forecast's) shares them.
-    pub(super) claims: HashMap<ClaimId, Arc<(Demand, Allocation)>>,
+    /// Shared with copies (`crate::shared`), each behind its own `Arc`: a copy of the
+    /// fleet (the forecast's) shares the table and the allocations in it.
+    pub(super) claims: SharedMap<ClaimId, Arc<(Demand, Allocation)>>,
     /// Moves on whenever what fits may have changed.
     pub(super) generation: u64,
     /// The distinct device make-ups of nodes: (model, memory, devices) in device order.
     pub(super) profiles: Vec<Vec<(String, Option<Bytes>, usize)>>,
     /// Each node's make-up, by position in `profiles`.
-    pub(super) profile_of: Vec<u32>,
+    pub(super) profile_of: SharedVec<u32>,
     /// (node, device position) of devices that take no claims (cordoned, unhealthy, lost,
     /// memory unknown): the ones the free-memory index leaves out.
     pub(super) off: BTreeSet<(u32, u32)>,
     /// Every device's free figures, node after node (`cells`).
-    pub(super) cells: Vec<Cell>,
-    /// Each node's first cell.
-    pub(super) first_cell: Vec<u32>,
+    pub(super) cells: Cells,
     /// Nodes with devices (counted once: every multi-device placement asks).
     pub(super) gpu_nodes: usize,
     /// Nodes by how many wholly free devices they have, kept with the cells.
@@ -181,9 +182,7 @@ impl Fleet {
         // Positions fit in u32: at most 2^32 node make-ups are never built.
         self.profile_of.push(p as u32);
         let n = self.nodes.len();
-        // Positions fit in u32: at most 2^32 devices are never built.
-        self.first_cell.push(self.cells.len() as u32);
-        self.cells.extend(devices.iter().map(|_| Cell::off()));
+        self.cells.push_node(devices.len());
         self.gpu_nodes += usize::from(!devices.is_empty());
         Arc::make_mut(&mut self.by_name).insert(spec.name.clone(), n);
         self.nodes.push(Arc::new(Node {
@@ -200,7 +199,7 @@ impl Fleet {
     }
 
     /// Nodes in the order they were added.
-    pub fn nodes(&self) -> &[Arc<Node>] {
+    pub fn nodes(&self) -> &SharedVec<Arc<Node>> {
         &self.nodes
     }
 

@@ -5,15 +5,13 @@
 //! node scan node by node; linked devices are preferred; binpack or spread decides among
 //! the fits.
 
-use std::collections::BTreeSet;
-use std::collections::btree_set::Range;
-
 use super::Policy;
 use super::cells::{Cell, OFF};
 use super::explain::NoFit;
 use super::fleet::{Demand, Fleet, Plan};
 use super::summary::NODES_LISTED;
 use crate::request::{GpuForm, Milli, PerDevice};
+use crate::shared::{SetRange, SharedSet};
 use crate::units::Bytes;
 
 /// Devices of one model and memory size, indexed by free memory for fast fits.
@@ -22,7 +20,7 @@ pub(super) struct Class {
     pub(super) model: String,
     pub(super) capacity: Bytes,
     /// (free memory, node, device position) of schedulable devices.
-    pub(super) free: BTreeSet<(Bytes, u32, u32)>,
+    pub(super) free: SharedSet<(Bytes, u32, u32)>,
 }
 
 impl Fleet {
@@ -42,7 +40,7 @@ impl Fleet {
         self.classes.push(Class {
             model,
             capacity,
-            free: BTreeSet::new(),
+            free: SharedSet::new(),
         });
         self.classes.len() - 1
     }
@@ -71,8 +69,7 @@ impl Fleet {
 
     /// Takes a device out of the index (before its free memory or state changes).
     pub(super) fn unindex(&mut self, n: usize, d: usize) {
-        let cell = self.first_cell[n] as usize + d;
-        let c = self.cells[cell].class;
+        let c = self.cells_of(n)[d].class;
         if c != OFF {
             let entry = self.entry(n, d);
             self.classes[c as usize].free.remove(&entry);
@@ -493,7 +490,7 @@ fn none_left_wins(
 /// One class's part of the multi-device walk: its per-device need and the next device.
 struct Cursor<'a> {
     need: PerDevice,
-    range: Range<'a, (Bytes, u32, u32)>,
+    range: SetRange<'a, (Bytes, u32, u32)>,
     binpack: bool,
     /// (memory left after the share, node, device position) of the next device.
     head: Option<(Bytes, u32, u32)>,

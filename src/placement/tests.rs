@@ -504,7 +504,7 @@ fn a_failed_move_keeps_holders_in_placement_order() {
         f.claim(ClaimId(id), &req(json!({"num_gpus": 0.25})))
             .unwrap();
     }
-    let before = f.nodes().to_vec();
+    let before: Vec<_> = f.nodes().iter().cloned().collect();
     let target = MoveTarget {
         node: Some("nowhere".into()),
         devices: None,
@@ -513,7 +513,7 @@ fn a_failed_move_keeps_holders_in_placement_order() {
         f.move_claim(ClaimId(1), &target),
         Err(MoveError::NoFit(_))
     ));
-    assert_eq!(f.nodes(), &before[..]);
+    assert!(f.nodes().iter().eq(before.iter()));
     assert_eq!(
         f.nodes()[0].devices[0].holders,
         vec![ClaimId(1), ClaimId(2), ClaimId(3)]

@@ -119,9 +119,7 @@ impl Fleet {
     /// node's cells, and only when the device becomes or stops being wholly free (a
     /// placement changes a device's cell twice, out of the index and back).
     pub(super) fn set_cell(&mut self, n: usize, d: usize, cell: Cell) {
-        let i = self.first_cell[n] as usize + d;
-        let old = self.cells[i];
-        self.cells[i] = cell;
+        let old = self.cells.set(n, d, cell);
         let (was, is) = (
             is_whole(&self.classes, &old),
             is_whole(&self.classes, &cell),
@@ -130,9 +128,8 @@ impl Fleet {
             return;
         }
         // The node's counts after the change; before it, the one device differs.
-        let (start, end) = self.cell_range(n);
         let (mut total, mut of_old, mut of_new) = (0, 0, 0);
-        for c in &self.cells[start..end] {
+        for c in self.cells_of(n) {
             if is_whole(&self.classes, c) {
                 total += 1;
                 of_old += usize::from(c.class == old.class);

@@ -3,25 +3,26 @@
 //! (asked about on every tick: a process ending is not on any clock), and the claims
 //! still waiting for devices.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 
 use super::Claim;
 use super::forms::Form;
 use crate::clock::Timestamp;
 use crate::ids::ClaimId;
+use crate::shared::SharedSet;
 
 /// The tick's work lists. Every change to a claim's lease, owner or allocation goes
 /// through `forget` (before) and `note` (after).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct Due {
     /// Leases of claims without a local owner, by their end.
-    leases: BTreeSet<(Timestamp, ClaimId)>,
+    leases: SharedSet<(Timestamp, ClaimId)>,
     /// Claims with a local owner's pid.
-    owned: BTreeSet<ClaimId>,
+    owned: SharedSet<ClaimId>,
     /// Claims without an allocation.
-    waiting: BTreeSet<ClaimId>,
+    waiting: SharedSet<ClaimId>,
     /// The same, by form.
-    forms: HashMap<Form, BTreeSet<ClaimId>>,
+    forms: HashMap<Form, SharedSet<ClaimId>>,
 }
 
 impl Due {
@@ -92,7 +93,7 @@ impl Due {
     }
 
     /// Claims without an allocation, in id order.
-    pub(super) fn waiting(&self) -> &BTreeSet<ClaimId> {
+    pub(super) fn waiting(&self) -> &SharedSet<ClaimId> {
         &self.waiting
     }
 

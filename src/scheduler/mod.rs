@@ -39,6 +39,7 @@ use crate::fairshare::{FairShareError, Ledger, LedgerConfig};
 use crate::ids::ClaimId;
 use crate::placement::{Allocation, Fleet, FleetError, NoFit, NodeSpec, Policy};
 use crate::request::ClaimRequest;
+use crate::shared::SharedMap;
 use crate::snapshot::AuditEvent;
 
 pub use claims::{Claim, ShareZero, Submitted, claim_view};
@@ -109,10 +110,10 @@ impl Default for SchedulerConfig {
 pub struct Scheduler {
     config: SchedulerConfig,
     fleet: Fleet,
-    /// Each claim behind its own `Arc`: a copy to run forward shares them (a pointer each,
-    /// not a request with its strings), and a change to one claim copies that one only
-    /// while a copy still shares it (`Arc::make_mut`).
-    claims: BTreeMap<ClaimId, Arc<Claim>>,
+    /// Shared with copies (`crate::shared`), and each claim behind its own `Arc`: a copy
+    /// to run forward shares the table, and a change to one claim copies the table's nodes
+    /// on its path and that claim only while a copy still shares them (`Arc::make_mut`).
+    claims: SharedMap<ClaimId, Arc<Claim>>,
     shares: BTreeMap<String, u32>,
     events: VecDeque<AuditEvent>,
     revision: u64,
@@ -170,7 +171,7 @@ impl Scheduler {
         let mut s = Scheduler {
             config,
             fleet,
-            claims: BTreeMap::new(),
+            claims: SharedMap::new(),
             shares: BTreeMap::new(),
             events: VecDeque::new(),
             revision: 0,

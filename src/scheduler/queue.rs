@@ -2,7 +2,6 @@
 //! is and on which resource type, placement finds the devices), and the claims still
 //! waiting are told why.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::due::Due;
@@ -13,6 +12,7 @@ use crate::fairshare::{self, PendingClaim, ResourceId};
 use crate::ids::ClaimId;
 use crate::placement::{Fleet, NoFit};
 use crate::request::ClaimRequest;
+use crate::shared::{SharedMap, SharedSet};
 use crate::units::Units;
 
 /// How one round of work fetch ended.
@@ -137,7 +137,7 @@ impl Scheduler {
     }
 
     /// The claims without an allocation, in id order.
-    pub(super) fn waiting(&self) -> std::borrow::Cow<'_, std::collections::BTreeSet<ClaimId>> {
+    pub(super) fn waiting(&self) -> std::borrow::Cow<'_, SharedSet<ClaimId>> {
         #[cfg(test)]
         if self.reference {
             return std::borrow::Cow::Owned(
@@ -197,7 +197,7 @@ impl Scheduler {
 
 /// Whether a waiting claim fits on a resource type, as work fetch asks placement.
 struct Fits<'a> {
-    claims: &'a BTreeMap<ClaimId, Arc<Claim>>,
+    claims: &'a SharedMap<ClaimId, Arc<Claim>>,
     fleet: &'a Fleet,
     due: &'a Due,
     seen: &'a mut FitsSeen,
