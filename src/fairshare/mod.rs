@@ -11,6 +11,7 @@ mod accrual;
 mod backoff;
 mod busy;
 mod claim;
+mod flow;
 mod forms;
 mod inspect;
 mod ledger;
