@@ -48,7 +48,7 @@ async fn console_reads_and_acts(args: ConsoleArgs) -> String {
     let src = &attached.sources[0];
     assert_eq!(src.kind().as_str(), "gpuboard");
     let fetched = src.fetch().await.unwrap();
-    let Fetched::Snapshot(snap) = fetched else {
+    let (Fetched::Snapshot(snap) | Fetched::Telemetry(snap)) = fetched else {
         panic!("a first fetch is a snapshot");
     };
     assert!(!snap.nodes.is_empty());
@@ -155,7 +155,7 @@ async fn the_console_with_no_source_attaches_to_the_local_serve() {
         note.contains("attached") && note.contains(&serve.url),
         "{note}"
     );
-    let Fetched::Snapshot(snap) = src.fetch().await.unwrap() else {
+    let (Fetched::Snapshot(snap) | Fetched::Telemetry(snap)) = src.fetch().await.unwrap() else {
         panic!("snapshot");
     };
     assert!(

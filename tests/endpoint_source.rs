@@ -26,7 +26,7 @@ fn source(server: &Server, token: Option<String>) -> Http {
 /// moment after the action that made it).
 async fn changed(src: &Http) -> Snapshot {
     for _ in 0..100 {
-        if let Fetched::Snapshot(s) = src.fetch().await.unwrap() {
+        if let Fetched::Snapshot(s) | Fetched::Telemetry(s) = src.fetch().await.unwrap() {
             return *s;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -124,7 +124,7 @@ fn memory(gib: u64) -> ClaimRequest {
 async fn converges(src: &Http, endpoint: &Client, model: &mut Option<Snapshot>, within: Duration) {
     let deadline = Instant::now() + within;
     loop {
-        if let Ok(Fetched::Snapshot(s)) = src.fetch().await {
+        if let Ok(Fetched::Snapshot(s) | Fetched::Telemetry(s)) = src.fetch().await {
             *model = Some(*s);
         }
         let truth = endpoint.snapshot().await.unwrap();
@@ -204,7 +204,7 @@ async fn streams_cut_at_random_points_still_converge() {
         }
         if round % 5 == 0 {
             // Let the console read mid-way, so cuts land inside live streams.
-            if let Ok(Fetched::Snapshot(s)) = src.fetch().await {
+            if let Ok(Fetched::Snapshot(s) | Fetched::Telemetry(s)) = src.fetch().await {
                 model = Some(*s);
             }
         }

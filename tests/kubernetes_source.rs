@@ -59,7 +59,7 @@ async fn until(src: &Arc<dyn Source>, what: &str, done: impl Fn(&Snapshot) -> bo
     let mut last = None;
     loop {
         match src.fetch().await {
-            Ok(Fetched::Snapshot(s)) => {
+            Ok(Fetched::Snapshot(s) | Fetched::Telemetry(s)) => {
                 if done(&s) {
                     return *s;
                 }
@@ -93,7 +93,7 @@ async fn the_fixture_cluster_reads_and_follows_its_watches() {
     let cluster = kmock::Cluster::fixtures(&["--bookmark-s", "0.3"]);
     let src = source(&cluster, None);
     assert_eq!(src.kind().as_str(), "kubernetes");
-    let Fetched::Snapshot(s) = src.fetch().await.unwrap() else {
+    let (Fetched::Snapshot(s) | Fetched::Telemetry(s)) = src.fetch().await.unwrap() else {
         panic!("the first fetch is a snapshot")
     };
     let want = decoded_fixtures();
@@ -437,7 +437,7 @@ async fn engine_actions_change_the_cluster_and_refusals_change_nothing() {
     );
     // Nothing changed: no watch event came (or, if one did, it changed neither).
     let s = match src.fetch().await.unwrap() {
-        Fetched::Snapshot(s) => *s,
+        Fetched::Snapshot(s) | Fetched::Telemetry(s) => *s,
         Fetched::Unchanged => before,
     };
     assert!(

@@ -60,7 +60,7 @@ pub(crate) async fn settled(src: &SshSource) -> Result<Snapshot, Failure> {
     let deadline = Instant::now() + PATIENCE;
     loop {
         match src.fetch().await {
-            Ok(Fetched::Snapshot(s)) => return Ok(*s),
+            Ok(Fetched::Snapshot(s) | Fetched::Telemetry(s)) => return Ok(*s),
             Err(Failure::Unreachable { detail, .. }) if detail.starts_with("connecting") => {}
             Err(e) => return Err(e),
             Ok(Fetched::Unchanged) => panic!("{}: unchanged before any snapshot", src.name()),
@@ -83,7 +83,7 @@ pub(crate) async fn until(
     let deadline = Instant::now() + PATIENCE;
     loop {
         let got = match src.fetch().await {
-            Ok(Fetched::Snapshot(s)) => Some(Ok(*s)),
+            Ok(Fetched::Snapshot(s) | Fetched::Telemetry(s)) => Some(Ok(*s)),
             Ok(Fetched::Unchanged) => None,
             Err(e) => Some(Err(e)),
         };

@@ -34,11 +34,6 @@ pub const FRAME_MS: u64 = 33;
 /// screen follows them four times a second; a key still settles and draws at once.
 pub const SETTLE_MS: u64 = 250;
 
-/// Minimum time between two rebuilds when only telemetry changed since the last
-/// (`State::settling`): figures on screen move once a second, as a sampler reads them,
-/// however many hosts send theirs in between.
-pub const TELEMETRY_SETTLE_MS: u64 = 1_000;
-
 /// Undoes every terminal mode the console enables; idempotent, also run from the panic hook.
 pub struct TerminalGuard {
     active: bool,
@@ -553,10 +548,13 @@ async fn event_loop(
         });
     }
     let mut last_draw = Instant::now() - Duration::from_millis(FRAME_MS);
-    let mut last_settle = Instant::now() - Duration::from_millis(TELEMETRY_SETTLE_MS);
+    // Rebuilds when only telemetry changed since the last (`State::settling`) come at
+    // this pace, however many hosts send theirs in between.
+    let telemetry_settle = super::telemetry_settle(setup.sources.len());
+    let mut last_settle = Instant::now() - telemetry_settle;
     loop {
         let msg = if state.dirty {
-            let deadline = next_draw(&state, last_draw, last_settle);
+            let deadline = next_draw(&state, last_draw, last_settle, telemetry_settle);
             tokio::select! {
                 m = rx.recv() => m,
                 () = tokio::time::sleep_until(deadline) => {
@@ -607,7 +605,9 @@ async fn event_loop(
         if state.quit {
             break;
         }
-        if state.dirty && Instant::now() >= next_draw(&state, last_draw, last_settle) {
+        if state.dirty
+            && Instant::now() >= next_draw(&state, last_draw, last_settle, telemetry_settle)
+        {
             if state.unsettled {
                 last_settle = Instant::now();
             }
@@ -622,16 +622,21 @@ async fn event_loop(
 }
 
 /// When the next frame may be drawn: a frame after the last, and when it must rebuild
-/// after answers, `SETTLE_MS` after the last rebuild (`TELEMETRY_SETTLE_MS` when the answers
+/// after answers, `SETTLE_MS` after the last rebuild (`telemetry_settle` when the answers
 /// brought telemetry alone).
-fn next_draw(state: &State, last_draw: Instant, last_settle: Instant) -> Instant {
+fn next_draw(
+    state: &State,
+    last_draw: Instant,
+    last_settle: Instant,
+    telemetry_settle: Duration,
+) -> Instant {
     let at = last_draw + Duration::from_millis(FRAME_MS);
     if !state.unsettled {
         at
     } else if state.settling.all {
         at.max(last_settle + Duration::from_millis(SETTLE_MS))
     } else {
-        at.max(last_settle + Duration::from_millis(TELEMETRY_SETTLE_MS))
+        at.max(last_settle + telemetry_settle)
     }
 }
 

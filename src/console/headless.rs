@@ -335,7 +335,7 @@ async fn print_status(
                 .zip(last.iter_mut())
                 .map(|((s, (at, r)), last)| {
                     let (snapshot, error) = match r {
-                        Ok(Fetched::Snapshot(snap)) => {
+                        Ok(Fetched::Snapshot(snap) | Fetched::Telemetry(snap)) => {
                             *last = Some(*snap);
                             (last.clone(), None)
                         }

@@ -156,6 +156,17 @@ pub fn telemetry_pace(sources: usize) -> Duration {
         .clamp(Duration::from_secs(2), Duration::from_secs(10))
 }
 
+/// How often figures that changed alone are rebuilt and drawn (`driver::next_draw`): once a
+/// second, as a sampler reads them, while each endpoint sends its own every 2 s; with more
+/// endpoints, two fifths of their pace (`telemetry_pace`), at most every 2 s. At 100 hosts
+/// each host's figures change every 5 s and the screen takes them every 2 s: a second
+/// more, for half the frames.
+pub fn telemetry_settle(sources: usize) -> Duration {
+    telemetry_pace(sources)
+        .mul_f64(0.4)
+        .clamp(Duration::from_secs(1), Duration::from_secs(2))
+}
+
 /// Resolves flags and config into sources, theme and keymap.
 pub fn setup(args: &ConsoleArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Setup> {
     let cfg = world_config(args)?;
@@ -395,5 +406,14 @@ mod tests {
         assert_eq!(telemetry_pace(40), Duration::from_secs(2));
         assert_eq!(telemetry_pace(100), Duration::from_secs(5));
         assert_eq!(telemetry_pace(1_000), Duration::from_secs(10));
+    }
+
+    #[test]
+    fn figures_are_drawn_every_second_then_every_2_s_past_60_endpoints() {
+        assert_eq!(telemetry_settle(1), Duration::from_secs(1));
+        assert_eq!(telemetry_settle(50), Duration::from_secs(1));
+        assert_eq!(telemetry_settle(60), Duration::from_millis(1_200));
+        assert_eq!(telemetry_settle(100), Duration::from_secs(2));
+        assert_eq!(telemetry_settle(1_000), Duration::from_secs(2));
     }
 }

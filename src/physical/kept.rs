@@ -58,7 +58,14 @@ impl Joiner {
         sources: &[SharedSource],
         aliases: &Aliases,
     ) -> Option<PhysicalFleet> {
-        let stays = self.last.is_some()
+        self.stays(sources, aliases)
+            .then(|| self.join(sources, aliases))
+    }
+
+    /// Whether every device of `sources` stays where the last join put it: what `refresh`
+    /// asks before it joins.
+    pub fn stays(&self, sources: &[SharedSource], aliases: &Aliases) -> bool {
+        self.last.is_some()
             && *aliases == self.aliases
             && self.parts.len() == sources.len()
             && sources.iter().zip(&self.parts).all(|(s, (snap, p))| {
@@ -67,8 +74,7 @@ impl Joiner {
                     && p.engine == s.engine
                     && *p.name == *s.name
                     && (Arc::ptr_eq(snap, &s.snapshot) || prepare::same_devices(snap, &s.snapshot))
-            });
-        stays.then(|| self.join(sources, aliases))
+            })
     }
 
     /// Joins the sources, preparing again only those whose snapshot is not the one the

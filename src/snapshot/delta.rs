@@ -136,6 +136,19 @@ pub enum SnapshotChange {
     },
 }
 
+impl SnapshotChange {
+    /// Whether this change, made to a snapshot at `revision`, brings what telemetry brings
+    /// alone (`Snapshot::same_but_telemetry` leaves it out): figures, the host's, the time.
+    /// A reader told so need not compare the snapshot with the last.
+    pub fn telemetry_alone(&self, revision: u64) -> bool {
+        match self {
+            SnapshotChange::Figures { .. } | SnapshotChange::Host { .. } => true,
+            SnapshotChange::Revision { revision: r, .. } => *r == revision,
+            _ => false,
+        }
+    }
+}
+
 /// The changes that turn `old` into `new`; empty when they are equal. Projects change
 /// one at a time and the header is short when only the revision and time moved.
 pub fn diff(old: &Snapshot, new: &Snapshot) -> Vec<SnapshotChange> {

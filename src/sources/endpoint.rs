@@ -229,7 +229,7 @@ impl Source for Http {
         Box::pin(async move {
             let got = fetch.await?;
             let failed = match &got {
-                Fetched::Snapshot(s) => s.endpoint.store_failed.clone(),
+                Fetched::Snapshot(s) | Fetched::Telemetry(s) => s.endpoint.store_failed.clone(),
                 Fetched::Unchanged => last_failed,
             };
             match failed {

@@ -102,6 +102,10 @@ pub enum Failure {
 pub enum Fetched {
     /// The source's state, changed since the last fetch (or the first one).
     Snapshot(Box<Snapshot>),
+    /// The source's state, changed since the last fetch in what telemetry brings alone
+    /// (`Snapshot::same_but_telemetry` holds between the two): the console takes it
+    /// without comparing them.
+    Telemetry(Box<Snapshot>),
     /// The source is live and nothing changed since the last fetch: the console marks it
     /// fresh and rebuilds nothing.
     Unchanged,
@@ -111,7 +115,7 @@ impl Fetched {
     /// The snapshot, when one came.
     pub fn snapshot(self) -> Option<Snapshot> {
         match self {
-            Fetched::Snapshot(s) => Some(*s),
+            Fetched::Snapshot(s) | Fetched::Telemetry(s) => Some(*s),
             Fetched::Unchanged => None,
         }
     }

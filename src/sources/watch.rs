@@ -83,6 +83,9 @@ impl ReconnectDelay {
 pub enum Step {
     /// The snapshot changed.
     Changed,
+    /// The snapshot changed in what telemetry brings alone
+    /// (`SnapshotChange::telemetry_alone`).
+    Telemetry,
     /// Nothing to show changed.
     Same,
     /// The stream is out of step with the model (why): reconnect with `since`.
@@ -152,10 +155,16 @@ impl Model {
                 body.from
             ));
         }
+        let alone = body
+            .changes
+            .iter()
+            .all(|c| c.telemetry_alone(snap.revision));
         apply(snap, &body.changes);
         self.version = Some(body.to);
         if body.changes.is_empty() {
             Step::Same
+        } else if alone {
+            Step::Telemetry
         } else {
             Step::Changed
         }
@@ -195,6 +204,8 @@ struct Shared {
     generation: u64,
     /// The generation the last fetch answered with.
     delivered: u64,
+    /// Whether anything but telemetry changed since the last fetch answered (or none did).
+    whole: bool,
     mode: Mode,
     /// Why the stream is down, while it is.
     down: Option<Failure>,
@@ -251,6 +262,7 @@ impl Mirror {
                     model: Model::default(),
                     generation: 0,
                     delivered: 0,
+                    whole: true,
                     mode: Mode::Watch,
                     down: None,
                     heard: None,
@@ -354,6 +366,7 @@ impl Inner {
         let mut s = self.lock();
         if s.model.polled(answer) {
             s.generation += 1;
+            s.whole = true;
         }
         deliver(&mut s)
     }
@@ -364,10 +377,12 @@ impl Inner {
         self.update(|s| {
             s.heard = Some(now);
             let back = s.down.take().is_some();
-            if *step == Step::Changed {
+            let changed = matches!(step, Step::Changed | Step::Telemetry);
+            if changed {
                 s.generation += 1;
+                s.whole |= *step == Step::Changed;
             }
-            back || *step == Step::Changed
+            back || changed
         });
     }
 
@@ -380,7 +395,8 @@ impl Inner {
     }
 }
 
-/// The snapshot when it changed since the last fetch, `Unchanged` when not.
+/// The snapshot when it changed since the last fetch (`Fetched::Telemetry` when only
+/// telemetry did), `Unchanged` when not.
 fn deliver(s: &mut Shared) -> Result<Fetched, Failure> {
     let Some(snap) = &s.model.snapshot else {
         return Err(Failure::Decode(
@@ -391,7 +407,12 @@ fn deliver(s: &mut Shared) -> Result<Fetched, Failure> {
         return Ok(Fetched::Unchanged);
     }
     s.delivered = s.generation;
-    Ok(Fetched::Snapshot(Box::new(snap.clone())))
+    let snap = Box::new(snap.clone());
+    if std::mem::take(&mut s.whole) {
+        Ok(Fetched::Snapshot(snap))
+    } else {
+        Ok(Fetched::Telemetry(snap))
+    }
 }
 
 /// Connections being opened at once across every endpoint source of the process (until

@@ -97,11 +97,21 @@ impl JoinInput {
 impl JoinInput {
     /// Joins them as `join` does when every device stays where the last join put it (a
     /// change of readings, or of claims on the same devices: only what changed is built
-    /// again), at once and for little; `None`, and nothing done, when the devices would be
-    /// grouped again (`physical::Joiner::refresh`).
-    pub fn refresh(&self) -> Option<PhysicalFleet> {
-        let mut joiner = self.kept.0.lock().ok()?;
-        joiner.refresh(&self.sources, &self.aliases)
+    /// again), at once and for little (`physical::Joiner::refresh`).
+    ///
+    /// `shown`, the join on screen, is let go of first: it shares its GPUs with the kept
+    /// join, which then changes the GPUs a change touches in place instead of copying
+    /// them. It comes back untouched, with nothing done, when the devices would be
+    /// grouped again.
+    pub fn refresh(&self, shown: Arc<PhysicalFleet>) -> Result<PhysicalFleet, Arc<PhysicalFleet>> {
+        let Ok(mut joiner) = self.kept.0.lock() else {
+            return Err(shown);
+        };
+        if !joiner.stays(&self.sources, &self.aliases) {
+            return Err(shown);
+        }
+        drop(shown);
+        Ok(joiner.join(&self.sources, &self.aliases))
     }
 }
 
@@ -195,11 +205,17 @@ impl State {
         {
             return false;
         }
-        let Some(fleet) = self.join_input().refresh() else {
-            return false;
-        };
-        self.take_joined(fleet);
-        true
+        let shown = std::mem::take(&mut self.physical.fleet);
+        match self.join_input().refresh(shown) {
+            Ok(fleet) => {
+                self.take_joined(fleet);
+                true
+            }
+            Err(shown) => {
+                self.physical.fleet = shown;
+                false
+            }
+        }
     }
 
     /// What the next join reads.

@@ -65,8 +65,10 @@ impl State {
 
     /// Stores a source's snapshot (joining remote telemetry as `store_snapshot` does) and
     /// leaves the physical join, totals, map and rows to `settle`: a thousand hosts
-    /// answering at start cost one rebuild per frame, not one per host.
-    pub fn store_unsettled(&mut self, source: usize, snap: Snapshot) {
+    /// answering at start cost one rebuild per frame, not one per host. `telemetry` says
+    /// the source found it changed in telemetry alone since the snapshot it last gave
+    /// (`Fetched::Telemetry`): then the two are not compared.
+    pub fn store_unsettled(&mut self, source: usize, snap: Snapshot, telemetry: bool) {
         // Telemetry alone, on a source whose data is joined into no other's (a telemetry
         // source's series and a cluster's pods are): the next settle may take it into the
         // physical GPUs without joining again.
@@ -79,7 +81,7 @@ impl State {
                 .sources
                 .get(source)
                 .and_then(|s| s.data.as_deref())
-                .is_some_and(|old| old.same_but_telemetry(&snap));
+                .is_some_and(|old| telemetry || old.same_but_telemetry(&snap));
         if telemetry_only {
             self.settling.telemetry.insert(source);
         } else {

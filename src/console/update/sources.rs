@@ -162,11 +162,17 @@ fn answered(state: &mut State, source: usize, at: Timestamp, fetched: Fetched) {
             }
             false
         }
-        Fetched::Snapshot(snap) if frozen => {
+        Fetched::Snapshot(snap) | Fetched::Telemetry(snap) if frozen => {
             slot.held = Some((*snap, at));
             return;
         }
-        Fetched::Snapshot(snap) => {
+        // New figures: a change, and one of telemetry alone, without comparing.
+        Fetched::Telemetry(snap) if slot.data.is_some() => {
+            slot.fetched_at = Some(at);
+            state.store_unsettled(source, *snap, true);
+            true
+        }
+        Fetched::Snapshot(snap) | Fetched::Telemetry(snap) => {
             let changed = slot
                 .raw
                 .as_ref()
@@ -174,7 +180,7 @@ fn answered(state: &mut State, source: usize, at: Timestamp, fetched: Fetched) {
                 .is_none_or(|d| !d.same_but_time(&snap));
             slot.fetched_at = Some(at);
             if changed {
-                state.store_unsettled(source, *snap);
+                state.store_unsettled(source, *snap, false);
             }
             changed
         }

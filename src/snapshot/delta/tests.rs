@@ -203,6 +203,9 @@ proptest! {
             }
             let changes = diff(&before, &endpoint);
             prop_assert_eq!(changes.is_empty(), before == endpoint);
+            if changes.iter().all(|c| c.telemetry_alone(before.revision)) {
+                prop_assert!(before.same_but_telemetry(&endpoint), "{:?}", changes);
+            }
             apply(&mut console, &over_the_wire(&changes));
             prop_assert_eq!(&console, &endpoint);
         }

@@ -157,7 +157,14 @@ fn a_reader_of_figures_has_what_the_screens_show_of_the_endpoint() {
     for step in (1..=40).filter(|s| s % 3 == 0) {
         let next = snapshot(step);
         let changes = over_the_wire(&diff_figures(&endpoint, &next));
+        // Figures alone: a reader told so skips comparing the snapshots, and is right to.
+        assert!(
+            changes.iter().all(|c| c.telemetry_alone(reader.revision)),
+            "{changes:?}"
+        );
+        let before = reader.clone();
         apply(&mut reader, &changes);
+        assert!(before.same_but_telemetry(&reader), "step {step}");
         endpoint = next;
         assert_eq!(
             as_shown(reader.clone()),
@@ -195,6 +202,7 @@ fn anything_but_figures_goes_whole() {
     // A claim renamed: whole.
     new.claims[0].holder = Some("ana".into());
     let changes = diff_figures(&old, &new);
+    assert!(!changes.iter().all(|c| c.telemetry_alone(old.revision)));
     assert!(
         changes
             .iter()

@@ -8,7 +8,7 @@ use futures::stream;
 
 use super::*;
 use crate::clock::ManualClock;
-use crate::snapshot::{NodeView, ProjectView, diff};
+use crate::snapshot::{HostView, NodeView, ProjectView, SnapshotChange, diff};
 
 fn v(epoch: u64, seq: u64) -> SnapshotVersion {
     SnapshotVersion { epoch, seq }
@@ -331,6 +331,58 @@ async fn deltas_reach_the_fetch_once_then_unchanged() {
     tokio::time::timeout(Duration::from_secs(1), r.mirror.changed().notified())
         .await
         .expect("a change wakes the console");
+}
+
+/// A change of telemetry alone since the last fetch is answered as such, so the console
+/// takes it without comparing; anything else since then, as a snapshot.
+#[test]
+fn what_changed_since_the_last_fetch_is_told_telemetry_or_not() {
+    let r = rig(vec![], vec![]);
+    let inner = &r.mirror.inner;
+    let hear = |event: WatchEvent| {
+        let step = inner.lock().model.apply(event);
+        inner.heard(&step);
+        step
+    };
+    let figures = |from, to, cpu: f32| {
+        WatchEvent::Delta(DeltaBody {
+            from,
+            to,
+            changes: vec![
+                SnapshotChange::Revision {
+                    revision: a().revision,
+                    taken_at: Timestamp(5_000),
+                },
+                SnapshotChange::Host {
+                    host: Some(HostView {
+                        cpu_pct: Some(cpu),
+                        ..HostView::default()
+                    }),
+                },
+            ],
+        })
+    };
+    let kind = |f: Result<Fetched, Failure>| match f {
+        Ok(Fetched::Snapshot(_)) => "snapshot",
+        Ok(Fetched::Telemetry(_)) => "telemetry",
+        Ok(Fetched::Unchanged) => "unchanged",
+        Err(e) => panic!("{e}"),
+    };
+    // The first answer is always a snapshot.
+    assert_eq!(hear(full(a(), v(7, 1))), Step::Changed);
+    assert_eq!(kind(deliver(&mut inner.lock())), "snapshot");
+    assert_eq!(hear(figures(v(7, 1), v(7, 2), 10.0)), Step::Telemetry);
+    assert_eq!(hear(figures(v(7, 2), v(7, 3), 20.0)), Step::Telemetry);
+    assert_eq!(kind(deliver(&mut inner.lock())), "telemetry");
+    assert_eq!(kind(deliver(&mut inner.lock())), "unchanged");
+    // Figures, then a new revision: a snapshot.
+    assert_eq!(hear(figures(v(7, 3), v(7, 4), 30.0)), Step::Telemetry);
+    let now = inner.lock().model.snapshot.clone().unwrap();
+    let mut next = b();
+    next.host.clone_from(&now.host);
+    assert_eq!(hear(delta(&now, &next, v(7, 4), v(7, 5))), Step::Changed);
+    assert_eq!(kind(deliver(&mut inner.lock())), "snapshot");
+    assert_eq!(inner.lock().model.snapshot.as_ref(), Some(&next));
 }
 
 #[tokio::test]
