@@ -547,22 +547,13 @@ async fn event_loop(
             }
         });
     }
-    let mut last_draw = Instant::now() - Duration::from_millis(FRAME_MS);
-    // Rebuilds when only telemetry changed since the last (`State::settling`) come at
-    // this pace, however many hosts send theirs in between.
-    let telemetry_settle = super::telemetry_settle(setup.sources.len());
-    let mut last_settle = Instant::now() - telemetry_settle;
+    let mut frames = Frames::new(super::telemetry_settle(setup.sources.len()));
     loop {
         let msg = if state.dirty {
-            let deadline = next_draw(&state, last_draw, last_settle, telemetry_settle);
             tokio::select! {
                 m = rx.recv() => m,
-                () = tokio::time::sleep_until(deadline) => {
-                    if state.unsettled {
-                        last_settle = Instant::now();
-                    }
-                    perform_all(draw_now(&mut terminal, &mut state, &theme)?);
-                    last_draw = Instant::now();
+                () = tokio::time::sleep_until(frames.next(&state)) => {
+                    perform_all(frames.draw(&mut terminal, &mut state, &theme)?);
                     continue;
                 }
             }
@@ -605,14 +596,8 @@ async fn event_loop(
         if state.quit {
             break;
         }
-        if state.dirty
-            && Instant::now() >= next_draw(&state, last_draw, last_settle, telemetry_settle)
-        {
-            if state.unsettled {
-                last_settle = Instant::now();
-            }
-            perform_all(draw_now(&mut terminal, &mut state, &theme)?);
-            last_draw = Instant::now();
+        if state.dirty && Instant::now() >= frames.next(&state) {
+            perform_all(frames.draw(&mut terminal, &mut state, &theme)?);
         }
     }
     drop(terminal);
@@ -621,22 +606,52 @@ async fn event_loop(
     Ok(())
 }
 
-/// When the next frame may be drawn: a frame after the last, and when it must rebuild
-/// after answers, `SETTLE_MS` after the last rebuild (`telemetry_settle` when the answers
-/// brought telemetry alone).
-fn next_draw(
-    state: &State,
+/// The frames' pace: when the last was drawn and the last rebuild made.
+struct Frames {
     last_draw: Instant,
     last_settle: Instant,
+    /// The pace of rebuilds when only telemetry changed since the last
+    /// (`State::settling`), however many hosts send theirs in between.
     telemetry_settle: Duration,
-) -> Instant {
-    let at = last_draw + Duration::from_millis(FRAME_MS);
-    if !state.unsettled {
-        at
-    } else if state.settling.all {
-        at.max(last_settle + Duration::from_millis(SETTLE_MS))
-    } else {
-        at.max(last_settle + telemetry_settle)
+}
+
+impl Frames {
+    fn new(telemetry_settle: Duration) -> Frames {
+        let now = Instant::now();
+        Frames {
+            last_draw: now - Duration::from_millis(FRAME_MS),
+            last_settle: now - telemetry_settle,
+            telemetry_settle,
+        }
+    }
+
+    /// When the next frame may be drawn: a frame after the last, and when it must rebuild
+    /// after answers, `SETTLE_MS` after the last rebuild (`telemetry_settle` when the
+    /// answers brought telemetry alone).
+    fn next(&self, state: &State) -> Instant {
+        let at = self.last_draw + Duration::from_millis(FRAME_MS);
+        if !state.unsettled {
+            at
+        } else if state.settling.all {
+            at.max(self.last_settle + Duration::from_millis(SETTLE_MS))
+        } else {
+            at.max(self.last_settle + self.telemetry_settle)
+        }
+    }
+
+    /// Settles and draws now (`draw_now`), noting when.
+    fn draw(
+        &mut self,
+        terminal: &mut Terminal<CrosstermBackend<io::Stdout>>,
+        state: &mut State,
+        theme: &Theme,
+    ) -> io::Result<Vec<Effect>> {
+        if state.unsettled {
+            self.last_settle = Instant::now();
+        }
+        let effects = draw_now(terminal, state, theme);
+        self.last_draw = Instant::now();
+        effects
     }
 }
 
