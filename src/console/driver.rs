@@ -548,6 +548,7 @@ async fn event_loop(
         });
     }
     let mut frames = Frames::new(super::telemetry_settle(setup.sources.len()));
+    let mut trim = Trim::default();
     loop {
         let msg = if state.dirty {
             tokio::select! {
@@ -596,6 +597,9 @@ async fn event_loop(
         if state.quit {
             break;
         }
+        if trim.due(&state, Instant::now()) {
+            release_freed();
+        }
         if state.dirty && Instant::now() >= frames.next(&state) {
             perform_all(frames.draw(&mut terminal, &mut state, &theme)?);
         }
@@ -604,6 +608,41 @@ async fn event_loop(
     drop(guard);
     tracing::info!("console stopped");
     Ok(())
+}
+
+/// When to give freed memory back (`release_freed`): once every source has answered or
+/// failed (the load at start is over), then once a minute.
+#[derive(Default)]
+struct Trim {
+    last: Option<Instant>,
+}
+
+impl Trim {
+    fn due(&mut self, state: &State, now: Instant) -> bool {
+        let due = match self.last {
+            Some(last) => now.duration_since(last) >= Duration::from_mins(1),
+            None => state
+                .sources
+                .iter()
+                .all(|s| s.data.is_some() || s.error.is_some()),
+        };
+        if due {
+            self.last = Some(now);
+        }
+        due
+    }
+}
+
+/// Gives the blocks the allocator keeps freed back to the system. A console that loaded a
+/// thousand endpoints' first snapshots at once keeps a quarter of its RSS in blocks freed
+/// since: 222 MiB before a trim, 161 MiB after (docs/performance.md, "A thousand
+/// endpoints").
+fn release_freed() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `malloc_trim` takes no pointer; it only walks glibc's own free lists.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 /// The frames' pace: when the last was drawn and the last rebuild made.
@@ -667,4 +706,26 @@ fn draw_now(
     terminal.draw(|f| views::draw(f, state, theme))?;
     state.dirty = false;
     Ok(effects)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::console::keymap::Keymap;
+    use crate::console::state::SourceSlot;
+
+    #[test]
+    fn freed_memory_goes_back_once_loaded_then_once_a_minute() {
+        let slot = |n: &str| SourceSlot::new(n, "gpuboard".parse().unwrap(), true, None);
+        let mut state = State::new(vec![slot("a"), slot("b")], Keymap::builtin(), 2_000, false);
+        let (mut trim, t0) = (Trim::default(), Instant::now());
+        assert!(!trim.due(&state, t0), "both still loading");
+        state.sources[0].data = Some(Arc::new(crate::snapshot::Snapshot::default()));
+        assert!(!trim.due(&state, t0), "b still loading");
+        state.sources[1].error = Some("refused".into());
+        assert!(trim.due(&state, t0), "every source answered or failed");
+        assert!(!trim.due(&state, t0 + Duration::from_secs(59)));
+        assert!(trim.due(&state, t0 + Duration::from_mins(1)));
+        assert!(!trim.due(&state, t0 + Duration::from_secs(61)));
+    }
 }
